@@ -1,0 +1,96 @@
+"""Schedule generators and their registry: ``generate(name, devices, microbatches, **options)``.
+
+Each family lives in its own module and is registered here with the options it takes. A new
+schedule is one module plus one :class:`Generator` entry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ppopt.errors import ScheduleError
+from ppopt.ir import Schedule
+
+#: Every generator option, its default and its meaning (the CLI's shared schedule flags).
+OPTIONS: Mapping[str, tuple[object, str]] = {
+    "chunks": (2, "model chunks per device, v (interleaved-1f1b)"),
+    "waves": (1, "waves W; each device holds 2W chunks (hanayo)"),
+    "split": ((1, 2), "layer split A:B between the first and second half of the stages (chimera-asym)"),
+}
+
+
+@dataclass(frozen=True)
+class Generator:
+    name: str
+    function: str  # "module:function" under ppopt.generators
+    summary: str
+    options: tuple[str, ...] = ()
+    rules: str = ""
+
+    @property
+    def formula(self) -> str:
+        """``module:function`` of the family's closed forms (see :mod:`ppopt.formula`)."""
+        module, func = self.function.split(":")
+        return f"{module}:{func}_formula"
+
+    def build(self, devices: int, microbatches: int, **options: object) -> Schedule:
+        module, func = self.function.split(":")
+        return getattr(importlib.import_module(f"ppopt.generators.{module}"), func)(devices, microbatches, **options)
+
+
+REGISTRY: dict[str, Generator] = {
+    g.name: g
+    for g in (
+        Generator("gpipe", "linear:gpipe", "all forwards, then all backwards (Huang et al. 2019)"),
+        Generator("1f1b", "linear:one_f_one_b", "PipeDream-Flush: warm-up, one forward one backward, drain"),
+        Generator(
+            "interleaved-1f1b", "interleaved:interleaved_1f1b",
+            "Megatron interleaved 1F1B: v chunks per device, looped placement",
+            ("chunks",), "m a multiple of p",
+        ),
+        Generator(
+            "chimera", "chimera:chimera",
+            "bidirectional pipelines, two weight replicas (Li & Hoefler 2021), direct concatenation",
+            (), "p even, m a multiple of p",
+        ),
+        Generator(
+            "chimera-asym", "chimera:chimera_asym",
+            "Chimera with an uneven A:B layer split between the pipeline halves (the study's asymmetric placement)",
+            ("split",), "p even, m a multiple of p",
+        ),
+        Generator(
+            "hanayo", "hanayo:hanayo",
+            "wave-like pipeline, 2W chunks per device on a zig-zag, no replicas (Liu et al. 2023)",
+            ("waves",), "see the module docs for where it is defined",
+        ),
+        Generator("zb-h1", "zero_bubble:zb_h1", "zero-bubble H1: 1F1B with split backward, W fills bubbles (Qi et al. 2024)", (), "m >= p"),
+        Generator("zb-v", "zero_bubble:zb_v", "zero-bubble V: two chunks per device in a V, split backward (Qi et al. 2024)", (), "m >= p"),
+    )
+}
+
+
+def names() -> list[str]:
+    return list(REGISTRY)
+
+
+def get(name: str) -> Generator:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ScheduleError(f"unknown schedule {name!r} (known: {', '.join(REGISTRY)})") from None
+
+
+def generate(name: str, devices: int, microbatches: int, **options: object) -> Schedule:
+    """Build schedule ``name`` for ``devices`` x ``microbatches``.
+
+    Options the schedule does not take are ignored, so one set of flags can serve every schedule;
+    an option no schedule knows is an error.
+    """
+    unknown = set(options) - set(OPTIONS)
+    if unknown:
+        raise ScheduleError(f"unknown schedule option(s): {', '.join(sorted(unknown))} (known: {', '.join(OPTIONS)})")
+    generator = get(name)
+    taken = {k: v for k, v in options.items() if k in generator.options and v is not None}
+    return generator.build(devices, microbatches, **taken)

@@ -1,0 +1,150 @@
+"""The schedule IR: ops, placement, and per-device order.
+
+An op is one unit of compute of one microbatch on one stage. Its text form is the action string of
+PyTorch's ``torch.distributed.pipelining`` (``<stage><KIND><microbatch>``, e.g. ``3F12``), so
+``str(op)`` is already a cell of a PyTorch schedule CSV.
+
+A stage is a model chunk in pipeline order (global, "virtual" stage id). A stage may be held by
+several devices (replicas, as in Chimera's two directions); each microbatch then belongs to one
+replica, given by ``Schedule.replica_of``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ppopt.errors import ScheduleError
+
+
+class Kind(str, Enum):
+    """Op kinds: forward, full backward, backward for inputs, backward for weights."""
+
+    F = "F"
+    B = "B"
+    I = "I"  # noqa: E741  (PyTorch's name for the input-gradient op)
+    W = "W"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, order=True)
+class Op:
+    """One op: ``kind`` of ``microbatch`` on ``stage``. ``str(op)`` is the PyTorch action string."""
+
+    stage: int
+    kind: Kind
+    microbatch: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind.value}{self.microbatch}"
+
+
+_ACTION = re.compile(r"^\s*(\d+)\s*([FBIW])\s*(\d+)\s*$")
+
+
+def parse_action(text: str) -> Op:
+    """Parse a compute action string such as ``3F12`` into an :class:`Op`."""
+    match = _ACTION.match(text)
+    if not match:
+        raise ScheduleError(f"not a compute action: {text!r} (expected <stage><F|B|I|W><microbatch>, e.g. 3F12)")
+    stage, kind, microbatch = match.groups()
+    return Op(int(stage), Kind(kind), int(microbatch))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A pipeline schedule: which device runs which op, in what order.
+
+    Attributes:
+        name: schedule family or origin (``1f1b``, ``search``, a file name...).
+        devices: number of devices (ranks), p.
+        microbatches: number of microbatches, m.
+        placement: ``placement[stage]`` is the tuple of devices holding that stage (one per replica).
+        orders: ``orders[device]`` is the ops that device runs, in execution order.
+        replica_of: ``replica_of[microbatch]`` is the replica index (e.g. Chimera's direction: 0 down,
+            1 up) whose devices run that microbatch; empty means replica 0 for all.
+        stage_weights: relative share of the model's layers per stage (the asymmetric placement's
+            uneven split); ``None`` means an even split. Only the cost model reads it.
+        options: the generator options that produced the schedule, for reports.
+    """
+
+    name: str
+    devices: int
+    microbatches: int
+    placement: tuple[tuple[int, ...], ...]
+    orders: tuple[tuple[Op, ...], ...]
+    replica_of: tuple[int, ...] = ()
+    stage_weights: tuple[float, ...] | None = None
+    options: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def stages(self) -> int:
+        return len(self.placement)
+
+    @property
+    def replicas(self) -> int:
+        """Largest number of copies of any stage (2 for Chimera)."""
+        return max(len(devs) for devs in self.placement)
+
+    def device_of(self, op: Op) -> int:
+        """The device that must run ``op``, by placement and the microbatch's replica."""
+        holders = self.placement[op.stage]
+        if len(holders) == 1:
+            return holders[0]
+        replica = self.replica_of[op.microbatch] if self.replica_of else 0
+        return holders[replica]
+
+    def ops(self) -> Iterator[Op]:
+        for order in self.orders:
+            yield from order
+
+    @property
+    def split_backward(self) -> bool:
+        """True when backward is split into I and W ops."""
+        return any(op.kind is Kind.I for op in self.ops())
+
+    def stages_on(self, device: int) -> tuple[int, ...]:
+        """Stages that have a replica on ``device``, ascending."""
+        return tuple(s for s, devs in enumerate(self.placement) if device in devs)
+
+
+def gradient_kind(split_backward: bool) -> Kind:
+    """The op that sends the activation gradient upstream: I when backward is split, else B."""
+    return Kind.I if split_backward else Kind.B
+
+
+def freeing_kind(split_backward: bool) -> Kind:
+    """The op after which a microbatch's stored activation is released: W when split, else B."""
+    return Kind.W if split_backward else Kind.B
+
+
+def dependencies(op: Op, stages: int, split_backward: bool) -> tuple[Op, ...]:
+    """Ops that must finish before ``op`` may start (data dependencies only).
+
+    F(s) needs F(s-1); B/I(s) needs F(s) and B/I(s+1); W(s) needs I(s).
+    """
+    s, m = op.stage, op.microbatch
+    grad = gradient_kind(split_backward)
+    if op.kind is Kind.F:
+        return (Op(s - 1, Kind.F, m),) if s > 0 else ()
+    if op.kind is Kind.W:
+        return (Op(s, Kind.I, m),)
+    deps = [Op(s, Kind.F, m)]
+    if s < stages - 1:
+        deps.append(Op(s + 1, grad, m))
+    return tuple(deps)
+
+
+def required_ops(stages: int, microbatches: int, split_backward: bool) -> list[Op]:
+    """Every op a complete training step needs, in (stage, kind, microbatch) order."""
+    kinds = (Kind.F, Kind.I, Kind.W) if split_backward else (Kind.F, Kind.B)
+    return [Op(s, k, m) for s in range(stages) for k in kinds for m in range(microbatches)]
+
+
+def linear_placement(stages: int, devices: int) -> tuple[tuple[int, ...], ...]:
+    """Looped placement: stage s on device s mod p (plain linear when stages == devices)."""
+    return tuple((s % devices,) for s in range(stages))

@@ -1,0 +1,166 @@
+"""The one schedule validator, shared by generators' tests, file readers, the solver and the simulator.
+
+``validate(schedule)`` raises :class:`ScheduleValidationError` on the first problem found, in this
+order: placement, ops on the wrong device, missing or duplicated ops, a dependency placed after its
+dependent on the same device, and a deadlocking order across devices. The error's message is one
+line; ``error.details`` shows the per-device order grid with the offending cell marked.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+from ppopt.errors import ScheduleError
+from ppopt.ir import Kind, Op, Schedule, dependencies, required_ops
+
+
+class ScheduleValidationError(ScheduleError):
+    """An invalid schedule. ``str()`` is one line; ``details`` is the order grid with a marker."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
+def order_grid(schedule: Schedule, mark: tuple[int, int] | None = None, limit: int = 24) -> str:
+    """The per-device op order as text, one row per device; ``mark=(device, index)`` is bracketed.
+
+    Long rows are cut to ``limit`` cells around the marked one.
+    """
+    lo = 0
+    if mark is not None:
+        lo = max(0, mark[1] - limit // 2)
+    rows = []
+    for d, order in enumerate(schedule.orders):
+        cells = []
+        for i, op in enumerate(order[lo : lo + limit], start=lo):
+            text = str(op)
+            cells.append(f">{text}<" if mark == (d, i) else f" {text} ")
+        prefix = "... " if lo > 0 else ""
+        suffix = " ..." if len(order) > lo + limit else ""
+        rows.append(f"device {d}: {prefix}{''.join(f'{c:>8}' for c in cells)}{suffix}")
+    return "\n".join(rows)
+
+
+def _position(schedule: Schedule) -> dict[Op, tuple[int, int]]:
+    return {op: (d, i) for d, order in enumerate(schedule.orders) for i, op in enumerate(order)}
+
+
+def _fail(schedule: Schedule, message: str, mark: tuple[int, int] | None = None) -> None:
+    raise ScheduleValidationError(message, order_grid(schedule, mark))
+
+
+def _check_placement(schedule: Schedule) -> None:
+    p = schedule.devices
+    if p < 1:
+        _fail(schedule, f"devices must be >= 1, got {p}")
+    if len(schedule.orders) != p:
+        _fail(schedule, f"schedule has {len(schedule.orders)} device rows but devices = {p}")
+    if schedule.stages < 1:
+        _fail(schedule, "placement is empty: no stage is placed")
+    for s, holders in enumerate(schedule.placement):
+        if not holders:
+            _fail(schedule, f"stage {s} is placed on no device")
+        for d in holders:
+            if not 0 <= d < p:
+                _fail(schedule, f"stage {s} is placed on device {d}, outside 0..{p - 1}")
+    if schedule.replica_of:
+        if len(schedule.replica_of) != schedule.microbatches:
+            _fail(schedule, f"replica_of has {len(schedule.replica_of)} entries for {schedule.microbatches} microbatches")
+        for m, r in enumerate(schedule.replica_of):
+            for s, holders in enumerate(schedule.placement):
+                if len(holders) > 1 and not 0 <= r < len(holders):
+                    _fail(schedule, f"microbatch {m} belongs to replica {r}, but stage {s} has {len(holders)} replicas")
+
+
+def _check_devices(schedule: Schedule) -> None:
+    for d, order in enumerate(schedule.orders):
+        for i, op in enumerate(order):
+            if not (0 <= op.stage < schedule.stages and 0 <= op.microbatch < schedule.microbatches):
+                _fail(schedule, f"op {op} on device {d} names a stage or microbatch outside the schedule", (d, i))
+            if schedule.device_of(op) != d:
+                _fail(schedule, f"op {op} is on device {d}, but its placement says device {schedule.device_of(op)}", (d, i))
+
+
+def _check_complete(schedule: Schedule) -> None:
+    counts = Counter(schedule.ops())
+    position = _position(schedule)
+    for op, n in counts.items():
+        if n > 1:
+            _fail(schedule, f"op {op} appears {n} times", position[op])
+    split = schedule.split_backward
+    if split and any(op.kind is Kind.B for op in counts):
+        op = next(op for op in counts if op.kind is Kind.B)
+        _fail(schedule, f"op {op} is a full backward, but the schedule splits backward into I and W", position[op])
+    for op in required_ops(schedule.stages, schedule.microbatches, split):
+        if op not in counts:
+            _fail(schedule, f"op {op} is missing (stage {op.stage}, microbatch {op.microbatch}, kind {op.kind})")
+
+
+def _check_local_order(schedule: Schedule) -> None:
+    split = schedule.split_backward
+    for d, order in enumerate(schedule.orders):
+        index = {op: i for i, op in enumerate(order)}
+        for i, op in enumerate(order):
+            for dep in dependencies(op, schedule.stages, split):
+                j = index.get(dep)
+                if j is not None and j > i:
+                    _fail(schedule, f"op {op} runs before its dependency {dep} on device {d}", (d, i))
+
+
+def predecessors(schedule: Schedule) -> dict[Op, tuple[Op, ...]]:
+    """For each op: its data dependencies plus the op before it on its device."""
+    split = schedule.split_backward
+    preds: dict[Op, tuple[Op, ...]] = {}
+    for order in schedule.orders:
+        previous: tuple[Op, ...] = ()
+        for op in order:
+            preds[op] = dependencies(op, schedule.stages, split) + previous
+            previous = (op,)
+    return preds
+
+
+def execution_order(schedule: Schedule) -> list[Op]:
+    """A topological order of the ops under data dependencies and per-device order.
+
+    Raises :class:`ScheduleValidationError` naming, per device, the op it waits on when the order
+    deadlocks (a cycle of cross-device waits).
+    """
+    preds = predecessors(schedule)
+    waiting = {op: len(deps) for op, deps in preds.items()}
+    successors: dict[Op, list[Op]] = {op: [] for op in preds}
+    for op, deps in preds.items():
+        for dep in deps:
+            successors[dep].append(op)
+    ready = deque(op for op, n in waiting.items() if n == 0)
+    done: list[Op] = []
+    while ready:
+        op = ready.popleft()
+        done.append(op)
+        for nxt in successors[op]:
+            waiting[nxt] -= 1
+            if waiting[nxt] == 0:
+                ready.append(nxt)
+    if len(done) < len(preds):
+        finished = set(done)
+        stuck = []
+        mark = None
+        for d, order in enumerate(schedule.orders):
+            blocked = next((op for op in order if op not in finished), None)
+            if blocked is None:
+                continue
+            missing = [str(dep) for dep in preds[blocked] if dep not in finished]
+            stuck.append(f"device {d} waits at {blocked} for {', '.join(missing)}")
+            mark = mark or (d, order.index(blocked))
+        _fail(schedule, "deadlock: " + "; ".join(stuck), mark)
+    return done
+
+
+def validate(schedule: Schedule) -> Schedule:
+    """Check a schedule completely; return it unchanged, or raise :class:`ScheduleValidationError`."""
+    _check_placement(schedule)
+    _check_devices(schedule)
+    _check_complete(schedule)
+    _check_local_order(schedule)
+    execution_order(schedule)
+    return schedule
