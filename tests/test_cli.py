@@ -1,0 +1,82 @@
+"""The CLI: real output, JSON keys, one-line errors with exit status 1, help text everywhere."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.generators import names
+
+
+def run(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result
+
+
+def test_every_command_has_help_text():
+    for name, command in main.commands.items():
+        assert command.help, f"command {name} has no help text"
+        assert run(name, "--help").exit_code == 0
+
+
+def test_list_names_every_schedule():
+    result = run("list")
+    assert result.exit_code == 0
+    for name in names():
+        assert name in result.output
+    assert [row["schedule"] for row in json.loads(run("list", "--json").output)] == names()
+
+
+def test_table_prints_the_grid():
+    result = run("table", "-s", "1f1b", "-p", 2, "-m", 2)
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0] == "device 0 | F0 F1 .  B0 .  B1"
+    assert lines[1] == "device 1 | .  F0 B0 F1 B1 ."
+    assert "length 6 slots" in result.output
+
+
+def test_evaluate_json_has_the_documented_keys():
+    result = run("evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert data["schedule"] == "1f1b" and data["devices"] == 4 and data["microbatches"] == 8
+    assert data["formula"]["bubble_ratio"] == pytest.approx(3 / 11)
+    assert data["table"]["bubble_ratio"] == pytest.approx(3 / 11)
+    assert data["table"]["length"] == 22
+    assert data["formula"]["peak_activations"] == data["table"]["peak_activations"] == [4, 3, 2, 1]
+
+
+def test_evaluate_all_lists_the_applicable_schedules():
+    result = run("evaluate", "-s", "all", "-p", 4, "-m", 8, "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert isinstance(data, list)
+    assert {"gpipe", "1f1b"} <= {row["schedule"] for row in data}
+
+
+def test_evaluate_all_reports_skipped_schedules_on_stderr():
+    result = CliRunner().invoke(main, ["evaluate", "-s", "all", "-p", "3", "-m", "4"])
+    assert result.exit_code == 0
+    assert "skipped chimera:" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (["evaluate", "-s", "1f1b", "-p", "0", "-m", "4"], "devices must be >= 1, got 0"),
+        (["evaluate", "-s", "1f1b", "-p", "4", "-m", "0"], "microbatches must be >= 1, got 0"),
+        (["evaluate", "-s", "nope", "-p", "4", "-m", "4"], "unknown schedule 'nope'"),
+        (["evaluate", "-s", "chimera", "-p", "3", "-m", "3"], "even number of devices"),
+        (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--backward", "3"], "--backward must be 1 or 2"),
+        (["evaluate", "-s", "chimera-asym", "-p", "4", "-m", "4", "--split", "1:x"], "--split"),
+        (["evaluate", "-s", "all", "-p", "-2", "-m", "4"], "devices must be >= 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_1(args, reason):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert result.stderr.count("\n") == 1
+    assert reason in result.stderr

@@ -1,0 +1,31 @@
+import pytest
+from hypothesis import given, strategies as st
+
+from ppopt.errors import ScheduleError
+from ppopt.ir import Kind, Op, dependencies, parse_action
+
+
+@given(st.integers(0, 999), st.sampled_from(list(Kind)), st.integers(0, 9999))
+def test_action_string_round_trips(stage, kind, microbatch):
+    op = Op(stage, kind, microbatch)
+    assert parse_action(str(op)) == op
+
+
+def test_action_string_is_pytorch_form():
+    assert str(Op(3, Kind.F, 12)) == "3F12"
+    assert str(Op(7, Kind.W, 0)) == "7W0"
+
+
+@pytest.mark.parametrize("text", ["", "F3", "3X1", "3F", "-1F2", "3SEND_F1"])
+def test_parse_rejects_non_compute_actions(text):
+    with pytest.raises(ScheduleError, match="not a compute action"):
+        parse_action(text)
+
+
+def test_dependencies_follow_the_pipeline():
+    assert dependencies(Op(0, Kind.F, 2), 4, False) == ()
+    assert dependencies(Op(2, Kind.F, 2), 4, False) == (Op(1, Kind.F, 2),)
+    assert dependencies(Op(3, Kind.B, 2), 4, False) == (Op(3, Kind.F, 2),)
+    assert dependencies(Op(1, Kind.B, 2), 4, False) == (Op(1, Kind.F, 2), Op(2, Kind.B, 2))
+    assert dependencies(Op(1, Kind.I, 2), 4, True) == (Op(1, Kind.F, 2), Op(2, Kind.I, 2))
+    assert dependencies(Op(1, Kind.W, 2), 4, True) == (Op(1, Kind.I, 2),)

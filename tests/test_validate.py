@@ -1,0 +1,86 @@
+"""The validator accepts every generator's output and rejects broken tables with a readable message."""
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ppopt.errors import ScheduleError
+from ppopt.generators import generate, names
+from ppopt.ir import Kind, Op
+from ppopt.validate import ScheduleValidationError, validate
+
+
+def _replace_order(schedule, device, order):
+    orders = list(schedule.orders)
+    orders[device] = tuple(order)
+    return dataclasses.replace(schedule, orders=tuple(orders))
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(names()), devices=st.integers(1, 8), multiple=st.integers(1, 4), extra=st.integers(0, 3))
+def test_every_generator_output_validates(name, devices, multiple, extra):
+    for microbatches in (devices * multiple, devices * multiple + extra):
+        try:
+            schedule = generate(name, devices, microbatches)
+        except ScheduleError:
+            continue  # an unsupported combination is refused by the generator, with a reason
+        assert validate(schedule) is schedule
+
+
+def test_missing_op_is_named():
+    schedule = generate("1f1b", 4, 4)
+    broken = _replace_order(schedule, 2, [op for op in schedule.orders[2] if op != Op(2, Kind.B, 1)])
+    with pytest.raises(ScheduleValidationError, match="op 2B1 is missing"):
+        validate(broken)
+
+
+def test_duplicate_op_is_marked_in_the_grid():
+    schedule = generate("gpipe", 2, 2)
+    broken = _replace_order(schedule, 0, schedule.orders[0] + (Op(0, Kind.F, 0),))
+    with pytest.raises(ScheduleValidationError) as error:
+        validate(broken)
+    assert "op 0F0 appears 2 times" in str(error.value)
+    assert ">0F0<" in error.value.details
+    assert "\n" not in str(error.value)
+
+
+def test_op_on_wrong_device_is_rejected():
+    schedule = generate("gpipe", 2, 1)
+    broken = dataclasses.replace(schedule, orders=(schedule.orders[0] + (Op(1, Kind.F, 0),), schedule.orders[1][1:]))
+    with pytest.raises(ScheduleValidationError, match="op 1F0 is on device 0, but its placement says device 1"):
+        validate(broken)
+
+
+def test_backward_before_forward_on_same_device_is_rejected():
+    schedule = generate("1f1b", 2, 2)
+    order = list(schedule.orders[1])
+    order[0], order[1] = order[1], order[0]  # 1B0 before 1F0
+    with pytest.raises(ScheduleValidationError, match="op 1B0 runs before its dependency 1F0 on device 1"):
+        validate(_replace_order(schedule, 1, order))
+
+
+def test_cross_device_deadlock_names_the_waits():
+    schedule = generate("gpipe", 2, 2)
+    # device 0: 0B0 waits for 1B0, behind 1F1 on device 1, which waits for 0F1, behind 0B0.
+    first = _replace_order(schedule, 0, [Op(0, Kind.F, 0), Op(0, Kind.B, 0), Op(0, Kind.F, 1), Op(0, Kind.B, 1)])
+    broken = _replace_order(first, 1, [Op(1, Kind.F, 1), Op(1, Kind.F, 0), Op(1, Kind.B, 0), Op(1, Kind.B, 1)])
+    with pytest.raises(ScheduleValidationError) as error:
+        validate(broken)
+    message = str(error.value)
+    assert message.startswith("deadlock:")
+    assert "device 0 waits at 0B0 for 1B0" in message and "device 1 waits at 1F1 for 0F1" in message
+
+
+def test_mixed_full_and_split_backward_is_rejected():
+    schedule = generate("1f1b", 2, 1)
+    order = [Op(1, Kind.F, 0), Op(1, Kind.I, 0), Op(1, Kind.W, 0)]
+    with pytest.raises(ScheduleValidationError, match="full backward"):
+        validate(_replace_order(schedule, 1, order))
+
+
+def test_placement_outside_devices_is_rejected():
+    schedule = generate("gpipe", 2, 1)
+    broken = dataclasses.replace(schedule, placement=((0,), (5,)))
+    with pytest.raises(ScheduleValidationError, match="stage 1 is placed on device 5"):
+        validate(broken)
