@@ -1,0 +1,138 @@
+"""Hanayo: a wave-like pipeline without weight replicas (Liu, Cheng, Zhou, You, SC'23).
+
+Source: Z. Liu, S. Cheng, H. Zhou, Y. You, "Hanayo: Harnessing Wave-like Pipeline Parallelism for
+Enhanced Large Model Training Efficiency", SC'23 (arXiv 2308.15762).
+
+Placement: with W >= 1 waves the model is cut into 2W·p chunks (stages). Chunk ``k*p + j``
+(k = 0..2W-1, j = 0..p-1) sits on rank j for even k and on rank p-1-j for odd k, so a microbatch
+goes down the ranks, back up, down again... (a zig-zag); each rank holds 2W chunks, one copy of the
+weights in total. All microbatches enter at rank 0 (chunk 0) and leave there (chunk 2W·p-1 is on
+rank 0).
+
+Order: the paper's exact per-device op order was not available to us, so this module builds its
+own, deterministically, by a list-scheduling simulation in unit slots (F = B = 1):
+
+- in every slot each device runs one of its *ready* ops (all dependencies done in earlier slots);
+- priority, 1F1B-like: a ready backward before any forward; among backwards the lowest microbatch,
+  then the latest chunk; among forwards the lowest microbatch, then the earliest chunk;
+- at most p microbatches in flight: F of chunk 0 for microbatch i >= p waits until B of chunk 0 of
+  microbatch i-p is done (as 1F1B bounds its warm-up), which keeps the activation peak independent
+  of m.
+
+Each device's order is the sequence of ops it ran; the table layer reproduces the simulation's
+slots exactly at F = B = 1. The order does not depend on ``backward``: with B = 2 the same order is
+laid out again and is longer than the closed form (see :func:`hanayo_formula`).
+
+Where it is defined: any p >= 1, m >= 1, W >= 1 (valid and deadlock-free by construction). The
+paper evaluates, and the study uses, only the restricted regime m = p; the closed form
+:func:`hanayo_formula` matches this construction's table at m = p (and at any m that is a multiple
+of p) with F = B = 1, and only there.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+
+from ppopt.errors import ScheduleError
+from ppopt.generators.common import require_positive
+from ppopt.ir import Kind, Op, Schedule, dependencies, required_ops
+
+
+def require_waves(waves: object) -> int:
+    if isinstance(waves, bool) or not isinstance(waves, int) or waves < 1:
+        raise ScheduleError(f"--waves must be an integer >= 1, got {waves!r}")
+    return waves
+
+
+def zigzag_placement(devices: int, waves: int) -> tuple[tuple[int, ...], ...]:
+    """``placement[k*p + j]`` is ``(j,)`` for even k and ``(p-1-j,)`` for odd k, k = 0..2W-1."""
+    p = devices
+    return tuple((j if k % 2 == 0 else p - 1 - j,) for k in range(2 * waves) for j in range(p))
+
+
+def _priority(op: Op) -> tuple[int, int, int]:
+    """Smaller runs first: backward before forward; B by (microbatch, latest chunk), F by (microbatch, chunk)."""
+    if op.kind is Kind.B:
+        return (0, op.microbatch, -op.stage)
+    return (1, op.microbatch, op.stage)
+
+
+def list_schedule(devices: int, microbatches: int, waves: int) -> tuple[tuple[Op, ...], ...]:
+    """Per-device op orders from the unit-slot list-scheduling simulation (module docstring)."""
+    p, m = devices, microbatches
+    stages = 2 * waves * p
+    placement = zigzag_placement(p, waves)
+    ops = required_ops(stages, m, split_backward=False)
+    preds = {op: list(dependencies(op, stages, split_backward=False)) for op in ops}
+    for i in range(p, m):  # at most p microbatches in flight
+        preds[Op(0, Kind.F, i)].append(Op(0, Kind.B, i - p))
+    successors: dict[Op, list[Op]] = defaultdict(list)
+    for op, deps in preds.items():
+        for dep in deps:
+            successors[dep].append(op)
+    waiting = {op: len(deps) for op, deps in preds.items()}
+    ready: list[list[tuple[tuple[int, int, int], Op]]] = [[] for _ in range(p)]
+    for op in ops:
+        if not waiting[op]:
+            heapq.heappush(ready[placement[op.stage][0]], (_priority(op), op))
+    orders: list[list[Op]] = [[] for _ in range(p)]
+    while any(ready):  # one iteration = one slot
+        ran = []
+        for d in range(p):
+            if ready[d]:
+                op = heapq.heappop(ready[d])[1]
+                orders[d].append(op)
+                ran.append(op)
+        for op in ran:  # their successors become ready for the next slot
+            for nxt in successors[op]:
+                waiting[nxt] -= 1
+                if not waiting[nxt]:
+                    heapq.heappush(ready[placement[nxt.stage][0]], (_priority(nxt), nxt))
+    assert sum(map(len, orders)) == len(ops), "Hanayo list schedule left ops unscheduled"
+    return tuple(tuple(order) for order in orders)
+
+
+def hanayo(devices: int, microbatches: int, waves: int = 1) -> Schedule:
+    """Hanayo with ``waves`` waves: 2W chunks per device on a zig-zag (module docstring)."""
+    require_positive(devices, microbatches)
+    waves = require_waves(waves)
+    return Schedule(
+        "hanayo", devices, microbatches, zigzag_placement(devices, waves),
+        list_schedule(devices, microbatches, waves), options={"waves": waves},
+    )
+
+
+def hanayo_formula(devices: int, microbatches: int, backward: int = 1, waves: int = 1):
+    """Hanayo's closed forms in the unit model (one op of one chunk = F 1 slot, B ``backward`` slots).
+
+    - bubble ratio (p-1)/(2W·m+p-1): as given in the project's reference, *unverified* against the
+      paper's text. With this placement it is a lower bound for any b: rank p-1 cannot start before
+      slot p-1, and after its last op (a B of chunk p-1, its lowest chunk) p-1 more backwards run in
+      sequence on the ranks below, so it idles at least (p-1)(1+b) slots. This module's table
+      attains the bound exactly at F = B = 1 for m = p (the paper's regime) and for any m that is a
+      multiple of p. It does not for m < p (one microbatch's critical path, 2W·p·(1+b) slots, is
+      longer), for other m not a multiple of p, nor with B = 2 (the order is built for F = B): at
+      m = p the table's length is then 6W·m + 4(p-1) instead of 3(2W·m+p-1), and the gap grows for
+      larger multiples of p (tests/test_hanayo.py pins values).
+    - length (1+b)(2W·m+p-1) = busy 2W·m(1+b) per device over (1 - bubble).
+    - peak live activations, counted in chunks (each 1/(2W·p) of the model): (2W-1)p + 1 + r on
+      rank r. No closed form was found in the sources; this is the construction's own count at
+      m = p, observed for every m >= p as well (checked in tests for several p and W).
+    - weight copies: 1 per device (2W chunks of 1/(2W·p) of the model each).
+    """
+    from ppopt.formula import Formula
+
+    require_positive(devices, microbatches)
+    w = require_waves(waves)
+    p, m = devices, microbatches
+    return Formula(
+        bubble_ratio=(p - 1) / (2 * w * m + p - 1),
+        length=(1 + backward) * (2 * w * m + p - 1),
+        peak_activations=tuple((2 * w - 1) * p + 1 + r for r in range(p)),
+        weight_copies=(1,) * p,
+        source=(
+            "Liu et al., SC'23 (Hanayo); bubble (p-1)/(2Wm+p-1) unverified against the paper, equal to "
+            "ppopt's table at m = p with F = B; peak is ppopt's construction's own count (2W-1)p+1+r"
+        ),
+    )

@@ -1,0 +1,167 @@
+"""Zero-bubble schedules (Qi, Wan, Huang, Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024;
+sail-sg/zero-bubble-pipeline-parallelism). Backward is split into I (gradient for the input, sent
+upstream) and W (gradient for the weights, needed only by the optimizer), so W can fill bubbles.
+
+Conventions: one table slot per op, F = I = W = 1 (the table's ``backward`` option only sizes full B
+ops, so these tables do not depend on it); an activation lives from its F to its W. Bubble ratio is
+idle / total time of the table, counting the idle slots before a device's first op and after its
+last one. The ZB paper and README count only *internal* idle time: with their "optimizer post
+validation" consecutive iterations overlap as parallelograms, so the start-up offset of device r
+(r slots) and the matching tail (p-1-r slots) are not bubbles there. That is why the README's
+"0 bubble" for ZB-V shows up here as (p-1) idle slots per device.
+
+ZB-H1 (paper §2.1, "memory efficient"): stage r on device r. Device r runs 1F1B's order with every
+B replaced by I (warm-up p-1-r forwards), and the W of microbatch j placed right after the I of
+microbatch j + r, or at the end when j + r >= m. So device r holds back r weight passes, every
+device keeps p activations in flight (the same peak as 1F1B's worst device 0, as the paper says),
+and the held-back W's fill the tail. This is PyTorch's ``ScheduleInterleavedZeroBubble`` (ZB1P)
+with one chunk: W skipped in the first r steady-state steps. Requires m >= p.
+Table (measured p 1..6, m p..3p): length 3m + p - 1, i.e. (p-1)(F + I - W) = p - 1 idle slots per
+device, bubble (p-1)/(3m+p-1), peak p on every device: exactly :func:`zb_h1_formula`.
+
+ZB-V (paper §6 of the newer version, PyTorch ``ScheduleZBVZeroBubble``): 2p stages; device r holds
+stage r (chunk 0, going down) and stage 2p-1-r (chunk 1, coming back up), so the forward and
+backward paths are V-shaped and device 0 both starts and ends each pass. Order on device r, with n =
+max(m, 2p-1) microbatches and ops of microbatches >= m deleted afterwards (PyTorch's padding):
+
+1. 2(p-r)-1 forwards of chunk 0;
+2. r times: F of chunk 1, F of chunk 0;
+3. p-r times: F, I, W of chunk 1;
+4. steady state, while chunk 1 has fewer forwards than chunk 0 or chunk 0 has fewer than n: F of
+   chunk 0 (while any are left), I and W of chunk 0, F, I and W of chunk 1;
+5. r times: I of chunk 0, I of chunk 1;
+6. p-r times: I of chunk 0 and the oldest pending W of chunk 0;
+7. the pending W's of chunk 1, then those of chunk 0.
+
+Requires m >= p (the project's rule; the padded construction itself is valid for any m >= 1).
+Table (measured p 1..10, m p..3p+1), in chunk-op slots: length 6m + max(p-1, 2(2p-1-m)), so the
+paper's 6m + p - 1 from m >= floor(3p/2) on; no internal idle slot at all (the paper's zero bubble)
+exactly when m >= 2p-1; peak live chunk activations on device r min(2m, m+1+r, 2p), i.e. 2p (the
+same as 1F1B's p full-stage activations) on every device once m >= 2p-1.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ppopt.errors import ScheduleError
+from ppopt.generators.common import require_positive
+from ppopt.generators.linear import one_f_one_b_order
+from ppopt.ir import Kind, Op, Schedule, linear_placement
+
+
+def _require_at_least_devices(name: str, devices: int, microbatches: int) -> None:
+    require_positive(devices, microbatches)
+    if microbatches < devices:
+        raise ScheduleError(f"{name} needs microbatches >= devices (m >= p), got m = {microbatches} < p = {devices}")
+
+
+def zb_h1(devices: int, microbatches: int) -> Schedule:
+    """ZB-H1: 1F1B with B -> I, and device r's W of microbatch j right after its I of microbatch j + r."""
+    _require_at_least_devices("zb-h1", devices, microbatches)
+    p, m = devices, microbatches
+    orders = []
+    for r in range(p):
+        order: list[Op] = []
+        for op in one_f_one_b_order(r, p - 1 - r, m, backward=Kind.I):
+            order.append(op)
+            if op.kind is Kind.I and op.microbatch >= r:
+                order.append(Op(r, Kind.W, op.microbatch - r))
+        order += [Op(r, Kind.W, j) for j in range(m - r, m)]
+        orders.append(tuple(order))
+    return Schedule("zb-h1", p, m, linear_placement(p, p), tuple(orders))
+
+
+def zb_h1_formula(devices: int, microbatches: int, backward: int = 1):
+    """Qi et al. 2024 §2.1: (p-1)(F+I-W) = p-1 idle slots per device, length 3m+p-1, peak p per device.
+
+    ``backward`` is ignored: split schedules use I = W = 1 slot.
+    """
+    from ppopt.formula import Formula
+
+    p, m = devices, microbatches
+    return Formula(
+        bubble_ratio=(p - 1) / (3 * m + p - 1),
+        length=3 * m + p - 1,
+        peak_activations=(min(m, p),) * p,
+        weight_copies=(1,) * p,
+        source="Qi et al. 2024 (Zero Bubble PP), ZB-H1",
+    )
+
+
+def v_placement(devices: int) -> tuple[tuple[int, ...], ...]:
+    """V-shaped placement: stage s on device s for s < p, on device 2p-1-s for the second half."""
+    p = devices
+    return tuple((s if s < p else 2 * p - 1 - s,) for s in range(2 * p))
+
+
+def _zb_v_order(devices: int, microbatches: int, rank: int) -> tuple[Op, ...]:
+    """Device ``rank``'s ZB-V order (steps 1-7 of the module docs), phantom microbatches removed."""
+    p, r = devices, rank
+    n = max(microbatches, 2 * p - 1)
+    stage = (r, 2 * p - 1 - r)  # chunk 0 (down), chunk 1 (up)
+    done: Counter[tuple[Kind, int]] = Counter()  # ops emitted per (kind, chunk)
+    order: list[Op] = []
+
+    def put(kind: Kind, chunk: int) -> None:
+        order.append(Op(stage[chunk], kind, done[kind, chunk]))
+        done[kind, chunk] += 1
+
+    F, I, W = Kind.F, Kind.I, Kind.W  # noqa: E741
+    for _ in range(2 * (p - r) - 1):
+        put(F, 0)
+    for _ in range(r):
+        put(F, 1)
+        put(F, 0)
+    for _ in range(p - r):
+        put(F, 1)
+        put(I, 1)
+        put(W, 1)
+    while done[F, 1] < done[F, 0] or done[F, 0] < n:
+        if done[F, 0] < n:
+            put(F, 0)
+        put(I, 0)
+        put(W, 0)
+        put(F, 1)
+        put(I, 1)
+        put(W, 1)
+    for _ in range(r):
+        put(I, 0)
+        put(I, 1)
+    for _ in range(p - r):
+        put(I, 0)
+        put(W, 0)
+    while done[W, 1] < done[I, 1]:
+        put(W, 1)
+    while done[W, 0] < done[I, 0]:
+        put(W, 0)
+    return tuple(op for op in order if op.microbatch < microbatches)
+
+
+def zb_v(devices: int, microbatches: int) -> Schedule:
+    """ZB-V: two chunks per device in a V (stages r and 2p-1-r on device r), split backward."""
+    _require_at_least_devices("zb-v", devices, microbatches)
+    p, m = devices, microbatches
+    orders = tuple(_zb_v_order(p, m, r) for r in range(p))
+    return Schedule("zb-v", p, m, v_placement(p), orders)
+
+
+def zb_v_formula(devices: int, microbatches: int, backward: int = 1):
+    """Qi et al. 2024 (ZB-V, F = I = W per chunk): no internal bubble, peak as 1F1B (2p chunks).
+
+    In chunk-op slots: each device runs 6m ops after a start-up offset the parallelogram cannot
+    avoid, so length 6m + p - 1 and bubble (p-1)/(6m+p-1) in the idle/total convention (the
+    README's "0" counts internal idle only). Peak min(2m, 2p) chunk activations per device. The
+    table matches the length for m >= floor(3p/2) and the peaks for m >= 2p-1 (see the module docs).
+    ``backward`` is ignored: split schedules use I = W = 1 slot.
+    """
+    from ppopt.formula import Formula
+
+    p, m = devices, microbatches
+    return Formula(
+        bubble_ratio=(p - 1) / (6 * m + p - 1),
+        length=6 * m + p - 1,
+        peak_activations=(min(2 * m, 2 * p),) * p,
+        weight_copies=(1,) * p,
+        source="Qi et al. 2024 (Zero Bubble PP), ZB-V; sail-sg README",
+    )

@@ -1,0 +1,103 @@
+"""Hanayo (Liu et al., SC'23): zig-zag placement, list-scheduled order, formula vs table."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppopt.errors import ScheduleError
+from ppopt.formula import formula
+from ppopt.generators import generate
+from ppopt.generators.hanayo import hanayo, hanayo_formula, zigzag_placement
+from ppopt.table import build_table
+from ppopt.validate import validate
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(1, 8), waves=st.sampled_from([1, 2]))
+def test_validate_at_m_equals_p(p, waves):
+    schedule = validate(hanayo(p, p, waves))
+    assert schedule.stages == 2 * waves * p
+    assert schedule.replicas == 1
+    assert schedule.options == {"waves": waves}
+
+
+@settings(max_examples=15, deadline=None)
+@given(p=st.integers(1, 6), m=st.integers(1, 14), waves=st.sampled_from([1, 2]))
+def test_validate_for_any_m(p, m, waves):
+    """The construction is defined (valid, no deadlock) for any m >= 1, not only m = p."""
+    validate(hanayo(p, m, waves))
+
+
+@pytest.mark.parametrize("p,waves", [(1, 1), (2, 1), (4, 2), (5, 3)])
+def test_zigzag_placement(p, waves):
+    schedule = hanayo(p, p, waves)
+    assert schedule.placement == zigzag_placement(p, waves)
+    for k in range(2 * waves):
+        for j in range(p):
+            assert schedule.placement[k * p + j] == ((j,) if k % 2 == 0 else (p - 1 - j,))
+    for r in range(p):  # 2W chunks per rank; microbatches enter and leave at rank 0
+        assert len(schedule.stages_on(r)) == 2 * waves
+    assert schedule.placement[0] == schedule.placement[-1] == (0,)
+
+
+@pytest.mark.parametrize("waves", [1, 2])
+@pytest.mark.parametrize("p", [2, 3, 4, 6, 8])
+def test_formula_equals_table_at_m_equals_p_with_unit_backward(p, waves):
+    table = build_table(hanayo(p, p, waves), backward=1)
+    f = hanayo_formula(p, p, backward=1, waves=waves)
+    assert f.bubble_ratio == pytest.approx((p - 1) / (2 * waves * p + p - 1))
+    assert table.length == f.length == 2 * (2 * waves * p + p - 1)
+    assert table.bubble_ratio == pytest.approx(f.bubble_ratio)
+    # Peak (in chunks): the construction's own count (2W-1)p + 1 + r, which the formula reports.
+    assert table.peak_activations == f.peak_activations == tuple((2 * waves - 1) * p + 1 + r for r in range(p))
+    assert f.weight_copies == (1,) * p
+
+
+@pytest.mark.parametrize("p,m,waves", [(2, 4, 1), (2, 6, 2), (3, 6, 1), (4, 8, 1), (4, 12, 2)])
+def test_formula_equals_table_at_multiples_of_p(p, m, waves):
+    table = build_table(hanayo(p, m, waves), backward=1)
+    f = hanayo_formula(p, m, backward=1, waves=waves)
+    assert table.length == f.length
+    assert table.peak_activations == f.peak_activations  # in-flight cap: peak independent of m
+
+
+# Where the table and the formula part: B = 2 (the order is built for F = B), m < p (one
+# microbatch's critical path 2W·p(1+b) exceeds the formula's length), m not a multiple of p.
+PINNED = {  # (p, m, waves, backward): table length; the formula's length in the comment
+    (4, 4, 1, 2): 36,  # formula 33 = 3(2·4+3); table 6Wm + 4(p-1)
+    (8, 8, 1, 2): 76,  # formula 69
+    (4, 4, 2, 2): 60,  # formula 57
+    (8, 8, 2, 2): 124,  # formula 117
+    (4, 12, 1, 2): 96,  # formula 81
+    (8, 4, 1, 1): 38,  # formula 30 (m < p)
+    (4, 2, 2, 1): 34,  # formula 22 (m < p)
+    (4, 5, 1, 1): 32,  # formula 26 (m not a multiple of p)
+}
+
+
+@pytest.mark.parametrize("key", sorted(PINNED))
+def test_table_is_longer_than_the_formula_elsewhere(key):
+    p, m, waves, b = key
+    table = build_table(hanayo(p, m, waves), backward=b)
+    assert table.length == PINNED[key]
+    f = hanayo_formula(p, m, backward=b, waves=waves)
+    assert table.length > f.length
+    assert table.bubble_ratio > f.bubble_ratio
+    if m == p:
+        assert table.length == 3 * 2 * waves * m + 4 * (p - 1)
+
+
+def test_deterministic_and_registered():
+    assert hanayo(6, 6, 2) == hanayo(6, 6, 2)
+    assert generate("hanayo", 4, 4, waves=2) == hanayo(4, 4, 2)
+    assert formula("hanayo", 4, 4, 1, waves=2) == hanayo_formula(4, 4, 1, waves=2)
+
+
+@pytest.mark.parametrize("waves", [0, -1, 1.5, "2", True, None])
+def test_bad_waves(waves):
+    with pytest.raises(ScheduleError, match="--waves"):
+        hanayo(4, 4, waves)
+    with pytest.raises(ScheduleError, match="--waves"):
+        hanayo_formula(4, 4, 1, waves)

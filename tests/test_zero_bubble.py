@@ -1,0 +1,119 @@
+"""Zero-bubble ZB-H1 and ZB-V: validity, table vs formula, pinned table values, rules."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppopt.errors import ScheduleError
+from ppopt.formula import formula
+from ppopt.generators import generate
+from ppopt.generators.linear import one_f_one_b
+from ppopt.generators.zero_bubble import zb_h1, zb_v
+from ppopt.ir import Kind
+from ppopt.table import build_table
+from ppopt.validate import validate
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 6), extra=st.integers(0, 12))
+def test_zb_h1_valid(p, extra):
+    schedule = validate(zb_h1(p, p + extra))
+    assert schedule.split_backward
+    assert not any(op.kind is Kind.B for op in schedule.ops())
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 6), extra=st.integers(0, 12))
+def test_zb_v_valid(p, extra):
+    schedule = validate(zb_v(p, p + extra))
+    assert schedule.stages == 2 * p
+    assert all(schedule.stages_on(r) == (r, 2 * p - 1 - r) for r in range(p))
+
+
+ZB_H1_CASES = [(1, 1), (1, 4), (2, 2), (2, 5), (3, 3), (3, 7), (4, 4), (4, 8), (4, 13), (6, 6), (6, 15)]
+
+
+@pytest.mark.parametrize(("p", "m"), ZB_H1_CASES)
+@pytest.mark.parametrize("backward", [1, 2])
+def test_zb_h1_table_equals_formula(p, m, backward):
+    table = build_table(zb_h1(p, m), backward)
+    closed = formula("zb-h1", p, m, backward=backward)
+    assert table.length == closed.length == 3 * m + p - 1
+    assert table.bubble_ratio == pytest.approx(closed.bubble_ratio) == pytest.approx((p - 1) / (3 * m + p - 1))
+    # Every device holds p activations: the same peak as 1F1B's device 0 (not 1F1B's p - r per device).
+    assert table.peak_activations == closed.peak_activations == (p,) * p
+    assert max(table.peak_activations) == max(build_table(one_f_one_b(p, m)).peak_activations)
+
+
+def test_zb_h1_idle_per_device():
+    table = build_table(zb_h1(4, 6))
+    for row in table.cells():
+        assert sum(cell is None for cell in row) == 3  # (p-1)(F + I - W) = p - 1
+    # device 3 holds back 3 W's: W0 comes after I3.
+    order = [str(op) for op in zb_h1(4, 6).orders[3]]
+    assert order[:9] == ["3F0", "3I0", "3F1", "3I1", "3F2", "3I2", "3F3", "3I3", "3W0"]
+
+
+# (p, m) -> (length, peaks) measured from the table; formula length is 6m + p - 1, peaks 2p.
+ZB_V_PINNED = {
+    (2, 2): (14, (3, 4)),
+    (2, 4): (25, (4, 4)),
+    (3, 3): (22, (4, 5, 6)),
+    (3, 4): (26, (5, 6, 6)),
+    (3, 5): (32, (6, 6, 6)),
+    (4, 4): (30, (5, 6, 7, 8)),
+    (4, 6): (39, (7, 8, 8, 8)),
+    (4, 7): (45, (8, 8, 8, 8)),
+    (4, 8): (51, (8, 8, 8, 8)),
+    (6, 11): (71, (12,) * 6),
+}
+
+
+@pytest.mark.parametrize(("p", "m"), sorted(ZB_V_PINNED))
+def test_zb_v_table_pinned_and_formula(p, m):
+    length, peaks = ZB_V_PINNED[p, m]
+    table = build_table(zb_v(p, m))
+    assert (table.length, table.peak_activations) == (length, peaks)
+    assert table.length == 6 * m + max(p - 1, 2 * (2 * p - 1 - m))
+    assert table.peak_activations == tuple(min(2 * m, m + 1 + r, 2 * p) for r in range(p))
+    closed = formula("zb-v", p, m)
+    assert closed.length == 6 * m + p - 1
+    assert closed.peak_activations == (2 * p,) * p
+    if m >= 3 * p // 2:
+        assert table.length == closed.length
+        assert table.bubble_ratio == pytest.approx(closed.bubble_ratio)
+    else:
+        assert table.length > closed.length
+    if m >= 2 * p - 1:
+        assert table.peak_activations == closed.peak_activations
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 3), (3, 5), (4, 7), (4, 10), (5, 9)])
+def test_zb_v_no_internal_idle_from_2p_minus_1(p, m):
+    # The paper's "zero bubble": no idle slot between a device's first and last op.
+    for row in build_table(zb_v(p, m)).cells():
+        busy = [t for t, cell in enumerate(row) if cell is not None]
+        assert len(busy) == busy[-1] - busy[0] + 1 == 6 * m
+
+
+def test_zb_v_internal_idle_below_2p_minus_1():
+    rows = build_table(zb_v(4, 6)).cells()
+    internal = []
+    for row in rows:
+        busy = [t for t, cell in enumerate(row) if cell is not None]
+        internal.append(busy[-1] - busy[0] + 1 - len(busy))
+    assert internal == [2, 1, 1, 0]
+
+
+@pytest.mark.parametrize("name", ["zb-h1", "zb-v"])
+def test_rejects_fewer_microbatches_than_devices(name):
+    with pytest.raises(ScheduleError, match=r"m >= p"):
+        generate(name, 4, 3)
+
+
+def test_tables_ignore_backward_option():
+    for schedule in (zb_h1(3, 5), zb_v(3, 5)):
+        a, b = build_table(schedule, 1), build_table(schedule, 2)
+        assert (a.length, a.peak_activations) == (b.length, b.peak_activations)
