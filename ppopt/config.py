@@ -1,0 +1,344 @@
+"""Model and system configurations: strict pydantic models loaded from TOML or JSON.
+
+Three things live here:
+
+* :class:`ModelConfig` describes the transformer being trained, in the Hugging Face / Megatron
+  vocabulary (``num_layers``, ``hidden_size``, ``ffn_hidden_size``, ``num_attention_heads``,
+  ``num_kv_heads``, ``vocab_size``, ``seq_length``, ``global_batch_size``).
+* :class:`SystemConfig` (with :class:`LinkConfig`) describes one device type and the links between
+  devices: roofline compute, memory, intra-node and inter-node links.
+* :func:`load_model` / :func:`load_system` read a preset by name (file stem in the repository's
+  top-level ``models/`` or ``configs/`` directory) or any ``.toml`` / ``.json`` file.
+
+Every model forbids unknown keys and is frozen. Units are part of the field names: seconds (``_s``),
+bytes (``_bytes``), bytes per second (``_bytes_per_s``), FLOP/s (``peak_flops``). Every problem a
+user can cause is raised as :class:`ppopt.errors.ConfigError` with a one-line message naming
+the file and the field, e.g.
+``configs/foo.toml: field 'peak_flops': Input should be greater than 0``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
+
+from ppopt.errors import ConfigError
+
+__all__ = [
+    "LinkConfig",
+    "ModelConfig",
+    "SystemConfig",
+    "list_models",
+    "list_systems",
+    "load_model",
+    "load_system",
+    "model_preset_dirs",
+    "system_preset_dirs",
+]
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_SUFFIXES = (".toml", ".json")
+
+Efficiency = Annotated[float, Field(gt=0, le=1)]
+"""A fraction of a peak rate that is actually reached: 0 < e <= 1."""
+
+Name = Annotated[str, Field(min_length=1)]
+
+
+class _Strict(BaseModel):
+    """Shared settings: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------------
+
+
+class ModelConfig(_Strict):
+    """A decoder-only transformer trained with pipeline parallelism only.
+
+    ``hidden_size`` need not be a multiple of ``num_attention_heads``: the study model of Barley et
+    al. (hidden 4096, 80 heads) is not, and none of the cost formulas needs an integral head size.
+    ``num_kv_heads`` (grouped-query attention) must divide ``num_attention_heads``.
+    """
+
+    name: Name
+    num_layers: PositiveInt
+    """Transformer blocks."""
+    hidden_size: PositiveInt
+    """Model width h."""
+    ffn_hidden_size: PositiveInt = None  # type: ignore[assignment]  # filled in: 4 * hidden_size
+    """Inner width of the MLP; defaults to 4 * hidden_size."""
+    num_attention_heads: PositiveInt
+    """Query heads a."""
+    num_kv_heads: PositiveInt = None  # type: ignore[assignment]  # filled in: num_attention_heads
+    """Key/value heads (grouped-query attention); defaults to num_attention_heads (plain MHA)."""
+    vocab_size: PositiveInt
+    seq_length: PositiveInt
+    """Tokens per sequence s."""
+    global_batch_size: PositiveInt = 256
+    """Sequences per optimizer step (split into microbatches)."""
+    bytes_per_element: PositiveInt = 2
+    """Bytes of one activation / weight element in compute precision (2 = fp16/bf16)."""
+    activation: Literal["gelu", "swiglu"] = "gelu"
+    """MLP type: "gelu" has 2 matrices (h->f, f->h), "swiglu" has 3 (gate, up, down)."""
+    tie_embeddings: StrictBool = False
+    """Output projection shares the input embedding matrix (counted once, on the first stage)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            hidden = data.get("hidden_size")
+            if data.get("ffn_hidden_size") is None and isinstance(hidden, int):
+                data["ffn_hidden_size"] = 4 * hidden
+            heads = data.get("num_attention_heads")
+            if data.get("num_kv_heads") is None and isinstance(heads, int):
+                data["num_kv_heads"] = heads
+        return data
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelConfig:
+        # Fallback for inputs the "before" hook could not read (e.g. numbers given as strings).
+        if self.ffn_hidden_size is None:
+            object.__setattr__(self, "ffn_hidden_size", 4 * self.hidden_size)
+        if self.num_kv_heads is None:
+            object.__setattr__(self, "num_kv_heads", self.num_attention_heads)
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads ({self.num_kv_heads}) must divide "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
+        return self
+
+    @property
+    def ffn_matrices(self) -> int:
+        """Weight matrices in the MLP: 2 for GELU, 3 for SwiGLU."""
+        return 3 if self.activation == "swiglu" else 2
+
+
+# --------------------------------------------------------------------------------------------------
+# System
+# --------------------------------------------------------------------------------------------------
+
+
+class LinkConfig(_Strict):
+    """A point-to-point link in the Hockney model ``t = bytes / bandwidth + latency``.
+
+    ``bandwidth_bytes_per_s`` is **per direction**: a link sending A->B and B->A at the same time
+    gives each direction the full bandwidth (NVLink's "900 GB/s" for H100 is 450 GB/s per
+    direction).
+    """
+
+    bandwidth_bytes_per_s: PositiveFloat
+    """Bytes per second in one direction."""
+    latency_s: NonNegativeFloat = 0.0
+    """Fixed cost of one message, seconds."""
+
+
+class SystemConfig(_Strict):
+    """One accelerator type and the links between devices.
+
+    Compute follows a roofline with efficiencies (Barley et al.):
+    ``t = max(FLOPs / (peak_flops * compute_efficiency) + compute_latency_s,
+    bytes / (memory_bandwidth_bytes_per_s * memory_efficiency) + memory_latency_s)``.
+
+    Devices ``d`` and ``e`` share a node iff ``d // devices_per_node == e // devices_per_node``;
+    same-node pairs use ``intra_node``, others ``inter_node``. A very large ``devices_per_node``
+    means "every device pair uses ``intra_node``" (the study grid).
+
+    ``bytes_per_param_state`` is the persistent memory per parameter in mixed-precision Adam
+    training: 2 (fp16/bf16 weight) + 2 (fp16/bf16 gradient) + 4 (fp32 master weight) + 4 (fp32
+    Adam m) + 4 (fp32 Adam v) = 16 bytes; implementations that keep fp32 gradients or extra
+    buffers reach 18 (the reference gives 16-18).
+    """
+
+    name: Name
+    description: str = ""
+    peak_flops: PositiveFloat
+    """Peak dense throughput of one device, FLOP/s."""
+    compute_efficiency: Efficiency = 1.0
+    """Fraction of peak_flops reached (0 < e <= 1)."""
+    compute_latency_s: NonNegativeFloat = 0.0
+    """Fixed cost added to the compute time of every op, seconds."""
+    memory_bandwidth_bytes_per_s: PositiveFloat
+    """Device memory (HBM) bandwidth, bytes per second."""
+    memory_efficiency: Efficiency = 1.0
+    """Fraction of memory_bandwidth_bytes_per_s reached (0 < e <= 1)."""
+    memory_latency_s: NonNegativeFloat = 0.0
+    """Fixed cost added to the memory time of every op, seconds."""
+    memory_capacity_bytes: PositiveFloat
+    """Device memory per device, bytes."""
+    devices_per_node: PositiveInt = 8
+    intra_node: LinkConfig
+    """Link between two devices of the same node."""
+    inter_node: LinkConfig
+    """Link between two devices on different nodes."""
+    overlap_comm_compute: StrictBool = True
+    """Whether a device may compute while its messages are in flight."""
+    bytes_per_param_state: PositiveFloat = 16.0
+    """Persistent bytes per parameter: weights + gradients + optimizer state (see class doc)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def model_preset_dirs() -> tuple[Path, ...]:
+    """Directories searched for model presets, in order.
+
+    The repo's ``models/`` first, then ``ppopt/presets/models`` (for a non-editable install).
+    """
+    return (_REPO_ROOT / "models", _PACKAGE_DIR / "presets" / "models")
+
+
+def system_preset_dirs() -> tuple[Path, ...]:
+    """Directories searched for system presets: repo ``configs/``, ``ppopt/presets/configs``."""
+    return (_REPO_ROOT / "configs", _PACKAGE_DIR / "presets" / "configs")
+
+
+def _presets(dirs: tuple[Path, ...]) -> dict[str, Path]:
+    """Preset name -> file; the first directory wins, .toml before .json."""
+    found: dict[str, Path] = {}
+    for directory in dirs:
+        if not directory.is_dir():
+            continue
+        for suffix in _SUFFIXES:
+            for path in sorted(directory.glob(f"*{suffix}")):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def list_models() -> list[str]:
+    """Names of the model presets, sorted."""
+    return sorted(_presets(model_preset_dirs()))
+
+
+def list_systems() -> list[str]:
+    """Names of the system presets, sorted."""
+    return sorted(_presets(system_preset_dirs()))
+
+
+def load_model(name_or_path: str | os.PathLike[str] | ModelConfig) -> ModelConfig:
+    """A model preset by name (e.g. ``"study"``) or a ``.toml`` / ``.json`` file.
+
+    A ``ModelConfig`` is returned unchanged. Raises ConfigError on unknown names, unreadable
+    files and invalid contents.
+    """
+    if isinstance(name_or_path, ModelConfig):
+        return name_or_path
+    path = _resolve(name_or_path, model_preset_dirs(), "model")
+    return _load_file(path, ModelConfig)
+
+
+def load_system(name_or_path: str | os.PathLike[str] | SystemConfig) -> SystemConfig:
+    """A system preset by name (e.g. ``"mid-mid"``, ``"dgx-h100"``) or a ``.toml`` / ``.json`` file.
+
+    A ``SystemConfig`` is returned unchanged. Raises ConfigError on unknown names, unreadable
+    files and invalid contents.
+    """
+    if isinstance(name_or_path, SystemConfig):
+        return name_or_path
+    path = _resolve(name_or_path, system_preset_dirs(), "system")
+    return _load_file(path, SystemConfig)
+
+
+def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind: str) -> Path:
+    text = os.fspath(name_or_path)
+    path = Path(text)
+    looks_like_path = path.suffix.lower() in _SUFFIXES or os.sep in text or "/" in text
+    if path.is_file():
+        return path
+    if looks_like_path:
+        raise ConfigError(f"{text}: no such file")
+    presets = _presets(dirs)
+    if text in presets:
+        return presets[text]
+    known = ", ".join(sorted(presets)) or "none"
+    raise ConfigError(f"unknown {kind} preset '{text}' (known: {known})")
+
+
+def _display(path: Path) -> str:
+    """The path as the user would recognise it: relative to cwd or the repo if possible."""
+    resolved = path.resolve()
+    for base in (Path.cwd(), _REPO_ROOT):
+        try:
+            return str(resolved.relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return str(path)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    where = _display(path)
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+        else:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"{where}: cannot read file ({error.strerror or error})") from error
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{where}: not valid {path.suffix.lstrip('.').upper()}: "
+                          f"{_one_line(str(error))}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: top level must be a table/object of fields")
+    return data
+
+
+def _load_file(path: Path, cls: type[_M]) -> _M:
+    data = _read(path)
+    data.setdefault("name", path.stem)
+    try:
+        # Strict types for files: "4" or 4.0 for an int field, or 1 for a bool, are errors.
+        # (Objects built in Python stay lax so numpy integers and the like are accepted.)
+        return cls.model_validate(data, strict=True)
+    except ValidationError as error:
+        raise ConfigError(f"{_display(path)}: {_describe(error)}") from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _describe(error: ValidationError) -> str:
+    """Pydantic's errors on one line.
+
+    Like ``field 'x': reason; unknown field 'y'; missing field 'z'``.
+    """
+    parts = []
+    for item in error.errors(include_url=False):
+        field = ".".join(str(part) for part in item["loc"])
+        message = _one_line(item["msg"]).removeprefix("Value error, ")
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            parts.append(f"unknown field '{field}'")
+        elif kind == "missing":
+            parts.append(f"missing field '{field}'")
+        elif field:
+            parts.append(f"field '{field}': {message}")
+        else:
+            parts.append(message)
+    return "; ".join(parts)

@@ -1,0 +1,463 @@
+"""Cost model: (model, system, partition, microbatch size) -> plain numbers per pipeline stage.
+
+Pure functions, no I/O. Times are seconds, sizes bytes, work FLOPs. Generators, evaluators and the
+solver only ever see :class:`Costs` (op durations, message bytes, activation bytes, persistent
+bytes), never LLM dimensions.
+
+Notation: b sequences per microbatch, s = seq_length, h = hidden_size, f = ffn_hidden_size,
+a = num_attention_heads, g = num_kv_heads, r = g / a, V = vocab_size, e = bytes_per_element,
+n_ffn = 2 (GELU) or 3 (SwiGLU).
+
+FLOPs (one multiply-add = 2 FLOPs; only matrix multiplications are counted)
+    Every weight matrix of shape (in, out) costs 2·b·s·in·out in the forward pass. A block's weight
+    matrices hold ``P_lin = 2h² (Q, output projection) + 2·h·(r·h) (K, V) + n_ffn·h·f`` elements, so
+
+        F_layer = 2·b·s·P_lin + 4·b·s²·h
+
+    where 4·b·s²·h is the attention core (Q·Kᵀ and scores·V, 2·b·s²·h each). For plain GPT
+    (r = 1, GELU, f = 4h): P_lin = 12h², F_layer = 24·b·s·h² + 4·b·s²·h (Narayanan et al. 2021).
+    The output layer (logits) costs 2·b·s·h·V; the embedding lookup is treated as free.
+
+Backward split (I = input gradient, W = weight gradient)
+    Each weight matrix costs its forward FLOPs once for dX (I) and once for dWeight (W). The
+    attention core has no weights: its backward (2 × 4·b·s²·h) belongs entirely to I. So
+
+        I_layer = 2·b·s·P_lin + 8·b·s²·h,   W_layer = 2·b·s·P_lin,   B = I + W = 2·F exactly.
+
+    (The reference's rule of thumb I ≈ W ≈ F is this split with the attention core ignored.)
+
+Activation bytes stored per block per microbatch (no recomputation, no tensor/sequence parallelism)
+    Korthikanti et al. 2022 count, for fp16 and 1-byte dropout masks, s·b·h·(34 + 5·a·s/h). We keep
+    their item list and let e, r, f and the MLP type vary:
+
+    * attention: input of QKV (e·sbh), Q (e·sbh), K (e·r·sbh), V (e·r·sbh), softmax output (e·as²b),
+      dropout mask (as²b), dropout output (e·as²b), input of the output projection (e·sbh), dropout
+      mask (sbh)
+    * MLP GELU: input (e·sbh), GELU input (e·sbf), GELU output (e·sbf), dropout mask (sbh);
+      SwiGLU: input (e·sbh), gate output, up output, their product (3·e·sbf), dropout mask (sbh)
+    * two layer norms: their inputs (2·e·sbh)
+
+    Total ``sbh·(e·(6 + 2r) + 2) + n_ffn'·e·sbf + (2e + 1)·as²b`` with n_ffn' = 2 (GELU) or
+    3 (SwiGLU); with e = 2, r = 1, GELU, f = 4h this is exactly s·b·h·(34 + 5·a·s/h). The last
+    stage also keeps its logits (b·s·V·e) until the backward pass.
+
+Memory traffic (for the roofline)
+    Each of F, I and W moves the stage's weights once (read, or gradient written for W) and its
+    stored activations once (written by F, read by I and W): ``bytes = param_count·e +
+    activation_bytes``. The embedding lookup moves only its b·s·h·e gathered rows, in F and W.
+    With the attention-score term large (a·s/h = 80 in the study model) this makes ops
+    memory-bound on some systems: a visible consequence of the no-recomputation, no-fused-attention
+    assumption.
+
+Op durations
+    The roofline is applied once per op (one op = F, I or W of one microbatch on one whole stage),
+    so the latencies L_c and L_m are paid once per op. ``backward_s`` is defined as
+    ``input_grad_s + weight_grad_s`` so that B and I+W always agree.
+
+Parameters per block
+    ``P_lin`` + biases + norms. GELU models follow Megatron GPT (biases on every linear layer,
+    LayerNorm with scale and shift): ``P_lin + (2h + 2rh) + f + h + 4h`` = 12h² + 13h for plain GPT.
+    SwiGLU models follow LLaMA (no biases, RMSNorm with a scale only): ``P_lin + 2h``.
+    The first stage holds the embedding (V·h); the last stage holds the output projection (V·h)
+    unless ``tie_embeddings`` (then the one matrix is counted once, on the first stage; frameworks
+    that keep a synchronised copy on the last stage would add V·h there).
+
+Communication
+    Hockney: ``t = V / BW + L``; messages between neighbouring stages carry b·s·h·e bytes
+    (activations forward, activation gradients backward). Replicated stages (Chimera) all-reduce
+    their weight gradients, ``param_count·e`` bytes, with a ring all-reduce.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ppopt.config import LinkConfig, ModelConfig, SystemConfig
+from ppopt.errors import ConfigError
+
+__all__ = [
+    "Costs",
+    "StageCost",
+    "activation_bytes_per_layer",
+    "allreduce_time_s",
+    "layer_forward_flops",
+    "layer_linear_params",
+    "layer_param_count",
+    "link_between",
+    "logits_forward_flops",
+    "microbatch_size",
+    "op_time_s",
+    "partition_layers",
+    "stage_costs",
+    "transfer_time_s",
+    "unit_costs",
+]
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Costs of one pipeline stage (model chunk) for one microbatch. Seconds and bytes."""
+
+    layers: int
+    """Transformer blocks in this stage."""
+    forward_s: float
+    """F: forward pass of one microbatch."""
+    backward_s: float
+    """B: full backward pass, always input_grad_s + weight_grad_s."""
+    input_grad_s: float
+    """I: backward pass for the input (activation) gradient."""
+    weight_grad_s: float
+    """W: backward pass for the weight gradient."""
+    activation_bytes: float
+    """Stored per microbatch from its F until it is freed (after B, or after W when split)."""
+    persistent_bytes: float
+    """Weights + gradients + optimizer state of this stage (one copy)."""
+    param_count: float
+    """Parameters of this stage."""
+    send_bytes: float
+    """Message to the neighbouring stage per microbatch: activations after F, activation
+    gradients after B or I."""
+    gradient_bytes: float = 0.0
+    """Weight-gradient bytes of this stage (param_count · bytes_per_element): what replicas of the
+    stage all-reduce once per step (Chimera)."""
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Per-stage costs of one configuration, stage 0 first."""
+
+    stages: tuple[StageCost, ...]
+    microbatch_size: int
+    """Sequences per microbatch."""
+    microbatches: int
+    """Microbatches per step."""
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ValueError("Costs needs at least one stage")
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    def __getitem__(self, stage: int) -> StageCost:
+        return self.stages[stage]
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+
+# --------------------------------------------------------------------------------------------------
+# Partition and batch
+# --------------------------------------------------------------------------------------------------
+
+
+def partition_layers(
+    num_layers: int, stages: int, weights: Sequence[float] | None = None
+) -> tuple[int, ...]:
+    """Split ``num_layers`` transformer blocks over ``stages`` pipeline stages.
+
+    Without weights the split is even and the remainder goes to the **earliest** stages
+    (``numpy.array_split`` convention): 10 blocks over 3 stages -> (4, 3, 3).
+
+    With weights the split is proportional, rounded by largest remainder; equal remainders favour
+    the earlier stage, so 128 blocks with weights [1, 2] -> (43, 85) (exact 42.67 / 85.33). Every
+    stage gets at least one block: a stage rounded to 0 takes one from the largest stage (the
+    latest one among equals).
+
+    Raises ConfigError if stages > num_layers, a count is not positive, or the weights are not
+    positive finite numbers, one per stage.
+    """
+    if num_layers < 1 or stages < 1:
+        raise ConfigError(f"need positive num_layers and stages, got {num_layers} and {stages}")
+    if stages > num_layers:
+        raise ConfigError(f"cannot split {num_layers} layers over {stages} stages "
+                          "(every stage needs at least one layer)")
+    if weights is None:
+        weights = [1.0] * stages
+    weights = [float(w) for w in weights]
+    if len(weights) != stages:
+        raise ConfigError(f"got {len(weights)} stage weights for {stages} stages")
+    if not all(math.isfinite(w) and w > 0 for w in weights):
+        raise ConfigError(f"stage weights must be positive finite numbers, got {weights}")
+
+    total = sum(weights)
+    exact = [num_layers * w / total for w in weights]
+    counts = [math.floor(x) for x in exact]
+    left = num_layers - sum(counts)
+    by_remainder = sorted(range(stages), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in by_remainder[:left]:
+        counts[i] += 1
+    for i in range(stages):
+        if counts[i] == 0:
+            donor = max(range(stages), key=lambda j: (counts[j], j))
+            counts[donor] -= 1
+            counts[i] += 1
+    return tuple(counts)
+
+
+def microbatch_size(model: ModelConfig, microbatches: int, global_batch: int | None = None) -> int:
+    """Sequences per microbatch: global batch / microbatches, which must divide exactly.
+
+    ``global_batch`` defaults to ``model.global_batch_size``. Raises ConfigError otherwise.
+    """
+    batch = model.global_batch_size if global_batch is None else global_batch
+    if batch < 1:
+        raise ConfigError(f"global batch must be positive, got {batch}")
+    if microbatches < 1:
+        raise ConfigError(f"microbatches must be positive, got {microbatches}")
+    if microbatches > batch:
+        raise ConfigError(f"{microbatches} microbatches exceed the global batch of "
+                          f"{batch} sequences")
+    if batch % microbatches:
+        raise ConfigError(f"global batch of {batch} sequences is not divisible by "
+                          f"{microbatches} microbatches")
+    return batch // microbatches
+
+
+# --------------------------------------------------------------------------------------------------
+# Transformer arithmetic (one block, one microbatch of b sequences)
+# --------------------------------------------------------------------------------------------------
+
+
+def _kv_width(model: ModelConfig) -> int | float:
+    """Width of K (= width of V): r·h = g·h/a, exact integer when possible."""
+    numerator = model.num_kv_heads * model.hidden_size
+    if numerator % model.num_attention_heads == 0:
+        return numerator // model.num_attention_heads
+    return numerator / model.num_attention_heads
+
+
+def layer_linear_params(model: ModelConfig) -> int | float:
+    """Elements of a block's weight matrices: 2h² (Q, output) + 2·h·(r·h) (K, V) + n_ffn·h·f."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    return 2 * h * h + 2 * h * _kv_width(model) + model.ffn_matrices * h * f
+
+
+def layer_param_count(model: ModelConfig) -> int | float:
+    """Parameters of one block: weight matrices + biases + norm parameters (see module doc)."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    if model.activation == "swiglu":
+        return layer_linear_params(model) + 2 * h
+    return layer_linear_params(model) + (2 * h + 2 * _kv_width(model)) + f + h + 4 * h
+
+
+def layer_forward_flops(model: ModelConfig, batch: int) -> float:
+    """Forward FLOPs of one block for ``batch`` sequences: 2·b·s·P_lin + 4·b·s²·h.
+
+    Equals 24·b·s·h² + 4·b·s²·h for plain GPT (Narayanan et al. 2021).
+    """
+    s, h = model.seq_length, model.hidden_size
+    return float(2 * batch * s * layer_linear_params(model) + 4 * batch * s * s * h)
+
+
+def _layer_attention_core_flops(model: ModelConfig, batch: int) -> float:
+    """Forward FLOPs of Q·Kᵀ and scores·V (no weights): 4·b·s²·h."""
+    return float(4 * batch * model.seq_length**2 * model.hidden_size)
+
+
+def logits_forward_flops(model: ModelConfig, batch: int) -> float:
+    """Forward FLOPs of the output projection: 2·b·s·h·V."""
+    return float(2 * batch * model.seq_length * model.hidden_size * model.vocab_size)
+
+
+def activation_bytes_per_layer(model: ModelConfig, batch: int) -> float:
+    """Bytes one block stores per microbatch of ``batch`` sequences (see module doc).
+
+    For fp16, MHA, GELU, f = 4h: s·b·h·(34 + 5·a·s/h) (Korthikanti et al. 2022).
+    """
+    s, h, f = model.seq_length, model.hidden_size, model.ffn_hidden_size
+    a = model.num_attention_heads
+    e = model.bytes_per_element
+    kv = _kv_width(model)
+    sb = s * batch
+    hidden_terms = sb * (e * (6 * h + 2 * kv) + 2 * h)
+    mlp_terms = (3 if model.activation == "swiglu" else 2) * e * sb * f
+    score_terms = (2 * e + 1) * a * s * sb
+    return float(hidden_terms + mlp_terms + score_terms)
+
+
+# --------------------------------------------------------------------------------------------------
+# Roofline and stage costs
+# --------------------------------------------------------------------------------------------------
+
+
+def op_time_s(flops: float, bytes_moved: float, system: SystemConfig) -> float:
+    """Roofline time of one op, seconds (Barley et al.):
+
+    ``max(flops / (peak_flops·compute_efficiency) + compute_latency_s,
+    bytes / (memory_bandwidth_bytes_per_s·memory_efficiency) + memory_latency_s)``.
+
+    An op with no work (0 FLOPs and 0 bytes) takes 0 s.
+    """
+    if flops < 0 or bytes_moved < 0:
+        raise ValueError(f"negative work: {flops} FLOPs, {bytes_moved} bytes")
+    if flops == 0 and bytes_moved == 0:
+        return 0.0
+    compute = flops / (system.peak_flops * system.compute_efficiency) + system.compute_latency_s
+    memory = (bytes_moved / (system.memory_bandwidth_bytes_per_s * system.memory_efficiency)
+              + system.memory_latency_s)
+    return max(compute, memory)
+
+
+def stage_costs(
+    model: ModelConfig,
+    system: SystemConfig,
+    layers_per_stage: Sequence[int],
+    microbatches: int,
+    global_batch: int | None = None,
+) -> Costs:
+    """Costs of every stage for ``microbatches`` microbatches of the global batch.
+
+    ``layers_per_stage`` (e.g. from :func:`partition_layers`) must sum to ``model.num_layers``;
+    stage 0 also holds the embedding, the last stage the output projection (logits). Raises
+    ConfigError for a bad partition or batch split.
+    """
+    layers = [int(n) for n in layers_per_stage]
+    if not layers:
+        raise ConfigError("need at least one stage")
+    if any(n < 0 for n in layers):
+        raise ConfigError(f"negative layer count in partition {layers}")
+    if sum(layers) != model.num_layers:
+        raise ConfigError(f"partition {layers} has {sum(layers)} layers, "
+                          f"model '{model.name}' has {model.num_layers}")
+    b = microbatch_size(model, microbatches, global_batch)
+    s, h, v, e = model.seq_length, model.hidden_size, model.vocab_size, model.bytes_per_element
+
+    f_layer = layer_forward_flops(model, b)
+    core = _layer_attention_core_flops(model, b)
+    w_layer = f_layer - core  # = 2·b·s·P_lin
+    i_layer = f_layer + core  # = 2·b·s·P_lin + 8·b·s²·h
+    act_layer = activation_bytes_per_layer(model, b)
+    params_layer = layer_param_count(model)
+    embedding_params = v * h
+    rows_bytes = b * s * h * e  # gathered embedding rows; also the inter-stage message
+
+    stages = []
+    last = len(layers) - 1
+    for index, n in enumerate(layers):
+        flops_f, flops_i, flops_w = n * f_layer, n * i_layer, n * w_layer
+        params = n * params_layer
+        activations = n * act_layer
+        # Extra memory traffic of the embedding / output layer per op kind.
+        extra_f = extra_i = extra_w = 0.0
+        if index == 0:  # embedding: gather rows in F, scatter their gradient in W
+            params += embedding_params
+            extra_f += rows_bytes
+            extra_w += rows_bytes
+        if index == last:  # output projection: a V x h matrix read (F, I) / gradient written (W)
+            logits = logits_forward_flops(model, b)
+            flops_f, flops_i, flops_w = flops_f + logits, flops_i + logits, flops_w + logits
+            activations += b * s * v * e  # logits kept for the loss backward
+            output_bytes = embedding_params * e
+            extra_f += output_bytes
+            extra_i += output_bytes
+            extra_w += output_bytes
+            if not model.tie_embeddings:
+                params += embedding_params
+        # Weights of this stage's blocks once + stored activations once (see module doc).
+        block_bytes = n * params_layer * e + activations
+        forward = op_time_s(flops_f, block_bytes + extra_f, system)
+        input_grad = op_time_s(flops_i, block_bytes + extra_i, system)
+        weight_grad = op_time_s(flops_w, block_bytes + extra_w, system)
+        stages.append(StageCost(
+            layers=n,
+            forward_s=forward,
+            backward_s=input_grad + weight_grad,
+            input_grad_s=input_grad,
+            weight_grad_s=weight_grad,
+            activation_bytes=float(activations),
+            persistent_bytes=float(params * system.bytes_per_param_state),
+            param_count=float(params),
+            send_bytes=float(rows_bytes),
+            gradient_bytes=float(params * e),
+        ))
+    return Costs(stages=tuple(stages), microbatch_size=b, microbatches=microbatches)
+
+
+def unit_costs(
+    stages: int,
+    forward: float = 1.0,
+    backward: float = 2.0,
+    weight: float | None = None,
+    *,
+    microbatches: int = 1,
+    activation_bytes: float = 1.0,
+    persistent_bytes: float = 0.0,
+    send_bytes: float = 0.0,
+) -> Costs:
+    """Idealised "unit mode" costs: every stage identical, durations in slots.
+
+    F = ``forward``, B = ``backward``, W = ``weight`` (default backward / 2), I = backward - W.
+    One unit of activation per microbatch, no persistent memory, no messages: with zero-cost links
+    the simulator reproduces the idealised table. ``microbatches`` is recorded only.
+    """
+    if stages < 1:
+        raise ValueError(f"stages must be positive, got {stages}")
+    if microbatches < 1:
+        raise ValueError(f"microbatches must be positive, got {microbatches}")
+    if forward < 0 or backward < 0:
+        raise ValueError(f"durations must be non-negative, got F={forward}, B={backward}")
+    w = backward / 2 if weight is None else weight
+    if not 0 <= w <= backward:
+        raise ValueError(f"weight-grad time {w} must lie in [0, backward={backward}]")
+    stage = StageCost(
+        layers=1,
+        forward_s=float(forward),
+        backward_s=float(backward),
+        input_grad_s=float(backward - w),
+        weight_grad_s=float(w),
+        activation_bytes=float(activation_bytes),
+        persistent_bytes=float(persistent_bytes),
+        param_count=0.0,
+        send_bytes=float(send_bytes),
+        gradient_bytes=0.0,
+    )
+    return Costs(stages=(stage,) * stages, microbatch_size=1, microbatches=microbatches)
+
+
+# --------------------------------------------------------------------------------------------------
+# Communication
+# --------------------------------------------------------------------------------------------------
+
+
+def link_between(system: SystemConfig, device_a: int, device_b: int) -> LinkConfig:
+    """The link two devices use: ``intra_node`` iff they sit on the same node.
+
+    Devices are numbered 0, 1, ... and node k holds devices k·devices_per_node ... (k+1)·
+    devices_per_node - 1. A device paired with itself gets ``intra_node``; callers should not
+    send messages to the same device. Each device pair is modelled as its own link: no contention
+    between pairs (no congestion, no topology), only between messages on the same pair.
+    """
+    if device_a < 0 or device_b < 0:
+        raise ValueError(f"device ids must be non-negative, got {device_a} and {device_b}")
+    same_node = device_a // system.devices_per_node == device_b // system.devices_per_node
+    return system.intra_node if same_node else system.inter_node
+
+
+def transfer_time_s(num_bytes: float, link: LinkConfig) -> float:
+    """Hockney time of one message: ``bytes / bandwidth + latency``. A zero-byte message costs 0."""
+    if num_bytes < 0:
+        raise ValueError(f"negative message size {num_bytes}")
+    if num_bytes == 0:
+        return 0.0
+    return num_bytes / link.bandwidth_bytes_per_s + link.latency_s
+
+
+def allreduce_time_s(num_bytes: float, link: LinkConfig, participants: int = 2) -> float:
+    """Ring all-reduce of ``num_bytes`` over ``participants`` devices joined by ``link``.
+
+    ``2(n-1)/n · bytes / bandwidth + 2(n-1) · latency`` (reduce-scatter then all-gather, each
+    n-1 steps of bytes/n). For 2 participants: bytes / bandwidth + 2 · latency. One participant
+    or zero bytes costs 0.
+    """
+    if num_bytes < 0:
+        raise ValueError(f"negative message size {num_bytes}")
+    if participants < 1:
+        raise ValueError(f"participants must be positive, got {participants}")
+    if participants == 1 or num_bytes == 0:
+        return 0.0
+    n = participants
+    return 2 * (n - 1) / n * num_bytes / link.bandwidth_bytes_per_s + 2 * (n - 1) * link.latency_s
