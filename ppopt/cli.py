@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import click
 
-from ppopt.errors import PpoptError, ScheduleError
+from ppopt.errors import PpoptError
 from ppopt.generators import OPTIONS, REGISTRY
 
 
@@ -30,20 +30,6 @@ class _Cli(click.Group):
             if details:
                 click.echo(details, err=True)
             ctx.exit(1)
-
-
-def parse_split(text: str | None) -> tuple[float, float] | None:
-    """``"1:2"`` -> (1.0, 2.0); raises ScheduleError naming --split otherwise."""
-    if text is None:
-        return None
-    parts = text.split(":")
-    try:
-        a, b = (float(x) for x in parts)
-    except ValueError:
-        raise ScheduleError(f"--split must look like A:B with two positive numbers, got {text!r}") from None
-    if a <= 0 or b <= 0:
-        raise ScheduleError(f"--split must look like A:B with two positive numbers, got {text!r}")
-    return (a, b)
 
 
 def schedule_options(require_name: bool = True) -> Callable:
@@ -65,7 +51,7 @@ def schedule_options(require_name: bool = True) -> Callable:
 
         @functools.wraps(command)
         def wrapper(chunks, waves, split, **kwargs):
-            kwargs["options"] = {"chunks": chunks, "waves": waves, "split": parse_split(split)}
+            kwargs["options"] = {"chunks": chunks, "waves": waves, "split": split}
             return command(**kwargs)
 
         return wrapper

@@ -48,7 +48,7 @@ REGISTRY: dict[str, Generator] = {
         Generator(
             "interleaved-1f1b", "interleaved:interleaved_1f1b",
             "Megatron interleaved 1F1B: v chunks per device, looped placement",
-            ("chunks",), "m a multiple of p",
+            ("chunks",), "m a multiple of p when v >= 2",
         ),
         Generator(
             "chimera", "chimera:chimera",

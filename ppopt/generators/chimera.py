@@ -107,7 +107,7 @@ def chimera(devices: int, microbatches: int) -> Schedule:
     return Schedule("chimera", p, m, placement, tuple(tuple(o) for o in orders), replica_of)
 
 
-def _parse_split(split: object) -> tuple[float, float]:
+def parse_split(split: object) -> tuple[float, float]:
     """``split`` as two positive finite numbers: a pair ``(A, B)`` or the text ``"A:B"``."""
     error = ScheduleError(f"--split must be two positive numbers A:B, e.g. 1:2, got {split!r}")
     parts = split.split(":") if isinstance(split, str) else split
@@ -124,7 +124,7 @@ def _parse_split(split: object) -> tuple[float, float]:
 
 def split_weights(devices: int, split: object = (1, 2)) -> tuple[float, ...]:
     """Stage weights for an A:B split: stages 0..p/2-1 share A/(A+B), stages p/2..p-1 share B/(A+B)."""
-    a, b = _parse_split(split)
+    a, b = parse_split(split)
     half = devices // 2
     first, second = a / (a + b) / half, b / (a + b) / half
     return tuple(first if s < half else second for s in range(devices))
@@ -137,7 +137,7 @@ def chimera_asym(devices: int, microbatches: int, split: object = (1, 2)) -> Sch
     """
     base = chimera(devices, microbatches)
     weights = split_weights(devices, split)
-    a, b = _parse_split(split)
+    a, b = parse_split(split)
     return Schedule(
         "chimera-asym", base.devices, base.microbatches, base.placement, base.orders, base.replica_of,
         stage_weights=weights, options={"split": f"{a:g}:{b:g}"},
@@ -171,7 +171,7 @@ def chimera_asym_formula(devices: int, microbatches: int, backward: int = 1, spl
     """As :func:`chimera_formula`: the unit model ignores the A:B layer split (only costs see it)."""
     from ppopt.formula import Formula
 
-    _parse_split(split)
+    parse_split(split)
     base = chimera_formula(devices, microbatches, backward)
     return Formula(
         base.bubble_ratio, base.length, base.peak_activations, base.weight_copies,

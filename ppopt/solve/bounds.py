@@ -1,0 +1,130 @@
+"""Analytic lower bounds on the step time of any schedule in a space.
+
+Each bound holds for every schedule with the given placement (or for every placement when it is
+None), so ``max`` of them complements the solver's own bound:
+
+- **critical path**: one microbatch's chain F(0..S-1), backward (S-1..0) and, when backward is split,
+  W(0) after I(0), with the message delay wherever consecutive stages sit on different devices.
+- **device load**: device d must run all its ops; before its first op at least the forwards of the
+  stages below its lowest stage must run, and after its last op (full backward) the backwards of
+  the stages below must still run. bound = head + load + tail. Without a placement: total load / p.
+- **memory lifetime** (a cap of K activations on a device holding one stage s): every microbatch's
+  activation lives at least L_s (its F, the round trip through the stages above, its freeing op),
+  at most K live at once, all inside [head, T - tail]: T >= head + tail + ceil(m / K) * L_s is weaker
+  than the exact area bound m * L_s / K, which is what is used.
+
+All bounds take a duration function and a delay function, so the same code gives the bound in real
+seconds and in (rounded-down) ticks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ppopt.ir import Kind
+
+Duration = Callable[[int, Kind], float]  # (stage, kind) -> duration
+Delay = Callable[[int, int, int], float]  # (stage sending, device a, device b) -> delay
+
+
+@dataclass(frozen=True)
+class Bounds:
+    critical_path: float
+    device_load: float
+    memory: float
+
+    @property
+    def best(self) -> float:
+        return max(self.critical_path, self.device_load, self.memory)
+
+
+def _hop(delay: Delay, placement: Sequence[Sequence[int]] | None, stage: int, other: int) -> float:
+    """Smallest delay between stage and other over their replicas (0 when placement is free)."""
+    if placement is None:
+        return 0.0
+    return min(delay(stage, a, b) for a in placement[stage] for b in placement[other])
+
+
+def critical_path(stages: int, duration: Duration, delay: Delay, placement, split: bool) -> float:
+    grad = Kind.I if split else Kind.B
+    forward = sum(duration(s, Kind.F) for s in range(stages))
+    backward = sum(duration(s, grad) for s in range(stages))
+    hops = sum(_hop(delay, placement, s, s + 1) + _hop(delay, placement, s + 1, s) for s in range(stages - 1))
+    return forward + backward + hops + (duration(0, Kind.W) if split else 0.0)
+
+
+def _kinds(split: bool) -> tuple[Kind, ...]:
+    return (Kind.F, Kind.I, Kind.W) if split else (Kind.F, Kind.B)
+
+
+def device_load(stages: int, microbatches: int, devices: int, duration: Duration, delay: Delay, placement, split: bool) -> float:
+    """Head + load + tail per device (see the module docstring); total/p without a placement.
+
+    A replicated stage's microbatches are assumed split evenly between its replicas, so callers
+    pass ``placement=None`` when the split between directions is free.
+    """
+    kinds = _kinds(split)
+    per_microbatch = [sum(duration(s, k) for k in kinds) for s in range(stages)]
+    total = microbatches * sum(per_microbatch)
+    if placement is None:
+        return total / devices
+    best = total / devices
+    for d in range(devices):
+        held = [s for s in range(stages) if d in placement[s]]
+        if not held:
+            continue
+        load = sum(microbatches * per_microbatch[s] / len(placement[s]) for s in held)
+        low = min(held)
+        head = sum(duration(s, Kind.F) + _hop(delay, placement, s, s + 1) for s in range(low))
+        tail = 0.0 if split else sum(duration(s, Kind.B) + _hop(delay, placement, s + 1, s) for s in range(low))
+        best = max(best, head + load + tail)
+    return best
+
+
+def memory_lifetime(
+    stages: int, microbatches: int, duration: Duration, delay: Delay, placement, split: bool, cap_of_stage: Callable[[int], float | None]
+) -> float:
+    """The activation-area bound for devices holding exactly one stage under a cap."""
+    if placement is None:
+        return 0.0
+    grad = Kind.I if split else Kind.B
+    best = 0.0
+    for s in range(stages):
+        devices = placement[s]
+        if len(devices) != 1 or sum(devices[0] in placement[t] for t in range(stages)) != 1:
+            continue
+        cap = cap_of_stage(s)
+        if cap is None or cap <= 0:
+            continue
+        k = math.floor(cap + 1e-9)
+        if k < 1:
+            continue
+        above = sum(duration(t, Kind.F) + duration(t, grad) for t in range(s + 1, stages))
+        hops = sum(_hop(delay, placement, t, t + 1) + _hop(delay, placement, t + 1, t) for t in range(s, stages - 1))
+        lifetime = duration(s, Kind.F) + above + hops + duration(s, grad) + (duration(s, Kind.W) if split else 0.0)
+        head = sum(duration(t, Kind.F) + _hop(delay, placement, t, t + 1) for t in range(s))
+        tail = 0.0 if split else sum(duration(t, Kind.B) + _hop(delay, placement, t + 1, t) for t in range(s))
+        best = max(best, head + tail + microbatches * lifetime / k)
+    return best
+
+
+def lower_bounds(
+    stages: int,
+    microbatches: int,
+    devices: int,
+    duration: Duration,
+    delay: Delay,
+    placement,
+    split: bool,
+    cap_of_stage: Callable[[int], float | None] = lambda s: None,
+    even_replicas: bool = True,
+) -> Bounds:
+    """All analytic bounds of one space (``placement`` None when the solver chooses it;
+    ``even_replicas`` False when the split of microbatches between replicas is free)."""
+    return Bounds(
+        critical_path(stages, duration, delay, placement, split),
+        device_load(stages, microbatches, devices, duration, delay, placement if even_replicas else None, split),
+        memory_lifetime(stages, microbatches, duration, delay, placement, split, cap_of_stage),
+    )

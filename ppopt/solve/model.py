@@ -1,0 +1,333 @@
+"""The one CP-SAT model builder: a space, an instance and a hint become a model.
+
+Reads like the OR-Tools samples: data (ticks), variables, constraint families (each a small
+function), objective. Durations and delays are rounded down to ticks (:mod:`ppopt.solve.ticks`).
+
+Variables: a start per op; the op's device is fixed by the placement, or chosen through
+``direction[m]`` (bidirectional spaces with free directions) or ``on[s][d]`` (``placement=any``),
+with one optional interval per candidate device.
+
+Dominance rule (``dominance=True``), without loss of optimality: within one stage and one op kind,
+microbatches that take the same route (same replica) are run in microbatch order.
+Argument: take any feasible schedule and, for each (stage, kind, route), give the k-th smallest of
+that group's start times to microbatch k. Ops of one group have one device and one duration, so each
+device runs the same set of intervals as before (no overlap). Every dependency is "op X of microbatch
+m ends (plus a delay that does not depend on m) before op Y of the same m starts"; that holds for
+every m, and sorting both sides of a pointwise inequality keeps it (the k-th smallest of a_m is at
+least the k-th smallest of b_m when a_m >= b_m for all m). Memory use on a device at any time counts
+the F starts and freeing-op ends before that time: multisets of times, which are unchanged. So the
+relabelled schedule is feasible with the same makespan. With free directions microbatches are
+interchangeable, so the down-going ones can be taken to be 0..k-1 (``direction`` sorted).
+``tests/test_solve.py`` checks on small instances that the optimum is the same with and without.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from math import gcd
+
+from ortools.sat.python import cp_model
+
+from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, required_ops
+from ppopt.solve.instance import Instance
+from ppopt.solve.space import Space, placement_of, stage_count
+from ppopt.solve.ticks import to_ticks
+
+
+@dataclass
+class Built:
+    """A built model and the handles needed to read a solution back."""
+
+    model: cp_model.CpModel
+    tick: float
+    ops: list[Op]
+    start: dict[Op, cp_model.IntVar]
+    duration: dict[Op, int]
+    makespan: cp_model.IntVar
+    horizon: int
+    placement: tuple[tuple[int, ...], ...] | None
+    direction: dict[int, cp_model.IntVar] = field(default_factory=dict)  # microbatch -> 1 if "up"
+    on: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)  # (stage, device) -> placed
+
+
+def _op_ticks(instance: Instance, op: Op, tick: float) -> int:
+    cost = instance.costs[op.stage]
+    seconds = {Kind.F: cost.forward_s, Kind.B: cost.backward_s, Kind.I: cost.input_grad_s, Kind.W: cost.weight_grad_s}[op.kind]
+    return to_ticks(seconds, tick)
+
+
+def _memory_scale(sizes: list[float], limit: float) -> tuple[list[int], int]:
+    """Integers with the same ratios as ``sizes``, and ``limit`` in the same unit rounded down.
+
+    Activation sizes are multiples of a common step in unit mode and whole bytes when modelled, so
+    the scaling is exact; rounding the capacity down never admits a schedule over the limit.
+    """
+    fractions = [Fraction(x).limit_denominator(10**6) for x in sizes]
+    denominator = 1
+    for f in fractions:
+        denominator = denominator * f.denominator // gcd(denominator, f.denominator)
+    demands = [int(f * denominator) for f in fractions]
+    divisor = 0
+    for d in demands:
+        divisor = gcd(divisor, d)
+    divisor = divisor or 1
+    capacity = int(Fraction(limit).limit_denominator(10**6) * denominator // divisor)
+    return [d // divisor for d in demands], capacity
+
+
+class _Builder:
+    def __init__(self, instance: Instance, space: Space, tick: float, hint: Schedule | None, horizon: int, dominance: bool):
+        self.instance, self.space, self.tick, self.hint, self.dominance = instance, space, tick, hint, dominance
+        self.model = cp_model.CpModel()
+        self.p, self.m = instance.devices, instance.microbatches
+        self.stages = stage_count(space, self.p) if hint is None else hint.stages
+        self.split = space.split_backward if hint is None else hint.split_backward
+        self.placement = hint.placement if (hint is not None and space.fixed) else placement_of(space, self.p)
+        self.ops = required_ops(self.stages, self.m, self.split)
+        self.duration = {op: _op_ticks(instance, op, tick) for op in self.ops}
+        self.horizon = horizon
+        self.start = {op: self.model.new_int_var(0, horizon, str(op)) for op in self.ops}
+        self.makespan = self.model.new_int_var(0, horizon, "makespan")
+        self.intervals: dict[int, list] = {d: [] for d in range(self.p)}
+        self.direction: dict[int, cp_model.IntVar] = {}
+        self.on: dict[tuple[int, int], cp_model.IntVar] = {}
+
+    # ---- where ops run ---------------------------------------------------------------------------
+    def end(self, op: Op):
+        return self.start[op] + self.duration[op]
+
+    def free_directions(self) -> bool:
+        return self.space.placement == "bidirectional" and self.space.directions == "free" and not self.space.fixed
+
+    def add_directions(self) -> None:
+        """Bidirectional spaces: each microbatch goes down (0) or up (1)."""
+        if self.free_directions():
+            self.direction = {m: self.model.new_bool_var(f"up{m}") for m in range(self.m)}
+            for m in range(self.m - 1):
+                self.model.add(self.direction[m] <= self.direction[m + 1])  # relabelling, see docstring
+        else:
+            for m in range(self.m):
+                self.direction[m] = self.model.new_constant(self.hint_direction(m))
+
+    def add_free_placement(self) -> None:
+        """``placement=any``: ``on[s, d]`` says stage s sits on device d; exactly one per stage."""
+        for s in range(self.stages):
+            for d in range(self.p):
+                self.on[s, d] = self.model.new_bool_var(f"on{s}_{d}")
+            self.model.add_exactly_one(self.on[s, d] for d in range(self.p))
+        self.model.add(self.on[0, 0] == 1)  # devices are interchangeable in unit/uniform links
+
+    def device_literals(self, op: Op) -> list[tuple[int, object]]:
+        """(device, presence literal or True) pairs for the devices that may run ``op``."""
+        if self.placement is None:
+            return [(d, self.on[op.stage, d]) for d in range(self.p)]
+        holders = self.placement[op.stage]
+        if len(holders) == 1:
+            return [(holders[0], True)]
+        up = self.direction[op.microbatch]
+        return [(holders[0], up.Not()), (holders[1], up)]
+
+    def add_intervals(self) -> None:
+        for op in self.ops:
+            for d, present in self.device_literals(op):
+                name = f"{op}@{d}"
+                if present is True:
+                    interval = self.model.new_fixed_size_interval_var(self.start[op], self.duration[op], name)
+                else:
+                    interval = self.model.new_optional_fixed_size_interval_var(self.start[op], self.duration[op], present, name)
+                self.intervals[d].append(interval)
+
+    # ---- constraint families -----------------------------------------------------------------------
+    def add_precedences(self) -> None:
+        """Data dependencies, plus the message delay when the two stages are on different devices."""
+        for op in self.ops:
+            for dep in dependencies(op, self.stages, self.split):
+                sender = dep.stage
+                delay = self.delay_expr(sender, dep, op)
+                self.model.add(self.start[op] >= self.end(dep) + delay)
+
+    def delay_expr(self, sender: int, dep: Op, op: Op):
+        if dep.stage == op.stage:
+            return 0
+        inst, tick = self.instance, self.tick
+        if self.placement is None:
+            # free placement: pay the smallest inter-device delay unless both stages share a device
+            pairs = [to_ticks(inst.comm(sender, a, b), tick) for a in range(self.p) for b in range(self.p) if a != b]
+            c = min(pairs, default=0)
+            if c == 0:
+                return 0
+            same = self.model.new_bool_var(f"same{dep}{op}")
+            shared = [self.model.new_bool_var("") for _ in range(self.p)]
+            for d in range(self.p):
+                self.model.add_multiplication_equality(shared[d], [self.on[dep.stage, d], self.on[op.stage, d]])
+            self.model.add(same == sum(shared))
+            return c * (1 - same)
+        a_devs, b_devs = self.placement[dep.stage], self.placement[op.stage]
+        if len(a_devs) == 1 and len(b_devs) == 1:
+            return to_ticks(inst.comm(sender, a_devs[0], b_devs[0]), tick)
+        up = self.direction[op.microbatch]
+        ia, ib = (0 if len(a_devs) == 1 else None), (0 if len(b_devs) == 1 else None)
+        down_delay = to_ticks(inst.comm(sender, a_devs[ia or 0], b_devs[ib or 0]), tick)
+        up_delay = to_ticks(inst.comm(sender, a_devs[ia if ia is not None else 1], b_devs[ib if ib is not None else 1]), tick)
+        return down_delay + (up_delay - down_delay) * up
+
+    def add_no_overlap(self) -> None:
+        """One compute stream per device; the interval [makespan, horizon) closes each device
+        (the job-shop trick: it lets the makespan's bound reason about each device's load)."""
+        size = self.model.new_int_var(0, self.horizon, "tail")
+        self.model.add(size == self.horizon - self.makespan)
+        closing = self.model.new_interval_var(self.makespan, size, self.horizon, "closing")
+        for d in range(self.p):
+            self.model.add_no_overlap(self.intervals[d] + [closing])
+
+    def add_makespan(self, lower_bound: int) -> None:
+        last = {Kind.W} if self.split else {Kind.B}
+        for op in self.ops:
+            if op.kind in last or (not self.split and op.stage == 0):
+                self.model.add(self.makespan >= self.end(op))
+        self.model.add(self.makespan >= lower_bound)
+
+    def add_dominance(self) -> None:
+        """Run each (stage, kind, route) group in microbatch order (see the module docstring)."""
+        if not self.dominance or self.space.order == "fixed":
+            return
+        kinds = (Kind.F, Kind.I, Kind.W) if self.split else (Kind.F, Kind.B)
+        if self.free_directions():
+            # directions are sorted, so each route is a run of consecutive microbatches
+            routes = [list(range(self.m))]
+        elif self.direction:
+            routes = [[m for m in range(self.m) if self.hint_direction(m) == r] for r in (0, 1)]
+        else:
+            routes = [list(range(self.m))]
+        for s in range(self.stages):
+            for kind in kinds:
+                for route in routes:
+                    for m, n in zip(route, route[1:]):
+                        constraint = self.model.add(self.end(Op(s, kind, m)) <= self.start[Op(s, kind, n)])
+                        if self.free_directions():
+                            constraint.only_enforce_if(self.same_direction(m, n))
+
+    def hint_direction(self, m: int) -> int:
+        """The fixed direction of microbatch m: the hint's, else Chimera's (second half of each p goes up)."""
+        replica_of = self.hint.replica_of if self.hint is not None and self.hint.replica_of else None
+        return replica_of[m] if replica_of else int(m % self.p >= self.p // 2)
+
+    def same_direction(self, m: int, n: int):
+        same = self.model.new_bool_var(f"same_route{m}_{n}")
+        self.model.add(self.direction[m] == self.direction[n]).only_enforce_if(same)
+        self.model.add(self.direction[m] != self.direction[n]).only_enforce_if(same.Not())
+        return same
+
+    def add_fixed_order(self) -> None:
+        """Keep the hint's per-device order (the fixed point of a handcrafted schedule)."""
+        if self.space.order != "fixed" or self.hint is None:
+            return
+        for order in self.hint.orders:
+            for a, b in zip(order, order[1:]):
+                self.model.add(self.end(a) <= self.start[b])
+
+    def add_memory(self) -> None:
+        """Per device: persistent bytes + live activations <= limit (cumulative over lifetimes), or,
+        for a device holding exactly one stage, the equivalent precedence F(m+K) after free(m)."""
+        limit = self.instance.memory_limit
+        if limit is None:
+            return
+        costs = self.instance.costs
+        free = freeing_kind(self.split)
+        sizes = [costs[s].activation_bytes for s in range(self.stages)]
+        bytes_mode = self.instance.memory_unit == "bytes"
+        persistent = [costs[s].persistent_bytes if bytes_mode else 0.0 for s in range(self.stages)]
+        scaled, capacity = _memory_scale(sizes + persistent, limit)
+        demand, kept = scaled[: self.stages], scaled[self.stages :]
+        for d in range(self.p):
+            if self.placement is None:
+                held = list(range(self.stages))
+                room = capacity - sum(kept[s] * self.on[s, d] for s in held)
+            else:
+                held = [s for s in range(self.stages) if d in self.placement[s]]
+                room = capacity - sum(kept[s] for s in held)
+                if self.single_stage(held) and demand[held[0]] > 0:
+                    self.add_memory_precedence(held[0], room // demand[held[0]], free)
+                    continue
+            lifetimes, weights = [], []
+            for s in held:
+                for m in range(self.m):
+                    present = self._presence(Op(s, Kind.F, m), d)
+                    if present is not None:
+                        lifetimes.append(self.lifetime(s, m, free, present))
+                        weights.append(demand[s])
+            self.model.add_cumulative(lifetimes, weights, room)
+
+    def single_stage(self, held: list[int]) -> bool:
+        """A device holding one unreplicated stage, with microbatches in order (dominance)."""
+        return len(held) == 1 and len(self.placement[held[0]]) == 1 and self.dominance and self.space.order != "fixed"
+
+    def add_memory_precedence(self, stage: int, k: int, free: Kind) -> None:
+        """At most k live activations of ``stage``: F(m + k) starts after microbatch m is freed."""
+        for m in range(self.m - max(k, 0)):
+            self.model.add(self.start[Op(stage, Kind.F, m + k)] >= self.end(Op(stage, free, m)))
+        if k < 1:
+            self.model.add_bool_or([])  # no room for even one activation: infeasible
+
+    def lifetime(self, stage: int, m: int, free: Kind, present):
+        """Interval from the start of F to the end of the freeing op of (stage, m)."""
+        first, last = Op(stage, Kind.F, m), Op(stage, free, m)
+        length = self.model.new_int_var(0, self.horizon, "")
+        self.model.add(length == self.end(last) - self.start[first])
+        if present is True:
+            return self.model.new_interval_var(self.start[first], length, self.end(last), "")
+        return self.model.new_optional_interval_var(self.start[first], length, self.end(last), present, "")
+
+    def _presence(self, op: Op, device: int):
+        """True, a literal, or None (op can't be on device)."""
+        for d, present in self.device_literals(op):
+            if d == device:
+                return present
+        return None
+
+    # ---- hint ----------------------------------------------------------------------------------------
+    def add_hint(self, starts: Mapping[Op, int] | None) -> None:
+        if self.hint is None or starts is None:
+            return
+        for op, t in starts.items():
+            if op in self.start:
+                self.model.add_hint(self.start[op], t)
+        self.model.add_hint(self.makespan, max(t + self.duration[op] for op, t in starts.items()))
+        if self.free_directions() and self.hint.replica_of:
+            for m, var in self.direction.items():
+                self.model.add_hint(var, self.hint.replica_of[m])
+        if self.on:
+            for s in range(self.stages):
+                for d in range(self.p):
+                    self.model.add_hint(self.on[s, d], int(self.hint.placement[s][0] == d) if s < self.hint.stages else 0)
+
+
+def build_model(
+    instance: Instance,
+    space: Space,
+    tick: float,
+    horizon: int,
+    lower_bound: int = 0,
+    hint: Schedule | None = None,
+    hint_starts: Mapping[Op, int] | None = None,
+    dominance: bool = True,
+) -> Built:
+    """Build the CP-SAT model of ``space`` on ``instance`` in ticks of ``tick`` (see module docs)."""
+    b = _Builder(instance, space, tick, hint, horizon, dominance)
+    if b.placement is None:
+        b.add_free_placement()
+    elif any(len(holders) > 1 for holders in b.placement):
+        b.add_directions()
+    b.add_intervals()
+    b.add_precedences()
+    b.add_no_overlap()
+    b.add_makespan(lower_bound)
+    b.add_dominance()
+    b.add_fixed_order()
+    b.add_memory()
+    b.add_hint(hint_starts)
+    b.model.minimize(b.makespan)
+    return Built(b.model, tick, b.ops, b.start, b.duration, b.makespan, horizon, b.placement, b.direction, b.on)
+

@@ -1,0 +1,201 @@
+"""Search spaces: a schedule family's structure plus what is left free.
+
+A space is written ``KEY=VALUE[,KEY=VALUE...]`` (``--space``), or ``fixed:NAME`` for the fully fixed
+point of a handcrafted schedule (its placement and per-device order are kept). Keys:
+
+``placement``
+    ``linear`` (stage r on device r), ``looped`` (v·p stages, stage s on device s mod p),
+    ``v`` (2p stages, device r holds r and 2p-1-r), ``zigzag`` (Hanayo: 2W·p stages on a zig-zag),
+    ``bidirectional`` (Chimera: p stages, each on devices s and p-1-s), ``any`` (free stage → device
+    map; small instances only), or ``family`` (the solver picks one of linear, looped, v, zigzag).
+``chunks`` / ``waves``
+    v for ``looped`` and ``any`` (stages = v·p), W for ``zigzag``.
+``backward``
+    ``full`` (one B op) or ``split`` (I then W; W may go anywhere after its I).
+``order``
+    ``free`` (the solver chooses each device's order) or ``fixed`` (the hint's order is kept).
+``directions``
+    for ``bidirectional``: ``free`` (the solver splits microbatches between the two directions) or
+    ``even`` (half down, half up, as in Chimera).
+``split``
+    for ``bidirectional``: layer split A:B between the halves of the stages (the asymmetric placement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ppopt.errors import ScheduleError
+from ppopt.generators import generate, get
+from ppopt.generators.chimera import parse_split
+from ppopt.ir import Kind, Op, Schedule, linear_placement
+
+PLACEMENTS = ("linear", "looped", "v", "zigzag", "bidirectional", "any", "family")
+FAMILY_MEMBERS = ("linear", "looped", "v", "zigzag")
+
+#: Handcrafted schedules that live in each placement, tried as hints (best one wins).
+HANDCRAFTED = {
+    "linear": ("1f1b", "gpipe", "zb-h1"),
+    "looped": ("interleaved-1f1b",),
+    "v": ("zb-v",),
+    "zigzag": ("hanayo",),
+    "bidirectional": ("chimera",),
+    "any": ("1f1b", "interleaved-1f1b"),
+}
+
+
+@dataclass(frozen=True)
+class Space:
+    """What is fixed and what is free in a search (see the module docstring)."""
+
+    placement: str = "linear"
+    chunks: int = 2
+    waves: int = 1
+    backward: str = "full"
+    order: str = "free"
+    directions: str = "even"
+    split: tuple[float, float] | None = None
+    fixed: str | None = None  # name of the handcrafted schedule for ``fixed:NAME``
+    fixed_options: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        if self.fixed:
+            return f"fixed:{self.fixed}"
+        parts = [f"placement={self.placement}"]
+        if self.placement in ("looped", "any"):
+            parts.append(f"chunks={self.chunks}")
+        if self.placement == "zigzag":
+            parts.append(f"waves={self.waves}")
+        parts += [f"backward={self.backward}", f"order={self.order}"]
+        if self.placement == "bidirectional":
+            parts.append(f"directions={self.directions}")
+            if self.split:
+                parts.append(f"split={self.split[0]:g}:{self.split[1]:g}")
+        return ",".join(parts)
+
+    @property
+    def split_backward(self) -> bool:
+        return self.backward == "split"
+
+
+def _positive_int(key: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ScheduleError(f"space key {key!r} must be a positive integer, got {value!r}")
+    return number
+
+
+def parse_space(spec: str, **schedule_options: object) -> Space:
+    """Parse a ``--space`` spec; errors name the key or value at fault."""
+    spec = spec.strip()
+    if spec.startswith("fixed:"):
+        name = spec.removeprefix("fixed:")
+        get(name)  # raises for an unknown schedule
+        options = {k: v for k, v in schedule_options.items() if v is not None}
+        return Space(fixed=name, fixed_options=options, order="fixed")
+    if not spec:
+        raise ScheduleError("empty --space spec (e.g. placement=linear,backward=split)")
+    values: dict[str, object] = {}
+    choices = {
+        "placement": PLACEMENTS,
+        "backward": ("full", "split"),
+        "order": ("free", "fixed"),
+        "directions": ("free", "even"),
+    }
+    for item in spec.split(","):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not value:
+            raise ScheduleError(f"space item {item!r} is not KEY=VALUE")
+        if key in choices:
+            if value not in choices[key]:
+                raise ScheduleError(f"space key {key!r} must be one of {', '.join(choices[key])}, got {value!r}")
+            values[key] = value
+        elif key in ("chunks", "waves"):
+            values[key] = _positive_int(key, value)
+        elif key == "split":
+            values[key] = parse_split(value)
+        else:
+            raise ScheduleError(f"unknown space key {key!r} (known: placement, chunks, waves, backward, order, directions, split)")
+    if "split" in values and values.get("placement") != "bidirectional":
+        raise ScheduleError("space key 'split' needs placement=bidirectional")
+    if values.get("directions") == "free" and values.get("placement") != "bidirectional":
+        raise ScheduleError("space key 'directions' needs placement=bidirectional")
+    return Space(**values)  # type: ignore[arg-type]
+
+
+def placement_of(space: Space, devices: int) -> tuple[tuple[int, ...], ...] | None:
+    """The stage → devices map of a space, or None when the solver chooses it (``any``, ``family``)."""
+    p = devices
+    if space.placement == "linear":
+        return linear_placement(p, p)
+    if space.placement == "looped":
+        return linear_placement(space.chunks * p, p)
+    if space.placement == "v":
+        return tuple((s if s < p else 2 * p - 1 - s,) for s in range(2 * p))
+    if space.placement == "zigzag":
+        from ppopt.generators.hanayo import zigzag_placement
+
+        return zigzag_placement(p, space.waves)
+    if space.placement == "bidirectional":
+        if p % 2:
+            raise ScheduleError(f"placement=bidirectional needs an even number of devices, got {p}")
+        return tuple((s, p - 1 - s) for s in range(p))
+    return None
+
+
+def stage_count(space: Space, devices: int) -> int:
+    placement = placement_of(space, devices)
+    if placement is not None:
+        return len(placement)
+    return devices * (space.chunks if space.placement == "any" else 1)
+
+
+def with_backward(schedule: Schedule, split: bool) -> Schedule:
+    """The same order with backward split (each B becomes I then W) or merged (I becomes B, W dropped)."""
+    if schedule.split_backward == split:
+        return schedule
+    orders = []
+    for order in schedule.orders:
+        new: list[Op] = []
+        for op in order:
+            if split and op.kind is Kind.B:
+                new += [Op(op.stage, Kind.I, op.microbatch), Op(op.stage, Kind.W, op.microbatch)]
+            elif not split and op.kind is Kind.I:
+                new.append(Op(op.stage, Kind.B, op.microbatch))
+            elif split or op.kind is not Kind.W:
+                new.append(op)
+        orders.append(tuple(new))
+    return replace(schedule, orders=tuple(orders))
+
+
+def handcrafted_in(space: Space, devices: int, microbatches: int) -> list[Schedule]:
+    """Handcrafted schedules that are points of ``space`` (backward converted to the space's kind).
+
+    Schedules whose generator refuses (p, m) are left out.
+    """
+    if space.fixed:
+        schedule = generate(space.fixed, devices, microbatches, **space.fixed_options)
+        return [schedule]
+    names = HANDCRAFTED.get(space.placement, ())
+    if space.placement == "family":
+        names = tuple(n for member in FAMILY_MEMBERS for n in HANDCRAFTED[member])
+    options = {"chunks": space.chunks, "waves": space.waves}
+    if space.split:
+        options["split"] = space.split
+        names = tuple("chimera-asym" if n == "chimera" else n for n in names)
+    found = []
+    for name in names:
+        try:
+            schedule = generate(name, devices, microbatches, **options)
+        except ScheduleError:
+            continue
+        target = placement_of(space, devices)
+        if target is not None and schedule.placement != target:
+            continue
+        if space.placement == "any" and schedule.stages != stage_count(space, devices):
+            continue
+        found.append(with_backward(schedule, space.split_backward))
+    return found
