@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ppopt.ir import Op, Schedule
 from ppopt.table import Table
@@ -16,20 +16,26 @@ def cell_label(op: Op, schedule: Schedule) -> str:
 
 
 def grid(table: Table, idle: str = ".") -> str:
-    """The table as text: one row per device, one column per slot; a multi-slot op shows its label
-    in its first slot and ``-`` in the following ones; idle slots show ``idle``."""
-    schedule = table.schedule
-    rows = []
-    for device, slots in enumerate(table.cells()):
-        cells = []
-        for t, op in enumerate(slots):
-            if op is None:
-                cells.append(idle)
-            elif table.start[op] == t:
-                cells.append(cell_label(op, schedule))
-            else:
-                cells.append("-")
-        rows.append(cells)
+    """The unit-slot table as text (see :func:`timeline_grid`)."""
+    return timeline_grid(table.schedule, table.start, {op: table.end(op) for op in table.start}, idle)
+
+
+def timeline_grid(schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], idle: str = ".") -> str:
+    """A timed schedule as text: one row per device, one column per slot of the shortest op's length.
+
+    An op shows its label in its first column and ``-`` in the following ones; idle columns show
+    ``idle``. Times are rounded to the nearest column.
+    """
+    slot = min((end[op] - start[op] for op in start if end[op] > start[op]), default=1.0)
+    column = {op: round(start[op] / slot) for op in start}
+    width_of = {op: max(1, round((end[op] - start[op]) / slot)) for op in start}
+    length = max((column[op] + width_of[op] for op in start), default=0)
+    rows = [[idle] * length for _ in range(schedule.devices)]
+    for op in start:
+        row = rows[schedule.device_of(op)]
+        row[column[op]] = cell_label(op, schedule)
+        for t in range(column[op] + 1, column[op] + width_of[op]):
+            row[t] = "-"
     width = max((len(c) for row in rows for c in row), default=1)
     label_width = len(f"device {schedule.devices - 1}")
     lines = [f"{'device ' + str(d):<{label_width}} | " + " ".join(f"{c:<{width}}" for c in row) for d, row in enumerate(rows)]

@@ -132,3 +132,36 @@ def modelled_instance(
     layers = partition_layers(model.num_layers, stages, stage_weights)
     costs = stage_costs(model, system, layers, microbatches, global_batch)
     return Instance(devices, microbatches, costs, system, memory_limit_bytes, "s", "bytes")
+
+
+def instance_factory(
+    devices: int,
+    microbatches: int,
+    *,
+    unit: bool,
+    forward: float = 1.0,
+    backward: float = 2.0,
+    weight: float | None = None,
+    comm: float = 0.0,
+    model: str | ModelConfig | None = None,
+    system: str | SystemConfig | None = None,
+    global_batch: int | None = None,
+    memory_limit: float | None = None,
+):
+    """A function ``(stages, stage_weights) -> Instance`` for unit mode or for a model on a system.
+
+    Presets are loaded once, here, so a bad name fails before any solving starts.
+    """
+    from ppopt.config import load_model, load_system
+
+    if unit:
+        if model is not None or system is not None:
+            raise ConfigError("give either --unit or --model and --system, not both")
+        unit_instance(devices, microbatches, devices, forward, backward, weight, comm, memory_limit)  # checks the numbers
+        return lambda stages, weights: unit_instance(devices, microbatches, stages, forward, backward, weight, comm, memory_limit)
+    if model is None or system is None:
+        raise ConfigError("give --unit, or both --model and --system")
+    model_config, system_config = load_model(model), load_system(system)
+    return lambda stages, weights: modelled_instance(
+        model_config, system_config, devices, microbatches, stages, weights, global_batch, memory_limit
+    )

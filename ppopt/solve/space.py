@@ -168,7 +168,8 @@ def with_backward(schedule: Schedule, split: bool) -> Schedule:
             elif split or op.kind is not Kind.W:
                 new.append(op)
         orders.append(tuple(new))
-    return replace(schedule, orders=tuple(orders))
+    suffix = "+split" if split else "+merged"
+    return replace(schedule, name=schedule.name + suffix, orders=tuple(orders))
 
 
 def handcrafted_in(space: Space, devices: int, microbatches: int) -> list[Schedule]:

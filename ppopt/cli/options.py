@@ -1,0 +1,111 @@
+"""Options shared by several commands, declared once."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import re
+from collections.abc import Callable
+
+import click
+
+from ppopt.errors import ConfigError
+from ppopt.generators import OPTIONS
+
+
+def _compose(options: list[Callable]) -> Callable:
+    def decorate(command: Callable) -> Callable:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def schedule_options(name: bool = True, table_backward: bool = True) -> Callable:
+    """Devices, microbatches and the schedule options; they reach the command as ``options``."""
+    options = [
+        click.option("--devices", "-p", type=int, required=True, help="Number of devices (pipeline ranks), p."),
+        click.option("--microbatches", "-m", type=int, required=True, help="Microbatches per step, m."),
+        click.option("--chunks", "-v", type=int, default=None, help=f"Chunks per device for interleaved-1f1b [default: {OPTIONS['chunks'][0]}]."),
+        click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}]."),
+        click.option("--split", default=None, help="Layer split A:B between the pipeline halves for chimera-asym [default: 1:2]."),
+    ]
+    if table_backward:
+        options.append(click.option("--backward", type=int, default=1, show_default=True, help="Slot length of a full backward B in tables (1 or 2)."))
+    if name:
+        options.insert(0, click.option("--schedule", "-s", "name", required=True, help="Schedule name (see `ppopt list`), or 'all'."))
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def wrapper(chunks, waves, split, **kwargs):
+            kwargs["options"] = {"chunks": chunks, "waves": waves, "split": split}
+            return command(**kwargs)
+
+        return _compose(options)(wrapper)
+
+    return decorate
+
+
+def system_options(required: bool = False) -> Callable:
+    """``--model`` / ``--system`` / ``--global-batch``: the cost model of a model on a system."""
+    return _compose(
+        [
+            click.option("--model", default=None, required=required, help="Model preset name (see models/) or a .toml/.json file."),
+            click.option("--system", default=None, required=required, help="System preset name (see configs/) or a .toml/.json file."),
+            click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size]."),
+        ]
+    )
+
+
+def unit_options() -> Callable:
+    """``--unit`` and the unit-mode durations (slots)."""
+    return _compose(
+        [
+            click.option("--unit", is_flag=True, help="Unit mode: durations and delays in slots (no model, no system)."),
+            click.option("--forward", type=float, default=1.0, show_default=True, help="Unit mode: F slots per 1/p model share."),
+            click.option("--backward", type=float, default=2.0, show_default=True, help="Unit mode: B slots per 1/p model share."),
+            click.option("--weight", type=float, default=None, help="Unit mode: W slots of the backward when split [default: backward/2]."),
+            click.option("--comm", type=float, default=0.0, show_default=True, help="Unit mode: point-to-point delay in slots."),
+        ]
+    )
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+_BYTES = re.compile(r"^\s*([0-9.eE+-]+)\s*([KMGT]i?B|B)?\s*$")
+_FACTORS = {None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def parse_amount(text: str | None, unit_mode: bool) -> float | None:
+    """``--memory-limit``: a number of live activations (unit mode) or bytes, with an optional
+    suffix B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (modelled)."""
+    if text is None:
+        return None
+    match = _BYTES.match(text)
+    if not match or (unit_mode and match.group(2)):
+        what = "a number of live activations" if unit_mode else "bytes, e.g. 60GiB or 6.4e10"
+        raise ConfigError(f"--memory-limit must be {what}, got {text!r}")
+    try:
+        value = float(match.group(1)) * _FACTORS[match.group(2)]
+    except ValueError:
+        raise ConfigError(f"--memory-limit must be a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"--memory-limit must be positive, got {text!r}")
+    return value
+
+
+def emit_json(value: object) -> None:
+    click.echo(json.dumps(value, indent=2, default=_jsonable))
+
+
+def _jsonable(value: object) -> object:
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,111 @@
+"""Solver commands: search, gap, frontier."""
+
+from __future__ import annotations
+
+import click
+
+from ppopt.cli import main
+from ppopt.cli.options import emit_json, json_option, parse_amount, schedule_options, system_options, unit_options
+
+
+def solver_options(command):
+    """Flags every solver command shares."""
+    for option in reversed(
+        [
+            click.option("--memory-limit", default=None, help="Per device: live activations (unit mode) or bytes, e.g. 60GiB."),
+            click.option("--time-limit", type=float, default=60.0, show_default=True, help="Seconds per solve."),
+            click.option("--workers", type=int, default=1, show_default=True, help="CP-SAT workers (1 is reproducible)."),
+            click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed."),
+            click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
+        ]
+    ):
+        command = option(command)
+    return system_options()(unit_options()(schedule_options(name=False, table_backward=False)(command)))
+
+
+def _factory(devices, microbatches, unit, forward, backward, weight, comm, model, system, global_batch, limit):
+    from ppopt.solve.instance import instance_factory
+
+    return instance_factory(
+        devices, microbatches, unit=unit, forward=forward, backward=backward, weight=weight, comm=comm,
+        model=model, system=system, global_batch=global_batch, memory_limit=limit,
+    )
+
+
+def _progress(quiet: bool):
+    return None if quiet else (lambda line: click.echo(line, err=True))
+
+
+@main.command("search")
+@solver_options
+@click.option("--space", "space_spec", default="placement=linear", show_default=True, help="Search space, e.g. placement=linear,backward=split or fixed:1f1b (see README).")
+@click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid.")
+@json_option
+def search_command(devices, microbatches, options, unit, forward, backward, weight, comm, model, system, global_batch,
+                   memory_limit, time_limit, workers, seed, quiet, space_spec, grid, as_json):
+    """Search a space for the shortest step under a memory limit; print the schedule, bound and gap."""
+    from ppopt.report.solve import search_json, search_text
+    from ppopt.solve.search import search
+    from ppopt.solve.space import parse_space
+
+    limit = parse_amount(memory_limit, unit)
+    space = parse_space(space_spec, **options)
+    factory = _factory(devices, microbatches, unit, forward, backward, weight, comm, model, system, global_batch, limit)
+    result = search(factory, space, devices, microbatches, time_limit, workers, seed, _progress(quiet))
+    if as_json:
+        emit_json(search_json(result))
+    else:
+        click.echo(search_text(result, grid))
+
+
+@main.command("gap")
+@solver_options
+@click.option("--schedule", "-s", "schedules", multiple=True, help="Only these schedules (repeatable) [default: all applicable].")
+@json_option
+def gap_command(devices, microbatches, options, unit, forward, backward, weight, comm, model, system, global_batch,
+                memory_limit, time_limit, workers, seed, quiet, schedules, as_json):
+    """Optimality gap of every handcrafted schedule against its family's relaxed space."""
+    from ppopt.generators import get
+    from ppopt.report.solve import gap_json, gap_text
+    from ppopt.solve.gap import gap_report
+
+    for name in schedules:
+        get(name)
+    limit = parse_amount(memory_limit, unit)
+    factory = _factory(devices, microbatches, unit, forward, backward, weight, comm, model, system, global_batch, limit)
+    report = gap_report(factory, devices, microbatches, options, schedules or None, time_limit, workers, seed, _progress(quiet))
+    for name, reason in report.skipped.items():
+        click.echo(f"skipped {name}: {reason}", err=True)
+    if as_json:
+        emit_json(gap_json(report))
+    else:
+        click.echo(gap_text(report, devices, microbatches))
+
+
+@main.command("frontier")
+@solver_options
+@click.option("--space", "space_spec", default="placement=linear", show_default=True, help="Search space (see `ppopt search`).")
+@click.option("--limits", default=None, help="Comma-separated memory limits [default: from the minimum to the largest handcrafted peak].")
+@json_option
+def frontier_command(devices, microbatches, options, unit, forward, backward, weight, comm, model, system, global_batch,
+                     memory_limit, time_limit, workers, seed, quiet, space_spec, limits, as_json):
+    """Step time vs memory limit (the Pareto frontier), with the handcrafted schedules on it."""
+    from ppopt.errors import ConfigError
+    from ppopt.report.solve import frontier_json, frontier_text
+    from ppopt.solve.gap import frontier
+    from ppopt.solve.space import parse_space
+
+    if memory_limit is not None:
+        raise ConfigError("frontier sweeps memory limits itself: use --limits, not --memory-limit")
+    values = [parse_amount(x.strip(), unit) for x in limits.split(",")] if limits else None
+    space = parse_space(space_spec, **options)
+    _factory(devices, microbatches, unit, forward, backward, weight, comm, model, system, global_batch, None)  # fail early
+
+    def with_limit(limit):
+        return _factory(devices, microbatches, unit, forward, backward, weight, comm, model, system, global_batch, limit)
+
+    result = frontier(with_limit, space, devices, microbatches, values, time_limit, workers, seed, _progress(quiet))
+    if as_json:
+        emit_json(frontier_json(result))
+    else:
+        click.echo(frontier_text(result))

@@ -1,0 +1,159 @@
+"""Text and JSON for solver results (search, gap, frontier).
+
+JSON keys say seconds (``step_time_s``, ``bound_s``) whatever the mode; in unit mode the values
+are slots and ``time_unit`` says so.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ppopt.report.text import aligned, per_device, timeline_grid
+from ppopt.solve.gap import Frontier, GapReport
+from ppopt.solve.search import SearchResult
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+def _amount(value: float | None, unit: str) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    if unit == "s":
+        return f"{value * 1e3:.4g} ms"
+    if unit == "bytes":
+        return f"{value / 2**30:.4g} GiB"
+    return f"{value:.4g}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}"
+
+
+def search_json(result: SearchResult) -> dict:
+    sim = result.simulation
+    schedule = result.schedule
+    return {
+        "status": result.status,
+        "space": result.space,
+        "time_unit": result.time_unit,
+        "step_time_s": _num(result.step_time),
+        "bound_s": _num(result.bound),
+        "gap": result.gap,
+        "solver_bound_s": _num(result.solver_bound),
+        "solver_objective_s": result.solver_objective,
+        "analytic_bounds_s": {
+            "critical_path": result.analytic.critical_path,
+            "device_load": result.analytic.device_load,
+            "memory": result.analytic.memory,
+        },
+        "from_solver": result.from_solver,
+        "hint": result.hint,
+        "hint_step_time_s": result.hint_step_time,
+        "tick_s": result.tick,
+        "memory_semantics": result.memory_semantics,
+        "wall_time_s": result.wall_time_s,
+        "time_to_best_s": result.time_to_best_s,
+        "handcrafted": [
+            {"schedule": c.name, "step_time_s": c.simulation.step_time_s, "fits": c.fits,
+             "gap": (c.simulation.step_time_s - result.bound) / result.bound if result.bound > 0 and math.isfinite(result.bound) else None}
+            for c in result.handcrafted
+        ],
+        "schedule": None if schedule is None else {
+            "name": schedule.name,
+            "placement": [list(h) for h in schedule.placement],
+            "replica_of": list(schedule.replica_of),
+            "orders": [[str(op) for op in order] for order in schedule.orders],
+        },
+        "simulation": None if sim is None else {
+            "step_time_s": sim.step_time_s,
+            "idle_ratio": sim.idle_ratio,
+            "peak_activation_bytes": list(sim.peak_activation_bytes),
+            "persistent_bytes": list(sim.persistent_bytes),
+            "peak_memory_bytes": list(sim.peak_memory_bytes),
+        },
+    }
+
+
+def search_text(result: SearchResult, show_grid: bool = True) -> str:
+    unit = result.time_unit
+    lines = [f"space: {result.space}", f"memory: {result.memory_semantics}", ""]
+    if result.schedule is not None and show_grid:
+        sim = result.simulation
+        lines += [timeline_grid(result.schedule, sim.start_s, sim.end_s), ""]
+    where = "solver" if result.from_solver else f"handcrafted {result.hint}"
+    u = " slots" if unit == "slots" else ""
+    lines.append(f"status     {result.status}")
+    lines.append(f"step time  {_amount(result.step_time, unit)}{u} (best from {where})")
+    lines.append(
+        f"bound      {_amount(result.bound, unit)}{u} (solver {_amount(result.solver_bound, unit)}, "
+        f"analytic {_amount(result.analytic.best, unit)})"
+    )
+    lines.append(f"gap        {_pct(result.gap)}")
+    if result.hint is not None:
+        lines.append(f"hint       {result.hint}: {_amount(result.hint_step_time, unit)}{u}")
+    if result.simulation is not None:
+        sim = result.simulation
+        memory = per_device(sim.peak_activation_bytes) if unit == "slots" else per_device([round(b / 2**30, 2) for b in sim.peak_memory_bytes]) + " GiB"
+        label = "peak live activations" if unit == "slots" else "peak memory"
+        lines.append(f"simulated  idle ratio {sim.idle_ratio:.4f}; {label} per device {memory}")
+    ttb = "-" if result.time_to_best_s is None else f"{result.time_to_best_s:.2f} s"
+    lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {unit})")
+    return "\n".join(lines)
+
+
+def gap_json(report: GapReport) -> dict:
+    return {
+        "time_unit": report.time_unit,
+        "memory_semantics": report.memory_semantics,
+        "schedules": [
+            {"schedule": r.schedule, "space": r.space, "step_time_s": r.step_time, "peak_memory": r.peak_memory, "fits": r.fits,
+             "best_found_s": _num(r.best), "bound_s": _num(r.bound), "gap": r.gap, "status": r.status}
+            for r in report.rows
+        ],
+        "skipped": report.skipped,
+    }
+
+
+def gap_text(report: GapReport, devices: int, microbatches: int) -> str:
+    unit = report.time_unit
+    rows = [
+        (r.schedule, _amount(r.step_time, unit), _amount(r.best, unit), _amount(r.bound, unit), _pct(r.gap),
+         r.status, "" if r.fits else "over the memory limit", r.space)
+        for r in report.rows
+    ]
+    header = f"p = {devices}, m = {microbatches}; times in {'slots' if unit == 'slots' else 'ms'}; memory: {report.memory_semantics}"
+    table = aligned(("schedule", "step", "best found", "bound", "gap", "status", "note", "space of the bound"), rows)
+    return "\n".join([header, "gap = (schedule - bound) / bound, bound valid for every schedule of the space", "", table])
+
+
+def frontier_json(result: Frontier) -> dict:
+    return {
+        "space": result.space,
+        "time_unit": result.time_unit,
+        "memory_unit": result.memory_unit,
+        "minimum_memory": result.minimum,
+        "points": [
+            {"memory_limit": p.memory_limit, "status": p.status, "step_time_s": p.step_time, "bound_s": _num(p.bound), "peak_memory": p.peak_memory}
+            for p in result.points
+        ],
+        "handcrafted": [
+            {"schedule": name, "peak_memory": peak, "step_time_s": step, "on_frontier": on}
+            for name, peak, step, on in result.handcrafted
+        ],
+    }
+
+
+def frontier_text(result: Frontier) -> str:
+    t, m = result.time_unit, result.memory_unit
+    points = aligned(
+        ("memory limit", "best step", "bound", "status", "peak used"),
+        [(_amount(p.memory_limit, m), _amount(p.step_time, t), _amount(p.bound, t), p.status, _amount(p.peak_memory, m)) for p in result.points],
+    )
+    hand = aligned(
+        ("handcrafted", "peak memory", "step", "on the frontier"),
+        [(name, _amount(peak, m), _amount(step, t), "yes" if on else "no (dominated)") for name, peak, step, on in result.handcrafted],
+    )
+    unit_note = f"times in {'slots' if t == 'slots' else 'ms'}, memory in {'live activations' if m == 'activations' else 'GiB'}"
+    return "\n".join([f"space: {result.space}; {unit_note}; minimum memory {_amount(result.minimum, m)}", "", points, "", hand])

@@ -1,0 +1,187 @@
+"""Optimality gaps of the handcrafted schedules, and the step-time vs memory frontier.
+
+The gap of a handcrafted schedule is measured against its own family's relaxed space: the same
+placement and kind of backward, with the per-device order free (and, for Chimera, the split of
+microbatches between the directions free). ``gap = (handcrafted - bound) / bound``, where the bound
+is valid for every schedule of that space under the same memory limit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ppopt.errors import InfeasibleError, ScheduleError
+from ppopt.generators import generate, names
+from ppopt.simulate import simulate
+from ppopt.solve.instance import Instance
+from ppopt.solve.search import InstanceFactory, Progress, SearchResult, minimum_memory, search
+from ppopt.solve.space import Space, parse_space, placement_of, stage_count
+from ppopt.validate import validate
+
+
+def family_space(name: str, options: dict) -> Space:
+    """The relaxed space a handcrafted schedule is a point of (see the module docstring)."""
+    chunks = options.get("chunks") or 2
+    waves = options.get("waves") or 1
+    split = options.get("split") or "1:2"
+    spec = {
+        "gpipe": "placement=linear",
+        "1f1b": "placement=linear",
+        "zb-h1": "placement=linear,backward=split",
+        "interleaved-1f1b": f"placement=looped,chunks={chunks}",
+        "zb-v": "placement=v,backward=split",
+        "hanayo": f"placement=zigzag,waves={waves}",
+        "chimera": "placement=bidirectional,directions=free",
+        "chimera-asym": f"placement=bidirectional,directions=free,split={split}",
+    }[name]
+    return parse_space(spec)
+
+
+@dataclass(frozen=True)
+class GapRow:
+    """One handcrafted schedule against the bound of its family space. Times in ``time_unit``."""
+
+    schedule: str
+    space: str
+    step_time: float
+    peak_memory: float  # worst device, in the memory unit (activations or bytes)
+    fits: bool
+    best: float | None  # best step time found in the space
+    bound: float
+    gap: float | None  # None when the schedule is over the memory limit
+    status: str  # of the space's search
+
+
+@dataclass(frozen=True)
+class GapReport:
+    rows: tuple[GapRow, ...]
+    searches: dict[str, SearchResult]
+    skipped: dict[str, str]
+    time_unit: str
+    memory_semantics: str
+
+
+def _peak(instance: Instance, simulation) -> float:
+    use = simulation.peak_memory_bytes if instance.memory_unit == "bytes" else simulation.peak_activation_bytes
+    return max(use)
+
+
+def gap_report(
+    instance_for: InstanceFactory,
+    devices: int,
+    microbatches: int,
+    options: dict,
+    schedules: Sequence[str] | None = None,
+    time_limit_s: float = 60.0,
+    workers: int = 1,
+    seed: int = 0,
+    progress: Progress | None = None,
+    deterministic_time: float | None = None,
+) -> GapReport:
+    """Gap of every applicable handcrafted schedule (or those named) against its family's bound."""
+    rows, searches, skipped = [], {}, {}
+    semantics, unit = "", ""
+    for name in schedules or names():
+        try:
+            schedule = validate(generate(name, devices, microbatches, **options))
+            space = family_space(name, options)
+        except ScheduleError as error:
+            skipped[name] = str(error)
+            continue
+        instance = instance_for(schedule.stages, schedule.stage_weights)
+        semantics, unit = instance.memory_semantics(), instance.time_unit
+        simulation = simulate(schedule, instance.costs, instance.system)
+        peak = _peak(instance, simulation)
+        key = space.describe()
+        if key not in searches:
+            try:
+                searches[key] = search(instance_for, space, devices, microbatches, time_limit_s, workers, seed, progress,
+                                       deterministic_time=deterministic_time)
+            except InfeasibleError as error:
+                skipped[name] = str(error)
+                continue
+        result = searches[key]
+        step = simulation.step_time_s
+        bound = result.bound
+        fits = instance.memory_limit is None or peak <= instance.memory_limit * (1 + 1e-12)
+        # a schedule over the limit is not in the space, so the bound says nothing about it
+        gap = (step - bound) / bound if fits and bound > 0 and math.isfinite(bound) else None
+        rows.append(GapRow(name, key, step, peak, fits, result.step_time, bound, gap, result.status))
+    return GapReport(tuple(rows), searches, skipped, unit, semantics)
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    memory_limit: float
+    status: str
+    step_time: float | None
+    bound: float
+    peak_memory: float | None  # of the schedule found
+
+
+@dataclass(frozen=True)
+class Frontier:
+    space: str
+    points: tuple[FrontierPoint, ...]
+    handcrafted: tuple[tuple[str, float, float, bool], ...]  # (name, peak memory, step time, on the frontier)
+    time_unit: str
+    memory_unit: str
+    minimum: float
+
+
+def default_limits(minimum: float, maximum: float, unit: str, count: int = 6) -> list[float]:
+    """Limits from the minimum any schedule needs to the largest handcrafted peak."""
+    maximum = max(maximum, minimum)
+    if unit == "activations":
+        step = 1.0
+        values = [minimum + k * step for k in range(int(math.floor(maximum - minimum + 1e-9)) + 1)]
+        return values or [minimum]
+    if count < 2 or maximum <= minimum:
+        return [minimum]
+    return [minimum + (maximum - minimum) * k / (count - 1) for k in range(count)]
+
+
+def frontier(
+    instance_with_limit: Callable[[float | None], InstanceFactory],
+    space: Space,
+    devices: int,
+    microbatches: int,
+    limits: Sequence[float] | None = None,
+    time_limit_s: float = 60.0,
+    workers: int = 1,
+    seed: int = 0,
+    progress: Progress | None = None,
+    deterministic_time: float | None = None,
+) -> Frontier:
+    """Best step time per memory limit in ``space``, with the handcrafted schedules placed on it.
+
+    A handcrafted schedule is on the frontier when it is not dominated: no searched point with a
+    limit at or below its peak memory has a strictly shorter step.
+    """
+    unlimited = instance_with_limit(None)
+    free = search(unlimited, space, devices, microbatches, time_limit_s, workers, seed, progress, deterministic_time=deterministic_time)
+    instance = unlimited(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None)
+    minimum, _ = minimum_memory(instance, space, placement_of(space, devices))
+    points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted]
+    if limits is None:
+        top = max([p for _, p, _ in points_handcrafted] + [_peak(instance, free.simulation) if free.simulation else minimum])
+        limits = default_limits(minimum, top, instance.memory_unit)
+    points = []
+    for limit in sorted(limits):
+        try:
+            result = search(instance_with_limit(limit), space, devices, microbatches, time_limit_s, workers, seed, progress,
+                            deterministic_time=deterministic_time)
+        except InfeasibleError:
+            points.append(FrontierPoint(limit, "infeasible", None, math.inf, None))
+            continue
+        peak = _peak(instance, result.simulation) if result.simulation else None
+        points.append(FrontierPoint(limit, result.status, result.step_time, result.bound, peak))
+    handcrafted = []
+    for name, peak, step in points_handcrafted:
+        dominated = any(
+            pt.step_time is not None and pt.memory_limit <= peak * (1 + 1e-12) and pt.step_time < step - 1e-9 for pt in points
+        )
+        handcrafted.append((name, peak, step, not dominated))
+    return Frontier(space.describe(), tuple(points), tuple(handcrafted), instance.time_unit, instance.memory_unit, minimum)

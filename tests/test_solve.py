@@ -1,0 +1,188 @@
+"""The CP-SAT explorer: known optima, bound ordering, fixed points, dominance without loss."""
+
+import pytest
+
+from ppopt.errors import InfeasibleError, ScheduleError
+from ppopt.generators import generate, names
+from ppopt.simulate import simulate
+from ppopt.solve.gap import gap_report
+from ppopt.solve.instance import instance_factory, unit_instance
+from ppopt.solve.search import search
+from ppopt.solve.space import parse_space
+from ppopt.validate import validate
+
+DET = 5.0  # deterministic time limit: reproducible on any machine
+
+
+def unit(p, m, *, backward=2.0, weight=None, comm=0.0, limit=None, forward=1.0):
+    return instance_factory(p, m, unit=True, forward=forward, backward=backward, weight=weight, comm=comm, memory_limit=limit)
+
+
+def run(factory, spec, p, m, **kwargs):
+    kwargs.setdefault("time_limit_s", 30)
+    kwargs.setdefault("deterministic_time", DET)
+    return search(factory, parse_space(spec), p, m, **kwargs)
+
+
+def assert_bounds_ordered(result):
+    """analytic bound <= bound <= step time <= hinted handcrafted step time; solver bound <= objective."""
+    assert result.analytic.best <= result.bound + 1e-9
+    assert result.bound <= result.step_time + 1e-9
+    if result.hint_step_time is not None and result.handcrafted[0].fits:
+        assert result.step_time <= result.hint_step_time + 1e-9
+    if result.solver_objective is not None:
+        assert result.solver_bound <= result.solver_objective + 1e-9
+
+
+def assert_found_schedule_is_sound(result, factory):
+    schedule = validate(result.schedule)
+    instance = factory(schedule.stages, schedule.stage_weights)
+    sim = simulate(schedule, instance.costs, instance.system)
+    assert sim.step_time_s == pytest.approx(result.step_time)
+    if instance.memory_limit is not None:
+        assert max(sim.peak_activation_bytes) <= instance.memory_limit + 1e-9
+
+
+@pytest.mark.parametrize("p, m", [(2, 3), (3, 5), (4, 8), (5, 6)])
+@pytest.mark.parametrize("backward", [1.0, 2.0])
+def test_linear_without_cap_is_proven_at_the_1f1b_closed_form(p, m, backward):
+    factory = unit(p, m, backward=backward)
+    result = run(factory, "placement=linear", p, m)
+    assert result.status == "optimal"
+    assert result.step_time == pytest.approx((m + p - 1) * (1 + backward))
+    assert result.gap == pytest.approx(0.0)
+    assert_bounds_ordered(result)
+
+
+@pytest.mark.parametrize("m", [4, 6, 8, 12, 16])
+def test_zb_h1_is_proven_optimal_with_cap_p_freed_at_w(m):
+    p = 4
+    factory = unit(p, m, backward=2, weight=1, limit=p)
+    result = run(factory, "placement=linear,backward=split", p, m)
+    zb_h1 = next(c for c in result.handcrafted if c.name == "zb-h1")
+    assert result.status == "optimal"
+    assert zb_h1.fits
+    assert result.step_time == pytest.approx(zb_h1.simulation.step_time_s) == pytest.approx(3 * m + p - 1)
+    assert_bounds_ordered(result)
+    assert_found_schedule_is_sound(result, factory)
+
+
+def test_with_communication_and_cap_p_the_solver_beats_1f1b_and_proves_it():
+    p, m = 4, 8
+    factory = unit(p, m, backward=2, comm=1, limit=p)
+    result = run(factory, "placement=linear", p, m)
+    one_f_one_b = next(c for c in result.handcrafted if c.name == "1f1b")
+    assert result.status == "optimal"
+    assert result.step_time < one_f_one_b.simulation.step_time_s
+    assert result.from_solver
+    assert_bounds_ordered(result)
+    assert_found_schedule_is_sound(result, factory)
+    report = gap_report(factory, p, m, {}, ["1f1b"], time_limit_s=30, deterministic_time=DET)
+    (row,) = report.rows
+    assert row.gap == pytest.approx((one_f_one_b.simulation.step_time_s - result.bound) / result.bound)
+    assert row.gap > 0
+
+
+@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("comm", [0.0, 1.0])
+def test_fixed_mode_reproduces_each_generator_exactly(name, comm):
+    p, m = 4, 8
+    factory = unit(p, m, backward=2, comm=comm)
+    schedule = validate(generate(name, p, m))
+    instance = factory(schedule.stages, schedule.stage_weights)
+    simulated = simulate(schedule, instance.costs, instance.system).step_time_s
+    result = run(factory, f"fixed:{name}", p, m)
+    assert result.status == "optimal"
+    assert result.solver_objective == pytest.approx(simulated)
+    assert result.step_time == pytest.approx(simulated)
+
+
+@pytest.mark.parametrize(
+    "spec, p, m, limit",
+    [
+        ("placement=linear", 3, 4, 2),
+        ("placement=linear,backward=split", 3, 4, 2),
+        ("placement=looped,chunks=2", 2, 4, 2),
+        ("placement=bidirectional", 2, 4, None),
+        ("placement=bidirectional,directions=free", 2, 3, 2),
+        ("placement=v,backward=split", 2, 3, 2),
+    ],
+)
+def test_dominance_rule_keeps_the_optimum(spec, p, m, limit):
+    factory = unit(p, m, backward=2, comm=1, limit=limit)
+    with_rule = run(factory, spec, p, m, dominance=True)
+    without = run(factory, spec, p, m, dominance=False, deterministic_time=60)
+    assert with_rule.status == without.status == "optimal"
+    assert with_rule.step_time == pytest.approx(without.step_time)
+
+
+def test_free_placement_is_at_least_as_good_as_linear():
+    p, m = 2, 3
+    factory = unit(p, m, comm=1)
+    linear = run(factory, "placement=linear", p, m)
+    free = run(factory, "placement=any,chunks=1", p, m)
+    assert free.status == "optimal"
+    assert free.step_time <= linear.step_time + 1e-9
+    assert_found_schedule_is_sound(free, factory)
+
+
+def test_bidirectional_free_directions_never_lose_to_even_directions():
+    p, m = 4, 4
+    factory = unit(p, m, comm=1)
+    even = run(factory, "placement=bidirectional", p, m)
+    free = run(factory, "placement=bidirectional,directions=free", p, m)
+    assert free.step_time <= even.step_time + 1e-9
+    assert_bounds_ordered(free)
+    assert_found_schedule_is_sound(free, factory)
+
+
+def test_same_seed_same_objective():
+    p, m = 4, 8
+    factory = unit(p, m, comm=1, limit=3)
+    first = run(factory, "placement=linear,backward=split", p, m, seed=7)
+    second = run(factory, "placement=linear,backward=split", p, m, seed=7)
+    assert first.step_time == second.step_time and first.bound == second.bound
+
+
+def test_memory_limit_below_minimum_names_the_minimum():
+    # two chunks of half a share each: one microbatch keeps both alive on a device
+    with pytest.raises(InfeasibleError, match=r"memory limit 0.75 activations is below the minimum 1 activations"):
+        run(unit(2, 4, limit=0.75), "placement=looped,chunks=2", 2, 4)
+
+
+def test_modelled_memory_limit_below_persistent_state_is_infeasible():
+    factory = instance_factory(4, 8, unit=False, model="llama3-8b", system="dgx-h100", global_batch=8, memory_limit=1e9)
+    with pytest.raises(InfeasibleError, match="below the minimum"):
+        run(factory, "placement=linear", 4, 8)
+
+
+def test_modelled_search_bounds_are_ordered():
+    p, m = 4, 8
+    factory = instance_factory(p, m, unit=False, model="llama3-8b", system="dgx-h100", global_batch=8)
+    result = run(factory, "placement=linear", p, m)
+    assert result.status in ("optimal", "feasible")
+    assert_bounds_ordered(result)
+    assert_found_schedule_is_sound(result, factory)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("placement=diagonal", "space key 'placement' must be one of"),
+        ("colour=red", "unknown space key 'colour'"),
+        ("placement", "is not KEY=VALUE"),
+        ("chunks=0", "'chunks' must be a positive integer"),
+        ("fixed:nope", "unknown schedule 'nope'"),
+        ("placement=linear,split=1:2", "needs placement=bidirectional"),
+    ],
+)
+def test_malformed_space_specs_are_named(spec, message):
+    with pytest.raises(ScheduleError, match=message):
+        parse_space(spec)
+
+
+def test_unit_instance_scales_chunk_costs_by_share():
+    instance = unit_instance(4, 8, 8, forward=1, backward=2)
+    assert instance.costs[0].forward_s == 0.5
+    assert instance.costs[0].backward_s == 1.0
+    assert instance.costs[0].activation_bytes == 0.5
