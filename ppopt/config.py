@@ -100,6 +100,10 @@ class ModelConfig(_Strict):
     """Bytes of one activation / weight element in compute precision (2 = fp16/bf16)."""
     activation: Literal["gelu", "swiglu"] = "gelu"
     """MLP type: "gelu" has 2 matrices (h->f, f->h), "swiglu" has 3 (gate, up, down)."""
+    flash_attention: StrictBool = False
+    """True: fused attention keeps the a·s² score, softmax and dropout tensors on chip, so a block
+    stores (and moves) only its s·b·h-sized tensors (Korthikanti et al.'s 34·s·b·h at fp16/GELU);
+    False: the full s·b·h·(34 + 5·a·s/h) of the paper's study."""
     tie_embeddings: StrictBool = False
     """Output projection shares the input embedding matrix (counted once, on the first stage)."""
 

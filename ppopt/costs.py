@@ -266,7 +266,8 @@ def logits_forward_flops(model: ModelConfig, batch: int) -> float:
 def activation_bytes_per_layer(model: ModelConfig, batch: int) -> float:
     """Bytes one block stores per microbatch of ``batch`` sequences (see module doc).
 
-    For fp16, MHA, GELU, f = 4h: s·b·h·(34 + 5·a·s/h) (Korthikanti et al. 2022).
+    For fp16, MHA, GELU, f = 4h: s·b·h·(34 + 5·a·s/h) (Korthikanti et al. 2022); with
+    ``model.flash_attention`` the a·s² score terms are not stored: s·b·h·34.
     """
     s, h, f = model.seq_length, model.hidden_size, model.ffn_hidden_size
     a = model.num_attention_heads
@@ -275,7 +276,7 @@ def activation_bytes_per_layer(model: ModelConfig, batch: int) -> float:
     sb = s * batch
     hidden_terms = sb * (e * (6 * h + 2 * kv) + 2 * h)
     mlp_terms = (3 if model.activation == "swiglu" else 2) * e * sb * f
-    score_terms = (2 * e + 1) * a * s * sb
+    score_terms = 0 if model.flash_attention else (2 * e + 1) * a * s * sb
     return float(hidden_terms + mlp_terms + score_terms)
 
 

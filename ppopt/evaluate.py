@@ -1,4 +1,5 @@
-"""One schedule through the evaluation layers: formula, unit-slot table (and, given costs, simulation).
+"""One schedule through the evaluation layers: formula, unit-slot table and, given a model and a
+system, the communication-aware simulation.
 
 Pure functions returning plain dataclasses; the CLI and reports turn them into text or JSON.
 """
@@ -7,16 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ppopt.config import ModelConfig, SystemConfig
+from ppopt.costs import Costs, partition_layers, stage_costs
 from ppopt.errors import ScheduleError
 from ppopt.formula import Formula, formula
 from ppopt.generators import generate, names
+from ppopt.ir import Schedule
+from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
 from ppopt.validate import validate
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """A schedule's metrics in each layer."""
+    """A schedule's metrics in each layer (``simulation`` only when a model and system are given)."""
 
     schedule: str
     devices: int
@@ -24,31 +29,57 @@ class Evaluation:
     options: dict
     formula: Formula
     table: TableMetrics
+    simulation: Simulation | None = None
 
 
-def evaluate(name: str, devices: int, microbatches: int, backward: int = 1, **options: object) -> Evaluation:
-    """Generate schedule ``name``, validate it, and evaluate it in the formula and table layers."""
-    schedule = validate(generate(name, devices, microbatches, **options))
-    table = build_table(schedule, backward)
+def schedule_costs(schedule: Schedule, model: ModelConfig, system: SystemConfig, global_batch: int | None = None) -> Costs:
+    """Per-stage costs of ``model`` cut into the schedule's stages (its stage weights, if any)."""
+    layers = partition_layers(model.num_layers, schedule.stages, schedule.stage_weights)
+    return stage_costs(model, system, layers, schedule.microbatches, global_batch)
+
+
+def simulate_on(schedule: Schedule, model: ModelConfig, system: SystemConfig, global_batch: int | None = None) -> Simulation:
+    """Simulate one step of ``schedule`` training ``model`` on ``system``."""
+    return simulate(schedule, schedule_costs(schedule, model, system, global_batch), system)
+
+
+def evaluate_schedule(
+    schedule: Schedule,
+    backward: int = 1,
+    model: ModelConfig | None = None,
+    system: SystemConfig | None = None,
+    global_batch: int | None = None,
+    **options: object,
+) -> Evaluation:
+    """Evaluate an already built schedule in every layer that applies to it."""
+    schedule = validate(schedule)
+    simulation = simulate_on(schedule, model, system, global_batch) if model is not None and system is not None else None
     return Evaluation(
-        schedule=name,
-        devices=devices,
-        microbatches=microbatches,
+        schedule=schedule.name,
+        devices=schedule.devices,
+        microbatches=schedule.microbatches,
         options=dict(schedule.options),
-        formula=formula(name, devices, microbatches, backward, **options),
-        table=table_metrics(table),
+        formula=formula(schedule.name, schedule.devices, schedule.microbatches, backward, **options),
+        table=table_metrics(build_table(schedule, backward)),
+        simulation=simulation,
     )
 
 
-def evaluate_all(devices: int, microbatches: int, backward: int = 1, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
+def evaluate(name: str, devices: int, microbatches: int, backward: int = 1, model=None, system=None, global_batch=None, **options: object) -> Evaluation:
+    """Generate schedule ``name`` and evaluate it (see :func:`evaluate_schedule`)."""
+    schedule = generate(name, devices, microbatches, **options)
+    return evaluate_schedule(schedule, backward, model, system, global_batch, **options)
+
+
+def evaluate_all(devices: int, microbatches: int, backward: int = 1, model=None, system=None, global_batch=None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
     """Evaluate every registered schedule that applies to (p, m); also return why the others don't."""
+    if devices < 1 or microbatches < 1:
+        generate("gpipe", devices, microbatches)  # raises the one-line reason
     results, skipped = [], {}
     for name in names():
         try:
-            results.append(evaluate(name, devices, microbatches, backward, **options))
+            results.append(evaluate(name, devices, microbatches, backward, model, system, global_batch, **options))
         except ScheduleError as error:
-            if devices < 1 or microbatches < 1:
-                raise
             skipped[name] = str(error)
     return results, skipped
 
@@ -56,3 +87,35 @@ def evaluate_all(devices: int, microbatches: int, backward: int = 1, **options: 
 def table_of(name: str, devices: int, microbatches: int, backward: int = 1, **options: object) -> Table:
     """The validated unit-slot table of schedule ``name``."""
     return build_table(validate(generate(name, devices, microbatches, **options)), backward)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Ranks (1 = best) of each schedule per layer; ``flips`` lists schedules whose rank changes."""
+
+    formula: dict[str, int]
+    table: dict[str, int]
+    simulation: dict[str, int]
+    flips: tuple[str, ...]
+
+
+def _ranks(values: dict[str, float]) -> dict[str, int]:
+    """Competition ranking ("1, 2, 2, 4"): equal values share a rank."""
+    ordered = sorted(values.values())
+    return {name: 1 + sum(v < value - 1e-12 * max(1.0, abs(value)) for v in ordered) for name, value in values.items()}
+
+
+def rank_layers(results: list[Evaluation]) -> Ranking:
+    """Rank schedules by bubble ratio (formula, table layers) and by simulated step time.
+
+    Bubble ratios, not lengths, are compared in the first two layers because table lengths are
+    counted in chunk slots, which differ between schedules with different chunk counts.
+    """
+    formula_ranks = _ranks({r.schedule: r.formula.bubble_ratio for r in results})
+    table_ranks = _ranks({r.schedule: r.table.bubble_ratio for r in results})
+    sim_ranks = _ranks({r.schedule: r.simulation.step_time_s for r in results if r.simulation is not None})
+    flips = tuple(
+        r.schedule for r in results
+        if len({formula_ranks[r.schedule], table_ranks[r.schedule], sim_ranks.get(r.schedule, formula_ranks[r.schedule])}) > 1
+    )
+    return Ranking(formula_ranks, table_ranks, sim_ranks, flips)

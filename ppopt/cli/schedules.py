@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, json_option, schedule_options
+from ppopt.cli.options import emit_json, json_option, schedule_options, system_options
 from ppopt.generators import REGISTRY
 
 
@@ -37,22 +37,56 @@ def table_command(name: str, devices: int, microbatches: int, backward: int, opt
     )
 
 
+def _presets(model, system, required: bool = False):
+    """Load --model and --system (both or neither)."""
+    from ppopt.config import load_model, load_system
+    from ppopt.errors import ConfigError
+
+    if (model is None) != (system is None) or (required and model is None):
+        raise ConfigError("give both --model and --system" + (" (the simulation layer needs them)" if required else ""))
+    if model is None:
+        return None, None
+    return load_model(model), load_system(system)
+
+
 @main.command("evaluate")
 @schedule_options()
+@system_options()
 @json_option
-def evaluate_command(name: str, devices: int, microbatches: int, backward: int, options: dict, as_json: bool) -> None:
-    """Formula vs table metrics, side by side, for one schedule or 'all'."""
+def evaluate_command(name, devices, microbatches, backward, options, model, system, global_batch, as_json) -> None:
+    """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'."""
     from ppopt.evaluate import evaluate, evaluate_all
     from ppopt.report.evaluation import evaluation_json, evaluation_text
 
+    model_config, system_config = _presets(model, system)
     if name == "all":
-        results, skipped = evaluate_all(devices, microbatches, backward, **options)
+        results, skipped = evaluate_all(devices, microbatches, backward, model_config, system_config, global_batch, **options)
         for schedule, reason in skipped.items():
             click.echo(f"skipped {schedule}: {reason}", err=True)
     else:
-        results = [evaluate(name, devices, microbatches, backward, **options)]
+        results = [evaluate(name, devices, microbatches, backward, model_config, system_config, global_batch, **options)]
     if as_json:
         payload = [evaluation_json(r) for r in results]
         emit_json(payload if name == "all" else payload[0])
     else:
         click.echo(evaluation_text(results, backward))
+
+
+@main.command("compare")
+@schedule_options(name=False)
+@system_options(required=True)
+@json_option
+def compare_command(devices, microbatches, backward, options, model, system, global_batch, as_json) -> None:
+    """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
+    from ppopt.evaluate import evaluate_all, rank_layers
+    from ppopt.report.evaluation import compare_json, compare_text
+
+    model_config, system_config = _presets(model, system, required=True)
+    results, skipped = evaluate_all(devices, microbatches, backward, model_config, system_config, global_batch, **options)
+    for schedule, reason in skipped.items():
+        click.echo(f"skipped {schedule}: {reason}", err=True)
+    ranking = rank_layers(results)
+    if as_json:
+        emit_json(compare_json(results, ranking))
+    else:
+        click.echo(compare_text(results, ranking, backward, f"model {model_config.name} on system {system_config.name}"))

@@ -1,17 +1,27 @@
-"""Formatting of :class:`ppopt.evaluate.Evaluation` as text and JSON-ready dicts."""
+"""Formatting of evaluations (formula, table and simulation layers) as text and JSON-ready dicts."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppopt.evaluate import Evaluation
-from ppopt.report.text import aligned, per_device
+from ppopt.evaluate import Evaluation, Ranking
+from ppopt.report.text import aligned, gib, per_device, seconds
+
+
+def simulation_json(sim) -> dict:
+    return {
+        "step_time_s": sim.step_time_s,
+        "idle_ratio": sim.idle_ratio,
+        "peak_activation_bytes": list(sim.peak_activation_bytes),
+        "persistent_bytes": list(sim.persistent_bytes),
+        "peak_memory_bytes": list(sim.peak_memory_bytes),
+    }
 
 
 def evaluation_json(result: Evaluation) -> dict:
     """The JSON object of one evaluation (keys as in the README)."""
     f, t = result.formula, result.table
-    return {
+    data = {
         "schedule": result.schedule,
         "devices": result.devices,
         "microbatches": result.microbatches,
@@ -25,31 +35,80 @@ def evaluation_json(result: Evaluation) -> dict:
         },
         "table": {"length": t.length, "bubble_ratio": t.bubble_ratio, "peak_activations": list(t.peak_activations)},
     }
+    if result.simulation is not None:
+        data["simulation"] = simulation_json(result.simulation)
+    return data
+
+
+def _header(results: Sequence[Evaluation], backward: int) -> str:
+    p, m = results[0].devices, results[0].microbatches
+    return f"p = {p} devices, m = {m} microbatches; unit slots F = 1, B = {backward}, I = W = 1; bubble = idle / total"
 
 
 def evaluation_text(results: Sequence[Evaluation], backward: int) -> str:
-    """Formula and table metrics side by side, one row per schedule."""
+    """Formula and table metrics side by side (and simulation metrics when present), one row per schedule."""
     rows = []
+    simulated = all(r.simulation is not None for r in results)
     for r in results:
         f, t = r.formula, r.table
         differs = "" if abs(f.bubble_ratio - t.bubble_ratio) < 1e-12 else " *"
+        row = [
+            r.schedule,
+            f"{f.bubble_ratio:.4f}",
+            f"{t.bubble_ratio:.4f}{differs}",
+            f"{f.length:g}",
+            f"{t.length}",
+            per_device(f.peak_activations),
+            per_device(t.peak_activations),
+        ]
+        if simulated:
+            sim = r.simulation
+            row += [seconds(sim.step_time_s), f"{sim.idle_ratio:.4f}", gib(max(sim.peak_memory_bytes))]
+        rows.append(row)
+    headers = ["schedule", "bubble formula", "bubble table", "length formula", "length table", "peak act. formula", "peak act. table"]
+    if simulated:
+        headers += ["sim step", "sim idle", "sim peak memory"]
+    table = aligned(headers, rows)
+    note = "* the table differs from the closed form (see README: formula vs table)"
+    return "\n".join([_header(results, backward), "", table] + (["", note] if any(row[2].endswith("*") for row in rows) else []))
+
+
+def compare_text(results: Sequence[Evaluation], ranking: Ranking, backward: int, context: str) -> str:
+    """All schedules ranked in the three layers; ``!`` marks a schedule whose rank changes."""
+    order = sorted(results, key=lambda r: (ranking.simulation.get(r.schedule, 0), r.schedule))
+    rows = []
+    for r in order:
+        sim = r.simulation
         rows.append(
             (
-                r.schedule,
-                f"{f.bubble_ratio:.4f}",
-                f"{t.bubble_ratio:.4f}{differs}",
-                f"{f.length:g}",
-                f"{t.length}",
-                per_device(f.peak_activations),
-                per_device(t.peak_activations),
-                per_device(f.weight_copies),
+                r.schedule + (" !" if r.schedule in ranking.flips else ""),
+                f"{ranking.formula[r.schedule]}  ({r.formula.bubble_ratio:.4f})",
+                f"{ranking.table[r.schedule]}  ({r.table.bubble_ratio:.4f})",
+                f"{ranking.simulation[r.schedule]}  ({seconds(sim.step_time_s)})",
+                f"{sim.idle_ratio:.4f}",
+                gib(max(sim.peak_activation_bytes)),
+                gib(max(sim.peak_memory_bytes)),
             )
         )
-    p, m = results[0].devices, results[0].microbatches
-    header = f"p = {p} devices, m = {m} microbatches; unit slots F = 1, B = {backward}, I = W = 1; bubble = idle / total"
     table = aligned(
-        ("schedule", "bubble formula", "bubble table", "length formula", "length table", "peak act. formula", "peak act. table", "weights"),
+        ("schedule", "formula rank (bubble)", "table rank (bubble)", "simulated rank (step)", "idle", "peak activations", "peak memory"),
         rows,
     )
-    note = "* the table differs from the closed form (see README: formula vs table)"
-    return "\n".join([header, "", table] + ([ "", note] if any(row[2].endswith("*") for row in rows) else []))
+    lines = [_header(results, backward), context, "", table]
+    if ranking.flips:
+        lines += ["", f"! rank changes between layers: {', '.join(ranking.flips)}"]
+    return "\n".join(lines)
+
+
+def compare_json(results: Sequence[Evaluation], ranking: Ranking) -> list[dict]:
+    rows = []
+    for r in results:
+        data = evaluation_json(r)
+        data["rank"] = {
+            "formula": ranking.formula[r.schedule],
+            "table": ranking.table[r.schedule],
+            "simulation": ranking.simulation.get(r.schedule),
+        }
+        data["rank_changes"] = r.schedule in ranking.flips
+        rows.append(data)
+    return rows

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ppopt.report.text import aligned, per_device, timeline_grid
+from ppopt.report.text import aligned, gib, per_device, seconds, timeline_grid
 from ppopt.solve.gap import Frontier, GapReport
 from ppopt.solve.search import SearchResult
 
@@ -21,9 +21,9 @@ def _amount(value: float | None, unit: str) -> str:
     if value is None or not math.isfinite(value):
         return "-"
     if unit == "s":
-        return f"{value * 1e3:.4g} ms"
+        return seconds(value)
     if unit == "bytes":
-        return f"{value / 2**30:.4g} GiB"
+        return gib(value)
     return f"{value:.4g}"
 
 
@@ -123,7 +123,7 @@ def gap_text(report: GapReport, devices: int, microbatches: int) -> str:
          r.status, "" if r.fits else "over the memory limit", r.space)
         for r in report.rows
     ]
-    header = f"p = {devices}, m = {microbatches}; times in {'slots' if unit == 'slots' else 'ms'}; memory: {report.memory_semantics}"
+    header = f"p = {devices}, m = {microbatches}; times in {'slots' if unit == 'slots' else 'seconds'}; memory: {report.memory_semantics}"
     table = aligned(("schedule", "step", "best found", "bound", "gap", "status", "note", "space of the bound"), rows)
     return "\n".join([header, "gap = (schedule - bound) / bound, bound valid for every schedule of the space", "", table])
 
@@ -155,5 +155,5 @@ def frontier_text(result: Frontier) -> str:
         ("handcrafted", "peak memory", "step", "on the frontier"),
         [(name, _amount(peak, m), _amount(step, t), "yes" if on else "no (dominated)") for name, peak, step, on in result.handcrafted],
     )
-    unit_note = f"times in {'slots' if t == 'slots' else 'ms'}, memory in {'live activations' if m == 'activations' else 'GiB'}"
+    unit_note = f"times in {'slots' if t == 'slots' else 'seconds'}, memory in {'live activations' if m == 'activations' else 'GiB'}"
     return "\n".join([f"space: {result.space}; {unit_note}; minimum memory {_amount(result.minimum, m)}", "", points, "", hand])

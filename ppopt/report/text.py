@@ -56,3 +56,16 @@ def per_device(values: Sequence[float]) -> str:
     if len(set(text)) == 1 and len(text) > 1:
         return f"{text[0]} (all)"
     return ",".join(text)
+
+
+def seconds(value: float) -> str:
+    """A duration with a readable unit: ``57.42 s``, ``12.3 ms``, ``45.1 us``."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(value) >= scale or unit == "us":
+            return f"{value / scale:.4g} {unit}"
+    return f"{value:g} s"  # pragma: no cover
+
+
+def gib(value: float) -> str:
+    """Bytes as GiB with four significant digits."""
+    return f"{value / 2**30:.4g} GiB"

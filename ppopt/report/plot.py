@@ -1,0 +1,321 @@
+"""Schedule pictures: Gantt charts of timed schedules (PNG or SVG), with a memory panel.
+
+``plot_schedule`` draws one row per device (device 0 on top), time on x, one box per op coloured by
+kind, the microbatch number in the box (the font follows the box width; no text where it would not
+fit), idle time blank. Boxes of a device's second and later chunks (interleaved, V and wave
+placements) or of the "up" replica (Chimera) are drawn lighter and hatched. Below, a step line per
+device shows live activations over time (+1, or ``activation_size(stage)``, from an F's start to the
+end of the op that frees it: B, or W when backward is split, the convention of
+:func:`ppopt.table.peak_live`). ``plot_compare`` stacks several schedules on one time axis.
+
+Times are any unit: table slots (``build_table``'s ``start`` and ``end``) or simulated seconds
+(``Simulation.start_s`` / ``end_s``, drawn in ms when the step is shorter than a second).
+
+matplotlib is an optional dependency (``pip install 'ppopt[plot]'``), imported only when drawing.
+The figures are built with matplotlib's object API (``matplotlib.figure.Figure``, Agg canvas), never
+through ``pyplot``, so drawing changes no global backend or state. Files are written atomically.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from ppopt.errors import ScheduleError
+from ppopt.io import atomic_write_bytes
+from ppopt.ir import Kind, Op, Schedule, freeing_kind
+
+__all__ = ["KIND_COLORS", "plot_compare", "plot_schedule"]
+
+SUFFIXES = {".png": "png", ".svg": "svg"}
+
+# Okabe & Ito's colour-blind-safe palette.
+KIND_COLORS = {Kind.F: "#0072B2", Kind.B: "#D55E00", Kind.I: "#E69F00", Kind.W: "#009E73"}
+KIND_NAMES = {Kind.F: "F forward", Kind.B: "B backward", Kind.I: "I input grad", Kind.W: "W weight grad"}
+_DARK_TEXT = {Kind.F: "white", Kind.B: "white", Kind.I: "black", Kind.W: "white"}
+_LIGHTEN = 0.45
+_MIN_FONT = 4.5
+_MAX_FONT = 9.0
+_ROW_INCHES = 0.42
+_MEMORY_INCHES = 1.9
+
+
+def _matplotlib():
+    try:
+        import matplotlib
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ScheduleError("--plot needs matplotlib: pip install 'ppopt[plot]'") from None
+
+    def figure(**options) -> Figure:
+        fig = Figure(**options)
+        FigureCanvasAgg(fig)  # an Agg canvas of its own: no pyplot, no global backend
+        return fig
+
+    return matplotlib, figure
+
+
+def _format_of(path: str | os.PathLike) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in SUFFIXES:
+        shown = f"'{suffix}'" if suffix else "no suffix"
+        raise ScheduleError(f"cannot draw to {Path(path).name}: {shown} is not a picture format (use .png or .svg)")
+    return SUFFIXES[suffix]
+
+
+def _lighten(color: str, amount: float = _LIGHTEN) -> tuple[float, float, float]:
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(color)
+    return (r + (1 - r) * amount, g + (1 - g) * amount, b + (1 - b) * amount)
+
+
+def _secondary(schedule: Schedule, op: Op, device: int) -> bool:
+    """True for an op of a device's second or later chunk, or of a non-first replica."""
+    holders = schedule.placement[op.stage]
+    if len(holders) > 1:
+        return (schedule.replica_of[op.microbatch] if schedule.replica_of else 0) > 0
+    return schedule.stages_on(device).index(op.stage) > 0
+
+
+def _time_axis(length: float, time_unit: str) -> tuple[float, str]:
+    """Factor to multiply times by for the axis, and the axis label."""
+    if time_unit == "s" and 0 < length < 1:
+        return 1e3, "time (ms)"
+    return 1.0, f"time ({time_unit})"
+
+
+def live_curves(
+    schedule: Schedule,
+    start: Mapping[Op, float],
+    end: Mapping[Op, float],
+    size: Callable[[int], float] = lambda stage: 1.0,
+) -> list[tuple[list[float], list[float]]]:
+    """Per device, ``(times, levels)`` of live activations: the level after each change, from 0.
+
+    A release counts before an allocation at the same instant (as :func:`ppopt.table.peak_live`).
+    """
+    frees = freeing_kind(schedule.split_backward)
+    changes: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
+    for op in start:
+        device = schedule.device_of(op)
+        if op.kind is Kind.F:
+            changes[device].append((start[op], 1, size(op.stage)))
+        elif op.kind is frees:
+            changes[device].append((end[op], 0, -size(op.stage)))
+    length = max(end.values(), default=0.0)
+    curves = []
+    for device_changes in changes:
+        times, levels, live = [0.0], [0.0], 0.0
+        for t, _, change in sorted(device_changes):
+            live += change
+            if t == times[-1]:
+                levels[-1] = live
+            else:
+                times.append(t)
+                levels.append(live)
+        if times[-1] < length:
+            times.append(length)
+            levels.append(levels[-1])
+        curves.append((times, levels))
+    return curves
+
+
+def _draw_gantt(ax, schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], factor: float) -> set:
+    """Boxes and labels on ``ax``; returns the (kind, secondary) pairs drawn, for the legend."""
+    from matplotlib.patches import Rectangle
+
+    p = schedule.devices
+    drawn = set()
+    height = 0.8
+    for op, t0 in start.items():
+        device = schedule.device_of(op)
+        width = (end[op] - t0) * factor
+        secondary = _secondary(schedule, op, device)
+        base = KIND_COLORS[op.kind]
+        face = _lighten(base) if secondary else base
+        ax.add_patch(
+            Rectangle(
+                (t0 * factor, device - height / 2), width, height,
+                facecolor=face, edgecolor=base if secondary else "white",
+                linewidth=0.6, hatch="///" if secondary else None,
+            )
+        )
+        drawn.add((op.kind, secondary))
+    ax.set_ylim(p - 0.5, -0.5)  # device 0 on top
+    ax.set_yticks(range(p))
+    ax.set_yticklabels([f"device {d}" for d in range(p)])
+    length = max(end.values(), default=1.0) * factor
+    ax.set_xlim(0, length if length > 0 else 1)
+    ax.tick_params(axis="y", length=0)
+    for spine in ("top", "right", "left"):
+        ax.spines[spine].set_visible(False)
+    ax.grid(axis="x", color="0.88", linewidth=0.6)
+    ax.set_axisbelow(True)
+    return drawn
+
+
+def _label_boxes(fig, ax, schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], factor: float) -> None:
+    """Microbatch numbers in the boxes, the font sized to the box (call after ``fig.canvas.draw()``
+    has settled the layout, so the axes' size in points is final)."""
+    box = ax.get_window_extent()
+    x0, x1 = ax.get_xlim()
+    points_per_unit = box.width * 72.0 / fig.dpi / (x1 - x0)
+    row_points = box.height * 72.0 / fig.dpi / max(schedule.devices, 1)
+    for op, t0 in start.items():
+        text = str(op.microbatch)
+        width_points = (end[op] - t0) * factor * points_per_unit
+        size = min(_MAX_FONT, row_points * 0.55, 0.85 * width_points / (0.62 * len(text) + 0.3))
+        if size < _MIN_FONT:
+            continue
+        secondary = _secondary(schedule, op, schedule.device_of(op))
+        ax.text(
+            (t0 + (end[op] - t0) / 2) * factor, schedule.device_of(op), text,
+            ha="center", va="center", fontsize=size,
+            color="black" if secondary else _DARK_TEXT[op.kind],
+            fontweight="bold" if secondary else "normal",
+        )
+
+
+def _legend_handles(drawn: set, secondary_label: str):
+    from matplotlib.patches import Patch
+
+    handles = []
+    for kind in (Kind.F, Kind.B, Kind.I, Kind.W):
+        if any(k is kind for k, _ in drawn):
+            handles.append(Patch(facecolor=KIND_COLORS[kind], edgecolor="white", label=KIND_NAMES[kind]))
+    if any(secondary for _, secondary in drawn):
+        handles.append(Patch(facecolor=_lighten("#777777"), edgecolor="#777777", hatch="///", label=secondary_label))
+    return handles
+
+
+def _save(fig, path: str | os.PathLike, fmt: str) -> Path:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=150 if fmt == "png" else None, bbox_inches="tight", metadata=_metadata(fmt))
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def _metadata(fmt: str) -> dict:
+    # Reproducible files: no creation date in SVG, a fixed software tag in PNG.
+    return {"Date": None} if fmt == "svg" else {"Software": "ppopt"}
+
+
+def _figure_width(length_ops: int) -> float:
+    return min(22.0, max(8.0, 0.16 * length_ops + 4.0))
+
+
+def _secondary_label(schedules: Sequence[Schedule]) -> str:
+    replicated = any(s.replicas > 1 for s in schedules)
+    chunked = any(s.replicas == 1 and s.stages > s.devices for s in schedules)
+    what = " / ".join(x for x, on in (("chunk ≥ 1", chunked), ("up direction", replicated)) if on) or "chunk ≥ 1"
+    return f"{what} (lighter, hatched)"
+
+
+def _default_title(schedule: Schedule) -> str:
+    options = ", ".join(f"{k}={v}" for k, v in schedule.options.items() if v is not None)
+    return f"{schedule.name}: p={schedule.devices}, m={schedule.microbatches}" + (f" ({options})" if options else "")
+
+
+def plot_schedule(
+    schedule: Schedule,
+    start: Mapping[Op, float],
+    end: Mapping[Op, float],
+    path: str | os.PathLike,
+    title: str | None = None,
+    memory: bool = True,
+    time_unit: str = "slots",
+    activation_size: Callable[[int], float] | None = None,
+    memory_label: str = "live activations",
+) -> Path:
+    """Draw ``schedule`` timed by ``start``/``end`` as a Gantt chart and write it to ``path``.
+
+    Args:
+        schedule: the schedule (placement and chunks).
+        start, end: every op's start and end time (table slots or simulated seconds).
+        path: ``.png`` or ``.svg`` (anything else is a :class:`ScheduleError`).
+        title: figure title [default: name, p, m and options].
+        memory: add the live-activations panel below the chart.
+        time_unit: label of the time axis (``"slots"`` or ``"s"``; seconds shorter than a whole
+            second are drawn in ms).
+        activation_size: size of one microbatch's activation of a stage, e.g.
+            ``lambda s: costs.stages[s].activation_bytes`` [default: 1 per stage].
+        memory_label: y label of the memory panel (e.g. "live activation bytes").
+
+    Returns the path written.
+    """
+    fmt = _format_of(path)
+    _, Figure = _matplotlib()
+    factor, xlabel = _time_axis(max(end.values(), default=0.0), time_unit)
+    p = schedule.devices
+    gantt_height = max(1.6, _ROW_INCHES * p + 0.6)
+    heights = [gantt_height] + ([_MEMORY_INCHES] if memory else [])
+    width = _figure_width(max((len(order) for order in schedule.orders), default=1))
+    fig = Figure(figsize=(width, sum(heights) + 0.9), layout="constrained")
+    axes = fig.subplots(len(heights), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    gantt = axes[0]
+    drawn = _draw_gantt(gantt, schedule, start, end, factor)
+    gantt.set_title(title if title is not None else _default_title(schedule), loc="left", fontsize=11)
+    gantt.legend(handles=_legend_handles(drawn, _secondary_label([schedule])), loc="lower right", bbox_to_anchor=(1.0, 1.0),
+                 ncol=5, frameon=False, fontsize=8, borderaxespad=0.2, handlelength=1.6)
+    if memory:
+        _draw_memory(axes[1], schedule, start, end, factor, activation_size or (lambda stage: 1.0), memory_label)
+    axes[-1].set_xlabel(xlabel)
+    if not memory:
+        gantt.tick_params(axis="x", labelbottom=True)
+    fig.canvas.draw()
+    _label_boxes(fig, gantt, schedule, start, end, factor)
+    return _save(fig, path, fmt)
+
+
+def _draw_memory(ax, schedule, start, end, factor, size, label) -> None:
+    from matplotlib import colormaps
+
+    curves = live_curves(schedule, start, end, size)
+    cmap = colormaps["viridis"]
+    p = schedule.devices
+    for device, (times, levels) in enumerate(curves):
+        color = cmap(device / max(p - 1, 1) * 0.9)
+        ax.step([t * factor for t in times], levels, where="post", color=color, linewidth=1.3, label=f"device {device}")
+    ax.set_ylabel(label, fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.grid(color="0.9", linewidth=0.6)
+    for spine in ("top", "right"):
+        ax.spines[spine].set_visible(False)
+    if p <= 16:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False, ncol=1 if p <= 8 else 2)
+
+
+def plot_compare(
+    items: Sequence[tuple[str, Schedule, Mapping[Op, float], Mapping[Op, float]]],
+    path: str | os.PathLike,
+    title: str | None = None,
+    time_unit: str = "slots",
+) -> Path:
+    """Several timed schedules, ``(name, schedule, start, end)``, stacked on a shared time axis."""
+    fmt = _format_of(path)
+    if not items:
+        raise ScheduleError("nothing to compare: give at least one schedule")
+    _, Figure = _matplotlib()
+    longest = max(max(end.values(), default=0.0) for _, _, _, end in items)
+    factor, xlabel = _time_axis(longest, time_unit)
+    heights = [max(1.2, _ROW_INCHES * schedule.devices + 0.5) for _, schedule, _, _ in items]
+    width = _figure_width(max(len(order) for _, s, _, _ in items for order in s.orders))
+    fig = Figure(figsize=(width, sum(heights) + 0.5 * len(items) + 0.8), layout="constrained")
+    axes = fig.subplots(len(items), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    drawn: set = set()
+    for ax, (name, schedule, start, end) in zip(axes, items):
+        drawn |= _draw_gantt(ax, schedule, start, end, factor)
+        ax.set_title(name, loc="left", fontsize=10)
+    for ax in axes:
+        ax.set_xlim(0, longest * factor if longest > 0 else 1)
+    axes[-1].set_xlabel(xlabel)
+    fig.legend(handles=_legend_handles(drawn, _secondary_label([s for _, s, _, _ in items])), loc="outside upper left", ncol=5, frameon=False, fontsize=8)
+    if title:
+        fig.suptitle(title, x=0.01, ha="left", fontsize=11)
+    fig.canvas.draw()
+    for ax, (_, schedule, start, end) in zip(axes, items):
+        _label_boxes(fig, ax, schedule, start, end, factor)
+    return _save(fig, path, fmt)

@@ -1,0 +1,185 @@
+"""A simulated step as a Chrome trace (``chrome://tracing``, https://ui.perfetto.dev).
+
+:func:`chrome_trace` turns a :class:`~ppopt.simulate.Simulation` into the Trace Event Format:
+
+* one process per device (``pid`` = device, named "device d"), with a ``compute`` thread (tid 0)
+  and a ``comm`` thread (tid 1). Perfetto cannot draw overlapping slices on one track, so when a
+  device's communication overlaps itself (messages to both neighbours at once, an all-reduce beside
+  a message) the extra slices go to further lanes "comm 2" (tid 2), "comm 3" ... as needed;
+* one complete event (``ph: "X"``) per op on the compute thread: ``name`` is the PyTorch action
+  string (``3F12``, as PyTorch's profiler labels ``PP:3F12``), ``cat`` the kind (F, B, I, W),
+  ``args`` its stage, microbatch and kind; the optimizer step (when simulated) is an "optimizer"
+  slice there too;
+* one complete event per point-to-point message on the sender's comm thread, named
+  ``send 3F12→4F12`` (sending op → receiving op), from when it starts on its link to its arrival;
+  a flow arrow joins it to the receiving op: ``ph: "s"`` at the send's start on the sender's comm
+  thread and ``ph: "f"`` (``bp: "e"``) on the receiver's compute thread at the receiving op's
+  start, which is the arrival or later if the receiver was busy (binding the arrow's head to the
+  op that consumes the message, not to whatever the receiver was running when it arrived; the
+  arrival time itself is the send slice's end and is in its ``args``);
+* one complete event per all-reduce (replicated stages, Chimera) on the comm thread of each
+  replica device;
+* a counter (``ph: "C"``) "live activation bytes" per device, updated at every F start and every
+  end of an op that frees activations (B, or W when backward is split), a release counted before
+  an allocation at the same instant (the simulator's convention), so its maximum is
+  ``simulation.peak_activation_bytes``.
+
+Times: ``ts`` and ``dur`` are microseconds. Simulator times are seconds (``time_unit="s"``); in unit
+mode (``time_unit="slots"``) one slot is drawn as one millisecond, so the viewer's "ms" reads as
+slots (recorded in ``otherData``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ppopt.costs import Costs
+from ppopt.ir import Kind, Op, Schedule, freeing_kind
+from ppopt.simulate import Simulation
+
+__all__ = ["TRACE_TIME_SCALE", "chrome_trace"]
+
+TRACE_TIME_SCALE = {"s": 1e6, "slots": 1e3}
+"""Microseconds per time unit in the trace: a second is 1e6 µs; a unit slot is drawn as 1 ms."""
+
+COMPUTE_TID = 0
+COMM_TID = 1
+
+
+def _lanes(intervals: Iterable[tuple[float, float]]) -> list[int]:
+    """Greedy lane per interval (in the given order, which must be by start) so none overlap."""
+    lane_end: list[float] = []
+    lanes = []
+    for start, end in intervals:
+        for lane, busy_until in enumerate(lane_end):
+            if busy_until <= start:
+                break
+        else:
+            lane = len(lane_end)
+            lane_end.append(start)
+        lane_end[lane] = max(end, start)
+        lanes.append(lane)
+    return lanes
+
+
+def _activation_counters(schedule: Schedule, simulation: Simulation, costs: Costs, scale: float) -> list[dict]:
+    frees = freeing_kind(schedule.split_backward)
+    changes: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
+    for op in schedule.ops():
+        size = costs.stages[op.stage].activation_bytes
+        device = schedule.device_of(op)
+        if op.kind is Kind.F:
+            changes[device].append((simulation.start_s[op], 1, size))
+        elif op.kind is frees:
+            changes[device].append((simulation.end_s[op], 0, -size))
+    events = []
+    for device, device_changes in enumerate(changes):
+        values: dict[float, float] = {0.0: 0.0}  # timestamp -> level after every change at it
+        live = 0.0
+        for t, _, change in sorted(device_changes):
+            live += change
+            values[t] = live
+        for t, level in values.items():
+            events.append(
+                {"name": "live activation bytes", "ph": "C", "pid": device, "tid": COMPUTE_TID,
+                 "ts": t * scale, "args": {"bytes": level}}
+            )
+    return events
+
+
+def chrome_trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_unit: str = "s") -> dict:
+    """The Chrome trace of a simulated step (see the module docstring).
+
+    Args:
+        schedule: the schedule that was simulated.
+        simulation: :func:`ppopt.simulate.simulate`'s result for it.
+        costs: the costs it was simulated with (activation bytes for the memory counters).
+        time_unit: ``"s"`` (simulator seconds) or ``"slots"`` (unit mode, a slot drawn as 1 ms).
+
+    Returns:
+        ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``, ready for
+        :func:`ppopt.io.write_json`.
+    """
+    if time_unit not in TRACE_TIME_SCALE:
+        raise ValueError(f"time_unit must be one of {', '.join(TRACE_TIME_SCALE)}, got {time_unit!r}")
+    scale = TRACE_TIME_SCALE[time_unit]
+    p = schedule.devices
+    events: list[dict] = []
+
+    for event in simulation.events("compute"):
+        op: Op = event.what
+        events.append(
+            {"name": str(op), "cat": op.kind.value, "ph": "X", "pid": event.where, "tid": COMPUTE_TID,
+             "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
+             "args": {"stage": op.stage, "microbatch": op.microbatch, "kind": op.kind.value}}
+        )
+    for event in simulation.events("optimizer"):
+        events.append(
+            {"name": "optimizer", "cat": "optimizer", "ph": "X", "pid": event.where, "tid": COMPUTE_TID,
+             "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale, "args": {}}
+        )
+
+    # Communication slices, per device, laid on as few non-overlapping comm lanes as needed.
+    comm: list[list[tuple[float, float, dict, dict | None]]] = [[] for _ in range(p)]
+    start_s = simulation.start_s
+    for flow_id, event in enumerate(simulation.events("transfer"), start=1):
+        (sender, receiver), (source, destination) = event.what, event.where
+        slice_ = {
+            "name": f"send {sender}→{receiver}", "cat": "transfer", "ph": "X", "pid": source,
+            "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
+            "args": {"from_device": source, "to_device": destination, "bytes": event.bytes,
+                     "sending_op": str(sender), "receiving_op": str(receiver),
+                     "arrival": event.end_s * scale},
+        }
+        flow = {"id": flow_id, "start": event.start_s * scale, "receiver": destination,
+                "head": max(start_s[receiver], event.end_s) * scale}
+        comm[source].append((event.start_s, event.end_s, slice_, flow))
+    for event in simulation.events("allreduce"):
+        for device in event.where:
+            slice_ = {
+                "name": f"all-reduce stage {event.what}", "cat": "allreduce", "ph": "X", "pid": device,
+                "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
+                "args": {"stage": event.what, "devices": list(event.where), "bytes": event.bytes},
+            }
+            comm[device].append((event.start_s, event.end_s, slice_, None))
+
+    lanes_used = [1] * p
+    for device, slices in enumerate(comm):
+        slices.sort(key=lambda item: (item[0], item[1]))
+        for lane, (_, _, slice_, flow) in zip(_lanes((a, b) for a, b, _, _ in slices), slices):
+            tid = COMM_TID + lane
+            lanes_used[device] = max(lanes_used[device], lane + 1)
+            slice_["tid"] = tid
+            events.append(slice_)
+            if flow is not None:
+                events.append({"name": "message", "cat": "transfer", "ph": "s", "id": flow["id"],
+                               "pid": device, "tid": tid, "ts": flow["start"]})
+                events.append({"name": "message", "cat": "transfer", "ph": "f", "bp": "e", "id": flow["id"],
+                               "pid": flow["receiver"], "tid": COMPUTE_TID, "ts": flow["head"]})
+
+    events += _activation_counters(schedule, simulation, costs, scale)
+    events.sort(key=lambda e: e["ts"])
+
+    metadata: list[dict] = []
+    for device in range(p):
+        metadata.append({"name": "process_name", "ph": "M", "pid": device, "tid": 0, "args": {"name": f"device {device}"}})
+        metadata.append({"name": "process_sort_index", "ph": "M", "pid": device, "tid": 0, "args": {"sort_index": device}})
+        metadata.append({"name": "thread_name", "ph": "M", "pid": device, "tid": COMPUTE_TID, "args": {"name": "compute"}})
+        for lane in range(lanes_used[device]):
+            label = "comm" if lane == 0 else f"comm {lane + 1}"
+            metadata.append({"name": "thread_name", "ph": "M", "pid": device, "tid": COMM_TID + lane, "args": {"name": label}})
+            metadata.append({"name": "thread_sort_index", "ph": "M", "pid": device, "tid": COMM_TID + lane, "args": {"sort_index": COMM_TID + lane}})
+
+    return {
+        "traceEvents": metadata + events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "schedule": schedule.name,
+            "devices": p,
+            "microbatches": schedule.microbatches,
+            "stages": schedule.stages,
+            "time_unit": "s" if time_unit == "s" else "slots (1 slot shown as 1 ms)",
+            "step_time": simulation.step_time_s,
+            "idle_ratio": simulation.idle_ratio,
+        },
+    }
