@@ -92,6 +92,9 @@ def _check_complete(schedule: Schedule) -> None:
     if split and any(op.kind is Kind.B for op in counts):
         op = next(op for op in counts if op.kind is Kind.B)
         _fail(schedule, f"op {op} is a full backward, but the schedule splits backward into I and W", position[op])
+    stray_w = next((op for op in counts if op.kind is Kind.W and not split), None)
+    if stray_w is not None:
+        _fail(schedule, f"op {stray_w} is a weight-gradient W, but the schedule has no I ops (backward not split)", position[stray_w])
     for op in required_ops(schedule.stages, schedule.microbatches, split):
         if op not in counts:
             _fail(schedule, f"op {op} is missing (stage {op.stage}, microbatch {op.microbatch}, kind {op.kind})")

@@ -84,3 +84,10 @@ def test_placement_outside_devices_is_rejected():
     broken = dataclasses.replace(schedule, placement=((0,), (5,)))
     with pytest.raises(ScheduleValidationError, match="stage 1 is placed on device 5"):
         validate(broken)
+
+
+def test_weight_gradient_without_split_backward_is_rejected():
+    schedule = generate("1f1b", 2, 1)
+    broken = _replace_order(schedule, 1, schedule.orders[1] + (Op(1, Kind.W, 0),))
+    with pytest.raises(ScheduleValidationError, match="op 1W0 is a weight-gradient W"):
+        validate(broken)

@@ -1,0 +1,603 @@
+"""The communication-aware simulator: a schedule + per-stage costs + a system -> timeline and metrics.
+
+``simulate(schedule, costs, system)`` runs a deterministic discrete-event simulation of one training
+step. It is layer 3 of the method (reference §1): the table's execution graph with real durations and
+explicit communication.
+
+Compute
+    Each device has one compute stream and runs its ops in the schedule's order. An op starts when
+    the device is free and its input from another device has *arrived*. Durations come from
+    ``costs.stages[op.stage]``: F ``forward_s``, B ``backward_s``, I ``input_grad_s``, W
+    ``weight_grad_s``. Dependencies within a device need no waiting: a valid schedule orders them
+    earlier on the device.
+
+Point-to-point communication
+    A data dependency that crosses devices (F(s) -> F(s+1) activation, B/I(s+1) -> B/I(s) activation
+    gradient) is a message of ``costs.stages[sender's stage].send_bytes`` bytes, sent as soon as the
+    producing op ends. Its duration is Hockney's ``bytes / bandwidth + latency``
+    (:func:`ppopt.costs.transfer_time_s`). Two stages on the same device communicate for free.
+
+    Links are **serialised, per direction, with no cross-pair congestion**: there is one directed
+    link per ordered (source device, destination device) pair; messages on the same directed link go
+    one at a time, first come first served in the order they become ready; the two directions of a
+    pair and different pairs never slow each other down (no shared switches, NICs or topology).
+    Ties: at the same ready time, point-to-point messages go before an all-reduce, messages among
+    themselves in their sender's order (a link has one sender), all-reduces by stage. Link
+    parameters of a pair: ``link_between(system, a, b)`` (intra- or inter-node), or the ``link=``
+    argument for every pair; with neither, communication is free.
+
+    ``overlap_comm_compute`` (from the system, or the keyword argument; default True without a
+    system): when True, a send runs on its link independently of compute. When False the **sender
+    blocks**: its compute stream stays occupied from the end of the producing op until the message
+    has arrived (including any wait for the link), like a synchronous send; the receiver only waits
+    for the data, as always. Blocked time is not compute: it counts as idle in ``idle_ratio``.
+
+Replica gradient synchronisation (Chimera)
+    A stage held by several devices all-reduces its weight gradients once per step, as soon as the
+    last of its ops that complete a weight gradient (W when backward is split, else B) has ended on
+    every replica. Gradient bytes: ``StageCost.gradient_bytes`` when set, else ``param_count × 2``
+    (fp16/bf16 gradients). Duration: ring all-reduce over the replicas
+    (:func:`ppopt.costs.allreduce_time_s`) at the slowest link of the ring. It occupies every link of
+    the ring in both directions (queued FIFO with the point-to-point messages on those links) but,
+    as a simplification, not the compute streams.
+
+Optimizer step (``optimizer=True``; default False, no optimizer step)
+    Each device then updates the weights of the stages it holds, after its last op and after the
+    all-reduces of its stages. The update is memory-bound: its persistent bytes are read once and
+    written once, ``2 · persistent_bytes / (memory_bandwidth · memory_efficiency) + memory_latency``
+    (needs ``system``). It runs on the compute stream and counts as busy time.
+
+Step time and idle share
+    The step runs from 0 to the end of the last op, all-reduce and optimizer step.
+    ``idle_ratio`` = 1 − Σ busy / (devices · step time), busy = compute (and optimizer) time.
+
+Memory accounting (per device)
+    * Activations: a microbatch's ``activation_bytes`` of a stage are stored from the *start* of its F
+      until the *end* of the op that frees them: B, or W when backward is split (I still keeps them,
+      W needs them). A release at the same instant as an allocation counts first (the convention of
+      :func:`ppopt.table.peak_live`, with which the result agrees whenever forward times are
+      positive; it is computed here by one walk along each device's order, which is faster).
+      Messages in flight, activation gradients and workspace are not counted.
+    * Persistent: ``persistent_bytes`` (weights + gradients + optimizer state) of every stage the
+      device holds; each replica of a replicated stage counts in full on its device.
+    * ``peak_memory_bytes`` = persistent + peak activation bytes.
+
+Checks
+    The schedule must be valid (:func:`ppopt.validate.validate`). To stay fast on large schedules,
+    :func:`prepare` screens it while flattening it (placement, devices, duplicates, completeness,
+    order within a device) and hands any failure to ``validate`` for the error message; a
+    deadlocking order is detected by the simulation itself and reported by
+    :func:`ppopt.validate.execution_order`, which names what each device waits for.
+
+How it runs
+    :func:`prepare` turns the schedule into integer ids in plain lists (reusable across costs and
+    systems: ``simulate`` accepts its result in place of the schedule). The run needs no event queue
+    for most messages: a device runs one op at a time, each op has at most one input from another
+    device, and a directed link carries the messages of one sender only, in the sender's order, which
+    is their time order. So each device advances as far as its inputs allow, placing its messages on
+    their links as it goes, and a stalled device resumes when its input is placed. Only the links an
+    all-reduce shares with messages need a global time order: their messages and all-reduces go
+    through a heap keyed (ready time, priority, id), popped when no device can advance. New entries
+    are never earlier than the last popped one, so the result is exact, the same on every run, and
+    independent of the order devices are visited. There is no global state.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import accumulate
+from operator import attrgetter, itemgetter
+from typing import NamedTuple
+
+from ppopt.config import LinkConfig, SystemConfig
+from ppopt.costs import Costs, StageCost, allreduce_time_s, link_between, transfer_time_s
+from ppopt.errors import ScheduleError
+from ppopt.ir import Kind, Op, Schedule
+from ppopt.validate import ScheduleValidationError, execution_order, validate
+
+__all__ = ["Event", "Prepared", "Simulation", "busy_s", "op_duration_s", "prepare", "simulate"]
+
+GRADIENT_BYTES_PER_PARAM = 2
+"""Bytes per parameter all-reduced between replicas when ``StageCost.gradient_bytes`` is unset."""
+
+_F, _B, _I, _W = 0, 1, 2, 3
+_CODE = {Kind.F: _F, Kind.B: _B, Kind.I: _I, Kind.W: _W}
+
+
+class Event(NamedTuple):
+    """One interval of the timeline.
+
+    ``kind`` is "compute" (``what`` = the op, ``where`` = its device), "transfer" (``what`` =
+    (sending op, receiving op), ``where`` = (source device, destination device)), "allreduce"
+    (``what`` = the stage, ``where`` = the replica devices) or "optimizer" (``what`` = None,
+    ``where`` = the device). ``bytes``: message or gradient bytes, 0 for compute and optimizer.
+    """
+
+    kind: str
+    what: object
+    where: object
+    start_s: float
+    end_s: float
+    bytes: float
+
+
+# --------------------------------------------------------------------------------------------------
+# Preparing a schedule: integer ids, devices, messages and links (independent of costs)
+# --------------------------------------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """The screen found a problem; :func:`validate` will describe it."""
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    """A schedule flattened for the simulator; build it with :func:`prepare`.
+
+    Ops are ids ``0..n-1``, device after device in execution order; per-op lists are indexed by id.
+    """
+
+    schedule: Schedule
+    ops: list[Op]
+    dev: list[int]
+    stage: list[int]
+    kind: list[int]  # 0 F, 1 B, 2 I, 3 W
+    stage_kind: list[int]  # 4 * stage + kind: index into a per-run table of durations
+    orders: list[range]  # ids of each device's ops
+    split: bool
+    succ: list[int]  # the op that receives op i's message, or -1
+    arrival: list[float]  # initial input arrival per op: 0.0, or -1.0 when it waits for a message
+    link_pairs: list[tuple[int, int]]  # link id -> (source device, destination device)
+    link_of: list[int]  # link of op i's message
+    message_keys: list[tuple[int, int, int]]  # distinct (source, destination, sender stage)
+    message_of: list[int]  # index into message_keys of op i's message, or -1
+    syncs: list[tuple[int, tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]]
+    """(stage, replica devices, ring pairs, ids of the links the all-reduce occupies)."""
+    sync_of: list[int]  # index into syncs when op i completes a replicated stage's weight gradient
+    shared: list[bool]  # per link: an all-reduce uses it
+
+    @property
+    def size(self) -> int:
+        return len(self.ops)
+
+
+def _device_table(schedule: Schedule) -> list[list[int]]:
+    """``table[stage][microbatch]``: the device that must run the microbatch's ops of that stage."""
+    p, m = schedule.devices, schedule.microbatches
+    if p < 1 or len(schedule.orders) != p or not schedule.placement:
+        raise _Invalid("devices, device rows or placement do not fit together")
+    replica = schedule.replica_of or (0,) * m
+    if len(replica) != m:
+        raise _Invalid("replica_of needs one entry per microbatch")
+    table = []
+    for holders in schedule.placement:
+        if not holders or any(not 0 <= d < p for d in holders):
+            raise _Invalid("a stage is placed on no device or outside the devices")
+        if len(holders) == 1:
+            table.append([holders[0]] * m)
+        else:
+            if any(not 0 <= r < len(holders) for r in replica):
+                raise _Invalid("a microbatch belongs to a replica that does not exist")
+            table.append([holders[r] for r in replica])
+    return table
+
+
+def prepare(schedule: Schedule) -> Prepared:
+    """Check and flatten ``schedule`` for :func:`simulate` (reusable across costs and systems).
+
+    Raises :class:`ScheduleValidationError` (the validator's message) if the schedule is invalid;
+    a deadlocking order is reported by :func:`simulate`.
+    """
+    try:
+        return _prepare(schedule)
+    except _Invalid as problem:
+        try:
+            validate(schedule)  # raises the validator's message
+        except ScheduleValidationError:
+            raise
+        except Exception:  # noqa: BLE001  (the validator tripped over it: report our own finding)
+            pass
+        raise ScheduleValidationError(f"invalid schedule: {problem}") from None
+
+
+def _prepare(schedule: Schedule) -> Prepared:
+    stages, m = schedule.stages, schedule.microbatches
+    where = _device_table(schedule)
+    ops: list[Op] = [op for order in schedule.orders for op in order]
+    orders: list[range] = []
+    dev: list[int] = []
+    for d, order in enumerate(schedule.orders):
+        orders.append(range(len(dev), len(dev) + len(order)))
+        dev += [d] * len(order)
+    stage_of = list(map(attrgetter("stage"), ops))
+    mb_of = list(map(attrgetter("microbatch"), ops))
+    kind_of = list(map(_CODE.__getitem__, map(attrgetter("kind"), ops)))
+    if ops and (min(stage_of) < 0 or max(stage_of) >= stages or min(mb_of) < 0 or max(mb_of) >= m):
+        raise _Invalid("an op names a stage or microbatch outside the schedule")
+    n = len(ops)
+    split = _I in kind_of
+    grad = _I if split else _B
+    kinds = (_F, _I, _W) if split else (_F, _B)
+    stage_kind = [s * 4 + k for s, k in zip(stage_of, kind_of)]
+    keys = [sk * m + mb for sk, mb in zip(stage_kind, mb_of)]
+    if not set(kind_of) <= set(kinds) or n != stages * m * len(kinds) or len(set(keys)) != n:
+        raise _Invalid("ops are missing or duplicated, or full and split backward are mixed")
+    slot = [-1] * (stages * 4 * m)  # (stage, kind, microbatch) -> op id
+    for i, key in enumerate(keys):
+        slot[key] = i
+
+    def ids(s: int, k: int) -> list[int]:
+        """Op ids of kind ``k`` on stage ``s``, by microbatch."""
+        return slot[(s * 4 + k) * m : (s * 4 + k + 1) * m]
+
+    for s in range(stages):
+        for k in kinds:
+            if [dev[i] for i in ids(s, k)] != where[s]:
+                raise _Invalid(f"an op of stage {s} is not on the device its placement gives")
+
+    # Dependencies. F(s) -> B/I(s) and I(s) -> W(s) share a device: the first must come earlier.
+    # F(s-1) -> F(s) and B/I(s+1) -> B/I(s) may cross devices: then they are messages.
+    for s in range(stages):
+        local = [(ids(s, _F), ids(s, grad))] + ([(ids(s, _I), ids(s, _W))] if split else [])
+        if any(a > b for first, then in local for a, b in zip(first, then)):
+            raise _Invalid(f"an op of stage {s} runs before its dependency on the same device")
+    # A message per cross-device dependency; one link per directed device pair. Messages with the same
+    # (source, destination, sender stage) take the same time, computed per run from the costs.
+    link_ids: dict[tuple[int, int], int] = {}
+
+    def link_id(a: int, b: int) -> int:
+        return link_ids.setdefault((a, b), len(link_ids))
+
+    succ = [-1] * n
+    arrival = [0.0] * n
+    message_ids: dict[tuple[int, int, int], int] = {}
+    message_of = [-1] * n
+    chains = [(s - 1, ids(s - 1, _F), ids(s, _F)) for s in range(1, stages)]
+    chains += [(s + 1, ids(s + 1, grad), ids(s, grad)) for s in range(stages - 1)]
+    for sender_stage, first, then in chains:
+        for a, b in zip(first, then):
+            da, db = dev[a], dev[b]
+            if da != db:
+                succ[a] = b
+                arrival[b] = -1.0
+                key = (da, db, sender_stage)
+                x = message_ids.get(key)
+                if x is None:
+                    x = message_ids[key] = len(message_ids)
+                message_of[a] = x
+            elif a > b:
+                raise _Invalid(f"{ops[b]} runs before its dependency {ops[a]} on the same device")
+    message_link = [link_id(a, b) for a, b, _ in message_ids]
+    link_of = [message_link[x] if x >= 0 else -1 for x in message_of]
+
+    # Replicated stages: a ring all-reduce over the distinct replica devices.
+    syncs = []
+    sync_index: dict[int, int] = {}
+    for s, holders in enumerate(schedule.placement):
+        replicas = tuple(dict.fromkeys(holders))
+        if len(replicas) < 2:
+            continue
+        ring = tuple((replicas[r], replicas[(r + 1) % len(replicas)]) for r in range(len(replicas)))
+        occupied = tuple(dict.fromkeys([link_id(a, b) for a, b in ring] + [link_id(b, a) for a, b in ring]))
+        sync_index[s] = len(syncs)
+        syncs.append((s, replicas, ring, occupied))
+    completes = _W if split else _B
+    sync_of = [-1] * n
+    if syncs:
+        sync_of = [sync_index.get(s, -1) if k == completes else -1 for s, k in zip(stage_of, kind_of)]
+    shared = [False] * len(link_ids)
+    for *_, occupied in syncs:
+        for lid in occupied:
+            shared[lid] = True
+
+    return Prepared(
+        schedule=schedule, ops=ops, dev=dev, stage=stage_of, kind=kind_of, stage_kind=stage_kind,
+        orders=orders, split=split, succ=succ, arrival=arrival, link_pairs=list(link_ids), link_of=link_of,
+        message_keys=list(message_ids), message_of=message_of, syncs=syncs, sync_of=sync_of, shared=shared,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------------
+
+
+class _Run(NamedTuple):
+    """Raw results in op ids; the :class:`Simulation` builds its views from them."""
+
+    prepared: Prepared
+    start: list[float]
+    end: list[float]
+    sent: list[float]  # when op i's message started on its link
+    arrived: list[float]  # when it arrived
+    send_bytes: list[float]  # per stage
+    allreduces: list[Event]
+    optimizer: list[Event]
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """The result of :func:`simulate`. Per-device tuples are indexed by device.
+
+    ``timeline``, ``start_s`` and ``end_s`` are built on first access.
+    """
+
+    step_time_s: float
+    idle_ratio: float
+    """1 − Σ busy_s / (devices · step_time_s)."""
+    busy_s: tuple[float, ...]
+    """Compute (and optimizer) time per device."""
+    peak_activation_bytes: tuple[float, ...]
+    persistent_bytes: tuple[float, ...]
+    peak_memory_bytes: tuple[float, ...]
+    _run: _Run = field(repr=False, compare=False)
+
+    @property
+    def devices(self) -> int:
+        return len(self.busy_s)
+
+    @property
+    def max_peak_memory_bytes(self) -> float:
+        """Peak memory of the worst device."""
+        return max(self.peak_memory_bytes, default=0.0)
+
+    @cached_property
+    def start_s(self) -> dict[Op, float]:
+        """Start time of every op."""
+        return dict(zip(self._run.prepared.ops, self._run.start))
+
+    @cached_property
+    def end_s(self) -> dict[Op, float]:
+        """End time of every op."""
+        return dict(zip(self._run.prepared.ops, self._run.end))
+
+    @cached_property
+    def timeline(self) -> tuple[Event, ...]:
+        """Every compute, transfer, all-reduce and optimizer interval, sorted by start time (stable)."""
+        run, plan = self._run, self._run.prepared
+        ops, succ, n = plan.ops, plan.succ, plan.size
+        events = list(map(Event, ["compute"] * n, ops, plan.dev, run.start, run.end, [0.0] * n))
+        events += [
+            Event("transfer", (ops[i], ops[j]), plan.link_pairs[plan.link_of[i]], run.sent[i], run.arrived[i],
+                  run.send_bytes[plan.stage[i]])
+            for i, j in enumerate(succ)
+            if j >= 0
+        ]
+        events += run.allreduces
+        events += run.optimizer
+        events.sort(key=itemgetter(3))
+        return tuple(events)
+
+    def events(self, kind: str) -> list[Event]:
+        """The timeline's events of one kind: "compute", "transfer", "allreduce" or "optimizer"."""
+        return [e for e in self.timeline if e.kind == kind]
+
+
+def _durations(stage: StageCost) -> tuple[float, float, float, float]:
+    """Durations indexed by op-kind code (F, B, I, W)."""
+    return (stage.forward_s, stage.backward_s, stage.input_grad_s, stage.weight_grad_s)
+
+
+def op_duration_s(op: Op, costs: Costs) -> float:
+    """Compute time of ``op`` from its stage's costs."""
+    return _durations(costs.stages[op.stage])[_CODE[op.kind]]
+
+
+def busy_s(schedule: Schedule, costs: Costs) -> tuple[float, ...]:
+    """Compute time per device: the sum of its ops' durations (without an optimizer step)."""
+    table = [_durations(c) for c in costs.stages]
+    return tuple(float(sum(table[op.stage][_CODE[op.kind]] for op in order)) for order in schedule.orders)
+
+
+def _gradient_bytes(stage: StageCost) -> float:
+    explicit = getattr(stage, "gradient_bytes", 0.0)
+    return float(explicit) if explicit else stage.param_count * GRADIENT_BYTES_PER_PARAM
+
+
+def _link_chooser(system: SystemConfig | None, link: LinkConfig | None) -> Callable[[int, int], LinkConfig | None]:
+    if link is not None:
+        return lambda a, b: link
+    if system is not None:
+        return lambda a, b: link_between(system, a, b)
+    return lambda a, b: None  # free communication
+
+
+# --------------------------------------------------------------------------------------------------
+# The simulation
+# --------------------------------------------------------------------------------------------------
+
+
+def simulate(
+    schedule: Schedule | Prepared,
+    costs: Costs,
+    system: SystemConfig | None = None,
+    *,
+    link: LinkConfig | None = None,
+    overlap_comm_compute: bool | None = None,
+    optimizer: bool = False,
+) -> Simulation:
+    """Simulate one training step of ``schedule`` with ``costs`` on ``system`` (see the module doc).
+
+    Args:
+        schedule: a valid schedule, or :func:`prepare`'s result for it (to simulate one schedule
+            under many costs or systems without flattening it again).
+        costs: per-stage costs, one entry per stage of the schedule.
+        system: links (``link_between``), ``overlap_comm_compute`` and, for the optimizer step,
+            memory bandwidth and latency. None: communication is free unless ``link`` is given.
+        link: one link used between every pair of devices (overrides the system's links).
+        overlap_comm_compute: overrides the system's setting (True when there is no system).
+        optimizer: add a memory-bound optimizer step per device at the end (needs ``system``).
+
+    Raises:
+        ScheduleValidationError: an invalid schedule or a deadlocking order (the message names
+            what each device waits for).
+        ScheduleError: ``costs`` does not match the schedule's stages, or ``optimizer`` without a
+            system.
+    """
+    plan = schedule if isinstance(schedule, Prepared) else prepare(schedule)
+    schedule = plan.schedule
+    if len(costs.stages) != schedule.stages:
+        raise ScheduleError(f"costs describe {len(costs.stages)} stages, the schedule has {schedule.stages}")
+    if optimizer and system is None:
+        raise ScheduleError("the optimizer step needs a system (memory bandwidth)")
+    overlap = overlap_comm_compute
+    if overlap is None:
+        overlap = system.overlap_comm_compute if system is not None else True
+    choose_link = _link_chooser(system, link)
+    p, n = schedule.devices, plan.size
+
+    # ---- costs of this run: op durations, message times, all-reduce times -------------------------
+    table = [t for c in costs.stages for t in _durations(c)]  # indexed by 4 * stage + kind
+    dur = list(map(table.__getitem__, plan.stage_kind))
+    send_bytes = [c.send_bytes for c in costs.stages]
+    message_times, occupancy_times = [], []
+    for a, b, s in plan.message_keys:
+        chosen = choose_link(a, b)
+        message_times.append(transfer_time_s(send_bytes[s], chosen) if chosen is not None else 0.0)
+        occupancy_times.append(send_bytes[s] / chosen.bandwidth_bytes_per_s if chosen is not None else 0.0)
+    message_times.append(0.0)  # index -1: ops that send nothing
+    occupancy_times.append(0.0)
+    message_s = list(map(message_times.__getitem__, plan.message_of))
+    occupy_s = list(map(occupancy_times.__getitem__, plan.message_of))
+    sync_s = []
+    for s, replicas, ring, _ in plan.syncs:
+        chosen = [choose_link(a, b) for a, b in ring]
+        nbytes = _gradient_bytes(costs.stages[s])
+        sync_s.append(0.0 if None in chosen else max(allreduce_time_s(nbytes, c, len(replicas)) for c in chosen))
+
+    # ---- state ------------------------------------------------------------------------------------
+    dev, succ, link_of, shared, sync_of = plan.dev, plan.succ, plan.link_of, plan.shared, plan.sync_of
+    start = [0.0] * n
+    end = [0.0] * n
+    sent = [0.0] * n
+    arrived = [0.0] * n
+    arrival = plan.arrival[:]  # when op i's input is there; -1: not yet known
+    free = [0.0] * p  # when each device's compute stream is next free
+    nxt = [o.start for o in plan.orders]  # next op id per device
+    stop = [o.stop for o in plan.orders]
+    held = [False] * p  # blocked on a message in the heap (sender blocks)
+    link_free = [0.0] * len(plan.link_pairs)
+    remaining = [0] * len(plan.syncs)
+    sync_ready = [0.0] * len(plan.syncs)
+    for x in sync_of:
+        if x >= 0:
+            remaining[x] += 1
+    allreduces: list[Event] = []
+    heap: list[tuple[float, int, int]] = []  # (ready time, 0 message of op id | 1 all-reduce index, id)
+    push, pop = heapq.heappush, heapq.heappop
+    resume = list(range(p - 1, -1, -1))  # devices to advance
+
+    while True:
+        # Advance devices as far as their inputs allow.
+        while resume:
+            d = resume.pop()
+            if held[d]:
+                continue
+            i, last, t = nxt[d], stop[d], free[d]
+            while i < last:
+                ready = arrival[i]
+                if ready < 0.0:
+                    break  # waiting for a message
+                if ready > t:
+                    t = ready
+                start[i] = t
+                t += dur[i]
+                end[i] = t
+                x = sync_of[i]
+                if x >= 0:  # a weight gradient of a replicated stage is complete
+                    if t > sync_ready[x]:
+                        sync_ready[x] = t
+                    remaining[x] -= 1
+                    if remaining[x] == 0:
+                        push(heap, (sync_ready[x], 1, x))
+                j = succ[i]
+                if j >= 0:  # send op i's message to op j
+                    lid = link_of[i]
+                    if shared[lid]:  # placed in global time order, through the heap
+                        push(heap, (t, 0, i))
+                        if not overlap:
+                            held[d] = True
+                            i += 1
+                            break
+                    else:
+                        sent[i] = ts = link_free[lid] if link_free[lid] > t else t
+                        link_free[lid] = ts + occupy_s[i]
+                        arrived[i] = arrival[j] = te = ts + message_s[i]
+                        if not overlap:
+                            t = te
+                        if nxt[dev[j]] == j:
+                            resume.append(dev[j])
+                i += 1
+            nxt[d], free[d] = i, t
+        if not heap:
+            break
+        # No device can advance: place the earliest message or all-reduce on a shared link.
+        ready, what, x = pop(heap)
+        if what == 1:
+            s, replicas, _, occupied = plan.syncs[x]
+            ts = max([ready] + [link_free[lid] for lid in occupied])
+            for lid in occupied:
+                link_free[lid] = ts + sync_s[x]
+            allreduces.append(Event("allreduce", s, replicas, ts, ts + sync_s[x], _gradient_bytes(costs.stages[s])))
+            continue
+        lid, j, d = link_of[x], succ[x], dev[x]
+        sent[x] = ts = link_free[lid] if link_free[lid] > ready else ready
+        link_free[lid] = ts + occupy_s[x]
+        arrived[x] = arrival[j] = te = ts + message_s[x]
+        if not overlap:
+            free[d] = te
+            held[d] = False
+            resume.append(d)
+        resume.append(dev[j])
+
+    if any(nxt[d] != stop[d] for d in range(p)):
+        execution_order(schedule)  # raises, naming what each device waits for
+        raise ScheduleValidationError("deadlock: some ops never became ready")  # pragma: no cover
+
+    # ---- optimizer step and metrics -----------------------------------------------------------------
+    stages_on = [schedule.stages_on(d) for d in range(p)]
+    persistent = tuple(float(sum(costs.stages[s].persistent_bytes for s in stages_on[d])) for d in range(p))
+    busy = [float(sum(dur[o.start : o.stop])) for o in plan.orders]
+    sync_end = {e.what: e.end_s for e in allreduces}
+    optimizer_events: list[Event] = []
+    if optimizer:
+        assert system is not None
+        rate = system.memory_bandwidth_bytes_per_s * system.memory_efficiency
+        for d in range(p):
+            ready = max([free[d]] + [sync_end[s] for s in stages_on[d] if s in sync_end])
+            length = 2 * persistent[d] / rate + system.memory_latency_s
+            optimizer_events.append(Event("optimizer", None, d, ready, ready + length, 0.0))
+            busy[d] += length
+    step = max([0.0, max(end, default=0.0), *sync_end.values(), *(e.end_s for e in optimizer_events)])
+    idle = 1.0 - sum(busy) / (p * step) if step > 0 else 0.0
+    peaks = _peak_activations(plan, [c.activation_bytes for c in costs.stages])
+
+    return Simulation(
+        step_time_s=step,
+        idle_ratio=idle,
+        busy_s=tuple(busy),
+        peak_activation_bytes=peaks,
+        persistent_bytes=persistent,
+        peak_memory_bytes=tuple(a + b for a, b in zip(peaks, persistent)),
+        _run=_Run(plan, start, end, sent, arrived, send_bytes, allreduces, optimizer_events),
+    )
+
+
+def _peak_activations(plan: Prepared, size: list[float]) -> tuple[float, ...]:
+    """Per device, the peak of stored activation bytes (see "Memory accounting" in the module doc).
+
+    A device runs one op at a time, so walking its order visits allocations (F starts) and releases
+    (B or W ends) in time order, a release before a later op's allocation at the same instant.
+    """
+    frees = _W if plan.split else _B
+    change = [0.0] * (4 * len(size))  # indexed by 4 * stage + kind
+    for s, x in enumerate(size):
+        change[4 * s + _F] = x
+        change[4 * s + frees] = -x
+    return tuple(
+        max(0.0, max(accumulate(map(change.__getitem__, plan.stage_kind[o.start : o.stop])), default=0.0))
+        for o in plan.orders
+    )
