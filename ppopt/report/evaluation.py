@@ -60,12 +60,13 @@ def evaluation_text(results: Sequence[Evaluation], backward: int) -> str:
             f"{t.length}",
             per_device(f.peak_activations),
             per_device(t.peak_activations),
+            per_device(f.weight_copies),
         ]
         if simulated:
             sim = r.simulation
             row += [seconds(sim.step_time_s), f"{sim.idle_ratio:.4f}", gib(max(sim.peak_memory_bytes))]
         rows.append(row)
-    headers = ["schedule", "bubble formula", "bubble table", "length formula", "length table", "peak act. formula", "peak act. table"]
+    headers = ["schedule", "bubble formula", "bubble table", "length formula", "length table", "peak act. formula", "peak act. table", "weights"]
     if simulated:
         headers += ["sim step", "sim idle", "sim peak memory"]
     table = aligned(headers, rows)

@@ -27,7 +27,7 @@ from ppopt.errors import ScheduleError
 from ppopt.io import atomic_write_bytes
 from ppopt.ir import Kind, Op, Schedule, freeing_kind
 
-__all__ = ["KIND_COLORS", "plot_compare", "plot_schedule"]
+__all__ = ["KIND_COLORS", "default_title", "live_curves", "plot_compare", "plot_schedule"]
 
 SUFFIXES = {".png": "png", ".svg": "svg"}
 
@@ -42,9 +42,9 @@ _ROW_INCHES = 0.42
 _MEMORY_INCHES = 1.9
 
 
-def _matplotlib():
+def _new_figure():
+    """A function making Figures with their own Agg canvas; a one-line error without matplotlib."""
     try:
-        import matplotlib
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
@@ -55,7 +55,7 @@ def _matplotlib():
         FigureCanvasAgg(fig)  # an Agg canvas of its own: no pyplot, no global backend
         return fig
 
-    return matplotlib, figure
+    return figure
 
 
 def _format_of(path: str | os.PathLike) -> str:
@@ -125,7 +125,7 @@ def live_curves(
 
 
 def _draw_gantt(ax, schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], factor: float) -> set:
-    """Boxes and labels on ``ax``; returns the (kind, secondary) pairs drawn, for the legend."""
+    """The op boxes on ``ax``; returns the (kind, secondary) pairs drawn, for the legend."""
     from matplotlib.patches import Rectangle
 
     p = schedule.devices
@@ -159,7 +159,7 @@ def _draw_gantt(ax, schedule: Schedule, start: Mapping[Op, float], end: Mapping[
 
 
 def _label_boxes(fig, ax, schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], factor: float) -> None:
-    """Microbatch numbers in the boxes, the font sized to the box (call after ``fig.canvas.draw()``
+    """Microbatch numbers in the boxes, the font sized to the box (call after ``fig.draw_without_rendering()``
     has settled the layout, so the axes' size in points is final)."""
     box = ax.get_window_extent()
     x0, x1 = ax.get_xlim()
@@ -194,7 +194,7 @@ def _legend_handles(drawn: set, secondary_label: str):
 
 def _save(fig, path: str | os.PathLike, fmt: str) -> Path:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, dpi=150 if fmt == "png" else None, bbox_inches="tight", metadata=_metadata(fmt))
+    fig.savefig(buffer, format=fmt, dpi=150 if fmt == "png" else None, metadata=_metadata(fmt))
     return atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -214,7 +214,7 @@ def _secondary_label(schedules: Sequence[Schedule]) -> str:
     return f"{what} (lighter, hatched)"
 
 
-def _default_title(schedule: Schedule) -> str:
+def default_title(schedule: Schedule) -> str:
     options = ", ".join(f"{k}={v}" for k, v in schedule.options.items() if v is not None)
     return f"{schedule.name}: p={schedule.devices}, m={schedule.microbatches}" + (f" ({options})" if options else "")
 
@@ -228,7 +228,7 @@ def plot_schedule(
     memory: bool = True,
     time_unit: str = "slots",
     activation_size: Callable[[int], float] | None = None,
-    memory_label: str = "live activations",
+    memory_unit: str = "activations",
 ) -> Path:
     """Draw ``schedule`` timed by ``start``/``end`` as a Gantt chart and write it to ``path``.
 
@@ -242,12 +242,14 @@ def plot_schedule(
             second are drawn in ms).
         activation_size: size of one microbatch's activation of a stage, e.g.
             ``lambda s: costs.stages[s].activation_bytes`` [default: 1 per stage].
-        memory_label: y label of the memory panel (e.g. "live activation bytes").
+        memory_unit: what ``activation_size`` counts: ``"activations"`` or ``"bytes"`` (then
+            shown in KiB, MiB, GiB or TiB as the peak suggests).
 
     Returns the path written.
     """
     fmt = _format_of(path)
-    _, Figure = _matplotlib()
+    _memory_scale(0.0, memory_unit)  # checks the unit
+    Figure = _new_figure()
     factor, xlabel = _time_axis(max(end.values(), default=0.0), time_unit)
     p = schedule.devices
     gantt_height = max(1.6, _ROW_INCHES * p + 0.6)
@@ -257,35 +259,54 @@ def plot_schedule(
     axes = fig.subplots(len(heights), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     gantt = axes[0]
     drawn = _draw_gantt(gantt, schedule, start, end, factor)
-    gantt.set_title(title if title is not None else _default_title(schedule), loc="left", fontsize=11)
-    gantt.legend(handles=_legend_handles(drawn, _secondary_label([schedule])), loc="lower right", bbox_to_anchor=(1.0, 1.0),
-                 ncol=5, frameon=False, fontsize=8, borderaxespad=0.2, handlelength=1.6)
+    gantt.set_title(title if title is not None else default_title(schedule), loc="left", fontsize=11)
+    gantt.legend(handles=_legend_handles(drawn, _secondary_label([schedule])), loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                 frameon=False, fontsize=8, handlelength=1.6)
     if memory:
-        _draw_memory(axes[1], schedule, start, end, factor, activation_size or (lambda stage: 1.0), memory_label)
+        _draw_memory(axes[1], schedule, start, end, factor, activation_size or (lambda stage: 1.0), memory_unit)
     axes[-1].set_xlabel(xlabel)
     if not memory:
         gantt.tick_params(axis="x", labelbottom=True)
-    fig.canvas.draw()
+    fig.draw_without_rendering()  # settle the layout (axes sizes) before sizing the labels
+    fig.set_layout_engine("none")  # and keep it: the labels fit inside their boxes
     _label_boxes(fig, gantt, schedule, start, end, factor)
     return _save(fig, path, fmt)
 
 
-def _draw_memory(ax, schedule, start, end, factor, size, label) -> None:
+def _draw_memory(ax, schedule, start, end, factor, size, unit) -> None:
     from matplotlib import colormaps
 
     curves = live_curves(schedule, start, end, size)
+    peak = max((max(levels) for _, levels in curves), default=0.0)
+    divisor, label = _memory_scale(peak, unit)
     cmap = colormaps["viridis"]
     p = schedule.devices
     for device, (times, levels) in enumerate(curves):
         color = cmap(device / max(p - 1, 1) * 0.9)
-        ax.step([t * factor for t in times], levels, where="post", color=color, linewidth=1.3, label=f"device {device}")
+        # Earlier devices wider, drawn first: a line hidden under another one still shows as a rim.
+        width = 1.1 + 1.8 * (p - 1 - device) / max(p - 1, 1)
+        ax.step([t * factor for t in times], [v / divisor for v in levels], where="post", color=color,
+                linewidth=width, label=f"device {device}", zorder=2 + device)
     ax.set_ylabel(label, fontsize=9)
     ax.set_ylim(bottom=0)
     ax.grid(color="0.9", linewidth=0.6)
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
     if p <= 16:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False, ncol=1 if p <= 8 else 2)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False, ncol=1 if p <= 8 else 2,
+                  handlelength=1.6)
+
+
+def _memory_scale(peak: float, unit: str) -> tuple[float, str]:
+    """The memory panel's divisor and y label: activations as counted, bytes in a binary unit."""
+    if unit == "activations":
+        return 1.0, "live activations"
+    if unit != "bytes":
+        raise ValueError(f"memory_unit must be 'activations' or 'bytes', got {unit!r}")
+    for name, divisor in (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
+        if peak >= divisor:
+            return divisor, f"live activations ({name})"
+    return 1.0, "live activations (bytes)"
 
 
 def plot_compare(
@@ -298,7 +319,7 @@ def plot_compare(
     fmt = _format_of(path)
     if not items:
         raise ScheduleError("nothing to compare: give at least one schedule")
-    _, Figure = _matplotlib()
+    Figure = _new_figure()
     longest = max(max(end.values(), default=0.0) for _, _, _, end in items)
     factor, xlabel = _time_axis(longest, time_unit)
     heights = [max(1.2, _ROW_INCHES * schedule.devices + 0.5) for _, schedule, _, _ in items]
@@ -312,10 +333,11 @@ def plot_compare(
     for ax in axes:
         ax.set_xlim(0, longest * factor if longest > 0 else 1)
     axes[-1].set_xlabel(xlabel)
-    fig.legend(handles=_legend_handles(drawn, _secondary_label([s for _, s, _, _ in items])), loc="outside upper left", ncol=5, frameon=False, fontsize=8)
+    fig.legend(handles=_legend_handles(drawn, _secondary_label([s for _, s, _, _ in items])), loc="outside right upper", frameon=False, fontsize=8)
     if title:
         fig.suptitle(title, x=0.01, ha="left", fontsize=11)
-    fig.canvas.draw()
+    fig.draw_without_rendering()  # settle the layout (axes sizes) before sizing the labels
+    fig.set_layout_engine("none")  # and keep it: the labels fit inside their boxes
     for ax, (_, schedule, start, end) in zip(axes, items):
         _label_boxes(fig, ax, schedule, start, end, factor)
     return _save(fig, path, fmt)

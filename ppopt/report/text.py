@@ -9,9 +9,13 @@ from ppopt.table import Table
 
 
 def cell_label(op: Op, schedule: Schedule) -> str:
-    """``F3`` when every device holds one stage; the full action string ``3F12`` otherwise."""
+    """``F3`` when every device holds one stage; the action string ``3F12`` otherwise, with the
+    direction (``d`` down / ``u`` up, i.e. replica 0 / 1) appended for replicated stages: ``3F2u``."""
     if schedule.stages == schedule.devices and schedule.replicas == 1:
         return f"{op.kind.value}{op.microbatch}"
+    if len(schedule.placement[op.stage]) > 1:
+        replica = schedule.replica_of[op.microbatch] if schedule.replica_of else 0
+        return f"{op}{'du'[replica] if replica < 2 else replica}"
     return str(op)
 
 

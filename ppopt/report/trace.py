@@ -162,13 +162,13 @@ def chrome_trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_
 
     metadata: list[dict] = []
     for device in range(p):
-        metadata.append({"name": "process_name", "ph": "M", "pid": device, "tid": 0, "args": {"name": f"device {device}"}})
-        metadata.append({"name": "process_sort_index", "ph": "M", "pid": device, "tid": 0, "args": {"sort_index": device}})
-        metadata.append({"name": "thread_name", "ph": "M", "pid": device, "tid": COMPUTE_TID, "args": {"name": "compute"}})
+        metadata.append({"name": "process_name", "ph": "M", "pid": device, "tid": 0, "ts": 0, "args": {"name": f"device {device}"}})
+        metadata.append({"name": "process_sort_index", "ph": "M", "pid": device, "tid": 0, "ts": 0, "args": {"sort_index": device}})
+        metadata.append({"name": "thread_name", "ph": "M", "pid": device, "tid": COMPUTE_TID, "ts": 0, "args": {"name": "compute"}})
         for lane in range(lanes_used[device]):
             label = "comm" if lane == 0 else f"comm {lane + 1}"
-            metadata.append({"name": "thread_name", "ph": "M", "pid": device, "tid": COMM_TID + lane, "args": {"name": label}})
-            metadata.append({"name": "thread_sort_index", "ph": "M", "pid": device, "tid": COMM_TID + lane, "args": {"sort_index": COMM_TID + lane}})
+            metadata.append({"name": "thread_name", "ph": "M", "pid": device, "tid": COMM_TID + lane, "ts": 0, "args": {"name": label}})
+            metadata.append({"name": "thread_sort_index", "ph": "M", "pid": device, "tid": COMM_TID + lane, "ts": 0, "args": {"sort_index": COMM_TID + lane}})
 
     return {
         "traceEvents": metadata + events,

@@ -1,0 +1,146 @@
+"""File commands: export (PyTorch CSV, Chrome trace, pictures) and import (PyTorch CSV)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ppopt.cli import main
+from ppopt.cli.options import emit_json, json_option, schedule_options, system_options, unit_options
+
+FORMATS = {"torch-csv": ".csv", "chrome-trace": ".json", "png": ".png", "svg": ".svg"}
+"""Export formats and their usual suffix (used to infer --format from --output)."""
+
+
+def _export_format(fmt: str | None, output: str) -> str:
+    from ppopt.errors import ConfigError
+
+    suffix = Path(output).suffix.lower()
+    if fmt is None:
+        inferred = next((name for name, usual in FORMATS.items() if usual == suffix), None)
+        if inferred is None:
+            raise ConfigError(
+                f"cannot tell the format from {output!r}: give --format ({', '.join(FORMATS)}) "
+                "or an output ending in .csv, .json, .png or .svg"
+            )
+        return inferred
+    if fmt in ("png", "svg") and suffix != FORMATS[fmt]:
+        raise ConfigError(f"--format {fmt} writes a {FORMATS[fmt]} file, but --output is {output!r}")
+    if output == "-" and fmt in ("png", "svg"):
+        raise ConfigError(f"--format {fmt} needs a file: --output - (stdout) is for torch-csv and chrome-trace")
+    return fmt
+
+
+@main.command("export")
+@schedule_options(name=True, table_backward=False)
+@unit_options()
+@system_options()
+@click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default=None,
+              help="torch-csv (PyTorch schedule CSV), chrome-trace (Perfetto JSON), png or svg (Gantt picture) "
+                   "[default: from the --output suffix].")
+@click.option("--output", "-o", required=True, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
+def export_command(name, devices, microbatches, options, unit, forward, backward, weight, comm, model, system,
+                   global_batch, fmt, output) -> None:
+    """Write a schedule, simulated, as a PyTorch schedule CSV, a Chrome trace or a Gantt picture.
+
+    The step is simulated in unit mode (slots) unless --model and --system are given. The CSV lists
+    each rank's actions ordered by simulated start time; the trace and the picture show the
+    simulated timeline with its communication and live activations.
+    """
+    from ppopt.generators import generate
+    from ppopt.io.torch_csv import format_torch_csv
+    from ppopt.simulate import simulate
+    from ppopt.solve.instance import instance_factory
+    from ppopt.validate import validate
+
+    fmt = _export_format(fmt, output)
+    unit = unit or (model is None and system is None)
+    factory = instance_factory(
+        devices, microbatches, unit=unit, forward=forward, backward=backward, weight=weight, comm=comm,
+        model=model, system=system, global_batch=global_batch,
+    )
+    schedule = validate(generate(name, devices, microbatches, **options))
+    if fmt == "torch-csv":
+        format_torch_csv(schedule)  # refuses replicated stages before simulating
+    instance = factory(schedule.stages, schedule.stage_weights)
+    simulation = simulate(schedule, instance.costs, instance.system)
+    unit_name = "slots" if unit else "s"
+
+    if fmt == "torch-csv":
+        _emit_text(output, format_torch_csv(schedule, simulation.start_s))
+    elif fmt == "chrome-trace":
+        import json
+
+        from ppopt.io import write_json
+        from ppopt.report.trace import chrome_trace
+
+        trace = chrome_trace(schedule, simulation, instance.costs, time_unit=unit_name)
+        if output == "-":
+            click.echo(json.dumps(trace))
+        else:
+            write_json(trace, output)
+    else:
+        from ppopt.report.plot import default_title, plot_schedule
+
+        costs = instance.costs
+        step = f"{simulation.step_time_s:.4g} {'slots' if unit else 's'}"
+        plot_schedule(
+            schedule, simulation.start_s, simulation.end_s, output,
+            title=f"{default_title(schedule)}, simulated step {step}",
+            time_unit=unit_name,
+            activation_size=lambda stage: costs.stages[stage].activation_bytes,
+            memory_unit="activations" if unit else "bytes",
+        )
+    if output != "-":
+        click.echo(f"wrote {output} ({fmt}: {schedule.name}, p={devices}, m={microbatches})", err=True)
+
+
+def _emit_text(output: str, text: str) -> None:
+    from ppopt.io import atomic_write_text
+
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        atomic_write_text(output, text)
+
+
+@main.command("import")
+@click.argument("file")
+@click.option("--legacy-backward", is_flag=True,
+              help="Old PyTorch spelling (torch <= 2.5): BW is a full backward, B the input backward (when W is used).")
+@click.option("--backward", type=int, default=1, show_default=True, help="Slot length of a full backward B in tables (1 or 2).")
+@json_option
+def import_command(file: str, legacy_backward: bool, backward: int, as_json: bool) -> None:
+    """Read a PyTorch schedule CSV, validate it, and print its unit-slot table and metrics."""
+    from ppopt.io.torch_csv import read_torch_csv
+    from ppopt.report.text import grid, per_device
+    from ppopt.table import build_table, table_metrics
+
+    schedule = read_torch_csv(Path(file), legacy_backward=legacy_backward)
+    table = build_table(schedule, backward)
+    metrics = table_metrics(table)
+    split = schedule.split_backward
+    if as_json:
+        emit_json({
+            "schedule": schedule.name,
+            "file": file,
+            "devices": schedule.devices,
+            "stages": schedule.stages,
+            "microbatches": schedule.microbatches,
+            "split_backward": split,
+            "placement": [holders[0] for holders in schedule.placement],
+            "orders": [[str(op) for op in order] for order in schedule.orders],
+            "table": {"length": metrics.length, "bubble_ratio": metrics.bubble_ratio,
+                      "peak_activations": list(metrics.peak_activations)},
+        })
+        return
+    click.echo(
+        f"{schedule.name}: {schedule.devices} devices, {schedule.stages} stages, {schedule.microbatches} microbatches, "
+        f"{'split (I, W)' if split else 'full (B)'} backward\n"
+    )
+    click.echo(grid(table))
+    click.echo(
+        f"\nlength {metrics.length} slots, bubble ratio {metrics.bubble_ratio:.4f}, "
+        f"peak live activations per device {per_device(metrics.peak_activations)}"
+    )

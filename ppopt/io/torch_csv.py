@@ -1,0 +1,289 @@
+"""PyTorch's pipeline schedule CSV (``torch.distributed.pipelining``), read and written.
+
+The format (PyTorch's ``_load_csv`` / ``_dump_csv``; torchtitan's ``pipeline_parallel_schedule_csv``):
+no header; row r is rank r; its cells are that rank's actions in execution order; an empty cell is an
+idle step and is skipped. A compute action is ``<stage><TYPE><microbatch>`` with a global (virtual)
+stage id, e.g. ``0F3``, ``5I2``, ``7W0``, ``2B1``, which is exactly ``str(op)`` of a ppopt
+:class:`~ppopt.ir.Op`.
+
+Reading (:func:`read_torch_csv`)
+    * Action types, as in the current PyTorch (``_ComputationType``, torch >= 2.6): ``F`` forward,
+      ``I`` backward for inputs, ``W`` backward for weights, ``B`` full backward.
+    * ``compute_comms`` files: the runtime actions ``SEND_F``, ``RECV_F``, ``SEND_B``, ``RECV_B``,
+      ``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD`` (microbatch optional) and torch 2.5's batched
+      ``<s>SEND_F<m>_<s>RECV_B<m>`` / ``..SEND_B.._..RECV_F..`` are skipped: ppopt derives
+      communication itself. ``(0F7;7B3)OVERLAP_F_B`` is its compute sub-actions, in order.
+    * Legacy spelling (``legacy_backward=True``, torch <= 2.5): ``BW`` is the full backward and
+      ``B`` the backward; that old ``B`` ran as an input-gradient backward only in schedules that
+      also had ``W`` actions (``use_full_backward=False``), so it is read as ``I`` when the file holds
+      any ``W`` and as a full ``B`` otherwise. ``I`` is accepted as ``I``.
+    * Mixed backward: ppopt's IR has one backward mode per schedule (full B, or split I and W),
+      while PyTorch lets a schedule mix them (DualPipeV runs some microbatches' backward as one
+      ``B``, others as ``I`` then ``W``). In a file holding any I or W, a full ``B`` is read as its
+      ``I`` immediately followed by its ``W`` (same total time in the cost model, where B = I + W,
+      and the same activation release; only the input gradient counts as ready after the I part).
+    * Without the legacy flag a ``BW`` cell is an error that says to use it: the current PyTorch
+      parser does not know ``BW`` (its regex reads ``0BW3`` as ``0B`` without a microbatch, which
+      its validator then rejects), and a file spelling ``BW`` most likely means ``I`` by ``B``.
+    * The schedule: devices = rows (trailing empty lines are ignored, an empty row inside the file
+      is an idle rank), stages = highest stage + 1, microbatches = highest microbatch + 1, stage s
+      placed on the one rank whose row holds it, name = the file's stem. It is then checked by
+      :func:`ppopt.validate.validate`.
+    * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file name.
+      Positions are **0-based**, like PyTorch's ``Rank r, step s``: "row 2 (rank 2, line 3),
+      cell 5" is the sixth cell of the file's third line. Validation errors keep their order grid
+      in ``.details``.
+
+Writing (:func:`write_torch_csv`): one row per device, its ops in order, or sorted by given start
+times (simulated or solver times). PyTorch's CSV holds one rank per stage, so a schedule with
+replicated stages (Chimera) is refused rather than written as a file PyTorch would not load. The
+file is written atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO
+
+from ppopt.errors import ScheduleError
+from ppopt.io import atomic_write_text
+from ppopt.ir import Kind, Op, Schedule, parse_action
+from ppopt.validate import ScheduleValidationError, validate
+
+__all__ = ["COMM_ACTIONS", "format_torch_csv", "parse_torch_csv", "read_torch_csv", "write_torch_csv"]
+
+COMM_ACTIONS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD")
+"""Runtime (non-compute) action types of ``compute_comms`` files; skipped when reading."""
+
+_TYPES = "|".join(COMM_ACTIONS) + "|BW|F|I|B|W"
+_SINGLE = re.compile(rf"^(\d+)({_TYPES})(\d*)$")
+_BATCHED = re.compile(r"^\d+(SEND_F|SEND_B)\d+_\d+(RECV_B|RECV_F)\d+$")  # torch 2.5's paired comms
+_GROUP = re.compile(r"^\((.*)\)([A-Za-z_]+)$")
+
+
+class _CellError(Exception):
+    """A malformed cell; the reader adds where it is."""
+
+
+_Raw = tuple[int, str, int]  # (stage, action type as written: F, I, W, B or BW, microbatch)
+
+
+def _parse_single(text: str) -> _Raw | None:
+    match = _SINGLE.match(text)
+    if match is None:
+        if _BATCHED.match(text):
+            return None
+        raise _CellError(f"unknown action {text!r} (expected <stage><F|I|W|B><microbatch>, e.g. 3F12)")
+    stage, code, microbatch = match.groups()
+    if code in COMM_ACTIONS:
+        return None
+    if not microbatch:
+        raise _CellError(f"compute action {text!r} has no microbatch")
+    return int(stage), code, int(microbatch)
+
+
+def parse_cell(text: str) -> list[_Raw]:
+    """The compute actions of one CSV cell as ``(stage, type as written, microbatch)``, in order:
+    none (idle or communication), one, or an ``OVERLAP_F_B`` group's sub-actions."""
+    text = text.strip()
+    if not text:
+        return []
+    group = _GROUP.match(text)
+    if group is None:
+        action = _parse_single(text)
+        return [] if action is None else [action]
+    inner, kind = group.groups()
+    if kind != "OVERLAP_F_B":
+        raise _CellError(f"unknown action group type {kind!r} in {text!r} (expected OVERLAP_F_B)")
+    actions = [_parse_single(part.strip()) for part in inner.split(";") if part.strip()]
+    return [a for a in actions if a is not None]
+
+
+_BW_HINT = (
+    "'BW' is the legacy spelling of a full backward (current PyTorch writes B, and I for the input backward); "
+    "read the file with legacy_backward=True (--legacy-backward)"
+)
+
+
+def _kinds(code: str, legacy: bool, has_w: bool) -> Kind:
+    """The op kind an action type means (see the module docstring)."""
+    if code == "BW":
+        if not legacy:
+            raise _CellError(_BW_HINT)
+        return Kind.B
+    if code == "B" and legacy and has_w:
+        return Kind.I
+    return Kind(code)
+
+
+def _where(row: int, cell: int) -> str:
+    return f"row {row} (rank {row}, line {row + 1}), cell {cell}"
+
+
+def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = False) -> Schedule:
+    """Parse the text of a PyTorch schedule CSV into a validated :class:`Schedule` named ``name``.
+
+    See the module docstring for the format, the legacy spelling and the error positions.
+    """
+    rows = list(csv.reader(io.StringIO(text)))
+    while rows and not any(cell.strip() for cell in rows[-1]):
+        rows.pop()
+    if not rows:
+        raise ScheduleError(f"{name}: empty file: no rank rows (a PyTorch schedule CSV has one row of actions per rank)")
+
+    # First pass: the compute actions of every cell, as written.
+    raw: list[list[tuple[int, _Raw]]] = []
+    for r, row in enumerate(rows):
+        cells = []
+        for c, cell in enumerate(row):
+            try:
+                cells += [(c, action) for action in parse_cell(cell)]
+            except _CellError as error:
+                raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
+        raw.append(cells)
+    codes = {code for cells in raw for _, (_, code, _) in cells}
+    if not codes:
+        raise ScheduleError(f"{name}: no compute action in the file (expected cells such as 0F0, 0B0)")
+
+    # Second pass: kinds (legacy spelling), full B expanded to I, W in split schedules, placement.
+    kinds: dict[str, Kind] = {}
+    for code in codes:
+        try:
+            kinds[code] = _kinds(code, legacy_backward, "W" in codes)
+        except _CellError as error:
+            r, c = next((r, c) for r, cells in enumerate(raw) for c, a in cells if a[1] == code)
+            raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
+    split = any(kind in (Kind.I, Kind.W) for kind in kinds.values())
+    orders: list[list[Op]] = []
+    seen: dict[Op, tuple[int, int]] = {}
+    holder: dict[int, tuple[int, int]] = {}  # stage -> (row, cell) where it first appears
+    for r, cells in enumerate(raw):
+        order: list[Op] = []
+        for c, (stage, code, microbatch) in cells:
+            kind = kinds[code]
+            expanded = (Kind.I, Kind.W) if split and kind is Kind.B else (kind,)
+            for op in (Op(stage, k, microbatch) for k in expanded):
+                first = holder.setdefault(op.stage, (r, c))
+                if first[0] != r:
+                    raise ScheduleError(
+                        f"{name}: stage {op.stage} is on two ranks: {_where(*first)} and {_where(r, c)} "
+                        "(each stage must be on exactly one rank)"
+                    )
+                if op in seen:
+                    raise ScheduleError(f"{name}: {_where(r, c)}: action {op} appears twice (first at {_where(*seen[op])})")
+                seen[op] = (r, c)
+                order.append(op)
+        orders.append(order)
+    stages = max(holder) + 1
+    missing = [s for s in range(stages) if s not in holder]
+    if missing:
+        raise ScheduleError(f"{name}: stage {missing[0]} appears in no row, but stages up to {stages - 1} do")
+    microbatches = max(op.microbatch for op in seen) + 1
+    schedule = Schedule(
+        name=name,
+        devices=len(orders),
+        microbatches=microbatches,
+        placement=tuple((holder[s][0],) for s in range(stages)),
+        orders=tuple(tuple(order) for order in orders),
+    )
+    try:
+        return validate(schedule)
+    except ScheduleValidationError as error:
+        message = str(error)
+        mentioned = [parse_action(word) for word in _ACTION_WORD.findall(message)]
+        named = next((seen[op] for op in mentioned if op in seen), None)
+        if named is not None:
+            where = f" (at {_where(*named)})"
+        elif mentioned and mentioned[0].stage in holder:
+            row = holder[mentioned[0].stage][0]
+            where = f" (stage {mentioned[0].stage} is on row {row} (rank {row}, line {row + 1}))"
+        else:
+            where = ""
+        raise ScheduleValidationError(f"{name}: {message}{where}", error.details) from None
+
+
+_ACTION_WORD = re.compile(r"\b\d+[FBIW]\d+\b")
+
+
+
+
+def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: bool = False) -> Schedule:
+    """Read a PyTorch schedule CSV into a validated :class:`Schedule`.
+
+    ``path_or_text``: a path (``os.PathLike``, or a ``str`` without a newline or comma), an open text
+    file, or the CSV text itself (a ``str`` containing a newline or a comma). The schedule is named
+    after the file's stem (``torch-csv`` for text).
+    """
+    if hasattr(path_or_text, "read"):
+        source = getattr(path_or_text, "name", None)
+        name = Path(source).stem if isinstance(source, str) else "torch-csv"
+        return parse_torch_csv(path_or_text.read(), name, legacy_backward)  # type: ignore[union-attr]
+    if isinstance(path_or_text, str) and ("\n" in path_or_text or "," in path_or_text):
+        return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
+    path = Path(path_or_text)  # type: ignore[arg-type]
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ScheduleError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ScheduleError(f"{path}: cannot read: {getattr(error, 'strerror', None) or error}") from None
+    return parse_torch_csv(text, path.stem, legacy_backward)
+
+
+def _refuse_replicas(schedule: Schedule) -> None:
+    for s, holders in enumerate(schedule.placement):
+        if len(set(holders)) > 1:
+            ranks = ", ".join(str(d) for d in holders[:-1]) + f" and {holders[-1]}"
+            raise ScheduleError(
+                f"PyTorch's schedule CSV holds one rank per stage; {schedule.name} places stage {s} on ranks {ranks}"
+            )
+
+
+def format_torch_csv(schedule: Schedule, start: Mapping[Op, float] | None = None) -> str:
+    """The CSV text of ``schedule`` (see :func:`write_torch_csv`)."""
+    _refuse_replicas(schedule)
+    rows = []
+    for d, order in enumerate(schedule.orders):
+        if start is not None:
+            absent = next((op for op in order if op not in start), None)
+            if absent is not None:
+                raise ScheduleError(f"no start time for op {absent} on device {d}")
+            position = {op: i for i, op in enumerate(order)}
+            order = tuple(sorted(order, key=lambda op: (start[op], position[op])))
+        rows.append(order)
+    if start is not None:
+        reordered = Schedule(schedule.name, schedule.devices, schedule.microbatches, schedule.placement, tuple(rows),
+                             schedule.replica_of, schedule.stage_weights, schedule.options)
+        try:
+            validate(reordered)
+        except ScheduleValidationError as error:
+            raise ScheduleValidationError(f"ordering {schedule.name} by the given start times: {error}", error.details) from None
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for order in rows:
+        writer.writerow([str(op) for op in order])
+    return buffer.getvalue()
+
+
+def write_torch_csv(
+    schedule: Schedule,
+    path_or_file: str | os.PathLike | IO[str],
+    start: Mapping[Op, float] | None = None,
+) -> None:
+    """Write ``schedule`` as a PyTorch schedule CSV (``compute_only`` format).
+
+    One row per device with its ops in order; with ``start`` (simulated or solver start times),
+    each device's ops sorted by start time (ties keep the schedule's order). A path is written
+    atomically; an open text file is written as is. Raises :class:`ScheduleError` for a schedule
+    with replicated stages, which the format cannot hold.
+    """
+    text = format_torch_csv(schedule, start)
+    if hasattr(path_or_file, "write"):
+        path_or_file.write(text)  # type: ignore[union-attr]
+    else:
+        atomic_write_text(path_or_file, text)  # type: ignore[arg-type]

@@ -1,0 +1,469 @@
+"""Sweep specs: a TOML file naming a grid of points, validated strictly, expanded into work items.
+
+A spec (``configs/studies/paper.toml`` is the full example)::
+
+    description = "what this sweep is for"
+    schedules = ["gpipe", "1f1b", "chimera"]   # or "all"
+    devices = [4, 8]
+    microbatches = [8, 16, 32]
+    models = ["study"]                         # presets or .toml/.json files (relative to the spec)
+    systems = ["mid-mid", "fast-slow"]
+    global_batch = 256                         # optional: default is each model's global_batch_size
+    backward = 1                               # slot length of a full backward B in the table layer
+
+    [options]                                  # schedule options; a list sweeps them
+    chunks = 2                                 # interleaved-1f1b
+    waves = 1                                  # hanayo
+    split = "1:2"                              # chimera-asym
+
+    [filters.hanayo]                           # per-schedule point filters (all given must hold)
+    microbatches_equal_devices = true          # also: devices, microbatches, models, systems (lists),
+                                               # microbatches_multiple_of_devices
+    [solver]                                   # optional: optimality gaps (unit mode, see below)
+    devices = [4]
+    microbatches = [8]
+    memory_limits = ["none", 4]                # live activations of a 1/p share per device, or "none"
+    time_limit_s = 10
+    deterministic_time = 5                     # CP-SAT deterministic limit: makes reruns reproducible
+    max_ops = 400                              # skip points whose schedule has more ops
+    forward = 1.0                              # unit-mode durations, slots per 1/p model share
+    backward = 2.0
+    comm = 0.0
+
+Points are the cartesian product of the lists, in this order: model, system, devices, microbatches,
+schedule, schedule-option values; schedule options only multiply the schedules that take them. A
+filter removes points from the grid altogether (they are not points). A point the generator refuses
+(e.g. Chimera with odd p) *is* a point: its row has ``status = "skipped"`` and the reason, so a resumed
+run does not retry it.
+
+Solver points are unit mode only (no model, no system): one per (devices, microbatches, memory
+limit, schedule), grouped by family space so schedules sharing a space (gpipe and 1f1b) share one
+search. The solver always runs with one worker and seed ``seed`` so a rerun reproduces it, provided the
+deterministic limit (not the wall-clock one) is what ends each search.
+
+Every point's inputs are a flat dict; its hash is the first 16 hex digits of the sha256 of their
+canonical JSON (sorted keys, no spaces). The inputs name the model and system as written and also
+carry a digest of their contents, so editing a preset gives new points instead of stale rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    StrictBool,
+    ValidationError,
+    field_validator,
+)
+
+from ppopt.config import ModelConfig, SystemConfig, load_model, load_system
+from ppopt.errors import ConfigError, PpoptError
+from ppopt.generators import OPTIONS, REGISTRY, generate
+
+__all__ = ["EvalItem", "GapItem", "SweepSpec", "expand", "load_spec", "point_hash", "spec_dirs", "resolve_spec"]
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _unique(values: list, key: str) -> list:
+    seen = set()
+    for value in values:
+        marker = json.dumps(value, sort_keys=True)
+        if marker in seen:
+            raise ValueError(f"duplicate value {value!r} in '{key}'")
+        seen.add(marker)
+    return values
+
+
+class Filter(_Strict):
+    """Which points of one schedule to keep: every condition given must hold."""
+
+    devices: list[PositiveInt] | None = None
+    microbatches: list[PositiveInt] | None = None
+    models: list[NonEmptyStr] | None = None
+    systems: list[NonEmptyStr] | None = None
+    microbatches_equal_devices: StrictBool = False
+    microbatches_multiple_of_devices: StrictBool = False
+
+    def keeps(self, devices: int, microbatches: int, model: str | None = None, system: str | None = None) -> bool:
+        if self.devices is not None and devices not in self.devices:
+            return False
+        if self.microbatches is not None and microbatches not in self.microbatches:
+            return False
+        if self.models is not None and model is not None and model not in self.models:
+            return False
+        if self.systems is not None and system is not None and system not in self.systems:
+            return False
+        if self.microbatches_equal_devices and microbatches != devices:
+            return False
+        if self.microbatches_multiple_of_devices and microbatches % devices:
+            return False
+        return True
+
+
+class Options(_Strict):
+    """Schedule options (see ``ppopt list``); a list sweeps the values. Unset: the generator's default."""
+
+    chunks: PositiveInt | list[PositiveInt] | None = None
+    waves: PositiveInt | list[PositiveInt] | None = None
+    split: NonEmptyStr | list[NonEmptyStr] | None = None
+
+    @field_validator("split")
+    @classmethod
+    def _check_split(cls, value):
+        from ppopt.generators.chimera import parse_split
+
+        for text in value if isinstance(value, list) else [value]:
+            try:
+                parse_split(text)
+            except PpoptError as error:
+                raise ValueError(str(error).replace("--split", "split")) from None
+        return value
+
+    def values(self, name: str) -> list:
+        """The normalised values of option ``name`` (one default value when unset)."""
+        raw = getattr(self, name)
+        if raw is None:
+            raw = OPTIONS[name][0]
+        values = raw if isinstance(raw, list) else [raw]
+        if name == "split":
+            values = [_split_text(v) for v in values]
+        return _unique(values, f"options.{name}")
+
+
+def _split_text(value: object) -> str:
+    from ppopt.generators.chimera import parse_split
+
+    a, b = parse_split(value)
+    return f"{a:g}:{b:g}"
+
+
+class SolverSpec(_Strict):
+    """Optimality gaps in unit mode (durations in slots per 1/p model share)."""
+
+    schedules: list[NonEmptyStr] | Literal["all"] | None = None
+    """Default: the sweep's schedules."""
+    devices: list[PositiveInt] | None = None
+    """Default: the sweep's devices."""
+    microbatches: list[PositiveInt] | None = None
+    """Default: the sweep's microbatches."""
+    memory_limits: list[PositiveFloat | Literal["none"]] = ["none"]
+    time_limit_s: PositiveFloat = 10.0
+    deterministic_time: PositiveFloat | None = None
+    max_ops: PositiveInt = 1000
+    forward: NonNegativeFloat = 1.0
+    backward: NonNegativeFloat = 2.0
+    weight: NonNegativeFloat | None = None
+    comm: NonNegativeFloat = 0.0
+    seed: NonNegativeInt = 0
+
+
+class SweepSpec(_Strict):
+    """The validated contents of a spec file (see the module docstring)."""
+
+    description: str = ""
+    schedules: list[NonEmptyStr] | Literal["all"] = "all"
+    devices: list[PositiveInt] = Field(min_length=1)
+    microbatches: list[PositiveInt] = Field(min_length=1)
+    models: list[NonEmptyStr] = Field(min_length=1)
+    systems: list[NonEmptyStr] = Field(min_length=1)
+    global_batch: PositiveInt | None = None
+    backward: PositiveInt = 1
+    options: Options = Options()
+    filters: dict[str, Filter] = {}
+    solver: SolverSpec | None = None
+
+    def schedule_names(self) -> list[str]:
+        return list(REGISTRY) if self.schedules == "all" else list(self.schedules)
+
+    def solver_schedule_names(self) -> list[str]:
+        if self.solver is None:
+            return []
+        chosen = self.solver.schedules
+        if chosen is None:
+            return self.schedule_names()
+        return list(REGISTRY) if chosen == "all" else list(chosen)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------
+
+
+def spec_dirs() -> tuple[Path, ...]:
+    """Where named study specs live: the repo's ``configs/studies``, then ``ppopt/presets/studies``."""
+    return (_REPO_ROOT / "configs" / "studies", _PACKAGE_DIR / "presets" / "studies")
+
+
+def resolve_spec(name_or_path: str | os.PathLike) -> Path:
+    """A spec file: an existing path, or the stem of a file in :func:`spec_dirs` (e.g. ``paper``)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    for directory in spec_dirs():
+        candidate = directory / f"{os.fspath(name_or_path)}.toml"
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"{os.fspath(name_or_path)}: no such spec file")
+
+
+def display(path: Path) -> str:
+    resolved = path.resolve()
+    for base in (Path.cwd(), _REPO_ROOT):
+        try:
+            return str(resolved.relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return str(path)
+
+
+def _describe(error: ValidationError) -> str:
+    """The first problem on one line, naming the key: ``unknown key 'x'``, ``key 'a.b': reason``."""
+    parts = []
+    for item in error.errors(include_url=False):
+        # drop pydantic's union branch names ("list[...]", "function-after[...]") from the location
+        loc = [str(p) for p in item["loc"] if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float")))]
+        key = ".".join(loc)
+        message = " ".join(item["msg"].split()).removeprefix("Value error, ")
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            parts.append(f"unknown key '{key}'")
+        elif kind == "missing":
+            parts.append(f"missing key '{key}'")
+        else:
+            parts.append(f"key '{key}': {message}")
+    # a union reports each branch; one line per distinct key is enough
+    first: dict[str, str] = {}
+    for part in parts:
+        first.setdefault(part.split(":")[0], part)
+    return "; ".join(first.values())
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec with its presets loaded (so a bad name fails before any work starts)."""
+
+    path: Path
+    name: str
+    spec: SweepSpec
+    models: Mapping[str, ModelConfig]
+    systems: Mapping[str, SystemConfig]
+
+
+def load_spec(path: str | os.PathLike) -> LoadedSpec:
+    """Read, validate and resolve a spec file; every problem is a one-line :class:`ConfigError`."""
+    path = Path(path)
+    where = display(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"{where}: cannot read spec ({error.strerror or error})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{where}: not valid TOML: {' '.join(str(error).split())}") from None
+    return load_spec_data(data, path)
+
+
+def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
+    where = display(path)
+    try:
+        spec = SweepSpec.model_validate(data, strict=True)
+    except ValidationError as error:
+        raise ConfigError(f"{where}: {_describe(error)}") from None
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(f"{where}: key '{key}': {message}")
+
+    for key, values in (("devices", spec.devices), ("microbatches", spec.microbatches), ("models", spec.models), ("systems", spec.systems)):
+        try:
+            _unique(values, key)
+        except ValueError as error:
+            raise fail(key, str(error)) from None
+    known = ", ".join(REGISTRY)
+    for key, chosen in (("schedules", spec.schedules), ("solver.schedules", spec.solver.schedules if spec.solver else None)):
+        if isinstance(chosen, list):
+            for name in chosen:
+                if name not in REGISTRY:
+                    raise fail(key, f"unknown schedule '{name}' (known: {known})")
+            try:
+                _unique(chosen, key)
+            except ValueError as error:
+                raise fail(key, str(error)) from None
+    for name in spec.filters:
+        if name not in REGISTRY:
+            raise fail(f"filters.{name}", f"unknown schedule '{name}' (known: {known})")
+    for option in OPTIONS:
+        try:
+            spec.options.values(option)
+        except (ValueError, PpoptError) as error:
+            raise fail(f"options.{option}", str(error)) from None
+    if spec.solver is not None:
+        s = spec.solver
+        if s.weight is not None and s.weight > s.backward:
+            raise fail("solver.weight", f"must not exceed solver.backward ({s.backward:g})")
+        try:
+            _unique(s.memory_limits, "solver.memory_limits")
+        except ValueError as error:
+            raise fail("solver.memory_limits", str(error)) from None
+
+    models, systems = {}, {}
+    for index, name in enumerate(spec.models):
+        try:
+            models[name] = load_model(_relative(name, path))
+        except ConfigError as error:
+            raise fail(f"models.{index}", str(error)) from None
+    for index, name in enumerate(spec.systems):
+        try:
+            systems[name] = load_system(_relative(name, path))
+        except ConfigError as error:
+            raise fail(f"systems.{index}", str(error)) from None
+    return LoadedSpec(path, path.stem, spec, models, systems)
+
+
+def _relative(name: str, spec_path: Path) -> str:
+    """A model/system given as a relative file path is looked up next to the spec first."""
+    if name.endswith((".toml", ".json")) or "/" in name or os.sep in name:
+        candidate = spec_path.parent / name
+        if not Path(name).is_absolute() and candidate.is_file():
+            return str(candidate)
+    return name
+
+
+# --------------------------------------------------------------------------------------------------
+# Points
+# --------------------------------------------------------------------------------------------------
+
+
+def canonical_json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def point_hash(inputs: Mapping[str, object]) -> str:
+    """First 16 hex digits of the sha256 of the inputs' canonical JSON."""
+    return hashlib.sha256(canonical_json(dict(inputs)).encode("utf-8")).hexdigest()[:16]
+
+
+def config_digest(config: BaseModel) -> str:
+    return hashlib.sha256(canonical_json(config.model_dump(mode="json")).encode("utf-8")).hexdigest()[:12]
+
+
+def _option_combos(name: str, options: Options) -> list[dict[str, object]]:
+    """Every combination of the options schedule ``name`` takes; the others are None."""
+    taken = REGISTRY[name].options
+    axes = [options.values(o) if o in taken else [None] for o in OPTIONS]
+    return [dict(zip(OPTIONS, combo)) for combo in itertools.product(*axes)]
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One evaluation point: a schedule on (p, m), a model on a system. Produces one row."""
+
+    inputs: dict
+    hash: str
+    model: ModelConfig
+    system: SystemConfig
+    cost: float
+
+    @property
+    def hashes(self) -> tuple[str, ...]:
+        return (self.hash,)
+
+
+@dataclass(frozen=True)
+class GapItem:
+    """Schedules sharing a family space at one (p, m, memory limit): one search, one row each."""
+
+    inputs: tuple[dict, ...]
+    hashes: tuple[str, ...]
+    cost: float = field(default=0.0)
+
+
+def _applies(spec: SweepSpec, name: str, devices: int, microbatches: int, model: str | None = None, system: str | None = None) -> bool:
+    rule = spec.filters.get(name)
+    return rule is None or rule.keeps(devices, microbatches, model, system)
+
+
+def expand(loaded: LoadedSpec) -> list[EvalItem | GapItem]:
+    """The spec's work items in point order (the order rows appear in ``rows.csv``)."""
+    spec = loaded.spec
+    items: list[EvalItem | GapItem] = []
+    for model_name, system_name in itertools.product(spec.models, spec.systems):
+        model, system = loaded.models[model_name], loaded.systems[system_name]
+        model_digest, system_digest = config_digest(model), config_digest(system)
+        global_batch = spec.global_batch or model.global_batch_size
+        for devices, microbatches in itertools.product(spec.devices, spec.microbatches):
+            for name in spec.schedule_names():
+                if not _applies(spec, name, devices, microbatches, model_name, system_name):
+                    continue
+                for combo in _option_combos(name, spec.options):
+                    inputs = {
+                        "kind": "evaluate", "schedule": name, "devices": devices, "microbatches": microbatches, **combo,
+                        "model": model_name, "model_digest": model_digest, "system": system_name,
+                        "system_digest": system_digest, "global_batch": global_batch, "backward": spec.backward,
+                    }
+                    items.append(EvalItem(inputs, point_hash(inputs), model, system, float(devices * microbatches)))
+    if spec.solver is not None:
+        items += _gap_items(spec)
+    return items
+
+
+def _op_count(name: str, devices: int, microbatches: int, combo: dict) -> int | None:
+    try:
+        schedule = generate(name, devices, microbatches, **{k: v for k, v in combo.items() if v is not None})
+    except PpoptError:
+        return None  # the generator refuses: the point stays, its row says why
+    return sum(len(order) for order in schedule.orders)
+
+
+def _gap_items(spec: SweepSpec) -> list[GapItem]:
+    from ppopt.solve.gap import family_space
+
+    solver = spec.solver
+    assert solver is not None
+    items = []
+    devices_list = solver.devices or spec.devices
+    microbatch_list = solver.microbatches or spec.microbatches
+    for devices, microbatches in itertools.product(devices_list, microbatch_list):
+        for limit in solver.memory_limits:
+            groups: dict[str, list[dict]] = {}
+            for name in spec.solver_schedule_names():
+                if not _applies(spec, name, devices, microbatches):
+                    continue
+                for combo in _option_combos(name, spec.options):
+                    ops = _op_count(name, devices, microbatches, combo)
+                    if ops is not None and ops > solver.max_ops:
+                        continue
+                    space = family_space(name, {k: v for k, v in combo.items() if v is not None}).describe()
+                    inputs = {
+                        "kind": "gap", "schedule": name, "devices": devices, "microbatches": microbatches, **combo,
+                        "memory_limit": None if limit == "none" else float(limit),
+                        "unit_forward": solver.forward, "unit_backward": solver.backward, "unit_weight": solver.weight,
+                        "unit_comm": solver.comm, "time_limit_s": solver.time_limit_s,
+                        "deterministic_time": solver.deterministic_time, "seed": solver.seed,
+                    }
+                    groups.setdefault(space, []).append(inputs)
+            for group in groups.values():
+                cost = 1e9 + solver.time_limit_s  # searches first: they are the long items
+                items.append(GapItem(tuple(group), tuple(point_hash(i) for i in group), cost))
+    return items

@@ -1,0 +1,278 @@
+"""PyTorch schedule CSV: round trips, the legacy spelling, malformed files, refusals, the CLI, and
+(opt-in, when torch is installed) PyTorch's own loader on the files ppopt writes."""
+
+import csv
+import io
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.errors import ScheduleError
+from ppopt.generators import generate
+from ppopt.io.torch_csv import format_torch_csv, parse_torch_csv, read_torch_csv, write_torch_csv
+from ppopt.ir import Kind, Op
+from ppopt.validate import ScheduleValidationError
+
+ROUND_TRIPS = [
+    ("gpipe", 1, 1, {}), ("gpipe", 3, 5, {}), ("1f1b", 2, 2, {}), ("1f1b", 4, 9, {}),
+    ("interleaved-1f1b", 2, 4, {}), ("interleaved-1f1b", 4, 8, {}), ("interleaved-1f1b", 3, 6, {"chunks": 3}),
+    ("zb-h1", 3, 3, {}), ("zb-h1", 4, 10, {}), ("zb-v", 2, 2, {}), ("zb-v", 4, 9, {}),
+    ("hanayo", 4, 4, {}), ("hanayo", 3, 6, {"waves": 2}),
+]
+
+
+@pytest.mark.parametrize("name,p,m,options", ROUND_TRIPS)
+def test_round_trip_keeps_orders_and_placement(tmp_path, name, p, m, options):
+    schedule = generate(name, p, m, **options)
+    path = tmp_path / f"{name}.csv"
+    write_torch_csv(schedule, path)
+    back = read_torch_csv(path)
+    assert back.orders == schedule.orders
+    assert back.placement == schedule.placement
+    assert (back.devices, back.microbatches, back.stages) == (p, m, schedule.stages)
+    assert back.name == name
+    # rows are ranks, cells are action strings, no header
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    assert len(rows) == p and rows[0][0] == str(schedule.orders[0][0])
+
+
+def test_write_orders_by_start_times():
+    schedule = generate("1f1b", 2, 2)
+    order = schedule.orders[0]
+    start = {op: float(i) for d in schedule.orders for i, op in enumerate(d)}
+    start[order[0]], start[order[1]] = start[order[1]], start[order[0]]  # 0F1 "starts" before 0F0
+    text = format_torch_csv(schedule, {**start})
+    assert text.splitlines()[0].split(",")[:2] == ["0F1", "0F0"]
+    missing = dict(start)
+    del missing[order[0]]
+    with pytest.raises(ScheduleError, match="no start time for op 0F0"):
+        format_torch_csv(schedule, missing)
+
+
+def test_write_to_an_open_file_and_read_from_text_and_file_objects():
+    schedule = generate("zb-h1", 2, 3)
+    buffer = io.StringIO()
+    write_torch_csv(schedule, buffer)
+    text = buffer.getvalue()
+    assert read_torch_csv(text).orders == schedule.orders
+    assert read_torch_csv(io.StringIO(text)).orders == schedule.orders
+
+
+def test_idle_cells_and_communication_actions_are_skipped():
+    text = (
+        "0F0,,0SEND_F0,0F1,0SEND_F1,   ,0RECV_B0,0B0,0RECV_B1,0B1,0REDUCE_GRAD\n"
+        "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1RESHARD\n"
+    )
+    schedule = read_torch_csv(text)
+    assert [str(op) for op in schedule.orders[0]] == ["0F0", "0F1", "0B0", "0B1"]
+    assert [str(op) for op in schedule.orders[1]] == ["1F0", "1B0", "1F1", "1B1"]
+    assert schedule.placement == ((0,), (1,))
+
+
+def test_overlap_f_b_expands_in_order():
+    text = "0F0,0F1,(0F2;0B0)OVERLAP_F_B,0B1,0B2\n"
+    assert [str(op) for op in read_torch_csv(text).orders[0]] == ["0F0", "0F1", "0F2", "0B0", "0B1", "0B2"]
+
+
+def test_full_backward_in_a_split_schedule_becomes_i_then_w():
+    text = "0F0,0F1,0I0,0W0,0B1\n"
+    assert [str(op) for op in read_torch_csv(text).orders[0]] == ["0F0", "0F1", "0I0", "0W0", "0I1", "0W1"]
+
+
+def test_legacy_spelling():
+    # torch <= 2.5: BW = full backward; B = input backward where the schedule has W, else full.
+    split = read_torch_csv("0F0,0F1,0B0,0W0,0B1,0W1\n1F0,1BW0,1F1,1BW1\n", legacy_backward=True)
+    assert [op.kind for op in split.orders[0]] == [Kind.F, Kind.F, Kind.I, Kind.W, Kind.I, Kind.W]
+    assert split.orders[1][1] == Op(1, Kind.I, 0) and split.orders[1][2] == Op(1, Kind.W, 0)
+    full = read_torch_csv("0F0,0BW0,0F1,0B1\n", legacy_backward=True)
+    assert [str(op) for op in full.orders[0]] == ["0F0", "0B0", "0F1", "0B1"]
+    with pytest.raises(ScheduleError, match=r"row 0 \(rank 0, line 1\), cell 1: 'BW' is the legacy spelling.*--legacy-backward"):
+        read_torch_csv("0F0,0BW0\n")
+
+
+def _one_line_error(text: str, **kwargs) -> str:
+    with pytest.raises(ScheduleError) as caught:
+        read_torch_csv(text, **kwargs) if text.strip() else parse_torch_csv(text, "empty")
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_malformed_files_give_one_line_errors_naming_the_place():
+    assert _one_line_error("0F0,0B0\n1F0,1X0,1B0\n") == (
+        "torch-csv: row 1 (rank 1, line 2), cell 1: unknown action '1X0' (expected <stage><F|I|W|B><microbatch>, e.g. 3F12)"
+    )
+    assert "stage 1 is on two ranks: row 0 (rank 0, line 1), cell 2 and row 1 (rank 1, line 2), cell 0" in _one_line_error(
+        "0F0,0F1,1F1,1B1\n1F0,1B0,0B0,0B1\n"
+    )
+    assert "op 0F1 is missing" in _one_line_error("0F0,0B0,0F2,0B2\n")
+    assert "empty file" in _one_line_error("")
+    assert "empty file" in _one_line_error("\n\n")
+    assert "has no microbatch" in _one_line_error("0F0,0B\n")
+    assert "cell 2: action 0F0 appears twice" in _one_line_error("0F0,0B0,0F0\n")
+    assert "no compute action" in _one_line_error("0UNSHARD,0RESHARD\n")
+    assert "stage 1 appears in no row" in _one_line_error("0F0,2F0,2B0,0B0\n")
+    assert "unknown action group type 'OVERLAP_X'" in _one_line_error("(0F0;0B0)OVERLAP_X\n")
+
+
+def test_validation_errors_carry_the_file_name_the_place_and_the_grid(tmp_path):
+    path = tmp_path / "broken.csv"
+    path.write_text("0B0,0F0\n")
+    with pytest.raises(ScheduleValidationError) as caught:
+        read_torch_csv(path)
+    assert str(caught.value).startswith("broken: op 0B0 runs before its dependency 0F0")
+    assert "row 0 (rank 0, line 1), cell 0" in str(caught.value)
+    assert ">0B0<" in caught.value.details
+    with pytest.raises(ScheduleError, match="no such file"):
+        read_torch_csv(tmp_path / "absent.csv")
+
+
+@pytest.mark.parametrize("name", ["chimera", "chimera-asym"])
+def test_replicated_stages_are_refused_and_nothing_is_written(tmp_path, name):
+    path = tmp_path / "out.csv"
+    with pytest.raises(ScheduleError) as caught:
+        write_torch_csv(generate(name, 4, 4), path)
+    assert str(caught.value) == f"PyTorch's schedule CSV holds one rank per stage; {name} places stage 0 on ranks 0 and 3"
+    assert not path.exists() and os.listdir(tmp_path) == []
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "out.csv"
+    path.write_text("old\n")
+    import ppopt.io as pio
+
+    def explode(handle):
+        handle.write(b"half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        pio.atomic_writer(path, explode)
+    assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["out.csv"]
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI
+# ------------------------------------------------------------------------------------------------
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_cli_export_then_import(tmp_path):
+    path = tmp_path / "zbv.csv"
+    result = run("export", "-s", "zb-v", "-p", 4, "-m", 8, "--format", "torch-csv", "--output", path)
+    assert result.exit_code == 0, result.output
+    assert read_torch_csv(path).orders == generate("zb-v", 4, 8).orders
+    result = run("import", path)
+    assert result.exit_code == 0, result.output
+    assert "zbv: 4 devices, 8 stages, 8 microbatches, split (I, W) backward" in result.output
+    assert "device 0 |" in result.output and "length" in result.output and "bubble ratio" in result.output
+    data = run("import", path, "--json")
+    import json
+
+    payload = json.loads(data.output)
+    assert payload["devices"] == 4 and payload["stages"] == 8 and payload["microbatches"] == 8
+    assert payload["placement"] == [0, 1, 2, 3, 3, 2, 1, 0]
+    assert set(payload["table"]) == {"length", "bubble_ratio", "peak_activations"}
+
+
+def test_cli_import_matches_the_table_command(tmp_path):
+    path = tmp_path / "one.csv"
+    write_torch_csv(generate("1f1b", 2, 2), path)
+    imported = run("import", path).output.split("\n", 2)[2]
+    assert imported == run("table", "-s", "1f1b", "-p", 2, "-m", 2).output
+
+
+def test_cli_export_infers_the_format_and_writes_stdout(tmp_path):
+    result = run("export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", tmp_path / "a.csv")
+    assert result.exit_code == 0 and (tmp_path / "a.csv").read_text().startswith("0F0,0F1,0B0")
+    result = run("export", "-s", "1f1b", "-p", 2, "-m", 2, "--format", "torch-csv", "-o", "-")
+    assert result.exit_code == 0 and result.output.startswith("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n")
+
+
+def test_cli_errors_are_one_line_with_exit_status_1(tmp_path):
+    result = run("export", "-s", "chimera", "-p", 4, "-m", 4, "--format", "torch-csv", "-o", tmp_path / "c.csv")
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: PyTorch's schedule CSV holds one rank per stage; chimera places stage 0 on ranks 0 and 3"
+    assert not (tmp_path / "c.csv").exists()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("0F0,0BW0\n")
+    result = run("import", bad)
+    assert result.exit_code == 1 and result.output.startswith("error: bad: row 0 (rank 0, line 1), cell 1: 'BW'")
+    assert run("import", bad, "--legacy-backward").exit_code == 0
+    result = run("import", tmp_path / "absent.csv")
+    assert result.exit_code == 1 and "no such file" in result.output
+    result = run("export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", tmp_path / "x.pdf")
+    assert result.exit_code == 1 and "cannot tell the format" in result.output
+
+
+# ------------------------------------------------------------------------------------------------
+# Opt-in: PyTorch's own loader (torch is not a dependency; skipped unless installed)
+# ------------------------------------------------------------------------------------------------
+
+
+class _MockStage:
+    """The attributes PipelineScheduleMulti reads from its stages to load a CSV (no model, no
+    process group)."""
+
+    def __init__(self, stage_index: int, num_stages: int, group_size: int):
+        self.stage_index = stage_index
+        self.num_stages = num_stages
+        self.group_size = group_size
+        self.group_rank = 0
+        self.stage_index_to_group_rank: dict = {}
+        self.is_first = stage_index == 0
+        self.is_last = stage_index == num_stages - 1
+        self.submod = None
+
+
+TORCH_CASES = [("gpipe", 3, 5), ("1f1b", 4, 8), ("interleaved-1f1b", 4, 8), ("hanayo", 4, 4), ("zb-h1", 4, 6), ("zb-v", 4, 8)]
+
+
+@pytest.mark.parametrize("name,p,m", TORCH_CASES)
+def test_pytorch_loads_and_lowers_what_ppopt_writes(tmp_path, name, p, m):
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    schedule = generate(name, p, m)
+    path = tmp_path / f"{name}.csv"
+    write_torch_csv(schedule, path)
+
+    runtime = schedules._PipelineScheduleRuntime([_MockStage(0, schedule.stages, p)], m)
+    runtime._load_csv(str(path))  # parses with _Action.from_str, validates (_validate_schedule), lowers with comms
+    assert runtime.stage_index_to_group_rank == {s: holders[0] for s, holders in enumerate(schedule.placement)}
+    assert {rank: [str(a) for a in actions if a is not None] for rank, actions in runtime.pipeline_order.items()} == {
+        d: [str(op) for op in order] for d, order in enumerate(schedule.orders)
+    }
+    # The lowered schedule (sends and receives added) runs without deadlock in PyTorch's dry run.
+    runtime_only = {schedules.UNSHARD, schedules.RESHARD, schedules.REDUCE_GRAD}
+    lowered = {
+        rank: [a for a in actions if a.computation_type not in runtime_only]
+        for rank, actions in runtime.pipeline_order_with_comms.items()
+    }
+    simulated = schedules._simulate_comms_compute(lowered, lambda s: runtime.stage_index_to_group_rank[s], schedule.stages)
+    assert sum(a is not None for actions in simulated.values() for a in actions) == sum(map(len, lowered.values()))
+
+
+def test_ppopt_reads_what_pytorch_writes(tmp_path):
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    p, m = 4, 8
+    for cls, local in [
+        (schedules.ScheduleInterleaved1F1B, (0, 4)),
+        (schedules.ScheduleInterleavedZeroBubble, (0, 4)),
+        (schedules.ScheduleZBVZeroBubble, (0, 7)),
+        (schedules.ScheduleDualPipeV, (0, 7)),  # OVERLAP_F_B groups and mixed B / I+W backwards
+    ]:
+        pytorch = cls([_MockStage(s, 2 * p, p) for s in local], m)
+        path = tmp_path / f"{cls.__name__}.csv"
+        with open(path, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            for rank in sorted(pytorch.pipeline_order):
+                writer.writerow(pytorch.pipeline_order[rank])
+        schedule = read_torch_csv(path)
+        assert (schedule.devices, schedule.stages, schedule.microbatches) == (p, 2 * p, m)
+        assert {s: h[0] for s, h in enumerate(schedule.placement)} == {
+            s: r for r, actions in pytorch.pipeline_order.items() for a in actions if a is not None
+            for s in ([a.stage_index] if a.sub_actions is None else [x.stage_index for x in a.sub_actions])
+        }

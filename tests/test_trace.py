@@ -1,0 +1,123 @@
+"""Chrome trace of a simulated step: every op once, busy time kept, one flow per message, counters."""
+
+import json
+from collections import Counter
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.generators import generate
+from ppopt.io import write_json
+from ppopt.report.trace import _lanes, chrome_trace
+from ppopt.simulate import simulate
+from ppopt.solve.instance import instance_factory
+
+
+def simulated(name, p, m, comm=0.5, **options):
+    schedule = generate(name, p, m, **options)
+    instance = instance_factory(p, m, unit=True, comm=comm)(schedule.stages, schedule.stage_weights)
+    return schedule, simulate(schedule, instance.costs, instance.system), instance.costs
+
+
+CASES = [  # comm = 2 slots makes devices talk to both neighbours at once: extra comm lanes
+    ("1f1b", 4, 8, 0.5), ("zb-v", 4, 8, 0.5), ("zb-v", 4, 8, 2.0), ("interleaved-1f1b", 4, 8, 2.0),
+    ("chimera", 4, 4, 2.0), ("hanayo", 4, 4, 0.5),
+]
+
+
+@pytest.mark.parametrize("name,p,m,comm", CASES)
+def test_trace_of_a_four_device_step_with_communication(name, p, m, comm):
+    schedule, simulation, costs = simulated(name, p, m, comm)
+    trace = chrome_trace(schedule, simulation, costs, time_unit="slots")
+    events = trace["traceEvents"]
+    assert trace["displayTimeUnit"] == "ms"
+    json.loads(json.dumps(trace, allow_nan=False))  # valid, strict JSON
+
+    # processes and threads
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert processes == {d: f"device {d}" for d in range(p)}
+    for d in range(p):
+        assert names[d, 0] == "compute" and names[d, 1] == "comm"
+
+    # every simulated op exactly once, as an X event on its device's compute thread
+    compute = [e for e in events if e["ph"] == "X" and e["tid"] == 0 and e["cat"] in "FBIW"]
+    assert Counter(e["name"] for e in compute) == Counter(str(op) for op in schedule.ops())
+    for e in compute:
+        assert set(e) >= {"name", "cat", "ph", "ts", "dur", "pid", "tid", "args"}
+        assert e["args"]["kind"] == e["cat"] and f"{e['args']['stage']}{e['cat']}{e['args']['microbatch']}" == e["name"]
+
+    # per device, compute durations add up to the simulated busy time (µs; 1 slot = 1 ms)
+    for d in range(p):
+        total = sum(e["dur"] for e in compute if e["pid"] == d)
+        assert total == pytest.approx(simulation.busy_s[d] * 1e3, rel=1e-6)
+        starts = {str(op): simulation.start_s[op] * 1e3 for op in schedule.orders[d]}
+        assert all(e["ts"] == pytest.approx(starts[e["name"]]) for e in compute if e["pid"] == d)
+
+    # one flow (s + f with a shared id) per transfer; s on the sender's comm lane, f on the receiver's compute
+    transfers = simulation.events("transfer")
+    sends = [e for e in events if e["ph"] == "X" and e["cat"] == "transfer"]
+    assert len(sends) == len(transfers) > 0
+    assert all(e["name"].startswith("send ") and "→" in e["name"] for e in sends)
+    starts_ = {e["id"]: e for e in events if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert len(starts_) == len(finishes) == len(transfers) and set(starts_) == set(finishes)
+    for flow_id, f in finishes.items():
+        s = starts_[flow_id]
+        assert f["bp"] == "e" and f["tid"] == 0 and s["tid"] >= 1 and f["ts"] >= s["ts"]
+    comm_lanes = {(e["pid"], e["tid"]) for e in sends}
+    assert all(tid >= 1 and (pid, tid) in names for pid, tid in comm_lanes)
+    if comm == 2.0:
+        assert max(tid for _, tid in comm_lanes) >= 2 and "comm 2" in names.values()
+
+    # no two slices overlap on one thread (Perfetto cannot draw that)
+    by_thread = {}
+    for e in events:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for slices in by_thread.values():
+        slices.sort()
+        assert all(a_end <= b_start + 1e-9 for (_, a_end), (b_start, _) in zip(slices, slices[1:]))
+
+    # live activation counters peak at the simulator's peaks
+    for d in range(p):
+        levels = [e["args"]["bytes"] for e in events if e["ph"] == "C" and e["pid"] == d]
+        assert levels[-1] == 0 and min(levels) >= 0  # all freed by the end of the step
+        assert max(levels) == pytest.approx(simulation.peak_activation_bytes[d])
+        assert all(e["name"] == "live activation bytes" for e in events if e["ph"] == "C")
+
+
+def test_allreduces_of_replicated_stages_are_on_the_comm_threads():
+    schedule, simulation, costs = simulated("chimera", 4, 4)
+    events = chrome_trace(schedule, simulation, costs, "slots")["traceEvents"]
+    allreduce = [e for e in events if e.get("cat") == "allreduce"]
+    assert len(allreduce) == sum(len(e.where) for e in simulation.events("allreduce")) == 8
+    assert all(e["tid"] >= 1 and e["name"].startswith("all-reduce stage ") for e in allreduce)
+
+
+def test_modelled_step_is_in_microseconds(tmp_path):
+    schedule = generate("1f1b", 4, 4)
+    instance = instance_factory(4, 4, unit=False, model="llama3-8b", system="dgx-h100")(schedule.stages, None)
+    simulation = simulate(schedule, instance.costs, instance.system, optimizer=True)
+    trace = chrome_trace(schedule, simulation, instance.costs)
+    events = trace["traceEvents"]
+    assert max(e["ts"] + e.get("dur", 0) for e in events) == pytest.approx(simulation.step_time_s * 1e6)
+    assert sum(e["name"] == "optimizer" for e in events) == 4
+    path = write_json(trace, tmp_path / "trace.json")
+    assert json.loads(path.read_text())["otherData"]["schedule"] == "1f1b"
+
+
+def test_lanes_never_overlap():
+    assert _lanes([(0, 2), (1, 3), (2, 4), (2, 2), (3, 5)]) == [0, 1, 0, 2, 1]
+
+
+def test_cli_export_chrome_trace(tmp_path):
+    path = tmp_path / "step.json"
+    result = CliRunner().invoke(main, ["export", "-s", "zb-h1", "-p", "4", "-m", "4", "--comm", "0.25", "-o", str(path)])
+    assert result.exit_code == 0, result.output
+    trace = json.loads(path.read_text())
+    assert {e["ph"] for e in trace["traceEvents"]} == {"M", "X", "s", "f", "C"}
+    assert sum(e["ph"] == "X" and e["tid"] == 0 for e in trace["traceEvents"]) == 4 * 4 * 3
+    result = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", "2", "-m", "2", "--format", "chrome-trace", "-o", "-"])
+    assert result.exit_code == 0 and json.loads(result.output)["traceEvents"]
