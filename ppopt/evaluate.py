@@ -27,7 +27,7 @@ class Evaluation:
     devices: int
     microbatches: int
     options: dict
-    formula: Formula
+    formula: Formula | None  # None for a schedule read from a file (no family, no closed form)
     table: TableMetrics
     simulation: Simulation | None = None
 
@@ -49,17 +49,20 @@ def evaluate_schedule(
     model: ModelConfig | None = None,
     system: SystemConfig | None = None,
     global_batch: int | None = None,
+    with_formula: bool = True,
     **options: object,
 ) -> Evaluation:
-    """Evaluate an already built schedule in every layer that applies to it."""
+    """Evaluate an already built schedule in every layer that applies to it (``with_formula``: its
+    name is a registered family whose closed forms apply)."""
     schedule = validate(schedule)
     simulation = simulate_on(schedule, model, system, global_batch) if model is not None and system is not None else None
+    closed = formula(schedule.name, schedule.devices, schedule.microbatches, backward, **options) if with_formula else None
     return Evaluation(
         schedule=schedule.name,
         devices=schedule.devices,
         microbatches=schedule.microbatches,
         options=dict(schedule.options),
-        formula=formula(schedule.name, schedule.devices, schedule.microbatches, backward, **options),
+        formula=closed,
         table=table_metrics(build_table(schedule, backward)),
         simulation=simulation,
     )

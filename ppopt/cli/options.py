@@ -8,6 +8,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -25,10 +26,15 @@ def _compose(options: list[Callable]) -> Callable:
 
 
 def schedule_options(name: bool = True, table_backward: bool = True) -> Callable:
-    """Devices, microbatches and the schedule options; they reach the command as ``options``."""
+    """Devices, microbatches and the schedule options; they reach the command as ``options``.
+
+    With ``name``, the command also takes ``--schedule NAME`` or ``--schedule-file FILE.csv`` (a
+    PyTorch schedule CSV), and ``--devices``/``--microbatches`` are only needed for a name; use
+    :func:`resolve_schedule` to get the schedule.
+    """
     options = [
-        click.option("--devices", "-p", type=int, required=True, help="Number of devices (pipeline ranks), p."),
-        click.option("--microbatches", "-m", type=int, required=True, help="Microbatches per step, m."),
+        click.option("--devices", "-p", type=int, required=not name, help="Number of devices (pipeline ranks), p."),
+        click.option("--microbatches", "-m", type=int, required=not name, help="Microbatches per step, m."),
         click.option("--chunks", "-v", type=int, default=None, help=f"Chunks per device for interleaved-1f1b [default: {OPTIONS['chunks'][0]}]."),
         click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}]."),
         click.option("--split", default=None, help="Layer split A:B between the pipeline halves for chimera-asym [default: 1:2]."),
@@ -36,7 +42,9 @@ def schedule_options(name: bool = True, table_backward: bool = True) -> Callable
     if table_backward:
         options.append(click.option("--backward", type=int, default=1, show_default=True, help="Slot length of a full backward B in tables (1 or 2)."))
     if name:
-        options.insert(0, click.option("--schedule", "-s", "name", required=True, help="Schedule name (see `ppopt list`), or 'all'."))
+        options.insert(0, click.option("--schedule", "-s", "name", default=None, help="Schedule name (see `ppopt list`), or 'all'."))
+        options.insert(1, click.option("--schedule-file", default=None, help="A PyTorch schedule CSV to use instead of --schedule."))
+        options.insert(2, click.option("--legacy-backward", is_flag=True, help="--schedule-file uses the old spelling: BW full backward, B input backward."))
 
     def decorate(command: Callable) -> Callable:
         @functools.wraps(command)
@@ -74,6 +82,28 @@ def unit_options() -> Callable:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options):
+    """The validated schedule a command was given: generated from --schedule, or read from a file."""
+    from ppopt.generators import generate
+    from ppopt.validate import validate
+
+    if (name is None) == (schedule_file is None):
+        raise ConfigError("give exactly one of --schedule NAME and --schedule-file FILE.csv")
+    if schedule_file is not None:
+        from ppopt.io.torch_csv import read_torch_csv
+
+        return read_torch_csv(Path(schedule_file), legacy_backward=legacy_backward)
+    require_size(devices, microbatches)
+    return validate(generate(name, devices, microbatches, **options))
+
+
+def require_size(devices, microbatches) -> None:
+    """--devices and --microbatches are needed unless a schedule file gives them."""
+    missing = [flag for flag, value in (("--devices", devices), ("--microbatches", microbatches)) if value is None]
+    if missing:
+        raise ConfigError(f"missing {' and '.join(missing)} (needed with --schedule)")
 
 _BYTES = re.compile(r"^\s*([0-9.eE+-]+)\s*([KMGT]i?B|B)?\s*$")
 _FACTORS = {None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, json_option, schedule_options, system_options, unit_options
+from ppopt.cli.options import emit_json, json_option, resolve_schedule, schedule_options, system_options, unit_options
 
 FORMATS = {"torch-csv": ".csv", "chrome-trace": ".json", "png": ".png", "svg": ".svg"}
 """Export formats and their usual suffix (used to infer --format from --output)."""
@@ -40,27 +40,26 @@ def _export_format(fmt: str | None, output: str) -> str:
               help="torch-csv (PyTorch schedule CSV), chrome-trace (Perfetto JSON), png or svg (Gantt picture) "
                    "[default: from the --output suffix].")
 @click.option("--output", "-o", required=True, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
-def export_command(name, devices, microbatches, options, unit, forward, backward, weight, comm, model, system,
-                   global_batch, fmt, output) -> None:
+def export_command(name, schedule_file, legacy_backward, devices, microbatches, options, unit, forward, backward, weight,
+                   comm, model, system, global_batch, fmt, output) -> None:
     """Write a schedule, simulated, as a PyTorch schedule CSV, a Chrome trace or a Gantt picture.
 
     The step is simulated in unit mode (slots) unless --model and --system are given. The CSV lists
     each rank's actions ordered by simulated start time; the trace and the picture show the
     simulated timeline with its communication and live activations.
     """
-    from ppopt.generators import generate
     from ppopt.io.torch_csv import format_torch_csv
     from ppopt.simulate import simulate
     from ppopt.solve.instance import instance_factory
-    from ppopt.validate import validate
 
     fmt = _export_format(fmt, output)
     unit = unit or (model is None and system is None)
+    schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+    devices, microbatches = schedule.devices, schedule.microbatches
     factory = instance_factory(
         devices, microbatches, unit=unit, forward=forward, backward=backward, weight=weight, comm=comm,
         model=model, system=system, global_batch=global_batch,
     )
-    schedule = validate(generate(name, devices, microbatches, **options))
     if fmt == "torch-csv":
         format_torch_csv(schedule)  # refuses replicated stages before simulating
     instance = factory(schedule.stages, schedule.stage_weights)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, json_option, schedule_options, system_options
+from ppopt.cli.options import emit_json, json_option, require_size, resolve_schedule, schedule_options, system_options
 from ppopt.generators import REGISTRY
 
 
@@ -24,17 +24,45 @@ def list_command(as_json: bool) -> None:
 
 @main.command("table")
 @schedule_options()
-def table_command(name: str, devices: int, microbatches: int, backward: int, options: dict) -> None:
+@click.option("--plot", default=None, help="Also draw the table as a Gantt picture (.png or .svg; needs ppopt[plot]).")
+def table_command(name, schedule_file, legacy_backward, devices, microbatches, backward, options, plot) -> None:
     """Print a schedule's unit-slot table: rows are devices, columns are slots."""
-    from ppopt.evaluate import table_of
     from ppopt.report.text import grid, per_device
+    from ppopt.table import build_table
 
-    table = table_of(name, devices, microbatches, backward, **options)
+    table = build_table(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), backward)
     click.echo(grid(table))
     click.echo(
         f"\nlength {table.length} slots, bubble ratio {table.bubble_ratio:.4f}, "
         f"peak live activations per device {per_device(table.peak_activations)}"
     )
+    if plot:
+        _plot_table(table, plot)
+
+
+def _plot_table(table, path) -> None:
+    from ppopt.report.plot import default_title, plot_schedule
+
+    plot_schedule(table.schedule, table.start, {op: table.end(op) for op in table.start}, path,
+                  title=f"{default_title(table.schedule)}, unit-slot table")
+    click.echo(f"wrote {path}", err=True)
+
+
+def _plot_simulation(schedule, simulation, costs, path) -> None:
+    from ppopt.report.plot import default_title, plot_schedule
+
+    plot_schedule(schedule, simulation.start_s, simulation.end_s, path,
+                  title=f"{default_title(schedule)}, simulated step {simulation.step_time_s:.4g} s", time_unit="s",
+                  activation_size=lambda stage: costs.stages[stage].activation_bytes, memory_unit="bytes")
+    click.echo(f"wrote {path}", err=True)
+
+
+def _write_trace(schedule, simulation, costs, path) -> None:
+    from ppopt.io import write_json
+    from ppopt.report.trace import chrome_trace
+
+    write_json(chrome_trace(schedule, simulation, costs), path)
+    click.echo(f"wrote {path}", err=True)
 
 
 def _presets(model, system, required: bool = False):
@@ -52,33 +80,58 @@ def _presets(model, system, required: bool = False):
 @main.command("evaluate")
 @schedule_options()
 @system_options()
+@click.option("--plot", default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
+@click.option("--trace", default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
 @json_option
-def evaluate_command(name, devices, microbatches, backward, options, model, system, global_batch, as_json) -> None:
+def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches, backward, options, model, system,
+                     global_batch, plot, trace, as_json) -> None:
     """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'."""
-    from ppopt.evaluate import evaluate, evaluate_all
+    from ppopt.errors import ConfigError
+    from ppopt.evaluate import evaluate_all, evaluate_schedule, schedule_costs
     from ppopt.report.evaluation import evaluation_json, evaluation_text
 
     model_config, system_config = _presets(model, system)
+    if trace and model_config is None:
+        raise ConfigError("--trace needs --model and --system (for a unit-slot trace use `ppopt export --format chrome-trace`)")
     if name == "all":
+        if plot or trace:
+            raise ConfigError("--plot and --trace draw one schedule: give --schedule NAME (or use `ppopt compare --plot`)")
+        require_size(devices, microbatches)
         results, skipped = evaluate_all(devices, microbatches, backward, model_config, system_config, global_batch, **options)
         for schedule, reason in skipped.items():
             click.echo(f"skipped {schedule}: {reason}", err=True)
     else:
-        results = [evaluate(name, devices, microbatches, backward, model_config, system_config, global_batch, **options)]
+        schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+        result = evaluate_schedule(schedule, backward, model_config, system_config, global_batch, with_formula=name is not None, **options)
+        results = [result]
     if as_json:
         payload = [evaluation_json(r) for r in results]
         emit_json(payload if name == "all" else payload[0])
     else:
         click.echo(evaluation_text(results, backward))
+    if name != "all" and (plot or trace):
+        simulation = results[0].simulation
+        if simulation is not None:
+            costs = schedule_costs(schedule, model_config, system_config, global_batch)
+            if plot:
+                _plot_simulation(schedule, simulation, costs, plot)
+            if trace:
+                _write_trace(schedule, simulation, costs, trace)
+        elif plot:
+            from ppopt.table import build_table
+
+            _plot_table(build_table(schedule, backward), plot)
 
 
 @main.command("compare")
 @schedule_options(name=False)
 @system_options(required=True)
+@click.option("--plot", default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg.")
 @json_option
-def compare_command(devices, microbatches, backward, options, model, system, global_batch, as_json) -> None:
+def compare_command(devices, microbatches, backward, options, model, system, global_batch, plot, as_json) -> None:
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import evaluate_all, rank_layers
+    from ppopt.generators import generate
     from ppopt.report.evaluation import compare_json, compare_text
 
     model_config, system_config = _presets(model, system, required=True)
@@ -90,3 +143,10 @@ def compare_command(devices, microbatches, backward, options, model, system, glo
         emit_json(compare_json(results, ranking))
     else:
         click.echo(compare_text(results, ranking, backward, f"model {model_config.name} on system {system_config.name}"))
+    if plot:
+        from ppopt.report.plot import plot_compare
+
+        panels = [(r.schedule, generate(r.schedule, devices, microbatches, **options), r.simulation.start_s, r.simulation.end_s)
+                  for r in sorted(results, key=lambda r: r.simulation.step_time_s)]
+        plot_compare(panels, plot, title=f"p = {devices}, m = {microbatches}, {model_config.name} on {system_config.name}", time_unit="s")
+        click.echo(f"wrote {plot}", err=True)

@@ -40,9 +40,12 @@ def _progress(quiet: bool):
 @solver_options
 @click.option("--space", "space_spec", default="placement=linear", show_default=True, help="Search space, e.g. placement=linear,backward=split or fixed:1f1b (see README).")
 @click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid.")
+@click.option("--csv", "csv_path", default=None, help="Write the schedule found as a PyTorch schedule CSV.")
+@click.option("--plot", default=None, help="Draw the schedule found, simulated, to .png/.svg.")
+@click.option("--trace", default=None, help="Write the schedule found, simulated, as a Chrome/Perfetto trace (.json).")
 @json_option
 def search_command(devices, microbatches, options, unit, forward, backward, weight, comm, model, system, global_batch,
-                   memory_limit, time_limit, workers, seed, quiet, space_spec, grid, as_json):
+                   memory_limit, time_limit, workers, seed, quiet, space_spec, grid, csv_path, plot, trace, as_json):
     """Search a space for the shortest step under a memory limit; print the schedule, bound and gap."""
     from ppopt.report.solve import search_json, search_text
     from ppopt.solve.search import search
@@ -56,6 +59,34 @@ def search_command(devices, microbatches, options, unit, forward, backward, weig
         emit_json(search_json(result))
     else:
         click.echo(search_text(result, grid))
+    if result.schedule is not None and (csv_path or plot or trace):
+        _write_outputs(result, factory, csv_path, plot, trace)
+
+
+def _write_outputs(result, factory, csv_path, plot, trace) -> None:
+    """The schedule found as CSV (ordered by simulated start), picture and trace."""
+    schedule, simulation = result.schedule, result.simulation
+    costs = factory(schedule.stages, schedule.stage_weights).costs
+    unit = result.time_unit
+    if csv_path:
+        from ppopt.io.torch_csv import write_torch_csv
+
+        write_torch_csv(schedule, csv_path, simulation.start_s)
+        click.echo(f"wrote {csv_path}", err=True)
+    if plot:
+        from ppopt.report.plot import default_title, plot_schedule
+
+        plot_schedule(schedule, simulation.start_s, simulation.end_s, plot,
+                      title=f"search p={schedule.devices}, m={schedule.microbatches}: step {result.step_time:.4g} {unit} ({result.status})",
+                      time_unit=unit, activation_size=lambda stage: costs.stages[stage].activation_bytes,
+                      memory_unit="activations" if unit == "slots" else "bytes")
+        click.echo(f"wrote {plot}", err=True)
+    if trace:
+        from ppopt.io import write_json
+        from ppopt.report.trace import chrome_trace
+
+        write_json(chrome_trace(schedule, simulation, costs, time_unit=unit), trace)
+        click.echo(f"wrote {trace}", err=True)
 
 
 @main.command("gap")

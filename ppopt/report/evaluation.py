@@ -26,7 +26,7 @@ def evaluation_json(result: Evaluation) -> dict:
         "devices": result.devices,
         "microbatches": result.microbatches,
         "options": result.options,
-        "formula": {
+        "formula": None if f is None else {
             "bubble_ratio": f.bubble_ratio,
             "length": f.length,
             "peak_activations": list(f.peak_activations),
@@ -51,16 +51,16 @@ def evaluation_text(results: Sequence[Evaluation], backward: int) -> str:
     simulated = all(r.simulation is not None for r in results)
     for r in results:
         f, t = r.formula, r.table
-        differs = "" if abs(f.bubble_ratio - t.bubble_ratio) < 1e-12 else " *"
+        differs = "" if f is None or abs(f.bubble_ratio - t.bubble_ratio) < 1e-12 else " *"
         row = [
             r.schedule,
-            f"{f.bubble_ratio:.4f}",
+            "-" if f is None else f"{f.bubble_ratio:.4f}",
             f"{t.bubble_ratio:.4f}{differs}",
-            f"{f.length:g}",
+            "-" if f is None else f"{f.length:g}",
             f"{t.length}",
-            per_device(f.peak_activations),
+            "-" if f is None else per_device(f.peak_activations),
             per_device(t.peak_activations),
-            per_device(f.weight_copies),
+            "-" if f is None else per_device(f.weight_copies),
         ]
         if simulated:
             sim = r.simulation
