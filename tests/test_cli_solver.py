@@ -1,0 +1,103 @@
+"""Solver commands end to end: JSON keys, outputs, and one-line errors with exit status 1."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.io.torch_csv import read_torch_csv
+
+UNIT = ["-p", "4", "-m", "8", "--unit", "--backward", "2", "--comm", "1", "--time-limit", "30", "-q"]
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_search_json_keys_and_outputs(tmp_path):
+    csv, trace = tmp_path / "found.csv", tmp_path / "found.json"
+    result = run("search", *UNIT, "--memory-limit", "4", "--json", "--csv", csv, "--trace", trace)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["status"] == "optimal"
+    assert data["step_time_s"] == data["bound_s"] == 46
+    assert data["gap"] == 0
+    assert data["time_unit"] == "slots"
+    one_f_one_b = next(h for h in data["handcrafted"] if h["schedule"] == "1f1b")
+    assert one_f_one_b["step_time_s"] == 49 and one_f_one_b["gap"] == pytest.approx(3 / 46)
+    # the exported CSV reads back to the schedule found
+    schedule = read_torch_csv(csv)
+    assert [[str(op) for op in order] for order in schedule.orders] == data["schedule"]["orders"]
+    assert {e["ph"] for e in json.loads(trace.read_text())["traceEvents"]} >= {"X", "M"}
+
+
+def test_search_progress_goes_to_stderr():
+    result = CliRunner().invoke(main, ["search", *UNIT[:-1], "--no-grid"])
+    assert result.exit_code == 0
+    assert "incumbent" in result.stderr and "incumbent" not in result.stdout
+    assert "status     optimal" in result.stdout
+
+
+def test_gap_json_lists_each_handcrafted_schedule():
+    result = run("gap", *UNIT, "--memory-limit", "4", "-s", "1f1b", "-s", "zb-h1", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    rows = {row["schedule"]: row for row in data["schedules"]}
+    assert set(rows) == {"1f1b", "zb-h1"}
+    assert rows["1f1b"]["step_time_s"] == 49 and rows["1f1b"]["bound_s"] == 46
+    assert rows["1f1b"]["gap"] == pytest.approx(3 / 46)
+    assert "live activations" in data["memory_semantics"]
+
+
+def test_frontier_is_monotone_and_places_handcrafted():
+    result = run("frontier", "-p", "4", "-m", "8", "--unit", "--time-limit", "30", "-q", "--space",
+                 "placement=linear,backward=split", "--limits", "1,2,4,8", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    steps = [p["step_time_s"] for p in data["points"]]
+    assert steps == sorted(steps, reverse=True)
+    assert all(p["status"] == "optimal" for p in data["points"])
+    assert {"zb-h1"} <= {h["schedule"] for h in data["handcrafted"]}
+
+
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (["search", *UNIT, "--memory-limit", "0.5"], "below the minimum 1 activations"),
+        (["search", *UNIT, "--space", "placement=diagonal"], "space key 'placement' must be one of"),
+        (["search", *UNIT, "--space", "fixed:zb-x"], "unknown schedule 'zb-x'"),
+        (["search", *UNIT, "--memory-limit", "4GiB"], "--memory-limit must be a number of live activations"),
+        (["search", "-p", "4", "-m", "8"], "give --unit, or both --model and --system"),
+        (["search", "-p", "4", "-m", "8", "--model", "nope", "--system", "mid-mid"], "unknown model preset 'nope'"),
+        (["search", "-p", "4", "-m", "8", "--unit", "--comm", "-1"], "--comm must be a finite number >= 0"),
+        (["search", *UNIT, "--workers", "0"], "--workers must be >= 1"),
+        (["search", "-p", "4", "-m", "8", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "32",
+          "--memory-limit", "20GiB"], "below the minimum"),
+        (["frontier", *UNIT, "--memory-limit", "3"], "use --limits"),
+        (["gap", *UNIT, "-s", "nope"], "unknown schedule 'nope'"),
+    ],
+)
+def test_bad_solver_input_is_one_line_and_exit_1(args, reason):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("\n") == 1 and reason in result.stderr, result.stderr
+
+
+def test_evaluate_a_schedule_file_with_plot_and_trace(tmp_path):
+    csv = tmp_path / "mine.csv"
+    assert run("export", "-s", "1f1b", "-p", 4, "-m", 8, "-o", csv).exit_code == 0
+    plot, trace = tmp_path / "t.png", tmp_path / "t.json"
+    result = run("evaluate", "--schedule-file", csv, "--model", "llama3-8b", "--system", "dgx-h100",
+                 "--global-batch", 8, "--json", "--plot", plot, "--trace", trace)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["schedule"] == "mine" and data["formula"] is None
+    assert data["table"]["length"] == 22
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_schedule_and_schedule_file_are_exclusive(tmp_path):
+    result = CliRunner().invoke(main, ["table", "-s", "1f1b", "--schedule-file", str(tmp_path / "x.csv")])
+    assert result.exit_code == 1 and "exactly one of --schedule" in result.stderr
