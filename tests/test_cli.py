@@ -80,3 +80,27 @@ def test_bad_input_is_one_line_and_exit_1(args, reason):
     assert "Traceback" not in result.output
     assert result.stderr.count("\n") == 1
     assert reason in result.stderr
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "csv"])
+def test_tables_in_markdown_and_csv(fmt):
+    result = run("evaluate", "-s", "all", "-p", 4, "-m", 8, "--format", fmt)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    if fmt == "csv":
+        assert lines[0].startswith("schedule,bubble formula,bubble table")
+        assert lines[2].split(",")[:3] == ["1f1b", "0.2727", "0.2727"]
+    else:
+        header = next(i for i, line in enumerate(lines) if line.startswith("| schedule |"))
+        assert lines[header + 1].startswith("|---|")
+        assert lines[header + 3].startswith("| 1f1b | 0.2727 | 0.2727 |")
+
+
+def test_grid_colours_only_when_asked():
+    from ppopt.evaluate import table_of
+    from ppopt.report.text import grid
+
+    table = table_of("1f1b", 2, 2)
+    assert "\x1b[" not in grid(table)
+    coloured = grid(table, colour=True)
+    assert "\x1b[34mF0" in coloured and "\x1b[31mB0" in coloured

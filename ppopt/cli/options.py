@@ -82,6 +82,10 @@ def unit_options() -> Callable:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(["text", "markdown", "csv"]), default="text", show_default=True,
+    help="Layout of the tables (ignored with --json).",
+)
 
 
 def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options):

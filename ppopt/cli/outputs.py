@@ -138,7 +138,7 @@ def import_command(file: str, legacy_backward: bool, backward: int, as_json: boo
         f"{schedule.name}: {schedule.devices} devices, {schedule.stages} stages, {schedule.microbatches} microbatches, "
         f"{'split (I, W)' if split else 'full (B)'} backward\n"
     )
-    click.echo(grid(table))
+    click.echo(grid(table, colour=True))
     click.echo(
         f"\nlength {metrics.length} slots, bubble ratio {metrics.bubble_ratio:.4f}, "
         f"peak live activations per device {per_device(metrics.peak_activations)}"

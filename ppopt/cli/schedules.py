@@ -5,21 +5,22 @@ from __future__ import annotations
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, json_option, require_size, resolve_schedule, schedule_options, system_options
+from ppopt.cli.options import emit_json, format_option, json_option, require_size, resolve_schedule, schedule_options, system_options
 from ppopt.generators import REGISTRY
 
 
 @main.command("list")
 @json_option
-def list_command(as_json: bool) -> None:
+@format_option
+def list_command(as_json: bool, fmt: str) -> None:
     """List the schedules, their options and their rules."""
     if as_json:
         emit_json([{"schedule": g.name, "summary": g.summary, "options": list(g.options), "rules": g.rules} for g in REGISTRY.values()])
         return
-    from ppopt.report.text import aligned
+    from ppopt.report.text import render_table
 
     rows = [(g.name, ", ".join(f"--{o}" for o in g.options) or "-", g.rules or "any p, m", g.summary) for g in REGISTRY.values()]
-    click.echo(aligned(("schedule", "options", "rules", "summary"), rows))
+    click.echo(render_table(("schedule", "options", "rules", "summary"), rows, fmt))
 
 
 @main.command("table")
@@ -31,7 +32,7 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, b
     from ppopt.table import build_table
 
     table = build_table(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), backward)
-    click.echo(grid(table))
+    click.echo(grid(table, colour=True))
     click.echo(
         f"\nlength {table.length} slots, bubble ratio {table.bubble_ratio:.4f}, "
         f"peak live activations per device {per_device(table.peak_activations)}"
@@ -83,8 +84,9 @@ def _presets(model, system, required: bool = False):
 @click.option("--plot", default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
 @click.option("--trace", default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
 @json_option
+@format_option
 def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches, backward, options, model, system,
-                     global_batch, plot, trace, as_json) -> None:
+                     global_batch, plot, trace, as_json, fmt) -> None:
     """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'."""
     from ppopt.errors import ConfigError
     from ppopt.evaluate import evaluate_all, evaluate_schedule, schedule_costs
@@ -108,7 +110,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         payload = [evaluation_json(r) for r in results]
         emit_json(payload if name == "all" else payload[0])
     else:
-        click.echo(evaluation_text(results, backward))
+        click.echo(evaluation_text(results, backward, fmt))
     if name != "all" and (plot or trace):
         simulation = results[0].simulation
         if simulation is not None:
@@ -128,7 +130,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 @system_options(required=True)
 @click.option("--plot", default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg.")
 @json_option
-def compare_command(devices, microbatches, backward, options, model, system, global_batch, plot, as_json) -> None:
+@format_option
+def compare_command(devices, microbatches, backward, options, model, system, global_batch, plot, as_json, fmt) -> None:
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import evaluate_all, rank_layers
     from ppopt.generators import generate
@@ -142,7 +145,7 @@ def compare_command(devices, microbatches, backward, options, model, system, glo
     if as_json:
         emit_json(compare_json(results, ranking))
     else:
-        click.echo(compare_text(results, ranking, backward, f"model {model_config.name} on system {system_config.name}"))
+        click.echo(compare_text(results, ranking, backward, f"model {model_config.name} on system {system_config.name}", fmt))
     if plot:
         from ppopt.report.plot import plot_compare
 

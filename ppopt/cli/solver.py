@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, json_option, parse_amount, schedule_options, system_options, unit_options
+from ppopt.cli.options import emit_json, format_option, json_option, parse_amount, schedule_options, system_options, unit_options
 
 
 def solver_options(command):
@@ -58,7 +58,7 @@ def search_command(devices, microbatches, options, unit, forward, backward, weig
     if as_json:
         emit_json(search_json(result))
     else:
-        click.echo(search_text(result, grid))
+        click.echo(search_text(result, grid, colour=True))
     if result.schedule is not None and (csv_path or plot or trace):
         _write_outputs(result, factory, csv_path, plot, trace)
 
@@ -93,8 +93,9 @@ def _write_outputs(result, factory, csv_path, plot, trace) -> None:
 @solver_options
 @click.option("--schedule", "-s", "schedules", multiple=True, help="Only these schedules (repeatable) [default: all applicable].")
 @json_option
+@format_option
 def gap_command(devices, microbatches, options, unit, forward, backward, weight, comm, model, system, global_batch,
-                memory_limit, time_limit, workers, seed, quiet, schedules, as_json):
+                memory_limit, time_limit, workers, seed, quiet, schedules, as_json, fmt):
     """Optimality gap of every handcrafted schedule against its family's relaxed space."""
     from ppopt.generators import get
     from ppopt.report.solve import gap_json, gap_text
@@ -110,7 +111,7 @@ def gap_command(devices, microbatches, options, unit, forward, backward, weight,
     if as_json:
         emit_json(gap_json(report))
     else:
-        click.echo(gap_text(report, devices, microbatches))
+        click.echo(gap_text(report, devices, microbatches, fmt))
 
 
 @main.command("frontier")
@@ -118,8 +119,9 @@ def gap_command(devices, microbatches, options, unit, forward, backward, weight,
 @click.option("--space", "space_spec", default="placement=linear", show_default=True, help="Search space (see `ppopt search`).")
 @click.option("--limits", default=None, help="Comma-separated memory limits [default: from the minimum to the largest handcrafted peak].")
 @json_option
+@format_option
 def frontier_command(devices, microbatches, options, unit, forward, backward, weight, comm, model, system, global_batch,
-                     memory_limit, time_limit, workers, seed, quiet, space_spec, limits, as_json):
+                     memory_limit, time_limit, workers, seed, quiet, space_spec, limits, as_json, fmt):
     """Step time vs memory limit (the Pareto frontier), with the handcrafted schedules on it."""
     from ppopt.errors import ConfigError
     from ppopt.report.solve import frontier_json, frontier_text
@@ -139,4 +141,4 @@ def frontier_command(devices, microbatches, options, unit, forward, backward, we
     if as_json:
         emit_json(frontier_json(result))
     else:
-        click.echo(frontier_text(result))
+        click.echo(frontier_text(result, fmt))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ppopt.evaluate import Evaluation, Ranking
-from ppopt.report.text import aligned, gib, per_device, seconds
+from ppopt.report.text import gib, per_device, render_table, seconds, with_context
 
 
 def simulation_json(sim) -> dict:
@@ -45,7 +45,7 @@ def _header(results: Sequence[Evaluation], backward: int) -> str:
     return f"p = {p} devices, m = {m} microbatches; unit slots F = 1, B = {backward}, I = W = 1; bubble = idle / total"
 
 
-def evaluation_text(results: Sequence[Evaluation], backward: int) -> str:
+def evaluation_text(results: Sequence[Evaluation], backward: int, fmt: str = "text") -> str:
     """Formula and table metrics side by side (and simulation metrics when present), one row per schedule."""
     rows = []
     simulated = all(r.simulation is not None for r in results)
@@ -69,12 +69,13 @@ def evaluation_text(results: Sequence[Evaluation], backward: int) -> str:
     headers = ["schedule", "bubble formula", "bubble table", "length formula", "length table", "peak act. formula", "peak act. table", "weights"]
     if simulated:
         headers += ["sim step", "sim idle", "sim peak memory"]
-    table = aligned(headers, rows)
+    table = render_table(headers, rows, fmt)
     note = "* the table differs from the closed form (see README: formula vs table)"
-    return "\n".join([_header(results, backward), "", table] + (["", note] if any(row[2].endswith("*") for row in rows) else []))
+    after = ["", note] if any(row[2].endswith("*") for row in rows) else []
+    return with_context([_header(results, backward), ""], table, after, fmt)
 
 
-def compare_text(results: Sequence[Evaluation], ranking: Ranking, backward: int, context: str) -> str:
+def compare_text(results: Sequence[Evaluation], ranking: Ranking, backward: int, context: str, fmt: str = "text") -> str:
     """All schedules ranked in the three layers; ``!`` marks a schedule whose rank changes."""
     order = sorted(results, key=lambda r: (ranking.simulation.get(r.schedule, 0), r.schedule))
     rows = []
@@ -91,14 +92,13 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, backward: int,
                 gib(max(sim.peak_memory_bytes)),
             )
         )
-    table = aligned(
+    table = render_table(
         ("schedule", "formula rank (bubble)", "table rank (bubble)", "simulated rank (step)", "idle", "peak activations", "peak memory"),
         rows,
+        fmt,
     )
-    lines = [_header(results, backward), context, "", table]
-    if ranking.flips:
-        lines += ["", f"! rank changes between layers: {', '.join(ranking.flips)}"]
-    return "\n".join(lines)
+    after = ["", f"! rank changes between layers: {', '.join(ranking.flips)}"] if ranking.flips else []
+    return with_context([_header(results, backward), context, ""], table, after, fmt)
 
 
 def compare_json(results: Sequence[Evaluation], ranking: Ranking) -> list[dict]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ppopt.report.text import aligned, gib, per_device, seconds, timeline_grid
+from ppopt.report.text import gib, per_device, render_table, seconds, timeline_grid, with_context
 from ppopt.solve.gap import Frontier, GapReport
 from ppopt.solve.search import SearchResult
 
@@ -76,12 +76,12 @@ def search_json(result: SearchResult) -> dict:
     }
 
 
-def search_text(result: SearchResult, show_grid: bool = True) -> str:
+def search_text(result: SearchResult, show_grid: bool = True, colour: bool = False) -> str:
     unit = result.time_unit
     lines = [f"space: {result.space}", f"memory: {result.memory_semantics}", ""]
     if result.schedule is not None and show_grid:
         sim = result.simulation
-        lines += [timeline_grid(result.schedule, sim.start_s, sim.end_s), ""]
+        lines += [timeline_grid(result.schedule, sim.start_s, sim.end_s, colour=colour), ""]
     where = "solver" if result.from_solver else f"handcrafted {result.hint}"
     u = " slots" if unit == "slots" else ""
     lines.append(f"status     {result.status}")
@@ -116,7 +116,7 @@ def gap_json(report: GapReport) -> dict:
     }
 
 
-def gap_text(report: GapReport, devices: int, microbatches: int) -> str:
+def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "text") -> str:
     unit = report.time_unit
     rows = [
         (r.schedule, _amount(r.step_time, unit), _amount(r.best, unit), _amount(r.bound, unit), _pct(r.gap),
@@ -124,8 +124,8 @@ def gap_text(report: GapReport, devices: int, microbatches: int) -> str:
         for r in report.rows
     ]
     header = f"p = {devices}, m = {microbatches}; times in {'slots' if unit == 'slots' else 'seconds'}; memory: {report.memory_semantics}"
-    table = aligned(("schedule", "step", "best found", "bound", "gap", "status", "note", "space of the bound"), rows)
-    return "\n".join([header, "gap = (schedule - bound) / bound, bound valid for every schedule of the space", "", table])
+    table = render_table(("schedule", "step", "best found", "bound", "gap", "status", "note", "space of the bound"), rows, fmt)
+    return with_context([header, "gap = (schedule - bound) / bound, bound valid for every schedule of the space", ""], table, [], fmt)
 
 
 def frontier_json(result: Frontier) -> dict:
@@ -145,15 +145,19 @@ def frontier_json(result: Frontier) -> dict:
     }
 
 
-def frontier_text(result: Frontier) -> str:
+def frontier_text(result: Frontier, fmt: str = "text") -> str:
     t, m = result.time_unit, result.memory_unit
-    points = aligned(
+    points = render_table(
         ("memory limit", "best step", "bound", "status", "peak used"),
         [(_amount(p.memory_limit, m), _amount(p.step_time, t), _amount(p.bound, t), p.status, _amount(p.peak_memory, m)) for p in result.points],
+        fmt,
     )
-    hand = aligned(
+    hand = render_table(
         ("handcrafted", "peak memory", "step", "on the frontier"),
         [(name, _amount(peak, m), _amount(step, t), "yes" if on else "no (dominated)") for name, peak, step, on in result.handcrafted],
+        fmt,
     )
     unit_note = f"times in {'slots' if t == 'slots' else 'seconds'}, memory in {'live activations' if m == 'activations' else 'GiB'}"
+    if fmt == "csv":
+        return points + "\n\n" + hand
     return "\n".join([f"space: {result.space}; {unit_note}; minimum memory {_amount(result.minimum, m)}", "", points, "", hand])

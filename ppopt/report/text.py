@@ -19,31 +19,81 @@ def cell_label(op: Op, schedule: Schedule) -> str:
     return str(op)
 
 
-def grid(table: Table, idle: str = ".") -> str:
+#: Terminal colours of the op kinds (ANSI names, as click.style takes them).
+KIND_COLOURS = {"F": "blue", "B": "red", "I": "yellow", "W": "green"}
+
+
+def grid(table: Table, idle: str = ".", colour: bool = False) -> str:
     """The unit-slot table as text (see :func:`timeline_grid`)."""
-    return timeline_grid(table.schedule, table.start, {op: table.end(op) for op in table.start}, idle)
+    return timeline_grid(table.schedule, table.start, {op: table.end(op) for op in table.start}, idle, colour)
 
 
-def timeline_grid(schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], idle: str = ".") -> str:
+def timeline_grid(
+    schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], idle: str = ".", colour: bool = False
+) -> str:
     """A timed schedule as text: one row per device, one column per slot of the shortest op's length.
 
     An op shows its label in its first column and ``-`` in the following ones; idle columns show
-    ``idle``. Times are rounded to the nearest column.
+    ``idle``. Times are rounded to the nearest column. ``colour`` adds ANSI colours per op kind
+    (click.echo drops them when the output is not a terminal).
     """
     slot = min((end[op] - start[op] for op in start if end[op] > start[op]), default=1.0)
     column = {op: round(start[op] / slot) for op in start}
     width_of = {op: max(1, round((end[op] - start[op]) / slot)) for op in start}
     length = max((column[op] + width_of[op] for op in start), default=0)
     rows = [[idle] * length for _ in range(schedule.devices)]
+    kinds: list[list[str | None]] = [[None] * length for _ in range(schedule.devices)]
     for op in start:
-        row = rows[schedule.device_of(op)]
+        row, kind_row = rows[schedule.device_of(op)], kinds[schedule.device_of(op)]
         row[column[op]] = cell_label(op, schedule)
-        for t in range(column[op] + 1, column[op] + width_of[op]):
-            row[t] = "-"
+        for t in range(column[op], column[op] + width_of[op]):
+            kind_row[t] = op.kind.value
+            if t > column[op]:
+                row[t] = "-"
     width = max((len(c) for row in rows for c in row), default=1)
     label_width = len(f"device {schedule.devices - 1}")
-    lines = [f"{'device ' + str(d):<{label_width}} | " + " ".join(f"{c:<{width}}" for c in row) for d, row in enumerate(rows)]
-    return "\n".join(line.rstrip() for line in lines)
+
+    def paint(text: str, kind: str | None) -> str:
+        if not colour or kind is None:
+            return text
+        import click
+
+        return click.style(text, fg=KIND_COLOURS[kind])
+
+    lines = []
+    for d, (row, kind_row) in enumerate(zip(rows, kinds)):
+        cells = [paint(f"{c:<{width}}", k) for c, k in zip(row, kind_row)]
+        lines.append((f"{'device ' + str(d):<{label_width}} | " + " ".join(cells)).rstrip())
+    return "\n".join(lines)
+
+
+FORMATS = ("text", "markdown", "csv")
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], fmt: str = "text") -> str:
+    """A table as aligned text, a markdown pipe table, or CSV (``fmt`` in :data:`FORMATS`)."""
+    if fmt == "csv":
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(headers)
+        writer.writerows([[str(c) for c in row] for row in rows])
+        return buffer.getvalue().rstrip("\n")
+    if fmt == "markdown":
+        escape = lambda cell: str(cell).replace("|", "\\|")  # noqa: E731
+        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        lines += ["| " + " | ".join(escape(c) for c in row) + " |" for row in rows]
+        return "\n".join(lines)
+    return aligned(headers, rows)
+
+
+def with_context(lines_before: Sequence[str], table: str, lines_after: Sequence[str], fmt: str) -> str:
+    """A table with its explanatory lines around it; CSV output is the bare table."""
+    if fmt == "csv":
+        return table
+    return "\n".join([*lines_before, table, *lines_after])
 
 
 def aligned(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

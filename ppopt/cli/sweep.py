@@ -1,0 +1,79 @@
+"""Sweep commands: ``sweep`` (rows of a spec's grid) and ``study`` (the paper's study and its report)."""
+
+from __future__ import annotations
+
+import click
+
+from ppopt.cli import main
+from ppopt.cli.options import emit_json, json_option
+
+
+def executor_options(command):
+    for option in reversed(
+        [
+            click.option("--output", "-o", type=click.Path(file_okay=False), default=None, help="Output directory [default: out/<spec stem>]."),
+            click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel jobs (local processes; CPUs of a local Ray)."),
+            click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where points run."),
+            click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray]."),
+            click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr."),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _summary_text(result) -> str:
+    s = result.summary()
+    text = (f"{s['points']} points: {s['computed']} computed, {s['reused']} already in rows.jsonl, "
+            f"{s['skipped']} skipped (not applicable), {s['missing']} missing; {s['wall_time_s']:.1f} s\n"
+            f"rows: {result.output / 'rows.csv'}")
+    return text
+
+
+@main.command("sweep")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@executor_options
+@json_option
+def sweep_command(spec, output, jobs, executor, address, quiet, as_json) -> None:
+    """Evaluate every point of a sweep SPEC (.toml) into rows.jsonl and rows.csv; reruns resume.
+
+    A spec lists schedules, devices, microbatches, models, systems and options, and optionally a
+    [solver] table for optimality gaps; see configs/studies/paper.toml and the README.
+    """
+    from ppopt.sweep import load_spec, make_executor, run_sweep
+
+    loaded = load_spec(spec)
+    with make_executor(executor, jobs, address) as pool:
+        result = run_sweep(loaded, output, pool, progress=not quiet)
+    if as_json:
+        emit_json(result.summary())
+    else:
+        click.echo(_summary_text(result))
+
+
+@main.command("study")
+@executor_options
+@click.option("--quick", is_flag=True, help="The reduced grid (configs/studies/quick.toml) instead of paper.toml.")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None, help="Another study spec [default: paper.toml].")
+@click.option("--no-solver", is_flag=True, help="Skip the solver points (simulation layers only).")
+@click.option("--no-figures", is_flag=True, help="Write the report without figures.")
+@json_option
+def study_command(output, jobs, executor, address, quiet, quick, spec_path, no_solver, no_figures, as_json) -> None:
+    """Run the paper's study (Barley et al., ISPDC 2026, plus ppopt's schedules and solver gaps)
+    and write report.md with figures, rankings, gaps and the paper's claims checked on the data."""
+    from ppopt.errors import ConfigError
+    from ppopt.sweep import load_spec, make_executor, resolve_spec, run_sweep
+    from ppopt.sweep.study import write_report
+
+    if quick and spec_path:
+        raise ConfigError("give --quick or --spec, not both")
+    loaded = load_spec(resolve_spec(spec_path or ("quick" if quick else "paper")))
+    kinds = ("evaluate",) if no_solver else ("evaluate", "gap")
+    with make_executor(executor, jobs, address) as pool:
+        result = run_sweep(loaded, output, pool, progress=not quiet, kinds=kinds)
+    note = "" if not result.missing else f"*Incomplete: {result.missing} of {result.points} points are missing.*"
+    report = write_report(loaded, result.rows, result.output, figures=not no_figures, note=note)
+    if as_json:
+        emit_json({**result.summary(), "report": str(report)})
+    else:
+        click.echo(_summary_text(result) + f"\nreport: {report}")

@@ -1,0 +1,145 @@
+"""Where a sweep's work items run: one interface, ``map_unordered(fn, items)``.
+
+``fn`` must be a module-level function and the items plain picklable data, so the same call works
+in-process, in a process pool and in Ray tasks. Results come back in completion order; the sweep
+sorts rows itself, so the executor never changes what is written.
+
+- :class:`LocalExecutor` ``(jobs)``: ``jobs == 1`` runs in-process (no pool, easiest to debug);
+  ``jobs > 1`` uses a ``ProcessPoolExecutor`` with the ``spawn`` start method (no fork of a process
+  that may hold threads, e.g. a Ray client or CP-SAT).
+- :class:`RayExecutor` ``(address=None, num_cpus=None)``: one Ray task per item. Connects to the
+  Ray cluster at ``address``, uses an already initialised Ray, or starts a local one (``num_cpus``);
+  it shuts down only a Ray it started. ``ray`` is optional: ``pip install 'ppopt[ray]'``. Workers of a
+  remote cluster must be able to import ``ppopt`` (install it there, or use a Ray runtime_env).
+
+Use executors as context managers: leaving the block cancels items not yet started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ppopt.errors import ConfigError
+
+__all__ = ["Executor", "LocalExecutor", "RayExecutor", "make_executor"]
+
+
+class Executor:
+    """Runs ``fn`` over ``items``; results in completion order."""
+
+    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class LocalExecutor(Executor):
+    """In-process (``jobs == 1``) or a pool of ``jobs`` spawned processes."""
+
+    def __init__(self, jobs: int = 1):
+        if jobs < 1:
+            raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+        self.jobs = jobs
+        self._pool = None
+
+    def map_unordered(self, fn, items):
+        items = list(items)
+        if self.jobs == 1 or len(items) <= 1:
+            for item in items:
+                yield fn(item)
+            return
+        import multiprocessing
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
+        # a bounded window of submitted items: cancelling on exit stays cheap, memory stays flat
+        window = 4 * self.jobs
+        queue = iter(items)
+        running = set()
+        try:
+            for item in queue:
+                running.add(self._pool.submit(fn, item))
+                if len(running) >= window:
+                    break
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+                    following = next(queue, None)
+                    if following is not None:
+                        running.add(self._pool.submit(fn, following))
+        finally:
+            for future in running:
+                future.cancel()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--executor ray needs ray: pip install 'ppopt[ray]'") from None
+    return ray
+
+
+class RayExecutor(Executor):
+    """One Ray task per item (see the module docstring)."""
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None):
+        self.ray = _import_ray()
+        self.started = False
+        if not self.ray.is_initialized():
+            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if address:
+                options["address"] = address
+            elif num_cpus:
+                options["num_cpus"] = num_cpus
+            try:
+                self.ray.init(**options)
+            except Exception as error:  # ray raises ConnectionError, RuntimeError, ...: report one line
+                raise ConfigError(f"cannot start or reach Ray{f' at {address}' if address else ''}: {' '.join(str(error).split())}") from None
+            self.started = True
+
+    def map_unordered(self, fn, items):
+        ray = self.ray
+        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+        pending = [remote.remote(item) for item in items]
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    yield ray.get(ref)
+        finally:
+            for ref in pending:
+                ray.cancel(ref)
+
+    def close(self) -> None:
+        if self.started and self.ray.is_initialized():
+            self.ray.shutdown()
+            self.started = False
+
+
+def make_executor(kind: str = "local", jobs: int = 1, address: str | None = None) -> Executor:
+    """``"local"`` (``jobs`` processes) or ``"ray"`` (``address``; ``jobs`` CPUs for a local Ray)."""
+    if kind == "local":
+        if address:
+            raise ConfigError("--address is for --executor ray")
+        return LocalExecutor(jobs)
+    if kind == "ray":
+        if jobs < 1:
+            raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+        return RayExecutor(address, num_cpus=jobs if jobs > 1 else None)
+    raise ConfigError(f"unknown executor {kind!r} (known: local, ray)")

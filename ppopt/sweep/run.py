@@ -1,0 +1,353 @@
+"""Running a sweep: evaluate every point once, append its row, regenerate the CSV.
+
+``rows.jsonl`` is the record: one JSON object per line, written with one ``write`` and an ``fsync``
+per line, in completion order. A rerun reads it, skips every point whose hash is already there and
+computes the rest; a torn last line (the process was killed mid-write) is cut off and its point
+computed again. ``rows.csv`` is derived: the rows of the spec's points in point order, rewritten
+atomically at the end of every run (also an interrupted one), so an interrupted and resumed run ends
+with the same CSV as an uninterrupted one. Rows in ``rows.jsonl`` that belong to no point of the
+current spec (an edited spec or preset) stay in the file but are left out of the CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ppopt.errors import PpoptError
+from ppopt.io import atomic_write_text
+from ppopt.sweep.executors import Executor, LocalExecutor
+from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, expand
+
+__all__ = ["COLUMNS", "SweepResult", "read_rows", "run_item", "run_sweep", "rows_csv"]
+
+INPUT_COLUMNS = (
+    "kind", "schedule", "devices", "microbatches", "chunks", "waves", "split",
+    "model", "system", "global_batch", "backward",
+    "memory_limit", "unit_forward", "unit_backward", "unit_weight", "unit_comm",
+    "time_limit_s", "deterministic_time", "seed", "model_digest", "system_digest",
+)
+METRIC_COLUMNS = (
+    "formula_bubble_ratio", "formula_length", "formula_peak_activations_max", "formula_weight_copies_max",
+    "table_length", "table_bubble_ratio", "table_peak_activations_max",
+    "sim_step_time_s", "sim_idle_ratio", "sim_peak_activation_bytes_max", "sim_peak_memory_bytes_max",
+    "sim_persistent_bytes_max",
+    "table_peak_activations", "sim_peak_activation_bytes", "sim_peak_memory_bytes", "sim_persistent_bytes",
+    "solver_space", "solver_status", "solver_time_unit", "solver_step", "solver_best", "solver_bound", "gap",
+    "solver_fits", "solver_peak_memory", "solver_memory_semantics",
+)
+#: Every column of ``rows.csv``, in order (a fixed header whatever the spec holds).
+COLUMNS = ("hash", "status", "reason") + INPUT_COLUMNS + METRIC_COLUMNS
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
+
+
+# --------------------------------------------------------------------------------------------------
+# One work item (runs in a worker process or a Ray task: plain data in, plain data out)
+# --------------------------------------------------------------------------------------------------
+
+
+def run_item(item: EvalItem | GapItem) -> list[dict]:
+    """The rows of one work item (one for an evaluation point, one per schedule for a gap group)."""
+    if isinstance(item, GapItem):
+        return _run_gap(item)
+    return [_run_eval(item)]
+
+
+def _run_eval(item: EvalItem) -> dict:
+    from ppopt.evaluate import evaluate
+
+    inputs = item.inputs
+    options = {k: inputs[k] for k in ("chunks", "waves", "split") if inputs[k] is not None}
+    row = {"hash": item.hash, "status": "ok", "reason": None, **inputs}
+    try:
+        result = evaluate(inputs["schedule"], inputs["devices"], inputs["microbatches"], inputs["backward"],
+                          item.model, item.system, inputs["global_batch"], **options)
+    except PpoptError as error:
+        row.update(status="skipped", reason=" ".join(str(error).split()))
+        return row
+    f, t, s = result.formula, result.table, result.simulation
+    row.update(
+        formula_bubble_ratio=f.bubble_ratio,
+        formula_length=f.length,
+        formula_peak_activations_max=max(f.peak_activations, default=None),
+        formula_weight_copies_max=max(f.weight_copies, default=None),
+        table_length=t.length,
+        table_bubble_ratio=t.bubble_ratio,
+        table_peak_activations_max=max(t.peak_activations, default=None),
+        sim_step_time_s=s.step_time_s,
+        sim_idle_ratio=s.idle_ratio,
+        sim_peak_activation_bytes_max=max(s.peak_activation_bytes),
+        sim_peak_memory_bytes_max=max(s.peak_memory_bytes),
+        sim_persistent_bytes_max=max(s.persistent_bytes),
+        table_peak_activations=list(t.peak_activations),
+        sim_peak_activation_bytes=list(s.peak_activation_bytes),
+        sim_peak_memory_bytes=list(s.peak_memory_bytes),
+        sim_persistent_bytes=list(s.persistent_bytes),
+    )
+    return row
+
+
+def _run_gap(item: GapItem) -> list[dict]:
+    from ppopt.solve.gap import gap_report
+    from ppopt.solve.instance import instance_factory
+
+    first = item.inputs[0]
+    options: dict = {}
+    for inputs in item.inputs:
+        options.update({k: inputs[k] for k in ("chunks", "waves", "split") if inputs[k] is not None})
+    rows = [{"hash": h, "status": "ok", "reason": None, **inputs} for h, inputs in zip(item.hashes, item.inputs)]
+    try:
+        factory = instance_factory(
+            first["devices"], first["microbatches"], unit=True, forward=first["unit_forward"],
+            backward=first["unit_backward"], weight=first["unit_weight"], comm=first["unit_comm"],
+            memory_limit=first["memory_limit"],
+        )
+        report = gap_report(
+            factory, first["devices"], first["microbatches"], options, [i["schedule"] for i in item.inputs],
+            time_limit_s=first["time_limit_s"], workers=1, seed=first["seed"],
+            deterministic_time=first["deterministic_time"],
+        )
+    except PpoptError as error:
+        for row in rows:
+            row.update(status="skipped", reason=" ".join(str(error).split()))
+        return rows
+    found = {r.schedule: r for r in report.rows}
+    for row in rows:
+        name = row["schedule"]
+        if name in report.skipped or name not in found:
+            row.update(status="skipped", reason=" ".join(report.skipped.get(name, "no result").split()))
+            continue
+        r = found[name]
+        row.update(
+            solver_space=r.space, solver_status=r.status, solver_time_unit=report.time_unit, solver_step=r.step_time,
+            solver_best=r.best, solver_bound=_finite(r.bound), gap=r.gap, solver_fits=r.fits,
+            solver_peak_memory=r.peak_memory, solver_memory_semantics=report.memory_semantics,
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# rows.jsonl
+# --------------------------------------------------------------------------------------------------
+
+
+def read_rows(path: Path, repair: bool = False) -> dict[str, dict]:
+    """Rows of ``rows.jsonl`` by hash (first occurrence wins). A last line without its newline (a
+    torn write) is ignored, and with ``repair`` cut off the file so appending starts on a clean line;
+    any other unreadable line is ignored."""
+    rows: dict[str, dict] = {}
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return rows
+    end = data.rfind(b"\n") + 1
+    if repair and end < len(data):
+        with open(path, "r+b") as handle:
+            handle.truncate(end)
+            handle.flush()
+            os.fsync(handle.fileno())
+    for line in data[:end].splitlines():
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(row, dict) and isinstance(row.get("hash"), str):
+            rows.setdefault(row["hash"], row)
+    return rows
+
+
+def _row_line(row: dict) -> bytes:
+    clean = {k: (_finite(v) if isinstance(v, float) else v) for k, v in row.items()}
+    return (json.dumps(clean, sort_keys=False, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+
+
+class _Appender:
+    """Appends whole lines: one ``os.write`` and one ``fsync`` per row."""
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, row: dict) -> None:
+        data = _row_line(row)
+        written = os.write(self.fd, data)
+        while written < len(data):  # rare partial write (signal, full pipe): finish the line
+            written += os.write(self.fd, data[written:])
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+# --------------------------------------------------------------------------------------------------
+# rows.csv
+# --------------------------------------------------------------------------------------------------
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ";".join(_cell(v) for v in value)
+    return str(value)
+
+
+def rows_csv(rows: Iterable[dict]) -> str:
+    """The CSV text of ``rows`` with the fixed :data:`COLUMNS` header (lists joined with ``;``)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in COLUMNS])
+    return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------------------
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, redrawn with ``\\r`` at most every 0.2 s (1 s off a tty)."""
+
+    def __init__(self, total: int, label: str, stream=None, enabled: bool = True):
+        self.total, self.label, self.done = total, label, 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled and total > 0
+        self.began = self.last = time.monotonic()
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.drawn = -1
+
+    def advance(self, count: int = 1) -> None:
+        self.done += count
+        now = time.monotonic()
+        if self.enabled and (now - self.last >= (0.2 if self.tty else 1.0) or self.done == self.total):
+            self.last = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        self.drawn = self.done
+        width = 28
+        filled = int(width * self.done / self.total)
+        elapsed = now - self.began
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                          f"{rate:6.1f}/s eta {eta:5.0f}s ")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.done:
+            if self.drawn != self.done:
+                self._draw(time.monotonic())
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# --------------------------------------------------------------------------------------------------
+# The sweep
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    output: Path
+    points: int
+    """Rows the spec defines."""
+    computed: int
+    """Rows computed by this run."""
+    reused: int
+    """Rows found in rows.jsonl (resumed)."""
+    skipped: int
+    """Rows with status "skipped" (the generator or the solver refused the point)."""
+    missing: int
+    """Rows still to compute (an interrupted or limited run)."""
+    wall_time_s: float
+    rows: tuple[dict, ...]
+    """The spec's rows present so far, in point order."""
+
+    def summary(self) -> dict:
+        return {
+            "output": str(self.output), "points": self.points, "computed": self.computed, "reused": self.reused,
+            "skipped": self.skipped, "missing": self.missing, "wall_time_s": self.wall_time_s,
+        }
+
+
+def default_output(loaded: LoadedSpec) -> Path:
+    return Path("out") / loaded.name
+
+
+def run_sweep(
+    loaded: LoadedSpec,
+    output: str | os.PathLike | None = None,
+    executor: Executor | None = None,
+    progress: bool = True,
+    max_items: int | None = None,
+    kinds: tuple[str, ...] = ("evaluate", "gap"),
+    on_item: Callable[[list[dict]], None] | None = None,
+) -> SweepResult:
+    """Run (or resume) the sweep of ``loaded`` into ``output`` (default ``out/<spec stem>``).
+
+    ``max_items`` stops after that many work items (tests use it to simulate an interruption);
+    ``kinds`` restricts the points to evaluation (``"evaluate"``) or solver (``"gap"``) points;
+    ``on_item`` is called with the rows of every finished item.
+    """
+    began = time.monotonic()
+    out = Path(output) if output is not None else default_output(loaded)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PpoptError(f"cannot create {out}: {error.strerror or error}") from None
+    items = [i for i in expand(loaded) if ("gap" if isinstance(i, GapItem) else "evaluate") in kinds]
+    order = {h: n for n, h in enumerate(h for item in items for h in item.hashes)}
+    rows_path = out / "rows.jsonl"
+    existing = read_rows(rows_path, repair=True)
+    reused = sum(h in existing for h in order)
+    pending = [item for item in items if not all(h in existing for h in item.hashes)]
+    # longest first keeps a pool's workers busy to the end (the order of rows.jsonl does not matter)
+    pending.sort(key=lambda item: -item.cost)
+    if max_items is not None:
+        pending = pending[:max_items]
+    atomic_write_text(out / "spec.json", json.dumps(loaded.spec.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+
+    executor = executor or LocalExecutor(1)
+    bar = ProgressBar(sum(len(i.hashes) for i in pending), f"sweep {loaded.name}", enabled=progress)
+    appender = _Appender(rows_path)
+    computed = 0
+    try:
+        for rows in executor.map_unordered(run_item, pending):
+            for row in rows:
+                if row["hash"] not in existing:
+                    appender.write(row)
+                    existing[row["hash"]] = row
+                    computed += 1
+            bar.advance(len(rows))
+            if on_item is not None:
+                on_item(rows)
+    finally:
+        appender.close()
+        bar.close()
+        present = sorted((r for h, r in existing.items() if h in order), key=lambda r: order[r["hash"]])
+        atomic_write_text(out / "rows.csv", rows_csv(present))
+    return SweepResult(
+        output=out,
+        points=len(order),
+        computed=computed,
+        reused=reused,
+        skipped=sum(r.get("status") == "skipped" for r in present),
+        missing=len(order) - len(present),
+        wall_time_s=time.monotonic() - began,
+        rows=tuple(present),
+    )
