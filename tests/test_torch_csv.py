@@ -276,3 +276,17 @@ def test_ppopt_reads_what_pytorch_writes(tmp_path):
             s: r for r, actions in pytorch.pipeline_order.items() for a in actions if a is not None
             for s in ([a.stage_index] if a.sub_actions is None else [x.stage_index for x in a.sub_actions])
         }
+
+
+def test_written_files_get_the_usual_permissions(tmp_path):
+    import os
+    import stat
+
+    from ppopt.io import atomic_write_text
+
+    mask = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "x.txt", "hello\n")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

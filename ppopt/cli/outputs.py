@@ -17,6 +17,8 @@ def _export_format(fmt: str | None, output: str) -> str:
     from ppopt.errors import ConfigError
 
     suffix = Path(output).suffix.lower()
+    if fmt is None and output == "-":
+        return "torch-csv"
     if fmt is None:
         inferred = next((name for name, usual in FORMATS.items() if usual == suffix), None)
         if inferred is None:

@@ -43,6 +43,7 @@ def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], None]) ->
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
         os.replace(temp, target)
     except BaseException as error:
         try:
@@ -53,6 +54,12 @@ def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], None]) ->
             raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
         raise
     return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
