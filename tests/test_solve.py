@@ -186,3 +186,18 @@ def test_unit_instance_scales_chunk_costs_by_share():
     assert instance.costs[0].forward_s == 0.5
     assert instance.costs[0].backward_s == 1.0
     assert instance.costs[0].activation_bytes == 0.5
+
+
+def test_minimize_memory_finds_the_least_peak_at_the_optimal_step():
+    p, m = 4, 8
+    factory = unit(p, m)
+    linear = run(factory, "placement=linear", p, m, minimize_memory=True)
+    assert linear.memory_status == "optimal"
+    assert linear.step_time == pytest.approx((m + p - 1) * 3)
+    assert linear.peak_memory == pytest.approx(p)  # 1F1B's device-0 peak is the least possible
+    looped = run(factory, "placement=looped,chunks=2", p, m, minimize_memory=True)
+    interleaved = next(c for c in looped.handcrafted if c.name == "interleaved-1f1b")
+    assert looped.memory_status == "optimal"
+    assert looped.step_time == pytest.approx(interleaved.simulation.step_time_s)
+    assert looped.peak_memory < max(interleaved.simulation.peak_activation_bytes)
+    assert max(looped.simulation.peak_activation_bytes) == pytest.approx(looped.peak_memory)

@@ -40,12 +40,13 @@ def _progress(quiet: bool):
 @solver_options
 @click.option("--space", "space_spec", default="placement=linear", show_default=True, help="Search space, e.g. placement=linear,backward=split or fixed:1f1b (see README).")
 @click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid.")
+@click.option("--minimize-memory", is_flag=True, help="Then minimise the worst device's peak memory at that step time (second solve).")
 @click.option("--csv", "csv_path", default=None, help="Write the schedule found as a PyTorch schedule CSV.")
 @click.option("--plot", default=None, help="Draw the schedule found, simulated, to .png/.svg.")
 @click.option("--trace", default=None, help="Write the schedule found, simulated, as a Chrome/Perfetto trace (.json).")
 @json_option
 def search_command(devices, microbatches, options, unit, forward, backward, weight, comm, model, system, global_batch,
-                   memory_limit, time_limit, workers, seed, quiet, space_spec, grid, csv_path, plot, trace, as_json):
+                   memory_limit, time_limit, workers, seed, quiet, space_spec, grid, minimize_memory, csv_path, plot, trace, as_json):
     """Search a space for the shortest step under a memory limit; print the schedule, bound and gap."""
     from ppopt.report.solve import search_json, search_text
     from ppopt.solve.search import search
@@ -54,7 +55,7 @@ def search_command(devices, microbatches, options, unit, forward, backward, weig
     limit = parse_amount(memory_limit, unit)
     space = parse_space(space_spec, **options)
     factory = _factory(devices, microbatches, unit, forward, backward, weight, comm, model, system, global_batch, limit)
-    result = search(factory, space, devices, microbatches, time_limit, workers, seed, _progress(quiet))
+    result = search(factory, space, devices, microbatches, time_limit, workers, seed, _progress(quiet), minimize_memory=minimize_memory)
     if as_json:
         emit_json(search_json(result))
     else:

@@ -49,6 +49,8 @@ def search_json(result: SearchResult) -> dict:
             "memory": result.analytic.memory,
         },
         "from_solver": result.from_solver,
+        "peak_memory": result.peak_memory,
+        "peak_memory_status": result.memory_status,
         "hint": result.hint,
         "hint_step_time_s": result.hint_step_time,
         "tick_s": result.tick,
@@ -98,6 +100,9 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         memory = per_device(sim.peak_activation_bytes) if unit == "slots" else per_device([round(b / 2**30, 2) for b in sim.peak_memory_bytes]) + " GiB"
         label = "peak live activations" if unit == "slots" else "peak memory"
         lines.append(f"simulated  idle ratio {sim.idle_ratio:.4f}; {label} per device {memory}")
+    if result.memory_status is not None:
+        amount = f"{result.peak_memory:g} live activations" if result.time_unit == "slots" else gib(result.peak_memory)
+        lines.append(f"peak       {amount} on the worst device ({result.memory_status} for this step time)")
     ttb = "-" if result.time_to_best_s is None else f"{result.time_to_best_s:.2f} s"
     lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {unit})")
     return "\n".join(lines)

@@ -50,6 +50,8 @@ class Built:
     placement: tuple[tuple[int, ...], ...] | None
     direction: dict[int, cp_model.IntVar] = field(default_factory=dict)  # microbatch -> 1 if "up"
     on: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)  # (stage, device) -> placed
+    peak: cp_model.IntVar | None = None  # worst device's memory, in memory_step units (memory objective)
+    memory_step: float = 1.0  # instance memory units per unit of ``peak``
 
 
 def _op_ticks(instance: Instance, op: Op, tick: float) -> int:
@@ -93,6 +95,8 @@ class _Builder:
         self.intervals: dict[int, list] = {d: [] for d in range(self.p)}
         self.direction: dict[int, cp_model.IntVar] = {}
         self.on: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.peak: cp_model.IntVar | None = None
+        self.memory_step = 1.0
 
     # ---- where ops run ---------------------------------------------------------------------------
     def end(self, op: Op):
@@ -228,27 +232,37 @@ class _Builder:
             for a, b in zip(order, order[1:]):
                 self.model.add(self.end(a) <= self.start[b])
 
-    def add_memory(self) -> None:
+    def add_memory(self, minimize_peak: bool = False) -> None:
         """Per device: persistent bytes + live activations <= limit (cumulative over lifetimes), or,
-        for a device holding exactly one stage, the equivalent precedence F(m+K) after free(m)."""
+        for a device holding exactly one stage, the equivalent precedence F(m+K) after free(m).
+
+        ``minimize_peak``: the capacity of every device becomes one variable ``peak`` (the worst
+        device's memory), which the objective then minimises.
+        """
         limit = self.instance.memory_limit
-        if limit is None:
+        if limit is None and not minimize_peak:
             return
         costs = self.instance.costs
         free = freeing_kind(self.split)
         sizes = [costs[s].activation_bytes for s in range(self.stages)]
         bytes_mode = self.instance.memory_unit == "bytes"
         persistent = [costs[s].persistent_bytes if bytes_mode else 0.0 for s in range(self.stages)]
-        scaled, capacity = _memory_scale(sizes + persistent, limit)
+        most = sum(persistent) + self.m * sum(sizes)
+        scaled, capacity = _memory_scale(sizes + persistent, most if limit is None else min(limit, most))
         demand, kept = scaled[: self.stages], scaled[self.stages :]
+        if minimize_peak:
+            self.peak = self.model.new_int_var(0, capacity, "peak_memory")
+            nonzero = next((i for i, d in enumerate(scaled) if d > 0), None)
+            self.memory_step = (sizes + persistent)[nonzero] / scaled[nonzero] if nonzero is not None else 1.0
+        ceiling = self.peak if minimize_peak else capacity
         for d in range(self.p):
             if self.placement is None:
                 held = list(range(self.stages))
-                room = capacity - sum(kept[s] * self.on[s, d] for s in held)
+                room = ceiling - sum(kept[s] * self.on[s, d] for s in held)
             else:
                 held = [s for s in range(self.stages) if d in self.placement[s]]
-                room = capacity - sum(kept[s] for s in held)
-                if self.single_stage(held) and demand[held[0]] > 0:
+                room = ceiling - sum(kept[s] for s in held)
+                if not minimize_peak and self.single_stage(held) and demand[held[0]] > 0:
                     self.add_memory_precedence(held[0], room // demand[held[0]], free)
                     continue
             lifetimes, weights = [], []
@@ -313,8 +327,13 @@ def build_model(
     hint: Schedule | None = None,
     hint_starts: Mapping[Op, int] | None = None,
     dominance: bool = True,
+    minimize_peak_within: int | None = None,
 ) -> Built:
-    """Build the CP-SAT model of ``space`` on ``instance`` in ticks of ``tick`` (see module docs)."""
+    """Build the CP-SAT model of ``space`` on ``instance`` in ticks of ``tick`` (see module docs).
+
+    ``minimize_peak_within``: instead of the makespan, minimise the worst device's peak memory among
+    schedules whose makespan is at most that many ticks (the second, lexicographic objective).
+    """
     b = _Builder(instance, space, tick, hint, horizon, dominance)
     if b.placement is None:
         b.add_free_placement()
@@ -326,8 +345,13 @@ def build_model(
     b.add_makespan(lower_bound)
     b.add_dominance()
     b.add_fixed_order()
-    b.add_memory()
+    b.add_memory(minimize_peak=minimize_peak_within is not None)
     b.add_hint(hint_starts)
-    b.model.minimize(b.makespan)
-    return Built(b.model, tick, b.ops, b.start, b.duration, b.makespan, horizon, b.placement, b.direction, b.on)
+    if minimize_peak_within is None:
+        b.model.minimize(b.makespan)
+    else:
+        b.model.add(b.makespan <= minimize_peak_within)
+        b.model.minimize(b.peak)
+    return Built(b.model, tick, b.ops, b.start, b.duration, b.makespan, horizon, b.placement, b.direction, b.on,
+                 b.peak, b.memory_step)
 

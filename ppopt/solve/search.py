@@ -77,6 +77,8 @@ class SearchResult:
     wall_time_s: float
     time_to_best_s: float | None
     from_solver: bool
+    peak_memory: float | None = None  # with minimize_memory: the worst device's proven-minimal peak (memory unit)
+    memory_status: str | None = None  # status of that second solve
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -209,8 +211,12 @@ def search(
     progress: Progress | None = None,
     dominance: bool = True,
     deterministic_time: float | None = None,
+    minimize_memory: bool = False,
 ) -> SearchResult:
     """Search ``space`` for the shortest step (see the module docstring).
+
+    ``minimize_memory``: then, in a second solve (same limits), minimise the worst device's peak
+    memory among schedules no slower (in ticks) than the best found: a lexicographic objective.
 
     Raises InfeasibleError when the memory limit is below what any schedule of the space needs.
     """
@@ -223,6 +229,8 @@ def search(
     if workers < 1:
         raise ScheduleError(f"--workers must be >= 1, got {workers}")
     if space.placement == "family" and not space.fixed:
+        if minimize_memory:
+            raise ScheduleError("--minimize-memory needs one placement, not placement=family")
         return _search_family(instance_for, space, devices, microbatches, time_limit_s, workers, seed, progress, dominance, deterministic_time)
     if space.placement == "bidirectional" and space.directions == "even" and microbatches % 2 and not space.fixed:
         raise ScheduleError(f"placement=bidirectional with directions=even needs an even number of microbatches, got {microbatches}")
@@ -270,12 +278,7 @@ def search(
     lower = math.ceil(analytic_ticks.best - 1e-9)
     built = build_model(instance, space, tick, horizon, min(lower, horizon), hint.schedule if hint else None, hint_starts, dominance)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = seed
-    if deterministic_time is not None:
-        solver.parameters.max_deterministic_time = deterministic_time
+    solver = _solver(time_limit_s, workers, seed, deterministic_time)
     callback = _Progress(tick, unit, progress)
     if progress:
         progress(
@@ -310,6 +313,18 @@ def search(
             status = "optimal"
     if progress:
         progress(f"[{wall:7.2f}s] {status}: step {step if step is not None else '-'} {unit}, bound {bound:.6g} {unit}")
+    peak_memory = memory_status = None
+    if minimize_memory and best_schedule is not None:
+        cap = round(solver.objective_value) if from_solver else hint_end
+        starts = {op: solver.value(built.start[op]) for op in built.ops} if from_solver else hint_starts
+        lowered = _minimize_peak(instance, space, tick, cap, best_schedule, starts, dominance,
+                                 _solver(time_limit_s, workers, seed, deterministic_time), progress)
+        if lowered is not None:
+            memory_status, peak_memory, schedule_low, sim_low = lowered
+            if schedule_low is not None and sim_low.step_time_s <= step + 1e-9:
+                best_schedule, best_sim, step = schedule_low, sim_low, sim_low.step_time_s
+                gap = max(0.0, (step - bound) / bound) if bound > 0 and math.isfinite(bound) else gap
+        wall = time.monotonic() - began
     return SearchResult(
         status=status,
         space=space.describe(),
@@ -330,7 +345,36 @@ def search(
         wall_time_s=wall,
         time_to_best_s=callback.last_solution_s,
         from_solver=from_solver,
+        peak_memory=peak_memory,
+        memory_status=memory_status,
     )
+
+
+def _solver(time_limit_s: float, workers: int, seed: int, deterministic_time: float | None) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    if deterministic_time is not None:
+        solver.parameters.max_deterministic_time = deterministic_time
+    return solver
+
+
+def _minimize_peak(instance, space, tick, cap, schedule, starts, dominance, solver, progress):
+    """Second solve: the least worst-device peak memory with makespan <= ``cap`` ticks.
+
+    Returns (status, peak in memory units, schedule or None, simulation or None), or None when the
+    solve found nothing.
+    """
+    built = build_model(instance, space, tick, cap, 0, schedule, starts, dominance, minimize_peak_within=cap)
+    code = solver.solve(built.model)
+    status = STATUS.get(code, "unknown")
+    if progress:
+        progress(f"peak memory at step <= {cap * tick:.6g} {instance.time_unit}: {status}")
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    found = validate(_to_schedule(built, solver, schedule, instance, space))
+    return status, solver.objective_value * built.memory_step, found, simulate(found, instance.costs, instance.system)
 
 
 def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None]:
