@@ -201,3 +201,17 @@ def test_minimize_memory_finds_the_least_peak_at_the_optimal_step():
     assert looped.step_time == pytest.approx(interleaved.simulation.step_time_s)
     assert looped.peak_memory < max(interleaved.simulation.peak_activation_bytes)
     assert max(looped.simulation.peak_activation_bytes) == pytest.approx(looped.peak_memory)
+
+
+def test_analytic_bounds_by_hand():
+    """p = 4, m = 8, F = 1, B = 2, one-slot messages, at most one live activation per device."""
+    result = run(unit(4, 8, comm=1, limit=1), "placement=linear", 4, 8)
+    bounds = result.analytic
+    assert bounds.critical_path == 4 * 3 + 2 * 3  # one microbatch: 4 F, 4 B, 6 hops
+    # device 3: head 3 * (F + hop) = 6, load 8 * 3 = 24, tail 3 * (B + hop) = 9
+    assert bounds.device_load == 39
+    # device 0 waits 1 + 3 * 3 + 6 = 16 slots for its first B and may run 1 F meanwhile: 0 + 24 + 15
+    assert bounds.warmup == 39
+    # each activation on device 0 lives >= 1 + 9 + 6 + 2 = 18 slots, one at a time: 8 * 18 = 144
+    assert bounds.memory == 144
+    assert result.status == "optimal" and result.step_time == 144

@@ -47,6 +47,7 @@ def search_json(result: SearchResult) -> dict:
             "critical_path": result.analytic.critical_path,
             "device_load": result.analytic.device_load,
             "memory": result.analytic.memory,
+            "warmup": result.analytic.warmup,
         },
         "from_solver": result.from_solver,
         "peak_memory": result.peak_memory,

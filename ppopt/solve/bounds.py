@@ -10,8 +10,11 @@ None), so ``max`` of them complements the solver's own bound:
   the stages below must still run. bound = head + load + tail. Without a placement: total load / p.
 - **memory lifetime** (a cap of K activations on a device holding one stage s): every microbatch's
   activation lives at least L_s (its F, the round trip through the stages above, its freeing op),
-  at most K live at once, all inside [head, T - tail]: T >= head + tail + ceil(m / K) * L_s is weaker
-  than the exact area bound m * L_s / K, which is what is used.
+  at most K live at once, all inside [head, T - tail]: T >= head + tail + m * L_s / K (area).
+- **warm-up** (a device holding one stage s): until its first backward can start, at least
+  W_s = F_s + the round trip through the stages above after its first F starts, the device can only
+  run forwards, at most min(K, m) of them (K the cap, if any). So it idles at least
+  W_s - min(K, m) * F_s, on top of head + load + tail.
 
 All bounds take a duration function and a delay function, so the same code gives the bound in real
 seconds and in (rounded-down) ticks.
@@ -34,10 +37,11 @@ class Bounds:
     critical_path: float
     device_load: float
     memory: float
+    warmup: float = 0.0
 
     @property
     def best(self) -> float:
-        return max(self.critical_path, self.device_load, self.memory)
+        return max(self.critical_path, self.device_load, self.memory, self.warmup)
 
 
 def _hop(delay: Delay, placement: Sequence[Sequence[int]] | None, stage: int, other: int) -> float:
@@ -110,6 +114,32 @@ def memory_lifetime(
     return best
 
 
+def warmup(
+    stages: int, microbatches: int, duration: Duration, delay: Delay, placement, split: bool, cap_of_stage: Callable[[int], float | None]
+) -> float:
+    """The warm-up idle bound for devices holding exactly one stage (see the module docstring)."""
+    if placement is None:
+        return 0.0
+    grad = Kind.I if split else Kind.B
+    kinds = _kinds(split)
+    best = 0.0
+    for s in range(stages):
+        devices = placement[s]
+        if len(devices) != 1 or sum(devices[0] in placement[t] for t in range(stages)) != 1:
+            continue
+        cap = cap_of_stage(s)
+        forwards = microbatches if cap is None else min(microbatches, max(1, math.floor(cap + 1e-9)))
+        above = sum(duration(t, Kind.F) + duration(t, grad) for t in range(s + 1, stages))
+        hops = sum(_hop(delay, placement, t, t + 1) + _hop(delay, placement, t + 1, t) for t in range(s, stages - 1))
+        window = duration(s, Kind.F) + above + hops
+        idle = max(0.0, window - forwards * duration(s, Kind.F))
+        head = sum(duration(t, Kind.F) + _hop(delay, placement, t, t + 1) for t in range(s))
+        tail = 0.0 if split else sum(duration(t, Kind.B) + _hop(delay, placement, t + 1, t) for t in range(s))
+        load = microbatches * sum(duration(s, k) for k in kinds)
+        best = max(best, head + load + idle + tail)
+    return best
+
+
 def lower_bounds(
     stages: int,
     microbatches: int,
@@ -127,4 +157,5 @@ def lower_bounds(
         critical_path(stages, duration, delay, placement, split),
         device_load(stages, microbatches, devices, duration, delay, placement if even_replicas else None, split),
         memory_lifetime(stages, microbatches, duration, delay, placement, split, cap_of_stage),
+        warmup(stages, microbatches, duration, delay, placement, split, cap_of_stage),
     )
