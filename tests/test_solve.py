@@ -215,3 +215,29 @@ def test_analytic_bounds_by_hand():
     # each activation on device 0 lives >= 1 + 9 + 6 + 2 = 18 slots, one at a time: 8 * 18 = 144
     assert bounds.memory == 144
     assert result.status == "optimal" and result.step_time == 144
+
+
+@pytest.mark.parametrize("p, m, comm, cap, spec", [(4, 8, 1, 4, "placement=linear"), (8, 16, 1, 3, "placement=linear,backward=split"),
+                                                   (4, 8, 1, 2, "placement=looped,chunks=2"), (3, 5, 2, None, "placement=v")])
+def test_greedy_hint_is_valid_and_keeps_the_cap(p, m, comm, cap, spec):
+    from ppopt.solve.greedy import greedy_schedule
+    from ppopt.solve.space import placement_of
+
+    space = parse_space(spec)
+    placement = placement_of(space, p)
+    instance = unit(p, m, comm=comm, limit=cap)(len(placement), None)
+    schedule = validate(greedy_schedule(instance, placement, space.split_backward))
+    sim = simulate(schedule, instance.costs, instance.system)
+    if cap is not None:
+        assert max(sim.peak_activation_bytes) <= cap + 1e-9
+    best = run(unit(p, m, comm=comm, limit=cap), spec, p, m)
+    assert best.step_time <= sim.step_time_s + 1e-9
+
+
+def test_greedy_hint_fills_the_room_1f1b_leaves_under_delays():
+    from ppopt.solve.greedy import greedy_schedule
+    from ppopt.solve.space import placement_of
+
+    instance = unit(4, 8, comm=1, limit=4)(4, None)
+    greedy = greedy_schedule(instance, placement_of(parse_space("placement=linear"), 4), False)
+    assert simulate(greedy, instance.costs, instance.system).step_time_s == 46  # the proven optimum; 1F1B takes 49

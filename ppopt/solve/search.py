@@ -19,6 +19,7 @@ from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.simulate import Simulation, simulate
 from ppopt.solve.bounds import Bounds, lower_bounds
+from ppopt.solve.greedy import greedy_schedule
 from ppopt.solve.instance import Instance
 from ppopt.solve.model import Built, build_model
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
@@ -155,6 +156,11 @@ def _candidates(instance_for: InstanceFactory, space: Space, devices: int, micro
         weights = split_weights(devices, space.split)
     instance = instance_for(stage_count(space, devices) if not space.fixed else schedules[0].stages, weights)
     limit = instance.memory_limit
+    placement = placement_of(space, devices)
+    if not space.fixed and space.order == "free" and placement is not None:
+        greedy = greedy_schedule(instance, placement, space.split_backward)
+        if greedy is not None:
+            schedules = [*schedules, greedy]
     candidates = []
     for schedule in schedules:
         sim = simulate(validate(schedule), instance.costs, instance.system)
@@ -263,7 +269,7 @@ def search(
     analytic_ticks = lower_bounds(instance.stages, microbatches, devices, tick_duration, tick_delay, placement, split, cap, even)
 
     hint = candidates[0] if candidates else None
-    hint_starts = None
+    hint_starts, hint_end = None, None
     horizon = _serial_horizon(instance, tick, split)
     if hint is not None:
         ticked = earliest_starts(
@@ -276,22 +282,28 @@ def search(
         # a fitting hint is a feasible point, so no optimum lies beyond it
         horizon = hint_end if hint.fits else max(horizon, hint_end)
     lower = math.ceil(analytic_ticks.best - 1e-9)
-    built = build_model(instance, space, tick, horizon, min(lower, horizon), hint.schedule if hint else None, hint_starts, dominance)
-
-    solver = _solver(time_limit_s, workers, seed, deterministic_time)
     callback = _Progress(tick, unit, progress)
-    if progress:
-        progress(
-            f"searching {space.describe()} on p = {devices}, m = {microbatches}: {len(built.ops)} ops, tick {tick:.6g} {unit}, "
-            f"hint {hint.name if hint else 'none'}"
-            + (f" ({hint.simulation.step_time_s:.6g} {unit})" if hint else "")
-        )
-    code = solver.solve(built.model, callback)
-    status = STATUS.get(code, "unknown")
+    # a fitting hint that meets the analytic bound is optimal: no model to build or solve
+    proven_by_hint = hint is not None and hint.fits and not space.fixed and not minimize_memory and hint_end <= lower
+    if proven_by_hint:
+        code, status, solver_bound = None, "optimal", lower * tick
+        if progress:
+            progress(f"hint {hint.name} meets the analytic bound {analytic.best:.6g} {unit}: optimal without search")
+    else:
+        built = build_model(instance, space, tick, horizon, min(lower, horizon), hint.schedule if hint else None, hint_starts, dominance)
+        solver = _solver(time_limit_s, workers, seed, deterministic_time)
+        if progress:
+            progress(
+                f"searching {space.describe()} on p = {devices}, m = {microbatches}: {len(built.ops)} ops, tick {tick:.6g} {unit}, "
+                f"hint {hint.name if hint else 'none'}"
+                + (f" ({hint.simulation.step_time_s:.6g} {unit})" if hint else "")
+            )
+        code = solver.solve(built.model, callback)
+        status = STATUS.get(code, "unknown")
+        solver_bound = solver.best_objective_bound * tick if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
+        if code == cp_model.INFEASIBLE:
+            solver_bound = math.inf
     wall = time.monotonic() - began
-    solver_bound = solver.best_objective_bound * tick if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
-    if code == cp_model.INFEASIBLE:
-        solver_bound = math.inf
 
     best_schedule, best_sim, solver_objective, from_solver = None, None, None, False
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):

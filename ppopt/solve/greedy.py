@@ -1,0 +1,107 @@
+"""A greedy list schedule under a memory cap: a second hint for the solver.
+
+Handcrafted schedules assume zero or small message delays: with delays and a cap, 1F1B leaves
+devices waiting for gradients while they still have room for more activations. This list
+scheduler fills that room. Each device, whenever it is free, starts the first ready op by priority:
+
+1. the backward op that sends a gradient (B, or I when split), lowest microbatch first;
+2. a W op (split backward), lowest microbatch first, so its activation is freed;
+3. a forward, lowest microbatch first (then lowest stage), if its activation fits under the cap.
+
+It only needs a fixed placement with one device per stage; times are the instance's (seconds or
+slots), delays are the instance's point-to-point times. The result is an order; the simulator and
+the solver time it as any other schedule.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, required_ops
+from ppopt.solve.instance import Instance
+
+
+def _duration(instance: Instance, op: Op) -> float:
+    c = instance.costs[op.stage]
+    return {Kind.F: c.forward_s, Kind.B: c.backward_s, Kind.I: c.input_grad_s, Kind.W: c.weight_grad_s}[op.kind]
+
+
+def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], split: bool, name: str = "greedy") -> Schedule | None:
+    """The greedy list schedule (see the module docstring), or None when the placement has replicas
+    or the cap admits no progress."""
+    if any(len(holders) != 1 for holders in placement):
+        return None
+    stages, m, p = len(placement), instance.microbatches, instance.devices
+    device = {s: placement[s][0] for s in range(stages)}
+    ops = required_ops(stages, m, split)
+    grad = Kind.I if split else Kind.B
+    free_kind = freeing_kind(split)
+    bytes_mode = instance.memory_unit == "bytes"
+    cap = [float("inf")] * p
+    if instance.memory_limit is not None:
+        for d in range(p):
+            held = [s for s in range(stages) if device[s] == d]
+            persistent = sum(instance.costs[s].persistent_bytes for s in held) if bytes_mode else 0.0
+            cap[d] = instance.memory_limit - persistent
+    live = [0.0] * p
+    deps = {op: dependencies(op, stages, split) for op in ops}
+    end: dict[Op, float] = {}
+    ready_at: dict[Op, float] = {}
+    remaining = {op: len(deps[op]) for op in ops}
+    waiting: list[set[Op]] = [set() for _ in range(p)]
+    for op in ops:
+        if remaining[op] == 0:
+            waiting[device[op.stage]].add(op)
+            ready_at[op] = 0.0
+    successors: dict[Op, list[Op]] = {op: [] for op in ops}
+    for op in ops:
+        for dep in deps[op]:
+            successors[dep].append(op)
+    orders: list[list[Op]] = [[] for _ in range(p)]
+    free_at = [0.0] * p
+    events: list[tuple[float, int, int, Op | None]] = []  # (time, sequence, device, completed op or None: a wake-up)
+    sequence = 0
+
+    def push(time: float, d: int, op: Op | None) -> None:
+        nonlocal sequence
+        heapq.heappush(events, (time, sequence, d, op))
+        sequence += 1
+
+    def priority(op: Op) -> tuple:
+        rank = 0 if op.kind is grad else 1 if op.kind is Kind.W else 2
+        return (rank, op.microbatch, -op.stage if rank == 0 else op.stage)
+
+    def try_start(d: int, now: float) -> None:
+        if free_at[d] > now:
+            return
+        for op in sorted((op for op in waiting[d] if ready_at[op] <= now), key=priority):
+            size = instance.costs[op.stage].activation_bytes
+            if op.kind is Kind.F and live[d] + size > cap[d] * (1 + 1e-12):
+                continue
+            waiting[d].discard(op)
+            if op.kind is Kind.F:
+                live[d] += size
+            free_at[d] = now + _duration(instance, op)
+            orders[d].append(op)
+            push(free_at[d], d, op)
+            return
+
+    for d in range(p):
+        push(0.0, d, None)
+    while events:
+        now, _, d, op = heapq.heappop(events)
+        if op is not None:
+            end[op] = now
+            if op.kind is free_kind:
+                live[d] -= instance.costs[op.stage].activation_bytes
+            for nxt in successors[op]:
+                remaining[nxt] -= 1
+                if remaining[nxt] == 0:
+                    target = device[nxt.stage]
+                    ready_at[nxt] = max(end[dep] + instance.comm(dep.stage, device[dep.stage], target) for dep in deps[nxt])
+                    waiting[target].add(nxt)
+                    push(ready_at[nxt], target, None)
+        try_start(d, now)
+    if sum(len(o) for o in orders) != len(ops):
+        return None
+    return Schedule(name, p, m, placement, tuple(tuple(o) for o in orders))
