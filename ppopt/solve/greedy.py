@@ -6,7 +6,8 @@ scheduler fills that room. Each device, whenever it is free, starts the first re
 
 1. the backward op that sends a gradient (B, or I when split), lowest microbatch first;
 2. a W op (split backward), lowest microbatch first, so its activation is freed;
-3. a forward, lowest microbatch first (then lowest stage), if its activation fits under the cap.
+3. a forward, lowest microbatch first (then lowest stage); a microbatch is admitted to a device
+   (its forward on the device's first stage) only if all its activations on that device fit.
 
 It only needs a fixed placement with one device per stage; times are the instance's (seconds or
 slots), delays are the instance's point-to-point times. The result is an order; the simulator and
@@ -44,6 +45,12 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
             persistent = sum(instance.costs[s].persistent_bytes for s in held) if bytes_mode else 0.0
             cap[d] = instance.memory_limit - persistent
     live = [0.0] * p
+    # memory a device reserves, when it admits a microbatch, for that microbatch's later stages on it
+    # (looped and V placements): without it, new microbatches could fill the cap and starve the
+    # in-flight ones, a deadlock
+    reserved = [0.0] * p
+    first_stage = {d: min(s for s in range(stages) if device[s] == d) for d in set(device.values())}
+    route_size = {d: sum(instance.costs[s].activation_bytes for s in range(stages) if device[s] == d) for d in first_stage}
     deps = {op: dependencies(op, stages, split) for op in ops}
     end: dict[Op, float] = {}
     ready_at: dict[Op, float] = {}
@@ -76,9 +83,14 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
             return
         for op in sorted((op for op in waiting[d] if ready_at[op] <= now), key=priority):
             size = instance.costs[op.stage].activation_bytes
-            if op.kind is Kind.F and live[d] + size > cap[d] * (1 + 1e-12):
+            admits = op.kind is Kind.F and op.stage == first_stage[d]
+            if admits and live[d] + reserved[d] + route_size[d] > cap[d] * (1 + 1e-12):
                 continue
             waiting[d].discard(op)
+            if admits:
+                reserved[d] += route_size[d] - size
+            elif op.kind is Kind.F:
+                reserved[d] -= size
             if op.kind is Kind.F:
                 live[d] += size
             free_at[d] = now + _duration(instance, op)
