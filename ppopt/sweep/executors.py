@@ -102,8 +102,11 @@ class RayExecutor(Executor):
         self.ray = _import_ray()
         self.started = False
         if not self.ray.is_initialized():
-            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            import logging
+
+            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
             if address:
+                _check_reachable(address)
                 options["address"] = address
             elif num_cpus:
                 options["num_cpus"] = num_cpus
@@ -130,6 +133,20 @@ class RayExecutor(Executor):
         if self.started and self.ray.is_initialized():
             self.ray.shutdown()
             self.started = False
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a ``host:port`` nobody listens on (``ray.init`` would retry for minutes).
+    Other forms (``auto``, ``ray://...``, ``local``) are left to Ray."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or "/" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: {error.strerror or error}") from None
 
 
 def make_executor(kind: str = "local", jobs: int = 1, address: str | None = None) -> Executor:

@@ -38,7 +38,7 @@ run does not retry it.
 
 Solver points are unit mode only (no model, no system): one per (devices, microbatches, memory
 limit, schedule), grouped by family space so schedules sharing a space (gpipe and 1f1b) share one
-search. The solver always runs with one worker and seed ``seed`` so a rerun reproduces it, provided the
+search. Filters apply to solver points too, except their ``models`` / ``systems`` conditions. The solver always runs with one worker and seed ``seed`` so a rerun reproduces it, provided the
 deterministic limit (not the wall-clock one) is what ends each search.
 
 Every point's inputs are a flat dict; its hash is the first 16 hex digits of the sha256 of their
@@ -52,6 +52,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ from ppopt.config import ModelConfig, SystemConfig, load_model, load_system
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate
 
-__all__ = ["EvalItem", "GapItem", "SweepSpec", "expand", "load_spec", "point_hash", "spec_dirs", "resolve_spec"]
+__all__ = ["EvalItem", "GapItem", "LoadedSpec", "SweepSpec", "expand", "load_spec", "point_hash", "spec_dirs", "resolve_spec"]
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -92,7 +93,7 @@ def _unique(values: list, key: str) -> list:
     for value in values:
         marker = json.dumps(value, sort_keys=True)
         if marker in seen:
-            raise ValueError(f"duplicate value {value!r} in '{key}'")
+            raise ValueError(f"duplicate value {value!r}")
         seen.add(marker)
     return values
 
@@ -213,8 +214,8 @@ class SweepSpec(_Strict):
 
 
 def spec_dirs() -> tuple[Path, ...]:
-    """Where named study specs live: the repo's ``configs/studies``, then ``ppopt/presets/studies``."""
-    return (_REPO_ROOT / "configs" / "studies", _PACKAGE_DIR / "presets" / "studies")
+    """Where named study specs live: the repo's ``configs/studies``, then ``ppopt/presets/configs/studies``."""
+    return (_REPO_ROOT / "configs" / "studies", _PACKAGE_DIR / "presets" / "configs" / "studies")
 
 
 def resolve_spec(name_or_path: str | os.PathLike) -> Path:
@@ -241,24 +242,28 @@ def display(path: Path) -> str:
 
 def _describe(error: ValidationError) -> str:
     """The first problem on one line, naming the key: ``unknown key 'x'``, ``key 'a.b': reason``."""
-    parts = []
+    found: list[tuple[str, str]] = []
     for item in error.errors(include_url=False):
-        # drop pydantic's union branch names ("list[...]", "function-after[...]") from the location
-        loc = [str(p) for p in item["loc"] if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float")))]
-        key = ".".join(loc)
+        key = ".".join(str(p) for p in item["loc"] if not (isinstance(p, str) and _UNION_TAG.search(p)))
         message = " ".join(item["msg"].split()).removeprefix("Value error, ")
         kind = item["type"]
         if kind == "extra_forbidden":
-            parts.append(f"unknown key '{key}'")
+            text = f"unknown key '{key}'"
         elif kind == "missing":
-            parts.append(f"missing key '{key}'")
+            text = f"missing key '{key}'"
         else:
-            parts.append(f"key '{key}': {message}")
-    # a union reports each branch; one line per distinct key is enough
+            text = f"key '{key}': {message}"
+        found.append((key, text))
+    # a union reports every branch: keep the deepest problem, and one per key
     first: dict[str, str] = {}
-    for part in parts:
-        first.setdefault(part.split(":")[0], part)
+    for key, text in found:
+        if not any(other.startswith(key + ".") for other, _ in found):
+            first.setdefault(key, text)
     return "; ".join(first.values())
+
+
+#: Location parts pydantic adds for the branches of a union (``constrained-int``, ``list[...]``).
+_UNION_TAG = re.compile(r"^(constrained-)?(int|float|str|bool|list|dict|none)$|\[")
 
 
 @dataclass(frozen=True)

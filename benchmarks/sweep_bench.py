@@ -1,0 +1,51 @@
+"""Wall time of the full study sweep (``configs/studies/paper.toml``), simulation layers only.
+
+Every evaluation point of the paper's grid (formula, table and simulation layers; no solver points)
+is computed from scratch into a temporary directory, once in-process (``--jobs 1``) and once with a
+pool of two processes (``--jobs 2``, process start-up included). Prints the number of points, the
+wall time, points per second and the speed-up, and checks that both runs wrote the same rows.csv.
+
+Run: ``python benchmarks/sweep_bench.py [--jobs 1 2 4] [--spec paper|quick|PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from ppopt.sweep import LocalExecutor, load_spec, resolve_spec, run_sweep
+
+
+def measure(spec: str, jobs: int, directory: Path) -> tuple[int, float, str]:
+    loaded = load_spec(resolve_spec(spec))
+    began = time.perf_counter()
+    with LocalExecutor(jobs) as pool:
+        result = run_sweep(loaded, directory, pool, progress=False, kinds=("evaluate",))
+    wall = time.perf_counter() - began
+    assert result.missing == 0 and result.computed == result.points
+    return result.points, wall, (directory / "rows.csv").read_text()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--spec", default="paper")
+    args = parser.parse_args()
+    print(f"study sweep {args.spec}, simulation layers only, {os.cpu_count()} CPUs")
+    walls, csvs = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for jobs in args.jobs:
+            points, wall, text = measure(args.spec, jobs, Path(tmp) / f"jobs{jobs}")
+            walls[jobs], csvs[jobs] = wall, text
+            print(f"jobs {jobs}: {points} points in {wall:7.2f} s = {points / wall:6.1f} points/s")
+    first = args.jobs[0]
+    for jobs in args.jobs[1:]:
+        same = "identical rows" if csvs[jobs] == csvs[first] else "ROWS DIFFER"
+        print(f"speed-up jobs {jobs} vs {first}: {walls[first] / walls[jobs]:.2f}x ({same})")
+
+
+if __name__ == "__main__":
+    main()
