@@ -284,7 +284,7 @@ def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind:
     raise ConfigError(f"unknown {kind} preset '{text}' (known: {known})")
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
     """The path as the user would recognise it: relative to cwd or the repo if possible."""
     resolved = path.resolve()
     for base in (Path.cwd(), _REPO_ROOT):
@@ -296,7 +296,7 @@ def _display(path: Path) -> str:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    where = _display(path)
+    where = display_path(path)
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -320,7 +320,7 @@ def _load_file(path: Path, cls: type[_M]) -> _M:
         # (Objects built in Python stay lax so numpy integers and the like are accepted.)
         return cls.model_validate(data, strict=True)
     except ValidationError as error:
-        raise ConfigError(f"{_display(path)}: {_describe(error)}") from None
+        raise ConfigError(f"{display_path(path)}: {_describe(error)}") from None
 
 
 def _one_line(text: str) -> str:

@@ -75,7 +75,7 @@ def _write_outputs(result, factory, csv_path, plot, trace) -> None:
         write_torch_csv(schedule, csv_path, simulation.start_s)
         click.echo(f"wrote {csv_path}", err=True)
     if plot:
-        from ppopt.report.plot import default_title, plot_schedule
+        from ppopt.report.plot import plot_schedule
 
         plot_schedule(schedule, simulation.start_s, simulation.end_s, plot,
                       title=f"search p={schedule.devices}, m={schedule.microbatches}: step {result.step_time:.4g} {unit} ({result.status})",

@@ -63,6 +63,35 @@ def _kinds(split: bool) -> tuple[Kind, ...]:
     return (Kind.F, Kind.I, Kind.W) if split else (Kind.F, Kind.B)
 
 
+def _head(stage: int, duration: Duration, delay: Delay, placement) -> float:
+    """Least time before ``stage`` can start anything: the forwards (and hops) of the stages below."""
+    return sum(duration(t, Kind.F) + _hop(delay, placement, t, t + 1) for t in range(stage))
+
+
+def _tail(stage: int, duration: Duration, delay: Delay, placement, split: bool) -> float:
+    """Least time after ``stage``'s last op: the backwards below it (none when W, with no successor,
+    can be the last op)."""
+    if split:
+        return 0.0
+    return sum(duration(t, Kind.B) + _hop(delay, placement, t + 1, t) for t in range(stage))
+
+
+def _round_trip(stage: int, stages: int, duration: Duration, delay: Delay, placement, split: bool) -> float:
+    """Least time from the end of F(stage) to the start of its gradient op: the stages above, both ways."""
+    grad = Kind.I if split else Kind.B
+    above = sum(duration(t, Kind.F) + duration(t, grad) for t in range(stage + 1, stages))
+    hops = sum(_hop(delay, placement, t, t + 1) + _hop(delay, placement, t + 1, t) for t in range(stage, stages - 1))
+    return above + hops
+
+
+def _single_stage(placement, stages: int) -> list[int]:
+    """Stages that sit alone on their one device."""
+    return [
+        s for s in range(stages)
+        if len(placement[s]) == 1 and sum(placement[s][0] in placement[t] for t in range(stages)) == 1
+    ]
+
+
 def device_load(stages: int, microbatches: int, devices: int, duration: Duration, delay: Delay, placement, split: bool) -> float:
     """Head + load + tail per device (see the module docstring); total/p without a placement.
 
@@ -81,9 +110,7 @@ def device_load(stages: int, microbatches: int, devices: int, duration: Duration
             continue
         load = sum(microbatches * per_microbatch[s] / len(placement[s]) for s in held)
         low = min(held)
-        head = sum(duration(s, Kind.F) + _hop(delay, placement, s, s + 1) for s in range(low))
-        tail = 0.0 if split else sum(duration(s, Kind.B) + _hop(delay, placement, s + 1, s) for s in range(low))
-        best = max(best, head + load + tail)
+        best = max(best, _head(low, duration, delay, placement) + load + _tail(low, duration, delay, placement, split))
     return best
 
 
@@ -95,22 +122,15 @@ def memory_lifetime(
         return 0.0
     grad = Kind.I if split else Kind.B
     best = 0.0
-    for s in range(stages):
-        devices = placement[s]
-        if len(devices) != 1 or sum(devices[0] in placement[t] for t in range(stages)) != 1:
-            continue
+    for s in _single_stage(placement, stages):
         cap = cap_of_stage(s)
-        if cap is None or cap <= 0:
-            continue
-        k = math.floor(cap + 1e-9)
+        k = math.floor(cap + 1e-9) if cap is not None else 0
         if k < 1:
             continue
-        above = sum(duration(t, Kind.F) + duration(t, grad) for t in range(s + 1, stages))
-        hops = sum(_hop(delay, placement, t, t + 1) + _hop(delay, placement, t + 1, t) for t in range(s, stages - 1))
-        lifetime = duration(s, Kind.F) + above + hops + duration(s, grad) + (duration(s, Kind.W) if split else 0.0)
-        head = sum(duration(t, Kind.F) + _hop(delay, placement, t, t + 1) for t in range(s))
-        tail = 0.0 if split else sum(duration(t, Kind.B) + _hop(delay, placement, t + 1, t) for t in range(s))
-        best = max(best, head + tail + microbatches * lifetime / k)
+        lifetime = (duration(s, Kind.F) + _round_trip(s, stages, duration, delay, placement, split) + duration(s, grad)
+                    + (duration(s, Kind.W) if split else 0.0))
+        edges = _head(s, duration, delay, placement) + _tail(s, duration, delay, placement, split)
+        best = max(best, edges + microbatches * lifetime / k)
     return best
 
 
@@ -120,23 +140,16 @@ def warmup(
     """The warm-up idle bound for devices holding exactly one stage (see the module docstring)."""
     if placement is None:
         return 0.0
-    grad = Kind.I if split else Kind.B
     kinds = _kinds(split)
     best = 0.0
-    for s in range(stages):
-        devices = placement[s]
-        if len(devices) != 1 or sum(devices[0] in placement[t] for t in range(stages)) != 1:
-            continue
+    for s in _single_stage(placement, stages):
         cap = cap_of_stage(s)
         forwards = microbatches if cap is None else min(microbatches, max(1, math.floor(cap + 1e-9)))
-        above = sum(duration(t, Kind.F) + duration(t, grad) for t in range(s + 1, stages))
-        hops = sum(_hop(delay, placement, t, t + 1) + _hop(delay, placement, t + 1, t) for t in range(s, stages - 1))
-        window = duration(s, Kind.F) + above + hops
+        window = duration(s, Kind.F) + _round_trip(s, stages, duration, delay, placement, split)
         idle = max(0.0, window - forwards * duration(s, Kind.F))
-        head = sum(duration(t, Kind.F) + _hop(delay, placement, t, t + 1) for t in range(s))
-        tail = 0.0 if split else sum(duration(t, Kind.B) + _hop(delay, placement, t + 1, t) for t in range(s))
         load = microbatches * sum(duration(s, k) for k in kinds)
-        best = max(best, head + load + idle + tail)
+        edges = _head(s, duration, delay, placement) + _tail(s, duration, delay, placement, split)
+        best = max(best, edges + load + idle)
     return best
 
 

@@ -19,12 +19,8 @@ from __future__ import annotations
 import heapq
 
 from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, required_ops
+from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
-
-
-def _duration(instance: Instance, op: Op) -> float:
-    c = instance.costs[op.stage]
-    return {Kind.F: c.forward_s, Kind.B: c.backward_s, Kind.I: c.input_grad_s, Kind.W: c.weight_grad_s}[op.kind]
 
 
 def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], split: bool, name: str = "greedy") -> Schedule | None:
@@ -93,7 +89,7 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
                 reserved[d] -= size
             if op.kind is Kind.F:
                 live[d] += size
-            free_at[d] = now + _duration(instance, op)
+            free_at[d] = now + op_duration_s(op, instance.costs)
             orders[d].append(op)
             push(free_at[d], d, op)
             return

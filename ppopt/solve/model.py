@@ -31,6 +31,7 @@ from math import gcd
 from ortools.sat.python import cp_model
 
 from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, required_ops
+from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
 from ppopt.solve.space import Space, placement_of, stage_count
 from ppopt.solve.ticks import to_ticks
@@ -55,9 +56,7 @@ class Built:
 
 
 def _op_ticks(instance: Instance, op: Op, tick: float) -> int:
-    cost = instance.costs[op.stage]
-    seconds = {Kind.F: cost.forward_s, Kind.B: cost.backward_s, Kind.I: cost.input_grad_s, Kind.W: cost.weight_grad_s}[op.kind]
-    return to_ticks(seconds, tick)
+    return to_ticks(op_duration_s(op, instance.costs), tick)
 
 
 def _memory_scale(sizes: list[float], limit: float) -> tuple[list[int], int]:

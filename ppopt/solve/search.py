@@ -17,7 +17,7 @@ from ortools.sat.python import cp_model
 
 from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.ir import Kind, Op, Schedule
-from ppopt.simulate import Simulation, simulate
+from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve.bounds import Bounds, lower_bounds
 from ppopt.solve.greedy import greedy_schedule
 from ppopt.solve.instance import Instance
@@ -103,11 +103,8 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 
 
 def _durations_s(instance: Instance) -> Callable[[int, Kind], float]:
-    def duration(stage: int, kind: Kind) -> float:
-        c = instance.costs[stage]
-        return {Kind.F: c.forward_s, Kind.B: c.backward_s, Kind.I: c.input_grad_s, Kind.W: c.weight_grad_s}[kind]
-
-    return duration
+    """Duration of (stage, kind) in the instance's time unit."""
+    return lambda stage, kind: op_duration_s(Op(stage, kind, 0), instance.costs)
 
 
 def minimum_memory(instance: Instance, space: Space, placement) -> tuple[float, str]:

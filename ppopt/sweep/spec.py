@@ -72,7 +72,7 @@ from pydantic import (
     field_validator,
 )
 
-from ppopt.config import ModelConfig, SystemConfig, load_model, load_system
+from ppopt.config import ModelConfig, SystemConfig, display_path, load_model, load_system
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate
 
@@ -230,16 +230,6 @@ def resolve_spec(name_or_path: str | os.PathLike) -> Path:
     raise ConfigError(f"{os.fspath(name_or_path)}: no such spec file")
 
 
-def display(path: Path) -> str:
-    resolved = path.resolve()
-    for base in (Path.cwd(), _REPO_ROOT):
-        try:
-            return str(resolved.relative_to(base.resolve()))
-        except ValueError:
-            continue
-    return str(path)
-
-
 def _describe(error: ValidationError) -> str:
     """The first problem on one line, naming the key: ``unknown key 'x'``, ``key 'a.b': reason``."""
     found: list[tuple[str, str]] = []
@@ -280,7 +270,7 @@ class LoadedSpec:
 def load_spec(path: str | os.PathLike) -> LoadedSpec:
     """Read, validate and resolve a spec file; every problem is a one-line :class:`ConfigError`."""
     path = Path(path)
-    where = display(path)
+    where = display_path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
@@ -291,7 +281,7 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
 
 
 def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
-    where = display(path)
+    where = display_path(path)
     try:
         spec = SweepSpec.model_validate(data, strict=True)
     except ValidationError as error:
