@@ -25,10 +25,13 @@ def run(factory, spec, p, m, **kwargs):
 
 
 def assert_bounds_ordered(result):
-    """analytic bound <= bound <= step time <= hinted handcrafted step time; solver bound <= objective."""
+    """analytic bound <= bound <= step time <= every fitting handcrafted step time (and the hint's);
+    solver bound <= objective."""
     assert result.analytic.best <= result.bound + 1e-9
     assert result.bound <= result.step_time + 1e-9
-    if result.hint_step_time is not None and result.handcrafted[0].fits:
+    fitting = [c.simulation.step_time_s for c in result.handcrafted if c.fits]
+    assert all(result.step_time <= step + 1e-9 for step in fitting)
+    if result.hint_step_time is not None and (fitting or result.memory_semantics == "no memory limit"):
         assert result.step_time <= result.hint_step_time + 1e-9
     if result.solver_objective is not None:
         assert result.solver_bound <= result.solver_objective + 1e-9

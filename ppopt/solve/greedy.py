@@ -23,7 +23,11 @@ from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
 
 
-def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], split: bool, name: str = "greedy") -> Schedule | None:
+GREEDY = "greedy"
+"""Name of the greedy schedule: a hint of ppopt's own, never reported as a handcrafted schedule."""
+
+
+def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], split: bool, name: str = GREEDY) -> Schedule | None:
     """The greedy list schedule (see the module docstring), or None when the placement has replicas
     or the cap admits no progress."""
     if any(len(holders) != 1 for holders in placement):

@@ -19,7 +19,7 @@ from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve.bounds import Bounds, lower_bounds
-from ppopt.solve.greedy import greedy_schedule
+from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance
 from ppopt.solve.model import Built, build_model
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
@@ -69,9 +69,9 @@ class SearchResult:
     solver_objective: float | None
     analytic: Bounds
     gap: float | None
-    hint: str | None
+    hint: str | None  # the schedule that hinted the solve: handcrafted, or ppopt's greedy list schedule
     hint_step_time: float | None
-    handcrafted: tuple[Candidate, ...]
+    handcrafted: tuple[Candidate, ...]  # the handcrafted schedules of the space, simulated
     tick: float
     time_unit: str
     memory_semantics: str
@@ -347,7 +347,7 @@ def search(
         gap=gap,
         hint=hint.name if hint else None,
         hint_step_time=hint.simulation.step_time_s if hint else None,
-        handcrafted=tuple(candidates),
+        handcrafted=tuple(c for c in candidates if c.name != GREEDY),
         tick=tick,
         time_unit=unit,
         memory_semantics=instance.memory_semantics(),
