@@ -16,8 +16,10 @@ def run(*args):
 
 
 def test_search_json_keys_and_outputs(tmp_path):
-    csv, trace = tmp_path / "found.csv", tmp_path / "found.json"
-    result = run("search", *UNIT, "--memory-limit", "4", "--json", "--csv", csv, "--trace", trace)
+    csv, trace, png, svg = (tmp_path / name for name in ("found.csv", "found.json", "found.png", "found.svg"))
+    result = run("search", *UNIT, "--memory-limit", "4", "--json", "--csv", csv, "--trace", trace, "--plot", png)
+    assert run("search", *UNIT, "--memory-limit", "4", "--no-grid", "--plot", svg).exit_code == 0
+    assert png.read_bytes()[:4] == b"\x89PNG" and b"<svg" in svg.read_bytes()[:400]
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["status"] == "optimal"
