@@ -254,28 +254,16 @@ def search(
                 f"{_format_amount(need, instance.memory_unit)} any schedule of {space.describe()} needs ({why})"
             )
 
-    duration = _durations_s(instance)
-    values = [duration(s, k) for s in range(instance.stages) for k in Kind]
-    values += [instance.comm(s, a, b) for s in range(instance.stages) for a in range(devices) for b in range(devices) if a != b]
-    tick = resolution(values)
-    tick_duration = lambda s, k: to_ticks(duration(s, k), tick)  # noqa: E731
-    tick_delay = lambda s, a, b: to_ticks(instance.comm(s, a, b), tick)  # noqa: E731
+    tick, tick_duration, tick_delay = _ticks(instance)
     even = not (space.placement == "bidirectional" and space.directions == "free")
     cap = _cap_of_stage(instance, placement)
-    analytic = lower_bounds(instance.stages, microbatches, devices, duration, instance.comm, placement, split, cap, even)
+    analytic = lower_bounds(instance.stages, microbatches, devices, _durations_s(instance), instance.comm, placement, split, cap, even)
     analytic_ticks = lower_bounds(instance.stages, microbatches, devices, tick_duration, tick_delay, placement, split, cap, even)
 
     hint = candidates[0] if candidates else None
-    hint_starts, hint_end = None, None
+    hint_starts, hint_end = _ticked(hint.schedule, tick_duration, tick_delay) if hint else (None, None)
     horizon = _serial_horizon(instance, tick, split)
     if hint is not None:
-        ticked = earliest_starts(
-            hint.schedule,
-            lambda op: tick_duration(op.stage, op.kind),
-            lambda dep, op: tick_delay(dep.stage, hint.schedule.device_of(dep), hint.schedule.device_of(op)),
-        )
-        hint_starts = {op: int(t) for op, t in ticked.items()}
-        hint_end = max(t + tick_duration(op.stage, op.kind) for op, t in hint_starts.items())
         # a fitting hint is a feasible point, so no optimum lies beyond it
         horizon = hint_end if hint.fits else max(horizon, hint_end)
     lower = math.ceil(analytic_ticks.best - 1e-9)
@@ -310,8 +298,8 @@ def search(
         best_schedule, best_sim, from_solver = found, found_sim, True
     if hint is not None and hint.fits and (best_sim is None or hint.simulation.step_time_s < best_sim.step_time_s - 1e-12):
         best_schedule, best_sim, from_solver = hint.schedule, hint.simulation, False
-        if status in ("unknown",):
-            status = "feasible"
+        if status in ("unknown", "infeasible"):  # the model found nothing, but the hint is a valid point
+            status, solver_bound = "feasible", solver_bound if math.isfinite(solver_bound) else 0.0
 
     bound = max(solver_bound, analytic.best) if status != "infeasible" else math.inf
     step = best_sim.step_time_s if best_sim is not None else None
@@ -357,6 +345,31 @@ def search(
         peak_memory=peak_memory,
         memory_status=memory_status,
     )
+
+
+def _ticks(instance: Instance):
+    """The tick (see :mod:`ppopt.solve.ticks`) and the duration and delay functions in ticks."""
+    duration = _durations_s(instance)
+    p = instance.devices
+    values = [duration(s, k) for s in range(instance.stages) for k in Kind]
+    values += [instance.comm(s, a, b) for s in range(instance.stages) for a in range(p) for b in range(p) if a != b]
+    tick = resolution(values)
+    return (
+        tick,
+        lambda s, k: to_ticks(duration(s, k), tick),
+        lambda s, a, b: to_ticks(instance.comm(s, a, b), tick),
+    )
+
+
+def _ticked(schedule: Schedule, tick_duration, tick_delay) -> tuple[dict[Op, int], int]:
+    """Earliest start (ticks) of every op of ``schedule`` in its order, and the makespan."""
+    starts = earliest_starts(
+        schedule,
+        lambda op: tick_duration(op.stage, op.kind),
+        lambda dep, op: tick_delay(dep.stage, schedule.device_of(dep), schedule.device_of(op)),
+    )
+    ticked = {op: int(t) for op, t in starts.items()}
+    return ticked, max(t + tick_duration(op.stage, op.kind) for op, t in ticked.items())
 
 
 def _solver(time_limit_s: float, workers: int, seed: int, deterministic_time: float | None) -> cp_model.CpSolver:
