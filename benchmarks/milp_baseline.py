@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
+from ppopt.graph import topological_order
 from ppopt.ir import Kind, Op, dependencies, freeing_kind, required_ops
 from ppopt.solve.bounds import lower_bounds
 from ppopt.solve.instance import Instance
@@ -198,19 +199,10 @@ def precedence_arcs(data: Data) -> list[tuple[Op, Op, int]]:
 def unordered_pairs(data: Data, arcs: list[tuple[Op, Op, int]]) -> list[tuple[Op, Op]]:
     """Pairs of ops on one device that no chain of precedences orders (they get a binary)."""
     index = {op: i for i, op in enumerate(data.ops)}
-    succ: list[list[int]] = [[] for _ in data.ops]
-    indeg = [0] * len(data.ops)
+    succ: dict[int, list[int]] = {i: [] for i in range(len(data.ops))}
     for a, b, _ in arcs:
         succ[index[a]].append(index[b])
-        indeg[index[b]] += 1
-    order, ready = [], [i for i, d in enumerate(indeg) if d == 0]
-    while ready:
-        i = ready.pop()
-        order.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                ready.append(j)
+    order = topological_order(succ)
     reach = [0] * len(data.ops)  # bitset of descendants
     for i in reversed(order):
         bits = 0

@@ -8,9 +8,10 @@ line; ``error.details`` shows the per-device order grid with the offending cell 
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 
 from ppopt.errors import ScheduleError
+from ppopt.graph import topological_order
 from ppopt.ir import Kind, Op, Schedule, dependencies, required_ops
 
 
@@ -130,20 +131,11 @@ def execution_order(schedule: Schedule) -> list[Op]:
     deadlocks (a cycle of cross-device waits).
     """
     preds = predecessors(schedule)
-    waiting = {op: len(deps) for op, deps in preds.items()}
     successors: dict[Op, list[Op]] = {op: [] for op in preds}
     for op, deps in preds.items():
         for dep in deps:
             successors[dep].append(op)
-    ready = deque(op for op, n in waiting.items() if n == 0)
-    done: list[Op] = []
-    while ready:
-        op = ready.popleft()
-        done.append(op)
-        for nxt in successors[op]:
-            waiting[nxt] -= 1
-            if waiting[nxt] == 0:
-                ready.append(nxt)
+    done = topological_order(successors)
     if len(done) < len(preds):
         finished = set(done)
         stuck = []

@@ -30,6 +30,7 @@ from math import gcd
 
 from ortools.sat.python import cp_model
 
+from ppopt.graph import topological_order
 from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, required_ops
 from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
@@ -97,16 +98,25 @@ class _Builder:
         self.on: dict[tuple[int, int], cp_model.IntVar] = {}
         self.peak: cp_model.IntVar | None = None
         self.memory_step = 1.0
+        self.tail: cp_model.IntVar | None = None  # horizon - makespan, set by add_no_overlap
 
     # ---- time windows ------------------------------------------------------------------------------
+    def route_delays(self, dep: Op, op: Op) -> list[int]:
+        """Message delay (ticks) of dependency dep -> op on each route (replica), for a fixed placement.
+
+        A microbatch takes the same route through every stage: replica r of a replicated stage, the
+        only device of an unreplicated one. Stages on the same device exchange nothing.
+        """
+        a_devs, b_devs = self.placement[dep.stage], self.placement[op.stage]
+        routes = max(len(a_devs), len(b_devs))
+        devices = [(a_devs[min(r, len(a_devs) - 1)], b_devs[min(r, len(b_devs) - 1)]) for r in range(routes)]
+        return [to_ticks(self.instance.comm(dep.stage, a, b), self.tick) for a, b in devices]
+
     def min_delay(self, dep: Op, op: Op) -> int:
         """The least message delay (ticks) the dependency dep -> op can cost in this space."""
         if dep.stage == op.stage or self.placement is None:
             return 0
-        return min(
-            to_ticks(self.instance.comm(dep.stage, a, b), self.tick)
-            for a in self.placement[dep.stage] for b in self.placement[op.stage] if a != b
-        ) if any(a != b for a in self.placement[dep.stage] for b in self.placement[op.stage]) else 0
+        return min(self.route_delays(dep, op))
 
     def time_windows(self) -> tuple[dict[Op, int], dict[Op, int]]:
         """Earliest and latest start of every op (ticks): longest paths over the dependencies (and
@@ -127,18 +137,7 @@ class _Builder:
                     for m in range(self.m - 1):
                         a = Op(s, kind, m)
                         edges[a].append((Op(s, kind, m + 1), self.duration[a]))
-        indegree = {op: 0 for op in self.ops}
-        for succ in edges.values():
-            for b, _ in succ:
-                indegree[b] += 1
-        order, ready = [], [op for op in self.ops if indegree[op] == 0]
-        while ready:
-            a = ready.pop()
-            order.append(a)
-            for b, _ in edges[a]:
-                indegree[b] -= 1
-                if indegree[b] == 0:
-                    ready.append(b)
+        order = topological_order({op: [b for b, _ in edges[op]] for op in self.ops})
         earliest = {op: 0 for op in self.ops}
         for a in order:
             for b, lag in edges[a]:
@@ -199,17 +198,15 @@ class _Builder:
         """Data dependencies, plus the message delay when the two stages are on different devices."""
         for op in self.ops:
             for dep in dependencies(op, self.stages, self.split):
-                sender = dep.stage
-                delay = self.delay_expr(sender, dep, op)
-                self.model.add(self.start[op] >= self.end(dep) + delay)
+                self.model.add(self.start[op] >= self.end(dep) + self.delay_expr(dep, op))
 
-    def delay_expr(self, sender: int, dep: Op, op: Op):
+    def delay_expr(self, dep: Op, op: Op):
+        """The message delay of dep -> op: a constant, or an expression of the route or placement."""
         if dep.stage == op.stage:
             return 0
-        inst, tick = self.instance, self.tick
         if self.placement is None:
             # free placement: pay the smallest inter-device delay unless both stages share a device
-            pairs = [to_ticks(inst.comm(sender, a, b), tick) for a in range(self.p) for b in range(self.p) if a != b]
+            pairs = [to_ticks(self.instance.comm(dep.stage, a, b), self.tick) for a in range(self.p) for b in range(self.p) if a != b]
             c = min(pairs, default=0)
             if c == 0:
                 return 0
@@ -219,14 +216,11 @@ class _Builder:
                 self.model.add_multiplication_equality(shared[d], [self.on[dep.stage, d], self.on[op.stage, d]])
             self.model.add(same == sum(shared))
             return c * (1 - same)
-        a_devs, b_devs = self.placement[dep.stage], self.placement[op.stage]
-        if len(a_devs) == 1 and len(b_devs) == 1:
-            return to_ticks(inst.comm(sender, a_devs[0], b_devs[0]), tick)
-        up = self.direction[op.microbatch]
-        ia, ib = (0 if len(a_devs) == 1 else None), (0 if len(b_devs) == 1 else None)
-        down_delay = to_ticks(inst.comm(sender, a_devs[ia or 0], b_devs[ib or 0]), tick)
-        up_delay = to_ticks(inst.comm(sender, a_devs[ia if ia is not None else 1], b_devs[ib if ib is not None else 1]), tick)
-        return down_delay + (up_delay - down_delay) * up
+        delays = self.route_delays(dep, op)
+        if len(delays) == 1:
+            return delays[0]
+        down, up = delays
+        return down + (up - down) * self.direction[op.microbatch]
 
     def add_no_overlap(self) -> None:
         """One compute stream per device; the interval [makespan, horizon) closes each device
