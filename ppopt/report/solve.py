@@ -10,7 +10,7 @@ import math
 
 from ppopt.report.text import gib, per_device, render_table, seconds, timeline_grid, with_context
 from ppopt.solve.gap import Frontier, GapReport
-from ppopt.solve.search import SearchResult
+from ppopt.solve.search import SearchResult, relative_gap
 
 
 def _num(value: float | None) -> float | None:
@@ -60,7 +60,7 @@ def search_json(result: SearchResult) -> dict:
         "time_to_best_s": result.time_to_best_s,
         "handcrafted": [
             {"schedule": c.name, "step_time_s": c.simulation.step_time_s, "fits": c.fits,
-             "gap": (c.simulation.step_time_s - result.bound) / result.bound if result.bound > 0 and math.isfinite(result.bound) else None}
+             "gap": relative_gap(c.simulation.step_time_s, result.bound) if c.fits else None}
             for c in result.handcrafted
         ],
         "schedule": None if schedule is None else {

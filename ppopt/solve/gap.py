@@ -16,7 +16,7 @@ from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.generators import generate, names
 from ppopt.simulate import simulate
 from ppopt.solve.instance import Instance
-from ppopt.solve.search import InstanceFactory, Progress, SearchResult, minimum_memory, search
+from ppopt.solve.search import InstanceFactory, Progress, SearchResult, memory_use, minimum_memory, relative_gap, search
 from ppopt.solve.space import Space, parse_space, placement_of, stage_count
 from ppopt.validate import validate
 
@@ -64,8 +64,8 @@ class GapReport:
 
 
 def _peak(instance: Instance, simulation) -> float:
-    use = simulation.peak_memory_bytes if instance.memory_unit == "bytes" else simulation.peak_activation_bytes
-    return max(use)
+    """The worst device's simulated peak, in the instance's memory unit."""
+    return max(memory_use(simulation, instance))
 
 
 def gap_report(
@@ -107,7 +107,7 @@ def gap_report(
         bound = result.bound
         fits = instance.memory_limit is None or peak <= instance.memory_limit * (1 + 1e-12)
         # a schedule over the limit is not in the space, so the bound says nothing about it
-        gap = (step - bound) / bound if fits and bound > 0 and math.isfinite(bound) else None
+        gap = relative_gap(step, bound) if fits else None
         rows.append(GapRow(name, key, step, peak, fits, result.step_time, bound, gap, result.status))
     return GapReport(tuple(rows), searches, skipped, unit, semantics)
 

@@ -161,13 +161,22 @@ def _candidates(instance_for: InstanceFactory, space: Space, devices: int, micro
     candidates = []
     for schedule in schedules:
         sim = simulate(validate(schedule), instance.costs, instance.system)
-        fits = limit is None or max(_memory_use(sim, instance)) <= limit * (1 + 1e-12)
+        fits = limit is None or max(memory_use(sim, instance)) <= limit * (1 + 1e-12)
         candidates.append(Candidate(schedule.name, schedule, sim, fits))
     candidates.sort(key=lambda c: (not c.fits, c.simulation.step_time_s))
     return instance, candidates
 
 
-def _memory_use(sim: Simulation, instance: Instance) -> tuple[float, ...]:
+def relative_gap(step: float | None, bound: float) -> float | None:
+    """The optimality gap (step - bound) / bound, or None without a step or a finite positive bound."""
+    if step is None or not (bound > 0 and math.isfinite(bound)):
+        return None
+    return max(0.0, (step - bound) / bound)
+
+
+def memory_use(sim: Simulation, instance: Instance) -> tuple[float, ...]:
+    """Per device, the simulated peak in the instance's memory unit (activations, or bytes with
+    persistent state)."""
     if instance.memory_unit == "bytes":
         return sim.peak_memory_bytes
     return sim.peak_activation_bytes
@@ -303,11 +312,9 @@ def search(
 
     bound = max(solver_bound, analytic.best) if status != "infeasible" else math.inf
     step = best_sim.step_time_s if best_sim is not None else None
-    gap = None
-    if step is not None and bound > 0 and math.isfinite(bound):
-        gap = max(0.0, (step - bound) / bound)
-        if gap <= 1e-9 and status == "feasible":
-            status = "optimal"
+    gap = relative_gap(step, bound)
+    if gap is not None and gap <= 1e-9 and status == "feasible":
+        status = "optimal"
     if progress:
         progress(f"[{wall:7.2f}s] {status}: step {step if step is not None else '-'} {unit}, bound {bound:.6g} {unit}")
     peak_memory = memory_status = None
@@ -320,7 +327,7 @@ def search(
             memory_status, peak_memory, schedule_low, sim_low = lowered
             if schedule_low is not None and sim_low.step_time_s <= step + 1e-9:
                 best_schedule, best_sim, step = schedule_low, sim_low, sim_low.step_time_s
-                gap = max(0.0, (step - bound) / bound) if bound > 0 and math.isfinite(bound) else gap
+                gap = relative_gap(step, bound)
         wall = time.monotonic() - began
     return SearchResult(
         status=status,
@@ -433,7 +440,7 @@ def _search_family(instance_for, space, devices, microbatches, time_limit_s, wor
     found = [r for r in results if r.step_time is not None]
     best = min(found, key=lambda r: r.step_time) if found else results[0]
     bound = min(r.bound for r in results)
-    gap = (best.step_time - bound) / bound if best.step_time is not None and bound > 0 else None
+    gap = relative_gap(best.step_time, bound)
     status = best.status if gap is not None and gap <= 1e-9 else ("feasible" if found else "unknown")
     return replace(best, space=space.describe(), bound=bound, gap=gap, status=status,
                    handcrafted=tuple(c for r in results for c in r.handcrafted),
