@@ -13,6 +13,7 @@ from ppopt.costs import Costs, partition_layers, stage_costs
 from ppopt.errors import ScheduleError
 from ppopt.formula import Formula, formula
 from ppopt.generators import generate, names
+from ppopt.generators.common import require_positive
 from ppopt.ir import Schedule
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
@@ -76,8 +77,7 @@ def evaluate(name: str, devices: int, microbatches: int, backward: int = 1, mode
 
 def evaluate_all(devices: int, microbatches: int, backward: int = 1, model=None, system=None, global_batch=None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
     """Evaluate every registered schedule that applies to (p, m); also return why the others don't."""
-    if devices < 1 or microbatches < 1:
-        generate("gpipe", devices, microbatches)  # raises the one-line reason
+    require_positive(devices, microbatches)  # otherwise every schedule would just be "skipped"
     results, skipped = [], {}
     for name in names():
         try:

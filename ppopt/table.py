@@ -112,7 +112,8 @@ class Table:
 
     def cells(self) -> list[list[Op | None]]:
         """The table itself: ``cells()[device][slot]`` is the op occupying that slot, or None."""
-        grid: list[list[Op | None]] = [[None] * self.length for _ in range(self.schedule.devices)]
+        length = self.length
+        grid: list[list[Op | None]] = [[None] * length for _ in range(self.schedule.devices)]
         for op, t in self.start.items():
             device = self.schedule.device_of(op)
             for slot in range(t, self.end(op)):
