@@ -244,3 +244,13 @@ def test_greedy_hint_fills_the_room_1f1b_leaves_under_delays():
     instance = unit(4, 8, comm=1, limit=4)(4, None)
     greedy = greedy_schedule(instance, placement_of(parse_space("placement=linear"), 4), False)
     assert simulate(greedy, instance.costs, instance.system).step_time_s == 46  # the proven optimum; 1F1B takes 49
+
+
+def test_schedule_flags_fill_what_the_space_leaves_out():
+    assert parse_space("placement=looped", chunks=3).chunks == 3
+    assert parse_space("placement=looped,chunks=4", chunks=3).chunks == 4
+    assert parse_space("placement=zigzag", waves=2).waves == 2
+    assert parse_space("placement=bidirectional", split="1:3").split == (1.0, 3.0)
+    assert parse_space("placement=linear", split="1:3").split is None
+    with pytest.raises(ScheduleError, match="'chunks' must be a positive integer"):
+        parse_space("placement=looped", chunks=0)

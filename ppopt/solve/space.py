@@ -89,7 +89,11 @@ def _positive_int(key: str, value: str) -> int:
 
 
 def parse_space(spec: str, **schedule_options: object) -> Space:
-    """Parse a ``--space`` spec; errors name the key or value at fault."""
+    """Parse a ``--space`` spec; errors name the key or value at fault.
+
+    ``schedule_options`` (``chunks``, ``waves``, ``split`` from the shared flags) give the values
+    the spec does not set, and the options of the handcrafted schedule in ``fixed:NAME``.
+    """
     spec = spec.strip()
     if spec.startswith("fixed:"):
         name = spec.removeprefix("fixed:")
@@ -119,6 +123,12 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
             values[key] = parse_split(value)
         else:
             raise ScheduleError(f"unknown space key {key!r} (known: placement, chunks, waves, backward, order, directions, split)")
+    # --chunks, --waves and --split fill in what the spec leaves out
+    for key in ("chunks", "waves"):
+        if key not in values and schedule_options.get(key) is not None:
+            values[key] = _positive_int(key, str(schedule_options[key]))
+    if "split" not in values and schedule_options.get("split") is not None and values.get("placement") == "bidirectional":
+        values["split"] = parse_split(schedule_options["split"])
     if "split" in values and values.get("placement") != "bidirectional":
         raise ScheduleError("space key 'split' needs placement=bidirectional")
     if values.get("directions") == "free" and values.get("placement") != "bidirectional":
