@@ -42,7 +42,7 @@ _ROW_INCHES = 0.42
 _MEMORY_INCHES = 1.9
 
 
-def _new_figure():
+def new_figure():
     """A function making Figures with their own Agg canvas; a one-line error without matplotlib."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -249,7 +249,7 @@ def plot_schedule(
     """
     fmt = _format_of(path)
     _memory_scale(0.0, memory_unit)  # checks the unit
-    Figure = _new_figure()
+    Figure = new_figure()
     factor, xlabel = _time_axis(max(end.values(), default=0.0), time_unit)
     p = schedule.devices
     gantt_height = max(1.6, _ROW_INCHES * p + 0.6)
@@ -319,7 +319,7 @@ def plot_compare(
     fmt = _format_of(path)
     if not items:
         raise ScheduleError("nothing to compare: give at least one schedule")
-    Figure = _new_figure()
+    Figure = new_figure()
     longest = max(max(end.values(), default=0.0) for _, _, _, end in items)
     factor, xlabel = _time_axis(longest, time_unit)
     heights = [max(1.2, _ROW_INCHES * schedule.devices + 0.5) for _, schedule, _, _ in items]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ppopt.io import atomic_write_bytes, atomic_write_text
+from ppopt.report.text import render_table
 from ppopt.sweep.spec import LoadedSpec
 
 __all__ = ["PAPER_SCHEDULES", "StudyData", "claims", "write_report"]
@@ -360,18 +361,14 @@ def claims_text(c: dict, data: StudyData) -> list[str]:
 
 
 def _matplotlib():
+    """The Figure factory of :mod:`ppopt.report.plot`, or None without matplotlib."""
+    from ppopt.errors import ScheduleError
+    from ppopt.report.plot import new_figure
+
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
+        return new_figure()
+    except ScheduleError:
         return None
-
-    def figure(**options):
-        fig = Figure(**options)
-        FigureCanvasAgg(fig)
-        return fig
-
-    return figure
 
 
 def _style(data: StudyData) -> dict[str, dict]:
@@ -502,9 +499,7 @@ def _figures(data: StudyData, directory: Path) -> list[tuple[str, str]] | None:
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return render_table(headers, list(rows), "markdown")
 
 
 def _by_m_table(data: StudyData, system: str, devices: int, column: str, fmt) -> str:
