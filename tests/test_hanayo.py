@@ -27,7 +27,9 @@ def test_validate_at_m_equals_p(p, waves):
 @given(p=st.integers(1, 6), m=st.integers(1, 14), waves=st.sampled_from([1, 2]))
 def test_validate_for_any_m(p, m, waves):
     """The construction is defined (valid, no deadlock) for any m >= 1, not only m = p."""
-    validate(hanayo(p, m, waves))
+    schedule = validate(hanayo(p, m, waves))
+    assert schedule.stages == 2 * waves * p
+    assert sum(len(order) for order in schedule.orders) == 2 * schedule.stages * m
 
 
 @pytest.mark.parametrize("p,waves", [(1, 1), (2, 1), (4, 2), (5, 3)])

@@ -67,7 +67,10 @@ def test_v1_is_1f1b(p, m, backward):
 
 
 def test_v1_allows_any_m():
-    validate(interleaved_1f1b(3, 5, chunks=1))
+    from ppopt.generators.linear import one_f_one_b
+
+    schedule = validate(interleaved_1f1b(3, 5, chunks=1))
+    assert schedule.orders == one_f_one_b(3, 5).orders  # v = 1 is plain 1F1B, for m not a multiple of p too
 
 
 @pytest.mark.parametrize("chunks", [0, -1, 1.5, "2"])
