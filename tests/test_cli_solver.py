@@ -77,6 +77,8 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["search", "-p", "4", "-m", "8", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "32",
           "--memory-limit", "20GiB"], "below the minimum"),
         (["frontier", *UNIT, "--memory-limit", "3"], "use --limits"),
+        (["frontier", *UNIT, "--limits", "1,x"], "--limits must be a number of live activations, got 'x'"),
+        (["search", *UNIT, "--space", "placement=looped", "--chunks", "0"], "--chunks must be a positive integer"),
         (["gap", *UNIT, "-s", "nope"], "unknown schedule 'nope'"),
     ],
 )

@@ -252,5 +252,5 @@ def test_schedule_flags_fill_what_the_space_leaves_out():
     assert parse_space("placement=zigzag", waves=2).waves == 2
     assert parse_space("placement=bidirectional", split="1:3").split == (1.0, 3.0)
     assert parse_space("placement=linear", split="1:3").split is None
-    with pytest.raises(ScheduleError, match="'chunks' must be a positive integer"):
+    with pytest.raises(ScheduleError, match="--chunks must be a positive integer"):
         parse_space("placement=looped", chunks=0)

@@ -113,7 +113,7 @@ _BYTES = re.compile(r"^\s*([0-9.eE+-]+)\s*([KMGT]i?B|B)?\s*$")
 _FACTORS = {None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
-def parse_amount(text: str | None, unit_mode: bool) -> float | None:
+def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit") -> float | None:
     """``--memory-limit``: a number of live activations (unit mode) or bytes, with an optional
     suffix B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (modelled)."""
     if text is None:
@@ -121,13 +121,13 @@ def parse_amount(text: str | None, unit_mode: bool) -> float | None:
     match = _BYTES.match(text)
     if not match or (unit_mode and match.group(2)):
         what = "a number of live activations" if unit_mode else "bytes, e.g. 60GiB or 6.4e10"
-        raise ConfigError(f"--memory-limit must be {what}, got {text!r}")
+        raise ConfigError(f"{flag} must be {what}, got {text!r}")
     try:
         value = float(match.group(1)) * _FACTORS[match.group(2)]
     except ValueError:
-        raise ConfigError(f"--memory-limit must be a number, got {text!r}") from None
+        raise ConfigError(f"{flag} must be a number, got {text!r}") from None
     if not (value > 0 and math.isfinite(value)):
-        raise ConfigError(f"--memory-limit must be positive, got {text!r}")
+        raise ConfigError(f"{flag} must be positive, got {text!r}")
     return value
 
 

@@ -131,7 +131,7 @@ def frontier_command(devices, microbatches, options, unit, forward, backward, we
 
     if memory_limit is not None:
         raise ConfigError("frontier sweeps memory limits itself: use --limits, not --memory-limit")
-    values = [parse_amount(x.strip(), unit) for x in limits.split(",")] if limits else None
+    values = [parse_amount(x.strip(), unit, "--limits") for x in limits.split(",")] if limits else None
     space = parse_space(space_spec, **options)
     _factory(devices, microbatches, unit, forward, backward, weight, comm, model, system, global_batch, None)  # fail early
 

@@ -78,13 +78,14 @@ class Space:
         return self.backward == "split"
 
 
-def _positive_int(key: str, value: str) -> int:
+def _positive_int(what: str, value: str) -> int:
+    """``value`` as an integer >= 1; ``what`` names it in the error (a space key or a flag)."""
     try:
         number = int(value)
     except ValueError:
         number = 0
     if number < 1:
-        raise ScheduleError(f"space key {key!r} must be a positive integer, got {value!r}")
+        raise ScheduleError(f"{what} must be a positive integer, got {value!r}")
     return number
 
 
@@ -118,7 +119,7 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
                 raise ScheduleError(f"space key {key!r} must be one of {', '.join(choices[key])}, got {value!r}")
             values[key] = value
         elif key in ("chunks", "waves"):
-            values[key] = _positive_int(key, value)
+            values[key] = _positive_int(f"space key {key!r}", value)
         elif key == "split":
             values[key] = parse_split(value)
         else:
@@ -126,7 +127,7 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
     # --chunks, --waves and --split fill in what the spec leaves out
     for key in ("chunks", "waves"):
         if key not in values and schedule_options.get(key) is not None:
-            values[key] = _positive_int(key, str(schedule_options[key]))
+            values[key] = _positive_int(f"--{key}", str(schedule_options[key]))
     if "split" not in values and schedule_options.get("split") is not None and values.get("placement") == "bidirectional":
         values["split"] = parse_split(schedule_options["split"])
     if "split" in values and values.get("placement") != "bidirectional":
