@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 from ppopt.errors import ScheduleError
 from ppopt.generators import generate
 from ppopt.generators.chimera import (
-    chimera, chimera_asym, chimera_asym_formula, chimera_formula, device_of, unit_slots,
+    chimera,
+    chimera_asym,
+    chimera_asym_formula,
+    chimera_formula,
+    device_of,
+    unit_slots,
 )
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.table import build_table, peak_live

@@ -3,7 +3,8 @@
 import dataclasses
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ppopt.errors import ScheduleError
 from ppopt.generators import generate, names

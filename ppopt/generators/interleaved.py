@@ -92,10 +92,7 @@ def interleaved_1f1b_formula(devices: int, microbatches: int, backward: int = 1,
     from ppopt.formula import Formula
 
     p, m, v = devices, microbatches, _check_chunks(chunks)
-    if v == 1:
-        peaks = tuple(min(m, p - r) for r in range(p))
-    else:
-        peaks = tuple(min(v * m, (v - 1) * p + 2 * (p - 1 - r) + 1) for r in range(p))
+    peaks = tuple(min(m, p - r) for r in range(p)) if v == 1 else tuple(min(v * m, (v - 1) * p + 2 * (p - 1 - r) + 1) for r in range(p))
     return Formula(
         bubble_ratio=(p - 1) / (v * m + p - 1),
         length=(1 + backward) * (v * m + p - 1),

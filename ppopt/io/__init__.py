@@ -12,6 +12,7 @@ here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -46,10 +47,8 @@ def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], None]) ->
         os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
         os.replace(temp, target)
     except BaseException as error:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(temp)
-        except OSError:
-            pass
         if isinstance(error, OSError):
             raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
         raise

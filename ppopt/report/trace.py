@@ -51,11 +51,8 @@ def _lanes(intervals: Iterable[tuple[float, float]]) -> list[int]:
     lane_end: list[float] = []
     lanes = []
     for start, end in intervals:
-        for lane, busy_until in enumerate(lane_end):
-            if busy_until <= start:
-                break
-        else:
-            lane = len(lane_end)
+        lane = next((i for i, busy_until in enumerate(lane_end) if busy_until <= start), len(lane_end))
+        if lane == len(lane_end):
             lane_end.append(start)
         lane_end[lane] = max(end, start)
         lanes.append(lane)

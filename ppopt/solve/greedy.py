@@ -22,7 +22,6 @@ from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, required_op
 from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
 
-
 GREEDY = "greedy"
 """Name of the greedy schedule: a hint of ppopt's own, never reported as a handcrafted schedule."""
 

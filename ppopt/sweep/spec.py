@@ -119,9 +119,7 @@ class Filter(_Strict):
             return False
         if self.microbatches_equal_devices and microbatches != devices:
             return False
-        if self.microbatches_multiple_of_devices and microbatches % devices:
-            return False
-        return True
+        return not (self.microbatches_multiple_of_devices and microbatches % devices)
 
 
 class Options(_Strict):

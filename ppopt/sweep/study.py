@@ -134,7 +134,7 @@ def claims(data: StudyData) -> dict:
     if diffs:
         worst = max(diffs)
         per_system = {}
-        for d, system, p, m in diffs:
+        for d, system, _p, _m in diffs:
             per_system[system] = max(per_system.get(system, 0.0), d)
         out["gpipe_vs_1f1b"] = {
             "points": len(diffs),
@@ -520,7 +520,7 @@ def _figure_lines(figures, names: Sequence[str]) -> list[str]:
 def _spread_across_systems(data: StudyData, column: str) -> float:
     """Largest relative spread of ``column`` across systems at one (S, m, schedule)."""
     groups = defaultdict(list)
-    for (system, p, m, s), row in data.rows.items():
+    for (_system, p, m, s), row in data.rows.items():
         groups[(p, m, s)].append(row[column])
     return max((max(v) - min(v)) / max(v) for v in groups.values() if v and max(v) > 0) if groups else 0.0
 
