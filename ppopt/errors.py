@@ -1,8 +1,27 @@
-"""User-facing errors: the CLI prints str(error) on one line and exits with status 1."""
+"""User-facing errors: the CLI prints str(error) on one line and exits with status 1.
+
+A library error names the *field* it is about (``field="chunks"``), never a command-line flag: the
+library does not know how it is called. The CLI maps the field to the flag the user typed
+(:func:`ppopt.cli.flag_for`), so ``ScheduleError("must be >= 1, got 0", field="chunks")`` reads
+``error: --chunks: must be >= 1, got 0`` on the command line and ``chunks: must be >= 1, got 0``
+from Python.
+"""
+
+from __future__ import annotations
 
 
 class PpoptError(Exception):
-    """Base class of every error the CLI reports as a one-line message."""
+    """Base class of every error the CLI reports as a one-line message.
+
+    Attributes:
+        reason: the message without the field.
+        field: the input field the error is about (a config field, an option's parameter name), or None.
+    """
+
+    def __init__(self, reason: str, *, field: str | None = None):
+        self.reason = reason
+        self.field = field
+        super().__init__(f"{field}: {reason}" if field else reason)
 
 
 class ConfigError(PpoptError):

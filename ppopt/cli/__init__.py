@@ -11,6 +11,26 @@ import click
 from ppopt.errors import PpoptError
 
 
+FIELD_FLAGS = {"time_limit_s": "time_limit", "memory_limit_bytes": "memory_limit"}
+"""Library field names that differ from the parameter name of the option that sets them."""
+
+
+def flag_for(field: str, command: click.Command | None) -> str:
+    """The flag of ``command`` that sets ``field`` (``--chunks`` for ``chunks``), or ``field`` itself."""
+    name = FIELD_FLAGS.get(field, field)
+    for param in command.params if command is not None else ():
+        if param.name == name and isinstance(param, click.Option):
+            return max(param.opts, key=len)
+    return field
+
+
+def error_line(error: PpoptError, command: click.Command | None) -> str:
+    """``error: <flag>: <reason>`` when the error names a field the command has a flag for."""
+    if error.field:
+        return f"error: {flag_for(error.field, command)}: {error.reason}"
+    return f"error: {error}"
+
+
 class _Cli(click.Group):
     """Turns every :class:`PpoptError` into ``error: <reason>`` on stderr and exit status 1."""
 
@@ -18,7 +38,9 @@ class _Cli(click.Group):
         try:
             return super().invoke(ctx)
         except PpoptError as error:
-            click.echo(f"error: {error}", err=True)
+            sub = ctx.invoked_subcommand
+            command = self.get_command(ctx, sub) if sub else None
+            click.echo(error_line(error, command), err=True)
             details = getattr(error, "details", "")
             if details:
                 click.echo(details, err=True)

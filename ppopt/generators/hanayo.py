@@ -41,7 +41,7 @@ from ppopt.ir import Kind, Op, Schedule, dependencies, required_ops
 
 def require_waves(waves: object) -> int:
     if isinstance(waves, bool) or not isinstance(waves, int) or waves < 1:
-        raise ScheduleError(f"--waves must be an integer >= 1, got {waves!r}")
+        raise ScheduleError(f"must be an integer >= 1, got {waves!r}", field="waves")
     return waves
 
 
