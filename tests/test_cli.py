@@ -106,3 +106,9 @@ def test_grid_colours_only_when_asked():
     assert "\x1b[" not in grid(table)
     coloured = grid(table, colour=True)
     assert "\x1b[34mF0" in coloured and "\x1b[31mB0" in coloured
+
+
+def test_library_errors_name_the_flag_the_user_typed():
+    result = CliRunner().invoke(main, ["table", "-s", "hanayo", "-p", "4", "-m", "4", "--waves", "0"])
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: --waves: must be an integer >= 1, got 0"

@@ -10,7 +10,6 @@ import click
 
 from ppopt.errors import PpoptError
 
-
 FIELD_FLAGS = {"time_limit_s": "time_limit", "memory_limit_bytes": "memory_limit"}
 """Library field names that differ from the parameter name of the option that sets them."""
 
