@@ -1,0 +1,64 @@
+"""The unit model: op durations in slots, one meaning for every command and layer.
+
+A *slot* is the time of one forward pass of a 1/p share of the model (p = devices). A full backward
+B lasts ``backward`` slots, split into a weight-gradient part W of ``weight`` slots (default B/2) and
+an input-gradient part I of ``backward - weight``. The default B = 2 (so I = W = F = 1) is the
+convention of Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024, §2), where B = I + W and
+F, I, W take equal time. A point-to-point message between devices takes ``comm`` slots.
+
+A schedule with S stages on p devices cuts the model into S chunks, so a chunk op lasts ``p/S`` of
+the figures above (an interleaved schedule with v chunks per device runs chunk forwards of 1/v slot):
+lengths of schedules with different chunk counts stay comparable. The table layer, the simulator's
+unit costs and the solver's unit mode all read their durations from :class:`UnitCosts`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ppopt.errors import ConfigError
+from ppopt.ir import Kind
+
+
+@dataclass(frozen=True)
+class UnitCosts:
+    """Op durations of a 1/p model share, in slots (see the module docstring).
+
+    Attributes:
+        forward: F, slots (> 0).
+        backward: full backward B = I + W, slots (> 0).
+        weight: W, slots, between 0 and ``backward``; None means ``backward / 2``.
+        comm: point-to-point message delay between devices, slots (>= 0).
+    """
+
+    forward: float = 1.0
+    backward: float = 2.0
+    weight: float | None = None
+    comm: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("forward", "backward"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"must be a finite number > 0, got {value}", field=name)
+        if not (math.isfinite(self.comm) and self.comm >= 0):
+            raise ConfigError(f"must be a finite number >= 0, got {self.comm}", field="comm")
+        if self.weight is not None and not (math.isfinite(self.weight) and 0 <= self.weight <= self.backward):
+            raise ConfigError(f"must lie between 0 and backward ({self.backward:g}), got {self.weight}", field="weight")
+
+    @property
+    def weight_slots(self) -> float:
+        """W of a 1/p model share, slots."""
+        return self.backward / 2 if self.weight is None else self.weight
+
+    def durations(self, devices: int = 1, stages: int = 1) -> dict[Kind, float]:
+        """Slots of each op kind for one stage of a schedule with ``stages`` stages on ``devices`` devices."""
+        share = devices / stages
+        w = self.weight_slots
+        return {
+            Kind.F: self.forward * share,
+            Kind.B: self.backward * share,
+            Kind.I: (self.backward - w) * share,
+            Kind.W: w * share,
+        }
