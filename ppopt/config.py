@@ -10,7 +10,7 @@ Three things live here:
 * :func:`load_model` / :func:`load_system` read a preset by name (file stem in the repository's
   top-level ``models/`` or ``configs/`` directory) or any ``.toml`` / ``.json`` file.
 
-Every model forbids unknown keys and is frozen. Units are part of the field names: seconds (``_s``),
+Every model forbids unknown keys and non-finite numbers, and is frozen. Units are part of the field names: seconds (``_s``),
 bytes (``_bytes``), bytes per second (``_bytes_per_s``), FLOP/s (``peak_flops``). Every problem a
 user can cause is raised as :class:`ppopt.errors.ConfigError` with a one-line message naming
 the file and the field, e.g.
@@ -20,6 +20,7 @@ the file and the field, e.g.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -34,6 +35,8 @@ from pydantic import (
     PositiveInt,
     StrictBool,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -62,9 +65,22 @@ Name = Annotated[str, Field(min_length=1)]
 
 
 class _Strict(BaseModel):
-    """Shared settings: unknown keys are errors, instances are immutable."""
+    """Shared settings: unknown keys are errors, instances are immutable.
+
+    A file's numbers must be finite: TOML's ``inf``/``nan`` and JSON's ``Infinity``/``NaN`` are
+    refused (no duration, rate or size in a file is infinite, and an infinity would reach the JSON
+    output and the plots). Objects built in Python may use an infinite bandwidth: the unit mode's
+    links cost only their latency (:func:`ppopt.solve.instance.unit_system`).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _finite_in_files(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, float) and not math.isfinite(value) and (info.context or {}).get("file"):
+            raise ValueError(f"must be a finite number, got {value}")
+        return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -318,7 +334,7 @@ def _load_file(path: Path, cls: type[_M]) -> _M:
     try:
         # Strict types for files: "4" or 4.0 for an int field, or 1 for a bool, are errors.
         # (Objects built in Python stay lax so numpy integers and the like are accepted.)
-        return cls.model_validate(data, strict=True)
+        return cls.model_validate(data, strict=True, context={"file": True})
     except ValidationError as error:
         raise ConfigError(f"{display_path(path)}: {_describe(error)}") from None
 

@@ -1,13 +1,29 @@
 """The ``ppopt`` command line: a thin layer over the library.
 
-Results go to stdout, progress and errors to stderr. Exit status: 0 ok, 1 invalid input or an
-infeasible request (one-line reason), 2 usage error.
+Results go to stdout, progress and errors to stderr. Exit status: 0 ok; 1 for every error, printed
+as one line on stderr:
+
+* invalid input or an infeasible request: ``error: <reason>``, naming the flag or field it is about;
+* a usage error (an unknown option or command, a value of the wrong type, a bad choice, a missing
+  required option): ``error: <click's message> (see 'ppopt <command> --help')``;
+* output that cannot be written: ``error: cannot write PATH: <reason>`` for a file, ``error: cannot
+  write to standard output: <reason>`` for stdout (a full disk, ``> /dev/full``). A reader that
+  closes the pipe early (``| head -1``) ends the command quietly with status 1.
+
+``--help`` and ``--version`` exit 0. No traceback is printed for anything a user can cause.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import sys
+from typing import Any
+
 import click
 
+from ppopt import __version__
 from ppopt.errors import PpoptError
 
 FIELD_FLAGS = {"time_limit_s": "time_limit", "memory_limit_bytes": "memory_limit"}
@@ -30,8 +46,28 @@ def error_line(error: PpoptError, command: click.Command | None) -> str:
     return f"error: {error}"
 
 
+def usage_line(error: click.UsageError) -> str:
+    """A usage error on one line: ``error: <click's message> (see 'ppopt <command> --help')``."""
+    names = []
+    ctx = error.ctx
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    command = " ".join(["ppopt", *reversed(names)])
+    return f"error: {_one_line(error.format_message())} (see '{command} --help')"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 class _Cli(click.Group):
-    """Turns every :class:`PpoptError` into ``error: <reason>`` on stderr and exit status 1."""
+    """Every error a user can cause becomes one ``error:`` line on stderr and exit status 1.
+
+    :meth:`invoke` turns a :class:`PpoptError` into its line (with the flag the field maps to);
+    :meth:`main` does the same for click's usage errors and for a standard output that cannot be
+    written.
+    """
 
     def invoke(self, ctx: click.Context):
         try:
@@ -45,9 +81,65 @@ class _Cli(click.Group):
                 click.echo(details, err=True)
             ctx.exit(1)
 
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+            sys.stdout.flush()
+        except click.exceptions.NoArgsIsHelpError as error:  # bare `ppopt`: the help, as --help
+            click.echo(error.ctx.get_help() if error.ctx else "")
+            code = 0
+        except click.UsageError as error:
+            click.echo(usage_line(error), err=True)
+            code = 1
+        except click.ClickException as error:
+            click.echo(f"error: {_one_line(error.format_message())}", err=True)
+            code = 1
+        except click.Abort:
+            click.echo("aborted", err=True)
+            code = 1
+        except OSError as error:
+            code = _stdout_failed(error)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _stdout_failed(error: OSError) -> int:
+    """Report a standard output that cannot be written (exit status 1); re-raise any other OSError.
+
+    A closed pipe (``EPIPE``: the reader has gone, as with ``| head -1``) is not reported. Standard
+    output is then pointed at the null device, so the interpreter's last flush cannot fail again.
+    """
+    if not _writing_stdout(error):
+        raise error  # not standard output: a bug, with its traceback
+    if error.errno != errno.EPIPE:
+        click.echo(f"error: cannot write to standard output: {error.strerror or error}", err=True)
+    with contextlib.suppress(Exception):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+    return 1
+
+
+def _writing_stdout(error: OSError) -> bool:
+    """Whether ``error`` was raised by ``click.echo`` writing to standard output, or by our last flush.
+
+    Every result reaches stdout through ``click.echo`` (files go through :mod:`ppopt.io`, whose
+    errors are :class:`PpoptError`), so the failing frame tells: ``echo`` with ``err`` false.
+    """
+    frames = []
+    trace = error.__traceback__
+    while trace is not None:
+        frames.append(trace.tb_frame)
+        trace = trace.tb_next
+    last = frames[-1] if frames else None
+    if last is not None and last.f_code is _Cli.main.__code__:
+        return True  # sys.stdout.flush() after the command
+    echo = click.utils.echo.__code__
+    return any(frame.f_code is echo and not frame.f_locals.get("err") for frame in frames)
+
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="ppopt")
+@click.version_option(__version__, prog_name="ppopt")
 def main() -> None:
     """Pipeline-parallel schedules as tables: evaluate, search, and measure optimality gaps."""
 

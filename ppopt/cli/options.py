@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import math
 import re
 from collections.abc import Callable
@@ -132,14 +130,7 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
 
 
 def emit_json(value: object) -> None:
-    click.echo(json.dumps(value, indent=2, default=_jsonable))
+    """Print ``value`` as strict JSON (see :func:`ppopt.io.json_text`: no NaN or Infinity)."""
+    from ppopt.io import json_text
 
-
-def _jsonable(value: object) -> object:
-    if dataclasses.is_dataclass(value):
-        return dataclasses.asdict(value)
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+    click.echo(json_text(value, indent=2))

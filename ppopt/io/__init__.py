@@ -1,9 +1,23 @@
-"""File input and output: the project's one atomic writer, and the interchange formats.
+"""File input and output: the project's one file writer, its one JSON encoder, and the interchange formats.
 
-Every file ppopt writes goes through :func:`atomic_write_text` or :func:`atomic_write_bytes`: the
-content is written to a temporary file in the destination's directory and moved into place with
-``os.replace``, so a failure (an exception while rendering, a full disk, Ctrl-C) never leaves a
-half-written file behind, and an existing file is only replaced by a complete one.
+Every file ppopt writes goes through :func:`atomic_writer` (or :func:`atomic_write_text`,
+:func:`atomic_write_bytes`, :func:`write_json`):
+
+* A regular file (or a path that does not exist yet) is written atomically: the content goes to a
+  temporary file in the destination's directory, which is moved into place with ``os.replace``. A
+  failure (an exception while rendering, a full disk, Ctrl-C) never leaves a half-written file
+  behind, and an existing file is only replaced by a complete one (keeping its permission bits).
+  A symbolic link to a regular file stays a link: the file it points to is replaced.
+* Anything else that can be opened for writing (a character device such as ``/dev/null`` or
+  ``/dev/stdout``, a FIFO) is written directly, never replaced: renaming over it would turn a
+  device into a regular file.
+* A directory is refused. Every failure (a missing directory, no permission, ``ENOSPC`` on a full
+  disk or ``/dev/full``) is a :class:`PpoptError` ``cannot write PATH: <reason>``.
+
+Every JSON text goes through :func:`json_text`: strict JSON (``allow_nan=False``). A non-finite
+number in the output is a bug of the code that built it (a value that legitimately means "none"
+must be given as ``None``, i.e. ``null``), and is reported as a :class:`PpoptError` naming where
+it is, never printed as the invalid ``Infinity`` or ``NaN``.
 
 Formats: :mod:`ppopt.io.torch_csv` (PyTorch's pipeline schedule CSV). Chrome traces and pictures
 are reports (:mod:`ppopt.report.trace`, :mod:`ppopt.report.plot`); they are written with the helpers
@@ -13,8 +27,11 @@ here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -22,21 +39,45 @@ from typing import BinaryIO
 
 from ppopt.errors import PpoptError
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_writer", "write_json"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_writer", "json_text", "write_json"]
 
 
 def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
-    """Call ``write(file)`` on a temporary binary file next to ``path``, then move it to ``path``.
+    """Call ``write(file)`` on a binary file for ``path``; see the module docstring for how.
 
-    On any exception the temporary file is removed and ``path`` is left as it was. A directory
-    that does not exist, or cannot be written, is a :class:`PpoptError` naming the path.
+    Returns ``path``. On any exception a regular ``path`` is left as it was.
     """
     target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise PpoptError(f"cannot write {target}: it is a directory")
     try:
-        fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        status: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        status = None
+    except OSError as error:
+        raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
+    if status is not None and stat.S_ISDIR(status.st_mode):
+        raise PpoptError(f"cannot write {target}: it is a directory")
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        _write_in_place(target, write)
+    else:
+        _write_by_rename(target, write, None if status is None else stat.S_IMODE(status.st_mode))
+    return target
+
+
+def _write_in_place(target: Path, write: Callable[[BinaryIO], None]) -> None:
+    """A device or FIFO: open and write it; it is not ours to replace."""
+    try:
+        with open(target, "wb") as handle:
+            write(handle)
+    except OSError as error:
+        raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
+
+
+def _write_by_rename(target: Path, write: Callable[[BinaryIO], None], mode: int | None) -> None:
+    """A regular file (or a new one): a complete temporary file next to it, then ``os.replace``."""
+    final = Path(os.path.realpath(target)) if target.is_symlink() else target
+    directory = final.parent if str(final.parent) else Path(".")
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=directory)
     except OSError as error:
         raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
     try:
@@ -44,15 +85,14 @@ def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], None]) ->
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
-        os.replace(temp, target)
+        os.chmod(temp, mode if mode is not None else 0o666 & ~_umask())  # mkstemp makes 0600 files
+        os.replace(temp, final)
     except BaseException as error:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         if isinstance(error, OSError):
             raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
         raise
-    return target
 
 
 def _umask() -> int:
@@ -62,22 +102,64 @@ def _umask() -> int:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (see :func:`atomic_writer`)."""
+    """Write ``data`` to ``path`` (see :func:`atomic_writer`)."""
     return atomic_writer(path, lambda handle: handle.write(data))
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, newline: str | None = None) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically. ``newline`` as for :func:`open` (None: ``\\n``
-    kept as written; ppopt writes ``\\n`` line ends on every platform)."""
+    """Write ``text`` (UTF-8) to ``path`` (see :func:`atomic_writer`). ``newline`` as for
+    :func:`open` (None: ``\\n`` kept as written; ppopt writes ``\\n`` line ends on every platform)."""
     if newline is not None and newline != "\n":
         text = text.replace("\n", newline)
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def write_json(obj: object, path: str | os.PathLike, indent: int | None = None) -> Path:
-    """Serialise ``obj`` as JSON (strict: no NaN or infinity) and write it to ``path`` atomically."""
+def json_text(obj: object, indent: int | None = None) -> str:
+    """``obj`` as strict JSON text (no ``NaN``/``Infinity``); dataclasses become objects, tuples lists.
+
+    Raises :class:`PpoptError` naming the first non-finite number, e.g. ``not valid JSON: non-finite
+    number inf at [0].simulation.step_time_s``.
+    """
     try:
-        text = json.dumps(obj, indent=indent, allow_nan=False)
+        return json.dumps(obj, indent=indent, allow_nan=False, default=_jsonable)
     except ValueError as error:
-        raise PpoptError(f"cannot write {path}: {error}") from None
-    return atomic_write_text(path, text + "\n")
+        try:
+            where, number = _non_finite(obj, "")
+        except LookupError:
+            raise error from None  # not a number: a circular reference, a bug
+        raise PpoptError(f"not valid JSON: non-finite number {number} at {where or 'top level'}") from None
+
+
+def write_json(obj: object, path: str | os.PathLike, indent: int | None = None) -> Path:
+    """Serialise ``obj`` with :func:`json_text` and write it to ``path`` (see :func:`atomic_writer`)."""
+    return atomic_write_text(path, json_text(obj, indent) + "\n")
+
+
+def _jsonable(value: object) -> object:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _plain(value: object) -> object:
+    """``value`` with dataclasses as dicts (for locating a non-finite number)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def _non_finite(value: object, where: str) -> tuple[str, float]:
+    """The path and value of the first non-finite float in ``value`` (which has one)."""
+    value = _plain(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, value
+    if isinstance(value, dict):
+        items = [(f"{where}.{key}" if where else str(key), item) for key, item in value.items()]
+    elif isinstance(value, (list, tuple)):
+        items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+    else:
+        items = []
+    for path, item in items:
+        with contextlib.suppress(LookupError):
+            return _non_finite(item, path)
+    raise LookupError(where)

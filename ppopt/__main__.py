@@ -1,0 +1,3 @@
+from ppopt.cli import main
+
+main()
