@@ -13,6 +13,8 @@ import click
 from ppopt.errors import ConfigError
 from ppopt.generators import OPTIONS
 
+_OTHERS = " Other schedules refuse it; over several schedules ('all', compare) it applies to those that take it."
+
 
 def _compose(options: list[Callable]) -> Callable:
     def decorate(command: Callable) -> Callable:
@@ -23,24 +25,24 @@ def _compose(options: list[Callable]) -> Callable:
     return decorate
 
 
-def schedule_options(name: bool = True, table_backward: bool = True) -> Callable:
+def schedule_options(name: bool = True, table_backward: bool = True, all_schedules: bool = False) -> Callable:
     """Devices, microbatches and the schedule options; they reach the command as ``options``.
 
-    With ``name``, the command also takes ``--schedule NAME`` or ``--schedule-file FILE.csv`` (a
-    PyTorch schedule CSV), and ``--devices``/``--microbatches`` are only needed for a name; use
-    :func:`resolve_schedule` to get the schedule.
+    With ``name``, the command also takes ``--schedule NAME`` (or ``all`` with ``all_schedules``)
+    or ``--schedule-file FILE.csv`` (a PyTorch schedule CSV), and ``--devices``/``--microbatches``
+    are only needed for a name; use :func:`resolve_schedule` to get the schedule.
     """
     options = [
         click.option("--devices", "-p", type=int, required=not name, help="Number of devices (pipeline ranks), p."),
         click.option("--microbatches", "-m", type=int, required=not name, help="Microbatches per step, m."),
-        click.option("--chunks", "-v", type=int, default=None, help=f"Chunks per device for interleaved-1f1b [default: {OPTIONS['chunks'][0]}]."),
-        click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}]."),
-        click.option("--split", default=None, help="Layer split A:B between the pipeline halves for chimera-asym [default: 1:2]."),
+        click.option("--chunks", "-v", type=int, default=None, help=f"Chunks per device for interleaved-1f1b [default: {OPTIONS['chunks'][0]}].{_OTHERS}"),
+        click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}].{_OTHERS}"),
+        click.option("--split", default=None, help=f"Layer split A:B between the pipeline halves for chimera-asym [default: 1:2].{_OTHERS}"),
     ]
     if table_backward:
         options.append(click.option("--backward", type=int, default=1, show_default=True, help="Slot length of a full backward B in tables (1 or 2)."))
     if name:
-        options.insert(0, click.option("--schedule", "-s", "name", default=None, help="Schedule name (see `ppopt list`), or 'all'."))
+        options.insert(0, click.option("--schedule", "-s", "name", default=None, help="Schedule name (see `ppopt list`)" + (", or 'all'." if all_schedules else ".")))
         options.insert(1, click.option("--schedule-file", default=None, help="A PyTorch schedule CSV to use instead of --schedule."))
         options.insert(2, click.option("--legacy-backward", is_flag=True, help="--schedule-file uses the old spelling: BW full backward, B input backward."))
 
@@ -96,9 +98,30 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
     if schedule_file is not None:
         from ppopt.io.torch_csv import read_torch_csv
 
+        refuse_unused_options(None, options)
         return read_torch_csv(Path(schedule_file), legacy_backward=legacy_backward)
+    refuse_unused_options(name, options)
     require_size(devices, microbatches)
     return validate(generate(name, devices, microbatches, **options))
+
+
+def refuse_unused_options(name: str | None, options: dict) -> None:
+    """One schedule (``name``, or a schedule file for None) refuses a schedule option it would ignore.
+
+    The error names the option (as a field, which the CLI shows as its flag) and the schedules that
+    take it. Over several schedules (``evaluate -s all``, ``compare``) an option applies to those
+    that take it instead.
+    """
+    from ppopt.generators import REGISTRY, get
+
+    if name == "all":
+        raise ConfigError("'all' is for `ppopt evaluate` and `ppopt compare`; this command takes one schedule", field="name")
+    takes = get(name).options if name is not None else ()
+    for option, value in options.items():
+        if value is not None and option not in takes:
+            users = ", ".join(g.name for g in REGISTRY.values() if option in g.options)
+            what = f"schedule {name} does not take it" if name is not None else "a --schedule-file does not take it"
+            raise ConfigError(f"{what} (only {users})", field=option)
 
 
 def require_size(devices, microbatches) -> None:

@@ -26,12 +26,19 @@ def list_command(as_json: bool, fmt: str) -> None:
 @main.command("table")
 @schedule_options()
 @click.option("--plot", default=None, help="Also draw the table as a Gantt picture (.png or .svg; needs ppopt[plot]).")
-def table_command(name, schedule_file, legacy_backward, devices, microbatches, backward, options, plot) -> None:
+@json_option
+def table_command(name, schedule_file, legacy_backward, devices, microbatches, backward, options, plot, as_json) -> None:
     """Print a schedule's unit-slot table: rows are devices, columns are slots."""
+    from ppopt.report.evaluation import table_json
     from ppopt.report.text import grid, per_device
     from ppopt.table import build_table
 
     table = build_table(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), backward)
+    if as_json:
+        emit_json(table_json(table))
+        if plot:
+            _plot_table(table, plot)
+        return
     click.echo(grid(table, colour=True))
     click.echo(
         f"\nlength {table.length} slots, bubble ratio {table.bubble_ratio:.4f}, "
@@ -79,7 +86,7 @@ def _presets(model, system, required: bool = False):
 
 
 @main.command("evaluate")
-@schedule_options()
+@schedule_options(all_schedules=True)
 @system_options()
 @click.option("--plot", default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
 @click.option("--trace", default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")

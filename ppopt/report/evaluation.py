@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from ppopt.evaluate import Evaluation, Ranking
 from ppopt.report.text import gib, per_device, render_table, seconds, with_context
+from ppopt.table import Table
 
 
 def simulation_json(sim) -> dict:
@@ -15,6 +16,26 @@ def simulation_json(sim) -> dict:
         "peak_activation_bytes": list(sim.peak_activation_bytes),
         "persistent_bytes": list(sim.persistent_bytes),
         "peak_memory_bytes": list(sim.peak_memory_bytes),
+    }
+
+
+def table_json(table: Table) -> dict:
+    """The JSON object of one unit-slot table (``ppopt table --json``; keys as in the README).
+
+    ``ops[d]`` lists device d's ops in execution order as ``{"op": "1F0", "start": 3, "end": 4}``
+    (PyTorch action strings; slots, end exclusive).
+    """
+    schedule = table.schedule
+    return {
+        "schedule": schedule.name,
+        "devices": schedule.devices,
+        "stages": schedule.stages,
+        "microbatches": schedule.microbatches,
+        "durations": {kind.value: slots for kind, slots in table.durations.items()},
+        "length": table.length,
+        "bubble_ratio": table.bubble_ratio,
+        "peak_activations": list(table.peak_activations),
+        "ops": [[{"op": str(op), "start": table.start[op], "end": table.end(op)} for op in order] for order in schedule.orders],
     }
 
 
