@@ -281,3 +281,32 @@ def test_files_are_strictly_typed(tmp_path):
     message = _error(load_system, _write(tmp_path, "bad.toml",
                                          "overlap_comm_compute = 1\n" + VALID_SYSTEM))
     assert "field 'overlap_comm_compute'" in message
+
+
+@pytest.mark.parametrize(
+    "old, new, field",
+    [
+        ("latency_s = 1e-6", "latency_s = inf", "intra_node.latency_s"),
+        ("peak_flops = 1.0e15", "peak_flops = inf", "peak_flops"),
+        ("memory_capacity_bytes = 8.0e10", "memory_capacity_bytes = +inf", "memory_capacity_bytes"),
+        ("bandwidth_bytes_per_s = 5e10", "bandwidth_bytes_per_s = inf", "inter_node.bandwidth_bytes_per_s"),
+        ("latency_s = 5e-6", "latency_s = nan", "inter_node.latency_s"),
+    ],
+)
+def test_non_finite_numbers_in_a_system_file_are_refused(tmp_path, old, new, field):
+    message = _error(load_system, _write(tmp_path, "inf.toml", VALID_SYSTEM.replace(old, new)))
+    assert f"inf.toml: field '{field}'" in message and "\n" not in message
+
+
+def test_non_finite_numbers_in_a_json_file_are_refused(tmp_path):
+    data = json.loads(json.dumps({"name": "j", "peak_flops": 1e15, "memory_bandwidth_bytes_per_s": 3e12,
+                                  "memory_capacity_bytes": 8e10, "compute_latency_s": 0.0,
+                                  "intra_node": {"bandwidth_bytes_per_s": 1e11}, "inter_node": {"bandwidth_bytes_per_s": 1e10}}))
+    data["compute_latency_s"] = math.inf
+    message = _error(load_system, _write(tmp_path, "inf.json", json.dumps(data)))  # json writes Infinity
+    assert "field 'compute_latency_s': must be a finite number, got inf" in message
+
+
+def test_python_objects_may_use_an_infinite_bandwidth():
+    # unit mode: a link that costs only its latency (ppopt.solve.instance.unit_system)
+    assert LinkConfig(bandwidth_bytes_per_s=math.inf, latency_s=1.0).bandwidth_bytes_per_s == math.inf

@@ -1,0 +1,238 @@
+"""The CLI under hostile conditions: devices and FIFOs as outputs, failed writes, a full or closed
+stdout, usage errors, non-finite JSON, options a schedule would ignore (issue 9, defects 1, 4, 5, 6)."""
+
+import errno
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import ppopt.io
+from ppopt.cli import main
+from ppopt.errors import PpoptError
+from ppopt.io import atomic_write_text, json_text, write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_DEV_FULL = os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+# -- defect 1: the writer never replaces what is not a regular file ---------------------------------
+
+
+def read_fifo(path: Path, into: list[bytes]) -> threading.Thread:
+    def reader():
+        with open(path, "rb") as handle:
+            into.append(handle.read())
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_fifo_is_written_through_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    thread = read_fifo(fifo, received)
+    result = run("export", "-s", "1f1b", "-p", 2, "-m", 3, "-o", fifo, "--format", "torch-csv")
+    thread.join(timeout=10)
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert received == [b"0F0,0F1,0B0,0F2,0B1,0B2\n1F0,1B0,1F1,1B1,1F2,1B2\n"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+@pytest.mark.skipif(not HAS_DEV_FULL, reason="needs /dev/full")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", "-s", "1f1b", "-p", 4, "-m", 8, "-o", "/dev/full", "--format", "torch-csv"],
+        ["export", "-s", "1f1b", "-p", 4, "-m", 8, "-o", "/dev/full", "--format", "chrome-trace"],
+        ["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--model", "study", "--system", "mid-mid", "--trace", "/dev/full"],
+        ["search", "-p", 2, "-m", 2, "--unit", "--time-limit", 1, "-q", "--csv", "/dev/full"],
+    ],
+)
+def test_a_full_device_is_one_line_and_stays_a_device(args):
+    line = one_error_line(run(*args))
+    assert line == "error: cannot write /dev/full: No space left on device"
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_a_failed_write_leaves_the_previous_file_intact(tmp_path, monkeypatch):
+    target = tmp_path / "old.csv"
+    target.write_text("previous\n")
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ppopt.io.os, "fsync", full_disk)
+    line = one_error_line(run("export", "-s", "1f1b", "-p", 4, "-m", 8, "-o", target))
+    assert line == f"error: cannot write {target}: No space left on device"
+    assert target.read_text() == "previous\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["old.csv"]  # no temporary file left behind
+
+
+def test_replacing_a_file_keeps_its_permissions_and_a_link_stays_a_link(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("{}\n")
+    real.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    write_json({"a": 1}, link)
+    assert link.is_symlink() and json.loads(real.read_text()) == {"a": 1}
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+
+
+def test_a_directory_is_refused(tmp_path):
+    with pytest.raises(PpoptError, match="it is a directory"):
+        atomic_write_text(tmp_path, "x")
+
+
+# -- defect 4: standard output that cannot be written, strict JSON ----------------------------------
+
+
+def ppopt_process(args, stdout):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "ppopt", *args], stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+
+
+@pytest.mark.skipif(not HAS_DEV_FULL, reason="needs /dev/full")
+@pytest.mark.parametrize(
+    "args",
+    [["list"], ["table", "-s", "1f1b", "-p", "4", "-m", "8"], ["evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--json"],
+     ["export", "-s", "1f1b", "-p", "4", "-m", "8", "-o", "-"]],
+)
+def test_a_full_stdout_is_one_line_and_exit_1(args):
+    with open("/dev/full", "w") as full:
+        process = ppopt_process(args, full)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert stderr.decode() == "error: cannot write to standard output: No space left on device\n"
+
+
+def test_a_closed_pipe_ends_quietly():
+    process = ppopt_process(["table", "-s", "1f1b", "-p", "8", "-m", "64"], subprocess.PIPE)
+    process.stdout.close()  # the reader is gone before the first write
+    stderr = process.stderr.read()
+    process.wait(timeout=60)
+    assert process.returncode == 1
+    assert stderr == b""
+
+
+def test_json_is_strict_and_names_the_non_finite_number(tmp_path):
+    assert json_text({"a": [1, None]}) == '{"a": [1, null]}'
+    with pytest.raises(PpoptError, match=r"non-finite number inf at a\[1\]"):
+        json_text({"a": [1, float("inf")]})
+    with pytest.raises(PpoptError, match="non-finite number nan at top level"):
+        json_text(float("nan"))
+    target = tmp_path / "x.json"
+    with pytest.raises(PpoptError, match=r"non-finite number -inf at \[0\]\.b"):
+        write_json([{"b": float("-inf")}], target)
+    assert not target.exists()
+
+
+def test_command_line_json_goes_through_the_strict_helper(monkeypatch):
+    import ppopt.report.evaluation as evaluation
+
+    real = evaluation.evaluation_json
+    monkeypatch.setattr(evaluation, "evaluation_json", lambda r: {**real(r), "broken": float("nan")})
+    line = one_error_line(run("evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--json"))
+    assert line == "error: not valid JSON: non-finite number nan at broken"
+
+
+# -- defect 5: usage errors are one line and exit 1 --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message, command",
+    [
+        (["table", "-s", "gpipe", "-p", "4.5", "-m", "4"], "'4.5' is not a valid integer", "ppopt table"),
+        (["evaluate", "--bogus"], "No such option '--bogus'", "ppopt evaluate"),
+        (["list", "--format", "x"], "'x' is not one of 'text', 'markdown', 'csv'", "ppopt list"),
+        (["export", "-s", "1f1b", "-p", "2", "-m", "2", "--format", "gif", "-o", "x.gif"], "'gif' is not one of", "ppopt export"),
+        (["export", "-s", "1f1b", "-p", "2", "-m", "2"], "Missing option '--output'", "ppopt export"),
+        (["nonsense"], "No such command 'nonsense'", "ppopt"),
+        (["--bogus"], "No such option '--bogus'", "ppopt"),
+    ],
+)
+def test_usage_errors_are_one_line_with_a_help_hint(args, message, command):
+    line = one_error_line(run(*args))
+    assert message in line
+    assert line.endswith(f"(see '{command} --help')")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["table", "--help"], []])
+def test_help_and_version_exit_0(args):
+    result = run(*args)
+    assert result.exit_code == 0
+    assert result.stdout
+
+
+# -- defect 6: options a schedule would ignore; table's -s help; table --json ------------------------
+
+
+def test_an_option_the_schedule_does_not_take_is_refused():
+    line = one_error_line(run("table", "-s", "gpipe", "-p", 4, "-m", 4, "--chunks", 4, "--waves", 2))
+    assert line == "error: --chunks: schedule gpipe does not take it (only interleaved-1f1b)"
+    line = one_error_line(run("evaluate", "-s", "1f1b", "-p", 4, "-m", 4, "--waves", 2))
+    assert line == "error: --waves: schedule 1f1b does not take it (only hanayo)"
+    line = one_error_line(run("export", "-s", "zb-v", "-p", 4, "-m", 4, "--split", "1:3", "-o", "-"))
+    assert line == "error: --split: schedule zb-v does not take it (only chimera-asym)"
+
+
+def test_an_option_applies_to_the_schedules_that_take_it_over_all():
+    result = run("evaluate", "-s", "all", "-p", 4, "-m", 8, "--chunks", 4, "--json")
+    assert result.exit_code == 0, result.output
+    by_name = {row["schedule"]: row for row in json.loads(result.stdout)}
+    assert by_name["interleaved-1f1b"]["options"]["chunks"] == 4
+    assert "gpipe" in by_name
+
+
+def test_a_schedule_file_takes_no_schedule_option(tmp_path):
+    csv = tmp_path / "s.csv"
+    csv.write_text("0F0,0B0\n1F0,1B0\n")
+    line = one_error_line(run("table", "--schedule-file", csv, "--waves", 2))
+    assert line == "error: --waves: a --schedule-file does not take it (only hanayo)"
+
+
+def test_table_takes_one_schedule_and_says_so():
+    assert "or 'all'" not in run("table", "--help").stdout
+    assert "or 'all'" in run("evaluate", "--help").stdout
+    line = one_error_line(run("table", "-s", "all", "-p", 4, "-m", 4))
+    assert line.startswith("error: --schedule: 'all' is for `ppopt evaluate` and `ppopt compare`")
+
+
+def test_table_json_gives_the_metrics_and_every_op_slot():
+    result = run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert (data["schedule"], data["devices"], data["stages"], data["microbatches"]) == ("1f1b", 2, 2, 2)
+    assert data["length"] == 6 and data["bubble_ratio"] == pytest.approx(1 / 3)
+    assert data["peak_activations"] == [2, 1]
+    assert data["durations"] == {"F": 1, "B": 1, "I": 1, "W": 1}
+    # device 0 | F0 F1 .  B0 .  B1  (the grid of test_cli.test_table_prints_the_grid)
+    assert data["ops"][0] == [
+        {"op": "0F0", "start": 0, "end": 1}, {"op": "0F1", "start": 1, "end": 2},
+        {"op": "0B0", "start": 3, "end": 4}, {"op": "0B1", "start": 5, "end": 6},
+    ]
+    assert [op["op"] for op in data["ops"][1]] == ["1F0", "1B0", "1F1", "1B1"]
+    two = json.loads(run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--backward", 2, "--json").stdout)
+    assert two["durations"]["B"] == 2 and two["ops"][1][1] == {"op": "1B0", "start": 2, "end": 4}
