@@ -1,0 +1,330 @@
+"""Every command driven with random flags, values, config files and CSVs (issue 9, acceptance).
+
+Whatever the input, a command ends with exit status 0 or 1, never a traceback; an error is one
+``error:`` line on stderr (a schedule validation error may add its order grid, lines ``device N:``);
+no temporary file is left behind, and an output file that existed before holds either its previous
+content or a complete new one.
+
+Sizes stay small (p, m <= 8; <= 3 for the solver commands, whose time limit is fixed and short):
+sizes beyond the documented op limit are refused by the size check of ``generate()`` and the CSV
+reader, which these tests do not draw yet.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+import hypothesis.strategies as st
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, event, given, settings
+
+import ppopt.io
+from ppopt.cli import main
+from ppopt.generators import names
+
+FUZZ = settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+PREVIOUS = "previous content\n"
+
+# -- values ------------------------------------------------------------------------------------------
+
+JUNK = st.one_of(
+    st.sampled_from(["", " ", "x", "nan", "inf", "-inf", "-1", "0", "2.5", "1e3", "1:2:3", "a:b", "--", "-", "all", "None", "0x10", "½",
+                     "nope", "{dir}", "{dir}/missing/out.csv", "{dir}/out.txt"]),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=6),
+)
+
+
+def ints(low: int, high: int) -> st.SearchStrategy[str]:
+    return st.integers(low, high).map(str)
+
+
+def floats(low: float, high: float) -> st.SearchStrategy[str]:
+    return st.floats(low, high).map(lambda x: f"{x:g}")
+
+
+SPLIT = st.sampled_from(["1:2", "2:1", "1:1", "3:5"])
+FORMAT = st.sampled_from(["text", "markdown", "csv"])
+MODEL_ARG = st.sampled_from(["study", "{model}"])
+SYSTEM_ARG = st.sampled_from(["mid-mid", "fast-slow", "{system}"])
+OUTPUT = st.sampled_from(["{dir}/out.csv", "{dir}/out.json", "{dir}/new.csv", "-"])
+
+SIZE = {"-p": ints(1, 8), "-m": ints(1, 8)}
+TINY = {"-p": ints(1, 3), "-m": ints(1, 3)}
+SCHEDULE = {"-s": st.sampled_from(names())}
+OPTIONS = {"--chunks": ints(1, 4), "--waves": ints(1, 3), "--split": SPLIT}
+PRESETS = {"--model": MODEL_ARG, "--system": SYSTEM_ARG, "--global-batch": ints(1, 64)}
+UNIT = {"--unit": None, "--forward": floats(0.5, 3), "--backward": floats(0.5, 3), "--weight": floats(0.5, 2), "--comm": floats(0, 2)}
+SOLVE = ["--time-limit", "0.2", "-q"]
+
+#: Per command: fixed arguments, required flags, optional flags (a value strategy, or None for a
+#: flag without value). A valid request has the required flags and valid values; a hostile one
+#: drops flags, adds junk values and unknown flags.
+COMMANDS: dict[str, tuple[list[str], dict, dict]] = {
+    "list": ([], {}, {"--json": None, "--format": FORMAT}),
+    "table": ([], {**SCHEDULE, **SIZE}, {**OPTIONS, "--backward": ints(1, 2), "--schedule-file": st.just("{csv}"),
+                                        "--legacy-backward": None, "--json": None}),
+    "evaluate": ([], {"-s": st.sampled_from([*names(), "all"]), **SIZE},
+                 {**OPTIONS, "--backward": ints(1, 2), "--schedule-file": st.just("{csv}"), **PRESETS, "--trace": OUTPUT,
+                  "--json": None, "--format": FORMAT}),
+    "compare": ([], {**SIZE, "--model": MODEL_ARG, "--system": SYSTEM_ARG},
+                {**OPTIONS, "--backward": ints(1, 2), "--global-batch": ints(1, 64), "--json": None, "--format": FORMAT}),
+    "export": ([], {**SCHEDULE, **SIZE, "-o": OUTPUT},
+               {**OPTIONS, "--schedule-file": st.just("{csv}"), **UNIT, **PRESETS,
+                "--format": st.sampled_from(["torch-csv", "chrome-trace"])}),
+    "import": (["{csv}"], {}, {"--legacy-backward": None, "--backward": ints(1, 2), "--json": None}),
+    "search": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, "--csv": OUTPUT, "--trace": OUTPUT, "--json": None, "--no-grid": None,
+                             "--space": st.sampled_from(["placement=linear", "fixed:1f1b", "placement=any,backward=split"])}),
+    "gap": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, **SCHEDULE, "--json": None}),
+    "frontier": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, "--limits": st.sampled_from(["1,2", "3", "4,8"]), "--json": None}),
+    "sweep": (["{spec}", "-q", "-o", "{dir}/sweep"], {}, {"--json": None}),
+}
+
+# -- files -------------------------------------------------------------------------------------------
+
+MODEL = {"name": "m", "num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 1000, "seq_length": 128,
+         "global_batch_size": 8}
+SYSTEM = {"name": "s", "peak_flops": 1e15, "memory_bandwidth_bytes_per_s": 3e12, "memory_capacity_bytes": 8e10,
+          "intra_node": {"bandwidth_bytes_per_s": 4.5e11, "latency_s": 1e-6},
+          "inter_node": {"bandwidth_bytes_per_s": 5e10, "latency_s": 5e-6}}
+SPEC = {"schedules": ["1f1b", "gpipe"], "devices": [2], "microbatches": [2], "models": ["study"], "systems": ["mid-mid"]}
+ODD_VALUES = st.sampled_from([math.inf, -math.inf, math.nan, -1, 0, 0.5, 1e-30, 3, "x", "", True, [], [1, "a"], {}, 1000])
+
+
+def mutated(base: dict) -> st.SearchStrategy[dict]:
+    """``base`` with a few fields deleted, set to odd values, or added."""
+
+    @st.composite
+    def build(draw) -> dict:
+        data = json.loads(json.dumps(base))
+        for _ in range(draw(st.integers(0, 3))):
+            target = data
+            keys = [k for k in data if isinstance(data[k], dict)]
+            if keys and draw(st.booleans()):
+                target = data[draw(st.sampled_from(keys))]
+            key = draw(st.sampled_from([*target, "bogus"]))
+            if draw(st.integers(0, 3)) == 0:
+                target.pop(key, None)
+            else:
+                target[key] = copy.deepcopy(draw(ODD_VALUES))  # the lists and dicts are shared
+        return data
+
+    return build()
+
+
+def toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return "{}"
+
+
+def toml_text(data: dict) -> str:
+    lines = [f"{key} = {toml_value(value)}" for key, value in data.items() if not isinstance(value, dict) or not value]
+    for key, table in data.items():
+        if isinstance(table, dict) and table:
+            lines += [f"[{key}]", *(f"{k} = {toml_value(v)}" for k, v in table.items())]
+    return "\n".join(lines) + "\n"
+
+
+JUNK_FILE = st.one_of(st.sampled_from(["", "num_layers = = 3", "{not json", "[1, 2]", "\x00\x01", "name = 'x'"]), st.text(max_size=30))
+
+
+def config_file(base: dict) -> st.SearchStrategy[tuple[str, str]]:
+    """(suffix, text) of a model/system/spec file: mostly mutated fields, sometimes junk."""
+    fields = mutated(base)
+    return st.one_of(
+        fields.map(lambda d: (".toml", toml_text(d))),
+        fields.map(lambda d: (".json", json.dumps(d))),
+        JUNK_FILE.map(lambda text: (".toml", text)),
+        JUNK_FILE.map(lambda text: (".json", text)),
+    )
+
+
+CELL = st.one_of(
+    st.builds(lambda s, k, m: f"{s}{k}{m}", st.integers(0, 4), st.sampled_from("FBIWX"), st.integers(0, 6)),
+    st.sampled_from(["", " ", "F0", "0F", "-1F0", "0F-1", "0BW0", "x"]),
+)
+CSV = st.one_of(
+    st.sampled_from(["0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n", "0F0,0B0\n\n1F0,1B0\n", "0F0,0I0,0W0\n1F0,1I0,1W0\n", ""]),
+    st.lists(st.lists(CELL, max_size=6).map(",".join), max_size=4).map(lambda rows: "\n".join(rows) + "\n"),
+)
+
+# -- the checks --------------------------------------------------------------------------------------
+
+
+def check(result, directory: Path) -> None:
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code in (0, 1), result.output
+    if result.exit_code == 1:
+        lines = result.stderr.splitlines()
+        errors = [line for line in lines if line.startswith("error: ")]
+        assert len(errors) == 1, result.stderr
+        details = lines[lines.index(errors[0]) + 1:]
+        assert all(re.match(r"device \d+: ", line) for line in details), result.stderr
+    assert not list(directory.rglob("*.tmp")), "a temporary file was left behind"
+    for name in ("out.csv", "out.json"):
+        text = (directory / name).read_text()
+        assert text == PREVIOUS or text.endswith("\n")  # as before, or rewritten completely
+
+
+def fill(arguments: list[str], files: dict[str, str]) -> list[str]:
+    """The arguments with ``{dir}``, ``{model}``... replaced by the paths of this example's files."""
+    filled = []
+    for argument in arguments:
+        for key, path in files.items():
+            argument = argument.replace("{" + key + "}", path)
+        filled.append(argument)
+    return filled
+
+
+@st.composite
+def command_line(draw, command: str) -> list[str]:
+    fixed, required, optional = COMMANDS[command]
+    hostile = draw(st.booleans())
+    chosen = {flag: value for flag, value in required.items() if not hostile or draw(st.integers(0, 5))}
+    chosen.update({flag: value for flag, value in optional.items() if draw(st.integers(0, 2)) == 0})
+    if not hostile:  # one schedule takes only its own options, and a file replaces the name
+        from ppopt.generators import REGISTRY
+
+        name = draw(chosen["-s"]) if "-s" in chosen else None
+        if name is not None:
+            chosen["-s"] = st.just(name)
+        takes = REGISTRY[name].options if name in REGISTRY else tuple(OPTIONS) if name == "all" or command != "export" else ()
+        if "--schedule-file" in chosen:
+            chosen.pop("-s", None)
+            takes = ()
+        chosen = {flag: value for flag, value in chosen.items() if flag.lstrip("-") in takes or flag not in OPTIONS}
+        if "--model" in chosen or "--system" in chosen:  # both, and no unit mode
+            chosen.update({"--model": MODEL_ARG, "--system": SYSTEM_ARG})
+            chosen = {flag: value for flag, value in chosen.items() if flag not in UNIT}
+        elif "--unit" in optional:
+            chosen["--unit"] = None
+    argv = [command, *fixed]
+    for flag, value in chosen.items():
+        if value is None:
+            argv.append(flag)
+        else:
+            argv += [flag, draw(st.one_of(value, JUNK) if hostile else value)]
+    if hostile and draw(st.integers(0, 3)) == 0:
+        argv += draw(st.sampled_from([["--bogus"], ["extra"], ["-p"], ["--json", "x"]]))
+    return argv
+
+
+def run_fuzzed(data, command: str) -> None:
+    with tempfile.TemporaryDirectory() as name:
+        directory = Path(name)
+        for output in ("out.csv", "out.json"):
+            (directory / output).write_text(PREVIOUS)
+        files = {"dir": str(directory)}
+        for key, strategy in (("model", config_file(MODEL)), ("system", config_file(SYSTEM)), ("spec", config_file(SPEC))):
+            suffix, text = data.draw(strategy, label=key)
+            path = directory / f"{key}{suffix}"
+            path.write_text(text)
+            files[key] = str(path)
+        csv = directory / "schedule.csv"
+        csv.write_text(data.draw(CSV, label="csv"))
+        files["csv"] = str(csv)
+        argv = fill(data.draw(command_line(command), label="argv"), files)
+        result = CliRunner().invoke(main, argv)
+        event(f"{command}: exit {result.exit_code}")
+        check(result, directory)
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_list_table_import(data):
+    run_fuzzed(data, data.draw(st.sampled_from(["list", "table", "import"])))
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_evaluate_compare(data):
+    run_fuzzed(data, data.draw(st.sampled_from(["evaluate", "compare"])))
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_export(data):
+    run_fuzzed(data, "export")
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_solver_commands(data):
+    run_fuzzed(data, data.draw(st.sampled_from(["search", "gap", "frontier"])))
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_sweep(data):
+    run_fuzzed(data, "sweep")
+
+
+class _FullAfter:
+    """A file whose writes fail with ENOSPC once ``room`` bytes are written (a disk filling up)."""
+
+    def __init__(self, handle, room: int):
+        self.handle, self.room = handle, room
+
+    def write(self, data) -> int:
+        if len(data) > self.room:
+            self.handle.write(data[: self.room])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.handle.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handle.close()
+
+
+WRITERS = [
+    ["export", "-s", "1f1b", "-p", "4", "-m", "8", "-o", "{dir}/out.csv"],
+    ["export", "-s", "zb-v", "-p", "2", "-m", "4", "--format", "chrome-trace", "-o", "{dir}/out.json"],
+    ["evaluate", "-s", "gpipe", "-p", "2", "-m", "2", "--model", "study", "--system", "mid-mid", "--trace", "{dir}/out.json"],
+    ["search", "-p", "2", "-m", "2", "--unit", "--time-limit", "1", "-q", "--csv", "{dir}/out.csv"],
+]
+
+
+@pytest.mark.parametrize("step", ["write", "fsync", "chmod", "replace"])
+@pytest.mark.parametrize("argv", WRITERS, ids=lambda argv: argv[0])
+def test_a_failed_write_leaves_the_previous_file_intact(argv, step, room=16):
+    with tempfile.TemporaryDirectory() as name:
+        directory = Path(name)
+        for output in ("out.csv", "out.json"):
+            (directory / output).write_text(PREVIOUS)
+
+        def fail(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        real_fdopen = os.fdopen
+        broken = {"write": lambda fd, mode: _FullAfter(real_fdopen(fd, mode), room)}.get(step, fail)
+        with mock.patch.object(ppopt.io.os, "fdopen" if step == "write" else step, broken):
+            result = CliRunner().invoke(main, fill(argv, {"dir": name}))
+        assert result.exit_code == 1, result.output
+        assert result.stderr.splitlines()[-1].startswith("error: cannot write ")
+        assert "No space left on device" in result.stderr
+        assert (directory / "out.csv").read_text() == PREVIOUS
+        assert (directory / "out.json").read_text() == PREVIOUS
+        assert sorted(p.name for p in directory.iterdir()) == ["out.csv", "out.json"]
