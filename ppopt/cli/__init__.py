@@ -19,6 +19,7 @@ import contextlib
 import errno
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -81,11 +82,18 @@ class _Cli(click.Group):
                 click.echo(details, err=True)
             ctx.exit(1)
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, False, **extra)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(args, prog_name, complete_var, False, **extra)
             sys.stdout.flush()
         except click.exceptions.NoArgsIsHelpError as error:  # bare `ppopt`: the help, as --help
             click.echo(error.ctx.get_help() if error.ctx else "")

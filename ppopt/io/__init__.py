@@ -42,7 +42,7 @@ from ppopt.errors import PpoptError
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_writer", "json_text", "write_json"]
 
 
-def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
+def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
     """Call ``write(file)`` on a binary file for ``path``; see the module docstring for how.
 
     Returns ``path``. On any exception a regular ``path`` is left as it was.
@@ -63,7 +63,7 @@ def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], None]) ->
     return target
 
 
-def _write_in_place(target: Path, write: Callable[[BinaryIO], None]) -> None:
+def _write_in_place(target: Path, write: Callable[[BinaryIO], object]) -> None:
     """A device or FIFO: open and write it; it is not ours to replace."""
     try:
         with open(target, "wb") as handle:
@@ -72,7 +72,7 @@ def _write_in_place(target: Path, write: Callable[[BinaryIO], None]) -> None:
         raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
 
 
-def _write_by_rename(target: Path, write: Callable[[BinaryIO], None], mode: int | None) -> None:
+def _write_by_rename(target: Path, write: Callable[[BinaryIO], object], mode: int | None) -> None:
     """A regular file (or a new one): a complete temporary file next to it, then ``os.replace``."""
     final = Path(os.path.realpath(target)) if target.is_symlink() else target
     directory = final.parent if str(final.parent) else Path(".")

@@ -83,8 +83,8 @@ def evaluation_text(results: Sequence[Evaluation], backward: int, fmt: str = "te
             per_device(t.peak_activations),
             "-" if f is None else per_device(f.weight_copies),
         ]
-        if simulated:
-            sim = r.simulation
+        sim = r.simulation
+        if simulated and sim is not None:
             row += [seconds(sim.step_time_s), f"{sim.idle_ratio:.4f}", gib(max(sim.peak_memory_bytes))]
         rows.append(row)
     headers = ["schedule", "bubble formula", "bubble table", "length formula", "length table", "peak act. formula", "peak act. table", "weights"]
@@ -101,11 +101,12 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, backward: int,
     order = sorted(results, key=lambda r: (ranking.simulation.get(r.schedule, 0), r.schedule))
     rows = []
     for r in order:
-        sim = r.simulation
+        f, sim = r.formula, r.simulation
+        assert f is not None and sim is not None, "compare evaluates the formula and simulation layers"
         rows.append(
             (
                 r.schedule + (" !" if r.schedule in ranking.flips else ""),
-                f"{ranking.formula[r.schedule]}  ({r.formula.bubble_ratio:.4f})",
+                f"{ranking.formula[r.schedule]}  ({f.bubble_ratio:.4f})",
                 f"{ranking.table[r.schedule]}  ({r.table.bubble_ratio:.4f})",
                 f"{ranking.simulation[r.schedule]}  ({seconds(sim.step_time_s)})",
                 f"{sim.idle_ratio:.4f}",
