@@ -76,6 +76,19 @@ def test_a_full_device_is_one_line_and_stays_a_device(args):
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
 
 
+def test_a_picture_goes_through_the_same_writer(tmp_path):
+    pytest.importorskip("matplotlib")
+    fifo = tmp_path / "pipe.svg"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    thread = read_fifo(fifo, received)
+    result = run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--plot", fifo)
+    thread.join(timeout=30)
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert received and received[0].lstrip().startswith(b"<?xml")
+
+
 def test_a_failed_write_leaves_the_previous_file_intact(tmp_path, monkeypatch):
     target = tmp_path / "old.csv"
     target.write_text("previous\n")
@@ -126,6 +139,13 @@ def test_a_full_stdout_is_one_line_and_exit_1(args):
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1
     assert stderr.decode() == "error: cannot write to standard output: No space left on device\n"
+
+
+def test_a_closed_stdout_is_one_line_and_exit_1():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    closed = subprocess.run(f"{sys.executable} -m ppopt list >&-", shell=True, env=env, cwd=ROOT, capture_output=True, timeout=60)
+    assert closed.returncode == 1
+    assert closed.stderr.decode() == "error: cannot write to standard output: Bad file descriptor\n"
 
 
 def test_a_closed_pipe_ends_quietly():

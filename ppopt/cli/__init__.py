@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -92,6 +93,8 @@ class _Cli(click.Group):
     ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
+        if sys.stdout is None:  # started without one (`>&-`): writing it is an error, not a no-op
+            sys.stdout = io.TextIOWrapper(_ClosedStdout(), write_through=True)
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
             sys.stdout.flush()
@@ -110,6 +113,16 @@ class _Cli(click.Group):
         except OSError as error:
             code = _stdout_failed(error)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+class _ClosedStdout(io.RawIOBase):
+    """Standard output of a process started without one: every write fails with ``EBADF``."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
 
 
 def _stdout_failed(error: OSError) -> int:
