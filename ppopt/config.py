@@ -291,6 +291,8 @@ def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind:
     looks_like_path = path.suffix.lower() in _SUFFIXES or os.sep in text or "/" in text
     if path.is_file():
         return path
+    if path.is_dir():
+        raise ConfigError(f"{text}: is a directory, not a {kind} file (.toml or .json)")
     if looks_like_path:
         raise ConfigError(f"{text}: no such file")
     presets = _presets(dirs)

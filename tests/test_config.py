@@ -310,3 +310,8 @@ def test_non_finite_numbers_in_a_json_file_are_refused(tmp_path):
 def test_python_objects_may_use_an_infinite_bandwidth():
     # unit mode: a link that costs only its latency (ppopt.solve.instance.unit_system)
     assert LinkConfig(bandwidth_bytes_per_s=math.inf, latency_s=1.0).bandwidth_bytes_per_s == math.inf
+
+
+def test_a_directory_is_not_a_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory, not a system file"):
+        load_system(tmp_path)
