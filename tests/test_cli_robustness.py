@@ -233,6 +233,18 @@ def test_a_schedule_file_takes_no_schedule_option(tmp_path):
     assert line == "error: --waves: a --schedule-file does not take it (only hanayo)"
 
 
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["table", "-s", "1f1b", "-p", 2, "-m", 2, "--legacy-backward"], "error: --legacy-backward: only applies to --schedule-file"),
+        (["evaluate", "-s", "all", "-p", 2, "-m", 2, "--legacy-backward"], "error: --legacy-backward: only applies to --schedule-file"),
+        (["evaluate", "-s", "all", "-p", 2, "-m", 2, "--schedule-file", "x.csv"], "error: give exactly one of --schedule NAME and"),
+    ],
+)
+def test_inputs_a_command_would_ignore_are_refused(args, line):
+    assert one_error_line(run(*args)).startswith(line)
+
+
 def test_table_takes_one_schedule_and_says_so():
     assert "or 'all'" not in run("table", "--help").stdout
     assert "or 'all'" in run("evaluate", "--help").stdout

@@ -93,8 +93,7 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
     from ppopt.generators import generate
     from ppopt.validate import validate
 
-    if (name is None) == (schedule_file is None):
-        raise ConfigError("give exactly one of --schedule NAME and --schedule-file FILE.csv")
+    check_inputs(name, schedule_file, legacy_backward)
     if schedule_file is not None:
         from ppopt.io.torch_csv import read_torch_csv
 
@@ -103,6 +102,14 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
     refuse_unused_options(name, options)
     require_size(devices, microbatches)
     return validate(generate(name, devices, microbatches, **options))
+
+
+def check_inputs(name: str | None, schedule_file: str | None, legacy_backward: bool) -> None:
+    """Exactly one of --schedule and --schedule-file; --legacy-backward only with a file."""
+    if (name is None) == (schedule_file is None):
+        raise ConfigError("give exactly one of --schedule NAME and --schedule-file FILE.csv")
+    if legacy_backward and schedule_file is None:
+        raise ConfigError("only applies to --schedule-file (how the file spells its backward ops)", field="legacy_backward")
 
 
 def refuse_unused_options(name: str | None, options: dict) -> None:

@@ -103,6 +103,9 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     if trace and model_config is None:
         raise ConfigError("--trace needs --model and --system (for a unit-slot trace use `ppopt export --format chrome-trace`)")
     if name == "all":
+        from ppopt.cli.options import check_inputs
+
+        check_inputs(name, schedule_file, legacy_backward)
         if plot or trace:
             raise ConfigError("--plot and --trace draw one schedule: give --schedule NAME (or use `ppopt compare --plot`)")
         require_size(devices, microbatches)
