@@ -47,7 +47,7 @@ def test_every_generator_draws_as_png_and_svg(tmp_path, name):
 
 def test_simulated_timeline_draws_with_bytes(tmp_path):
     schedule = generate("zb-v", 4, 4)
-    instance = instance_factory(4, 4, unit=False, model="llama3-8b", system="dgx-h100")(schedule.stages, None)
+    instance = instance_factory(4, 4, model="llama3-8b", system="dgx-h100")(schedule.stages, None)
     simulation = simulate(schedule, instance.costs, instance.system)
     path = tmp_path / "step.svg"
     plot_schedule(schedule, simulation.start_s, simulation.end_s, path, title="zb-v simulated", time_unit="s",

@@ -57,6 +57,7 @@ def search_json(result: SearchResult) -> dict:
         "tick_s": result.tick,
         "memory_semantics": result.memory_semantics,
         "wall_time_s": result.wall_time_s,
+        "note": result.note,
         "time_to_best_s": result.time_to_best_s,
         "handcrafted": [
             {"schedule": c.name, "step_time_s": c.simulation.step_time_s, "fits": c.fits,
@@ -106,6 +107,8 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         lines.append(f"peak       {amount} on the worst device ({result.memory_status} for this step time)")
     ttb = "-" if result.time_to_best_s is None else f"{result.time_to_best_s:.2f} s"
     lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {unit})")
+    if result.note:
+        lines.append(f"note       {result.note}")
     return "\n".join(lines)
 
 

@@ -38,6 +38,18 @@ from ppopt.solve.space import Space, placement_of, stage_count
 from ppopt.solve.ticks import to_ticks
 
 
+@dataclass(frozen=True)
+class Frame:
+    """The time frame of a model, in ticks: ``tick`` (instance time units per tick), the horizon, a
+    lower bound on the makespan, and, for the second (memory) objective, the makespan cap within
+    which the worst device's peak memory is minimised (None: minimise the makespan)."""
+
+    tick: float
+    horizon: int
+    lower_bound: int = 0
+    minimize_peak_within: int | None = None
+
+
 @dataclass
 class Built:
     """A built model and the handles needed to read a solution back."""
@@ -368,19 +380,18 @@ class _Builder:
 def build_model(
     instance: Instance,
     space: Space,
-    tick: float,
-    horizon: int,
-    lower_bound: int = 0,
+    frame: Frame,
     hint: Schedule | None = None,
     hint_starts: Mapping[Op, int] | None = None,
     dominance: bool = True,
-    minimize_peak_within: int | None = None,
 ) -> Built:
-    """Build the CP-SAT model of ``space`` on ``instance`` in ticks of ``tick`` (see module docs).
+    """Build the CP-SAT model of ``space`` on ``instance`` in ``frame`` (see module docs).
 
-    ``minimize_peak_within``: instead of the makespan, minimise the worst device's peak memory among
-    schedules whose makespan is at most that many ticks (the second, lexicographic objective).
+    With ``frame.minimize_peak_within``, instead of the makespan, minimise the worst device's peak
+    memory among schedules whose makespan is at most that many ticks (the second, lexicographic
+    objective).
     """
+    tick, horizon, lower_bound, minimize_peak_within = frame.tick, frame.horizon, frame.lower_bound, frame.minimize_peak_within
     b = _Builder(instance, space, tick, hint, horizon, dominance)
     if b.placement is None:
         b.add_free_placement()
