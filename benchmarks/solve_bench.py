@@ -116,7 +116,7 @@ INSTANCES = _cases()
 def _peak_1f1b(case: Case, space) -> float:
     """Largest per-device memory (persistent + activations) of 1F1B on the uncapped instance."""
     model, system = MODELLED[case.costs]
-    instance = InstanceSpec.of(case.p, case.m, model=model, system=system, global_batch=case.m).instance(case.p)
+    instance = InstanceSpec(case.p, case.m, model=model, system=system, global_batch=case.m).instance(case.p)
     schedule = with_backward(generate("1f1b", case.p, case.m), space.split_backward)
     return max(simulate(schedule, instance.costs, instance.system).peak_memory_bytes)
 
@@ -131,7 +131,7 @@ def spec_of(case: Case):
         return space, InstanceSpec(case.p, case.m, units, memory_limit=limit)
     model, system = MODELLED[case.costs]
     limit = 1.1 * _peak_1f1b(case, space) if case.cap else None
-    return space, InstanceSpec.of(case.p, case.m, model=model, system=system, global_batch=case.m, memory_limit=limit)
+    return space, InstanceSpec(case.p, case.m, model=model, system=system, global_batch=case.m, memory_limit=limit)
 
 
 # ---- formatting ---------------------------------------------------------------------------------

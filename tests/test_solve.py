@@ -156,14 +156,14 @@ def test_memory_limit_below_minimum_names_the_minimum():
 
 
 def test_modelled_memory_limit_below_persistent_state_is_infeasible():
-    factory = InstanceSpec.of(4, 8, model="llama3-8b", system="dgx-h100", global_batch=8, memory_limit=1e9)
+    factory = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=8, memory_limit=1e9)
     with pytest.raises(InfeasibleError, match="below the minimum"):
         run(factory, "placement=linear")
 
 
 def test_modelled_search_bounds_are_ordered():
     p, m = 4, 8
-    factory = InstanceSpec.of(p, m, model="llama3-8b", system="dgx-h100", global_batch=8)
+    factory = InstanceSpec(p, m, model="llama3-8b", system="dgx-h100", global_batch=8)
     result = run(factory, "placement=linear")
     assert result.status in ("optimal", "feasible")
     assert_bounds_ordered(result)

@@ -58,7 +58,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     unit = unit or (model is None and system is None)
     schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
     devices, microbatches = schedule.devices, schedule.microbatches
-    spec = InstanceSpec.of(devices, microbatches, units=units if unit else None, model=model, system=system,
+    spec = InstanceSpec(devices, microbatches, units=units if unit else None, model=model, system=system,
                            global_batch=global_batch)
     if fmt == "torch-csv":
         format_torch_csv(schedule)  # refuses replicated stages before simulating

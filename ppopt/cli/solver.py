@@ -47,7 +47,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     solve = SolveOptions(params.pop("time_limit"), params.pop("workers"), params.pop("seed"),
                          None if quiet else (lambda line: click.echo(line, err=True))).start()
     unit, units = params.pop("unit"), params.pop("units")
-    spec = InstanceSpec.of(
+    spec = InstanceSpec(
         params.pop("devices"), params.pop("microbatches"), units=units if unit else None,
         model=params.pop("model"), system=params.pop("system"), global_batch=params.pop("global_batch"),
         memory_limit=parse_amount(params.pop("memory_limit"), unit),

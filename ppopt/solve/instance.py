@@ -21,7 +21,6 @@ builds the instance of a space with a given number of stages.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
@@ -99,19 +98,6 @@ def unit_instance(devices: int, microbatches: int, stages: int, units: UnitCosts
     return Instance(devices, microbatches, costs, unit_system(units.comm), memory_limit, "slots", "activations")
 
 
-def modelled_instance(model: ModelConfig, system: SystemConfig, devices: int, microbatches: int, stages: int,
-                      stage_weights: tuple[float, ...] | None = None, global_batch: int | None = None,
-                      memory_limit_bytes: float | None = None) -> Instance:
-    """Instance from the cost model: ``model`` cut into ``stages`` stages on ``system``."""
-    layers = partition_layers(model.num_layers, stages, stage_weights)
-    costs = stage_costs(model, system, layers, microbatches, global_batch)
-    return Instance(devices, microbatches, costs, system, memory_limit_bytes, "s", "bytes")
-
-
-#: builds the instance of a space: (stages, stage weights) -> Instance
-InstanceFactory = Callable[[int, "tuple[float, ...] | None"], Instance]
-
-
 @dataclass(frozen=True)
 class InstanceSpec:
     """What a solver request fixes about its instances: size, cost mode and memory limit.
@@ -119,18 +105,25 @@ class InstanceSpec:
     Exactly one mode: ``units`` (unit mode, slots and activations) or ``model`` and ``system``
     (seconds and bytes, ``global_batch`` sequences per step, None for the model's). ``memory_limit``
     is per device, in the mode's memory unit (a positive finite number, fractions allowed; see the
-    module docstring), or None. Build one with :meth:`of` to load presets by name.
+    module docstring), or None. ``model`` and ``system`` may be given as preset names or files:
+    they are loaded here, so a bad name fails before any solving starts.
     """
 
     devices: int
     microbatches: int
     units: UnitCosts | None = None
-    model: ModelConfig | None = None
-    system: SystemConfig | None = None
+    model: ModelConfig | str | None = None  # a preset name or file is loaded on construction
+    system: SystemConfig | str | None = None
     global_batch: int | None = None
     memory_limit: float | None = None
 
     def __post_init__(self) -> None:
+        from ppopt.config import load_model, load_system
+
+        if isinstance(self.model, str):
+            object.__setattr__(self, "model", load_model(self.model))
+        if isinstance(self.system, str):
+            object.__setattr__(self, "system", load_system(self.system))
         for name in ("devices", "microbatches"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -145,17 +138,6 @@ class InstanceSpec:
         if self.global_batch is not None and self.global_batch < 1:
             raise ConfigError(f"must be an integer >= 1, got {self.global_batch}", field="global_batch")
 
-    @classmethod
-    def of(cls, devices: int, microbatches: int, *, units: UnitCosts | None = None,
-           model: str | ModelConfig | None = None, system: str | SystemConfig | None = None,
-           global_batch: int | None = None, memory_limit: float | None = None) -> InstanceSpec:
-        """A spec with the model and system presets loaded (by name or file), so a bad name fails here."""
-        from ppopt.config import load_model, load_system
-
-        loaded_model = load_model(model) if isinstance(model, str) else model
-        loaded_system = load_system(system) if isinstance(system, str) else system
-        return cls(devices, microbatches, units, loaded_model, loaded_system, global_batch, memory_limit)
-
     @property
     def unit_mode(self) -> bool:
         return self.units is not None
@@ -168,15 +150,7 @@ class InstanceSpec:
         """The instance of a space with ``stages`` stages (layer shares ``stage_weights`` when modelled)."""
         if self.units is not None:
             return unit_instance(self.devices, self.microbatches, stages, self.units, self.memory_limit)
-        assert self.model is not None and self.system is not None
-        return modelled_instance(self.model, self.system, self.devices, self.microbatches, stages, stage_weights,
-                                 self.global_batch, self.memory_limit)
-
-
-def instance_factory(devices: int, microbatches: int, *, units: UnitCosts | None = None,
-                     model: str | ModelConfig | None = None, system: str | SystemConfig | None = None,
-                     global_batch: int | None = None, memory_limit: float | None = None) -> InstanceFactory:
-    """A function ``(stages, stage_weights) -> Instance``: unit mode with ``units``, else a model on a
-    system (see :meth:`InstanceSpec.of`)."""
-    return InstanceSpec.of(devices, microbatches, units=units, model=model, system=system,
-                           global_batch=global_batch, memory_limit=memory_limit).instance
+        assert isinstance(self.model, ModelConfig) and isinstance(self.system, SystemConfig)
+        layers = partition_layers(self.model.num_layers, stages, stage_weights)
+        costs = stage_costs(self.model, self.system, layers, self.microbatches, self.global_batch)
+        return Instance(self.devices, self.microbatches, costs, self.system, self.memory_limit, "s", "bytes")

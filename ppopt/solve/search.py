@@ -251,6 +251,8 @@ class _Solved:
     starts: dict[Op, int] | None = None
     time_to_best_s: float | None = None
     note: str | None = None
+    peak_memory: float | None = None  # from the memory solve: the worst device's least peak (memory unit)
+    memory_status: str | None = None  # that solve's status
 
 
 def _check(spec: InstanceSpec, space: Space) -> None:
@@ -279,6 +281,7 @@ def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
     if space.fixed and not candidates:
         raise ScheduleError(f"space fixed:{space.fixed} has no schedule for p = {spec.devices}, m = {spec.microbatches}")
     template = candidates[0].schedule if candidates else None
+    placement: tuple[tuple[int, ...], ...] | None
     if space.fixed:
         assert template is not None
         placement, split = template.placement, template.split_backward
@@ -352,32 +355,34 @@ def _pick(setup: _Setup, solved: _Solved) -> tuple[_Solved, bool]:
                    objective_ticks=setup.hint_end, starts=setup.hint_starts), False
 
 
-def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> tuple[_Solved, float | None, str | None]:
+def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     """Second solve: the least worst-device peak memory with makespan <= the best found (ticks).
 
-    Returns the (possibly replaced) best, the proven peak in memory units and the solve's status.
+    Returns the best, replaced by the solve's schedule when that is no slower, with the proven peak
+    (memory units) and the solve's status.
     """
+    spent = replace(best, memory_status="unknown (time limit reached before the memory solve)")
     if best.schedule is None or best.objective_ticks is None:
-        return best, None, None
+        return best
     if options.expired:
-        return best, None, "unknown (time limit reached before the memory solve)"
+        return spent
     cap = best.objective_ticks
     frame = Frame(setup.tick, cap, 0, minimize_peak_within=cap)
     built = build_model(setup.instance, setup.space, frame, best.schedule, best.starts, options.dominance)
     if options.expired:
-        return best, None, "unknown (time limit reached before the memory solve)"
+        return spent
     solver = options.solver()
     code = solver.solve(built.model)
     status = STATUS.get(code, "unknown")
     options.note(f"peak memory at step <= {cap * setup.tick:.6g} {setup.instance.time_unit}: {status}")
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return best, None, status
+        return replace(best, memory_status=status)
     found = validate(_to_schedule(built, solver, best.schedule, setup.instance, setup.space))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
     assert best.simulation is not None
     if simulation.step_time_s <= best.simulation.step_time_s + 1e-9:
         best = replace(best, schedule=found, simulation=simulation)
-    return best, solver.objective_value * built.memory_step, status
+    return replace(best, peak_memory=solver.objective_value * built.memory_step, memory_status=status)
 
 
 def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None, minimize_memory: bool = False) -> SearchResult:
@@ -399,14 +404,12 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     setup = _prepare(spec, space)
     solved = _solve(setup, options, minimize_memory)
     best, from_solver = _pick(setup, solved)
-    peak_memory = memory_status = None
     if minimize_memory:
-        best, peak_memory, memory_status = _lower_peak(setup, best, options)
-    return _result(setup, best, from_solver, time.monotonic() - began, options, peak_memory, memory_status)
+        best = _lower_peak(setup, best, options)
+    return _result(setup, best, from_solver, time.monotonic() - began, options)
 
 
-def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, options: SolveOptions,
-            peak_memory: float | None, memory_status: str | None) -> SearchResult:
+def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, options: SolveOptions) -> SearchResult:
     """The search result: bound, gap and status from the best schedule and the bounds."""
     status = best.status
     bound = max(best.solver_bound, setup.analytic.best) if status != "infeasible" else math.inf
@@ -437,8 +440,8 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         wall_time_s=wall,
         time_to_best_s=best.time_to_best_s,
         from_solver=from_solver,
-        peak_memory=peak_memory,
-        memory_status=memory_status,
+        peak_memory=best.peak_memory,
+        memory_status=best.memory_status,
         note=best.note,
     )
 
