@@ -279,7 +279,7 @@ def summary(outcomes: list[Outcome]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--time-limit", type=float, default=None, help="seconds per solve (default 60, 10 with --quick)")
+    parser.add_argument("--time-limit", type=float, default=None, help="seconds per search, the whole budget (default 60, 10 with --quick)")
     parser.add_argument("--quick", action="store_true", help="reduced set, 10 s limit, under 2 minutes")
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (the MILP uses 1 thread)")
     parser.add_argument("--only", default=None, help="run instances whose name contains this substring")

@@ -332,7 +332,8 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool) -> _Solv
     if code == cp_model.INFEASIBLE:
         return _Solved(status, math.inf)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _Solved(status, 0.0, note="no solution within the time limit" if code == cp_model.UNKNOWN else None)
+        note = "CP-SAT found no schedule within the time limit: the best hint is reported" if code == cp_model.UNKNOWN else None
+        return _Solved(status, 0.0, note=note)
     found = validate(_to_schedule(built, solver, setup.template, setup.instance, space))
     return _Solved(
         status, solver.best_objective_bound * setup.tick, solver.objective_value * setup.tick, found,
