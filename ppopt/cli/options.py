@@ -26,10 +26,10 @@ def _compose(options: list[Callable]) -> Callable:
     return decorate
 
 
-def schedule_options(name: bool = True, table_backward: bool = True) -> Callable:
+def schedule_options(name: bool = True, unit_costs: bool = True) -> Callable:
     """Devices, microbatches and the schedule options; they reach the command as ``options``.
 
-    With ``table_backward``, also the unit model's durations (:func:`unit_cost_options`), which reach
+    With ``unit_costs``, also the unit model's durations (:func:`unit_cost_options`), which reach
     the command as ``units``.
 
     With ``name``, the command also takes ``--schedule NAME`` or ``--schedule-file FILE.csv`` (a
@@ -43,7 +43,7 @@ def schedule_options(name: bool = True, table_backward: bool = True) -> Callable
         click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}]."),
         click.option("--split", default=None, help="Layer split A:B between the pipeline halves for chimera-asym [default: 1:2]."),
     ]
-    if table_backward:
+    if unit_costs:
         options.append(unit_cost_options())
     if name:
         options.insert(0, click.option("--schedule", "-s", "name", default=None, help="Schedule name (see `ppopt list`), or 'all'."))

@@ -35,7 +35,7 @@ def _export_format(fmt: str | None, output: str) -> str:
 
 
 @main.command("export")
-@schedule_options(name=True, table_backward=False)
+@schedule_options(name=True, unit_costs=False)
 @unit_options()
 @system_options()
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default=None,

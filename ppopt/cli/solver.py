@@ -35,7 +35,7 @@ def solver_options(command):
         ]
     ):
         wrapper = option(wrapper)
-    return system_options()(unit_options()(schedule_options(name=False, table_backward=False)(wrapper)))
+    return system_options()(unit_options()(schedule_options(name=False, unit_costs=False)(wrapper)))
 
 
 def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:

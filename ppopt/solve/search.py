@@ -27,13 +27,11 @@ from ppopt.solve.bounds import Bounds, Shape, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.model import Built, Frame, build_model
-from ppopt.solve.options import SolveOptions
+from ppopt.solve.options import Progress, SolveOptions
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
 from ppopt.solve.ticks import resolution, to_ticks
 from ppopt.table import earliest_starts
 from ppopt.validate import validate
-
-Progress = Callable[[str], None]
 
 STATUS = {
     cp_model.OPTIMAL: "optimal",
