@@ -310,7 +310,7 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool) -> _Solv
             and setup.hint_end <= setup.lower:
         options.note(f"hint {hint.name} meets the analytic bound {setup.analytic.best:.6g} {unit}: optimal without search")
         return _Solved("optimal", setup.lower * setup.tick)
-    spent = _Solved("unknown", 0.0, note="time limit reached before the solve: the hint is reported")
+    spent = _Solved("unknown", 0.0, note="time limit reached before the solve" + (": the best hint is reported" if hint else ""))
     if options.expired:
         return spent
     hint_schedule = hint.schedule if hint else None
