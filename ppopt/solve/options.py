@@ -23,6 +23,11 @@ MAX_WORKERS = 64
 workers, and each worker holds a copy of the model, so more only costs memory."""
 
 
+READBACK_SHARE = 0.1
+"""Share of the remaining time a CP-SAT call leaves for what follows it: stopping CP-SAT, reading
+its answer back, validating and simulating it, and printing the report."""
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """Solver settings shared by search, gap and frontier (validated on construction).
@@ -87,11 +92,12 @@ class SolveOptions:
             self.progress(line)
 
     def solver(self):
-        """A CP-SAT solver limited to the time that remains (call only when not expired)."""
+        """A CP-SAT solver limited to the time that remains (call only when not expired), less
+        :data:`READBACK_SHARE` of it for reading the answer back and reporting."""
         from ortools.sat.python import cp_model
 
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = self.remaining_s()
+        solver.parameters.max_time_in_seconds = (1 - READBACK_SHARE) * self.remaining_s()
         solver.parameters.num_workers = self.workers
         solver.parameters.random_seed = self.seed
         if self.deterministic_time is not None:

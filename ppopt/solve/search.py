@@ -401,7 +401,8 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     _check(spec, space)
     began = time.monotonic()
     setup = _prepare(spec, space)
-    solved = _solve(setup, options, minimize_memory)
+    # with a second (memory) solve to come, the makespan solve gets half of what is left
+    solved = _solve(setup, options.share(2) if minimize_memory else options, minimize_memory)
     best, from_solver = _pick(setup, solved)
     if minimize_memory:
         best = _lower_peak(setup, best, options)
@@ -488,9 +489,15 @@ def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None
 def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> SearchResult:
     """``placement=family``: search each member placement in turn, each with an equal share of the
     time left; the best schedule wins and the bound is the smallest member bound (the optimum over a
-    union)."""
-    results = []
+    union). Members not reached within the time limit are skipped; the union then has no proven bound
+    (reported as 0, gap unknown)."""
+    results: list[SearchResult] = []
+    unsearched = []
     for k, member in enumerate(FAMILY_MEMBERS):
+        if results and options.expired:
+            options.note(f"skipped placement={member}: time limit reached")
+            unsearched.append(member)
+            continue
         member_space = replace(space, placement=member)
         try:
             results.append(search(spec, member_space, options.share(len(FAMILY_MEMBERS) - k)))
@@ -502,9 +509,10 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
         )
     found = [r for r in results if r.step_time is not None]
     best = min(found, key=lambda r: r.step_time or 0.0) if found else results[0]
-    bound = min(r.bound for r in results)
+    bound = 0.0 if unsearched else min(r.bound for r in results)
     gap = relative_gap(best.step_time, bound)
     status = best.status if gap is not None and gap <= 1e-9 else ("feasible" if found else "unknown")
-    return replace(best, space=space.describe(), bound=bound, gap=gap, status=status,
+    note = f"time limit reached before placements {', '.join(unsearched)}" if unsearched else best.note
+    return replace(best, space=space.describe(), bound=bound, gap=gap, status=status, note=note,
                    handcrafted=tuple(c for r in results for c in r.handcrafted),
                    wall_time_s=sum(r.wall_time_s for r in results))
