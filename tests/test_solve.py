@@ -9,7 +9,7 @@ import pytest
 from ppopt.errors import ConfigError, InfeasibleError, ScheduleError
 from ppopt.generators import generate, names
 from ppopt.simulate import simulate
-from ppopt.solve.gap import gap_report
+from ppopt.solve.gap import NOT_SEARCHED, frontier, gap_report
 from ppopt.solve.instance import InstanceSpec, unit_instance
 from ppopt.solve.options import MAX_WORKERS, SolveOptions
 from ppopt.solve.search import search
@@ -295,7 +295,10 @@ def test_a_spent_budget_reports_the_hint_without_solving(monkeypatch):
     lowered = search(unit(4, 8, comm=1, limit=4), parse_space("placement=linear"), spent, minimize_memory=True)
     assert lowered.peak_memory is None and lowered.memory_status.startswith("unknown (time limit")
     report = gap_report(unit(4, 8, comm=1, limit=4), {}, ["1f1b", "zb-h1"], spent)
-    assert [row.status for row in report.rows] == ["feasible", "feasible"]
+    assert [row.status for row in report.rows] == [NOT_SEARCHED, NOT_SEARCHED]
+    assert [row.step_time for row in report.rows] == [49, 41] and all(row.gap is None for row in report.rows)
+    points = frontier(unit(4, 8, comm=1), parse_space("placement=linear"), [2, 4], spent).points
+    assert [point.status for point in points] == [NOT_SEARCHED, NOT_SEARCHED]
     family = search(unit(4, 8, comm=1), parse_space("placement=family"), spent)
     assert family.step_time is not None and family.gap is None  # the unsearched placements leave no bound
     assert family.note == "time limit reached before placements looped, v, zigzag"

@@ -64,6 +64,14 @@ class GapReport:
     memory_semantics: str
 
 
+NOT_SEARCHED = "skipped (time limit)"
+"""Status of a gap row or frontier point whose search the time budget did not reach (no bound)."""
+
+
+def _fits(instance: Instance, peak: float) -> bool:
+    return instance.memory_limit is None or peak <= instance.memory_limit * (1 + 1e-12)
+
+
 def _peak(instance: Instance, simulation) -> float:
     """The worst device's simulated peak, in the instance's memory unit."""
     return max(memory_use(simulation, instance))
@@ -79,7 +87,8 @@ def gap_report(
 
     ``schedule_options`` (chunks, waves, split) configure the handcrafted schedules. The family
     spaces are searched one after another, each with an equal share of the time left of
-    ``options.time_limit_s`` (the budget of the whole report).
+    ``options.time_limit_s`` (the budget of the whole report); spaces not reached within it are
+    reported with the status :data:`NOT_SEARCHED` and no bound.
     """
     options = (options or SolveOptions()).start()
     devices, microbatches = spec.devices, spec.microbatches
@@ -99,6 +108,9 @@ def gap_report(
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = _peak(instance, simulation)
         key = space.describe()
+        if key not in searches and options.expired:  # no further searches once the budget is spent
+            rows.append(GapRow(name, key, simulation.step_time_s, peak, _fits(instance, peak), None, math.nan, None, NOT_SEARCHED))
+            continue
         if key not in searches:
             try:
                 searches[key] = search(spec, space, options.share(len(keys) - keys.index(key)))
@@ -108,7 +120,7 @@ def gap_report(
         result = searches[key]
         step = simulation.step_time_s
         bound = result.bound
-        fits = instance.memory_limit is None or peak <= instance.memory_limit * (1 + 1e-12)
+        fits = _fits(instance, peak)
         # a schedule over the limit is not in the space, so the bound says nothing about it
         gap = relative_gap(step, bound) if fits else None
         rows.append(GapRow(name, key, step, peak, fits, result.step_time, bound, gap, result.status))
@@ -156,7 +168,8 @@ def frontier(
 
     ``spec``'s own memory limit is ignored: the unlimited search comes first, then one search per
     limit (``limits``, or :func:`default_limits`), each with an equal share of the time left of
-    ``options.time_limit_s`` (the budget of the whole frontier). A handcrafted schedule is on the
+    ``options.time_limit_s`` (the budget of the whole frontier; limits not reached within it get the
+    status :data:`NOT_SEARCHED` and no bound). A handcrafted schedule is on the
     frontier when it is not dominated: no searched point with a limit at or below its peak memory has
     a strictly shorter step.
     """
@@ -172,6 +185,9 @@ def frontier(
     points = []
     ordered = sorted(limits)
     for k, limit in enumerate(ordered):
+        if options.expired:  # no further searches once the budget is spent
+            points.append(FrontierPoint(limit, NOT_SEARCHED, None, math.nan, None))
+            continue
         try:
             result = search(spec.with_limit(limit), space, options.share(len(ordered) - k))
         except InfeasibleError:
