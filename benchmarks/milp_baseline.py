@@ -50,7 +50,7 @@ import numpy as np
 
 from ppopt.graph import topological_order
 from ppopt.ir import Kind, Op, dependencies, freeing_kind, required_ops
-from ppopt.solve.bounds import lower_bounds
+from ppopt.solve.bounds import Shape, lower_bounds
 from ppopt.solve.instance import Instance
 from ppopt.solve.model import _memory_scale  # the CP-SAT model's memory rounding, so K is identical
 from ppopt.solve.space import Space, handcrafted_in, placement_of, stage_count
@@ -285,7 +285,8 @@ def build_milp(instance: Instance, space: Space, hint: bool = True, analytic_bou
         ticks_of = lambda s, k: to_ticks(_seconds(instance, s, k), data.tick)  # noqa: E731
         delay_of = lambda s, a, b: to_ticks(instance.comm(s, a, b), data.tick)  # noqa: E731
         cap_of = (lambda s: data.cap.get(s)) if data.cap else (lambda s: None)
-        bounds = lower_bounds(data.stages, instance.microbatches, instance.devices, ticks_of, delay_of, data.placement, data.split, cap_of)
+        shape = Shape(data.stages, instance.microbatches, instance.devices, data.placement, data.split)
+        bounds = lower_bounds(shape, ticks_of, delay_of, cap_of)
         lower_bound = math.ceil(bounds.best - 1e-9)
 
     # hint: the best handcrafted schedule that satisfies the model so far (with its order binaries)
@@ -408,8 +409,10 @@ def milp_solve(instance: Instance, space: Space, time_limit_s: float, threads: i
 if __name__ == "__main__":
     from ppopt.solve.instance import unit_instance
     from ppopt.solve.space import parse_space
+    from ppopt.units import UnitCosts
 
     for spec, p, m, comm, limit in [("placement=linear", 4, 8, 1.0, 4), ("placement=linear,backward=split", 4, 8, 0.0, 4)]:
         space = parse_space(spec)
-        inst = unit_instance(p, m, stage_count(space, p), 1.0, 2.0, 1.0 if space.split_backward else None, comm, limit)
+        units = UnitCosts(1.0, 2.0, 1.0 if space.split_backward else None, comm)
+        inst = unit_instance(p, m, stage_count(space, p), units, limit)
         print(spec, f"p={p} m={m} comm={comm} cap={limit}", milp_solve(inst, space, 30))

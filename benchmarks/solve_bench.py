@@ -38,9 +38,11 @@ from pathlib import Path
 from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.generators import generate
 from ppopt.simulate import simulate
-from ppopt.solve.instance import instance_factory
+from ppopt.solve.instance import InstanceSpec
+from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import search
 from ppopt.solve.space import parse_space, stage_count, with_backward
+from ppopt.units import UnitCosts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from milp_baseline import milp_solve  # noqa: E402
@@ -114,22 +116,22 @@ INSTANCES = _cases()
 def _peak_1f1b(case: Case, space) -> float:
     """Largest per-device memory (persistent + activations) of 1F1B on the uncapped instance."""
     model, system = MODELLED[case.costs]
-    factory = instance_factory(case.p, case.m, unit=False, model=model, system=system, global_batch=case.m)
-    instance = factory(case.p, None)
+    instance = InstanceSpec(case.p, case.m, model=model, system=system, global_batch=case.m).instance(case.p)
     schedule = with_backward(generate("1f1b", case.p, case.m), space.split_backward)
     return max(simulate(schedule, instance.costs, instance.system).peak_memory_bytes)
 
 
-def factory_of(case: Case):
+def spec_of(case: Case):
+    """The space and the instance spec of a benchmark case."""
     space = parse_space(SPACES[case.space])
     if case.costs == "unit":
         weight = 1.0 if space.split_backward else None
         limit = float(case.p) if case.cap else None
-        return space, instance_factory(case.p, case.m, unit=True, forward=1.0, backward=2.0, weight=weight,
-                                       comm=1.0 if case.comm else 0.0, memory_limit=limit)
+        units = UnitCosts(1.0, 2.0, weight, 1.0 if case.comm else 0.0)
+        return space, InstanceSpec(case.p, case.m, units, memory_limit=limit)
     model, system = MODELLED[case.costs]
     limit = 1.1 * _peak_1f1b(case, space) if case.cap else None
-    return space, instance_factory(case.p, case.m, unit=False, model=model, system=system, global_batch=case.m, memory_limit=limit)
+    return space, InstanceSpec(case.p, case.m, model=model, system=system, global_batch=case.m, memory_limit=limit)
 
 
 # ---- formatting ---------------------------------------------------------------------------------
@@ -170,11 +172,11 @@ class Outcome:
 
 
 def run_case(case: Case, time_limit: float, workers: int) -> Outcome:
-    space, factory = factory_of(case)
+    space, spec = spec_of(case)
     stages = stage_count(space, case.p)
     ops = (3 if space.split_backward else 2) * stages * case.m
     try:
-        result = search(factory, space, case.p, case.m, time_limit_s=time_limit, workers=workers, seed=0)
+        result = search(spec, space, SolveOptions(time_limit, workers=workers, seed=0))
     except (InfeasibleError, ScheduleError, Exception) as error:  # a broken instance must not stop the run
         print(_row((case.name, ops, "error", "-", "-", "-", "-", "-", "-", "-", "-", "-")) + f"  {type(error).__name__}: {error}", flush=True)
         return Outcome(case, ops, "error", None, None, None, None, None)
@@ -193,7 +195,7 @@ def run_case(case: Case, time_limit: float, workers: int) -> Outcome:
         note = "(size)"
     else:
         try:
-            milp = milp_solve(factory(stages, None), space, time_limit)
+            milp = milp_solve(spec.instance(stages), space, time_limit)
             milp_status = milp["status"]
             if milp_status == "optimal":
                 milp_proof = milp["wall_time_s"]
@@ -277,7 +279,7 @@ def summary(outcomes: list[Outcome]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--time-limit", type=float, default=None, help="seconds per solve (default 60, 10 with --quick)")
+    parser.add_argument("--time-limit", type=float, default=None, help="seconds per search, the whole budget (default 60, 10 with --quick)")
     parser.add_argument("--quick", action="store_true", help="reduced set, 10 s limit, under 2 minutes")
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (the MILP uses 1 thread)")
     parser.add_argument("--only", default=None, help="run instances whose name contains this substring")

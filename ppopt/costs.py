@@ -76,6 +76,8 @@ from dataclasses import dataclass
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
 from ppopt.errors import ConfigError
+from ppopt.ir import Kind
+from ppopt.units import UnitCosts
 
 __all__ = [
     "Costs",
@@ -380,37 +382,37 @@ def stage_costs(
 
 def unit_costs(
     stages: int,
-    forward: float = 1.0,
-    backward: float = 2.0,
-    weight: float | None = None,
+    units: UnitCosts | None = None,
     *,
+    devices: int | None = None,
     microbatches: int = 1,
-    activation_bytes: float = 1.0,
     persistent_bytes: float = 0.0,
     send_bytes: float = 0.0,
 ) -> Costs:
     """Idealised "unit mode" costs: every stage identical, durations in slots.
 
-    F = ``forward``, B = ``backward``, W = ``weight`` (default backward / 2), I = backward - W.
-    One unit of activation per microbatch, no persistent memory, no messages: with zero-cost links
-    the simulator reproduces the idealised table. ``microbatches`` is recorded only.
+    Durations are ``units.durations(devices, stages)`` (:class:`ppopt.units.UnitCosts`, default F = 1,
+    B = 2, I = W = 1 slots of a 1/p model share, scaled by p/S for chunks), and each stage stores
+    p/S of an activation of a 1/p model share per microbatch (``devices`` defaults to ``stages``: one
+    whole activation per stage). No persistent memory, no messages by default: with zero-cost links the
+    simulator reproduces the idealised table. ``microbatches`` is recorded only.
     """
+    units = units if units is not None else UnitCosts()
+    devices = stages if devices is None else devices
     if stages < 1:
         raise ValueError(f"stages must be positive, got {stages}")
+    if devices < 1:
+        raise ValueError(f"devices must be positive, got {devices}")
     if microbatches < 1:
         raise ValueError(f"microbatches must be positive, got {microbatches}")
-    if forward < 0 or backward < 0:
-        raise ValueError(f"durations must be non-negative, got F={forward}, B={backward}")
-    w = backward / 2 if weight is None else weight
-    if not 0 <= w <= backward:
-        raise ValueError(f"weight-grad time {w} must lie in [0, backward={backward}]")
+    durations = units.durations(devices, stages)
     stage = StageCost(
         layers=1,
-        forward_s=float(forward),
-        backward_s=float(backward),
-        input_grad_s=float(backward - w),
-        weight_grad_s=float(w),
-        activation_bytes=float(activation_bytes),
+        forward_s=float(durations[Kind.F]),
+        backward_s=float(durations[Kind.B]),
+        input_grad_s=float(durations[Kind.I]),
+        weight_grad_s=float(durations[Kind.W]),
+        activation_bytes=devices / stages,
         persistent_bytes=float(persistent_bytes),
         param_count=0.0,
         send_bytes=float(send_bytes),

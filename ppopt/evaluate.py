@@ -17,7 +17,11 @@ from ppopt.generators.common import require_positive
 from ppopt.ir import Schedule
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
+from ppopt.units import UnitCosts
 from ppopt.validate import validate
+
+DEFAULT_UNITS = UnitCosts()
+"""The unit model's defaults (F = 1, B = 2, I = W = 1 slots)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ def simulate_on(schedule: Schedule, model: ModelConfig, system: SystemConfig, gl
 
 def evaluate_schedule(
     schedule: Schedule,
-    backward: int = 1,
+    units: UnitCosts | int = DEFAULT_UNITS,
     model: ModelConfig | None = None,
     system: SystemConfig | None = None,
     global_batch: int | None = None,
@@ -57,6 +61,7 @@ def evaluate_schedule(
     name is a registered family whose closed forms apply)."""
     schedule = validate(schedule)
     simulation = simulate_on(schedule, model, system, global_batch) if model is not None and system is not None else None
+    backward = units if isinstance(units, int) else units.backward
     closed = formula(schedule.name, schedule.devices, schedule.microbatches, backward, **options) if with_formula else None
     return Evaluation(
         schedule=schedule.name,
@@ -64,24 +69,24 @@ def evaluate_schedule(
         microbatches=schedule.microbatches,
         options=dict(schedule.options),
         formula=closed,
-        table=table_metrics(build_table(schedule, backward)),
+        table=table_metrics(build_table(schedule, units)),
         simulation=simulation,
     )
 
 
-def evaluate(name: str, devices: int, microbatches: int, backward: int = 1, model=None, system=None, global_batch=None, **options: object) -> Evaluation:
+def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts | int = DEFAULT_UNITS, model=None, system=None, global_batch=None, **options: object) -> Evaluation:
     """Generate schedule ``name`` and evaluate it (see :func:`evaluate_schedule`)."""
     schedule = generate(name, devices, microbatches, **options)
-    return evaluate_schedule(schedule, backward, model, system, global_batch, **options)
+    return evaluate_schedule(schedule, units, model, system, global_batch, **options)
 
 
-def evaluate_all(devices: int, microbatches: int, backward: int = 1, model=None, system=None, global_batch=None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
+def evaluate_all(devices: int, microbatches: int, units: UnitCosts | int = DEFAULT_UNITS, model=None, system=None, global_batch=None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
     """Evaluate every registered schedule that applies to (p, m); also return why the others don't."""
     require_positive(devices, microbatches)  # otherwise every schedule would just be "skipped"
     results, skipped = [], {}
     for name in names():
         try:
-            results.append(evaluate(name, devices, microbatches, backward, model, system, global_batch, **options))
+            results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, **options))
         except ScheduleError as error:
             skipped[name] = str(error)
     return results, skipped

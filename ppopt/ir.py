@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ppopt.errors import ScheduleError
+from ppopt.placement import linear_placement  # noqa: F401  (re-exported: the placements live in ppopt.placement)
 
 
 class Kind(str, Enum):
@@ -145,6 +146,3 @@ def required_ops(stages: int, microbatches: int, split_backward: bool) -> list[O
     return [Op(s, k, m) for s in range(stages) for k in kinds for m in range(microbatches)]
 
 
-def linear_placement(stages: int, devices: int) -> tuple[tuple[int, ...], ...]:
-    """Looped placement: stage s on device s mod p (plain linear when stages == devices)."""
-    return tuple((s % devices,) for s in range(stages))

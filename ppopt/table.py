@@ -1,7 +1,10 @@
 """The idealized table layer: a schedule laid out in unit time slots, and the metrics read from it.
 
-Slot lengths: F = 1, B = ``backward`` (1 or 2), I = W = 1. Each op starts in the earliest slot that its
-data dependencies and its device's order allow (no communication delay). The table's metrics:
+Slot lengths come from the unit model :class:`ppopt.units.UnitCosts` (default F = 1, B = 2, I = W = 1
+slots of a 1/p model share, chunk ops scaled by p/S; ``comm`` slots per message between devices). For
+backward compatibility an integer ``backward`` (1 or 2) still gives the old chunk slots F = 1,
+B = ``backward``, I = W = 1. Each op starts as early as its data dependencies (plus the message
+delay) and its device's order allow. The table's metrics:
 
 - ``length``: slots from the first op's start to the last op's end (T);
 - ``bubble_ratio``: idle cells / all cells = 1 - busy / (devices * length) (the "idle over total
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 
 from ppopt.errors import ScheduleError
 from ppopt.ir import Kind, Op, Schedule, freeing_kind
+from ppopt.units import UnitCosts
 from ppopt.validate import execution_order, predecessors
 
 
@@ -87,17 +91,18 @@ class Table:
     """A schedule placed in unit slots: ``start[op]`` is the op's first slot."""
 
     schedule: Schedule
-    durations: Mapping[Kind, int]
-    start: Mapping[Op, int]
+    durations: Mapping[Kind, float]
+    start: Mapping[Op, float]
+    activation: float = 1.0  # size of one stage's activation, in activations of a 1/p model share (p/S)
 
-    def end(self, op: Op) -> int:
+    def end(self, op: Op) -> float:
         return self.start[op] + self.durations[op.kind]
 
     @property
-    def length(self) -> int:
+    def length(self) -> float:
         return max((self.end(op) for op in self.start), default=0)
 
-    def busy(self, device: int) -> int:
+    def busy(self, device: int) -> float:
         return sum(self.durations[op.kind] for op in self.schedule.orders[device])
 
     @property
@@ -106,33 +111,45 @@ class Table:
         return 1 - sum(self.busy(d) for d in range(self.schedule.devices)) / total if total else 0.0
 
     @property
-    def peak_activations(self) -> tuple[int, ...]:
+    def peak_activations(self) -> tuple[float, ...]:
+        """Per device, the peak of live activations (chunk activations count p/S each)."""
         ends = {op: self.end(op) for op in self.start}
-        return tuple(int(x) for x in peak_live(self.schedule, self.start, ends))
+        peaks = peak_live(self.schedule, self.start, ends, lambda stage: self.activation)
+        return tuple(int(x) if float(x).is_integer() else x for x in peaks)
 
     def cells(self) -> list[list[Op | None]]:
-        """The table itself: ``cells()[device][slot]`` is the op occupying that slot, or None."""
-        length = self.length
-        grid: list[list[Op | None]] = [[None] * length for _ in range(self.schedule.devices)]
+        """The table itself: ``cells()[device][k]`` is the op occupying column k (one column per
+        shortest op's length), or None."""
+        width = min(d for d in self.durations.values() if d > 0)
+        grid: list[list[Op | None]] = [[None] * round(self.length / width) for _ in range(self.schedule.devices)]
         for op, t in self.start.items():
             device = self.schedule.device_of(op)
-            for slot in range(t, self.end(op)):
-                grid[device][slot] = op
+            for column in range(round(t / width), round(self.end(op) / width)):
+                grid[device][column] = op
         return grid
 
 
-def build_table(schedule: Schedule, backward: int = 1) -> Table:
-    """Lay ``schedule`` out in unit slots (see the module docstring)."""
-    durations = unit_durations(backward)
-    starts = earliest_starts(schedule, lambda op: durations[op.kind])
-    return Table(schedule, durations, {op: int(t) for op, t in starts.items()})
+def build_table(schedule: Schedule, units: UnitCosts | int = 1, *, backward: int | None = None) -> Table:
+    """Lay ``schedule`` out in unit slots (see the module docstring); ``backward`` is the old
+    spelling of an integer ``units``."""
+    if backward is not None:
+        units = backward
+    if isinstance(units, int):
+        durations: dict[Kind, float] = dict(unit_durations(units))
+        comm, activation = 0.0, 1.0
+    else:
+        durations = units.durations(schedule.devices, schedule.stages)
+        comm, activation = units.comm, schedule.devices / schedule.stages
+    starts = earliest_starts(schedule, lambda op: durations[op.kind], (lambda dep, op: comm) if comm else None)
+    ticked = {op: int(t) if float(t).is_integer() else t for op, t in starts.items()}
+    return Table(schedule, durations, ticked, activation)
 
 
 @dataclass(frozen=True)
 class TableMetrics:
-    length: int
+    length: float
     bubble_ratio: float
-    peak_activations: tuple[int, ...]
+    peak_activations: tuple[float, ...]
 
 
 def table_metrics(table: Table) -> TableMetrics:

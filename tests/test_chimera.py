@@ -230,5 +230,6 @@ def test_asym_weights():
 
 @pytest.mark.parametrize("split", [(0, 1), (1, -2), (1,), (1, 2, 3), "a:b", "1-2", (True, 2), 3, (1, float("inf"))])
 def test_asym_bad_split(split):
-    with pytest.raises(ScheduleError, match="--split"):
+    with pytest.raises(ScheduleError, match="must be two positive numbers A:B") as error:
         chimera_asym(4, 4, split=split)
+    assert error.value.field == "split"

@@ -29,12 +29,24 @@ def test_list_names_every_schedule():
 
 
 def test_table_prints_the_grid():
-    result = run("table", "-s", "1f1b", "-p", 2, "-m", 2)
+    result = run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--backward", 1)
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert lines[0] == "device 0 | F0 F1 .  B0 .  B1"
     assert lines[1] == "device 1 | .  F0 B0 F1 B1 ."
     assert "length 6 slots" in result.output
+
+
+def test_table_uses_the_unit_model_defaults():
+    """F = 1, B = 2 slots by default, as in search and export; a multi-slot op shows `-` after its label."""
+    result = run("table", "-s", "1f1b", "-p", 2, "-m", 2)
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0].rstrip() == "device 0 | F0 F1 .  .  B0 -  .  B1 -"
+    assert lines[1] == "device 1 | .  F0 B0 -  F1 B1 -  .  ."
+    assert "length 9 slots" in result.output
+    delayed = run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--comm", 1)
+    assert "length 11 slots" in delayed.output  # two messages per microbatch on the critical path
 
 
 def test_evaluate_json_has_the_documented_keys():
@@ -44,7 +56,7 @@ def test_evaluate_json_has_the_documented_keys():
     assert data["schedule"] == "1f1b" and data["devices"] == 4 and data["microbatches"] == 8
     assert data["formula"]["bubble_ratio"] == pytest.approx(3 / 11)
     assert data["table"]["bubble_ratio"] == pytest.approx(3 / 11)
-    assert data["table"]["length"] == 22
+    assert data["table"]["length"] == 33  # (m + p - 1)(F + B), F = 1, B = 2
     assert data["formula"]["peak_activations"] == data["table"]["peak_activations"] == [4, 3, 2, 1]
 
 
@@ -71,7 +83,8 @@ def test_evaluate_all_reports_skipped_schedules_on_stderr():
         (["evaluate", "-s", "1f1b", "-p", "4", "-m", "0"], "microbatches must be >= 1, got 0"),
         (["evaluate", "-s", "nope", "-p", "4", "-m", "4"], "unknown schedule 'nope'"),
         (["evaluate", "-s", "chimera", "-p", "3", "-m", "3"], "even number of devices"),
-        (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--backward", "3"], "--backward must be 1 or 2"),
+        (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--backward", "0"], "--backward: must be a finite number > 0"),
+        (["import", "x.csv", "--weight", "-1"], "--weight: must lie between 0 and backward"),
         (["evaluate", "-s", "chimera-asym", "-p", "4", "-m", "4", "--split", "1:x"], "--split"),
         (["evaluate", "-s", "all", "-p", "-2", "-m", "4"], "devices must be >= 1"),
     ],

@@ -253,18 +253,18 @@ def test_table_takes_one_schedule_and_says_so():
 
 
 def test_table_json_gives_the_metrics_and_every_op_slot():
-    result = run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--json")
+    result = run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--backward", 1, "--json")
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert (data["schedule"], data["devices"], data["stages"], data["microbatches"]) == ("1f1b", 2, 2, 2)
     assert data["length"] == 6 and data["bubble_ratio"] == pytest.approx(1 / 3)
     assert data["peak_activations"] == [2, 1]
-    assert data["durations"] == {"F": 1, "B": 1, "I": 1, "W": 1}
+    assert data["durations"] == {"F": 1, "B": 1, "I": 0.5, "W": 0.5}
     # device 0 | F0 F1 .  B0 .  B1  (the grid of test_cli.test_table_prints_the_grid)
     assert data["ops"][0] == [
         {"op": "0F0", "start": 0, "end": 1}, {"op": "0F1", "start": 1, "end": 2},
         {"op": "0B0", "start": 3, "end": 4}, {"op": "0B1", "start": 5, "end": 6},
     ]
     assert [op["op"] for op in data["ops"][1]] == ["1F0", "1B0", "1F1", "1B1"]
-    two = json.loads(run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--backward", 2, "--json").stdout)
+    two = json.loads(run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--json").stdout)  # the default B = 2
     assert two["durations"]["B"] == 2 and two["ops"][1][1] == {"op": "1B0", "start": 2, "end": 4}

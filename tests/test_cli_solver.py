@@ -70,15 +70,23 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["search", *UNIT, "--space", "placement=diagonal"], "space key 'placement' must be one of"),
         (["search", *UNIT, "--space", "fixed:zb-x"], "unknown schedule 'zb-x'"),
         (["search", *UNIT, "--memory-limit", "4GiB"], "--memory-limit must be a number of live activations"),
-        (["search", "-p", "4", "-m", "8"], "give --unit, or both --model and --system"),
+        (["search", "-p", "4", "-m", "8"], "--unit: give unit mode, or both a model and a system"),
         (["search", "-p", "4", "-m", "8", "--model", "nope", "--system", "mid-mid"], "unknown model preset 'nope'"),
-        (["search", "-p", "4", "-m", "8", "--unit", "--comm", "-1"], "--comm must be a finite number >= 0"),
-        (["search", *UNIT, "--workers", "0"], "--workers must be >= 1"),
+        (["search", "-p", "4", "-m", "8", "--unit", "--comm", "-1"], "--comm: must be a finite number >= 0"),
+        (["search", *UNIT, "--workers", "0"], "--workers: must be an integer from 1 to 64"),
+        (["search", *UNIT, "--workers", "100000"], "--workers: must be an integer from 1 to 64"),
+        (["search", *UNIT, "--time-limit", "nan"], "--time-limit: must be a finite number of seconds > 0, got nan"),
+        (["search", *UNIT, "--time-limit", "inf"], "--time-limit: must be a finite number of seconds > 0, got inf"),
+        (["gap", *UNIT, "--time-limit", "0"], "--time-limit: must be a finite number of seconds > 0"),
+        (["frontier", *UNIT, "--time-limit", "-1"], "--time-limit: must be a finite number of seconds > 0"),
+        (["search", *UNIT, "--backward", "0"], "--backward: must be a finite number > 0"),
+        (["search", *UNIT, "--weight", "3"], "--weight: must lie between 0 and backward (2)"),
+        (["search", "-p", "4", "-m", "8", "--unit", "--model", "llama3-8b", "--system", "dgx-h100"], "--unit: give either"),
         (["search", "-p", "4", "-m", "8", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "32",
           "--memory-limit", "20GiB"], "below the minimum"),
-        (["frontier", *UNIT, "--memory-limit", "3"], "use --limits"),
+        (["frontier", *UNIT, "--memory-limit", "3"], "--memory-limit: frontier sweeps memory limits itself: use --limits"),
         (["frontier", *UNIT, "--limits", "1,x"], "--limits must be a number of live activations, got 'x'"),
-        (["search", *UNIT, "--space", "placement=looped", "--chunks", "0"], "--chunks must be a positive integer"),
+        (["search", *UNIT, "--space", "placement=looped", "--chunks", "0"], "--chunks: must be a positive integer"),
         (["gap", *UNIT, "-s", "nope"], "unknown schedule 'nope'"),
     ],
 )
@@ -97,7 +105,7 @@ def test_evaluate_a_schedule_file_with_plot_and_trace(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["schedule"] == "mine" and data["formula"] is None
-    assert data["table"]["length"] == 22
+    assert data["table"]["length"] == 33  # (m + p - 1)(F + B) with the unit model F = 1, B = 2
     assert plot.read_bytes()[:4] == b"\x89PNG"
     assert json.loads(trace.read_text())["traceEvents"]
 

@@ -26,6 +26,7 @@ from ppopt.costs import (
     unit_costs,
 )
 from ppopt.errors import ConfigError
+from ppopt.units import UnitCosts
 
 
 def gpt(**overrides) -> ModelConfig:
@@ -286,11 +287,13 @@ def test_unit_costs():
         assert (stage.forward_s, stage.backward_s) == (1.0, 2.0)
         assert (stage.input_grad_s, stage.weight_grad_s) == (1.0, 1.0)
         assert (stage.activation_bytes, stage.persistent_bytes, stage.send_bytes) == (1.0, 0.0, 0.0)
-    split = unit_costs(2, forward=1, backward=1, weight=0.25, microbatches=8)
+    split = unit_costs(2, UnitCosts(forward=1, backward=1, weight=0.25), microbatches=8)
     assert split.stages[0].input_grad_s == 0.75 and split.stages[0].weight_grad_s == 0.25
     assert split.microbatches == 8
-    with pytest.raises(ValueError):
-        unit_costs(2, backward=1, weight=2)
+    chunks = unit_costs(8, devices=4)  # two chunks per device: half a share each
+    assert (chunks.stages[0].forward_s, chunks.stages[0].backward_s, chunks.stages[0].activation_bytes) == (0.5, 1.0, 0.5)
+    with pytest.raises(ConfigError, match="weight: must lie between 0 and backward"):
+        unit_costs(2, UnitCosts(backward=1, weight=2))
 
 
 def test_realistic_stage_costs_are_finite_and_positive():

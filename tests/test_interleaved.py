@@ -75,8 +75,9 @@ def test_v1_allows_any_m():
 
 @pytest.mark.parametrize("chunks", [0, -1, 1.5, "2"])
 def test_rejects_bad_chunks(chunks):
-    with pytest.raises(ScheduleError, match="--chunks"):
+    with pytest.raises(ScheduleError, match="must be an integer >= 1") as error:
         interleaved_1f1b(2, 4, chunks=chunks)
+    assert error.value.field == "chunks"
 
 
 def test_rejects_m_not_multiple_of_p():

@@ -13,9 +13,11 @@ import pytest
 
 pytest.importorskip("highspy")
 
-from ppopt.solve.instance import instance_factory  # noqa: E402
+from ppopt.solve.instance import InstanceSpec  # noqa: E402
+from ppopt.solve.options import SolveOptions  # noqa: E402
 from ppopt.solve.search import search  # noqa: E402
 from ppopt.solve.space import parse_space, stage_count  # noqa: E402
+from ppopt.units import UnitCosts  # noqa: E402
 
 _PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "milp_baseline.py"
 _SPEC = importlib.util.spec_from_file_location("milp_baseline", _PATH)
@@ -43,9 +45,9 @@ CASES = [
 def test_milp_optimum_equals_cp_sat_optimum(spec, p, m, comm, cap):
     space = parse_space(spec)
     weight = 1.0 if space.split_backward else None
-    factory = instance_factory(p, m, unit=True, forward=1.0, backward=2.0, weight=weight, comm=comm, memory_limit=cap)
-    cp = search(factory, space, p, m, time_limit_s=10, workers=1, seed=0, deterministic_time=5.0)
-    milp = milp_baseline.milp_solve(factory(stage_count(space, p), None), space, time_limit_s=10)
+    spec = InstanceSpec(p, m, UnitCosts(1.0, 2.0, weight, comm), memory_limit=cap)
+    cp = search(spec, space, SolveOptions(10, workers=1, seed=0, deterministic_time=5.0))
+    milp = milp_baseline.milp_solve(spec.instance(stage_count(space, p)), space, time_limit_s=10)
     assert cp.status == "optimal"
     assert milp["status"] == "optimal"
     assert milp["objective"] == pytest.approx(cp.step_time)
@@ -56,7 +58,7 @@ def test_milp_optimum_equals_cp_sat_optimum(spec, p, m, comm, cap):
 
 def test_milp_without_hint_reaches_the_same_optimum():
     space = parse_space("placement=linear")
-    factory = instance_factory(3, 4, unit=True, comm=1.0, memory_limit=3)
+    factory = InstanceSpec(3, 4, UnitCosts(comm=1.0), memory_limit=3).instance
     with_hint = milp_baseline.milp_solve(factory(3, None), space, 10)
     without = milp_baseline.milp_solve(factory(3, None), space, 10, hint=False)
     assert with_hint["hint_makespan"] is not None and without["hint_makespan"] is None
@@ -66,12 +68,12 @@ def test_milp_without_hint_reaches_the_same_optimum():
 
 def test_cap_on_a_multi_stage_device_is_refused():
     space = parse_space("placement=v")
-    factory = instance_factory(2, 3, unit=True, memory_limit=3)
+    factory = InstanceSpec(2, 3, UnitCosts(), memory_limit=3).instance
     with pytest.raises(NotImplementedError, match="cumulative"):
         milp_baseline.milp_solve(factory(4, None), space, 5)
 
 
 def test_cap_below_one_activation_is_infeasible():
     space = parse_space("placement=linear")
-    factory = instance_factory(2, 3, unit=True, memory_limit=0.5)
+    factory = InstanceSpec(2, 3, UnitCosts(), memory_limit=0.5).instance
     assert milp_baseline.milp_solve(factory(2, None), space, 5)["status"] == "infeasible"

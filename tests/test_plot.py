@@ -12,7 +12,7 @@ from ppopt.errors import ScheduleError  # noqa: E402
 from ppopt.generators import generate, names  # noqa: E402
 from ppopt.report.plot import _memory_scale, live_curves, plot_compare, plot_schedule  # noqa: E402
 from ppopt.simulate import simulate  # noqa: E402
-from ppopt.solve.instance import instance_factory  # noqa: E402
+from ppopt.solve.instance import InstanceSpec  # noqa: E402
 from ppopt.table import build_table  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -47,7 +47,7 @@ def test_every_generator_draws_as_png_and_svg(tmp_path, name):
 
 def test_simulated_timeline_draws_with_bytes(tmp_path):
     schedule = generate("zb-v", 4, 4)
-    instance = instance_factory(4, 4, unit=False, model="llama3-8b", system="dgx-h100")(schedule.stages, None)
+    instance = InstanceSpec(4, 4, model="llama3-8b", system="dgx-h100").instance(schedule.stages, None)
     simulation = simulate(schedule, instance.costs, instance.system)
     path = tmp_path / "step.svg"
     plot_schedule(schedule, simulation.start_s, simulation.end_s, path, title="zb-v simulated", time_unit="s",

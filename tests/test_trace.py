@@ -11,12 +11,13 @@ from ppopt.generators import generate
 from ppopt.io import write_json
 from ppopt.report.trace import _lanes, chrome_trace
 from ppopt.simulate import simulate
-from ppopt.solve.instance import instance_factory
+from ppopt.solve.instance import InstanceSpec
+from ppopt.units import UnitCosts
 
 
 def simulated(name, p, m, comm=0.5, **options):
     schedule = generate(name, p, m, **options)
-    instance = instance_factory(p, m, unit=True, comm=comm)(schedule.stages, schedule.stage_weights)
+    instance = InstanceSpec(p, m, units=UnitCosts(comm=comm)).instance(schedule.stages, schedule.stage_weights)
     return schedule, simulate(schedule, instance.costs, instance.system), instance.costs
 
 
@@ -98,7 +99,7 @@ def test_allreduces_of_replicated_stages_are_on_the_comm_threads():
 
 def test_modelled_step_is_in_microseconds(tmp_path):
     schedule = generate("1f1b", 4, 4)
-    instance = instance_factory(4, 4, unit=False, model="llama3-8b", system="dgx-h100")(schedule.stages, None)
+    instance = InstanceSpec(4, 4, model="llama3-8b", system="dgx-h100").instance(schedule.stages, None)
     simulation = simulate(schedule, instance.costs, instance.system, optimizer=True)
     trace = chrome_trace(schedule, simulation, instance.costs)
     events = trace["traceEvents"]

@@ -12,6 +12,7 @@ import click
 
 from ppopt.errors import ConfigError
 from ppopt.generators import OPTIONS
+from ppopt.units import UnitCosts
 
 _OTHERS = " Other schedules refuse it; over several schedules ('all', compare) it applies to those that take it."
 
@@ -25,8 +26,11 @@ def _compose(options: list[Callable]) -> Callable:
     return decorate
 
 
-def schedule_options(name: bool = True, table_backward: bool = True, all_schedules: bool = False) -> Callable:
+def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: bool = False) -> Callable:
     """Devices, microbatches and the schedule options; they reach the command as ``options``.
+
+    With ``unit_costs``, also the unit model's durations (:func:`unit_cost_options`), which reach
+    the command as ``units``.
 
     With ``name``, the command also takes ``--schedule NAME`` (or ``all`` with ``all_schedules``)
     or ``--schedule-file FILE.csv`` (a PyTorch schedule CSV), and ``--devices``/``--microbatches``
@@ -39,8 +43,8 @@ def schedule_options(name: bool = True, table_backward: bool = True, all_schedul
         click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}].{_OTHERS}"),
         click.option("--split", default=None, help=f"Layer split A:B between the pipeline halves for chimera-asym [default: 1:2].{_OTHERS}"),
     ]
-    if table_backward:
-        options.append(click.option("--backward", type=int, default=1, show_default=True, help="Slot length of a full backward B in tables (1 or 2)."))
+    if unit_costs:
+        options.append(unit_cost_options())
     if name:
         options.insert(0, click.option("--schedule", "-s", "name", default=None, help="Schedule name (see `ppopt list`)" + (", or 'all'." if all_schedules else ".")))
         options.insert(1, click.option("--schedule-file", default=None, help="A PyTorch schedule CSV to use instead of --schedule."))
@@ -68,15 +72,38 @@ def system_options(required: bool = False) -> Callable:
     )
 
 
+def unit_cost_options() -> Callable:
+    """``--forward/--backward/--weight/--comm``: the one unit model (:class:`ppopt.units.UnitCosts`),
+    declared once for every command; they reach the command as ``units``."""
+    defaults = UnitCosts()
+    options = [
+        click.option("--forward", type=float, default=defaults.forward, show_default=True,
+                     help="Unit model: slots of a forward F of a 1/p model share (chunk ops scale by p/S)."),
+        click.option("--backward", type=float, default=defaults.backward, show_default=True,
+                     help="Unit model: slots of a full backward B = I + W of a 1/p model share."),
+        click.option("--weight", type=float, default=None,
+                     help="Unit model: slots of the weight-gradient part W of B [default: backward/2]."),
+        click.option("--comm", type=float, default=defaults.comm, show_default=True,
+                     help="Unit model: slots per point-to-point message between devices."),
+    ]
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def wrapper(forward, backward, weight, comm, **kwargs):
+            kwargs["units"] = UnitCosts(forward, backward, weight, comm)
+            return command(**kwargs)
+
+        return _compose(options)(wrapper)
+
+    return decorate
+
+
 def unit_options() -> Callable:
-    """``--unit`` and the unit-mode durations (slots)."""
+    """``--unit`` and the unit model's durations (:func:`unit_cost_options`, reaching the command as ``units``)."""
     return _compose(
         [
-            click.option("--unit", is_flag=True, help="Unit mode: durations and delays in slots (no model, no system)."),
-            click.option("--forward", type=float, default=1.0, show_default=True, help="Unit mode: F slots per 1/p model share."),
-            click.option("--backward", type=float, default=2.0, show_default=True, help="Unit mode: B slots per 1/p model share."),
-            click.option("--weight", type=float, default=None, help="Unit mode: W slots of the backward when split [default: backward/2]."),
-            click.option("--comm", type=float, default=0.0, show_default=True, help="Unit mode: point-to-point delay in slots."),
+            click.option("--unit", is_flag=True, help="Unit mode: durations and delays in slots of the unit model (no model, no system)."),
+            unit_cost_options(),
         ]
     )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, json_option, resolve_schedule, schedule_options, system_options, unit_options
+from ppopt.cli.options import emit_json, json_option, resolve_schedule, schedule_options, system_options, unit_cost_options, unit_options
 
 FORMATS = {"torch-csv": ".csv", "chrome-trace": ".json", "png": ".png", "svg": ".svg"}
 """Export formats and their usual suffix (used to infer --format from --output)."""
@@ -35,15 +35,15 @@ def _export_format(fmt: str | None, output: str) -> str:
 
 
 @main.command("export")
-@schedule_options(name=True, table_backward=False)
+@schedule_options(name=True, unit_costs=False)
 @unit_options()
 @system_options()
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default=None,
               help="torch-csv (PyTorch schedule CSV), chrome-trace (Perfetto JSON), png or svg (Gantt picture) "
                    "[default: from the --output suffix].")
 @click.option("--output", "-o", required=True, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
-def export_command(name, schedule_file, legacy_backward, devices, microbatches, options, unit, forward, backward, weight,
-                   comm, model, system, global_batch, fmt, output) -> None:
+def export_command(name, schedule_file, legacy_backward, devices, microbatches, options, unit, units, model, system,
+                   global_batch, fmt, output) -> None:
     """Write a schedule, simulated, as a PyTorch schedule CSV, a Chrome trace or a Gantt picture.
 
     The step is simulated in unit mode (slots) unless --model and --system are given. The CSV lists
@@ -52,19 +52,17 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     """
     from ppopt.io.torch_csv import format_torch_csv
     from ppopt.simulate import simulate
-    from ppopt.solve.instance import instance_factory
+    from ppopt.solve.instance import InstanceSpec
 
     fmt = _export_format(fmt, output)
     unit = unit or (model is None and system is None)
     schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
     devices, microbatches = schedule.devices, schedule.microbatches
-    factory = instance_factory(
-        devices, microbatches, unit=unit, forward=forward, backward=backward, weight=weight, comm=comm,
-        model=model, system=system, global_batch=global_batch,
-    )
+    spec = InstanceSpec(devices, microbatches, units=units if unit else None, model=model, system=system,
+                           global_batch=global_batch)
     if fmt == "torch-csv":
         format_torch_csv(schedule)  # refuses replicated stages before simulating
-    instance = factory(schedule.stages, schedule.stage_weights)
+    instance = spec.instance(schedule.stages, schedule.stage_weights)
     simulation = simulate(schedule, instance.costs, instance.system)
     unit_name = "slots" if unit else "s"
 
@@ -108,16 +106,16 @@ def _emit_text(output: str, text: str) -> None:
 @click.argument("file")
 @click.option("--legacy-backward", is_flag=True,
               help="Old PyTorch spelling (torch <= 2.5): BW is a full backward, B the input backward (when W is used).")
-@click.option("--backward", type=int, default=1, show_default=True, help="Slot length of a full backward B in tables (1 or 2).")
+@unit_cost_options()
 @json_option
-def import_command(file: str, legacy_backward: bool, backward: int, as_json: bool) -> None:
+def import_command(file: str, legacy_backward: bool, units, as_json: bool) -> None:
     """Read a PyTorch schedule CSV, validate it, and print its unit-slot table and metrics."""
     from ppopt.io.torch_csv import read_torch_csv
     from ppopt.report.text import grid, per_device
     from ppopt.table import build_table, table_metrics
 
     schedule = read_torch_csv(Path(file), legacy_backward=legacy_backward)
-    table = build_table(schedule, backward)
+    table = build_table(schedule, units)
     metrics = table_metrics(table)
     split = schedule.split_backward
     if as_json:
@@ -140,6 +138,6 @@ def import_command(file: str, legacy_backward: bool, backward: int, as_json: boo
     )
     click.echo(grid(table, colour=True))
     click.echo(
-        f"\nlength {metrics.length} slots, bubble ratio {metrics.bubble_ratio:.4f}, "
+        f"\nlength {metrics.length:g} slots, bubble ratio {metrics.bubble_ratio:.4f}, "
         f"peak live activations per device {per_device(metrics.peak_activations)}"
     )

@@ -27,13 +27,13 @@ def list_command(as_json: bool, fmt: str) -> None:
 @schedule_options()
 @click.option("--plot", default=None, help="Also draw the table as a Gantt picture (.png or .svg; needs ppopt[plot]).")
 @json_option
-def table_command(name, schedule_file, legacy_backward, devices, microbatches, backward, options, plot, as_json) -> None:
+def table_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, plot, as_json) -> None:
     """Print a schedule's unit-slot table: rows are devices, columns are slots."""
     from ppopt.report.evaluation import table_json
     from ppopt.report.text import grid, per_device
     from ppopt.table import build_table
 
-    table = build_table(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), backward)
+    table = build_table(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), units)
     if as_json:
         emit_json(table_json(table))
         if plot:
@@ -41,7 +41,7 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, b
         return
     click.echo(grid(table, colour=True))
     click.echo(
-        f"\nlength {table.length} slots, bubble ratio {table.bubble_ratio:.4f}, "
+        f"\nlength {table.length:g} slots, bubble ratio {table.bubble_ratio:.4f}, "
         f"peak live activations per device {per_device(table.peak_activations)}"
     )
     if plot:
@@ -92,7 +92,7 @@ def _presets(model, system, required: bool = False):
 @click.option("--trace", default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
 @json_option
 @format_option
-def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches, backward, options, model, system,
+def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, model, system,
                      global_batch, plot, trace, as_json, fmt) -> None:
     """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'."""
     from ppopt.errors import ConfigError
@@ -109,18 +109,18 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         if plot or trace:
             raise ConfigError("--plot and --trace draw one schedule: give --schedule NAME (or use `ppopt compare --plot`)")
         require_size(devices, microbatches)
-        results, skipped = evaluate_all(devices, microbatches, backward, model_config, system_config, global_batch, **options)
+        results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, **options)
         for schedule, reason in skipped.items():
             click.echo(f"skipped {schedule}: {reason}", err=True)
     else:
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
-        result = evaluate_schedule(schedule, backward, model_config, system_config, global_batch, with_formula=name is not None, **options)
+        result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None, **options)
         results = [result]
     if as_json:
         payload = [evaluation_json(r) for r in results]
         emit_json(payload if name == "all" else payload[0])
     else:
-        click.echo(evaluation_text(results, backward, fmt))
+        click.echo(evaluation_text(results, units, fmt))
     if name != "all" and (plot or trace):
         simulation = results[0].simulation
         if simulation is not None:
@@ -132,7 +132,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         elif plot:
             from ppopt.table import build_table
 
-            _plot_table(build_table(schedule, backward), plot)
+            _plot_table(build_table(schedule, units), plot)
 
 
 @main.command("compare")
@@ -141,21 +141,21 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 @click.option("--plot", default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg.")
 @json_option
 @format_option
-def compare_command(devices, microbatches, backward, options, model, system, global_batch, plot, as_json, fmt) -> None:
+def compare_command(devices, microbatches, units, options, model, system, global_batch, plot, as_json, fmt) -> None:
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import evaluate_all, rank_layers
     from ppopt.generators import generate
     from ppopt.report.evaluation import compare_json, compare_text
 
     model_config, system_config = _presets(model, system, required=True)
-    results, skipped = evaluate_all(devices, microbatches, backward, model_config, system_config, global_batch, **options)
+    results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, **options)
     for schedule, reason in skipped.items():
         click.echo(f"skipped {schedule}: {reason}", err=True)
     ranking = rank_layers(results)
     if as_json:
         emit_json(compare_json(results, ranking))
     else:
-        click.echo(compare_text(results, ranking, backward, f"model {model_config.name} on system {system_config.name}", fmt))
+        click.echo(compare_text(results, ranking, units, f"model {model_config.name} on system {system_config.name}", fmt))
     if plot:
         from ppopt.report.plot import plot_compare
 

@@ -44,11 +44,9 @@ differs, which the cost model reads.
 
 from __future__ import annotations
 
-import math
-
-from ppopt.errors import ScheduleError
 from ppopt.generators.common import require_even_devices, require_multiple, require_positive
 from ppopt.ir import Kind, Op, Schedule
+from ppopt.placement import bidirectional_placement, parse_split, split_weights
 
 DOWN, UP = 0, 1
 
@@ -103,31 +101,7 @@ def chimera(devices: int, microbatches: int) -> Schedule:
         for d, ops in enumerate(unit_orders(p, unit)):
             orders[d] += ops
     replica_of = tuple(DOWN if mb % p < p // 2 else UP for mb in range(m))
-    placement = tuple((s, p - 1 - s) for s in range(p))
-    return Schedule("chimera", p, m, placement, tuple(tuple(o) for o in orders), replica_of)
-
-
-def parse_split(split: object) -> tuple[float, float]:
-    """``split`` as two positive finite numbers: a pair ``(A, B)`` or the text ``"A:B"``."""
-    error = ScheduleError(f"--split must be two positive numbers A:B, e.g. 1:2, got {split!r}")
-    parts = split.split(":") if isinstance(split, str) else split
-    if not isinstance(parts, (tuple, list)) or len(parts) != 2 or any(isinstance(x, bool) for x in parts):
-        raise error
-    try:
-        a, b = float(parts[0]), float(parts[1])
-    except (TypeError, ValueError):
-        raise error from None
-    if not (0 < a < math.inf and 0 < b < math.inf):
-        raise error
-    return a, b
-
-
-def split_weights(devices: int, split: object = (1, 2)) -> tuple[float, ...]:
-    """Stage weights for an A:B split: stages 0..p/2-1 share A/(A+B), stages p/2..p-1 share B/(A+B)."""
-    a, b = parse_split(split)
-    half = devices // 2
-    first, second = a / (a + b) / half, b / (a + b) / half
-    return tuple(first if s < half else second for s in range(devices))
+    return Schedule("chimera", p, m, bidirectional_placement(p), tuple(tuple(o) for o in orders), replica_of)
 
 
 def chimera_asym(devices: int, microbatches: int, split: object = (1, 2)) -> Schedule:

@@ -37,18 +37,13 @@ from collections import defaultdict
 from ppopt.errors import ScheduleError
 from ppopt.generators.common import require_positive
 from ppopt.ir import Kind, Op, Schedule, dependencies, required_ops
+from ppopt.placement import zigzag_placement
 
 
 def require_waves(waves: object) -> int:
     if isinstance(waves, bool) or not isinstance(waves, int) or waves < 1:
         raise ScheduleError(f"must be an integer >= 1, got {waves!r}", field="waves")
     return waves
-
-
-def zigzag_placement(devices: int, waves: int) -> tuple[tuple[int, ...], ...]:
-    """``placement[k*p + j]`` is ``(j,)`` for even k and ``(p-1-j,)`` for odd k, k = 0..2W-1."""
-    p = devices
-    return tuple((j if k % 2 == 0 else p - 1 - j,) for k in range(2 * waves) for j in range(p))
 
 
 def _priority(op: Op) -> tuple[int, int, int]:

@@ -39,12 +39,13 @@ from __future__ import annotations
 from ppopt.errors import ScheduleError
 from ppopt.generators.common import require_multiple, require_positive
 from ppopt.generators.linear import one_f_one_b_order
-from ppopt.ir import Kind, Op, Schedule, linear_placement
+from ppopt.ir import Kind, Op, Schedule
+from ppopt.placement import linear_placement
 
 
 def _check_chunks(chunks: object) -> int:
     if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 1:
-        raise ScheduleError(f"--chunks (model chunks per device) must be an integer >= 1, got {chunks!r}")
+        raise ScheduleError(f"must be an integer >= 1 (model chunks per device), got {chunks!r}", field="chunks")
     return chunks
 
 

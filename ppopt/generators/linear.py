@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 from ppopt.generators.common import require_positive
-from ppopt.ir import Kind, Op, Schedule, linear_placement
+from ppopt.ir import Kind, Op, Schedule
+from ppopt.placement import linear_placement
 
 
 def gpipe(devices: int, microbatches: int) -> Schedule:

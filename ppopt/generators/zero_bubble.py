@@ -47,7 +47,8 @@ from collections import Counter
 from ppopt.errors import ScheduleError
 from ppopt.generators.common import require_positive
 from ppopt.generators.linear import one_f_one_b_order
-from ppopt.ir import Kind, Op, Schedule, linear_placement
+from ppopt.ir import Kind, Op, Schedule
+from ppopt.placement import linear_placement, v_placement
 
 
 def _require_at_least_devices(name: str, devices: int, microbatches: int) -> None:
@@ -87,12 +88,6 @@ def zb_h1_formula(devices: int, microbatches: int, backward: int = 1):
         weight_copies=(1,) * p,
         source="Qi et al. 2024 (Zero Bubble PP), ZB-H1",
     )
-
-
-def v_placement(devices: int) -> tuple[tuple[int, ...], ...]:
-    """V-shaped placement: stage s on device s for s < p, on device 2p-1-s for the second half."""
-    p = devices
-    return tuple((s if s < p else 2 * p - 1 - s,) for s in range(2 * p))
 
 
 def _zb_v_order(devices: int, microbatches: int, rank: int) -> tuple[Op, ...]:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from ppopt.evaluate import Evaluation, Ranking
 from ppopt.report.text import gib, per_device, render_table, seconds, with_context
 from ppopt.table import Table
+from ppopt.units import UnitCosts
 
 
 def simulation_json(sim) -> dict:
@@ -61,12 +62,20 @@ def evaluation_json(result: Evaluation) -> dict:
     return data
 
 
-def _header(results: Sequence[Evaluation], backward: int) -> str:
+def units_text(units: UnitCosts) -> str:
+    """The unit model in one phrase: durations of a 1/p model share, in slots."""
+    w = units.weight_slots
+    comm = f", comm = {units.comm:g}" if units.comm else ""
+    return (f"unit slots of a 1/p model share F = {units.forward:g}, B = {units.backward:g} "
+            f"(I = {units.backward - w:g}, W = {w:g}){comm}, chunk ops scaled by p/S")
+
+
+def _header(results: Sequence[Evaluation], units: UnitCosts) -> str:
     p, m = results[0].devices, results[0].microbatches
-    return f"p = {p} devices, m = {m} microbatches; unit slots F = 1, B = {backward}, I = W = 1; bubble = idle / total"
+    return f"p = {p} devices, m = {m} microbatches; {units_text(units)}; bubble = idle / total"
 
 
-def evaluation_text(results: Sequence[Evaluation], backward: int, fmt: str = "text") -> str:
+def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = "text") -> str:
     """Formula and table metrics side by side (and simulation metrics when present), one row per schedule."""
     rows = []
     simulated = all(r.simulation is not None for r in results)
@@ -78,7 +87,7 @@ def evaluation_text(results: Sequence[Evaluation], backward: int, fmt: str = "te
             "-" if f is None else f"{f.bubble_ratio:.4f}",
             f"{t.bubble_ratio:.4f}{differs}",
             "-" if f is None else f"{f.length:g}",
-            f"{t.length}",
+            f"{t.length:g}",
             "-" if f is None else per_device(f.peak_activations),
             per_device(t.peak_activations),
             "-" if f is None else per_device(f.weight_copies),
@@ -93,10 +102,10 @@ def evaluation_text(results: Sequence[Evaluation], backward: int, fmt: str = "te
     table = render_table(headers, rows, fmt)
     note = "* the table differs from the closed form (see README: formula vs table)"
     after = ["", note] if any(row[2].endswith("*") for row in rows) else []
-    return with_context([_header(results, backward), ""], table, after, fmt)
+    return with_context([_header(results, units), ""], table, after, fmt)
 
 
-def compare_text(results: Sequence[Evaluation], ranking: Ranking, backward: int, context: str, fmt: str = "text") -> str:
+def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCosts, context: str, fmt: str = "text") -> str:
     """All schedules ranked in the three layers; ``!`` marks a schedule whose rank changes."""
     order = sorted(results, key=lambda r: (ranking.simulation.get(r.schedule, 0), r.schedule))
     rows = []
@@ -120,7 +129,7 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, backward: int,
         fmt,
     )
     after = ["", f"! rank changes between layers: {', '.join(ranking.flips)}"] if ranking.flips else []
-    return with_context([_header(results, backward), context, ""], table, after, fmt)
+    return with_context([_header(results, units), context, ""], table, after, fmt)
 
 
 def compare_json(results: Sequence[Evaluation], ranking: Ranking) -> list[dict]:

@@ -57,6 +57,7 @@ def search_json(result: SearchResult) -> dict:
         "tick_s": result.tick,
         "memory_semantics": result.memory_semantics,
         "wall_time_s": result.wall_time_s,
+        "note": result.note,
         "time_to_best_s": result.time_to_best_s,
         "handcrafted": [
             {"schedule": c.name, "step_time_s": c.simulation.step_time_s, "fits": c.fits,
@@ -82,7 +83,7 @@ def search_json(result: SearchResult) -> dict:
 def search_text(result: SearchResult, show_grid: bool = True, colour: bool = False) -> str:
     unit = result.time_unit
     lines = [f"space: {result.space}", f"memory: {result.memory_semantics}", ""]
-    if result.schedule is not None and show_grid:
+    if result.schedule is not None and result.simulation is not None and show_grid:
         sim = result.simulation
         lines += [timeline_grid(result.schedule, sim.start_s, sim.end_s, colour=colour), ""]
     where = "solver" if result.from_solver else f"handcrafted {result.hint}"
@@ -101,11 +102,15 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         memory = per_device(sim.peak_activation_bytes) if unit == "slots" else per_device([round(b / 2**30, 2) for b in sim.peak_memory_bytes]) + " GiB"
         label = "peak live activations" if unit == "slots" else "peak memory"
         lines.append(f"simulated  idle ratio {sim.idle_ratio:.4f}; {label} per device {memory}")
-    if result.memory_status is not None:
+    if result.memory_status is not None and result.peak_memory is None:
+        lines.append(f"peak       - (memory solve: {result.memory_status})")
+    elif result.memory_status is not None and result.peak_memory is not None:
         amount = f"{result.peak_memory:g} live activations" if result.time_unit == "slots" else gib(result.peak_memory)
         lines.append(f"peak       {amount} on the worst device ({result.memory_status} for this step time)")
     ttb = "-" if result.time_to_best_s is None else f"{result.time_to_best_s:.2f} s"
     lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {unit})")
+    if result.note:
+        lines.append(f"note       {result.note}")
     return "\n".join(lines)
 
 

@@ -33,6 +33,20 @@ Delay = Callable[[int, int, int], float]  # (stage sending, device a, device b) 
 
 
 @dataclass(frozen=True)
+class Shape:
+    """The structure the bounds depend on: sizes, placement (None when the solver chooses it), kind of
+    backward, and whether microbatches split evenly between a stage's replicas (False when the
+    split between directions is free)."""
+
+    stages: int
+    microbatches: int
+    devices: int
+    placement: Sequence[Sequence[int]] | None
+    split: bool
+    even_replicas: bool = True
+
+
+@dataclass(frozen=True)
 class Bounds:
     critical_path: float
     device_load: float
@@ -51,7 +65,8 @@ def _hop(delay: Delay, placement: Sequence[Sequence[int]] | None, stage: int, ot
     return min(delay(stage, a, b) for a in placement[stage] for b in placement[other])
 
 
-def critical_path(stages: int, duration: Duration, delay: Delay, placement, split: bool) -> float:
+def critical_path(shape: Shape, duration: Duration, delay: Delay) -> float:
+    stages, placement, split = shape.stages, shape.placement, shape.split
     grad = Kind.I if split else Kind.B
     forward = sum(duration(s, Kind.F) for s in range(stages))
     backward = sum(duration(s, grad) for s in range(stages))
@@ -92,12 +107,14 @@ def _single_stage(placement, stages: int) -> list[int]:
     ]
 
 
-def device_load(stages: int, microbatches: int, devices: int, duration: Duration, delay: Delay, placement, split: bool) -> float:
+def device_load(shape: Shape, duration: Duration, delay: Delay) -> float:
     """Head + load + tail per device (see the module docstring); total/p without a placement.
 
-    A replicated stage's microbatches are assumed split evenly between its replicas, so callers
-    pass ``placement=None`` when the split between directions is free.
+    A replicated stage's microbatches are assumed split evenly between its replicas, so the
+    placement is not used when the split between directions is free (``even_replicas`` False).
     """
+    stages, microbatches, devices, split = shape.stages, shape.microbatches, shape.devices, shape.split
+    placement = shape.placement if shape.even_replicas else None
     kinds = _kinds(split)
     per_microbatch = [sum(duration(s, k) for k in kinds) for s in range(stages)]
     total = microbatches * sum(per_microbatch)
@@ -114,10 +131,9 @@ def device_load(stages: int, microbatches: int, devices: int, duration: Duration
     return best
 
 
-def memory_lifetime(
-    stages: int, microbatches: int, duration: Duration, delay: Delay, placement, split: bool, cap_of_stage: Callable[[int], float | None]
-) -> float:
+def memory_lifetime(shape: Shape, duration: Duration, delay: Delay, cap_of_stage: Callable[[int], float | None]) -> float:
     """The activation-area bound for devices holding exactly one stage under a cap."""
+    stages, microbatches, placement, split = shape.stages, shape.microbatches, shape.placement, shape.split
     if placement is None:
         return 0.0
     grad = Kind.I if split else Kind.B
@@ -134,10 +150,9 @@ def memory_lifetime(
     return best
 
 
-def warmup(
-    stages: int, microbatches: int, duration: Duration, delay: Delay, placement, split: bool, cap_of_stage: Callable[[int], float | None]
-) -> float:
+def warmup(shape: Shape, duration: Duration, delay: Delay, cap_of_stage: Callable[[int], float | None]) -> float:
     """The warm-up idle bound for devices holding exactly one stage (see the module docstring)."""
+    stages, microbatches, placement, split = shape.stages, shape.microbatches, shape.placement, shape.split
     if placement is None:
         return 0.0
     kinds = _kinds(split)
@@ -154,21 +169,13 @@ def warmup(
 
 
 def lower_bounds(
-    stages: int,
-    microbatches: int,
-    devices: int,
-    duration: Duration,
-    delay: Delay,
-    placement,
-    split: bool,
-    cap_of_stage: Callable[[int], float | None] = lambda s: None,
-    even_replicas: bool = True,
+    shape: Shape, duration: Duration, delay: Delay, cap_of_stage: Callable[[int], float | None] = lambda s: None
 ) -> Bounds:
-    """All analytic bounds of one space (``placement`` None when the solver chooses it;
-    ``even_replicas`` False when the split of microbatches between replicas is free)."""
+    """All analytic bounds of one space (see :class:`Shape`); ``cap_of_stage(s)`` is the number of
+    stage s's activations that fit on its device, or None."""
     return Bounds(
-        critical_path(stages, duration, delay, placement, split),
-        device_load(stages, microbatches, devices, duration, delay, placement if even_replicas else None, split),
-        memory_lifetime(stages, microbatches, duration, delay, placement, split, cap_of_stage),
-        warmup(stages, microbatches, duration, delay, placement, split, cap_of_stage),
+        critical_path(shape, duration, delay),
+        device_load(shape, duration, delay),
+        memory_lifetime(shape, duration, delay, cap_of_stage),
+        warmup(shape, duration, delay, cap_of_stage),
     )

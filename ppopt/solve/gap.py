@@ -9,14 +9,15 @@ is valid for every schedule of that space under the same memory limit.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.generators import generate, names
 from ppopt.simulate import simulate
-from ppopt.solve.instance import Instance
-from ppopt.solve.search import InstanceFactory, Progress, SearchResult, memory_use, minimum_memory, relative_gap, search
+from ppopt.solve.instance import Instance, InstanceSpec
+from ppopt.solve.options import SolveOptions
+from ppopt.solve.search import SearchResult, memory_use, minimum_memory, relative_gap, search
 from ppopt.solve.space import Space, parse_space, placement_of, stage_count
 from ppopt.validate import validate
 
@@ -63,49 +64,63 @@ class GapReport:
     memory_semantics: str
 
 
+NOT_SEARCHED = "skipped (time limit)"
+"""Status of a gap row or frontier point whose search the time budget did not reach (no bound)."""
+
+
+def _fits(instance: Instance, peak: float) -> bool:
+    return instance.memory_limit is None or peak <= instance.memory_limit * (1 + 1e-12)
+
+
 def _peak(instance: Instance, simulation) -> float:
     """The worst device's simulated peak, in the instance's memory unit."""
     return max(memory_use(simulation, instance))
 
 
 def gap_report(
-    instance_for: InstanceFactory,
-    devices: int,
-    microbatches: int,
-    options: dict,
+    spec: InstanceSpec,
+    schedule_options: dict,
     schedules: Sequence[str] | None = None,
-    time_limit_s: float = 60.0,
-    workers: int = 1,
-    seed: int = 0,
-    progress: Progress | None = None,
-    deterministic_time: float | None = None,
+    options: SolveOptions | None = None,
 ) -> GapReport:
-    """Gap of every applicable handcrafted schedule (or those named) against its family's bound."""
-    rows, searches, skipped = [], {}, {}
-    semantics, unit = "", ""
+    """Gap of every applicable handcrafted schedule (or those named) against its family's bound.
+
+    ``schedule_options`` (chunks, waves, split) configure the handcrafted schedules. The family
+    spaces are searched one after another, each with an equal share of the time left of
+    ``options.time_limit_s`` (the budget of the whole report); spaces not reached within it are
+    reported with the status :data:`NOT_SEARCHED` and no bound.
+    """
+    options = (options or SolveOptions()).start()
+    devices, microbatches = spec.devices, spec.microbatches
+    points, skipped = [], {}
     for name in schedules or names():
         try:
-            schedule = validate(generate(name, devices, microbatches, **options))
-            space = family_space(name, options)
+            schedule = validate(generate(name, devices, microbatches, **schedule_options))
+            points.append((name, schedule, family_space(name, schedule_options)))
         except ScheduleError as error:
             skipped[name] = str(error)
-            continue
-        instance = instance_for(schedule.stages, schedule.stage_weights)
+    keys = list(dict.fromkeys(space.describe() for _, _, space in points))
+    rows, searches = [], {}
+    semantics, unit = "", ""
+    for name, schedule, space in points:
+        instance = spec.instance(schedule.stages, schedule.stage_weights)
         semantics, unit = instance.memory_semantics(), instance.time_unit
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = _peak(instance, simulation)
         key = space.describe()
+        if key not in searches and options.expired:  # no further searches once the budget is spent
+            rows.append(GapRow(name, key, simulation.step_time_s, peak, _fits(instance, peak), None, math.nan, None, NOT_SEARCHED))
+            continue
         if key not in searches:
             try:
-                searches[key] = search(instance_for, space, devices, microbatches, time_limit_s, workers, seed, progress,
-                                       deterministic_time=deterministic_time)
+                searches[key] = search(spec, space, options.share(len(keys) - keys.index(key)))
             except InfeasibleError as error:
                 skipped[name] = str(error)
                 continue
         result = searches[key]
         step = simulation.step_time_s
         bound = result.bound
-        fits = instance.memory_limit is None or peak <= instance.memory_limit * (1 + 1e-12)
+        fits = _fits(instance, peak)
         # a schedule over the limit is not in the space, so the bound says nothing about it
         gap = relative_gap(step, bound) if fits else None
         rows.append(GapRow(name, key, step, peak, fits, result.step_time, bound, gap, result.status))
@@ -144,35 +159,37 @@ def default_limits(minimum: float, maximum: float, unit: str, count: int = 6) ->
 
 
 def frontier(
-    instance_with_limit: Callable[[float | None], InstanceFactory],
+    spec: InstanceSpec,
     space: Space,
-    devices: int,
-    microbatches: int,
     limits: Sequence[float] | None = None,
-    time_limit_s: float = 60.0,
-    workers: int = 1,
-    seed: int = 0,
-    progress: Progress | None = None,
-    deterministic_time: float | None = None,
+    options: SolveOptions | None = None,
 ) -> Frontier:
     """Best step time per memory limit in ``space``, with the handcrafted schedules placed on it.
 
-    A handcrafted schedule is on the frontier when it is not dominated: no searched point with a
-    limit at or below its peak memory has a strictly shorter step.
+    ``spec``'s own memory limit is ignored: the unlimited search comes first, then one search per
+    limit (``limits``, or :func:`default_limits`), each with an equal share of the time left of
+    ``options.time_limit_s`` (the budget of the whole frontier; limits not reached within it get the
+    status :data:`NOT_SEARCHED` and no bound). A handcrafted schedule is on the
+    frontier when it is not dominated: no searched point with a limit at or below its peak memory has
+    a strictly shorter step.
     """
-    unlimited = instance_with_limit(None)
-    free = search(unlimited, space, devices, microbatches, time_limit_s, workers, seed, progress, deterministic_time=deterministic_time)
-    instance = unlimited(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None)
+    options = (options or SolveOptions()).start()
+    devices = spec.devices
+    free = search(spec.with_limit(None), space, options.share(1 + len(limits) if limits is not None else 2))
+    instance = spec.with_limit(None).instance(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None)
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices))
     points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted]
     if limits is None:
         top = max([p for _, p, _ in points_handcrafted] + [_peak(instance, free.simulation) if free.simulation else minimum])
         limits = default_limits(minimum, top, instance.memory_unit)
     points = []
-    for limit in sorted(limits):
+    ordered = sorted(limits)
+    for k, limit in enumerate(ordered):
+        if options.expired:  # no further searches once the budget is spent
+            points.append(FrontierPoint(limit, NOT_SEARCHED, None, math.nan, None))
+            continue
         try:
-            result = search(instance_with_limit(limit), space, devices, microbatches, time_limit_s, workers, seed, progress,
-                            deterministic_time=deterministic_time)
+            result = search(spec.with_limit(limit), space, options.share(len(ordered) - k))
         except InfeasibleError:
             points.append(FrontierPoint(limit, "infeasible", None, math.inf, None))
             continue

@@ -100,12 +100,12 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
     for d in range(p):
         push(0.0, d, None)
     while events:
-        now, _, d, op = heapq.heappop(events)
-        if op is not None:
-            end[op] = now
-            if op.kind is free_kind:
-                live[d] -= instance.costs[op.stage].activation_bytes
-            for nxt in successors[op]:
+        now, _, d, done = heapq.heappop(events)
+        if done is not None:
+            end[done] = now
+            if done.kind is free_kind:
+                live[d] -= instance.costs[done.stage].activation_bytes
+            for nxt in successors[done]:
                 remaining[nxt] -= 1
                 if remaining[nxt] == 0:
                     target = device[nxt.stage]

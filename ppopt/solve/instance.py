@@ -2,26 +2,31 @@
 
 Two kinds:
 
-- **unit mode** (the idealized table world with communication added): a 1/p share of the model
-  costs ``forward`` slots forward, ``backward`` slots backward (``weight`` of which is W when backward
-  is split), and a point-to-point message costs ``comm`` slots. A space with S stages cuts the model
-  into S chunks, so each chunk op costs ``p/S`` of those numbers and stores ``p/S`` of an activation:
-  schedules with different chunk counts stay comparable. Memory is counted in live activations of a
-  1/p share of the model; a limit of K allows K such activations per device.
+- **unit mode** (the idealized table world with communication added): durations from
+  :class:`ppopt.units.UnitCosts` (a 1/p share of the model costs F = ``forward`` slots forward,
+  B = ``backward`` slots backward, W = ``weight`` of it when backward is split, and a point-to-point
+  message costs ``comm`` slots). A space with S stages cuts the model into S chunks, so each chunk op
+  costs ``p/S`` of those numbers and stores ``p/S`` of an activation: schedules with different chunk
+  counts stay comparable. Memory is counted in live activations of a 1/p share of the model; a limit
+  of K allows K such activations per device. K may be fractional (2.5 admits five half-share chunk
+  activations of a schedule with 2 chunks per device), since chunk activations are fractions.
 - **modelled**: the cost model of a model on a system (seconds, bytes); the memory limit is bytes per
   device, persistent state (weights, gradients, optimizer) included.
 
 In both, times are seconds-or-slots floats; the model builder converts them to integer ticks.
+:class:`InstanceSpec` holds what a request fixes (mode, costs, memory limit); its :meth:`InstanceSpec.instance`
+builds the instance of a space with a given number of stages.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
 from ppopt.costs import Costs, link_between, partition_layers, stage_costs, transfer_time_s, unit_costs
 from ppopt.errors import ConfigError
+from ppopt.units import UnitCosts
 
 
 @dataclass(frozen=True)
@@ -84,84 +89,68 @@ def unit_system(comm: float) -> SystemConfig:
     )
 
 
-def unit_instance(
-    devices: int,
-    microbatches: int,
-    stages: int,
-    forward: float = 1.0,
-    backward: float = 2.0,
-    weight: float | None = None,
-    comm: float = 0.0,
-    memory_limit: float | None = None,
-) -> Instance:
-    """Unit-mode instance (see the module docstring); ``weight`` defaults to backward / 2."""
-    for name, value in (("--forward", forward), ("--backward", backward), ("--comm", comm)):
-        if not (value >= 0 and math.isfinite(value)):
-            raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
-    if weight is not None and not 0 <= weight <= backward:
-        raise ConfigError(f"--weight must lie between 0 and --backward ({backward:g}), got {weight:g}")
-    if memory_limit is not None and memory_limit <= 0:
-        raise ConfigError(f"--memory-limit must be positive, got {memory_limit:g}")
-    share = devices / stages
-    w = backward / 2 if weight is None else weight
-    costs = unit_costs(
-        stages,
-        forward * share,
-        backward * share,
-        w * share,
-        microbatches=microbatches,
-        activation_bytes=share,
-        send_bytes=1.0 if comm > 0 else 0.0,
-    )
-    return Instance(devices, microbatches, costs, unit_system(comm), memory_limit, "slots", "activations")
+def unit_instance(devices: int, microbatches: int, stages: int, units: UnitCosts | None = None,
+                  memory_limit: float | None = None) -> Instance:
+    """Unit-mode instance (see the module docstring): ``stages`` chunks of ``units`` (default
+    :class:`UnitCosts`) on ``devices`` devices."""
+    units = units or UnitCosts()
+    costs = unit_costs(stages, units, devices=devices, microbatches=microbatches, send_bytes=1.0 if units.comm > 0 else 0.0)
+    return Instance(devices, microbatches, costs, unit_system(units.comm), memory_limit, "slots", "activations")
 
 
-def modelled_instance(
-    model: ModelConfig,
-    system: SystemConfig,
-    devices: int,
-    microbatches: int,
-    stages: int,
-    stage_weights: tuple[float, ...] | None = None,
-    global_batch: int | None = None,
-    memory_limit_bytes: float | None = None,
-) -> Instance:
-    """Instance from the cost model: ``model`` cut into ``stages`` stages on ``system``."""
-    if memory_limit_bytes is not None and memory_limit_bytes <= 0:
-        raise ConfigError(f"--memory-limit must be positive, got {memory_limit_bytes:g}")
-    layers = partition_layers(model.num_layers, stages, stage_weights)
-    costs = stage_costs(model, system, layers, microbatches, global_batch)
-    return Instance(devices, microbatches, costs, system, memory_limit_bytes, "s", "bytes")
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What a solver request fixes about its instances: size, cost mode and memory limit.
 
-
-def instance_factory(
-    devices: int,
-    microbatches: int,
-    *,
-    unit: bool,
-    forward: float = 1.0,
-    backward: float = 2.0,
-    weight: float | None = None,
-    comm: float = 0.0,
-    model: str | ModelConfig | None = None,
-    system: str | SystemConfig | None = None,
-    global_batch: int | None = None,
-    memory_limit: float | None = None,
-):
-    """A function ``(stages, stage_weights) -> Instance`` for unit mode or for a model on a system.
-
-    Presets are loaded once, here, so a bad name fails before any solving starts.
+    Exactly one mode: ``units`` (unit mode, slots and activations) or ``model`` and ``system``
+    (seconds and bytes, ``global_batch`` sequences per step, None for the model's). ``memory_limit``
+    is per device, in the mode's memory unit (a positive finite number, fractions allowed; see the
+    module docstring), or None. ``model`` and ``system`` may be given as preset names or files:
+    they are loaded here, so a bad name fails before any solving starts.
     """
-    from ppopt.config import load_model, load_system
 
-    if unit:
-        if model is not None or system is not None:
-            raise ConfigError("give either --unit or --model and --system, not both")
-        unit_instance(devices, microbatches, devices, forward, backward, weight, comm, memory_limit)  # checks the numbers
-        return lambda stages, weights: unit_instance(devices, microbatches, stages, forward, backward, weight, comm, memory_limit)
-    if model is None or system is None:
-        raise ConfigError("give --unit, or both --model and --system")
-    model_config, system_config = load_model(model), load_system(system)
-    return lambda stages, weights: modelled_instance(
-        model_config, system_config, devices, microbatches, stages, weights, global_batch, memory_limit
-    )
+    devices: int
+    microbatches: int
+    units: UnitCosts | None = None
+    model: ModelConfig | str | None = None  # a preset name or file is loaded on construction
+    system: SystemConfig | str | None = None
+    global_batch: int | None = None
+    memory_limit: float | None = None
+
+    def __post_init__(self) -> None:
+        from ppopt.config import load_model, load_system
+
+        if isinstance(self.model, str):
+            object.__setattr__(self, "model", load_model(self.model))
+        if isinstance(self.system, str):
+            object.__setattr__(self, "system", load_system(self.system))
+        for name in ("devices", "microbatches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be an integer >= 1, got {value!r}", field=name)
+        if self.units is not None and (self.model is not None or self.system is not None):
+            raise ConfigError("give either unit mode or a model and a system, not both", field="unit")
+        if self.units is None and (self.model is None or self.system is None):
+            raise ConfigError("give unit mode, or both a model and a system", field="unit")
+        limit = self.memory_limit
+        if limit is not None and (isinstance(limit, bool) or not (math.isfinite(limit) and limit > 0)):
+            raise ConfigError(f"must be a finite number > 0, got {limit}", field="memory_limit")
+        if self.global_batch is not None and self.global_batch < 1:
+            raise ConfigError(f"must be an integer >= 1, got {self.global_batch}", field="global_batch")
+
+    @property
+    def unit_mode(self) -> bool:
+        return self.units is not None
+
+    def with_limit(self, memory_limit: float | None) -> InstanceSpec:
+        """The same spec under another memory limit."""
+        return replace(self, memory_limit=memory_limit)
+
+    def instance(self, stages: int, stage_weights: tuple[float, ...] | None = None) -> Instance:
+        """The instance of a space with ``stages`` stages (layer shares ``stage_weights`` when modelled)."""
+        if self.units is not None:
+            return unit_instance(self.devices, self.microbatches, stages, self.units, self.memory_limit)
+        assert isinstance(self.model, ModelConfig) and isinstance(self.system, SystemConfig)
+        layers = partition_layers(self.model.num_layers, stages, stage_weights)
+        costs = stage_costs(self.model, self.system, layers, self.microbatches, self.global_batch)
+        return Instance(self.devices, self.microbatches, costs, self.system, self.memory_limit, "s", "bytes")

@@ -38,6 +38,18 @@ from ppopt.solve.space import Space, placement_of, stage_count
 from ppopt.solve.ticks import to_ticks
 
 
+@dataclass(frozen=True)
+class Frame:
+    """The time frame of a model, in ticks: ``tick`` (instance time units per tick), the horizon, a
+    lower bound on the makespan, and, for the second (memory) objective, the makespan cap within
+    which the worst device's peak memory is minimised (None: minimise the makespan)."""
+
+    tick: float
+    horizon: int
+    lower_bound: int = 0
+    minimize_peak_within: int | None = None
+
+
 @dataclass
 class Built:
     """A built model and the handles needed to read a solution back."""
@@ -107,6 +119,7 @@ class _Builder:
         A microbatch takes the same route through every stage: replica r of a replicated stage, the
         only device of an unreplicated one. Stages on the same device exchange nothing.
         """
+        assert self.placement is not None
         a_devs, b_devs = self.placement[dep.stage], self.placement[op.stage]
         routes = max(len(a_devs), len(b_devs))
         devices = [(a_devs[min(r, len(a_devs) - 1)], b_devs[min(r, len(b_devs) - 1)]) for r in range(routes)]
@@ -190,7 +203,9 @@ class _Builder:
                 if present is True:
                     interval = self.model.new_fixed_size_interval_var(self.start[op], self.duration[op], name)
                 else:
-                    interval = self.model.new_optional_fixed_size_interval_var(self.start[op], self.duration[op], present, name)
+                    interval = self.model.new_optional_fixed_size_interval_var(
+                        self.start[op], self.duration[op], present, name  # type: ignore[arg-type]  # a literal
+                    )
                 self.intervals[d].append(interval)
 
     # ---- constraint families -----------------------------------------------------------------------
@@ -295,20 +310,21 @@ class _Builder:
         most = sum(persistent) + self.m * sum(sizes)
         scaled, capacity = _memory_scale(sizes + persistent, most if limit is None else min(limit, most))
         demand, kept = scaled[: self.stages], scaled[self.stages :]
+        ceiling: cp_model.IntVar | int = capacity
         if minimize_peak:
-            self.peak = self.model.new_int_var(0, capacity, "peak_memory")
+            self.peak = ceiling = self.model.new_int_var(0, capacity, "peak_memory")
             nonzero = next((i for i, d in enumerate(scaled) if d > 0), None)
             self.memory_step = (sizes + persistent)[nonzero] / scaled[nonzero] if nonzero is not None else 1.0
-        ceiling = self.peak if minimize_peak else capacity
         for d in range(self.p):
             if self.placement is None:
                 held = list(range(self.stages))
                 room = ceiling - sum(kept[s] * self.on[s, d] for s in held)
             else:
                 held = [s for s in range(self.stages) if d in self.placement[s]]
-                room = ceiling - sum(kept[s] for s in held)
-                if not minimize_peak and self.single_stage(held) and demand[held[0]] > 0:
-                    self.add_memory_precedence(held[0], room // demand[held[0]], free)
+                kept_here = sum(kept[s] for s in held)
+                room = ceiling - kept_here
+                if not minimize_peak and self.single_stage(held) and demand[held[0]] > 0:  # then ceiling == capacity
+                    self.add_memory_precedence(held[0], (capacity - kept_here) // demand[held[0]], free)
                     continue
             lifetimes, weights = [], []
             for s in held:
@@ -321,6 +337,7 @@ class _Builder:
 
     def single_stage(self, held: list[int]) -> bool:
         """A device holding one unreplicated stage, with microbatches in order (dominance)."""
+        assert self.placement is not None
         return len(held) == 1 and len(self.placement[held[0]]) == 1 and self.dominance and self.space.order != "fixed"
 
     def add_memory_precedence(self, stage: int, k: int, free: Kind) -> None:
@@ -355,7 +372,8 @@ class _Builder:
                 self.model.add_hint(self.start[op], t)
         hinted_makespan = max(t + self.duration[op] for op, t in starts.items())
         self.model.add_hint(self.makespan, hinted_makespan)
-        self.model.add_hint(self.tail, max(0, self.horizon - hinted_makespan))
+        if self.tail is not None:
+            self.model.add_hint(self.tail, max(0, self.horizon - hinted_makespan))
         if self.free_directions() and self.hint.replica_of:
             for m, var in self.direction.items():
                 self.model.add_hint(var, self.hint.replica_of[m])
@@ -368,19 +386,18 @@ class _Builder:
 def build_model(
     instance: Instance,
     space: Space,
-    tick: float,
-    horizon: int,
-    lower_bound: int = 0,
+    frame: Frame,
     hint: Schedule | None = None,
     hint_starts: Mapping[Op, int] | None = None,
     dominance: bool = True,
-    minimize_peak_within: int | None = None,
 ) -> Built:
-    """Build the CP-SAT model of ``space`` on ``instance`` in ticks of ``tick`` (see module docs).
+    """Build the CP-SAT model of ``space`` on ``instance`` in ``frame`` (see module docs).
 
-    ``minimize_peak_within``: instead of the makespan, minimise the worst device's peak memory among
-    schedules whose makespan is at most that many ticks (the second, lexicographic objective).
+    With ``frame.minimize_peak_within``, instead of the makespan, minimise the worst device's peak
+    memory among schedules whose makespan is at most that many ticks (the second, lexicographic
+    objective).
     """
+    tick, horizon, lower_bound, minimize_peak_within = frame.tick, frame.horizon, frame.lower_bound, frame.minimize_peak_within
     b = _Builder(instance, space, tick, hint, horizon, dominance)
     if b.placement is None:
         b.add_free_placement()
@@ -397,6 +414,7 @@ def build_model(
     if minimize_peak_within is None:
         b.model.minimize(b.makespan)
     else:
+        assert b.peak is not None
         b.model.add(b.makespan <= minimize_peak_within)
         b.model.minimize(b.peak)
     return Built(b.model, tick, b.ops, b.start, b.duration, b.makespan, horizon, b.placement, b.direction, b.on,

@@ -1,6 +1,10 @@
 """Search a space with CP-SAT: hint, solve, read back, re-time with the simulator, bound the gap.
 
-``search(...)`` is the library entry point behind ``ppopt search``; ``gap`` and ``frontier`` call it.
+``search(spec, space, options)`` is the library entry point behind ``ppopt search``; ``gap`` and
+``frontier`` call it. It runs in steps, each a small function: prepare (candidates, hint, ticks,
+bounds), solve (unless the hint is proven optimal or the time budget is spent), pick the best of the
+solver's answer and the hint, and optionally lower the peak memory in a second solve. The whole
+request shares one deadline (:class:`ppopt.solve.options.SolveOptions`).
 The returned step time is always the simulator's (real durations), so the solver's answer and the
 handcrafted schedules are measured by the same evaluator. The bound is the larger of the solver's
 bound (in rounded-down ticks, so valid for the real problem) and the analytic bounds.
@@ -17,19 +21,17 @@ from ortools.sat.python import cp_model
 
 from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.ir import Kind, Op, Schedule
+from ppopt.placement import split_weights
 from ppopt.simulate import Simulation, op_duration_s, simulate
-from ppopt.solve.bounds import Bounds, lower_bounds
+from ppopt.solve.bounds import Bounds, Shape, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
-from ppopt.solve.instance import Instance
-from ppopt.solve.model import Built, build_model
+from ppopt.solve.instance import Instance, InstanceSpec
+from ppopt.solve.model import Built, Frame, build_model
+from ppopt.solve.options import Progress, SolveOptions
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
 from ppopt.solve.ticks import resolution, to_ticks
 from ppopt.table import earliest_starts
 from ppopt.validate import validate
-
-#: builds the instance of a space: (stages, stage weights) -> Instance
-InstanceFactory = Callable[[int, "tuple[float, ...] | None"], Instance]
-Progress = Callable[[str], None]
 
 STATUS = {
     cp_model.OPTIMAL: "optimal",
@@ -80,6 +82,7 @@ class SearchResult:
     from_solver: bool
     peak_memory: float | None = None  # with minimize_memory: the worst device's proven-minimal peak (memory unit)
     memory_status: str | None = None  # status of that second solve
+    note: str | None = None  # why the search stopped short (time budget spent), if it did
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -126,7 +129,7 @@ def minimum_memory(instance: Instance, space: Space, placement) -> tuple[float, 
         held = [s for s in range(len(placement)) if d in placement[s]]
         if not held:
             continue
-        routes = {}
+        routes: dict[int, list[int]] = {}
         for s in held:
             routes.setdefault(placement[s].index(d) if len(placement[s]) > 1 else 0, []).append(s)
         per_route = [sum(act[s] for s in stages) for stages in routes.values()]
@@ -144,14 +147,14 @@ def _format_amount(value: float, unit: str) -> str:
     return f"{value:g} {unit}"
 
 
-def _candidates(instance_for: InstanceFactory, space: Space, devices: int, microbatches: int) -> tuple[Instance, list[Candidate]]:
-    schedules = handcrafted_in(space, devices, microbatches)
+def _candidates(spec: InstanceSpec, space: Space) -> tuple[Instance, list[Candidate]]:
+    """The instance of ``space`` and its handcrafted (and greedy) schedules, simulated, best first."""
+    devices = spec.devices
+    schedules = handcrafted_in(space, devices, spec.microbatches)
     weights = schedules[0].stage_weights if schedules else None
     if space.split and not schedules:
-        from ppopt.generators.chimera import split_weights
-
         weights = split_weights(devices, space.split)
-    instance = instance_for(stage_count(space, devices) if not space.fixed else schedules[0].stages, weights)
+    instance = spec.instance(stage_count(space, devices) if not space.fixed else schedules[0].stages, weights)
     limit = instance.memory_limit
     placement = placement_of(space, devices)
     if not space.fixed and space.order == "free" and placement is not None:
@@ -185,6 +188,7 @@ def memory_use(sim: Simulation, instance: Instance) -> tuple[float, ...]:
 def _to_schedule(built: Built, solver: cp_model.CpSolver, template: Schedule | None, instance: Instance, space: Space) -> Schedule:
     """The solver's answer as a schedule: placement from the space (or the solver), order by start."""
     p, m = instance.devices, instance.microbatches
+    placement: tuple[tuple[int, ...], ...]
     if built.placement is None:
         placement = tuple((next(d for d in range(p) if solver.value(built.on[s, d])),) for s in range(instance.stages))
     else:
@@ -212,145 +216,233 @@ def _serial_horizon(instance: Instance, tick: float, split: bool) -> int:
     return instance.microbatches * (per_mb + hops) + 1
 
 
-def search(
-    instance_for: InstanceFactory,
-    space: Space,
-    devices: int,
-    microbatches: int,
-    time_limit_s: float = 60.0,
-    workers: int = 1,
-    seed: int = 0,
-    progress: Progress | None = None,
-    dominance: bool = True,
-    deterministic_time: float | None = None,
-    minimize_memory: bool = False,
-) -> SearchResult:
-    """Search ``space`` for the shortest step (see the module docstring).
 
+@dataclass
+class _Setup:
+    """What one search fixes before solving: instance, candidates, ticks, bounds, hint and horizon."""
+
+    space: Space
+    instance: Instance
+    candidates: list[Candidate]
+    template: Schedule | None  # the best candidate (the fixed schedule of fixed:NAME)
+    placement: tuple[tuple[int, ...], ...] | None
+    split: bool
+    tick: float
+    analytic: Bounds
+    lower: int  # analytic bound, ticks
+    hint: Candidate | None
+    hint_starts: dict[Op, int] | None
+    hint_end: int | None
+    horizon: int
+
+
+@dataclass
+class _Solved:
+    """The outcome of the makespan solve (or of skipping it)."""
+
+    status: str
+    solver_bound: float
+    solver_objective: float | None = None
+    schedule: Schedule | None = None
+    simulation: Simulation | None = None
+    objective_ticks: int | None = None
+    starts: dict[Op, int] | None = None
+    time_to_best_s: float | None = None
+    note: str | None = None
+    peak_memory: float | None = None  # from the memory solve: the worst device's least peak (memory unit)
+    memory_status: str | None = None  # that solve's status
+
+
+def _check(spec: InstanceSpec, space: Space) -> None:
+    if space.placement == "bidirectional" and space.directions == "even" and spec.microbatches % 2 and not space.fixed:
+        raise ScheduleError(
+            f"placement=bidirectional with directions=even needs an even number of microbatches, got {spec.microbatches}",
+            field="microbatches",
+        )
+
+
+def _require_memory(instance: Instance, space: Space, placement) -> None:
+    """Raise InfeasibleError when the memory limit is below what any schedule of the space needs."""
+    if instance.memory_limit is None:
+        return
+    need, why = minimum_memory(instance, space, placement)
+    if instance.memory_limit < need * (1 - 1e-12):
+        raise InfeasibleError(
+            f"memory limit {_format_amount(instance.memory_limit, instance.memory_unit)} is below the minimum "
+            f"{_format_amount(need, instance.memory_unit)} any schedule of {space.describe()} needs ({why})"
+        )
+
+
+def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
+    """Candidates, memory check, ticks, analytic bounds, hint and horizon of one search."""
+    instance, candidates = _candidates(spec, space)
+    if space.fixed and not candidates:
+        raise ScheduleError(f"space fixed:{space.fixed} has no schedule for p = {spec.devices}, m = {spec.microbatches}")
+    template = candidates[0].schedule if candidates else None
+    placement: tuple[tuple[int, ...], ...] | None
+    if space.fixed:
+        assert template is not None
+        placement, split = template.placement, template.split_backward
+    else:
+        placement, split = placement_of(space, spec.devices), space.split_backward
+    _require_memory(instance, space, placement)
+    tick, tick_duration, tick_delay = _ticks(instance)
+    even = not (space.placement == "bidirectional" and space.directions == "free")
+    cap = _cap_of_stage(instance, placement)
+    shape = Shape(instance.stages, spec.microbatches, spec.devices, placement, split, even)
+    analytic = lower_bounds(shape, _durations_s(instance), instance.comm, cap)
+    analytic_ticks = lower_bounds(shape, tick_duration, tick_delay, cap)
+    hint = candidates[0] if candidates else None
+    hint_starts, hint_end = _ticked(hint.schedule, tick_duration, tick_delay) if hint else (None, None)
+    horizon = _serial_horizon(instance, tick, split)
+    if hint is not None and hint_end is not None:
+        # a fitting hint is a feasible point, so no optimum lies beyond it
+        horizon = hint_end if hint.fits else max(horizon, hint_end)
+    lower = math.ceil(analytic_ticks.best - 1e-9)
+    return _Setup(space, instance, candidates, template, placement, split, tick, analytic, lower, hint, hint_starts,
+                  hint_end, horizon)
+
+
+def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool) -> _Solved:
+    """The makespan solve, skipped when the hint meets the analytic bound or the budget is spent."""
+    hint, space, unit = setup.hint, setup.space, setup.instance.time_unit
+    if hint is not None and hint.fits and not space.fixed and not minimize_memory and setup.hint_end is not None \
+            and setup.hint_end <= setup.lower:
+        options.note(f"hint {hint.name} meets the analytic bound {setup.analytic.best:.6g} {unit}: optimal without search")
+        return _Solved("optimal", setup.lower * setup.tick)
+    spent = _Solved("unknown", 0.0, note="time limit reached before the solve" + (": the best hint is reported" if hint else ""))
+    if options.expired:
+        return spent
+    hint_schedule = hint.schedule if hint else None
+    frame = Frame(setup.tick, setup.horizon, min(setup.lower, setup.horizon))
+    built = build_model(setup.instance, space, frame, hint_schedule, setup.hint_starts, options.dominance)
+    if options.expired:
+        return spent
+    p, m = setup.instance.devices, setup.instance.microbatches
+    options.note(
+        f"searching {space.describe()} on p = {p}, m = {m}: {len(built.ops)} ops, tick {setup.tick:.6g} {unit}, "
+        f"hint {hint.name if hint else 'none'}" + (f" ({hint.simulation.step_time_s:.6g} {unit})" if hint else "")
+    )
+    solver = options.solver()
+    callback = _Progress(setup.tick, unit, options.progress)
+    code = solver.solve(built.model, callback)
+    status = STATUS.get(code, "unknown")
+    if code == cp_model.INFEASIBLE:
+        return _Solved(status, math.inf)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        note = "CP-SAT found no schedule within the time limit: the best hint is reported" if code == cp_model.UNKNOWN else None
+        return _Solved(status, 0.0, note=note)
+    found = validate(_to_schedule(built, solver, setup.template, setup.instance, space))
+    return _Solved(
+        status, solver.best_objective_bound * setup.tick, solver.objective_value * setup.tick, found,
+        simulate(found, setup.instance.costs, setup.instance.system), round(solver.objective_value),
+        {op: solver.value(built.start[op]) for op in built.ops}, callback.last_solution_s,
+    )
+
+
+def _pick(setup: _Setup, solved: _Solved) -> tuple[_Solved, bool]:
+    """The better of the solver's answer and a fitting hint; True when the solver's answer wins."""
+    hint = setup.hint
+    if hint is None or not hint.fits:
+        return solved, solved.schedule is not None
+    if solved.simulation is not None and hint.simulation.step_time_s >= solved.simulation.step_time_s - 1e-12:
+        return solved, True
+    status, bound = solved.status, solved.solver_bound
+    if status in ("unknown", "infeasible"):  # the model found nothing, but the hint is a valid point
+        status, bound = "feasible", bound if math.isfinite(bound) else 0.0
+    return replace(solved, status=status, solver_bound=bound, schedule=hint.schedule, simulation=hint.simulation,
+                   objective_ticks=setup.hint_end, starts=setup.hint_starts), False
+
+
+def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
+    """Second solve: the least worst-device peak memory with makespan <= the best found (ticks).
+
+    Returns the best, replaced by the solve's schedule when that is no slower, with the proven peak
+    (memory units) and the solve's status.
+    """
+    spent = replace(best, memory_status="unknown (time limit reached before the memory solve)")
+    if best.schedule is None or best.objective_ticks is None:
+        return best
+    if options.expired:
+        return spent
+    cap = best.objective_ticks
+    frame = Frame(setup.tick, cap, 0, minimize_peak_within=cap)
+    built = build_model(setup.instance, setup.space, frame, best.schedule, best.starts, options.dominance)
+    if options.expired:
+        return spent
+    solver = options.solver()
+    code = solver.solve(built.model)
+    status = STATUS.get(code, "unknown")
+    options.note(f"peak memory at step <= {cap * setup.tick:.6g} {setup.instance.time_unit}: {status}")
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return replace(best, memory_status=status)
+    found = validate(_to_schedule(built, solver, best.schedule, setup.instance, setup.space))
+    simulation = simulate(found, setup.instance.costs, setup.instance.system)
+    assert best.simulation is not None
+    if simulation.step_time_s <= best.simulation.step_time_s + 1e-9:
+        best = replace(best, schedule=found, simulation=simulation)
+    return replace(best, peak_memory=solver.objective_value * built.memory_step, memory_status=status)
+
+
+def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None, minimize_memory: bool = False) -> SearchResult:
+    """Search ``space`` for the shortest step on ``spec``'s instances (see the module docstring).
+
+    ``options.time_limit_s`` bounds the whole search (from ``options.start()``, or from now).
     ``minimize_memory``: then, in a second solve (same limits), minimise the worst device's peak
     memory among schedules no slower (in ticks) than the best found: a lexicographic objective.
 
     Raises InfeasibleError when the memory limit is below what any schedule of the space needs.
     """
-    if devices < 1:
-        raise ScheduleError(f"devices must be >= 1, got {devices}")
-    if microbatches < 1:
-        raise ScheduleError(f"microbatches must be >= 1, got {microbatches}")
-    if time_limit_s <= 0:
-        raise ScheduleError(f"--time-limit must be positive, got {time_limit_s:g}")
-    if workers < 1:
-        raise ScheduleError(f"--workers must be >= 1, got {workers}")
+    options = (options or SolveOptions()).start()
     if space.placement == "family" and not space.fixed:
         if minimize_memory:
-            raise ScheduleError("--minimize-memory needs one placement, not placement=family")
-        return _search_family(instance_for, space, devices, microbatches, time_limit_s, workers, seed, progress, dominance, deterministic_time)
-    if space.placement == "bidirectional" and space.directions == "even" and microbatches % 2 and not space.fixed:
-        raise ScheduleError(f"placement=bidirectional with directions=even needs an even number of microbatches, got {microbatches}")
+            raise ScheduleError("needs one placement, not placement=family", field="minimize_memory")
+        return _search_family(spec, space, options)
+    _check(spec, space)
     began = time.monotonic()
-    instance, candidates = _candidates(instance_for, space, devices, microbatches)
-    if space.fixed and not candidates:
-        raise ScheduleError(f"space fixed:{space.fixed} has no schedule for p = {devices}, m = {microbatches}")
-    template = candidates[0].schedule if candidates else None
-    placement = template.placement if space.fixed else placement_of(space, devices)
-    split = template.split_backward if space.fixed else space.split_backward
-    unit = instance.time_unit
+    setup = _prepare(spec, space)
+    # with a second (memory) solve to come, the makespan solve gets half of what is left
+    solved = _solve(setup, options.share(2) if minimize_memory else options, minimize_memory)
+    best, from_solver = _pick(setup, solved)
+    if minimize_memory:
+        best = _lower_peak(setup, best, options)
+    return _result(setup, best, from_solver, time.monotonic() - began, options)
 
-    if instance.memory_limit is not None:
-        need, why = minimum_memory(instance, space, placement)
-        if instance.memory_limit < need * (1 - 1e-12):
-            raise InfeasibleError(
-                f"memory limit {_format_amount(instance.memory_limit, instance.memory_unit)} is below the minimum "
-                f"{_format_amount(need, instance.memory_unit)} any schedule of {space.describe()} needs ({why})"
-            )
 
-    tick, tick_duration, tick_delay = _ticks(instance)
-    even = not (space.placement == "bidirectional" and space.directions == "free")
-    cap = _cap_of_stage(instance, placement)
-    analytic = lower_bounds(instance.stages, microbatches, devices, _durations_s(instance), instance.comm, placement, split, cap, even)
-    analytic_ticks = lower_bounds(instance.stages, microbatches, devices, tick_duration, tick_delay, placement, split, cap, even)
-
-    hint = candidates[0] if candidates else None
-    hint_starts, hint_end = _ticked(hint.schedule, tick_duration, tick_delay) if hint else (None, None)
-    horizon = _serial_horizon(instance, tick, split)
-    if hint is not None:
-        # a fitting hint is a feasible point, so no optimum lies beyond it
-        horizon = hint_end if hint.fits else max(horizon, hint_end)
-    lower = math.ceil(analytic_ticks.best - 1e-9)
-    callback = _Progress(tick, unit, progress)
-    # a fitting hint that meets the analytic bound is optimal: no model to build or solve
-    proven_by_hint = hint is not None and hint.fits and not space.fixed and not minimize_memory and hint_end <= lower
-    if proven_by_hint:
-        code, status, solver_bound = None, "optimal", lower * tick
-        if progress:
-            progress(f"hint {hint.name} meets the analytic bound {analytic.best:.6g} {unit}: optimal without search")
-    else:
-        built = build_model(instance, space, tick, horizon, min(lower, horizon), hint.schedule if hint else None, hint_starts, dominance)
-        solver = _solver(time_limit_s, workers, seed, deterministic_time)
-        if progress:
-            progress(
-                f"searching {space.describe()} on p = {devices}, m = {microbatches}: {len(built.ops)} ops, tick {tick:.6g} {unit}, "
-                f"hint {hint.name if hint else 'none'}"
-                + (f" ({hint.simulation.step_time_s:.6g} {unit})" if hint else "")
-            )
-        code = solver.solve(built.model, callback)
-        status = STATUS.get(code, "unknown")
-        solver_bound = solver.best_objective_bound * tick if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
-        if code == cp_model.INFEASIBLE:
-            solver_bound = math.inf
-    wall = time.monotonic() - began
-
-    best_schedule, best_sim, solver_objective, from_solver = None, None, None, False
-    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        solver_objective = solver.objective_value * tick
-        found = validate(_to_schedule(built, solver, template, instance, space))
-        found_sim = simulate(found, instance.costs, instance.system)
-        best_schedule, best_sim, from_solver = found, found_sim, True
-    if hint is not None and hint.fits and (best_sim is None or hint.simulation.step_time_s < best_sim.step_time_s - 1e-12):
-        best_schedule, best_sim, from_solver = hint.schedule, hint.simulation, False
-        if status in ("unknown", "infeasible"):  # the model found nothing, but the hint is a valid point
-            status, solver_bound = "feasible", solver_bound if math.isfinite(solver_bound) else 0.0
-
-    bound = max(solver_bound, analytic.best) if status != "infeasible" else math.inf
-    step = best_sim.step_time_s if best_sim is not None else None
+def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, options: SolveOptions) -> SearchResult:
+    """The search result: bound, gap and status from the best schedule and the bounds."""
+    status = best.status
+    bound = max(best.solver_bound, setup.analytic.best) if status != "infeasible" else math.inf
+    step = best.simulation.step_time_s if best.simulation is not None else None
     gap = relative_gap(step, bound)
     if gap is not None and gap <= 1e-9 and status == "feasible":
         status = "optimal"
-    if progress:
-        progress(f"[{wall:7.2f}s] {status}: step {step if step is not None else '-'} {unit}, bound {bound:.6g} {unit}")
-    peak_memory = memory_status = None
-    if minimize_memory and best_schedule is not None:
-        cap = round(solver.objective_value) if from_solver else hint_end
-        starts = {op: solver.value(built.start[op]) for op in built.ops} if from_solver else hint_starts
-        lowered = _minimize_peak(instance, space, tick, cap, best_schedule, starts, dominance,
-                                 _solver(time_limit_s, workers, seed, deterministic_time), progress)
-        if lowered is not None:
-            memory_status, peak_memory, schedule_low, sim_low = lowered
-            if schedule_low is not None and sim_low.step_time_s <= step + 1e-9:
-                best_schedule, best_sim, step = schedule_low, sim_low, sim_low.step_time_s
-                gap = relative_gap(step, bound)
-        wall = time.monotonic() - began
+    unit, hint = setup.instance.time_unit, setup.hint
+    options.note(f"[{wall:7.2f}s] {status}: step {step if step is not None else '-'} {unit}, bound {bound:.6g} {unit}"
+                 + (f" ({best.note})" if best.note else ""))
     return SearchResult(
         status=status,
-        space=space.describe(),
-        schedule=best_schedule,
-        simulation=best_sim,
+        space=setup.space.describe(),
+        schedule=best.schedule,
+        simulation=best.simulation,
         step_time=step,
         bound=bound,
-        solver_bound=solver_bound,
-        solver_objective=solver_objective,
-        analytic=analytic,
+        solver_bound=best.solver_bound,
+        solver_objective=best.solver_objective,
+        analytic=setup.analytic,
         gap=gap,
         hint=hint.name if hint else None,
         hint_step_time=hint.simulation.step_time_s if hint else None,
-        handcrafted=tuple(c for c in candidates if c.name != GREEDY),
-        tick=tick,
+        handcrafted=tuple(c for c in setup.candidates if c.name != GREEDY),
+        tick=setup.tick,
         time_unit=unit,
-        memory_semantics=instance.memory_semantics(),
+        memory_semantics=setup.instance.memory_semantics(),
         wall_time_s=wall,
-        time_to_best_s=callback.last_solution_s,
+        time_to_best_s=best.time_to_best_s,
         from_solver=from_solver,
-        peak_memory=peak_memory,
-        memory_status=memory_status,
+        peak_memory=best.peak_memory,
+        memory_status=best.memory_status,
+        note=best.note,
     )
 
 
@@ -379,33 +471,6 @@ def _ticked(schedule: Schedule, tick_duration, tick_delay) -> tuple[dict[Op, int
     return ticked, max(t + tick_duration(op.stage, op.kind) for op, t in ticked.items())
 
 
-def _solver(time_limit_s: float, workers: int, seed: int, deterministic_time: float | None) -> cp_model.CpSolver:
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = seed
-    if deterministic_time is not None:
-        solver.parameters.max_deterministic_time = deterministic_time
-    return solver
-
-
-def _minimize_peak(instance, space, tick, cap, schedule, starts, dominance, solver, progress):
-    """Second solve: the least worst-device peak memory with makespan <= ``cap`` ticks.
-
-    Returns (status, peak in memory units, schedule or None, simulation or None), or None when the
-    solve found nothing.
-    """
-    built = build_model(instance, space, tick, cap, 0, schedule, starts, dominance, minimize_peak_within=cap)
-    code = solver.solve(built.model)
-    status = STATUS.get(code, "unknown")
-    if progress:
-        progress(f"peak memory at step <= {cap * tick:.6g} {instance.time_unit}: {status}")
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    found = validate(_to_schedule(built, solver, schedule, instance, space))
-    return status, solver.objective_value * built.memory_step, found, simulate(found, instance.costs, instance.system)
-
-
 def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None]:
     """Live activations of stage s that fit on its device (single-stage devices only)."""
     limit = instance.memory_limit
@@ -421,27 +486,33 @@ def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None
     return cap
 
 
-def _search_family(instance_for, space, devices, microbatches, time_limit_s, workers, seed, progress, dominance, deterministic_time) -> SearchResult:
-    """``placement=family``: search each member placement with an equal share of the time; the
-    best schedule wins and the bound is the smallest member bound (the optimum over a union)."""
-    results = []
-    for member in FAMILY_MEMBERS:
+def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> SearchResult:
+    """``placement=family``: search each member placement in turn, each with an equal share of the
+    time left; the best schedule wins and the bound is the smallest member bound (the optimum over a
+    union). Members not reached within the time limit are skipped; the union then has no proven bound
+    (reported as 0, gap unknown)."""
+    results: list[SearchResult] = []
+    unsearched = []
+    for k, member in enumerate(FAMILY_MEMBERS):
+        if results and options.expired:
+            options.note(f"skipped placement={member}: time limit reached")
+            unsearched.append(member)
+            continue
         member_space = replace(space, placement=member)
         try:
-            results.append(
-                search(instance_for, member_space, devices, microbatches, time_limit_s / len(FAMILY_MEMBERS), workers, seed, progress, dominance,
-                       None if deterministic_time is None else deterministic_time / len(FAMILY_MEMBERS))
-            )
+            results.append(search(spec, member_space, options.share(len(FAMILY_MEMBERS) - k)))
         except (InfeasibleError, ScheduleError) as error:
-            if progress:
-                progress(f"skipped placement={member}: {error}")
+            options.note(f"skipped placement={member}: {error}")
     if not results:
-        raise InfeasibleError(f"no placement of {space.describe()} admits p = {devices}, m = {microbatches} under the memory limit")
+        raise InfeasibleError(
+            f"no placement of {space.describe()} admits p = {spec.devices}, m = {spec.microbatches} under the memory limit"
+        )
     found = [r for r in results if r.step_time is not None]
-    best = min(found, key=lambda r: r.step_time) if found else results[0]
-    bound = min(r.bound for r in results)
+    best = min(found, key=lambda r: r.step_time or 0.0) if found else results[0]
+    bound = 0.0 if unsearched else min(r.bound for r in results)
     gap = relative_gap(best.step_time, bound)
     status = best.status if gap is not None and gap <= 1e-9 else ("feasible" if found else "unknown")
-    return replace(best, space=space.describe(), bound=bound, gap=gap, status=status,
+    note = f"time limit reached before placements {', '.join(unsearched)}" if unsearched else best.note
+    return replace(best, space=space.describe(), bound=bound, gap=gap, status=status, note=note,
                    handcrafted=tuple(c for r in results for c in r.handcrafted),
                    wall_time_s=sum(r.wall_time_s for r in results))

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 
 from ppopt.errors import ScheduleError
 from ppopt.generators import generate, get
-from ppopt.generators.chimera import parse_split
-from ppopt.ir import Kind, Op, Schedule, linear_placement
+from ppopt.ir import Kind, Op, Schedule
+from ppopt.placement import parse_split, placement
 
 PLACEMENTS = ("linear", "looped", "v", "zigzag", "bidirectional", "any", "family")
 FAMILY_MEMBERS = ("linear", "looped", "v", "zigzag")
@@ -78,19 +78,20 @@ class Space:
         return self.backward == "split"
 
 
-def _positive_int(what: str, value: str) -> int:
-    """``value`` as an integer >= 1; ``what`` names it in the error (a space key or a flag)."""
+def _positive_int(value: str, key: str | None = None, field: str = "space") -> int:
+    """``value`` as an integer >= 1; the error names the space ``key`` (if any) and carries ``field``."""
     try:
         number = int(value)
     except ValueError:
         number = 0
     if number < 1:
-        raise ScheduleError(f"{what} must be a positive integer, got {value!r}")
+        what = f"space key {key!r} must be" if key else "must be"
+        raise ScheduleError(f"{what} a positive integer, got {value!r}", field=field)
     return number
 
 
 def parse_space(spec: str, **schedule_options: object) -> Space:
-    """Parse a ``--space`` spec; errors name the key or value at fault.
+    """Parse a space spec; errors name the key or value at fault and carry the field ``space``.
 
     ``schedule_options`` (``chunks``, ``waves``, ``split`` from the shared flags) give the values
     the spec does not set, and the options of the handcrafted schedule in ``fixed:NAME``.
@@ -102,7 +103,7 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
         options = {k: v for k, v in schedule_options.items() if v is not None}
         return Space(fixed=name, fixed_options=options, order="fixed")
     if not spec:
-        raise ScheduleError("empty --space spec (e.g. placement=linear,backward=split)")
+        raise ScheduleError("empty space spec (e.g. placement=linear,backward=split)", field="space")
     values: dict[str, object] = {}
     choices = {
         "placement": PLACEMENTS,
@@ -113,48 +114,39 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
     for item in spec.split(","):
         key, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not value:
-            raise ScheduleError(f"space item {item!r} is not KEY=VALUE")
+            raise ScheduleError(f"space item {item!r} is not KEY=VALUE", field="space")
         if key in choices:
             if value not in choices[key]:
-                raise ScheduleError(f"space key {key!r} must be one of {', '.join(choices[key])}, got {value!r}")
+                raise ScheduleError(f"space key {key!r} must be one of {', '.join(choices[key])}, got {value!r}", field="space")
             values[key] = value
         elif key in ("chunks", "waves"):
-            values[key] = _positive_int(f"space key {key!r}", value)
+            values[key] = _positive_int(value, key)
         elif key == "split":
-            values[key] = parse_split(value)
+            try:
+                values[key] = parse_split(value)
+            except ScheduleError as error:
+                raise ScheduleError(f"space key 'split' {error.reason}", field="space") from None
         else:
-            raise ScheduleError(f"unknown space key {key!r} (known: placement, chunks, waves, backward, order, directions, split)")
+            raise ScheduleError(f"unknown space key {key!r} (known: placement, chunks, waves, backward, order, directions, split)",
+                                field="space")
     # --chunks, --waves and --split fill in what the spec leaves out
     for key in ("chunks", "waves"):
         if key not in values and schedule_options.get(key) is not None:
-            values[key] = _positive_int(f"--{key}", str(schedule_options[key]))
+            values[key] = _positive_int(str(schedule_options[key]), field=key)
     if "split" not in values and schedule_options.get("split") is not None and values.get("placement") == "bidirectional":
         values["split"] = parse_split(schedule_options["split"])
     if "split" in values and values.get("placement") != "bidirectional":
-        raise ScheduleError("space key 'split' needs placement=bidirectional")
+        raise ScheduleError("space key 'split' needs placement=bidirectional", field="space")
     if values.get("directions") == "free" and values.get("placement") != "bidirectional":
-        raise ScheduleError("space key 'directions' needs placement=bidirectional")
+        raise ScheduleError("space key 'directions' needs placement=bidirectional", field="space")
     return Space(**values)  # type: ignore[arg-type]
 
 
 def placement_of(space: Space, devices: int) -> tuple[tuple[int, ...], ...] | None:
     """The stage → devices map of a space, or None when the solver chooses it (``any``, ``family``)."""
-    p = devices
-    if space.placement == "linear":
-        return linear_placement(p, p)
-    if space.placement == "looped":
-        return linear_placement(space.chunks * p, p)
-    if space.placement == "v":
-        return tuple((s if s < p else 2 * p - 1 - s,) for s in range(2 * p))
-    if space.placement == "zigzag":
-        from ppopt.generators.hanayo import zigzag_placement
-
-        return zigzag_placement(p, space.waves)
-    if space.placement == "bidirectional":
-        if p % 2:
-            raise ScheduleError(f"placement=bidirectional needs an even number of devices, got {p}")
-        return tuple((s, p - 1 - s) for s in range(p))
-    return None
+    if space.placement in ("any", "family"):
+        return None
+    return placement(space.placement, devices, chunks=space.chunks, waves=space.waves)
 
 
 def stage_count(space: Space, devices: int) -> int:
@@ -194,7 +186,7 @@ def handcrafted_in(space: Space, devices: int, microbatches: int) -> list[Schedu
     names = HANDCRAFTED.get(space.placement, ())
     if space.placement == "family":
         names = tuple(n for member in FAMILY_MEMBERS for n in HANDCRAFTED[member])
-    options = {"chunks": space.chunks, "waves": space.waves}
+    options: dict[str, object] = {"chunks": space.chunks, "waves": space.waves}
     if space.split:
         options["split"] = space.split
         names = tuple("chimera-asym" if n == "chimera" else n for n in names)

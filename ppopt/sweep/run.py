@@ -100,7 +100,9 @@ def _run_eval(item: EvalItem) -> dict:
 
 def _run_gap(item: GapItem) -> list[dict]:
     from ppopt.solve.gap import gap_report
-    from ppopt.solve.instance import instance_factory
+    from ppopt.solve.instance import InstanceSpec
+    from ppopt.solve.options import SolveOptions
+    from ppopt.units import UnitCosts
 
     first = item.inputs[0]
     options: dict = {}
@@ -108,16 +110,10 @@ def _run_gap(item: GapItem) -> list[dict]:
         options.update({k: inputs[k] for k in ("chunks", "waves", "split") if inputs[k] is not None})
     rows = [{"hash": h, "status": "ok", "reason": None, **inputs} for h, inputs in zip(item.hashes, item.inputs)]
     try:
-        factory = instance_factory(
-            first["devices"], first["microbatches"], unit=True, forward=first["unit_forward"],
-            backward=first["unit_backward"], weight=first["unit_weight"], comm=first["unit_comm"],
-            memory_limit=first["memory_limit"],
-        )
-        report = gap_report(
-            factory, first["devices"], first["microbatches"], options, [i["schedule"] for i in item.inputs],
-            time_limit_s=first["time_limit_s"], workers=1, seed=first["seed"],
-            deterministic_time=first["deterministic_time"],
-        )
+        units = UnitCosts(first["unit_forward"], first["unit_backward"], first["unit_weight"], first["unit_comm"])
+        spec = InstanceSpec(first["devices"], first["microbatches"], units, memory_limit=first["memory_limit"])
+        solve = SolveOptions(first["time_limit_s"], workers=1, seed=first["seed"], deterministic_time=first["deterministic_time"])
+        report = gap_report(spec, options, [i["schedule"] for i in item.inputs], solve)
     except PpoptError as error:
         for row in rows:
             row.update(status="skipped", reason=" ".join(str(error).split()))

@@ -132,7 +132,7 @@ class Options(_Strict):
     @field_validator("split")
     @classmethod
     def _check_split(cls, value):
-        from ppopt.generators.chimera import parse_split
+        from ppopt.placement import parse_split
 
         for text in value if isinstance(value, list) else [value]:
             try:
@@ -153,7 +153,7 @@ class Options(_Strict):
 
 
 def _split_text(value: object) -> str:
-    from ppopt.generators.chimera import parse_split
+    from ppopt.placement import parse_split
 
     a, b = parse_split(value)
     return f"{a:g}:{b:g}"

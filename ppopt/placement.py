@@ -1,0 +1,91 @@
+"""Placements: which devices hold each stage, one function per style, shared by generators and solver.
+
+A placement is a tuple indexed by stage; ``placement[s]`` is the tuple of devices holding stage s
+(one per replica). Styles:
+
+- ``linear``: p stages, stage s on device s (GPipe, 1F1B, ZB-H1);
+- ``looped``: v·p stages, stage s on device s mod p (Narayanan et al., "Efficient Large-Scale
+  Language Model Training on GPU Clusters Using Megatron-LM", SC'21, §2.2: interleaved 1F1B);
+- ``v``: 2p stages, device r holds stages r and 2p-1-r (Qi et al., "Zero Bubble Pipeline
+  Parallelism", ICLR 2024, ZB-V);
+- ``zigzag``: 2W·p stages; wave k runs down the devices for even k and back up for odd k (Liu et
+  al., "Hanayo: Harnessing Wave-like Pipeline Parallelism", SC'23);
+- ``bidirectional``: p stages (p even), stage s held by devices s and p-1-s (Li & Hoefler,
+  "Chimera", SC'21).
+
+Also here: the A:B layer split of the asymmetric bidirectional placement (:func:`parse_split`,
+:func:`split_weights`), which the Chimera generator and the solver's spaces share.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ppopt.errors import ScheduleError
+
+Placement = tuple[tuple[int, ...], ...]
+
+STYLES = ("linear", "looped", "v", "zigzag", "bidirectional")
+
+
+def linear_placement(stages: int, devices: int) -> Placement:
+    """Looped placement: stage s on device s mod p (plain linear when stages == devices)."""
+    return tuple((s % devices,) for s in range(stages))
+
+
+def v_placement(devices: int) -> Placement:
+    """V-shaped placement: stage s on device s for s < p, on device 2p-1-s for the second half."""
+    p = devices
+    return tuple((s if s < p else 2 * p - 1 - s,) for s in range(2 * p))
+
+
+def zigzag_placement(devices: int, waves: int) -> Placement:
+    """``placement[k*p + j]`` is ``(j,)`` for even k and ``(p-1-j,)`` for odd k, k = 0..2W-1."""
+    p = devices
+    return tuple((j if k % 2 == 0 else p - 1 - j,) for k in range(2 * waves) for j in range(p))
+
+
+def bidirectional_placement(devices: int) -> Placement:
+    """Stage s held twice: replica 0 ("down") on device s, replica 1 ("up") on device p-1-s; p even."""
+    p = devices
+    if p % 2:
+        raise ScheduleError(f"the bidirectional placement needs an even number of devices, got {p}", field="devices")
+    return tuple((s, p - 1 - s) for s in range(p))
+
+
+def placement(style: str, devices: int, chunks: int = 1, waves: int = 1) -> Placement:
+    """The placement of ``style`` on ``devices`` devices (``chunks`` for looped, ``waves`` for zigzag)."""
+    if style == "linear":
+        return linear_placement(devices, devices)
+    if style == "looped":
+        return linear_placement(chunks * devices, devices)
+    if style == "v":
+        return v_placement(devices)
+    if style == "zigzag":
+        return zigzag_placement(devices, waves)
+    if style == "bidirectional":
+        return bidirectional_placement(devices)
+    raise ScheduleError(f"must be one of {', '.join(STYLES)}, got {style!r}", field="placement")
+
+
+def parse_split(split: object) -> tuple[float, float]:
+    """``split`` as two positive finite numbers: a pair ``(A, B)`` or the text ``"A:B"``."""
+    error = ScheduleError(f"must be two positive numbers A:B, e.g. 1:2, got {split!r}", field="split")
+    parts = split.split(":") if isinstance(split, str) else split
+    if not isinstance(parts, (tuple, list)) or len(parts) != 2 or any(isinstance(x, bool) for x in parts):
+        raise error
+    try:
+        a, b = float(parts[0]), float(parts[1])
+    except (TypeError, ValueError):
+        raise error from None
+    if not (0 < a < math.inf and 0 < b < math.inf):
+        raise error
+    return a, b
+
+
+def split_weights(devices: int, split: object = (1, 2)) -> tuple[float, ...]:
+    """Stage weights for an A:B split: stages 0..p/2-1 share A/(A+B), stages p/2..p-1 share B/(A+B)."""
+    a, b = parse_split(split)
+    half = devices // 2
+    first, second = a / (a + b) / half, b / (a + b) / half
+    return tuple(first if s < half else second for s in range(devices))

@@ -1,0 +1,105 @@
+"""How to solve: time budget, CP-SAT workers and seed, progress, and the one deadline of a command.
+
+``time_limit_s`` is the budget of a whole request (a search, a gap report, a frontier): model
+building, hint generation and simulation, every CP-SAT call and the read-back. :meth:`SolveOptions.start`
+fixes the deadline once (``time.monotonic() + time_limit_s``); every CP-SAT call then gets only the
+time that remains, and a request whose budget is spent stops building further steps and reports what
+it has (the hint, with its status).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ppopt.errors import ConfigError
+
+Progress = Callable[[str], None]
+
+MAX_WORKERS = 64
+"""Most CP-SAT workers one solve may use: CP-SAT's portfolio gains little beyond a few dozen
+workers, and each worker holds a copy of the model, so more only costs memory."""
+
+
+READBACK_SHARE = 0.1
+"""Share of the remaining time a CP-SAT call leaves for what follows it: stopping CP-SAT, reading
+its answer back, validating and simulating it, and printing the report."""
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """Solver settings shared by search, gap and frontier (validated on construction).
+
+    Attributes:
+        time_limit_s: wall-clock budget of the whole request, seconds (finite, > 0).
+        workers: CP-SAT workers, 1..MAX_WORKERS (1 is reproducible with ``deterministic_time``).
+        seed: CP-SAT random seed.
+        progress: called with one line per incumbent and step, or None.
+        deterministic_time: CP-SAT's deterministic time limit per solve (reproducible runs), or None.
+        dominance: add the microbatch-order dominance rule (:mod:`ppopt.solve.model`).
+        deadline: ``time.monotonic()`` value at which the budget ends; set by :meth:`start`.
+    """
+
+    time_limit_s: float = 60.0
+    workers: int = 1
+    seed: int = 0
+    progress: Progress | None = None
+    deterministic_time: float | None = None
+    dominance: bool = True
+    deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.time_limit_s, bool) or not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
+            raise ConfigError(f"must be a finite number of seconds > 0, got {self.time_limit_s}", field="time_limit_s")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError(f"must be an integer from 1 to {MAX_WORKERS}, got {self.workers}", field="workers")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
+            raise ConfigError(f"must be an integer from 0 to 2^31 - 1, got {self.seed}", field="seed")
+        dt = self.deterministic_time
+        if dt is not None and not (math.isfinite(dt) and dt > 0):
+            raise ConfigError(f"must be a finite number > 0, got {dt}", field="deterministic_time")
+
+    def start(self) -> SolveOptions:
+        """These options with the deadline fixed now (unchanged when already started)."""
+        if self.deadline is not None:
+            return self
+        return replace(self, deadline=time.monotonic() + self.time_limit_s)
+
+    def remaining_s(self) -> float:
+        """Seconds left before the deadline (the whole budget when not started), never negative."""
+        if self.deadline is None:
+            return self.time_limit_s
+        return max(0.0, self.deadline - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        return self.remaining_s() <= 0
+
+    def share(self, parts: int) -> SolveOptions:
+        """Options for the next of ``parts`` steps run one after another: an equal share of what
+        remains (and of the deterministic time), ending no later than this deadline."""
+        started = self.start()
+        assert started.deadline is not None
+        slice_end = time.monotonic() + started.remaining_s() / max(parts, 1)
+        dt = None if self.deterministic_time is None else self.deterministic_time / max(parts, 1)
+        return replace(started, deadline=min(slice_end, started.deadline), deterministic_time=dt)
+
+    def note(self, line: str) -> None:
+        """Report one progress line (when progress is wanted)."""
+        if self.progress is not None:
+            self.progress(line)
+
+    def solver(self):
+        """A CP-SAT solver limited to the time that remains (call only when not expired), less
+        :data:`READBACK_SHARE` of it for reading the answer back and reporting."""
+        from ortools.sat.python import cp_model
+
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = (1 - READBACK_SHARE) * self.remaining_s()
+        solver.parameters.num_workers = self.workers
+        solver.parameters.random_seed = self.seed
+        if self.deterministic_time is not None:
+            solver.parameters.max_deterministic_time = self.deterministic_time
+        return solver
