@@ -8,8 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from ppopt.cli import main
+from ppopt.report.study import write_report
 from ppopt.sweep import load_spec, resolve_spec
-from ppopt.sweep.study import SAME_RUNTIME, write_report
+from ppopt.sweep.study import SAME_RUNTIME
 
 SECTIONS = (
     "## Step time vs m per system",
@@ -106,9 +107,9 @@ def test_claim_numbers_match_the_rows(study):
 
 def test_report_without_matplotlib_says_so(study, tmp_path, monkeypatch):
     out, _, _, _ = study
-    import ppopt.sweep.study as module
+    import ppopt.report.study_figures as module
 
-    monkeypatch.setattr(module, "_matplotlib", lambda: None)
+    monkeypatch.setattr(module, "available", lambda: None)
     loaded = load_spec(resolve_spec("quick"))
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     path = write_report(loaded, rows, tmp_path)
@@ -126,7 +127,7 @@ def test_study_rerun_resumes(study):
     result = CliRunner().invoke(main, ["study", "--quick", "--output", str(out), "--quiet", "--no-figures", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
-    assert summary["computed"] == 0 and summary["reused"] == len(rows)
+    assert summary["computed"] == 0 and summary["reused"] + summary["skipped"] == len(rows)
     assert list(csv.DictReader((out / "rows.csv").open())) == rows
 
 
