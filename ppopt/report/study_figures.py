@@ -25,6 +25,7 @@ GiB = 2**30
 DPI = 110
 # Okabe & Ito's colour-blind-safe palette, then greys.
 _PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#999999", "#F0E442"]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h"]
 
 
 def available() -> Callable[..., Any] | None:
@@ -39,8 +40,12 @@ def available() -> Callable[..., Any] | None:
 
 
 def _style(data: StudyData) -> dict[str, dict]:
+    """Per schedule: a colour, solid (paper) or dashed (ppopt's additions), and a marker of its own,
+    earlier schedules larger, so equal values (GPipe and 1F1B often) still show both."""
     return {
-        s: {"color": _PALETTE[i % len(_PALETTE)], "linestyle": "-" if s in PAPER_SCHEDULES else "--", "marker": "o", "markersize": 3}
+        s: {"color": _PALETTE[i % len(_PALETTE)], "linestyle": "-" if s in PAPER_SCHEDULES else "--",
+            "marker": _MARKERS[i % len(_MARKERS)], "markersize": max(3.0, 8.0 * 0.85**i),
+            "linewidth": max(1.0, 3.0 * 0.85**i), "zorder": 2 + i}
         for i, s in enumerate(data.schedules)
     }
 
@@ -61,10 +66,20 @@ def grid_layout(systems: Sequence[str]) -> tuple[int, int, dict[str, tuple[int, 
     return rows, cols, {s: divmod(i, cols) for i, s in enumerate(systems)}
 
 
+def _m_axis(ax, microbatches: Sequence[int]) -> None:
+    """A log2 axis of microbatch counts with a tick at each swept m and no minor ticks."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(microbatches), [str(m) for m in microbatches])
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
 def _legend(fig, axes: Sequence) -> None:
     """One legend for the figure: the panel with the most schedules has every label."""
     handles, labels = max((ax.get_legend_handles_labels() for ax in axes), key=lambda hl: len(hl[1]))
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 8), fontsize=8)
+    columns = max(1, min(len(labels), int(fig.get_figwidth() / 1.35)))  # about 1.35 inches per entry
+    fig.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize=8)
 
 
 def _per_system_figure(figure, data: StudyData, devices: int, column: str, label: str):
@@ -82,7 +97,7 @@ def _per_system_figure(figure, data: StudyData, devices: int, column: str, label
             xs = [m for m in data.microbatches if (system, devices, m, schedule) in data.rows]
             if xs:
                 ax.plot(xs, [data.value(system, devices, m, schedule, column) for m in xs], label=schedule, **style[schedule])
-        ax.set_xscale("log", base=2)
+        _m_axis(ax, data.microbatches)
         ax.set_title(system + (" (compute-network)" if (r, c) == (0, 0) and grid_level(system) else ""), fontsize=9)
         ax.tick_params(labelsize=7)
         if c == 0:
@@ -108,7 +123,7 @@ def _memory_figure(figure, data: StudyData):
             xs = [m for m in data.microbatches if (system, p, m, schedule) in data.rows]
             if xs:
                 ax.plot(xs, [data.value(system, p, m, schedule, "sim_peak_memory_bytes_max") / GiB for m in xs], label=schedule, **style[schedule])
-        ax.set_xscale("log", base=2)
+        _m_axis(ax, data.microbatches)
         ax.set_title(f"S = {p}", fontsize=9)
         ax.set_xlabel("microbatches m", fontsize=8)
         ax.set_ylabel("peak memory, worst device (GiB)", fontsize=8)
@@ -158,9 +173,9 @@ def study_figures(data: StudyData, figure: Callable[..., Any]) -> list[tuple[str
     return made
 
 
-def write_figures(data: StudyData, directory: Path, dpi: int = DPI) -> list[tuple[str, str]] | None:
-    """Draw and save the figures into ``directory``; ``None`` without matplotlib. Returns
-    (caption, path relative to the report) per figure."""
+def write_figures(data: StudyData, directory: Path, dpi: int | None = None) -> list[tuple[str, str]] | None:
+    """Draw and save the figures into ``directory`` at ``dpi`` [default: :data:`DPI`]; ``None``
+    without matplotlib. Returns (caption, path relative to the report) per figure."""
     figure = available()
     if figure is None:
         return None
@@ -168,7 +183,7 @@ def write_figures(data: StudyData, directory: Path, dpi: int = DPI) -> list[tupl
     written = []
     for name, caption, fig in study_figures(data, figure):
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=dpi, metadata={"Software": "ppopt"})
+        fig.savefig(buffer, format="png", dpi=dpi or DPI, metadata={"Software": "ppopt"})
         atomic_write_bytes(directory / name, buffer.getvalue())
         written.append((caption, f"{directory.name}/{name}"))
     return written
