@@ -1,7 +1,6 @@
 """Schedule pictures, checked on matplotlib's Figure objects (no pixels): every generator draws,
 memory lines are distinguishable, messages and the memory limit are drawn; PNG and SVG files; bad suffixes."""
 
-import io
 import os
 
 import pytest
@@ -166,31 +165,28 @@ def test_cli_compare_plot_has_step_times_and_memory_panels(captured):
 
 def test_compare_stacks_schedules(tmp_path):
     items = []
-    for name in ("1f1b", "zb-h1", "chimera"):
+    for name in ("1f1b", "chimera"):
         schedule = generate(name, 2, 2)
         items.append((name, schedule, *table_times(schedule)))
     fig = compare_figure(items, title="p=2, m=2")
     assert [ax.get_title(loc="left") for ax in fig.axes[::2]] == [f"{name}: step {build_table(s).length} slots" for name, s, _, _ in items]
-    assert [len(device_lines(ax)) for ax in fig.axes[1::2]] == [2, 2, 2]
-    assert len(compare_figure([Panel(*items[0])], memory=False).axes) == 1
+    assert [len(device_lines(ax)) for ax in fig.axes[1::2]] == [2, 2]
     path = tmp_path / "compare.png"
-    plot_compare(items, path)
+    plot_compare([Panel(*items[0])], path, memory=False)
     assert path.read_bytes().startswith(PNG_MAGIC)
     with pytest.raises(ScheduleError, match="nothing to compare"):
         plot_compare([], tmp_path / "empty.png")
 
 
 def test_simulated_timeline_in_bytes():
-    schedule = generate("zb-v", 4, 4)
-    instance = instance_factory(4, 4, unit=False, model="llama3-8b", system="dgx-h100")(schedule.stages, None)
+    schedule = generate("zb-v", 2, 4)
+    instance = instance_factory(2, 4, unit=False, model="llama3-8b", system="dgx-h100")(schedule.stages, None)
     simulation = simulate(schedule, instance.costs, instance.system)
     fig = schedule_figure(schedule, simulation.start_s, simulation.end_s, "zb-v simulated", time_unit="s",
                           activation_size=lambda s: instance.costs.stages[s].activation_bytes, memory_unit="bytes",
                           transfers=simulated_transfers(simulation))
     assert fig.axes[1].get_ylabel().startswith("live activations (")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="svg")
-    assert b"<svg" in buffer.getvalue()[:2000]
+    assert len(transfer_segments(fig.axes[0])) == len(simulated_transfers(simulation)) > 0
     assert _memory_scale(3 * 2**30, "bytes") == (2**30, "live activations (GiB)")
     assert _memory_scale(3 * 2**30, "bytes", whole=True) == (2**30, "memory (GiB)")
     assert _memory_scale(5.0, "activations") == (1.0, "live activations")

@@ -377,7 +377,8 @@ def _memory_peak(schedule: Schedule, start, end, size: Callable[[int], float] | 
 
 
 def _draw_memory(ax, schedule: Schedule, start, end, factor: float, size: Callable[[int], float] | None, unit: str,
-                 base: Sequence[float] | None = None, limit: float | None = None, top: float | None = None) -> None:
+                 base: Sequence[float] | None = None, limit: float | None = None, top: float | None = None,
+                 legend: bool = True) -> None:
     """The memory panel: a step line per device (see the module docstring), and the limit; ``top``
     sets the scale (panels that are compared share it) [default: this panel's peak]."""
     curves = live_curves(schedule, start, end, size or (lambda stage: 1.0))
@@ -396,7 +397,7 @@ def _draw_memory(ax, schedule: Schedule, start, end, factor: float, size: Callab
     ax.grid(color="0.9", linewidth=0.6)
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
-    if p <= 16:
+    if legend and p <= 16:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False, ncol=1 if p <= 8 else 2,
                   handlelength=2.8)
 
@@ -424,6 +425,8 @@ def compare_figure(
 ):
     """The Figure :func:`plot_compare` saves; axes: per schedule its Gantt chart, then (with
     ``memory``) its memory panel."""
+    from matplotlib.lines import Line2D
+
     panels = [Panel(*item) for item in items]
     if not panels:
         raise ScheduleError("nothing to compare: give at least one schedule")
@@ -448,12 +451,16 @@ def compare_figure(
         step = panel.step if panel.step is not None else max(panel.end.values(), default=0.0)
         ax.set_title(f"{panel.name}: step {step:.4g} {time_unit}", loc="left", fontsize=10)
         if memory:
-            _draw_memory(axes[per * k + 1], panel.schedule, panel.start, panel.end, factor, panel.activation_size, memory_unit, top=top)
+            _draw_memory(axes[per * k + 1], panel.schedule, panel.start, panel.end, factor, panel.activation_size, memory_unit,
+                         top=top, legend=False)
     for ax in axes:
         ax.set_xlim(0, longest * factor if longest > 0 else 1)
     axes[-1].set_xlabel(xlabel)
-    fig.legend(handles=_legend_handles(drawn, _secondary_label([panel.schedule for panel in panels]), any(p.transfers for p in panels)),
-               loc="outside right upper", frameon=False, fontsize=8)
+    handles = _legend_handles(drawn, _secondary_label([panel.schedule for panel in panels]), any(p.transfers for p in panels))
+    if memory:  # one legend for the memory panels' device lines too
+        widest = max(panels, key=lambda panel: panel.schedule.devices).schedule.devices
+        handles += [Line2D([], [], label=f"device {d}", **device_style(d, widest)) for d in range(min(widest, 16))]
+    fig.legend(handles=handles, loc="outside right upper", frameon=False, fontsize=8, handlelength=2.8)
     if title:
         fig.suptitle(title, x=0.01, ha="left", fontsize=11)
     fig.draw_without_rendering()  # settle the layout (axes sizes) before sizing the labels
