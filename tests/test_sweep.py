@@ -254,6 +254,16 @@ def test_progress_bar_draws_on_one_line():
     assert "3/3" in text and text.startswith("\r")
 
 
+def test_progress_bar_on_a_broken_stderr_stays_quiet():
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+    bar = ProgressBar("sweep x", Full())
+    bar(1, 1)  # no exception: the sweep goes on without a bar
+    bar.close()
+
+
 def test_cli_draws_the_progress_bar_on_stderr(tmp_path):
     spec = write_spec(tmp_path, 'schedules = ["gpipe"]\ndevices = [2]\nmicrobatches = [2, 4]\nmodels = ["study"]\nsystems = ["mid-mid"]\n')
     result = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out")])
@@ -321,9 +331,10 @@ def _wait_for(condition, seconds: float) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 def test_killed_sweep_takes_its_workers_with_it(tmp_path):
-    # enough points that the sweep is still running when it is killed
-    spec = write_spec(tmp_path, 'schedules = "all"\ndevices = [8, 16]\nmicrobatches = [64, 128, 256]\n'
-                                'models = ["study"]\nsystems = ["mid-mid", "fast-slow", "slow-fast"]\n')
+    # small points (the first row comes soon) but hundreds of them: the sweep still runs when it is killed
+    spec = write_spec(tmp_path, 'schedules = "all"\ndevices = [8]\nmicrobatches = [32, 64, 128]\nmodels = ["study"]\n'
+                                'systems = ["slow-slow", "slow-mid", "slow-fast", "mid-slow", "mid-mid", "mid-fast", "fast-slow", '
+                                '"fast-mid", "fast-fast"]\n')
     out = tmp_path / "out"
     command = [sys.executable, "-c", "from ppopt.cli import main; main()", "sweep", str(spec), "-j", "2", "-q", "-o", str(out)]
     parent = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -335,6 +346,7 @@ def test_killed_sweep_takes_its_workers_with_it(tmp_path):
                          and (out / "rows.jsonl").stat().st_size > 0, 60), "the sweep did not start its workers"
         workers = _children(parent.pid)
         parent.send_signal(signal.SIGKILL)
+        assert len(read_rows(out / "rows.jsonl")) < 200, "the sweep ended before it was killed"
         parent.wait()
         assert _wait_for(lambda: not any(map(_alive, workers)), 10), "workers outlived the killed sweep"
     finally:

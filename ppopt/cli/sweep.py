@@ -32,7 +32,7 @@ class ProgressBar:
 
     def __init__(self, label: str, stream: TextIO | None = None):
         self.label, self.done, self.total = label, 0, 0
-        self.stream = stream if stream is not None else sys.stderr
+        self.stream: TextIO | None = stream if stream is not None else sys.stderr
         self.began = self.last = time.monotonic()
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.drawn = -1
@@ -51,16 +51,23 @@ class ProgressBar:
         elapsed = now - self.began
         rate = self.done / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                          f"{rate:6.1f}/s eta {eta:5.0f}s ")
-        self.stream.flush()
+        self._write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                    f"{rate:6.1f}/s eta {eta:5.0f}s ")
+
+    def _write(self, text: str) -> None:
+        if self.stream is None:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except OSError:  # stderr closed or full: the sweep goes on without a bar
+            self.stream = None
 
     def close(self) -> None:
         if self.done:
             if self.drawn != self.done:
                 self._draw(time.monotonic())
-            self.stream.write("\n")
-            self.stream.flush()
+            self._write("\n")
 
 
 def _run(loaded, output, executor, jobs, address, quiet, kinds=("evaluate", "gap")):
