@@ -166,6 +166,8 @@ def render(loaded: LoadedSpec, data: StudyData, found: dict, figures, result_not
         out += [result_note, ""]
     if figures is None:
         out += [f"*Figures were not drawn: {no_figures_reason}. The tables below carry the numbers.*", ""]
+    elif not figures:
+        out += ["*No figures: no point of the grid has a simulated row.*", ""]
     else:
         out += ["Figures are in `figures/`; every number is in `rows.csv`. Paper schedules are drawn solid, ppopt's additions dashed.", ""]
 

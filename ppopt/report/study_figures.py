@@ -179,9 +179,9 @@ def write_figures(data: StudyData, directory: Path, dpi: int | None = None) -> l
     figure = available()
     if figure is None:
         return None
-    directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, caption, fig in study_figures(data, figure):
+        directory.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=dpi or DPI, metadata={"Software": "ppopt"})
         atomic_write_bytes(directory / name, buffer.getvalue())
