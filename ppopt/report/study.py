@@ -36,81 +36,106 @@ def _pct(x: float, digits: int = 2) -> str:
     return f"{100 * x:.{digits}f} %"
 
 
-def claims_text(c: dict, data: StudyData) -> list[str]:
-    """Markdown paragraphs stating each claim, the numbers and the verdict."""
-    lines = []
-    verdict = lambda ok: "**cannot be checked on this grid**" if ok is None else ("**holds**" if ok else "**does not hold**")  # noqa: E731
-    if "gpipe_vs_1f1b" in c:
-        g = c["gpipe_vs_1f1b"]
-        at = g["at"]
-        lines.append(
-            f"1. *GPipe and 1F1B have the same runtime*: {verdict(g['holds'])}. Over {g['points']} (S, m, system) points the "
-            f"simulated step times differ by at most {_pct(g['max_relative_step_time_difference'])} "
-            f"(at S = {at['devices']}, m = {at['microbatches']}, {at['system']}), {_pct(g['mean_relative_step_time_difference'], 3)} on average "
-            f"(threshold {_pct(g['threshold'], 0)}); within the threshold at {g['points_within_threshold']} of {g['points']} points. "
-            f"Largest difference per system: "
-            + ", ".join(f"{sy} {_pct(d)}" for sy, d in g["max_by_system"].items())
-            + f" (within {_pct(g['threshold'], 0)} on {len(g['systems_within_threshold'])} of {len(g['max_by_system'])} systems)."
-        )
-    if "1f1b_activation_peak" in c:
-        a = c["1f1b_activation_peak"]
-        lines.append(
-            f"2. *1F1B has a lower activation peak*: {verdict(a['holds'])}. 1F1B's worst-device activation peak is lower than "
-            f"GPipe's at {a['points_lower']} of {a['points']} points; it is {a['min_ratio']:.3f}x to {a['max_ratio']:.3f}x GPipe's."
-        )
-    if "chimera" in c:
-        ch = c["chimera"]
-        f, t, s = ch["formula"], ch["table"], ch["simulation"]
-        not_won = ", ".join(f"(S = {x['devices']}, m = {x['microbatches']}: {x['chimera']:.3f} vs {x['best_rival']:.3f})" for x in t["not_won"]) or "none"
-        rivals = ", ".join(ch["rivals"])
-        wins = ", ".join(f"{w['system']} S={w['devices']} m={w['microbatches']}" for w in s["wins"]) or "none"
-        by_m = ", ".join(f"m = {m}: {v[0]}/{v[1]}" for m, v in s["wins_by_microbatches"].items())
-        by_net = ", ".join(f"{lvl} network: {v[0]}/{v[1]}" for lvl, v in s["wins_by_network"].items())
-        all_wins = ", ".join(f"{w['system']} S={w['devices']} m={w['microbatches']}" for w in s["fastest_of_all_schedules"]) or "none"
-        consistent = s["mainly_low_microbatches"] and s["fast_networks_not_worse"]
-        lines.append(
-            f"3. *Chimera wins on bubbles in the formula and table layers*: against {rivals}, Chimera has the lowest bubble "
-            f"ratio at {f['wins']} of {f['points']} (S, m) points in the formula layer ({verdict(f['wins'] == f['points'])}) and at "
-            f"{t['wins']} of {t['points']} in the table layer ({verdict(t['wins'] == t['points'])}; points it does not win, "
-            f"bubble ratio Chimera vs best rival: {not_won}). "
-            f"The direct concatenation of basic units keeps Chimera's table bubble ratio from falling with m as the closed form does.\n"
-            f"   *...but wins in the simulation mainly at low microbatch counts on fast networks*: "
-            f"{'**consistent with the data**' if consistent else '**not supported by the data**'}. Chimera is the fastest of "
-            f"Chimera and {rivals} at {len(s['wins'])} of {s['points']} simulated points: {wins}. "
-            f"Wins by m: {by_m}. Wins by network: {by_net}. Fewer wins at the highest m than at the lowest: "
-            f"{'yes' if s['mainly_low_microbatches'] else 'no'}; at least as many on the fastest network as on the slowest: "
-            f"{'yes' if s['fast_networks_not_worse'] else 'no'}. Fastest of all swept schedules (ppopt's additions included): {all_wins}."
-        )
-    if "hanayo" in c:
-        h = c["hanayo"]
-        per = "; ".join(
-            f"{r['system']}: {r['hanayo_s']:.3f} s, {r['ratio_to_best_other']:.3f}x the best other ({r['best_other']}), rank {r['rank']}/{r['of']}"
-            for r in h["per_system"]
-        )
-        sens = ", ".join(f"compute {k}: {v['slow_network']:.3f}x on the slow network vs {v['fast_network']:.3f}x on the fast one" for k, v in h["by_compute"].items())
-        lines.append(
-            f"4. *Hanayo is good at its operating point but sensitive to slow networks*: at (S, m) = ({h['devices']}, {h['microbatches']}), "
-            f"against GPipe, 1F1B and Chimera: {per}. Step time relative to the best other schedule, by compute level: "
-            f"{sens or 'no slow/fast network pair in the grid'}. Sensitivity to slow networks: {verdict(h['holds'])} "
-            f"(test: the relative penalty is larger on the slow network than on the fast one at every compute level)."
-        )
-    if "asymmetric" in c:
-        a = c["asymmetric"]
-        lines.append(
-            f"5. *The asymmetric placement does not lower the global peak memory*: {verdict(a['holds'])}. Against symmetric Chimera "
-            f"over {a['points']} points, the worst-device peak memory of chimera-asym (split 1:2) is "
-            f"{a['global_peak_ratio_min']:.3f}x to {a['global_peak_ratio_max']:.3f}x, lower (by > 0.1 %) at {a['points_global_peak_lower']} points; "
-            f"device 0 (the early stages it is meant to relieve) holds {a['device0_peak_ratio_min']:.3f}x to {a['device0_peak_ratio_max']:.3f}x."
-        )
-    if "system_dependence" in c:
-        d = c["system_dependence"]
-        lines.append(
-            f"6. *Schedule quality only means something in the context of the modelled system*: {verdict(d['holds'])}. At "
-            f"{d['points_with_different_winners']} of {d['points']} (S, m) points the fastest schedule differs between systems"
-            + (": " + "; ".join(f"S={x['devices']} m={x['microbatches']}: {', '.join(x['winners'])}" for x in d["differ"][:12]) if d["differ"] else "")
-            + (" ..." if len(d["differ"]) > 12 else "") + "."
-        )
-    return lines
+def _verdict(ok: bool | None) -> str:
+    return "**cannot be checked on this grid**" if ok is None else ("**holds**" if ok else "**does not hold**")
+
+
+def claims_text(c: dict) -> list[str]:
+    """Markdown paragraphs stating each claim of :func:`ppopt.sweep.study.claims`, the numbers and the verdict."""
+    return [write(c) for key, write in _CLAIM_TEXT.items() if key in c]
+
+
+def _same_runtime_text(c: dict) -> str:
+    g = c["gpipe_vs_1f1b"]
+    at = g["at"]
+    return (
+        f"1. *GPipe and 1F1B have the same runtime*: {_verdict(g['holds'])}. Over {g['points']} (S, m, system) points the "
+        f"simulated step times differ by at most {_pct(g['max_relative_step_time_difference'])} "
+        f"(at S = {at['devices']}, m = {at['microbatches']}, {at['system']}), {_pct(g['mean_relative_step_time_difference'], 3)} on average "
+        f"(threshold {_pct(g['threshold'], 0)}); within the threshold at {g['points_within_threshold']} of {g['points']} points. "
+        f"Largest difference per system: "
+        + ", ".join(f"{sy} {_pct(d)}" for sy, d in g["max_by_system"].items())
+        + f" (within {_pct(g['threshold'], 0)} on {len(g['systems_within_threshold'])} of {len(g['max_by_system'])} systems)."
+    )
+
+
+def _activation_peak_text(c: dict) -> str:
+    a = c["1f1b_activation_peak"]
+    return (
+        f"2. *1F1B has a lower activation peak*: {_verdict(a['holds'])}. 1F1B's worst-device activation peak is lower than "
+        f"GPipe's at {a['points_lower']} of {a['points']} points; it is {a['min_ratio']:.3f}x to {a['max_ratio']:.3f}x GPipe's."
+    )
+
+
+def _chimera_text(c: dict) -> str:
+    ch = c["chimera"]
+    f, t, s = ch["formula"], ch["table"], ch["simulation"]
+    not_won = ", ".join(f"(S = {x['devices']}, m = {x['microbatches']}: {x['chimera']:.3f} vs {x['best_rival']:.3f})" for x in t["not_won"]) or "none"
+    rivals = ", ".join(ch["rivals"])
+    wins = ", ".join(f"{w['system']} S={w['devices']} m={w['microbatches']}" for w in s["wins"]) or "none"
+    by_m = ", ".join(f"m = {m}: {v[0]}/{v[1]}" for m, v in s["wins_by_microbatches"].items())
+    by_net = ", ".join(f"{lvl} network: {v[0]}/{v[1]}" for lvl, v in s["wins_by_network"].items())
+    all_wins = ", ".join(f"{w['system']} S={w['devices']} m={w['microbatches']}" for w in s["fastest_of_all_schedules"]) or "none"
+    consistent = s["mainly_low_microbatches"] and s["fast_networks_not_worse"]
+    return (
+        f"3. *Chimera wins on bubbles in the formula and table layers*: against {rivals}, Chimera has the lowest bubble "
+        f"ratio at {f['wins']} of {f['points']} (S, m) points in the formula layer ({_verdict(f['wins'] == f['points'])}) and at "
+        f"{t['wins']} of {t['points']} in the table layer ({_verdict(t['wins'] == t['points'])}; points it does not win, "
+        f"bubble ratio Chimera vs best rival: {not_won}). "
+        f"The direct concatenation of basic units keeps Chimera's table bubble ratio from falling with m as the closed form does.\n"
+        f"   *...but wins in the simulation mainly at low microbatch counts on fast networks*: "
+        f"{'**consistent with the data**' if consistent else '**not supported by the data**'}. Chimera is the fastest of "
+        f"Chimera and {rivals} at {len(s['wins'])} of {s['points']} simulated points: {wins}. "
+        f"Wins by m: {by_m}. Wins by network: {by_net}. Fewer wins at the highest m than at the lowest: "
+        f"{'yes' if s['mainly_low_microbatches'] else 'no'}; at least as many on the fastest network as on the slowest: "
+        f"{'yes' if s['fast_networks_not_worse'] else 'no'}. Fastest of all swept schedules (ppopt's additions included): {all_wins}."
+    )
+
+
+def _hanayo_text(c: dict) -> str:
+    h = c["hanayo"]
+    per = "; ".join(
+        f"{r['system']}: {r['hanayo_s']:.3f} s, {r['ratio_to_best_other']:.3f}x the best other ({r['best_other']}), rank {r['rank']}/{r['of']}"
+        for r in h["per_system"]
+    )
+    sens = ", ".join(f"compute {k}: {v['slow_network']:.3f}x on the slow network vs {v['fast_network']:.3f}x on the fast one" for k, v in h["by_compute"].items())
+    return (
+        f"4. *Hanayo is good at its operating point but sensitive to slow networks*: at (S, m) = ({h['devices']}, {h['microbatches']}), "
+        f"against GPipe, 1F1B and Chimera: {per}. Step time relative to the best other schedule, by compute level: "
+        f"{sens or 'no slow/fast network pair in the grid'}. Sensitivity to slow networks: {_verdict(h['holds'])} "
+        f"(test: the relative penalty is larger on the slow network than on the fast one at every compute level)."
+    )
+
+
+def _asymmetric_text(c: dict) -> str:
+    a = c["asymmetric"]
+    return (
+        f"5. *The asymmetric placement does not lower the global peak memory*: {_verdict(a['holds'])}. Against symmetric Chimera "
+        f"over {a['points']} points, the worst-device peak memory of chimera-asym (split 1:2) is "
+        f"{a['global_peak_ratio_min']:.3f}x to {a['global_peak_ratio_max']:.3f}x, lower (by > 0.1 %) at {a['points_global_peak_lower']} points; "
+        f"device 0 (the early stages it is meant to relieve) holds {a['device0_peak_ratio_min']:.3f}x to {a['device0_peak_ratio_max']:.3f}x."
+    )
+
+
+def _system_dependence_text(c: dict) -> str:
+    d = c["system_dependence"]
+    return (
+        f"6. *Schedule quality only means something in the context of the modelled system*: {_verdict(d['holds'])}. At "
+        f"{d['points_with_different_winners']} of {d['points']} (S, m) points the fastest schedule differs between systems"
+        + (": " + "; ".join(f"S={x['devices']} m={x['microbatches']}: {', '.join(x['winners'])}" for x in d["differ"][:12]) if d["differ"] else "")
+        + (" ..." if len(d["differ"]) > 12 else "") + "."
+    )
+
+
+#: The paragraph of each claim, in the report's order.
+_CLAIM_TEXT = {
+    "gpipe_vs_1f1b": _same_runtime_text,
+    "1f1b_activation_peak": _activation_peak_text,
+    "chimera": _chimera_text,
+    "hanayo": _hanayo_text,
+    "asymmetric": _asymmetric_text,
+    "system_dependence": _system_dependence_text,
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,7 +221,7 @@ def render(loaded: LoadedSpec, data: StudyData, found: dict, figures, result_not
     out += _ranking_section(data)
     out += _gap_section(data)
     out += ["## Claims", "", "The paper's qualitative claims (Barley et al., ISPDC 2026), checked against the rows above. Numbers are also in `claims.json`.", ""]
-    out += claims_text(found, data) + [""]
+    out += claims_text(found) + [""]
     return "\n".join(out)
 
 
