@@ -1,4 +1,5 @@
-"""Schedule pictures: PNG and SVG for every generator and for a simulated step; bad suffixes."""
+"""Schedule pictures, checked on matplotlib's Figure objects (no pixels): every generator draws,
+memory lines are distinguishable, messages and the memory limit are drawn; PNG and SVG files; bad suffixes."""
 
 import os
 
@@ -7,13 +8,27 @@ from click.testing import CliRunner
 
 pytest.importorskip("matplotlib")
 
+from matplotlib.collections import LineCollection  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+import ppopt.report.plot as plot  # noqa: E402
 from ppopt.cli import main  # noqa: E402
 from ppopt.errors import ScheduleError  # noqa: E402
 from ppopt.generators import generate, names  # noqa: E402
-from ppopt.report.plot import _memory_scale, live_curves, plot_compare, plot_schedule  # noqa: E402
+from ppopt.report.plot import (  # noqa: E402
+    Panel,
+    _memory_scale,
+    compare_figure,
+    live_curves,
+    plot_compare,
+    plot_schedule,
+    schedule_figure,
+    simulated_transfers,
+)
 from ppopt.simulate import simulate  # noqa: E402
 from ppopt.solve.instance import InstanceSpec  # noqa: E402
 from ppopt.table import build_table  # noqa: E402
+from ppopt.units import UnitCosts  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIZES = {"chimera": (2, 2), "chimera-asym": (2, 2), "interleaved-1f1b": (2, 2), "zb-v": (2, 2)}
@@ -24,49 +39,158 @@ def table_times(schedule):
     return table.start, {op: table.end(op) for op in table.start}
 
 
-def assert_picture(path, suffix):
-    data = path.read_bytes()
-    assert data
-    if suffix == ".png":
-        assert data.startswith(PNG_MAGIC)
-    else:
-        assert b"<svg" in data[:2000]
+def unit_simulation(schedule, comm=0.5):
+    instance = InstanceSpec(schedule.devices, schedule.microbatches, UnitCosts(comm=comm)).instance(schedule.stages, None)
+    return simulate(schedule, instance.costs, instance.system)
+
+
+def device_lines(ax):
+    return [line for line in ax.get_lines() if line.get_label().startswith("device ")]
+
+
+def transfer_segments(ax):
+    found = [c for c in ax.collections if isinstance(c, LineCollection) and c.get_gid() == "transfers"]
+    return found[0].get_segments() if found else []
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The Figures the CLI saves, in order (nothing is written)."""
+    figures = []
+
+    def keep(fig, path, fmt):
+        figures.append(fig)
+        return path
+
+    monkeypatch.setattr(plot, "_save", keep)
+    return figures
 
 
 @pytest.mark.parametrize("name", names())
-def test_every_generator_draws_as_png_and_svg(tmp_path, name):
+def test_every_generator_draws_one_box_per_op_and_one_line_per_device(name):
     p, m = SIZES.get(name, (2, 3))
     schedule = generate(name, p, m)
-    start, end = table_times(schedule)
-    for suffix in (".png", ".svg"):
-        path = tmp_path / f"{name}{suffix}"
-        assert plot_schedule(schedule, start, end, path, memory=suffix == ".png") == path
-        assert_picture(path, suffix)
-    assert sorted(os.listdir(tmp_path)) == [f"{name}.png", f"{name}.svg"]  # no temporary files left
+    fig = schedule_figure(schedule, *table_times(schedule))
+    gantt, memory = fig.axes[:2]
+    boxes = [patch for patch in gantt.patches if isinstance(patch, Rectangle)]
+    assert len(boxes) == sum(len(order) for order in schedule.orders)
+    assert len(device_lines(memory)) == p
+    assert transfer_segments(gantt) == []  # a table has no messages
 
 
-def test_simulated_timeline_draws_with_bytes(tmp_path):
-    schedule = generate("zb-v", 4, 4)
-    instance = InstanceSpec(4, 4, model="llama3-8b", system="dgx-h100").instance(schedule.stages, None)
-    simulation = simulate(schedule, instance.costs, instance.system)
-    path = tmp_path / "step.svg"
-    plot_schedule(schedule, simulation.start_s, simulation.end_s, path, title="zb-v simulated", time_unit="s",
-                  activation_size=lambda s: instance.costs.stages[s].activation_bytes, memory_unit="bytes")
-    assert_picture(path, ".svg")
-    assert _memory_scale(3 * 2**30, "bytes") == (2**30, "live activations (GiB)")
-    assert _memory_scale(5.0, "activations") == (1.0, "live activations")
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_pictures_are_written_whole(tmp_path, suffix):
+    schedule = generate("zb-h1", 2, 2)
+    path = tmp_path / f"zbh1{suffix}"
+    assert plot_schedule(schedule, *table_times(schedule), path, memory=suffix == ".png") == path
+    data = path.read_bytes()
+    assert data.startswith(PNG_MAGIC) if suffix == ".png" else b"<svg" in data[:2000]
+    assert os.listdir(tmp_path) == [path.name]  # no temporary file left
+
+
+def test_memory_lines_of_every_device_are_distinguishable():
+    # gpipe: every device holds all m activations, so the lines lie on top of each other
+    schedule = generate("gpipe", 8, 4)
+    lines = device_lines(schedule_figure(schedule, *table_times(schedule)).axes[1])
+    assert len(lines) == 8
+    assert len({(line.get_color(), line.get_linestyle()) for line in lines}) == 8
+    assert len({line.get_linestyle() for line in lines}) == 4  # not only colours: dash patterns too
+    widths = [line.get_linewidth() for line in lines]
+    assert widths == sorted(widths, reverse=True) and widths[0] > widths[-1]  # a covered line shows as a rim
+    for d in range(28):  # no two devices share colour and dash below 28
+        assert sum(plot.device_style(d, 28)["color"] == plot.device_style(e, 28)["color"]
+                   and plot.device_style(d, 28)["linestyle"] == plot.device_style(e, 28)["linestyle"] for e in range(28)) == 1
+
+
+def test_simulated_messages_are_drawn_one_line_each():
+    schedule = generate("interleaved-1f1b", 2, 4)
+    simulation = unit_simulation(schedule)
+    transfers = simulated_transfers(simulation)
+    assert len(transfers) == len([e for e in simulation.events("transfer") if e.where[0] != e.where[1]]) > 0
+    fig = schedule_figure(schedule, simulation.start_s, simulation.end_s, transfers=transfers)
+    segments = transfer_segments(fig.axes[0])
+    assert len(segments) == len(transfers)
+    (x0, y0), (x1, y1) = segments[0]
+    source, destination, leaves, arrives = transfers[0]
+    assert (x0, x1) == pytest.approx((leaves, arrives))
+    assert abs(y0 - source) < 0.5 and abs(y1 - destination) < 0.5
+    assert "message (send → arrival)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_memory_limit_is_a_line_at_its_value():
+    schedule = generate("1f1b", 4, 6)
+    fig = schedule_figure(schedule, *table_times(schedule), memory_limit=3)
+    limit = [line for line in fig.axes[1].get_lines() if line.get_gid() == "memory limit"]
+    assert len(limit) == 1 and set(limit[0].get_ydata()) == {3}
+    # in bytes, on top of persistent memory: the limit in the panel's unit, lines from their base
+    gib = 2**30
+    fig = schedule_figure(schedule, *table_times(schedule), activation_size=lambda s: 2 * gib, memory_unit="bytes",
+                          memory_base=[10 * gib] * 4, memory_limit=20 * gib)
+    ax = fig.axes[1]
+    assert ax.get_ylabel() == "memory (GiB)"
+    assert [set(line.get_ydata()) for line in ax.get_lines() if line.get_gid() == "memory limit"] == [{20}]
+    assert [min(line.get_ydata()) for line in device_lines(ax)] == [10] * 4
+    assert max(device_lines(ax)[0].get_ydata()) == 10 + 2 * 4  # device 0 of 1F1B holds p = 4 activations
+
+
+def test_cli_search_plot_draws_the_memory_limit_and_messages(captured):
+    result = CliRunner().invoke(main, ["search", "-p", "2", "-m", "4", "--unit", "--comm", "0.5", "--memory-limit", "2",
+                                       "--time-limit", "5", "-q", "--no-grid", "--plot", "x.png"])
+    assert result.exit_code == 0, result.output
+    (fig,) = captured
+    gantt, memory = fig.axes[:2]
+    assert [set(line.get_ydata()) for line in memory.get_lines() if line.get_gid() == "memory limit"] == [{2}]
+    assert len(transfer_segments(gantt)) > 0
+
+
+def test_cli_export_draws_the_messages_the_help_promises(captured):
+    result = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", "3", "-m", "2", "--comm", "0.5", "-o", "x.png"])
+    assert result.exit_code == 0, result.output
+    (fig,) = captured
+    # 1F1B on 3 devices, 2 microbatches: 2 forward and 2 backward messages per device boundary
+    assert len(transfer_segments(fig.axes[0])) == 2 * 2 * 2
+
+
+def test_cli_compare_plot_has_step_times_and_memory_panels(captured):
+    result = CliRunner().invoke(main, ["compare", "-p", "2", "-m", "2", "--model", "study", "--system", "mid-mid", "--plot", "x.png"])
+    assert result.exit_code == 0, result.output
+    (fig,) = captured
+    titles = [ax.get_title(loc="left") for ax in fig.axes if ax.get_title(loc="left")]
+    assert len(titles) >= 3 and all(": step " in t and t.endswith(" s") for t in titles)
+    steps = [float(t.split(": step ")[1][:-2]) for t in titles]
+    assert steps == sorted(steps)  # fastest first
+    memory = [ax for ax in fig.axes if device_lines(ax)]
+    assert len(memory) == len(titles) and all(len(device_lines(ax)) == 2 for ax in memory)
+    assert len({ax.get_ylim() for ax in memory}) == 1  # one scale: heights compare across schedules
 
 
 def test_compare_stacks_schedules(tmp_path):
     items = []
-    for name in ("1f1b", "zb-h1", "chimera"):
+    for name in ("1f1b", "chimera"):
         schedule = generate(name, 2, 2)
         items.append((name, schedule, *table_times(schedule)))
+    fig = compare_figure(items, title="p=2, m=2")
+    assert [ax.get_title(loc="left") for ax in fig.axes[::2]] == [f"{name}: step {build_table(s).length} slots" for name, s, _, _ in items]
+    assert [len(device_lines(ax)) for ax in fig.axes[1::2]] == [2, 2]
     path = tmp_path / "compare.png"
-    plot_compare(items, path, title="p=2, m=2")
-    assert_picture(path, ".png")
+    plot_compare([Panel(*items[0])], path, memory=False)
+    assert path.read_bytes().startswith(PNG_MAGIC)
     with pytest.raises(ScheduleError, match="nothing to compare"):
         plot_compare([], tmp_path / "empty.png")
+
+
+def test_simulated_timeline_in_bytes():
+    schedule = generate("zb-v", 2, 4)
+    instance = InstanceSpec(2, 4, model="llama3-8b", system="dgx-h100").instance(schedule.stages, None)
+    simulation = simulate(schedule, instance.costs, instance.system)
+    fig = schedule_figure(schedule, simulation.start_s, simulation.end_s, "zb-v simulated", time_unit="s",
+                          activation_size=lambda s: instance.costs.stages[s].activation_bytes, memory_unit="bytes",
+                          transfers=simulated_transfers(simulation))
+    assert fig.axes[1].get_ylabel().startswith("live activations (")
+    assert len(transfer_segments(fig.axes[0])) == len(simulated_transfers(simulation)) > 0
+    assert _memory_scale(3 * 2**30, "bytes") == (2**30, "live activations (GiB)")
+    assert _memory_scale(3 * 2**30, "bytes", whole=True) == (2**30, "memory (GiB)")
+    assert _memory_scale(5.0, "activations") == (1.0, "live activations")
 
 
 @pytest.mark.parametrize("bad", ["out.pdf", "out.jpg", "out"])
@@ -105,13 +229,9 @@ def test_live_curves_follow_the_table_peaks():
 
 def test_cli_export_pictures(tmp_path):
     runner = CliRunner()
-    png = tmp_path / "zbh1.png"
-    result = runner.invoke(main, ["export", "-s", "zb-h1", "-p", "2", "-m", "2", "--comm", "0.5", "-o", str(png)])
-    assert result.exit_code == 0, result.output
-    assert_picture(png, ".png")
     svg = tmp_path / "chimera.svg"
     result = runner.invoke(main, ["export", "-s", "chimera", "-p", "2", "-m", "2", "--format", "svg", "-o", str(svg)])
     assert result.exit_code == 0, result.output
-    assert_picture(svg, ".svg")
+    assert b"<svg" in svg.read_bytes()[:2000]
     result = runner.invoke(main, ["export", "-s", "1f1b", "-p", "2", "-m", "2", "--format", "png", "-o", str(tmp_path / "x.svg")])
     assert result.exit_code == 1 and result.output.startswith("error: --format png writes a .png file")

@@ -3,17 +3,24 @@
 import csv
 import io
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ppopt.cli import main
-from ppopt.errors import ConfigError
+from ppopt.cli.sweep import ProgressBar
+from ppopt.errors import ConfigError, PpoptError
 from ppopt.sweep import COLUMNS, LocalExecutor, load_spec, point_hash, read_rows, run_sweep
 from ppopt.sweep.executors import make_executor
-from ppopt.sweep.run import INPUT_COLUMNS, ProgressBar
+from ppopt.sweep.run import INPUT_COLUMNS, locked
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SPEC = """
 description = "test sweep"
@@ -50,7 +57,7 @@ def write_spec(directory: Path, text: str = SPEC, name: str = "small.toml") -> P
 def reference(tmp_path_factory):
     """An uninterrupted in-process run of SPEC."""
     directory = tmp_path_factory.mktemp("reference")
-    result = run_sweep(load_spec(write_spec(directory)), directory / "out", progress=False)
+    result = run_sweep(load_spec(write_spec(directory)), directory / "out")
     return result
 
 
@@ -66,13 +73,14 @@ def test_rows_are_written_with_inputs_hash_and_metrics(reference):
     assert len(evaluate) == 2 * (4 * 5 + 1)
     gap = [r for r in rows if r["kind"] == "gap"]
     assert len(gap) == 2 * 3
-    assert reference.points == len(rows) == reference.computed
+    assert reference.points == len(rows) == reference.computed + reference.skipped
     for row in rows:
         inputs = {k: row[k] for k in INPUT_COLUMNS if k in row}
         assert row["hash"] == point_hash(inputs)
         assert len(row["hash"]) == 16
     # Chimera needs an even p: its p = 3 points are rows that say why
     skipped = [r for r in evaluate if r["status"] == "skipped"]
+    assert reference.skipped == len(skipped) == 2 * 2 * 3 and reference.reused == reference.missing == 0
     assert {r["schedule"] for r in skipped} == {"chimera", "chimera-asym"} and {r["devices"] for r in skipped} == {3}
     assert all(r["reason"] and "\n" not in r["reason"] for r in skipped)
     ok = [r for r in evaluate if r["status"] == "ok"]
@@ -97,10 +105,10 @@ def test_rows_are_written_with_inputs_hash_and_metrics(reference):
 def test_rerun_skips_every_point(reference, tmp_path):
     out = tmp_path / "out"
     loaded = load_spec(write_spec(tmp_path))
-    run_sweep(loaded, out, progress=False)
+    run_sweep(loaded, out)
     before = (out / "rows.jsonl").read_bytes()
-    again = run_sweep(loaded, out, progress=False)
-    assert again.computed == 0 and again.reused == again.points
+    again = run_sweep(loaded, out)
+    assert again.computed == 0 and again.reused + again.skipped == again.points and again.skipped == reference.skipped
     assert (out / "rows.jsonl").read_bytes() == before
     assert (out / "rows.csv").read_text() == (reference.output / "rows.csv").read_text()
 
@@ -108,15 +116,22 @@ def test_rerun_skips_every_point(reference, tmp_path):
 def test_interrupted_and_torn_run_resumes_to_the_same_csv(reference, tmp_path):
     out = tmp_path / "out"
     loaded = load_spec(write_spec(tmp_path))
-    partial = run_sweep(loaded, out, progress=False, max_items=9)
+    partial = run_sweep(loaded, out, max_items=9)
     assert 0 < partial.missing < partial.points
+    assert partial.computed + partial.skipped + partial.missing == partial.points
     # killed mid-write: keep 5 whole lines and half of the 6th
     data = (out / "rows.jsonl").read_text().splitlines(keepends=True)
     (out / "rows.jsonl").write_text("".join(data[:5]) + data[5][: len(data[5]) // 2])
     assert len(read_rows(out / "rows.jsonl")) == 5
-    resumed = run_sweep(loaded, out, progress=False)
-    assert resumed.reused == 5 and resumed.missing == 0
-    assert resumed.computed == resumed.points - 5
+    calls = []
+    resumed = run_sweep(loaded, out, progress=lambda done, total: calls.append((done, total)))
+    assert resumed.missing == 0
+    assert resumed.computed + resumed.reused + resumed.skipped == resumed.points
+    old = list(read_rows(out / "rows.jsonl").values())[:5]
+    assert resumed.reused == sum(r["status"] == "ok" for r in old)
+    # progress: once per work item, rows done so far out of the rows this run computes
+    assert calls[-1] == (resumed.points - 5, resumed.points - 5)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls) and len({t for _, t in calls}) == 1
     for line in lines(out / "rows.jsonl"):
         json.loads(line)  # the torn line is gone, every line is whole
     assert len(lines(out / "rows.jsonl")) == resumed.points
@@ -124,25 +139,27 @@ def test_interrupted_and_torn_run_resumes_to_the_same_csv(reference, tmp_path):
 
 
 def test_two_local_jobs_give_the_same_rows(reference, tmp_path):
+    spec = SPEC.split("[solver]")[0]  # the evaluation points: the pool is under test, not the solver
     with LocalExecutor(2) as pool:
-        result = run_sweep(load_spec(write_spec(tmp_path)), tmp_path / "out", pool, progress=False)
-    assert result.computed == reference.points
-    assert (tmp_path / "out" / "rows.csv").read_text() == (reference.output / "rows.csv").read_text()
+        result = run_sweep(load_spec(write_spec(tmp_path, spec)), tmp_path / "out", pool)
+    expected = [r for r in reference.rows if r["kind"] == "evaluate"]
+    assert result.computed + result.skipped == len(expected) == 42
+    assert list(result.rows) == expected
 
 
 def test_ray_gives_the_same_rows(reference, tmp_path):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     from ppopt.sweep import RayExecutor
 
-    spec = SPEC.split("[solver]")[0]  # evaluation points only: keeps the Ray test short
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        with RayExecutor() as pool:
-            result = run_sweep(load_spec(write_spec(tmp_path, spec)), tmp_path / "out", pool, progress=False)
-    finally:
-        ray.shutdown()
-    expected = [r for r in reference.rows if r["kind"] == "evaluate"]
-    assert result.computed == len(expected)
+    # three points of SPEC (one of them skipped): Ray's start-up is the cost, not the points
+    spec = 'schedules = ["gpipe", "1f1b", "chimera"]\ndevices = [3]\nmicrobatches = [4]\nmodels = ["study"]\nsystems = ["mid-mid"]\nglobal_batch = 64\n'
+    with RayExecutor(num_cpus=1) as pool:  # starts a local Ray and shuts it down on leaving
+        assert pool.started
+        result = run_sweep(load_spec(write_spec(tmp_path, spec)), tmp_path / "out", pool)
+    assert not pool.ray.is_initialized()
+    expected = [r for r in reference.rows if r["kind"] == "evaluate" and r["devices"] == 3 and r["microbatches"] == 4
+                and r["system"] == "mid-mid" and r["schedule"] in ("gpipe", "1f1b", "chimera")]
+    assert (result.computed, result.skipped) == (2, 1)
     assert list(result.rows) == expected
 
 
@@ -160,9 +177,9 @@ def test_unreachable_ray_address_fails_fast():
 
 def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
     out = tmp_path / "out"
-    run_sweep(load_spec(write_spec(tmp_path)), out, progress=False)
+    run_sweep(load_spec(write_spec(tmp_path)), out)
     smaller = SPEC.replace('systems = ["mid-mid", "fast-slow"]', 'systems = ["mid-mid"]')
-    result = run_sweep(load_spec(write_spec(tmp_path, smaller)), out, progress=False)
+    result = run_sweep(load_spec(write_spec(tmp_path, smaller)), out)
     assert result.computed == 0
     table = list(csv.DictReader(io.StringIO((out / "rows.csv").read_text())))
     assert {r["system"] for r in table if r["kind"] == "evaluate"} == {"mid-mid"}
@@ -216,9 +233,10 @@ def test_cli_sweep(tmp_path):
     result = runner.invoke(main, ["sweep", str(spec), "--output", str(tmp_path / "out"), "--quiet", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
-    assert summary["points"] == summary["computed"] == 2 * 21 and summary["skipped"] == 2 * 2 * 3
+    assert summary["points"] == 2 * 21 and summary["skipped"] == 2 * 2 * 3 and summary["computed"] == 42 - 12
     result = runner.invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "-q"])
-    assert result.exit_code == 0 and "0 computed, 42 already in rows.jsonl" in result.output
+    assert result.exit_code == 0
+    assert "42 points: 0 computed, 30 already in rows.jsonl, 12 skipped (not applicable), 0 missing" in result.output
     result = runner.invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "--address", "x:1"])
     assert result.exit_code == 1 and "--address is for --executor ray" in result.output
     assert runner.invoke(main, ["sweep", "--help"]).exit_code == 0
@@ -227,10 +245,112 @@ def test_cli_sweep(tmp_path):
 
 def test_progress_bar_draws_on_one_line():
     stream = io.StringIO()
-    bar = ProgressBar(3, "sweep x", stream)
-    for _ in range(3):
-        bar.advance()
+    bar = ProgressBar("sweep x", stream)
+    for done in (1, 2, 3):
+        bar(done, 3)
     bar.close()
     text = stream.getvalue()
     assert text.endswith("\n") and text.count("\n") == 1
     assert "3/3" in text and text.startswith("\r")
+
+
+def test_progress_bar_on_a_broken_stderr_stays_quiet():
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+    bar = ProgressBar("sweep x", Full())
+    bar(1, 1)  # no exception: the sweep goes on without a bar
+    bar.close()
+
+
+def test_cli_draws_the_progress_bar_on_stderr(tmp_path):
+    spec = write_spec(tmp_path, 'schedules = ["gpipe"]\ndevices = [2]\nmicrobatches = [2, 4]\nmodels = ["study"]\nsystems = ["mid-mid"]\n')
+    result = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.stderr
+    assert "] 2/2" in result.stderr and "2/2" not in result.stdout
+    assert result.stdout.startswith("2 points: 2 computed")
+
+
+def test_sweep_where_nothing_applies_says_so(tmp_path):
+    # Chimera needs an even number of devices: the only point is skipped, nothing is computed
+    spec = write_spec(tmp_path, 'schedules = ["chimera"]\ndevices = [3]\nmicrobatches = [4]\nmodels = ["study"]\nsystems = ["mid-mid"]\n')
+    result = run_sweep(load_spec(spec), tmp_path / "out")
+    assert (result.points, result.computed, result.reused, result.skipped, result.missing) == (1, 0, 0, 1, 0)
+    again = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "-q"])
+    assert again.exit_code == 0
+    first = again.output.splitlines()[0]
+    assert first.startswith("1 points, none applicable: all 1 skipped") and "computed" not in first
+
+
+def test_a_second_sweep_into_a_locked_directory_refuses(tmp_path):
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, SPEC.split("[solver]")[0])
+    out.mkdir()
+    with locked(out):  # another sweep holds the directory
+        with pytest.raises(PpoptError, match="another sweep is writing to this directory"):
+            run_sweep(load_spec(spec), out)
+        result = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(out), "-q"])
+        assert result.exit_code == 1
+        assert result.output == f"error: {out}: another sweep is writing to this directory (wait for it, or give another --output)\n"
+        assert not (out / "rows.jsonl").exists()
+    # released: the sweep runs
+    assert run_sweep(load_spec(spec), out).missing == 0
+
+
+def _children(pid: int) -> set[int]:
+    """Live (not zombie) processes whose parent is ``pid`` (Linux /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            if int(ppid) == pid and state != "Z":
+                found.add(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_killed_sweep_takes_its_workers_with_it(tmp_path):
+    # small points (the first row comes soon) but hundreds of them: the sweep still runs when it is killed
+    spec = write_spec(tmp_path, 'schedules = "all"\ndevices = [8]\nmicrobatches = [32, 64, 128]\nmodels = ["study"]\n'
+                                'systems = ["slow-slow", "slow-mid", "slow-fast", "mid-slow", "mid-mid", "mid-fast", "fast-slow", '
+                                '"fast-mid", "fast-fast"]\n')
+    out = tmp_path / "out"
+    command = [sys.executable, "-c", "from ppopt.cli import main; main()", "sweep", str(spec), "-j", "2", "-q", "-o", str(out)]
+    parent = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: set[int] = set()
+    try:
+        # the workers run: two children besides the resource tracker, and a first row written
+        assert _wait_for(lambda: len(_children(parent.pid)) >= 3 and (out / "rows.jsonl").exists()
+                         and (out / "rows.jsonl").stat().st_size > 0, 60), "the sweep did not start its workers"
+        workers = _children(parent.pid)
+        parent.send_signal(signal.SIGKILL)
+        assert len(read_rows(out / "rows.jsonl")) < 200, "the sweep ended before it was killed"
+        parent.wait()
+        assert _wait_for(lambda: not any(map(_alive, workers)), 10), "workers outlived the killed sweep"
+    finally:
+        parent.kill()
+        parent.wait()
+        for pid in filter(_alive, workers):  # a failed test leaves no orphans behind
+            os.kill(pid, signal.SIGKILL)

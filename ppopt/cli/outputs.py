@@ -78,7 +78,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
         else:
             write_json(trace, output)
     else:
-        from ppopt.report.plot import default_title, plot_schedule
+        from ppopt.report.plot import default_title, plot_schedule, simulated_transfers
 
         costs = instance.costs
         step = f"{simulation.step_time_s:.4g} {'slots' if unit else 's'}"
@@ -88,6 +88,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
             time_unit=unit_name,
             activation_size=lambda stage: costs.stages[stage].activation_bytes,
             memory_unit="activations" if unit else "bytes",
+            transfers=simulated_transfers(simulation),
         )
     if output != "-":
         click.echo(f"wrote {output} ({fmt}: {schedule.name}, p={devices}, m={microbatches})", err=True)

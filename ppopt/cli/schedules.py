@@ -57,11 +57,12 @@ def _plot_table(table, path) -> None:
 
 
 def _plot_simulation(schedule, simulation, costs, path) -> None:
-    from ppopt.report.plot import default_title, plot_schedule
+    from ppopt.report.plot import default_title, plot_schedule, simulated_transfers
 
     plot_schedule(schedule, simulation.start_s, simulation.end_s, path,
                   title=f"{default_title(schedule)}, simulated step {simulation.step_time_s:.4g} s", time_unit="s",
-                  activation_size=lambda stage: costs.stages[stage].activation_bytes, memory_unit="bytes")
+                  activation_size=lambda stage: costs.stages[stage].activation_bytes, memory_unit="bytes",
+                  transfers=simulated_transfers(simulation))
     click.echo(f"wrote {path}", err=True)
 
 
@@ -157,9 +158,16 @@ def compare_command(devices, microbatches, units, options, model, system, global
     else:
         click.echo(compare_text(results, ranking, units, f"model {model_config.name} on system {system_config.name}", fmt))
     if plot:
-        from ppopt.report.plot import plot_compare
+        from ppopt.evaluate import schedule_costs
+        from ppopt.report.plot import Panel, plot_compare, simulated_transfers
 
-        panels = [(r.schedule, generate(r.schedule, devices, microbatches, **options), r.simulation.start_s, r.simulation.end_s)
-                  for r in sorted(results, key=lambda r: r.simulation.step_time_s)]
-        plot_compare(panels, plot, title=f"p = {devices}, m = {microbatches}, {model_config.name} on {system_config.name}", time_unit="s")
+        panels = []
+        simulated = sorted(((r.schedule, r.simulation) for r in results if r.simulation is not None), key=lambda x: x[1].step_time_s)
+        for name, simulation in simulated:
+            timed = generate(name, devices, microbatches, **options)
+            activation = [stage.activation_bytes for stage in schedule_costs(timed, model_config, system_config, global_batch).stages]
+            panels.append(Panel(name, timed, simulation.start_s, simulation.end_s, simulation.step_time_s,
+                                activation.__getitem__, simulated_transfers(simulation)))
+        plot_compare(panels, plot, title=f"p = {devices}, m = {microbatches}, {model_config.name} on {system_config.name}",
+                     time_unit="s", memory_unit="bytes")
         click.echo(f"wrote {plot}", err=True)

@@ -82,7 +82,8 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
 def _write_outputs(result, spec, csv_path, plot, trace) -> None:
     """The schedule found as CSV (ordered by simulated start), picture and trace."""
     schedule, simulation = result.schedule, result.simulation
-    costs = spec.instance(schedule.stages, schedule.stage_weights).costs
+    instance = spec.instance(schedule.stages, schedule.stage_weights)
+    costs = instance.costs
     unit = result.time_unit
     if csv_path:
         from ppopt.io.torch_csv import write_torch_csv
@@ -90,12 +91,14 @@ def _write_outputs(result, spec, csv_path, plot, trace) -> None:
         write_torch_csv(schedule, csv_path, simulation.start_s)
         click.echo(f"wrote {csv_path}", err=True)
     if plot:
-        from ppopt.report.plot import plot_schedule
+        from ppopt.report.plot import plot_schedule, simulated_transfers
 
+        in_bytes = instance.memory_unit == "bytes"  # then the limit counts persistent memory too
         plot_schedule(schedule, simulation.start_s, simulation.end_s, plot,
                       title=f"search p={schedule.devices}, m={schedule.microbatches}: step {result.step_time:.4g} {unit} ({result.status})",
                       time_unit=unit, activation_size=lambda stage: costs.stages[stage].activation_bytes,
-                      memory_unit="activations" if unit == "slots" else "bytes")
+                      memory_unit=instance.memory_unit, memory_base=simulation.persistent_bytes if in_bytes else None,
+                      memory_limit=instance.memory_limit, transfers=simulated_transfers(simulation))
         click.echo(f"wrote {plot}", err=True)
     if trace:
         from ppopt.io import write_json

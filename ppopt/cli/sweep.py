@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import time
+from typing import TextIO
+
 import click
 
 from ppopt.cli import main
@@ -22,12 +26,72 @@ def executor_options(command):
     return command
 
 
-def _summary_text(result) -> str:
+class ProgressBar:
+    """A one-line progress bar, redrawn with ``\\r`` at most every 0.2 s (1 s off a tty); call it
+    as ``run_sweep``'s ``progress(done, total)`` and :meth:`close` it at the end."""
+
+    def __init__(self, label: str, stream: TextIO | None = None):
+        self.label, self.done, self.total = label, 0, 0
+        self.stream: TextIO | None = stream if stream is not None else sys.stderr
+        self.began = self.last = time.monotonic()
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.drawn = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+        now = time.monotonic()
+        if total > 0 and (now - self.last >= (0.2 if self.tty else 1.0) or done == total):
+            self.last = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        self.drawn = self.done
+        width = 28
+        filled = int(width * self.done / self.total)
+        elapsed = now - self.began
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        self._write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                    f"{rate:6.1f}/s eta {eta:5.0f}s ")
+
+    def _write(self, text: str) -> None:
+        if self.stream is None:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except OSError:  # stderr closed or full: the sweep goes on without a bar
+            self.stream = None
+
+    def close(self) -> None:
+        if self.done:
+            if self.drawn != self.done:
+                self._draw(time.monotonic())
+            self._write("\n")
+
+
+def _run(loaded, output, executor, jobs, address, quiet, kinds=("evaluate", "gap")):
+    from ppopt.sweep import make_executor, run_sweep
+
+    bar = None if quiet else ProgressBar(f"sweep {loaded.name}")
+    try:
+        with make_executor(executor, jobs, address) as pool:
+            return run_sweep(loaded, output, pool, progress=bar, kinds=kinds)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def summary_text(result) -> str:
+    """The run in one line (counts add up to the points), then where the rows are."""
     s = result.summary()
-    text = (f"{s['points']} points: {s['computed']} computed, {s['reused']} already in rows.jsonl, "
-            f"{s['skipped']} skipped (not applicable), {s['missing']} missing; {s['wall_time_s']:.1f} s\n"
-            f"rows: {result.output / 'rows.csv'}")
-    return text
+    if s["points"] and s["skipped"] == s["points"]:
+        head = (f"{s['points']} points, none applicable: all {s['skipped']} skipped (the generator or solver refused them; "
+                f"reasons in rows.csv)")
+    else:
+        head = (f"{s['points']} points: {s['computed']} computed, {s['reused']} already in rows.jsonl, "
+                f"{s['skipped']} skipped (not applicable), {s['missing']} missing")
+    return f"{head}; {s['wall_time_s']:.1f} s\nrows: {result.output / 'rows.csv'}"
 
 
 @main.command("sweep")
@@ -40,15 +104,13 @@ def sweep_command(spec, output, jobs, executor, address, quiet, as_json) -> None
     A spec lists schedules, devices, microbatches, models, systems and options, and optionally a
     [solver] table for optimality gaps; see configs/studies/paper.toml and the README.
     """
-    from ppopt.sweep import load_spec, make_executor, run_sweep
+    from ppopt.sweep import load_spec
 
-    loaded = load_spec(spec)
-    with make_executor(executor, jobs, address) as pool:
-        result = run_sweep(loaded, output, pool, progress=not quiet)
+    result = _run(load_spec(spec), output, executor, jobs, address, quiet)
     if as_json:
         emit_json(result.summary())
     else:
-        click.echo(_summary_text(result))
+        click.echo(summary_text(result))
 
 
 @main.command("study")
@@ -62,18 +124,17 @@ def study_command(output, jobs, executor, address, quiet, quick, spec_path, no_s
     """Run the paper's study (Barley et al., ISPDC 2026, plus ppopt's schedules and solver gaps)
     and write report.md with figures, rankings, gaps and the paper's claims checked on the data."""
     from ppopt.errors import ConfigError
-    from ppopt.sweep import load_spec, make_executor, resolve_spec, run_sweep
-    from ppopt.sweep.study import write_report
+    from ppopt.report.study import write_report
+    from ppopt.sweep import load_spec, resolve_spec
 
     if quick and spec_path:
         raise ConfigError("give --quick or --spec, not both")
     loaded = load_spec(resolve_spec(spec_path or ("quick" if quick else "paper")))
     kinds = ("evaluate",) if no_solver else ("evaluate", "gap")
-    with make_executor(executor, jobs, address) as pool:
-        result = run_sweep(loaded, output, pool, progress=not quiet, kinds=kinds)
+    result = _run(loaded, output, executor, jobs, address, quiet, kinds)
     note = "" if not result.missing else f"*Incomplete: {result.missing} of {result.points} points are missing.*"
     report = write_report(loaded, result.rows, result.output, figures=not no_figures, note=note)
     if as_json:
         emit_json({**result.summary(), "report": str(report)})
     else:
-        click.echo(_summary_text(result) + f"\nreport: {report}")
+        click.echo(summary_text(result) + f"\nreport: {report}")

@@ -3,10 +3,18 @@
 ``plot_schedule`` draws one row per device (device 0 on top), time on x, one box per op coloured by
 kind, the microbatch number in the box (the font follows the box width; no text where it would not
 fit), idle time blank. Boxes of a device's second and later chunks (interleaved, V and wave
-placements) or of the "up" replica (Chimera) are drawn lighter and hatched. Below, a step line per
-device shows live activations over time (+1, or ``activation_size(stage)``, from an F's start to the
-end of the op that frees it: B, or W when backward is split, the convention of
-:func:`ppopt.table.peak_live`). ``plot_compare`` stacks several schedules on one time axis.
+placements) or of the "up" replica (Chimera) are drawn lighter and hatched. A simulated step can
+also show its messages: one thin grey line per point-to-point transfer, from the sender's row at
+the moment the message leaves to the receiver's row at its arrival (:func:`simulated_transfers`).
+
+Below, the memory panel draws a step line per device: live activations over time (+1, or
+``activation_size(stage)``, from an F's start to the end of the op that frees it: B, or W when
+backward is split, the convention of :func:`ppopt.table.peak_live`), plus an optional constant per
+device (``memory_base``, e.g. the persistent bytes of ``Simulation.persistent_bytes``, so the lines
+are the device's whole memory). Devices keep one colour and one dash pattern each (no two devices
+share both), earlier devices wider, so lines lying on top of each other still show. A memory limit
+is a red dashed horizontal line. ``plot_compare`` stacks several schedules on one time axis, each
+with its step time in its title and its own memory panel.
 
 Times are any unit: table slots (``build_table``'s ``start`` and ``end``) or simulated seconds
 (``Simulation.start_s`` / ``end_s``, drawn in ms when the step is shorter than a second).
@@ -20,14 +28,18 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from ppopt.errors import ScheduleError
 from ppopt.io import atomic_write_bytes
 from ppopt.ir import Kind, Op, Schedule, freeing_kind
 
-__all__ = ["KIND_COLORS", "default_title", "live_curves", "plot_compare", "plot_schedule"]
+__all__ = [
+    "KIND_COLORS", "Panel", "Transfer", "compare_figure", "default_title", "device_style", "live_curves", "plot_compare",
+    "plot_schedule", "schedule_figure", "simulated_transfers",
+]
 
 SUFFIXES = {".png": "png", ".svg": "svg"}
 
@@ -40,6 +52,29 @@ _MIN_FONT = 4.5
 _MAX_FONT = 9.0
 _ROW_INCHES = 0.42
 _MEMORY_INCHES = 1.9
+_COMPARE_MEMORY_INCHES = 1.2
+# Device lines of the memory panel: 7 colours (Okabe & Ito, without yellow) by 4 dash patterns,
+# coprime, so devices 0..27 all differ in (colour, dash).
+_DEVICE_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+_DEVICE_DASHES = ("-", "--", ":", "-.")
+LIMIT_COLOR = "#C00000"
+TRANSFER_COLOR = "0.35"
+
+#: A point-to-point message: (source device, destination device, leaves, arrives), in the plot's time unit.
+Transfer = tuple[int, int, float, float]
+
+
+class Panel(NamedTuple):
+    """One schedule of :func:`plot_compare`: its name, timing and what its memory panel needs."""
+
+    name: str
+    schedule: Schedule
+    start: Mapping[Op, float]
+    end: Mapping[Op, float]
+    step: float | None = None
+    """The step time shown in the title [default: the last op's end]."""
+    activation_size: Callable[[int], float] | None = None
+    transfers: Sequence[Transfer] = ()
 
 
 def new_figure():
@@ -180,15 +215,18 @@ def _label_boxes(fig, ax, schedule: Schedule, start: Mapping[Op, float], end: Ma
         )
 
 
-def _legend_handles(drawn: set, secondary_label: str):
+def _legend_handles(drawn: set, secondary_label: str, messages: bool = False):
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    handles = []
+    handles: list[Any] = []
     for kind in (Kind.F, Kind.B, Kind.I, Kind.W):
         if any(k is kind for k, _ in drawn):
             handles.append(Patch(facecolor=KIND_COLORS[kind], edgecolor="white", label=KIND_NAMES[kind]))
     if any(secondary for _, secondary in drawn):
         handles.append(Patch(facecolor=_lighten("#777777"), edgecolor="#777777", hatch="///", label=secondary_label))
+    if messages:
+        handles.append(Line2D([], [], color=TRANSFER_COLOR, linewidth=0.7, label="message (send → arrival)"))
     return handles
 
 
@@ -219,35 +257,53 @@ def default_title(schedule: Schedule) -> str:
     return f"{schedule.name}: p={schedule.devices}, m={schedule.microbatches}" + (f" ({options})" if options else "")
 
 
-def plot_schedule(
+def simulated_transfers(simulation) -> list[Transfer]:
+    """The messages between devices of a :class:`~ppopt.simulate.Simulation` (its "transfer"
+    events; two stages on one device exchange no message), in its time unit."""
+    return [(e.where[0], e.where[1], e.start_s, e.end_s) for e in simulation.events("transfer") if e.where[0] != e.where[1]]
+
+
+def device_style(device: int, devices: int) -> dict[str, Any]:
+    """Colour, dash pattern, width and stacking of a device's line in the memory panel: earlier
+    devices wider and below, so a line lying on another one still shows as a rim."""
+    return {
+        "color": _DEVICE_COLORS[device % len(_DEVICE_COLORS)],
+        "linestyle": _DEVICE_DASHES[device % len(_DEVICE_DASHES)],
+        "linewidth": 1.2 + 1.6 * (devices - 1 - device) / max(devices - 1, 1),
+        "zorder": 2 + device,
+    }
+
+
+def _draw_transfers(ax, transfers: Iterable[Transfer], factor: float) -> None:
+    """One thin line per message, from the sender's box edge facing the receiver to the receiver's."""
+    from matplotlib.collections import LineCollection
+
+    edge = 0.4
+    segments = []
+    for source, destination, leaves, arrives in transfers:
+        down = 1 if destination > source else -1  # device 0 is the top row
+        segments.append([(leaves * factor, source + down * edge), (arrives * factor, destination - down * edge)])
+    if segments:
+        ax.add_collection(LineCollection(segments, colors=TRANSFER_COLOR, linewidths=0.7, alpha=0.8, zorder=3,
+                                         gid="transfers", label="message"))
+
+
+def schedule_figure(
     schedule: Schedule,
     start: Mapping[Op, float],
     end: Mapping[Op, float],
-    path: str | os.PathLike,
     title: str | None = None,
     memory: bool = True,
     time_unit: str = "slots",
     activation_size: Callable[[int], float] | None = None,
     memory_unit: str = "activations",
-) -> Path:
-    """Draw ``schedule`` timed by ``start``/``end`` as a Gantt chart and write it to ``path``.
-
-    Args:
-        schedule: the schedule (placement and chunks).
-        start, end: every op's start and end time (table slots or simulated seconds).
-        path: ``.png`` or ``.svg`` (anything else is a :class:`ScheduleError`).
-        title: figure title [default: name, p, m and options].
-        memory: add the live-activations panel below the chart.
-        time_unit: label of the time axis (``"slots"`` or ``"s"``; seconds shorter than a whole
-            second are drawn in ms).
-        activation_size: size of one microbatch's activation of a stage, e.g.
-            ``lambda s: costs.stages[s].activation_bytes`` [default: 1 per stage].
-        memory_unit: what ``activation_size`` counts: ``"activations"`` or ``"bytes"`` (then
-            shown in KiB, MiB, GiB or TiB as the peak suggests).
-
-    Returns the path written.
-    """
-    fmt = _format_of(path)
+    *,
+    memory_base: Sequence[float] | None = None,
+    memory_limit: float | None = None,
+    transfers: Sequence[Transfer] = (),
+):
+    """The Figure :func:`plot_schedule` saves (its arguments, without the path); axes: the Gantt
+    chart, then the memory panel."""
     _memory_scale(0.0, memory_unit)  # checks the unit
     Figure = new_figure()
     factor, xlabel = _time_axis(max(end.values(), default=0.0), time_unit)
@@ -259,85 +315,170 @@ def plot_schedule(
     axes = fig.subplots(len(heights), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     gantt = axes[0]
     drawn = _draw_gantt(gantt, schedule, start, end, factor)
+    _draw_transfers(gantt, transfers, factor)
     gantt.set_title(title if title is not None else default_title(schedule), loc="left", fontsize=11)
-    gantt.legend(handles=_legend_handles(drawn, _secondary_label([schedule])), loc="upper left", bbox_to_anchor=(1.0, 1.0),
-                 frameon=False, fontsize=8, handlelength=1.6)
+    gantt.legend(handles=_legend_handles(drawn, _secondary_label([schedule]), bool(transfers)), loc="upper left",
+                 bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8, handlelength=1.6)
     if memory:
-        _draw_memory(axes[1], schedule, start, end, factor, activation_size or (lambda stage: 1.0), memory_unit)
+        _draw_memory(axes[1], schedule, start, end, factor, activation_size, memory_unit, memory_base, memory_limit)
     axes[-1].set_xlabel(xlabel)
     if not memory:
         gantt.tick_params(axis="x", labelbottom=True)
     fig.draw_without_rendering()  # settle the layout (axes sizes) before sizing the labels
     fig.set_layout_engine("none")  # and keep it: the labels fit inside their boxes
     _label_boxes(fig, gantt, schedule, start, end, factor)
+    return fig
+
+
+def plot_schedule(
+    schedule: Schedule,
+    start: Mapping[Op, float],
+    end: Mapping[Op, float],
+    path: str | os.PathLike,
+    title: str | None = None,
+    memory: bool = True,
+    time_unit: str = "slots",
+    activation_size: Callable[[int], float] | None = None,
+    memory_unit: str = "activations",
+    *,
+    memory_base: Sequence[float] | None = None,
+    memory_limit: float | None = None,
+    transfers: Sequence[Transfer] = (),
+) -> Path:
+    """Draw ``schedule`` timed by ``start``/``end`` as a Gantt chart and write it to ``path``.
+
+    Args:
+        schedule: the schedule (placement and chunks).
+        start, end: every op's start and end time (table slots or simulated seconds).
+        path: ``.png`` or ``.svg`` (anything else is a :class:`ScheduleError`).
+        title: figure title [default: name, p, m and options].
+        memory: add the memory panel below the chart.
+        time_unit: label of the time axis (``"slots"`` or ``"s"``; seconds shorter than a whole
+            second are drawn in ms).
+        activation_size: size of one microbatch's activation of a stage, e.g.
+            ``lambda s: costs.stages[s].activation_bytes`` [default: 1 per stage].
+        memory_unit: what ``activation_size`` counts: ``"activations"`` or ``"bytes"`` (then
+            shown in KiB, MiB, GiB or TiB as the peak suggests).
+        memory_base: a constant per device added to its live activations (e.g.
+            ``Simulation.persistent_bytes``): the panel then shows the device's whole memory.
+        memory_limit: a per-device limit in the same unit, drawn as a horizontal line.
+        transfers: messages to draw (:func:`simulated_transfers`), in the time unit of ``start``.
+
+    Returns the path written.
+    """
+    fmt = _format_of(path)
+    fig = schedule_figure(schedule, start, end, title, memory, time_unit, activation_size, memory_unit,
+                          memory_base=memory_base, memory_limit=memory_limit, transfers=transfers)
     return _save(fig, path, fmt)
 
 
-def _draw_memory(ax, schedule, start, end, factor, size, unit) -> None:
-    from matplotlib import colormaps
+def _memory_peak(schedule: Schedule, start, end, size: Callable[[int], float] | None) -> float:
+    return max((max(levels) for _, levels in live_curves(schedule, start, end, size or (lambda stage: 1.0))), default=0.0)
 
-    curves = live_curves(schedule, start, end, size)
-    peak = max((max(levels) for _, levels in curves), default=0.0)
-    divisor, label = _memory_scale(peak, unit)
-    cmap = colormaps["viridis"]
+
+def _draw_memory(ax, schedule: Schedule, start, end, factor: float, size: Callable[[int], float] | None, unit: str,
+                 base: Sequence[float] | None = None, limit: float | None = None, top: float | None = None,
+                 legend: bool = True) -> None:
+    """The memory panel: a step line per device (see the module docstring), and the limit; ``top``
+    sets the scale (panels that are compared share it) [default: this panel's peak]."""
+    curves = live_curves(schedule, start, end, size or (lambda stage: 1.0))
+    offsets = list(base) if base is not None else [0.0] * schedule.devices
+    peak = top if top is not None else max([max(levels) + b for (_, levels), b in zip(curves, offsets)] + [limit or 0.0])
+    divisor, label = _memory_scale(peak, unit, whole=base is not None)
     p = schedule.devices
-    for device, (times, levels) in enumerate(curves):
-        color = cmap(device / max(p - 1, 1) * 0.9)
-        # Earlier devices wider, drawn first: a line hidden under another one still shows as a rim.
-        width = 1.1 + 1.8 * (p - 1 - device) / max(p - 1, 1)
-        ax.step([t * factor for t in times], [v / divisor for v in levels], where="post", color=color,
-                linewidth=width, label=f"device {device}", zorder=2 + device)
+    for device, ((times, levels), b) in enumerate(zip(curves, offsets)):
+        ax.step([t * factor for t in times], [(v + b) / divisor for v in levels], where="post",
+                label=f"device {device}", **device_style(device, p))
+    if limit is not None:
+        ax.axhline(limit / divisor, color=LIMIT_COLOR, linestyle=(0, (4, 2)), linewidth=1.2, zorder=2 + p, gid="memory limit",
+                   label="memory limit")
     ax.set_ylabel(label, fontsize=9)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(bottom=0, top=(peak / divisor) * 1.08 or 1.0)
     ax.grid(color="0.9", linewidth=0.6)
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
-    if p <= 16:
+    if legend and p <= 16:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False, ncol=1 if p <= 8 else 2,
-                  handlelength=1.6)
+                  handlelength=2.8)
 
 
-def _memory_scale(peak: float, unit: str) -> tuple[float, str]:
-    """The memory panel's divisor and y label: activations as counted, bytes in a binary unit."""
+def _memory_scale(peak: float, unit: str, whole: bool = False) -> tuple[float, str]:
+    """The memory panel's divisor and y label: activations as counted, bytes in a binary unit;
+    ``whole`` when the lines include persistent memory."""
+    what = "memory" if whole else "live activations"
     if unit == "activations":
-        return 1.0, "live activations"
+        return 1.0, what
     if unit != "bytes":
         raise ValueError(f"memory_unit must be 'activations' or 'bytes', got {unit!r}")
     for name, divisor in (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
         if peak >= divisor:
-            return divisor, f"live activations ({name})"
-    return 1.0, "live activations (bytes)"
+            return divisor, f"{what} ({name})"
+    return 1.0, f"{what} (bytes)"
 
 
-def plot_compare(
-    items: Sequence[tuple[str, Schedule, Mapping[Op, float], Mapping[Op, float]]],
-    path: str | os.PathLike,
+def compare_figure(
+    items: Sequence[Panel | tuple],
     title: str | None = None,
     time_unit: str = "slots",
-) -> Path:
-    """Several timed schedules, ``(name, schedule, start, end)``, stacked on a shared time axis."""
-    fmt = _format_of(path)
-    if not items:
+    memory: bool = True,
+    memory_unit: str = "activations",
+):
+    """The Figure :func:`plot_compare` saves; axes: per schedule its Gantt chart, then (with
+    ``memory``) its memory panel."""
+    from matplotlib.lines import Line2D
+
+    panels = [Panel(*item) for item in items]
+    if not panels:
         raise ScheduleError("nothing to compare: give at least one schedule")
+    _memory_scale(0.0, memory_unit)  # checks the unit
     Figure = new_figure()
-    longest = max(max(end.values(), default=0.0) for _, _, _, end in items)
+    longest = max(max(panel.end.values(), default=0.0) for panel in panels)
     factor, xlabel = _time_axis(longest, time_unit)
-    heights = [max(1.2, _ROW_INCHES * schedule.devices + 0.5) for _, schedule, _, _ in items]
-    width = _figure_width(max(len(order) for _, s, _, _ in items for order in s.orders))
-    fig = Figure(figsize=(width, sum(heights) + 0.5 * len(items) + 0.8), layout="constrained")
-    axes = fig.subplots(len(items), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    heights: list[float] = []
+    for panel in panels:
+        heights += [max(1.2, _ROW_INCHES * panel.schedule.devices + 0.5)] + ([_COMPARE_MEMORY_INCHES] if memory else [])
+    width = _figure_width(max(len(order) for panel in panels for order in panel.schedule.orders))
+    fig = Figure(figsize=(width, sum(heights) + 0.5 * len(panels) + 0.8), layout="constrained")
+    axes = fig.subplots(len(heights), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    per = 2 if memory else 1
+    # one memory scale for every panel, so heights compare across schedules
+    top = max(_memory_peak(panel.schedule, panel.start, panel.end, panel.activation_size) for panel in panels) if memory else None
     drawn: set = set()
-    for ax, (name, schedule, start, end) in zip(axes, items):
-        drawn |= _draw_gantt(ax, schedule, start, end, factor)
-        ax.set_title(name, loc="left", fontsize=10)
+    for k, panel in enumerate(panels):
+        ax = axes[per * k]
+        drawn |= _draw_gantt(ax, panel.schedule, panel.start, panel.end, factor)
+        _draw_transfers(ax, panel.transfers, factor)
+        step = panel.step if panel.step is not None else max(panel.end.values(), default=0.0)
+        ax.set_title(f"{panel.name}: step {step:.4g} {time_unit}", loc="left", fontsize=10)
+        if memory:
+            _draw_memory(axes[per * k + 1], panel.schedule, panel.start, panel.end, factor, panel.activation_size, memory_unit,
+                         top=top, legend=False)
     for ax in axes:
         ax.set_xlim(0, longest * factor if longest > 0 else 1)
     axes[-1].set_xlabel(xlabel)
-    fig.legend(handles=_legend_handles(drawn, _secondary_label([s for _, s, _, _ in items])), loc="outside right upper", frameon=False, fontsize=8)
+    handles = _legend_handles(drawn, _secondary_label([panel.schedule for panel in panels]), any(p.transfers for p in panels))
+    if memory:  # one legend for the memory panels' device lines too
+        widest = max(panels, key=lambda panel: panel.schedule.devices).schedule.devices
+        handles += [Line2D([], [], label=f"device {d}", **device_style(d, widest)) for d in range(min(widest, 16))]
+    fig.legend(handles=handles, loc="outside right upper", frameon=False, fontsize=8, handlelength=2.8)
     if title:
         fig.suptitle(title, x=0.01, ha="left", fontsize=11)
     fig.draw_without_rendering()  # settle the layout (axes sizes) before sizing the labels
     fig.set_layout_engine("none")  # and keep it: the labels fit inside their boxes
-    for ax, (_, schedule, start, end) in zip(axes, items):
-        _label_boxes(fig, ax, schedule, start, end, factor)
-    return _save(fig, path, fmt)
+    for k, panel in enumerate(panels):
+        _label_boxes(fig, axes[per * k], panel.schedule, panel.start, panel.end, factor)
+    return fig
+
+
+def plot_compare(
+    items: Sequence[Panel | tuple],
+    path: str | os.PathLike,
+    title: str | None = None,
+    time_unit: str = "slots",
+    memory: bool = True,
+    memory_unit: str = "activations",
+) -> Path:
+    """Several timed schedules (:class:`Panel`, or tuples of its fields) stacked on a shared time
+    axis, each with its step time in its title and, with ``memory``, its memory panel."""
+    fmt = _format_of(path)
+    return _save(compare_figure(items, title, time_unit, memory, memory_unit), path, fmt)

@@ -2,7 +2,8 @@
 
 ``load_spec(path)`` reads and validates a spec (:mod:`ppopt.sweep.spec`), ``run_sweep(loaded, ...)``
 computes its rows into ``rows.jsonl`` / ``rows.csv`` (:mod:`ppopt.sweep.run`) with an executor from
-:mod:`ppopt.sweep.executors`; :mod:`ppopt.sweep.study` turns the study's rows into ``report.md``.
+:mod:`ppopt.sweep.executors`; :mod:`ppopt.sweep.study` computes a study's claims from its rows, and
+:mod:`ppopt.report.study` writes them as ``report.md``.
 """
 
 from ppopt.sweep.executors import Executor, LocalExecutor, RayExecutor, make_executor

@@ -6,7 +6,11 @@ sorts rows itself, so the executor never changes what is written.
 
 - :class:`LocalExecutor` ``(jobs)``: ``jobs == 1`` runs in-process (no pool, easiest to debug);
   ``jobs > 1`` uses a ``ProcessPoolExecutor`` with the ``spawn`` start method (no fork of a process
-  that may hold threads, e.g. a Ray client or CP-SAT).
+  that may hold threads, e.g. a Ray client or CP-SAT). Workers die with the sweep: each starts a
+  watcher thread that blocks on ``multiprocessing.parent_process().sentinel`` (the read end of a
+  pipe whose write end only the parent holds, or the parent's process handle on Windows) and ends
+  the worker with ``os._exit`` when it becomes ready, i.e. when the parent is gone, however it
+  died (``kill -9`` included). No polling, no platform-specific call.
 - :class:`RayExecutor` ``(address=None, num_cpus=None)``: one Ray task per item. Connects to the
   Ray cluster at ``address``, uses an already initialised Ray, or starts a local one (``num_cpus``);
   it shuts down only a Ray it started. ``ray`` is optional: ``pip install 'ppopt[ray]'``. Workers of a
@@ -17,12 +21,32 @@ Use executors as context managers: leaving the block cancels items not yet start
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ppopt.errors import ConfigError
 
 __all__ = ["Executor", "LocalExecutor", "RayExecutor", "make_executor"]
+
+
+def _die_with_parent() -> None:
+    """Pool initializer: end this worker as soon as the process that started it is gone."""
+    import multiprocessing
+    import threading
+
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        from multiprocessing.connection import wait
+
+        wait([sentinel])  # ready at EOF: the parent closed its end by exiting
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ppopt-parent-watch", daemon=True).start()
 
 
 class Executor:
@@ -60,7 +84,8 @@ class LocalExecutor(Executor):
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_die_with_parent)
         # a bounded window of submitted items: cancelling on exit stays cheap, memory stays flat
         window = 4 * self.jobs
         queue = iter(items)

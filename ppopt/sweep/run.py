@@ -7,18 +7,27 @@ computed again. ``rows.csv`` is derived: the rows of the spec's points in point 
 atomically at the end of every run (also an interrupted one), so an interrupted and resumed run ends
 with the same CSV as an uninterrupted one. Rows in ``rows.jsonl`` that belong to no point of the
 current spec (an edited spec or preset) stay in the file but are left out of the CSV.
+
+One sweep at a time per output directory: a run holds an exclusive ``flock`` on ``sweep.lock`` in
+it (released by the kernel when the process ends, however it ends; the file stays) and a second run
+into the same directory refuses at once instead of computing every point again and appending
+duplicate rows. On a platform without ``fcntl`` the lock is not taken.
+
+Counts add up: ``points = computed + reused + skipped + missing``, where ``computed`` and ``reused``
+count the rows with a result (this run's and earlier runs') and ``skipped`` the points the generator
+or the solver refused (their rows say why), whichever run wrote them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import os
-import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +36,12 @@ from ppopt.io import atomic_write_text
 from ppopt.sweep.executors import Executor, LocalExecutor
 from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, expand
 
-__all__ = ["COLUMNS", "SweepResult", "read_rows", "run_item", "run_sweep", "rows_csv"]
+__all__ = ["COLUMNS", "LOCK_NAME", "Progress", "SweepResult", "read_rows", "run_item", "run_sweep", "rows_csv"]
+
+#: The lock file a running sweep holds in its output directory.
+LOCK_NAME = "sweep.lock"
+#: Called after every finished work item with (rows done, rows to do) of this run.
+Progress = Callable[[int, int], None]
 
 INPUT_COLUMNS = (
     "kind", "schedule", "devices", "microbatches", "chunks", "waves", "split",
@@ -77,6 +91,7 @@ def _run_eval(item: EvalItem) -> dict:
         row.update(status="skipped", reason=" ".join(str(error).split()))
         return row
     f, t, s = result.formula, result.table, result.simulation
+    assert f is not None and s is not None  # a named schedule with a model and a system has every layer
     row.update(
         formula_bubble_ratio=f.bubble_ratio,
         formula_length=f.length,
@@ -211,45 +226,31 @@ def rows_csv(rows: Iterable[dict]) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# Progress
+# The output directory's lock
 # --------------------------------------------------------------------------------------------------
 
 
-class ProgressBar:
-    """A one-line progress bar on stderr, redrawn with ``\\r`` at most every 0.2 s (1 s off a tty)."""
-
-    def __init__(self, total: int, label: str, stream=None, enabled: bool = True):
-        self.total, self.label, self.done = total, label, 0
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled and total > 0
-        self.began = self.last = time.monotonic()
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.drawn = -1
-
-    def advance(self, count: int = 1) -> None:
-        self.done += count
-        now = time.monotonic()
-        if self.enabled and (now - self.last >= (0.2 if self.tty else 1.0) or self.done == self.total):
-            self.last = now
-            self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        self.drawn = self.done
-        width = 28
-        filled = int(width * self.done / self.total)
-        elapsed = now - self.began
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                          f"{rate:6.1f}/s eta {eta:5.0f}s ")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.done:
-            if self.drawn != self.done:
-                self._draw(time.monotonic())
-            self.stream.write("\n")
-            self.stream.flush()
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` (see the module docstring); a :class:`PpoptError`
+    naming it when another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise PpoptError(f"cannot create {directory / LOCK_NAME}: {error.strerror or error}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PpoptError(f"{directory}: another sweep is writing to this directory (wait for it, or give another --output)") from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 # --------------------------------------------------------------------------------------------------
@@ -263,11 +264,11 @@ class SweepResult:
     points: int
     """Rows the spec defines."""
     computed: int
-    """Rows computed by this run."""
+    """Rows with a result computed by this run."""
     reused: int
-    """Rows found in rows.jsonl (resumed)."""
+    """Rows with a result found in rows.jsonl (resumed)."""
     skipped: int
-    """Rows with status "skipped" (the generator or the solver refused the point)."""
+    """Rows with status "skipped" (the generator or the solver refused the point), of any run."""
     missing: int
     """Rows still to compute (an interrupted or limited run)."""
     wall_time_s: float
@@ -289,16 +290,17 @@ def run_sweep(
     loaded: LoadedSpec,
     output: str | os.PathLike | None = None,
     executor: Executor | None = None,
-    progress: bool = True,
+    progress: Progress | None = None,
     max_items: int | None = None,
     kinds: tuple[str, ...] = ("evaluate", "gap"),
-    on_item: Callable[[list[dict]], None] | None = None,
 ) -> SweepResult:
     """Run (or resume) the sweep of ``loaded`` into ``output`` (default ``out/<spec stem>``).
 
-    ``max_items`` stops after that many work items (tests use it to simulate an interruption);
-    ``kinds`` restricts the points to evaluation (``"evaluate"``) or solver (``"gap"``) points;
-    ``on_item`` is called with the rows of every finished item.
+    ``progress(done, total)`` is called after every finished work item with the rows done and to do
+    in this run (the CLI draws it as a bar on stderr); ``max_items`` stops after that many work items
+    (tests use it to simulate an interruption); ``kinds`` restricts the points to evaluation
+    (``"evaluate"``) or solver (``"gap"``) points. Raises :class:`PpoptError` if another sweep holds
+    the output directory.
     """
     began = time.monotonic()
     out = Path(output) if output is not None else default_output(loaded)
@@ -306,11 +308,17 @@ def run_sweep(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise PpoptError(f"cannot create {out}: {error.strerror or error}") from None
+    with locked(out):
+        return _run_locked(loaded, out, executor or LocalExecutor(1), progress, max_items, kinds, began)
+
+
+def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Progress | None, max_items: int | None,
+                kinds: tuple[str, ...], began: float) -> SweepResult:
     items = [i for i in expand(loaded) if ("gap" if isinstance(i, GapItem) else "evaluate") in kinds]
     order = {h: n for n, h in enumerate(h for item in items for h in item.hashes)}
     rows_path = out / "rows.jsonl"
     existing = read_rows(rows_path, repair=True)
-    reused = sum(h in existing for h in order)
+    before = {h for h in order if h in existing}
     pending = [item for item in items if not all(h in existing for h in item.hashes)]
     # longest first keeps a pool's workers busy to the end (the order of rows.jsonl does not matter)
     pending.sort(key=lambda item: -item.cost)
@@ -318,31 +326,30 @@ def run_sweep(
         pending = pending[:max_items]
     atomic_write_text(out / "spec.json", json.dumps(loaded.spec.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
 
-    executor = executor or LocalExecutor(1)
-    bar = ProgressBar(sum(len(i.hashes) for i in pending), f"sweep {loaded.name}", enabled=progress)
+    total = sum(len(i.hashes) for i in pending)
+    done = 0
     appender = _Appender(rows_path)
-    computed = 0
+    present: list[dict] = []
     try:
         for rows in executor.map_unordered(run_item, pending):
             for row in rows:
                 if row["hash"] not in existing:
                     appender.write(row)
                     existing[row["hash"]] = row
-                    computed += 1
-            bar.advance(len(rows))
-            if on_item is not None:
-                on_item(rows)
+            done += len(rows)
+            if progress is not None:
+                progress(done, total)
     finally:
         appender.close()
-        bar.close()
         present = sorted((r for h, r in existing.items() if h in order), key=lambda r: order[r["hash"]])
         atomic_write_text(out / "rows.csv", rows_csv(present))
+    ok = [r["hash"] for r in present if r.get("status") != "skipped"]
     return SweepResult(
         output=out,
         points=len(order),
-        computed=computed,
-        reused=reused,
-        skipped=sum(r.get("status") == "skipped" for r in present),
+        computed=sum(h not in before for h in ok),
+        reused=sum(h in before for h in ok),
+        skipped=len(present) - len(ok),
         missing=len(order) - len(present),
         wall_time_s=time.monotonic() - began,
         rows=tuple(present),

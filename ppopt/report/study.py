@@ -1,0 +1,315 @@
+"""The study report: the rows of a study sweep (``configs/studies/paper.toml`` or quick.toml) as
+``report.md``.
+
+Sections: step time vs m per system, idle ratio vs m, worst-device peak memory per schedule, the
+ranking in each layer and where it flips, the solver's optimality gaps, and the paper's qualitative
+claims (Barley et al., ISPDC 2026) checked against the numbers. Every number in the text is
+computed from the rows (:mod:`ppopt.sweep.study` computes the claims); the claim numbers are also
+written to ``claims.json`` so they can be checked against ``rows.csv``.
+
+Figures (:mod:`ppopt.report.study_figures`) need matplotlib (``pip install 'ppopt[plot]'``); without
+it the report is written without figures and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ppopt.io import atomic_write_text
+from ppopt.report.study_figures import GiB, write_figures
+from ppopt.report.text import render_table
+from ppopt.sweep.spec import LoadedSpec
+from ppopt.sweep.study import PAPER_SCHEDULES, StudyData, claims
+
+__all__ = ["claims_text", "render", "write_report"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Claims
+# --------------------------------------------------------------------------------------------------
+
+
+def _pct(x: float, digits: int = 2) -> str:
+    return f"{100 * x:.{digits}f} %"
+
+
+def _verdict(ok: bool | None) -> str:
+    return "**cannot be checked on this grid**" if ok is None else ("**holds**" if ok else "**does not hold**")
+
+
+def claims_text(c: dict) -> list[str]:
+    """Markdown paragraphs stating each claim of :func:`ppopt.sweep.study.claims`, the numbers and the verdict."""
+    return [write(c) for key, write in _CLAIM_TEXT.items() if key in c]
+
+
+def _same_runtime_text(c: dict) -> str:
+    g = c["gpipe_vs_1f1b"]
+    at = g["at"]
+    return (
+        f"1. *GPipe and 1F1B have the same runtime*: {_verdict(g['holds'])}. Over {g['points']} (S, m, system) points the "
+        f"simulated step times differ by at most {_pct(g['max_relative_step_time_difference'])} "
+        f"(at S = {at['devices']}, m = {at['microbatches']}, {at['system']}), {_pct(g['mean_relative_step_time_difference'], 3)} on average "
+        f"(threshold {_pct(g['threshold'], 0)}); within the threshold at {g['points_within_threshold']} of {g['points']} points. "
+        f"Largest difference per system: "
+        + ", ".join(f"{sy} {_pct(d)}" for sy, d in g["max_by_system"].items())
+        + f" (within {_pct(g['threshold'], 0)} on {len(g['systems_within_threshold'])} of {len(g['max_by_system'])} systems)."
+    )
+
+
+def _activation_peak_text(c: dict) -> str:
+    a = c["1f1b_activation_peak"]
+    return (
+        f"2. *1F1B has a lower activation peak*: {_verdict(a['holds'])}. 1F1B's worst-device activation peak is lower than "
+        f"GPipe's at {a['points_lower']} of {a['points']} points; it is {a['min_ratio']:.3f}x to {a['max_ratio']:.3f}x GPipe's."
+    )
+
+
+def _chimera_text(c: dict) -> str:
+    ch = c["chimera"]
+    f, t, s = ch["formula"], ch["table"], ch["simulation"]
+    not_won = ", ".join(f"(S = {x['devices']}, m = {x['microbatches']}: {x['chimera']:.3f} vs {x['best_rival']:.3f})" for x in t["not_won"]) or "none"
+    rivals = ", ".join(ch["rivals"])
+    wins = ", ".join(f"{w['system']} S={w['devices']} m={w['microbatches']}" for w in s["wins"]) or "none"
+    by_m = ", ".join(f"m = {m}: {v[0]}/{v[1]}" for m, v in s["wins_by_microbatches"].items())
+    by_net = ", ".join(f"{lvl} network: {v[0]}/{v[1]}" for lvl, v in s["wins_by_network"].items())
+    all_wins = ", ".join(f"{w['system']} S={w['devices']} m={w['microbatches']}" for w in s["fastest_of_all_schedules"]) or "none"
+    consistent = s["mainly_low_microbatches"] and s["fast_networks_not_worse"]
+    return (
+        f"3. *Chimera wins on bubbles in the formula and table layers*: against {rivals}, Chimera has the lowest bubble "
+        f"ratio at {f['wins']} of {f['points']} (S, m) points in the formula layer ({_verdict(f['wins'] == f['points'])}) and at "
+        f"{t['wins']} of {t['points']} in the table layer ({_verdict(t['wins'] == t['points'])}; points it does not win, "
+        f"bubble ratio Chimera vs best rival: {not_won}). "
+        f"The direct concatenation of basic units keeps Chimera's table bubble ratio from falling with m as the closed form does.\n"
+        f"   *...but wins in the simulation mainly at low microbatch counts on fast networks*: "
+        f"{'**consistent with the data**' if consistent else '**not supported by the data**'}. Chimera is the fastest of "
+        f"Chimera and {rivals} at {len(s['wins'])} of {s['points']} simulated points: {wins}. "
+        f"Wins by m: {by_m}. Wins by network: {by_net}. Fewer wins at the highest m than at the lowest: "
+        f"{'yes' if s['mainly_low_microbatches'] else 'no'}; at least as many on the fastest network as on the slowest: "
+        f"{'yes' if s['fast_networks_not_worse'] else 'no'}. Fastest of all swept schedules (ppopt's additions included): {all_wins}."
+    )
+
+
+def _hanayo_text(c: dict) -> str:
+    h = c["hanayo"]
+    per = "; ".join(
+        f"{r['system']}: {r['hanayo_s']:.3f} s, {r['ratio_to_best_other']:.3f}x the best other ({r['best_other']}), rank {r['rank']}/{r['of']}"
+        for r in h["per_system"]
+    )
+    sens = ", ".join(f"compute {k}: {v['slow_network']:.3f}x on the slow network vs {v['fast_network']:.3f}x on the fast one" for k, v in h["by_compute"].items())
+    return (
+        f"4. *Hanayo is good at its operating point but sensitive to slow networks*: at (S, m) = ({h['devices']}, {h['microbatches']}), "
+        f"against GPipe, 1F1B and Chimera: {per}. Step time relative to the best other schedule, by compute level: "
+        f"{sens or 'no slow/fast network pair in the grid'}. Sensitivity to slow networks: {_verdict(h['holds'])} "
+        f"(test: the relative penalty is larger on the slow network than on the fast one at every compute level)."
+    )
+
+
+def _asymmetric_text(c: dict) -> str:
+    a = c["asymmetric"]
+    return (
+        f"5. *The asymmetric placement does not lower the global peak memory*: {_verdict(a['holds'])}. Against symmetric Chimera "
+        f"over {a['points']} points, the worst-device peak memory of chimera-asym (split 1:2) is "
+        f"{a['global_peak_ratio_min']:.3f}x to {a['global_peak_ratio_max']:.3f}x, lower (by > 0.1 %) at {a['points_global_peak_lower']} points; "
+        f"device 0 (the early stages it is meant to relieve) holds {a['device0_peak_ratio_min']:.3f}x to {a['device0_peak_ratio_max']:.3f}x."
+    )
+
+
+def _system_dependence_text(c: dict) -> str:
+    d = c["system_dependence"]
+    return (
+        f"6. *Schedule quality only means something in the context of the modelled system*: {_verdict(d['holds'])}. At "
+        f"{d['points_with_different_winners']} of {d['points']} (S, m) points the fastest schedule differs between systems"
+        + (": " + "; ".join(f"S={x['devices']} m={x['microbatches']}: {', '.join(x['winners'])}" for x in d["differ"][:12]) if d["differ"] else "")
+        + (" ..." if len(d["differ"]) > 12 else "") + "."
+    )
+
+
+#: The paragraph of each claim, in the report's order.
+_CLAIM_TEXT = {
+    "gpipe_vs_1f1b": _same_runtime_text,
+    "1f1b_activation_peak": _activation_peak_text,
+    "chimera": _chimera_text,
+    "hanayo": _hanayo_text,
+    "asymmetric": _asymmetric_text,
+    "system_dependence": _system_dependence_text,
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Markdown
+# --------------------------------------------------------------------------------------------------
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    return render_table(headers, list(rows), "markdown")
+
+
+def _by_m_table(data: StudyData, system: str, devices: int, column: str, fmt) -> str:
+    rows = []
+    for schedule in data.schedules:
+        cells = [fmt(data.get(system, devices, m, schedule, column)) if (system, devices, m, schedule) in data.rows else "-" for m in data.microbatches]
+        if any(c != "-" for c in cells):
+            rows.append([schedule] + cells)
+    return _table(["schedule"] + [f"m = {m}" for m in data.microbatches], rows)
+
+
+def _figure_lines(figures, names: Sequence[str]) -> list[str]:
+    if figures is None:
+        return []
+    return [f"![{caption}]({path})" for caption, path in figures if any(n in path for n in names)] + [""]
+
+
+def _spread_across_systems(data: StudyData, column: str) -> float:
+    """Largest relative spread of ``column`` across systems at one (S, m, schedule)."""
+    groups = defaultdict(list)
+    for (_system, p, m, s), row in data.rows.items():
+        groups[(p, m, s)].append(row[column])
+    return max((max(v) - min(v)) / max(v) for v in groups.values() if v and max(v) > 0) if groups else 0.0
+
+
+def render(loaded: LoadedSpec, data: StudyData, found: dict, figures, result_note: str = "", no_figures_reason: str = "") -> str:
+    spec = loaded.spec
+    base = data.baseline
+    out = [f"# Study report: {loaded.name}", ""]
+    if spec.description:
+        out += [spec.description, ""]
+    out += [
+        f"Model `{data.model}`; systems {', '.join(f'`{s}`' for s in data.systems)}; S (devices) in {data.devices}; "
+        f"m (microbatches) in {data.microbatches}; global batch {spec.global_batch or 'the model default'}; table slots with B = {spec.backward} F.",
+        f"Schedules: {', '.join(data.schedules)} (paper: {', '.join(s for s in data.schedules if s in PAPER_SCHEDULES)}; "
+        f"ppopt's additions: {', '.join(s for s in data.schedules if s not in PAPER_SCHEDULES) or 'none'}).",
+        f"{len(data.rows)} evaluated points, {len(data.gaps)} solver rows, {len(data.skipped)} skipped points "
+        f"(the generator or solver refused them; reasons in rows.csv).",
+        "",
+    ]
+    if spec.filters:
+        out += ["Point filters: " + "; ".join(f"{n}: {', '.join(f'{k} = {v}' for k, v in f.model_dump(exclude_defaults=True).items())}" for n, f in spec.filters.items()) + ".", ""]
+    if result_note:
+        out += [result_note, ""]
+    if figures is None:
+        out += [f"*Figures were not drawn: {no_figures_reason}. The tables below carry the numbers.*", ""]
+    elif not figures:
+        out += ["*No figures: no point of the grid has a simulated row.*", ""]
+    else:
+        out += ["Figures are in `figures/`; every number is in `rows.csv`. Paper schedules are drawn solid, ppopt's additions dashed.", ""]
+
+    out += ["## Step time vs m per system", ""]
+    out += _figure_lines(figures, ["step_time_"])
+    for p in data.devices:
+        out += [f"Simulated step time (s) on `{base}`, S = {p}:", "", _by_m_table(data, base, p, "sim_step_time_s", lambda v: f"{v:.3f}"), ""]
+
+    out += ["## Idle ratio vs m", "", "Idle ratio of the simulation: 1 − busy time / (devices × step time).", ""]
+    out += _figure_lines(figures, ["idle_ratio_"])
+    for p in data.devices:
+        out += [f"Idle ratio on `{base}`, S = {p}:", "", _by_m_table(data, base, p, "sim_idle_ratio", lambda v: f"{v:.3f}"), ""]
+
+    spread = _spread_across_systems(data, "sim_peak_memory_bytes_max")
+    out += [
+        "## Peak memory per device", "",
+        "Worst-device peak memory (GiB): persistent weights, gradients and optimizer state plus live activations. "
+        + ("It does not depend on the system (identical on every system of the grid)." if spread < 1e-12
+           else f"It differs between systems by up to {_pct(spread)}; the table shows `{base}`."),
+        "",
+    ]
+    out += _figure_lines(figures, ["peak_memory"])
+    for p in data.devices:
+        out += [f"S = {p}:", "", _by_m_table(data, base, p, "sim_peak_memory_bytes_max", lambda v: f"{v / GiB:,.0f}"), ""]
+
+    out += _ranking_section(data)
+    out += _gap_section(data)
+    out += ["## Claims", "", "The paper's qualitative claims (Barley et al., ISPDC 2026), checked against the rows above. Numbers are also in `claims.json`.", ""]
+    out += claims_text(found) + [""]
+    return "\n".join(out)
+
+
+def _ranking_section(data: StudyData) -> list[str]:
+    out = [
+        "## Rankings per layer and where they flip", "",
+        "Best schedule per point in each layer: formula and table by bubble ratio, simulation by step time "
+        "(ties joined with `=`). Formula and table do not depend on the system. "
+        "*winner flips* marks a point whose best schedule differs between layers; *rank changes* counts schedules whose "
+        "rank differs between any two layers.", "",
+    ]
+    rows, flips = [], {"formula→table": 0, "table→simulation": 0, "formula→simulation": 0}
+    rank_changes = 0
+    points = data.points()
+    for p, m, system in points:
+        best = {layer: data.best(system, p, m, col) for layer, col in
+                (("formula", "formula_bubble_ratio"), ("table", "table_bubble_ratio"), ("simulation", "sim_step_time_s"))}
+        marks = []
+        for a, b in (("formula", "table"), ("table", "simulation"), ("formula", "simulation")):
+            if set(best[a]) != set(best[b]):
+                flips[f"{a}→{b}"] += 1
+                marks.append(f"{a[0]}→{b[0]}")
+        ranks = [data.ranks(system, p, m, c) for c in ("formula_bubble_ratio", "table_bubble_ratio", "sim_step_time_s")]
+        changed = sum(len({r[s] for r in ranks}) > 1 for s in ranks[0])
+        rank_changes += changed > 0
+        rows.append([p, m, system, " = ".join(best["formula"]), " = ".join(best["table"]), " = ".join(best["simulation"]),
+                     ", ".join(marks) or "-", changed])
+    out += [
+        f"Winner flips over {len(points)} (S, m, system) points: "
+        + ", ".join(f"{k}: {v}" for k, v in flips.items())
+        + f". Points where some schedule's rank changes between layers: {rank_changes} of {len(points)}.", "",
+    ]
+    out += [_table(["S", "m", "system", "best formula", "best table", "best simulation", "winner flips", "rank changes"], rows), ""]
+    return out
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _gap_section(data: StudyData) -> list[str]:
+    out = ["## Optimality gaps", ""]
+    if not data.gaps:
+        skipped = [r for r in data.skipped if r.get("kind") == "gap"]
+        return out + ["No solver points in this spec" + (f" ({len(skipped)} skipped)" if skipped else "") + ".", ""]
+    first = data.gaps[0]
+    weight = "" if first["unit_weight"] is None else f", W = {first['unit_weight']:g}"
+    deterministic = f", deterministic limit {first['deterministic_time']:g}" if first["deterministic_time"] else ""
+    out += [
+        "Each handcrafted schedule against the CP-SAT bound of its family's relaxed space (same placement and kind of "
+        "backward, per-device order free; Chimera's split between directions free). "
+        f"Unit mode: F = {first['unit_forward']:g}, B = {first['unit_backward']:g}{weight} slots per 1/p model share, "
+        f"communication delay {first['unit_comm']:g} slots; gap = (schedule − bound) / bound; one CP-SAT worker, "
+        f"seed {first['seed']}, time limit {first['time_limit_s']:g} s{deterministic}.",
+        "",
+    ]
+    rows = []
+    for r in data.gaps:
+        rows.append([
+            r["schedule"], r["devices"], r["microbatches"], "none" if r["memory_limit"] is None else f"{r['memory_limit']:g}",
+            _fmt(r["solver_step"]), _fmt(r["solver_best"]), _fmt(r["solver_bound"]),
+            "over the limit" if not r["solver_fits"] else ("-" if r["gap"] is None else _pct(r["gap"])),
+            r["solver_status"], f"`{r['solver_space']}`",
+        ])
+    out += [_table(["schedule", "p", "m", "memory limit", "step (slots)", "best found", "bound", "gap", "status", "space"], rows), ""]
+    semantics = sorted({r["solver_memory_semantics"] for r in data.gaps if r["memory_limit"] is not None})
+    if semantics:
+        out += ["Memory semantics: " + " / ".join(semantics) + ".", ""]
+    skipped = [r for r in data.skipped if r.get("kind") == "gap"]
+    if skipped:
+        out += ["Skipped solver points: " + "; ".join(f"{r['schedule']} p={r['devices']} m={r['microbatches']} limit={r['memory_limit']}: {r['reason']}" for r in skipped) + ".", ""]
+    return out
+
+
+def write_report(loaded: LoadedSpec, rows: Iterable[dict], output: str | Path, figures: bool = True, note: str = "") -> Path:
+    """Write ``report.md``, ``claims.json`` and (with matplotlib) ``figures/*.png`` into ``output``."""
+    output = Path(output)
+    data = StudyData.from_rows(loaded, rows)
+    found = claims(data)
+    drawn = write_figures(data, output / "figures") if figures else None
+    reason = "they were turned off (--no-figures)" if not figures else "matplotlib is not installed (`pip install 'ppopt[plot]'`)"
+    atomic_write_text(output / "claims.json", json.dumps(found, indent=2, sort_keys=True) + "\n")
+    path = output / "report.md"
+    atomic_write_text(path, render(loaded, data, found, drawn, note, reason) + "\n")
+    return path
