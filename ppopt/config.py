@@ -208,9 +208,6 @@ class SystemConfig(_Strict):
     block's reference h x h/t GEMM (2·b·s·h²/t). Achieved efficiency of a block's GEMMs is
     ``compute_efficiency · g / (g + this)``: small GEMMs (small micro batches, large t) run far
     below peak. 0: the efficiency does not depend on size. Used by :mod:`ppopt.job` only."""
-    layer_latency_s: NonNegativeFloat = 0.0
-    """Fixed time per transformer block per pass (kernel launches, framework), seconds. Used by
-    :mod:`ppopt.job` only."""
     step_overhead_s: NonNegativeFloat = 0.0
     """Fixed time per training step (optimizer launch, loss scaling, logging), seconds. Used by
     :mod:`ppopt.job` only."""

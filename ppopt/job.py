@@ -17,15 +17,16 @@ Work and time
     candidate systems without rebuilding it.
 
     ``time = (gemm_flops + k·gemm_units) / (peak_flops·compute_efficiency)
-    + memory_bytes / (memory_bandwidth·memory_efficiency) + layers·layer_latency_s
-    + ops·compute_latency_s + intra_bytes / intra_bandwidth + inter_bytes / inter_bandwidth + latency_s``
+    + memory_bytes / (memory_bandwidth·memory_efficiency) + ops·compute_latency_s
+    + intra_bytes / intra_bandwidth + inter_bytes / inter_bandwidth
+    + intra_hops·intra_latency + inter_hops·inter_latency``
 
     where ``k = gemm_half_saturation_flops`` and ``gemm_units = Σ FLOPs / g`` over the GEMMs, g the
     size of a block's reference GEMM (2·b·s·h²/t): a GEMM of size g runs at
     ``compute_efficiency·g/(g + k)`` of peak. Elementwise kernels (layer norm, GELU, softmax,
-    dropout) are memory-bound: their traffic is taken as the block's activation bytes without
-    recomputation (Korthikanti et al. 2022, Table 2) once in the forward and twice in the
-    backward. GEMMs and elementwise kernels run one after the other, so their times add (the
+    dropout) are memory-bound: every tensor a block would store without recomputation (Korthikanti
+    et al. 2022, Table 2) is written once and read once in the forward (2x those bytes) and its
+    gradient written and read besides the tensor itself in the backward (3x). GEMMs and elementwise kernels run one after the other, so their times add (the
     pure-pipeline :func:`ppopt.costs.stage_costs` keeps its one-roofline-per-op model).
 
 Per block and microbatch of b sequences on one of t ranks (s sequence, h hidden, a heads, e bytes)
@@ -109,16 +110,16 @@ class Work:
     """Σ FLOPs / g over the GEMMs (how many reference-size GEMMs): carries the size penalty."""
     memory_bytes: Any = 0.0
     """HBM traffic of memory-bound kernels, bytes."""
-    layers: Any = 0.0
-    """Block passes (each pays ``layer_latency_s``)."""
     ops: Any = 0.0
     """Ops (each pays ``compute_latency_s``)."""
     intra_bytes: Any = 0.0
     """Bytes over an intra-node link (ring factors applied)."""
     inter_bytes: Any = 0.0
     """Bytes over an inter-node link at full bandwidth (ring factors and NIC sharing applied)."""
-    latency_s: Any = 0.0
-    """Link latencies, seconds."""
+    intra_hops: Any = 0.0
+    """Intra-node link latencies paid (ring steps, messages)."""
+    inter_hops: Any = 0.0
+    """Inter-node link latencies paid."""
 
     def __add__(self, other: Work) -> Work:
         return Work(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Work)))
@@ -134,11 +135,11 @@ def work_time_s(work: Work, system: SystemConfig) -> Any:
     compute = system.peak_flops * system.compute_efficiency
     return ((work.gemm_flops + system.gemm_half_saturation_flops * work.gemm_units) / compute
             + work.memory_bytes / (system.memory_bandwidth_bytes_per_s * system.memory_efficiency)
-            + work.layers * system.layer_latency_s
             + work.ops * system.compute_latency_s
             + work.intra_bytes / system.intra_node.bandwidth_bytes_per_s
             + work.inter_bytes / system.inter_node.bandwidth_bytes_per_s
-            + work.latency_s)
+            + work.intra_hops * system.intra_node.latency_s
+            + work.inter_hops * system.inter_node.latency_s)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -225,10 +226,10 @@ def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, sy
     volume = 2 * (ranks - 1) / ranks * num_bytes
     per_node = system.devices_per_node
     if span <= per_node:
-        return Work(intra_bytes=volume, latency_s=2 * (ranks - 1) * system.intra_node.latency_s)
+        return Work(intra_bytes=volume, intra_hops=2.0 * (ranks - 1))
     members_on_node = max(1, per_node // stride) if stride <= per_node else 1
     users = per_node // members_on_node
-    return Work(inter_bytes=volume * _nic_users(system, users), latency_s=2 * (ranks - 1) * system.inter_node.latency_s)
+    return Work(inter_bytes=volume * _nic_users(system, users), inter_hops=2.0 * (ranks - 1))
 
 
 def stages_per_node(job: Job) -> int:
@@ -285,12 +286,12 @@ def job_work(job: Job) -> JobWork:
     f_gemm = layer_forward_flops(model, b) / t
     replicated, split, scores = _activation_parts(model, b)
     elementwise = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, "none")
-    forward = Work(gemm_flops=f_gemm, gemm_units=f_gemm / g, memory_bytes=elementwise, layers=1.0) + 2 * tp_ar
-    backward = Work(gemm_flops=2 * f_gemm, gemm_units=2 * f_gemm / g, memory_bytes=2 * elementwise, layers=2.0) + 2 * tp_ar
+    forward = Work(gemm_flops=f_gemm, gemm_units=f_gemm / g, memory_bytes=elementwise) + 2 * tp_ar
+    backward = Work(gemm_flops=2 * f_gemm, gemm_units=2 * f_gemm / g, memory_bytes=2 * elementwise) + 2 * tp_ar
     if job.recompute == "full":
         backward = backward + forward
     elif job.recompute == "selective":
-        backward = backward + Work(gemm_flops=core, gemm_units=core / g, memory_bytes=scores / t)
+        backward = backward + Work(gemm_flops=core, gemm_units=core / g, memory_bytes=2 * scores / t)
     weight_flops = 2.0 * b * s * layer_linear_params(model) / t
     weight = Work(gemm_flops=weight_flops, gemm_units=weight_flops / g)
     stored = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, job.recompute)
@@ -342,9 +343,9 @@ def _message_work(job: Job, num_bytes: float) -> tuple[Work, Work]:
     """One stage-to-stage message of ``num_bytes`` (each tensor-parallel rank sends the whole
     activation): (inside a node, across nodes)."""
     system = job.system
-    inside = Work(intra_bytes=num_bytes, latency_s=system.intra_node.latency_s)
+    inside = Work(intra_bytes=num_bytes, intra_hops=1.0)
     users = _nic_users(system, min(job.tp * job.dp, system.devices_per_node))
-    across = Work(inter_bytes=num_bytes * users, latency_s=system.inter_node.latency_s)
+    across = Work(inter_bytes=num_bytes * users, inter_hops=1.0)
     return inside, across
 
 

@@ -1,0 +1,143 @@
+"""Measured-data commands: ``validate`` (predicted vs measured step times) and ``calibrate``
+(fit a system's efficiencies and latencies to measured rows)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import click
+
+from ppopt.cli import main
+from ppopt.cli.options import emit_json, format_option, json_option
+
+DEFAULT_SYSTEM = "a100-vtrain-calibrated"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{100 * value:.2f} %"
+
+
+def _table(header: list[str], rows: list[list[str]], fmt: str) -> str:
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+        return buffer.getvalue().rstrip("\n")
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+    return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows])
+
+
+def _summary_lines(accuracy) -> list[str]:
+    s = accuracy.summary()
+    worst = accuracy.worst
+    lines = [f"rows: {s['rows']} predicted, {s['unmodelled']} not modelled",
+             f"MAPE {_pct(s['mape'])}, median {_pct(s['median'])}, p95 {_pct(s['p95'])}, "
+             f"worst {_pct(s['worst'])}" + (f" (line {worst.line}: {worst.model} {worst.job})" if worst else "")]
+    for model, rho in s["spearman"].items():
+        lines.append(f"Spearman {model}: " + ("-" if rho is None or not math.isfinite(rho) else f"{rho:.3f}"))
+    return lines
+
+
+@main.command("validate")
+@click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--system", default=DEFAULT_SYSTEM, show_default=True, help="System preset name or .toml/.json file.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write predicted vs measured (log-log, one colour per model, ±10 % band) to this image.")
+@format_option
+@json_option
+def validate_command(data, system, plot_path, fmt, as_json) -> None:
+    """Predict every measured row of DATA (.csv, the format of data/measured) and compare.
+
+    Prints each row's job, measured and predicted step time and relative error, then the MAPE,
+    median, 95th percentile and worst error and the Spearman rank correlation within each model.
+    """
+    from ppopt.accuracy import validate_file
+    from ppopt.config import load_system
+
+    accuracy = validate_file(list(data), load_system(system))
+    if plot_path:
+        from ppopt.report.accuracy_plot import plot_accuracy
+
+        plot_accuracy(accuracy, plot_path)
+    if as_json:
+        emit_json({
+            "summary": accuracy.summary(),
+            "rows": [{"line": r.line, "model": r.model, "job": r.job, "measured_s": r.measured_s,
+                      "predicted_s": r.predicted_s, "error": r.error, "peak_memory_bytes": r.peak_memory_bytes}
+                     for r in accuracy.rows],
+            "unmodelled": [{"line": u.line, "model": u.label, "measured_s": u.measured_s, "reason": u.reason}
+                           for u in accuracy.unmodelled],
+        })
+        return
+    header = ["line", "model", "job", "measured ms", "predicted ms", "error", "peak GB"]
+    rows = [[str(r.line), r.model, r.job, f"{1e3 * r.measured_s:.1f}", f"{1e3 * r.predicted_s:.1f}",
+             f"{100 * r.error:+.1f} %", f"{r.peak_memory_bytes / 1e9:.1f}"] for r in accuracy.rows]
+    click.echo(_table(header, rows, fmt))
+    if accuracy.unmodelled:
+        click.echo("")
+        click.echo(_table(["line", "model", "measured ms", "not modelled because"],
+                          [[str(u.line), u.label, f"{1e3 * u.measured_s:.1f}", u.reason] for u in accuracy.unmodelled], fmt))
+    if fmt != "csv":
+        click.echo("")
+        click.echo("\n".join(_summary_lines(accuracy)))
+
+
+@main.command("calibrate")
+@click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--system", default="a100-vtrain", show_default=True, help="Base system preset or file.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Calibrated system .toml to write.")
+@click.option("--name", default=None, help="Name of the calibrated system [default: the output file's stem].")
+@json_option
+def calibrate_command(data, system, output, name, as_json) -> None:
+    """Fit the base system's efficiencies and latencies to the measured rows of DATA.
+
+    At most eight system parameters (ppopt.calibrate.PARAMETERS), no per-row or per-model ones;
+    minimises the MAPE; deterministic. Writes a system file that --system accepts.
+    """
+    from pathlib import Path
+
+    from ppopt.accuracy import predict_rows, summarize
+    from ppopt.calibrate import PARAMETERS, calibrate, system_toml
+    from ppopt.config import load_system
+    from ppopt.io import atomic_write_text
+    from ppopt.io.measured import read_measured
+
+    base = load_system(system)
+    rows, unmodelled = [], []
+    for path in data:
+        got, skipped = read_measured(path, base)
+        rows += got
+        unmodelled += skipped
+    if not rows:
+        from ppopt.errors import ConfigError
+
+        raise ConfigError("no row to calibrate on (every row is outside the model)")
+    fitted = calibrate(rows, base)
+    calibrated = fitted.system.model_copy(update={"name": name or Path(output).stem,
+                                                  "description": f"{base.name} calibrated on {len(rows)} measured rows"})
+    fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows)
+    atomic_write_text(output, system_toml(fitted, base.name, [Path(p).name for p in data]))
+    on_fit = summarize(predict_rows([_on(r, calibrated) for r in rows]), unmodelled)
+    if as_json:
+        emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "output": output, "summary": on_fit.summary()})
+        return
+    descriptions = {p.name: p for p in PARAMETERS}
+    click.echo(_table(["parameter", "value", "meaning"],
+                      [[k, f"{v:.4g}", descriptions[k].description] for k, v in fitted.values.items()], "text"))
+    click.echo("")
+    click.echo("fit on the calibration rows (simulated):")
+    click.echo("\n".join(_summary_lines(on_fit)))
+    click.echo(f"wrote {output}")
+
+
+def _on(row, system):
+    from dataclasses import replace
+
+    return replace(row, job=replace(row.job, system=system))
