@@ -155,3 +155,19 @@ def test_calibrate_refuses_a_missing_file(tmp_path):
     result = run("calibrate", str(tmp_path / "none.csv"), "-o", str(tmp_path / "out.toml"))
     assert result.exit_code == 1 and "cannot read file" in result.output
     assert not (tmp_path / "out.toml").exists()
+
+
+def test_job_command_reports_the_step_and_memory():
+    result = run("job", "--model", "gpt3-175b", "--system", "a100-vtrain-calibrated", "--tp", "8", "--pp", "8", "--dp", "16",
+                 "--recompute", "selective", "--sequence-parallel", "--distributed-optimizer", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["gpus"] == 1024 and data["microbatches"] == 96
+    assert data["step_time_s"] == pytest.approx(data["pipeline_s"] + data["gradient_sync_s"] + data["optimizer_s"] + data["overhead_s"])
+    assert data["fits_memory"]
+
+
+def test_job_command_names_the_flag_of_a_bad_layout():
+    result = run("job", "--model", "gpt3-175b", "--system", "a100-vtrain", "--dp", "5")
+    assert result.exit_code == 1
+    assert result.output.startswith("error: --micro-batch: micro batch 1 does not divide")

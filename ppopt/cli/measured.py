@@ -141,3 +141,51 @@ def _on(row, system):
     from dataclasses import replace
 
     return replace(row, job=replace(row.job, system=system))
+
+
+@main.command("job")
+@click.option("--model", required=True, help="Model preset name (see models/) or a .toml/.json file.")
+@click.option("--system", required=True, help="System preset name (see configs/) or a .toml/.json file.")
+@click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree t.")
+@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages p.")
+@click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree d.")
+@click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per microbatch.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True,
+              help="Activation recomputation (Korthikanti et al. 2022).")
+@click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (activations split by t).")
+@click.option("--distributed-optimizer", is_flag=True, help="Shard the optimizer state across the d replicas.")
+@click.option("--schedule", default="1f1b", show_default=True, help="Pipeline schedule family (one chunk per device).")
+@json_option
+def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute, sequence_parallel,
+                distributed_optimizer, schedule, as_json) -> None:
+    """Predict one training step of a 3D-parallel job (t·p·d GPUs): pipeline, gradient
+    all-reduce, optimizer step and per-GPU peak memory."""
+    from ppopt.config import load_model, load_system
+    from ppopt.errors import ConfigError
+    from ppopt.job import Job, evaluate_job
+
+    if global_batch is not None and global_batch < 1:
+        raise ConfigError(f"must be positive, got {global_batch}", field="global_batch")
+    job = Job(load_model(model), load_system(system), tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
+              global_batch=global_batch, recompute=recompute, sequence_parallel=sequence_parallel,
+              distributed_optimizer=distributed_optimizer, schedule=schedule)
+    result = evaluate_job(job)
+    figures = {
+        "job": job.describe(), "gpus": job.gpus, "microbatches": job.microbatches,
+        "step_time_s": result.step_time_s, "pipeline_s": result.pipeline_s, "gradient_sync_s": result.gradient_sync_s,
+        "optimizer_s": result.optimizer_s, "overhead_s": result.overhead_s, "peak_memory_bytes": result.peak_memory_bytes,
+        "fits_memory": result.peak_memory_bytes <= job.system.memory_capacity_bytes,
+    }
+    if as_json:
+        emit_json(figures)
+        return
+    click.echo(f"{job.model.name} on {job.gpus} x {job.system.name}: {job.describe()} ({schedule}, recompute {recompute}"
+               f"{', sequence parallel' if sequence_parallel else ''}{', distributed optimizer' if distributed_optimizer else ''})")
+    click.echo(f"step        {1e3 * result.step_time_s:10.1f} ms")
+    click.echo(f"  pipeline  {1e3 * result.pipeline_s:10.1f} ms")
+    click.echo(f"  grad sync {1e3 * result.gradient_sync_s:10.1f} ms")
+    click.echo(f"  optimizer {1e3 * result.optimizer_s:10.1f} ms")
+    click.echo(f"  overhead  {1e3 * result.overhead_s:10.1f} ms")
+    fits = "fits" if figures["fits_memory"] else "does NOT fit"
+    click.echo(f"peak memory {result.peak_memory_bytes / 1e9:10.1f} GB per GPU ({fits} in {job.system.memory_capacity_bytes / 1e9:.0f} GB)")
