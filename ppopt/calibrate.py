@@ -4,10 +4,10 @@ Eight system parameters, no per-row or per-model ones (:data:`PARAMETERS`):
 
 =============================  ==========================================================
 compute_efficiency             peak fraction reached by large GEMMs
-gemm_half_saturation_flops     GEMM size at which half of it is reached (saturating curve)
+gemm_half_saturation_flops     GEMM size k at which half of it is reached (saturating curve)
+gemm_saturation_exponent       sharpness n of that curve, efficiency ce / (1 + (k/g)^n)
 memory_efficiency              HBM fraction reached by memory-bound kernels (and optimizer)
 compute_latency_s              fixed time per op (one stage's F or B of one microbatch)
-step_overhead_s                fixed time per training step
 intra-node link latency        ``intra_node.latency_s``: per ring step or message
 intra-node link efficiency     fraction of ``intra_node`` bandwidth collectives reach
 inter-node link efficiency     fraction of ``inter_node`` bandwidth collectives reach
@@ -17,23 +17,27 @@ The objective is the mean absolute percentage error (MAPE) over the given rows. 
 :class:`ppopt.job.JobWork` is built once; a candidate system turns it into seconds through
 :func:`ppopt.job.work_time_s` (vectorised over all rows) and the 1F1B step is taken in closed form,
 ``Σ_s (F_s + B_s) + (m - 1)·max_s (F_s + B_s) + 2·Σ messages`` plus the gradient all-reduce,
-optimizer step and overhead (Narayanan et al. 2021, Section 2.2: 1F1B's bubble is (p-1) stage
+optimizer step (Narayanan et al. 2021, Section 2.2: 1F1B's bubble is (p-1) stage
 times; the slowest stage sets the steady state). This is what the pipeline simulator gives for
 1F1B when messages overlap computation; the reported errors use the simulator
 (:mod:`ppopt.accuracy`).
 
-The search is a deterministic Nelder-Mead (Nelder and Mead 1965, "A simplex method for function
+For each exponent n in :data:`EXPONENTS` (the work depends on n, so it is rebuilt per n), the
+other parameters are fitted by a deterministic Nelder-Mead (Nelder and Mead 1965, "A simplex method for function
 minimization"; standard coefficients 1, 2, 0.5, 0.5) over the parameters' natural logarithms,
 each clamped to its bounds; it starts from the base system's values (the geometric mean of the
 bounds where the base value is outside them, e.g. 0) and restarts from the best point a few times
-with a smaller simplex. Same rows, same base system -> same result.
+with a smaller simplex; the n with the lowest MAPE wins. Link parameters no row exercises (e.g.
+InfiniBand when calibrating on one node) keep the base system's values. Same rows, same base
+system -> same result.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -67,9 +71,9 @@ class Parameter:
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("compute_efficiency", "", 0.05, 0.8, "fraction of peak FLOP/s reached by large GEMMs"),
     Parameter("gemm_half_saturation_flops", "FLOP", 1e6, 1e13, "GEMM size reaching half of compute_efficiency"),
+    Parameter("gemm_saturation_exponent", "", 1.0, 2.0, "sharpness of the GEMM efficiency curve (one of 1, 1.5, 2)"),
     Parameter("memory_efficiency", "", 0.05, 1.0, "fraction of HBM bandwidth reached by memory-bound kernels"),
     Parameter("compute_latency_s", "s", 1e-7, 1e-1, "fixed time per op (a stage's F or B of one microbatch)"),
-    Parameter("step_overhead_s", "s", 1e-5, 10.0, "fixed time per training step"),
     Parameter("intra_node_latency_s", "s", 1e-7, 1e-3, "intra-node latency per ring step or message"),
     Parameter("intra_node_efficiency", "", 0.02, 1.0, "fraction of the intra-node bandwidth collectives reach"),
     Parameter("inter_node_efficiency", "", 0.02, 1.0, "fraction of the inter-node bandwidth collectives reach"),
@@ -92,6 +96,19 @@ def apply(base: SystemConfig, values: dict[str, float]) -> SystemConfig:
     return base.model_copy(update=update)
 
 
+def _light(base: SystemConfig, values: dict[str, float]) -> SimpleNamespace:
+    """What :func:`apply` gives, as a plain namespace with the fields :func:`work_time_s` reads
+    (pydantic copies would dominate the search's time)."""
+    fields_ = base.model_dump()
+    fields_.update({k: v for k, v in values.items() if k in fields_})
+    for link in ("intra_node", "inter_node"):
+        table = dict(fields_[link])
+        table["bandwidth_bytes_per_s"] *= values.get(f"{link}_efficiency", 1.0)
+        table["latency_s"] = values.get(f"{link}_latency_s", table["latency_s"])
+        fields_[link] = SimpleNamespace(**table)
+    return SimpleNamespace(**fields_)
+
+
 # --------------------------------------------------------------------------------------------------
 # Vectorised closed-form step time
 # --------------------------------------------------------------------------------------------------
@@ -99,11 +116,13 @@ def apply(base: SystemConfig, values: dict[str, float]) -> SystemConfig:
 
 @dataclass(frozen=True)
 class _Stacked:
-    """Work of many jobs as arrays (rows x stages); padded stages are zero work."""
+    """Work of many jobs as arrays (rows x stages); padded stages are zero work. Work is linear in
+    the parameters, so a stage's F + B and the messages of a step are summed before timing."""
 
-    forward: Work
-    backward: Work
+    stage: Work
+    """F + B of one microbatch per stage."""
     messages: Work
+    """All stage-to-stage messages of one microbatch's forward and backward (rows x 1)."""
     sync: Work
     optimizer: Work
     microbatches: np.ndarray
@@ -111,12 +130,12 @@ class _Stacked:
 
 
 def _stack(works: list[tuple[Work, ...]], width: int) -> Work:
-    arrays = {f.name: np.zeros((len(works), max(1, width))) for f in fields(Work)}
+    names = [f.name for f in fields(Work)]
+    table = np.zeros((len(names), len(works), max(1, width)))
     for i, row in enumerate(works):
         for j, w in enumerate(row):
-            for name, array in arrays.items():
-                array[i, j] = getattr(w, name)
-    return Work(**arrays)
+            table[:, i, j] = [getattr(w, name) for name in names]
+    return Work(*table)
 
 
 def stack(rows: list[Measured]) -> _Stacked:
@@ -124,9 +143,8 @@ def stack(rows: list[Measured]) -> _Stacked:
     works: list[JobWork] = [job_work(r.job) for r in rows]
     width = max(r.job.pp for r in rows)
     return _Stacked(
-        forward=_stack([w.forward for w in works], width),
-        backward=_stack([w.backward for w in works], width),
-        messages=_stack([w.messages for w in works], width - 1),
+        stage=_stack([tuple(f + b for f, b in zip(w.forward, w.backward)) for w in works], width),
+        messages=_stack([(2 * sum(w.messages, Work()),) for w in works], 1),
         sync=_stack([w.gradient_sync for w in works], width),
         optimizer=_stack([w.optimizer for w in works], width),
         microbatches=np.array([r.job.microbatches for r in rows], dtype=float),
@@ -136,11 +154,11 @@ def stack(rows: list[Measured]) -> _Stacked:
 
 def closed_form_step_s(stacked: _Stacked, system: SystemConfig) -> np.ndarray:
     """Closed-form 1F1B step time of every stacked job on ``system`` (module doc), seconds."""
-    stage = work_time_s(stacked.forward, system) + work_time_s(stacked.backward, system)
+    stage = work_time_s(stacked.stage, system)
     pipeline = stage.sum(axis=1) + (stacked.microbatches - 1) * stage.max(axis=1)
-    pipeline = pipeline + 2 * work_time_s(stacked.messages, system).sum(axis=1)
+    pipeline = pipeline + work_time_s(stacked.messages, system)[:, 0]
     return (pipeline + work_time_s(stacked.sync, system).max(axis=1)
-            + work_time_s(stacked.optimizer, system).max(axis=1) + system.step_overhead_s)
+            + work_time_s(stacked.optimizer, system).max(axis=1))
 
 
 def closed_form_mape(stacked: _Stacked, system: SystemConfig) -> float:
@@ -213,7 +231,7 @@ def _exercised(p: Parameter, stacked: _Stacked) -> bool:
     term = _TERMS.get(p.name)
     if term is None:
         return True
-    works = (stacked.forward, stacked.backward, stacked.messages, stacked.sync)
+    works = (stacked.stage, stacked.messages, stacked.sync)
     return any(bool(np.any(getattr(w, term))) for w in works)
 
 
@@ -227,27 +245,43 @@ class Calibration:
     rows: int
 
 
-def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 4, iterations: int = 600) -> Calibration:
-    """Fit :data:`PARAMETERS` to ``rows`` (built on ``base``) by minimising the MAPE (module doc)."""
+EXPONENTS = (1.0, 1.5, 2.0)
+"""Values of ``gemm_saturation_exponent`` the calibration tries."""
+
+
+def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, iterations: int = 600) -> Calibration:
+    """Fit :data:`PARAMETERS` to ``rows`` by minimising the MAPE (module doc); the rows' jobs are
+    re-targeted to ``base``."""
     if not rows:
         raise ValueError("no rows to calibrate on")
-    stacked = stack(rows)
+    best: Calibration | None = None
+    for exponent in EXPONENTS:
+        system = base.model_copy(update={"gemm_saturation_exponent": exponent})
+        fitted = _fit(stack([replace(r, job=replace(r.job, system=system)) for r in rows]), system, restarts, iterations)
+        if best is None or fitted.mape < best.mape:
+            best = fitted
+    assert best is not None
+    return best
 
-    free = [p for p in PARAMETERS if _exercised(p, stacked)]
+
+def _fit(stacked: _Stacked, base: SystemConfig, restarts: int, iterations: int) -> Calibration:
+    """Nelder-Mead over the parameters other than the exponent (fixed in ``base``)."""
+    free = [p for p in PARAMETERS if p.name != "gemm_saturation_exponent" and _exercised(p, stacked)]
     fixed = {p.name: p.get(base, base) for p in PARAMETERS if p not in free}
 
     def values_of(z: np.ndarray) -> dict[str, float]:
         return {**fixed, **{p.name: _value(p, float(x)) for p, x in zip(free, z)}}
 
     def objective(z: np.ndarray) -> float:
-        return closed_form_mape(stacked, apply(base, values_of(z)))
+        return closed_form_mape(stacked, _light(base, values_of(z)))  # type: ignore[arg-type]
 
     z = np.array([_start(p, p.get(base, base)) for p in free])
     best = objective(z)
     for attempt in range(restarts):
         z, best = nelder_mead(objective, z, step=1.0 / (attempt + 1), iterations=iterations)
     values = values_of(z)
-    return Calibration(apply(base, values), values, best, len(rows))
+    ordered = {p.name: values[p.name] for p in PARAMETERS}
+    return Calibration(apply(base, values), ordered, best, len(stacked.measured_s))
 
 
 # --------------------------------------------------------------------------------------------------

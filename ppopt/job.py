@@ -4,7 +4,7 @@ A :class:`Job` is a model, a system, a layout (tensor parallel t, pipeline paral
 d on t·p·d GPUs), a micro batch size, a recomputation mode and two Megatron switches (sequence
 parallelism, distributed optimizer). :func:`evaluate_job` predicts one training step:
 
-    step = pipeline (simulated) + data-parallel gradient all-reduce + optimizer step + overhead
+    step = pipeline (simulated) + data-parallel gradient all-reduce + optimizer step
 
 The pipeline is simulated by :func:`ppopt.simulate.simulate` with per-stage costs from
 :func:`job_costs`; the gradient all-reduce (no bucketing, after the last backward: the measured
@@ -16,14 +16,16 @@ Work and time
     calibration (:mod:`ppopt.calibrate`) relies on that: it evaluates the same work under many
     candidate systems without rebuilding it.
 
-    ``time = (gemm_flops + k·gemm_units) / (peak_flops·compute_efficiency)
+    ``time = (gemm_flops + k^n·gemm_units) / (peak_flops·compute_efficiency)
     + memory_bytes / (memory_bandwidth·memory_efficiency) + ops·compute_latency_s
     + intra_bytes / intra_bandwidth + inter_bytes / inter_bandwidth
     + intra_hops·intra_latency + inter_hops·inter_latency``
 
-    where ``k = gemm_half_saturation_flops`` and ``gemm_units = Σ FLOPs / g`` over the GEMMs, g the
-    size of a block's reference GEMM (2·b·s·h²/t): a GEMM of size g runs at
-    ``compute_efficiency·g/(g + k)`` of peak. Elementwise kernels (layer norm, GELU, softmax,
+    where ``k = gemm_half_saturation_flops``, ``n = gemm_saturation_exponent`` and
+    ``gemm_units = Σ FLOPs / g^n`` over the GEMMs, g the size of a block's reference GEMM
+    (2·b·s·h²/t; the logits GEMM counts as its own size): a GEMM of size g runs at
+    ``compute_efficiency / (1 + (k/g)^n)`` of peak. ``gemm_units`` depends on n, so work built for
+    one system must be timed on systems with the same n. Elementwise kernels (layer norm, GELU, softmax,
     dropout) are memory-bound: every tensor a block would store without recomputation (Korthikanti
     et al. 2022, Table 2) is written once and read once in the forward (2x those bytes) and its
     gradient written and read besides the tensor itself in the backward (3x). GEMMs and elementwise kernels run one after the other, so their times add (the
@@ -73,7 +75,8 @@ Placement (Megatron order: tensor parallel innermost, then data parallel, then p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+import operator
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -107,7 +110,7 @@ class Work:
     gemm_flops: Any = 0.0
     """FLOPs of matrix multiplications."""
     gemm_units: Any = 0.0
-    """Σ FLOPs / g over the GEMMs (how many reference-size GEMMs): carries the size penalty."""
+    """Σ FLOPs / g^n over the GEMMs (g their size, n the system's gemm_saturation_exponent)."""
     memory_bytes: Any = 0.0
     """HBM traffic of memory-bound kernels, bytes."""
     ops: Any = 0.0
@@ -121,11 +124,12 @@ class Work:
     inter_hops: Any = 0.0
     """Inter-node link latencies paid."""
 
+    # (vars() lists the fields in declaration order: the dataclass __init__ sets them in that order)
     def __add__(self, other: Work) -> Work:
-        return Work(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Work)))
+        return Work(*map(operator.add, vars(self).values(), vars(other).values()))
 
     def __mul__(self, factor: float) -> Work:
-        return Work(*(getattr(self, f.name) * factor for f in fields(Work)))
+        return Work(*(value * factor for value in vars(self).values()))
 
     __rmul__ = __mul__
 
@@ -133,7 +137,8 @@ class Work:
 def work_time_s(work: Work, system: SystemConfig) -> Any:
     """Seconds ``work`` takes on ``system`` (formula in the module doc); works on numpy arrays."""
     compute = system.peak_flops * system.compute_efficiency
-    return ((work.gemm_flops + system.gemm_half_saturation_flops * work.gemm_units) / compute
+    k_n = system.gemm_half_saturation_flops ** system.gemm_saturation_exponent
+    return ((work.gemm_flops + k_n * work.gemm_units) / compute
             + work.memory_bytes / (system.memory_bandwidth_bytes_per_s * system.memory_efficiency)
             + work.ops * system.compute_latency_s
             + work.intra_bytes / system.intra_node.bandwidth_bytes_per_s
@@ -280,20 +285,24 @@ def job_work(job: Job) -> JobWork:
     s, h, v, e = model.seq_length, model.hidden_size, model.vocab_size, model.bytes_per_element
     rows = float(b * s * h * e)  # one block's input: message, all-reduce size, embedding rows
     g = 2.0 * b * s * h * h / t
+    n_exp = system.gemm_saturation_exponent
+
+    def units(flops: float, size: float = g) -> float:
+        return flops / size**n_exp
     tp_ar = ring_allreduce_work(rows, t, t, 1, system)
 
     core = 4.0 * b * s * s * h / t
     f_gemm = layer_forward_flops(model, b) / t
     replicated, split, scores = _activation_parts(model, b)
     elementwise = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, "none")
-    forward = Work(gemm_flops=f_gemm, gemm_units=f_gemm / g, memory_bytes=elementwise) + 2 * tp_ar
-    backward = Work(gemm_flops=2 * f_gemm, gemm_units=2 * f_gemm / g, memory_bytes=2 * elementwise) + 2 * tp_ar
+    forward = Work(gemm_flops=f_gemm, gemm_units=units(f_gemm), memory_bytes=elementwise) + 2 * tp_ar
+    backward = Work(gemm_flops=2 * f_gemm, gemm_units=units(2 * f_gemm), memory_bytes=2 * elementwise) + 2 * tp_ar
     if job.recompute == "full":
         backward = backward + forward
     elif job.recompute == "selective":
-        backward = backward + Work(gemm_flops=core, gemm_units=core / g, memory_bytes=2 * scores / t)
+        backward = backward + Work(gemm_flops=core, gemm_units=units(core), memory_bytes=2 * scores / t)
     weight_flops = 2.0 * b * s * layer_linear_params(model) / t
-    weight = Work(gemm_flops=weight_flops, gemm_units=weight_flops / g)
+    weight = Work(gemm_flops=weight_flops, gemm_units=units(weight_flops))
     stored = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, job.recompute)
     working = {"none": 0.0, "selective": scores / t, "full": elementwise}[job.recompute]
 
@@ -315,9 +324,9 @@ def job_work(job: Job) -> JobWork:
             bk = bk + Work(memory_bytes=rows)
             count += v * h / t
         if index == last:  # output projection and loss
-            f = f + Work(gemm_flops=logits_flops, gemm_units=1.0, memory_bytes=logits_bytes)
-            bk = bk + Work(gemm_flops=2 * logits_flops, gemm_units=2.0, memory_bytes=logits_bytes)
-            w = w + Work(gemm_flops=logits_flops, gemm_units=1.0)
+            f = f + Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes)
+            bk = bk + Work(gemm_flops=2 * logits_flops, gemm_units=2 * units(logits_flops, logits_flops), memory_bytes=logits_bytes)
+            w = w + Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops))
             extra += logits_bytes
             if index != 0 or not model.tie_embeddings:  # own matrix, or Megatron's synchronised copy
                 count += v * h / t
@@ -394,7 +403,6 @@ class JobResult:
     """The simulated pipeline (forward and backward passes, stage-to-stage messages)."""
     gradient_sync_s: float
     optimizer_s: float
-    overhead_s: float
     peak_memory_bytes: float
     """The largest per-GPU peak: persistent state + stored activations + transient working set."""
     simulation: Simulation = field(repr=False, compare=False)
@@ -409,7 +417,7 @@ def evaluate_job(job: Job) -> JobResult:
     sync = max(float(work_time_s(w, system)) for w in work.gradient_sync)
     optimizer = max(float(work_time_s(w, system)) for w in work.optimizer)
     peak = max(simulation.peak_memory_bytes[k] + work.working_bytes[k] for k in range(job.pp))
-    step = simulation.step_time_s + sync + optimizer + system.step_overhead_s
+    step = simulation.step_time_s + sync + optimizer
     if not math.isfinite(step):  # pragma: no cover - inputs are validated finite
         raise ConfigError(f"step time of {job.describe()} is not finite")
-    return JobResult(job, step, simulation.step_time_s, sync, optimizer, system.step_overhead_s, peak, simulation)
+    return JobResult(job, step, simulation.step_time_s, sync, optimizer, peak, simulation)

@@ -174,7 +174,7 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     figures = {
         "job": job.describe(), "gpus": job.gpus, "microbatches": job.microbatches,
         "step_time_s": result.step_time_s, "pipeline_s": result.pipeline_s, "gradient_sync_s": result.gradient_sync_s,
-        "optimizer_s": result.optimizer_s, "overhead_s": result.overhead_s, "peak_memory_bytes": result.peak_memory_bytes,
+        "optimizer_s": result.optimizer_s, "peak_memory_bytes": result.peak_memory_bytes,
         "fits_memory": result.peak_memory_bytes <= job.system.memory_capacity_bytes,
     }
     if as_json:
@@ -186,6 +186,5 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     click.echo(f"  pipeline  {1e3 * result.pipeline_s:10.1f} ms")
     click.echo(f"  grad sync {1e3 * result.gradient_sync_s:10.1f} ms")
     click.echo(f"  optimizer {1e3 * result.optimizer_s:10.1f} ms")
-    click.echo(f"  overhead  {1e3 * result.overhead_s:10.1f} ms")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
     click.echo(f"peak memory {result.peak_memory_bytes / 1e9:10.1f} GB per GPU ({fits} in {job.system.memory_capacity_bytes / 1e9:.0f} GB)")
