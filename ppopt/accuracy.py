@@ -30,6 +30,8 @@ class RowResult:
     measured_s: float
     predicted_s: float
     peak_memory_bytes: float
+    source: str = ""
+    """File name of the measurement."""
 
     @property
     def error(self) -> float:
@@ -76,6 +78,7 @@ class Accuracy:
             "p95": self.p95,
             "worst": abs(worst.error) if worst else None,
             "worst_line": worst.line if worst else None,
+            "worst_file": worst.source if worst else None,
             "spearman": dict(self.spearman),
         }
 
@@ -105,7 +108,7 @@ def predict_rows(rows: list[Measured]) -> list[RowResult]:
     for row in rows:
         result = evaluate_job(row.job)
         results.append(RowResult(row.line, row.model_key, row.job.describe(), row.measured_s,
-                                 result.step_time_s, result.peak_memory_bytes))
+                                 result.step_time_s, result.peak_memory_bytes, row.source))
     return results
 
 

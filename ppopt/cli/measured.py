@@ -34,12 +34,17 @@ def _table(header: list[str], rows: list[list[str]], fmt: str) -> str:
     return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows])
 
 
-def _summary_lines(accuracy) -> list[str]:
+def _where(source: str, line: int, files: int) -> str:
+    """``line`` alone for one input file, ``file:line`` for several."""
+    return f"{source}:{line}" if files > 1 else str(line)
+
+
+def _summary_lines(accuracy, files: int = 1) -> list[str]:
     s = accuracy.summary()
     worst = accuracy.worst
     lines = [f"rows: {s['rows']} predicted, {s['unmodelled']} not modelled",
              f"MAPE {_pct(s['mape'])}, median {_pct(s['median'])}, p95 {_pct(s['p95'])}, "
-             f"worst {_pct(s['worst'])}" + (f" (line {worst.line}: {worst.model} {worst.job})" if worst else "")]
+             f"worst {_pct(s['worst'])}" + (f" (line {_where(worst.source, worst.line, files)}: {worst.model} {worst.job})" if worst else "")]
     for model, rho in s["spearman"].items():
         lines.append(f"Spearman {model}: " + ("-" if rho is None or not math.isfinite(rho) else f"{rho:.3f}"))
     return lines
@@ -69,24 +74,24 @@ def validate_command(data, system, plot_path, fmt, as_json) -> None:
     if as_json:
         emit_json({
             "summary": accuracy.summary(),
-            "rows": [{"line": r.line, "model": r.model, "job": r.job, "measured_s": r.measured_s,
+            "rows": [{"file": r.source, "line": r.line, "model": r.model, "job": r.job, "measured_s": r.measured_s,
                       "predicted_s": r.predicted_s, "error": r.error, "peak_memory_bytes": r.peak_memory_bytes}
                      for r in accuracy.rows],
-            "unmodelled": [{"line": u.line, "model": u.label, "measured_s": u.measured_s, "reason": u.reason}
+            "unmodelled": [{"file": u.source, "line": u.line, "model": u.label, "measured_s": u.measured_s, "reason": u.reason}
                            for u in accuracy.unmodelled],
         })
         return
     header = ["line", "model", "job", "measured ms", "predicted ms", "error", "peak GB"]
-    rows = [[str(r.line), r.model, r.job, f"{1e3 * r.measured_s:.1f}", f"{1e3 * r.predicted_s:.1f}",
+    rows = [[_where(r.source, r.line, len(data)), r.model, r.job, f"{1e3 * r.measured_s:.1f}", f"{1e3 * r.predicted_s:.1f}",
              f"{100 * r.error:+.1f} %", f"{r.peak_memory_bytes / 1e9:.1f}"] for r in accuracy.rows]
     click.echo(_table(header, rows, fmt))
     if accuracy.unmodelled:
         click.echo("")
         click.echo(_table(["line", "model", "measured ms", "not modelled because"],
-                          [[str(u.line), u.label, f"{1e3 * u.measured_s:.1f}", u.reason] for u in accuracy.unmodelled], fmt))
+                          [[_where(u.source, u.line, len(data)), u.label, f"{1e3 * u.measured_s:.1f}", u.reason] for u in accuracy.unmodelled], fmt))
     if fmt != "csv":
         click.echo("")
-        click.echo("\n".join(_summary_lines(accuracy)))
+        click.echo("\n".join(_summary_lines(accuracy, len(data))))
 
 
 @main.command("calibrate")
@@ -133,7 +138,7 @@ def calibrate_command(data, system, output, name, as_json) -> None:
                       [[k, f"{v:.4g}", descriptions[k].description] for k, v in fitted.values.items()], "text"))
     click.echo("")
     click.echo("fit on the calibration rows (simulated):")
-    click.echo("\n".join(_summary_lines(on_fit)))
+    click.echo("\n".join(_summary_lines(on_fit, len(data))))
     click.echo(f"wrote {output}")
 
 

@@ -59,6 +59,8 @@ class Measured:
     measured_s: float
     model_key: str
     """Which model (dimensions) the row trains, e.g. ``h3072 a32 L30 s2048``."""
+    source: str = ""
+    """File name the row came from."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Unmodelled:
     label: str
     measured_s: float
     reason: str
+    source: str = ""
 
 
 def _model(values: dict[str, int]) -> ModelConfig:
@@ -151,16 +154,16 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
         label = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}"
         reason = _unmodellable(values)
         if reason:
-            unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, reason))
+            unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, reason, path.name))
             continue
         try:
             model = _model(values)
             job = Job(model, system, tp=t, pp=p, dp=d, micro_batch=values["micro_batch"],
                       global_batch=values["global_batch"], recompute="full")
         except ConfigError as error:
-            unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, str(error)))
+            unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, str(error), path.name))
             continue
-        rows.append(Measured(line, job, measured_ms / 1e3, label))
+        rows.append(Measured(line, job, measured_ms / 1e3, label, path.name))
     if not rows and not unmodelled:
         raise MeasuredDataError(f"{name}: no data rows")
     return rows, unmodelled
