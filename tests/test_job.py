@@ -7,7 +7,7 @@ import pytest
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
 from ppopt.costs import stored_activation_bytes_per_layer
 from ppopt.errors import ConfigError
-from ppopt.job import Job, Work, evaluate_job, job_work, pipeline_system, ring_allreduce_work, work_time_s
+from ppopt.job import Job, Work, evaluate_job, job_costs, job_work, pipeline_system, ring_allreduce_work, work_time_s
 
 GPT = ModelConfig(name="gpt-1k", num_layers=4, hidden_size=1024, num_attention_heads=16, vocab_size=50257,
                   seq_length=1024, global_batch_size=16, tie_embeddings=True)
@@ -120,3 +120,15 @@ def test_evaluate_job_adds_gradient_sync_and_optimizer_to_the_pipeline():
     assert result.step_time_s == pytest.approx(result.pipeline_s + result.gradient_sync_s + result.optimizer_s)
     assert result.gradient_sync_s > 0 and result.optimizer_s > 0
     assert result.peak_memory_bytes > 0
+
+
+def test_overlapped_gradient_sync_exposes_only_what_outlasts_the_last_backward():
+    job = Job(GPT, SYSTEM, tp=1, pp=2, dp=8, micro_batch=1)
+    plain = evaluate_job(job)
+    overlapped = evaluate_job(Job(GPT, SYSTEM, tp=1, pp=2, dp=8, micro_batch=1, overlap_gradient_sync=True))
+    assert overlapped.pipeline_s == plain.pipeline_s  # the pipeline is the same either way
+    syncs = [work_time_s(w, SYSTEM) for w in job_work(job).gradient_sync]
+    backward = [stage.backward_s for stage in job_costs(job).stages]
+    assert plain.gradient_sync_s == pytest.approx(max(syncs))
+    assert overlapped.gradient_sync_s == pytest.approx(max(max(0.0, s - b) for s, b in zip(syncs, backward)))
+    assert overlapped.step_time_s < plain.step_time_s

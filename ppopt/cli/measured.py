@@ -160,10 +160,11 @@ def _on(row, system):
               help="Activation recomputation (Korthikanti et al. 2022).")
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (activations split by t).")
 @click.option("--distributed-optimizer", is_flag=True, help="Shard the optimizer state across the d replicas.")
+@click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--schedule", default="1f1b", show_default=True, help="Pipeline schedule family (one chunk per device).")
 @json_option
 def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute, sequence_parallel,
-                distributed_optimizer, schedule, as_json) -> None:
+                distributed_optimizer, overlap_grad_sync, schedule, as_json) -> None:
     """Predict one training step of a 3D-parallel job (t·p·d GPUs): pipeline, gradient
     all-reduce, optimizer step and per-GPU peak memory."""
     from ppopt.config import load_model, load_system
@@ -174,7 +175,7 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
         raise ConfigError(f"must be positive, got {global_batch}", field="global_batch")
     job = Job(load_model(model), load_system(system), tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
               global_batch=global_batch, recompute=recompute, sequence_parallel=sequence_parallel,
-              distributed_optimizer=distributed_optimizer, schedule=schedule)
+              distributed_optimizer=distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule)
     result = evaluate_job(job)
     figures = {
         "job": job.describe(), "gpus": job.gpus, "microbatches": job.microbatches,
