@@ -13,6 +13,10 @@ intra-node link efficiency     fraction of ``intra_node`` bandwidth collectives 
 inter-node link efficiency     fraction of ``inter_node`` bandwidth collectives reach
 =============================  ==========================================================
 
+Bounds (:class:`Parameter`) keep the values physical; ``compute_efficiency`` is capped at 0.8, an
+assumption (roughly what large cuBLAS GEMMs reach on an A100): the small GEMMs of single-node runs
+do not pin the large-size limit, and without the cap a single-node fit extrapolates to 100 %.
+
 The objective is the mean absolute percentage error (MAPE) over the given rows. Each row's
 :class:`ppopt.job.JobWork` is built once; a candidate system turns it into seconds through
 :func:`ppopt.job.work_time_s` (vectorised over all rows) and the 1F1B step is taken in closed form,
