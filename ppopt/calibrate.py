@@ -15,7 +15,9 @@ inter-node link efficiency     fraction of ``inter_node`` bandwidth collectives 
 
 Bounds (:class:`Parameter`) keep the values physical; ``compute_efficiency`` is capped at 0.8, an
 assumption (roughly what large cuBLAS GEMMs reach on an A100): the small GEMMs of single-node runs
-do not pin the large-size limit, and without the cap a single-node fit extrapolates to 100 %.
+do not pin the large-size limit (without the cap a fit on the single-node rows of
+``data/measured`` picks 0.94 and predicts the multi-node rows worse: README, "How accurate is
+ppopt?").
 
 The objective is the mean absolute percentage error (MAPE) over the given rows. Each row's
 :class:`ppopt.job.JobWork` is built once; a candidate system turns it into seconds through
