@@ -4,14 +4,16 @@ the diagonal and a ±10 % band. matplotlib is optional and imported only here, w
 
 from __future__ import annotations
 
+import io
 import os
 
 from ppopt.accuracy import Accuracy
 from ppopt.errors import ConfigError
+from ppopt.io import atomic_write_bytes
 
 
 def plot_accuracy(accuracy: Accuracy, path: str | os.PathLike[str]) -> None:
-    """Write the figure to ``path`` (format from its suffix: .png, .svg, .pdf)."""
+    """Write the figure to ``path`` atomically (format from its suffix: .png, .svg, .pdf)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -38,7 +40,10 @@ def plot_accuracy(accuracy: Accuracy, path: str | os.PathLike[str]) -> None:
     axes.set_title(f"ppopt vs measured: MAPE {100 * accuracy.mape:.1f} % over {len(accuracy.rows)} rows")
     axes.legend(fontsize=6, loc="upper left")
     figure.tight_layout()
+    suffix = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
+    buffer = io.BytesIO()
     try:
-        figure.savefig(os.fspath(path), dpi=120)
-    except (OSError, ValueError) as error:
+        figure.savefig(buffer, format=suffix, dpi=120)
+    except ValueError as error:
         raise ConfigError(f"{os.fspath(path)}: cannot write the plot ({error})") from error
+    atomic_write_bytes(path, buffer.getvalue())
