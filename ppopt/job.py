@@ -105,6 +105,10 @@ __all__ = ["Job", "JobResult", "JobWork", "Work", "evaluate_job", "job_costs", "
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "gpipe", "zb-h1")
+"""Schedule families a job can use: one stage per device, no replicated stages (interleaved,
+Hanayo and Chimera place several or replicated stages per device, which the job's per-GPU memory
+and gradient all-reduce do not model yet)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,8 @@ class Job:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"unsupported for a job: {self.schedule!r} (supported: {', '.join(SCHEDULES)})", field="schedule")
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"unknown mode {self.recompute!r} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
         if self.pp > self.model.num_layers:

@@ -113,6 +113,8 @@ def test_job_checks_its_layout():
         Job(GPT, SYSTEM, pp=5)
     with pytest.raises(ConfigError, match="recompute"):
         Job(GPT, SYSTEM, recompute="all")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="schedule"):
+        Job(GPT, SYSTEM, pp=2, schedule="interleaved-1f1b")
 
 
 def test_evaluate_job_adds_gradient_sync_and_optimizer_to_the_pipeline():

@@ -161,7 +161,8 @@ def _on(row, system):
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (activations split by t).")
 @click.option("--distributed-optimizer", is_flag=True, help="Shard the optimizer state across the d replicas.")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
-@click.option("--schedule", default="1f1b", show_default=True, help="Pipeline schedule family (one chunk per device).")
+@click.option("--schedule", type=click.Choice(["1f1b", "gpipe", "zb-h1"]), default="1f1b", show_default=True,
+              help="Pipeline schedule family (one stage per device).")
 @json_option
 def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute, sequence_parallel,
                 distributed_optimizer, overlap_grad_sync, schedule, as_json) -> None:
