@@ -26,9 +26,9 @@ Work and time
     (2·b·s·h²/t; the logits GEMM counts as its own size): a GEMM of size g runs at
     ``compute_efficiency / (1 + (k/g)^n)`` of peak. ``gemm_units`` depends on n, so work built for
     one system must be timed on systems with the same n. Elementwise kernels (layer norm, GELU, softmax,
-    dropout) are memory-bound: every tensor a block would store without recomputation (Korthikanti
-    et al. 2022, Table 2) is written once and read once in the forward (2x those bytes) and its
-    gradient written and read besides the tensor itself in the backward (3x). GEMMs and elementwise kernels run one after the other, so their times add (the
+    dropout) are memory-bound: their HBM traffic is taken as the bytes a block would store without
+    recomputation (Korthikanti et al. 2022, Table 2), once in the forward and twice in the backward
+    (a coarse proxy: the calibrated ``memory_efficiency`` absorbs the true multiple). GEMMs and elementwise kernels run one after the other, so their times add (the
     pure-pipeline :func:`ppopt.costs.stage_costs` keeps its one-roofline-per-op model).
 
 Per block and microbatch of b sequences on one of t ranks (s sequence, h hidden, a heads, e bytes)
@@ -303,11 +303,12 @@ def job_work(job: Job) -> JobWork:
 
     def units(flops: float, size: float = g) -> float:
         return flops / size**n_exp
+
     tp_ar = ring_allreduce_work(rows, t, t, 1, system)
 
     core = 4.0 * b * s * s * h / t
     f_gemm = layer_forward_flops(model, b) / t
-    replicated, split, scores = _activation_parts(model, b)
+    scores = _activation_parts(model, b)[2]
     elementwise = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, "none")
     forward = Work(gemm_flops=f_gemm, gemm_units=units(f_gemm), memory_bytes=elementwise) + 2 * tp_ar
     backward = Work(gemm_flops=2 * f_gemm, gemm_units=units(2 * f_gemm), memory_bytes=2 * elementwise) + 2 * tp_ar
