@@ -65,8 +65,23 @@ def test_calibrated_on_all_rows_fits_them(all_fit):
 
 
 def test_the_shipped_calibrated_preset_is_the_fit_on_all_rows(all_fit):
-    assert load_system(all_fit).model_copy(update={"name": "x", "description": ""}) == \
-        load_system("a100-vtrain-calibrated").model_copy(update={"name": "x", "description": ""})
+    fresh = load_system(all_fit).model_dump(exclude={"name", "description"})
+    shipped = load_system("a100-vtrain-calibrated").model_dump(exclude={"name", "description"})
+    assert _close(fresh, shipped)
+
+
+def _close(a: dict, b: dict) -> bool:
+    """Equal dicts, floats to a relative 1e-6 (the fit is deterministic; this only absorbs
+    last-digit differences of another platform's floating point)."""
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], dict):
+            _close(a[key], b[key])
+        elif isinstance(a[key], float):
+            assert a[key] == pytest.approx(b[key], rel=1e-6), key
+        else:
+            assert a[key] == b[key], key
+    return True
 
 
 def test_spearman_within_the_3_6b_multi_node_model(multi_from_single):
