@@ -217,6 +217,21 @@ class SystemConfig(_Strict):
     """Whether a device may compute while its messages are in flight."""
     bytes_per_param_state: PositiveFloat = 16.0
     """Persistent bytes per parameter: weights + gradients + optimizer state (see class doc)."""
+    # ---- Job model (ppopt.job): tensor/data parallelism, measured-run calibration. The defaults
+    # switch every term off, so presets without these fields give the results they always gave.
+    gemm_half_saturation_flops: NonNegativeFloat = 0.0
+    """Matrix-multiply size k at which half of ``compute_efficiency`` is reached, in FLOPs of the
+    block's reference h x h/t GEMM (g = 2·b·s·h²/t). A GEMM of size g runs at
+    ``compute_efficiency / (1 + (k/g)^n)`` of peak (n = ``gemm_saturation_exponent``): small GEMMs
+    (small micro batches, large t) run far below peak. 0: the efficiency does not depend on size.
+    Used by :mod:`ppopt.job` only."""
+    gemm_saturation_exponent: PositiveFloat = 1.0
+    """n in the GEMM efficiency curve above: how sharply efficiency saturates with size (1: the
+    hyperbola g/(g + k)). Used by :mod:`ppopt.job` only."""
+    inter_node_per: Literal["device", "node"] = "device"
+    """What ``inter_node.bandwidth_bytes_per_s`` belongs to: one NIC per device ("device": every
+    device has that bandwidth of its own) or one NIC per node ("node": the devices of a node that
+    cross nodes at once share it). Used by :mod:`ppopt.job` only."""
 
 
 # --------------------------------------------------------------------------------------------------

@@ -83,6 +83,7 @@ __all__ = [
     "Costs",
     "StageCost",
     "activation_bytes_per_layer",
+    "stored_activation_bytes_per_layer",
     "allreduce_time_s",
     "layer_forward_flops",
     "layer_linear_params",
@@ -280,6 +281,61 @@ def activation_bytes_per_layer(model: ModelConfig, batch: int) -> float:
     mlp_terms = (3 if model.activation == "swiglu" else 2) * e * sb * f
     score_terms = 0 if model.flash_attention else (2 * e + 1) * a * s * sb
     return float(hidden_terms + mlp_terms + score_terms)
+
+
+def _activation_parts(model: ModelConfig, batch: int) -> tuple[float, float, float]:
+    """The items of :func:`activation_bytes_per_layer`, grouped by how tensor parallelism splits them.
+
+    Returns (replicated, split, scores) bytes for t = 1 (Korthikanti et al. 2022, Section 4.2.2):
+
+    * replicated across the t ranks without sequence parallelism: the inputs of QKV and of the MLP
+      (e·sbh each), the two layer-norm inputs (2·e·sbh) and the two dropout masks (2·sbh):
+      ``sbh·(4e + 2)`` (= 10·sbh at fp16);
+    * split by t (heads or MLP columns): Q, K, V, the output projection's input and the MLP's
+      intermediate tensors: ``e·sb·(2h + 2·r·h) + n_ffn'·e·sbf`` (= 24·sbh at fp16, GELU, f = 4h);
+    * the attention scores (softmax output, dropout mask, dropout output), split by t:
+      ``(2e + 1)·a·s²·b`` (= 5·a·s²·b), 0 with ``flash_attention``.
+
+    The three sum to :func:`activation_bytes_per_layer`'s s·b·h·(34 + 5·a·s/h).
+    """
+    s, h, f = model.seq_length, model.hidden_size, model.ffn_hidden_size
+    e, sb = model.bytes_per_element, model.seq_length * batch
+    replicated = sb * h * (4 * e + 2)
+    split = e * sb * (2 * h + 2 * _kv_width(model)) + (3 if model.activation == "swiglu" else 2) * e * sb * f
+    scores = 0 if model.flash_attention else (2 * e + 1) * model.num_attention_heads * s * sb
+    return float(replicated), float(split), float(scores)
+
+
+def stored_activation_bytes_per_layer(
+    model: ModelConfig,
+    batch: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+) -> float:
+    """Bytes one block stores per microbatch on one of ``tp`` tensor-parallel ranks.
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+    Table 2 (fp16, GELU, f = 4h), generalised by :func:`_activation_parts`:
+
+    * ``none``: ``sbh·(10 + 24/t + 5·a·s/(h·t))``; with sequence parallelism the replicated
+      10·sbh is split too: ``sbh·(34/t + 5·a·s/(h·t))``;
+    * ``selective``: the attention-score term is dropped (recomputed in the backward):
+      ``sbh·(10 + 24/t)``, or ``sbh·34/t`` with sequence parallelism;
+    * ``full``: only the block's input, ``e·sbh`` (``e·sbh/t`` with sequence parallelism).
+
+    ``recompute`` is "none", "selective" or "full".
+    """
+    replicated, split, scores = _activation_parts(model, batch)
+    replicated_share = replicated / tp if sequence_parallel else replicated
+    if recompute == "none":
+        return replicated_share + split / tp + scores / tp
+    if recompute == "selective":
+        return replicated_share + split / tp
+    if recompute == "full":
+        block_input = float(model.bytes_per_element * model.seq_length * batch * model.hidden_size)
+        return block_input / tp if sequence_parallel else block_input
+    raise ConfigError(f"unknown recomputation {recompute!r} (known: none, selective, full)", field="recompute")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,135 @@
+"""How close predicted step times come to measured ones: per-row errors and summary figures.
+
+Relative error of a row: ``(predicted - measured) / measured``. The summary gives the mean
+absolute percentage error (MAPE), the median, 95th percentile and worst absolute error, and, per
+model (rows grouped by model dimensions), the Spearman rank correlation of predicted vs measured
+step times: 1 means ppopt orders that model's layouts exactly as the measurements do.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ppopt.config import SystemConfig
+from ppopt.io.measured import Measured, Unmodelled, read_measured
+from ppopt.job import evaluate_job
+
+__all__ = ["Accuracy", "RowResult", "predict_rows", "spearman", "summarize", "validate_file"]
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One measured row and its prediction. Seconds, bytes."""
+
+    line: int
+    model: str
+    job: str
+    measured_s: float
+    predicted_s: float
+    peak_memory_bytes: float
+    source: str = ""
+    """File name of the measurement."""
+
+    @property
+    def error(self) -> float:
+        """Signed relative error (predicted - measured) / measured."""
+        return (self.predicted_s - self.measured_s) / self.measured_s
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Per-row results and the summary figures (fractions, not percent)."""
+
+    rows: tuple[RowResult, ...]
+    unmodelled: tuple[Unmodelled, ...] = ()
+    spearman: dict[str, float | None] = field(default_factory=dict)
+    """Per model: Spearman's rho of predicted vs measured (None below 3 rows)."""
+
+    def _abs(self) -> np.ndarray:
+        return np.abs([r.error for r in self.rows])
+
+    @property
+    def mape(self) -> float:
+        return float(self._abs().mean()) if self.rows else float("nan")
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self._abs())) if self.rows else float("nan")
+
+    @property
+    def p95(self) -> float:
+        return float(np.percentile(self._abs(), 95)) if self.rows else float("nan")
+
+    @property
+    def worst(self) -> RowResult | None:
+        return max(self.rows, key=lambda r: abs(r.error), default=None)
+
+    def summary(self) -> dict:
+        """The figures as plain numbers (JSON-ready)."""
+        worst = self.worst
+        return {
+            "rows": len(self.rows),
+            "unmodelled": len(self.unmodelled),
+            "mape": self.mape,
+            "median": self.median,
+            "p95": self.p95,
+            "worst": abs(worst.error) if worst else None,
+            "worst_line": worst.line if worst else None,
+            "worst_file": worst.source if worst else None,
+            "spearman": dict(self.spearman),
+        }
+
+
+def spearman(x: list[float] | np.ndarray, y: list[float] | np.ndarray) -> float:
+    """Spearman's rank correlation: Pearson's correlation of the ranks (ties get their mean rank)."""
+    rx, ry = _ranks(np.asarray(x, dtype=float)), _ranks(np.asarray(y, dtype=float))
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    denominator = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    return float((rx * ry).sum() / denominator) if denominator > 0 else float("nan")
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values), dtype=float)
+    for value in np.unique(values):  # ties: mean rank
+        tied = values == value
+        if tied.sum() > 1:
+            ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def predict_rows(rows: list[Measured]) -> list[RowResult]:
+    """Predict every row's step time with :func:`ppopt.job.evaluate_job`."""
+    results = []
+    for row in rows:
+        result = evaluate_job(row.job)
+        results.append(RowResult(row.line, row.model_key, row.job.describe(), row.measured_s,
+                                 result.step_time_s, result.peak_memory_bytes, row.source))
+    return results
+
+
+def summarize(results: list[RowResult], unmodelled: list[Unmodelled] = ()) -> Accuracy:  # type: ignore[assignment]
+    """Summary figures of ``results``, with Spearman's rho per model."""
+    groups: dict[str, list[RowResult]] = {}
+    for r in results:
+        groups.setdefault(r.model, []).append(r)
+    rho = {model: (spearman([r.predicted_s for r in rs], [r.measured_s for r in rs]) if len(rs) >= 3 else None)
+           for model, rs in groups.items()}
+    return Accuracy(tuple(results), tuple(unmodelled), rho)
+
+
+def validate_file(paths: list[str | os.PathLike[str]] | str | os.PathLike[str], system: SystemConfig) -> Accuracy:
+    """Read measured rows from one or more files and compare ppopt's predictions with them."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    rows: list[Measured] = []
+    unmodelled: list[Unmodelled] = []
+    for path in paths:
+        got, skipped = read_measured(path, system)
+        rows += got
+        unmodelled += skipped
+    return summarize(predict_rows(rows), unmodelled)

@@ -1,0 +1,335 @@
+"""Fit a system's efficiency and latency parameters to measured step times.
+
+Eight system parameters, no per-row or per-model ones (:data:`PARAMETERS`):
+
+=============================  ==========================================================
+compute_efficiency             peak fraction reached by large GEMMs
+gemm_half_saturation_flops     GEMM size k at which half of it is reached (saturating curve)
+gemm_saturation_exponent       sharpness n of that curve, efficiency ce / (1 + (k/g)^n)
+memory_efficiency              HBM fraction reached by memory-bound kernels (and optimizer)
+compute_latency_s              fixed time per op (one stage's F or B of one microbatch)
+intra-node link latency        ``intra_node.latency_s``: per ring step or message
+intra-node link efficiency     fraction of ``intra_node`` bandwidth collectives reach
+inter-node link efficiency     fraction of ``inter_node`` bandwidth collectives reach
+=============================  ==========================================================
+
+Bounds (:class:`Parameter`) keep the values physical; ``compute_efficiency`` is capped at 0.8, an
+assumption (roughly what large cuBLAS GEMMs reach on an A100): the small GEMMs of single-node runs
+do not pin the large-size limit (without the cap a fit on the single-node rows of
+``data/measured`` picks 0.94 and predicts the multi-node rows worse: README, "How accurate is
+ppopt?").
+
+The objective is the mean absolute percentage error (MAPE) over the given rows. Each row's
+:class:`ppopt.job.JobWork` is built once; a candidate system turns it into seconds through
+:func:`ppopt.job.work_time_s` (vectorised over all rows) and the 1F1B step is taken in closed form,
+``Σ_s (F_s + B_s) + (m - 1)·max_s (F_s + B_s) + 2·Σ messages`` plus the gradient all-reduce,
+optimizer step (Narayanan et al. 2021, Section 2.2: 1F1B's bubble is (p-1) stage
+times; the slowest stage sets the steady state). This is what the pipeline simulator gives for
+1F1B when messages overlap computation; the reported errors use the simulator
+(:mod:`ppopt.accuracy`).
+
+For each exponent n in :data:`EXPONENTS` (the work depends on n, so it is rebuilt per n), the
+other parameters are fitted by a deterministic Nelder-Mead (Nelder and Mead 1965, "A simplex method for function
+minimization"; standard coefficients 1, 2, 0.5, 0.5) over the parameters' natural logarithms,
+each clamped to its bounds; it starts from the base system's values (the geometric mean of the
+bounds where the base value is outside them, e.g. 0) and restarts from the best point a few times
+with a smaller simplex; the n with the lowest MAPE wins. Link parameters no row exercises (e.g.
+InfiniBand when calibrating on one node) keep the base system's values. Same rows, same base
+system -> same result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from types import SimpleNamespace
+
+import numpy as np
+
+from ppopt.config import SystemConfig
+from ppopt.io.measured import Measured
+from ppopt.job import JobWork, Work, job_work, work_time_s
+
+__all__ = ["PARAMETERS", "Calibration", "Parameter", "calibrate", "closed_form_mape", "system_toml"]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One fitted system parameter: its name, unit, bounds and how it sets the system."""
+
+    name: str
+    unit: str
+    low: float
+    high: float
+    description: str
+
+    def get(self, system: SystemConfig, base: SystemConfig) -> float:
+        if self.name == "intra_node_efficiency":
+            return system.intra_node.bandwidth_bytes_per_s / base.intra_node.bandwidth_bytes_per_s
+        if self.name == "inter_node_efficiency":
+            return system.inter_node.bandwidth_bytes_per_s / base.inter_node.bandwidth_bytes_per_s
+        if self.name == "intra_node_latency_s":
+            return system.intra_node.latency_s
+        return float(getattr(system, self.name))
+
+
+PARAMETERS: tuple[Parameter, ...] = (
+    Parameter("compute_efficiency", "", 0.05, 0.8, "fraction of peak FLOP/s reached by large GEMMs"),
+    Parameter("gemm_half_saturation_flops", "FLOP", 1e6, 1e13, "GEMM size reaching half of compute_efficiency"),
+    Parameter("gemm_saturation_exponent", "", 1.0, 2.0, "sharpness of the GEMM efficiency curve (one of 1, 1.5, 2)"),
+    Parameter("memory_efficiency", "", 0.05, 1.0, "fraction of HBM bandwidth reached by memory-bound kernels"),
+    Parameter("compute_latency_s", "s", 1e-7, 1e-1, "fixed time per op (a stage's F or B of one microbatch)"),
+    Parameter("intra_node_latency_s", "s", 1e-7, 1e-3, "intra-node latency per ring step or message"),
+    Parameter("intra_node_efficiency", "", 0.02, 1.0, "fraction of the intra-node bandwidth collectives reach"),
+    Parameter("inter_node_efficiency", "", 0.02, 1.0, "fraction of the inter-node bandwidth collectives reach"),
+)
+
+
+def apply(base: SystemConfig, values: dict[str, float]) -> SystemConfig:
+    """``base`` with the fitted ``values`` (link efficiencies scale the base bandwidths)."""
+    links = {"intra_node_efficiency", "inter_node_efficiency", "intra_node_latency_s"}
+    update: dict[str, object] = {k: v for k, v in values.items() if k not in links}
+    for link in ("intra_node", "inter_node"):
+        old = getattr(base, link)
+        changes = {}
+        if f"{link}_efficiency" in values:
+            changes["bandwidth_bytes_per_s"] = old.bandwidth_bytes_per_s * values[f"{link}_efficiency"]
+        if f"{link}_latency_s" in values:
+            changes["latency_s"] = values[f"{link}_latency_s"]
+        if changes:
+            update[link] = old.model_copy(update=changes)
+    return base.model_copy(update=update)
+
+
+def _light(base: SystemConfig, values: dict[str, float]) -> SimpleNamespace:
+    """What :func:`apply` gives, as a plain namespace with the fields :func:`work_time_s` reads
+    (pydantic copies would dominate the search's time)."""
+    fields_ = base.model_dump()
+    fields_.update({k: v for k, v in values.items() if k in fields_})
+    for link in ("intra_node", "inter_node"):
+        table = dict(fields_[link])
+        table["bandwidth_bytes_per_s"] *= values.get(f"{link}_efficiency", 1.0)
+        table["latency_s"] = values.get(f"{link}_latency_s", table["latency_s"])
+        fields_[link] = SimpleNamespace(**table)
+    return SimpleNamespace(**fields_)
+
+
+# --------------------------------------------------------------------------------------------------
+# Vectorised closed-form step time
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Stacked:
+    """Work of many jobs as arrays (rows x stages); padded stages are zero work. Work is linear in
+    the parameters, so a stage's F + B and the messages of a step are summed before timing."""
+
+    stage: Work
+    """F + B of one microbatch per stage."""
+    messages: Work
+    """All stage-to-stage messages of one microbatch's forward and backward (rows x 1)."""
+    sync: Work
+    optimizer: Work
+    microbatches: np.ndarray
+    measured_s: np.ndarray
+
+
+def _stack(works: list[tuple[Work, ...]], width: int) -> Work:
+    names = [f.name for f in fields(Work)]
+    table = np.zeros((len(names), len(works), max(1, width)))
+    for i, row in enumerate(works):
+        for j, w in enumerate(row):
+            table[:, i, j] = [getattr(w, name) for name in names]
+    return Work(*table)
+
+
+def stack(rows: list[Measured]) -> _Stacked:
+    """Build every row's :class:`JobWork` once, as arrays."""
+    works: list[JobWork] = [job_work(r.job) for r in rows]
+    width = max(r.job.pp for r in rows)
+    return _Stacked(
+        stage=_stack([tuple(f + b for f, b in zip(w.forward, w.backward)) for w in works], width),
+        messages=_stack([(2 * sum(w.messages, Work()),) for w in works], 1),
+        sync=_stack([w.gradient_sync for w in works], width),
+        optimizer=_stack([w.optimizer for w in works], width),
+        microbatches=np.array([r.job.microbatches for r in rows], dtype=float),
+        measured_s=np.array([r.measured_s for r in rows]),
+    )
+
+
+def closed_form_step_s(stacked: _Stacked, system: SystemConfig) -> np.ndarray:
+    """Closed-form 1F1B step time of every stacked job on ``system`` (module doc), seconds."""
+    stage = work_time_s(stacked.stage, system)
+    pipeline = stage.sum(axis=1) + (stacked.microbatches - 1) * stage.max(axis=1)
+    pipeline = pipeline + work_time_s(stacked.messages, system)[:, 0]
+    return (pipeline + work_time_s(stacked.sync, system).max(axis=1)
+            + work_time_s(stacked.optimizer, system).max(axis=1))
+
+
+def closed_form_mape(stacked: _Stacked, system: SystemConfig) -> float:
+    """MAPE of the closed-form step times against the measured ones (a fraction)."""
+    predicted = closed_form_step_s(stacked, system)
+    return float(np.mean(np.abs(predicted - stacked.measured_s) / stacked.measured_s))
+
+
+# --------------------------------------------------------------------------------------------------
+# Search
+# --------------------------------------------------------------------------------------------------
+
+
+def _value(p: Parameter, z: float) -> float:
+    """The parameter value at coordinate ``z`` (its natural logarithm, clamped to the bounds)."""
+    return min(p.high, max(p.low, math.exp(max(-700.0, min(700.0, z)))))
+
+
+def _start(p: Parameter, value: float) -> float:
+    """Starting coordinate: the base system's value if inside the bounds, else their geometric mean."""
+    if not p.low <= value <= p.high:
+        value = math.sqrt(p.low * p.high)
+    return math.log(value)
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 1.0,
+                iterations: int = 600, tolerance: float = 1e-9) -> tuple[np.ndarray, float]:
+    """Minimise ``f`` from ``x0`` with the Nelder-Mead simplex (deterministic)."""
+    n = len(x0)
+    simplex = [x0.astype(float)] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    for _ in range(iterations):
+        order = np.argsort(values, kind="stable")
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if values[-1] - values[0] <= tolerance:
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        reflected = centroid + (centroid - simplex[-1])
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = centroid + 2 * (centroid - simplex[-1])
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centroid + 0.5 * (simplex[-1] - centroid)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:  # shrink towards the best point
+                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+    best = int(np.argmin(values))
+    return simplex[best], values[best]
+
+
+_TERMS = {
+    "intra_node_latency_s": "intra_hops",
+    "intra_node_efficiency": "intra_bytes",
+    "inter_node_efficiency": "inter_bytes",
+}
+"""Parameters that only matter when some row moves data over that kind of link."""
+
+
+def _exercised(p: Parameter, stacked: _Stacked) -> bool:
+    """Whether the rows constrain ``p`` at all: link parameters stay at the base value when no row
+    uses that link (calibrating on one node says nothing about InfiniBand)."""
+    term = _TERMS.get(p.name)
+    if term is None:
+        return True
+    works = (stacked.stage, stacked.messages, stacked.sync)
+    return any(bool(np.any(getattr(w, term))) for w in works)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted parameter values, the calibrated system and the fit's closed-form MAPE."""
+
+    system: SystemConfig
+    values: dict[str, float]
+    mape: float
+    rows: int
+
+
+EXPONENTS = (1.0, 1.5, 2.0)
+"""Values of ``gemm_saturation_exponent`` the calibration tries."""
+
+
+def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, iterations: int = 600) -> Calibration:
+    """Fit :data:`PARAMETERS` to ``rows`` by minimising the MAPE (module doc); the rows' jobs are
+    re-targeted to ``base``."""
+    if not rows:
+        raise ValueError("no rows to calibrate on")
+    best: Calibration | None = None
+    for exponent in EXPONENTS:
+        system = base.model_copy(update={"gemm_saturation_exponent": exponent})
+        fitted = _fit(stack([replace(r, job=replace(r.job, system=system)) for r in rows]), system, restarts, iterations)
+        if best is None or fitted.mape < best.mape:
+            best = fitted
+    assert best is not None
+    return best
+
+
+def _fit(stacked: _Stacked, base: SystemConfig, restarts: int, iterations: int) -> Calibration:
+    """Nelder-Mead over the parameters other than the exponent (fixed in ``base``)."""
+    free = [p for p in PARAMETERS if p.name != "gemm_saturation_exponent" and _exercised(p, stacked)]
+    fixed = {p.name: p.get(base, base) for p in PARAMETERS if p not in free}
+
+    def values_of(z: np.ndarray) -> dict[str, float]:
+        return {**fixed, **{p.name: _value(p, float(x)) for p, x in zip(free, z)}}
+
+    def objective(z: np.ndarray) -> float:
+        return closed_form_mape(stacked, _light(base, values_of(z)))  # type: ignore[arg-type]
+
+    z = np.array([_start(p, p.get(base, base)) for p in free])
+    best = objective(z)
+    for attempt in range(restarts):
+        z, best = nelder_mead(objective, z, step=1.0 / (attempt + 1), iterations=iterations)
+    values = values_of(z)
+    ordered = {p.name: values[p.name] for p in PARAMETERS}
+    return Calibration(apply(base, values), ordered, best, len(stacked.measured_s))
+
+
+# --------------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------------
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    import json
+
+    return json.dumps(str(value))
+
+
+def system_toml(calibration: Calibration, base_name: str, sources: list[str]) -> str:
+    """The calibrated system as a TOML file ``--system`` accepts, fitted fields commented."""
+    system = calibration.system
+    fitted = {p.name: p for p in PARAMETERS}
+    lines = [
+        f"# {system.name}: '{base_name}' calibrated by `ppopt calibrate` on {calibration.rows} measured rows",
+        f"# ({', '.join(sources)}); closed-form MAPE of the fit {100 * calibration.mape:.2f} %.",
+        "# Fitted fields are marked 'fitted'; the others are copied from the base system.",
+    ]
+    tables = []
+    for name, value in system.model_dump().items():
+        if isinstance(value, dict):
+            tables.append((name, value))
+            continue
+        note = f"  # fitted: {fitted[name].description}" if name in fitted else ""
+        lines.append(f"{name} = {_toml_value(value)}{note}")
+    for name, table in tables:
+        key = f"{name}_efficiency"
+        note = f"  # fitted: {calibration.values[key]:.4g} x the base bandwidth" if key in calibration.values else ""
+        lines.append("")
+        lines.append(f"[{name}]")
+        latency = "  # fitted: latency per ring step or message" if f"{name}_latency_s" in calibration.values else ""
+        for field_name, value in table.items():
+            comment = {"bandwidth_bytes_per_s": note, "latency_s": latency}.get(field_name, "")
+            lines.append(f"{field_name} = {_toml_value(value)}{comment}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,197 @@
+"""Measured-data commands: ``validate`` (predicted vs measured step times) and ``calibrate``
+(fit a system's efficiencies and latencies to measured rows)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import click
+
+from ppopt.cli import main
+from ppopt.cli.options import emit_json, format_option, json_option
+
+DEFAULT_SYSTEM = "a100-vtrain-calibrated"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{100 * value:.2f} %"
+
+
+def _table(header: list[str], rows: list[list[str]], fmt: str) -> str:
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+        return buffer.getvalue().rstrip("\n")
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+    return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows])
+
+
+def _where(source: str, line: int, files: int) -> str:
+    """``line`` alone for one input file, ``file:line`` for several."""
+    return f"{source}:{line}" if files > 1 else str(line)
+
+
+def _summary_lines(accuracy, files: int = 1) -> list[str]:
+    s = accuracy.summary()
+    worst = accuracy.worst
+    lines = [f"rows: {s['rows']} predicted, {s['unmodelled']} not modelled",
+             f"MAPE {_pct(s['mape'])}, median {_pct(s['median'])}, p95 {_pct(s['p95'])}, "
+             f"worst {_pct(s['worst'])}" + (f" (line {_where(worst.source, worst.line, files)}: {worst.model} {worst.job})" if worst else "")]
+    for model, rho in s["spearman"].items():
+        lines.append(f"Spearman {model}: " + ("-" if rho is None or not math.isfinite(rho) else f"{rho:.3f}"))
+    return lines
+
+
+@main.command("validate")
+@click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--system", default=DEFAULT_SYSTEM, show_default=True, help="System preset name or .toml/.json file.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write predicted vs measured (log-log, one colour per model, ±10 % band) to this image.")
+@format_option
+@json_option
+def validate_command(data, system, plot_path, fmt, as_json) -> None:
+    """Predict every measured row of DATA (.csv, the format of data/measured) and compare.
+
+    Prints each row's job, measured and predicted step time and relative error, then the MAPE,
+    median, 95th percentile and worst error and the Spearman rank correlation within each model.
+    """
+    from ppopt.accuracy import validate_file
+    from ppopt.config import load_system
+
+    accuracy = validate_file(list(data), load_system(system))
+    if plot_path:
+        from ppopt.report.accuracy_plot import plot_accuracy
+
+        plot_accuracy(accuracy, plot_path)
+    if as_json:
+        emit_json({
+            "summary": accuracy.summary(),
+            "rows": [{"file": r.source, "line": r.line, "model": r.model, "job": r.job, "measured_s": r.measured_s,
+                      "predicted_s": r.predicted_s, "error": r.error, "peak_memory_bytes": r.peak_memory_bytes}
+                     for r in accuracy.rows],
+            "unmodelled": [{"file": u.source, "line": u.line, "model": u.label, "measured_s": u.measured_s, "reason": u.reason}
+                           for u in accuracy.unmodelled],
+        })
+        return
+    header = ["line", "model", "job", "measured ms", "predicted ms", "error", "peak GB"]
+    rows = [[_where(r.source, r.line, len(data)), r.model, r.job, f"{1e3 * r.measured_s:.1f}", f"{1e3 * r.predicted_s:.1f}",
+             f"{100 * r.error:+.1f} %", f"{r.peak_memory_bytes / 1e9:.1f}"] for r in accuracy.rows]
+    click.echo(_table(header, rows, fmt))
+    if accuracy.unmodelled:
+        click.echo("")
+        click.echo(_table(["line", "model", "measured ms", "not modelled because"],
+                          [[_where(u.source, u.line, len(data)), u.label, f"{1e3 * u.measured_s:.1f}", u.reason] for u in accuracy.unmodelled], fmt))
+    if fmt != "csv":
+        click.echo("")
+        click.echo("\n".join(_summary_lines(accuracy, len(data))))
+
+
+@main.command("calibrate")
+@click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--system", default="a100-vtrain", show_default=True, help="Base system preset or file.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Calibrated system .toml to write.")
+@click.option("--name", default=None, help="Name of the calibrated system [default: the output file's stem].")
+@json_option
+def calibrate_command(data, system, output, name, as_json) -> None:
+    """Fit the base system's efficiencies and latencies to the measured rows of DATA.
+
+    At most eight system parameters (ppopt.calibrate.PARAMETERS), no per-row or per-model ones;
+    minimises the MAPE; deterministic. Writes a system file that --system accepts.
+    """
+    from pathlib import Path
+
+    from ppopt.accuracy import predict_rows, summarize
+    from ppopt.calibrate import PARAMETERS, calibrate, system_toml
+    from ppopt.config import load_system
+    from ppopt.io import atomic_write_text
+    from ppopt.io.measured import read_measured
+
+    base = load_system(system)
+    rows, unmodelled = [], []
+    for path in data:
+        got, skipped = read_measured(path, base)
+        rows += got
+        unmodelled += skipped
+    if not rows:
+        from ppopt.errors import ConfigError
+
+        raise ConfigError("no row to calibrate on (every row is outside the model)")
+    fitted = calibrate(rows, base)
+    calibrated = fitted.system.model_copy(update={"name": name or Path(output).stem,
+                                                  "description": f"{base.name} calibrated on {len(rows)} measured rows"})
+    fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows)
+    atomic_write_text(output, system_toml(fitted, base.name, [Path(p).name for p in data]))
+    on_fit = summarize(predict_rows([_on(r, calibrated) for r in rows]), unmodelled)
+    if as_json:
+        emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "output": output, "summary": on_fit.summary()})
+        return
+    descriptions = {p.name: p for p in PARAMETERS}
+    click.echo(_table(["parameter", "value", "meaning"],
+                      [[k, f"{v:.4g}", descriptions[k].description] for k, v in fitted.values.items()], "text"))
+    click.echo("")
+    click.echo("fit on the calibration rows (simulated):")
+    click.echo("\n".join(_summary_lines(on_fit, len(data))))
+    click.echo(f"wrote {output}")
+
+
+def _on(row, system):
+    from dataclasses import replace
+
+    return replace(row, job=replace(row.job, system=system))
+
+
+@main.command("job")
+@click.option("--model", required=True, help="Model preset name (see models/) or a .toml/.json file.")
+@click.option("--system", required=True, help="System preset name (see configs/) or a .toml/.json file.")
+@click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree t.")
+@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages p.")
+@click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree d.")
+@click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per microbatch.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True,
+              help="Activation recomputation (Korthikanti et al. 2022).")
+@click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (activations split by t).")
+@click.option("--distributed-optimizer", is_flag=True, help="Shard the optimizer state across the d replicas.")
+@click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
+@click.option("--schedule", type=click.Choice(["1f1b", "gpipe", "zb-h1"]), default="1f1b", show_default=True,
+              help="Pipeline schedule family (one stage per device).")
+@json_option
+def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute, sequence_parallel,
+                distributed_optimizer, overlap_grad_sync, schedule, as_json) -> None:
+    """Predict one training step of a 3D-parallel job (t·p·d GPUs): pipeline, gradient
+    all-reduce, optimizer step and per-GPU peak memory."""
+    from ppopt.config import load_model, load_system
+    from ppopt.errors import ConfigError
+    from ppopt.job import Job, evaluate_job
+
+    if global_batch is not None and global_batch < 1:
+        raise ConfigError(f"must be positive, got {global_batch}", field="global_batch")
+    job = Job(load_model(model), load_system(system), tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
+              global_batch=global_batch, recompute=recompute, sequence_parallel=sequence_parallel,
+              distributed_optimizer=distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule)
+    result = evaluate_job(job)
+    figures = {
+        "job": job.describe(), "gpus": job.gpus, "microbatches": job.microbatches,
+        "step_time_s": result.step_time_s, "pipeline_s": result.pipeline_s, "gradient_sync_s": result.gradient_sync_s,
+        "optimizer_s": result.optimizer_s, "peak_memory_bytes": result.peak_memory_bytes,
+        "fits_memory": result.peak_memory_bytes <= job.system.memory_capacity_bytes,
+    }
+    if as_json:
+        emit_json(figures)
+        return
+    click.echo(f"{job.model.name} on {job.gpus} x {job.system.name}: {job.describe()} ({schedule}, recompute {recompute}"
+               f"{', sequence parallel' if sequence_parallel else ''}{', distributed optimizer' if distributed_optimizer else ''})")
+    click.echo(f"step        {1e3 * result.step_time_s:10.1f} ms")
+    click.echo(f"  pipeline  {1e3 * result.pipeline_s:10.1f} ms")
+    click.echo(f"  grad sync {1e3 * result.gradient_sync_s:10.1f} ms")
+    click.echo(f"  optimizer {1e3 * result.optimizer_s:10.1f} ms")
+    fits = "fits" if figures["fits_memory"] else "does NOT fit"
+    click.echo(f"peak memory {result.peak_memory_bytes / 1e9:10.1f} GB per GPU ({fits} in {job.system.memory_capacity_bytes / 1e9:.0f} GB)")

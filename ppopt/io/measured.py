@@ -1,0 +1,178 @@
+"""Measured training steps in the CSV format of ``data/measured`` (vTrain's ground truth).
+
+Columns (data/measured/README.md): an optional leading ``Parameters (billion)``, then ``# GPUs``,
+``global batch``, ``micro batch``, ``hidden size``, ``attention heads``, ``# layers``,
+``sequence length``, ``tensor parallelism``, ``data parallelism``, ``pipeline parallelism``,
+``iteration time (ms)``. Each row becomes a :class:`Measured`: a :class:`ppopt.job.Job` (a
+GPT-style model as trained by Megatron-DeepSpeed: vocabulary 50257, learned position embeddings,
+GELU MLP with 4h, full recomputation, 1F1B) and the measured step time.
+
+Bad data raises :class:`MeasuredDataError` with one line naming the file, line and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ppopt.config import ModelConfig, SystemConfig
+from ppopt.errors import ConfigError
+from ppopt.job import Job
+
+__all__ = ["COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "read_measured"]
+
+PARAMETERS = "Parameters (billion)"
+TIME = "iteration time (ms)"
+COLUMNS = {
+    "# GPUs": "gpus",
+    "global batch": "global_batch",
+    "micro batch": "micro_batch",
+    "hidden size": "hidden",
+    "attention heads": "heads",
+    "# layers": "layers",
+    "sequence length": "seq",
+    "tensor parallelism": "tp",
+    "data parallelism": "dp",
+    "pipeline parallelism": "pp",
+}
+"""Integer columns -> short names."""
+
+VOCABULARY = 50257
+"""GPT-2 BPE vocabulary (Radford et al. 2019), as in the measured runs."""
+
+
+class MeasuredDataError(ConfigError):
+    """A measured-data file that cannot be read: one line naming the row and column."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured step: where it came from, the job, and its step time."""
+
+    line: int
+    """Line of the CSV file (the header is line 1)."""
+    job: Job
+    measured_s: float
+    model_key: str
+    """Which model (dimensions) the row trains, e.g. ``h3072 a32 L30 s2048``."""
+    source: str = ""
+    """File name the row came from."""
+
+
+@dataclass(frozen=True)
+class Unmodelled:
+    """A well-formed row ppopt cannot model, and why."""
+
+    line: int
+    label: str
+    measured_s: float
+    reason: str
+    source: str = ""
+
+
+def _model(values: dict[str, int]) -> ModelConfig:
+    key = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}"
+    return ModelConfig(
+        name=f"gpt {key}",
+        num_layers=values["layers"],
+        hidden_size=values["hidden"],
+        num_attention_heads=values["heads"],
+        vocab_size=VOCABULARY,
+        seq_length=values["seq"],
+        global_batch_size=values["global_batch"],
+        flash_attention=False,  # Megatron-DeepSpeed of 2022: scores are materialised
+        tie_embeddings=True,  # GPT: output projection = input embedding (a copy on the last stage)
+    )
+
+
+def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple[list[Measured], list[Unmodelled]]:
+    """Read a measured-data CSV file into jobs on ``system``.
+
+    Returns the rows ppopt models and those it cannot (with the reason). Raises
+    MeasuredDataError for a missing column, a non-numeric or non-positive cell, t·p·d different
+    from the GPU count, or a micro batch that does not divide the global batch per replica.
+    """
+    path = Path(source)
+    name = str(source)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as error:
+        raise MeasuredDataError(f"{name}: cannot read file ({error.strerror or error})") from error
+    except UnicodeDecodeError as error:
+        raise MeasuredDataError(f"{name}: not UTF-8 text ({error.reason})") from error
+    reader = csv.reader(io.StringIO(text))
+    header = [cell.strip() for cell in next(reader, [])]
+    if not header or header == [""]:
+        raise MeasuredDataError(f"{name}: empty file (expected a header row)")
+    for column in [*COLUMNS, TIME]:
+        if column not in header:
+            raise MeasuredDataError(f"{name}: missing column '{column}'")
+    index = {column: header.index(column) for column in header}
+
+    rows: list[Measured] = []
+    unmodelled: list[Unmodelled] = []
+    for line, cells in enumerate(reader, start=2):
+        if not any(cell.strip() for cell in cells):
+            continue
+
+        def cell(column: str, cells: list[str] = cells, line: int = line) -> str:
+            position = index[column]
+            if position >= len(cells) or not cells[position].strip():
+                raise MeasuredDataError(f"{name}: line {line}, column '{column}': missing value")
+            return cells[position].strip()
+
+        values: dict[str, int] = {}
+        for column, short in COLUMNS.items():
+            raw = cell(column)
+            try:
+                value = int(raw)
+            except ValueError:
+                raise MeasuredDataError(f"{name}: line {line}, column '{column}': not an integer: {raw!r}") from None
+            if value < 1:
+                raise MeasuredDataError(f"{name}: line {line}, column '{column}': must be positive, got {value}")
+            values[short] = value
+        raw = cell(TIME)
+        try:
+            measured_ms = float(raw)
+        except ValueError:
+            raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': not a number: {raw!r}") from None
+        if not (math.isfinite(measured_ms) and measured_ms > 0):
+            raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must be a positive number, got {raw!r}")
+        t, p, d = values["tp"], values["pp"], values["dp"]
+        if t * p * d != values["gpus"]:
+            raise MeasuredDataError(f"{name}: line {line}, column '# GPUs': {values['gpus']} differs from "
+                                    f"tensor x pipeline x data parallelism = {t} x {p} x {d} = {t * p * d}")
+        per_replica, left = divmod(values["global_batch"], d)
+        if left or per_replica % values["micro_batch"]:
+            raise MeasuredDataError(f"{name}: line {line}, column 'micro batch': {values['micro_batch']} does not "
+                                    f"divide the global batch per replica ({values['global_batch']} / {d})")
+
+        label = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}"
+        reason = _unmodellable(values)
+        if reason:
+            unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, reason, path.name))
+            continue
+        try:
+            model = _model(values)
+            job = Job(model, system, tp=t, pp=p, dp=d, micro_batch=values["micro_batch"],
+                      global_batch=values["global_batch"], recompute="full")
+        except ConfigError as error:
+            unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, str(error), path.name))
+            continue
+        rows.append(Measured(line, job, measured_ms / 1e3, label, path.name))
+    if not rows and not unmodelled:
+        raise MeasuredDataError(f"{name}: no data rows")
+    return rows, unmodelled
+
+
+def _unmodellable(values: dict[str, int]) -> str:
+    """Why a well-formed row is outside the model ('' if it is not)."""
+    if values["heads"] % values["tp"]:
+        return f"tensor parallelism {values['tp']} does not divide the {values['heads']} attention heads"
+    if values["pp"] > values["layers"]:
+        return f"{values['pp']} pipeline stages exceed the {values['layers']} layers"
+    return ""

@@ -1,0 +1,442 @@
+"""A training job in three dimensions (tensor, pipeline, data parallel) and its step time.
+
+A :class:`Job` is a model, a system, a layout (tensor parallel t, pipeline parallel p, data parallel
+d on t·p·d GPUs), a micro batch size, a recomputation mode and two Megatron switches (sequence
+parallelism, distributed optimizer). :func:`evaluate_job` predicts one training step:
+
+    step = pipeline (simulated) + data-parallel gradient all-reduce + optimizer step
+
+The pipeline is simulated by :func:`ppopt.simulate.simulate` with per-stage costs from
+:func:`job_costs`; the gradient all-reduce (no bucketing, after the last backward: the measured
+runs of ``data/measured`` use none) and the optimizer step follow it.
+
+Work and time
+    Every cost is first expressed as :class:`Work` (FLOPs, bytes, counts), and :func:`work_time_s`
+    turns work into seconds with the system's parameters, linearly in their reciprocals. The
+    calibration (:mod:`ppopt.calibrate`) relies on that: it evaluates the same work under many
+    candidate systems without rebuilding it.
+
+    ``time = (gemm_flops + k^n·gemm_units) / (peak_flops·compute_efficiency)
+    + memory_bytes / (memory_bandwidth·memory_efficiency) + ops·compute_latency_s
+    + intra_bytes / intra_bandwidth + inter_bytes / inter_bandwidth
+    + intra_hops·intra_latency + inter_hops·inter_latency``
+
+    where ``k = gemm_half_saturation_flops``, ``n = gemm_saturation_exponent`` and
+    ``gemm_units = Σ FLOPs / g^n`` over the GEMMs, g the size of a block's reference GEMM
+    (2·b·s·h²/t; the logits GEMM counts as its own size): a GEMM of size g runs at
+    ``compute_efficiency / (1 + (k/g)^n)`` of peak. ``gemm_units`` depends on n, so work built for
+    one system must be timed on systems with the same n. Elementwise kernels (layer norm, GELU, softmax,
+    dropout) are memory-bound: their HBM traffic is taken as the bytes a block would store without
+    recomputation (Korthikanti et al. 2022, Table 2), once in the forward and twice in the backward
+    (a coarse proxy: the calibrated ``memory_efficiency`` absorbs the true multiple). GEMMs and elementwise kernels run one after the other, so their times add (the
+    pure-pipeline :func:`ppopt.costs.stage_costs` keeps its one-roofline-per-op model).
+
+Per block and microbatch of b sequences on one of t ranks (s sequence, h hidden, a heads, e bytes)
+    * FLOPs ``(2·b·s·P_lin + 4·b·s²·h)/t`` forward, twice that backward (Narayanan et al. 2021,
+      "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
+      Section 5.1; Shoeybi et al. 2019, "Megatron-LM", Section 3: every GEMM is split by t).
+    * Tensor parallelism: two all-reduces of b·s·h·e bytes per block in the forward (after the
+      attention and the MLP) and two in the backward (Shoeybi et al. 2019, Figure 4: the f and g
+      operators), ring all-reduce ``2(t-1)/t · bytes / bandwidth + 2(t-1)·latency``. Sequence
+      parallelism replaces each by a reduce-scatter and an all-gather of the same total volume
+      (Korthikanti et al. 2022, Section 4.2.2), so it changes only the activation bytes.
+    * Recomputation (Korthikanti et al. 2022, Sections 4.1 and 5): ``selective`` recomputes the
+      attention core (4·b·s²·h/t FLOPs and the score tensors' traffic) in the backward and does not
+      store the scores; ``full`` stores each block's input only and re-runs the whole forward,
+      including its all-reduces, before the backward (backward = F + B).
+    * Stored bytes: :func:`ppopt.costs.stored_activation_bytes_per_layer`.
+
+Embedding and output layer
+    Stage 0 gathers b·s·h·e embedding rows (plus one all-reduce of them under tensor parallelism:
+    Megatron's vocabulary-parallel embedding); the last stage computes the logits,
+    2·b·s·h·V/t FLOPs (vocabulary-parallel), and the loss reads and writes them (2·b·s·V·e/t).
+
+Data parallelism and the optimizer
+    Each stage's d replicas all-reduce their fp16/bf16 gradients, ``param_count/t · e`` bytes, by a
+    ring over d ranks (a distributed optimizer's reduce-scatter + all-gather move the same volume).
+    The optimizer step is memory-bound: it reads and writes the GPU's parameter state once,
+    ``2 · state bytes`` (as :func:`ppopt.simulate.simulate`'s optimizer step); with a distributed
+    optimizer each rank updates 1/d of it. Persistent bytes per GPU: ``param_count/t`` times
+    ``bytes_per_param_state`` (16 for mixed-precision Adam), or, with the distributed optimizer,
+    ``2e + (bytes_per_param_state - 2e)/d`` (Rajbhandari et al. 2020, "ZeRO", stage 1).
+
+    By default the all-reduce starts after the pipeline (no gradient bucketing, as in the measured
+    runs). With ``overlap_gradient_sync`` it is bucketed and overlapped with the backward of the
+    last microbatch (Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data
+    Parallel Training", Section 3.2.3): only the part longer than that stage's backward pass,
+    ``max(0, sync - B)``, is exposed; a simplification that treats every bucket as ready at the
+    start of that backward.
+
+Placement (Megatron order: tensor parallel innermost, then data parallel, then pipeline)
+    Global rank = tp_rank + t·(dp_rank + d·pp_rank); node = rank // devices_per_node. So a tensor
+    parallel group crosses nodes iff t > devices_per_node; a data-parallel group (stride t, span
+    t·d) iff t·d > devices_per_node; neighbouring pipeline stages (t·d ranks apart) iff
+    t·d >= devices_per_node, else devices_per_node/(t·d) stages share a node. Collectives and
+    messages that stay in a node use ``intra_node``; the others ``inter_node``. With one NIC per
+    node (``inter_node_per = "node"``) the node's bandwidth is shared by the transfers of the node
+    that cross at once: a ring gets ``k/devices_per_node`` of it when k of its members sit on the
+    node (every GPU of the node takes part in one such ring at the same time), a pipeline message
+    ``1/min(t·d, devices_per_node)``. With one NIC per device each transfer has a device's own.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal
+
+from ppopt.config import ModelConfig, SystemConfig
+from ppopt.costs import (
+    Costs,
+    StageCost,
+    _activation_parts,
+    layer_forward_flops,
+    layer_linear_params,
+    layer_param_count,
+    partition_layers,
+    stored_activation_bytes_per_layer,
+)
+from ppopt.errors import ConfigError
+from ppopt.simulate import Prepared, Simulation, prepare, simulate
+
+__all__ = ["Job", "JobResult", "JobWork", "Work", "evaluate_job", "job_costs", "job_work", "pipeline_system", "work_time_s"]
+
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_MODES = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "gpipe", "zb-h1")
+"""Schedule families a job can use: one stage per device, no replicated stages (interleaved,
+Hanayo and Chimera place several or replicated stages per device, which the job's per-GPU memory
+and gradient all-reduce do not model yet)."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one op or transfer does, before the system turns it into seconds (see module doc).
+
+    Fields may be floats or numpy arrays (the calibration stacks many jobs' work).
+    """
+
+    gemm_flops: Any = 0.0
+    """FLOPs of matrix multiplications."""
+    gemm_units: Any = 0.0
+    """Σ FLOPs / g^n over the GEMMs (g their size, n the system's gemm_saturation_exponent)."""
+    memory_bytes: Any = 0.0
+    """HBM traffic of memory-bound kernels, bytes."""
+    ops: Any = 0.0
+    """Ops (each pays ``compute_latency_s``)."""
+    intra_bytes: Any = 0.0
+    """Bytes over an intra-node link (ring factors applied)."""
+    inter_bytes: Any = 0.0
+    """Bytes over an inter-node link at full bandwidth (ring factors and NIC sharing applied)."""
+    intra_hops: Any = 0.0
+    """Intra-node link latencies paid (ring steps, messages)."""
+    inter_hops: Any = 0.0
+    """Inter-node link latencies paid."""
+
+    # (vars() lists the fields in declaration order: the dataclass __init__ sets them in that order)
+    def __add__(self, other: Work) -> Work:
+        return Work(*map(operator.add, vars(self).values(), vars(other).values()))
+
+    def __mul__(self, factor: float) -> Work:
+        return Work(*(value * factor for value in vars(self).values()))
+
+    __rmul__ = __mul__
+
+
+def work_time_s(work: Work, system: SystemConfig) -> Any:
+    """Seconds ``work`` takes on ``system`` (formula in the module doc); works on numpy arrays."""
+    compute = system.peak_flops * system.compute_efficiency
+    k_n = system.gemm_half_saturation_flops ** system.gemm_saturation_exponent
+    return ((work.gemm_flops + k_n * work.gemm_units) / compute
+            + work.memory_bytes / (system.memory_bandwidth_bytes_per_s * system.memory_efficiency)
+            + work.ops * system.compute_latency_s
+            + work.intra_bytes / system.intra_node.bandwidth_bytes_per_s
+            + work.inter_bytes / system.inter_node.bandwidth_bytes_per_s
+            + work.intra_hops * system.intra_node.latency_s
+            + work.inter_hops * system.inter_node.latency_s)
+
+
+# --------------------------------------------------------------------------------------------------
+# The job
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training job: model, system, layout and Megatron options (see module doc).
+
+    ``global_batch`` defaults to ``model.global_batch_size``; microbatches per step
+    m = global_batch / (micro_batch · dp). Raises ConfigError (naming the field) for a layout or
+    batch that does not fit.
+    """
+
+    model: ModelConfig
+    system: SystemConfig
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batch: int = 1
+    global_batch: int | None = None
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False
+    overlap_gradient_sync: bool = False
+    schedule: str = "1f1b"
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "micro_batch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"unsupported for a job: {self.schedule!r} (supported: {', '.join(SCHEDULES)})", field="schedule")
+        if self.recompute not in RECOMPUTE_MODES:
+            raise ConfigError(f"unknown mode {self.recompute!r} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
+        if self.pp > self.model.num_layers:
+            raise ConfigError(f"{self.pp} stages exceed the model's {self.model.num_layers} layers", field="pp")
+        per_replica, left = divmod(self.batch, self.dp)
+        if left or per_replica % self.micro_batch:
+            raise ConfigError(f"micro batch {self.micro_batch} does not divide the global batch per replica "
+                              f"({self.batch} sequences / {self.dp} replicas)", field="micro_batch")
+
+    @property
+    def batch(self) -> int:
+        """Sequences per step."""
+        return self.model.global_batch_size if self.global_batch is None else self.global_batch
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def microbatches(self) -> int:
+        """m = global batch / (micro batch · dp)."""
+        return self.batch // (self.micro_batch * self.dp)
+
+    def describe(self) -> str:
+        """Short label, e.g. ``t2 p4 d1 b2 m8``."""
+        return f"t{self.tp} p{self.pp} d{self.dp} b{self.micro_batch} m{self.microbatches}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Placement and collectives
+# --------------------------------------------------------------------------------------------------
+
+
+def _nic_users(system: SystemConfig, users: int) -> int:
+    """How many transfers share the inter-node bandwidth a transfer gets: ``users`` with one NIC per
+    node, 1 with one NIC per device."""
+    return max(1, users) if system.inter_node_per == "node" else 1
+
+
+def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, system: SystemConfig) -> Work:
+    """Ring all-reduce of ``num_bytes`` over ``ranks`` GPUs ``stride`` ranks apart (``span`` = stride·ranks).
+
+    ``2(n-1)/n · bytes`` over the slowest link of the ring plus ``2(n-1)`` link latencies
+    (Patarasuk and Yuan 2009, "Bandwidth optimal all-reduce algorithms for clusters of
+    workstations"). The ring crosses nodes iff span > devices_per_node (placement in the module
+    doc); then its inter-node hop gets ``k/devices_per_node`` of a node's NIC, k = its members
+    on a node, with one NIC per node.
+    """
+    if ranks <= 1 or num_bytes == 0:
+        return Work()
+    volume = 2 * (ranks - 1) / ranks * num_bytes
+    per_node = system.devices_per_node
+    if span <= per_node:
+        return Work(intra_bytes=volume, intra_hops=2.0 * (ranks - 1))
+    members_on_node = max(1, per_node // stride) if stride <= per_node else 1
+    users = per_node // members_on_node
+    return Work(inter_bytes=volume * _nic_users(system, users), inter_hops=2.0 * (ranks - 1))
+
+
+def stages_per_node(job: Job) -> int:
+    """Pipeline stages whose GPUs share one node: devices_per_node / (t·d), at least 1."""
+    return max(1, job.system.devices_per_node // (job.tp * job.dp))
+
+
+def pipeline_system(job: Job) -> SystemConfig:
+    """The system the pipeline simulation sees: one device per stage, ``stages_per_node`` stages per
+    node, and an inter-node link at the share of the NIC one stage-to-stage message gets."""
+    system = job.system
+    users = _nic_users(system, min(job.tp * job.dp, system.devices_per_node))
+    inter = system.inter_node.model_copy(update={"bandwidth_bytes_per_s": system.inter_node.bandwidth_bytes_per_s / users})
+    return system.model_copy(update={"devices_per_node": stages_per_node(job), "inter_node": inter})
+
+
+# --------------------------------------------------------------------------------------------------
+# Work of one job
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobWork:
+    """Per stage (stage 0 first) work of one microbatch, and the step's collectives."""
+
+    forward: tuple[Work, ...]
+    backward: tuple[Work, ...]
+    weight_grad: tuple[Work, ...]
+    """The weight-gradient GEMMs inside ``backward`` (for the I/W split)."""
+    messages: tuple[Work, ...]
+    """One stage-to-stage message per boundary (p - 1)."""
+    gradient_sync: tuple[Work, ...]
+    optimizer: tuple[Work, ...]
+    layers: tuple[int, ...]
+    param_count: tuple[float, ...]
+    """Parameters per GPU of each stage."""
+    stored_bytes: tuple[float, ...]
+    """Activation bytes stored per microbatch."""
+    working_bytes: tuple[float, ...]
+    """Transient bytes while one microbatch's backward runs (recomputed block, logits)."""
+    persistent_bytes: tuple[float, ...]
+    send_bytes: float
+
+
+def job_work(job: Job) -> JobWork:
+    """The work of every stage of ``job`` (formulas in the module doc)."""
+    model, system, t, b = job.model, job.system, job.tp, job.micro_batch
+    s, h, v, e = model.seq_length, model.hidden_size, model.vocab_size, model.bytes_per_element
+    rows = float(b * s * h * e)  # one block's input: message, all-reduce size, embedding rows
+    g = 2.0 * b * s * h * h / t
+    n_exp = system.gemm_saturation_exponent
+
+    def units(flops: float, size: float = g) -> float:
+        return flops / size**n_exp
+
+    tp_ar = ring_allreduce_work(rows, t, t, 1, system)
+
+    core = 4.0 * b * s * s * h / t
+    f_gemm = layer_forward_flops(model, b) / t
+    scores = _activation_parts(model, b)[2]
+    elementwise = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, "none")
+    forward = Work(gemm_flops=f_gemm, gemm_units=units(f_gemm), memory_bytes=elementwise) + 2 * tp_ar
+    backward = Work(gemm_flops=2 * f_gemm, gemm_units=units(2 * f_gemm), memory_bytes=2 * elementwise) + 2 * tp_ar
+    if job.recompute == "full":
+        backward = backward + forward
+    elif job.recompute == "selective":
+        backward = backward + Work(gemm_flops=core, gemm_units=units(core), memory_bytes=2 * scores / t)
+    weight_flops = 2.0 * b * s * layer_linear_params(model) / t
+    weight = Work(gemm_flops=weight_flops, gemm_units=units(weight_flops))
+    stored = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, job.recompute)
+    working = {"none": 0.0, "selective": scores / t, "full": elementwise}[job.recompute]
+
+    layers = partition_layers(model.num_layers, job.pp)
+    last = job.pp - 1
+    logits_flops = 2.0 * b * s * h * v / t
+    logits_bytes = 2.0 * b * s * v * e / t
+    bps = system.bytes_per_param_state
+    state_per_param = 2 * e + (bps - 2 * e) / job.dp if job.distributed_optimizer else bps
+    optimizer_share = 1 / job.dp if job.distributed_optimizer else 1.0
+
+    fw, bw, ww, sync, opt, params, store, work_bytes, persistent = [], [], [], [], [], [], [], [], []
+    for index, n in enumerate(layers):
+        f, bk, w = n * forward, n * backward, n * weight
+        count = n * layer_param_count(model) / t
+        extra = 0.0
+        if index == 0:  # embedding: gather rows (vocabulary-parallel: all-reduce them)
+            f = f + Work(memory_bytes=rows) + tp_ar
+            bk = bk + Work(memory_bytes=rows)
+            count += v * h / t
+        if index == last:  # output projection and loss
+            f = f + Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes)
+            bk = bk + Work(gemm_flops=2 * logits_flops, gemm_units=2 * units(logits_flops, logits_flops), memory_bytes=logits_bytes)
+            w = w + Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops))
+            extra += logits_bytes
+            if index != 0 or not model.tie_embeddings:  # own matrix, or Megatron's synchronised copy
+                count += v * h / t
+        f, bk = f + Work(ops=1.0), bk + Work(ops=1.0)
+        fw.append(f)
+        bw.append(bk)
+        ww.append(w)
+        params.append(count)
+        store.append(n * stored)
+        work_bytes.append(working + extra)
+        persistent.append(count * state_per_param)
+        sync.append(ring_allreduce_work(count * e, job.dp, job.tp * job.dp, job.tp, system))
+        opt.append(Work(memory_bytes=2 * count * bps * optimizer_share, ops=1.0))
+
+    message = _message_work(job, rows)
+    per_node = stages_per_node(job)
+    messages = tuple(message[(k + 1) % per_node == 0] for k in range(last))
+    return JobWork(tuple(fw), tuple(bw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
+                   tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows)
+
+
+def _message_work(job: Job, num_bytes: float) -> tuple[Work, Work]:
+    """One stage-to-stage message of ``num_bytes`` (each tensor-parallel rank sends the whole
+    activation): (inside a node, across nodes)."""
+    system = job.system
+    inside = Work(intra_bytes=num_bytes, intra_hops=1.0)
+    users = _nic_users(system, min(job.tp * job.dp, system.devices_per_node))
+    across = Work(inter_bytes=num_bytes * users, inter_hops=1.0)
+    return inside, across
+
+
+# --------------------------------------------------------------------------------------------------
+# Costs and evaluation
+# --------------------------------------------------------------------------------------------------
+
+
+def job_costs(job: Job, work: JobWork | None = None) -> Costs:
+    """Per-stage :class:`Costs` of ``job`` for the pipeline simulator (one GPU of each stage)."""
+    work = job_work(job) if work is None else work
+    system = job.system
+    stages = []
+    for k in range(job.pp):
+        backward = float(work_time_s(work.backward[k], system))
+        weight = min(backward, float(work_time_s(work.weight_grad[k], system)))
+        stages.append(StageCost(
+            layers=work.layers[k],
+            forward_s=float(work_time_s(work.forward[k], system)),
+            backward_s=backward,
+            input_grad_s=backward - weight,
+            weight_grad_s=weight,
+            activation_bytes=work.stored_bytes[k],
+            persistent_bytes=work.persistent_bytes[k],
+            param_count=work.param_count[k],
+            send_bytes=work.send_bytes,
+            gradient_bytes=work.param_count[k] * job.model.bytes_per_element,
+        ))
+    return Costs(stages=tuple(stages), microbatch_size=job.micro_batch, microbatches=job.microbatches)
+
+
+@lru_cache(maxsize=256)
+def _prepared(schedule: str, stages: int, microbatches: int) -> Prepared:
+    from ppopt.generators import generate
+
+    return prepare(generate(schedule, stages, microbatches))
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """Predicted step of a job. Seconds and bytes (per GPU)."""
+
+    job: Job
+    step_time_s: float
+    pipeline_s: float
+    """The simulated pipeline (forward and backward passes, stage-to-stage messages)."""
+    gradient_sync_s: float
+    """The gradient all-reduce's time after the pipeline (its exposed part when overlapped)."""
+    optimizer_s: float
+    peak_memory_bytes: float
+    """The largest per-GPU peak: persistent state + stored activations + transient working set."""
+    simulation: Simulation = field(repr=False, compare=False)
+
+
+def evaluate_job(job: Job) -> JobResult:
+    """Predict one training step of ``job`` (see module doc)."""
+    work = job_work(job)
+    costs = job_costs(job, work)
+    simulation = simulate(_prepared(job.schedule, job.pp, job.microbatches), costs, pipeline_system(job))
+    system = job.system
+    syncs = [float(work_time_s(w, system)) for w in work.gradient_sync]
+    if job.overlap_gradient_sync:
+        syncs = [max(0.0, s - c.backward_s) for s, c in zip(syncs, costs.stages)]
+    sync = max(syncs)
+    optimizer = max(float(work_time_s(w, system)) for w in work.optimizer)
+    peak = max(simulation.peak_memory_bytes[k] + work.working_bytes[k] for k in range(job.pp))
+    step = simulation.step_time_s + sync + optimizer
+    if not math.isfinite(step):  # pragma: no cover - inputs are validated finite
+        raise ConfigError(f"step time of {job.describe()} is not finite")
+    return JobResult(job, step, simulation.step_time_s, sync, optimizer, peak, simulation)

@@ -1,0 +1,136 @@
+"""The 3D job model's formulas against hand-computed values (tensor, data parallelism, recomputation)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppopt.config import LinkConfig, ModelConfig, SystemConfig
+from ppopt.costs import stored_activation_bytes_per_layer
+from ppopt.errors import ConfigError
+from ppopt.job import Job, Work, evaluate_job, job_costs, job_work, pipeline_system, ring_allreduce_work, work_time_s
+
+GPT = ModelConfig(name="gpt-1k", num_layers=4, hidden_size=1024, num_attention_heads=16, vocab_size=50257,
+                  seq_length=1024, global_batch_size=16, tie_embeddings=True)
+SYSTEM = SystemConfig(
+    name="toy", peak_flops=100e12, memory_bandwidth_bytes_per_s=1e12, memory_capacity_bytes=80e9, devices_per_node=8,
+    intra_node=LinkConfig(bandwidth_bytes_per_s=100e9, latency_s=1e-6),
+    inter_node=LinkConfig(bandwidth_bytes_per_s=40e9, latency_s=5e-6), inter_node_per="node",
+)
+SBH = 1024 * 1 * 1024  # s·b·h for b = 1
+
+
+def test_stored_activations_follow_korthikanti_table_2():
+    # sbh·(34 + 5as/h) with 5·16·1024/1024 = 80: 114·sbh
+    assert stored_activation_bytes_per_layer(GPT, 1) == 114 * SBH
+    # t = 2: sbh·(10 + 24/2 + 80/2) = 62·sbh; with sequence parallelism sbh·(34/2 + 80/2) = 57·sbh
+    assert stored_activation_bytes_per_layer(GPT, 1, tp=2) == 62 * SBH
+    assert stored_activation_bytes_per_layer(GPT, 1, tp=2, sequence_parallel=True) == 57 * SBH
+    # selective drops the score term: sbh·(10 + 12) = 22·sbh; full keeps the block input 2·sbh (/t with SP)
+    assert stored_activation_bytes_per_layer(GPT, 1, tp=2, recompute="selective") == 22 * SBH
+    assert stored_activation_bytes_per_layer(GPT, 1, tp=2, recompute="full") == 2 * SBH
+    assert stored_activation_bytes_per_layer(GPT, 1, tp=2, sequence_parallel=True, recompute="full") == SBH
+    with pytest.raises(ConfigError, match="recompute"):
+        stored_activation_bytes_per_layer(GPT, 1, recompute="some")
+
+
+def test_tensor_parallel_block_work():
+    # One block, b = 1, t = 4: FLOPs (24·s·h² + 4·s²·h)/4 = (24·2^30 + 4·2^30)/4 = 7·2^30;
+    # two all-reduces of s·h·e = 2 MiB in NVLink: 2 · 2·(3/4)·2 MiB = 6 MiB, 2 · 2·3 = 12 hops.
+    job = Job(GPT, SYSTEM, tp=4, pp=4, dp=1, micro_batch=1)  # one block per stage
+    forward = job_work(job).forward[1]  # a middle stage: no embedding, no logits
+    assert forward.gemm_flops == 7 * 2**30
+    assert forward.intra_bytes == 6 * 2**20
+    assert forward.intra_hops == 12
+    assert forward.inter_bytes == 0
+    # the ring formula itself: 2(n-1)/n·bytes and 2(n-1) latencies
+    ring = ring_allreduce_work(2**21, 4, 4, 1, SYSTEM)
+    assert work_time_s(ring, SYSTEM) == pytest.approx(1.5 * 2**21 / 100e9 + 6 * 1e-6)
+
+
+def test_tensor_parallelism_beyond_a_node_uses_the_whole_nic():
+    # t = 16 spans two nodes; the node's 8 GPUs are all in that ring: the ring gets the node's NIC.
+    ring = ring_allreduce_work(1e6, 16, 16, 1, SYSTEM)
+    assert ring.inter_bytes == pytest.approx(2 * 15 / 16 * 1e6)
+    assert ring.inter_hops == 30
+
+
+def test_data_parallel_gradient_allreduce():
+    # Stage gradients G bytes; d = 4 with t = 2 spans 8 GPUs: NVLink ring, 2·(3/4)·G.
+    g = 1e9
+    assert ring_allreduce_work(g, 4, 8, 2, SYSTEM).intra_bytes == pytest.approx(1.5 * g)
+    # d = 8 with t = 2 spans 16 GPUs: 4 members per node, 2 rings share the node's NIC: 2·(7/8)·G·2.
+    across = ring_allreduce_work(g, 8, 16, 2, SYSTEM)
+    assert across.inter_bytes == pytest.approx(2 * 7 / 8 * g * 2)
+    # one NIC per GPU: no sharing
+    per_gpu = SYSTEM.model_copy(update={"inter_node_per": "device"})
+    assert ring_allreduce_work(g, 8, 16, 2, per_gpu).inter_bytes == pytest.approx(2 * 7 / 8 * g)
+    # in a job: d = 2, t = 1, p = 1 on one node -> the stage's fp16 gradients, 2·(1/2)·G
+    job = Job(GPT, SYSTEM, tp=1, pp=1, dp=2, micro_batch=1)
+    work = job_work(job)
+    assert work.gradient_sync[0].intra_bytes == pytest.approx(work.param_count[0] * 2)
+
+
+def test_distributed_optimizer_shards_the_optimizer_state():
+    plain = job_work(Job(GPT, SYSTEM, dp=4, micro_batch=1))
+    sharded = job_work(Job(GPT, SYSTEM, dp=4, micro_batch=1, distributed_optimizer=True))
+    params = plain.param_count[0]
+    assert plain.persistent_bytes[0] == pytest.approx(16 * params)
+    assert sharded.persistent_bytes[0] == pytest.approx((4 + 12 / 4) * params)  # 2e + (16 - 2e)/d
+
+
+def test_full_recomputation_reruns_the_forward():
+    # middle stage, one block: backward = 2·F GEMMs without recomputation, 3·F with full.
+    none = job_work(Job(GPT, SYSTEM, tp=2, pp=4, micro_batch=1)).backward[1]
+    full = job_work(Job(GPT, SYSTEM, tp=2, pp=4, micro_batch=1, recompute="full")).backward[1]
+    forward = job_work(Job(GPT, SYSTEM, tp=2, pp=4, micro_batch=1)).forward[1]
+    assert none.gemm_flops == 2 * forward.gemm_flops
+    assert full.gemm_flops == 3 * forward.gemm_flops
+    assert full.intra_bytes == 2 * forward.intra_bytes  # the recomputed forward's all-reduces too
+    # selective: only the attention core (4·s²·h/t = 2·2^30) is recomputed
+    selective = job_work(Job(GPT, SYSTEM, tp=2, pp=4, micro_batch=1, recompute="selective")).backward[1]
+    assert selective.gemm_flops == none.gemm_flops + 2 * 2**30
+
+
+def test_work_time_is_linear_in_the_parameters():
+    work = Work(gemm_flops=1e12, gemm_units=2.0, memory_bytes=1e9, ops=1.0, intra_bytes=1e8, inter_bytes=4e7, intra_hops=2, inter_hops=1)
+    system = SYSTEM.model_copy(update={"compute_efficiency": 0.5, "gemm_half_saturation_flops": 1e10, "compute_latency_s": 1e-4})
+    expected = (1e12 + 2 * 1e10) / 50e12 + 1e9 / 1e12 + 1e-4 + 1e8 / 100e9 + 4e7 / 40e9 + 2e-6 + 5e-6
+    assert work_time_s(work, system) == pytest.approx(expected)
+
+
+def test_placement_of_pipeline_stages():
+    # t·d = 2 on 8-GPU nodes: 4 stages per node; with one NIC per node a crossing message shares it by 2.
+    job = Job(GPT, SYSTEM, tp=2, pp=4, dp=1, micro_batch=1)
+    system = pipeline_system(job)
+    assert system.devices_per_node == 4
+    assert system.inter_node.bandwidth_bytes_per_s == 20e9
+
+
+def test_job_checks_its_layout():
+    with pytest.raises(ConfigError, match="micro_batch"):
+        Job(GPT, SYSTEM, dp=2, micro_batch=3)
+    with pytest.raises(ConfigError, match="pp"):
+        Job(GPT, SYSTEM, pp=5)
+    with pytest.raises(ConfigError, match="recompute"):
+        Job(GPT, SYSTEM, recompute="all")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="schedule"):
+        Job(GPT, SYSTEM, pp=2, schedule="interleaved-1f1b")
+
+
+def test_evaluate_job_adds_gradient_sync_and_optimizer_to_the_pipeline():
+    result = evaluate_job(Job(GPT, SYSTEM, tp=2, pp=2, dp=2, micro_batch=2, recompute="full"))
+    assert result.step_time_s == pytest.approx(result.pipeline_s + result.gradient_sync_s + result.optimizer_s)
+    assert result.gradient_sync_s > 0 and result.optimizer_s > 0
+    assert result.peak_memory_bytes > 0
+
+
+def test_overlapped_gradient_sync_exposes_only_what_outlasts_the_last_backward():
+    job = Job(GPT, SYSTEM, tp=1, pp=2, dp=8, micro_batch=1)
+    plain = evaluate_job(job)
+    overlapped = evaluate_job(Job(GPT, SYSTEM, tp=1, pp=2, dp=8, micro_batch=1, overlap_gradient_sync=True))
+    assert overlapped.pipeline_s == plain.pipeline_s  # the pipeline is the same either way
+    syncs = [work_time_s(w, SYSTEM) for w in job_work(job).gradient_sync]
+    backward = [stage.backward_s for stage in job_costs(job).stages]
+    assert plain.gradient_sync_s == pytest.approx(max(syncs))
+    assert overlapped.gradient_sync_s == pytest.approx(max(max(0.0, s - b) for s, b in zip(syncs, backward)))
+    assert overlapped.step_time_s < plain.step_time_s

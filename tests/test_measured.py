@@ -1,0 +1,188 @@
+"""Acceptance of issue 10 on the shipped measurements (data/measured): the real commands, run once
+per session, and the reader's errors on bad data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.accuracy import spearman
+from ppopt.calibrate import closed_form_step_s, stack
+from ppopt.cli import main
+from ppopt.config import load_system
+from ppopt.io.measured import read_measured
+from ppopt.job import evaluate_job
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "measured"
+SINGLE = str(DATA / "vtrain-single-node.csv")
+MULTI = str(DATA / "vtrain-multi-node-small.csv")
+
+
+def run(*args: str):
+    result = CliRunner().invoke(main, list(args))
+    return result
+
+
+@pytest.fixture(scope="session")
+def single_fit(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("fit") / "single.toml")
+    result = run("calibrate", SINGLE, "--system", "a100-vtrain", "-o", path)
+    assert result.exit_code == 0, result.output
+    return path
+
+
+@pytest.fixture(scope="session")
+def all_fit(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("fit") / "all.toml")
+    result = run("calibrate", SINGLE, MULTI, "--system", "a100-vtrain", "-o", path)
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def validate_json(system: str, *files: str) -> dict:
+    result = run("validate", *files, "--system", system, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.fixture(scope="session")
+def multi_from_single(single_fit) -> dict:
+    return validate_json(single_fit, MULTI)
+
+
+def test_calibrated_on_one_node_predicts_the_multi_node_runs(multi_from_single):
+    assert multi_from_single["summary"]["rows"] == 41
+    assert multi_from_single["summary"]["mape"] <= 0.15
+
+
+def test_calibrated_on_all_rows_fits_them(all_fit):
+    summary = validate_json(all_fit, SINGLE, MULTI)["summary"]
+    assert summary["rows"] == 1481 and summary["unmodelled"] == 0
+    assert summary["mape"] <= 0.10
+
+
+def test_the_shipped_calibrated_preset_is_the_fit_on_all_rows(all_fit):
+    fresh = load_system(all_fit).model_dump(exclude={"name", "description"})
+    shipped = load_system("a100-vtrain-calibrated").model_dump(exclude={"name", "description"})
+    assert _close(fresh, shipped)
+
+
+def _close(a: dict, b: dict) -> bool:
+    """Equal dicts, floats to a relative 1e-6 (the fit is deterministic; this only absorbs
+    last-digit differences of another platform's floating point)."""
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], dict):
+            _close(a[key], b[key])
+        elif isinstance(a[key], float):
+            assert a[key] == pytest.approx(b[key], rel=1e-6), key
+        else:
+            assert a[key] == b[key], key
+    return True
+
+
+def test_spearman_within_the_3_6b_multi_node_model(multi_from_single):
+    assert multi_from_single["summary"]["spearman"]["h3072 a32 L30 s2048"] >= 0.8
+
+
+@pytest.mark.xfail(strict=True, reason="open: the 18.4B layouts within ~10 % of each other are not ranked as measured (rho 0.66)")
+def test_spearman_within_the_18_4b_multi_node_model(multi_from_single):
+    assert multi_from_single["summary"]["spearman"]["h6144 a48 L40 s2048"] >= 0.8
+
+
+def test_every_measured_run_fits_in_80_gb():
+    system = load_system("a100-vtrain-calibrated")
+    rows = read_measured(SINGLE, system)[0] + read_measured(MULTI, system)[0]
+    peaks = [evaluate_job(r.job).peak_memory_bytes for r in rows]
+    assert len(peaks) == 1481
+    assert max(peaks) <= 80e9
+
+
+def test_the_calibration_objective_agrees_with_the_simulator():
+    system = load_system("a100-vtrain-calibrated")
+    rows = read_measured(MULTI, system)[0] + read_measured(SINGLE, system)[0][::20]
+    closed = closed_form_step_s(stack(rows), system)
+    simulated = [evaluate_job(r.job).step_time_s for r in rows]
+    # 1F1B with heterogeneous end stages: the closed form is within 5 % of the simulated step
+    assert max(abs(c - s) / s for c, s in zip(closed, simulated)) < 0.05
+
+
+def test_spearman_by_hand():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    # ranks x = 1,2,3 and y = 1,3,2: d² = 0 + 1 + 1 -> 1 - 6·2/(3·8) = 0.5
+    assert spearman([1, 2, 3], [5, 9, 7]) == pytest.approx(0.5)
+
+
+def test_validate_formats():
+    text = run("validate", MULTI, "--system", "a100-vtrain-calibrated")
+    assert text.exit_code == 0 and "MAPE" in text.output and "Spearman h6144 a48 L40 s2048" in text.output
+    markdown = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--format", "markdown")
+    assert markdown.output.startswith("| line | model | job |")
+    csv = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--format", "csv")
+    assert csv.output.splitlines()[0] == "line,model,job,measured ms,predicted ms,error,peak GB"
+    assert len(csv.output.splitlines()) == 42
+
+
+def test_validate_plot(tmp_path):
+    path = tmp_path / "v.png"
+    result = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--plot", str(path))
+    assert result.exit_code == 0, result.output
+    assert path.stat().st_size > 1000
+
+
+HEADER = "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)"
+
+
+@pytest.mark.parametrize(("row", "header", "message"), [
+    ("8,32,4,1024,16,24,1024,2,2,2,219.7", HEADER.replace("micro batch,", ""), "missing column 'micro batch'"),
+    ("8,32,four,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'micro batch': not an integer"),
+    ("8,32,4,1024,16,24,1024,2,2,2,fast", HEADER, "line 2, column 'iteration time (ms)': not a number"),
+    ("8,32,4,1024,16,24,1024,2,2,1,219.7", HEADER, "line 2, column '# GPUs': 8 differs"),
+    ("8,32,3,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'micro batch': 3 does not divide"),
+    ("8,32,4,1024,16,24,,2,2,2,219.7", HEADER, "line 2, column 'sequence length': missing value"),
+])
+def test_bad_data_is_one_line_naming_row_and_column(tmp_path, row, header, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(f"{header}\n{row}\n")
+    result = CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain"])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and result.output.startswith("error: ")
+    assert message in result.output
+
+
+def test_rows_outside_the_model_are_listed_with_the_reason(tmp_path):
+    path = tmp_path / "odd.csv"
+    path.write_text(f"{HEADER}\n8,32,4,1024,16,24,1024,2,2,2,219.7\n3,3,1,1536,16,4,1024,3,1,1,100\n")
+    result = run("validate", str(path), "--system", "a100-vtrain", "--json")
+    data = json.loads(result.output)
+    assert data["summary"]["rows"] == 1
+    assert data["unmodelled"] == [{"file": "odd.csv", "line": 3, "model": "h1536 a16 L4 s1024", "measured_s": 0.1,
+                                   "reason": "tensor parallelism 3 does not divide the 16 attention heads"}]
+    text = run("validate", str(path), "--system", "a100-vtrain")
+    assert "not modelled because" in text.output and "1 not modelled" in text.output
+
+
+def test_calibrate_refuses_a_missing_file(tmp_path):
+    result = run("calibrate", str(tmp_path / "none.csv"), "-o", str(tmp_path / "out.toml"))
+    assert result.exit_code == 1 and "cannot read file" in result.output
+    assert not (tmp_path / "out.toml").exists()
+
+
+def test_job_command_reports_the_step_and_memory():
+    result = run("job", "--model", "gpt3-175b", "--system", "a100-vtrain-calibrated", "--tp", "8", "--pp", "8", "--dp", "16",
+                 "--recompute", "selective", "--sequence-parallel", "--distributed-optimizer", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["gpus"] == 1024 and data["microbatches"] == 96
+    assert data["step_time_s"] == pytest.approx(data["pipeline_s"] + data["gradient_sync_s"] + data["optimizer_s"])
+    assert data["fits_memory"]
+
+
+def test_job_command_names_the_flag_of_a_bad_layout():
+    result = run("job", "--model", "gpt3-175b", "--system", "a100-vtrain", "--dp", "5")
+    assert result.exit_code == 1
+    assert result.output.startswith("error: --micro-batch: micro batch 1 does not divide")
