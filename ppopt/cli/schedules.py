@@ -111,8 +111,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             raise ConfigError("--plot and --trace draw one schedule: give --schedule NAME (or use `ppopt compare --plot`)")
         require_size(devices, microbatches)
         results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, **options)
-        for schedule, reason in skipped.items():
-            click.echo(f"skipped {schedule}: {reason}", err=True)
+        for skipped_name, reason in skipped.items():
+            click.echo(f"skipped {skipped_name}: {reason}", err=True)
     else:
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
         result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None, **options)

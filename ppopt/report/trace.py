@@ -32,6 +32,7 @@ slots (recorded in ``otherData``).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 from ppopt.costs import Costs
 from ppopt.ir import Kind, Op, Schedule, freeing_kind
@@ -104,7 +105,7 @@ def chrome_trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_
     events: list[dict] = []
 
     for event in simulation.events("compute"):
-        op: Op = event.what
+        op = cast(Op, event.what)
         events.append(
             {"name": str(op), "cat": op.kind.value, "ph": "X", "pid": event.where, "tid": COMPUTE_TID,
              "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
@@ -120,7 +121,8 @@ def chrome_trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_
     comm: list[list[tuple[float, float, dict, dict | None]]] = [[] for _ in range(p)]
     start_s = simulation.start_s
     for flow_id, event in enumerate(simulation.events("transfer"), start=1):
-        (sender, receiver), (source, destination) = event.what, event.where
+        sender, receiver = cast(tuple[Op, Op], event.what)
+        source, destination = cast(tuple[int, int], event.where)
         slice_ = {
             "name": f"send {sender}→{receiver}", "cat": "transfer", "ph": "X", "pid": source,
             "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
@@ -128,31 +130,32 @@ def chrome_trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_
                      "sending_op": str(sender), "receiving_op": str(receiver),
                      "arrival": event.end_s * scale},
         }
-        flow = {"id": flow_id, "start": event.start_s * scale, "receiver": destination,
-                "head": max(start_s[receiver], event.end_s) * scale}
-        comm[source].append((event.start_s, event.end_s, slice_, flow))
+        message: dict[str, float] = {"id": flow_id, "start": event.start_s * scale, "receiver": destination,
+                                         "head": max(start_s[receiver], event.end_s) * scale}
+        comm[source].append((event.start_s, event.end_s, slice_, message))
     for event in simulation.events("allreduce"):
-        for device in event.where:
+        ring = cast(tuple[int, ...], event.where)
+        for device in ring:
             slice_ = {
                 "name": f"all-reduce stage {event.what}", "cat": "allreduce", "ph": "X", "pid": device,
                 "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
-                "args": {"stage": event.what, "devices": list(event.where), "bytes": event.bytes},
+                "args": {"stage": event.what, "devices": list(ring), "bytes": event.bytes},
             }
             comm[device].append((event.start_s, event.end_s, slice_, None))
 
     lanes_used = [1] * p
     for device, slices in enumerate(comm):
         slices.sort(key=lambda item: (item[0], item[1]))
-        for lane, (_, _, slice_, flow) in zip(_lanes((a, b) for a, b, _, _ in slices), slices):
+        for lane, (_, _, piece, link_flow) in zip(_lanes((a, b) for a, b, _, _ in slices), slices):
             tid = COMM_TID + lane
             lanes_used[device] = max(lanes_used[device], lane + 1)
-            slice_["tid"] = tid
-            events.append(slice_)
-            if flow is not None:
-                events.append({"name": "message", "cat": "transfer", "ph": "s", "id": flow["id"],
-                               "pid": device, "tid": tid, "ts": flow["start"]})
-                events.append({"name": "message", "cat": "transfer", "ph": "f", "bp": "e", "id": flow["id"],
-                               "pid": flow["receiver"], "tid": COMPUTE_TID, "ts": flow["head"]})
+            piece["tid"] = tid
+            events.append(piece)
+            if link_flow is not None:
+                events.append({"name": "message", "cat": "transfer", "ph": "s", "id": link_flow["id"],
+                               "pid": device, "tid": tid, "ts": link_flow["start"]})
+                events.append({"name": "message", "cat": "transfer", "ph": "f", "bp": "e", "id": link_flow["id"],
+                               "pid": link_flow["receiver"], "tid": COMPUTE_TID, "ts": link_flow["head"]})
 
     events += _activation_counters(schedule, simulation, costs, scale)
     events.sort(key=lambda e: e["ts"])
