@@ -184,6 +184,9 @@ class Job:
     distributed_optimizer: bool = False
     overlap_gradient_sync: bool = False
     schedule: str = "1f1b"
+    layers: tuple[int, ...] | None = None
+    """Transformer blocks per stage, stage 0 first (None: :func:`ppopt.costs.partition_layers`'s
+    even split, the remainder on the earliest stages)."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch"):
@@ -196,6 +199,12 @@ class Job:
             raise ConfigError(f"unknown mode {self.recompute!r} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
         if self.pp > self.model.num_layers:
             raise ConfigError(f"{self.pp} stages exceed the model's {self.model.num_layers} layers", field="pp")
+        if self.layers is not None:
+            counts = self.layers
+            if len(counts) != self.pp or any(not isinstance(n, int) or n < 1 for n in counts) \
+                    or sum(counts) != self.model.num_layers:
+                raise ConfigError(f"needs {self.pp} positive counts summing to the model's {self.model.num_layers} "
+                                  f"layers, got {','.join(map(str, counts))}", field="layers_per_stage")
         per_replica, left = divmod(self.batch, self.dp)
         if left or per_replica % self.micro_batch:
             raise ConfigError(f"micro batch {self.micro_batch} does not divide the global batch per replica "
@@ -205,6 +214,11 @@ class Job:
     def batch(self) -> int:
         """Sequences per step."""
         return self.model.global_batch_size if self.global_batch is None else self.global_batch
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Transformer blocks per stage (``layers``, or the even split)."""
+        return self.layers if self.layers is not None else partition_layers(self.model.num_layers, self.pp)
 
     @property
     def gpus(self) -> int:
@@ -321,7 +335,7 @@ def job_work(job: Job) -> JobWork:
     stored = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, job.recompute)
     working = {"none": 0.0, "selective": scores / t, "full": elementwise}[job.recompute]
 
-    layers = partition_layers(model.num_layers, job.pp)
+    layers = job.stage_layers
     last = job.pp - 1
     logits_flops = 2.0 * b * s * h * v / t
     logits_bytes = 2.0 * b * s * v * e / t

@@ -1,0 +1,285 @@
+"""``ppopt plan``: the fastest layout, micro batch, recomputation and schedule of a job under a memory
+limit (:mod:`ppopt.plan`), then a CP-SAT search of the best few jobs' schedules (:mod:`ppopt.plan_search`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import click
+
+from ppopt.cli import main
+from ppopt.cli.measured import _table
+from ppopt.cli.options import emit_json, format_option, json_option, parse_amount
+
+DEFAULT_TIME_LIMIT_S = 60.0
+
+
+def _parse_split(text: str) -> str | tuple[int, ...]:
+    from ppopt.errors import ConfigError
+
+    if text in ("even", "balanced"):
+        return text
+    try:
+        counts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"must be even, balanced or counts like 7,8,8,7, got {text!r}", field="layers_per_stage") from None
+    return counts
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.2f}"
+
+
+@main.command("plan")
+@click.option("--model", default=None, help="Model preset name (see models/) or a .toml/.json file.")
+@click.option("--gpus", type=int, default=None, help="GPUs N = t·p·d.")
+@click.option("--system", required=True, help="System preset name (see configs/) or a .toml/.json file.")
+@click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
+@click.option("--memory-limit", default=None, help="Per-GPU memory limit, e.g. 80GiB or 7.5e10 [default: the system's memory].")
+@click.option("--top", type=int, default=10, show_default=True, help="Jobs to print.")
+@click.option("--layers-per-stage", "layers_per_stage", default="even", show_default=True,
+              help="Stage split: even (p divides the layers), balanced (counts minimising the slowest stage), or counts like 7,8,8,7.")
+@click.option("--recompute", multiple=True, type=click.Choice(["none", "selective", "full"]),
+              help="Recomputation modes to consider (repeatable) [default: all].")
+@click.option("--schedule", "schedules", multiple=True, type=click.Choice(["1f1b", "gpipe", "zb-h1"]),
+              help="Schedule families to consider (repeatable) [default: all].")
+@click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
+@click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
+@click.option("--candidates", type=click.Path(dir_okay=False), default=None,
+              help="Rank only the jobs this measured-data CSV lists (columns of data/measured), per model.")
+@click.option("--search", "search_top", type=int, default=3, show_default=True,
+              help="Search the schedules of this many best jobs with CP-SAT (0: no search).")
+@click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True, help="Seconds for the whole command.")
+@click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed.")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel evaluations (local processes; CPUs of a local Ray).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where evaluations run.")
+@click.option("--address", default=None, help="Ray cluster address (--executor ray).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Also draw step time vs per-GPU memory of every evaluated job (.png or .svg).")
+@click.option("--torch-csv", "torch_csv", type=click.Path(dir_okay=False), default=None,
+              help="Write the first job's schedule (the searched one when it is faster) as a PyTorch schedule CSV.")
+@format_option
+@json_option
+def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_per_stage, recompute, schedules, micro_batches,
+                 overlap_grad_sync, candidates, search_top, time_limit, seed, jobs, executor, address, quiet, plot_path,
+                 torch_csv, fmt, as_json) -> None:
+    """The fastest tensor x pipeline x data parallel layout, micro batch size, recomputation mode and
+    pipeline schedule of a training job under a per-GPU memory limit.
+
+    Enumerates every valid job, drops those over the memory limit (counting them and naming the
+    closest), predicts the others' step times (ppopt job's model), prints the top jobs, then
+    searches the best few jobs' schedules with CP-SAT and reports the handcrafted step, the best
+    found, the proven bound and the gap.
+    """
+    from ppopt.config import load_model, load_system
+    from ppopt.errors import ConfigError
+    from ppopt.plan import PlanRequest
+    from ppopt.solve.options import SolveOptions
+
+    options = SolveOptions(time_limit_s=time_limit, seed=seed,
+                           progress=None if quiet else (lambda line: click.echo(line, err=True))).start()
+    if top < 1:
+        raise ConfigError(f"must be at least 1, got {top}", field="top")
+    if search_top < 0:
+        raise ConfigError(f"must be 0 or more, got {search_top}", field="search_top")
+    if jobs < 1:
+        raise ConfigError(f"must be at least 1, got {jobs}", field="jobs")
+    limit = parse_amount(memory_limit, unit_mode=False)
+    split = _parse_split(layers_per_stage)
+    system_config = load_system(system)
+    common = dict(memory_limit_bytes=limit, split=split, recompute=tuple(recompute) or ("none", "selective", "full"),
+                  schedules=tuple(schedules) or ("1f1b", "gpipe", "zb-h1"), micro_batches=tuple(micro_batches) or None,
+                  overlap_gradient_sync=overlap_grad_sync)
+    if candidates:
+        if model or gpus or global_batch:
+            raise ConfigError("gives the model, GPUs and global batch of each job; drop --model, --gpus and --global-batch",
+                              field="candidates")
+        groups = _candidate_groups(candidates, system_config)
+        requests = [(PlanRequest(g[0].model, system_config, g[0].gpus, g[0].global_batch, **common), g) for g in groups]
+    else:
+        missing = [flag for flag, value in (("--model", model), ("--gpus", gpus)) if value is None]
+        if missing:
+            raise ConfigError(f"missing {' and '.join(missing)} (or give --candidates)")
+        requests = [(PlanRequest(load_model(model), system_config, gpus, global_batch, **common), None)]
+
+    plans = [_run_plan(request, listed, jobs, executor, address, quiet, options) for request, listed in requests]
+    searches = [_search(p, search_top, options) for p in plans]
+    if plot_path:
+        from ppopt.report.plan_plot import plot_plan
+
+        plot_plan(plans, plot_path)
+    if torch_csv:
+        _write_torch_csv(plans[0], searches[0], torch_csv)
+    if as_json:
+        emit_json([_json(p, s, top) for p, s in zip(plans, searches)] if candidates else _json(plans[0], searches[0], top))
+        return
+    for k, (p, s) in enumerate(zip(plans, searches)):
+        if k:
+            click.echo("")
+        _print(p, s, top, fmt)
+
+
+def _candidate_groups(path: str, system):
+    """The jobs a measured-data file lists, one group per model (file order)."""
+    from ppopt.io.measured import read_measured
+
+    rows, _ = read_measured(path, system)
+    groups: dict[str, list] = defaultdict(list)
+    for row in rows:
+        groups[row.model_key].append(row.job)
+    if not groups:
+        from ppopt.errors import ConfigError
+
+        raise ConfigError(f"{path}: no row ppopt can model", field="candidates")
+    return list(groups.values())
+
+
+def _run_plan(request, listed, jobs, executor, address, quiet, options):
+    from ppopt.cli.sweep import ProgressBar
+    from ppopt.plan import plan
+    from ppopt.sweep import make_executor
+
+    bar = None if quiet else ProgressBar(f"plan {request.model.name}")
+    try:
+        if jobs > 1 or executor != "local":
+            with make_executor(executor, jobs, address) as pool:
+                return plan(request, pool.map_unordered, bar, options.deadline, listed)
+        return plan(request, None, bar, options.deadline, listed)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _search(result, count: int, options):
+    """Search the first ``count`` jobs (each an equal share of the time left)."""
+    from ppopt.plan_search import search_job
+
+    rows = result.rows[:count]
+    found = []
+    for k, row in enumerate(rows):
+        found.append(search_job(row, result.request.limit, options.share(len(rows) - k)))
+    return found
+
+
+def _best(searches) -> float | None:
+    steps = [s.best_step_s for s in searches if s.best_step_s is not None]
+    return min(steps) if steps else None
+
+
+def _ranking(result, searches) -> list[tuple[int, int]]:
+    """(old rank, new rank) of the jobs whose rank the searched schedules change (1-based)."""
+    steps = [r.step_time_s for r in result.rows]
+    for k, found in enumerate(searches):
+        best = _best(found)
+        if best is not None:
+            steps[k] = min(steps[k], best)
+    order = sorted(range(len(steps)), key=lambda k: (steps[k], k))
+    return [(old + 1, new + 1) for new, old in enumerate(order) if old != new]
+
+
+def _first_split(result):
+    job = result.rows[0].job
+    counts = job.stage_layers
+    from ppopt.plan import megatron_layout, torchtitan_stages
+
+    return counts, megatron_layout(counts), torchtitan_stages(counts)
+
+
+def _print(result, searches, top: int, fmt: str) -> None:
+    from ppopt.plan import describe
+
+    request = result.request
+    evaluated = len(result.rows)
+    click.echo(f"{request.model.name} on {request.gpus} x {request.system.name}, global batch {request.batch}, "
+               f"memory limit {_gb(request.limit)} GB per GPU")
+    line = f"{result.enumerated} jobs: {result.over_limit} over the memory limit"
+    if result.closest_over:
+        job, memory = result.closest_over
+        line += f" (closest: {describe(job)} needs {_gb(memory.peak_bytes)} GB, {memory.bound()})"
+    line += f", {evaluated} evaluated"
+    if result.unevaluated:
+        line += f", {result.unevaluated} not evaluated (time limit)"
+    click.echo(line)
+    header = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", "MFU", "peak GB", "bound by"]
+    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule, ",".join(map(str, r.job.stage_layers)),
+             f"{r.step_time_s:.3f}", f"{r.tokens_per_s:.0f}", f"{100 * r.mfu:.1f} %", _gb(r.memory.peak_bytes), r.memory.bound()]
+            for k, r in enumerate(result.rows[:top])]
+    click.echo(_table(header, rows, fmt))
+    if searches:
+        click.echo("")
+        click.echo("schedule search (CP-SAT, job's own stage durations, same memory limit; gap of the pipeline part):")
+        srows = []
+        for k, found in enumerate(searches):
+            for s in found:
+                srows.append([str(k + 1), s.job.describe(), s.job.schedule, s.space, f"{s.handcrafted_step_s:.3f}",
+                              "-" if s.best_step_s is None else f"{s.best_step_s:.3f}",
+                              f"{s.bound_step_s:.3f}" if s.best_step_s is not None else "-",
+                              "-" if s.gap is None else f"{100 * s.gap:.2f} %", s.status])
+        click.echo(_table(["rank", "job", "schedule", "space", "handcrafted s", "best s", "bound s", "gap", "status"], srows, fmt))
+        moves = _ranking(result, searches)
+        click.echo("ranking with the searched schedules: " + (
+            "unchanged" if not moves else ", ".join(f"#{old} -> #{new}" for old, new in moves)))
+    counts, megatron, titan = _first_split(result)
+    if len(counts) > 1:
+        click.echo(f"stage split of #1: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
+                   f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
+
+
+def _compact_titan(stages: list[list[str]]) -> str:
+    """torchtitan's per-stage lists, long runs of layers shortened (``layers.0..layers.19``)."""
+    parts = []
+    for names in stages:
+        layers = [n for n in names if n.startswith("layers.")]
+        others_first = [n for n in names if not n.startswith("layers.") and names.index(n) == 0]
+        others_last = [n for n in names if not n.startswith("layers.") and n not in others_first]
+        middle = [f"{layers[0]}..{layers[-1]}"] if len(layers) > 2 else layers
+        parts.append("[" + ", ".join(others_first + middle + others_last) + "]")
+    return "[" + ", ".join(parts) + "]"
+
+
+def _json(result, searches, top: int) -> dict:
+    request = result.request
+    counts, megatron, titan = _first_split(result)
+    moves = _ranking(result, searches)
+
+    def row(r):
+        return {"job": r.job.describe(), "tp": r.job.tp, "pp": r.job.pp, "dp": r.job.dp, "micro_batch": r.job.micro_batch,
+                "microbatches": r.job.microbatches, "recompute": r.job.recompute, "schedule": r.job.schedule,
+                "sequence_parallel": r.job.sequence_parallel, "distributed_optimizer": r.job.distributed_optimizer,
+                "layers_per_stage": list(r.job.stage_layers), "step_time_s": r.step_time_s, "pipeline_s": r.pipeline_s,
+                "gradient_sync_s": r.gradient_sync_s, "optimizer_s": r.optimizer_s, "tokens_per_s": r.tokens_per_s,
+                "mfu": r.mfu, "peak_memory_bytes": r.memory.peak_bytes, "bound_by": r.memory.bound()}
+
+    return {
+        "model": request.model.name, "system": request.system.name, "gpus": request.gpus, "global_batch": request.batch,
+        "memory_limit_bytes": request.limit, "enumerated": result.enumerated, "over_limit": result.over_limit,
+        "closest_over": None if not result.closest_over else {
+            "job": result.closest_over[0].describe(), "recompute": result.closest_over[0].recompute,
+            "schedule": result.closest_over[0].schedule, "peak_memory_bytes": result.closest_over[1].peak_bytes,
+            "bound_by": result.closest_over[1].bound()},
+        "evaluated": len(result.rows), "unevaluated": result.unevaluated,
+        "top": [row(r) for r in result.rows[:top]],
+        "search": [{"rank": k + 1, "job": s.job.describe(), "schedule": s.job.schedule, "space": s.space,
+                    "handcrafted_step_s": s.handcrafted_step_s, "best_step_s": s.best_step_s,
+                    "bound_step_s": s.bound_step_s if s.best_step_s is not None else None,
+                    "gap": s.gap, "status": s.status, "note": s.note}
+                   for k, found in enumerate(searches) for s in found],
+        "ranking_changes": [{"from": old, "to": new} for old, new in moves],
+        "split": {"layers_per_stage": list(counts), "megatron_layout": megatron, "torchtitan_module_fqns_per_model_part": titan},
+    }
+
+
+def _write_torch_csv(result, searches, path: str) -> None:
+    from ppopt.generators import generate
+    from ppopt.io.torch_csv import write_torch_csv
+
+    job = result.rows[0].job
+    schedule = generate(job.schedule, job.pp, job.microbatches)
+    found = [s for s in (searches[0] if searches else []) if s.schedule is not None and s.best_step_s is not None]
+    if found:
+        best = min(found, key=lambda s: s.best_step_s)
+        if best.best_step_s is not None and best.best_step_s < result.rows[0].step_time_s - 1e-12 and best.schedule is not None:
+            schedule = best.schedule
+    write_torch_csv(schedule, path)
+

@@ -1,0 +1,455 @@
+"""Plan a training job: the fastest 3D layout, micro batch, recomputation and schedule under a memory limit.
+
+:func:`plan` answers "which tensor × pipeline × data parallel layout, micro batch size,
+recomputation mode and pipeline schedule trains this model fastest on N GPUs without running out
+of memory?" by enumerating every valid :class:`ppopt.job.Job` (:func:`enumerate_jobs`), dropping
+those whose per-GPU peak memory exceeds the limit (:func:`memory_of`, no simulation needed), and
+predicting the step of the others with :func:`ppopt.job.evaluate_job`.
+
+The space (:func:`layouts`, :func:`enumerate_jobs`)
+    * t·p·d = N; t ≤ devices_per_node (tensor parallelism stays in a node) and t divides the
+      attention heads; p ≤ the layers and, with the even split, p divides them; d divides the
+      global batch.
+    * every micro batch size dividing the global batch per replica (global batch / d);
+    * every recomputation mode (none, selective, full) and every schedule a job supports
+      (:data:`ppopt.job.SCHEDULES`: 1F1B, GPipe, ZB-H1; with p = 1 they coincide, so only 1F1B).
+    * Megatron switches that the job model shows never to cost time are on: sequence parallelism
+      when t > 1 (same communication volume, activations split by t: Korthikanti et al. 2022,
+      Section 4.2.2) and the distributed optimizer when d > 1 (same gradient traffic, state split by
+      d: Rajbhandari et al. 2020, "ZeRO", stage 1).
+
+Memory (:func:`memory_of`)
+    The per-GPU peak of stage k is persistent state + live microbatches × stored activation bytes +
+    the transient working set, exactly :func:`ppopt.job.evaluate_job`'s peak: the live count is
+    read off the schedule's order (one stage per device: the order alone fixes it), so jobs over the
+    limit are dropped before any simulation. What bounds the peak is named: the weights (persistent
+    state) or the activations, and the stage.
+
+Stage splits (:func:`balanced_layers`)
+    ``even``: the layers split equally (p must divide them). ``balanced``: per-stage counts that
+    minimise the slowest stage's forward + backward time, under the memory limit. Stage 0 also
+    carries the embedding and the last stage the output layer and loss, so equal counts are not
+    balanced. A stage's time and memory are linear in its layer count, T_k(n) = n·L + E_k, read off
+    two probe jobs; the smallest achievable max_k T_k is found by bisection over the candidate
+    values. Counts may also be given explicitly (``(7, 8, 8, 7)``). Exports:
+    :func:`megatron_layout` and :func:`torchtitan_stages`.
+
+Throughput
+    tokens/s = global batch · sequence / step. Model FLOPs utilisation: the model's FLOPs per step,
+    3 × forward (blocks and logits, no recomputation: Chowdhery et al. 2022, "PaLM", Appendix B),
+    over step × N × peak FLOP/s.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from ppopt.config import ModelConfig, SystemConfig
+from ppopt.costs import layer_forward_flops, logits_forward_flops
+from ppopt.errors import ConfigError, InfeasibleError
+from ppopt.ir import Kind, freeing_kind
+from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work
+
+__all__ = [
+    "MAX_JOBS", "Memory", "Plan", "PlanRequest", "PlanRow", "balanced_layers", "count_jobs", "describe", "enumerate_jobs",
+    "evaluate_row", "layouts", "live_microbatches", "megatron_layout", "memory_of", "plan", "torchtitan_stages",
+]
+
+MAX_JOBS = 200_000
+"""Most jobs one plan enumerates; a larger space is refused before any work (narrow it)."""
+
+Split = str | tuple[int, ...]
+Progress = Callable[[int, int], None]
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What to plan: a model on ``gpus`` GPUs of ``system``, and the space's limits.
+
+    ``memory_limit_bytes`` is per GPU (None: the system's memory capacity). ``split`` is ``"even"``,
+    ``"balanced"`` or explicit per-stage layer counts. ``micro_batches`` restricts the micro batch
+    sizes (None: every divisor of the batch per replica).
+    """
+
+    model: ModelConfig
+    system: SystemConfig
+    gpus: int
+    global_batch: int | None = None
+    memory_limit_bytes: float | None = None
+    split: Split = "even"
+    recompute: tuple[str, ...] = RECOMPUTE_MODES
+    schedules: tuple[str, ...] = SCHEDULES
+    micro_batches: tuple[int, ...] | None = None
+    overlap_gradient_sync: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise ConfigError(f"must be a positive integer, got {self.gpus!r}", field="gpus")
+        if self.global_batch is not None and self.global_batch < 1:
+            raise ConfigError(f"must be a positive integer, got {self.global_batch}", field="global_batch")
+        limit = self.memory_limit_bytes
+        if limit is not None and not (math.isfinite(limit) and limit > 0):
+            raise ConfigError(f"must be a positive number of bytes, got {limit}", field="memory_limit_bytes")
+        if isinstance(self.split, str) and self.split not in ("even", "balanced"):
+            raise ConfigError(f"must be even, balanced or counts like 7,8,8,7, got {self.split!r}", field="layers_per_stage")
+        if isinstance(self.split, tuple) and (any(n < 1 for n in self.split) or sum(self.split) != self.model.num_layers):
+            raise ConfigError(f"counts must be positive and sum to the model's {self.model.num_layers} layers, got "
+                              f"{','.join(map(str, self.split))}", field="layers_per_stage")
+        for name, known in (("recompute", RECOMPUTE_MODES), ("schedules", SCHEDULES)):
+            unknown = [v for v in getattr(self, name) if v not in known]
+            if unknown or not getattr(self, name):
+                raise ConfigError(f"unknown {', '.join(unknown) or 'empty'} (known: {', '.join(known)})", field=name)
+        if self.micro_batches is not None and (not self.micro_batches or min(self.micro_batches) < 1):
+            raise ConfigError(f"must be positive integers, got {self.micro_batches}", field="micro_batches")
+
+    @property
+    def batch(self) -> int:
+        return self.model.global_batch_size if self.global_batch is None else self.global_batch
+
+    @property
+    def limit(self) -> float:
+        """Per-GPU memory limit, bytes."""
+        return self.system.memory_capacity_bytes if self.memory_limit_bytes is None else self.memory_limit_bytes
+
+
+# --------------------------------------------------------------------------------------------------
+# The space
+# --------------------------------------------------------------------------------------------------
+
+
+def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
+    """Every (t, p, d) of the request's space (see module doc); InfeasibleError naming ``gpus`` if none."""
+    model, n = request.model, request.gpus
+    found = []
+    for t in _divisors(n):
+        if t > request.system.devices_per_node or model.num_attention_heads % t:
+            continue
+        for p in _divisors(n // t):
+            d = n // (t * p)
+            if p > model.num_layers or request.batch % d:
+                continue
+            if request.split == "even" and model.num_layers % p:
+                continue
+            if isinstance(request.split, tuple) and p != len(request.split):
+                continue
+            found.append((t, p, d))
+    if not found:
+        split = (f"p = {len(request.split)} stages (--layers-per-stage)" if isinstance(request.split, tuple)
+                 else "p dividing the layers" if request.split == "even" else "p at most the layers")
+        raise InfeasibleError(
+            f"no valid layout of {n} GPUs for {model.name}: t·p·d = {n} needs t ≤ {request.system.devices_per_node} "
+            f"(a node) dividing the {model.num_attention_heads} heads, {split} ({model.num_layers}), and d dividing the "
+            f"global batch {request.batch}", field="gpus")
+    return found
+
+
+def _micro_batches(request: PlanRequest, d: int) -> list[int]:
+    per_replica = request.batch // d
+    sizes = _divisors(per_replica)
+    return [b for b in sizes if request.micro_batches is None or b in request.micro_batches]
+
+
+@lru_cache(maxsize=4096)
+def _defined(schedule: str, stages: int, microbatches: int) -> bool:
+    """Whether the generator defines ``schedule`` for p and m (ZB-H1 needs m >= p)."""
+    from ppopt.errors import ScheduleError
+
+    try:
+        live_microbatches(schedule, stages, microbatches)
+    except ScheduleError:
+        return False
+    return True
+
+
+def _schedules(request: PlanRequest, p: int, m: int) -> tuple[str, ...]:
+    names = request.schedules[:1] if p == 1 else request.schedules
+    return tuple(name for name in names if _defined(name, p, m))
+
+
+def count_jobs(request: PlanRequest) -> int:
+    """How many jobs :func:`enumerate_jobs` yields (cheap: no job is built)."""
+    return sum(len(request.recompute) * len(_schedules(request, p, request.batch // (b * d)))
+               for _, p, d in layouts(request) for b in _micro_batches(request, d))
+
+
+def enumerate_jobs(request: PlanRequest) -> Iterator[Job]:
+    """Every job of the request's space, without the stage split of ``balanced`` (see :func:`plan`)."""
+    counts = request.split if isinstance(request.split, tuple) else None
+    for t, p, d in layouts(request):
+        for b in _micro_batches(request, d):
+            for recompute in request.recompute:
+                for schedule in _schedules(request, p, request.batch // (b * d)):
+                    yield Job(request.model, request.system, tp=t, pp=p, dp=d, micro_batch=b,
+                              global_batch=request.global_batch, recompute=recompute,  # type: ignore[arg-type]
+                              sequence_parallel=t > 1, distributed_optimizer=d > 1,
+                              overlap_gradient_sync=request.overlap_gradient_sync, schedule=schedule, layers=counts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory without simulation
+# --------------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=512)
+def live_microbatches(schedule: str, stages: int, microbatches: int) -> tuple[int, ...]:
+    """Peak microbatches whose activations stage k holds at once under ``schedule`` (one stage per
+    device): +1 at an F, -1 at the op that frees them (B, or W when backward is split), walked along
+    each device's order, as :func:`ppopt.simulate.simulate` counts them."""
+    from ppopt.generators import generate
+
+    generated = generate(schedule, stages, microbatches)
+    frees = freeing_kind(generated.split_backward)
+    peaks = [0] * stages
+    for order in generated.orders:
+        live = 0
+        for op in order:
+            live += 1 if op.kind == Kind.F else -1 if op.kind == frees else 0
+            peaks[op.stage] = max(peaks[op.stage], live)
+    return tuple(peaks)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The per-GPU peak of a job (bytes) and what makes it: the worst stage's parts."""
+
+    peak_bytes: float
+    stage: int
+    persistent_bytes: float
+    """Weights, gradients and optimizer state of that stage's GPU."""
+    activation_bytes: float
+    """Stored activations at the peak (live microbatches × bytes per microbatch)."""
+    working_bytes: float
+    """Transient bytes of one backward (recomputed block, logits)."""
+
+    def bound(self) -> str:
+        """What bounds the peak, e.g. ``weights (stage 0)`` or ``activations (stage 3)``."""
+        what = "weights" if self.persistent_bytes >= self.activation_bytes + self.working_bytes else "activations"
+        return f"{what} (stage {self.stage})"
+
+
+def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
+    live = live_microbatches(job.schedule, job.pp, job.microbatches)
+    out = []
+    for k in range(job.pp):
+        activations = live[k] * work.stored_bytes[k]
+        persistent, working = work.persistent_bytes[k], work.working_bytes[k]
+        out.append(Memory(persistent + activations + working, k, persistent, activations, working))
+    return out
+
+
+def memory_of(job: Job, work: JobWork | None = None) -> Memory:
+    """The per-GPU peak memory of ``job`` (module doc), its worst stage first among equals."""
+    stages = _stage_memory(job, job_work(job) if work is None else work)
+    return max(stages, key=lambda m: (m.peak_bytes, -m.stage))
+
+
+# --------------------------------------------------------------------------------------------------
+# Uneven stage splits
+# --------------------------------------------------------------------------------------------------
+
+
+def _probe(job: Job, per_stage: int) -> Job:
+    model = job.model.model_copy(update={"num_layers": per_stage * job.pp})
+    return replace(job, model=model, layers=None)
+
+
+def balanced_layers(job: Job, limit: float | None = None) -> tuple[int, ...] | None:
+    """Per-stage layer counts minimising the slowest stage's F + B time of ``job`` with every
+    stage's peak memory within ``limit`` bytes (module doc); None when no split fits the limit."""
+    p, total = job.pp, job.model.num_layers
+    one, two = _probe(job, 1), _probe(job, 2)
+    c1, c2 = job_costs(one).stages, job_costs(two).stages
+    m1, m2 = _stage_memory(one, job_work(one)), _stage_memory(two, job_work(two))
+    per_layer = [(b.forward_s + b.backward_s) - (a.forward_s + a.backward_s) for a, b in zip(c1, c2)]
+    fixed = [a.forward_s + a.backward_s - slope for a, slope in zip(c1, per_layer)]
+    mem_slope = [b.peak_bytes - a.peak_bytes for a, b in zip(m1, m2)]
+    mem_fixed = [a.peak_bytes - slope for a, slope in zip(m1, mem_slope)]
+    most = total - p + 1
+
+    def time_of(k: int, n: int) -> float:
+        return n * per_layer[k] + fixed[k]
+
+    def cap(k: int, target: float) -> int:
+        best = 0
+        for n in range(1, most + 1):
+            if time_of(k, n) > target * (1 + 1e-12):
+                break
+            if limit is not None and n * mem_slope[k] + mem_fixed[k] > limit:
+                break
+            best = n
+        return best
+
+    targets = sorted({time_of(k, n) for k in range(p) for n in range(1, most + 1)})
+
+    def feasible(target: float) -> bool:
+        caps = [cap(k, target) for k in range(p)]
+        return min(caps) >= 1 and sum(caps) >= total
+
+    if not feasible(targets[-1]):
+        return None
+    low, high = 0, len(targets) - 1
+    while low < high:
+        mid = (low + high) // 2
+        if feasible(targets[mid]):
+            high = mid
+        else:
+            low = mid + 1
+    counts = [cap(k, targets[low]) for k in range(p)]
+    while sum(counts) > total:  # shed layers from the slowest stage that can spare one
+        k = max((k for k in range(p) if counts[k] > 1), key=lambda k: (time_of(k, counts[k]), k))
+        counts[k] -= 1
+    return tuple(counts)
+
+
+def megatron_layout(counts: tuple[int, ...]) -> str:
+    """The split as a Megatron-LM ``--pipeline-model-parallel-layout`` string: stages separated by
+    ``|``, ``E`` the embedding, ``t`` a transformer layer (``t*n`` for n of them), ``L`` the output
+    layer and loss; e.g. ``Et*7|t*8|t*8|t*7L``."""
+    stages = [f"t*{n}" if n > 1 else "t" for n in counts]
+    stages[0] = "E" + stages[0]
+    stages[-1] = stages[-1] + "L"
+    return "|".join(stages)
+
+
+def torchtitan_stages(counts: tuple[int, ...]) -> list[list[str]]:
+    """The split as torchtitan's per-stage module names (``module_fqns_per_model_part``): the
+    embedding ``tok_embeddings`` first, ``layers.i``, and ``norm`` and ``output`` last."""
+    stages, first = [], 0
+    for n in counts:
+        stages.append([f"layers.{i}" for i in range(first, first + n)])
+        first += n
+    stages[0].insert(0, "tok_embeddings")
+    stages[-1] += ["norm", "output"]
+    return stages
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation and the plan
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One evaluated job: predicted step, throughput and per-GPU peak memory."""
+
+    job: Job
+    step_time_s: float
+    pipeline_s: float
+    gradient_sync_s: float
+    optimizer_s: float
+    tokens_per_s: float
+    mfu: float
+    """Model FLOPs utilisation, 0..1."""
+    memory: Memory
+
+
+def model_flops_per_step(job: Job) -> float:
+    """3 × forward FLOPs of one step, without recomputation (module doc)."""
+    model = job.model
+    forward = model.num_layers * layer_forward_flops(model, 1) + logits_forward_flops(model, 1)
+    return 3.0 * forward * job.batch
+
+
+def evaluate_row(job: Job) -> PlanRow:
+    """Simulate ``job`` (a module-level function, so the sweep executors can run it)."""
+    result = evaluate_job(job)
+    step = result.step_time_s
+    tokens = job.batch * job.model.seq_length / step
+    mfu = model_flops_per_step(job) / (step * job.gpus * job.system.peak_flops)
+    return PlanRow(job, step, result.pipeline_s, result.gradient_sync_s, result.optimizer_s, tokens, mfu, memory_of(job))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The outcome of :func:`plan`: the evaluated jobs, fastest first, and what was dropped."""
+
+    request: PlanRequest
+    rows: tuple[PlanRow, ...]
+    enumerated: int
+    over_limit: int
+    """Jobs dropped because their peak exceeds the limit."""
+    closest_over: tuple[Job, Memory] | None
+    """The dropped job that came closest to the limit, and its peak: the tightest reason."""
+    unevaluated: int = 0
+    """Fitting jobs not simulated because the time budget ran out."""
+
+
+def _with_split(job: Job, request: PlanRequest) -> Job | None:
+    """The job with the request's split (balanced counts computed here); None if no split fits."""
+    if request.split != "balanced" or job.pp == 1:
+        return job
+    counts = balanced_layers(job, request.limit)
+    return None if counts is None else replace(job, layers=counts)
+
+
+def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: Progress | None = None,
+         deadline: float | None = None, jobs: list[Job] | None = None) -> Plan:
+    """Enumerate, filter by memory and evaluate the request's jobs (module doc).
+
+    ``jobs`` replaces the enumeration (e.g. the jobs a measured-data file lists). ``map_unordered(fn,
+    items)`` runs the evaluations (an executor's method; None: in this process).
+    ``progress(done, total)`` is called as jobs are evaluated. Jobs left when ``time.monotonic()``
+    passes ``deadline`` are not evaluated (counted in ``unevaluated``). Raises InfeasibleError
+    naming ``gpus`` when no layout exists, ConfigError when the space exceeds :data:`MAX_JOBS`, and
+    InfeasibleError naming the least memory any job needs when none fits the limit.
+    """
+    if jobs is None:
+        total = count_jobs(request)
+        if total > MAX_JOBS:
+            raise ConfigError(f"{total} jobs to enumerate exceed the limit of {MAX_JOBS}; narrow the space "
+                              "(--recompute, --schedule, --micro-batch)", field="gpus")
+        source: Iterable[Job] = enumerate_jobs(request)
+    else:
+        total, source = len(jobs), jobs
+    limit = request.limit
+    fitting: list[Job] = []
+    over, closest = 0, None
+    least: tuple[Job, Memory] | None = None
+    for job in source:
+        split_job = _with_split(job, request)
+        candidate = split_job or job
+        memory = memory_of(candidate)
+        if least is None or memory.peak_bytes < least[1].peak_bytes:
+            least = (candidate, memory)
+        if split_job is None or memory.peak_bytes > limit:
+            over += 1
+            if closest is None or memory.peak_bytes < closest[1].peak_bytes:
+                closest = (candidate, memory)
+            continue
+        fitting.append(candidate)
+    if not fitting:
+        if least is None:
+            raise ConfigError("no job to plan", field="candidates")
+        job, memory = least
+        raise InfeasibleError(
+            f"no job fits {limit / 1e9:.2f} GB per GPU: the least any of the {total} jobs needs is "
+            f"{memory.peak_bytes / 1e9:.2f} GB ({describe(job)}, {memory.bound()})",
+            field="memory_limit_bytes")
+    rows: list[PlanRow] = []
+    results = (map_unordered or (lambda fn, items: map(fn, items)))(evaluate_row, _until(fitting, deadline))
+    for row in results:
+        rows.append(row)
+        if progress:
+            progress(len(rows), len(fitting))
+    rows.sort(key=lambda r: (r.step_time_s, r.memory.peak_bytes, describe(r.job)))
+    return Plan(request, tuple(rows), total, over, closest, len(fitting) - len(rows))
+
+
+def describe(job: Job) -> str:
+    """A job's label with its recomputation and schedule, e.g. ``t4 p4 d4 b1 m64 none 1f1b``."""
+    return f"{job.describe()} {job.recompute} {job.schedule}"
+
+
+def _until(jobs: list[Job], deadline: float | None) -> Iterator[Job]:
+    for job in jobs:
+        if deadline is not None and time.monotonic() > deadline:
+            return
+        yield job

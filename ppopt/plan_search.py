@@ -1,0 +1,109 @@
+"""Search the schedules of a planned job with CP-SAT, on the job's own per-stage durations.
+
+:func:`search_job` runs :func:`ppopt.solve.search.search` for one :class:`ppopt.job.Job`: the
+instance is built from :func:`ppopt.job.job_costs` (the job's real forward, backward and weight-
+gradient times per stage, tensor parallelism and recomputation included) on the system the
+pipeline sees (:func:`ppopt.job.pipeline_system`), not from the plain model costs of
+:meth:`ppopt.solve.instance.InstanceSpec.instance`. The memory limit is the plan's per-GPU limit;
+each stage's transient working set (recomputed block, logits) is added to its persistent bytes,
+so the solver's peak is the job's peak (:func:`ppopt.plan.memory_of`).
+
+Spaces: the job's family space (:func:`ppopt.solve.gap.family_space`: 1F1B and GPipe are points
+of ``placement=linear``, ZB-H1 of ``placement=linear,backward=split``) and, when wider, the space
+with the backward split into input and weight gradients (``placement=linear,backward=split``,
+which holds every one-stage-per-device schedule the job model supports). The reported step adds
+the job's gradient all-reduce and optimizer step (unchanged by the pipeline schedule) to the
+searched pipeline, so it compares with the plan's step; the gap is the pipeline's,
+``(best - bound) / bound`` of the searched part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ppopt.config import SystemConfig
+from ppopt.costs import Costs
+from ppopt.errors import InfeasibleError, PpoptError, ScheduleError
+from ppopt.ir import Schedule
+from ppopt.job import Job, job_costs, job_work, pipeline_system
+from ppopt.plan import PlanRow
+from ppopt.solve.gap import family_space
+from ppopt.solve.instance import Instance, InstanceSpec
+from ppopt.solve.options import SolveOptions
+from ppopt.solve.search import search
+from ppopt.solve.space import parse_space
+
+__all__ = ["JobInstanceSpec", "JobSearch", "job_spec", "search_job"]
+
+WIDEST = "placement=linear,backward=split"
+
+
+@dataclass(frozen=True)
+class JobInstanceSpec(InstanceSpec):
+    """An :class:`InstanceSpec` whose instance is a job's own costs (one stage per device)."""
+
+    costs: Costs | None = None
+    pipeline: SystemConfig | None = None
+
+    def instance(self, stages: int, stage_weights: tuple[float, ...] | None = None) -> Instance:
+        assert self.costs is not None and self.pipeline is not None
+        if stages != len(self.costs):
+            raise ScheduleError(f"a job's pipeline has {len(self.costs)} stages, one per device; the space asks for {stages}")
+        return Instance(self.devices, self.microbatches, self.costs, self.pipeline, self.memory_limit, "s", "bytes")
+
+
+def job_spec(job: Job, memory_limit: float | None) -> JobInstanceSpec:
+    """The solver spec of ``job`` under ``memory_limit`` bytes per GPU (see module doc)."""
+    work = job_work(job)
+    costs = job_costs(job, work)
+    stages = tuple(replace(stage, persistent_bytes=stage.persistent_bytes + extra)
+                   for stage, extra in zip(costs.stages, work.working_bytes))
+    system = pipeline_system(job)
+    return JobInstanceSpec(devices=job.pp, microbatches=job.microbatches, model=job.model, system=system,
+                           global_batch=job.global_batch, memory_limit=memory_limit,
+                           costs=replace(costs, stages=stages), pipeline=system)
+
+
+@dataclass(frozen=True)
+class JobSearch:
+    """The best schedule found for one job. Seconds; ``*_step_s`` are whole steps (pipeline +
+    gradient all-reduce + optimizer), ``gap`` is the pipeline's."""
+
+    job: Job
+    space: str
+    handcrafted_step_s: float
+    best_step_s: float | None
+    bound_step_s: float
+    gap: float | None
+    status: str
+    schedule: Schedule | None
+    note: str = ""
+
+
+def search_job(row: PlanRow, memory_limit: float | None, options: SolveOptions) -> list[JobSearch]:
+    """Search the planned job's family space and, when wider, the split-backward space (module doc), each
+    with an equal share of ``options``' remaining time. A space the budget does not reach, or whose
+    search fails, is reported with its status and no bound."""
+    job, handcrafted_step_s = row.job, row.step_time_s
+    spec = job_spec(job, memory_limit)
+    fixed = row.step_time_s - row.pipeline_s
+    family = family_space(job.schedule, {})
+    spaces = [family] + ([parse_space(WIDEST)] if not family.split_backward else [])
+    out = []
+    for k, space in enumerate(spaces):
+        if options.expired:
+            out.append(JobSearch(job, space.describe(), handcrafted_step_s, None, 0.0, None, "skipped (time limit)", None))
+            continue
+        try:
+            result = search(spec, space, options.share(len(spaces) - k))
+        except (InfeasibleError, ScheduleError) as error:
+            out.append(JobSearch(job, space.describe(), handcrafted_step_s, None, 0.0, None, "skipped", None, str(error)))
+            continue
+        except PpoptError as error:  # pragma: no cover - a size the solver refuses
+            out.append(JobSearch(job, space.describe(), handcrafted_step_s, None, 0.0, None, "skipped", None, str(error)))
+            continue
+        best = None if result.step_time is None else result.step_time + fixed
+        out.append(JobSearch(job, result.space, handcrafted_step_s, best, result.bound + fixed, result.gap,
+                             result.status, result.schedule, result.note or ""))
+    return out
+
