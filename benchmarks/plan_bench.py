@@ -1,0 +1,42 @@
+"""Time ``ppopt plan`` for Llama 3 70B on 64 H100s (issue 11: under 120 s on 2 cores with the
+default search time). Run from the repository root: ``python benchmarks/plan_bench.py``.
+
+Prints the wall time of the whole command in three settings, measured in the same run: the
+enumeration alone (``--search 0``, the baseline), the default command (enumeration, then a CP-SAT
+search of the best 3 jobs within the default ``--time-limit`` of 60 s for the whole command), and the
+default command with ``--layers-per-stage balanced``. The load average is printed with them: the
+machine may be shared.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = ["plan", "--model", "llama3-70b", "--gpus", "64", "--system", "dgx-h100", "-q"]
+RUNS = [
+    ("enumeration only (--search 0), baseline", ["--search", "0"]),
+    ("default (search the best 3, --time-limit 60)", []),
+    ("default with --layers-per-stage balanced", ["--layers-per-stage", "balanced"]),
+]
+
+
+def main() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    print(f"cpus {os.cpu_count()}, load average before {os.getloadavg()[0]:.2f}")
+    for label, extra in RUNS:
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "ppopt", *BASE, *extra], cwd=ROOT, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if done.returncode:
+            raise SystemExit(f"{label}: failed: {done.stderr.strip()}")
+        first = next(line for line in done.stdout.splitlines() if line.startswith("1 "))
+        print(f"{label}: {wall:.1f} s (load {os.getloadavg()[0]:.2f}); #1: {' '.join(first.split()[1:9])}")
+
+
+if __name__ == "__main__":
+    main()
