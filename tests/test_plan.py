@@ -188,6 +188,7 @@ def test_plan_command_searches_exports_and_plots(tmp_path):
      "--memory-limit: no job fits 5.00 GB per GPU: the least any of the"),
     (["--model", "no-such-model", "--gpus", 8, "--system", "dgx-h100"], "unknown model preset 'no-such-model'"),
     (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--layers-per-stage", "1,2"], "--layers-per-stage:"),
+    (["--candidates", MULTI_NODE, "--model", "llama3-8b", "--system", "dgx-h100"], "--candidates:"),
 ])
 def test_bad_input_is_one_line_and_exit_1(args, message):
     result = run("plan", *args, "-q", "--search", 0)
@@ -203,3 +204,11 @@ def test_the_named_minimum_is_what_the_cheapest_job_needs():
     ok = run("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--memory-limit", f"{needed + 0.01}GB",
              "-q", "--search", 0, "--json")
     assert ok.exit_code == 0 and json.loads(ok.output)["evaluated"] >= 1
+
+
+def test_csv_format_is_one_table_with_one_header():
+    result = run("plan", "--candidates", MULTI_NODE, "--system", CALIBRATED, "--search", "0", "-q", "--top", 2, "--format", "csv")
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("model,rank,job,") and len(lines) == 1 + 2 * 2
+    assert sum(line.startswith("model,") for line in lines) == 1

@@ -115,9 +115,9 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
         emit_json([_json(p, s, top) for p, s in zip(plans, searches)] if candidates else _json(plans[0], searches[0], top))
         return
     for k, (p, s) in enumerate(zip(plans, searches)):
-        if k:
+        if k and fmt != "csv":
             click.echo("")
-        _print(p, s, top, fmt)
+        _print(p, s, top, fmt, header=k == 0)
 
 
 def _candidate_groups(path: str, system):
@@ -186,11 +186,19 @@ def _first_split(result):
     return counts, megatron_layout(counts), torchtitan_stages(counts)
 
 
-def _print(result, searches, top: int, fmt: str) -> None:
+def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
     from ppopt.plan import describe
 
     request = result.request
     evaluated = len(result.rows)
+    columns = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", "MFU", "peak GB", "bound by"]
+    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule, ",".join(map(str, r.job.stage_layers)),
+             f"{r.step_time_s:.3f}", f"{r.tokens_per_s:.0f}", f"{100 * r.mfu:.1f} %", _gb(r.memory.peak_bytes), r.memory.bound()]
+            for k, r in enumerate(result.rows[:top])]
+    if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
+        text = _table(["model", *columns], [[request.model.name, *row] for row in rows], fmt)
+        click.echo(text if header else text.split("\n", 1)[1])
+        return
     click.echo(f"{request.model.name} on {request.gpus} x {request.system.name}, global batch {request.batch}, "
                f"memory limit {_gb(request.limit)} GB per GPU")
     line = f"{result.enumerated} jobs: {result.over_limit} over the memory limit"
@@ -201,11 +209,7 @@ def _print(result, searches, top: int, fmt: str) -> None:
     if result.unevaluated:
         line += f", {result.unevaluated} not evaluated (time limit)"
     click.echo(line)
-    header = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", "MFU", "peak GB", "bound by"]
-    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule, ",".join(map(str, r.job.stage_layers)),
-             f"{r.step_time_s:.3f}", f"{r.tokens_per_s:.0f}", f"{100 * r.mfu:.1f} %", _gb(r.memory.peak_bytes), r.memory.bound()]
-            for k, r in enumerate(result.rows[:top])]
-    click.echo(_table(header, rows, fmt))
+    click.echo(_table(columns, rows, fmt))
     if searches:
         click.echo("")
         click.echo("schedule search (CP-SAT, job's own stage durations, same memory limit; gap of the pipeline part):")
