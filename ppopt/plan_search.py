@@ -33,7 +33,7 @@ from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import search
 from ppopt.solve.space import parse_space
 
-__all__ = ["JobInstanceSpec", "JobSearch", "job_spec", "search_job"]
+__all__ = ["JobInstanceSpec", "JobSearch", "job_spec", "ranking_changes", "search_job"]
 
 WIDEST = "placement=linear,backward=split"
 
@@ -107,3 +107,15 @@ def search_job(row: PlanRow, memory_limit: float | None, options: SolveOptions) 
                              result.status, result.schedule, result.note or ""))
     return out
 
+
+
+def ranking_changes(steps: list[float], searches: list[list[JobSearch]]) -> list[tuple[int, int]]:
+    """(old rank, new rank), 1-based, of the jobs whose rank changes when the first
+    ``len(searches)`` jobs (of ``steps``, fastest first) take their best searched step."""
+    new = list(steps)
+    for k, found in enumerate(searches):
+        best = [s.best_step_s for s in found if s.best_step_s is not None]
+        if best:
+            new[k] = min(new[k], min(best))
+    order = sorted(range(len(new)), key=lambda k: (new[k], k))
+    return [(old + 1, rank + 1) for rank, old in enumerate(order) if old != rank]

@@ -29,7 +29,7 @@ from ppopt.plan import (
     plan,
     torchtitan_stages,
 )
-from ppopt.plan_search import job_spec
+from ppopt.plan_search import JobSearch, job_spec, ranking_changes
 from ppopt.report.plan_plot import pareto_front
 from ppopt.simulate import simulate
 
@@ -212,3 +212,16 @@ def test_csv_format_is_one_table_with_one_header():
     lines = result.output.strip().splitlines()
     assert lines[0].startswith("model,rank,job,") and len(lines) == 1 + 2 * 2
     assert sum(line.startswith("model,") for line in lines) == 1
+
+
+def test_ranking_changes_when_a_searched_schedule_overtakes():
+    job = Job(LLAMA8, H100)
+
+    def found(best):
+        return [JobSearch(job, "space", 0.0, best, 0.0, None, "feasible", None)]
+
+    steps = [10.0, 10.5, 11.0]
+    assert ranking_changes(steps, [found(9.9), found(10.4)]) == []
+    # the second job's schedule beats the first's: they swap; an unsearched third stays
+    assert ranking_changes(steps, [found(10.0), found(9.5)]) == [(2, 1), (1, 2)]
+    assert ranking_changes(steps, [found(None), found(None), found(9.0)]) == [(3, 1), (1, 2), (2, 3)]

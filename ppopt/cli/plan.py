@@ -162,20 +162,10 @@ def _search(result, count: int, options):
     return found
 
 
-def _best(searches) -> float | None:
-    steps = [s.best_step_s for s in searches if s.best_step_s is not None]
-    return min(steps) if steps else None
-
-
 def _ranking(result, searches) -> list[tuple[int, int]]:
-    """(old rank, new rank) of the jobs whose rank the searched schedules change (1-based)."""
-    steps = [r.step_time_s for r in result.rows]
-    for k, found in enumerate(searches):
-        best = _best(found)
-        if best is not None:
-            steps[k] = min(steps[k], best)
-    order = sorted(range(len(steps)), key=lambda k: (steps[k], k))
-    return [(old + 1, new + 1) for new, old in enumerate(order) if old != new]
+    from ppopt.plan_search import ranking_changes
+
+    return ranking_changes([r.step_time_s for r in result.rows], searches)
 
 
 def _first_split(result):

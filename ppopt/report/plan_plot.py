@@ -47,7 +47,7 @@ def plot_plan(plans: Sequence, path: str | os.PathLike) -> None:
         if plan.rows:
             best = plan.rows[0]
             ax.annotate(f"{best.job.describe()} {best.job.recompute} {best.job.schedule}",
-                        (best.memory.peak_bytes / 1e9, best.step_time_s), textcoords="offset points", xytext=(6, 6), fontsize=8)
+                        (best.memory.peak_bytes / 1e9, best.step_time_s), textcoords="offset points", xytext=(-6, -12), ha="right", fontsize=8)
         limit = plan.request.limit / 1e9
         ax.axvline(limit, color=LIMIT_COLOR, linestyle="--", linewidth=1.0, label=f"memory limit {limit:.1f} GB")
         ax.set_xlabel("per-GPU peak memory (GB)")
@@ -55,5 +55,5 @@ def plot_plan(plans: Sequence, path: str | os.PathLike) -> None:
         ax.set_title(f"{plan.request.model.name} on {plan.request.gpus} x {plan.request.system.name}: "
                      f"{len(plan.rows)} jobs evaluated, {plan.over_limit} over the limit", fontsize=10)
         ax.grid(True, linewidth=0.3)
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="upper left")
     _save(fig, path, fmt)
