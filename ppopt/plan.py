@@ -157,16 +157,11 @@ def _micro_batches(request: PlanRequest, d: int) -> list[int]:
     return [b for b in sizes if request.micro_batches is None or b in request.micro_batches]
 
 
-@lru_cache(maxsize=4096)
 def _defined(schedule: str, stages: int, microbatches: int) -> bool:
-    """Whether the generator defines ``schedule`` for p and m (ZB-H1 needs m >= p)."""
-    from ppopt.errors import ScheduleError
-
-    try:
-        live_microbatches(schedule, stages, microbatches)
-    except ScheduleError:
-        return False
-    return True
+    """Whether the generator defines ``schedule`` for p and m: ZB-H1 needs m >= p
+    (``ppopt/generators/zero_bubble.py``), 1F1B and GPipe take any. Checked without generating,
+    so sizing a space stays cheap."""
+    return schedule != "zb-h1" or microbatches >= stages
 
 
 def _schedules(request: PlanRequest, p: int, m: int) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from ppopt.cli import main
 from ppopt.config import load_model, load_system
+from ppopt.errors import ConfigError
 from ppopt.generators import generate
 from ppopt.io.measured import read_measured
 from ppopt.job import Job, evaluate_job, job_costs
@@ -225,3 +226,13 @@ def test_ranking_changes_when_a_searched_schedule_overtakes():
     # the second job's schedule beats the first's: they swap; an unsearched third stays
     assert ranking_changes(steps, [found(10.0), found(9.5)]) == [(2, 1), (1, 2)]
     assert ranking_changes(steps, [found(None), found(None), found(9.0)]) == [(3, 1), (1, 2), (2, 3)]
+
+
+def test_a_space_too_large_is_refused_before_any_work(monkeypatch):
+    import ppopt.plan
+
+    request = PlanRequest(LLAMA8, H100, 8, global_batch=16)
+    monkeypatch.setattr(ppopt.plan, "MAX_JOBS", count_jobs(request) - 1)
+    monkeypatch.setattr(ppopt.plan, "evaluate_row", lambda job: pytest.fail("evaluated a job"))
+    with pytest.raises(ConfigError, match="jobs to enumerate exceed the limit"):
+        plan(request)
