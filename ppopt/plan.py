@@ -386,12 +386,13 @@ def _with_split(job: Job, request: PlanRequest) -> Job | None:
 
 
 def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: Progress | None = None,
-         deadline: float | None = None, jobs: list[Job] | None = None) -> Plan:
+         deadline: float | None = None, jobs: list[Job] | None = None, sizing: Progress | None = None) -> Plan:
     """Enumerate, filter by memory and evaluate the request's jobs (module doc).
 
     ``jobs`` replaces the enumeration (e.g. the jobs a measured-data file lists). ``map_unordered(fn,
     items)`` runs the evaluations (an executor's method; None: in this process).
-    ``progress(done, total)`` is called as jobs are evaluated. Jobs left when ``time.monotonic()``
+    ``progress(done, total)`` is called as jobs are evaluated, ``sizing(done, total)`` as they are
+    sized (and split) before. Jobs left when ``time.monotonic()``
     passes ``deadline`` are not evaluated (counted in ``unevaluated``). Raises InfeasibleError
     naming ``gpus`` when no layout exists, ConfigError when the space exceeds :data:`MAX_JOBS`, and
     InfeasibleError naming the least memory any job needs when none fits the limit.
@@ -408,7 +409,9 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     fitting: list[Job] = []
     over, closest = 0, None
     least: tuple[Job, Memory] | None = None
-    for job in source:
+    for sized, job in enumerate(source, start=1):
+        if sizing:
+            sizing(sized, total)
         split_job = _with_split(job, request)
         candidate = split_job or job
         memory = memory_of(candidate)

@@ -135,20 +135,52 @@ def _candidate_groups(path: str, system):
     return list(groups.values())
 
 
+class _Phases:
+    """Progress on stderr, one bar per phase (sizing the jobs, then simulating them); each bar
+    starts its clock when its phase starts, so its rate and ETA are its own."""
+
+    def __init__(self, name: str):
+        from ppopt.cli.sweep import ProgressBar
+
+        self.name, self.phase = name, ""
+        self.bar: ProgressBar | None = None
+
+    def _update(self, phase: str, done: int, total: int) -> None:
+        from ppopt.cli.sweep import ProgressBar
+
+        if phase != self.phase:
+            self.close()
+            self.phase, self.bar = phase, ProgressBar(f"plan {self.name}: {phase}")
+        assert self.bar is not None
+        self.bar(done, total)
+
+    def sizing(self, done: int, total: int) -> None:
+        self._update("sizing    ", done, total)
+
+    def simulating(self, done: int, total: int) -> None:
+        self._update("simulating", done, total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.bar = None
+
+
 def _run_plan(request, listed, jobs, executor, address, quiet, options):
-    from ppopt.cli.sweep import ProgressBar
     from ppopt.plan import plan
     from ppopt.sweep import make_executor
 
-    bar = None if quiet else ProgressBar(f"plan {request.model.name}")
+    phases = None if quiet else _Phases(request.model.name)
+    progress = phases.simulating if phases else None
+    sizing = phases.sizing if phases else None
     try:
         if jobs > 1 or executor != "local":
             with make_executor(executor, jobs, address) as pool:
-                return plan(request, pool.map_unordered, bar, options.deadline, listed)
-        return plan(request, None, bar, options.deadline, listed)
+                return plan(request, pool.map_unordered, progress, options.deadline, listed, sizing)
+        return plan(request, None, progress, options.deadline, listed, sizing)
     finally:
-        if bar is not None:
-            bar.close()
+        if phases is not None:
+            phases.close()
 
 
 def _search(result, count: int, options):
