@@ -236,3 +236,15 @@ def test_a_space_too_large_is_refused_before_any_work(monkeypatch):
     monkeypatch.setattr(ppopt.plan, "evaluate_row", lambda job: pytest.fail("evaluated a job"))
     with pytest.raises(ConfigError, match="jobs to enumerate exceed the limit"):
         plan(request)
+
+
+def test_job_command_takes_the_split_plan_prints():
+    result = run("job", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", 4, "--global-batch", 32,
+                 "--recompute", "full", "--layers-per-stage", "8,9,8,7", "--json")
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    job = Job(LLAMA8, H100, pp=4, global_batch=32, recompute="full", layers=(8, 9, 8, 7))
+    assert got["layers_per_stage"] == [8, 9, 8, 7]
+    assert got["step_time_s"] == pytest.approx(evaluate_job(job).step_time_s)
+    bad = run("job", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", 4, "--layers-per-stage", "8,8")
+    assert bad.exit_code == 1 and bad.output.startswith("error: --layers-per-stage:")

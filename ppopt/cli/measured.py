@@ -163,9 +163,11 @@ def _on(row, system):
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--schedule", type=click.Choice(["1f1b", "gpipe", "zb-h1"]), default="1f1b", show_default=True,
               help="Pipeline schedule family (one stage per device).")
+@click.option("--layers-per-stage", "layers_per_stage", default=None,
+              help="Layers of each stage, e.g. 7,8,8,7 (as ppopt plan prints) [default: even, the remainder first].")
 @json_option
 def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute, sequence_parallel,
-                distributed_optimizer, overlap_grad_sync, schedule, as_json) -> None:
+                distributed_optimizer, overlap_grad_sync, schedule, layers_per_stage, as_json) -> None:
     """Predict one training step of a 3D-parallel job (t·p·d GPUs): pipeline, gradient
     all-reduce, optimizer step and per-GPU peak memory."""
     from ppopt.config import load_model, load_system
@@ -174,12 +176,19 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
 
     if global_batch is not None and global_batch < 1:
         raise ConfigError(f"must be positive, got {global_batch}", field="global_batch")
+    layers = None
+    if layers_per_stage is not None:
+        try:
+            layers = tuple(int(x) for x in layers_per_stage.split(","))
+        except ValueError:
+            raise ConfigError(f"must be counts like 7,8,8,7, got {layers_per_stage!r}", field="layers_per_stage") from None
     job = Job(load_model(model), load_system(system), tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
               global_batch=global_batch, recompute=recompute, sequence_parallel=sequence_parallel,
-              distributed_optimizer=distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule)
+              distributed_optimizer=distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
+              layers=layers)
     result = evaluate_job(job)
     figures = {
-        "job": job.describe(), "gpus": job.gpus, "microbatches": job.microbatches,
+        "job": job.describe(), "gpus": job.gpus, "microbatches": job.microbatches, "layers_per_stage": list(job.stage_layers),
         "step_time_s": result.step_time_s, "pipeline_s": result.pipeline_s, "gradient_sync_s": result.gradient_sync_s,
         "optimizer_s": result.optimizer_s, "peak_memory_bytes": result.peak_memory_bytes,
         "fits_memory": result.peak_memory_bytes <= job.system.memory_capacity_bytes,
