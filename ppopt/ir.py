@@ -18,6 +18,16 @@ from enum import Enum
 
 from ppopt.errors import ScheduleError
 
+MAX_OPS = 10_000_000
+"""The largest schedule ppopt builds or reads, in ops (stages x microbatches x op kinds): about 1 GB
+of memory and seconds of work per layer. Generators and the CSV reader refuse larger ones up front."""
+
+
+def check_size(ops: int, what: str) -> None:
+    """Raise :class:`ScheduleError` when a schedule of ``ops`` ops is over :data:`MAX_OPS`."""
+    if ops > MAX_OPS:
+        raise ScheduleError(f"schedule too large: {what} make {ops:,} ops (stages x microbatches x kinds); the limit is {MAX_OPS:,} ops")
+
 
 class Kind(str, Enum):
     """Op kinds: forward, full backward, backward for inputs, backward for weights."""

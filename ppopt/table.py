@@ -1,57 +1,42 @@
 """The idealized table layer: a schedule laid out in unit time slots, and the metrics read from it.
 
-Slot lengths: F = 1, B = ``backward`` (1 or 2), I = W = 1. Each op starts in the earliest slot that its
-data dependencies and its device's order allow (no communication delay). The table's metrics:
+Units (:mod:`ppopt.units`): a slot is one forward of a 1/p share of the model; op durations come from
+:class:`~ppopt.units.UnitCosts` (default F = 1, B = 2, I = W = 1 slots), scaled by p/S for a schedule
+with S stages on p devices, so an interleaved schedule with v chunks per device has ops of 1/v of
+those figures and its length is comparable with 1F1B's. Each op starts as soon as its data
+dependencies and its device's order allow (no communication delay). The table's metrics:
 
 - ``length``: slots from the first op's start to the last op's end (T);
-- ``bubble_ratio``: idle cells / all cells = 1 - busy / (devices * length) (the "idle over total
+- ``bubble_ratio``: idle time / total time = 1 - busy / (devices * length) (the "idle over total
   time" convention);
-- ``peak_activations``: per device, the most microbatch activations alive at once; an activation is
-  alive from the start of its F to the end of the op that frees it (B, or W when backward is split).
+- ``peak_activations``: per device, the most microbatch activations alive at once (counted per
+  stage chunk); an activation is alive from the start of its F to the end of the op that frees it
+  (B, or W when backward is split).
+
+The layout is computed on the flat integer form of :mod:`ppopt.flat` (shared with validation and the
+simulator) in integer *ticks*: the tick is the greatest common divisor of the schedule's op durations
+(durations are taken as fractions with denominators up to 10^6), so starts are exact. The drawn grid,
+:meth:`Table.cells`, has one column per tick: an interleaved table still shows one cell per chunk
+forward. A grid over :data:`MAX_CELLS` cells is refused.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
 
 from ppopt.errors import ScheduleError
+from ppopt.flat import KINDS, Flat, Unflattenable, flatten, peak_per_device
+from ppopt.flat import earliest_starts as flat_earliest_starts
 from ppopt.ir import Kind, Op, Schedule, freeing_kind
-from ppopt.validate import execution_order, predecessors
+from ppopt.units import UnitCosts
+from ppopt.validate import execution_order, predecessors, validated
 
-
-def unit_durations(backward: int = 1) -> dict[Kind, int]:
-    """Slot length of each op kind in the unit model (F = 1, B = ``backward``, I = W = 1)."""
-    if backward not in (1, 2):
-        raise ScheduleError(f"--backward must be 1 or 2 slots, got {backward}")
-    return {Kind.F: 1, Kind.B: backward, Kind.I: 1, Kind.W: 1}
-
-
-def earliest_starts(
-    schedule: Schedule,
-    duration: Callable[[Op], float],
-    delay: Callable[[Op, Op], float] | None = None,
-) -> dict[Op, float]:
-    """Start time of every op when each starts as soon as its predecessors allow.
-
-    ``duration(op)`` gives each op's length; ``delay(dep, op)`` the extra wait between a data
-    dependency ``dep`` ending and ``op`` starting (communication), zero when omitted. The device's
-    previous op only has to end. Raises on a deadlocking order.
-    """
-    preds = predecessors(schedule)
-    start: dict[Op, float] = {}
-    end: dict[Op, float] = {}
-    for op in execution_order(schedule):
-        t = 0.0
-        device = schedule.device_of(op)
-        for dep in preds[op]:
-            ready = end[dep]
-            if delay is not None and schedule.device_of(dep) != device:
-                ready += delay(dep, op)
-            t = max(t, ready)
-        start[op] = t
-        end[op] = t + duration(op)
-    return start
+MAX_CELLS = 20_000_000
+"""Most cells (devices x columns) a drawn table grid may have; larger grids are refused."""
 
 
 def peak_live(
@@ -82,55 +67,164 @@ def peak_live(
     return tuple(peaks)
 
 
-@dataclass(frozen=True)
+def earliest_starts(
+    schedule: Schedule,
+    duration: Callable[[Op], float],
+    delay: Callable[[Op, Op], float] | None = None,
+) -> dict[Op, float]:
+    """Start time of every op when each starts as soon as its predecessors allow.
+
+    ``duration(op)`` gives each op's length; ``delay(dep, op)`` the extra wait between a data
+    dependency ``dep`` ending and ``op`` starting (communication), zero when omitted. The device's
+    previous op only has to end. Raises on a deadlocking order. A valid schedule is laid out on its
+    flat form (:mod:`ppopt.flat`); any other (e.g. incomplete) one through the general dependency graph.
+    """
+    try:
+        flat = flatten(schedule)
+    except Unflattenable:
+        return _earliest_starts_graph(schedule, duration, delay)
+    ops = flat.ops
+    cross = None
+    if delay is not None:
+        cross = [delay(ops[w], op) if w >= 0 else 0 for w, op in zip(flat.wait, ops)]
+    return dict(zip(ops, flat_earliest_starts(flat, list(map(duration, ops)), cross)))
+
+
+def _earliest_starts_graph(
+    schedule: Schedule,
+    duration: Callable[[Op], float],
+    delay: Callable[[Op, Op], float] | None = None,
+) -> dict[Op, float]:
+    preds = predecessors(schedule)
+    start: dict[Op, float] = {}
+    end: dict[Op, float] = {}
+    for op in execution_order(schedule):
+        t = 0.0
+        device = schedule.device_of(op)
+        for dep in preds[op]:
+            ready = end[dep]
+            if delay is not None and schedule.device_of(dep) != device:
+                ready += delay(dep, op)
+            t = max(t, ready)
+        start[op] = t
+        end[op] = t + duration(op)
+    return start
+
+
+
+
+@dataclass(frozen=True, eq=False)
 class Table:
-    """A schedule placed in unit slots: ``start[op]`` is the op's first slot."""
+    """A schedule laid out in unit slots (module docstring); build it with :func:`build_table`.
 
-    schedule: Schedule
-    durations: Mapping[Kind, int]
-    start: Mapping[Op, int]
+    Attributes:
+        flat: the schedule's flat form.
+        units: the unit model of the durations.
+        tick: slots per tick, the greatest common divisor of the op durations (an exact fraction).
+        ticks: duration of each op kind in ticks, indexed by kind code (F, B, I, W).
+        start_ticks: start of each op, by flat id, in ticks.
+    """
 
-    def end(self, op: Op) -> int:
-        return self.start[op] + self.durations[op.kind]
+    flat: Flat
+    units: UnitCosts
+    tick: Fraction
+    ticks: tuple[int, int, int, int]
+    start_ticks: list[int]
 
     @property
-    def length(self) -> int:
-        return max((self.end(op) for op in self.start), default=0)
+    def schedule(self) -> Schedule:
+        return self.flat.schedule
 
-    def busy(self, device: int) -> int:
-        return sum(self.durations[op.kind] for op in self.schedule.orders[device])
+    def _slots(self, ticks: int) -> int | float:
+        value = ticks * self.tick
+        return value.numerator if value.denominator == 1 else float(value)
+
+    @cached_property
+    def durations(self) -> dict[Kind, int | float]:
+        """Slots of each op kind."""
+        return {kind: self._slots(t) for kind, t in zip(KINDS, self.ticks)}
+
+    @cached_property
+    def start(self) -> dict[Op, int | float]:
+        """First slot of every op (slots, an int when whole)."""
+        return dict(zip(self.flat.ops, map(self._slots, self.start_ticks)))
+
+    def end(self, op: Op) -> int | float:
+        return self.start[op] + self.durations[op.kind]
+
+    @cached_property
+    def length_ticks(self) -> int:
+        ticks, kinds = self.ticks, self.flat.kind
+        return max((t + ticks[k] for t, k in zip(self.start_ticks, kinds)), default=0)
+
+    @property
+    def length(self) -> int | float:
+        """Slots from 0 to the end of the last op."""
+        return self._slots(self.length_ticks)
+
+    def _busy_ticks(self, device: int) -> int:
+        ticks, kinds = self.ticks, self.flat.kind
+        return sum(ticks[kinds[i]] for i in self.flat.orders[device])
+
+    def busy(self, device: int) -> int | float:
+        """Slots of compute on ``device``."""
+        return self._slots(self._busy_ticks(device))
 
     @property
     def bubble_ratio(self) -> float:
-        total = self.schedule.devices * self.length
-        return 1 - sum(self.busy(d) for d in range(self.schedule.devices)) / total if total else 0.0
+        total = self.schedule.devices * self.length_ticks
+        busy = sum(self._busy_ticks(d) for d in range(self.schedule.devices))
+        return float(1 - Fraction(busy, total)) if total else 0.0
 
-    @property
+    @cached_property
     def peak_activations(self) -> tuple[int, ...]:
-        ends = {op: self.end(op) for op in self.start}
-        return tuple(int(x) for x in peak_live(self.schedule, self.start, ends))
+        return tuple(int(x) for x in peak_per_device(self.flat, [1] * self.schedule.stages))
 
     def cells(self) -> list[list[Op | None]]:
-        """The table itself: ``cells()[device][slot]`` is the op occupying that slot, or None."""
-        length = self.length
-        grid: list[list[Op | None]] = [[None] * length for _ in range(self.schedule.devices)]
-        for op, t in self.start.items():
-            device = self.schedule.device_of(op)
-            for slot in range(t, self.end(op)):
-                grid[device][slot] = op
+        """The drawn table: ``cells()[device][column]`` is the op occupying that column, or None.
+
+        One column per tick (``tick`` slots), so every op fills a whole number of columns. Raises
+        :class:`ScheduleError` when the grid would exceed :data:`MAX_CELLS` cells.
+        """
+        devices, length = self.schedule.devices, self.length_ticks
+        if devices * length > MAX_CELLS:
+            raise ScheduleError(
+                f"table grid too large to draw: {devices} devices x {length} columns = {devices * length:,} cells "
+                f"(limit {MAX_CELLS:,})"
+            )
+        grid: list[list[Op | None]] = [[None] * length for _ in range(devices)]
+        flat, ticks = self.flat, self.ticks
+        for i, t in enumerate(self.start_ticks):
+            row = grid[flat.dev[i]]
+            row[t : t + ticks[flat.kind[i]]] = [flat.ops[i]] * ticks[flat.kind[i]]
         return grid
 
 
-def build_table(schedule: Schedule, backward: int = 1) -> Table:
-    """Lay ``schedule`` out in unit slots (see the module docstring)."""
-    durations = unit_durations(backward)
-    starts = earliest_starts(schedule, lambda op: durations[op.kind])
-    return Table(schedule, durations, {op: int(t) for op, t in starts.items()})
+def _exact(slots: float) -> Fraction:
+    return Fraction(slots).limit_denominator(10**6)
+
+
+def build_table(schedule: Schedule | Flat, units: UnitCosts = UnitCosts()) -> Table:  # noqa: B008  (frozen, immutable default)
+    """Lay ``schedule`` (or its flat form, already validated) out in unit slots (module docstring).
+
+    Raises :class:`~ppopt.validate.ScheduleValidationError` for an invalid schedule.
+    """
+    flat = validated(schedule)
+    p, stages = flat.schedule.devices, flat.schedule.stages
+    share = Fraction(p, stages)
+    exact = [_exact(units.durations()[kind]) * share for kind in KINDS]
+    used = (0, 2, 3) if flat.split else (0, 1)  # F, I, W or F, B
+    positive = [exact[k] for k in used if exact[k] > 0]
+    scale = math.lcm(*(x.denominator for x in positive))
+    tick = Fraction(math.gcd(*(int(x * scale) for x in positive)), scale)
+    f, b, i, w = (int(x / tick) for x in exact)  # exact for the kinds used
+    start = flat_earliest_starts(flat, [(f, b, i, w)[k] for k in flat.kind])
+    return Table(flat, units, tick, (f, b, i, w), start)
 
 
 @dataclass(frozen=True)
 class TableMetrics:
-    length: int
+    length: int | float  # slots
     bubble_ratio: float
     peak_activations: tuple[int, ...]
 

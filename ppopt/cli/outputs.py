@@ -117,9 +117,10 @@ def import_command(file: str, legacy_backward: bool, backward: int, as_json: boo
     from ppopt.io.torch_csv import read_torch_csv
     from ppopt.report.text import grid, per_device
     from ppopt.table import build_table, table_metrics
+    from ppopt.units import UnitCosts
 
     schedule = read_torch_csv(Path(file), legacy_backward=legacy_backward)
-    table = build_table(schedule, backward)
+    table = build_table(schedule, UnitCosts(backward=backward))
     metrics = table_metrics(table)
     split = schedule.split_backward
     if as_json:

@@ -7,6 +7,7 @@ import click
 from ppopt.cli import main
 from ppopt.cli.options import emit_json, format_option, json_option, require_size, resolve_schedule, schedule_options, system_options
 from ppopt.generators import REGISTRY
+from ppopt.units import UnitCosts
 
 
 @main.command("list")
@@ -31,7 +32,8 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, b
     from ppopt.report.text import grid, per_device
     from ppopt.table import build_table
 
-    table = build_table(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), backward)
+    table = build_table(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options),
+                        UnitCosts(backward=backward))
     click.echo(grid(table, colour=True))
     click.echo(
         f"\nlength {table.length} slots, bubble ratio {table.bubble_ratio:.4f}, "
@@ -99,12 +101,12 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         if plot or trace:
             raise ConfigError("--plot and --trace draw one schedule: give --schedule NAME (or use `ppopt compare --plot`)")
         require_size(devices, microbatches)
-        results, skipped = evaluate_all(devices, microbatches, backward, model_config, system_config, global_batch, **options)
+        results, skipped = evaluate_all(devices, microbatches, UnitCosts(backward=backward), model_config, system_config, global_batch, **options)
         for schedule, reason in skipped.items():
             click.echo(f"skipped {schedule}: {reason}", err=True)
     else:
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
-        result = evaluate_schedule(schedule, backward, model_config, system_config, global_batch, with_formula=name is not None, **options)
+        result = evaluate_schedule(schedule, UnitCosts(backward=backward), model_config, system_config, global_batch, with_formula=name is not None, **options)
         results = [result]
     if as_json:
         payload = [evaluation_json(r) for r in results]
@@ -122,7 +124,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         elif plot:
             from ppopt.table import build_table
 
-            _plot_table(build_table(schedule, backward), plot)
+            _plot_table(build_table(schedule, UnitCosts(backward=backward)), plot)
 
 
 @main.command("compare")
@@ -138,7 +140,7 @@ def compare_command(devices, microbatches, backward, options, model, system, glo
     from ppopt.report.evaluation import compare_json, compare_text
 
     model_config, system_config = _presets(model, system, required=True)
-    results, skipped = evaluate_all(devices, microbatches, backward, model_config, system_config, global_batch, **options)
+    results, skipped = evaluate_all(devices, microbatches, UnitCosts(backward=backward), model_config, system_config, global_batch, **options)
     for schedule, reason in skipped.items():
         click.echo(f"skipped {schedule}: {reason}", err=True)
     ranking = rank_layers(results)

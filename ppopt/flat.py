@@ -1,0 +1,214 @@
+"""The flattened integer form of a schedule, shared by validation, the table layer and the simulator.
+
+:func:`flatten` numbers the ops ``0..n-1``, device after device in each device's order, and keeps
+per-op facts in plain lists indexed by that id (device, stage, kind code, microbatch). It checks the
+schedule on the way with integer operations only, each linear in the number of ops: placement,
+ops named outside the schedule, missing or duplicated ops, full and split backward mixed, ops on
+the wrong device, a dependency placed after its dependent on the same device, and a deadlocking
+order (by walking the devices as far as their inputs allow). On any problem it raises
+:class:`Unflattenable` with a short reason; :func:`ppopt.validate.validate` then builds the detailed
+message with the marked order grid. No op is hashed on the way.
+
+Why the walk suffices: an op has at most one data dependency on another device (F(s) needs
+F(s-1); B/I(s) needs B/I(s+1); its other dependencies, F(s) for B/I(s) and I(s) for W(s), are on
+its own device because a microbatch's ops of one stage run on one device). So each device can
+advance through its order while that single input is done, and a device that stops is resumed
+when the op it waits for runs. The ops visited, in visit order, form a topological order of the
+dependency graph (data dependencies plus device order); the walk visits every op exactly when the
+order does not deadlock (Kahn, "Topological sorting of large networks", CACM 1962, applied per
+device queue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+from operator import attrgetter
+
+from ppopt.ir import Kind, Op, Schedule
+
+__all__ = ["KIND_CODE", "Flat", "Unflattenable", "earliest_starts", "flatten", "peak_per_device"]
+
+F, B, I, W = 0, 1, 2, 3  # noqa: E741  (kind codes)
+KIND_CODE = {Kind.F: F, Kind.B: B, Kind.I: I, Kind.W: W}
+"""Integer code of each op kind, the index of per-kind tables."""
+KINDS = (Kind.F, Kind.B, Kind.I, Kind.W)
+"""Kind of each code."""
+
+
+class Unflattenable(Exception):
+    """The schedule is invalid; the message is a short reason (the validator explains in detail)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Flat:
+    """A valid schedule as integer lists; build it with :func:`flatten`.
+
+    Op ids run device after device in execution order; per-op lists are indexed by id.
+    """
+
+    schedule: Schedule
+    ops: list[Op]
+    dev: list[int]
+    stage: list[int]
+    kind: list[int]  # KIND_CODE of the op's kind
+    microbatch: list[int]
+    stage_kind: list[int]  # 4 * stage + kind: index into per-run tables of durations
+    orders: list[range]  # ids of each device's ops
+    split: bool  # backward split into I and W
+    wait: list[int]  # the op's one data dependency on another device, or -1
+    succ: list[int]  # the op on another device that needs this op's output, or -1
+    order: list[int]  # a topological order of the ids (data dependencies and device order)
+
+    @property
+    def size(self) -> int:
+        return len(self.ops)
+
+
+def device_table(schedule: Schedule) -> list[list[int]]:
+    """``table[stage][microbatch]``: the device that must run the microbatch's ops of that stage."""
+    p, m = schedule.devices, schedule.microbatches
+    if p < 1 or len(schedule.orders) != p or not schedule.placement:
+        raise Unflattenable("devices, device rows or placement do not fit together")
+    replica = schedule.replica_of or (0,) * m
+    if len(replica) != m:
+        raise Unflattenable("replica_of needs one entry per microbatch")
+    table = []
+    for holders in schedule.placement:
+        if not holders or any(not 0 <= d < p for d in holders):
+            raise Unflattenable("a stage is placed on no device or outside the devices")
+        if len(holders) == 1:
+            table.append([holders[0]] * m)
+        else:
+            if any(not 0 <= r < len(holders) for r in replica):
+                raise Unflattenable("a microbatch belongs to a replica that does not exist")
+            table.append([holders[r] for r in replica])
+    return table
+
+
+def flatten(schedule: Schedule) -> Flat:
+    """Check ``schedule`` and number its ops (module docstring); raise :class:`Unflattenable` if invalid."""
+    stages, m = schedule.stages, schedule.microbatches
+    where = device_table(schedule)
+    ops: list[Op] = [op for order in schedule.orders for op in order]
+    n = len(ops)
+    orders: list[range] = []
+    dev: list[int] = []
+    for d, order in enumerate(schedule.orders):
+        orders.append(range(len(dev), len(dev) + len(order)))
+        dev += [d] * len(order)
+    try:
+        stage_of = list(map(attrgetter("stage"), ops))
+        mb_of = list(map(attrgetter("microbatch"), ops))
+        kind_of = list(map(KIND_CODE.__getitem__, map(attrgetter("kind"), ops)))
+    except (AttributeError, KeyError, TypeError):
+        raise Unflattenable("an entry of an order is not an op") from None
+    if ops and (min(stage_of) < 0 or max(stage_of) >= stages or min(mb_of) < 0 or max(mb_of) >= m):
+        raise Unflattenable("an op names a stage or microbatch outside the schedule")
+    present = set(kind_of)
+    split = I in present
+    grad = I if split else B
+    kinds = (F, I, W) if split else (F, B)
+    if not present <= set(kinds) or n != stages * m * len(kinds):
+        raise Unflattenable("ops are missing, or full and split backward are mixed")
+    stage_kind = [s * 4 + k for s, k in zip(stage_of, kind_of)]
+    slot = [-1] * (stages * 4 * m)  # (4 * stage + kind) * m + microbatch -> op id
+    for i, key in enumerate([sk * m + mb for sk, mb in zip(stage_kind, mb_of)]):
+        slot[key] = i
+    if slot.count(-1) != len(slot) - n:  # a duplicate overwrote a slot, so another stayed empty
+        raise Unflattenable("an op is duplicated")
+
+    def ids(s: int, k: int) -> list[int]:
+        """Op ids of kind ``k`` on stage ``s``, by microbatch."""
+        return slot[(s * 4 + k) * m : (s * 4 + k + 1) * m]
+
+    at = dev.__getitem__
+    for s in range(stages):
+        for k in kinds:
+            if list(map(at, ids(s, k))) != where[s]:
+                raise Unflattenable(f"an op of stage {s} is not on the device its placement gives")
+    # Same-device dependencies, F(s) -> B/I(s) and I(s) -> W(s): the first must come earlier.
+    for s in range(stages):
+        local = [(ids(s, F), ids(s, grad))] + ([(ids(s, I), ids(s, W))] if split else [])
+        if any(a > b for first, then in local for a, b in zip(first, then)):
+            raise Unflattenable(f"an op of stage {s} runs before its dependency on the same device")
+    # F(s-1) -> F(s) and B/I(s+1) -> B/I(s): the one dependency that may cross devices.
+    wait = [-1] * n
+    succ = [-1] * n
+    chains = [(ids(s - 1, F), ids(s, F)) for s in range(1, stages)]
+    chains += [(ids(s + 1, grad), ids(s, grad)) for s in range(stages - 1)]
+    for first, then in chains:
+        for a, b in zip(first, then):
+            if dev[a] != dev[b]:
+                succ[a] = b
+                wait[b] = a
+            elif a > b:
+                raise Unflattenable(f"{ops[b]} runs before its dependency {ops[a]} on the same device")
+    order = _walk(orders, dev, wait, succ)
+    if len(order) < n:
+        raise Unflattenable("the order deadlocks")
+    return Flat(schedule, ops, dev, stage_of, kind_of, mb_of, stage_kind, orders, split, wait, succ, order)
+
+
+def _walk(orders: list[range], dev: list[int], wait: list[int], succ: list[int]) -> list[int]:
+    """Ids in a topological order; shorter than the schedule when the order deadlocks (module doc)."""
+    nxt = [o.start for o in orders]
+    stop = [o.stop for o in orders]
+    order: list[int] = []
+    resume = list(range(len(orders) - 1, -1, -1))
+    while resume:
+        d = resume.pop()
+        first = i = nxt[d]
+        last = stop[d]
+        while i < last:
+            w = wait[i]
+            if w >= 0 and w >= nxt[dev[w]]:  # its input's device has not run it yet
+                break
+            j = succ[i]
+            if j >= 0 and nxt[dev[j]] == j:  # that device waits for this op: resume it afterwards
+                resume.append(dev[j])
+            i += 1
+        nxt[d] = i
+        order.extend(range(first, i))
+    return order
+
+
+def earliest_starts(flat: Flat, duration: Sequence[float], delay: Sequence[float] | None = None) -> list[float]:
+    """Start of every op (by id) when each starts as soon as its device and its inputs allow.
+
+    ``duration[i]`` is op i's length; ``delay[i]`` (optional) the extra wait between op i's
+    cross-device input ending and op i starting. Integer durations give integer starts.
+    """
+    start = [0] * flat.size
+    end = [0] * flat.size
+    free = [0] * len(flat.orders)
+    dev, wait = flat.dev, flat.wait
+    for i in flat.order:
+        d = dev[i]
+        t = free[d]
+        w = wait[i]
+        if w >= 0:
+            ready = end[w] + delay[i] if delay is not None else end[w]
+            if ready > t:
+                t = ready
+        start[i] = t
+        free[d] = end[i] = t + duration[i]
+    return start
+
+
+def peak_per_device(flat: Flat, size: Sequence[float]) -> list[float]:
+    """Per device, the peak of stored activations: ``size[stage]`` from the start of each F to the end
+    of the op that frees it (B, or W when backward is split); a release counts before an allocation
+    at the same instant.
+
+    A device runs one op at a time in its order, so walking the order visits allocations and releases
+    in time order (needs positive forward durations), a release before a later op's allocation.
+    """
+    frees = W if flat.split else B
+    change = [0.0] * (4 * len(size))  # indexed by 4 * stage + kind
+    for s, x in enumerate(size):
+        change[4 * s + F] = x
+        change[4 * s + frees] = -x
+    at = change.__getitem__
+    return [max(0.0, max(accumulate(map(at, flat.stage_kind[o.start : o.stop])), default=0.0)) for o in flat.orders]
