@@ -26,8 +26,12 @@ Reading (:func:`read_torch_csv`)
       parser does not know ``BW`` (its regex reads ``0BW3`` as ``0B`` without a microbatch, which
       its validator then rejects), and a file spelling ``BW`` most likely means ``I`` by ``B``.
     * The schedule: devices = rows (trailing empty lines are ignored, an empty row inside the file
-      is an idle rank), stages = highest stage + 1, microbatches = highest microbatch + 1, stage s
-      placed on the one rank whose row holds it, name = the file's stem. It is then checked by
+      is an idle rank), stage s placed on the one rank whose row holds it, name = the file's stem.
+      Stages and microbatches are indexed by what the file names, never by the largest index: the
+      S distinct stages must be 0..S-1 and the M distinct microbatches 0..M-1; a gap or an index
+      beyond is a one-line error naming the action, its rank and its place, so a short file with
+      a huge index allocates nothing. A file with more than :data:`ppopt.ir.MAX_OPS` compute
+      actions, or whose S x M x kinds exceeds it, is refused. The schedule is then checked by
       :func:`ppopt.validate.validate`.
     * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file name.
       Positions are **0-based**, like PyTorch's ``Rank r, step s``: "row 2 (rank 2, line 3),
@@ -52,8 +56,8 @@ from typing import IO
 
 from ppopt.errors import ScheduleError
 from ppopt.io import atomic_write_text
-from ppopt.ir import Kind, Op, Schedule, parse_action
-from ppopt.validate import ScheduleValidationError, validate
+from ppopt.ir import Kind, Op, Schedule, check_size, parse_action
+from ppopt.validate import ScheduleValidationError, validate, validated
 
 __all__ = ["COMM_ACTIONS", "format_torch_csv", "parse_torch_csv", "read_torch_csv", "write_torch_csv"]
 
@@ -125,10 +129,48 @@ def _where(row: int, cell: int) -> str:
     return f"row {row} (rank {row}, line {row + 1}), cell {cell}"
 
 
+_Row = tuple[list[int], list[int], list[str], list[int]]  # (cell, stage, type as written, microbatch)
+_FAST = re.compile(r"\s*(\d+)([FIWB])(\d+)\s*")  # the common cell: one compute action
+
+
+def _parse_rows(rows: list[list[str]], name: str) -> list[_Row]:
+    """Per row, its compute actions as parallel lists: (cell, stage, type as written, microbatch).
+
+    Refuses a file with more than :data:`~ppopt.ir.MAX_OPS` compute actions as soon as a row passes it.
+    """
+    parsed = []
+    total = 0
+    fast = _FAST.fullmatch
+    for r, row in enumerate(rows):
+        cells: list[int] = []
+        stages: list[int] = []
+        codes: list[str] = []
+        microbatches: list[int] = []
+        for c, cell in enumerate(row):
+            match = fast(cell)
+            if match is not None:
+                actions = [(int(match[1]), match[2], int(match[3]))]
+            else:
+                try:
+                    actions = parse_cell(cell)
+                except _CellError as error:
+                    raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
+            for stage, code, microbatch in actions:
+                cells.append(c)
+                stages.append(stage)
+                codes.append(code)
+                microbatches.append(microbatch)
+        total += len(cells)
+        check_size(total, f"{name}: the compute actions of rows 0..{r}")
+        parsed.append((cells, stages, codes, microbatches))
+    return parsed
+
+
 def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = False) -> Schedule:
     """Parse the text of a PyTorch schedule CSV into a validated :class:`Schedule` named ``name``.
 
-    See the module docstring for the format, the legacy spelling and the error positions.
+    See the module docstring for the format, the legacy spelling, the indexing of stages and
+    microbatches and the error positions.
     """
     rows = list(csv.reader(io.StringIO(text)))
     while rows and not any(cell.strip() for cell in rows[-1]):
@@ -137,74 +179,115 @@ def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = 
         raise ScheduleError(f"{name}: empty file: no rank rows (a PyTorch schedule CSV has one row of actions per rank)")
 
     # First pass: the compute actions of every cell, as written.
-    raw: list[list[tuple[int, _Raw]]] = []
-    for r, row in enumerate(rows):
-        cells = []
-        for c, cell in enumerate(row):
-            try:
-                cells += [(c, action) for action in parse_cell(cell)]
-            except _CellError as error:
-                raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
-        raw.append(cells)
-    codes = {code for cells in raw for _, (_, code, _) in cells}
+    parsed = _parse_rows(rows, name)
+    codes = set().union(*(set(p[2]) for p in parsed))
     if not codes:
         raise ScheduleError(f"{name}: no compute action in the file (expected cells such as 0F0, 0B0)")
 
-    # Second pass: kinds (legacy spelling), full B expanded to I, W in split schedules, placement.
+    # Second pass: kinds (legacy spelling), full B expanded to I, W in split schedules.
     kinds: dict[str, Kind] = {}
     for code in codes:
         try:
             kinds[code] = _kinds(code, legacy_backward, "W" in codes)
         except _CellError as error:
-            r, c = next((r, c) for r, cells in enumerate(raw) for c, a in cells if a[1] == code)
+            r, c = next((r, p[0][i]) for r, p in enumerate(parsed) for i, x in enumerate(p[2]) if x == code)
             raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
     split = any(kind in (Kind.I, Kind.W) for kind in kinds.values())
-    orders: list[list[Op]] = []
-    seen: dict[Op, tuple[int, int]] = {}
-    holder: dict[int, tuple[int, int]] = {}  # stage -> (row, cell) where it first appears
-    for r, cells in enumerate(raw):
-        order: list[Op] = []
-        for c, (stage, code, microbatch) in cells:
-            kind = kinds[code]
-            expanded = (Kind.I, Kind.W) if split and kind is Kind.B else (kind,)
-            for op in (Op(stage, k, microbatch) for k in expanded):
-                first = holder.setdefault(op.stage, (r, c))
-                if first[0] != r:
-                    raise ScheduleError(
-                        f"{name}: stage {op.stage} is on two ranks: {_where(*first)} and {_where(r, c)} "
-                        "(each stage must be on exactly one rank)"
-                    )
-                if op in seen:
-                    raise ScheduleError(f"{name}: {_where(r, c)}: action {op} appears twice (first at {_where(*seen[op])})")
-                seen[op] = (r, c)
-                order.append(op)
-        orders.append(order)
-    stages = max(holder) + 1
-    missing = [s for s in range(stages) if s not in holder]
-    if missing:
-        raise ScheduleError(f"{name}: stage {missing[0]} appears in no row, but stages up to {stages - 1} do")
-    microbatches = max(op.microbatch for op in seen) + 1
+    full = {code for code, kind in kinds.items() if kind is Kind.B}
+    if split and full:
+        parsed = [_expand_full_backward(p, full) for p in parsed]
+        kinds.update(I=Kind.I, W=Kind.W)
+
+    # Placement: each stage on the one rank whose row holds it; stages 0..S-1 all present.
+    holder: dict[int, int] = {}
+    for r, (cells, stages, _, _) in enumerate(parsed):
+        distinct = set(stages)
+        clash = [stage for stage in distinct if holder.get(stage, r) != r]
+        if clash:
+            stage = min(clash, key=stages.index)  # the first in the row
+            first = holder[stage]
+            c0 = parsed[first][0][parsed[first][1].index(stage)]
+            c = cells[stages.index(stage)]
+            raise ScheduleError(
+                f"{name}: stage {stage} is on two ranks: {_where(first, c0)} and {_where(r, c)} "
+                "(each stage must be on exactly one rank)"
+            )
+        holder.update(dict.fromkeys(distinct, r))
+    if max(holder) >= len(holder):
+        missing = next(s for s in range(len(holder)) if s not in holder)
+        raise ScheduleError(f"{name}: stage {missing} appears in no row, but stages up to {max(holder)} do")
+    stage_count = len(holder)
+
+    # Microbatches: indexed by the file's own indices, which must be 0..M-1 for its M distinct ones.
+    indices = set().union(*(set(p[3]) for p in parsed))
+    microbatches = len(indices)
+    if max(indices) >= microbatches:
+        r, i = next((r, i) for r, p in enumerate(parsed) for i, mb in enumerate(p[3]) if mb >= microbatches)
+        cells, stages, written, mbs = parsed[r]
+        gap = next(x for x in range(microbatches) if x not in indices)
+        raise ScheduleValidationError(
+            f"{name}: {_where(r, cells[i])}: action {stages[i]}{written[i]}{mbs[i]} names microbatch {mbs[i]}, but the "
+            f"file names {microbatches} distinct microbatch(es), so they must be 0..{microbatches - 1} "
+            f"(microbatch {gap} appears nowhere)"
+        )
+    check_size(stage_count * microbatches * (3 if split else 2),
+               f"{name}: {stage_count} stages x {microbatches} microbatches")
+
+    make = Op
+    orders = tuple(
+        tuple(map(make, stages, [kinds[code] for code in written], mbs)) for _, stages, written, mbs in parsed
+    )
     schedule = Schedule(
         name=name,
         devices=len(orders),
         microbatches=microbatches,
-        placement=tuple((holder[s][0],) for s in range(stages)),
-        orders=tuple(tuple(order) for order in orders),
+        placement=tuple((holder[s],) for s in range(stage_count)),
+        orders=orders,
     )
     try:
-        return validate(schedule)
+        validated(schedule)
+        return schedule
     except ScheduleValidationError as error:
-        message = str(error)
-        mentioned = [parse_action(word) for word in _ACTION_WORD.findall(message)]
-        named = next((seen[op] for op in mentioned if op in seen), None)
-        if named is not None:
-            where = f" (at {_where(*named)})"
-        elif mentioned and mentioned[0].stage in holder:
-            row = holder[mentioned[0].stage][0]
-            where = f" (stage {mentioned[0].stage} is on row {row} (rank {row}, line {row + 1}))"
-        else:
-            where = ""
-        raise ScheduleValidationError(f"{name}: {message}{where}", error.details) from None
+        raise _located(error, name, parsed, kinds) from None
+
+
+def _expand_full_backward(row: _Row, full: set[str]) -> _Row:
+    """A full backward (types in ``full``) in a split file becomes its I immediately followed by
+    its W (module docstring)."""
+    out: _Row = ([], [], [], [])
+    for c, stage, code, mb in zip(*row):
+        for part in ("I", "W") if code in full else (code,):
+            out[0].append(c)
+            out[1].append(stage)
+            out[2].append(part)
+            out[3].append(mb)
+    return out
+
+
+def _located(error: ScheduleValidationError, name: str, parsed: list[_Row], kinds: dict[str, Kind]) -> ScheduleValidationError:
+    """The validator's error with the file name and the place of the first op it mentions."""
+    seen: dict[Op, tuple[int, int]] = {}
+    holder: dict[int, int] = {}
+    for r, (cells, stages, written, mbs) in enumerate(parsed):
+        for c, stage, code, mb in zip(cells, stages, written, mbs):
+            op = Op(stage, kinds[code], mb)
+            holder.setdefault(stage, r)
+            if op in seen:
+                return ScheduleValidationError(
+                    f"{name}: {_where(r, c)}: action {op} appears twice (first at {_where(*seen[op])})", error.details
+                )
+            seen[op] = (r, c)
+    message = str(error)
+    mentioned = [parse_action(word) for word in _ACTION_WORD.findall(message)]
+    named = next((seen[op] for op in mentioned if op in seen), None)
+    if named is not None:
+        where = f" (at {_where(*named)})"
+    elif mentioned and mentioned[0].stage in holder:
+        row = holder[mentioned[0].stage]
+        where = f" (stage {mentioned[0].stage} is on row {row} (rank {row}, line {row + 1}))"
+    else:
+        where = ""
+    return ScheduleValidationError(f"{name}: {message}{where}", error.details)
 
 
 _ACTION_WORD = re.compile(r"\b\d+[FBIW]\d+\b")
