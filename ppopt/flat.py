@@ -21,20 +21,40 @@ device queue).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
 
 from ppopt.ir import Kind, Op, Schedule
 
-__all__ = ["KIND_CODE", "Flat", "Unflattenable", "earliest_starts", "flatten", "peak_per_device"]
+__all__ = ["KIND_CODE", "Flat", "Unflattenable", "earliest_starts", "flatten", "paused_gc", "peak_per_device"]
 
 F, B, I, W = 0, 1, 2, 3  # noqa: E741  (kind codes)
 KIND_CODE = {Kind.F: F, Kind.B: B, Kind.I: I, Kind.W: W}
 """Integer code of each op kind, the index of per-kind tables."""
 KINDS = (Kind.F, Kind.B, Kind.I, Kind.W)
 """Kind of each code."""
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while building millions of ops and int lists.
+
+    Every container allocated counts towards a collection, and each collection of the older
+    generations walks every live object: building a schedule of millions of ops would spend about
+    half its time there. Ops, tuples and lists of ints form no reference cycles, so refcounting
+    frees them all the same. Nested uses are fine; the collector's previous state is restored.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Unflattenable(Exception):
@@ -66,31 +86,31 @@ class Flat:
         return len(self.ops)
 
 
-def device_table(schedule: Schedule) -> list[list[int]]:
-    """``table[stage][microbatch]``: the device that must run the microbatch's ops of that stage."""
+def _check_placement(schedule: Schedule) -> tuple[int, ...]:
+    """Check devices, placement and replicas; return each microbatch's replica index."""
     p, m = schedule.devices, schedule.microbatches
     if p < 1 or len(schedule.orders) != p or not schedule.placement:
         raise Unflattenable("devices, device rows or placement do not fit together")
     replica = schedule.replica_of or (0,) * m
     if len(replica) != m:
         raise Unflattenable("replica_of needs one entry per microbatch")
-    table = []
     for holders in schedule.placement:
         if not holders or any(not 0 <= d < p for d in holders):
             raise Unflattenable("a stage is placed on no device or outside the devices")
-        if len(holders) == 1:
-            table.append([holders[0]] * m)
-        else:
-            if any(not 0 <= r < len(holders) for r in replica):
-                raise Unflattenable("a microbatch belongs to a replica that does not exist")
-            table.append([holders[r] for r in replica])
-    return table
+        if len(holders) > 1 and any(not 0 <= r < len(holders) for r in replica):
+            raise Unflattenable("a microbatch belongs to a replica that does not exist")
+    return replica
 
 
 def flatten(schedule: Schedule) -> Flat:
     """Check ``schedule`` and number its ops (module docstring); raise :class:`Unflattenable` if invalid."""
+    with paused_gc():
+        return _flatten(schedule)
+
+
+def _flatten(schedule: Schedule) -> Flat:
     stages, m = schedule.stages, schedule.microbatches
-    where = device_table(schedule)
+    replica = _check_placement(schedule)
     ops: list[Op] = [op for order in schedule.orders for op in order]
     n = len(ops)
     orders: list[range] = []
@@ -113,38 +133,39 @@ def flatten(schedule: Schedule) -> Flat:
     if not present <= set(kinds) or n != stages * m * len(kinds):
         raise Unflattenable("ops are missing, or full and split backward are mixed")
     stage_kind = [s * 4 + k for s, k in zip(stage_of, kind_of)]
+    keys = [sk * m + mb for sk, mb in zip(stage_kind, mb_of)]
     slot = [-1] * (stages * 4 * m)  # (4 * stage + kind) * m + microbatch -> op id
-    for i, key in enumerate([sk * m + mb for sk, mb in zip(stage_kind, mb_of)]):
+    for i, key in enumerate(keys):
         slot[key] = i
     if slot.count(-1) != len(slot) - n:  # a duplicate overwrote a slot, so another stayed empty
         raise Unflattenable("an op is duplicated")
-
-    def ids(s: int, k: int) -> list[int]:
-        """Op ids of kind ``k`` on stage ``s``, by microbatch."""
-        return slot[(s * 4 + k) * m : (s * 4 + k + 1) * m]
-
-    at = dev.__getitem__
-    for s in range(stages):
-        for k in kinds:
-            if list(map(at, ids(s, k))) != where[s]:
-                raise Unflattenable(f"an op of stage {s} is not on the device its placement gives")
-    # Same-device dependencies, F(s) -> B/I(s) and I(s) -> W(s): the first must come earlier.
-    for s in range(stages):
-        local = [(ids(s, F), ids(s, grad))] + ([(ids(s, I), ids(s, W))] if split else [])
-        if any(a > b for first, then in local for a, b in zip(first, then)):
-            raise Unflattenable(f"an op of stage {s} runs before its dependency on the same device")
-    # F(s-1) -> F(s) and B/I(s+1) -> B/I(s): the one dependency that may cross devices.
+    # Placement: the device of each op's (stage, microbatch).
+    if all(len(holders) == 1 for holders in schedule.placement):
+        expected = list(map([holders[0] for holders in schedule.placement].__getitem__, stage_of))
+    else:
+        placement = schedule.placement
+        expected = [placement[s][replica[mb] if len(placement[s]) > 1 else 0] for s, mb in zip(stage_of, mb_of)]
+    if expected != dev:
+        raise Unflattenable("an op is not on the device its placement gives")
+    # Dependencies, as offsets between keys: F(s) -> B/I(s) and I(s) -> W(s) on the same device (the
+    # first must come earlier); F(s-1) -> F(s) and B/I(s+1) -> B/I(s), which may cross devices.
+    to_grad = (grad - F) * m
+    if any(slot[key + to_grad] < i for i, key, k in zip(range(n), keys, kind_of) if k == F):
+        raise Unflattenable("a backward runs before its forward on the same device")
+    if split and any(slot[key - (W - I) * m] > i for i, key, k in zip(range(n), keys, kind_of) if k == W):
+        raise Unflattenable("a W runs before its I on the same device")
+    step = 4 * m
+    last = len(slot) - step  # keys from here on are on the last stage
+    pairs = [(slot[key - step], b) for b, key, k in zip(range(n), keys, kind_of) if k == F and key >= step]
+    pairs += [(slot[key + step], b) for b, key, k in zip(range(n), keys, kind_of) if k == grad and key < last]
+    if any(a > b for a, b in pairs if dev[a] == dev[b]):
+        raise Unflattenable("an op runs before its dependency on the same device")
     wait = [-1] * n
     succ = [-1] * n
-    chains = [(ids(s - 1, F), ids(s, F)) for s in range(1, stages)]
-    chains += [(ids(s + 1, grad), ids(s, grad)) for s in range(stages - 1)]
-    for first, then in chains:
-        for a, b in zip(first, then):
-            if dev[a] != dev[b]:
-                succ[a] = b
-                wait[b] = a
-            elif a > b:
-                raise Unflattenable(f"{ops[b]} runs before its dependency {ops[a]} on the same device")
+    for a, b in pairs:
+        if dev[a] != dev[b]:
+            succ[a] = b
+            wait[b] = a
     order = _walk(orders, dev, wait, succ)
     if len(order) < n:
         raise Unflattenable("the order deadlocks")

@@ -41,7 +41,7 @@ class Kind(str, Enum):
         return self.value
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Op:
     """One op: ``kind`` of ``microbatch`` on ``stage``. ``str(op)`` is the PyTorch action string."""
 
@@ -116,6 +116,10 @@ class Schedule:
     def split_backward(self) -> bool:
         """True when backward is split into I and W ops."""
         return any(op.kind is Kind.I for op in self.ops())
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle the fields only, not the flat form :func:`ppopt.validate.validated` caches."""
+        return {k: v for k, v in self.__dict__.items() if k != "_flat"}
 
     def stages_on(self, device: int) -> tuple[int, ...]:
         """Stages that have a replica on ``device``, ascending."""

@@ -23,13 +23,13 @@ forward. A grid over :data:`MAX_CELLS` cells is refused.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 
 from ppopt.errors import ScheduleError
-from ppopt.flat import KINDS, Flat, Unflattenable, flatten, peak_per_device
+from ppopt.flat import KINDS, Flat, Unflattenable, flatten, paused_gc, peak_per_device
 from ppopt.flat import earliest_starts as flat_earliest_starts
 from ppopt.ir import Kind, Op, Schedule, freeing_kind
 from ppopt.units import UnitCosts
@@ -136,18 +136,43 @@ class Table:
         return self.flat.schedule
 
     def _slots(self, ticks: int) -> int | float:
-        value = ticks * self.tick
-        return value.numerator if value.denominator == 1 else float(value)
+        return self._all_slots([ticks])[0]
+
+    def _all_slots(self, ticks: list[int]) -> list[int] | list[float]:
+        """Ticks as slots: ints when the tick is whole, else the nearest floats (exact int division)."""
+        num, den = self.tick.numerator, self.tick.denominator
+        if den == 1:
+            return [t * num for t in ticks]
+        return [t * num / den for t in ticks]
 
     @cached_property
     def durations(self) -> dict[Kind, int | float]:
         """Slots of each op kind."""
-        return {kind: self._slots(t) for kind, t in zip(KINDS, self.ticks)}
+        return dict(zip(KINDS, self._all_slots(list(self.ticks))))
 
     @cached_property
     def start(self) -> dict[Op, int | float]:
         """First slot of every op (slots, an int when whole)."""
-        return dict(zip(self.flat.ops, map(self._slots, self.start_ticks)))
+        return dict(zip(self.flat.ops, self._all_slots(self.start_ticks)))
+
+    @cached_property
+    def ends(self) -> dict[Op, int | float]:
+        """Last slot + 1 of every op (slots, an int when whole)."""
+        ticks, kinds = self.ticks, self.flat.kind
+        return dict(zip(self.flat.ops, self._all_slots([t + ticks[k] for t, k in zip(self.start_ticks, kinds)])))
+
+    def spans(self, devices: int | None = None, before: float | None = None) -> list[tuple[Op, int, int | float, int | float]]:
+        """``(op, device, start, end)`` of every op, slots, by flat id (no per-op dictionary); only
+        the ops on devices below ``devices`` starting before slot ``before``, when given."""
+        flat, ticks = self.flat, self.ticks
+        ids: Sequence[int] = range(flat.size)
+        if devices is not None or before is not None:
+            limit = math.inf if before is None else math.ceil(Fraction(before) / self.tick)  # t < x iff t < ceil(x)
+            last = flat.orders[min(devices, len(flat.orders)) - 1].stop if devices else flat.size
+            ids = [i for i, t in zip(range(last), self.start_ticks) if t < limit]
+        start = [self.start_ticks[i] for i in ids]
+        end = [t + ticks[flat.kind[i]] for t, i in zip(start, ids)]
+        return list(zip([flat.ops[i] for i in ids], [flat.dev[i] for i in ids], self._all_slots(start), self._all_slots(end)))
 
     def end(self, op: Op) -> int | float:
         return self.start[op] + self.durations[op.kind]
@@ -209,6 +234,11 @@ def build_table(schedule: Schedule | Flat, units: UnitCosts = UnitCosts()) -> Ta
 
     Raises :class:`~ppopt.validate.ScheduleValidationError` for an invalid schedule.
     """
+    with paused_gc():
+        return _build_table(schedule, units)
+
+
+def _build_table(schedule: Schedule | Flat, units: UnitCosts) -> Table:
     flat = validated(schedule)
     p, stages = flat.schedule.devices, flat.schedule.stages
     share = Fraction(p, stages)

@@ -18,7 +18,7 @@ from collections import Counter
 from ppopt.errors import ScheduleError
 from ppopt.flat import Flat, Unflattenable, flatten
 from ppopt.graph import topological_order
-from ppopt.ir import Kind, Op, Schedule, dependencies, required_ops
+from ppopt.ir import Kind, Op, Schedule, check_size, dependencies, required_ops
 
 
 class ScheduleValidationError(ScheduleError):
@@ -160,11 +160,23 @@ def execution_order(schedule: Schedule) -> list[Op]:
 
 def validated(schedule: Schedule | Flat) -> Flat:
     """Check a schedule completely and return its flat form (a :class:`Flat` is returned as is), or
-    raise :class:`ScheduleValidationError` with the detailed message."""
+    raise :class:`ScheduleValidationError` with the detailed message.
+
+    The flat form is kept with the schedule object (which is immutable), so validating the same
+    schedule again, or handing it to the table layer or the simulator after validating it, costs
+    nothing. A schedule over :data:`ppopt.ir.MAX_OPS` ops is refused before anything is allocated.
+    """
     if isinstance(schedule, Flat):
         return schedule
+    known = schedule.__dict__.get(_FLAT)
+    if known is not None:
+        return known
     try:
-        return flatten(schedule)
+        check_size(schedule.stages * schedule.microbatches * 2, f"{schedule.stages} stages x {schedule.microbatches} microbatches")
+    except ScheduleError as error:
+        raise ScheduleValidationError(str(error)) from None
+    try:
+        flat = flatten(schedule)
     except Unflattenable as problem:
         try:
             explain(schedule)
@@ -173,6 +185,12 @@ def validated(schedule: Schedule | Flat) -> Flat:
         except Exception:  # noqa: BLE001  (the detailed checks tripped over it: report the screen's finding)
             pass
         raise ScheduleValidationError(f"invalid schedule: {problem}", order_grid(schedule)) from None
+    schedule.__dict__[_FLAT] = flat  # a schedule is immutable: flatten it once (see Schedule.__getstate__)
+    return flat
+
+
+_FLAT = "_flat"
+"""Where :func:`validated` keeps a schedule's flat form, in the schedule's own ``__dict__``."""
 
 
 def explain(schedule: Schedule) -> None:

@@ -54,7 +54,8 @@ def test_evaluate_all_lists_the_applicable_schedules():
     data = json.loads(result.output)
     assert [row["schedule"] for row in data] == names()  # p = 4, m = 8 suits every schedule
     by_name = {row["schedule"]: row for row in data}
-    assert by_name["zb-h1"]["table"]["bubble_ratio"] == pytest.approx(3 / 27)
+    # --backward 1 (the table flag's default): B = I + W = 1, so ZB-H1 takes m(F + B) + p - 1 = 19 slots.
+    assert by_name["zb-h1"]["table"]["bubble_ratio"] == pytest.approx(3 / 19)
     assert by_name["chimera"]["formula"]["bubble_ratio"] == pytest.approx(2 / 18)
 
 

@@ -116,11 +116,11 @@ def import_command(file: str, legacy_backward: bool, backward: int, as_json: boo
     """Read a PyTorch schedule CSV, validate it, and print its unit-slot table and metrics."""
     from ppopt.io.torch_csv import read_torch_csv
     from ppopt.report.text import grid, per_device
+    from ppopt.cli.schedules import table_units
     from ppopt.table import build_table, table_metrics
-    from ppopt.units import UnitCosts
 
     schedule = read_torch_csv(Path(file), legacy_backward=legacy_backward)
-    table = build_table(schedule, UnitCosts(backward=backward))
+    table = build_table(schedule, table_units(backward))
     metrics = table_metrics(table)
     split = schedule.split_backward
     if as_json:

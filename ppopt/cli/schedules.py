@@ -10,6 +10,15 @@ from ppopt.generators import REGISTRY
 from ppopt.units import UnitCosts
 
 
+def table_units(backward: int) -> UnitCosts:
+    """The unit model of the table flags: ``--backward`` slots of a full backward, 1 or 2."""
+    if backward not in (1, 2):
+        from ppopt.errors import ConfigError
+
+        raise ConfigError(f"--backward must be 1 or 2 slots, got {backward}")
+    return UnitCosts(backward=backward)
+
+
 @main.command("list")
 @json_option
 @format_option
@@ -33,7 +42,7 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, b
     from ppopt.table import build_table
 
     table = build_table(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options),
-                        UnitCosts(backward=backward))
+                        table_units(backward))
     click.echo(grid(table, colour=True))
     click.echo(
         f"\nlength {table.length} slots, bubble ratio {table.bubble_ratio:.4f}, "
@@ -101,12 +110,12 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         if plot or trace:
             raise ConfigError("--plot and --trace draw one schedule: give --schedule NAME (or use `ppopt compare --plot`)")
         require_size(devices, microbatches)
-        results, skipped = evaluate_all(devices, microbatches, UnitCosts(backward=backward), model_config, system_config, global_batch, **options)
+        results, skipped = evaluate_all(devices, microbatches, table_units(backward), model_config, system_config, global_batch, **options)
         for schedule, reason in skipped.items():
             click.echo(f"skipped {schedule}: {reason}", err=True)
     else:
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
-        result = evaluate_schedule(schedule, UnitCosts(backward=backward), model_config, system_config, global_batch, with_formula=name is not None, **options)
+        result = evaluate_schedule(schedule, table_units(backward), model_config, system_config, global_batch, with_formula=name is not None, **options)
         results = [result]
     if as_json:
         payload = [evaluation_json(r) for r in results]
@@ -124,7 +133,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         elif plot:
             from ppopt.table import build_table
 
-            _plot_table(build_table(schedule, UnitCosts(backward=backward)), plot)
+            _plot_table(build_table(schedule, table_units(backward)), plot)
 
 
 @main.command("compare")
@@ -140,7 +149,7 @@ def compare_command(devices, microbatches, backward, options, model, system, glo
     from ppopt.report.evaluation import compare_json, compare_text
 
     model_config, system_config = _presets(model, system, required=True)
-    results, skipped = evaluate_all(devices, microbatches, UnitCosts(backward=backward), model_config, system_config, global_batch, **options)
+    results, skipped = evaluate_all(devices, microbatches, table_units(backward), model_config, system_config, global_batch, **options)
     for schedule, reason in skipped.items():
         click.echo(f"skipped {schedule}: {reason}", err=True)
     ranking = rank_layers(results)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ppopt.errors import ScheduleError
+from ppopt.flat import paused_gc
 from ppopt.ir import Schedule, check_size
 
 #: Every generator option, its default and its meaning (the CLI's shared schedule flags).
@@ -127,4 +128,5 @@ def generate(name: str, devices: int, microbatches: int, **options: object) -> S
     size = generator.ops(devices, microbatches, taken)
     if size is not None:
         check_size(size, f"{name} with {devices} devices, {microbatches} microbatches")
-    return generator.build(devices, microbatches, **taken)
+    with paused_gc():
+        return generator.build(devices, microbatches, **taken)

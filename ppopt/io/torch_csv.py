@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import IO
 
 from ppopt.errors import ScheduleError
+from ppopt.flat import paused_gc
 from ppopt.io import atomic_write_text
 from ppopt.ir import Kind, Op, Schedule, check_size, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
@@ -172,6 +173,11 @@ def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = 
     See the module docstring for the format, the legacy spelling, the indexing of stages and
     microbatches and the error positions.
     """
+    with paused_gc():
+        return _parse(text, name, legacy_backward)
+
+
+def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
     rows = list(csv.reader(io.StringIO(text)))
     while rows and not any(cell.strip() for cell in rows[-1]):
         rows.pop()
