@@ -114,9 +114,9 @@ def _emit_text(output: str, text: str) -> None:
 @json_option
 def import_command(file: str, legacy_backward: bool, backward: int, as_json: bool) -> None:
     """Read a PyTorch schedule CSV, validate it, and print its unit-slot table and metrics."""
+    from ppopt.cli.schedules import table_units
     from ppopt.io.torch_csv import read_torch_csv
     from ppopt.report.text import grid, per_device
-    from ppopt.cli.schedules import table_units
     from ppopt.table import build_table, table_metrics
 
     schedule = read_torch_csv(Path(file), legacy_backward=legacy_backward)
