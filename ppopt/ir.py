@@ -40,6 +40,10 @@ class Kind(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    # Each member's name is its value, so hashing the string is Enum's hash (of the name), done in C:
+    # ops, which hash their kind, are dictionary keys throughout the generators and reports.
+    __hash__ = str.__hash__
+
 
 @dataclass(frozen=True, order=True, slots=True)
 class Op:

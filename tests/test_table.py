@@ -80,3 +80,56 @@ def test_cells_refuse_a_grid_over_the_limit(monkeypatch):
     monkeypatch.setattr(ppopt.table, "MAX_CELLS", 4 * table.length - 1)
     with pytest.raises(ScheduleError, match="too large to draw"):
         table.cells()
+
+
+def test_text_grid_of_a_huge_table_is_cut_to_a_window(monkeypatch):
+    import ppopt.report.text
+    from ppopt.report.text import grid
+
+    monkeypatch.setattr(ppopt.report.text, "MAX_GRID_CELLS", 100)
+    monkeypatch.setattr(ppopt.report.text, "MAX_GRID_DEVICES", 4)
+    text = grid(table_of("gpipe", 10, 4, UnitCosts(backward=1)))  # 10 devices x 26 slots
+    lines = text.splitlines()
+    assert len(lines) == 5  # 4 device rows and the note
+    assert lines[-1] == "(grid cut to devices 0..3 of 10 and columns 0..24 of 26: 260 cells are over the 100 drawn)"
+    assert lines[0].startswith("device 0 | F0 F1 F2 F3")
+
+
+def test_generate_refuses_schedules_over_the_size_limit_before_building():
+    from ppopt.generators import generate
+
+    with pytest.raises(ScheduleError, match=r"^schedule too large: gpipe with 100000 devices, 100 microbatches make "
+                                            r"20,000,000 ops .*the limit is 10,000,000 ops$"):
+        generate("gpipe", 100_000, 100)
+    with pytest.raises(ScheduleError, match="interleaved-1f1b with 4 devices, 4 microbatches make 32,000,000 ops"):
+        generate("interleaved-1f1b", 4, 4, chunks=1_000_000)
+    with pytest.raises(ScheduleError, match="zb-v with 2000 devices, 2000 microbatches make 24,000,000 ops"):
+        generate("zb-v", 2000, 2000)
+    with pytest.raises(ScheduleError, match="hanayo with 1000 devices, 1000 microbatches make 8,000,000 ops"):
+        import ppopt.ir
+
+        limit, ppopt.ir.MAX_OPS = ppopt.ir.MAX_OPS, 7_999_999
+        try:
+            generate("hanayo", 1000, 1000, waves=2)
+        finally:
+            ppopt.ir.MAX_OPS = limit
+
+
+def test_evaluate_flattens_each_schedule_once_and_shares_it(monkeypatch):
+    import sys
+
+    from ppopt.config import load_model, load_system
+    from ppopt.evaluate import evaluate
+    from ppopt.flat import flatten
+
+    calls = []
+
+    def counting(schedule):
+        calls.append(schedule.name)
+        return flatten(schedule)
+
+    monkeypatch.setattr(sys.modules["ppopt.validate"], "flatten", counting)  # (ppopt.validate is also a function)
+    result = evaluate("zb-v", 4, 8, model=load_model("study"), system=load_system("mid-mid"))
+    assert calls == ["zb-v"]  # validation, the table and the simulation share one flat form
+    assert result.table.length == (6 * 8 + 4 - 1) / 2
+    assert result.simulation is not None and result.simulation.step_time_s > 0
