@@ -131,40 +131,47 @@ def _where(row: int, cell: int) -> str:
 
 
 _Row = tuple[list[int], list[int], list[str], list[int]]  # (cell, stage, type as written, microbatch)
-_FAST = re.compile(r"\s*(\d+)([FIWB])(\d+)\s*")  # the common cell: one compute action
+_ACTION_IN_ROW = re.compile(r"(\d+)([FIWB])(\d+)")
+_PLAIN_ROW = re.compile(r"(?:\s*\d+[FIWB]\d+\s*|\s*)(?:,(?:\s*\d+[FIWB]\d+\s*|\s*))*")
+"""A row whose cells are each empty or one plain compute action (the common case, parsed at once)."""
 
 
 def _parse_rows(rows: list[list[str]], name: str) -> list[_Row]:
     """Per row, its compute actions as parallel lists: (cell, stage, type as written, microbatch).
 
+    A row of plain cells is parsed with one regular-expression scan; other rows cell by cell.
     Refuses a file with more than :data:`~ppopt.ir.MAX_OPS` compute actions as soon as a row passes it.
     """
     parsed = []
     total = 0
-    fast = _FAST.fullmatch
     for r, row in enumerate(rows):
-        cells: list[int] = []
-        stages: list[int] = []
-        codes: list[str] = []
-        microbatches: list[int] = []
-        for c, cell in enumerate(row):
-            match = fast(cell)
-            if match is not None:
-                actions = [(int(match[1]), match[2], int(match[3]))]
-            else:
-                try:
-                    actions = parse_cell(cell)
-                except _CellError as error:
-                    raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
-            for stage, code, microbatch in actions:
-                cells.append(c)
-                stages.append(stage)
-                codes.append(code)
-                microbatches.append(microbatch)
-        total += len(cells)
+        joined = ",".join(row)
+        cells = [c for c, cell in enumerate(row) if cell and not cell.isspace()]
+        found = _ACTION_IN_ROW.findall(joined) if _PLAIN_ROW.fullmatch(joined) else None
+        if found is not None and len(found) == len(cells):  # (a quoted comma would change the count)
+            stage_text, codes, microbatch_text = map(list, zip(*found)) if found else ([], [], [])
+            parsed.append((cells, list(map(int, stage_text)), codes, list(map(int, microbatch_text))))
+        else:
+            parsed.append(_parse_row_cells(row, r, name))
+        total += len(parsed[-1][0])
         check_size(total, f"{name}: the compute actions of rows 0..{r}")
-        parsed.append((cells, stages, codes, microbatches))
     return parsed
+
+
+def _parse_row_cells(row: list[str], r: int, name: str) -> _Row:
+    """One row's compute actions, cell by cell (communication actions, groups, errors)."""
+    out: _Row = ([], [], [], [])
+    for c, cell in enumerate(row):
+        try:
+            actions = parse_cell(cell)
+        except _CellError as error:
+            raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
+        for stage, code, microbatch in actions:
+            out[0].append(c)
+            out[1].append(stage)
+            out[2].append(code)
+            out[3].append(microbatch)
+    return out
 
 
 def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = False) -> Schedule:
