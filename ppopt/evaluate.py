@@ -9,6 +9,7 @@ simulator then share.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.costs import Costs, partition_layers, stage_costs
@@ -80,7 +81,7 @@ def evaluate_schedule(
 def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None, **options: object) -> Evaluation:
     """Generate schedule ``name`` and evaluate it (see :func:`evaluate_schedule`)."""
     schedule = generate(name, devices, microbatches, **options)
-    return evaluate_schedule(schedule, units, model, system, global_batch, **options)
+    return evaluate_schedule(schedule, units, model, system, global_batch, True, **cast(dict[str, Any], options))
 
 
 def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
@@ -122,11 +123,12 @@ def rank_layers(results: list[Evaluation]) -> Ranking:
     Bubble ratios, not lengths, are compared in the first two layers: they are what the formulas
     state, and they do not depend on the unit model.
     """
-    formula_ranks = _ranks({r.schedule: r.formula.bubble_ratio for r in results})
+    formula_ranks = _ranks({r.schedule: r.formula.bubble_ratio for r in results if r.formula is not None})
     table_ranks = _ranks({r.schedule: r.table.bubble_ratio for r in results})
     sim_ranks = _ranks({r.schedule: r.simulation.step_time_s for r in results if r.simulation is not None})
     flips = tuple(
         r.schedule for r in results
-        if len({formula_ranks[r.schedule], table_ranks[r.schedule], sim_ranks.get(r.schedule, formula_ranks[r.schedule])}) > 1
+        if len({formula_ranks.get(r.schedule, table_ranks[r.schedule]), table_ranks[r.schedule],
+                sim_ranks.get(r.schedule, table_ranks[r.schedule])}) > 1
     )
     return Ranking(formula_ranks, table_ranks, sim_ranks, flips)

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -201,15 +202,15 @@ def _walk(orders: list[range], dev: list[int], wait: list[int], succ: list[int])
     return order
 
 
-def earliest_starts(flat: Flat, duration: Sequence[float], delay: Sequence[float] | None = None) -> list[float]:
+def earliest_starts(flat: Flat, duration: Sequence[Any], delay: Sequence[Any] | None = None) -> list[Any]:
     """Start of every op (by id) when each starts as soon as its device and its inputs allow.
 
     ``duration[i]`` is op i's length; ``delay[i]`` (optional) the extra wait between op i's
     cross-device input ending and op i starting. Integer durations give integer starts.
     """
-    start = [0] * flat.size
-    end = [0] * flat.size
-    free = [0] * len(flat.orders)
+    start: list[Any] = [0] * flat.size
+    end: list[Any] = [0] * flat.size
+    free: list[Any] = [0] * len(flat.orders)
     dev, wait = flat.dev, flat.wait
     for i in flat.order:
         d = dev[i]

@@ -48,7 +48,8 @@ def formula(name: str, devices: int, microbatches: int, units: UnitCosts = UnitC
     taken = {k: v for k, v in options.items() if k in generator.options and v is not None}
     function = getattr(importlib.import_module(f"ppopt.generators.{module}"), func)
     closed = function(devices, microbatches, units.backward / units.forward, **taken)
-    chunks = generator.chunks(taken)  # S / p
-    scale = Fraction(units.forward).limit_denominator(10**6) / Fraction(chunks)  # type: ignore[arg-type]
+    chunks = generator.chunks(taken)  # S / p, an int once the family accepted the options
+    assert isinstance(chunks, int)
+    scale = Fraction(units.forward).limit_denominator(10**6) / chunks
     length = Fraction(closed.length).limit_denominator(10**6) * scale
     return replace(closed, length=length.numerator if length.denominator == 1 else float(length))

@@ -182,7 +182,7 @@ def prepare(schedule: Schedule | Flat) -> Prepared:
     link_of = [message_link[x] if x >= 0 else -1 for x in message_of]
 
     # Replicated stages: a ring all-reduce over the distinct replica devices.
-    syncs = []
+    syncs: list[tuple[int, tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]] = []
     sync_index: dict[int, int] = {}
     for s, holders in enumerate(flat.schedule.placement):
         replicas = tuple(dict.fromkeys(holders))
@@ -369,9 +369,10 @@ def simulate(
     occupy_s = list(map(occupancy_times.__getitem__, plan.message_of))
     sync_s = []
     for s, replicas, ring, _ in plan.syncs:
-        chosen = [choose_link(a, b) for a, b in ring]
+        ring_links = [choose_link(a, b) for a, b in ring]
         nbytes = _gradient_bytes(costs.stages[s])
-        sync_s.append(0.0 if None in chosen else max(allreduce_time_s(nbytes, c, len(replicas)) for c in chosen))
+        sync_s.append(max((allreduce_time_s(nbytes, c, len(replicas)) for c in ring_links if c is not None), default=0.0)
+                      if None not in ring_links else 0.0)
 
     # ---- state ------------------------------------------------------------------------------------
     dev, succ, link_of, shared, sync_of = flat.dev, flat.succ, plan.link_of, plan.shared, plan.sync_of

@@ -318,10 +318,10 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
     if hasattr(path_or_text, "read"):
         source = getattr(path_or_text, "name", None)
         name = Path(source).stem if isinstance(source, str) else "torch-csv"
-        return parse_torch_csv(path_or_text.read(), name, legacy_backward)  # type: ignore[union-attr]
+        return parse_torch_csv(path_or_text.read(), name, legacy_backward)
     if isinstance(path_or_text, str) and ("\n" in path_or_text or "," in path_or_text):
         return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
-    path = Path(path_or_text)  # type: ignore[arg-type]
+    path = Path(path_or_text)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
@@ -380,6 +380,6 @@ def write_torch_csv(
     """
     text = format_torch_csv(schedule, start)
     if hasattr(path_or_file, "write"):
-        path_or_file.write(text)  # type: ignore[union-attr]
+        path_or_file.write(text)
     else:
-        atomic_write_text(path_or_file, text)  # type: ignore[arg-type]
+        atomic_write_text(path_or_file, text)
