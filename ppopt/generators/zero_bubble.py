@@ -2,8 +2,10 @@
 sail-sg/zero-bubble-pipeline-parallelism). Backward is split into I (gradient for the input, sent
 upstream) and W (gradient for the weights, needed only by the optimizer), so W can fill bubbles.
 
-Conventions: one table slot per op, F = I = W = 1 (the table's ``backward`` option only sizes full B
-ops, so these tables do not depend on it); an activation lives from its F to its W. Bubble ratio is
+Conventions: lengths below are in chunk-op slots, F = I = W = 1 per chunk, which is the table
+layer's default unit model (:mod:`ppopt.units`: B = I + W = 2 per 1/p model share) scaled by the
+chunks per device (ZB-V's table lengths in slots are half these figures); an activation lives from
+its F to its W. Bubble ratio is
 idle / total time of the table, counting the idle slots before a device's first op and after its
 last one. The ZB paper and README count only *internal* idle time: with their "optimizer post
 validation" consecutive iterations overlap as parallelograms, so the start-up offset of device r
