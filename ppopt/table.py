@@ -150,6 +150,12 @@ class Table:
         """Slots of each op kind."""
         return dict(zip(KINDS, self._all_slots(list(self.ticks))))
 
+    @property
+    def used_durations(self) -> dict[Kind, int | float]:
+        """Slots of the op kinds this schedule has: F, I, W when backward is split, else F, B."""
+        used = (Kind.F, Kind.I, Kind.W) if self.flat.split else (Kind.F, Kind.B)
+        return {kind: self.durations[kind] for kind in used}
+
     @cached_property
     def start(self) -> dict[Op, int | float]:
         """First slot of every op (slots, an int when whole)."""

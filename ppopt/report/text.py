@@ -25,15 +25,14 @@ KIND_COLOURS = {"F": "blue", "B": "red", "I": "yellow", "W": "green"}
 
 def grid(table: Table, idle: str = ".", colour: bool = False) -> str:
     """The unit-slot table as text (see :func:`timeline_grid`)."""
-    durations = [d for d in table.durations.values() if d > 0]
-    slot = min(durations, default=1)
+    slot = min((d for d in table.used_durations.values() if d > 0), default=1)
     length = round(table.length / slot)
     devices = table.schedule.devices
     if devices * length > MAX_GRID_CELLS:  # only the ops in the drawn window become spans
         devices = min(devices, MAX_GRID_DEVICES)
         return draw_spans(table.schedule, table.spans(devices, max(1, MAX_GRID_CELLS // devices) * slot), idle, colour,
                           slot=slot, length=length)
-    return draw_spans(table.schedule, table.spans(), idle, colour, slot=slot, length=length)
+    return draw_spans(table.schedule, table.spans(), idle, colour, slot=slot)
 
 
 MAX_GRID_CELLS = 250_000
