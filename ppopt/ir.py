@@ -54,7 +54,7 @@ class Op:
     microbatch: int
 
     def __str__(self) -> str:
-        return f"{self.stage}{self.kind.value}{self.microbatch}"
+        return f"{self.stage}{str.__str__(self.kind)}{self.microbatch}"  # the kind's letter, without Enum's .value
 
 
 _ACTION = re.compile(r"^\s*(\d+)\s*([FBIW])\s*(\d+)\s*$")

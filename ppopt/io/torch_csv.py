@@ -343,26 +343,28 @@ def _refuse_replicas(schedule: Schedule) -> None:
 def format_torch_csv(schedule: Schedule, start: Mapping[Op, float] | None = None) -> str:
     """The CSV text of ``schedule`` (see :func:`write_torch_csv`)."""
     _refuse_replicas(schedule)
-    rows = []
-    for d, order in enumerate(schedule.orders):
-        if start is not None:
-            absent = next((op for op in order if op not in start), None)
-            if absent is not None:
-                raise ScheduleError(f"no start time for op {absent} on device {d}")
-            position = {op: i for i, op in enumerate(order)}
-            order = tuple(sorted(order, key=lambda op: (start[op], position[op])))
-        rows.append(order)
+    rows = list(schedule.orders)
     if start is not None:
-        reordered = Schedule(schedule.name, schedule.devices, schedule.microbatches, schedule.placement, tuple(rows),
-                             schedule.replica_of, schedule.stage_weights, schedule.options)
-        try:
-            validate(reordered)
-        except ScheduleValidationError as error:
-            raise ScheduleValidationError(f"ordering {schedule.name} by the given start times: {error}", error.details) from None
+        moved = False
+        for d, order in enumerate(schedule.orders):
+            try:
+                times = [start[op] for op in order]
+            except KeyError as absent:
+                raise ScheduleError(f"no start time for op {absent.args[0]} on device {d}") from None
+            if any(b < a for a, b in zip(times, times[1:])):  # sort by start time; ties keep the order
+                rows[d] = tuple(order[i] for i in sorted(range(len(order)), key=times.__getitem__))
+                moved = True
+        if moved:
+            reordered = Schedule(schedule.name, schedule.devices, schedule.microbatches, schedule.placement, tuple(rows),
+                                 schedule.replica_of, schedule.stage_weights, schedule.options)
+            try:
+                validate(reordered)
+            except ScheduleValidationError as error:
+                raise ScheduleValidationError(f"ordering {schedule.name} by the given start times: {error}", error.details) from None
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     for order in rows:
-        writer.writerow([str(op) for op in order])
+        writer.writerow(map(str, order))
     return buffer.getvalue()
 
 
