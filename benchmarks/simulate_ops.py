@@ -16,8 +16,8 @@ simulation). Not timed for PyTorch: building its compute action lists (``_Action
 orders (fresh lists for each run, as PyTorch consumes them), because its own schedule classes
 generate orders only around real pipeline stages; and it has no costs to build. So the PyTorch figure leaves out work the ppopt figure includes.
 
-Each figure is the best of 3 runs (one run when a run takes over 2 s); the machine's load average
-at the start is printed, since the machine may be shared. Skipped for PyTorch when torch is not
+Each figure is the best of 3 runs; the machine's load average at the start is printed, since the
+machine may be shared. Skipped for PyTorch when torch is not
 installed.
 
 Run: ``PYTHONPATH=. python benchmarks/simulate_ops.py``.
@@ -47,7 +47,7 @@ REPEATS = 3
 def best_of(
     function: Callable[..., object],
     repeats: int = REPEATS,
-    patience_s: float = 2.0,
+    patience_s: float = float("inf"),
     setup: Callable[[], tuple] = tuple,
 ) -> float:
     """Best wall time of ``repeats`` calls of ``function(*setup())`` (``setup`` is not timed); stops

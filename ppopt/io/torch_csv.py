@@ -54,6 +54,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+import numpy as np
+
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
 from ppopt.io import atomic_write_text
@@ -131,31 +133,42 @@ def _where(row: int, cell: int) -> str:
 
 
 _Row = tuple[list[int], list[int], list[str], list[int]]  # (cell, stage, type as written, microbatch)
-_ACTION_IN_ROW = re.compile(r"(\d+)([FIWB])(\d+)")
-_PLAIN_ROW = re.compile(r"(?:\s*\d+[FIWB]\d+\s*|\s*)(?:,(?:\s*\d+[FIWB]\d+\s*|\s*))*")
-"""A row whose cells are each empty or one plain compute action (the common case, parsed at once)."""
+_PLAIN_ROW = re.compile(r"\d+[FIWB]\d+(?:,\d+[FIWB]\d+)*")
+"""A row whose cells are each one plain compute action, without spaces: the common case, parsed at once."""
+_TO_COMMA = str.maketrans("FIWB", ",,,,")
+_LETTERS_ONLY = str.maketrans("", "", "0123456789,")
+_LARGEST = 2**62  # numpy clamps an int64 overflow to 2**63 - 1: such rows are read cell by cell
 
 
 def _parse_rows(rows: list[list[str]], name: str) -> list[_Row]:
     """Per row, its compute actions as parallel lists: (cell, stage, type as written, microbatch).
 
-    A row of plain cells is parsed with one regular-expression scan; other rows cell by cell.
-    Refuses a file with more than :data:`~ppopt.ir.MAX_OPS` compute actions as soon as a row passes it.
+    A row of plain cells is parsed at once (one regular-expression check, numpy reads the numbers);
+    other rows cell by cell. Refuses a file with more than :data:`~ppopt.ir.MAX_OPS` compute actions
+    as soon as a row passes it.
     """
     parsed = []
     total = 0
     for r, row in enumerate(rows):
-        joined = ",".join(row)
-        cells = [c for c, cell in enumerate(row) if cell and not cell.isspace()]
-        found = _ACTION_IN_ROW.findall(joined) if _PLAIN_ROW.fullmatch(joined) else None
-        if found is not None and len(found) == len(cells):  # (a quoted comma would change the count)
-            stage_text, codes, microbatch_text = map(list, zip(*found)) if found else ([], [], [])
-            parsed.append((cells, list(map(int, stage_text)), codes, list(map(int, microbatch_text))))
-        else:
-            parsed.append(_parse_row_cells(row, r, name))
+        plain = _plain_row(row)
+        parsed.append(plain if plain is not None else _parse_row_cells(row, r, name))
         total += len(parsed[-1][0])
         check_size(total, f"{name}: the compute actions of rows 0..{r}")
     return parsed
+
+
+def _plain_row(row: list[str]) -> _Row | None:
+    """The actions of a row whose every cell is one plain action such as ``3F12``, or None."""
+    if not row or "" in row:
+        return None
+    joined = ",".join(row)
+    if _PLAIN_ROW.fullmatch(joined) is None:
+        return None
+    numbers = np.fromstring(joined.translate(_TO_COMMA), dtype=np.int64, sep=",")
+    if len(numbers) != 2 * len(row) or numbers.max() >= _LARGEST:
+        return None
+    values = numbers.tolist()
+    return list(range(len(row))), values[0::2], list(joined.translate(_LETTERS_ONLY)), values[1::2]
 
 
 def _parse_row_cells(row: list[str], r: int, name: str) -> _Row:
