@@ -136,7 +136,9 @@ class Table:
         return self.flat.schedule
 
     def _slots(self, ticks: int) -> int | float:
-        return self._all_slots([ticks])[0]
+        """Ticks as slots: an int when whole, else the nearest float."""
+        value = ticks * self.tick
+        return value.numerator if value.denominator == 1 else float(value)
 
     def _all_slots(self, ticks: list[int]) -> list[int] | list[float]:
         """Ticks as slots: ints when the tick is whole, else the nearest floats (exact int division)."""
@@ -148,7 +150,7 @@ class Table:
     @cached_property
     def durations(self) -> dict[Kind, int | float]:
         """Slots of each op kind."""
-        return dict(zip(KINDS, self._all_slots(list(self.ticks))))
+        return {kind: self._slots(t) for kind, t in zip(KINDS, self.ticks)}
 
     @property
     def used_durations(self) -> dict[Kind, int | float]:
