@@ -1,106 +1,124 @@
-"""Throughput of the communication-aware simulator, in ops simulated per second (best of 3).
+"""End-to-end throughput of ppopt's evaluation path beside PyTorch's own, in compute ops per second.
 
-Schedules: 1F1B at 32 devices x 1024 microbatches, and interleaved 1F1B with 2 chunks per device
-when its generator is available. Costs are built directly: F = 1 ms, B = 2 ms (I = W = 1 ms), 16 MiB
-messages over a 50 GB/s, 5 us link.
+Schedules: 1F1B, interleaved 1F1B (2 chunks per device) and ZB-V at 32 devices x 1024 microbatches.
 
-Two numbers for ppopt: ``simulate(schedule, ...)`` end to end (checking and flattening the schedule
-included), and ``simulate(prepare(schedule), ...)``, the run alone on a prepared schedule (what a sweep
-over costs or systems pays per point).
+ppopt, timed end to end (what ``ppopt evaluate -s NAME --model study --system mid-mid`` runs for the
+simulation layer): generate the schedule (``ppopt.generators.generate``), validate it into its flat
+form (``ppopt.validate.validated``), build the per-stage costs of the ``study`` model on the
+``mid-mid`` system with one sequence per microbatch (``ppopt.evaluate.schedule_costs``) and simulate one step with communication
+(``ppopt.simulate.simulate``). A second figure, "simulate only", times ``simulate`` on the already
+validated flat form (what a sweep over systems pays per point).
 
-Baseline: PyTorch's unit-step dry-run simulator ``_simulate_comms_compute`` from
-``torch.distributed.pipelining.schedules`` on the same schedule, lowered to send/recv actions with
-``_add_send_recv`` beforehand (the lowering is not timed, like ``prepare``). Its ops/s counts the same
-compute ops as ours, although it also steps through the send/recv actions. Best of 3, or a single run
-when one run takes over 2 s. Skipped when torch is not installed.
+PyTorch, timed: its own checks and lowering and its dry-run simulator, from
+``torch.distributed.pipelining.schedules``: ``_validate_schedule`` on the compute actions,
+``_add_send_recv`` (lowering to send/recv actions) and ``_simulate_comms_compute`` (unit-step
+simulation). Not timed for PyTorch: building its compute action lists (``_Action``) from ppopt's
+orders (fresh lists for each run, as PyTorch consumes them), because its own schedule classes
+generate orders only around real pipeline stages; and it has no costs to build. So the PyTorch figure leaves out work the ppopt figure includes.
 
-Run: ``python benchmarks/simulate_ops.py``.
+Each figure is the best of 3 runs; the machine's load average at the start is printed, since the
+machine may be shared. Skipped for PyTorch when torch is not
+installed.
+
+Run: ``PYTHONPATH=. python benchmarks/simulate_ops.py``.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
+from collections.abc import Callable
 
-from ppopt.config import LinkConfig
-from ppopt.costs import Costs, StageCost
-from ppopt.errors import ScheduleError
+from ppopt.config import load_model, load_system
+from ppopt.evaluate import schedule_costs
 from ppopt.generators import generate
 from ppopt.ir import Schedule
-from ppopt.simulate import prepare, simulate
+from ppopt.simulate import simulate
+from ppopt.validate import validated
 
 DEVICES = 32
 MICROBATCHES = 1024
-LINK = LinkConfig(bandwidth_bytes_per_s=50e9, latency_s=5e-6)
+CASES: list[tuple[str, dict[str, object]]] = [("1f1b", {}), ("interleaved-1f1b", {"chunks": 2}), ("zb-v", {})]
+GLOBAL_BATCH = MICROBATCHES  # one sequence per microbatch
 REPEATS = 3
 
 
-def costs_for(stages: int) -> Costs:
-    stage = StageCost(
-        layers=1, forward_s=1e-3, backward_s=2e-3, input_grad_s=1e-3, weight_grad_s=1e-3,
-        activation_bytes=1.0, persistent_bytes=0.0, param_count=0.0, send_bytes=16 * 2**20,
-    )
-    return Costs(stages=(stage,) * stages, microbatch_size=1, microbatches=MICROBATCHES)
-
-
-def best_of(function, repeats: int = REPEATS, patience_s: float = float("inf")) -> float:
-    """Best wall time of ``repeats`` calls; stops early once one call took longer than ``patience_s``."""
+def best_of(
+    function: Callable[..., object],
+    repeats: int = REPEATS,
+    patience_s: float = float("inf"),
+    setup: Callable[[], tuple] = tuple,
+) -> float:
+    """Best wall time of ``repeats`` calls of ``function(*setup())`` (``setup`` is not timed); stops
+    early once one call took longer than ``patience_s``."""
     best = float("inf")
     for _ in range(repeats):
+        arguments = setup()
         gc.collect()
         t0 = time.perf_counter()
-        function()
+        function(*arguments)
         best = min(best, time.perf_counter() - t0)
         if best > patience_s:
             break
     return best
 
 
-def torch_baseline(schedule: Schedule) -> float | None:
-    """Seconds (best of 3) of PyTorch's ``_simulate_comms_compute`` on ``schedule``, or None."""
+def ppopt_end_to_end(name: str, options: dict[str, object], model, system) -> None:
+    schedule = generate(name, DEVICES, MICROBATCHES, **options)
+    flat = validated(schedule)
+    simulate(flat, schedule_costs(schedule, model, system, GLOBAL_BATCH), system)
+
+
+def torch_path(schedule: Schedule) -> tuple[Callable[..., object], Callable[[], tuple]] | None:
+    """PyTorch's validation, lowering and simulation of ``schedule`` and the (untimed) setup of its
+    input, or None. PyTorch consumes its action lists, so each run gets fresh ones."""
     try:
-        from torch.distributed.pipelining.schedules import _Action, _add_send_recv, _simulate_comms_compute
+        from torch.distributed.pipelining.schedules import (
+            _Action,
+            _add_send_recv,
+            _simulate_comms_compute,
+            _validate_schedule,
+        )
     except ImportError:
         return None
+    placement = [holders[0] for holders in schedule.placement]
+    actions = [[_Action.from_str(str(op)) for op in order] for order in schedule.orders]
 
-    def stage_to_rank(stage: int) -> int:
-        return schedule.placement[stage][0]
+    def setup() -> tuple:
+        return ({d: list(order) for d, order in enumerate(actions)},)
 
-    compute = {d: [_Action.from_str(str(op)) for op in order] for d, order in enumerate(schedule.orders)}
-    lowered = _add_send_recv(compute, stage_to_rank, schedule.stages)
-    # _simulate_comms_compute copies the per-rank lists itself, so the same input can be reused.
-    return best_of(lambda: _simulate_comms_compute(lowered, stage_to_rank, schedule.stages), patience_s=2.0)
+    def run(compute: dict) -> object:
+        _validate_schedule(compute, schedule.devices, schedule.stages, schedule.microbatches)
+        lowered = _add_send_recv(compute, placement.__getitem__, schedule.stages)
+        return _simulate_comms_compute(lowered, placement.__getitem__, schedule.stages)
+
+    return run, setup
 
 
 def main() -> None:
-    cases = [("1f1b", {})]
-    try:
-        generate("interleaved-1f1b", 2, 2, chunks=2)
-        cases.append(("interleaved-1f1b", {"chunks": 2}))
-    except (ImportError, ScheduleError) as error:
-        print(f"interleaved-1f1b skipped: {error}")
-    torch_missing = False
-    for name, options in cases:
+    load = os.getloadavg()
+    print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
+    model, system = load_model("study"), load_system("mid-mid")
+    for name, options in CASES:
         schedule = generate(name, DEVICES, MICROBATCHES, **options)
-        costs = costs_for(schedule.stages)
         ops = sum(len(order) for order in schedule.orders)
-        result = simulate(schedule, costs, link=LINK)
-        total = best_of(lambda: simulate(schedule, costs, link=LINK))
-        prepared = prepare(schedule)
-        run = best_of(lambda: simulate(prepared, costs, link=LINK))
-        label = f"{name}{' ' + str(options) if options else ''} p={DEVICES} m={MICROBATCHES} ({ops} ops)"
-        print(f"{label}: step {result.step_time_s:.4f} s")
-        print(f"  ppopt simulate, end to end:    {total * 1e3:8.1f} ms  {ops / total:>11,.0f} ops/s")
-        print(f"  ppopt simulate, prepared:      {run * 1e3:8.1f} ms  {ops / run:>11,.0f} ops/s")
-        baseline = torch_baseline(schedule)
+        costs = schedule_costs(schedule, model, system, GLOBAL_BATCH)
+        flat = validated(schedule)
+        step = simulate(flat, costs, system).step_time_s
+        total = best_of(lambda name=name, options=options: ppopt_end_to_end(name, options, model, system))
+        alone = best_of(lambda flat=flat, costs=costs: simulate(flat, costs, system))
+        label = f"{name}{' ' + str(options) if options else ''} p={DEVICES} m={MICROBATCHES} ({ops:,} ops)"
+        print(f"{label}: simulated step {step:.4g} s")
+        print(f"  ppopt generate+validate+costs+simulate: {total * 1e3:8.1f} ms  {ops / total:>11,.0f} ops/s")
+        print(f"  ppopt simulate only (validated flat):   {alone * 1e3:8.1f} ms  {ops / alone:>11,.0f} ops/s")
+        baseline = torch_path(schedule)
         if baseline is None:
-            torch_missing = True
+            print("  PyTorch skipped: torch is not installed")
             continue
-        print(f"  torch _simulate_comms_compute: {baseline * 1e3:8.1f} ms  {ops / baseline:>11,.0f} ops/s")
-        print(f"  speed-up over torch: {baseline / total:.1f}x end to end, {baseline / run:.1f}x prepared "
-              f"(target >= 10x)")
-    if torch_missing:
-        print("PyTorch baseline skipped: torch is not installed (pip install torch==2.13.0 installs a CPU build)")
+        reference = best_of(baseline[0], setup=baseline[1])
+        print(f"  torch validate+lower+simulate:          {reference * 1e3:8.1f} ms  {ops / reference:>11,.0f} ops/s")
+        print(f"  ppopt end to end is {reference / total:.1f}x faster (target >= 10x)")
 
 
 if __name__ == "__main__":

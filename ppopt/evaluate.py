@@ -1,16 +1,20 @@
 """One schedule through the evaluation layers: formula, unit-slot table and, given a model and a
 system, the communication-aware simulation.
 
-Pure functions returning plain dataclasses; the CLI and reports turn them into text or JSON.
+Pure functions returning plain dataclasses; the CLI and reports turn them into text or JSON. A
+schedule is validated once, into its flat form (:mod:`ppopt.flat`), which the table layer and the
+simulator then share.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.costs import Costs, partition_layers, stage_costs
 from ppopt.errors import ScheduleError
+from ppopt.flat import Flat
 from ppopt.formula import Formula, formula
 from ppopt.generators import generate, names
 from ppopt.generators.common import require_positive
@@ -18,10 +22,9 @@ from ppopt.ir import Schedule
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validate import validated
 
 DEFAULT_UNITS = UnitCosts()
-"""The unit model's defaults (F = 1, B = 2, I = W = 1 slots)."""
 
 
 @dataclass(frozen=True)
@@ -43,14 +46,15 @@ def schedule_costs(schedule: Schedule, model: ModelConfig, system: SystemConfig,
     return stage_costs(model, system, layers, schedule.microbatches, global_batch)
 
 
-def simulate_on(schedule: Schedule, model: ModelConfig, system: SystemConfig, global_batch: int | None = None) -> Simulation:
-    """Simulate one step of ``schedule`` training ``model`` on ``system``."""
-    return simulate(schedule, schedule_costs(schedule, model, system, global_batch), system)
+def simulate_on(schedule: Schedule | Flat, model: ModelConfig, system: SystemConfig, global_batch: int | None = None) -> Simulation:
+    """Simulate one step of ``schedule`` (or its flat form) training ``model`` on ``system``."""
+    plain = schedule.schedule if isinstance(schedule, Flat) else schedule
+    return simulate(schedule, schedule_costs(plain, model, system, global_batch), system)
 
 
 def evaluate_schedule(
     schedule: Schedule,
-    units: UnitCosts | int = DEFAULT_UNITS,
+    units: UnitCosts = DEFAULT_UNITS,
     model: ModelConfig | None = None,
     system: SystemConfig | None = None,
     global_batch: int | None = None,
@@ -58,29 +62,29 @@ def evaluate_schedule(
     **options: object,
 ) -> Evaluation:
     """Evaluate an already built schedule in every layer that applies to it (``with_formula``: its
-    name is a registered family whose closed forms apply)."""
-    schedule = validate(schedule)
-    simulation = simulate_on(schedule, model, system, global_batch) if model is not None and system is not None else None
-    backward = units if isinstance(units, int) else units.backward
-    closed = formula(schedule.name, schedule.devices, schedule.microbatches, backward, **options) if with_formula else None
+    name is a registered family whose closed forms apply). ``units``: the table's and the formulas'
+    unit model."""
+    flat = validated(schedule)
+    simulation = simulate_on(flat, model, system, global_batch) if model is not None and system is not None else None
+    closed = formula(schedule.name, schedule.devices, schedule.microbatches, units, **options) if with_formula else None
     return Evaluation(
         schedule=schedule.name,
         devices=schedule.devices,
         microbatches=schedule.microbatches,
         options=dict(schedule.options),
         formula=closed,
-        table=table_metrics(build_table(schedule, units)),
+        table=table_metrics(build_table(flat, units)),
         simulation=simulation,
     )
 
 
-def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts | int = DEFAULT_UNITS, model=None, system=None, global_batch=None, **options: object) -> Evaluation:
+def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None, **options: object) -> Evaluation:
     """Generate schedule ``name`` and evaluate it (see :func:`evaluate_schedule`)."""
     schedule = generate(name, devices, microbatches, **options)
-    return evaluate_schedule(schedule, units, model, system, global_batch, **options)
+    return evaluate_schedule(schedule, units, model, system, global_batch, True, **cast(dict[str, Any], options))
 
 
-def evaluate_all(devices: int, microbatches: int, units: UnitCosts | int = DEFAULT_UNITS, model=None, system=None, global_batch=None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
+def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
     """Evaluate every registered schedule that applies to (p, m); also return why the others don't."""
     require_positive(devices, microbatches)  # otherwise every schedule would just be "skipped"
     results, skipped = [], {}
@@ -92,9 +96,9 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts | int = DEFAU
     return results, skipped
 
 
-def table_of(name: str, devices: int, microbatches: int, backward: int = 1, **options: object) -> Table:
+def table_of(name: str, devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, **options: object) -> Table:
     """The validated unit-slot table of schedule ``name``."""
-    return build_table(validate(generate(name, devices, microbatches, **options)), backward)
+    return build_table(generate(name, devices, microbatches, **options), units)
 
 
 @dataclass(frozen=True)
@@ -116,14 +120,15 @@ def _ranks(values: dict[str, float]) -> dict[str, int]:
 def rank_layers(results: list[Evaluation]) -> Ranking:
     """Rank schedules by bubble ratio (formula, table layers) and by simulated step time.
 
-    Bubble ratios, not lengths, are compared in the first two layers because table lengths are
-    counted in chunk slots, which differ between schedules with different chunk counts.
+    Bubble ratios, not lengths, are compared in the first two layers: they are what the formulas
+    state, and they do not depend on the unit model.
     """
-    formula_ranks = _ranks({r.schedule: r.formula.bubble_ratio for r in results})
+    formula_ranks = _ranks({r.schedule: r.formula.bubble_ratio for r in results if r.formula is not None})
     table_ranks = _ranks({r.schedule: r.table.bubble_ratio for r in results})
     sim_ranks = _ranks({r.schedule: r.simulation.step_time_s for r in results if r.simulation is not None})
     flips = tuple(
         r.schedule for r in results
-        if len({formula_ranks[r.schedule], table_ranks[r.schedule], sim_ranks.get(r.schedule, formula_ranks[r.schedule])}) > 1
+        if len({formula_ranks.get(r.schedule, table_ranks[r.schedule]), table_ranks[r.schedule],
+                sim_ranks.get(r.schedule, table_ranks[r.schedule])}) > 1
     )
     return Ranking(formula_ranks, table_ranks, sim_ranks, flips)

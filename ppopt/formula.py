@@ -1,17 +1,24 @@
 """The formula layer: closed forms per schedule family, in the unit model.
 
-Convention: F = 1 slot, B = ``backward`` slots (1 or 2), I = W = 1 slot when backward is split; the
-bubble ratio is idle time over total time (idle cells / all cells of the table), the same definition
-the table layer uses. Each family's closed forms live next to its generator, as a function
-``<family>_formula(devices, microbatches, backward, **options) -> Formula``; this module dispatches.
+Each family's closed forms live next to its generator, as a function
+``<family>_formula(devices, microbatches, backward, **options) -> Formula``, stated in *chunk-op
+slots*: one op of one stage chunk lasts F = 1, B = ``backward``, and I = W = 1 when backward is split.
+:func:`formula` dispatches and returns the length in the unit model's slots (:mod:`ppopt.units`, the
+table layer's units): it passes ``backward = B / F`` of the given :class:`~ppopt.units.UnitCosts` and
+scales the length by ``F · p / S`` (S stages on p devices), exactly (fractions). The split families'
+closed forms assume I = W = F (the default units, B = 2F split evenly); under other units their
+length is not what the table measures. The bubble ratio is idle time over total time, the same
+definition the table layer uses; it does not depend on the scale.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from ppopt.generators import get
+from ppopt.units import UnitCosts
 
 
 @dataclass(frozen=True)
@@ -20,7 +27,7 @@ class Formula:
 
     Attributes:
         bubble_ratio: idle / total device time.
-        length: schedule length in slots.
+        length: schedule length in slots (of the unit model, once returned by :func:`formula`).
         peak_activations: per device, peak live microbatch activations (counted per stage chunk).
         weight_copies: per device, how many copies of a 1/p share of the model it stores.
         source: where the closed forms come from.
@@ -33,10 +40,16 @@ class Formula:
     source: str
 
 
-def formula(name: str, devices: int, microbatches: int, backward: int = 1, **options: object) -> Formula:
-    """Closed forms of schedule ``name``; options not taken by the family are ignored."""
+def formula(name: str, devices: int, microbatches: int, units: UnitCosts = UnitCosts(), **options: object) -> Formula:  # noqa: B008
+    """Closed forms of schedule ``name`` in ``units`` (module docstring); options not taken by the
+    family are ignored."""
     generator = get(name)
     module, func = generator.formula.split(":")
     taken = {k: v for k, v in options.items() if k in generator.options and v is not None}
     function = getattr(importlib.import_module(f"ppopt.generators.{module}"), func)
-    return function(devices, microbatches, backward, **taken)
+    closed = function(devices, microbatches, units.backward / units.forward, **taken)
+    chunks = generator.chunks(taken)  # S / p, an int once the family accepted the options
+    assert isinstance(chunks, int)
+    scale = Fraction(units.forward).limit_denominator(10**6) / chunks
+    length = Fraction(closed.length).limit_denominator(10**6) * scale
+    return replace(closed, length=length.numerator if length.denominator == 1 else float(length))

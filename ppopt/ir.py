@@ -19,6 +19,16 @@ from enum import Enum
 from ppopt.errors import ScheduleError
 from ppopt.placement import linear_placement  # noqa: F401  (re-exported: the placements live in ppopt.placement)
 
+MAX_OPS = 10_000_000
+"""The largest schedule ppopt builds or reads, in ops (stages x microbatches x op kinds): about 1 GB
+of memory and seconds of work per layer. Generators and the CSV reader refuse larger ones up front."""
+
+
+def check_size(ops: int, what: str) -> None:
+    """Raise :class:`ScheduleError` when a schedule of ``ops`` ops is over :data:`MAX_OPS`."""
+    if ops > MAX_OPS:
+        raise ScheduleError(f"schedule too large: {what} make {ops:,} ops (stages x microbatches x kinds); the limit is {MAX_OPS:,} ops")
+
 
 class Kind(str, Enum):
     """Op kinds: forward, full backward, backward for inputs, backward for weights."""
@@ -31,8 +41,12 @@ class Kind(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    # Each member's name is its value, so hashing the string is Enum's hash (of the name), done in C:
+    # ops, which hash their kind, are dictionary keys throughout the generators and reports.
+    __hash__ = str.__hash__
 
-@dataclass(frozen=True, order=True)
+
+@dataclass(frozen=True, order=True, slots=True)
 class Op:
     """One op: ``kind`` of ``microbatch`` on ``stage``. ``str(op)`` is the PyTorch action string."""
 
@@ -41,7 +55,7 @@ class Op:
     microbatch: int
 
     def __str__(self) -> str:
-        return f"{self.stage}{self.kind.value}{self.microbatch}"
+        return f"{self.stage}{str.__str__(self.kind)}{self.microbatch}"  # the kind's letter, without Enum's .value
 
 
 _ACTION = re.compile(r"^\s*(\d+)\s*([FBIW])\s*(\d+)\s*$")
@@ -107,6 +121,10 @@ class Schedule:
     def split_backward(self) -> bool:
         """True when backward is split into I and W ops."""
         return any(op.kind is Kind.I for op in self.ops())
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle the fields only, not the flat form :func:`ppopt.validate.validated` caches."""
+        return {k: v for k, v in self.__dict__.items() if k != "_flat"}
 
     def stages_on(self, device: int) -> tuple[int, ...]:
         """Stages that have a replica on ``device``, ascending."""

@@ -63,15 +63,14 @@ Memory accounting (per device)
     * ``peak_memory_bytes`` = persistent + peak activation bytes.
 
 Checks
-    The schedule must be valid (:func:`ppopt.validate.validate`). To stay fast on large schedules,
-    :func:`prepare` screens it while flattening it (placement, devices, duplicates, completeness,
-    order within a device) and hands any failure to ``validate`` for the error message; a
-    deadlocking order is detected by the simulation itself and reported by
-    :func:`ppopt.validate.execution_order`, which names what each device waits for.
+    The schedule must be valid: :func:`prepare` checks it with :func:`ppopt.validate.validated`,
+    whose flat form (:mod:`ppopt.flat`, integer ids in plain lists) the simulator runs on. A caller
+    that already holds that flat form (``ppopt.evaluate`` builds it once per schedule and shares it
+    with the table layer) passes it instead of the schedule and nothing is checked twice.
 
 How it runs
-    :func:`prepare` turns the schedule into integer ids in plain lists (reusable across costs and
-    systems: ``simulate`` accepts its result in place of the schedule). The run needs no event queue
+    :func:`prepare` adds the messages, links and all-reduces to the flat form (reusable across costs
+    and systems: ``simulate`` accepts its result in place of the schedule). The run needs no event queue
     for most messages: a device runs one op at a time, each op has at most one input from another
     device, and a directed link carries the messages of one sender only, in the sender's order, which
     is their time order. So each device advances as far as its inputs allow, placing its messages on
@@ -88,23 +87,23 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import accumulate
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import NamedTuple
 
 from ppopt.config import LinkConfig, SystemConfig
 from ppopt.costs import Costs, StageCost, allreduce_time_s, link_between, transfer_time_s
 from ppopt.errors import ScheduleError
+from ppopt.flat import KIND_CODE, Flat, peak_per_device
 from ppopt.ir import Kind, Op, Schedule
-from ppopt.validate import ScheduleValidationError, execution_order, validate
+from ppopt.validate import ScheduleValidationError, execution_order, validated
 
 __all__ = ["Event", "Prepared", "Simulation", "busy_s", "op_duration_s", "prepare", "simulate"]
 
 GRADIENT_BYTES_PER_PARAM = 2
 """Bytes per parameter all-reduced between replicas when ``StageCost.gradient_bytes`` is unset."""
 
-_F, _B, _I, _W = 0, 1, 2, 3
-_CODE = {Kind.F: _F, Kind.B: _B, Kind.I: _I, Kind.W: _W}
+_B, _W = KIND_CODE[Kind.B], KIND_CODE[Kind.W]
+_CODE = KIND_CODE
 
 
 class Event(NamedTuple):
@@ -129,26 +128,12 @@ class Event(NamedTuple):
 # --------------------------------------------------------------------------------------------------
 
 
-class _Invalid(Exception):
-    """The screen found a problem; :func:`validate` will describe it."""
-
-
 @dataclass(frozen=True, eq=False)
 class Prepared:
-    """A schedule flattened for the simulator; build it with :func:`prepare`.
+    """A schedule flattened for the simulator: its :class:`~ppopt.flat.Flat` form plus the messages,
+    links and all-reduces, which do not depend on costs; build it with :func:`prepare`."""
 
-    Ops are ids ``0..n-1``, device after device in execution order; per-op lists are indexed by id.
-    """
-
-    schedule: Schedule
-    ops: list[Op]
-    dev: list[int]
-    stage: list[int]
-    kind: list[int]  # 0 F, 1 B, 2 I, 3 W
-    stage_kind: list[int]  # 4 * stage + kind: index into a per-run table of durations
-    orders: list[range]  # ids of each device's ops
-    split: bool
-    succ: list[int]  # the op that receives op i's message, or -1
+    flat: Flat
     arrival: list[float]  # initial input arrival per op: 0.0, or -1.0 when it waits for a message
     link_pairs: list[tuple[int, int]]  # link id -> (source device, destination device)
     link_of: list[int]  # link of op i's message
@@ -160,90 +145,22 @@ class Prepared:
     shared: list[bool]  # per link: an all-reduce uses it
 
     @property
+    def schedule(self) -> Schedule:
+        return self.flat.schedule
+
+    @property
     def size(self) -> int:
-        return len(self.ops)
+        return self.flat.size
 
 
-def _device_table(schedule: Schedule) -> list[list[int]]:
-    """``table[stage][microbatch]``: the device that must run the microbatch's ops of that stage."""
-    p, m = schedule.devices, schedule.microbatches
-    if p < 1 or len(schedule.orders) != p or not schedule.placement:
-        raise _Invalid("devices, device rows or placement do not fit together")
-    replica = schedule.replica_of or (0,) * m
-    if len(replica) != m:
-        raise _Invalid("replica_of needs one entry per microbatch")
-    table = []
-    for holders in schedule.placement:
-        if not holders or any(not 0 <= d < p for d in holders):
-            raise _Invalid("a stage is placed on no device or outside the devices")
-        if len(holders) == 1:
-            table.append([holders[0]] * m)
-        else:
-            if any(not 0 <= r < len(holders) for r in replica):
-                raise _Invalid("a microbatch belongs to a replica that does not exist")
-            table.append([holders[r] for r in replica])
-    return table
-
-
-def prepare(schedule: Schedule) -> Prepared:
+def prepare(schedule: Schedule | Flat) -> Prepared:
     """Check and flatten ``schedule`` for :func:`simulate` (reusable across costs and systems).
 
-    Raises :class:`ScheduleValidationError` (the validator's message) if the schedule is invalid;
-    a deadlocking order is reported by :func:`simulate`.
+    Raises :class:`ScheduleValidationError` (the validator's message) if the schedule is invalid.
+    A :class:`~ppopt.flat.Flat` (from :func:`ppopt.validate.validated`) is already checked.
     """
-    try:
-        return _prepare(schedule)
-    except _Invalid as problem:
-        try:
-            validate(schedule)  # raises the validator's message
-        except ScheduleValidationError:
-            raise
-        except Exception:  # noqa: BLE001  (the validator tripped over it: report our own finding)
-            pass
-        raise ScheduleValidationError(f"invalid schedule: {problem}") from None
-
-
-def _prepare(schedule: Schedule) -> Prepared:
-    stages, m = schedule.stages, schedule.microbatches
-    where = _device_table(schedule)
-    ops: list[Op] = [op for order in schedule.orders for op in order]
-    orders: list[range] = []
-    dev: list[int] = []
-    for d, order in enumerate(schedule.orders):
-        orders.append(range(len(dev), len(dev) + len(order)))
-        dev += [d] * len(order)
-    stage_of = list(map(attrgetter("stage"), ops))
-    mb_of = list(map(attrgetter("microbatch"), ops))
-    kind_of = list(map(_CODE.__getitem__, map(attrgetter("kind"), ops)))
-    if ops and (min(stage_of) < 0 or max(stage_of) >= stages or min(mb_of) < 0 or max(mb_of) >= m):
-        raise _Invalid("an op names a stage or microbatch outside the schedule")
-    n = len(ops)
-    split = _I in kind_of
-    grad = _I if split else _B
-    kinds = (_F, _I, _W) if split else (_F, _B)
-    stage_kind = [s * 4 + k for s, k in zip(stage_of, kind_of)]
-    keys = [sk * m + mb for sk, mb in zip(stage_kind, mb_of)]
-    if not set(kind_of) <= set(kinds) or n != stages * m * len(kinds) or len(set(keys)) != n:
-        raise _Invalid("ops are missing or duplicated, or full and split backward are mixed")
-    slot = [-1] * (stages * 4 * m)  # (stage, kind, microbatch) -> op id
-    for i, key in enumerate(keys):
-        slot[key] = i
-
-    def ids(s: int, k: int) -> list[int]:
-        """Op ids of kind ``k`` on stage ``s``, by microbatch."""
-        return slot[(s * 4 + k) * m : (s * 4 + k + 1) * m]
-
-    for s in range(stages):
-        for k in kinds:
-            if [dev[i] for i in ids(s, k)] != where[s]:
-                raise _Invalid(f"an op of stage {s} is not on the device its placement gives")
-
-    # Dependencies. F(s) -> B/I(s) and I(s) -> W(s) share a device: the first must come earlier.
-    # F(s-1) -> F(s) and B/I(s+1) -> B/I(s) may cross devices: then they are messages.
-    for s in range(stages):
-        local = [(ids(s, _F), ids(s, grad))] + ([(ids(s, _I), ids(s, _W))] if split else [])
-        if any(a > b for first, then in local for a, b in zip(first, then)):
-            raise _Invalid(f"an op of stage {s} runs before its dependency on the same device")
+    flat = validated(schedule)
+    n, dev, stage_of = flat.size, flat.dev, flat.stage
     # A message per cross-device dependency; one link per directed device pair. Messages with the same
     # (source, destination, sender stage) take the same time, computed per run from the costs.
     link_ids: dict[tuple[int, int], int] = {}
@@ -251,32 +168,23 @@ def _prepare(schedule: Schedule) -> Prepared:
     def link_id(a: int, b: int) -> int:
         return link_ids.setdefault((a, b), len(link_ids))
 
-    succ = [-1] * n
-    arrival = [0.0] * n
+    arrival = [0.0 if w < 0 else -1.0 for w in flat.wait]
     message_ids: dict[tuple[int, int, int], int] = {}
     message_of = [-1] * n
-    chains = [(s - 1, ids(s - 1, _F), ids(s, _F)) for s in range(1, stages)]
-    chains += [(s + 1, ids(s + 1, grad), ids(s, grad)) for s in range(stages - 1)]
-    for sender_stage, first, then in chains:
-        for a, b in zip(first, then):
-            da, db = dev[a], dev[b]
-            if da != db:
-                succ[a] = b
-                arrival[b] = -1.0
-                key = (da, db, sender_stage)
-                x = message_ids.get(key)
-                if x is None:
-                    x = message_ids[key] = len(message_ids)
-                message_of[a] = x
-            elif a > b:
-                raise _Invalid(f"{ops[b]} runs before its dependency {ops[a]} on the same device")
+    for a, b in enumerate(flat.succ):
+        if b >= 0:
+            key = (dev[a], dev[b], stage_of[a])
+            x = message_ids.get(key)
+            if x is None:
+                x = message_ids[key] = len(message_ids)
+            message_of[a] = x
     message_link = [link_id(a, b) for a, b, _ in message_ids]
     link_of = [message_link[x] if x >= 0 else -1 for x in message_of]
 
     # Replicated stages: a ring all-reduce over the distinct replica devices.
-    syncs = []
+    syncs: list[tuple[int, tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]] = []
     sync_index: dict[int, int] = {}
-    for s, holders in enumerate(schedule.placement):
+    for s, holders in enumerate(flat.schedule.placement):
         replicas = tuple(dict.fromkeys(holders))
         if len(replicas) < 2:
             continue
@@ -284,20 +192,15 @@ def _prepare(schedule: Schedule) -> Prepared:
         occupied = tuple(dict.fromkeys([link_id(a, b) for a, b in ring] + [link_id(b, a) for a, b in ring]))
         sync_index[s] = len(syncs)
         syncs.append((s, replicas, ring, occupied))
-    completes = _W if split else _B
+    completes = _W if flat.split else _B
     sync_of = [-1] * n
     if syncs:
-        sync_of = [sync_index.get(s, -1) if k == completes else -1 for s, k in zip(stage_of, kind_of)]
+        sync_of = [sync_index.get(s, -1) if k == completes else -1 for s, k in zip(stage_of, flat.kind)]
     shared = [False] * len(link_ids)
     for *_, occupied in syncs:
         for lid in occupied:
             shared[lid] = True
-
-    return Prepared(
-        schedule=schedule, ops=ops, dev=dev, stage=stage_of, kind=kind_of, stage_kind=stage_kind,
-        orders=orders, split=split, succ=succ, arrival=arrival, link_pairs=list(link_ids), link_of=link_of,
-        message_keys=list(message_ids), message_of=message_of, syncs=syncs, sync_of=sync_of, shared=shared,
-    )
+    return Prepared(flat, arrival, list(link_ids), link_of, list(message_ids), message_of, syncs, sync_of, shared)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -347,22 +250,23 @@ class Simulation:
     @cached_property
     def start_s(self) -> dict[Op, float]:
         """Start time of every op."""
-        return dict(zip(self._run.prepared.ops, self._run.start))
+        return dict(zip(self._run.prepared.flat.ops, self._run.start))
 
     @cached_property
     def end_s(self) -> dict[Op, float]:
         """End time of every op."""
-        return dict(zip(self._run.prepared.ops, self._run.end))
+        return dict(zip(self._run.prepared.flat.ops, self._run.end))
 
     @cached_property
     def timeline(self) -> tuple[Event, ...]:
         """Every compute, transfer, all-reduce and optimizer interval, sorted by start time (stable)."""
         run, plan = self._run, self._run.prepared
-        ops, succ, n = plan.ops, plan.succ, plan.size
-        events = list(map(Event, ["compute"] * n, ops, plan.dev, run.start, run.end, [0.0] * n))
+        flat = plan.flat
+        ops, succ, n = flat.ops, flat.succ, flat.size
+        events = list(map(Event, ["compute"] * n, ops, flat.dev, run.start, run.end, [0.0] * n))
         events += [
             Event("transfer", (ops[i], ops[j]), plan.link_pairs[plan.link_of[i]], run.sent[i], run.arrived[i],
-                  run.send_bytes[plan.stage[i]])
+                  run.send_bytes[flat.stage[i]])
             for i, j in enumerate(succ)
             if j >= 0
         ]
@@ -411,7 +315,7 @@ def _link_chooser(system: SystemConfig | None, link: LinkConfig | None) -> Calla
 
 
 def simulate(
-    schedule: Schedule | Prepared,
+    schedule: Schedule | Flat | Prepared,
     costs: Costs,
     system: SystemConfig | None = None,
     *,
@@ -422,8 +326,8 @@ def simulate(
     """Simulate one training step of ``schedule`` with ``costs`` on ``system`` (see the module doc).
 
     Args:
-        schedule: a valid schedule, or :func:`prepare`'s result for it (to simulate one schedule
-            under many costs or systems without flattening it again).
+        schedule: a valid schedule, its :class:`~ppopt.flat.Flat` form, or :func:`prepare`'s result
+            for it (to simulate one schedule under many costs or systems without flattening it again).
         costs: per-stage costs, one entry per stage of the schedule.
         system: links (``link_between``), ``overlap_comm_compute`` and, for the optimizer step,
             memory bandwidth and latency. None: communication is free unless ``link`` is given.
@@ -438,7 +342,8 @@ def simulate(
             system.
     """
     plan = schedule if isinstance(schedule, Prepared) else prepare(schedule)
-    schedule = plan.schedule
+    flat = plan.flat
+    schedule = flat.schedule
     if len(costs.stages) != schedule.stages:
         raise ScheduleError(f"costs describe {len(costs.stages)} stages, the schedule has {schedule.stages}")
     if optimizer and system is None:
@@ -451,7 +356,7 @@ def simulate(
 
     # ---- costs of this run: op durations, message times, all-reduce times -------------------------
     table = [t for c in costs.stages for t in _durations(c)]  # indexed by 4 * stage + kind
-    dur = list(map(table.__getitem__, plan.stage_kind))
+    dur = list(map(table.__getitem__, flat.stage_kind))
     send_bytes = [c.send_bytes for c in costs.stages]
     message_times, occupancy_times = [], []
     for a, b, s in plan.message_keys:
@@ -464,20 +369,21 @@ def simulate(
     occupy_s = list(map(occupancy_times.__getitem__, plan.message_of))
     sync_s = []
     for s, replicas, ring, _ in plan.syncs:
-        chosen = [choose_link(a, b) for a, b in ring]
+        ring_links = [choose_link(a, b) for a, b in ring]
         nbytes = _gradient_bytes(costs.stages[s])
-        sync_s.append(0.0 if None in chosen else max(allreduce_time_s(nbytes, c, len(replicas)) for c in chosen))
+        sync_s.append(max((allreduce_time_s(nbytes, c, len(replicas)) for c in ring_links if c is not None), default=0.0)
+                      if None not in ring_links else 0.0)
 
     # ---- state ------------------------------------------------------------------------------------
-    dev, succ, link_of, shared, sync_of = plan.dev, plan.succ, plan.link_of, plan.shared, plan.sync_of
+    dev, succ, link_of, shared, sync_of = flat.dev, flat.succ, plan.link_of, plan.shared, plan.sync_of
     start = [0.0] * n
     end = [0.0] * n
     sent = [0.0] * n
     arrived = [0.0] * n
     arrival = plan.arrival[:]  # when op i's input is there; -1: not yet known
     free = [0.0] * p  # when each device's compute stream is next free
-    nxt = [o.start for o in plan.orders]  # next op id per device
-    stop = [o.stop for o in plan.orders]
+    nxt = [o.start for o in flat.orders]  # next op id per device
+    stop = [o.stop for o in flat.orders]
     held = [False] * p  # blocked on a message in the heap (sender blocks)
     link_free = [0.0] * len(plan.link_pairs)
     remaining = [0] * len(plan.syncs)
@@ -560,7 +466,7 @@ def simulate(
     # ---- optimizer step and metrics -----------------------------------------------------------------
     stages_on = [schedule.stages_on(d) for d in range(p)]
     persistent = tuple(float(sum(costs.stages[s].persistent_bytes for s in stages_on[d])) for d in range(p))
-    busy = [float(sum(dur[o.start : o.stop])) for o in plan.orders]
+    busy = [float(sum(dur[o.start : o.stop])) for o in flat.orders]
     sync_end = {e.what: e.end_s for e in allreduces}
     optimizer_events: list[Event] = []
     if optimizer:
@@ -573,7 +479,7 @@ def simulate(
             busy[d] += length
     step = max([0.0, max(end, default=0.0), *sync_end.values(), *(e.end_s for e in optimizer_events)])
     idle = 1.0 - sum(busy) / (p * step) if step > 0 else 0.0
-    peaks = _peak_activations(plan, [c.activation_bytes for c in costs.stages])
+    peaks = tuple(peak_per_device(flat, [c.activation_bytes for c in costs.stages]))
 
     return Simulation(
         step_time_s=step,
@@ -583,21 +489,4 @@ def simulate(
         persistent_bytes=persistent,
         peak_memory_bytes=tuple(a + b for a, b in zip(peaks, persistent)),
         _run=_Run(plan, start, end, sent, arrived, send_bytes, allreduces, optimizer_events),
-    )
-
-
-def _peak_activations(plan: Prepared, size: list[float]) -> tuple[float, ...]:
-    """Per device, the peak of stored activation bytes (see "Memory accounting" in the module doc).
-
-    A device runs one op at a time, so walking its order visits allocations (F starts) and releases
-    (B or W ends) in time order, a release before a later op's allocation at the same instant.
-    """
-    frees = _W if plan.split else _B
-    change = [0.0] * (4 * len(size))  # indexed by 4 * stage + kind
-    for s, x in enumerate(size):
-        change[4 * s + _F] = x
-        change[4 * s + frees] = -x
-    return tuple(
-        max(0.0, max(accumulate(map(change.__getitem__, plan.stage_kind[o.start : o.stop])), default=0.0))
-        for o in plan.orders
     )

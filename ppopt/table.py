@@ -1,61 +1,43 @@
 """The idealized table layer: a schedule laid out in unit time slots, and the metrics read from it.
 
-Slot lengths come from the unit model :class:`ppopt.units.UnitCosts` (default F = 1, B = 2, I = W = 1
-slots of a 1/p model share, chunk ops scaled by p/S; ``comm`` slots per message between devices). For
-backward compatibility an integer ``backward`` (1 or 2) still gives the old chunk slots F = 1,
-B = ``backward``, I = W = 1. Each op starts as early as its data dependencies (plus the message
-delay) and its device's order allow. The table's metrics:
+Units (:mod:`ppopt.units`): a slot is one forward of a 1/p share of the model; op durations come from
+:class:`~ppopt.units.UnitCosts` (default F = 1, B = 2, I = W = 1 slots), scaled by p/S for a schedule
+with S stages on p devices, so an interleaved schedule with v chunks per device has ops of 1/v of
+those figures and its length is comparable with 1F1B's. Each op starts as soon as its data
+dependencies and its device's order allow; a message between devices adds ``units.comm`` slots
+(default 0). The table's metrics:
 
 - ``length``: slots from the first op's start to the last op's end (T);
-- ``bubble_ratio``: idle cells / all cells = 1 - busy / (devices * length) (the "idle over total
+- ``bubble_ratio``: idle time / total time = 1 - busy / (devices * length) (the "idle over total
   time" convention);
-- ``peak_activations``: per device, the most microbatch activations alive at once; an activation is
-  alive from the start of its F to the end of the op that frees it (B, or W when backward is split).
+- ``peak_activations``: per device, the most microbatch activations alive at once (counted per
+  stage chunk); an activation is alive from the start of its F to the end of the op that frees it
+  (B, or W when backward is split).
+
+The layout is computed on the flat integer form of :mod:`ppopt.flat` (shared with validation and the
+simulator) in integer *ticks*: the tick is the greatest common divisor of the schedule's op durations
+(durations are taken as fractions with denominators up to 10^6), so starts are exact. The drawn grid,
+:meth:`Table.cells`, has one column per tick: an interleaved table still shows one cell per chunk
+forward. A grid over :data:`MAX_CELLS` cells is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
 
 from ppopt.errors import ScheduleError
+from ppopt.flat import KINDS, Flat, Unflattenable, flatten, paused_gc, peak_per_device
+from ppopt.flat import earliest_starts as flat_earliest_starts
 from ppopt.ir import Kind, Op, Schedule, freeing_kind
 from ppopt.units import UnitCosts
-from ppopt.validate import execution_order, predecessors
+from ppopt.validate import execution_order, predecessors, validated
 
-
-def unit_durations(backward: int = 1) -> dict[Kind, int]:
-    """Slot length of each op kind in the unit model (F = 1, B = ``backward``, I = W = 1)."""
-    if backward not in (1, 2):
-        raise ScheduleError(f"--backward must be 1 or 2 slots, got {backward}")
-    return {Kind.F: 1, Kind.B: backward, Kind.I: 1, Kind.W: 1}
-
-
-def earliest_starts(
-    schedule: Schedule,
-    duration: Callable[[Op], float],
-    delay: Callable[[Op, Op], float] | None = None,
-) -> dict[Op, float]:
-    """Start time of every op when each starts as soon as its predecessors allow.
-
-    ``duration(op)`` gives each op's length; ``delay(dep, op)`` the extra wait between a data
-    dependency ``dep`` ending and ``op`` starting (communication), zero when omitted. The device's
-    previous op only has to end. Raises on a deadlocking order.
-    """
-    preds = predecessors(schedule)
-    start: dict[Op, float] = {}
-    end: dict[Op, float] = {}
-    for op in execution_order(schedule):
-        t = 0.0
-        device = schedule.device_of(op)
-        for dep in preds[op]:
-            ready = end[dep]
-            if delay is not None and schedule.device_of(dep) != device:
-                ready += delay(dep, op)
-            t = max(t, ready)
-        start[op] = t
-        end[op] = t + duration(op)
-    return start
+MAX_CELLS = 20_000_000
+"""Most cells (devices x columns) a drawn table grid may have; larger grids are refused."""
 
 
 def peak_live(
@@ -86,70 +68,211 @@ def peak_live(
     return tuple(peaks)
 
 
-@dataclass(frozen=True)
+def earliest_starts(
+    schedule: Schedule,
+    duration: Callable[[Op], float],
+    delay: Callable[[Op, Op], float] | None = None,
+) -> dict[Op, float]:
+    """Start time of every op when each starts as soon as its predecessors allow.
+
+    ``duration(op)`` gives each op's length; ``delay(dep, op)`` the extra wait between a data
+    dependency ``dep`` ending and ``op`` starting (communication), zero when omitted. The device's
+    previous op only has to end. Raises on a deadlocking order. A valid schedule is laid out on its
+    flat form (:mod:`ppopt.flat`); any other (e.g. incomplete) one through the general dependency graph.
+    """
+    try:
+        flat = flatten(schedule)
+    except Unflattenable:
+        return _earliest_starts_graph(schedule, duration, delay)
+    ops = flat.ops
+    cross = None
+    if delay is not None:
+        cross = [delay(ops[w], op) if w >= 0 else 0 for w, op in zip(flat.wait, ops)]
+    return dict(zip(ops, flat_earliest_starts(flat, list(map(duration, ops)), cross)))
+
+
+def _earliest_starts_graph(
+    schedule: Schedule,
+    duration: Callable[[Op], float],
+    delay: Callable[[Op, Op], float] | None = None,
+) -> dict[Op, float]:
+    preds = predecessors(schedule)
+    start: dict[Op, float] = {}
+    end: dict[Op, float] = {}
+    for op in execution_order(schedule):
+        t = 0.0
+        device = schedule.device_of(op)
+        for dep in preds[op]:
+            ready = end[dep]
+            if delay is not None and schedule.device_of(dep) != device:
+                ready += delay(dep, op)
+            t = max(t, ready)
+        start[op] = t
+        end[op] = t + duration(op)
+    return start
+
+
+
+
+@dataclass(frozen=True, eq=False)
 class Table:
-    """A schedule placed in unit slots: ``start[op]`` is the op's first slot."""
+    """A schedule laid out in unit slots (module docstring); build it with :func:`build_table`.
 
-    schedule: Schedule
-    durations: Mapping[Kind, float]
-    start: Mapping[Op, float]
-    activation: float = 1.0  # size of one stage's activation, in activations of a 1/p model share (p/S)
+    Attributes:
+        flat: the schedule's flat form.
+        units: the unit model of the durations.
+        tick: slots per tick, the greatest common divisor of the op durations (an exact fraction).
+        ticks: duration of each op kind in ticks, indexed by kind code (F, B, I, W).
+        start_ticks: start of each op, by flat id, in ticks.
+    """
 
-    def end(self, op: Op) -> float:
-        return self.start[op] + self.durations[op.kind]
+    flat: Flat
+    units: UnitCosts
+    tick: Fraction
+    ticks: tuple[int, int, int, int]
+    start_ticks: list[int]
 
     @property
-    def length(self) -> float:
-        return max((self.end(op) for op in self.start), default=0)
+    def schedule(self) -> Schedule:
+        return self.flat.schedule
 
-    def busy(self, device: int) -> float:
-        return sum(self.durations[op.kind] for op in self.schedule.orders[device])
+    def _slots(self, ticks: int) -> int | float:
+        """Ticks as slots: an int when whole, else the nearest float."""
+        value = ticks * self.tick
+        return value.numerator if value.denominator == 1 else float(value)
+
+    def _all_slots(self, ticks: list[int]) -> list[int] | list[float]:
+        """Ticks as slots: ints when the tick is whole, else the nearest floats (exact int division)."""
+        num, den = self.tick.numerator, self.tick.denominator
+        if den == 1:
+            return [t * num for t in ticks]
+        return [t * num / den for t in ticks]
+
+    @cached_property
+    def durations(self) -> dict[Kind, int | float]:
+        """Slots of each op kind (an int when whole)."""
+        exact = _exact_durations(self.flat.schedule, self.units)
+        return {kind: x.numerator if x.denominator == 1 else float(x) for kind, x in zip(KINDS, exact)}
+
+    @property
+    def used_durations(self) -> dict[Kind, int | float]:
+        """Slots of the op kinds this schedule has: F, I, W when backward is split, else F, B."""
+        used = (Kind.F, Kind.I, Kind.W) if self.flat.split else (Kind.F, Kind.B)
+        return {kind: self.durations[kind] for kind in used}
+
+    @cached_property
+    def start(self) -> dict[Op, int | float]:
+        """First slot of every op (slots, an int when whole)."""
+        return dict(zip(self.flat.ops, self._all_slots(self.start_ticks)))
+
+    @cached_property
+    def ends(self) -> dict[Op, int | float]:
+        """Last slot + 1 of every op (slots, an int when whole)."""
+        ticks, kinds = self.ticks, self.flat.kind
+        return dict(zip(self.flat.ops, self._all_slots([t + ticks[k] for t, k in zip(self.start_ticks, kinds)])))
+
+    def spans(self, devices: int | None = None, before: float | None = None) -> list[tuple[Op, int, int | float, int | float]]:
+        """``(op, device, start, end)`` of every op, slots, by flat id (no per-op dictionary); only
+        the ops on devices below ``devices`` starting before slot ``before``, when given."""
+        flat, ticks = self.flat, self.ticks
+        ids: Sequence[int] = range(flat.size)
+        if devices is not None or before is not None:
+            limit = math.inf if before is None else math.ceil(Fraction(before) / self.tick)  # t < x iff t < ceil(x)
+            last = flat.orders[min(devices, len(flat.orders)) - 1].stop if devices else flat.size
+            ids = [i for i, t in zip(range(last), self.start_ticks) if t < limit]
+        start = [self.start_ticks[i] for i in ids]
+        end = [t + ticks[flat.kind[i]] for t, i in zip(start, ids)]
+        return list(zip([flat.ops[i] for i in ids], [flat.dev[i] for i in ids], self._all_slots(start), self._all_slots(end)))
+
+    def end(self, op: Op) -> int | float:
+        return self.start[op] + self.durations[op.kind]
+
+    @cached_property
+    def length_ticks(self) -> int:
+        ticks, kinds = self.ticks, self.flat.kind
+        return max((t + ticks[k] for t, k in zip(self.start_ticks, kinds)), default=0)
+
+    @property
+    def length(self) -> int | float:
+        """Slots from 0 to the end of the last op."""
+        return self._slots(self.length_ticks)
+
+    def _busy_ticks(self, device: int) -> int:
+        ticks, kinds = self.ticks, self.flat.kind
+        return sum(ticks[kinds[i]] for i in self.flat.orders[device])
+
+    def busy(self, device: int) -> int | float:
+        """Slots of compute on ``device``."""
+        return self._slots(self._busy_ticks(device))
 
     @property
     def bubble_ratio(self) -> float:
-        total = self.schedule.devices * self.length
-        return 1 - sum(self.busy(d) for d in range(self.schedule.devices)) / total if total else 0.0
+        total = self.schedule.devices * self.length_ticks
+        busy = sum(self._busy_ticks(d) for d in range(self.schedule.devices))
+        return float(1 - Fraction(busy, total)) if total else 0.0
 
-    @property
-    def peak_activations(self) -> tuple[float, ...]:
-        """Per device, the peak of live activations (chunk activations count p/S each)."""
-        ends = {op: self.end(op) for op in self.start}
-        peaks = peak_live(self.schedule, self.start, ends, lambda stage: self.activation)
-        return tuple(int(x) if float(x).is_integer() else x for x in peaks)
+    @cached_property
+    def peak_activations(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in peak_per_device(self.flat, [1] * self.schedule.stages))
 
     def cells(self) -> list[list[Op | None]]:
-        """The table itself: ``cells()[device][k]`` is the op occupying column k (one column per
-        shortest op's length), or None."""
-        width = min(d for d in self.durations.values() if d > 0)
-        grid: list[list[Op | None]] = [[None] * round(self.length / width) for _ in range(self.schedule.devices)]
-        for op, t in self.start.items():
-            device = self.schedule.device_of(op)
-            for column in range(round(t / width), round(self.end(op) / width)):
-                grid[device][column] = op
+        """The drawn table: ``cells()[device][column]`` is the op occupying that column, or None.
+
+        One column per tick (``tick`` slots), so every op fills a whole number of columns. Raises
+        :class:`ScheduleError` when the grid would exceed :data:`MAX_CELLS` cells.
+        """
+        devices, length = self.schedule.devices, self.length_ticks
+        if devices * length > MAX_CELLS:
+            raise ScheduleError(
+                f"table grid too large to draw: {devices} devices x {length} columns = {devices * length:,} cells "
+                f"(limit {MAX_CELLS:,})"
+            )
+        grid: list[list[Op | None]] = [[None] * length for _ in range(devices)]
+        flat, ticks = self.flat, self.ticks
+        for i, t in enumerate(self.start_ticks):
+            row = grid[flat.dev[i]]
+            row[t : t + ticks[flat.kind[i]]] = [flat.ops[i]] * ticks[flat.kind[i]]
         return grid
 
 
-def build_table(schedule: Schedule, units: UnitCosts | int = 1, *, backward: int | None = None) -> Table:
-    """Lay ``schedule`` out in unit slots (see the module docstring); ``backward`` is the old
-    spelling of an integer ``units``."""
-    if backward is not None:
-        units = backward
-    if isinstance(units, int):
-        durations: dict[Kind, float] = dict(unit_durations(units))
-        comm, activation = 0.0, 1.0
-    else:
-        durations = units.durations(schedule.devices, schedule.stages)
-        comm, activation = units.comm, schedule.devices / schedule.stages
-    starts = earliest_starts(schedule, lambda op: durations[op.kind], (lambda dep, op: comm) if comm else None)
-    ticked = {op: int(t) if float(t).is_integer() else t for op, t in starts.items()}
-    return Table(schedule, durations, ticked, activation)
+def _exact(slots: float) -> Fraction:
+    return Fraction(slots).limit_denominator(10**6)
+
+
+def build_table(schedule: Schedule | Flat, units: UnitCosts = UnitCosts()) -> Table:  # noqa: B008  (frozen, immutable default)
+    """Lay ``schedule`` (or its flat form, already validated) out in unit slots (module docstring).
+
+    Raises :class:`~ppopt.validate.ScheduleValidationError` for an invalid schedule.
+    """
+    with paused_gc():
+        return _build_table(schedule, units)
+
+
+def _build_table(schedule: Schedule | Flat, units: UnitCosts) -> Table:
+    flat = validated(schedule)
+    exact = _exact_durations(flat.schedule, units)
+    comm = _exact(units.comm)
+    used = (0, 2, 3) if flat.split else (0, 1)  # F, I, W or F, B
+    positive = [exact[k] for k in used if exact[k] > 0] + ([comm] if comm > 0 else [])
+    scale = math.lcm(*(x.denominator for x in positive))
+    tick = Fraction(math.gcd(*(int(x * scale) for x in positive)), scale)
+    f, b, i, w = (int(x / tick) for x in exact)  # exact for the kinds used
+    delay = [int(comm / tick)] * flat.size if comm > 0 else None
+    start = flat_earliest_starts(flat, [(f, b, i, w)[k] for k in flat.kind], delay)
+    return Table(flat, units, tick, (f, b, i, w), start)
+
+
+def _exact_durations(schedule: Schedule, units: UnitCosts) -> list[Fraction]:
+    """Slots of F, B, I, W of one chunk op of ``schedule``, as exact fractions."""
+    share = Fraction(schedule.devices, schedule.stages)
+    return [_exact(units.durations()[kind]) * share for kind in KINDS]
 
 
 @dataclass(frozen=True)
 class TableMetrics:
-    length: float
+    length: int | float  # slots
     bubble_ratio: float
-    peak_activations: tuple[float, ...]
+    peak_activations: tuple[int, ...]
 
 
 def table_metrics(table: Table) -> TableMetrics:

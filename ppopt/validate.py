@@ -4,6 +4,11 @@
 order: placement, ops on the wrong device, missing or duplicated ops, a dependency placed after its
 dependent on the same device, and a deadlocking order across devices. The error's message is one
 line; ``error.details`` shows the per-device order grid with the offending cell marked.
+
+How it runs: :func:`validated` flattens the schedule (:func:`ppopt.flat.flatten`, integer checks,
+linear in the number of ops) and returns the flat form for the table layer and the simulator to
+reuse. Only when that screen finds a problem do the detailed checks below run, to name the
+offending op and mark it in the grid; they hash ops and are slower, but run on failure only.
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ from __future__ import annotations
 from collections import Counter
 
 from ppopt.errors import ScheduleError
+from ppopt.flat import Flat, Unflattenable, flatten
 from ppopt.graph import topological_order
-from ppopt.ir import Kind, Op, Schedule, dependencies, required_ops
+from ppopt.ir import Kind, Op, Schedule, check_size, dependencies, required_ops
 
 
 class ScheduleValidationError(ScheduleError):
@@ -125,7 +131,8 @@ def predecessors(schedule: Schedule) -> dict[Op, tuple[Op, ...]]:
 
 
 def execution_order(schedule: Schedule) -> list[Op]:
-    """A topological order of the ops under data dependencies and per-device order.
+    """A topological order of the ops under data dependencies and per-device order (Kahn's FIFO
+    order over hashed ops; it also serves schedules that are otherwise incomplete).
 
     Raises :class:`ScheduleValidationError` naming, per device, the op it waits on when the order
     deadlocks (a cycle of cross-device waits).
@@ -151,11 +158,51 @@ def execution_order(schedule: Schedule) -> list[Op]:
     return done
 
 
-def validate(schedule: Schedule) -> Schedule:
-    """Check a schedule completely; return it unchanged, or raise :class:`ScheduleValidationError`."""
+def validated(schedule: Schedule | Flat) -> Flat:
+    """Check a schedule completely and return its flat form (a :class:`Flat` is returned as is), or
+    raise :class:`ScheduleValidationError` with the detailed message.
+
+    The flat form is kept with the schedule object (which is immutable), so validating the same
+    schedule again, or handing it to the table layer or the simulator after validating it, costs
+    nothing. A schedule over :data:`ppopt.ir.MAX_OPS` ops is refused before anything is allocated.
+    """
+    if isinstance(schedule, Flat):
+        return schedule
+    known = schedule.__dict__.get(_FLAT)
+    if known is not None:
+        return known
+    try:
+        check_size(schedule.stages * schedule.microbatches * 2, f"{schedule.stages} stages x {schedule.microbatches} microbatches")
+    except ScheduleError as error:
+        raise ScheduleValidationError(str(error)) from None
+    try:
+        flat = flatten(schedule)
+    except Unflattenable as problem:
+        try:
+            explain(schedule)
+        except ScheduleValidationError:
+            raise
+        except Exception:  # noqa: BLE001  (the detailed checks tripped over it: report the screen's finding)
+            pass
+        raise ScheduleValidationError(f"invalid schedule: {problem}", order_grid(schedule)) from None
+    schedule.__dict__[_FLAT] = flat  # a schedule is immutable: flatten it once (see Schedule.__getstate__)
+    return flat
+
+
+_FLAT = "_flat"
+"""Where :func:`validated` keeps a schedule's flat form, in the schedule's own ``__dict__``."""
+
+
+def explain(schedule: Schedule) -> None:
+    """The detailed checks, in the order of the module docstring: raise on the first problem found."""
     _check_placement(schedule)
     _check_devices(schedule)
     _check_complete(schedule)
     _check_local_order(schedule)
     execution_order(schedule)
+
+
+def validate(schedule: Schedule) -> Schedule:
+    """Check a schedule completely; return it unchanged, or raise :class:`ScheduleValidationError`."""
+    validated(schedule)
     return schedule

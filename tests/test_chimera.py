@@ -21,6 +21,7 @@ from ppopt.generators.chimera import (
 )
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.table import build_table, peak_live
+from ppopt.units import UnitCosts
 from ppopt.validate import validate
 
 # The reference grid of /work/shared/reference.md §2 (p = 4, m = 4, unit slots), written literally.
@@ -87,7 +88,7 @@ def test_table_against_the_reference_grid():
     cells coincide, so length 10, bubble 0.2 and the per-device peaks (3, 4, 4, 3) are the same.
     """
     schedule = chimera(4, 4)
-    table = build_table(schedule, backward=1)
+    table = build_table(schedule, UnitCosts(backward=1))
     ref = reference_starts()
     moved = {op: (ref[op], table.start[op]) for op in ref if ref[op] != table.start[op]}
     assert moved == {Op(0, Kind.F, 1): (2, 1), Op(0, Kind.F, 3): (2, 1)}
@@ -116,7 +117,7 @@ def test_unit_construction_is_conflict_free_and_respects_dependencies(p):
             if s < p - 1:
                 assert slots[(direction, Kind.B, j, s + 1)] < t
     assert max(slots.values()) + 1 == 3 * p - 2 == chimera_formula(p, p).length
-    assert build_table(chimera(p, p)).length == 3 * p - 2
+    assert build_table(chimera(p, p), UnitCosts(backward=1)).length == 3 * p - 2
 
 
 @pytest.mark.parametrize("p,m", [(2, 2), (4, 4), (4, 8), (6, 6), (8, 8), (8, 64), (16, 32)])
@@ -132,14 +133,14 @@ def test_formula_bubble(p, m):
 def test_table_at_m_equals_p(p):
     peaks = tuple(p // 2 + 1 + min(r, p - 1 - r) for r in range(p))
     schedule = chimera(p, p)
-    one = build_table(schedule, backward=1)
+    one = build_table(schedule, UnitCosts(backward=1))
     assert one.peak_activations == peaks == chimera_formula(p, p).peak_activations
     # F = B: the table is exactly the formula.
     assert one.length == chimera_formula(p, p, backward=1).length
     assert one.bubble_ratio == pytest.approx(chimera_formula(p, p, backward=1).bubble_ratio)
     # B = 2: the order follows the F = B construction; the backward wave, twice as slow, stretches
     # the table to 5p - 4 slots (bubble (2p-4)/(5p-4)) instead of the formula's 3(p + (p-2)/2).
-    two = build_table(schedule, backward=2)
+    two = build_table(schedule, UnitCosts(backward=2))
     assert two.length == 5 * p - 4
     assert two.bubble_ratio == pytest.approx((2 * p - 4) / (5 * p - 4))
     assert two.length >= chimera_formula(p, p, backward=2).length  # equal only at p = 2
@@ -168,7 +169,7 @@ CONCATENATED = {  # (p, m, backward): (length, bubble)
 def test_direct_concatenation_table_is_worse_than_the_formula(key):
     p, m, b = key
     length, bubble = CONCATENATED[key]
-    table = build_table(chimera(p, m), backward=b)
+    table = build_table(chimera(p, m), UnitCosts(backward=b))
     assert table.length == length == (m // p) * (3 * p - 2 if b == 1 else 5 * p - 4)
     assert table.bubble_ratio == pytest.approx(bubble)
     formula = chimera_formula(p, m, backward=b)
@@ -191,7 +192,7 @@ def _interleaved(p: int, m: int) -> Schedule:
 @pytest.mark.parametrize("p,m", [(4, 8), (4, 16), (6, 18), (8, 32)])
 def test_perfect_interleaving_is_what_the_formula_assumes(p, m):
     """Shifting unit k by 2p slots is collision-free; that table meets the formula at B = 1."""
-    table = build_table(validate(_interleaved(p, m)), backward=1)
+    table = build_table(validate(_interleaved(p, m)), UnitCosts(backward=1))
     formula = chimera_formula(p, m, backward=1)
     assert table.length == formula.length
     assert table.bubble_ratio == pytest.approx(formula.bubble_ratio)

@@ -66,6 +66,7 @@ def test_evaluate_all_lists_the_applicable_schedules():
     data = json.loads(result.output)
     assert [row["schedule"] for row in data] == names()  # p = 4, m = 8 suits every schedule
     by_name = {row["schedule"]: row for row in data}
+    # the default unit model F = I = W = 1: ZB-H1 takes m(F + I + W) + p - 1 = 27 slots, 3 of them idle per device
     assert by_name["zb-h1"]["table"]["bubble_ratio"] == pytest.approx(3 / 27)
     assert by_name["chimera"]["formula"]["bubble_ratio"] == pytest.approx(2 / 18)
 

@@ -13,6 +13,7 @@ from ppopt.generators.interleaved import interleaved_1f1b, warmup_count
 from ppopt.generators.linear import one_f_one_b
 from ppopt.ir import Kind, Op
 from ppopt.table import build_table
+from ppopt.units import UnitCosts
 from ppopt.validate import validate
 
 
@@ -31,9 +32,11 @@ CASES = [(p, v, k * p) for p in (1, 2, 3, 4, 5) for v in (1, 2, 3) for k in (1, 
 @pytest.mark.parametrize("backward", [1, 2])
 @pytest.mark.parametrize(("p", "v", "m"), CASES)
 def test_table_equals_formula(p, v, m, backward):
-    table = build_table(interleaved_1f1b(p, m, chunks=v), backward)
-    closed = formula("interleaved-1f1b", p, m, backward=backward, chunks=v)
-    assert table.length == closed.length == (1 + backward) * (v * m + p - 1)
+    units = UnitCosts(backward=backward)
+    table = build_table(interleaved_1f1b(p, m, chunks=v), units)
+    closed = formula("interleaved-1f1b", p, m, units, chunks=v)
+    # (1 + B)(v m + p - 1) chunk-op slots, each 1/v of a slot.
+    assert table.length == closed.length == pytest.approx((1 + backward) * (v * m + p - 1) / v, rel=1e-15)
     assert table.bubble_ratio == pytest.approx(closed.bubble_ratio)
     assert table.peak_activations == closed.peak_activations
 
@@ -62,7 +65,8 @@ def test_megatron_order_p2_v2_m4():
 def test_v1_is_1f1b(p, m, backward):
     interleaved = interleaved_1f1b(p, m, chunks=1)
     assert interleaved.orders == one_f_one_b(p, m).orders
-    a, b = build_table(interleaved, backward), build_table(one_f_one_b(p, m), backward)
+    units = UnitCosts(backward=backward)
+    a, b = build_table(interleaved, units), build_table(one_f_one_b(p, m), units)
     assert (a.length, a.bubble_ratio, a.peak_activations) == (b.length, b.bubble_ratio, b.peak_activations)
 
 

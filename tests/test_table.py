@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from ppopt.errors import ScheduleError
 from ppopt.evaluate import table_of
 from ppopt.formula import formula
-from ppopt.table import unit_durations
+from ppopt.ir import Kind
+from ppopt.units import UnitCosts
 
 sizes = st.tuples(st.integers(1, 12), st.integers(1, 40))
 
@@ -18,7 +19,7 @@ sizes = st.tuples(st.integers(1, 12), st.integers(1, 40))
 @given(sizes, st.sampled_from(["gpipe", "1f1b"]), st.sampled_from([1, 2]))
 def test_linear_bubble_is_exact(size, name, backward):
     p, m = size
-    table = table_of(name, p, m, backward)
+    table = table_of(name, p, m, UnitCosts(backward=backward))
     assert table.length == (m + p - 1) * (1 + backward)
     idle = p * table.length - p * m * (1 + backward)
     assert Fraction(idle, p * table.length) == Fraction(p - 1, m + p - 1)
@@ -29,29 +30,106 @@ def test_linear_bubble_is_exact(size, name, backward):
 @given(sizes, st.sampled_from([1, 2]))
 def test_peak_activations(size, backward):
     p, m = size
-    assert table_of("gpipe", p, m, backward).peak_activations == (m,) * p
-    assert table_of("1f1b", p, m, backward).peak_activations == tuple(min(m, p - r) for r in range(p))
+    units = UnitCosts(backward=backward)
+    assert table_of("gpipe", p, m, units).peak_activations == (m,) * p
+    assert table_of("1f1b", p, m, units).peak_activations == tuple(min(m, p - r) for r in range(p))
 
 
 @settings(max_examples=40, deadline=None)
 @given(sizes, st.sampled_from(["gpipe", "1f1b"]), st.sampled_from([1, 2]))
 def test_formula_and_table_agree_for_linear_schedules(size, name, backward):
     p, m = size
-    table = table_of(name, p, m, backward)
-    closed = formula(name, p, m, backward)
+    table = table_of(name, p, m, UnitCosts(backward=backward))
+    closed = formula(name, p, m, UnitCosts(backward=backward))
     assert closed.length == table.length
     assert closed.bubble_ratio == pytest.approx(table.bubble_ratio, abs=1e-12)
     assert closed.peak_activations == table.peak_activations
 
 
 def test_cells_hold_every_op_for_its_duration():
-    table = table_of("1f1b", 3, 4, backward=2)
+    table = table_of("1f1b", 3, 4, UnitCosts(backward=2))
     cells = table.cells()
     busy = sum(cell is not None for row in cells for cell in row)
     assert busy == 3 * 4 * 3
     assert all(len(row) == table.length for row in cells)
 
 
-def test_backward_slot_length_must_be_1_or_2():
-    with pytest.raises(ScheduleError, match="--backward"):
-        unit_durations(3)
+def test_interleaved_lengths_are_in_slots_of_a_1_over_p_share_and_cells_on_the_chunk_grid():
+    # v = 2 chunks per device: a chunk forward is 1/2 slot, a chunk backward 1 slot (default B = 2).
+    table = table_of("interleaved-1f1b", 4, 8, chunks=2)
+    assert table.durations[Kind.F] == 0.5 and table.durations[Kind.B] == 1
+    assert table.length == Fraction(3 * (2 * 8 + 4 - 1), 2)  # (F + B)(v m + p - 1) chunk slots of 1/2 slot
+    assert table.tick == Fraction(1, 2)
+    cells = table.cells()  # one column per chunk forward
+    assert all(len(row) == 2 * table.length for row in cells)
+    assert sum(cell is not None for row in cells for cell in row) == 4 * 8 * 2 * 3
+    assert table.bubble_ratio == pytest.approx(3 / (2 * 8 + 3))
+
+
+def test_non_integer_durations_keep_exact_lengths():
+    # F = 1, B = 5/2: the tick is gcd(1, 5/2) = 1/2 slot and the length stays exact.
+    table = table_of("1f1b", 3, 5, UnitCosts(backward=2.5))
+    assert table.tick == Fraction(1, 2)
+    assert table.length == (5 + 3 - 1) * 3.5
+
+
+def test_cells_refuse_a_grid_over_the_limit(monkeypatch):
+    import ppopt.table
+
+    table = table_of("gpipe", 4, 4)
+    monkeypatch.setattr(ppopt.table, "MAX_CELLS", 4 * table.length - 1)
+    with pytest.raises(ScheduleError, match="too large to draw"):
+        table.cells()
+
+
+def test_text_grid_of_a_huge_table_is_cut_to_a_window(monkeypatch):
+    import ppopt.report.text
+    from ppopt.report.text import grid
+
+    monkeypatch.setattr(ppopt.report.text, "MAX_GRID_CELLS", 100)
+    monkeypatch.setattr(ppopt.report.text, "MAX_GRID_DEVICES", 4)
+    text = grid(table_of("gpipe", 10, 4, UnitCosts(backward=1)))  # 10 devices x 26 slots
+    lines = text.splitlines()
+    assert len(lines) == 5  # 4 device rows and the note
+    assert lines[-1] == "(grid cut to devices 0..3 of 10 and columns 0..24 of 26: 260 cells are over the 100 drawn)"
+    assert lines[0].startswith("device 0 | F0 F1 F2 F3")
+
+
+def test_generate_refuses_schedules_over_the_size_limit_before_building():
+    from ppopt.generators import generate
+
+    with pytest.raises(ScheduleError, match=r"^schedule too large: gpipe with 100000 devices, 100 microbatches make "
+                                            r"20,000,000 ops .*the limit is 10,000,000 ops$"):
+        generate("gpipe", 100_000, 100)
+    with pytest.raises(ScheduleError, match="interleaved-1f1b with 4 devices, 4 microbatches make 32,000,000 ops"):
+        generate("interleaved-1f1b", 4, 4, chunks=1_000_000)
+    with pytest.raises(ScheduleError, match="zb-v with 2000 devices, 2000 microbatches make 24,000,000 ops"):
+        generate("zb-v", 2000, 2000)
+    with pytest.raises(ScheduleError, match="hanayo with 1000 devices, 1000 microbatches make 8,000,000 ops"):
+        import ppopt.ir
+
+        limit, ppopt.ir.MAX_OPS = ppopt.ir.MAX_OPS, 7_999_999
+        try:
+            generate("hanayo", 1000, 1000, waves=2)
+        finally:
+            ppopt.ir.MAX_OPS = limit
+
+
+def test_evaluate_flattens_each_schedule_once_and_shares_it(monkeypatch):
+    import sys
+
+    from ppopt.config import load_model, load_system
+    from ppopt.evaluate import evaluate
+    from ppopt.flat import flatten
+
+    calls = []
+
+    def counting(schedule):
+        calls.append(schedule.name)
+        return flatten(schedule)
+
+    monkeypatch.setattr(sys.modules["ppopt.validate"], "flatten", counting)  # (ppopt.validate is also a function)
+    result = evaluate("zb-v", 4, 8, model=load_model("study"), system=load_system("mid-mid"))
+    assert calls == ["zb-v"]  # validation, the table and the simulation share one flat form
+    assert result.table.length == (6 * 8 + 4 - 1) / 2
+    assert result.simulation is not None and result.simulation.step_time_s > 0

@@ -107,7 +107,12 @@ def test_malformed_files_give_one_line_errors_naming_the_place():
     assert "stage 1 is on two ranks: row 0 (rank 0, line 1), cell 2 and row 1 (rank 1, line 2), cell 0" in _one_line_error(
         "0F0,0F1,1F1,1B1\n1F0,1B0,0B0,0B1\n"
     )
-    assert "op 0F1 is missing" in _one_line_error("0F0,0B0,0F2,0B2\n")
+    assert "op 0F1 is missing" in _one_line_error("0F0,0B0,0B1\n")
+    # Microbatches are indexed by what the file names: a gap is an error at the action beyond it.
+    assert _one_line_error("0F0,0B0,0F2,0B2\n") == (
+        "torch-csv: row 0 (rank 0, line 1), cell 2: action 0F2 names microbatch 2, but the file names 2 distinct "
+        "microbatch(es), so they must be 0..1 (microbatch 1 appears nowhere)"
+    )
     assert "empty file" in _one_line_error("")
     assert "empty file" in _one_line_error("\n\n")
     assert "has no microbatch" in _one_line_error("0F0,0B\n")
@@ -115,6 +120,26 @@ def test_malformed_files_give_one_line_errors_naming_the_place():
     assert "no compute action" in _one_line_error("0UNSHARD,0RESHARD\n")
     assert "stage 1 appears in no row" in _one_line_error("0F0,2F0,2B0,0B0\n")
     assert "unknown action group type 'OVERLAP_X'" in _one_line_error("(0F0;0B0)OVERLAP_X\n")
+
+
+def test_a_huge_index_in_a_tiny_file_allocates_nothing():
+    # 90 bytes naming microbatch 10^20 - 1: refused at once, without a list sized by the index.
+    text = "0F0,0B0,0F99999999999999999999,0B99999999999999999999\n1F0,1B0\n".ljust(90)
+    message = _one_line_error(text)
+    assert "cell 2: action 0F99999999999999999999 names microbatch 99999999999999999999" in message
+    assert "must be 0..1" in message
+    message = _one_line_error("0F0,0B0\n99999999999999999999F0,99999999999999999999B0\n")
+    assert "stage 1 appears in no row, but stages up to 99999999999999999999 do" in message
+
+
+def test_files_over_the_size_limit_are_refused(monkeypatch):
+    monkeypatch.setattr("ppopt.ir.MAX_OPS", 3)
+    assert _one_line_error("0F0,0B0\n1F0,1B0\n") == (
+        "schedule too large: torch-csv: the compute actions of rows 0..1 make 4 ops (stages x microbatches x kinds); "
+        "the limit is 3 ops"
+    )
+    # 3 actions, but 2 stages x 1 microbatch x 2 kinds = 4 ops needed: refused before validation.
+    assert "torch-csv: 2 stages x 1 microbatches make 4 ops" in _one_line_error("0F0\n1F0,1B0\n")
 
 
 def test_validation_errors_carry_the_file_name_the_place_and_the_grid(tmp_path):

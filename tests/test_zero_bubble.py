@@ -13,6 +13,7 @@ from ppopt.generators.linear import one_f_one_b
 from ppopt.generators.zero_bubble import zb_h1, zb_v
 from ppopt.ir import Kind
 from ppopt.table import build_table
+from ppopt.units import UnitCosts
 from ppopt.validate import validate
 
 
@@ -38,13 +39,15 @@ ZB_H1_CASES = [(1, 1), (1, 4), (2, 2), (2, 5), (3, 3), (3, 7), (4, 4), (4, 8), (
 @pytest.mark.parametrize(("p", "m"), ZB_H1_CASES)
 @pytest.mark.parametrize("backward", [1, 2])
 def test_zb_h1_table_equals_formula(p, m, backward):
-    table = build_table(zb_h1(p, m), backward)
-    closed = formula("zb-h1", p, m, backward=backward)
-    assert table.length == closed.length == 3 * m + p - 1
-    assert table.bubble_ratio == pytest.approx(closed.bubble_ratio) == pytest.approx((p - 1) / (3 * m + p - 1))
+    # Slots of F = 1, B = I + W = backward, I = W: length m(F + B) + (p-1)(F + I - W).
+    units = UnitCosts(backward=backward)
+    table = build_table(zb_h1(p, m), units)
+    closed = formula("zb-h1", p, m, units)
+    assert table.length == closed.length == m * (1 + backward) + p - 1
+    assert table.bubble_ratio == pytest.approx(closed.bubble_ratio) == pytest.approx((p - 1) / (m * (1 + backward) + p - 1))
     # Every device holds p activations: the same peak as 1F1B's device 0 (not 1F1B's p - r per device).
     assert table.peak_activations == closed.peak_activations == (p,) * p
-    assert max(table.peak_activations) == max(build_table(one_f_one_b(p, m)).peak_activations)
+    assert max(table.peak_activations) == max(build_table(one_f_one_b(p, m), units).peak_activations)
 
 
 def test_zb_h1_idle_per_device():
@@ -56,7 +59,8 @@ def test_zb_h1_idle_per_device():
     assert order[:9] == ["3F0", "3I0", "3F1", "3I1", "3F2", "3I2", "3F3", "3I3", "3W0"]
 
 
-# (p, m) -> (length, peaks) measured from the table; formula length is 6m + p - 1, peaks 2p.
+# (p, m) -> (length, peaks) measured from the table in chunk-op slots (F = I = W = 1 per chunk, i.e.
+# half a slot of the default units, which hold two chunks per device); formula 6m + p - 1, peaks 2p.
 ZB_V_PINNED = {
     (2, 2): (14, (3, 4)),
     (2, 4): (25, (4, 4)),
@@ -75,11 +79,11 @@ ZB_V_PINNED = {
 def test_zb_v_table_pinned_and_formula(p, m):
     length, peaks = ZB_V_PINNED[p, m]
     table = build_table(zb_v(p, m))
-    assert (table.length, table.peak_activations) == (length, peaks)
-    assert table.length == 6 * m + max(p - 1, 2 * (2 * p - 1 - m))
+    assert (2 * table.length, table.peak_activations) == (length, peaks)
+    assert 2 * table.length == 6 * m + max(p - 1, 2 * (2 * p - 1 - m))
     assert table.peak_activations == tuple(min(2 * m, m + 1 + r, 2 * p) for r in range(p))
     closed = formula("zb-v", p, m)
-    assert closed.length == 6 * m + p - 1
+    assert 2 * closed.length == 6 * m + p - 1
     assert closed.peak_activations == (2 * p,) * p
     if m >= 3 * p // 2:
         assert table.length == closed.length
@@ -113,7 +117,12 @@ def test_rejects_fewer_microbatches_than_devices(name):
         generate(name, 4, 3)
 
 
-def test_tables_ignore_backward_option():
-    for schedule in (zb_h1(3, 5), zb_v(3, 5)):
-        a, b = build_table(schedule, 1), build_table(schedule, 2)
-        assert (a.length, a.peak_activations) == (b.length, b.peak_activations)
+def test_zb_h1_and_1f1b_lengths_in_the_same_units():
+    # Default units F = 1, B = I + W = 2: 1F1B takes (m + p - 1)(F + B) = 45 slots at p = m = 8, ZB-H1
+    # m(F + B) + (p - 1)(F + I - W) = 31: the zero-bubble schedule is shorter, as in Qi et al. 2024.
+    assert build_table(one_f_one_b(8, 8)).length == 45
+    assert build_table(zb_h1(8, 8)).length == 31
+    # With B = 1 the split backward is I = W = 1/2 slot, and both tables shrink accordingly.
+    units = UnitCosts(backward=1)
+    assert build_table(one_f_one_b(8, 8), units).length == 30
+    assert build_table(zb_h1(8, 8), units).length == 23

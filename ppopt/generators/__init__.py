@@ -7,11 +7,12 @@ schedule is one module plus one :class:`Generator` entry.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ppopt.errors import ScheduleError
-from ppopt.ir import Schedule
+from ppopt.flat import paused_gc
+from ppopt.ir import Schedule, check_size
 
 #: Every generator option, its default and its meaning (the CLI's shared schedule flags).
 OPTIONS: Mapping[str, tuple[object, str]] = {
@@ -21,13 +22,40 @@ OPTIONS: Mapping[str, tuple[object, str]] = {
 }
 
 
+def _one(options: Mapping[str, object]) -> object:
+    return 1
+
+
+def _twice(value: object) -> object:
+    """Hanayo's 2W chunks per device (a non-int W is left for the generator to refuse)."""
+    return 2 * value if isinstance(value, int) else value
+
+
 @dataclass(frozen=True)
 class Generator:
+    """A registered schedule family.
+
+    ``chunks(options)``: stages per device, S/p (an int for valid options; anything else is left
+    for the generator to refuse); ``kinds``: op kinds per (stage, microbatch), 2 (F, B) or 3 (F, I, W).
+    Together they give the schedule's size before it is built.
+    """
+
     name: str
     function: str  # "module:function" under ppopt.generators
     summary: str
     options: tuple[str, ...] = ()
     rules: str = ""
+    chunks: Callable[[Mapping[str, object]], object] = _one
+    kinds: int = 2
+
+    def ops(self, devices: int, microbatches: int, options: Mapping[str, object]) -> int | None:
+        """Ops the schedule will have (stages x microbatches x kinds), or None when an input is not a
+        positive int (the generator then refuses it with its own message)."""
+        chunks = self.chunks(options)
+        sizes = (devices, microbatches, chunks)
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in sizes):
+            return None
+        return devices * chunks * microbatches * self.kinds  # type: ignore[operator]
 
     @property
     def formula(self) -> str:
@@ -48,7 +76,7 @@ REGISTRY: dict[str, Generator] = {
         Generator(
             "interleaved-1f1b", "interleaved:interleaved_1f1b",
             "Megatron interleaved 1F1B: v chunks per device, looped placement",
-            ("chunks",), "m a multiple of p when v >= 2",
+            ("chunks",), "m a multiple of p when v >= 2", chunks=lambda o: o.get("chunks", OPTIONS["chunks"][0]),
         ),
         Generator(
             "chimera", "chimera:chimera",
@@ -64,9 +92,12 @@ REGISTRY: dict[str, Generator] = {
             "hanayo", "hanayo:hanayo",
             "wave-like pipeline, 2W chunks per device on a zig-zag, no replicas (Liu et al. 2023)",
             ("waves",), "see the module docs for where it is defined",
+            chunks=lambda o: _twice(o.get("waves", OPTIONS["waves"][0])),
         ),
-        Generator("zb-h1", "zero_bubble:zb_h1", "zero-bubble H1: 1F1B with split backward, W fills bubbles (Qi et al. 2024)", (), "m >= p"),
-        Generator("zb-v", "zero_bubble:zb_v", "zero-bubble V: two chunks per device in a V, split backward (Qi et al. 2024)", (), "m >= p"),
+        Generator("zb-h1", "zero_bubble:zb_h1", "zero-bubble H1: 1F1B with split backward, W fills bubbles (Qi et al. 2024)", (), "m >= p",
+                  kinds=3),
+        Generator("zb-v", "zero_bubble:zb_v", "zero-bubble V: two chunks per device in a V, split backward (Qi et al. 2024)", (), "m >= p",
+                  chunks=lambda o: 2, kinds=3),
     )
 }
 
@@ -86,11 +117,16 @@ def generate(name: str, devices: int, microbatches: int, **options: object) -> S
     """Build schedule ``name`` for ``devices`` x ``microbatches``.
 
     Options the schedule does not take are ignored, so one set of flags can serve every schedule;
-    an option no schedule knows is an error.
+    an option no schedule knows is an error. A schedule over :data:`ppopt.ir.MAX_OPS` ops is refused
+    before anything is built.
     """
     unknown = set(options) - set(OPTIONS)
     if unknown:
         raise ScheduleError(f"unknown schedule option(s): {', '.join(sorted(unknown))} (known: {', '.join(OPTIONS)})")
     generator = get(name)
     taken = {k: v for k, v in options.items() if k in generator.options and v is not None}
-    return generator.build(devices, microbatches, **taken)
+    size = generator.ops(devices, microbatches, taken)
+    if size is not None:
+        check_size(size, f"{name} with {devices} devices, {microbatches} microbatches")
+    with paused_gc():
+        return generator.build(devices, microbatches, **taken)

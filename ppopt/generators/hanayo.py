@@ -111,9 +111,14 @@ def hanayo_formula(devices: int, microbatches: int, backward: int = 1, waves: in
       m = p the table's length is then 6W·m + 4(p-1) instead of 3(2W·m+p-1), and the gap grows for
       larger multiples of p (tests/test_hanayo.py pins values).
     - length (1+b)(2W·m+p-1) = busy 2W·m(1+b) per device over (1 - bubble).
-    - peak live activations, counted in chunks (each 1/(2W·p) of the model): (2W-1)p + 1 + r on
-      rank r. No closed form was found in the sources; this is the construction's own count at
-      m = p, observed for every m >= p as well (checked in tests for several p and W).
+    - peak live activations, counted in chunks (each 1/(2W·p) of the model): **no closed form**. The
+      paper gives none for its own order, and this module's order comes from a list-scheduling
+      simulation whose peak we could not derive by hand. What can be derived is a bound: at most p
+      microbatches are in flight (the cap of the module docstring) and each holds at most one
+      activation per chunk of rank r, so every rank holds at most 2W·p. The value reported here is
+      the construction's *measured* count, (2W-1)p + 1 + r on rank r for m >= p (it reaches the
+      bound on rank p-1); tests/test_hanayo.py pins the measurement and checks the bound, and the
+      ``source`` says so. It is not evidence that the table is right.
     - weight copies: 1 per device (2W chunks of 1/(2W·p) of the model each).
     """
     from ppopt.formula import Formula
@@ -128,6 +133,7 @@ def hanayo_formula(devices: int, microbatches: int, backward: int = 1, waves: in
         weight_copies=(1,) * p,
         source=(
             "Liu et al., SC'23 (Hanayo); bubble (p-1)/(2Wm+p-1) unverified against the paper, equal to "
-            "ppopt's table at m = p with F = B; peak is ppopt's construction's own count (2W-1)p+1+r"
+            "ppopt's table at m = p with F = B; peak: no closed form, ppopt's construction's measured count "
+            "(2W-1)p+1+r (bounded by 2Wp)"
         ),
     )

@@ -2,8 +2,10 @@
 sail-sg/zero-bubble-pipeline-parallelism). Backward is split into I (gradient for the input, sent
 upstream) and W (gradient for the weights, needed only by the optimizer), so W can fill bubbles.
 
-Conventions: one table slot per op, F = I = W = 1 (the table's ``backward`` option only sizes full B
-ops, so these tables do not depend on it); an activation lives from its F to its W. Bubble ratio is
+Conventions: lengths below are in chunk-op slots, F = I = W = 1 per chunk, which is the table
+layer's default unit model (:mod:`ppopt.units`: B = I + W = 2 per 1/p model share) scaled by the
+chunks per device (ZB-V's table lengths in slots are half these figures); an activation lives from
+its F to its W. Bubble ratio is
 idle / total time of the table, counting the idle slots before a device's first op and after its
 last one. The ZB paper and README count only *internal* idle time: with their "optimizer post
 validation" consecutive iterations overlap as parallelograms, so the start-up offset of device r
@@ -73,17 +75,18 @@ def zb_h1(devices: int, microbatches: int) -> Schedule:
     return Schedule("zb-h1", p, m, linear_placement(p, p), tuple(orders))
 
 
-def zb_h1_formula(devices: int, microbatches: int, backward: int = 1):
-    """Qi et al. 2024 §2.1: (p-1)(F+I-W) = p-1 idle slots per device, length 3m+p-1, peak p per device.
+def zb_h1_formula(devices: int, microbatches: int, backward: float = 2):
+    """Qi et al. 2024 §2.1: (p-1)(F+I-W) idle slots per device, peak p per device.
 
-    ``backward`` is ignored: split schedules use I = W = 1 slot.
+    In chunk-op slots with F = 1 and B = I + W = ``backward`` split evenly (I = W = b/2, so F + I - W
+    = 1): length m(1+b) + p - 1 (3m + p - 1 at the paper's I = W = F), bubble (p-1)/length.
     """
     from ppopt.formula import Formula
 
-    p, m = devices, microbatches
+    p, m, b = devices, microbatches, backward
     return Formula(
-        bubble_ratio=(p - 1) / (3 * m + p - 1),
-        length=3 * m + p - 1,
+        bubble_ratio=(p - 1) / (m * (1 + b) + p - 1),
+        length=m * (1 + b) + p - 1,
         peak_activations=(min(m, p),) * p,
         weight_copies=(1,) * p,
         source="Qi et al. 2024 (Zero Bubble PP), ZB-H1",
@@ -141,21 +144,22 @@ def zb_v(devices: int, microbatches: int) -> Schedule:
     return Schedule("zb-v", p, m, v_placement(p), orders)
 
 
-def zb_v_formula(devices: int, microbatches: int, backward: int = 1):
+def zb_v_formula(devices: int, microbatches: int, backward: float = 2):
     """Qi et al. 2024 (ZB-V, F = I = W per chunk): no internal bubble, peak as 1F1B (2p chunks).
 
-    In chunk-op slots: each device runs 6m ops after a start-up offset the parallelogram cannot
-    avoid, so length 6m + p - 1 and bubble (p-1)/(6m+p-1) in the idle/total convention (the
-    README's "0" counts internal idle only). Peak min(2m, 2p) chunk activations per device. The
-    table matches the length for m >= floor(3p/2) and the peaks for m >= 2p-1 (see the module docs).
-    ``backward`` is ignored: split schedules use I = W = 1 slot.
+    In chunk-op slots (F = 1, B = I + W = ``backward``, I = W): each device runs 2m(1+b) slots of
+    ops after a start-up offset of p - 1 the parallelogram cannot avoid, so length 2m(1+b) + p - 1
+    (6m + p - 1 at the paper's b = 2) and bubble (p-1)/length in the idle/total convention (the
+    README's "0" counts internal idle only). Peak min(2m, 2p) chunk activations per device. At b = 2
+    the table matches the length for m >= floor(3p/2) and the peaks for m >= 2p-1 (see the module
+    docs); the order is built for I = W = F, and with other b the table is longer.
     """
     from ppopt.formula import Formula
 
-    p, m = devices, microbatches
+    p, m, b = devices, microbatches, backward
     return Formula(
-        bubble_ratio=(p - 1) / (6 * m + p - 1),
-        length=6 * m + p - 1,
+        bubble_ratio=(p - 1) / (2 * m * (1 + b) + p - 1),
+        length=2 * m * (1 + b) + p - 1,
         peak_activations=(min(2 * m, 2 * p),) * p,
         weight_copies=(1,) * p,
         source="Qi et al. 2024 (Zero Bubble PP), ZB-V; sail-sg README",

@@ -26,8 +26,12 @@ Reading (:func:`read_torch_csv`)
       parser does not know ``BW`` (its regex reads ``0BW3`` as ``0B`` without a microbatch, which
       its validator then rejects), and a file spelling ``BW`` most likely means ``I`` by ``B``.
     * The schedule: devices = rows (trailing empty lines are ignored, an empty row inside the file
-      is an idle rank), stages = highest stage + 1, microbatches = highest microbatch + 1, stage s
-      placed on the one rank whose row holds it, name = the file's stem. It is then checked by
+      is an idle rank), stage s placed on the one rank whose row holds it, name = the file's stem.
+      Stages and microbatches are indexed by what the file names, never by the largest index: the
+      S distinct stages must be 0..S-1 and the M distinct microbatches 0..M-1; a gap or an index
+      beyond is a one-line error naming the action, its rank and its place, so a short file with
+      a huge index allocates nothing. A file with more than :data:`ppopt.ir.MAX_OPS` compute
+      actions, or whose S x M x kinds exceeds it, is refused. The schedule is then checked by
       :func:`ppopt.validate.validate`.
     * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file name.
       Positions are **0-based**, like PyTorch's ``Rank r, step s``: "row 2 (rank 2, line 3),
@@ -50,10 +54,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+import numpy as np
+
 from ppopt.errors import ScheduleError
+from ppopt.flat import paused_gc
 from ppopt.io import atomic_write_text
-from ppopt.ir import Kind, Op, Schedule, parse_action
-from ppopt.validate import ScheduleValidationError, validate
+from ppopt.ir import Kind, Op, Schedule, check_size, parse_action
+from ppopt.validate import ScheduleValidationError, validate, validated
 
 __all__ = ["COMM_ACTIONS", "format_torch_csv", "parse_torch_csv", "read_torch_csv", "write_torch_csv"]
 
@@ -125,11 +132,72 @@ def _where(row: int, cell: int) -> str:
     return f"row {row} (rank {row}, line {row + 1}), cell {cell}"
 
 
+_Row = tuple[list[int], list[int], list[str], list[int]]  # (cell, stage, type as written, microbatch)
+_PLAIN_ROW = re.compile(r"\d+[FIWB]\d+(?:,\d+[FIWB]\d+)*")
+"""A row whose cells are each one plain compute action, without spaces: the common case, parsed at once."""
+_TO_COMMA = str.maketrans("FIWB", ",,,,")
+_LETTERS_ONLY = str.maketrans("", "", "0123456789,")
+_LARGEST = 2**62  # numpy clamps an int64 overflow to 2**63 - 1: such rows are read cell by cell
+
+
+def _parse_rows(rows: list[list[str]], name: str) -> list[_Row]:
+    """Per row, its compute actions as parallel lists: (cell, stage, type as written, microbatch).
+
+    A row of plain cells is parsed at once (one regular-expression check, numpy reads the numbers);
+    other rows cell by cell. Refuses a file with more than :data:`~ppopt.ir.MAX_OPS` compute actions
+    as soon as a row passes it.
+    """
+    parsed = []
+    total = 0
+    for r, row in enumerate(rows):
+        plain = _plain_row(row)
+        parsed.append(plain if plain is not None else _parse_row_cells(row, r, name))
+        total += len(parsed[-1][0])
+        check_size(total, f"{name}: the compute actions of rows 0..{r}")
+    return parsed
+
+
+def _plain_row(row: list[str]) -> _Row | None:
+    """The actions of a row whose every cell is one plain action such as ``3F12``, or None."""
+    if not row or "" in row:
+        return None
+    joined = ",".join(row)
+    if _PLAIN_ROW.fullmatch(joined) is None:
+        return None
+    numbers = np.fromstring(joined.translate(_TO_COMMA), dtype=np.int64, sep=",")
+    if len(numbers) != 2 * len(row) or numbers.max() >= _LARGEST:
+        return None
+    values = numbers.tolist()
+    return list(range(len(row))), values[0::2], list(joined.translate(_LETTERS_ONLY)), values[1::2]
+
+
+def _parse_row_cells(row: list[str], r: int, name: str) -> _Row:
+    """One row's compute actions, cell by cell (communication actions, groups, errors)."""
+    out: _Row = ([], [], [], [])
+    for c, cell in enumerate(row):
+        try:
+            actions = parse_cell(cell)
+        except _CellError as error:
+            raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
+        for stage, code, microbatch in actions:
+            out[0].append(c)
+            out[1].append(stage)
+            out[2].append(code)
+            out[3].append(microbatch)
+    return out
+
+
 def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = False) -> Schedule:
     """Parse the text of a PyTorch schedule CSV into a validated :class:`Schedule` named ``name``.
 
-    See the module docstring for the format, the legacy spelling and the error positions.
+    See the module docstring for the format, the legacy spelling, the indexing of stages and
+    microbatches and the error positions.
     """
+    with paused_gc():
+        return _parse(text, name, legacy_backward)
+
+
+def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
     rows = list(csv.reader(io.StringIO(text)))
     while rows and not any(cell.strip() for cell in rows[-1]):
         rows.pop()
@@ -137,74 +205,115 @@ def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = 
         raise ScheduleError(f"{name}: empty file: no rank rows (a PyTorch schedule CSV has one row of actions per rank)")
 
     # First pass: the compute actions of every cell, as written.
-    raw: list[list[tuple[int, _Raw]]] = []
-    for r, row in enumerate(rows):
-        cells = []
-        for c, cell in enumerate(row):
-            try:
-                cells += [(c, action) for action in parse_cell(cell)]
-            except _CellError as error:
-                raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
-        raw.append(cells)
-    codes = {code for cells in raw for _, (_, code, _) in cells}
+    parsed = _parse_rows(rows, name)
+    codes = set().union(*(set(p[2]) for p in parsed))
     if not codes:
         raise ScheduleError(f"{name}: no compute action in the file (expected cells such as 0F0, 0B0)")
 
-    # Second pass: kinds (legacy spelling), full B expanded to I, W in split schedules, placement.
+    # Second pass: kinds (legacy spelling), full B expanded to I, W in split schedules.
     kinds: dict[str, Kind] = {}
     for code in codes:
         try:
             kinds[code] = _kinds(code, legacy_backward, "W" in codes)
         except _CellError as error:
-            r, c = next((r, c) for r, cells in enumerate(raw) for c, a in cells if a[1] == code)
+            r, c = next((r, p[0][i]) for r, p in enumerate(parsed) for i, x in enumerate(p[2]) if x == code)
             raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
     split = any(kind in (Kind.I, Kind.W) for kind in kinds.values())
-    orders: list[list[Op]] = []
-    seen: dict[Op, tuple[int, int]] = {}
-    holder: dict[int, tuple[int, int]] = {}  # stage -> (row, cell) where it first appears
-    for r, cells in enumerate(raw):
-        order: list[Op] = []
-        for c, (stage, code, microbatch) in cells:
-            kind = kinds[code]
-            expanded = (Kind.I, Kind.W) if split and kind is Kind.B else (kind,)
-            for op in (Op(stage, k, microbatch) for k in expanded):
-                first = holder.setdefault(op.stage, (r, c))
-                if first[0] != r:
-                    raise ScheduleError(
-                        f"{name}: stage {op.stage} is on two ranks: {_where(*first)} and {_where(r, c)} "
-                        "(each stage must be on exactly one rank)"
-                    )
-                if op in seen:
-                    raise ScheduleError(f"{name}: {_where(r, c)}: action {op} appears twice (first at {_where(*seen[op])})")
-                seen[op] = (r, c)
-                order.append(op)
-        orders.append(order)
-    stages = max(holder) + 1
-    missing = [s for s in range(stages) if s not in holder]
-    if missing:
-        raise ScheduleError(f"{name}: stage {missing[0]} appears in no row, but stages up to {stages - 1} do")
-    microbatches = max(op.microbatch for op in seen) + 1
+    full = {code for code, kind in kinds.items() if kind is Kind.B}
+    if split and full:
+        parsed = [_expand_full_backward(p, full) for p in parsed]
+        kinds.update(I=Kind.I, W=Kind.W)
+
+    # Placement: each stage on the one rank whose row holds it; stages 0..S-1 all present.
+    holder: dict[int, int] = {}
+    for r, (cells, stages, _, _) in enumerate(parsed):
+        distinct = set(stages)
+        clash = [stage for stage in distinct if holder.get(stage, r) != r]
+        if clash:
+            stage = min(clash, key=stages.index)  # the first in the row
+            first = holder[stage]
+            c0 = parsed[first][0][parsed[first][1].index(stage)]
+            c = cells[stages.index(stage)]
+            raise ScheduleError(
+                f"{name}: stage {stage} is on two ranks: {_where(first, c0)} and {_where(r, c)} "
+                "(each stage must be on exactly one rank)"
+            )
+        holder.update(dict.fromkeys(distinct, r))
+    if max(holder) >= len(holder):
+        missing = next(s for s in range(len(holder)) if s not in holder)
+        raise ScheduleError(f"{name}: stage {missing} appears in no row, but stages up to {max(holder)} do")
+    stage_count = len(holder)
+
+    # Microbatches: indexed by the file's own indices, which must be 0..M-1 for its M distinct ones.
+    indices = set().union(*(set(p[3]) for p in parsed))
+    microbatches = len(indices)
+    if max(indices) >= microbatches:
+        r, i = next((r, i) for r, p in enumerate(parsed) for i, mb in enumerate(p[3]) if mb >= microbatches)
+        cells, stages, written, mbs = parsed[r]
+        gap = next(x for x in range(microbatches) if x not in indices)
+        raise ScheduleValidationError(
+            f"{name}: {_where(r, cells[i])}: action {stages[i]}{written[i]}{mbs[i]} names microbatch {mbs[i]}, but the "
+            f"file names {microbatches} distinct microbatch(es), so they must be 0..{microbatches - 1} "
+            f"(microbatch {gap} appears nowhere)"
+        )
+    check_size(stage_count * microbatches * (3 if split else 2),
+               f"{name}: {stage_count} stages x {microbatches} microbatches")
+
+    make = Op
+    orders = tuple(
+        tuple(map(make, stages, [kinds[code] for code in written], mbs)) for _, stages, written, mbs in parsed
+    )
     schedule = Schedule(
         name=name,
         devices=len(orders),
         microbatches=microbatches,
-        placement=tuple((holder[s][0],) for s in range(stages)),
-        orders=tuple(tuple(order) for order in orders),
+        placement=tuple((holder[s],) for s in range(stage_count)),
+        orders=orders,
     )
     try:
-        return validate(schedule)
+        validated(schedule)
+        return schedule
     except ScheduleValidationError as error:
-        message = str(error)
-        mentioned = [parse_action(word) for word in _ACTION_WORD.findall(message)]
-        named = next((seen[op] for op in mentioned if op in seen), None)
-        if named is not None:
-            where = f" (at {_where(*named)})"
-        elif mentioned and mentioned[0].stage in holder:
-            row = holder[mentioned[0].stage][0]
-            where = f" (stage {mentioned[0].stage} is on row {row} (rank {row}, line {row + 1}))"
-        else:
-            where = ""
-        raise ScheduleValidationError(f"{name}: {message}{where}", error.details) from None
+        raise _located(error, name, parsed, kinds) from None
+
+
+def _expand_full_backward(row: _Row, full: set[str]) -> _Row:
+    """A full backward (types in ``full``) in a split file becomes its I immediately followed by
+    its W (module docstring)."""
+    out: _Row = ([], [], [], [])
+    for c, stage, code, mb in zip(*row):
+        for part in ("I", "W") if code in full else (code,):
+            out[0].append(c)
+            out[1].append(stage)
+            out[2].append(part)
+            out[3].append(mb)
+    return out
+
+
+def _located(error: ScheduleValidationError, name: str, parsed: list[_Row], kinds: dict[str, Kind]) -> ScheduleValidationError:
+    """The validator's error with the file name and the place of the first op it mentions."""
+    seen: dict[Op, tuple[int, int]] = {}
+    holder: dict[int, int] = {}
+    for r, (cells, stages, written, mbs) in enumerate(parsed):
+        for c, stage, code, mb in zip(cells, stages, written, mbs):
+            op = Op(stage, kinds[code], mb)
+            holder.setdefault(stage, r)
+            if op in seen:
+                return ScheduleValidationError(
+                    f"{name}: {_where(r, c)}: action {op} appears twice (first at {_where(*seen[op])})", error.details
+                )
+            seen[op] = (r, c)
+    message = str(error)
+    mentioned = [parse_action(word) for word in _ACTION_WORD.findall(message)]
+    named = next((seen[op] for op in mentioned if op in seen), None)
+    if named is not None:
+        where = f" (at {_where(*named)})"
+    elif mentioned and mentioned[0].stage in holder:
+        row = holder[mentioned[0].stage]
+        where = f" (stage {mentioned[0].stage} is on row {row} (rank {row}, line {row + 1}))"
+    else:
+        where = ""
+    return ScheduleValidationError(f"{name}: {message}{where}", error.details)
 
 
 _ACTION_WORD = re.compile(r"\b\d+[FBIW]\d+\b")
@@ -222,10 +331,10 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
     if hasattr(path_or_text, "read"):
         source = getattr(path_or_text, "name", None)
         name = Path(source).stem if isinstance(source, str) else "torch-csv"
-        return parse_torch_csv(path_or_text.read(), name, legacy_backward)  # type: ignore[union-attr]
+        return parse_torch_csv(path_or_text.read(), name, legacy_backward)
     if isinstance(path_or_text, str) and ("\n" in path_or_text or "," in path_or_text):
         return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
-    path = Path(path_or_text)  # type: ignore[arg-type]
+    path = Path(path_or_text)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
@@ -247,26 +356,28 @@ def _refuse_replicas(schedule: Schedule) -> None:
 def format_torch_csv(schedule: Schedule, start: Mapping[Op, float] | None = None) -> str:
     """The CSV text of ``schedule`` (see :func:`write_torch_csv`)."""
     _refuse_replicas(schedule)
-    rows = []
-    for d, order in enumerate(schedule.orders):
-        if start is not None:
-            absent = next((op for op in order if op not in start), None)
-            if absent is not None:
-                raise ScheduleError(f"no start time for op {absent} on device {d}")
-            position = {op: i for i, op in enumerate(order)}
-            order = tuple(sorted(order, key=lambda op: (start[op], position[op])))
-        rows.append(order)
+    rows = list(schedule.orders)
     if start is not None:
-        reordered = Schedule(schedule.name, schedule.devices, schedule.microbatches, schedule.placement, tuple(rows),
-                             schedule.replica_of, schedule.stage_weights, schedule.options)
-        try:
-            validate(reordered)
-        except ScheduleValidationError as error:
-            raise ScheduleValidationError(f"ordering {schedule.name} by the given start times: {error}", error.details) from None
+        moved = False
+        for d, order in enumerate(schedule.orders):
+            try:
+                times = [start[op] for op in order]
+            except KeyError as absent:
+                raise ScheduleError(f"no start time for op {absent.args[0]} on device {d}") from None
+            if any(b < a for a, b in zip(times, times[1:])):  # sort by start time; ties keep the order
+                rows[d] = tuple(order[i] for i in sorted(range(len(order)), key=times.__getitem__))
+                moved = True
+        if moved:
+            reordered = Schedule(schedule.name, schedule.devices, schedule.microbatches, schedule.placement, tuple(rows),
+                                 schedule.replica_of, schedule.stage_weights, schedule.options)
+            try:
+                validate(reordered)
+            except ScheduleValidationError as error:
+                raise ScheduleValidationError(f"ordering {schedule.name} by the given start times: {error}", error.details) from None
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     for order in rows:
-        writer.writerow([str(op) for op in order])
+        writer.writerow(map(str, order))
     return buffer.getvalue()
 
 
@@ -284,6 +395,6 @@ def write_torch_csv(
     """
     text = format_torch_csv(schedule, start)
     if hasattr(path_or_file, "write"):
-        path_or_file.write(text)  # type: ignore[union-attr]
+        path_or_file.write(text)
     else:
-        atomic_write_text(path_or_file, text)  # type: ignore[arg-type]
+        atomic_write_text(path_or_file, text)

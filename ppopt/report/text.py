@@ -25,7 +25,20 @@ KIND_COLOURS = {"F": "blue", "B": "red", "I": "yellow", "W": "green"}
 
 def grid(table: Table, idle: str = ".", colour: bool = False) -> str:
     """The unit-slot table as text (see :func:`timeline_grid`)."""
-    return timeline_grid(table.schedule, table.start, {op: table.end(op) for op in table.start}, idle, colour)
+    slot = min((d for d in table.used_durations.values() if d > 0), default=1)
+    length = round(table.length / slot)
+    devices = table.schedule.devices
+    if devices * length > MAX_GRID_CELLS:  # only the ops in the drawn window become spans
+        devices = min(devices, MAX_GRID_DEVICES)
+        return draw_spans(table.schedule, table.spans(devices, max(1, MAX_GRID_CELLS // devices) * slot), idle, colour,
+                          slot=slot, length=length)
+    return draw_spans(table.schedule, table.spans(), idle, colour, slot=slot)
+
+
+MAX_GRID_CELLS = 250_000
+"""Most cells a text grid draws; a larger timeline is cut to its first devices and columns, with a note."""
+MAX_GRID_DEVICES = 64
+"""Most device rows a cut text grid keeps."""
 
 
 def timeline_grid(
@@ -35,23 +48,49 @@ def timeline_grid(
 
     An op shows its label in its first column and ``-`` in the following ones; idle columns show
     ``idle``. Times are rounded to the nearest column. ``colour`` adds ANSI colours per op kind
-    (click.echo drops them when the output is not a terminal).
+    (click.echo drops them when the output is not a terminal). A grid over :data:`MAX_GRID_CELLS`
+    cells is cut to its first :data:`MAX_GRID_DEVICES` devices and as many columns as fit, and a
+    last line says so (nothing of size devices x length is allocated).
     """
-    slot = min((end[op] - start[op] for op in start if end[op] > start[op]), default=1.0)
-    column = {op: round(start[op] / slot) for op in start}
-    width_of = {op: max(1, round((end[op] - start[op]) / slot)) for op in start}
-    length = max((column[op] + width_of[op] for op in start), default=0)
-    rows = [[idle] * length for _ in range(schedule.devices)]
-    kinds: list[list[str | None]] = [[None] * length for _ in range(schedule.devices)]
-    for op in start:
-        row, kind_row = rows[schedule.device_of(op)], kinds[schedule.device_of(op)]
-        row[column[op]] = cell_label(op, schedule)
-        for t in range(column[op], column[op] + width_of[op]):
-            kind_row[t] = op.kind.value
-            if t > column[op]:
-                row[t] = "-"
+    return draw_spans(schedule, [(op, schedule.device_of(op), t, end[op]) for op, t in start.items()], idle, colour)
+
+
+def draw_spans(
+    schedule: Schedule,
+    spans: Sequence[tuple[Op, int, float, float]],
+    idle: str = ".",
+    colour: bool = False,
+    slot: float | None = None,
+    length: int | None = None,
+) -> str:
+    """:func:`timeline_grid` of ``(op, device, start, end)`` spans. ``slot`` (the column width) and
+    ``length`` (columns of the whole timeline) default to those of the spans; give them when the
+    spans are only the part of a larger timeline that will be drawn."""
+    if slot is None:
+        slot = min((e - t for _, _, t, e in spans if e > t), default=1.0)
+    placed = [(op, d, round(t / slot), max(1, round((e - t) / slot))) for op, d, t, e in spans]
+    if length is None:
+        length = max((first + width for _, _, first, width in placed), default=0)
+    devices, note = schedule.devices, ""
+    if devices * length > MAX_GRID_CELLS:
+        devices = min(devices, MAX_GRID_DEVICES)
+        shown = min(length, max(1, MAX_GRID_CELLS // devices))
+        note = (f"(grid cut to devices 0..{devices - 1} of {schedule.devices} and columns 0..{shown - 1} of {length}: "
+                f"{schedule.devices * length:,} cells are over the {MAX_GRID_CELLS:,} drawn)")
+        length = shown
+    rows = [[idle] * length for _ in range(devices)]
+    kinds: list[list[str | None]] = [[None] * length for _ in range(devices)]
+    for op, device, first, width in placed:
+        if first >= length or device >= devices:
+            continue
+        row, kind_row = rows[device], kinds[device]
+        row[first] = cell_label(op, schedule)
+        for c in range(first, min(first + width, length)):
+            kind_row[c] = op.kind.value
+            if c > first:
+                row[c] = "-"
     width = max((len(c) for row in rows for c in row), default=1)
-    label_width = len(f"device {schedule.devices - 1}")
+    label_width = len(f"device {devices - 1}")
 
     def paint(text: str, kind: str | None) -> str:
         if not colour or kind is None:
@@ -64,6 +103,8 @@ def timeline_grid(
     for d, (row, kind_row) in enumerate(zip(rows, kinds)):
         cells = [paint(f"{c:<{width}}", k) for c, k in zip(row, kind_row)]
         lines.append((f"{'device ' + str(d):<{label_width}} | " + " ".join(cells)).rstrip())
+    if note:
+        lines.append(note)
     return "\n".join(lines)
 
 

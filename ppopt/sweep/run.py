@@ -80,12 +80,13 @@ def run_item(item: EvalItem | GapItem) -> list[dict]:
 
 def _run_eval(item: EvalItem) -> dict:
     from ppopt.evaluate import evaluate
+    from ppopt.units import UnitCosts
 
     inputs = item.inputs
     options = {k: inputs[k] for k in ("chunks", "waves", "split") if inputs[k] is not None}
     row = {"hash": item.hash, "status": "ok", "reason": None, **inputs}
     try:
-        result = evaluate(inputs["schedule"], inputs["devices"], inputs["microbatches"], inputs["backward"],
+        result = evaluate(inputs["schedule"], inputs["devices"], inputs["microbatches"], UnitCosts(backward=inputs["backward"]),
                           item.model, item.system, inputs["global_batch"], **options)
     except PpoptError as error:
         row.update(status="skipped", reason=" ".join(str(error).split()))
