@@ -35,7 +35,7 @@ class Evaluation:
     devices: int
     microbatches: int
     options: dict
-    formula: Formula | None  # None for a schedule read from a file (no family, no closed form)
+    formula: Formula | None  # None for a schedule read from a file or a family without closed forms
     table: TableMetrics
     simulation: Simulation | None = None
 
@@ -121,9 +121,10 @@ def rank_layers(results: list[Evaluation]) -> Ranking:
     """Rank schedules by bubble ratio (formula, table layers) and by simulated step time.
 
     Bubble ratios, not lengths, are compared in the first two layers: they are what the formulas
-    state, and they do not depend on the unit model.
+    state, and they do not depend on the unit model. Closed forms outside their range
+    (:attr:`ppopt.formula.Formula.outside`) and families without any are not ranked in the formula layer.
     """
-    formula_ranks = _ranks({r.schedule: r.formula.bubble_ratio for r in results if r.formula is not None})
+    formula_ranks = _ranks({r.schedule: r.formula.bubble_ratio for r in results if r.formula is not None and r.formula.valid})
     table_ranks = _ranks({r.schedule: r.table.bubble_ratio for r in results})
     sim_ranks = _ranks({r.schedule: r.simulation.step_time_s for r in results if r.simulation is not None})
     flips = tuple(

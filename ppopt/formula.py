@@ -1,7 +1,8 @@
 """The formula layer: closed forms per schedule family, in the unit model.
 
 Each family's closed forms live next to its generator, as a function
-``<family>_formula(devices, microbatches, backward, **options) -> Formula``, stated in *chunk-op
+``(devices, microbatches, backward, **options) -> Formula`` named in the family's registry entry
+(:class:`ppopt.generators.ClosedForms`, with the range where they hold), stated in *chunk-op
 slots*: one op of one stage chunk lasts F = 1, B = ``backward``, and I = W = 1 when backward is split.
 :func:`formula` dispatches and returns the length in the unit model's slots (:mod:`ppopt.units`, the
 table layer's units): it passes ``backward = B / F`` of the given :class:`~ppopt.units.UnitCosts` and
@@ -9,11 +10,13 @@ scales the length by ``F · p / S`` (S stages on p devices), exactly (fractions)
 closed forms assume I = W = F (the default units, B = 2F split evenly); under other units their
 length is not what the table measures. The bubble ratio is idle time over total time, the same
 definition the table layer uses; it does not depend on the scale.
+
+Outside its range a family's closed forms are still computed (the JSON shows them) but carry the
+reason in :attr:`Formula.outside`: reports print "n/a (reason)" and rankings leave them out.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -31,6 +34,7 @@ class Formula:
         peak_activations: per device, peak live microbatch activations (counted per stage chunk).
         weight_copies: per device, how many copies of a 1/p share of the model it stores.
         source: where the closed forms come from.
+        outside: None inside the forms' range; otherwise why (p, m) is outside it, e.g. "m < 2p - 1".
     """
 
     bubble_ratio: float
@@ -38,18 +42,24 @@ class Formula:
     peak_activations: tuple[float, ...]
     weight_copies: tuple[float, ...]
     source: str
+    outside: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.outside is None
 
 
-def formula(name: str, devices: int, microbatches: int, units: UnitCosts = UnitCosts(), **options: object) -> Formula:  # noqa: B008
-    """Closed forms of schedule ``name`` in ``units`` (module docstring); options not taken by the
-    family are ignored."""
-    generator = get(name)
-    module, func = generator.formula.split(":")
-    taken = {k: v for k, v in options.items() if k in generator.options and v is not None}
-    function = getattr(importlib.import_module(f"ppopt.generators.{module}"), func)
-    closed = function(devices, microbatches, units.backward / units.forward, **taken)
-    chunks = generator.chunks(taken)  # S / p, an int once the family accepted the options
+def formula(name: str, devices: int, microbatches: int, units: UnitCosts = UnitCosts(), **options: object) -> Formula | None:  # noqa: B008
+    """Closed forms of schedule ``name`` in ``units`` (module docstring), or None for a family without
+    any (its registry entry says why); options not taken by the family are ignored."""
+    family = get(name)
+    if family.closed_forms is None:
+        return None
+    taken = family.taken(options)
+    closed = family.closed_forms.function(devices, microbatches, units.backward / units.forward, **taken)
+    chunks = family.chunks(taken)  # S / p, an int once the family accepted the options
     assert isinstance(chunks, int)
     scale = Fraction(units.forward).limit_denominator(10**6) / chunks
     length = Fraction(closed.length).limit_denominator(10**6) * scale
-    return replace(closed, length=length.numerator if length.denominator == 1 else float(length))
+    outside = family.closed_forms.outside(devices, microbatches, taken)
+    return replace(closed, length=length.numerator if length.denominator == 1 else float(length), outside=outside)

@@ -13,14 +13,18 @@ from ppopt.generators import REGISTRY
 @json_option
 @format_option
 def list_command(as_json: bool, fmt: str) -> None:
-    """List the schedules, their options and their rules."""
+    """List the schedules: options, rules, where their closed forms hold, PyTorch export, summary."""
     if as_json:
-        emit_json([{"schedule": g.name, "summary": g.summary, "options": list(g.options), "rules": g.rules} for g in REGISTRY.values()])
+        emit_json([g.describe() for g in REGISTRY.values()])
         return
     from ppopt.report.text import render_table
 
-    rows = [(g.name, ", ".join(f"--{o}" for o in g.options) or "-", g.rules or "any p, m", g.summary) for g in REGISTRY.values()]
-    click.echo(render_table(("schedule", "options", "rules", "summary"), rows, fmt))
+    rows = [
+        (g.name, ", ".join(f"--{o}" for o in g.options) or "-", g.rules or "any p, m",
+         g.closed_forms.holds if g.closed_forms else f"none ({g.no_closed_forms})", "yes" if g.torch else "no", g.summary)
+        for g in REGISTRY.values()
+    ]
+    click.echo(render_table(("schedule", "options", "rules", "closed forms hold", "torch csv", "summary"), rows, fmt))
 
 
 @main.command("table")

@@ -1,18 +1,27 @@
-"""Schedule generators and their registry: ``generate(name, devices, microbatches, **options)``.
+"""Schedule families and their registry, the single source of truth about them.
 
-Each family lives in its own module and is registered here with the options it takes. A new
-schedule is one module plus one :class:`Generator` entry.
+Each family lives in its own module and is one :class:`Family` entry in :data:`REGISTRY`: its
+generator (a callable), its closed forms with the range where they hold (or ``None`` with the reason
+there are none), the relaxed search space it is a point of, its options and rules, the solver
+placements it hints, and whether it exports to PyTorch's CSV. ``list``, ``evaluate``, ``compare``,
+``gap``, ``frontier``, ``search``'s hints, the sweep specs and the study read everything from here,
+so adding a schedule is one new module plus one entry (README: "Adding a schedule");
+``tests/test_registry.py`` walks every entry through every command.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
+from ppopt.generators import chimera, hanayo, interleaved, linear, zero_bubble
 from ppopt.ir import Schedule, check_size
+
+if TYPE_CHECKING:
+    from ppopt.formula import Formula
 
 #: Every generator option, its default and its meaning (the CLI's shared schedule flags).
 OPTIONS: Mapping[str, tuple[object, str]] = {
@@ -31,22 +40,58 @@ def _twice(value: object) -> object:
     return 2 * value if isinstance(value, int) else value
 
 
+def _anywhere(devices: int, microbatches: int, options: Mapping[str, object]) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
-class Generator:
-    """A registered schedule family.
+class ClosedForms:
+    """A family's closed forms and the range where they hold.
+
+    ``function(devices, microbatches, backward, **options) -> Formula`` states them in chunk-op slots
+    (:mod:`ppopt.formula`); ``outside(devices, microbatches, options)`` is None inside the range and
+    otherwise the reason, as the user sees it after "n/a" (e.g. ``"m < 2p - 1"``): a value outside
+    its range is shown as such and never ranked. ``table_exact``: inside the range and at the default
+    units (F = 1, B = 2, I = W = 1), ppopt's own table equals the closed form (tests/test_registry.py
+    checks it); False when the forms are a paper's claim the construction does not meet everywhere
+    (see the module's docs).
+    """
+
+    function: Callable[..., Formula]
+    outside: Callable[[int, int, Mapping[str, object]], str | None] = _anywhere
+    table_exact: bool = True
+    holds: str = "any p, m"  # the range in words (``ppopt list``), within the family's rules
+
+
+@dataclass(frozen=True)
+class Family:
+    """One registered schedule family (see the module docstring).
 
     ``chunks(options)``: stages per device, S/p (an int for valid options; anything else is left
     for the generator to refuse); ``kinds``: op kinds per (stage, microbatch), 2 (F, B) or 3 (F, I, W).
-    Together they give the schedule's size before it is built.
+    Together they give the schedule's size before it is built. ``closed_forms`` is None only with
+    ``no_closed_forms`` saying why. ``space(options)``: the ``--space`` spec of the relaxed space the
+    family is a point of (same placement and backward, order free), used by ``gap`` and ``frontier``.
+    ``hints``: the solver placements in which the family is tried as a starting point. ``torch``: its
+    schedules export to PyTorch's CSV (no weight replicas).
     """
 
     name: str
-    function: str  # "module:function" under ppopt.generators
+    build: Callable[..., Schedule]
     summary: str
+    space: Callable[[Mapping[str, object]], str]
+    closed_forms: ClosedForms | None
+    no_closed_forms: str = ""
     options: tuple[str, ...] = ()
     rules: str = ""
     chunks: Callable[[Mapping[str, object]], object] = _one
     kinds: int = 2
+    hints: tuple[str, ...] = ()
+    torch: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.closed_forms is None) == (not self.no_closed_forms):
+            raise ValueError(f"{self.name}: give closed forms or the reason there are none, not both")
 
     def ops(self, devices: int, microbatches: int, options: Mapping[str, object]) -> int | None:
         """Ops the schedule will have (stages x microbatches x kinds), or None when an input is not a
@@ -57,56 +102,86 @@ class Generator:
             return None
         return devices * chunks * microbatches * self.kinds  # type: ignore[operator]
 
-    @property
-    def formula(self) -> str:
-        """``module:function`` of the family's closed forms (see :mod:`ppopt.formula`)."""
-        module, func = self.function.split(":")
-        return f"{module}:{func}_formula"
+    def describe(self) -> dict[str, Any]:
+        """The entry as plain data (``ppopt list --json``)."""
+        forms = self.closed_forms
+        return {
+            "schedule": self.name, "summary": self.summary, "options": list(self.options), "rules": self.rules,
+            "closed_forms": None if forms is None else forms.holds, "no_closed_forms": self.no_closed_forms or None,
+            "space": self.space({}), "hints": list(self.hints), "torch_export": self.torch,
+        }
 
-    def build(self, devices: int, microbatches: int, **options: object) -> Schedule:
-        module, func = self.function.split(":")
-        return getattr(importlib.import_module(f"ppopt.generators.{module}"), func)(devices, microbatches, **options)
+    def taken(self, options: Mapping[str, object]) -> dict[str, Any]:
+        """The options this family takes, without unset (None) ones."""
+        return {k: v for k, v in options.items() if k in self.options and v is not None}
 
 
-REGISTRY: dict[str, Generator] = {
-    g.name: g
-    for g in (
-        Generator("gpipe", "linear:gpipe", "all forwards, then all backwards (Huang et al. 2019)"),
-        Generator("1f1b", "linear:one_f_one_b", "PipeDream-Flush: warm-up, one forward one backward, drain"),
-        Generator(
-            "interleaved-1f1b", "interleaved:interleaved_1f1b",
+def _space(spec: str) -> Callable[[Mapping[str, object]], str]:
+    return lambda options: spec
+
+
+def _zb_v_outside(devices: int, microbatches: int, options: Mapping[str, object]) -> str | None:
+    """Qi et al. 2024's ZB-V forms hold once the V is full: the length from m >= floor(3p/2), the
+    peaks from m >= 2p - 1 (zero_bubble module docs); the stricter bound is the range."""
+    return "m < 2p - 1" if microbatches < 2 * devices - 1 else None
+
+
+def _hanayo_outside(devices: int, microbatches: int, options: Mapping[str, object]) -> str | None:
+    """Hanayo's forms are stated for the paper's regime, m a multiple of p (hanayo module docs)."""
+    return "m not a multiple of p" if microbatches % devices else None
+
+
+REGISTRY: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("gpipe", linear.gpipe, "all forwards, then all backwards (Huang et al. 2019)",
+               _space("placement=linear"), ClosedForms(linear.gpipe_formula), hints=("linear",)),
+        Family("1f1b", linear.one_f_one_b, "PipeDream-Flush: warm-up, one forward one backward, drain",
+               _space("placement=linear"), ClosedForms(linear.one_f_one_b_formula), hints=("linear", "any")),
+        Family(
+            "interleaved-1f1b", interleaved.interleaved_1f1b,
             "Megatron interleaved 1F1B: v chunks per device, looped placement",
-            ("chunks",), "m a multiple of p when v >= 2", chunks=lambda o: o.get("chunks", OPTIONS["chunks"][0]),
+            lambda o: f"placement=looped,chunks={o.get('chunks') or OPTIONS['chunks'][0]}",
+            ClosedForms(interleaved.interleaved_1f1b_formula),
+            options=("chunks",), rules="m a multiple of p when v >= 2",
+            chunks=lambda o: o.get("chunks", OPTIONS["chunks"][0]), hints=("looped", "any"),
         ),
-        Generator(
-            "chimera", "chimera:chimera",
+        Family(
+            "chimera", chimera.chimera,
             "bidirectional pipelines, two weight replicas (Li & Hoefler 2021), direct concatenation",
-            (), "p even, m a multiple of p",
+            _space("placement=bidirectional,directions=free"),
+            ClosedForms(chimera.chimera_formula, table_exact=False),
+            rules="p even, m a multiple of p", hints=("bidirectional",), torch=False,
         ),
-        Generator(
-            "chimera-asym", "chimera:chimera_asym",
+        Family(
+            "chimera-asym", chimera.chimera_asym,
             "Chimera with an uneven A:B layer split between the pipeline halves (the study's asymmetric placement)",
-            ("split",), "p even, m a multiple of p",
+            lambda o: f"placement=bidirectional,directions=free,split={o.get('split') or '1:2'}",
+            ClosedForms(chimera.chimera_asym_formula, table_exact=False),
+            options=("split",), rules="p even, m a multiple of p", torch=False,
         ),
-        Generator(
-            "hanayo", "hanayo:hanayo",
+        Family(
+            "hanayo", hanayo.hanayo,
             "wave-like pipeline, 2W chunks per device on a zig-zag, no replicas (Liu et al. 2023)",
-            ("waves",), "see the module docs for where it is defined",
-            chunks=lambda o: _twice(o.get("waves", OPTIONS["waves"][0])),
+            lambda o: f"placement=zigzag,waves={o.get('waves') or OPTIONS['waves'][0]}",
+            ClosedForms(hanayo.hanayo_formula, _hanayo_outside, table_exact=False, holds="m a multiple of p"),
+            options=("waves",), rules="see the module docs for where it is defined",
+            chunks=lambda o: _twice(o.get("waves", OPTIONS["waves"][0])), hints=("zigzag",),
         ),
-        Generator("zb-h1", "zero_bubble:zb_h1", "zero-bubble H1: 1F1B with split backward, W fills bubbles (Qi et al. 2024)", (), "m >= p",
-                  kinds=3),
-        Generator("zb-v", "zero_bubble:zb_v", "zero-bubble V: two chunks per device in a V, split backward (Qi et al. 2024)", (), "m >= p",
-                  chunks=lambda o: 2, kinds=3),
+        Family("zb-h1", zero_bubble.zb_h1, "zero-bubble H1: 1F1B with split backward, W fills bubbles (Qi et al. 2024)",
+               _space("placement=linear,backward=split"), ClosedForms(zero_bubble.zb_h1_formula),
+               rules="m >= p", kinds=3, hints=("linear",)),
+        Family("zb-v", zero_bubble.zb_v, "zero-bubble V: two chunks per device in a V, split backward (Qi et al. 2024)",
+               _space("placement=v,backward=split"), ClosedForms(zero_bubble.zb_v_formula, _zb_v_outside, holds="m >= 2p - 1"),
+               rules="m >= p", chunks=lambda o: 2, kinds=3, hints=("v",)),
     )
 }
-
 
 def names() -> list[str]:
     return list(REGISTRY)
 
 
-def get(name: str) -> Generator:
+def get(name: str) -> Family:
     try:
         return REGISTRY[name]
     except KeyError:
@@ -123,10 +198,10 @@ def generate(name: str, devices: int, microbatches: int, **options: object) -> S
     unknown = set(options) - set(OPTIONS)
     if unknown:
         raise ScheduleError(f"unknown schedule option(s): {', '.join(sorted(unknown))} (known: {', '.join(OPTIONS)})")
-    generator = get(name)
-    taken = {k: v for k, v in options.items() if k in generator.options and v is not None}
-    size = generator.ops(devices, microbatches, taken)
+    family = get(name)
+    taken = family.taken(options)
+    size = family.ops(devices, microbatches, taken)
     if size is not None:
         check_size(size, f"{name} with {devices} devices, {microbatches} microbatches")
     with paused_gc():
-        return generator.build(devices, microbatches, **taken)
+        return family.build(devices, microbatches, **taken)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ppopt.evaluate import Evaluation, Ranking
+from ppopt.formula import Formula
 from ppopt.report.text import gib, per_device, render_table, seconds, with_context
 from ppopt.table import Table
 from ppopt.units import UnitCosts
@@ -54,6 +55,8 @@ def evaluation_json(result: Evaluation) -> dict:
             "peak_activations": list(f.peak_activations),
             "weight_copies": list(f.weight_copies),
             "source": f.source,
+            "valid": f.valid,
+            "outside_range": f.outside,
         },
         "table": {"length": t.length, "bubble_ratio": t.bubble_ratio, "peak_activations": list(t.peak_activations)},
     }
@@ -75,20 +78,27 @@ def _header(results: Sequence[Evaluation], units: UnitCosts) -> str:
     return f"p = {p} devices, m = {m} microbatches; {units_text(units)}; bubble = idle / total"
 
 
+def closed_form_cell(f: Formula | None, text: str) -> str:
+    """``text`` (a closed-form value), "n/a (reason)" outside the forms' range, "-" without forms."""
+    if f is None:
+        return "-"
+    return text if f.valid else f"n/a ({f.outside})"
+
+
 def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = "text") -> str:
     """Formula and table metrics side by side (and simulation metrics when present), one row per schedule."""
     rows = []
     simulated = all(r.simulation is not None for r in results)
     for r in results:
         f, t = r.formula, r.table
-        differs = "" if f is None or abs(f.bubble_ratio - t.bubble_ratio) < 1e-12 else " *"
+        differs = "" if f is None or not f.valid or abs(f.bubble_ratio - t.bubble_ratio) < 1e-12 else " *"
         row = [
             r.schedule,
-            "-" if f is None else f"{f.bubble_ratio:.4f}",
+            closed_form_cell(f, "" if f is None else f"{f.bubble_ratio:.4f}"),
             f"{t.bubble_ratio:.4f}{differs}",
-            "-" if f is None else f"{f.length:g}",
+            closed_form_cell(f, "" if f is None else f"{f.length:g}"),
             f"{t.length:g}",
-            "-" if f is None else per_device(f.peak_activations),
+            closed_form_cell(f, "" if f is None else per_device(f.peak_activations)),
             per_device(t.peak_activations),
             "-" if f is None else per_device(f.weight_copies),
         ]
@@ -111,11 +121,12 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
     rows = []
     for r in order:
         f, sim = r.formula, r.simulation
-        assert f is not None and sim is not None, "compare evaluates the formula and simulation layers"
+        assert sim is not None, "compare evaluates the simulation layer"
+        rank = ranking.formula.get(r.schedule)
         rows.append(
             (
                 r.schedule + (" !" if r.schedule in ranking.flips else ""),
-                f"{ranking.formula[r.schedule]}  ({f.bubble_ratio:.4f})",
+                closed_form_cell(f, f"{rank}  ({f.bubble_ratio:.4f})" if f is not None else ""),
                 f"{ranking.table[r.schedule]}  ({r.table.bubble_ratio:.4f})",
                 f"{ranking.simulation[r.schedule]}  ({seconds(sim.step_time_s)})",
                 f"{sim.idle_ratio:.4f}",
@@ -137,7 +148,7 @@ def compare_json(results: Sequence[Evaluation], ranking: Ranking) -> list[dict]:
     for r in results:
         data = evaluation_json(r)
         data["rank"] = {
-            "formula": ranking.formula[r.schedule],
+            "formula": ranking.formula.get(r.schedule),
             "table": ranking.table[r.schedule],
             "simulation": ranking.simulation.get(r.schedule),
         }

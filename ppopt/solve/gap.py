@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ppopt.errors import InfeasibleError, ScheduleError
-from ppopt.generators import generate, names
+from ppopt.generators import generate, get, names
 from ppopt.simulate import simulate
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
@@ -23,21 +23,9 @@ from ppopt.validate import validate
 
 
 def family_space(name: str, options: dict) -> Space:
-    """The relaxed space a handcrafted schedule is a point of (see the module docstring)."""
-    chunks = options.get("chunks") or 2
-    waves = options.get("waves") or 1
-    split = options.get("split") or "1:2"
-    spec = {
-        "gpipe": "placement=linear",
-        "1f1b": "placement=linear",
-        "zb-h1": "placement=linear,backward=split",
-        "interleaved-1f1b": f"placement=looped,chunks={chunks}",
-        "zb-v": "placement=v,backward=split",
-        "hanayo": f"placement=zigzag,waves={waves}",
-        "chimera": "placement=bidirectional,directions=free",
-        "chimera-asym": f"placement=bidirectional,directions=free,split={split}",
-    }[name]
-    return parse_space(spec)
+    """The relaxed space a handcrafted schedule is a point of (see the module docstring): its
+    registry entry's ``space``."""
+    return parse_space(get(name).space(options))
 
 
 @dataclass(frozen=True)

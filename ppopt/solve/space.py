@@ -26,22 +26,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ppopt.errors import ScheduleError
-from ppopt.generators import generate, get
+from ppopt.generators import REGISTRY, generate, get
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import parse_split, placement
 
 PLACEMENTS = ("linear", "looped", "v", "zigzag", "bidirectional", "any", "family")
 FAMILY_MEMBERS = ("linear", "looped", "v", "zigzag")
 
-#: Handcrafted schedules that live in each placement, tried as hints (best one wins).
-HANDCRAFTED = {
-    "linear": ("1f1b", "gpipe", "zb-h1"),
-    "looped": ("interleaved-1f1b",),
-    "v": ("zb-v",),
-    "zigzag": ("hanayo",),
-    "bidirectional": ("chimera",),
-    "any": ("1f1b", "interleaved-1f1b"),
-}
+
+def hint_names(placement: str) -> tuple[str, ...]:
+    """Handcrafted schedules tried as hints in a placement (best one wins): the registry's
+    ``hints`` of each family (:mod:`ppopt.generators`)."""
+    return tuple(f.name for f in REGISTRY.values() if placement in f.hints)
 
 
 @dataclass(frozen=True)
@@ -183,9 +179,9 @@ def handcrafted_in(space: Space, devices: int, microbatches: int) -> list[Schedu
     if space.fixed:
         schedule = generate(space.fixed, devices, microbatches, **space.fixed_options)
         return [schedule]
-    names = HANDCRAFTED.get(space.placement, ())
+    names = hint_names(space.placement)
     if space.placement == "family":
-        names = tuple(n for member in FAMILY_MEMBERS for n in HANDCRAFTED[member])
+        names = tuple(n for member in FAMILY_MEMBERS for n in hint_names(member))
     options: dict[str, object] = {"chunks": space.chunks, "waves": space.waves}
     if space.split:
         options["split"] = space.split

@@ -51,7 +51,7 @@ INPUT_COLUMNS = (
 )
 METRIC_COLUMNS = (
     "formula_bubble_ratio", "formula_length", "formula_peak_activations_max", "formula_weight_copies_max",
-    "table_length", "table_bubble_ratio", "table_peak_activations_max",
+    "formula_outside", "table_length", "table_bubble_ratio", "table_peak_activations_max",
     "sim_step_time_s", "sim_idle_ratio", "sim_peak_activation_bytes_max", "sim_peak_memory_bytes_max",
     "sim_persistent_bytes_max",
     "table_peak_activations", "sim_peak_activation_bytes", "sim_peak_memory_bytes", "sim_persistent_bytes",
@@ -92,12 +92,16 @@ def _run_eval(item: EvalItem) -> dict:
         row.update(status="skipped", reason=" ".join(str(error).split()))
         return row
     f, t, s = result.formula, result.table, result.simulation
-    assert f is not None and s is not None  # a named schedule with a model and a system has every layer
+    assert s is not None  # a named schedule with a model and a system is simulated
+    if f is not None and f.valid:  # closed forms outside their range are left empty (never ranked)
+        row.update(
+            formula_bubble_ratio=f.bubble_ratio,
+            formula_length=f.length,
+            formula_peak_activations_max=max(f.peak_activations, default=None),
+            formula_weight_copies_max=max(f.weight_copies, default=None),
+        )
     row.update(
-        formula_bubble_ratio=f.bubble_ratio,
-        formula_length=f.length,
-        formula_peak_activations_max=max(f.peak_activations, default=None),
-        formula_weight_copies_max=max(f.weight_copies, default=None),
+        formula_outside=None if f is None else f.outside,
         table_length=t.length,
         table_bubble_ratio=t.bubble_ratio,
         table_peak_activations_max=max(t.peak_activations, default=None),

@@ -1,0 +1,156 @@
+"""The registry is the single source of truth: every entry through every command, and closed forms
+outside their range shown as "n/a (reason)" and never ranked."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppopt.cli import main
+from ppopt.errors import ScheduleError
+from ppopt.evaluate import evaluate, evaluate_all, rank_layers
+from ppopt.generators import REGISTRY, ClosedForms, Family, generate
+from ppopt.io.torch_csv import read_torch_csv
+from ppopt.report.evaluation import compare_json, evaluation_text
+from ppopt.solve.gap import family_space
+from ppopt.solve.space import handcrafted_in, placement_of
+from ppopt.units import UnitCosts
+
+# a small instance every family accepts: p even (chimera), m a multiple of p, m >= 2p - 1 (zb-v's forms)
+P, M = 2, 4
+UNIT = ["-p", P, "-m", M, "--unit", "--time-limit", "10", "-q"]
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module", params=list(REGISTRY))
+def family(request) -> Family:
+    return REGISTRY[request.param]
+
+
+def test_entry_is_complete(family):
+    schedule = generate(family.name, P, M)
+    assert schedule.name == family.name
+    assert family.ops(P, M, {}) == sum(len(order) for order in schedule.orders)
+    assert (family.closed_forms is None) != (not family.no_closed_forms)
+    # the family's own schedule is a point of its relaxed space: same placement, same backward kind
+    space = family_space(family.name, {})
+    assert placement_of(space, P) == schedule.placement
+    assert space.split_backward == schedule.split_backward
+    # PyTorch's CSV holds one rank per stage: exactly the families without replicas export
+    assert family.torch == all(len(set(holders)) == 1 for holders in schedule.placement)
+
+
+def test_table_and_evaluate(family):
+    table = run("table", "-s", family.name, "-p", P, "-m", M, "--json")
+    assert table.exit_code == 0, table.output
+    assert json.loads(table.stdout)["schedule"] == family.name
+    result = run("evaluate", "-s", family.name, "-p", P, "-m", M, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["formula"] is None) == (family.closed_forms is None)
+
+
+def test_compare_ranks_every_family():
+    result = run("compare", "-p", P, "-m", M, "--model", "study", "--system", "dgx-a100", "--json")
+    assert result.exit_code == 0, result.output
+    assert {row["schedule"] for row in json.loads(result.stdout)} == set(REGISTRY)
+
+
+def test_gap_against_its_own_space(family):
+    result = run("gap", *UNIT, "-s", family.name, "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["schedules"]
+    assert row["schedule"] == family.name and row["space"] == family_space(family.name, {}).describe()
+    assert row["gap"] is not None and row["gap"] >= 0
+
+
+def test_frontier_places_the_family_in_its_space(family):
+    result = run("frontier", *UNIT, "--space", family.space({}), "--limits", "1000", "--json")
+    assert result.exit_code == 0, result.output
+    assert family.name in {h["schedule"] for h in json.loads(result.stdout)["handcrafted"]}
+
+
+def test_export(family, tmp_path):
+    trace = tmp_path / "t.json"
+    assert run("export", "-s", family.name, "-p", P, "-m", M, "-o", trace).exit_code == 0
+    assert json.loads(trace.read_text())["traceEvents"]
+    csv = tmp_path / "s.csv"
+    result = run("export", "-s", family.name, "-p", P, "-m", M, "-o", csv)
+    if not family.torch:
+        assert result.exit_code == 1 and "one rank per stage" in result.stderr and not csv.exists()
+        return
+    assert result.exit_code == 0, result.output
+    schedule = generate(family.name, P, M)
+    read = read_torch_csv(csv)
+    assert [sorted(map(str, o)) for o in read.orders] == [sorted(map(str, o)) for o in schedule.orders]
+
+
+def test_hints_are_points_of_their_placement():
+    """A family hinting a placement is tried there by search (its schedule lives in that placement)."""
+    from ppopt.solve.space import parse_space
+
+    for family in REGISTRY.values():
+        for placement in family.hints:
+            if placement == "any":
+                continue
+            names = [s.name.split("+")[0] for s in handcrafted_in(parse_space(f"placement={placement}"), P, M)]
+            assert family.name in names
+
+
+def test_an_entry_must_give_forms_or_the_reason():
+    with pytest.raises(ValueError):
+        Family("x", generate, "", lambda o: "placement=linear", None)
+    with pytest.raises(ValueError):
+        Family("x", generate, "", lambda o: "placement=linear", ClosedForms(lambda *a: None), no_closed_forms="why")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Issue 14 item 2: closed forms outside their range are shown as such and never ranked
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_zb_v_outside_its_range_at_p_m_8():
+    """ZB-V's forms (length 6m + p - 1, peak 2p: Qi et al. 2024) need m >= 2p - 1 for the peaks; at
+    p = m = 8 the extrapolated length 55 chunk slots (27.5 slots of a 1/p share) is below the table's
+    62 (31) and must not rank ZB-V first."""
+    e = evaluate("zb-v", 8, 8)
+    assert e.formula is not None and e.formula.outside == "m < 2p - 1" and e.formula.length == 27.5
+    assert e.table.length == 31
+    text = evaluation_text([e], UnitCosts())
+    assert "n/a (m < 2p - 1)" in text and "27.5" not in text
+    results, _ = evaluate_all(8, 8)
+    ranking = rank_layers(results)
+    assert "zb-v" not in ranking.formula
+    assert next(r for r in compare_json(results, ranking) if r["schedule"] == "zb-v")["rank"]["formula"] is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 6), m=st.integers(1, 14))
+def test_formula_layer_ranks_only_values_inside_their_range(p, m):
+    units = UnitCosts()
+    results, _ = evaluate_all(p, m, units)
+    ranking = rank_layers(results)
+    text = evaluation_text(results, units)
+    for r in results:
+        f = r.formula
+        forms = REGISTRY[r.schedule].closed_forms
+        if f is None or not f.valid:
+            assert r.schedule not in ranking.formula
+            if f is not None:
+                assert f"n/a ({f.outside})" in next(line for line in text.splitlines() if line.startswith(r.schedule + " "))
+            continue
+        assert r.schedule in ranking.formula
+        if forms is not None and forms.table_exact:  # inside the range the table agrees with the forms
+            assert f.length == pytest.approx(r.table.length)
+            assert f.bubble_ratio == pytest.approx(r.table.bubble_ratio)
+            assert tuple(f.peak_activations) == tuple(r.table.peak_activations)
+
+
+def test_unknown_family_still_refused():
+    with pytest.raises(ScheduleError, match="unknown schedule"):
+        generate("nope", 2, 2)
