@@ -254,7 +254,8 @@ class _MockStage:
         self.submod = None
 
 
-TORCH_CASES = [("gpipe", 3, 5), ("1f1b", 4, 8), ("interleaved-1f1b", 4, 8), ("hanayo", 4, 4), ("zb-h1", 4, 6), ("zb-v", 4, 8)]
+TORCH_CASES = [("gpipe", 3, 5), ("1f1b", 4, 8), ("interleaved-1f1b", 4, 8), ("hanayo", 4, 4), ("zb-h1", 4, 6), ("zb-v", 4, 8),
+               ("looped-bfs", 4, 6)]
 
 
 @pytest.mark.parametrize("name,p,m", TORCH_CASES)

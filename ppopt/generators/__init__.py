@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.generators import chimera, hanayo, interleaved, linear, zero_bubble
+from ppopt.generators import chimera, hanayo, interleaved, linear, looped_bfs, zero_bubble
 from ppopt.ir import Schedule, check_size
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: Every generator option, its default and its meaning (the CLI's shared schedule flags).
 OPTIONS: Mapping[str, tuple[object, str]] = {
-    "chunks": (2, "model chunks per device, v (interleaved-1f1b)"),
+    "chunks": (2, "model chunks per device, v (interleaved-1f1b, looped-bfs)"),
     "waves": (1, "waves W; each device holds 2W chunks (hanayo)"),
     "split": ((1, 2), "layer split A:B between the first and second half of the stages (chimera-asym)"),
 }
@@ -126,6 +126,12 @@ def _zb_v_outside(devices: int, microbatches: int, options: Mapping[str, object]
     return "m < 2p - 1" if microbatches < 2 * devices - 1 else None
 
 
+def _looped_bfs_outside(devices: int, microbatches: int, options: Mapping[str, object]) -> str | None:
+    """Lamy-Poirier 2023's forms need m >= p once there are two chunks or more (looped_bfs module docs)."""
+    chunks = options.get("chunks", OPTIONS["chunks"][0])
+    return "m < p" if microbatches < devices and chunks != 1 else None
+
+
 def _hanayo_outside(devices: int, microbatches: int, options: Mapping[str, object]) -> str | None:
     """Hanayo's forms are stated for the paper's regime, m a multiple of p (hanayo module docs)."""
     return "m not a multiple of p" if microbatches % devices else None
@@ -145,6 +151,13 @@ REGISTRY: dict[str, Family] = {
             ClosedForms(interleaved.interleaved_1f1b_formula),
             options=("chunks",), rules="m a multiple of p when v >= 2",
             chunks=lambda o: o.get("chunks", OPTIONS["chunks"][0]), hints=("looped", "any"),
+        ),
+        Family(
+            "looped-bfs", looped_bfs.looped_bfs,
+            "looped breadth-first: v chunks per device, all microbatches of a chunk before the next (Lamy-Poirier 2023)",
+            lambda o: f"placement=looped,chunks={o.get('chunks') or OPTIONS['chunks'][0]}",
+            ClosedForms(looped_bfs.looped_bfs_formula, _looped_bfs_outside, holds="m >= p (v >= 2)"),
+            options=("chunks",), chunks=lambda o: o.get("chunks", OPTIONS["chunks"][0]), hints=("looped",),
         ),
         Family(
             "chimera", chimera.chimera,
