@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.generators import chimera, hanayo, interleaved, linear, looped_bfs, zero_bubble
+from ppopt.generators import chimera, hanayo, interleaved, linear, looped_bfs, zb_h2, zero_bubble
 from ppopt.ir import Schedule, check_size
 
 if TYPE_CHECKING:
@@ -126,6 +126,10 @@ def _zb_v_outside(devices: int, microbatches: int, options: Mapping[str, object]
     return "m < 2p - 1" if microbatches < 2 * devices - 1 else None
 
 
+def _at_least_p(devices: int, microbatches: int, options: Mapping[str, object]) -> str | None:
+    return "m < p" if microbatches < devices else None
+
+
 def _looped_bfs_outside(devices: int, microbatches: int, options: Mapping[str, object]) -> str | None:
     """Lamy-Poirier 2023's forms need m >= p once there are two chunks or more (looped_bfs module docs)."""
     chunks = options.get("chunks", OPTIONS["chunks"][0])
@@ -184,6 +188,9 @@ REGISTRY: dict[str, Family] = {
         Family("zb-h1", zero_bubble.zb_h1, "zero-bubble H1: 1F1B with split backward, W fills bubbles (Qi et al. 2024)",
                _space("placement=linear,backward=split"), ClosedForms(zero_bubble.zb_h1_formula),
                rules="m >= p", kinds=3, hints=("linear",)),
+        Family("zb-h2", zb_h2.zb_h2, "zero-bubble H2: more warm-up forwards, W fills every gap, peak 2p - 1 (Qi et al. 2024)",
+               _space("placement=linear,backward=split"), ClosedForms(zb_h2.zb_h2_formula, _at_least_p, holds="m >= p"),
+               kinds=3, hints=("linear",)),
         Family("zb-v", zero_bubble.zb_v, "zero-bubble V: two chunks per device in a V, split backward (Qi et al. 2024)",
                _space("placement=v,backward=split"), ClosedForms(zero_bubble.zb_v_formula, _zb_v_outside, holds="m >= 2p - 1"),
                rules="m >= p", chunks=lambda o: 2, kinds=3, hints=("v",)),
