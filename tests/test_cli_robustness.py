@@ -211,7 +211,7 @@ def test_help_and_version_exit_0(args):
 
 def test_an_option_the_schedule_does_not_take_is_refused():
     line = one_error_line(run("table", "-s", "gpipe", "-p", 4, "-m", 4, "--chunks", 4, "--waves", 2))
-    assert line == "error: --chunks: schedule gpipe does not take it (only interleaved-1f1b)"
+    assert line == "error: --chunks: schedule gpipe does not take it (only interleaved-1f1b, looped-bfs)"
     line = one_error_line(run("evaluate", "-s", "1f1b", "-p", 4, "-m", 4, "--waves", 2))
     assert line == "error: --waves: schedule 1f1b does not take it (only hanayo)"
     line = one_error_line(run("export", "-s", "zb-v", "-p", 4, "-m", 4, "--split", "1:3", "-o", "-"))

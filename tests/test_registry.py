@@ -154,3 +154,18 @@ def test_formula_layer_ranks_only_values_inside_their_range(p, m):
 def test_unknown_family_still_refused():
     with pytest.raises(ScheduleError, match="unknown schedule"):
         generate("nope", 2, 2)
+
+
+@pytest.mark.parametrize("name, step", [
+    # v = 2 chunks, F = 1/2 and B = 1 per chunk op (slots of a 1/p share): device 1 starts after one
+    # chunk forward (0.5), works 2·4·1.5 = 12, and device 0's last chunk backward follows (1): 13.5
+    ("looped-bfs", 13.5),
+    # F = I = W = 1: device 1 starts at 1 and works 3·4 = 12 slots: 13
+    ("zb-h2", 13),
+])
+def test_new_families_are_proven_optimal_in_their_space(name, step):
+    result = run("gap", "-p", 2, "-m", 4, "--unit", "--time-limit", "10", "-q", "-s", name, "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["schedules"]
+    assert row["status"] == "optimal"
+    assert row["step_time_s"] == row["bound_s"] == step and row["gap"] == 0
