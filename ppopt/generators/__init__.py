@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.generators import chimera, hanayo, interleaved, linear, looped_bfs, zb_h2, zero_bubble
+from ppopt.generators import chimera, hanayo, interleaved, linear, looped_bfs, v_min, zb_h2, zero_bubble
 from ppopt.ir import Schedule, check_size
 
 if TYPE_CHECKING:
@@ -194,6 +194,11 @@ REGISTRY: dict[str, Family] = {
         Family("zb-v", zero_bubble.zb_v, "zero-bubble V: two chunks per device in a V, split backward (Qi et al. 2024)",
                _space("placement=v,backward=split"), ClosedForms(zero_bubble.zb_v_formula, _zb_v_outside, holds="m >= 2p - 1"),
                rules="m >= p", chunks=lambda o: 2, kinds=3, hints=("v",)),
+        Family("v-min", v_min.v_min,
+               "V-shape building block of least lifespan: about 1/3 of 1F1B's activations (Qi et al. 2024, NeurIPS)",
+               _space("placement=v,backward=split"), None,
+               "the paper gives the bubble only as ~2p/3m",
+               chunks=lambda o: 2, kinds=3, hints=("v",)),
     )
 }
 
