@@ -46,6 +46,13 @@ Per block and microbatch of b sequences on one of t ranks (s sequence, h hidden,
       including its all-reduces, before the backward (backward = F + B).
     * Stored bytes: :func:`ppopt.costs.stored_activation_bytes_per_layer`.
 
+Pipeline messages
+    Each tensor-parallel rank sends its 1/t share of the b·s·h·e activation (or gradient) to the
+    next stage, and the receiving ranks all-gather it over their tensor-parallel group (ring,
+    ``(t-1)/t · bytes``, charged to the receiving stage's F or B): Megatron's scatter/gather
+    optimisation (Narayanan et al. 2021, Section 4.1, "Communication Optimizations"). With sequence
+    parallelism the activation is already split, so there is no all-gather.
+
 Embedding and output layer
     Stage 0 gathers b·s·h·e embedding rows (plus one all-reduce of them under tensor parallelism:
     Megatron's vocabulary-parallel embedding); the last stage computes the logits,
@@ -370,16 +377,20 @@ def job_work(job: Job) -> JobWork:
         sync.append(ring_allreduce_work(count * e, job.dp, job.tp * job.dp, job.tp, system))
         opt.append(Work(memory_bytes=2 * count * bps * optimizer_share, ops=1.0))
 
-    message = _message_work(job, rows)
+    message = _message_work(job, rows / t)
+    if t > 1 and not job.sequence_parallel:  # the receiver all-gathers the scattered activation
+        gather = 0.5 * ring_allreduce_work(rows, t, t, 1, system)
+        fw = [f + gather if k > 0 else f for k, f in enumerate(fw)]
+        bw = [bk + gather if k < last else bk for k, bk in enumerate(bw)]
     per_node = stages_per_node(job)
     messages = tuple(message[(k + 1) % per_node == 0] for k in range(last))
     return JobWork(tuple(fw), tuple(bw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
-                   tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows)
+                   tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t)
 
 
 def _message_work(job: Job, num_bytes: float) -> tuple[Work, Work]:
-    """One stage-to-stage message of ``num_bytes`` (each tensor-parallel rank sends the whole
-    activation): (inside a node, across nodes)."""
+    """One stage-to-stage message of ``num_bytes`` sent by each tensor-parallel rank (its 1/t
+    share of the activation): (inside a node, across nodes)."""
     system = job.system
     inside = Work(intra_bytes=num_bytes, intra_hops=1.0)
     users = _nic_users(system, min(job.tp * job.dp, system.devices_per_node))
