@@ -8,6 +8,7 @@ simulator then share.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -38,6 +39,37 @@ class Evaluation:
     formula: Formula | None  # None for a schedule read from a file (no family, no closed form)
     table: TableMetrics
     simulation: Simulation | None = None
+    memory_capacity_bytes: float | None = None
+    """The system's memory per device (with ``simulation``)."""
+
+    @property
+    def memory_over(self) -> MemoryOver | None:
+        """The worst device whose simulated peak exceeds the system's memory, or None."""
+        if self.simulation is None or self.memory_capacity_bytes is None:
+            return None
+        return memory_over(self.simulation.peak_memory_bytes, self.memory_capacity_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryOver:
+    """A device whose peak memory exceeds the system's capacity. Bytes."""
+
+    device: int
+    peak_bytes: float
+    capacity_bytes: float
+
+    @property
+    def excess_bytes(self) -> float:
+        return self.peak_bytes - self.capacity_bytes
+
+
+def memory_over(peaks: Sequence[float], capacity_bytes: float) -> MemoryOver | None:
+    """The device with the largest peak if it exceeds ``capacity_bytes`` (the lowest index among
+    equals), else None."""
+    if not peaks:
+        return None
+    device = max(range(len(peaks)), key=lambda d: (peaks[d], -d))
+    return MemoryOver(device, float(peaks[device]), float(capacity_bytes)) if peaks[device] > capacity_bytes else None
 
 
 def schedule_costs(schedule: Schedule, model: ModelConfig, system: SystemConfig, global_batch: int | None = None) -> Costs:
@@ -75,6 +107,7 @@ def evaluate_schedule(
         formula=closed,
         table=table_metrics(build_table(flat, units)),
         simulation=simulation,
+        memory_capacity_bytes=system.memory_capacity_bytes if simulation is not None and system is not None else None,
     )
 
 

@@ -358,7 +358,7 @@ def job_work(job: Job) -> JobWork:
         if index == 0:  # embedding: gather rows (vocabulary-parallel: all-reduce them)
             f = f + Work(memory_bytes=rows) + tp_ar
             bk = bk + Work(memory_bytes=rows)
-            count += v * h / t
+            count += v * h / t + (s * h if model.learned_position_embeddings else 0)  # positions: replicated
         if index == last:  # output projection and loss
             f = f + Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes)
             bk = bk + Work(gemm_flops=2 * logits_flops, gemm_units=2 * units(logits_flops, logits_flops), memory_bytes=logits_bytes)
