@@ -108,7 +108,8 @@ from ppopt.costs import (
 from ppopt.errors import ConfigError
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
 
-__all__ = ["Job", "JobResult", "JobWork", "Work", "evaluate_job", "job_costs", "job_work", "pipeline_system", "work_time_s"]
+__all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job", "job_costs", "job_work", "pipeline_system",
+           "work_time_s"]
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -239,6 +240,49 @@ class Job:
     def describe(self) -> str:
         """Short label, e.g. ``t2 p4 d1 b2 m8``."""
         return f"t{self.tp} p{self.pp} d{self.dp} b{self.micro_batch} m{self.microbatches}"
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """The job fields every modelled command takes (``--tp``, ``--dp``, ``--micro-batch``,
+    ``--recompute``, ``--sequence-parallel``, ``--distributed-optimizer``). The defaults are pure
+    pipeline parallelism (t = d = 1, no recomputation), for which commands keep
+    :func:`ppopt.costs.stage_costs`; otherwise a schedule's stages are costed by :func:`job_costs`."""
+
+    tp: int = 1
+    dp: int = 1
+    micro_batch: int | None = None
+    """Sequences per microbatch; None: global batch / (m·d). Given without a global batch, the
+    global batch is micro_batch·m·d."""
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False
+
+    @property
+    def is_default(self) -> bool:
+        return self == Parallelism()
+
+    def job(self, model: ModelConfig, system: SystemConfig, layers: tuple[int, ...], microbatches: int,
+            global_batch: int | None = None) -> Job:
+        """The job whose pipeline has one stage per entry of ``layers`` and ``microbatches``
+        microbatches per step. ConfigError (naming the field) when the batch does not split."""
+        for name in ("tp", "dp"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+        batch = global_batch
+        if batch is None:
+            batch = model.global_batch_size if self.micro_batch is None else self.micro_batch * microbatches * self.dp
+        micro, left = divmod(batch, microbatches * self.dp)
+        if left or micro < 1:
+            raise ConfigError(f"global batch {batch} does not split into {microbatches} microbatches x {self.dp} replicas",
+                              field="global_batch")
+        if self.micro_batch is not None and self.micro_batch != micro:
+            raise ConfigError(f"{self.micro_batch} x {microbatches} microbatches x {self.dp} replicas differs from the "
+                              f"global batch {batch}", field="micro_batch")
+        return Job(model, system, tp=self.tp, pp=len(layers), dp=self.dp, micro_batch=micro, global_batch=batch,
+                   recompute=self.recompute, sequence_parallel=self.sequence_parallel,
+                   distributed_optimizer=self.distributed_optimizer, layers=tuple(layers))
 
 
 # --------------------------------------------------------------------------------------------------
