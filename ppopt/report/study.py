@@ -164,6 +164,10 @@ def _by_m_table(data: StudyData, system: str, devices: int, column: str, fmt, ma
     return _table(["schedule"] + [f"m = {m}" for m in data.microbatches], rows)
 
 
+FOOTNOTE_ROWS = 12
+"""Results over the memory named one by one in the footnote; the others are counted (all are marked)."""
+
+
 def _over_memory(data: StudyData, system: str) -> list[str]:
     """``S = p, m = m, schedule device d: excess GiB`` for every row of ``system`` over its memory
     (d the worst device)."""
@@ -240,8 +244,10 @@ def render(loaded: LoadedSpec, data: StudyData, found: dict, figures, result_not
                                              mark="sim_over_memory"), ""]
     over = _over_memory(data, base)
     if over:
-        out += [f"{OVER_MEMORY} over the memory of a `{base}` device: the worst device's peak exceeds it by "
-                + "; ".join(over) + ".", ""]
+        shown = over[:FOOTNOTE_ROWS]
+        more = f"; and {len(over) - len(shown)} more (`sim_over_memory` in `rows.csv`)" if len(over) > len(shown) else ""
+        out += [f"{OVER_MEMORY} over the memory of a `{base}` device ({len(over)} of the table's results): the worst "
+                "device's peak exceeds it by " + "; ".join(shown) + more + ".", ""]
 
     out += _ranking_section(data)
     out += _gap_section(data)
