@@ -62,6 +62,8 @@ TINY = {"-p": ints(1, 3), "-m": ints(1, 3)}
 SCHEDULE = {"-s": st.sampled_from(names())}
 OPTIONS = {"--chunks": ints(1, 4), "--waves": ints(1, 3), "--split": SPLIT}
 PRESETS = {"--model": MODEL_ARG, "--system": SYSTEM_ARG, "--global-batch": ints(1, 64)}
+JOB_FIELDS = {"--tp": ints(1, 2), "--dp": ints(1, 2), "--micro-batch": ints(1, 4), "--recompute": st.sampled_from(["none", "selective", "full"]),
+              "--sequence-parallel": None, "--distributed-optimizer": None}
 UNIT = {"--unit": None, "--forward": floats(0.5, 3), "--backward": floats(0.5, 3), "--weight": floats(0.5, 2), "--comm": floats(0, 2)}
 SOLVE = ["--time-limit", "0.2", "-q"]
 
@@ -73,17 +75,17 @@ COMMANDS: dict[str, tuple[list[str], dict, dict]] = {
     "table": ([], {**SCHEDULE, **SIZE}, {**OPTIONS, "--backward": ints(1, 2), "--schedule-file": st.just("{csv}"),
                                         "--legacy-backward": None, "--json": None}),
     "evaluate": ([], {"-s": st.sampled_from([*names(), "all"]), **SIZE},
-                 {**OPTIONS, "--backward": ints(1, 2), "--schedule-file": st.just("{csv}"), **PRESETS, "--trace": OUTPUT,
+                 {**OPTIONS, "--backward": ints(1, 2), "--schedule-file": st.just("{csv}"), **PRESETS, **JOB_FIELDS, "--trace": OUTPUT,
                   "--json": None, "--format": FORMAT}),
     "compare": ([], {**SIZE, "--model": MODEL_ARG, "--system": SYSTEM_ARG},
-                {**OPTIONS, "--backward": ints(1, 2), "--global-batch": ints(1, 64), "--json": None, "--format": FORMAT}),
+                {**OPTIONS, "--backward": ints(1, 2), "--global-batch": ints(1, 64), **JOB_FIELDS, "--json": None, "--format": FORMAT}),
     "export": ([], {**SCHEDULE, **SIZE, "-o": OUTPUT},
                {**OPTIONS, "--schedule-file": st.just("{csv}"), **UNIT, **PRESETS,
                 "--format": st.sampled_from(["torch-csv", "chrome-trace"])}),
     "import": (["{csv}"], {}, {"--legacy-backward": None, "--backward": ints(1, 2), "--json": None}),
     "search": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, "--csv": OUTPUT, "--trace": OUTPUT, "--json": None, "--no-grid": None,
                              "--space": st.sampled_from(["placement=linear", "fixed:1f1b", "placement=any,backward=split"])}),
-    "gap": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, **SCHEDULE, "--json": None}),
+    "gap": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, **JOB_FIELDS, **SCHEDULE, "--json": None}),
     "frontier": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, "--limits": st.sampled_from(["1,2", "3", "4,8"]), "--json": None}),
     "sweep": (["{spec}", "-q", "-o", "{dir}/sweep"], {}, {"--json": None}),
     "validate": (["{measured}"], {"--system": st.sampled_from(["a100-vtrain", "{system}"])}, {"--json": None, "--format": FORMAT}),
