@@ -122,6 +122,14 @@ class ModelConfig(_Strict):
     False: the full s·b·h·(34 + 5·a·s/h) of the paper's study."""
     tie_embeddings: StrictBool = False
     """Output projection shares the input embedding matrix (counted once, on the first stage)."""
+    dropout: StrictBool = True
+    """Dropout after the attention scores, the attention output and the MLP output (GPT; Korthikanti
+    et al. 2022, Section 4.1): a block stores their 1-byte masks and the scores' dropout output for
+    the backward. Llama trains without dropout (Touvron et al. 2023, "LLaMA"; Llama 3's released
+    config has attention_dropout 0): false drops those items."""
+    learned_position_embeddings: StrictBool = False
+    """A learned s x h position-embedding matrix on the first stage (GPT-2/3: Radford et al. 2019;
+    Brown et al. 2020). False: no position parameters (rotary embeddings, as in Llama)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -38,8 +38,11 @@ Activation bytes stored per block per microbatch (no recomputation, no tensor/se
     * two layer norms: their inputs (2·e·sbh)
 
     Total ``sbh·(e·(6 + 2r) + 2) + n_ffn'·e·sbf + (2e + 1)·as²b`` with n_ffn' = 2 (GELU) or
-    3 (SwiGLU); with e = 2, r = 1, GELU, f = 4h this is exactly s·b·h·(34 + 5·a·s/h). The last
-    stage also keeps its logits (b·s·V·e) until the backward pass.
+    3 (SwiGLU); with e = 2, r = 1, GELU, f = 4h this is exactly s·b·h·(34 + 5·a·s/h). A model
+    without dropout (``model.dropout`` false, e.g. Llama) stores none of the three masks nor the
+    scores' dropout output: ``sbh·e·(6 + 2r) + n_ffn'·e·sbf + e·as²b`` (Llama 3 70B, r = 1/8,
+    f = 3.5h, flash attention: 33.5·sbh instead of 35.5·sbh). The last stage also keeps its logits
+    (b·s·V·e) until the backward pass.
 
 Memory traffic (for the roofline)
     Each of F, I and W moves the stage's weights once (read, or gradient written for W) and its
@@ -58,7 +61,8 @@ Parameters per block
     ``P_lin`` + biases + norms. GELU models follow Megatron GPT (biases on every linear layer,
     LayerNorm with scale and shift): ``P_lin + (2h + 2rh) + f + h + 4h`` = 12h² + 13h for plain GPT.
     SwiGLU models follow LLaMA (no biases, RMSNorm with a scale only): ``P_lin + 2h``.
-    The first stage holds the embedding (V·h); the last stage holds the output projection (V·h)
+    The first stage holds the embedding (V·h, plus s·h learned position embeddings when
+    ``model.learned_position_embeddings``); the last stage holds the output projection (V·h)
     unless ``tie_embeddings`` (then the one matrix is counted once, on the first stage; frameworks
     that keep a synchronised copy on the last stage would add V·h there).
 
@@ -277,10 +281,18 @@ def activation_bytes_per_layer(model: ModelConfig, batch: int) -> float:
     e = model.bytes_per_element
     kv = _kv_width(model)
     sb = s * batch
-    hidden_terms = sb * (e * (6 * h + 2 * kv) + 2 * h)
+    masks = 2 * h if model.dropout else 0
+    hidden_terms = sb * (e * (6 * h + 2 * kv) + masks)
     mlp_terms = (3 if model.activation == "swiglu" else 2) * e * sb * f
-    score_terms = 0 if model.flash_attention else (2 * e + 1) * a * s * sb
+    score_terms = 0 if model.flash_attention else _score_bytes_per_element(model) * a * s * sb
     return float(hidden_terms + mlp_terms + score_terms)
+
+
+def _score_bytes_per_element(model: ModelConfig) -> int:
+    """Bytes stored per attention-score element: softmax output (e), and with dropout its mask (1)
+    and output (e)."""
+    e = model.bytes_per_element
+    return 2 * e + 1 if model.dropout else e
 
 
 def _activation_parts(model: ModelConfig, batch: int) -> tuple[float, float, float]:
@@ -289,20 +301,20 @@ def _activation_parts(model: ModelConfig, batch: int) -> tuple[float, float, flo
     Returns (replicated, split, scores) bytes for t = 1 (Korthikanti et al. 2022, Section 4.2.2):
 
     * replicated across the t ranks without sequence parallelism: the inputs of QKV and of the MLP
-      (e·sbh each), the two layer-norm inputs (2·e·sbh) and the two dropout masks (2·sbh):
-      ``sbh·(4e + 2)`` (= 10·sbh at fp16);
+      (e·sbh each), the two layer-norm inputs (2·e·sbh) and the two dropout masks (2·sbh; none
+      without ``model.dropout``): ``sbh·(4e + 2)`` (= 10·sbh at fp16);
     * split by t (heads or MLP columns): Q, K, V, the output projection's input and the MLP's
       intermediate tensors: ``e·sb·(2h + 2·r·h) + n_ffn'·e·sbf`` (= 24·sbh at fp16, GELU, f = 4h);
-    * the attention scores (softmax output, dropout mask, dropout output), split by t:
-      ``(2e + 1)·a·s²·b`` (= 5·a·s²·b), 0 with ``flash_attention``.
+    * the attention scores (softmax output, and with dropout its mask and output), split by t:
+      ``(2e + 1)·a·s²·b`` (= 5·a·s²·b; e·a·s²·b without dropout), 0 with ``flash_attention``.
 
     The three sum to :func:`activation_bytes_per_layer`'s s·b·h·(34 + 5·a·s/h).
     """
     s, h, f = model.seq_length, model.hidden_size, model.ffn_hidden_size
     e, sb = model.bytes_per_element, model.seq_length * batch
-    replicated = sb * h * (4 * e + 2)
+    replicated = sb * h * (4 * e + (2 if model.dropout else 0))
     split = e * sb * (2 * h + 2 * _kv_width(model)) + (3 if model.activation == "swiglu" else 2) * e * sb * f
-    scores = 0 if model.flash_attention else (2 * e + 1) * model.num_attention_heads * s * sb
+    scores = 0 if model.flash_attention else _score_bytes_per_element(model) * model.num_attention_heads * s * sb
     return float(replicated), float(split), float(scores)
 
 
@@ -392,6 +404,7 @@ def stage_costs(
     act_layer = activation_bytes_per_layer(model, b)
     params_layer = layer_param_count(model)
     embedding_params = v * h
+    position_params = s * h if model.learned_position_embeddings else 0
     rows_bytes = b * s * h * e  # gathered embedding rows; also the inter-stage message
 
     stages = []
@@ -403,7 +416,7 @@ def stage_costs(
         # Extra memory traffic of the embedding / output layer per op kind.
         extra_f = extra_i = extra_w = 0.0
         if index == 0:  # embedding: gather rows in F, scatter their gradient in W
-            params += embedding_params
+            params += embedding_params + position_params
             extra_f += rows_bytes
             extra_w += rows_bytes
         if index == last:  # output projection: a V x h matrix read (F, I) / gradient written (W)

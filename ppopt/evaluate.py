@@ -8,17 +8,19 @@ simulator then share.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.costs import Costs, partition_layers, stage_costs
-from ppopt.errors import ScheduleError
+from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import Flat
 from ppopt.formula import Formula, formula
 from ppopt.generators import generate, names
 from ppopt.generators.common import require_positive
 from ppopt.ir import Schedule
+from ppopt.job import Parallelism, job_costs, pipeline_system
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
 from ppopt.units import UnitCosts
@@ -38,18 +40,61 @@ class Evaluation:
     formula: Formula | None  # None for a schedule read from a file or a family without closed forms
     table: TableMetrics
     simulation: Simulation | None = None
+    memory_capacity_bytes: float | None = None
+    """The system's memory per device (with ``simulation``)."""
+
+    @property
+    def memory_over(self) -> MemoryOver | None:
+        """The worst device whose simulated peak exceeds the system's memory, or None."""
+        if self.simulation is None or self.memory_capacity_bytes is None:
+            return None
+        return memory_over(self.simulation.peak_memory_bytes, self.memory_capacity_bytes)
 
 
-def schedule_costs(schedule: Schedule, model: ModelConfig, system: SystemConfig, global_batch: int | None = None) -> Costs:
-    """Per-stage costs of ``model`` cut into the schedule's stages (its stage weights, if any)."""
+@dataclass(frozen=True)
+class MemoryOver:
+    """A device whose peak memory exceeds the system's capacity. Bytes."""
+
+    device: int
+    peak_bytes: float
+    capacity_bytes: float
+
+    @property
+    def excess_bytes(self) -> float:
+        return self.peak_bytes - self.capacity_bytes
+
+
+def memory_over(peaks: Sequence[float], capacity_bytes: float) -> MemoryOver | None:
+    """The device with the largest peak if it exceeds ``capacity_bytes`` (the lowest index among
+    equals), else None."""
+    if not peaks:
+        return None
+    device = max(range(len(peaks)), key=lambda d: (peaks[d], -d))
+    return MemoryOver(device, float(peaks[device]), float(capacity_bytes)) if peaks[device] > capacity_bytes else None
+
+
+def schedule_costs(schedule: Schedule, model: ModelConfig, system: SystemConfig, global_batch: int | None = None,
+                   parallel: Parallelism | None = None) -> Costs:
+    """Per-stage costs of ``model`` cut into the schedule's stages (its stage weights, if any): the
+    pipeline cost model, or with tensor/data parallelism or recomputation (``parallel``) the job
+    model's costs of one GPU of each stage (:func:`ppopt.job.job_costs`)."""
     layers = partition_layers(model.num_layers, schedule.stages, schedule.stage_weights)
-    return stage_costs(model, system, layers, schedule.microbatches, global_batch)
+    if parallel is None or parallel.is_default:
+        return stage_costs(model, system, layers, schedule.microbatches, global_batch)
+    return job_costs(parallel.job(model, system, layers, schedule.microbatches, global_batch))
 
 
-def simulate_on(schedule: Schedule | Flat, model: ModelConfig, system: SystemConfig, global_batch: int | None = None) -> Simulation:
-    """Simulate one step of ``schedule`` (or its flat form) training ``model`` on ``system``."""
+def simulate_on(schedule: Schedule | Flat, model: ModelConfig, system: SystemConfig, global_batch: int | None = None,
+                parallel: Parallelism | None = None) -> Simulation:
+    """Simulate one step of ``schedule`` (or its flat form) training ``model`` on ``system``: the
+    pipeline part of the step (with ``parallel``, on the system one stage's GPUs see,
+    :func:`ppopt.job.pipeline_system`; ``ppopt job`` adds the gradient all-reduce and optimizer)."""
     plain = schedule.schedule if isinstance(schedule, Flat) else schedule
-    return simulate(schedule, schedule_costs(plain, model, system, global_batch), system)
+    costs = schedule_costs(plain, model, system, global_batch, parallel)
+    if parallel is not None and not parallel.is_default:
+        layers = partition_layers(model.num_layers, plain.stages, plain.stage_weights)
+        system = pipeline_system(parallel.job(model, system, layers, plain.microbatches, global_batch))
+    return simulate(schedule, costs, system)
 
 
 def evaluate_schedule(
@@ -59,13 +104,16 @@ def evaluate_schedule(
     system: SystemConfig | None = None,
     global_batch: int | None = None,
     with_formula: bool = True,
+    parallel: Parallelism | None = None,
     **options: object,
 ) -> Evaluation:
     """Evaluate an already built schedule in every layer that applies to it (``with_formula``: its
     name is a registered family whose closed forms apply). ``units``: the table's and the formulas'
     unit model."""
     flat = validated(schedule)
-    simulation = simulate_on(flat, model, system, global_batch) if model is not None and system is not None else None
+    if parallel is not None and not parallel.is_default and (model is None or system is None):
+        raise ConfigError("tensor/data parallelism and recomputation need --model and --system", field="tp")
+    simulation = simulate_on(flat, model, system, global_batch, parallel) if model is not None and system is not None else None
     closed = formula(schedule.name, schedule.devices, schedule.microbatches, units, **options) if with_formula else None
     return Evaluation(
         schedule=schedule.name,
@@ -75,22 +123,25 @@ def evaluate_schedule(
         formula=closed,
         table=table_metrics(build_table(flat, units)),
         simulation=simulation,
+        memory_capacity_bytes=system.memory_capacity_bytes if simulation is not None and system is not None else None,
     )
 
 
-def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None, **options: object) -> Evaluation:
+def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None,
+             parallel: Parallelism | None = None, **options: object) -> Evaluation:
     """Generate schedule ``name`` and evaluate it (see :func:`evaluate_schedule`)."""
     schedule = generate(name, devices, microbatches, **options)
-    return evaluate_schedule(schedule, units, model, system, global_batch, True, **cast(dict[str, Any], options))
+    return evaluate_schedule(schedule, units, model, system, global_batch, True, parallel, **cast(dict[str, Any], options))
 
 
-def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
+def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None,
+                 parallel: Parallelism | None = None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
     """Evaluate every registered schedule that applies to (p, m); also return why the others don't."""
     require_positive(devices, microbatches)  # otherwise every schedule would just be "skipped"
     results, skipped = [], {}
     for name in names():
         try:
-            results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, **options))
+            results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))
         except ScheduleError as error:
             skipped[name] = str(error)
     return results, skipped

@@ -46,6 +46,13 @@ Per block and microbatch of b sequences on one of t ranks (s sequence, h hidden,
       including its all-reduces, before the backward (backward = F + B).
     * Stored bytes: :func:`ppopt.costs.stored_activation_bytes_per_layer`.
 
+Pipeline messages
+    Each tensor-parallel rank sends its 1/t share of the b·s·h·e activation (or gradient) to the
+    next stage, and the receiving ranks all-gather it over their tensor-parallel group (ring,
+    ``(t-1)/t · bytes``, charged to the receiving stage's F or B): Megatron's scatter/gather
+    optimisation (Narayanan et al. 2021, Section 4.1, "Communication Optimizations"). With sequence
+    parallelism the activation is already split, so there is no all-gather.
+
 Embedding and output layer
     Stage 0 gathers b·s·h·e embedding rows (plus one all-reduce of them under tensor parallelism:
     Megatron's vocabulary-parallel embedding); the last stage computes the logits,
@@ -101,7 +108,8 @@ from ppopt.costs import (
 from ppopt.errors import ConfigError
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
 
-__all__ = ["Job", "JobResult", "JobWork", "Work", "evaluate_job", "job_costs", "job_work", "pipeline_system", "work_time_s"]
+__all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job", "job_costs", "job_work", "pipeline_system",
+           "work_time_s"]
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -234,6 +242,49 @@ class Job:
         return f"t{self.tp} p{self.pp} d{self.dp} b{self.micro_batch} m{self.microbatches}"
 
 
+@dataclass(frozen=True)
+class Parallelism:
+    """The job fields every modelled command takes (``--tp``, ``--dp``, ``--micro-batch``,
+    ``--recompute``, ``--sequence-parallel``, ``--distributed-optimizer``). The defaults are pure
+    pipeline parallelism (t = d = 1, no recomputation), for which commands keep
+    :func:`ppopt.costs.stage_costs`; otherwise a schedule's stages are costed by :func:`job_costs`."""
+
+    tp: int = 1
+    dp: int = 1
+    micro_batch: int | None = None
+    """Sequences per microbatch; None: global batch / (m·d). Given without a global batch, the
+    global batch is micro_batch·m·d."""
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False
+
+    @property
+    def is_default(self) -> bool:
+        return self == Parallelism()
+
+    def job(self, model: ModelConfig, system: SystemConfig, layers: tuple[int, ...], microbatches: int,
+            global_batch: int | None = None) -> Job:
+        """The job whose pipeline has one stage per entry of ``layers`` and ``microbatches``
+        microbatches per step. ConfigError (naming the field) when the batch does not split."""
+        for name in ("tp", "dp"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+        batch = global_batch
+        if batch is None:
+            batch = model.global_batch_size if self.micro_batch is None else self.micro_batch * microbatches * self.dp
+        micro, left = divmod(batch, microbatches * self.dp)
+        if left or micro < 1:
+            raise ConfigError(f"global batch {batch} does not split into {microbatches} microbatches x {self.dp} replicas",
+                              field="global_batch")
+        if self.micro_batch is not None and self.micro_batch != micro:
+            raise ConfigError(f"{self.micro_batch} x {microbatches} microbatches x {self.dp} replicas differs from the "
+                              f"global batch {batch}", field="micro_batch")
+        return Job(model, system, tp=self.tp, pp=len(layers), dp=self.dp, micro_batch=micro, global_batch=batch,
+                   recompute=self.recompute, sequence_parallel=self.sequence_parallel,
+                   distributed_optimizer=self.distributed_optimizer, layers=tuple(layers))
+
+
 # --------------------------------------------------------------------------------------------------
 # Placement and collectives
 # --------------------------------------------------------------------------------------------------
@@ -351,7 +402,7 @@ def job_work(job: Job) -> JobWork:
         if index == 0:  # embedding: gather rows (vocabulary-parallel: all-reduce them)
             f = f + Work(memory_bytes=rows) + tp_ar
             bk = bk + Work(memory_bytes=rows)
-            count += v * h / t
+            count += v * h / t + (s * h if model.learned_position_embeddings else 0)  # positions: replicated
         if index == last:  # output projection and loss
             f = f + Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes)
             bk = bk + Work(gemm_flops=2 * logits_flops, gemm_units=2 * units(logits_flops, logits_flops), memory_bytes=logits_bytes)
@@ -370,16 +421,20 @@ def job_work(job: Job) -> JobWork:
         sync.append(ring_allreduce_work(count * e, job.dp, job.tp * job.dp, job.tp, system))
         opt.append(Work(memory_bytes=2 * count * bps * optimizer_share, ops=1.0))
 
-    message = _message_work(job, rows)
+    message = _message_work(job, rows / t)
+    if t > 1 and not job.sequence_parallel:  # the receiver all-gathers the scattered activation
+        gather = 0.5 * ring_allreduce_work(rows, t, t, 1, system)
+        fw = [f + gather if k > 0 else f for k, f in enumerate(fw)]
+        bw = [bk + gather if k < last else bk for k, bk in enumerate(bw)]
     per_node = stages_per_node(job)
     messages = tuple(message[(k + 1) % per_node == 0] for k in range(last))
     return JobWork(tuple(fw), tuple(bw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
-                   tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows)
+                   tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t)
 
 
 def _message_work(job: Job, num_bytes: float) -> tuple[Work, Work]:
-    """One stage-to-stage message of ``num_bytes`` (each tensor-parallel rank sends the whole
-    activation): (inside a node, across nodes)."""
+    """One stage-to-stage message of ``num_bytes`` sent by each tensor-parallel rank (its 1/t
+    share of the activation): (inside a node, across nodes)."""
     system = job.system
     inside = Work(intra_bytes=num_bytes, intra_hops=1.0)
     users = _nic_users(system, min(job.tp * job.dp, system.devices_per_node))

@@ -303,3 +303,38 @@ def test_realistic_stage_costs_are_finite_and_positive():
         for value in (stage.forward_s, stage.input_grad_s, stage.weight_grad_s,
                       stage.activation_bytes, stage.persistent_bytes, stage.send_bytes):
             assert math.isfinite(value) and value > 0
+
+
+def test_llama_activations_have_no_dropout_masks():
+    # Korthikanti et al. 2022's item list per block, in units of s·b·h, for Llama 3 70B (e = 2,
+    # K and V of width h/8, SwiGLU f = 3.5h, flash attention: no score tensors): QKV input 2,
+    # Q 2, K 0.25, V 0.25, output-projection input 2, MLP input 2, gate, up and their product
+    # 3·2·3.5 = 21, two norm inputs 4: 33.5. With dropout its two 1-byte masks add 2: 35.5.
+    model = load_model("llama3-70b")
+    sbh = model.seq_length * model.hidden_size
+    assert not model.dropout
+    assert activation_bytes_per_layer(model, 1) == 33.5 * sbh
+    assert activation_bytes_per_layer(model.model_copy(update={"dropout": True}), 1) == 35.5 * sbh
+    assert load_model("gpt3-175b").dropout
+
+
+def test_scores_without_dropout_keep_the_softmax_output_only():
+    # Without flash attention and without dropout a block keeps 32·sbh of its s·b·h items (34 minus
+    # the two 1-byte masks) and only the softmax output of the scores, e·a·s²·b = 2·a·s²·b (with
+    # dropout also the mask and dropout output: 5·a·s²·b).
+    model = gpt(dropout=False)
+    s, h, a = model.seq_length, model.hidden_size, model.num_attention_heads
+    assert activation_bytes_per_layer(model, 1) == s * h * 32 + 2 * a * s * s
+    assert activation_bytes_per_layer(gpt(), 1) == s * h * 34 + 5 * a * s * s
+
+
+def test_learned_position_embeddings_on_the_first_stage():
+    # GPT-3 175B: s·h = 2048 · 12288 = 25,165,824 position parameters, on stage 0 only.
+    model = load_model("gpt3-175b")
+    assert model.learned_position_embeddings and not load_model("llama3-70b").learned_position_embeddings
+    without = model.model_copy(update={"learned_position_embeddings": False})
+    split = [48, 48]
+    with_pos = stage_costs(model, load_system("mid-mid"), split, 1, global_batch=1)
+    no_pos = stage_costs(without, load_system("mid-mid"), split, 1, global_batch=1)
+    assert with_pos.stages[0].param_count - no_pos.stages[0].param_count == 25_165_824
+    assert with_pos.stages[1].param_count == no_pos.stages[1].param_count

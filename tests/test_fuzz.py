@@ -62,6 +62,8 @@ TINY = {"-p": ints(1, 3), "-m": ints(1, 3)}
 SCHEDULE = {"-s": st.sampled_from(names())}
 OPTIONS = {"--chunks": ints(1, 4), "--waves": ints(1, 3), "--split": SPLIT}
 PRESETS = {"--model": MODEL_ARG, "--system": SYSTEM_ARG, "--global-batch": ints(1, 64)}
+JOB_FIELDS = {"--tp": ints(1, 2), "--dp": ints(1, 2), "--micro-batch": ints(1, 4), "--recompute": st.sampled_from(["none", "selective", "full"]),
+              "--sequence-parallel": None, "--distributed-optimizer": None}
 UNIT = {"--unit": None, "--forward": floats(0.5, 3), "--backward": floats(0.5, 3), "--weight": floats(0.5, 2), "--comm": floats(0, 2)}
 SOLVE = ["--time-limit", "0.2", "-q"]
 
@@ -73,19 +75,27 @@ COMMANDS: dict[str, tuple[list[str], dict, dict]] = {
     "table": ([], {**SCHEDULE, **SIZE}, {**OPTIONS, "--backward": ints(1, 2), "--schedule-file": st.just("{csv}"),
                                         "--legacy-backward": None, "--json": None}),
     "evaluate": ([], {"-s": st.sampled_from([*names(), "all"]), **SIZE},
-                 {**OPTIONS, "--backward": ints(1, 2), "--schedule-file": st.just("{csv}"), **PRESETS, "--trace": OUTPUT,
+                 {**OPTIONS, "--backward": ints(1, 2), "--schedule-file": st.just("{csv}"), **PRESETS, **JOB_FIELDS, "--trace": OUTPUT,
                   "--json": None, "--format": FORMAT}),
     "compare": ([], {**SIZE, "--model": MODEL_ARG, "--system": SYSTEM_ARG},
-                {**OPTIONS, "--backward": ints(1, 2), "--global-batch": ints(1, 64), "--json": None, "--format": FORMAT}),
+                {**OPTIONS, "--backward": ints(1, 2), "--global-batch": ints(1, 64), **JOB_FIELDS, "--json": None, "--format": FORMAT}),
     "export": ([], {**SCHEDULE, **SIZE, "-o": OUTPUT},
                {**OPTIONS, "--schedule-file": st.just("{csv}"), **UNIT, **PRESETS,
                 "--format": st.sampled_from(["torch-csv", "chrome-trace"])}),
     "import": (["{csv}"], {}, {"--legacy-backward": None, "--backward": ints(1, 2), "--json": None}),
     "search": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, "--csv": OUTPUT, "--trace": OUTPUT, "--json": None, "--no-grid": None,
                              "--space": st.sampled_from(["placement=linear", "fixed:1f1b", "placement=any,backward=split"])}),
-    "gap": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, **SCHEDULE, "--json": None}),
+    "gap": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, **JOB_FIELDS, **SCHEDULE, "--json": None}),
     "frontier": (SOLVE, TINY, {**OPTIONS, **UNIT, **PRESETS, "--limits": st.sampled_from(["1,2", "3", "4,8"]), "--json": None}),
     "sweep": (["{spec}", "-q", "-o", "{dir}/sweep"], {}, {"--json": None}),
+    "validate": (["{measured}"], {"--system": st.sampled_from(["a100-vtrain", "{system}"])}, {"--json": None, "--format": FORMAT}),
+    "calibrate": (["{measured}"], {"-o": st.sampled_from(["{dir}/out.toml", "{dir}/missing/out.toml"])},
+                  {"--system": st.sampled_from(["a100-vtrain", "{system}"]), "--json": None}),
+    "job": ([], {"--model": MODEL_ARG, "--system": SYSTEM_ARG},
+            {"--tp": ints(1, 4), "--pp": ints(1, 4), "--dp": ints(1, 4), "--micro-batch": ints(1, 4), "--global-batch": ints(1, 64),
+             "--recompute": st.sampled_from(["none", "selective", "full"]), "--sequence-parallel": None,
+             "--distributed-optimizer": None, "--overlap-grad-sync": None, "--schedule": st.sampled_from(["1f1b", "gpipe", "zb-h1"]),
+             "--json": None}),
 }
 
 # -- files -------------------------------------------------------------------------------------------
@@ -165,6 +175,31 @@ CSV = st.one_of(
     st.lists(st.lists(CELL, max_size=6).map(",".join), max_size=4).map(lambda rows: "\n".join(rows) + "\n"),
 )
 
+MEASURED_HEADER = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+                   "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)")
+#: A row of small plausible values (t, d, p in 1..2 on t·d·p GPUs), then junk cells now and then.
+MEASURED_ROW = st.builds(
+    lambda t, d, p, b, junk: ",".join([str(t * d * p), str(4 * d * b), str(b), "64", "4", "4", "32", str(t), str(d), str(p), "12.5"][:11 - junk]),
+    st.integers(1, 2), st.integers(1, 2), st.integers(1, 2), st.integers(1, 2), st.integers(0, 1),
+)
+MEASURED_CELL = st.sampled_from(["", "x", "-1", "0", "3", "nan", "1e9", "2.5"])
+
+
+@st.composite
+def measured_csv(draw) -> str:
+    """A measured-data CSV: the real header (sometimes a column dropped) and a few rows, some cells junk."""
+    header = MEASURED_HEADER.split(",")
+    if draw(st.integers(0, 4)) == 0:
+        header.pop(draw(st.integers(0, len(header) - 1)))
+    rows = []
+    for row in draw(st.lists(MEASURED_ROW, min_size=draw(st.sampled_from([0, 1, 1, 1])), max_size=3)):
+        cells = row.split(",")
+        if cells and draw(st.integers(0, 3)) == 0:
+            cells[draw(st.integers(0, len(cells) - 1))] = draw(MEASURED_CELL)
+        rows.append(",".join(cells))
+    return "\n".join([",".join(header), *rows]) + "\n"
+
+
 # -- the checks --------------------------------------------------------------------------------------
 
 
@@ -210,7 +245,7 @@ def command_line(draw, command: str) -> list[str]:
             chosen.pop("-s", None)
             takes = ()
         chosen = {flag: value for flag, value in chosen.items() if flag.lstrip("-") in takes or flag not in OPTIONS}
-        if "--model" in chosen or "--system" in chosen:  # both, and no unit mode
+        if ("--model" in chosen or "--system" in chosen) and ("--model" in required or "--model" in optional):  # both, no unit mode
             chosen.update({"--model": MODEL_ARG, "--system": SYSTEM_ARG})
             chosen = {flag: value for flag, value in chosen.items() if flag not in UNIT}
         elif "--unit" in optional:
@@ -240,6 +275,9 @@ def run_fuzzed(data, command: str) -> None:
         csv = directory / "schedule.csv"
         csv.write_text(data.draw(CSV, label="csv"))
         files["csv"] = str(csv)
+        measured = directory / "measured.csv"
+        measured.write_text(data.draw(measured_csv(), label="measured"))
+        files["measured"] = str(measured)
         argv = fill(data.draw(command_line(command), label="argv"), files)
         result = CliRunner().invoke(main, argv)
         event(f"{command}: exit {result.exit_code}")
@@ -274,6 +312,12 @@ def test_fuzz_solver_commands(data):
 @given(data=st.data())
 def test_fuzz_sweep(data):
     run_fuzzed(data, "sweep")
+
+
+@settings(FUZZ, max_examples=20)
+@given(data=st.data())
+def test_fuzz_measured_commands(data):
+    run_fuzzed(data, data.draw(st.sampled_from(["validate", "calibrate", "job"])))
 
 
 class _FullAfter:

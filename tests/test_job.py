@@ -35,13 +35,20 @@ def test_stored_activations_follow_korthikanti_table_2():
 
 def test_tensor_parallel_block_work():
     # One block, b = 1, t = 4: FLOPs (24·s·h² + 4·s²·h)/4 = (24·2^30 + 4·2^30)/4 = 7·2^30;
-    # two all-reduces of s·h·e = 2 MiB in NVLink: 2 · 2·(3/4)·2 MiB = 6 MiB, 2 · 2·3 = 12 hops.
+    # two all-reduces of s·h·e = 2 MiB in NVLink: 2 · 2·(3/4)·2 MiB = 6 MiB, 2 · 2·3 = 12 hops;
+    # plus the all-gather of the received activation (Megatron's scatter/gather: each rank is sent
+    # 2 MiB / 4 = 0.5 MiB): (3/4)·2 MiB = 1.5 MiB, 3 hops.
     job = Job(GPT, SYSTEM, tp=4, pp=4, dp=1, micro_batch=1)  # one block per stage
-    forward = job_work(job).forward[1]  # a middle stage: no embedding, no logits
+    work = job_work(job)
+    forward = work.forward[1]  # a middle stage: no embedding, no logits
     assert forward.gemm_flops == 7 * 2**30
-    assert forward.intra_bytes == 6 * 2**20
-    assert forward.intra_hops == 12
+    assert forward.intra_bytes == 7.5 * 2**20
+    assert forward.intra_hops == 15
     assert forward.inter_bytes == 0
+    assert work.send_bytes == 2**19
+    assert work.forward[0].intra_bytes == 9 * 2**20  # no gather; the embedding's all-reduce, 2·(3/4)·2 MiB
+    # with sequence parallelism the activation is already split: no all-gather
+    assert job_work(Job(GPT, SYSTEM, tp=4, pp=4, micro_batch=1, sequence_parallel=True)).forward[1].intra_bytes == 6 * 2**20
     # the ring formula itself: 2(n-1)/n·bytes and 2(n-1) latencies
     ring = ring_allreduce_work(2**21, 4, 4, 1, SYSTEM)
     assert work_time_s(ring, SYSTEM) == pytest.approx(1.5 * 2**21 / 100e9 + 6 * 1e-6)
@@ -85,7 +92,10 @@ def test_full_recomputation_reruns_the_forward():
     forward = job_work(Job(GPT, SYSTEM, tp=2, pp=4, micro_batch=1)).forward[1]
     assert none.gemm_flops == 2 * forward.gemm_flops
     assert full.gemm_flops == 3 * forward.gemm_flops
-    assert full.intra_bytes == 2 * forward.intra_bytes  # the recomputed forward's all-reduces too
+    # the recomputed forward's all-reduces too (t = 2: 2 per pass of 2·(1/2)·2 MiB = 2 MiB each) and
+    # one all-gather of the received gradient, (1/2)·2 MiB: 4·2 + 1 = 9 MiB (the forward: 2·2 + 1)
+    assert forward.intra_bytes == 5 * 2**20
+    assert full.intra_bytes == 9 * 2**20
     # selective: only the attention core (4·s²·h/t = 2·2^30) is recomputed
     selective = job_work(Job(GPT, SYSTEM, tp=2, pp=4, micro_batch=1, recompute="selective")).backward[1]
     assert selective.gemm_flops == none.gemm_flops + 2 * 2**30

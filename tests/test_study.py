@@ -233,3 +233,24 @@ def test_the_shipped_study_specs_load(name):
 def test_quick_and_spec_together_is_an_error():
     result = CliRunner().invoke(main, ["study", "--quick", "--spec", "x.toml"])
     assert result.exit_code == 1 and "give --quick or --spec, not both" in result.output
+
+
+def test_rows_and_report_mark_peaks_over_the_system_memory(study):
+    from ppopt.config import load_system
+
+    _, rows, report, _ = study
+    marked = 0
+    for row in evaluated(rows).values():
+        capacity = load_system(row["system"]).memory_capacity_bytes
+        peak = num(row, "sim_peak_memory_bytes_max")
+        assert (row["sim_over_memory"] == "true") == (peak > capacity)
+        assert num(row, "sim_memory_excess_bytes") == (peak - capacity if peak > capacity else 0.0)
+        marked += row["sim_over_memory"] == "true"
+    section = report.split("## Peak memory per device")[1].split("## Rankings")[0]
+    baseline = [r for r in evaluated(rows).values() if r["system"] == "mid-slow" and r["sim_over_memory"] == "true"]
+    assert section.count(" #") >= len(baseline)
+    for r in baseline:
+        assert f"S = {r['devices']}, m = {r['microbatches']}, {r['schedule']} device " in section
+    # the study model (128 blocks of width 4096) on S = 4 without tensor parallelism fits nowhere
+    assert marked == len(evaluated(rows)) and baseline
+    assert "# over the memory of a `mid-slow` device" in section

@@ -72,6 +72,34 @@ def system_options(required: bool = False) -> Callable:
     )
 
 
+def job_options() -> Callable:
+    """``--tp/--dp/--micro-batch/--recompute/--sequence-parallel/--distributed-optimizer``: the job
+    fields of a modelled command, reaching it as ``parallel`` (:class:`ppopt.job.Parallelism`; the
+    defaults are pure pipeline parallelism, today's behaviour)."""
+    options = [
+        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree t (needs --model/--system)."),
+        click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree d (needs --model/--system)."),
+        click.option("--micro-batch", type=int, default=None,
+                     help="Sequences per microbatch [default: global batch / (m·d)]; sets the global batch when that is not given."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True,
+                     help="Activation recomputation (Korthikanti et al. 2022)."),
+        click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (activations split by t)."),
+        click.option("--distributed-optimizer", is_flag=True, help="Shard the optimizer state across the d replicas."),
+    ]
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def wrapper(tp, dp, micro_batch, recompute, sequence_parallel, distributed_optimizer, **kwargs):
+            from ppopt.job import Parallelism
+
+            kwargs["parallel"] = Parallelism(tp, dp, micro_batch, recompute, sequence_parallel, distributed_optimizer)
+            return command(**kwargs)
+
+        return _compose(options)(wrapper)
+
+    return decorate
+
+
 def unit_cost_options() -> Callable:
     """``--forward/--backward/--weight/--comm``: the one unit model (:class:`ppopt.units.UnitCosts`),
     declared once for every command; they reach the command as ``units``."""

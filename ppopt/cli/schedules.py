@@ -5,7 +5,16 @@ from __future__ import annotations
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, format_option, json_option, require_size, resolve_schedule, schedule_options, system_options
+from ppopt.cli.options import (
+    emit_json,
+    format_option,
+    job_options,
+    json_option,
+    require_size,
+    resolve_schedule,
+    schedule_options,
+    system_options,
+)
 from ppopt.generators import REGISTRY
 
 
@@ -93,12 +102,13 @@ def _presets(model, system, required: bool = False):
 @main.command("evaluate")
 @schedule_options(all_schedules=True)
 @system_options()
+@job_options()
 @click.option("--plot", default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
 @click.option("--trace", default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
 @json_option
 @format_option
 def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, model, system,
-                     global_batch, plot, trace, as_json, fmt) -> None:
+                     global_batch, parallel, plot, trace, as_json, fmt) -> None:
     """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'."""
     from ppopt.errors import ConfigError
     from ppopt.evaluate import evaluate_all, evaluate_schedule, schedule_costs
@@ -114,12 +124,13 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         if plot or trace:
             raise ConfigError("--plot and --trace draw one schedule: give --schedule NAME (or use `ppopt compare --plot`)")
         require_size(devices, microbatches)
-        results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, **options)
+        results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, parallel, **options)
         for skipped_name, reason in skipped.items():
             click.echo(f"skipped {skipped_name}: {reason}", err=True)
     else:
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
-        result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None, **options)
+        result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
+                                   parallel=parallel, **options)
         results = [result]
     if as_json:
         payload = [evaluation_json(r) for r in results]
@@ -129,7 +140,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     if name != "all" and (plot or trace):
         simulation = results[0].simulation
         if simulation is not None:
-            costs = schedule_costs(schedule, model_config, system_config, global_batch)
+            costs = schedule_costs(schedule, model_config, system_config, global_batch, parallel)
             if plot:
                 _plot_simulation(schedule, simulation, costs, plot)
             if trace:
@@ -143,17 +154,18 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 @main.command("compare")
 @schedule_options(name=False)
 @system_options(required=True)
+@job_options()
 @click.option("--plot", default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg.")
 @json_option
 @format_option
-def compare_command(devices, microbatches, units, options, model, system, global_batch, plot, as_json, fmt) -> None:
+def compare_command(devices, microbatches, units, options, model, system, global_batch, parallel, plot, as_json, fmt) -> None:
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import evaluate_all, rank_layers
     from ppopt.generators import generate
     from ppopt.report.evaluation import compare_json, compare_text
 
     model_config, system_config = _presets(model, system, required=True)
-    results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, **options)
+    results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, parallel, **options)
     for schedule, reason in skipped.items():
         click.echo(f"skipped {schedule}: {reason}", err=True)
     ranking = rank_layers(results)
@@ -169,7 +181,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
         simulated = sorted(((r.schedule, r.simulation) for r in results if r.simulation is not None), key=lambda x: x[1].step_time_s)
         for name, simulation in simulated:
             timed = generate(name, devices, microbatches, **options)
-            activation = [stage.activation_bytes for stage in schedule_costs(timed, model_config, system_config, global_batch).stages]
+            activation = [stage.activation_bytes for stage in schedule_costs(timed, model_config, system_config, global_batch, parallel).stages]
             panels.append(Panel(name, timed, simulation.start_s, simulation.end_s, simulation.step_time_s,
                                 activation.__getitem__, simulated_transfers(simulation)))
         plot_compare(panels, plot, title=f"p = {devices}, m = {microbatches}, {model_config.name} on {system_config.name}",

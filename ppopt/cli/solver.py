@@ -7,7 +7,16 @@ import functools
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, format_option, json_option, parse_amount, schedule_options, system_options, unit_options
+from ppopt.cli.options import (
+    emit_json,
+    format_option,
+    job_options,
+    json_option,
+    parse_amount,
+    schedule_options,
+    system_options,
+    unit_options,
+)
 from ppopt.solve.instance import InstanceSpec
 from ppopt.solve.options import MAX_WORKERS, SolveOptions
 
@@ -35,7 +44,7 @@ def solver_options(command):
         ]
     ):
         wrapper = option(wrapper)
-    return system_options()(unit_options()(schedule_options(name=False, unit_costs=False)(wrapper)))
+    return system_options()(job_options()(unit_options()(schedule_options(name=False, unit_costs=False)(wrapper))))
 
 
 def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
@@ -50,7 +59,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     spec = InstanceSpec(
         params.pop("devices"), params.pop("microbatches"), units=units if unit else None,
         model=params.pop("model"), system=params.pop("system"), global_batch=params.pop("global_batch"),
-        memory_limit=parse_amount(params.pop("memory_limit"), unit),
+        memory_limit=parse_amount(params.pop("memory_limit"), unit), parallel=params.pop("parallel"),
     )
     return spec, solve
 

@@ -86,6 +86,7 @@ def _model(values: dict[str, int]) -> ModelConfig:
         global_batch_size=values["global_batch"],
         flash_attention=False,  # Megatron-DeepSpeed of 2022: scores are materialised
         tie_embeddings=True,  # GPT: output projection = input embedding (a copy on the last stage)
+        learned_position_embeddings=True,  # GPT-2 style (data/measured/README.md)
     )
 
 

@@ -11,14 +11,44 @@ from ppopt.table import Table
 from ppopt.units import UnitCosts
 
 
-def simulation_json(sim) -> dict:
+def simulation_json(result: Evaluation) -> dict:
+    """The simulation of ``result``, with ``over_memory`` (the worst device's peak exceeds the
+    system's memory) and ``memory_excess_bytes`` (by how much; 0 when it fits)."""
+    sim, over = result.simulation, result.memory_over
+    assert sim is not None
     return {
         "step_time_s": sim.step_time_s,
         "idle_ratio": sim.idle_ratio,
         "peak_activation_bytes": list(sim.peak_activation_bytes),
         "persistent_bytes": list(sim.persistent_bytes),
         "peak_memory_bytes": list(sim.peak_memory_bytes),
+        "memory_capacity_bytes": result.memory_capacity_bytes,
+        "over_memory": over is not None,
+        "memory_excess_bytes": 0.0 if over is None else over.excess_bytes,
+        "over_memory_device": None if over is None else over.device,
     }
+
+
+OVER_MEMORY = "#"
+"""Marks a peak memory above the system's memory per device."""
+
+
+def peak_memory_cell(result: Evaluation) -> str:
+    """The worst-device peak memory, marked when it exceeds the system's memory."""
+    assert result.simulation is not None
+    mark = f" {OVER_MEMORY}" if result.memory_over is not None else ""
+    return gib(max(result.simulation.peak_memory_bytes)) + mark
+
+
+def memory_footnotes(results: Sequence[Evaluation]) -> list[str]:
+    """One footnote line per result over the memory capacity, naming the device and the excess."""
+    lines = []
+    for r in results:
+        over = r.memory_over
+        if over is not None:
+            lines.append(f"{OVER_MEMORY} {r.schedule}: device {over.device} peaks at {gib(over.peak_bytes)}, "
+                         f"{gib(over.excess_bytes)} over the system's {gib(over.capacity_bytes)} per device")
+    return [""] + lines if lines else []
 
 
 def table_json(table: Table) -> dict:
@@ -61,7 +91,7 @@ def evaluation_json(result: Evaluation) -> dict:
         "table": {"length": t.length, "bubble_ratio": t.bubble_ratio, "peak_activations": list(t.peak_activations)},
     }
     if result.simulation is not None:
-        data["simulation"] = simulation_json(result.simulation)
+        data["simulation"] = simulation_json(result)
     return data
 
 
@@ -104,7 +134,7 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
         ]
         sim = r.simulation
         if simulated and sim is not None:
-            row += [seconds(sim.step_time_s), f"{sim.idle_ratio:.4f}", gib(max(sim.peak_memory_bytes))]
+            row += [seconds(sim.step_time_s), f"{sim.idle_ratio:.4f}", peak_memory_cell(r)]
         rows.append(row)
     headers = ["schedule", "bubble formula", "bubble table", "length formula", "length table", "peak act. formula", "peak act. table", "weights"]
     if simulated:
@@ -112,6 +142,7 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
     table = render_table(headers, rows, fmt)
     note = "* the table differs from the closed form (see README: formula vs table)"
     after = ["", note] if any(row[2].endswith("*") for row in rows) else []
+    after += memory_footnotes(results)
     return with_context([_header(results, units), ""], table, after, fmt)
 
 
@@ -131,7 +162,7 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
                 f"{ranking.simulation[r.schedule]}  ({seconds(sim.step_time_s)})",
                 f"{sim.idle_ratio:.4f}",
                 gib(max(sim.peak_activation_bytes)),
-                gib(max(sim.peak_memory_bytes)),
+                peak_memory_cell(r),
             )
         )
     table = render_table(
@@ -140,6 +171,7 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
         fmt,
     )
     after = ["", f"! rank changes between layers: {', '.join(ranking.flips)}"] if ranking.flips else []
+    after += memory_footnotes(order)
     return with_context([_header(results, units), context, ""], table, after, fmt)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ppopt.io import atomic_write_text
+from ppopt.report.evaluation import OVER_MEMORY
 from ppopt.report.study_figures import GiB, write_figures
 from ppopt.report.text import render_table
 from ppopt.sweep.spec import LoadedSpec
@@ -147,13 +148,36 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     return render_table(headers, list(rows), "markdown")
 
 
-def _by_m_table(data: StudyData, system: str, devices: int, column: str, fmt) -> str:
+def _by_m_table(data: StudyData, system: str, devices: int, column: str, fmt, mark: str | None = None) -> str:
+    """Schedules x m table of ``column``; a cell whose row has ``mark`` true gets :data:`OVER_MEMORY`."""
+    def cell(m: int, schedule: str) -> str:
+        row = data.rows.get((system, devices, m, schedule))
+        if row is None:
+            return "-"
+        return fmt(row[column]) + (f" {OVER_MEMORY}" if mark is not None and row.get(mark) else "")
+
     rows = []
     for schedule in data.schedules:
-        cells = [fmt(data.get(system, devices, m, schedule, column)) if (system, devices, m, schedule) in data.rows else "-" for m in data.microbatches]
+        cells = [cell(m, schedule) for m in data.microbatches]
         if any(c != "-" for c in cells):
             rows.append([schedule] + cells)
     return _table(["schedule"] + [f"m = {m}" for m in data.microbatches], rows)
+
+
+FOOTNOTE_ROWS = 12
+"""Results over the memory named one by one in the footnote; the others are counted (all are marked)."""
+
+
+def _over_memory(data: StudyData, system: str) -> list[str]:
+    """``S = p, m = m, schedule device d: excess GiB`` for every row of ``system`` over its memory
+    (d the worst device)."""
+    out = []
+    for (sys_, p, m, schedule), row in sorted(data.rows.items()):
+        if sys_ == system and row.get("sim_over_memory"):
+            peaks = row["sim_peak_memory_bytes"]
+            device = peaks.index(max(peaks))
+            out.append(f"S = {p}, m = {m}, {schedule} device {device}: {row['sim_memory_excess_bytes'] / GiB:,.1f} GiB")
+    return out
 
 
 def _figure_lines(figures, names: Sequence[str]) -> list[str]:
@@ -216,7 +240,14 @@ def render(loaded: LoadedSpec, data: StudyData, found: dict, figures, result_not
     ]
     out += _figure_lines(figures, ["peak_memory"])
     for p in data.devices:
-        out += [f"S = {p}:", "", _by_m_table(data, base, p, "sim_peak_memory_bytes_max", lambda v: f"{v / GiB:,.0f}"), ""]
+        out += [f"S = {p}:", "", _by_m_table(data, base, p, "sim_peak_memory_bytes_max", lambda v: f"{v / GiB:,.0f}",
+                                             mark="sim_over_memory"), ""]
+    over = _over_memory(data, base)
+    if over:
+        shown = over[:FOOTNOTE_ROWS]
+        more = f"; and {len(over) - len(shown)} more (`sim_over_memory` in `rows.csv`)" if len(over) > len(shown) else ""
+        out += [f"{OVER_MEMORY} over the memory of a `{base}` device ({len(over)} of the table's results): the worst "
+                "device's peak exceeds it by " + "; ".join(shown) + more + ".", ""]
 
     out += _ranking_section(data)
     out += _gap_section(data)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
 from ppopt.costs import Costs, link_between, partition_layers, stage_costs, transfer_time_s, unit_costs
 from ppopt.errors import ConfigError
+from ppopt.job import Parallelism, job_costs, pipeline_system
 from ppopt.units import UnitCosts
 
 
@@ -116,6 +117,10 @@ class InstanceSpec:
     system: SystemConfig | str | None = None
     global_batch: int | None = None
     memory_limit: float | None = None
+    parallel: Parallelism | None = None
+    """Tensor/data parallelism and recomputation (modelled mode only): the stages are costed by the
+    job model, one GPU of each stage (:meth:`ppopt.job.Parallelism.job`); None or the defaults keep
+    the pipeline cost model."""
 
     def __post_init__(self) -> None:
         from ppopt.config import load_model, load_system
@@ -137,6 +142,8 @@ class InstanceSpec:
             raise ConfigError(f"must be a finite number > 0, got {limit}", field="memory_limit")
         if self.global_batch is not None and self.global_batch < 1:
             raise ConfigError(f"must be an integer >= 1, got {self.global_batch}", field="global_batch")
+        if self.units is not None and self.parallel is not None and not self.parallel.is_default:
+            raise ConfigError("tensor/data parallelism and recomputation need --model and --system, not unit mode", field="tp")
 
     @property
     def unit_mode(self) -> bool:
@@ -152,5 +159,8 @@ class InstanceSpec:
             return unit_instance(self.devices, self.microbatches, stages, self.units, self.memory_limit)
         assert isinstance(self.model, ModelConfig) and isinstance(self.system, SystemConfig)
         layers = partition_layers(self.model.num_layers, stages, stage_weights)
-        costs = stage_costs(self.model, self.system, layers, self.microbatches, self.global_batch)
-        return Instance(self.devices, self.microbatches, costs, self.system, self.memory_limit, "s", "bytes")
+        if self.parallel is None or self.parallel.is_default:
+            costs = stage_costs(self.model, self.system, layers, self.microbatches, self.global_batch)
+            return Instance(self.devices, self.microbatches, costs, self.system, self.memory_limit, "s", "bytes")
+        job = self.parallel.job(self.model, self.system, layers, self.microbatches, self.global_batch)
+        return Instance(self.devices, self.microbatches, job_costs(job), pipeline_system(job), self.memory_limit, "s", "bytes")

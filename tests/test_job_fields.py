@@ -1,0 +1,71 @@
+"""The job fields (--tp, --dp, --micro-batch, --recompute, --sequence-parallel,
+--distributed-optimizer) on evaluate, compare and the solver commands (issue 10)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.config import load_model, load_system
+from ppopt.job import Job, Parallelism, evaluate_job, job_costs
+from ppopt.solve.instance import InstanceSpec
+
+BASE = ["-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "32"]
+JOB = ["--tp", "2", "--dp", "2", "--recompute", "selective"]
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_defaults_change_nothing():
+    plain = run("evaluate", "-s", "1f1b", *BASE, "--json")
+    explicit = run("evaluate", "-s", "1f1b", *BASE, "--tp", "1", "--dp", "1", "--recompute", "none", "--json")
+    assert plain.exit_code == explicit.exit_code == 0
+    assert plain.output == explicit.output
+
+
+def test_evaluate_simulates_the_job_pipeline():
+    # t = 2, d = 2, p = 4 on 16 GPUs, 32 sequences in m = 8 microbatches per replica: b = 32 / (8·2) = 2;
+    # the simulated step is the pipeline part of `ppopt job` for the same job.
+    result = run("evaluate", "-s", "1f1b", *BASE, *JOB, "--json")
+    assert result.exit_code == 0, result.output
+    sim = json.loads(result.output)["simulation"]
+    job = Job(load_model("llama3-8b"), load_system("dgx-h100"), tp=2, pp=4, dp=2, micro_batch=2, global_batch=32,
+              recompute="selective")
+    predicted = evaluate_job(job)
+    assert sim["step_time_s"] == pytest.approx(predicted.pipeline_s, rel=1e-12)
+    # the job's peak adds the transient working set (recomputed scores) to the simulated peak
+    assert max(sim["peak_memory_bytes"]) <= predicted.peak_memory_bytes
+
+
+def test_micro_batch_sets_or_checks_the_global_batch():
+    # no --global-batch: b·m·d = 2·8·2 = 32 sequences, the same job as above
+    given = run("evaluate", "-s", "1f1b", *BASE[:-2], *JOB, "--micro-batch", "2", "--json")
+    derived = run("evaluate", "-s", "1f1b", *BASE, *JOB, "--json")
+    assert json.loads(given.output)["simulation"] == json.loads(derived.output)["simulation"]
+    bad = run("evaluate", "-s", "1f1b", *BASE, *JOB, "--micro-batch", "4")
+    assert bad.exit_code == 1 and bad.output.startswith("error: --micro-batch: 4 x 8 microbatches x 2 replicas")
+
+
+def test_job_fields_need_a_model_and_a_system():
+    unit = run("search", "-p", "2", "-m", "2", "--unit", "--tp", "2", "--time-limit", "5", "-q")
+    assert unit.exit_code == 1 and unit.output.startswith("error: --tp:")
+    table_only = run("evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--recompute", "full")
+    assert table_only.exit_code == 1 and table_only.output.startswith("error: --tp:")
+
+
+def test_compare_and_the_solver_take_the_job():
+    compared = json.loads(run("compare", *BASE, *JOB, "--json").output)
+    one = next(r for r in compared if r["schedule"] == "1f1b")
+    evaluated = json.loads(run("evaluate", "-s", "1f1b", *BASE, *JOB, "--json").output)
+    assert one["simulation"]["step_time_s"] == evaluated["simulation"]["step_time_s"]
+    spec = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=32, parallel=Parallelism(2, 2, None, "selective"))
+    instance = spec.instance(4)
+    job = Job(load_model("llama3-8b"), load_system("dgx-h100"), tp=2, pp=4, dp=2, micro_batch=2, global_batch=32,
+              recompute="selective")
+    assert instance.costs == job_costs(job)
+    assert instance.system.devices_per_node == 2  # 8 GPUs per node / (t·d = 4): two stages per node

@@ -1,0 +1,72 @@
+"""Results whose per-device peak exceeds the system's memory are marked (issue 14, item 6)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.config import load_system
+from ppopt.evaluate import evaluate, memory_over
+from ppopt.sweep.run import run_item
+from ppopt.sweep.spec import EvalItem
+
+OVER = ["-p", "8", "-m", "64", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "64"]
+
+
+def run(*args: str):
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_memory_over_picks_the_worst_device():
+    assert memory_over([10.0, 30.0, 30.0, 5.0], 20.0).device == 1  # the first of the equal worst
+    assert memory_over([10.0, 30.0], 20.0).excess_bytes == 10.0
+    assert memory_over([10.0, 20.0], 20.0) is None  # at capacity fits
+
+
+def test_evaluate_marks_llama3_70b_on_eight_h100s():
+    data = json.loads(run("evaluate", "-s", "1f1b", *OVER, "--json"))
+    sim = data["simulation"]
+    peaks = sim["peak_memory_bytes"]
+    worst = max(peaks)
+    assert sim["memory_capacity_bytes"] == load_system("dgx-h100").memory_capacity_bytes == 80e9
+    assert sim["over_memory"] is True
+    assert sim["memory_excess_bytes"] == worst - 80e9
+    assert sim["over_memory_device"] == peaks.index(worst)
+    text = run("evaluate", "-s", "1f1b", *OVER)
+    table_row = next(line for line in text.splitlines() if line.startswith("1f1b"))
+    assert table_row.endswith(" #")
+    footnote = next(line for line in text.splitlines() if line.startswith("# 1f1b"))
+    assert f"device {peaks.index(worst)} peaks at" in footnote and "over the system's 74.51 GiB per device" in footnote
+
+
+def test_a_run_that_fits_is_not_marked():
+    args = ["-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "8"]
+    data = json.loads(run("evaluate", "-s", "1f1b", *args, "--json"))
+    assert data["simulation"]["over_memory"] is False and data["simulation"]["memory_excess_bytes"] == 0
+    assert "#" not in run("evaluate", "-s", "1f1b", *args)
+
+
+def test_compare_marks_every_schedule_over_memory():
+    text = run("compare", *OVER)
+    data = json.loads(run("compare", *OVER, "--json"))
+    over = [r["schedule"] for r in data if r["simulation"]["over_memory"]]
+    assert over  # 70B on 8 GPUs without tensor parallelism fits nowhere
+    for name in over:
+        assert any(line.startswith(f"# {name}: device ") for line in text.splitlines())
+
+
+def test_sweep_rows_carry_the_flag():
+    from ppopt.config import load_model
+
+    model, system = load_model("llama3-70b"), load_system("dgx-h100")
+    inputs = {"schedule": "1f1b", "devices": 8, "microbatches": 64, "chunks": None, "waves": None, "split": None,
+              "global_batch": 64, "backward": 2}
+    row = run_item(EvalItem(inputs, "h", model, system, 1.0))[0]
+    expected = evaluate("1f1b", 8, 64, model=model, system=system, global_batch=64).memory_over
+    assert row["sim_over_memory"] is True
+    assert expected is not None and row["sim_memory_excess_bytes"] == expected.excess_bytes
+    assert row["sim_memory_excess_bytes"] == row["sim_peak_memory_bytes_max"] - 80e9
