@@ -1,0 +1,167 @@
+"""Commands that execute schedules in PyTorch's runtime on this machine: run, profile."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import click
+
+from ppopt.cli import main
+from ppopt.cli.options import emit_json, json_option
+
+
+def run_options(command):
+    """Model size and run settings shared by `run` and `profile`; they reach the command as ``settings``
+    (a :class:`~ppopt.run.spec.RunSpec` without jobs)."""
+
+    @functools.wraps(command)
+    def wrapper(layers, hidden, heads, sequence, microbatch_size, vocab, steps, warmup, threads, seed, dtype, timeout, **params):
+        from ppopt.run.spec import ModelSize, RunSpec
+
+        model = ModelSize(layers, hidden, heads, sequence, microbatch_size, vocab)
+        settings = RunSpec((), 0, model, steps, warmup, threads, seed, dtype, timeout_s=timeout)
+        return command(settings=settings, **params)
+
+    for option in reversed([
+        click.option("--layers", type=int, default=4, show_default=True, help="Transformer blocks of the tiny GPT."),
+        click.option("--hidden", type=int, default=32, show_default=True, help="Hidden size."),
+        click.option("--heads", type=int, default=2, show_default=True, help="Attention heads."),
+        click.option("--sequence", type=int, default=16, show_default=True, help="Tokens per sequence."),
+        click.option("--microbatch-size", type=int, default=2, show_default=True, help="Sequences per microbatch."),
+        click.option("--vocab", type=int, default=64, show_default=True, help="Vocabulary size."),
+        click.option("--steps", type=int, default=5, show_default=True, help="Timed steps after the warm-up."),
+        click.option("--warmup", type=int, default=1, show_default=True, help="Untimed steps first."),
+        click.option("--threads", type=int, default=1, show_default=True, help="torch threads per process."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the parameters and the synthetic batch."),
+        click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True,
+                     help="Parameter and activation type (float64 makes the gradient check tight)."),
+        click.option("--timeout", type=float, default=120.0, show_default=True,
+                     help="Seconds for every process group operation and for the whole run."),
+    ]):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def _schedules(files, names, devices, microbatches, chunks):
+    """The schedules given, validated before any process starts (files by ppopt's CSV reader)."""
+    from ppopt.cli.options import require_size
+    from ppopt.errors import ConfigError
+    from ppopt.generators import generate
+    from ppopt.io.torch_csv import read_torch_csv
+    from ppopt.run.execute import refuse_unrunnable
+    from ppopt.validate import validate
+
+    if not files and not names:
+        raise ConfigError("give schedule CSV files and/or --schedule NAME")
+    schedules = [read_torch_csv(Path(f)) for f in files]
+    if names:
+        require_size(devices, microbatches)
+        for name in names:
+            options = {"chunks": chunks} if chunks is not None and name == "interleaved-1f1b" else {}
+            schedules.append(validate(generate(name, devices, microbatches, **options)))
+    for schedule in schedules:
+        refuse_unrunnable(schedule)
+    return schedules
+
+
+@main.command("run")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--schedule", "-s", "names", multiple=True, help="A schedule by name (repeatable), with -p and -m.")
+@click.option("--devices", "-p", type=int, default=None, help="Ranks (with --schedule).")
+@click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule).")
+@click.option("--chunks", "-v", type=int, default=None, help="Chunks per rank for interleaved-1f1b [default: 2].")
+@run_options
+@click.option("--check/--no-check", default=True, show_default=True,
+              help="Compare the first step's loss and gradients with the non-pipelined model.")
+@click.option("--compare", "with_compare", is_flag=True, help="Also predict each step time from measured op costs and give the error.")
+@click.option("--costs", default=None, help="With --compare: a cost preset from `ppopt profile` [default: profile now].")
+@json_option
+def run_command(files, names, devices, microbatches, chunks, settings, check, with_compare, costs, as_json) -> None:
+    """Execute schedules in PyTorch's pipelining runtime on local ranks (gloo on 127.0.0.1):
+    step and op times, and the gradients checked against the model without pipelining."""
+    import dataclasses
+
+    from ppopt.errors import ConfigError
+    from ppopt.report.run import run_json, run_text
+    from ppopt.run import require_torch
+    from ppopt.run.execute import run_schedules
+
+    if costs and not with_compare:
+        raise ConfigError("only applies with --compare", field="costs")
+    schedules = _schedules(files, names, devices, microbatches, chunks)
+    require_torch()
+    settings = dataclasses.replace(settings, check=check)
+    click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
+    results, _ = run_schedules(schedules, settings)
+    comparisons = _compare(schedules, results, settings, costs) if with_compare else None
+    if as_json:
+        emit_json(run_json(results, settings, comparisons))
+    else:
+        click.echo(run_text(results, settings, comparisons))
+    if check and any(r.check is not None and not r.check["ok"] for r in results):
+        raise ConfigError("gradients differ from the non-pipelined model (see the table)")
+
+
+def _compare(schedules, results, settings, costs_file):
+    from ppopt.run.compare import compare
+
+    if costs_file:
+        from ppopt.io.cost_preset import read_cost_preset
+
+        costs, link = read_cost_preset(costs_file)
+        presets = {costs.num_stages: (costs, link)}
+    else:
+        from ppopt.run.profile import profile
+
+        presets = {}
+        devices, microbatches = schedules[0].devices, max(s.microbatches for s in schedules)
+        for stages in sorted({s.stages for s in schedules}):
+            click.echo(f"profiling {stages} stages on {devices} ranks", err=True)
+            measured = profile(devices, microbatches, stages // devices, settings)
+            presets[stages] = (measured.costs, measured.link)
+    out = []
+    for schedule, result in zip(schedules, results, strict=True):
+        if schedule.stages not in presets:
+            from ppopt.errors import ConfigError
+
+            raise ConfigError(f"the cost preset describes {next(iter(presets))} stages, {schedule.name} has {schedule.stages}", field="costs")
+        out.append(compare(schedule, result, *presets[schedule.stages]))
+    return out
+
+
+@main.command("profile")
+@click.option("--devices", "-p", type=int, default=2, show_default=True, help="Ranks.")
+@click.option("--microbatches", "-m", type=int, default=4, show_default=True, help="Microbatches per step.")
+@click.option("--chunks", "-v", type=int, default=1, show_default=True, help="Stages per rank: 1 (1f1b, zb-h1) or 2 (interleaved-1f1b, zb-v).")
+@run_options
+@click.option("--output", "-o", required=True, help="Cost preset file to write (.json).")
+@json_option
+def profile_command(devices, microbatches, chunks, settings, output, as_json) -> None:
+    """Measure F, B, I, W per stage and the message time of the tiny GPT here; write a cost preset."""
+    import os
+
+    from ppopt.io.cost_preset import cost_preset_json, write_cost_preset
+    from ppopt.report.run import profile_text
+    from ppopt.run import require_torch
+    from ppopt.run.profile import profile
+
+    require_torch()
+    click.echo(f"profiling {devices * chunks} stages on {devices} local ranks (gloo, 127.0.0.1)", err=True)
+    measured = profile(devices, microbatches, chunks, settings)
+    about = {"tool": "ppopt profile", "devices": devices, "microbatches": microbatches, "chunks": chunks,
+             "threads": settings.threads, "dtype": settings.dtype, "model": dataclasses_dict(settings.model),
+             "steps": settings.steps, "warmup": settings.warmup, "load_average": list(os.getloadavg()),
+             "cpus": os.cpu_count()}
+    write_cost_preset(output, measured.costs, measured.link, about)
+    if as_json:
+        emit_json(cost_preset_json(measured.costs, measured.link, about))
+    else:
+        click.echo(profile_text(measured.costs, measured.link))
+    click.echo(f"wrote {output}", err=True)
+
+
+def dataclasses_dict(value) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(value)

@@ -1,0 +1,39 @@
+"""Measured step time next to ppopt's prediction from measured op costs (pure).
+
+The prediction is :func:`ppopt.simulate.simulate` of the same schedule with a profile's per-stage
+durations and link (:mod:`ppopt.run.profile`, or a cost preset file); the relative error is
+``(predicted - measured) / measured``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppopt.config import LinkConfig
+from ppopt.costs import Costs
+from ppopt.errors import ConfigError
+from ppopt.ir import Schedule
+from ppopt.run.execute import JobResult
+from ppopt.simulate import simulate
+
+
+@dataclass(frozen=True)
+class Comparison:
+    name: str
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def relative_error(self) -> float:
+        return (self.predicted_s - self.measured_s) / self.measured_s
+
+
+def predict(schedule: Schedule, costs: Costs, link: LinkConfig | None) -> float:
+    """Simulated step time of ``schedule`` with measured ``costs`` (seconds)."""
+    if costs.num_stages != schedule.stages:
+        raise ConfigError(f"the cost preset describes {costs.num_stages} stages, {schedule.name} has {schedule.stages}", field="costs")
+    return simulate(schedule, costs, link=link).step_time_s
+
+
+def compare(schedule: Schedule, result: JobResult, costs: Costs, link: LinkConfig | None) -> Comparison:
+    return Comparison(schedule.name, result.median_step_s, predict(schedule, costs, link))

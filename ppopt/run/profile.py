@@ -1,0 +1,88 @@
+"""Measured op costs of the tiny GPT on this machine, as ppopt :class:`~ppopt.costs.Costs`.
+
+:func:`profile` runs two schedules over the same stages in PyTorch's runtime
+(:func:`ppopt.run.execute.run_schedules`, one process start): one with a full backward B (1f1b,
+or interleaved-1f1b for two stages per rank) and one with a split backward I + W (zb-h1, or zb-v),
+and times a message between ranks 0 and 1. Per stage: F is the mean of the two runs' medians, B
+from the first, I and W from the second. The link is a Hockney fit ``t = bytes / bandwidth +
+latency`` (Hockney 1994, "The communication challenge for MPP: Intel Paragon and Meiko CS-2",
+Parallel Computing 20(3)) through two one-way times: a one-element message gives the latency, one
+microbatch's activations the bandwidth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ppopt.config import LinkConfig
+from ppopt.costs import Costs, StageCost, partition_layers
+from ppopt.errors import ConfigError
+from ppopt.generators import generate
+from ppopt.run.execute import JobResult, run_schedules
+from ppopt.run.spec import ModelSize, RunSpec
+
+_PAIRS = {1: (("1f1b", {}), ("zb-h1", {})), 2: (("interleaved-1f1b", {"chunks": 2}), ("zb-v", {}))}
+_BYTES = {"float32": 4, "float64": 8}
+
+
+@dataclass(frozen=True)
+class Profile:
+    costs: Costs
+    link: LinkConfig | None
+    runs: tuple[JobResult, ...]
+    p2p: dict | None
+
+
+def stage_params(size: ModelSize, stages: int) -> list[int]:
+    """Parameters of each stage of :func:`ppopt.run.model.build_stages` (closed form):
+    a block has 12h² + 13h (QKV, projection, MLP 4h wide, two layer norms), stage 0 adds the token
+    and position embeddings, the last stage the final norm and the head."""
+    h, v = size.hidden, size.vocab
+    counts = partition_layers(size.layers, stages)
+    params = [n * (12 * h * h + 13 * h) for n in counts]
+    params[0] += v * h + size.sequence * h
+    params[-1] += 2 * h + h * v + v
+    return params
+
+
+def profile(devices: int, microbatches: int, chunks: int, settings: RunSpec) -> Profile:
+    """Measure F, B, I, W per stage and the message time with ``devices`` ranks holding ``chunks``
+    stages each (1 or 2), ``microbatches`` per step."""
+    if chunks not in _PAIRS:
+        raise ConfigError(f"must be 1 or 2 stages per rank, got {chunks}", field="chunks")
+    if devices < 2:
+        raise ConfigError(f"profiling a message needs at least 2 ranks, got {devices}", field="devices")
+    schedules = [generate(name, devices, microbatches, **options) for name, options in _PAIRS[chunks]]
+    (full, split), p2p = run_schedules(schedules, dataclasses.replace(settings, check=False, p2p_repeats=max(settings.p2p_repeats, 20)))
+    stages = devices * chunks
+    size, element = settings.model, _BYTES[settings.dtype]
+    message = size.microbatch_size * size.sequence * size.hidden * element
+    layers = partition_layers(size.layers, stages)
+    params = stage_params(size, stages)
+    costs = Costs(tuple(
+        StageCost(
+            layers=layers[s],
+            forward_s=(full.op_s[s, "F"] + split.op_s[s, "F"]) / 2,
+            backward_s=full.op_s[s, "B"],
+            input_grad_s=split.op_s[s, "I"] if (s, "I") in split.op_s else split.op_s[s, "B"] / 2,
+            weight_grad_s=split.op_s[s, "W"] if (s, "W") in split.op_s else split.op_s[s, "B"] / 2,
+            activation_bytes=0.0,  # not measured: a timing profile
+            persistent_bytes=2.0 * params[s] * element,  # weights and gradients (SGD keeps no state)
+            param_count=float(params[s]),
+            send_bytes=float(message),
+            gradient_bytes=float(params[s] * element),
+        )
+        for s in range(stages)
+    ), size.microbatch_size, microbatches)
+    return Profile(costs, _link(p2p), (full, split), p2p)
+
+
+def _link(p2p: dict | None) -> LinkConfig | None:
+    if not p2p:
+        return None
+    small, big = p2p["small"], p2p["activation"]
+    latency = small["one_way_s"]
+    extra = big["one_way_s"] - latency
+    bandwidth = (big["bytes"] - small["bytes"]) / extra if extra > 0 else 1e15  # no measurable size cost
+    return LinkConfig(bandwidth_bytes_per_s=bandwidth, latency_s=latency)
