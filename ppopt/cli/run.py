@@ -90,11 +90,15 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
     if costs and not with_compare:
         raise ConfigError("only applies with --compare", field="costs")
     schedules = _schedules(files, names, devices, microbatches, chunks)
+    settings = dataclasses.replace(settings, check=check, devices=schedules[0].devices)
+    for schedule in schedules:
+        settings.model.check(schedule.stages)
+    settings.check_values()
+    presets = _presets(schedules, costs) if with_compare and costs else None  # a bad file fails before the run
     require_torch()
-    settings = dataclasses.replace(settings, check=check)
     click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
     results, _ = run_schedules(schedules, settings)
-    comparisons = _compare(schedules, results, settings, costs) if with_compare else None
+    comparisons = _compare(schedules, results, settings, presets) if with_compare else None
     if as_json:
         emit_json(run_json(results, settings, comparisons))
     else:
@@ -103,15 +107,23 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
         raise ConfigError("gradients differ from the non-pipelined model (see the table)")
 
 
-def _compare(schedules, results, settings, costs_file):
+def _presets(schedules, costs_file):
+    """The cost preset file, by stage count; every schedule must have its stage count."""
+    from ppopt.errors import ConfigError
+    from ppopt.io.cost_preset import read_cost_preset
+
+    costs, link = read_cost_preset(costs_file)
+    for schedule in schedules:
+        if schedule.stages != costs.num_stages:
+            raise ConfigError(f"the cost preset describes {costs.num_stages} stages, {schedule.name} has {schedule.stages}", field="costs")
+    return {costs.num_stages: (costs, link)}
+
+
+def _compare(schedules, results, settings, presets):
+    """Each schedule's measured step next to the prediction from ``presets`` (or a profile measured now)."""
     from ppopt.run.compare import compare
 
-    if costs_file:
-        from ppopt.io.cost_preset import read_cost_preset
-
-        costs, link = read_cost_preset(costs_file)
-        presets = {costs.num_stages: (costs, link)}
-    else:
+    if presets is None:
         from ppopt.run.profile import profile
 
         presets = {}
@@ -120,14 +132,7 @@ def _compare(schedules, results, settings, costs_file):
             click.echo(f"profiling {stages} stages on {devices} ranks", err=True)
             measured = profile(devices, microbatches, stages // devices, settings)
             presets[stages] = (measured.costs, measured.link)
-    out = []
-    for schedule, result in zip(schedules, results, strict=True):
-        if schedule.stages not in presets:
-            from ppopt.errors import ConfigError
-
-            raise ConfigError(f"the cost preset describes {next(iter(presets))} stages, {schedule.name} has {schedule.stages}", field="costs")
-        out.append(compare(schedule, result, *presets[schedule.stages]))
-    return out
+    return [compare(schedule, result, *presets[schedule.stages]) for schedule, result in zip(schedules, results, strict=True)]
 
 
 @main.command("profile")

@@ -10,17 +10,15 @@ every rank and says so. Nothing is left running.
 from __future__ import annotations
 
 import json
-import os
+import multiprocessing
+import multiprocessing.context
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import ppopt
 from ppopt.run import RunError
 from ppopt.run.spec import RunSpec, spec_json
 
@@ -34,21 +32,29 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _environment(spec: RunSpec, port: int) -> dict[str, str]:
-    root = str(Path(ppopt.__file__).resolve().parent.parent)
-    path = os.environ.get("PYTHONPATH", "")
+def _environment(spec: RunSpec, port: int, rank: int) -> dict[str, str]:
+    """What a rank sets in its environment before joining the group: loopback only."""
     return {
-        **os.environ,
         "MASTER_ADDR": ADDRESS,
         "MASTER_PORT": str(port),
         "WORLD_SIZE": str(spec.devices),
+        "RANK": str(rank),
         "OMP_NUM_THREADS": str(spec.threads),
         "GLOO_SOCKET_IFNAME": "lo",
-        "PYTHONPATH": root + (os.pathsep + path if path else ""),
     }
 
 
+def _context() -> multiprocessing.context.ForkServerContext:
+    """Ranks are forked from a server process that imported torch once (``forkserver`` with the
+    worker preloaded): starting P ranks then costs one ``import torch``, not P."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["ppopt.run.worker"])
+    return context
+
+
 def _last_line(path: Path) -> str:
+    if not path.exists():
+        return "no message"
     lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
     ours = [line for line in lines if line.startswith("rank ")]
     return (ours or lines or ["no message"])[-1]
@@ -63,41 +69,41 @@ def _exit_reason(code: int) -> str:
     return f"exit status {code}"
 
 
-def launch(spec: RunSpec, on_started: Callable[[list[subprocess.Popen]], None] | None = None) -> list[dict]:
+def launch(spec: RunSpec, on_started: Callable[[list], None] | None = None) -> list[dict]:
     """Run ``spec`` on ``spec.devices`` local processes; the result of every rank, rank 0 first.
 
-    ``on_started`` is called with the processes once all are started (tests use it to kill one).
+    ``on_started`` is called with the processes (``multiprocessing`` processes: ``pid``,
+    ``exitcode``) once all are started; tests use it to kill one.
     Raises RunError: one rank failed (the others are then stopped), or the run timed out.
     """
+    from ppopt.run.worker import child
+
+    context = _context()
     with tempfile.TemporaryDirectory(prefix="ppopt-run-") as tmp:
         folder = Path(tmp)
-        spec_path = folder / "spec.json"
-        spec_path.write_text(spec_json(spec))
-        env = _environment(spec, free_port())
-        processes: list[subprocess.Popen] = []
+        port = free_port()
+        processes: list = []
         try:
             for rank in range(spec.devices):
-                with open(folder / f"rank{rank}.err", "w") as errors:
-                    processes.append(subprocess.Popen(
-                        [sys.executable, "-m", "ppopt.run.worker", str(spec_path), str(rank), tmp],
-                        env={**env, "RANK": str(rank)}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
-                    ))
+                process = context.Process(target=child, args=(spec_json(spec), rank, _environment(spec, port, rank), tmp), daemon=True)
+                process.start()
+                processes.append(process)
             if on_started is not None:
                 on_started(processes)
             _wait(processes, spec.timeout_s, folder)
         finally:
             for process in processes:
-                if process.poll() is None:
+                if process.exitcode is None:
                     process.kill()
             for process in processes:
-                process.wait()
+                process.join()
         return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in range(spec.devices)]
 
 
-def _wait(processes: list[subprocess.Popen], timeout_s: float, folder: Path) -> None:
+def _wait(processes: list, timeout_s: float, folder: Path) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
-        codes = [process.poll() for process in processes]
+        codes = [process.exitcode for process in processes]
         failed = next((r for r, code in enumerate(codes) if code not in (None, 0)), None)
         if failed is not None:
             code = codes[failed]

@@ -22,7 +22,7 @@ from ppopt.generators import generate
 from ppopt.run.execute import JobResult, run_schedules
 from ppopt.run.spec import ModelSize, RunSpec
 
-_PAIRS = {1: (("1f1b", {}), ("zb-h1", {})), 2: (("interleaved-1f1b", {"chunks": 2}), ("zb-v", {}))}
+_PAIRS: dict[int, tuple[tuple[str, dict[str, int]], ...]] = {1: (("1f1b", {}), ("zb-h1", {})), 2: (("interleaved-1f1b", {"chunks": 2}), ("zb-v", {}))}
 _BYTES = {"float32": 4, "float64": 8}
 
 

@@ -1,6 +1,6 @@
 """One rank of a run (a separate process, started by :mod:`ppopt.run.launcher`; imports torch).
 
-``python -m ppopt.run.worker SPEC.json RANK OUT_DIR``: joins the gloo process group on 127.0.0.1
+:func:`child` (the process the launcher starts for a rank): joins the gloo process group on 127.0.0.1
 (address and port from the launcher's environment, a timeout on every collective), builds this
 rank's stages (the stages in its row of the CSV), loads the CSV into PyTorch's
 ``_PipelineScheduleRuntime`` (which lowers it, adding the sends and receives), and runs
@@ -168,19 +168,17 @@ def _run_job(spec: RunSpec, job: Job, rank: int, dtype: torch.dtype) -> dict:
     return result
 
 
-def main(argv: list[str]) -> int:
-    spec_path, rank_text, out_dir = argv
-    rank = int(rank_text)
+def child(spec_text: str, rank: int, environment: dict[str, str], out_dir: str) -> None:
+    """A rank's process (started by the launcher): its stderr goes to ``OUT_DIR/rank<R>.err``, its
+    result to ``OUT_DIR/rank<R>.json``; any failure is one line ``rank R: <reason>`` and exit status 1."""
+    errors = os.open(Path(out_dir) / f"rank{rank}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(errors, 2)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    os.environ.update(environment)
     try:
-        spec = spec_from_json(Path(spec_path).read_text())
-        result = run(spec, rank)
+        result = run(spec_from_json(spec_text), rank)
         (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(result))
     except BaseException as error:  # one line for the launcher, never a traceback
         text = " ".join(str(error).split()) or type(error).__name__
         print(f"rank {rank}: {type(error).__name__}: {text[:400]}", file=sys.stderr, flush=True)
         os._exit(1)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
