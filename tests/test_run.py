@@ -178,3 +178,18 @@ def test_a_malformed_cost_preset_is_one_line(tmp_path):
     write_cost_preset(path, _costs(), None, {})
     result = cli("run", "-s", "zb-v", "-p", 2, "-m", 2, "--compare", "--costs", path)
     assert result.exit_code == 1 and result.output == "error: --costs: the cost preset describes 2 stages, zb-v has 4\n"
+
+
+def test_costs_from_measured_ops_fill_the_missing_backward_form():
+    from ppopt.run.profile import costs_from_ops
+
+    settings = RunSpec((), 2, TINY, dtype="float64")
+    full = {(0, "F"): 1.0, (0, "B"): 3.0, (1, "F"): 2.0, (1, "B"): 4.0}
+    split = {(0, "F"): 3.0, (0, "I"): 0.5, (0, "W"): 2.0, (1, "F"): 2.0, (1, "I"): 1.0, (1, "W"): 2.0}
+    both = costs_from_ops(settings, 2, 4, full, split)
+    assert [(c.forward_s, c.backward_s, c.input_grad_s, c.weight_grad_s) for c in both.stages] == [(2.0, 3.0, 0.5, 2.0), (2.0, 4.0, 1.0, 2.0)]
+    only_full = costs_from_ops(settings, 2, 4, full)
+    assert (only_full[0].input_grad_s, only_full[0].weight_grad_s) == (1.5, 1.5)
+    only_split = costs_from_ops(settings, 2, 4, split)
+    assert only_split[1].backward_s == 3.0
+    assert only_split[0].send_bytes == TINY.microbatch_size * TINY.sequence * TINY.hidden * 8

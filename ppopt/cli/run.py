@@ -132,7 +132,10 @@ def _compare(schedules, results, settings, presets):
             click.echo(f"profiling {stages} stages on {devices} ranks", err=True)
             measured = profile(devices, microbatches, stages // devices, settings)
             presets[stages] = (measured.costs, measured.link)
-    return [compare(schedule, result, *presets[schedule.stages]) for schedule, result in zip(schedules, results, strict=True)]
+    from ppopt.run.profile import costs_from_ops
+
+    return [compare(schedule, result, *presets[schedule.stages], costs_from_ops(settings, schedule.stages, schedule.microbatches, result.op_s))
+            for schedule, result in zip(schedules, results, strict=True)]
 
 
 @main.command("profile")

@@ -32,17 +32,22 @@ def run_text(results: Sequence[JobResult], settings: RunSpec, comparisons: Seque
     kinds = [k for k in "FBIW" if any(k in r.kind_s() for r in results)]
     headers = ["schedule", "stages", "m", "step (median)", *(f"{k} (median)" for k in kinds)]
     if comparisons is not None:
-        headers += ["predicted", "error"]
+        headers += ["predicted", "error", "replayed", "error"]
     headers.append("loss and gradients vs no pipelining")
     rows = []
     for i, r in enumerate(results):
         by_kind = r.kind_s()
         row = [r.name, r.stages, r.microbatches, seconds(r.median_step_s), *(seconds(by_kind[k]) if k in by_kind else "-" for k in kinds)]
         if comparisons is not None:
-            row += [seconds(comparisons[i].predicted_s), f"{comparisons[i].relative_error:+.1%}"]
+            c = comparisons[i]
+            row += [seconds(c.predicted_s), f"{c.relative_error:+.1%}", seconds(c.replayed_s), f"{c.replay_error:+.1%}"]
         row.append(_check_text(r.check))
         rows.append(row)
-    return _setting_line(results, settings) + "\n" + render_table(headers, rows)
+    text = _setting_line(results, settings) + "\n" + render_table(headers, rows)
+    if comparisons is not None:
+        text += ("\npredicted: simulated with the profile's op durations and message time; replayed: with this "
+                 "run's own op medians (the error left is what the runtime adds beyond ops and messages)")
+    return text
 
 
 def run_json(results: Sequence[JobResult], settings: RunSpec, comparisons: Sequence[Comparison] | None = None) -> dict:
@@ -55,7 +60,9 @@ def run_json(results: Sequence[JobResult], settings: RunSpec, comparisons: Seque
             "check": r.check,
         }
         if comparisons is not None:
-            entry.update(predicted_step_s=comparisons[i].predicted_s, relative_error=comparisons[i].relative_error)
+            c = comparisons[i]
+            entry.update(predicted_step_s=c.predicted_s, relative_error=c.relative_error,
+                         replayed_step_s=c.replayed_s, replay_error=c.replay_error)
         runs.append(entry)
     return {"settings": {"threads": settings.threads, "dtype": settings.dtype, "steps": settings.steps,
                          "warmup": settings.warmup, "seed": settings.seed, "model": dataclasses.asdict(settings.model)},

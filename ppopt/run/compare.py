@@ -22,10 +22,18 @@ class Comparison:
     name: str
     measured_s: float
     predicted_s: float
+    """From the profile's (or the preset's) op durations."""
+    replayed_s: float
+    """From this run's own op medians (and the same link): what is left of the error once the op
+    durations are exact, i.e. what the runtime adds beyond the ops and messages ppopt models."""
 
     @property
     def relative_error(self) -> float:
         return (self.predicted_s - self.measured_s) / self.measured_s
+
+    @property
+    def replay_error(self) -> float:
+        return (self.replayed_s - self.measured_s) / self.measured_s
 
 
 def predict(schedule: Schedule, costs: Costs, link: LinkConfig | None) -> float:
@@ -35,5 +43,6 @@ def predict(schedule: Schedule, costs: Costs, link: LinkConfig | None) -> float:
     return simulate(schedule, costs, link=link).step_time_s
 
 
-def compare(schedule: Schedule, result: JobResult, costs: Costs, link: LinkConfig | None) -> Comparison:
-    return Comparison(schedule.name, result.median_step_s, predict(schedule, costs, link))
+def compare(schedule: Schedule, result: JobResult, costs: Costs, link: LinkConfig | None, own: Costs) -> Comparison:
+    """``costs``: the profile's; ``own``: this run's op medians (:func:`ppopt.run.profile.costs_from_ops`)."""
+    return Comparison(schedule.name, result.median_step_s, predict(schedule, costs, link), predict(schedule, own, link))

@@ -55,27 +55,37 @@ def profile(devices: int, microbatches: int, chunks: int, settings: RunSpec) -> 
         raise ConfigError(f"profiling a message needs at least 2 ranks, got {devices}", field="devices")
     schedules = [generate(name, devices, microbatches, **options) for name, options in _PAIRS[chunks]]
     (full, split), p2p = run_schedules(schedules, dataclasses.replace(settings, check=False, p2p_repeats=max(settings.p2p_repeats, 20)))
-    stages = devices * chunks
+    costs = costs_from_ops(settings, devices * chunks, microbatches, full.op_s, split.op_s)
+    return Profile(costs, _link(p2p), (full, split), p2p)
+
+
+def costs_from_ops(settings: RunSpec, stages: int, microbatches: int, *measured: dict[tuple[int, str], float]) -> Costs:
+    """Costs per stage from measured op medians ((stage, kind) -> seconds, one dict per run): F the
+    mean over the runs that have it, B the measured full backward (else I + W), I and W the measured
+    split backward (else half of B each)."""
     size, element = settings.model, _BYTES[settings.dtype]
     message = size.microbatch_size * size.sequence * size.hidden * element
     layers = partition_layers(size.layers, stages)
     params = stage_params(size, stages)
-    costs = Costs(tuple(
-        StageCost(
-            layers=layers[s],
-            forward_s=(full.op_s[s, "F"] + split.op_s[s, "F"]) / 2,
-            backward_s=full.op_s[s, "B"],
-            input_grad_s=split.op_s[s, "I"] if (s, "I") in split.op_s else split.op_s[s, "B"] / 2,
-            weight_grad_s=split.op_s[s, "W"] if (s, "W") in split.op_s else split.op_s[s, "B"] / 2,
+
+    def mean(s: int, kind: str) -> float | None:
+        values = [ops[s, kind] for ops in measured if (s, kind) in ops]
+        return sum(values) / len(values) if values else None
+
+    out = []
+    for s in range(stages):
+        forward, full, i, w = mean(s, "F"), mean(s, "B"), mean(s, "I"), mean(s, "W")
+        if forward is None or (full is None and (i is None or w is None)):
+            raise ConfigError(f"stage {s}: F and a backward were not measured", field="costs")
+        backward = full if full is not None else i + w  # type: ignore[operator]
+        out.append(StageCost(
+            layers=layers[s], forward_s=forward, backward_s=backward,
+            input_grad_s=i if i is not None else backward / 2, weight_grad_s=w if w is not None else backward / 2,
             activation_bytes=0.0,  # not measured: a timing profile
             persistent_bytes=2.0 * params[s] * element,  # weights and gradients (SGD keeps no state)
-            param_count=float(params[s]),
-            send_bytes=float(message),
-            gradient_bytes=float(params[s] * element),
-        )
-        for s in range(stages)
-    ), size.microbatch_size, microbatches)
-    return Profile(costs, _link(p2p), (full, split), p2p)
+            param_count=float(params[s]), send_bytes=float(message), gradient_bytes=float(params[s] * element),
+        ))
+    return Costs(tuple(out), size.microbatch_size, microbatches)
 
 
 def _link(p2p: dict | None) -> LinkConfig | None:
