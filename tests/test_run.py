@@ -193,3 +193,13 @@ def test_costs_from_measured_ops_fill_the_missing_backward_form():
     only_split = costs_from_ops(settings, 2, 4, split)
     assert only_split[1].backward_s == 3.0
     assert only_split[0].send_bytes == TINY.microbatch_size * TINY.sequence * TINY.hidden * 8
+
+
+def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
+    path = tmp_path / "costs.json"
+    write_cost_preset(path, _costs(), None, {})
+    result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["simulated"]["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
+    result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--model", "study")
+    assert result.exit_code == 1 and result.output.startswith("error: --costs: takes one schedule")

@@ -109,13 +109,13 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
 
 def _presets(schedules, costs_file):
     """The cost preset file, by stage count; every schedule must have its stage count."""
-    from ppopt.errors import ConfigError
     from ppopt.io.cost_preset import read_cost_preset
+
+    from ppopt.run.compare import check_stages
 
     costs, link = read_cost_preset(costs_file)
     for schedule in schedules:
-        if schedule.stages != costs.num_stages:
-            raise ConfigError(f"the cost preset describes {costs.num_stages} stages, {schedule.name} has {schedule.stages}", field="costs")
+        check_stages(schedule, costs)
     return {costs.num_stages: (costs, link)}
 
 
@@ -173,3 +173,21 @@ def dataclasses_dict(value) -> dict:
     import dataclasses
 
     return dataclasses.asdict(value)
+
+
+def evaluate_with_preset(schedule, costs_file, as_json) -> None:
+    """`ppopt evaluate --costs FILE`: the schedule simulated with a measured cost preset and its link."""
+    from ppopt.io.cost_preset import read_cost_preset
+    from ppopt.report.evaluation import simulation_json
+    from ppopt.report.text import seconds
+    from ppopt.run.compare import check_stages
+    from ppopt.simulate import simulate
+
+    costs, link = read_cost_preset(costs_file)
+    check_stages(schedule, costs)
+    simulation = simulate(schedule, costs, link=link)
+    if as_json:
+        emit_json({"schedule": schedule.name, "costs": str(costs_file), "simulated": simulation_json(simulation)})
+    else:
+        click.echo(f"{schedule.name}: simulated with the measured costs of {costs_file}: step {seconds(simulation.step_time_s)}, "
+                   f"idle ratio {simulation.idle_ratio:.4f}")

@@ -91,14 +91,23 @@ def _presets(model, system, required: bool = False):
 @system_options()
 @click.option("--plot", default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
 @click.option("--trace", default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
+@click.option("--costs", default=None, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @json_option
 @format_option
 def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, model, system,
-                     global_batch, plot, trace, as_json, fmt) -> None:
+                     global_batch, plot, trace, costs, as_json, fmt) -> None:
     """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'."""
     from ppopt.errors import ConfigError
     from ppopt.evaluate import evaluate_all, evaluate_schedule, schedule_costs
     from ppopt.report.evaluation import evaluation_json, evaluation_text
+
+    if costs is not None:
+        from ppopt.cli.run import evaluate_with_preset
+
+        if model or system or plot or trace or name == "all":
+            raise ConfigError("takes one schedule and replaces --model/--system (no --plot, --trace)", field="costs")
+        evaluate_with_preset(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), costs, as_json)
+        return
 
     model_config, system_config = _presets(model, system)
     if trace and model_config is None:

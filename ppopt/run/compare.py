@@ -36,10 +36,14 @@ class Comparison:
         return (self.replayed_s - self.measured_s) / self.measured_s
 
 
-def predict(schedule: Schedule, costs: Costs, link: LinkConfig | None) -> float:
-    """Simulated step time of ``schedule`` with measured ``costs`` (seconds)."""
+def check_stages(schedule: Schedule, costs: Costs) -> None:
     if costs.num_stages != schedule.stages:
         raise ConfigError(f"the cost preset describes {costs.num_stages} stages, {schedule.name} has {schedule.stages}", field="costs")
+
+
+def predict(schedule: Schedule, costs: Costs, link: LinkConfig | None) -> float:
+    """Simulated step time of ``schedule`` with measured ``costs`` (seconds)."""
+    check_stages(schedule, costs)
     return simulate(schedule, costs, link=link).step_time_s
 
 
