@@ -110,7 +110,6 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
 def _presets(schedules, costs_file):
     """The cost preset file, by stage count; every schedule must have its stage count."""
     from ppopt.io.cost_preset import read_cost_preset
-
     from ppopt.run.compare import check_stages
 
     costs, link = read_cost_preset(costs_file)
