@@ -203,3 +203,14 @@ def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
     assert json.loads(result.output)["simulated"]["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--model", "study")
     assert result.exit_code == 1 and result.output.startswith("error: --costs: takes one schedule")
+
+
+def test_search_runs_the_schedule_it_found():
+    pytest.importorskip("torch.distributed.pipelining")
+    result = cli("search", "-p", 2, "-m", 2, "--unit", "--space", "placement=linear,backward=split", "-q", "--no-grid",
+                 "--run")
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("search "))
+    assert row.split()[1:3] == ["2", "2"] and "equal (max abs" in row
+    result = cli("search", "-p", 2, "-m", 2, "--unit", "--run", "--json")
+    assert result.exit_code == 1 and result.output.startswith("error: --run: prints the run's table")

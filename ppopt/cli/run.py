@@ -190,3 +190,26 @@ def evaluate_with_preset(schedule, costs_file, as_json) -> None:
     else:
         click.echo(f"{schedule.name}: simulated with the measured costs of {costs_file}: step {seconds(simulation.step_time_s)}, "
                    f"idle ratio {simulation.idle_ratio:.4f}")
+
+
+def run_found(schedule, start) -> None:
+    """`ppopt search --run`: the schedule found, ordered by its simulated start times (as `--csv`
+    writes it), run with the default model and settings of `ppopt run`; the table on stdout."""
+    from ppopt.io.torch_csv import format_torch_csv, parse_torch_csv
+    from ppopt.report.run import run_text
+    from ppopt.run import require_torch
+    from ppopt.run.execute import refuse_unrunnable, run_schedules
+    from ppopt.run.spec import RunSpec
+
+    refuse_unrunnable(schedule)
+    ordered = parse_torch_csv(format_torch_csv(schedule, start), "search")
+    settings = RunSpec((), ordered.devices)
+    settings.model.check(ordered.stages)
+    require_torch()
+    click.echo(f"running the schedule found on {ordered.devices} local ranks (gloo, 127.0.0.1)", err=True)
+    results, _ = run_schedules([ordered], settings)
+    click.echo(run_text(results, settings))
+    if results[0].check is not None and not results[0].check["ok"]:
+        from ppopt.errors import ConfigError
+
+        raise ConfigError("gradients differ from the non-pipelined model (see the table)")

@@ -63,13 +63,18 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
 @click.option("--csv", "csv_path", default=None, help="Write the schedule found as a PyTorch schedule CSV.")
 @click.option("--plot", default=None, help="Draw the schedule found, simulated, to .png/.svg.")
 @click.option("--trace", default=None, help="Write the schedule found, simulated, as a Chrome/Perfetto trace (.json).")
+@click.option("--run", "run_it", is_flag=True, help="Then run the schedule found in PyTorch's runtime on local ranks (see `ppopt run`; needs torch).")
 @json_option
-def search_command(spec, solve, options, space, grid, minimize_memory, csv_path, plot, trace, as_json):
+def search_command(spec, solve, options, space, grid, minimize_memory, csv_path, plot, trace, run_it, as_json):
     """Search a space for the shortest step under a memory limit; print the schedule, bound and gap."""
     from ppopt.report.solve import search_json, search_text
     from ppopt.solve.search import search
     from ppopt.solve.space import parse_space
 
+    if run_it and as_json:
+        from ppopt.errors import ConfigError
+
+        raise ConfigError("prints the run's table; give --run without --json (or use --csv and `ppopt run FILE --json`)", field="run_it")
     result = search(spec, parse_space(space, **options), solve, minimize_memory=minimize_memory)
     if as_json:
         emit_json(search_json(result))
@@ -77,6 +82,10 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         click.echo(search_text(result, grid, colour=True))
     if result.schedule is not None and (csv_path or plot or trace):
         _write_outputs(result, spec, csv_path, plot, trace)
+    if run_it and result.schedule is not None:
+        from ppopt.cli.run import run_found
+
+        run_found(result.schedule, result.simulation.start_s)
 
 
 def _write_outputs(result, spec, csv_path, plot, trace) -> None:
