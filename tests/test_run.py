@@ -178,6 +178,9 @@ def test_a_malformed_cost_preset_is_one_line(tmp_path):
     write_cost_preset(path, _costs(), None, {})
     result = cli("run", "-s", "zb-v", "-p", 2, "-m", 2, "--compare", "--costs", path)
     assert result.exit_code == 1 and result.output == "error: --costs: the cost preset describes 2 stages, zb-v has 4\n"
+    write_cost_preset(path, _costs(), None, {"dtype": "float64"})
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 2, "--compare", "--costs", path)
+    assert result.exit_code == 1 and result.output.startswith(f"error: --costs: {path} was measured with dtype float64, this run uses float32")
 
 
 def test_costs_from_measured_ops_fill_the_missing_backward_form():

@@ -94,7 +94,7 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
     for schedule in schedules:
         settings.model.check(schedule.stages)
     settings.check_values()
-    presets = _presets(schedules, costs) if with_compare and costs else None  # a bad file fails before the run
+    presets = _presets(schedules, costs, settings) if with_compare and costs else None  # a bad file fails before the run
     require_torch()
     click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
     results, _ = run_schedules(schedules, settings)
@@ -107,14 +107,25 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
         raise ConfigError("gradients differ from the non-pipelined model (see the table)")
 
 
-def _presets(schedules, costs_file):
-    """The cost preset file, by stage count; every schedule must have its stage count."""
+def _presets(schedules, costs_file, settings):
+    """The cost preset file, by stage count; every schedule must have its stage count, and a preset
+    from `ppopt profile` must have been measured with the same model and dtype as this run."""
+    import dataclasses
+    import json
+
+    from ppopt.errors import ConfigError
     from ppopt.io.cost_preset import read_cost_preset
     from ppopt.run.compare import check_stages
 
     costs, link = read_cost_preset(costs_file)
     for schedule in schedules:
         check_stages(schedule, costs)
+    measured = json.loads(Path(costs_file).read_text()).get("measured") or {}
+    ours = {"model": dataclasses.asdict(settings.model), "dtype": settings.dtype}
+    for key, value in ours.items():
+        if key in measured and measured[key] != value:
+            raise ConfigError(f"{costs_file} was measured with {key} {measured[key]}, this run uses {value}; "
+                              "give the same model options or profile again", field="costs")
     return {costs.num_stages: (costs, link)}
 
 
