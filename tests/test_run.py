@@ -217,3 +217,13 @@ def test_search_runs_the_schedule_it_found():
     assert row.split()[1:3] == ["2", "2"] and "equal (max abs" in row
     result = cli("search", "-p", 2, "-m", 2, "--unit", "--run", "--json")
     assert result.exit_code == 1 and result.output.startswith("error: --run: prints the run's table")
+
+
+def test_the_profile_as_unit_model_flags():
+    from ppopt.config import LinkConfig
+    from ppopt.run.profile import unit_flags
+
+    stage = StageCost(layers=1, forward_s=2.0, backward_s=5.0, input_grad_s=2.0, weight_grad_s=4.0,
+                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
+    link = LinkConfig(bandwidth_bytes_per_s=1e4, latency_s=0.1)  # 0.1 + 0.1 s = 0.1 slot of F = 2 s
+    assert unit_flags(Costs((stage, stage), 1, 4), link) == {"forward": 1.0, "backward": 3.0, "weight": 2.0, "comm": 0.1}

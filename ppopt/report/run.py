@@ -73,7 +73,10 @@ def profile_text(costs: Costs, link: LinkConfig | None) -> str:
     rows = [[s, c.layers, seconds(c.forward_s), seconds(c.backward_s), seconds(c.input_grad_s), seconds(c.weight_grad_s)]
             for s, c in enumerate(costs.stages)]
     text = render_table(["stage", "layers", "F", "B", "I", "W"], rows)
+    from ppopt.run.profile import unit_flags
+
+    flags = " ".join(f"--{k} {v:g}" for k, v in unit_flags(costs, link).items())
     if link is not None:
         text += (f"\nmessage ({costs.stages[0].send_bytes:.0f} bytes): latency {seconds(link.latency_s)}, "
                  f"bandwidth {link.bandwidth_bytes_per_s / 1e6:.4g} MB/s")
-    return text
+    return text + f"\nas unit-model flags (search, table; one slot = mean F): {flags}"

@@ -88,6 +88,21 @@ def costs_from_ops(settings: RunSpec, stages: int, microbatches: int, *measured:
     return Costs(tuple(out), size.microbatch_size, microbatches)
 
 
+def unit_flags(costs: Costs, link: LinkConfig | None) -> dict[str, float]:
+    """The profile in the unit model (:class:`ppopt.units.UnitCosts`, one slot = the mean measured F),
+    averaged over the stages, rounded to 2 decimals: the ``--forward --backward --weight --comm``
+    flags that let unit-mode commands (``search``, ``table``) use this machine's ratios. The unit
+    model has one backward, B = I + W; the split run's I + W is used, since that is what split
+    schedules execute."""
+    n = len(costs.stages)
+    forward = sum(c.forward_s for c in costs.stages) / n
+    split = sum(c.input_grad_s + c.weight_grad_s for c in costs.stages) / n
+    weight = sum(c.weight_grad_s for c in costs.stages) / n
+    message = 0.0 if link is None else link.latency_s + costs.stages[0].send_bytes / link.bandwidth_bytes_per_s
+    return {"forward": 1.0, "backward": round(split / forward, 2), "weight": round(weight / forward, 2),
+            "comm": round(message / forward, 2)}
+
+
 def _link(p2p: dict | None) -> LinkConfig | None:
     if not p2p:
         return None
