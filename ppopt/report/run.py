@@ -73,10 +73,11 @@ def profile_text(costs: Costs, link: LinkConfig | None) -> str:
     rows = [[s, c.layers, seconds(c.forward_s), seconds(c.backward_s), seconds(c.input_grad_s), seconds(c.weight_grad_s)]
             for s, c in enumerate(costs.stages)]
     text = render_table(["stage", "layers", "F", "B", "I", "W"], rows)
-    from ppopt.run.profile import unit_flags
+    from ppopt.run.profile import NO_SIZE_COST, unit_flags
 
     flags = " ".join(f"--{k} {v:g}" for k, v in unit_flags(costs, link).items())
     if link is not None:
-        text += (f"\nmessage ({costs.stages[0].send_bytes:.0f} bytes): latency {seconds(link.latency_s)}, "
-                 f"bandwidth {link.bandwidth_bytes_per_s / 1e6:.4g} MB/s")
+        bandwidth = (f"bandwidth {link.bandwidth_bytes_per_s / 1e6:.4g} MB/s" if link.bandwidth_bytes_per_s < NO_SIZE_COST
+                     else "no measurable cost per byte (the larger message was not slower)")
+        text += f"\nmessage ({costs.stages[0].send_bytes:.0f} bytes): latency {seconds(link.latency_s)}, {bandwidth}"
     return text + f"\nas unit-model flags (search, table; one slot = mean F): {flags}"

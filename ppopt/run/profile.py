@@ -24,6 +24,8 @@ from ppopt.run.spec import ModelSize, RunSpec
 
 _PAIRS: dict[int, tuple[tuple[str, dict[str, int]], ...]] = {1: (("1f1b", {}), ("zb-h1", {})), 2: (("interleaved-1f1b", {"chunks": 2}), ("zb-v", {}))}
 _BYTES = {"float32": 4, "float64": 8}
+NO_SIZE_COST = 1e15
+"""Bandwidth (bytes/s) of the fitted link when the larger message was not slower than the small one."""
 
 
 @dataclass(frozen=True)
@@ -109,5 +111,5 @@ def _link(p2p: dict | None) -> LinkConfig | None:
     small, big = p2p["small"], p2p["activation"]
     latency = small["one_way_s"]
     extra = big["one_way_s"] - latency
-    bandwidth = (big["bytes"] - small["bytes"]) / extra if extra > 0 else 1e15  # no measurable size cost
+    bandwidth = (big["bytes"] - small["bytes"]) / extra if extra > 0 else NO_SIZE_COST
     return LinkConfig(bandwidth_bytes_per_s=bandwidth, latency_s=latency)
