@@ -227,3 +227,19 @@ def test_the_profile_as_unit_model_flags():
                       activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
     link = LinkConfig(bandwidth_bytes_per_s=1e4, latency_s=0.1)  # 0.1 + 0.1 s = 0.1 slot of F = 2 s
     assert unit_flags(Costs((stage, stage), 1, 4), link) == {"forward": 1.0, "backward": 3.0, "weight": 2.0, "comm": 0.1}
+
+
+def test_search_with_a_cost_preset_is_unit_mode_with_its_ratios(tmp_path):
+    from ppopt.config import LinkConfig
+
+    path = tmp_path / "costs.json"
+    stage = StageCost(layers=1, forward_s=2.0, backward_s=5.0, input_grad_s=2.0, weight_grad_s=4.0,
+                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
+    write_cost_preset(path, Costs((stage, stage), 1, 4), LinkConfig(bandwidth_bytes_per_s=1e4, latency_s=0.1), {})
+    args = ["search", "-p", 2, "-m", 4, "--space", "placement=linear,backward=split", "-q", "--json"]
+    with_preset = json.loads(cli(*args, "--costs", path).output)
+    with_flags = json.loads(cli(*args, "--unit", "--forward", 1, "--backward", 3, "--weight", 2, "--comm", 0.1).output)
+    assert with_preset["step_time_s"] == with_flags["step_time_s"] and with_preset["schedule"] == with_flags["schedule"]
+    assert with_preset["status"] == "optimal"
+    result = cli("search", "-p", 2, "-m", 4, "--costs", path, "--model", "study")
+    assert result.exit_code == 1 and result.output.startswith("error: --costs: replaces --model/--system")

@@ -9,6 +9,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import emit_json, json_option
+from ppopt.units import UnitCosts
 
 
 def run_options(command):
@@ -224,3 +225,17 @@ def run_found(schedule, start) -> None:
         from ppopt.errors import ConfigError
 
         raise ConfigError("gradients differ from the non-pipelined model (see the table)")
+
+
+def preset_units(costs_file, params) -> UnitCosts:
+    """`search/gap/frontier --costs FILE`: the preset as the unit model (:func:`ppopt.run.profile.unit_flags`).
+
+    The solver's modelled mode derives costs from a model and a system, so a measured preset enters
+    through the unit model: one slot is the mean measured F, and per-stage differences are averaged."""
+    from ppopt.errors import ConfigError
+    from ppopt.io.cost_preset import read_cost_preset
+    from ppopt.run.profile import unit_flags
+
+    if params.get("model") or params.get("system"):
+        raise ConfigError("replaces --model/--system (a measured preset is used in unit mode)", field="costs")
+    return UnitCosts(**unit_flags(*read_cost_preset(costs_file)))

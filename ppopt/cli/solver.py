@@ -32,6 +32,8 @@ def solver_options(command):
             click.option("--workers", type=int, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible)."),
             click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed."),
             click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
+            click.option("--costs", default=None,
+                         help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time."),
         ]
     ):
         wrapper = option(wrapper)
@@ -47,6 +49,11 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     solve = SolveOptions(params.pop("time_limit"), params.pop("workers"), params.pop("seed"),
                          None if quiet else (lambda line: click.echo(line, err=True))).start()
     unit, units = params.pop("unit"), params.pop("units")
+    costs = params.pop("costs")
+    if costs is not None:
+        from ppopt.cli.run import preset_units
+
+        unit, units = True, preset_units(costs, params)
     spec = InstanceSpec(
         params.pop("devices"), params.pop("microbatches"), units=units if unit else None,
         model=params.pop("model"), system=params.pop("system"), global_batch=params.pop("global_batch"),
