@@ -239,3 +239,35 @@ def preset_units(costs_file, params) -> UnitCosts:
     if params.get("model") or params.get("system"):
         raise ConfigError("replaces --model/--system (a measured preset is used in unit mode)", field="costs")
     return UnitCosts(**unit_flags(*read_cost_preset(costs_file)))
+
+
+def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt) -> None:
+    """`ppopt compare --costs FILE`: every schedule with the preset's stage count, simulated with the
+    measured costs and link, fastest first; the others are skipped with the reason on stderr."""
+    from ppopt.errors import ScheduleError
+    from ppopt.generators import generate, get, names
+    from ppopt.io.cost_preset import read_cost_preset
+    from ppopt.report.text import render_table, seconds
+    from ppopt.simulate import simulate
+
+    costs, link = read_cost_preset(costs_file)
+    rows = []
+    for name in names():
+        taken = {k: v for k, v in options.items() if v is not None and k in get(name).options}
+        try:
+            schedule = generate(name, devices, microbatches, **taken)
+        except ScheduleError as error:
+            click.echo(f"skipped {name}: {error}", err=True)
+            continue
+        if schedule.stages != costs.num_stages:
+            click.echo(f"skipped {name}: {schedule.stages} stages, the cost preset describes {costs.num_stages}", err=True)
+            continue
+        simulation = simulate(schedule, costs, link=link)
+        rows.append((simulation.step_time_s, simulation.idle_ratio, name))
+    rows.sort()
+    if as_json:
+        emit_json([{"schedule": n, "step_time_s": t, "idle_ratio": i} for t, i, n in rows])
+    else:
+        click.echo(f"simulated with the measured costs of {costs_file}, p = {devices}, m = {microbatches}")
+        click.echo(render_table(["rank", "schedule", "step", "idle ratio"],
+                                [[r + 1, n, seconds(t), f"{i:.4f}"] for r, (t, i, n) in enumerate(rows)], fmt))

@@ -147,16 +147,25 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 
 @main.command("compare")
 @schedule_options(name=False)
-@system_options(required=True)
+@system_options()
 @click.option("--plot", default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg.")
+@click.option("--costs", default=None, help="Rank by simulation with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @json_option
 @format_option
-def compare_command(devices, microbatches, units, options, model, system, global_batch, plot, as_json, fmt) -> None:
+def compare_command(devices, microbatches, units, options, model, system, global_batch, plot, costs, as_json, fmt) -> None:
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import evaluate_all, rank_layers
     from ppopt.generators import generate
     from ppopt.report.evaluation import compare_json, compare_text
 
+    if costs is not None:
+        from ppopt.cli.run import compare_with_preset
+        from ppopt.errors import ConfigError
+
+        if model or system or plot:
+            raise ConfigError("replaces --model/--system (no --plot)", field="costs")
+        compare_with_preset(devices, microbatches, options, costs, as_json, fmt)
+        return
     model_config, system_config = _presets(model, system, required=True)
     results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, **options)
     for schedule, reason in skipped.items():
