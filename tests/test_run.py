@@ -132,6 +132,12 @@ def test_replicated_stages_and_bad_sizes_are_refused_in_one_line():
     assert result.exit_code == 1 and result.output == "error: --hidden: hidden size 30 is not a multiple of 4 heads\n"
 
 
+def test_profile_sizes_are_refused_before_any_process_starts():
+    assert cli("profile", "-p", 1, "-o", "x.json").output == "error: --devices: profiling a message needs at least 2 ranks, got 1\n"
+    assert cli("profile", "-v", 3, "-o", "x.json").output == "error: --chunks: must be 1 or 2 stages per rank, got 3\n"
+    assert cli("profile", "-v", 2, "--layers", 3, "-o", "x.json").output.startswith("error: --layers: the schedule has 4 stages")
+
+
 def test_without_torch_the_commands_say_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.distributed.pipelining", None)
     for args in (["run", "-s", "1f1b", "-p", 2, "-m", 2], ["profile", "-o", "x.json"]):

@@ -163,8 +163,9 @@ def profile_command(devices, microbatches, chunks, settings, output, as_json) ->
     from ppopt.io.cost_preset import cost_preset_json, write_cost_preset
     from ppopt.report.run import profile_text
     from ppopt.run import require_torch
-    from ppopt.run.profile import profile
+    from ppopt.run.profile import check_profile, profile
 
+    check_profile(devices, chunks, settings)
     require_torch()
     click.echo(f"profiling {devices * chunks} stages on {devices} local ranks (gloo, 127.0.0.1)", err=True)
     measured = profile(devices, microbatches, chunks, settings)

@@ -48,13 +48,20 @@ def stage_params(size: ModelSize, stages: int) -> list[int]:
     return params
 
 
-def profile(devices: int, microbatches: int, chunks: int, settings: RunSpec) -> Profile:
-    """Measure F, B, I, W per stage and the message time with ``devices`` ranks holding ``chunks``
-    stages each (1 or 2), ``microbatches`` per step."""
+def check_profile(devices: int, chunks: int, settings: RunSpec) -> None:
+    """The sizes of a profile, before any process starts."""
     if chunks not in _PAIRS:
         raise ConfigError(f"must be 1 or 2 stages per rank, got {chunks}", field="chunks")
     if devices < 2:
         raise ConfigError(f"profiling a message needs at least 2 ranks, got {devices}", field="devices")
+    settings.model.check(devices * chunks)
+    dataclasses.replace(settings, devices=devices).check_values()
+
+
+def profile(devices: int, microbatches: int, chunks: int, settings: RunSpec) -> Profile:
+    """Measure F, B, I, W per stage and the message time with ``devices`` ranks holding ``chunks``
+    stages each (1 or 2), ``microbatches`` per step."""
+    check_profile(devices, chunks, settings)
     schedules = [generate(name, devices, microbatches, **options) for name, options in _PAIRS[chunks]]
     (full, split), p2p = run_schedules(schedules, dataclasses.replace(settings, check=False, p2p_repeats=max(settings.p2p_repeats, 20)))
     costs = costs_from_ops(settings, devices * chunks, microbatches, full.op_s, split.op_s)
