@@ -9,8 +9,10 @@ local machine and closes the loop between prediction and measurement:
 * :mod:`ppopt.run.worker`   one rank: builds its stages of a tiny GPT, loads the CSV into
   PyTorch's ``_PipelineScheduleRuntime``, times steps and ops, checks gradients;
 * :mod:`ppopt.run.model`    the tiny GPT and its split into stages;
+* :mod:`ppopt.run.execute`  checks and writes the schedules, launches once, summarises per schedule;
 * :mod:`ppopt.run.profile`  measured F, I, W, B per stage and the message time, as ppopt
-  :class:`~ppopt.costs.Costs` (a cost preset file) for the simulator.
+  :class:`~ppopt.costs.Costs` (a cost preset file, :mod:`ppopt.io.cost_preset`) for the simulator;
+* :mod:`ppopt.run.compare`  measured step time next to the simulator's prediction.
 
 torch is an optional dependency (``pip install 'ppopt[run]'``); it is imported only inside the
 worker processes and by :func:`require_torch`.

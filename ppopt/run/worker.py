@@ -4,8 +4,9 @@
 (address and port from the launcher's environment, a timeout on every collective), builds this
 rank's stages (the stages in its row of the CSV), loads the CSV into PyTorch's
 ``_PipelineScheduleRuntime`` (which lowers it, adding the sends and receives), and runs
-``warmup + steps`` steps on one synthetic batch. It writes ``OUT_DIR/rank<R>.json``: the duration
-of every timed step, of every compute op (F, I, W, B: the stage's ``forward_one_chunk``,
+``warmup + steps`` steps on one synthetic batch; then the next schedule of the spec, and at the end
+the ping-pong message timing when asked. It writes ``OUT_DIR/rank<R>.json``: per schedule, the
+duration of every timed step, of every compute op (F, I, W, B: the stage's ``forward_one_chunk``,
 ``backward_one_chunk`` and ``backward_weight_one_chunk``, so waiting for a message is not counted),
 the gradient check of its stages and, on the rank holding the last stage, the loss. Any failure
 prints one line ``rank R: <reason>`` on stderr and exits with status 1.
