@@ -165,4 +165,4 @@ def main() -> None:
     """Pipeline-parallel schedules as tables: evaluate, search, and measure optimality gaps."""
 
 
-from ppopt.cli import measured, outputs, plan, schedules, solver, sweep  # noqa: E402,F401  (registers the commands)
+from ppopt.cli import measured, outputs, plan, run, schedules, solver, sweep  # noqa: E402,F401  (registers the commands)

@@ -105,14 +105,23 @@ def _presets(model, system, required: bool = False):
 @job_options()
 @click.option("--plot", default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
 @click.option("--trace", default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
+@click.option("--costs", default=None, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @json_option
 @format_option
 def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, model, system,
-                     global_batch, parallel, plot, trace, as_json, fmt) -> None:
+                     global_batch, parallel, plot, trace, costs, as_json, fmt) -> None:
     """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'."""
     from ppopt.errors import ConfigError
     from ppopt.evaluate import evaluate_all, evaluate_schedule, schedule_costs
     from ppopt.report.evaluation import evaluation_json, evaluation_text
+
+    if costs is not None:
+        from ppopt.cli.run import evaluate_with_preset
+
+        if model or system or plot or trace or name == "all":
+            raise ConfigError("takes one schedule and replaces --model/--system (no --plot, --trace)", field="costs")
+        evaluate_with_preset(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), costs, as_json)
+        return
 
     model_config, system_config = _presets(model, system)
     if trace and model_config is None:
@@ -140,11 +149,11 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     if name != "all" and (plot or trace):
         simulation = results[0].simulation
         if simulation is not None:
-            costs = schedule_costs(schedule, model_config, system_config, global_batch, parallel)
+            stage_table = schedule_costs(schedule, model_config, system_config, global_batch, parallel)
             if plot:
-                _plot_simulation(schedule, simulation, costs, plot)
+                _plot_simulation(schedule, simulation, stage_table, plot)
             if trace:
-                _write_trace(schedule, simulation, costs, trace)
+                _write_trace(schedule, simulation, stage_table, trace)
         elif plot:
             from ppopt.table import build_table
 
@@ -153,17 +162,26 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 
 @main.command("compare")
 @schedule_options(name=False)
-@system_options(required=True)
+@system_options()
 @job_options()
 @click.option("--plot", default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg.")
+@click.option("--costs", default=None, help="Rank by simulation with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @json_option
 @format_option
-def compare_command(devices, microbatches, units, options, model, system, global_batch, parallel, plot, as_json, fmt) -> None:
+def compare_command(devices, microbatches, units, options, model, system, global_batch, parallel, plot, costs, as_json, fmt) -> None:
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import evaluate_all, rank_layers
     from ppopt.generators import generate
     from ppopt.report.evaluation import compare_json, compare_text
 
+    if costs is not None:
+        from ppopt.cli.run import compare_with_preset
+        from ppopt.errors import ConfigError
+
+        if model or system or plot:
+            raise ConfigError("replaces --model/--system (no --plot)", field="costs")
+        compare_with_preset(devices, microbatches, options, costs, as_json, fmt)
+        return
     model_config, system_config = _presets(model, system, required=True)
     results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, parallel, **options)
     for schedule, reason in skipped.items():

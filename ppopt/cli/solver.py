@@ -41,6 +41,8 @@ def solver_options(command):
             click.option("--workers", type=int, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible)."),
             click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed."),
             click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
+            click.option("--costs", default=None,
+                         help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time."),
         ]
     ):
         wrapper = option(wrapper)
@@ -56,6 +58,11 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     solve = SolveOptions(params.pop("time_limit"), params.pop("workers"), params.pop("seed"),
                          None if quiet else (lambda line: click.echo(line, err=True))).start()
     unit, units = params.pop("unit"), params.pop("units")
+    costs = params.pop("costs")
+    if costs is not None:
+        from ppopt.cli.run import preset_units
+
+        unit, units = True, preset_units(costs, params)
     spec = InstanceSpec(
         params.pop("devices"), params.pop("microbatches"), units=units if unit else None,
         model=params.pop("model"), system=params.pop("system"), global_batch=params.pop("global_batch"),
@@ -72,13 +79,18 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
 @click.option("--csv", "csv_path", default=None, help="Write the schedule found as a PyTorch schedule CSV.")
 @click.option("--plot", default=None, help="Draw the schedule found, simulated, to .png/.svg.")
 @click.option("--trace", default=None, help="Write the schedule found, simulated, as a Chrome/Perfetto trace (.json).")
+@click.option("--run", "run_it", is_flag=True, help="Then run the schedule found in PyTorch's runtime on local ranks (see `ppopt run`; needs torch).")
 @json_option
-def search_command(spec, solve, options, space, grid, minimize_memory, csv_path, plot, trace, as_json):
+def search_command(spec, solve, options, space, grid, minimize_memory, csv_path, plot, trace, run_it, as_json):
     """Search a space for the shortest step under a memory limit; print the schedule, bound and gap."""
     from ppopt.report.solve import search_json, search_text
     from ppopt.solve.search import search
     from ppopt.solve.space import parse_space
 
+    if run_it and as_json:
+        from ppopt.errors import ConfigError
+
+        raise ConfigError("prints the run's table; give --run without --json (or use --csv and `ppopt run FILE --json`)", field="run_it")
     result = search(spec, parse_space(space, **options), solve, minimize_memory=minimize_memory)
     if as_json:
         emit_json(search_json(result))
@@ -86,6 +98,10 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         click.echo(search_text(result, grid, colour=True))
     if result.schedule is not None and (csv_path or plot or trace):
         _write_outputs(result, spec, csv_path, plot, trace)
+    if run_it and result.schedule is not None:
+        from ppopt.cli.run import run_found
+
+        run_found(result.schedule, result.simulation.start_s)
 
 
 def _write_outputs(result, spec, csv_path, plot, trace) -> None:

@@ -7,21 +7,28 @@ from collections.abc import Sequence
 from ppopt.evaluate import Evaluation, Ranking
 from ppopt.formula import Formula
 from ppopt.report.text import gib, per_device, render_table, seconds, with_context
+from ppopt.simulate import Simulation
 from ppopt.table import Table
 from ppopt.units import UnitCosts
 
 
-def simulation_json(result: Evaluation) -> dict:
-    """The simulation of ``result``, with ``over_memory`` (the worst device's peak exceeds the
-    system's memory) and ``memory_excess_bytes`` (by how much; 0 when it fits)."""
-    sim, over = result.simulation, result.memory_over
-    assert sim is not None
+def timeline_json(sim: Simulation) -> dict:
+    """The step time, idle share and per-device memory of one simulated step."""
     return {
         "step_time_s": sim.step_time_s,
         "idle_ratio": sim.idle_ratio,
         "peak_activation_bytes": list(sim.peak_activation_bytes),
         "persistent_bytes": list(sim.persistent_bytes),
         "peak_memory_bytes": list(sim.peak_memory_bytes),
+    }
+
+
+def simulation_json(result: Evaluation) -> dict:
+    """The simulation of ``result`` (:func:`timeline_json`), with ``over_memory`` (the worst device's
+    peak exceeds the system's memory) and ``memory_excess_bytes`` (by how much; 0 when it fits)."""
+    sim, over = result.simulation, result.memory_over
+    assert sim is not None
+    return timeline_json(sim) | {
         "memory_capacity_bytes": result.memory_capacity_bytes,
         "over_memory": over is not None,
         "memory_excess_bytes": 0.0 if over is None else over.excess_bytes,

@@ -1,0 +1,274 @@
+"""Commands that execute schedules in PyTorch's runtime on this machine: run, profile."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import click
+
+from ppopt.cli import main
+from ppopt.cli.options import emit_json, json_option
+from ppopt.units import UnitCosts
+
+
+def run_options(command):
+    """Model size and run settings shared by `run` and `profile`; they reach the command as ``settings``
+    (a :class:`~ppopt.run.spec.RunSpec` without jobs)."""
+
+    @functools.wraps(command)
+    def wrapper(layers, hidden, heads, sequence, microbatch_size, vocab, steps, warmup, threads, seed, dtype, timeout, **params):
+        from ppopt.run.spec import ModelSize, RunSpec
+
+        model = ModelSize(layers, hidden, heads, sequence, microbatch_size, vocab)
+        settings = RunSpec((), 0, model, steps, warmup, threads, seed, dtype, timeout_s=timeout)
+        return command(settings=settings, **params)
+
+    for option in reversed([
+        click.option("--layers", type=int, default=4, show_default=True, help="Transformer blocks of the tiny GPT."),
+        click.option("--hidden", type=int, default=32, show_default=True, help="Hidden size."),
+        click.option("--heads", type=int, default=2, show_default=True, help="Attention heads."),
+        click.option("--sequence", type=int, default=16, show_default=True, help="Tokens per sequence."),
+        click.option("--microbatch-size", type=int, default=2, show_default=True, help="Sequences per microbatch."),
+        click.option("--vocab", type=int, default=64, show_default=True, help="Vocabulary size."),
+        click.option("--steps", type=int, default=5, show_default=True, help="Timed steps after the warm-up."),
+        click.option("--warmup", type=int, default=1, show_default=True, help="Untimed steps first."),
+        click.option("--threads", type=int, default=1, show_default=True, help="torch threads per process."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the parameters and the synthetic batch."),
+        click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True,
+                     help="Parameter and activation type (float64 makes the gradient check tight)."),
+        click.option("--timeout", type=float, default=120.0, show_default=True,
+                     help="Seconds for every process group operation and for the whole run."),
+    ]):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def _schedules(files, names, devices, microbatches, chunks):
+    """The schedules given, validated before any process starts (files by ppopt's CSV reader)."""
+    from ppopt.cli.options import require_size
+    from ppopt.errors import ConfigError
+    from ppopt.generators import generate
+    from ppopt.io.torch_csv import read_torch_csv
+    from ppopt.run.execute import refuse_unrunnable
+    from ppopt.validate import validate
+
+    if not files and not names:
+        raise ConfigError("give schedule CSV files and/or --schedule NAME")
+    schedules = [read_torch_csv(Path(f)) for f in files]
+    if names:
+        require_size(devices, microbatches)
+        for name in names:
+            options = {"chunks": chunks} if chunks is not None and name == "interleaved-1f1b" else {}
+            schedules.append(validate(generate(name, devices, microbatches, **options)))
+    for schedule in schedules:
+        refuse_unrunnable(schedule)
+    return schedules
+
+
+@main.command("run")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--schedule", "-s", "names", multiple=True, help="A schedule by name (repeatable), with -p and -m.")
+@click.option("--devices", "-p", type=int, default=None, help="Ranks (with --schedule).")
+@click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule).")
+@click.option("--chunks", "-v", type=int, default=None, help="Chunks per rank for interleaved-1f1b [default: 2].")
+@run_options
+@click.option("--check/--no-check", default=True, show_default=True,
+              help="Compare the first step's loss and gradients with the non-pipelined model.")
+@click.option("--compare", "with_compare", is_flag=True, help="Also predict each step time from measured op costs and give the error.")
+@click.option("--costs", default=None, help="With --compare: a cost preset from `ppopt profile` [default: profile now].")
+@json_option
+def run_command(files, names, devices, microbatches, chunks, settings, check, with_compare, costs, as_json) -> None:
+    """Execute schedules in PyTorch's pipelining runtime on local ranks (gloo on 127.0.0.1):
+    step and op times, and the gradients checked against the model without pipelining."""
+    import dataclasses
+
+    from ppopt.errors import ConfigError
+    from ppopt.report.run import run_json, run_text
+    from ppopt.run import require_torch
+    from ppopt.run.execute import run_schedules
+
+    if costs and not with_compare:
+        raise ConfigError("only applies with --compare", field="costs")
+    schedules = _schedules(files, names, devices, microbatches, chunks)
+    settings = dataclasses.replace(settings, check=check, devices=schedules[0].devices)
+    for schedule in schedules:
+        settings.model.check(schedule.stages)
+    settings.check_values()
+    presets = _presets(schedules, costs, settings) if with_compare and costs else None  # a bad file fails before the run
+    require_torch()
+    click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
+    results, _ = run_schedules(schedules, settings)
+    comparisons = _compare(schedules, results, settings, presets) if with_compare else None
+    if as_json:
+        emit_json(run_json(results, settings, comparisons))
+    else:
+        click.echo(run_text(results, settings, comparisons))
+    if check and any(r.check is not None and not r.check["ok"] for r in results):
+        raise ConfigError("gradients differ from the non-pipelined model (see the table)")
+
+
+def _presets(schedules, costs_file, settings):
+    """The cost preset file, by stage count; every schedule must have its stage count, and a preset
+    from `ppopt profile` must have been measured with the same model and dtype as this run."""
+    import dataclasses
+    import json
+
+    from ppopt.errors import ConfigError
+    from ppopt.io.cost_preset import read_cost_preset
+    from ppopt.run.compare import check_stages
+
+    costs, link = read_cost_preset(costs_file)
+    for schedule in schedules:
+        check_stages(schedule, costs)
+    measured = json.loads(Path(costs_file).read_text()).get("measured") or {}
+    ours = {"model": dataclasses.asdict(settings.model), "dtype": settings.dtype}
+    for key, value in ours.items():
+        if key in measured and measured[key] != value:
+            raise ConfigError(f"{costs_file} was measured with {key} {measured[key]}, this run uses {value}; "
+                              "give the same model options or profile again", field="costs")
+    return {costs.num_stages: (costs, link)}
+
+
+def _compare(schedules, results, settings, presets):
+    """Each schedule's measured step next to the prediction from ``presets`` (or a profile measured now)."""
+    from ppopt.run.compare import compare
+
+    if presets is None:
+        from ppopt.run.profile import profile
+
+        presets = {}
+        devices, microbatches = schedules[0].devices, max(s.microbatches for s in schedules)
+        for stages in sorted({s.stages for s in schedules}):
+            click.echo(f"profiling {stages} stages on {devices} ranks", err=True)
+            measured = profile(devices, microbatches, stages // devices, settings)
+            presets[stages] = (measured.costs, measured.link)
+    from ppopt.run.profile import costs_from_ops
+
+    return [compare(schedule, result, *presets[schedule.stages], costs_from_ops(settings, schedule.stages, schedule.microbatches, result.op_s))
+            for schedule, result in zip(schedules, results, strict=True)]
+
+
+@main.command("profile")
+@click.option("--devices", "-p", type=int, default=2, show_default=True, help="Ranks.")
+@click.option("--microbatches", "-m", type=int, default=4, show_default=True, help="Microbatches per step.")
+@click.option("--chunks", "-v", type=int, default=1, show_default=True, help="Stages per rank: 1 (1f1b, zb-h1) or 2 (interleaved-1f1b, zb-v).")
+@run_options
+@click.option("--output", "-o", required=True, help="Cost preset file to write (.json).")
+@json_option
+def profile_command(devices, microbatches, chunks, settings, output, as_json) -> None:
+    """Measure F, B, I, W per stage and the message time of the tiny GPT here; write a cost preset."""
+    import os
+
+    from ppopt.io.cost_preset import cost_preset_json, write_cost_preset
+    from ppopt.report.run import profile_text
+    from ppopt.run import require_torch
+    from ppopt.run.profile import check_profile, profile
+
+    check_profile(devices, chunks, settings)
+    require_torch()
+    click.echo(f"profiling {devices * chunks} stages on {devices} local ranks (gloo, 127.0.0.1)", err=True)
+    measured = profile(devices, microbatches, chunks, settings)
+    about = {"tool": "ppopt profile", "devices": devices, "microbatches": microbatches, "chunks": chunks,
+             "threads": settings.threads, "dtype": settings.dtype, "model": dataclasses_dict(settings.model),
+             "steps": settings.steps, "warmup": settings.warmup, "load_average": list(os.getloadavg()),
+             "cpus": os.cpu_count()}
+    write_cost_preset(output, measured.costs, measured.link, about)
+    if as_json:
+        emit_json(cost_preset_json(measured.costs, measured.link, about))
+    else:
+        click.echo(profile_text(measured.costs, measured.link))
+    click.echo(f"wrote {output}", err=True)
+
+
+def dataclasses_dict(value) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(value)
+
+
+def evaluate_with_preset(schedule, costs_file, as_json) -> None:
+    """`ppopt evaluate --costs FILE`: the schedule simulated with a measured cost preset and its link."""
+    from ppopt.io.cost_preset import read_cost_preset
+    from ppopt.report.evaluation import timeline_json
+    from ppopt.report.text import seconds
+    from ppopt.run.compare import check_stages
+    from ppopt.simulate import simulate
+
+    costs, link = read_cost_preset(costs_file)
+    check_stages(schedule, costs)
+    simulation = simulate(schedule, costs, link=link)
+    if as_json:
+        emit_json({"schedule": schedule.name, "costs": str(costs_file), "simulated": timeline_json(simulation)})
+    else:
+        click.echo(f"{schedule.name}: simulated with the measured costs of {costs_file}: step {seconds(simulation.step_time_s)}, "
+                   f"idle ratio {simulation.idle_ratio:.4f}")
+
+
+def run_found(schedule, start) -> None:
+    """`ppopt search --run`: the schedule found, ordered by its simulated start times (as `--csv`
+    writes it), run with the default model and settings of `ppopt run`; the table on stdout."""
+    from ppopt.io.torch_csv import format_torch_csv, parse_torch_csv
+    from ppopt.report.run import run_text
+    from ppopt.run import require_torch
+    from ppopt.run.execute import refuse_unrunnable, run_schedules
+    from ppopt.run.spec import RunSpec
+
+    refuse_unrunnable(schedule)
+    ordered = parse_torch_csv(format_torch_csv(schedule, start), "search")
+    settings = RunSpec((), ordered.devices)
+    settings.model.check(ordered.stages)
+    require_torch()
+    click.echo(f"running the schedule found on {ordered.devices} local ranks (gloo, 127.0.0.1)", err=True)
+    results, _ = run_schedules([ordered], settings)
+    click.echo(run_text(results, settings))
+    if results[0].check is not None and not results[0].check["ok"]:
+        from ppopt.errors import ConfigError
+
+        raise ConfigError("gradients differ from the non-pipelined model (see the table)")
+
+
+def preset_units(costs_file, params) -> UnitCosts:
+    """`search/gap/frontier --costs FILE`: the preset as the unit model (:func:`ppopt.run.profile.unit_flags`).
+
+    The solver's modelled mode derives costs from a model and a system, so a measured preset enters
+    through the unit model: one slot is the mean measured F, and per-stage differences are averaged."""
+    from ppopt.errors import ConfigError
+    from ppopt.io.cost_preset import read_cost_preset
+    from ppopt.run.profile import unit_flags
+
+    if params.get("model") or params.get("system"):
+        raise ConfigError("replaces --model/--system (a measured preset is used in unit mode)", field="costs")
+    return UnitCosts(**unit_flags(*read_cost_preset(costs_file)))
+
+
+def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt) -> None:
+    """`ppopt compare --costs FILE`: every schedule with the preset's stage count, simulated with the
+    measured costs and link, fastest first; the others are skipped with the reason on stderr."""
+    from ppopt.errors import ScheduleError
+    from ppopt.generators import generate, get, names
+    from ppopt.io.cost_preset import read_cost_preset
+    from ppopt.report.text import render_table, seconds
+    from ppopt.simulate import simulate
+
+    costs, link = read_cost_preset(costs_file)
+    rows = []
+    for name in names():
+        taken = {k: v for k, v in options.items() if v is not None and k in get(name).options}
+        try:
+            schedule = generate(name, devices, microbatches, **taken)
+        except ScheduleError as error:
+            click.echo(f"skipped {name}: {error}", err=True)
+            continue
+        if schedule.stages != costs.num_stages:
+            click.echo(f"skipped {name}: {schedule.stages} stages, the cost preset describes {costs.num_stages}", err=True)
+            continue
+        simulation = simulate(schedule, costs, link=link)
+        rows.append((simulation.step_time_s, simulation.idle_ratio, name))
+    rows.sort()
+    if as_json:
+        emit_json([{"schedule": n, "step_time_s": t, "idle_ratio": i} for t, i, n in rows])
+    else:
+        click.echo(f"simulated with the measured costs of {costs_file}, p = {devices}, m = {microbatches}")
+        click.echo(render_table(["rank", "schedule", "step", "idle ratio"],
+                                [[r + 1, n, seconds(t), f"{i:.4f}"] for r, (t, i, n) in enumerate(rows)], fmt))

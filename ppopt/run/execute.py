@@ -1,0 +1,106 @@
+"""Run ppopt schedules in PyTorch's runtime and summarise what the ranks measured (pure summary,
+no torch in this process: the ranks import it).
+
+:func:`run_schedules` checks everything before any process starts (one device count, no replicated
+stage, model sizes), writes each schedule as a PyTorch CSV (:func:`ppopt.io.torch_csv.write_torch_csv`)
+in a temporary folder, launches the ranks once for all schedules (:func:`ppopt.run.launcher.launch`)
+and returns one :class:`JobResult` per schedule.
+
+Step time: each step starts after a barrier; a step's time is the slowest rank's, the reported
+figure the median over the timed steps (after the warm-up). Op times: the median over microbatches
+and timed steps of each (stage, kind), measured around the stage's compute call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ppopt.io.torch_csv import write_torch_csv
+from ppopt.ir import Schedule
+from ppopt.run import RunError, require_torch
+from ppopt.run.spec import Job, RunSpec
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What one schedule measured. Seconds."""
+
+    name: str
+    devices: int
+    stages: int
+    microbatches: int
+    step_s: tuple[float, ...]
+    """Each timed step: the slowest rank's time from the barrier to the end of ``step()``."""
+    op_s: dict[tuple[int, str], float]
+    """Median duration of each (stage, kind) op, kind F, B, I or W."""
+    check: dict | None
+    """Gradient check: ok, elements, max_abs_error, max_rel_error, rtol, atol, loss, reference_loss."""
+
+    @property
+    def median_step_s(self) -> float:
+        return statistics.median(self.step_s)
+
+    def kind_s(self) -> dict[str, float]:
+        """Median op time per kind over the stages."""
+        kinds = sorted({k for _, k in self.op_s}, key="FBIW".index)
+        return {k: statistics.median(v for (_, kk), v in self.op_s.items() if kk == k) for k in kinds}
+
+
+def refuse_unrunnable(schedule: Schedule) -> None:
+    """PyTorch's runtime places each stage on one rank: a replicated stage (Chimera) cannot run."""
+    for s, holders in enumerate(schedule.placement):
+        if len(set(holders)) > 1:
+            raise RunError(f"{schedule.name}: PyTorch's runtime cannot run replicated stages "
+                           f"(stage {s} is on ranks {', '.join(map(str, holders))}); it places each stage on one rank")
+
+
+def run_schedules(schedules: Sequence[Schedule], settings: RunSpec) -> tuple[list[JobResult], dict | None]:
+    """Run ``schedules`` (same device count) with ``settings`` (its ``jobs`` and ``devices`` are
+    ignored); the results per schedule, and the message timing of ranks 0 and 1 (when
+    ``settings.p2p_repeats``)."""
+    from ppopt.run.launcher import launch
+
+    devices = {s.devices for s in schedules}
+    if len(devices) != 1:
+        raise RunError(f"the schedules of one run must have the same number of ranks, got {sorted(devices)}")
+    for schedule in schedules:
+        refuse_unrunnable(schedule)
+    spec = dataclasses.replace(settings, devices=devices.pop(), jobs=())
+    for schedule in schedules:
+        spec.model.check(schedule.stages)
+    spec.check_values()
+    require_torch()
+    with tempfile.TemporaryDirectory(prefix="ppopt-csv-") as tmp:
+        jobs = []
+        for i, schedule in enumerate(schedules):
+            path = Path(tmp) / f"{i}.csv"
+            write_torch_csv(schedule, path)
+            jobs.append(Job(schedule.name, str(path), schedule.stages, schedule.microbatches))
+        spec = dataclasses.replace(spec, jobs=tuple(jobs))
+        ranks = launch(spec)
+    return [_summary(spec, i, ranks) for i in range(len(spec.jobs))], ranks[0].get("p2p")
+
+
+def _summary(spec: RunSpec, index: int, ranks: list[dict]) -> JobResult:
+    job = spec.jobs[index]
+    per_rank = [r["jobs"][index] for r in ranks]
+    step_s = tuple(max(steps) for steps in zip(*(r["step_s"] for r in per_rank), strict=True))
+    op_s = {(op["stage"], op["kind"]): op["median_s"] for r in per_rank for op in r["ops"]}
+    checks = [r["check"] for r in per_rank if "check" in r]
+    check = None
+    if checks:
+        check = {
+            "ok": all(c["ok"] for c in checks),
+            "elements": sum(c["elements"] for c in checks),
+            "max_abs_error": max(c["max_abs_error"] for c in checks),
+            "max_rel_error": max(c["max_rel_error"] for c in checks),
+            "rtol": checks[0]["rtol"], "atol": checks[0]["atol"],
+            "mismatches": [m for c in checks for m in c["mismatches"]],
+        }
+        check.update({k: v for c in checks for k, v in c.items() if k in ("loss", "reference_loss", "loss_error")})
+    return JobResult(job.name, spec.devices, job.stages, job.microbatches, step_s, op_s, check)

@@ -1,0 +1,117 @@
+"""Start one process per rank on this machine, wait for all of them, collect their results.
+
+Every rank joins a gloo process group on 127.0.0.1 only (``MASTER_ADDR=127.0.0.1``, a free port
+found by binding port 0 on 127.0.0.1). The launcher polls the processes: when one exits with an
+error (or is killed), it kills the others at once and raises :class:`~ppopt.run.RunError` with one
+line naming that rank and its last message; when the whole run exceeds ``spec.timeout_s``, it kills
+every rank and says so. Nothing is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import multiprocessing.context
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ppopt.run import RunError
+from ppopt.run.spec import RunSpec, spec_json
+
+ADDRESS = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS's choice for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((ADDRESS, 0))
+        return probe.getsockname()[1]
+
+
+def _environment(spec: RunSpec, port: int, rank: int) -> dict[str, str]:
+    """What a rank sets in its environment before joining the group: loopback only."""
+    return {
+        "MASTER_ADDR": ADDRESS,
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(spec.devices),
+        "RANK": str(rank),
+        "OMP_NUM_THREADS": str(spec.threads),
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+
+
+def _context() -> multiprocessing.context.ForkServerContext:
+    """Ranks are forked from a server process that imported torch once (``forkserver`` with the
+    worker preloaded): starting P ranks then costs one ``import torch``, not P."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["ppopt.run.worker"])
+    return context
+
+
+def _last_line(path: Path) -> str:
+    if not path.exists():
+        return "no message"
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    ours = [line for line in lines if line.startswith("rank ")]
+    return (ours or lines or ["no message"])[-1]
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def launch(spec: RunSpec, on_started: Callable[[list], None] | None = None) -> list[dict]:
+    """Run ``spec`` on ``spec.devices`` local processes; the result of every rank, rank 0 first.
+
+    ``on_started`` is called with the processes (``multiprocessing`` processes: ``pid``,
+    ``exitcode``) once all are started; tests use it to kill one.
+    Raises RunError: one rank failed (the others are then stopped), or the run timed out.
+    """
+    from ppopt.run.worker import child
+
+    context = _context()
+    with tempfile.TemporaryDirectory(prefix="ppopt-run-") as tmp:
+        folder = Path(tmp)
+        port = free_port()
+        processes: list = []
+        try:
+            for rank in range(spec.devices):
+                process = context.Process(target=child, args=(spec_json(spec), rank, _environment(spec, port, rank), tmp), daemon=True)
+                process.start()
+                processes.append(process)
+            if on_started is not None:
+                on_started(processes)
+            _wait(processes, spec.timeout_s, folder)
+        finally:
+            for process in processes:
+                if process.exitcode is None:
+                    process.kill()
+            for process in processes:
+                process.join()
+        return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in range(spec.devices)]
+
+
+def _wait(processes: list, timeout_s: float, folder: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        codes = [process.exitcode for process in processes]
+        failed = next((r for r, code in enumerate(codes) if code not in (None, 0)), None)
+        if failed is not None:
+            code = codes[failed]
+            assert code is not None
+            raise RunError(f"rank {failed} failed ({_exit_reason(code)}): {_last_line(folder / f'rank{failed}.err')}; "
+                           "stopped the other ranks")
+        if all(code == 0 for code in codes):
+            return
+        if time.monotonic() > deadline:
+            raise RunError(f"the ranks did not finish within {timeout_s:g} s (--timeout); stopped all ranks")
+        time.sleep(0.02)

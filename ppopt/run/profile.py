@@ -1,0 +1,122 @@
+"""Measured op costs of the tiny GPT on this machine, as ppopt :class:`~ppopt.costs.Costs`.
+
+:func:`profile` runs two schedules over the same stages in PyTorch's runtime
+(:func:`ppopt.run.execute.run_schedules`, one process start): one with a full backward B (1f1b,
+or interleaved-1f1b for two stages per rank) and one with a split backward I + W (zb-h1, or zb-v),
+and times a message between ranks 0 and 1. Per stage: F is the mean of the two runs' medians, B
+from the first, I and W from the second. The link is a Hockney fit ``t = bytes / bandwidth +
+latency`` (Hockney 1994, "The communication challenge for MPP: Intel Paragon and Meiko CS-2",
+Parallel Computing 20(3)) through two one-way times: a one-element message gives the latency, one
+microbatch's activations the bandwidth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ppopt.config import LinkConfig
+from ppopt.costs import Costs, StageCost, partition_layers
+from ppopt.errors import ConfigError
+from ppopt.generators import generate
+from ppopt.run.execute import JobResult, run_schedules
+from ppopt.run.spec import ModelSize, RunSpec
+
+_PAIRS: dict[int, tuple[tuple[str, dict[str, int]], ...]] = {1: (("1f1b", {}), ("zb-h1", {})), 2: (("interleaved-1f1b", {"chunks": 2}), ("zb-v", {}))}
+_BYTES = {"float32": 4, "float64": 8}
+NO_SIZE_COST = 1e15
+"""Bandwidth (bytes/s) of the fitted link when the larger message was not slower than the small one."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    costs: Costs
+    link: LinkConfig | None
+    runs: tuple[JobResult, ...]
+    p2p: dict | None
+
+
+def stage_params(size: ModelSize, stages: int) -> list[int]:
+    """Parameters of each stage of :func:`ppopt.run.model.build_stages` (closed form):
+    a block has 12h² + 13h (QKV, projection, MLP 4h wide, two layer norms), stage 0 adds the token
+    and position embeddings, the last stage the final norm and the head."""
+    h, v = size.hidden, size.vocab
+    counts = partition_layers(size.layers, stages)
+    params = [n * (12 * h * h + 13 * h) for n in counts]
+    params[0] += v * h + size.sequence * h
+    params[-1] += 2 * h + h * v + v
+    return params
+
+
+def check_profile(devices: int, chunks: int, settings: RunSpec) -> None:
+    """The sizes of a profile, before any process starts."""
+    if chunks not in _PAIRS:
+        raise ConfigError(f"must be 1 or 2 stages per rank, got {chunks}", field="chunks")
+    if devices < 2:
+        raise ConfigError(f"profiling a message needs at least 2 ranks, got {devices}", field="devices")
+    settings.model.check(devices * chunks)
+    dataclasses.replace(settings, devices=devices).check_values()
+
+
+def profile(devices: int, microbatches: int, chunks: int, settings: RunSpec) -> Profile:
+    """Measure F, B, I, W per stage and the message time with ``devices`` ranks holding ``chunks``
+    stages each (1 or 2), ``microbatches`` per step."""
+    check_profile(devices, chunks, settings)
+    schedules = [generate(name, devices, microbatches, **options) for name, options in _PAIRS[chunks]]
+    (full, split), p2p = run_schedules(schedules, dataclasses.replace(settings, check=False, p2p_repeats=max(settings.p2p_repeats, 20)))
+    costs = costs_from_ops(settings, devices * chunks, microbatches, full.op_s, split.op_s)
+    return Profile(costs, _link(p2p), (full, split), p2p)
+
+
+def costs_from_ops(settings: RunSpec, stages: int, microbatches: int, *measured: dict[tuple[int, str], float]) -> Costs:
+    """Costs per stage from measured op medians ((stage, kind) -> seconds, one dict per run): F the
+    mean over the runs that have it, B the measured full backward (else I + W), I and W the measured
+    split backward (else half of B each)."""
+    size, element = settings.model, _BYTES[settings.dtype]
+    message = size.microbatch_size * size.sequence * size.hidden * element
+    layers = partition_layers(size.layers, stages)
+    params = stage_params(size, stages)
+
+    def mean(s: int, kind: str) -> float | None:
+        values = [ops[s, kind] for ops in measured if (s, kind) in ops]
+        return sum(values) / len(values) if values else None
+
+    out = []
+    for s in range(stages):
+        forward, full, i, w = mean(s, "F"), mean(s, "B"), mean(s, "I"), mean(s, "W")
+        if forward is None or (full is None and (i is None or w is None)):
+            raise ConfigError(f"stage {s}: F and a backward were not measured", field="costs")
+        backward = full if full is not None else i + w  # type: ignore[operator]
+        out.append(StageCost(
+            layers=layers[s], forward_s=forward, backward_s=backward,
+            input_grad_s=i if i is not None else backward / 2, weight_grad_s=w if w is not None else backward / 2,
+            activation_bytes=0.0,  # not measured: a timing profile
+            persistent_bytes=2.0 * params[s] * element,  # weights and gradients (SGD keeps no state)
+            param_count=float(params[s]), send_bytes=float(message), gradient_bytes=float(params[s] * element),
+        ))
+    return Costs(tuple(out), size.microbatch_size, microbatches)
+
+
+def unit_flags(costs: Costs, link: LinkConfig | None) -> dict[str, float]:
+    """The profile in the unit model (:class:`ppopt.units.UnitCosts`, one slot = the mean measured F),
+    averaged over the stages, rounded to 2 decimals: the ``--forward --backward --weight --comm``
+    flags that let unit-mode commands (``search``, ``table``) use this machine's ratios. The unit
+    model has one backward, B = I + W; the split run's I + W is used, since that is what split
+    schedules execute."""
+    n = len(costs.stages)
+    forward = sum(c.forward_s for c in costs.stages) / n
+    split = sum(c.input_grad_s + c.weight_grad_s for c in costs.stages) / n
+    weight = sum(c.weight_grad_s for c in costs.stages) / n
+    message = 0.0 if link is None else link.latency_s + costs.stages[0].send_bytes / link.bandwidth_bytes_per_s
+    return {"forward": 1.0, "backward": round(split / forward, 2), "weight": round(weight / forward, 2),
+            "comm": round(message / forward, 2)}
+
+
+def _link(p2p: dict | None) -> LinkConfig | None:
+    if not p2p:
+        return None
+    small, big = p2p["small"], p2p["activation"]
+    latency = small["one_way_s"]
+    extra = big["one_way_s"] - latency
+    bandwidth = (big["bytes"] - small["bytes"]) / extra if extra > 0 else NO_SIZE_COST
+    return LinkConfig(bandwidth_bytes_per_s=bandwidth, latency_s=latency)

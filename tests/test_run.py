@@ -1,0 +1,263 @@
+"""ppopt run / profile: schedules executed in PyTorch's runtime on local gloo ranks (127.0.0.1).
+
+The gradient tests launch the ranks once per device count for all schedules (process start and
+``import torch`` dominate), in float64 so the pipelined loss and gradients must equal the
+non-pipelined model's to 1e-9 relative (they differ only by the order of summation over
+microbatches). Skipped without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.costs import Costs, StageCost
+from ppopt.generators import generate
+from ppopt.io.cost_preset import read_cost_preset, write_cost_preset
+from ppopt.io.torch_csv import read_torch_csv
+from ppopt.run import INSTALL_HINT, RunError
+from ppopt.run.spec import ModelSize, RunSpec
+
+NAMES = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "search"]
+TINY = ModelSize(layers=8, hidden=16, heads=2, sequence=8, microbatch_size=1, vocab=32)
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _launch(tmp_path_factory, devices):
+    pytest.importorskip("torch.distributed.pipelining")
+    from ppopt.run.execute import run_schedules
+
+    schedules = [generate(name, devices, 4) for name in NAMES[:-1]]
+    schedules.append(read_searched(tmp_path_factory.mktemp("search"), devices))
+    results, _ = run_schedules(schedules, RunSpec((), devices, TINY, steps=1, warmup=0, dtype="float64", timeout_s=60))
+    return dict(zip(NAMES, results, strict=True))
+
+
+def read_searched(folder, devices):
+    path = folder / f"search{devices}.csv"
+    result = cli("search", "-p", devices, "-m", 4, "--unit", "--space", "placement=linear,backward=split",
+                 "--time-limit", 10, "-q", "--no-grid", "--csv", path)
+    assert result.exit_code == 0, result.output
+    return read_torch_csv(path)
+
+
+@pytest.fixture(scope="module")
+def ran2(tmp_path_factory):
+    return _launch(tmp_path_factory, 2)
+
+
+@pytest.fixture(scope="module")
+def ran4(tmp_path_factory):
+    return _launch(tmp_path_factory, 4)
+
+
+def _assert_equal_to_reference(result, devices):
+    check = result.check
+    assert check["ok"], check["mismatches"]
+    assert check["max_abs_error"] <= check["atol"] + 1e-6 and check["rtol"] == 1e-9
+    # every parameter of the model was compared (the closed form of ppopt.run.profile.stage_params)
+    from ppopt.run.profile import stage_params
+
+    assert check["elements"] == sum(stage_params(TINY, result.stages))
+    assert abs(check["loss"] - check["reference_loss"]) <= 1e-12 * check["reference_loss"]
+    assert result.devices == devices and len(result.step_s) == 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_two_ranks_train_one_step_with_the_reference_gradients(ran2, name):
+    _assert_equal_to_reference(ran2[name], 2)
+    split = name in ("zb-h1", "zb-v", "search")
+    assert set(ran2[name].kind_s()) == ({"F", "I", "W"} if split else {"F", "B"})
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_four_ranks_train_one_step_with_the_reference_gradients(ran4, name):
+    _assert_equal_to_reference(ran4[name], 4)
+    assert ran4[name].stages == (8 if name in ("interleaved-1f1b", "zb-v") else 4)
+
+
+def test_a_killed_rank_ends_every_rank_with_one_line(tmp_path):
+    pytest.importorskip("torch.distributed.pipelining")
+    from ppopt.io.torch_csv import write_torch_csv
+    from ppopt.run.launcher import launch
+    from ppopt.run.spec import Job
+
+    path = tmp_path / "1f1b.csv"
+    write_torch_csv(generate("1f1b", 2, 2), path)
+    spec = RunSpec((Job("1f1b", str(path), 2, 2),), 2, TINY, timeout_s=60)
+    started = []
+
+    def kill_rank_1(processes):
+        started.extend(processes)
+        os.kill(processes[1].pid, signal.SIGKILL)
+
+    with pytest.raises(RunError) as caught:
+        launch(spec, on_started=kill_rank_1)
+    assert str(caught.value) == "rank 1 failed (killed by SIGKILL): no message; stopped the other ranks"
+    assert all(process.exitcode is not None for process in started)
+
+
+def test_a_deadlocking_or_malformed_csv_is_refused_before_any_process_starts(tmp_path, monkeypatch):
+    import ppopt.run.launcher as launcher
+
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    dead = tmp_path / "dead.csv"
+    dead.write_text("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n")
+    result = cli("run", dead)
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == "error: dead: deadlock: device 0 waits at 0B0 for 1B0; device 1 waits at 1F1 for 0F1 (at row 0 (rank 0, line 1), cell 1)"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("0F0,0X0\n")
+    result = cli("run", bad)
+    assert result.exit_code == 1 and result.output.startswith("error: bad: row 0 (rank 0, line 1), cell 1: unknown action '0X0'")
+
+
+def test_replicated_stages_and_bad_sizes_are_refused_in_one_line():
+    result = cli("run", "-s", "chimera", "-p", 4, "-m", 4)
+    assert result.exit_code == 1
+    assert result.output == ("error: chimera: PyTorch's runtime cannot run replicated stages (stage 0 is on ranks 0, 3); "
+                             "it places each stage on one rank\n")
+    result = cli("run", "-s", "zb-v", "-p", 2, "-m", 4, "--layers", 3)
+    assert result.exit_code == 1 and result.output == "error: --layers: the schedule has 4 stages, each needs a block: at least 4 layers\n"
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--hidden", 30, "--heads", 4)
+    assert result.exit_code == 1 and result.output == "error: --hidden: hidden size 30 is not a multiple of 4 heads\n"
+
+
+def test_profile_sizes_are_refused_before_any_process_starts():
+    assert cli("profile", "-p", 1, "-o", "x.json").output == "error: --devices: profiling a message needs at least 2 ranks, got 1\n"
+    assert cli("profile", "-v", 3, "-o", "x.json").output == "error: --chunks: must be 1 or 2 stages per rank, got 3\n"
+    assert cli("profile", "-v", 2, "--layers", 3, "-o", "x.json").output.startswith("error: --layers: the schedule has 4 stages")
+
+
+def test_without_torch_the_commands_say_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.distributed.pipelining", None)
+    for args in (["run", "-s", "1f1b", "-p", 2, "-m", 2], ["profile", "-o", "x.json"]):
+        result = cli(*args)
+        assert result.exit_code == 1 and result.output == f"error: {INSTALL_HINT}\n"
+
+
+def test_the_closed_form_parameter_count_is_the_model_s():
+    torch = pytest.importorskip("torch")
+    from ppopt.run.model import build_stages
+    from ppopt.run.profile import stage_params
+
+    size = ModelSize(layers=5, hidden=24, heads=3, sequence=7, microbatch_size=1, vocab=11)
+    modules = build_stages(size, 3, 0, torch.float32)
+    assert stage_params(size, 3) == [sum(p.numel() for p in m.parameters()) for m in modules]
+
+
+def _costs():
+    stage = StageCost(layers=1, forward_s=1.0, backward_s=2.0, input_grad_s=1.0, weight_grad_s=1.0,
+                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
+    return Costs((stage, stage), 1, 4)
+
+
+def test_a_cost_preset_round_trips_and_predicts_the_closed_form(tmp_path):
+    from ppopt.config import LinkConfig
+    from ppopt.run.compare import predict
+
+    path = tmp_path / "costs.json"
+    link = LinkConfig(bandwidth_bytes_per_s=1e3, latency_s=0.5)  # a 1000-byte message takes 1.5 s
+    write_cost_preset(path, _costs(), link, {"by": "test"})
+    costs, read_link = read_cost_preset(path)
+    assert costs == _costs() and read_link == link
+    # p = 2, m = 4, F = 1, B = 2, free messages: (m + p - 1)(F + B) = 15 (Narayanan et al. 2021)
+    assert predict(generate("1f1b", 2, 4), costs, None) == pytest.approx(15.0)
+    # GPipe: the two messages on its critical path (0F0 -> 1F0, last 1B -> 0B) add 1.5 s each
+    assert predict(generate("gpipe", 2, 4), costs, link) == pytest.approx(18.0)
+
+
+def test_a_malformed_cost_preset_is_one_line(tmp_path):
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"format": "other"}))
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 2, "--compare", "--costs", path)
+    assert result.exit_code == 1 and result.output.startswith("error: --costs: ") and "not a ppopt cost preset" in result.output
+    write_cost_preset(path, _costs(), None, {})
+    result = cli("run", "-s", "zb-v", "-p", 2, "-m", 2, "--compare", "--costs", path)
+    assert result.exit_code == 1 and result.output == "error: --costs: the cost preset describes 2 stages, zb-v has 4\n"
+    write_cost_preset(path, _costs(), None, {"dtype": "float64"})
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 2, "--compare", "--costs", path)
+    assert result.exit_code == 1 and result.output.startswith(f"error: --costs: {path} was measured with dtype float64, this run uses float32")
+
+
+def test_costs_from_measured_ops_fill_the_missing_backward_form():
+    from ppopt.run.profile import costs_from_ops
+
+    settings = RunSpec((), 2, TINY, dtype="float64")
+    full = {(0, "F"): 1.0, (0, "B"): 3.0, (1, "F"): 2.0, (1, "B"): 4.0}
+    split = {(0, "F"): 3.0, (0, "I"): 0.5, (0, "W"): 2.0, (1, "F"): 2.0, (1, "I"): 1.0, (1, "W"): 2.0}
+    both = costs_from_ops(settings, 2, 4, full, split)
+    assert [(c.forward_s, c.backward_s, c.input_grad_s, c.weight_grad_s) for c in both.stages] == [(2.0, 3.0, 0.5, 2.0), (2.0, 4.0, 1.0, 2.0)]
+    only_full = costs_from_ops(settings, 2, 4, full)
+    assert (only_full[0].input_grad_s, only_full[0].weight_grad_s) == (1.5, 1.5)
+    only_split = costs_from_ops(settings, 2, 4, split)
+    assert only_split[1].backward_s == 3.0
+    assert only_split[0].send_bytes == TINY.microbatch_size * TINY.sequence * TINY.hidden * 8
+
+
+def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
+    path = tmp_path / "costs.json"
+    write_cost_preset(path, _costs(), None, {})
+    result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["simulated"]["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
+    result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--model", "study")
+    assert result.exit_code == 1 and result.output.startswith("error: --costs: takes one schedule")
+
+
+def test_search_runs_the_schedule_it_found():
+    pytest.importorskip("torch.distributed.pipelining")
+    result = cli("search", "-p", 2, "-m", 2, "--unit", "--space", "placement=linear,backward=split", "-q", "--no-grid",
+                 "--run")
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("search "))
+    assert row.split()[1:3] == ["2", "2"] and "equal (max abs" in row
+    result = cli("search", "-p", 2, "-m", 2, "--unit", "--run", "--json")
+    assert result.exit_code == 1 and result.output.startswith("error: --run: prints the run's table")
+
+
+def test_the_profile_as_unit_model_flags():
+    from ppopt.config import LinkConfig
+    from ppopt.run.profile import unit_flags
+
+    stage = StageCost(layers=1, forward_s=2.0, backward_s=5.0, input_grad_s=2.0, weight_grad_s=4.0,
+                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
+    link = LinkConfig(bandwidth_bytes_per_s=1e4, latency_s=0.1)  # 0.1 + 0.1 s = 0.1 slot of F = 2 s
+    assert unit_flags(Costs((stage, stage), 1, 4), link) == {"forward": 1.0, "backward": 3.0, "weight": 2.0, "comm": 0.1}
+
+
+def test_search_with_a_cost_preset_is_unit_mode_with_its_ratios(tmp_path):
+    from ppopt.config import LinkConfig
+
+    path = tmp_path / "costs.json"
+    stage = StageCost(layers=1, forward_s=2.0, backward_s=5.0, input_grad_s=2.0, weight_grad_s=4.0,
+                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
+    write_cost_preset(path, Costs((stage, stage), 1, 4), LinkConfig(bandwidth_bytes_per_s=1e4, latency_s=0.1), {})
+    args = ["search", "-p", 2, "-m", 4, "--space", "placement=linear,backward=split", "-q", "--json"]
+    with_preset = json.loads(cli(*args, "--costs", path).output)
+    with_flags = json.loads(cli(*args, "--unit", "--forward", 1, "--backward", 3, "--weight", 2, "--comm", 0.1).output)
+    assert with_preset["step_time_s"] == with_flags["step_time_s"] and with_preset["schedule"] == with_flags["schedule"]
+    assert with_preset["status"] == "optimal"
+    result = cli("search", "-p", 2, "-m", 4, "--costs", path, "--model", "study")
+    assert result.exit_code == 1 and result.output.startswith("error: --costs: replaces --model/--system")
+
+
+def test_compare_ranks_the_schedules_with_a_cost_preset(tmp_path):
+    path = tmp_path / "costs.json"
+    write_cost_preset(path, _costs(), None, {})  # F = I = W = 1, B = 2, free messages
+    result = cli("compare", "-p", 2, "-m", 4, "--costs", path, "--json")
+    assert result.exit_code == 0, result.output
+    steps = {row["schedule"]: row["step_time_s"] for row in json.loads(result.stdout)}
+    # 1F1B: (m + p - 1)(F + B) = 15; ZB-H1 (Qi et al. 2024, §3.1): m(F + B) + (p - 1)(F + I - W) = 13
+    assert steps["1f1b"] == pytest.approx(15.0) and steps["zb-h1"] == pytest.approx(13.0)
+    assert "zb-v" not in steps and "interleaved-1f1b" not in steps  # 4 stages: not in a 2-stage preset
+    assert list(steps).index("zb-h1") < list(steps).index("1f1b")
