@@ -1,6 +1,7 @@
 """One rank of a run (a separate process, started by :mod:`ppopt.run.launcher`; imports torch).
 
-:func:`child` (the process the launcher starts for a rank): joins the gloo process group on 127.0.0.1
+:func:`child` (the process the launcher starts for a rank): joins the process group on 127.0.0.1 (gloo;
+NCCL with one GPU per rank where there is one, :func:`rank_device`)
 (address and port from the launcher's environment, a timeout on every collective), builds this
 rank's stages (the stages in its row of the CSV), loads the CSV into PyTorch's
 ``_PipelineScheduleRuntime`` (which lowers it, adding the sends and receives), and runs
@@ -36,16 +37,25 @@ from ppopt.run.spec import TOLERANCES, Job, RunSpec, spec_from_json
 _TIMED = {"forward_one_chunk": "F", "backward_one_chunk": "B", "backward_weight_one_chunk": "W"}
 
 
-def _time_ops(stage: PipelineStage, times: dict) -> None:
+def _synchronizer(device: torch.device):
+    """A call that waits for the device's queued work (CUDA kernels run asynchronously), so wall
+    clock readings time the work itself; nothing to wait for on the CPU."""
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
+def _time_ops(stage: PipelineStage, times: dict, device: torch.device) -> None:
     """Wrap the stage's compute entry points to record (kind, seconds) per call.
 
     ``backward_one_chunk(full_backward=False)`` is the input-gradient backward I."""
+    sync = _synchronizer(device)
     for method, kind in _TIMED.items():
         original = getattr(stage, method)
 
         def timed(*args, _original=original, _kind=kind, **kwargs):
+            sync()
             start = time.perf_counter()
             result = _original(*args, **kwargs)
+            sync()
             code = "I" if _kind == "B" and not kwargs.get("full_backward", True) else _kind
             times[(stage.stage_index, code)].append(time.perf_counter() - start)
             return result
@@ -80,17 +90,20 @@ def _gradient_check(spec: RunSpec, mine: dict, reference: dict, losses: list, re
     return result
 
 
-def _ping_pong(spec: RunSpec, rank: int, dtype: torch.dtype) -> dict:
+def _ping_pong(spec: RunSpec, rank: int, dtype: torch.dtype, device: torch.device) -> dict:
     """One-way message time between ranks 0 and 1: half the mean round trip, for a one-element
     tensor (latency) and for one microbatch's activations (the stage-to-stage message)."""
     shape = (spec.model.microbatch_size, spec.model.sequence, spec.model.hidden)
     result = {}
-    for label, tensor in (("small", torch.zeros(1, dtype=dtype)), ("activation", torch.zeros(shape, dtype=dtype))):
+    sync = _synchronizer(device)
+    for label, tensor in (("small", torch.zeros(1, dtype=dtype, device=device)), ("activation", torch.zeros(shape, dtype=dtype, device=device))):
         for _ in range(2):  # warm-up round trips
             _round_trip(rank, tensor)
+        sync()
         start = time.perf_counter()
         for _ in range(spec.p2p_repeats):
             _round_trip(rank, tensor)
+        sync()
         result[label] = {"bytes": tensor.numel() * tensor.element_size(),
                          "one_way_s": (time.perf_counter() - start) / (2 * spec.p2p_repeats)}
     return result
@@ -109,23 +122,36 @@ def run(spec: RunSpec, rank: int) -> dict:
     """Every job of ``spec`` in order on this rank, then the message timing."""
     torch.set_num_threads(spec.threads)
     dtype = getattr(torch, spec.dtype)
-    dist.init_process_group("gloo", rank=rank, world_size=spec.devices, timeout=timedelta(seconds=spec.timeout_s))
-    result: dict = {"rank": rank, "jobs": [_run_job(spec, job, rank, dtype) for job in spec.jobs]}
+    device = rank_device(rank, spec.devices)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=spec.devices, timeout=timedelta(seconds=spec.timeout_s))
+    result: dict = {"rank": rank, "backend": backend, "jobs": [_run_job(spec, job, rank, dtype, device) for job in spec.jobs]}
     if spec.p2p_repeats and spec.devices >= 2:
         dist.barrier()
         if rank < 2:
-            result["p2p"] = _ping_pong(spec, rank, dtype)
+            result["p2p"] = _ping_pong(spec, rank, dtype, device)
     dist.barrier()
     dist.destroy_process_group()
     return result
 
 
-def _run_job(spec: RunSpec, job: Job, rank: int, dtype: torch.dtype) -> dict:
+def rank_device(rank: int, devices: int) -> torch.device:
+    """CUDA device ``rank`` (with NCCL) when this machine has a GPU per rank, else the CPU (with gloo).
+
+    The CUDA path follows PyTorch's pipelining documentation; it is not exercised by the tests,
+    which run on CPUs only.
+    """
+    if torch.cuda.is_available() and torch.cuda.device_count() >= devices:
+        return torch.device("cuda", rank)
+    return torch.device("cpu")
+
+
+def _run_job(spec: RunSpec, job: Job, rank: int, dtype: torch.dtype, device: torch.device) -> dict:
     schedule = read_torch_csv(Path(job.csv_path))
     owned = [s for s, holders in enumerate(schedule.placement) if holders[0] == rank]
-    modules = build_stages(spec.model, job.stages, spec.seed, dtype)
+    modules = [module.to(device) for module in build_stages(spec.model, job.stages, spec.seed, dtype)]
     mine = {s: modules[s] for s in owned}
-    tokens, target = synthetic_batch(spec.model, job.microbatches, spec.seed)
+    tokens, target = (x.to(device) for x in synthetic_batch(spec.model, job.microbatches, spec.seed))
 
     reference_loss = 0.0
     if spec.check:  # the same model, not pipelined, on the same batch
@@ -137,14 +163,15 @@ def _run_job(spec: RunSpec, job: Job, rank: int, dtype: torch.dtype) -> dict:
     times: dict = defaultdict(list)
     stages = []
     for s in owned:
-        stage = PipelineStage(mine[s], s, job.stages, torch.device("cpu"))
-        _time_ops(stage, times)
+        stage = PipelineStage(mine[s], s, job.stages, device)
+        _time_ops(stage, times, device)
         stages.append(stage)
     runtime = _PipelineScheduleRuntime(stages, job.microbatches, loss_fn=loss_fn, scale_grads=True)
     runtime._load_csv(job.csv_path)
     first, last = 0 in mine, job.stages - 1 in mine
     optimizer = torch.optim.SGD([p for m in mine.values() for p in m.parameters()], lr=1e-3)
 
+    sync = _synchronizer(device)
     step_s: list[float] = []
     result: dict = {"name": job.name, "stages": owned}
     for step in range(spec.warmup + spec.steps):
@@ -153,8 +180,10 @@ def _run_job(spec: RunSpec, job: Job, rank: int, dtype: torch.dtype) -> dict:
         losses: list = []
         optimizer.zero_grad(set_to_none=True)
         dist.barrier()
+        sync()
         start = time.perf_counter()
         runtime.step(*([tokens] if first else []), target=target if last else None, losses=losses)
+        sync()
         elapsed = time.perf_counter() - start
         if step == 0 and spec.check:
             result["check"] = _gradient_check(spec, mine, {s: reference[s] for s in owned}, losses, reference_loss, last)
