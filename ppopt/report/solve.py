@@ -48,6 +48,8 @@ def search_json(result: SearchResult) -> dict:
             "device_load": result.analytic.device_load,
             "memory": result.analytic.memory,
             "warmup": result.analytic.warmup,
+            "round_trip": result.analytic.round_trip,
+            "one_machine": result.analytic.one_machine,
         },
         "from_solver": result.from_solver,
         "peak_memory": result.peak_memory,

@@ -273,6 +273,15 @@ def _require_memory(instance: Instance, space: Space, placement) -> None:
         )
 
 
+def analytic_bounds(instance: Instance, placement, split: bool, even: bool = True, ticked=None) -> Bounds:
+    """The analytic bounds (:mod:`ppopt.solve.bounds`) of every schedule with this placement (None:
+    any) and kind of backward on ``instance``, in its time unit, or in ticks with ``ticked`` (the
+    duration and delay functions of :func:`_ticks`). ``even``: replicas split microbatches evenly."""
+    shape = Shape(instance.stages, instance.microbatches, instance.devices, placement, split, even)
+    duration, delay = ticked if ticked is not None else (_durations_s(instance), instance.comm)
+    return lower_bounds(shape, duration, delay, _cap_of_stage(instance, placement))
+
+
 def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
     """Candidates, memory check, ticks, analytic bounds, hint and horizon of one search."""
     instance, candidates = _candidates(spec, space)
@@ -288,10 +297,8 @@ def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
     _require_memory(instance, space, placement)
     tick, tick_duration, tick_delay = _ticks(instance)
     even = not (space.placement == "bidirectional" and space.directions == "free")
-    cap = _cap_of_stage(instance, placement)
-    shape = Shape(instance.stages, spec.microbatches, spec.devices, placement, split, even)
-    analytic = lower_bounds(shape, _durations_s(instance), instance.comm, cap)
-    analytic_ticks = lower_bounds(shape, tick_duration, tick_delay, cap)
+    analytic = analytic_bounds(instance, placement, split, even)
+    analytic_ticks = analytic_bounds(instance, placement, split, even, (tick_duration, tick_delay))
     hint = candidates[0] if candidates else None
     hint_starts, hint_end = _ticked(hint.schedule, tick_duration, tick_delay) if hint else (None, None)
     horizon = _serial_horizon(instance, tick, split)
