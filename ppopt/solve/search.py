@@ -26,8 +26,9 @@ from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve.bounds import Bounds, Shape, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
+from ppopt.solve.lns import improve
 from ppopt.solve.model import Built, Frame, build_model
-from ppopt.solve.options import Progress, SolveOptions
+from ppopt.solve.options import AUTO_CP_OPS, Progress, SolveOptions
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
 from ppopt.solve.ticks import resolution, to_ticks
 from ppopt.table import earliest_starts
@@ -194,11 +195,18 @@ def _to_schedule(built: Built, solver: cp_model.CpSolver, template: Schedule | N
     else:
         placement = built.placement
     replica_of = tuple(int(solver.value(built.direction[i])) for i in range(m)) if built.direction else ()
+    starts = {op: solver.value(built.start[op]) for op in built.ops}
+    return _ordered(starts, built.duration, placement, replica_of, template, instance, space)
+
+
+def _ordered(starts: dict[Op, int], duration: dict[Op, int], placement, replica_of: tuple[int, ...], template: Schedule | None, instance: Instance,
+             space: Space) -> Schedule:
+    """The schedule that runs each device's ops in the order of their start times."""
+    p, m = instance.devices, instance.microbatches
     device_of = lambda op: placement[op.stage][replica_of[op.microbatch] if len(placement[op.stage]) > 1 else 0]  # noqa: E731
     orders: list[list[tuple[int, int, Op]]] = [[] for _ in range(p)]
-    for op in built.ops:
-        start = solver.value(built.start[op])
-        orders[device_of(op)].append((start, start + built.duration[op], op))
+    for op, start in starts.items():
+        orders[device_of(op)].append((start, start + duration[op], op))
     name = "search" if template is None or not space.fixed else template.name
     weights = template.stage_weights if template is not None else None
     return Schedule(
@@ -310,13 +318,57 @@ def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
                   hint_end, horizon)
 
 
-def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool) -> _Solved:
-    """The makespan solve, skipped when the hint meets the analytic bound or the budget is spent."""
+def _lns_applies(setup: _Setup) -> bool:
+    """The large-neighbourhood search needs a free order and one device per stage."""
+    placement = setup.placement
+    return placement is not None and all(len(h) == 1 for h in placement) and not setup.space.fixed \
+        and setup.space.order == "free"
+
+
+def _method(setup: _Setup, method: str) -> str:
+    """``cp``, ``lns`` or ``cp+lns`` (see :data:`ppopt.solve.options.METHODS`)."""
+    if method == "lns" and not _lns_applies(setup):
+        raise ScheduleError(f"lns needs a free order and one device per stage, not {setup.space.describe()}", field="method")
+    if method != "auto":
+        return method
+    ops = setup.instance.stages * setup.instance.microbatches * (3 if setup.split else 2)
+    return "cp+lns" if ops > AUTO_CP_OPS and _lns_applies(setup) else "cp"
+
+
+def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
+    """The large-neighbourhood search (:mod:`ppopt.solve.lns`) from the best schedule so far."""
+    if best.starts is None or best.objective_ticks is None or best.simulation is None or options.expired:
+        return best, from_solver
+    assert setup.placement is not None
+    frame = Frame(setup.tick, best.objective_ticks, min(setup.lower, best.objective_ticks))
+    built = build_model(setup.instance, setup.space, frame, best.schedule, best.starts, options.dominance)
+    options.note(f"large-neighbourhood search from {best.objective_ticks * setup.tick:.6g} {setup.instance.time_unit}")
+    placement = setup.placement
+    improved = improve(built, best.starts, lambda op: placement[op.stage][0], options)
+    options.note(f"large-neighbourhood search: {improved.steps} steps, {improved.improvements} improvements, "
+                 f"makespan {improved.makespan * setup.tick:.6g} {setup.instance.time_unit}")
+    if improved.makespan >= best.objective_ticks:
+        return best, from_solver
+    found = validate(_ordered(improved.starts, built.duration, placement, (), setup.template, setup.instance, setup.space))
+    simulation = simulate(found, setup.instance.costs, setup.instance.system)
+    if simulation.step_time_s >= best.simulation.step_time_s - 1e-12:
+        return best, from_solver
+    status = "feasible" if best.status in ("unknown", "feasible") else best.status
+    return replace(best, status=status, schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
+                   objective_ticks=improved.makespan, starts=improved.starts, time_to_best_s=improved.time_to_best_s,
+                   note=None), True
+
+
+def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bool = True) -> _Solved:
+    """The makespan solve, skipped when the hint meets the analytic bound or the budget is spent
+    (or, with ``full`` False, left to the large-neighbourhood search)."""
     hint, space, unit = setup.hint, setup.space, setup.instance.time_unit
     if hint is not None and hint.fits and not space.fixed and not minimize_memory and setup.hint_end is not None \
             and setup.hint_end <= setup.lower:
         options.note(f"hint {hint.name} meets the analytic bound {setup.analytic.best:.6g} {unit}: optimal without search")
         return _Solved("optimal", setup.lower * setup.tick)
+    if not full:
+        return _Solved("unknown", 0.0)
     spent = _Solved("unknown", 0.0, note="time limit reached before the solve" + (": the best hint is reported" if hint else ""))
     if options.expired:
         return spent
@@ -408,9 +460,13 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     _check(spec, space)
     began = time.monotonic()
     setup = _prepare(spec, space)
-    # with a second (memory) solve to come, the makespan solve gets half of what is left
-    solved = _solve(setup, options.share(2) if minimize_memory else options, minimize_memory)
+    method = _method(setup, options.method)
+    # with a second (memory) solve to come, the makespan search gets half of what is left
+    main = options.share(2) if minimize_memory else options
+    solved = _solve(setup, main.share(3) if method == "cp+lns" else main, minimize_memory, full=method != "lns")
     best, from_solver = _pick(setup, solved)
+    if method != "cp" and best.status != "optimal":
+        best, from_solver = _improve(setup, best, from_solver, main)
     if minimize_memory:
         best = _lower_peak(setup, best, options)
     return _result(setup, best, from_solver, time.monotonic() - began, options)
