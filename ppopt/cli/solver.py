@@ -9,7 +9,7 @@ import click
 from ppopt.cli import main
 from ppopt.cli.options import emit_json, format_option, json_option, parse_amount, schedule_options, system_options, unit_options
 from ppopt.solve.instance import InstanceSpec
-from ppopt.solve.options import MAX_WORKERS, SolveOptions
+from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, MAX_WORKERS, METHODS, SolveOptions
 
 
 def solver_options(command):
@@ -30,7 +30,10 @@ def solver_options(command):
             click.option("--time-limit", type=float, default=60.0, show_default=True,
                          help="Seconds for the whole command: model building, hints, every solve and the report."),
             click.option("--workers", type=int, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible)."),
-            click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed."),
+            click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
+            click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
+                         help="cp: one CP-SAT solve; lns: large-neighbourhood search from the best hint (one device "
+                              f"per stage); auto: cp up to {AUTO_CP_OPS} ops, cp then lns up to {AUTO_LNS_OPS}, lns above."),
             click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
         ]
     ):
@@ -45,7 +48,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     """
     quiet = params.pop("quiet")
     solve = SolveOptions(params.pop("time_limit"), params.pop("workers"), params.pop("seed"),
-                         None if quiet else (lambda line: click.echo(line, err=True))).start()
+                         None if quiet else (lambda line: click.echo(line, err=True)), method=params.pop("method")).start()
     unit, units = params.pop("unit"), params.pop("units")
     spec = InstanceSpec(
         params.pop("devices"), params.pop("microbatches"), units=units if unit else None,

@@ -25,12 +25,13 @@ workers, and each worker holds a copy of the model, so more only costs memory.""
 
 METHODS = ("auto", "cp", "lns")
 """How a search looks for schedules: ``cp`` one CP-SAT solve of the whole space; ``lns`` the
-large-neighbourhood search from the best hint (:mod:`ppopt.solve.lns`); ``auto`` one CP-SAT solve on
-small instances, and on large ones (more than :data:`AUTO_CP_OPS` ops) a CP-SAT solve with a third of
-the budget followed by the large-neighbourhood search from the best schedule so far."""
+large-neighbourhood search from the best hint (:mod:`ppopt.solve.lns`); ``auto`` picks by size: one
+CP-SAT solve up to :data:`AUTO_CP_OPS` ops, a CP-SAT solve with half the budget then the
+large-neighbourhood search from the best schedule so far up to :data:`AUTO_LNS_OPS` ops, and the
+large-neighbourhood search alone above (where one CP-SAT solve rarely improves on its hint)."""
 
 AUTO_CP_OPS = 1500
-"""Largest op count for which ``auto`` runs one CP-SAT solve only."""
+AUTO_LNS_OPS = 4096
 
 
 READBACK_SHARE = 0.1

@@ -28,7 +28,7 @@ from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import improve
 from ppopt.solve.model import Built, Frame, build_model
-from ppopt.solve.options import AUTO_CP_OPS, Progress, SolveOptions
+from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
 from ppopt.solve.ticks import resolution, to_ticks
 from ppopt.table import earliest_starts
@@ -332,7 +332,9 @@ def _method(setup: _Setup, method: str) -> str:
     if method != "auto":
         return method
     ops = setup.instance.stages * setup.instance.microbatches * (3 if setup.split else 2)
-    return "cp+lns" if ops > AUTO_CP_OPS and _lns_applies(setup) else "cp"
+    if ops <= AUTO_CP_OPS or not _lns_applies(setup):
+        return "cp"
+    return "cp+lns" if ops <= AUTO_LNS_OPS else "lns"
 
 
 def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
@@ -347,13 +349,15 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
     improved = improve(built, best.starts, lambda op: placement[op.stage][0], options)
     options.note(f"large-neighbourhood search: {improved.steps} steps, {improved.improvements} improvements, "
                  f"makespan {improved.makespan * setup.tick:.6g} {setup.instance.time_unit}")
+    if improved.proven:
+        best = replace(best, status="optimal", solver_bound=improved.makespan * setup.tick)
     if improved.makespan >= best.objective_ticks:
         return best, from_solver
     found = validate(_ordered(improved.starts, built.duration, placement, (), setup.template, setup.instance, setup.space))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
     if simulation.step_time_s >= best.simulation.step_time_s - 1e-12:
         return best, from_solver
-    status = "feasible" if best.status in ("unknown", "feasible") else best.status
+    status = "optimal" if improved.proven else "feasible"
     return replace(best, status=status, schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
                    objective_ticks=improved.makespan, starts=improved.starts, time_to_best_s=improved.time_to_best_s,
                    note=None), True
@@ -463,7 +467,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     method = _method(setup, options.method)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
-    solved = _solve(setup, main.share(3) if method == "cp+lns" else main, minimize_memory, full=method != "lns")
+    solved = _solve(setup, main.share(2) if method == "cp+lns" else main, minimize_memory, full=method != "lns")
     best, from_solver = _pick(setup, solved)
     if method != "cp" and best.status != "optimal":
         best, from_solver = _improve(setup, best, from_solver, main)

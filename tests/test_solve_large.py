@@ -1,0 +1,54 @@
+"""Large-neighbourhood search, method selection, and gap's shared searches."""
+
+import pytest
+
+from ppopt.errors import ConfigError, ScheduleError
+from ppopt.solve.gap import gap_report
+from ppopt.solve.instance import InstanceSpec
+from ppopt.solve.options import SolveOptions
+from ppopt.solve.search import search
+from ppopt.solve.space import parse_space
+from ppopt.units import UnitCosts
+from ppopt.validate import validate
+
+
+def _spec(p, m, comm=1.0, cap=None):
+    return InstanceSpec(p, m, UnitCosts(1, 2, None, comm), memory_limit=cap)
+
+
+def test_lns_proves_the_known_optimum_when_one_neighbourhood_holds_everything():
+    # p = 4, m = 8, one-slot messages, cap 4: 46 slots is optimal (README; tests/test_solve.py)
+    result = search(_spec(4, 8, cap=4), parse_space("placement=linear"), SolveOptions(20, method="lns"))
+    assert result.status == "optimal"
+    assert result.step_time == 46 and result.bound == 46
+
+
+def test_lns_is_reproducible_and_improves_on_its_hint():
+    """p = 8, m = 32, cap 8, one-slot messages: the greedy hint takes 182 slots; the search frees
+    windows of 240 of the 512 ops (neighbourhoods smaller than the problem) and finds shorter."""
+    options = SolveOptions(60, method="lns", seed=3, deterministic_time=1.0)
+    runs = [search(_spec(8, 32, cap=8), parse_space("placement=linear"), options) for _ in range(2)]
+    first, second = runs
+    assert first.schedule.orders == second.schedule.orders
+    assert first.hint_step_time == 182
+    assert first.step_time < first.hint_step_time
+    assert first.bound <= first.step_time
+    validate(first.schedule)
+    peaks = first.simulation.peak_activation_bytes
+    assert max(peaks) <= 8 + 1e-9
+
+
+def test_method_is_checked():
+    with pytest.raises(ConfigError) as error:
+        SolveOptions(method="annealing")
+    assert error.value.field == "method"
+    with pytest.raises(ScheduleError, match="one device per stage"):
+        search(_spec(4, 8), parse_space("placement=bidirectional"), SolveOptions(5, method="lns"))
+
+
+def test_gap_searches_chimera_and_its_asymmetric_split_once_in_unit_mode():
+    report = gap_report(_spec(4, 8, comm=0.0), {}, ["chimera", "chimera-asym"], SolveOptions(20, deterministic_time=2.0))
+    assert len(report.searches) == 1
+    chimera, asym = report.rows
+    assert chimera.bound == asym.bound
+    assert "split=1:2" in asym.space and "split" not in chimera.space
