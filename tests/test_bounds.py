@@ -93,3 +93,18 @@ def test_bounds_below_every_schedule(p, extra, cap, comm, style, split):
         if limit is not None and max(simulation.peak_activation_bytes) > limit + 1e-9:
             continue  # outside the capped space
         assert bounds.best <= simulation.step_time_s + 1e-9, schedule.name
+
+
+def test_tick_from_the_durations_structure_and_its_rounding_cost():
+    from ppopt.solve.ticks import resolution, rounding_cost
+
+    assert resolution([1.0, 2.0, 0.5]) == 0.5
+    assert rounding_cost([1.0, 2.0, 0.5], 0.5) == 0
+    # a message a little over a thousandth of a forward: the message is one tick, F = floor(769.2) = 769
+    # ticks, B = 1538; rounding costs 1.0 / (769 * 0.0013) - 1 = 0.03 %, while 1/1000 of the longest op
+    # (0.002) would drop the message altogether
+    values = [1.0, 2.0, 0.0013]
+    tick = resolution(values)
+    assert tick == 0.0013
+    assert abs(rounding_cost(values, tick) - (1.0 / (769 * 0.0013) - 1)) < 1e-12
+    assert rounding_cost(values, 0.002) == float("inf")

@@ -57,6 +57,7 @@ def search_json(result: SearchResult) -> dict:
         "hint": result.hint,
         "hint_step_time_s": result.hint_step_time,
         "tick_s": result.tick,
+        "rounding_cost": _num(result.rounding_cost),
         "memory_semantics": result.memory_semantics,
         "wall_time_s": result.wall_time_s,
         "note": result.note,
@@ -110,7 +111,9 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         amount = f"{result.peak_memory:g} live activations" if result.time_unit == "slots" else gib(result.peak_memory)
         lines.append(f"peak       {amount} on the worst device ({result.memory_status} for this step time)")
     ttb = "-" if result.time_to_best_s is None else f"{result.time_to_best_s:.2f} s"
-    lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {unit})")
+    rounding = "exact" if result.rounding_cost == 0 else (
+        "delays below one tick dropped" if math.isinf(result.rounding_cost) else f"rounding costs at most {result.rounding_cost:.3%}")
+    lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {unit}, {rounding})")
     if result.note:
         lines.append(f"note       {result.note}")
     return "\n".join(lines)

@@ -30,7 +30,7 @@ from ppopt.solve.lns import improve
 from ppopt.solve.model import Built, Frame, build_model
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
-from ppopt.solve.ticks import resolution, to_ticks
+from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
 from ppopt.table import earliest_starts
 from ppopt.validate import validate
 
@@ -84,6 +84,7 @@ class SearchResult:
     peak_memory: float | None = None  # with minimize_memory: the worst device's proven-minimal peak (memory unit)
     memory_status: str | None = None  # status of that second solve
     note: str | None = None  # why the search stopped short (time budget spent), if it did
+    rounding_cost: float = 0.0  # at most this share of the step is lost to rounding times down to ticks (inf: unbounded)
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -242,6 +243,7 @@ class _Setup:
     hint_starts: dict[Op, int] | None
     hint_end: int | None
     horizon: int
+    rounding: float = 0.0  # what rounding to ticks can cost, relative (ppopt.solve.ticks.rounding_cost)
 
 
 @dataclass
@@ -303,7 +305,7 @@ def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
     else:
         placement, split = placement_of(space, spec.devices), space.split_backward
     _require_memory(instance, space, placement)
-    tick, tick_duration, tick_delay = _ticks(instance)
+    tick, tick_duration, tick_delay, rounding = _ticks(instance)
     even = not (space.placement == "bidirectional" and space.directions == "free")
     analytic = analytic_bounds(instance, placement, split, even)
     analytic_ticks = analytic_bounds(instance, placement, split, even, (tick_duration, tick_delay))
@@ -315,7 +317,7 @@ def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
         horizon = hint_end if hint.fits else max(horizon, hint_end)
     lower = math.ceil(analytic_ticks.best - 1e-9)
     return _Setup(space, instance, candidates, template, placement, split, tick, analytic, lower, hint, hint_starts,
-                  hint_end, horizon)
+                  hint_end, horizon, rounding)
 
 
 def _lns_applies(setup: _Setup) -> bool:
@@ -339,23 +341,25 @@ def _method(setup: _Setup, method: str) -> str:
 
 def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
     """The large-neighbourhood search (:mod:`ppopt.solve.lns`) from the best schedule so far."""
-    if best.starts is None or best.objective_ticks is None or best.simulation is None or options.expired:
+    start, previous = best.starts, best.simulation
+    if start is None or best.objective_ticks is None or previous is None or options.expired:
         return best, from_solver
+    end = best.objective_ticks
     assert setup.placement is not None
-    frame = Frame(setup.tick, best.objective_ticks, min(setup.lower, best.objective_ticks))
+    frame = Frame(setup.tick, end, min(setup.lower, end))
     built = build_model(setup.instance, setup.space, frame, best.schedule, best.starts, options.dominance)
-    options.note(f"large-neighbourhood search from {best.objective_ticks * setup.tick:.6g} {setup.instance.time_unit}")
+    options.note(f"large-neighbourhood search from {end * setup.tick:.6g} {setup.instance.time_unit}")
     placement = setup.placement
-    improved = improve(built, best.starts, lambda op: placement[op.stage][0], options)
+    improved = improve(built, start, lambda op: placement[op.stage][0], options)
     options.note(f"large-neighbourhood search: {improved.steps} steps, {improved.improvements} improvements, "
                  f"makespan {improved.makespan * setup.tick:.6g} {setup.instance.time_unit}")
     if improved.proven:
         best = replace(best, status="optimal", solver_bound=improved.makespan * setup.tick)
-    if improved.makespan >= best.objective_ticks:
+    if improved.makespan >= end:
         return best, from_solver
     found = validate(_ordered(improved.starts, built.duration, placement, (), setup.template, setup.instance, setup.space))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
-    if simulation.step_time_s >= best.simulation.step_time_s - 1e-12:
+    if simulation.step_time_s >= previous.step_time_s - 1e-12:
         return best, from_solver
     status = "optimal" if improved.proven else "feasible"
     return replace(best, status=status, schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
@@ -510,11 +514,13 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         peak_memory=best.peak_memory,
         memory_status=best.memory_status,
         note=best.note,
+        rounding_cost=setup.rounding,
     )
 
 
 def _ticks(instance: Instance):
-    """The tick (see :mod:`ppopt.solve.ticks`) and the duration and delay functions in ticks."""
+    """The tick (see :mod:`ppopt.solve.ticks`), the duration and delay functions in ticks, and what
+    the rounding can cost (relative)."""
     duration = _durations_s(instance)
     p = instance.devices
     values = [duration(s, k) for s in range(instance.stages) for k in Kind]
@@ -524,6 +530,7 @@ def _ticks(instance: Instance):
         tick,
         lambda s, k: to_ticks(duration(s, k), tick),
         lambda s, a, b: to_ticks(instance.comm(s, a, b), tick),
+        rounding_cost(values, tick),
     )
 
 
