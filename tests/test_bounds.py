@@ -6,12 +6,15 @@ from ortools.sat.python import cp_model
 
 from ppopt.errors import ScheduleError
 from ppopt.generators import generate
+from ppopt.ir import Kind
 from ppopt.placement import placement
 from ppopt.simulate import simulate
 from ppopt.solve.greedy import greedy_schedule
 from ppopt.solve.heads import jackson
 from ppopt.solve.instance import unit_instance
 from ppopt.solve.model import Frame, build_model
+from ppopt.solve.options import SolveOptions
+from ppopt.solve.periodic import period_bound, periodic_schedule
 from ppopt.solve.search import analytic_bounds
 from ppopt.solve.space import parse_space, with_backward
 from ppopt.units import UnitCosts
@@ -59,6 +62,10 @@ def test_bounds_below_proven_optimum(p, m, cap, comm, split):
     assert bounds.round_trip <= optimum + 1e-9
     assert bounds.one_machine <= optimum + 1e-9
     assert bounds.best <= optimum + 1e-9
+    if not split:
+        caps = [cap] * p
+        assert period_bound(m, lambda s, k: instance.costs[s].forward_s if k is Kind.F else instance.costs[s].backward_s,
+                            instance.comm, caps) <= optimum + 1e-9
 
 
 FAMILIES = {
@@ -108,3 +115,17 @@ def test_tick_from_the_durations_structure_and_its_rounding_cost():
     assert tick == 0.0013
     assert abs(rounding_cost(values, tick) - (1.0 / (769 * 0.0013) - 1)) < 1e-12
     assert rounding_cost(values, 0.002) == float("inf")
+
+
+def test_periodic_pattern_meets_the_rate_bound_and_composes_for_any_m():
+    """p = 4, cap 4, F = 1, B = 2, one-slot messages: an activation on device 0 lives at least
+    1 + 3 * (1 + 2) + 6 * 1 + 2 = 18 slots, so 4 microbatches need 18 slots in any steady state; the
+    pattern reaches it, and its first m microbatches are a valid schedule within the cap."""
+    for m in (5, 8, 13):
+        instance = unit_instance(4, m, 4, UnitCosts(1, 2, None, 1), memory_limit=4)
+        duration = lambda s, k: int({Kind.F: 1, Kind.B: 2}[k])  # noqa: E731
+        schedule, pattern = periodic_schedule(4, m, duration, lambda s, a, b: 1, [4] * 4, SolveOptions(10).start())
+        assert (pattern.k, pattern.period, pattern.rate_bound) == (4, 18, 18) and pattern.optimal
+        simulation = simulate(validate(schedule), instance.costs, instance.system)
+        assert simulation.step_time_s == pattern.step
+        assert max(simulation.peak_activation_bytes) <= 4

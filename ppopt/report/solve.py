@@ -10,6 +10,8 @@ import math
 
 from ppopt.report.text import gib, per_device, render_table, seconds, timeline_grid, with_context
 from ppopt.solve.gap import Frontier, GapReport
+from ppopt.solve.greedy import GREEDY
+from ppopt.solve.periodic import PERIODIC
 from ppopt.solve.search import SearchResult, relative_gap
 
 
@@ -58,6 +60,8 @@ def search_json(result: SearchResult) -> dict:
         "hint_step_time_s": result.hint_step_time,
         "tick_s": result.tick,
         "rounding_cost": _num(result.rounding_cost),
+        "period": result.period,
+        "period_bound_s": _num(result.period_bound),
         "memory_semantics": result.memory_semantics,
         "wall_time_s": result.wall_time_s,
         "note": result.note,
@@ -89,7 +93,8 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
     if result.schedule is not None and result.simulation is not None and show_grid:
         sim = result.simulation
         lines += [timeline_grid(result.schedule, sim.start_s, sim.end_s, colour=colour), ""]
-    where = "solver" if result.from_solver else f"handcrafted {result.hint}"
+    own = result.hint in (GREEDY, PERIODIC)  # ppopt's own hints, not handcrafted schedules
+    where = "solver" if result.from_solver else (f"ppopt's {result.hint} schedule" if own else f"handcrafted {result.hint}")
     u = " slots" if unit == "slots" else ""
     lines.append(f"status     {result.status}")
     lines.append(f"step time  {_amount(result.step_time, unit)}{u} (best from {where})")
@@ -98,6 +103,10 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         f"analytic {_amount(result.analytic.best, unit)})"
     )
     lines.append(f"gap        {_pct(result.gap)}")
+    if result.period is not None or result.period_bound is not None:
+        bound = "-" if result.period_bound is None else f"{_amount(result.period_bound, unit)}{u}"
+        lines.append(f"period     {result.period or 'no pattern found in time'}; period bound for m = "
+                     f"{result.schedule.microbatches if result.schedule else '-'}: {bound}")
     if result.hint is not None:
         lines.append(f"hint       {result.hint}: {_amount(result.hint_step_time, unit)}{u}")
     if result.simulation is not None:

@@ -29,6 +29,7 @@ from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import improve
 from ppopt.solve.model import Built, Frame, build_model
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
+from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
 from ppopt.table import earliest_starts
@@ -85,6 +86,8 @@ class SearchResult:
     memory_status: str | None = None  # status of that second solve
     note: str | None = None  # why the search stopped short (time budget spent), if it did
     rounding_cost: float = 0.0  # at most this share of the step is lost to rounding times down to ticks (inf: unbounded)
+    period: str | None = None  # the steady-state pattern found (linear placement, full backward), described
+    period_bound: float | None = None  # the period-based bound for this m (instance unit), valid for every schedule
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -244,6 +247,9 @@ class _Setup:
     hint_end: int | None
     horizon: int
     rounding: float = 0.0  # what rounding to ticks can cost, relative (ppopt.solve.ticks.rounding_cost)
+    ticked: tuple | None = None  # the duration and delay functions in ticks
+    pattern: Pattern | None = None  # the steady-state search's best pattern (ticks)
+    period_bound: float | None = None  # the period-based bound (instance unit), where it applies
 
 
 @dataclass
@@ -317,7 +323,58 @@ def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
         horizon = hint_end if hint.fits else max(horizon, hint_end)
     lower = math.ceil(analytic_ticks.best - 1e-9)
     return _Setup(space, instance, candidates, template, placement, split, tick, analytic, lower, hint, hint_starts,
-                  hint_end, horizon, rounding)
+                  hint_end, horizon, rounding, (tick_duration, tick_delay))
+
+
+def _periodic_applies(setup: _Setup) -> bool:
+    """The steady-state search covers the linear placement with full backward."""
+    placement = setup.placement
+    return placement is not None and not setup.space.fixed and setup.space.order == "free" and not setup.split \
+        and placement == tuple((s,) for s in range(setup.instance.devices))
+
+
+def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
+    """The setup with the steady-state search's schedule among the candidates (and as the hint when
+    it is the best), its pattern, and the period bound (:mod:`ppopt.solve.periodic`). The search
+    gets at most a quarter of the time left."""
+    ticked = setup.ticked
+    if not _periodic_applies(setup) or ticked is None:
+        return setup
+    assert setup.placement is not None
+    instance = setup.instance
+    caps = [_cap_of_stage(instance, setup.placement)(s) for s in range(instance.stages)]
+    bound = period_bound(instance.microbatches, _durations_s(instance), instance.comm, caps)
+    setup = replace(setup, period_bound=bound)
+    if options.expired:
+        return setup
+    tick_duration, tick_delay = ticked
+    tick_caps = [None if c is None else math.floor(c + 1e-9) for c in caps]
+    found = periodic_schedule(instance.devices, instance.microbatches, tick_duration, tick_delay, tick_caps, options.share(4))
+    if found is None:
+        return setup
+    schedule, pattern = found
+    options.note(f"steady state: {pattern.k} microbatches every {pattern.period * setup.tick:.6g} {instance.time_unit}"
+                 + (" (the rate bound: optimal)" if pattern.optimal else ""))
+    sim = simulate(validate(schedule), instance.costs, instance.system)
+    limit = instance.memory_limit
+    fits = limit is None or max(memory_use(sim, instance)) <= limit * (1 + 1e-12)
+    candidate = Candidate(schedule.name, schedule, sim, fits)
+    setup = replace(setup, pattern=pattern, candidates=sorted([*setup.candidates, candidate],
+                                                              key=lambda c: (not c.fits, c.simulation.step_time_s)))
+    hint = setup.hint
+    if fits and (hint is None or not hint.fits or sim.step_time_s < hint.simulation.step_time_s - 1e-12):
+        starts, end = _ticked(schedule, tick_duration, tick_delay)
+        setup = replace(setup, hint=candidate, hint_starts=starts, hint_end=end, horizon=end)
+    return setup
+
+
+def _describe(setup: _Setup) -> str | None:
+    pattern = setup.pattern
+    if pattern is None:
+        return None
+    unit = setup.instance.time_unit
+    return (f"{pattern.k} microbatches every {pattern.period * setup.tick:.6g} {unit} "
+            f"(rate bound {pattern.rate_bound * setup.tick:.6g} {unit}{': optimal' if pattern.optimal else ''})")
 
 
 def _lns_applies(setup: _Setup) -> bool:
@@ -467,7 +524,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
         return _search_family(spec, space, options)
     _check(spec, space)
     began = time.monotonic()
-    setup = _prepare(spec, space)
+    setup = _with_periodic(_prepare(spec, space), options)
     method = _method(setup, options.method)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
@@ -483,7 +540,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
 def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, options: SolveOptions) -> SearchResult:
     """The search result: bound, gap and status from the best schedule and the bounds."""
     status = best.status
-    bound = max(best.solver_bound, setup.analytic.best) if status != "infeasible" else math.inf
+    bound = max(best.solver_bound, setup.analytic.best, setup.period_bound or 0.0) if status != "infeasible" else math.inf
     step = best.simulation.step_time_s if best.simulation is not None else None
     gap = relative_gap(step, bound)
     if gap is not None and gap <= 1e-9 and status == "feasible":
@@ -504,7 +561,7 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         gap=gap,
         hint=hint.name if hint else None,
         hint_step_time=hint.simulation.step_time_s if hint else None,
-        handcrafted=tuple(c for c in setup.candidates if c.name != GREEDY),
+        handcrafted=tuple(c for c in setup.candidates if c.name not in (GREEDY, PERIODIC)),
         tick=setup.tick,
         time_unit=unit,
         memory_semantics=setup.instance.memory_semantics(),
@@ -515,6 +572,8 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         memory_status=best.memory_status,
         note=best.note,
         rounding_cost=setup.rounding,
+        period=_describe(setup),
+        period_bound=setup.period_bound,
     )
 
 
