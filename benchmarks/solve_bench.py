@@ -146,7 +146,8 @@ def spec_of(case: Case):
         return space, InstanceSpec(case.p, case.m, units, memory_limit=limit)
     model, system = MODELLED[case.costs]
     if case.limit_gib is not None:
-        return space, InstanceSpec(case.p, case.m, model=model, system=system, memory_limit=case.limit_gib * 2**30)
+        return space, InstanceSpec(case.p, case.m, model=model, system=system, global_batch=case.m,
+                                   memory_limit=case.limit_gib * 2**30)
     limit = 1.1 * _peak_1f1b(case, space) if case.cap else None
     return space, InstanceSpec(case.p, case.m, model=model, system=system, global_batch=case.m, memory_limit=limit)
 

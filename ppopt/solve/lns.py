@@ -36,12 +36,16 @@ from ortools.sat.python import cp_model
 
 from ppopt.ir import Op
 from ppopt.solve.model import Built
-from ppopt.solve.options import READBACK_SHARE, SolveOptions
+from ppopt.solve.options import SolveOptions
 
 TARGET_FREE = 240
 """Free ops a neighbourhood starts with (grown by :data:`GROWTH` after :data:`PATIENCE` failures)."""
 GROWTH = 1.5
 PATIENCE = 4
+RESERVE_SHARE = 0.05
+"""Share of the command's budget the search leaves for what follows it (validating and simulating the
+best schedule at tens of thousands of ops takes seconds); a step also starts only when at least twice
+the last neighbourhood's model-building time remains."""
 STEP_DETERMINISTIC_S = 2.0
 """CP-SAT deterministic time per neighbourhood (a fraction of a second to a few seconds of wall time)."""
 
@@ -101,15 +105,19 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
     best = _makespan(built, starts)
     size, failures, step, improvements, when = TARGET_FREE, 0, 0, 0, None
     deterministic_left = options.deterministic_time
-    while not options.expired and best > 0 and (deterministic_left is None or deterministic_left > 0):
+    reserve = RESERVE_SHARE * options.time_limit_s  # for reading the best back, validating and simulating it
+    building = 0.0  # wall time the last neighbourhood model took to build
+    while options.remaining_s() > reserve + 2 * building and best > 0 and (deterministic_left is None or deterministic_left > 0):
         free = _neighbourhood(rng, step, built, starts, size, microbatches)
+        built_at = time.monotonic()
         model = _restricted(built, starts, free, device_of, best)
-        if options.expired:
+        building = time.monotonic() - built_at
+        if options.remaining_s() <= reserve:
             break
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = options.workers
         solver.parameters.random_seed = options.seed + step
-        solver.parameters.max_time_in_seconds = (1 - READBACK_SHARE) * options.remaining_s()
+        solver.parameters.max_time_in_seconds = options.remaining_s() - reserve
         dt = STEP_DETERMINISTIC_S if deterministic_left is None else min(STEP_DETERMINISTIC_S, deterministic_left)
         solver.parameters.max_deterministic_time = dt
         solver.parameters.cp_model_presolve = False  # the frozen chains leave little to presolve, at a high cost
