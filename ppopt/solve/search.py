@@ -26,7 +26,7 @@ from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve.bounds import Bounds, Shape, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
-from ppopt.solve.lns import improve
+from ppopt.solve.lns import Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
@@ -340,7 +340,7 @@ def _periodic_applies(setup: _Setup) -> bool:
 def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     """The setup with the steady-state search's schedule among the candidates (and as the hint when
     it is the best), its pattern, and the period bound (:mod:`ppopt.solve.periodic`). The search
-    gets at most a quarter of the time left."""
+    gets at most an eighth of the time left."""
     ticked = setup.ticked
     if not _periodic_applies(setup) or ticked is None:
         return setup
@@ -353,7 +353,7 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
         return setup
     tick_duration, tick_delay = ticked
     tick_caps = [None if c is None else math.floor(c + 1e-9) for c in caps]
-    found = periodic_schedule(instance.devices, instance.microbatches, tick_duration, tick_delay, tick_caps, options.share(4))
+    found = periodic_schedule(instance.devices, instance.microbatches, tick_duration, tick_delay, tick_caps, options.share(8))
     if found is None:
         return setup
     schedule, pattern = found
@@ -406,7 +406,9 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
     if start is None or best.objective_ticks is None or previous is None or options.expired:
         return best, from_solver
     end = best.objective_ticks
-    assert setup.placement is not None
+    assert setup.placement is not None and best.schedule is not None and setup.ticked is not None
+    if len(start) > AUTO_LNS_OPS and _periodic_applies(setup):  # one stage per device: windows of time alone
+        return _improve_windows(setup, best, from_solver, options)
     if options.remaining_s() < 3 * BUILD_S_PER_OP * len(start):  # the model, a step and the read-back would not fit
         options.note("large-neighbourhood search skipped: too little time left for a model of this size")
         return best, from_solver
@@ -427,6 +429,36 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
         return best, from_solver
     status = "optimal" if improved.proven else "feasible"
     return replace(best, status=status, schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
+                   objective_ticks=improved.makespan, starts=improved.starts, time_to_best_s=improved.time_to_best_s,
+                   note=None), True
+
+
+def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
+    """The window search of :mod:`ppopt.solve.lns` (one stage per device): no full model to build."""
+    assert best.schedule is not None and best.simulation is not None and setup.ticked is not None
+    tick_duration, tick_delay = setup.ticked
+    caps = _cap_of_stage(setup.instance, setup.placement)
+    timing = Timing(
+        lambda op: tick_duration(op.stage, op.kind),
+        lambda dep, op: tick_delay(dep.stage, dep.stage, op.stage) if dep.stage != op.stage else 0,
+        lambda op: op.stage,
+        {s: math.floor(c + 1e-9) for s in range(setup.instance.stages) if (c := caps(s)) is not None},
+        setup.instance.stages,
+        setup.split,
+    )
+    options.note(f"large-neighbourhood search (windows of time) from {best.simulation.step_time_s:.6g} {setup.instance.time_unit}")
+    schedule, improved = improve_windows(best.schedule, timing, options)
+    options.note(f"large-neighbourhood search: {improved.steps} steps, {improved.improvements} improvements, "
+                 f"makespan {improved.makespan * setup.tick:.6g} {setup.instance.time_unit}")
+    if improved.improvements == 0:
+        return best, from_solver
+    found = validate(replace(schedule, name="search", options={"space": setup.space.describe()}))
+    simulation = simulate(found, setup.instance.costs, setup.instance.system)
+    limit = setup.instance.memory_limit
+    fits = limit is None or max(memory_use(simulation, setup.instance)) <= limit * (1 + 1e-12)
+    if not fits or simulation.step_time_s >= best.simulation.step_time_s - 1e-12:
+        return best, from_solver
+    return replace(best, status="feasible", schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
                    objective_ticks=improved.makespan, starts=improved.starts, time_to_best_s=improved.time_to_best_s,
                    note=None), True
 
