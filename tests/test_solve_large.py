@@ -24,18 +24,16 @@ def test_lns_proves_the_known_optimum_when_one_neighbourhood_holds_everything():
 
 
 def test_lns_is_reproducible_and_improves_on_its_hint():
-    """p = 8, m = 32, cap 8, one-slot messages: the greedy hint takes 182 slots; the search frees
-    windows of 240 of the 512 ops (neighbourhoods smaller than the problem) and finds shorter."""
-    options = SolveOptions(60, method="lns", seed=3, deterministic_time=1.0)
-    runs = [search(_spec(8, 32, cap=8), parse_space("placement=linear"), options) for _ in range(2)]
+    """p = 7, m = 21, cap 7, one-slot messages: the search frees windows of 240 of the 294 ops
+    (smaller than the problem at first) and finds a shorter schedule than its hint."""
+    options = SolveOptions(60, method="lns", seed=3, deterministic_time=0.5)
+    runs = [search(_spec(7, 21, cap=7), parse_space("placement=linear"), options) for _ in range(2)]
     first, second = runs
     assert first.schedule.orders == second.schedule.orders
-    assert first.hint_step_time == 182
     assert first.step_time < first.hint_step_time
     assert first.bound <= first.step_time
     validate(first.schedule)
-    peaks = first.simulation.peak_activation_bytes
-    assert max(peaks) <= 8 + 1e-9
+    assert max(first.simulation.peak_activation_bytes) <= 7 + 1e-9
 
 
 def test_method_is_checked():
@@ -55,20 +53,20 @@ def test_gap_searches_chimera_and_its_asymmetric_split_once_in_unit_mode():
 
 
 def test_window_search_improves_1f1b_within_the_cap_reproducibly():
-    """p = 8, m = 24, cap 8, one-slot messages: windows of time re-solved alone shorten 1F1B, keep
+    """p = 6, m = 12, cap 6, one-slot messages: windows of time re-solved alone shorten 1F1B, keep
     it valid and within the cap, and the same seed gives the same schedule."""
     from ppopt.generators import generate
     from ppopt.simulate import simulate
     from ppopt.solve.lns import Timing, improve_windows
 
-    instance = _spec(8, 24, cap=8).instance(8)
-    timing = Timing(lambda op: 1 if op.kind.name == "F" else 2, lambda dep, op: 1, lambda op: op.stage, {s: 8 for s in range(8)}, 8,
+    instance = _spec(6, 12, cap=6).instance(6)
+    timing = Timing(lambda op: 1 if op.kind.name == "F" else 2, lambda dep, op: 1, lambda op: op.stage, {s: 6 for s in range(6)}, 6,
                     False)
-    start = generate("1f1b", 8, 24)
+    start = generate("1f1b", 6, 12)
     before = simulate(start, instance.costs, instance.system).step_time_s
-    runs = [improve_windows(start, timing, SolveOptions(60, seed=1, deterministic_time=1.0).start()) for _ in range(2)]
+    runs = [improve_windows(start, timing, SolveOptions(60, seed=1, deterministic_time=0.3).start()) for _ in range(2)]
     (schedule, improved), (again, _) = runs
     assert schedule.orders == again.orders
     simulation = simulate(validate(schedule), instance.costs, instance.system)
     assert simulation.step_time_s == improved.makespan < before
-    assert max(simulation.peak_activation_bytes) <= 8
+    assert max(simulation.peak_activation_bytes) <= 6

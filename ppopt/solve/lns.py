@@ -59,6 +59,9 @@ RESERVE_SHARE = 0.05
 """Share of the command's budget the search leaves for what follows it (validating and simulating the
 best schedule at tens of thousands of ops takes seconds); a step also starts only when at least twice
 the last neighbourhood's model-building time remains."""
+STEP_FLOOR_S = 0.05
+"""Deterministic time every step is charged at least (its own work outside CP-SAT is not counted
+by CP-SAT), so a deterministic budget also bounds the number of steps."""
 STEP_DETERMINISTIC_S = 2.0
 """CP-SAT deterministic time per neighbourhood (a fraction of a second to a few seconds of wall time)."""
 
@@ -136,7 +139,7 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
         solver.parameters.cp_model_presolve = False  # the frozen chains leave little to presolve, at a high cost
         code = solver.solve(model)
         if deterministic_left is not None:
-            deterministic_left -= solver.deterministic_time
+            deterministic_left -= max(solver.deterministic_time, STEP_FLOOR_S)
         step += 1
         found = round(solver.objective_value) if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
         if found is not None:
@@ -279,7 +282,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
         solver.parameters.max_deterministic_time = dt
         code = solver.solve(model)
         if deterministic_left is not None:
-            deterministic_left -= solver.deterministic_time
+            deterministic_left -= max(solver.deterministic_time, STEP_FLOOR_S)
         changed = None
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             moved = {op: solver.value(start[op]) for op in free}
