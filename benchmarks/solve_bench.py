@@ -48,12 +48,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from milp_baseline import milp_solve  # noqa: E402
 
 MILP_MAX_OPS = 2000
-MODELLED = {"llama": ("llama3-8b", "dgx-h100"), "study": ("study", "mid-mid")}
+MODELLED = {"llama": ("llama3-8b", "dgx-h100"), "study": ("study", "mid-mid"), "llama70": ("llama3-70b", "dgx-h100")}
 SPACES = {
     "fb": "placement=linear",
     "zb": "placement=linear,backward=split",
     "loop": "placement=looped,chunks=2",
     "v": "placement=v,backward=split",
+    "vfb": "placement=v",
 }
 
 
@@ -66,6 +67,9 @@ class Case:
     cap: bool = False
     comm: bool = False  # unit mode only: every message costs 1 slot
     quick: bool = False
+    forward: float = 1.0  # unit mode: F slots (B = 2F)
+    limit_gib: float | None = None  # modelled: this byte limit per device instead of 1.1 x 1F1B's peak
+    acceptance: bool = False  # one of the acceptance instances of the issue "The solver at production sizes"
 
     @property
     def name(self) -> str:
@@ -74,6 +78,10 @@ class Case:
             parts.append("cap")
         if self.comm:
             parts.append("comm")
+        if self.forward != 1.0:
+            parts.append(f"F{self.forward:g}")
+        if self.limit_gib is not None:
+            parts.append(f"{self.limit_gib:g}GiB")
         return "-".join(parts)
 
 
@@ -107,6 +115,14 @@ def _cases() -> list[Case]:
     for p, m in ((4, 16), (8, 32), (16, 64)):
         add("study", "fb", p, m, quick=(p, m) == (4, 16))
         add("study", "fb", p, m, cap=True)
+    # the acceptance instances (cap p, one-slot messages unless said otherwise)
+    for case in cases:
+        if case.costs == "unit" and case.space == "fb" and case.cap and case.comm and (case.p, case.m) in ((16, 64), (32, 128)):
+            cases[cases.index(case)] = Case(**{**case.__dict__, "acceptance": True})
+    for p, m in ((32, 256), (8, 512), (16, 1024)):
+        add("unit", "fb", p, m, cap=True, comm=True, acceptance=True)
+    add("llama70", "fb", 8, 64, cap=True, limit_gib=220.0, acceptance=True)
+    add("unit", "vfb", 8, 16, cap=True, forward=2.0, acceptance=True)
     return cases
 
 
@@ -125,11 +141,14 @@ def spec_of(case: Case):
     """The space and the instance spec of a benchmark case."""
     space = parse_space(SPACES[case.space])
     if case.costs == "unit":
-        weight = 1.0 if space.split_backward else None
+        weight = case.forward if space.split_backward else None
         limit = float(case.p) if case.cap else None
-        units = UnitCosts(1.0, 2.0, weight, 1.0 if case.comm else 0.0)
+        units = UnitCosts(case.forward, 2 * case.forward, weight, 1.0 if case.comm else 0.0)
         return space, InstanceSpec(case.p, case.m, units, memory_limit=limit)
     model, system = MODELLED[case.costs]
+    if case.limit_gib is not None:
+        return space, InstanceSpec(case.p, case.m, model=model, system=system, global_batch=case.m,
+                                   memory_limit=case.limit_gib * 2**30)
     limit = 1.1 * _peak_1f1b(case, space) if case.cap else None
     return space, InstanceSpec(case.p, case.m, model=model, system=system, global_batch=case.m, memory_limit=limit)
 
@@ -150,8 +169,8 @@ def _pct(gap: float | None) -> str:
 
 
 COLUMNS = (
-    ("instance", 28), ("ops", 6), ("status", 9), ("step", 10), ("bound", 10), ("gap", 7), ("hint", 10),
-    ("best_s", 7), ("proof_s", 7), ("milp", 9), ("milp_s", 7), ("ratio", 7),
+    ("instance", 36), ("ops", 6), ("status", 9), ("step", 10), ("bound", 10), ("gap", 7), ("hint", 10), ("1f1b", 10),
+    ("best_s", 7), ("proof_s", 7), ("wall_s", 7), ("milp", 9), ("milp_s", 7), ("milp_wall", 9), ("ratio", 7),
 )
 
 
@@ -169,20 +188,28 @@ class Outcome:
     milp_status: str | None
     milp_proof_s: float | None
     ratio: float | None
+    step: float | None = None
+    hint: float | None = None
+    one_f_one_b: float | None = None
+    wall_s: float = 0.0
 
 
-def run_case(case: Case, time_limit: float, workers: int) -> Outcome:
-    space, spec = spec_of(case)
+def run_case(case: Case, time_limit: float, workers: int, method: str = "auto") -> Outcome:
+    space = parse_space(SPACES[case.space])
     stages = stage_count(space, case.p)
     ops = (3 if space.split_backward else 2) * stages * case.m
+    began = time.monotonic()  # the whole request, as a command runs it: instances, hints, bounds, solves, read-back
     try:
-        result = search(spec, space, SolveOptions(time_limit, workers=workers, seed=0))
+        space, spec = spec_of(case)
+        result = search(spec, space, SolveOptions(time_limit, workers=workers, seed=0, method=method))
     except (InfeasibleError, ScheduleError, Exception) as error:  # a broken instance must not stop the run
-        print(_row((case.name, ops, "error", "-", "-", "-", "-", "-", "-", "-", "-", "-")) + f"  {type(error).__name__}: {error}", flush=True)
+        print(_row((case.name, ops) + ("error",) + ("-",) * (len(COLUMNS) - 3)) + f"  {type(error).__name__}: {error}", flush=True)
         return Outcome(case, ops, "error", None, None, None, None, None)
+    wall = time.monotonic() - began
     unit = result.time_unit
+    one_f_one_b = next((c.simulation.step_time_s for c in result.handcrafted if c.name.startswith("1f1b")), None)
     proof = result.wall_time_s if result.status == "optimal" else None
-    milp_status, milp_proof, ratio, note = None, None, None, ""
+    milp_status, milp_proof, milp_solve_s, milp_wall, ratio, note = None, None, None, None, None, ""
     notes = []
     # ticks round durations down (modelled: < 0.1 % per op); in unit mode the ticks are exact, so a
     # difference there means the simulator sees something the tick model does not (link contention)
@@ -197,26 +224,54 @@ def run_case(case: Case, time_limit: float, workers: int) -> Outcome:
         try:
             milp = milp_solve(spec.instance(stages), space, time_limit)
             milp_status = milp["status"]
+            milp_wall, milp_solve_s = milp["wall_time_s"], milp["solve_time_s"]
             if milp_status == "optimal":
-                milp_proof = milp["wall_time_s"]
+                milp_proof = milp["solve_time_s"]
                 cp_proved = result.solver_objective is not None and result.solver_bound >= result.solver_objective * (1 - 1e-12)
                 if cp_proved and abs(milp["objective"] - result.solver_objective) > 1e-9 * max(1.0, milp["objective"]):
                     note = f"MISMATCH milp {milp['objective']:.9g} vs cp-sat {result.solver_objective:.9g}"
             else:
                 note = f"milp bound {_t(milp['bound'], unit)}, incumbent {_t(milp['objective'], unit)}"
             if proof is not None and milp_proof is not None:
-                ratio = milp_proof / proof
+                ratio = milp_wall / proof
         except NotImplementedError:
             milp_status, note = "skipped", "(cap on multi-stage device)"
     print(
         _row((
             case.name, ops, result.status, _t(result.step_time, unit), _t(result.bound, unit), _pct(result.gap),
-            _t(result.hint_step_time, unit), _s(result.time_to_best_s), _s(proof),
-            milp_status or "-", _s(milp_proof), "-" if ratio is None else f"{ratio:.1f}x",
+            _t(result.hint_step_time, unit), _t(one_f_one_b, unit), _s(result.time_to_best_s), _s(proof), _s(wall),
+            milp_status or "-", _s(milp_solve_s), _s(milp_wall), "-" if ratio is None else f"{ratio:.1f}x",
         )) + "".join(f"  {n}" for n in notes + ([note] if note else [])),
         flush=True,
     )
-    return Outcome(case, ops, result.status, result.gap, proof, milp_status, milp_proof, ratio)
+    return Outcome(case, ops, result.status, result.gap, proof, milp_status, milp_proof, ratio, result.step_time,
+                   result.hint_step_time, one_f_one_b, wall)
+
+
+# ---- the acceptance targets of "The solver at production sizes" ---------------------------------
+def _target(case: Case) -> tuple[float, bool]:
+    """The gap target of an acceptance instance, and whether it must beat the hint and 1F1B."""
+    if case.p == 32:
+        return 0.03, True
+    if case.m >= 512:
+        return 0.005, False
+    return 0.01, False
+
+
+def acceptance(outcomes: list[Outcome], time_limit: float) -> None:
+    print()
+    print("acceptance (issue: the solver at production sizes)")
+    for o in outcomes:
+        if not o.case.acceptance:
+            continue
+        target, beat = _target(o.case)
+        checks = [f"gap {_pct(o.gap)} <= {target:.1%}: {'met' if o.gap is not None and o.gap <= target + 1e-12 else 'MISSED'}"]
+        if beat and o.step is not None:
+            better = o.hint is not None and o.step < o.hint - 1e-9 and (o.one_f_one_b is None or o.step < o.one_f_one_b - 1e-9)
+            checks.append(f"better than the hint and 1F1B: {'met' if better else 'MISSED'}")
+        slack = 1.05 if o.case.p == 32 else 1.0
+        checks.append(f"wall {o.wall_s:.1f} s <= {slack * time_limit:g} s: {'met' if o.wall_s <= slack * time_limit else 'MISSED'}")
+        print(f"  {o.case.name}: " + "; ".join(checks))
 
 
 # ---- summary against the targets ----------------------------------------------------------------
@@ -283,9 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="reduced set, 10 s limit, under 2 minutes")
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (the MILP uses 1 thread)")
     parser.add_argument("--only", default=None, help="run instances whose name contains this substring")
+    parser.add_argument("--acceptance", action="store_true", help="only the acceptance instances of the production-size issue")
+    parser.add_argument("--method", default="auto", choices=("auto", "cp", "lns"), help="search method (SolveOptions.method)")
     args = parser.parse_args(argv)
     time_limit = args.time_limit if args.time_limit is not None else (10.0 if args.quick else 60.0)
     cases = [c for c in INSTANCES if c.quick] if args.quick else list(INSTANCES)
+    if args.acceptance:
+        cases = [c for c in INSTANCES if c.acceptance]
     if args.only:
         cases = [c for c in cases if args.only in c.name]
 
@@ -296,13 +355,16 @@ def main(argv: list[str] | None = None) -> int:
           f"MILP only up to {MILP_MAX_OPS} ops; {len(cases)} instances")
     print("memory caps: unit = p live activations (of a 1/p model share) per device; modelled = 1.1 x 1F1B's peak bytes "
           "per device, persistent state included; an activation lives from the start of F to the end of B (W when split)")
-    print("times: step/bound/hint in slots (unit) or ms (modelled); best_s = CP-SAT time to its last incumbent; "
-          "proof_s = wall time when proven optimal; ratio = milp_s / proof_s")
+    print("times: step/bound/hint/1f1b in slots (unit) or ms (modelled); best_s = time to the last improvement; "
+          "proof_s = wall time when proven optimal; wall_s = the whole search (instances, hints, bounds, solves, read-back); "
+          "milp_s = HiGHS solve time, milp_wall = the MILP's whole run (model building included); ratio = milp_wall / proof_s")
+    print(f"load average at start {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[1]:.2f} (5 min) on {os.cpu_count()} cores")
     print()
     print(_row(tuple(name for name, _ in COLUMNS)))
     began = time.monotonic()
-    outcomes = [run_case(case, time_limit, args.workers) for case in cases]
+    outcomes = [run_case(case, time_limit, args.workers, args.method) for case in cases]
     summary(outcomes)
+    acceptance(outcomes, time_limit)
     print(f"\ntotal wall time {time.monotonic() - began:.1f} s")
     return 0
 

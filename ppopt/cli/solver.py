@@ -18,7 +18,7 @@ from ppopt.cli.options import (
     unit_options,
 )
 from ppopt.solve.instance import InstanceSpec
-from ppopt.solve.options import MAX_WORKERS, SolveOptions
+from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, MAX_WORKERS, METHODS, SolveOptions
 
 
 def solver_options(command):
@@ -39,7 +39,10 @@ def solver_options(command):
             click.option("--time-limit", type=float, default=60.0, show_default=True,
                          help="Seconds for the whole command: model building, hints, every solve and the report."),
             click.option("--workers", type=int, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible)."),
-            click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed."),
+            click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
+            click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
+                         help="cp: one CP-SAT solve; lns: large-neighbourhood search from the best hint (one device "
+                              f"per stage); auto: cp up to {AUTO_CP_OPS} ops, cp then lns up to {AUTO_LNS_OPS}, lns above."),
             click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
             click.option("--costs", default=None,
                          help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time."),
@@ -56,7 +59,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     """
     quiet = params.pop("quiet")
     solve = SolveOptions(params.pop("time_limit"), params.pop("workers"), params.pop("seed"),
-                         None if quiet else (lambda line: click.echo(line, err=True))).start()
+                         None if quiet else (lambda line: click.echo(line, err=True)), method=params.pop("method")).start()
     unit, units = params.pop("unit"), params.pop("units")
     costs = params.pop("costs")
     if costs is not None:

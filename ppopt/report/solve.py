@@ -10,6 +10,8 @@ import math
 
 from ppopt.report.text import gib, per_device, render_table, seconds, timeline_grid, with_context
 from ppopt.solve.gap import Frontier, GapReport
+from ppopt.solve.greedy import GREEDY
+from ppopt.solve.periodic import PERIODIC
 from ppopt.solve.search import SearchResult, relative_gap
 
 
@@ -48,6 +50,8 @@ def search_json(result: SearchResult) -> dict:
             "device_load": result.analytic.device_load,
             "memory": result.analytic.memory,
             "warmup": result.analytic.warmup,
+            "round_trip": result.analytic.round_trip,
+            "one_machine": result.analytic.one_machine,
         },
         "from_solver": result.from_solver,
         "peak_memory": result.peak_memory,
@@ -55,6 +59,9 @@ def search_json(result: SearchResult) -> dict:
         "hint": result.hint,
         "hint_step_time_s": result.hint_step_time,
         "tick_s": result.tick,
+        "rounding_cost": _num(result.rounding_cost),
+        "period": result.period,
+        "period_bound_s": _num(result.period_bound),
         "memory_semantics": result.memory_semantics,
         "wall_time_s": result.wall_time_s,
         "note": result.note,
@@ -86,7 +93,8 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
     if result.schedule is not None and result.simulation is not None and show_grid:
         sim = result.simulation
         lines += [timeline_grid(result.schedule, sim.start_s, sim.end_s, colour=colour), ""]
-    where = "solver" if result.from_solver else f"handcrafted {result.hint}"
+    own = result.hint in (GREEDY, PERIODIC)  # ppopt's own hints, not handcrafted schedules
+    where = "solver" if result.from_solver else (f"ppopt's {result.hint} schedule" if own else f"handcrafted {result.hint}")
     u = " slots" if unit == "slots" else ""
     lines.append(f"status     {result.status}")
     lines.append(f"step time  {_amount(result.step_time, unit)}{u} (best from {where})")
@@ -95,6 +103,10 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         f"analytic {_amount(result.analytic.best, unit)})"
     )
     lines.append(f"gap        {_pct(result.gap)}")
+    if result.period is not None or result.period_bound is not None:
+        bound = "-" if result.period_bound is None else f"{_amount(result.period_bound, unit)}{u}"
+        lines.append(f"period     {result.period or 'no pattern found in time'}; period bound for m = "
+                     f"{result.schedule.microbatches if result.schedule else '-'}: {bound}")
     if result.hint is not None:
         lines.append(f"hint       {result.hint}: {_amount(result.hint_step_time, unit)}{u}")
     if result.simulation is not None:
@@ -108,7 +120,9 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         amount = f"{result.peak_memory:g} live activations" if result.time_unit == "slots" else gib(result.peak_memory)
         lines.append(f"peak       {amount} on the worst device ({result.memory_status} for this step time)")
     ttb = "-" if result.time_to_best_s is None else f"{result.time_to_best_s:.2f} s"
-    lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {unit})")
+    rounding = "exact" if result.rounding_cost == 0 else (
+        "delays below one tick dropped" if math.isinf(result.rounding_cost) else f"rounding costs at most {result.rounding_cost:.3%}")
+    lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {unit}, {rounding})")
     if result.note:
         lines.append(f"note       {result.note}")
     return "\n".join(lines)

@@ -15,6 +15,10 @@ None), so ``max`` of them complements the solver's own bound:
   W_s = F_s + the round trip through the stages above after its first F starts, the device can only
   run forwards, at most min(K, m) of them (K the cap, if any). So it idles at least
   W_s - min(K, m) * F_s, on top of head + load + tail.
+- **round trip** and **one machine** (every stage on one device): the longest path over data
+  dependencies, microbatch order and, under a cap of K on a one-stage device, F(i+K) after the end
+  of microbatch i's backward there; and Jackson's preemptive one-machine bound per device with
+  those heads and tails (proofs in :mod:`ppopt.solve.heads`).
 
 All bounds take a duration function and a delay function, so the same code gives the bound in real
 seconds and in (rounded-down) ticks.
@@ -27,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ppopt.ir import Kind
+from ppopt.solve.heads import MAX_OPS, one_machine, round_trip, windows
 
 Duration = Callable[[int, Kind], float]  # (stage, kind) -> duration
 Delay = Callable[[int, int, int], float]  # (stage sending, device a, device b) -> delay
@@ -52,10 +57,12 @@ class Bounds:
     device_load: float
     memory: float
     warmup: float = 0.0
+    round_trip: float = 0.0
+    one_machine: float = 0.0
 
     @property
     def best(self) -> float:
-        return max(self.critical_path, self.device_load, self.memory, self.warmup)
+        return max(self.critical_path, self.device_load, self.memory, self.warmup, self.round_trip, self.one_machine)
 
 
 def _hop(delay: Delay, placement: Sequence[Sequence[int]] | None, stage: int, other: int) -> float:
@@ -173,9 +180,15 @@ def lower_bounds(
 ) -> Bounds:
     """All analytic bounds of one space (see :class:`Shape`); ``cap_of_stage(s)`` is the number of
     stage s's activations that fit on its device, or None."""
+    graph = None
+    kinds = 3 if shape.split else 2
+    if shape.placement is not None and shape.stages * shape.microbatches * kinds <= MAX_OPS:
+        graph = windows(shape.stages, shape.microbatches, shape.placement, shape.split, duration, delay, cap_of_stage)
     return Bounds(
         critical_path(shape, duration, delay),
         device_load(shape, duration, delay),
         memory_lifetime(shape, duration, delay, cap_of_stage),
         warmup(shape, duration, delay, cap_of_stage),
+        round_trip(graph) if graph is not None else 0.0,
+        one_machine(graph) if graph is not None else 0.0,
     )

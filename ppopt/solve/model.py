@@ -150,6 +150,11 @@ class _Builder:
                     for m in range(self.m - 1):
                         a = Op(s, kind, m)
                         edges[a].append((Op(s, kind, m + 1), self.duration[a]))
+            free = freeing_kind(self.split)
+            for s, k in self.memory_caps().items():
+                for m in range(self.m - k):
+                    a = Op(s, free, m)
+                    edges[a].append((Op(s, Kind.F, m + k), self.duration[a]))
         order = topological_order({op: [b for b, _ in edges[op]] for op in self.ops})
         earliest = {op: 0 for op in self.ops}
         for a in order:
@@ -160,6 +165,33 @@ class _Builder:
             for b, lag in edges[a]:
                 to_end[a] = max(to_end[a], lag + to_end[b])
         return earliest, {op: self.horizon - to_end[op] for op in self.ops}
+
+    def memory_scale(self, limit: float | None) -> tuple[list[int], list[int], int]:
+        """Activation demand and persistent state per stage, and the capacity ``limit`` (the
+        total a device could ever hold when None), as integers in one memory unit (see
+        :func:`_memory_scale`)."""
+        costs = self.instance.costs
+        sizes = [costs[s].activation_bytes for s in range(self.stages)]
+        bytes_mode = self.instance.memory_unit == "bytes"
+        persistent = [costs[s].persistent_bytes if bytes_mode else 0.0 for s in range(self.stages)]
+        most = sum(persistent) + self.m * sum(sizes)
+        scaled, capacity = _memory_scale(sizes + persistent, most if limit is None else min(limit, most))
+        return scaled[: self.stages], scaled[self.stages :], capacity
+
+    def memory_caps(self) -> dict[int, int]:
+        """Stage -> how many of its activations fit (the k of :meth:`add_memory_precedence`), for
+        each device holding exactly that one stage, when there is a memory limit."""
+        if self.instance.memory_limit is None or self.placement is None:
+            return {}
+        demand, kept, capacity = self.memory_scale(self.instance.memory_limit)
+        caps = {}
+        for d in range(self.p):
+            held = [s for s in range(self.stages) if d in self.placement[s]]
+            if self.single_stage(held) and demand[held[0]] > 0:
+                k = (capacity - kept[held[0]]) // demand[held[0]]
+                if k >= 1:
+                    caps[held[0]] = k
+        return caps
 
     # ---- where ops run ---------------------------------------------------------------------------
     def end(self, op: Op):
@@ -302,14 +334,13 @@ class _Builder:
         limit = self.instance.memory_limit
         if limit is None and not minimize_peak:
             return
-        costs = self.instance.costs
         free = freeing_kind(self.split)
-        sizes = [costs[s].activation_bytes for s in range(self.stages)]
+        demand, kept, capacity = self.memory_scale(limit)
+        scaled = demand + kept
+        costs = self.instance.costs
         bytes_mode = self.instance.memory_unit == "bytes"
+        sizes = [costs[s].activation_bytes for s in range(self.stages)]
         persistent = [costs[s].persistent_bytes if bytes_mode else 0.0 for s in range(self.stages)]
-        most = sum(persistent) + self.m * sum(sizes)
-        scaled, capacity = _memory_scale(sizes + persistent, most if limit is None else min(limit, most))
-        demand, kept = scaled[: self.stages], scaled[self.stages :]
         ceiling: cp_model.IntVar | int = capacity
         if minimize_peak:
             self.peak = ceiling = self.model.new_int_var(0, capacity, "peak_memory")

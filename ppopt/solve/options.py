@@ -23,6 +23,17 @@ MAX_WORKERS = 64
 workers, and each worker holds a copy of the model, so more only costs memory."""
 
 
+METHODS = ("auto", "cp", "lns")
+"""How a search looks for schedules: ``cp`` one CP-SAT solve of the whole space; ``lns`` the
+large-neighbourhood search from the best hint (:mod:`ppopt.solve.lns`); ``auto`` picks by size: one
+CP-SAT solve up to :data:`AUTO_CP_OPS` ops, a CP-SAT solve with half the budget then the
+large-neighbourhood search from the best schedule so far up to :data:`AUTO_LNS_OPS` ops, and the
+large-neighbourhood search alone above (where one CP-SAT solve rarely improves on its hint)."""
+
+AUTO_CP_OPS = 1500
+AUTO_LNS_OPS = 4096
+
+
 READBACK_SHARE = 0.1
 """Share of the remaining time a CP-SAT call leaves for what follows it: stopping CP-SAT, reading
 its answer back, validating and simulating it, and printing the report."""
@@ -40,6 +51,7 @@ class SolveOptions:
         deterministic_time: CP-SAT's deterministic time limit per solve (reproducible runs), or None.
         dominance: add the microbatch-order dominance rule (:mod:`ppopt.solve.model`).
         deadline: ``time.monotonic()`` value at which the budget ends; set by :meth:`start`.
+        method: one of :data:`METHODS`.
     """
 
     time_limit_s: float = 60.0
@@ -49,6 +61,7 @@ class SolveOptions:
     deterministic_time: float | None = None
     dominance: bool = True
     deadline: float | None = None
+    method: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.time_limit_s, bool) or not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
@@ -57,6 +70,8 @@ class SolveOptions:
             raise ConfigError(f"must be an integer from 1 to {MAX_WORKERS}, got {self.workers}", field="workers")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
             raise ConfigError(f"must be an integer from 0 to 2^31 - 1, got {self.seed}", field="seed")
+        if self.method not in METHODS:
+            raise ConfigError(f"must be one of {', '.join(METHODS)}, got {self.method!r}", field="method")
         dt = self.deterministic_time
         if dt is not None and not (math.isfinite(dt) and dt > 0):
             raise ConfigError(f"must be a finite number > 0, got {dt}", field="deterministic_time")

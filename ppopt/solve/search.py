@@ -26,10 +26,12 @@ from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve.bounds import Bounds, Shape, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
+from ppopt.solve.lns import Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model
-from ppopt.solve.options import Progress, SolveOptions
+from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
+from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
-from ppopt.solve.ticks import resolution, to_ticks
+from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
 from ppopt.table import earliest_starts
 from ppopt.validate import validate
 
@@ -83,6 +85,9 @@ class SearchResult:
     peak_memory: float | None = None  # with minimize_memory: the worst device's proven-minimal peak (memory unit)
     memory_status: str | None = None  # status of that second solve
     note: str | None = None  # why the search stopped short (time budget spent), if it did
+    rounding_cost: float = 0.0  # at most this share of the step is lost to rounding times down to ticks (inf: unbounded)
+    period: str | None = None  # the steady-state pattern found (linear placement, full backward), described
+    period_bound: float | None = None  # the period-based bound for this m (instance unit), valid for every schedule
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -194,11 +199,18 @@ def _to_schedule(built: Built, solver: cp_model.CpSolver, template: Schedule | N
     else:
         placement = built.placement
     replica_of = tuple(int(solver.value(built.direction[i])) for i in range(m)) if built.direction else ()
+    starts = {op: solver.value(built.start[op]) for op in built.ops}
+    return _ordered(starts, built.duration, placement, replica_of, template, instance, space)
+
+
+def _ordered(starts: dict[Op, int], duration: dict[Op, int], placement, replica_of: tuple[int, ...], template: Schedule | None, instance: Instance,
+             space: Space) -> Schedule:
+    """The schedule that runs each device's ops in the order of their start times."""
+    p, m = instance.devices, instance.microbatches
     device_of = lambda op: placement[op.stage][replica_of[op.microbatch] if len(placement[op.stage]) > 1 else 0]  # noqa: E731
     orders: list[list[tuple[int, int, Op]]] = [[] for _ in range(p)]
-    for op in built.ops:
-        start = solver.value(built.start[op])
-        orders[device_of(op)].append((start, start + built.duration[op], op))
+    for op, start in starts.items():
+        orders[device_of(op)].append((start, start + duration[op], op))
     name = "search" if template is None or not space.fixed else template.name
     weights = template.stage_weights if template is not None else None
     return Schedule(
@@ -234,6 +246,10 @@ class _Setup:
     hint_starts: dict[Op, int] | None
     hint_end: int | None
     horizon: int
+    rounding: float = 0.0  # what rounding to ticks can cost, relative (ppopt.solve.ticks.rounding_cost)
+    ticked: tuple | None = None  # the duration and delay functions in ticks
+    pattern: Pattern | None = None  # the steady-state search's best pattern (ticks)
+    period_bound: float | None = None  # the period-based bound (instance unit), where it applies
 
 
 @dataclass
@@ -273,6 +289,15 @@ def _require_memory(instance: Instance, space: Space, placement) -> None:
         )
 
 
+def analytic_bounds(instance: Instance, placement, split: bool, even: bool = True, ticked=None) -> Bounds:
+    """The analytic bounds (:mod:`ppopt.solve.bounds`) of every schedule with this placement (None:
+    any) and kind of backward on ``instance``, in its time unit, or in ticks with ``ticked`` (the
+    duration and delay functions of :func:`_ticks`). ``even``: replicas split microbatches evenly."""
+    shape = Shape(instance.stages, instance.microbatches, instance.devices, placement, split, even)
+    duration, delay = ticked if ticked is not None else (_durations_s(instance), instance.comm)
+    return lower_bounds(shape, duration, delay, _cap_of_stage(instance, placement))
+
+
 def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
     """Candidates, memory check, ticks, analytic bounds, hint and horizon of one search."""
     instance, candidates = _candidates(spec, space)
@@ -286,12 +311,10 @@ def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
     else:
         placement, split = placement_of(space, spec.devices), space.split_backward
     _require_memory(instance, space, placement)
-    tick, tick_duration, tick_delay = _ticks(instance)
+    tick, tick_duration, tick_delay, rounding = _ticks(instance)
     even = not (space.placement == "bidirectional" and space.directions == "free")
-    cap = _cap_of_stage(instance, placement)
-    shape = Shape(instance.stages, spec.microbatches, spec.devices, placement, split, even)
-    analytic = lower_bounds(shape, _durations_s(instance), instance.comm, cap)
-    analytic_ticks = lower_bounds(shape, tick_duration, tick_delay, cap)
+    analytic = analytic_bounds(instance, placement, split, even)
+    analytic_ticks = analytic_bounds(instance, placement, split, even, (tick_duration, tick_delay))
     hint = candidates[0] if candidates else None
     hint_starts, hint_end = _ticked(hint.schedule, tick_duration, tick_delay) if hint else (None, None)
     horizon = _serial_horizon(instance, tick, split)
@@ -300,16 +323,156 @@ def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
         horizon = hint_end if hint.fits else max(horizon, hint_end)
     lower = math.ceil(analytic_ticks.best - 1e-9)
     return _Setup(space, instance, candidates, template, placement, split, tick, analytic, lower, hint, hint_starts,
-                  hint_end, horizon)
+                  hint_end, horizon, rounding, (tick_duration, tick_delay))
 
 
-def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool) -> _Solved:
-    """The makespan solve, skipped when the hint meets the analytic bound or the budget is spent."""
+BUILD_S_PER_OP = 2.5e-4
+"""Wall time building the CP-SAT model takes per op, roughly (seconds, 2 loaded cores: 7 s at 32,768 ops)."""
+
+
+def _periodic_applies(setup: _Setup) -> bool:
+    """The steady-state search covers the linear placement with full backward."""
+    placement = setup.placement
+    return placement is not None and not setup.space.fixed and setup.space.order == "free" and not setup.split \
+        and placement == tuple((s,) for s in range(setup.instance.devices))
+
+
+def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
+    """The setup with the steady-state search's schedule among the candidates (and as the hint when
+    it is the best), its pattern, and the period bound (:mod:`ppopt.solve.periodic`). The search
+    gets at most an eighth of the time left."""
+    ticked = setup.ticked
+    if not _periodic_applies(setup) or ticked is None:
+        return setup
+    assert setup.placement is not None
+    instance = setup.instance
+    caps = [_cap_of_stage(instance, setup.placement)(s) for s in range(instance.stages)]
+    bound = period_bound(instance.microbatches, _durations_s(instance), instance.comm, caps)
+    setup = replace(setup, period_bound=bound)
+    if options.expired:
+        return setup
+    tick_duration, tick_delay = ticked
+    tick_caps = [None if c is None else math.floor(c + 1e-9) for c in caps]
+    found = periodic_schedule(instance.devices, instance.microbatches, tick_duration, tick_delay, tick_caps, options.share(8))
+    if found is None:
+        return setup
+    schedule, pattern = found
+    options.note(f"steady state: {pattern.k} microbatches every {pattern.period * setup.tick:.6g} {instance.time_unit}"
+                 + (" (the rate bound: optimal)" if pattern.optimal else ""))
+    sim = simulate(validate(schedule), instance.costs, instance.system)
+    limit = instance.memory_limit
+    fits = limit is None or max(memory_use(sim, instance)) <= limit * (1 + 1e-12)
+    candidate = Candidate(schedule.name, schedule, sim, fits)
+    setup = replace(setup, pattern=pattern, candidates=sorted([*setup.candidates, candidate],
+                                                              key=lambda c: (not c.fits, c.simulation.step_time_s)))
+    hint = setup.hint
+    if fits and (hint is None or not hint.fits or sim.step_time_s < hint.simulation.step_time_s - 1e-12):
+        starts, end = _ticked(schedule, tick_duration, tick_delay)
+        setup = replace(setup, hint=candidate, hint_starts=starts, hint_end=end, horizon=end)
+    return setup
+
+
+def _describe(setup: _Setup) -> str | None:
+    pattern = setup.pattern
+    if pattern is None:
+        return None
+    unit = setup.instance.time_unit
+    return (f"{pattern.k} microbatches every {pattern.period * setup.tick:.6g} {unit} "
+            f"(rate bound {pattern.rate_bound * setup.tick:.6g} {unit}{': optimal' if pattern.optimal else ''})")
+
+
+def _lns_applies(setup: _Setup) -> bool:
+    """The large-neighbourhood search needs a free order and one device per stage."""
+    placement = setup.placement
+    return placement is not None and all(len(h) == 1 for h in placement) and not setup.space.fixed \
+        and setup.space.order == "free"
+
+
+def _method(setup: _Setup, method: str) -> str:
+    """``cp``, ``lns`` or ``cp+lns`` (see :data:`ppopt.solve.options.METHODS`)."""
+    if method == "lns" and not _lns_applies(setup):
+        raise ScheduleError(f"lns needs a free order and one device per stage, not {setup.space.describe()}", field="method")
+    if method != "auto":
+        return method
+    ops = setup.instance.stages * setup.instance.microbatches * (3 if setup.split else 2)
+    if ops <= AUTO_CP_OPS or not _lns_applies(setup):
+        return "cp"
+    return "cp+lns" if ops <= AUTO_LNS_OPS else "lns"
+
+
+def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
+    """The large-neighbourhood search (:mod:`ppopt.solve.lns`) from the best schedule so far."""
+    start, previous = best.starts, best.simulation
+    if start is None or best.objective_ticks is None or previous is None or options.expired:
+        return best, from_solver
+    end = best.objective_ticks
+    assert setup.placement is not None and best.schedule is not None and setup.ticked is not None
+    if len(start) > AUTO_LNS_OPS and _periodic_applies(setup):  # one stage per device: windows of time alone
+        return _improve_windows(setup, best, from_solver, options)
+    if options.remaining_s() < 3 * BUILD_S_PER_OP * len(start):  # the model, a step and the read-back would not fit
+        options.note("large-neighbourhood search skipped: too little time left for a model of this size")
+        return best, from_solver
+    frame = Frame(setup.tick, end, min(setup.lower, end))
+    built = build_model(setup.instance, setup.space, frame, best.schedule, best.starts, options.dominance)
+    options.note(f"large-neighbourhood search from {end * setup.tick:.6g} {setup.instance.time_unit}")
+    placement = setup.placement
+    improved = improve(built, start, lambda op: placement[op.stage][0], options)
+    options.note(f"large-neighbourhood search: {improved.steps} steps, {improved.improvements} improvements, "
+                 f"makespan {improved.makespan * setup.tick:.6g} {setup.instance.time_unit}")
+    if improved.proven:
+        best = replace(best, status="optimal", solver_bound=improved.makespan * setup.tick)
+    if improved.makespan >= end:
+        return best, from_solver
+    found = validate(_ordered(improved.starts, built.duration, placement, (), setup.template, setup.instance, setup.space))
+    simulation = simulate(found, setup.instance.costs, setup.instance.system)
+    if simulation.step_time_s >= previous.step_time_s - 1e-12:
+        return best, from_solver
+    status = "optimal" if improved.proven else "feasible"
+    return replace(best, status=status, schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
+                   objective_ticks=improved.makespan, starts=improved.starts, time_to_best_s=improved.time_to_best_s,
+                   note=None), True
+
+
+def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
+    """The window search of :mod:`ppopt.solve.lns` (one stage per device): no full model to build."""
+    assert best.schedule is not None and best.simulation is not None and setup.ticked is not None
+    tick_duration, tick_delay = setup.ticked
+    caps = _cap_of_stage(setup.instance, setup.placement)
+    timing = Timing(
+        lambda op: tick_duration(op.stage, op.kind),
+        lambda dep, op: tick_delay(dep.stage, dep.stage, op.stage) if dep.stage != op.stage else 0,
+        lambda op: op.stage,
+        {s: math.floor(c + 1e-9) for s in range(setup.instance.stages) if (c := caps(s)) is not None},
+        setup.instance.stages,
+        setup.split,
+    )
+    options.note(f"large-neighbourhood search (windows of time) from {best.simulation.step_time_s:.6g} {setup.instance.time_unit}")
+    schedule, improved = improve_windows(best.schedule, timing, options)
+    options.note(f"large-neighbourhood search: {improved.steps} steps, {improved.improvements} improvements, "
+                 f"makespan {improved.makespan * setup.tick:.6g} {setup.instance.time_unit}")
+    if improved.improvements == 0:
+        return best, from_solver
+    found = validate(replace(schedule, name="search", options={"space": setup.space.describe()}))
+    simulation = simulate(found, setup.instance.costs, setup.instance.system)
+    limit = setup.instance.memory_limit
+    fits = limit is None or max(memory_use(simulation, setup.instance)) <= limit * (1 + 1e-12)
+    if not fits or simulation.step_time_s >= best.simulation.step_time_s - 1e-12:
+        return best, from_solver
+    return replace(best, status="feasible", schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
+                   objective_ticks=improved.makespan, starts=improved.starts, time_to_best_s=improved.time_to_best_s,
+                   note=None), True
+
+
+def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bool = True) -> _Solved:
+    """The makespan solve, skipped when the hint meets the analytic bound or the budget is spent
+    (or, with ``full`` False, left to the large-neighbourhood search)."""
     hint, space, unit = setup.hint, setup.space, setup.instance.time_unit
     if hint is not None and hint.fits and not space.fixed and not minimize_memory and setup.hint_end is not None \
             and setup.hint_end <= setup.lower:
         options.note(f"hint {hint.name} meets the analytic bound {setup.analytic.best:.6g} {unit}: optimal without search")
         return _Solved("optimal", setup.lower * setup.tick)
+    if not full:
+        return _Solved("unknown", 0.0)
     spent = _Solved("unknown", 0.0, note="time limit reached before the solve" + (": the best hint is reported" if hint else ""))
     if options.expired:
         return spent
@@ -400,10 +563,14 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
         return _search_family(spec, space, options)
     _check(spec, space)
     began = time.monotonic()
-    setup = _prepare(spec, space)
-    # with a second (memory) solve to come, the makespan solve gets half of what is left
-    solved = _solve(setup, options.share(2) if minimize_memory else options, minimize_memory)
+    setup = _with_periodic(_prepare(spec, space), options)
+    method = _method(setup, options.method)
+    # with a second (memory) solve to come, the makespan search gets half of what is left
+    main = options.share(2) if minimize_memory else options
+    solved = _solve(setup, main.share(2) if method == "cp+lns" else main, minimize_memory, full=method != "lns")
     best, from_solver = _pick(setup, solved)
+    if method != "cp" and best.status != "optimal":
+        best, from_solver = _improve(setup, best, from_solver, main)
     if minimize_memory:
         best = _lower_peak(setup, best, options)
     return _result(setup, best, from_solver, time.monotonic() - began, options)
@@ -412,7 +579,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
 def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, options: SolveOptions) -> SearchResult:
     """The search result: bound, gap and status from the best schedule and the bounds."""
     status = best.status
-    bound = max(best.solver_bound, setup.analytic.best) if status != "infeasible" else math.inf
+    bound = max(best.solver_bound, setup.analytic.best, setup.period_bound or 0.0) if status != "infeasible" else math.inf
     step = best.simulation.step_time_s if best.simulation is not None else None
     gap = relative_gap(step, bound)
     if gap is not None and gap <= 1e-9 and status == "feasible":
@@ -433,7 +600,7 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         gap=gap,
         hint=hint.name if hint else None,
         hint_step_time=hint.simulation.step_time_s if hint else None,
-        handcrafted=tuple(c for c in setup.candidates if c.name != GREEDY),
+        handcrafted=tuple(c for c in setup.candidates if c.name not in (GREEDY, PERIODIC)),
         tick=setup.tick,
         time_unit=unit,
         memory_semantics=setup.instance.memory_semantics(),
@@ -443,11 +610,15 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         peak_memory=best.peak_memory,
         memory_status=best.memory_status,
         note=best.note,
+        rounding_cost=setup.rounding,
+        period=_describe(setup),
+        period_bound=setup.period_bound,
     )
 
 
 def _ticks(instance: Instance):
-    """The tick (see :mod:`ppopt.solve.ticks`) and the duration and delay functions in ticks."""
+    """The tick (see :mod:`ppopt.solve.ticks`), the duration and delay functions in ticks, and what
+    the rounding can cost (relative)."""
     duration = _durations_s(instance)
     p = instance.devices
     values = [duration(s, k) for s in range(instance.stages) for k in Kind]
@@ -457,6 +628,7 @@ def _ticks(instance: Instance):
         tick,
         lambda s, k: to_ticks(duration(s, k), tick),
         lambda s, a, b: to_ticks(instance.comm(s, a, b), tick),
+        rounding_cost(values, tick),
     )
 
 

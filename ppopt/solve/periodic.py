@@ -1,0 +1,200 @@
+"""Steady-state (periodic) search: the best repeating pattern, and the full schedule it gives for any m.
+
+Pipeline schedules repeat a pattern in their steady state: Tessel searches such a *repetend* and
+composes warm-up, repetitions and cool-down around it (Lin et al., "Tessel: Boosting Distributed
+Execution of Large DNN Models via Flexible Schedule Search", HPCA 2024, section 4), and the zero-bubble
+schedules are built from their steady state (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024,
+section 3). Here, for the linear placement with full backward (one stage per device):
+
+**The pattern.** k microbatches enter device 0 at offsets 0 = t_0 < t_1 < ... < t_{k-1} < P, and
+microbatch j + n·k enters at t_j + n·P. Every microbatch then runs *without waiting*: its forward on
+stage s starts a_s after it entered (the forwards and messages below s), its backward on stage s
+starts b_s after (up to the top and back). So device s runs the ops of the pattern at the times
+t_j + a_s and t_j + b_s modulo P, each period. CP-SAT finds offsets such that
+
+- no two ops of a device overlap modulo P (a circular no-overlap: each interval and its copy shifted
+  by P in one no-overlap constraint, exact when every op is shorter than P);
+- at most K_s activations are live on device s: microbatch j's activation lives
+  l_s = b_s + B_s - a_s, that is q_s = floor(l_s / P) whole periods plus a remainder r_s, so at any time
+  k·q_s of them are live plus those whose remainder covers the time (a circular cumulative of capacity
+  K_s - k·q_s over intervals of length r_s, with the same copy trick).
+
+The least period P for which offsets exist is searched upward from the **rate bound**
+P >= max_s max(k (F_s + B_s), k l_s / K_s): any schedule keeps device s busy F_s + B_s per microbatch,
+and each activation lives at least l_s with at most K_s live (the memory-lifetime bound of
+:mod:`ppopt.solve.bounds` per microbatch). When the pattern meets that bound its period is optimal among
+*all* schedules, not only periodic or no-wait ones; the rate bound holds for any m.
+
+**Any m.** Taking the first m microbatches of the repeating pattern is itself a schedule (warm-up
+and cool-down are the pattern with microbatches missing: no new overlap, no more live activations,
+and every dependency met without waiting). Its step is t_{(m-1) mod k} + floor((m-1)/k)·P + l_0, and
+the offsets are chosen to minimise it for the requested m.
+
+Times are ticks (:mod:`ppopt.solve.ticks`); the schedule is re-timed by the simulator like any other.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from ppopt.ir import Kind, Op, Schedule
+from ppopt.solve.options import SolveOptions
+
+PERIODIC = "periodic"
+"""Name of the composed periodic schedule (a hint of ppopt's own, like the greedy one)."""
+
+MAX_PATTERN = 64
+"""Most microbatches in one pattern (the model has 4·k·p intervals)."""
+MAX_TRIES = 12
+"""Periods tried above the rate bound before giving up."""
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A repeating pattern (ticks): ``k`` microbatches every ``period``, entering at ``offsets``."""
+
+    k: int
+    period: int
+    offsets: tuple[int, ...]
+    rate_bound: float  # least period for k microbatches any schedule allows (ticks)
+    step: int  # of the composed schedule for the requested m (ticks)
+
+    @property
+    def optimal(self) -> bool:
+        return self.period <= math.ceil(self.rate_bound - 1e-9)
+
+
+def _offsets(stages: int, forward: list[int], backward: list[int], up: list[int], down: list[int]) -> tuple[list[int], list[int]]:
+    """a_s and b_s: when microbatch's forward and backward start on stage s, after it entered."""
+    a = [0] * stages
+    for s in range(1, stages):
+        a[s] = a[s - 1] + forward[s - 1] + up[s - 1]
+    b = [0] * stages
+    b[-1] = a[-1] + forward[-1]
+    for s in range(stages - 2, -1, -1):
+        b[s] = b[s + 1] + backward[s + 1] + down[s + 1]
+    return a, b
+
+
+def _solve_period(k: int, period: int, a, b, forward, backward, caps, last: int, options: SolveOptions) -> list[int] | None:
+    """Offsets for a pattern of k microbatches with this period, minimising offset ``last``, or None."""
+    model = cp_model.CpModel()
+    t = [model.new_int_var(0, period - 1, f"t{j}") for j in range(k)]
+    model.add(t[0] == 0)
+    for j in range(k - 1):
+        model.add(t[j] < t[j + 1])
+    for s in range(len(a)):
+        busy, lives, demands = [], [], []
+        life = b[s] + backward[s] - a[s]
+        whole, rest = divmod(life, period)
+        room = None if caps[s] is None else caps[s] - k * whole
+        if room is not None and room < 0:
+            return None
+        for j in range(k):
+            for kind, offset, length in ((Kind.F, a[s], forward[s]), (Kind.B, b[s], backward[s])):
+                x = model.new_int_var(0, period - 1, "")  # start modulo the period
+                wraps = model.new_int_var(0, (offset + period) // period + 1, "")
+                model.add(x == t[j] + offset - period * wraps)
+                if length > 0:
+                    busy.append(model.new_fixed_size_interval_var(x, length, ""))
+                    busy.append(model.new_fixed_size_interval_var(x + period, length, ""))
+                if kind is Kind.F and room is not None and rest > 0:
+                    lives.append(model.new_fixed_size_interval_var(x, rest, ""))
+                    lives.append(model.new_fixed_size_interval_var(x + period, rest, ""))
+                    demands += [1, 1]
+        model.add_no_overlap(busy)
+        if lives and room is not None:
+            model.add_cumulative(lives, demands, room)
+    model.minimize(t[last])
+    solver = options.solver()
+    solver.parameters.max_time_in_seconds = min(solver.parameters.max_time_in_seconds, max(0.1, options.remaining_s() / 2))
+    code = solver.solve(model)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return [solver.value(v) for v in t]
+
+
+def periodic_schedule(
+    devices: int,
+    microbatches: int,
+    duration: Callable[[int, Kind], int],
+    delay: Callable[[int, int, int], int],
+    caps: list[int | None],
+    options: SolveOptions,
+) -> tuple[Schedule, Pattern] | None:
+    """The best periodic no-wait schedule for the linear placement with full backward (see the
+    module docstring), with its pattern; None when no period within :data:`MAX_TRIES` of the rate
+    bound admits one, or the budget runs out. ``duration``/``delay`` in ticks (stage, kind) and
+    (stage sending, device a, device b); ``caps[s]`` activations of stage s fit on device s."""
+    p, m = devices, microbatches
+    forward = [duration(s, Kind.F) for s in range(p)]
+    backward = [duration(s, Kind.B) for s in range(p)]
+    up = [delay(s, s, s + 1) for s in range(p - 1)]
+    down = [0] + [delay(s, s, s - 1) for s in range(1, p)]
+    a, b = _offsets(p, forward, backward, up, down)
+    known = [c for c in caps if c is not None]
+    k = min(min(known, default=p), MAX_PATTERN, m)
+    if k < 1:
+        return None
+    lives = [b[s] + backward[s] - a[s] for s in range(p)]
+    rate = max(max(k * (forward[s] + backward[s]) for s in range(p)),
+               max((k * lives[s] / cap for s, cap in enumerate(caps) if cap), default=0.0))
+    last = (m - 1) % k
+    period = max(math.ceil(rate - 1e-9), max(forward + backward) + 1)
+    for _ in range(MAX_TRIES):
+        if options.expired:
+            return None
+        offsets = _solve_period(k, period, a, b, forward, backward, caps, last, options)
+        if offsets is not None:
+            break
+        period += 1
+    else:
+        return None
+    if offsets is None:
+        return None
+    entry = [offsets[i % k] + (i // k) * period for i in range(m)]
+    timed: list[list[tuple[int, Op]]] = [[] for _ in range(p)]
+    for i in range(m):
+        for s in range(p):
+            timed[s].append((entry[i] + a[s], Op(s, Kind.F, i)))
+            timed[s].append((entry[i] + b[s], Op(s, Kind.B, i)))
+    orders = tuple(tuple(op for _, op in sorted(ops)) for ops in timed)
+    step = entry[-1] + lives[0]
+    schedule = Schedule(PERIODIC, p, m, tuple((s,) for s in range(p)), orders)
+    return schedule, Pattern(k, period, tuple(offsets), rate, step)
+
+
+def period_bound(microbatches: int, duration: Callable[[int, Kind], float], delay: Callable[[int, int, int], float],
+                 caps: list[float | None]) -> float:
+    """A lower bound on the step for m microbatches from the period of the memory chain (linear
+    placement, full backward), in the unit of ``duration``/``delay``.
+
+    Proof: with K_s = floor(caps[s]) activations of stage s on device s and microbatches in order (no
+    loss, :mod:`ppopt.solve.model`), F_s(i + K_s) starts after B_s(i) ends, which is at least
+    l_s = b_s + B_s - a_s after F_s(i) started. So the forward of the last microbatch starts at least
+    ((m-1) mod K_s)·F_s + floor((m-1)/K_s)·l_s after the device's first forward, which itself starts
+    at least a_s (the warm-up: forwards and messages below), and the last microbatch still needs l_s
+    and then b_0 + B_0 - b_s - B_s (the cool-down: backwards and messages below) to finish. Periods
+    times repetitions plus the best warm-up and cool-down: a_s + ((m-1) mod K_s)·F_s +
+    (floor((m-1)/K_s) + 1)·l_s + cool-down, maximised over the devices."""
+    stages = len(caps)
+    forward = [duration(s, Kind.F) for s in range(stages)]
+    backward = [duration(s, Kind.B) for s in range(stages)]
+    up = [delay(s, s, s + 1) for s in range(stages - 1)]
+    down = [0.0] + [delay(s, s, s - 1) for s in range(1, stages)]
+    a, b = _offsets(stages, forward, backward, up, down)  # type: ignore[arg-type]
+    best = 0.0
+    for s in range(stages):
+        cap = caps[s]
+        if cap is None or cap < 1:
+            continue
+        k = math.floor(cap + 1e-9)
+        life = b[s] + backward[s] - a[s]
+        cool = b[0] + backward[0] - b[s] - backward[s]
+        m = microbatches - 1
+        best = max(best, a[s] + (m % k) * forward[s] + (m // k + 1) * life + cool)
+    return best

@@ -1,0 +1,131 @@
+"""The round-trip and one-machine bounds: hand-computed values, ≤ proven optima, ≤ every schedule."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ortools.sat.python import cp_model
+
+from ppopt.errors import ScheduleError
+from ppopt.generators import generate
+from ppopt.ir import Kind
+from ppopt.placement import placement
+from ppopt.simulate import simulate
+from ppopt.solve.greedy import greedy_schedule
+from ppopt.solve.heads import jackson
+from ppopt.solve.instance import unit_instance
+from ppopt.solve.model import Frame, build_model
+from ppopt.solve.options import SolveOptions
+from ppopt.solve.periodic import period_bound, periodic_schedule
+from ppopt.solve.search import analytic_bounds
+from ppopt.solve.space import parse_space, with_backward
+from ppopt.units import UnitCosts
+from ppopt.validate import validate
+
+
+def test_jackson_by_hand():
+    # (release, duration, tail): job b is released at 1 with the larger tail and preempts a:
+    # a runs [0, 1) and [2, 3) (3 + 5 = 8), b runs [1, 2) (2 + 10 = 12)
+    assert jackson([(0, 2, 5), (1, 1, 10)]) == 12
+    # idle until the first release, then back to back: 4 + 1 + 1 + 0
+    assert jackson([(4, 1, 0), (4, 1, 1)]) == 6
+
+
+def test_round_trip_by_hand():
+    """p = 2, m = 2, F = 1, B = 2, one-slot messages, one live activation: microbatch 1 cannot
+    start before microbatch 0 has gone up and come back (1 + 1 + 1 + 2 + 1 + 2 = 8), then runs the
+    same 8 slots: 16, which is also the optimum (the devices never overlap usefully)."""
+    instance = unit_instance(2, 2, 2, UnitCosts(1, 2, None, 1), memory_limit=1)
+    bounds = analytic_bounds(instance, placement("linear", 2), False)
+    assert bounds.round_trip == 16
+    assert bounds.one_machine == 16
+
+
+def _optimum(instance, space_text):
+    """The proven optimum (slots) of a small unit instance, by CP-SAT with no bound given."""
+    space = parse_space(space_text)
+    frame = Frame(1.0, 400, 0)
+    built = build_model(instance, space, frame)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = 20
+    assert solver.solve(built.model) == cp_model.OPTIMAL
+    return solver.objective_value
+
+
+@settings(max_examples=12, deadline=None)
+@given(p=st.integers(2, 3), m=st.integers(1, 5), cap=st.sampled_from([None, 1, 2, 3]), comm=st.sampled_from([0, 1]),
+       split=st.booleans())
+def test_bounds_below_proven_optimum(p, m, cap, comm, split):
+    units = UnitCosts(1, 2, 1 if split else None, comm)
+    instance = unit_instance(p, m, p, units, memory_limit=cap)
+    bounds = analytic_bounds(instance, placement("linear", p), split)
+    optimum = _optimum(instance, "placement=linear" + (",backward=split" if split else ""))
+    assert bounds.round_trip <= optimum + 1e-9
+    assert bounds.one_machine <= optimum + 1e-9
+    assert bounds.best <= optimum + 1e-9
+    if not split:
+        caps = [cap] * p
+        assert period_bound(m, lambda s, k: instance.costs[s].forward_s if k is Kind.F else instance.costs[s].backward_s,
+                            instance.comm, caps) <= optimum + 1e-9
+
+
+FAMILIES = {
+    "linear": ("1f1b", "gpipe", "zb-h1"),
+    "looped": ("interleaved-1f1b",),
+    "v": ("zb-v",),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(2, 8), extra=st.integers(0, 12), cap=st.sampled_from([None, 1, 2, "p"]), comm=st.sampled_from([0, 1, 2]),
+       style=st.sampled_from(sorted(FAMILIES)), split=st.booleans())
+def test_bounds_below_every_schedule(p, extra, cap, comm, style, split):
+    """Every fitting handcrafted schedule (and the greedy one) of the placement is no faster than
+    the bound, under caps and delays."""
+    m = p + extra
+    limit = float(p) if cap == "p" else cap
+    split = split or style == "v"
+    where = placement(style, p, chunks=2)
+    instance = unit_instance(p, m, len(where), UnitCosts(1, 2, None, comm), memory_limit=limit)
+    bounds = analytic_bounds(instance, where, split)
+    schedules = []
+    for name in FAMILIES[style]:
+        try:
+            schedules.append(with_backward(generate(name, p, m, chunks=2), split))
+        except ScheduleError:
+            continue
+    greedy = greedy_schedule(instance, where, split)
+    schedules += [greedy] if greedy is not None else []
+    for schedule in schedules:
+        simulation = simulate(validate(schedule), instance.costs, instance.system)
+        if limit is not None and max(simulation.peak_activation_bytes) > limit + 1e-9:
+            continue  # outside the capped space
+        assert bounds.best <= simulation.step_time_s + 1e-9, schedule.name
+
+
+def test_tick_from_the_durations_structure_and_its_rounding_cost():
+    from ppopt.solve.ticks import resolution, rounding_cost
+
+    assert resolution([1.0, 2.0, 0.5]) == 0.5
+    assert rounding_cost([1.0, 2.0, 0.5], 0.5) == 0
+    # a message a little over a thousandth of a forward: the message is one tick, F = floor(769.2) = 769
+    # ticks, B = 1538; rounding costs 1.0 / (769 * 0.0013) - 1 = 0.03 %, while 1/1000 of the longest op
+    # (0.002) would drop the message altogether
+    values = [1.0, 2.0, 0.0013]
+    tick = resolution(values)
+    assert tick == 0.0013
+    assert abs(rounding_cost(values, tick) - (1.0 / (769 * 0.0013) - 1)) < 1e-12
+    assert rounding_cost(values, 0.002) == float("inf")
+
+
+def test_periodic_pattern_meets_the_rate_bound_and_composes_for_any_m():
+    """p = 4, cap 4, F = 1, B = 2, one-slot messages: an activation on device 0 lives at least
+    1 + 3 * (1 + 2) + 6 * 1 + 2 = 18 slots, so 4 microbatches need 18 slots in any steady state; the
+    pattern reaches it, and its first m microbatches are a valid schedule within the cap."""
+    for m in (5, 8, 13):
+        instance = unit_instance(4, m, 4, UnitCosts(1, 2, None, 1), memory_limit=4)
+        duration = lambda s, k: int({Kind.F: 1, Kind.B: 2}[k])  # noqa: E731
+        schedule, pattern = periodic_schedule(4, m, duration, lambda s, a, b: 1, [4] * 4, SolveOptions(10).start())
+        assert (pattern.k, pattern.period, pattern.rate_bound) == (4, 18, 18) and pattern.optimal
+        simulation = simulate(validate(schedule), instance.costs, instance.system)
+        assert simulation.step_time_s == pattern.step
+        assert max(simulation.peak_activation_bytes) <= 4

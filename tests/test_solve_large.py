@@ -1,0 +1,72 @@
+"""Large-neighbourhood search, method selection, and gap's shared searches."""
+
+import pytest
+
+from ppopt.errors import ConfigError, ScheduleError
+from ppopt.solve.gap import gap_report
+from ppopt.solve.instance import InstanceSpec
+from ppopt.solve.options import SolveOptions
+from ppopt.solve.search import search
+from ppopt.solve.space import parse_space
+from ppopt.units import UnitCosts
+from ppopt.validate import validate
+
+
+def _spec(p, m, comm=1.0, cap=None):
+    return InstanceSpec(p, m, UnitCosts(1, 2, None, comm), memory_limit=cap)
+
+
+def test_lns_proves_the_known_optimum_when_one_neighbourhood_holds_everything():
+    # p = 4, m = 8, one-slot messages, cap 4: 46 slots is optimal (README; tests/test_solve.py)
+    result = search(_spec(4, 8, cap=4), parse_space("placement=linear"), SolveOptions(20, method="lns"))
+    assert result.status == "optimal"
+    assert result.step_time == 46 and result.bound == 46
+
+
+def test_lns_is_reproducible_and_improves_on_its_hint():
+    """p = 7, m = 21, cap 7, one-slot messages: the search frees windows of 240 of the 294 ops
+    (smaller than the problem at first) and finds a shorter schedule than its hint."""
+    options = SolveOptions(60, method="lns", seed=3, deterministic_time=0.5)
+    runs = [search(_spec(7, 21, cap=7), parse_space("placement=linear"), options) for _ in range(2)]
+    first, second = runs
+    assert first.schedule.orders == second.schedule.orders
+    assert first.step_time < first.hint_step_time
+    assert first.bound <= first.step_time
+    validate(first.schedule)
+    assert max(first.simulation.peak_activation_bytes) <= 7 + 1e-9
+
+
+def test_method_is_checked():
+    with pytest.raises(ConfigError) as error:
+        SolveOptions(method="annealing")
+    assert error.value.field == "method"
+    with pytest.raises(ScheduleError, match="one device per stage"):
+        search(_spec(4, 8), parse_space("placement=bidirectional"), SolveOptions(5, method="lns"))
+
+
+def test_gap_searches_chimera_and_its_asymmetric_split_once_in_unit_mode():
+    report = gap_report(_spec(4, 8, comm=0.0), {}, ["chimera", "chimera-asym"], SolveOptions(20, deterministic_time=2.0))
+    assert len(report.searches) == 1
+    chimera, asym = report.rows
+    assert chimera.bound == asym.bound
+    assert "split=1:2" in asym.space and "split" not in chimera.space
+
+
+def test_window_search_improves_1f1b_within_the_cap_reproducibly():
+    """p = 6, m = 12, cap 6, one-slot messages: windows of time re-solved alone shorten 1F1B, keep
+    it valid and within the cap, and the same seed gives the same schedule."""
+    from ppopt.generators import generate
+    from ppopt.simulate import simulate
+    from ppopt.solve.lns import Timing, improve_windows
+
+    instance = _spec(6, 12, cap=6).instance(6)
+    timing = Timing(lambda op: 1 if op.kind.name == "F" else 2, lambda dep, op: 1, lambda op: op.stage, {s: 6 for s in range(6)}, 6,
+                    False)
+    start = generate("1f1b", 6, 12)
+    before = simulate(start, instance.costs, instance.system).step_time_s
+    runs = [improve_windows(start, timing, SolveOptions(60, seed=1, deterministic_time=0.3).start()) for _ in range(2)]
+    (schedule, improved), (again, _) = runs
+    assert schedule.orders == again.orders
+    simulation = simulate(validate(schedule), instance.costs, instance.system)
+    assert simulation.step_time_s == improved.makespan < before
+    assert max(simulation.peak_activation_bytes) <= 6
