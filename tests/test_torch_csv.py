@@ -4,6 +4,7 @@
 import csv
 import io
 import os
+import threading
 
 import pytest
 from click.testing import CliRunner
@@ -140,6 +141,35 @@ def test_files_over_the_size_limit_are_refused(monkeypatch):
     )
     # 3 actions, but 2 stages x 1 microbatch x 2 kinds = 4 ops needed: refused before validation.
     assert "torch-csv: 2 stages x 1 microbatches make 4 ops" in _one_line_error("0F0\n1F0,1B0\n")
+
+
+def test_unbounded_inputs_are_refused_before_they_fill_memory(tmp_path, monkeypatch):
+    # /dev/zero never ends: refused at its first byte (NUL: not text), not read until memory runs out.
+    with pytest.raises(ScheduleError, match=r"^/dev/zero: not a text CSV: NUL byte at byte 0$"):
+        read_torch_csv("/dev/zero")
+    # A pipe that has no size is read up to the byte limit (lowered here), then refused.
+    monkeypatch.setattr("ppopt.io.torch_csv.MAX_BYTES", 1000)
+    monkeypatch.setattr("ppopt.io.torch_csv._CHUNK", 100)
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+
+    def feed():
+        try:
+            with open(fifo, "w") as pipe:
+                pipe.write("0F0," * 10_000)  # 40 kB, 40 times the limit
+        except BrokenPipeError:
+            pass  # the reader stopped early, as it should
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    with pytest.raises(ScheduleError, match=r"pipe.csv: input too large: over 1,000 bytes read; the limit is 1,000 bytes"):
+        read_torch_csv(fifo)
+    writer.join(timeout=5)
+    # A regular file is refused by its size, before reading.
+    big = tmp_path / "big.csv"
+    big.write_text("0F0,0B0\n" * 200)
+    with pytest.raises(ScheduleError, match=r"big.csv: file too large: 1,600 bytes; the limit is 1,000 bytes"):
+        read_torch_csv(big)
 
 
 def test_validation_errors_carry_the_file_name_the_place_and_the_grid(tmp_path):

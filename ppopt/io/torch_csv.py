@@ -31,7 +31,9 @@ Reading (:func:`read_torch_csv`)
       S distinct stages must be 0..S-1 and the M distinct microbatches 0..M-1; a gap or an index
       beyond is a one-line error naming the action, its rank and its place, so a short file with
       a huge index allocates nothing. A file with more than :data:`ppopt.ir.MAX_OPS` compute
-      actions, or whose S x M x kinds exceeds it, is refused. The schedule is then checked by
+      actions, or whose S x M x kinds exceeds it, is refused; so is a file over :data:`MAX_BYTES`
+      bytes (a pipe or device such as ``/dev/zero`` is read up to that limit, and refused at its
+      first NUL byte). The schedule is then checked by
       :func:`ppopt.validate.validate`.
     * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file name.
       Positions are **0-based**, like PyTorch's ``Rank r, step s``: "row 2 (rank 2, line 3),
@@ -59,7 +61,7 @@ import numpy as np
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
 from ppopt.io import atomic_write_text
-from ppopt.ir import Kind, Op, Schedule, check_size, parse_action
+from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
 
 __all__ = ["COMM_ACTIONS", "format_torch_csv", "parse_torch_csv", "read_torch_csv", "write_torch_csv"]
@@ -336,12 +338,41 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
         return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
     path = Path(path_or_text)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = _read_bounded(path).decode("utf-8-sig")
     except FileNotFoundError:
         raise ScheduleError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ScheduleError(f"{path}: cannot read: {getattr(error, 'strerror', None) or error}") from None
     return parse_torch_csv(text, path.stem, legacy_backward)
+
+
+MAX_BYTES = 32 * MAX_OPS
+"""The largest CSV read, in bytes: :data:`ppopt.ir.MAX_OPS` actions of up to 32 bytes each (a compute
+cell such as ``12I4095,`` is under 16; the rest leaves room for communication cells)."""
+
+_CHUNK = 1 << 20
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of ``path``, read in chunks: a file over :data:`MAX_BYTES` (by its size, or, for a
+    pipe or device that has none, once that much has been read) or holding a NUL byte (not text:
+    ``/dev/zero``) is refused as soon as it is seen, before its content fills memory."""
+    with path.open("rb") as file:
+        if path.is_file() and os.fstat(file.fileno()).st_size > MAX_BYTES:
+            raise ScheduleError(f"{path}: file too large: {os.fstat(file.fileno()).st_size:,} bytes; "
+                                f"the limit is {MAX_BYTES:,} bytes ({MAX_OPS:,} ops)")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := file.read(_CHUNK):
+            nul = chunk.find(b"\0")
+            if nul >= 0:
+                raise ScheduleError(f"{path}: not a text CSV: NUL byte at byte {size + nul:,}")
+            size += len(chunk)
+            if size > MAX_BYTES:
+                raise ScheduleError(f"{path}: input too large: over {MAX_BYTES:,} bytes read; "
+                                    f"the limit is {MAX_BYTES:,} bytes ({MAX_OPS:,} ops)")
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _refuse_replicas(schedule: Schedule) -> None:
