@@ -189,7 +189,8 @@ class SystemConfig(_Strict):
     ``bytes_per_param_state`` is the persistent memory per parameter in mixed-precision Adam
     training: 2 (fp16/bf16 weight) + 2 (fp16/bf16 gradient) + 4 (fp32 master weight) + 4 (fp32
     Adam m) + 4 (fp32 Adam v) = 16 bytes; implementations that keep fp32 gradients or extra
-    buffers reach 18 (the reference gives 16-18).
+    buffers reach 18 (16 is the count of Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+    Training Trillion Parameter Models", SC'20, Section 3.1: 2 + 2 + K with K = 12).
     """
 
     name: Name

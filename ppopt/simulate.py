@@ -1,7 +1,8 @@
 """The communication-aware simulator: a schedule + per-stage costs + a system -> timeline and metrics.
 
 ``simulate(schedule, costs, system)`` runs a deterministic discrete-event simulation of one training
-step. It is layer 3 of the method (reference §1): the table's execution graph with real durations and
+step. It is the third of the three evaluation layers (formula, table, simulation; README.md,
+"Each table is evaluated in three layers"): the table's execution graph with real durations and
 explicit communication.
 
 Compute
