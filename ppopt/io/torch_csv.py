@@ -52,6 +52,7 @@ import csv
 import io
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
@@ -305,6 +306,9 @@ def _located(error: ScheduleValidationError, name: str, parsed: list[_Row], kind
                     f"{name}: {_where(r, c)}: action {op} appears twice (first at {_where(*seen[op])})", error.details
                 )
             seen[op] = (r, c)
+    unmatched = _unmatched(seen, holder)
+    if unmatched is not None:
+        return ScheduleValidationError(f"{name}: {unmatched}", error.details)
     message = str(error)
     mentioned = [parse_action(word) for word in _ACTION_WORD.findall(message)]
     named = next((seen[op] for op in mentioned if op in seen), None)
@@ -316,6 +320,46 @@ def _located(error: ScheduleValidationError, name: str, parsed: list[_Row], kind
     else:
         where = ""
     return ScheduleValidationError(f"{name}: {message}{where}", error.details)
+
+
+def _unmatched(seen: dict[Op, tuple[int, int]], holder: dict[int, int]) -> str | None:
+    """The first op, in file order, whose microbatch the other stages and kinds do not run, or the
+    first stage and kind lacking one they all run; None when every stage runs every kind of the same
+    microbatches.
+
+    In a valid schedule every (stage, kind) runs the same microbatches. The set more of them run than
+    any other is taken as the intended one (with a tie, None: the validator's message stands), so a rank that numbers its microbatches off by one (PyTorch 2.13's
+    1F1B CSV names its last rank's forwards 1..m) is named at its first odd action, ``3F8``, rather
+    than through the dependency error it causes on another stage (``0F8`` is missing).
+    """
+    runs: dict[tuple[int, Kind], set[int]] = {}
+    for op in seen:
+        runs.setdefault((op.stage, op.kind), set()).add(op.microbatch)
+    if not runs:
+        return None
+    frozen = {key: frozenset(mbs) for key, mbs in runs.items()}
+    ranked = Counter(frozen.values()).most_common(2)
+    if len(ranked) < 2 or ranked[0][1] == ranked[1][1]:  # all alike, or no set most of them run
+        return None
+    common = ranked[0][0]
+    others = _ranges(sorted(common))
+    odd = [(place, op) for op, place in seen.items() if op.microbatch not in common]
+    if odd:
+        (r, c), op = min(odd, key=lambda item: item[0])
+        return (f"{_where(r, c)}: action {op} names microbatch {op.microbatch}, which the other stages and kinds "
+                f"do not run (most run microbatches {others}): check the numbering of rank {r}")
+    stage, kind = min(key for key, mbs in frozen.items() if mbs != common)
+    lacking = min(common - frozen[(stage, kind)])
+    rank = holder[stage]
+    return (f"stage {stage} (rank {rank}, line {rank + 1}) has no {kind} of microbatch {lacking} ({stage}{kind}{lacking}), "
+            f"which most stages and kinds run (microbatches {others})")
+
+
+def _ranges(values: list[int]) -> str:
+    """``0..7`` for consecutive integers, else them listed (at most 8, then an ellipsis)."""
+    if values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}..{values[-1]}" if len(values) > 1 else str(values[0])
+    return ", ".join(map(str, values[:8])) + (", ..." if len(values) > 8 else "")
 
 
 _ACTION_WORD = re.compile(r"\b\d+[FBIW]\d+\b")
