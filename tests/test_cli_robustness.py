@@ -173,7 +173,7 @@ def test_command_line_json_goes_through_the_strict_helper(monkeypatch):
     import ppopt.report.evaluation as evaluation
 
     real = evaluation.evaluation_json
-    monkeypatch.setattr(evaluation, "evaluation_json", lambda r: {**real(r), "broken": float("nan")})
+    monkeypatch.setattr(evaluation, "evaluation_json", lambda r, units: {**real(r, units), "broken": float("nan")})
     line = one_error_line(run("evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--json"))
     assert line == "error: not valid JSON: non-finite number nan at broken"
 
