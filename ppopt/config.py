@@ -41,6 +41,7 @@ from pydantic import (
 )
 
 from ppopt.errors import ConfigError
+from ppopt.io import CONFIG_BYTES, read_text_bounded
 
 __all__ = [
     "LinkConfig",
@@ -332,10 +333,8 @@ def display_path(path: Path) -> str:
 def _read(path: Path) -> dict[str, Any]:
     where = display_path(path)
     try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
-        else:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = read_text_bounded(path, CONFIG_BYTES)
+        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except OSError as error:
         raise ConfigError(f"{where}: cannot read file ({error.strerror or error})") from error
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as error:

@@ -61,7 +61,7 @@ import numpy as np
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.io import atomic_write_text
+from ppopt.io import atomic_write_text, read_text_bounded
 from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
 
@@ -382,7 +382,7 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
         return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
     path = Path(path_or_text)
     try:
-        text = _read_bounded(path).decode("utf-8-sig")
+        text = read_text_bounded(path, MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops")
     except FileNotFoundError:
         raise ScheduleError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as error:
@@ -393,30 +393,6 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
 MAX_BYTES = 32 * MAX_OPS
 """The largest CSV read, in bytes: :data:`ppopt.ir.MAX_OPS` actions of up to 32 bytes each (a compute
 cell such as ``12I4095,`` is under 16; the rest leaves room for communication cells)."""
-
-_CHUNK = 1 << 20
-
-
-def _read_bounded(path: Path) -> bytes:
-    """The bytes of ``path``, read in chunks: a file over :data:`MAX_BYTES` (by its size, or, for a
-    pipe or device that has none, once that much has been read) or holding a NUL byte (not text:
-    ``/dev/zero``) is refused as soon as it is seen, before its content fills memory."""
-    with path.open("rb") as file:
-        if path.is_file() and os.fstat(file.fileno()).st_size > MAX_BYTES:
-            raise ScheduleError(f"{path}: file too large: {os.fstat(file.fileno()).st_size:,} bytes; "
-                                f"the limit is {MAX_BYTES:,} bytes ({MAX_OPS:,} ops)")
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := file.read(_CHUNK):
-            nul = chunk.find(b"\0")
-            if nul >= 0:
-                raise ScheduleError(f"{path}: not a text CSV: NUL byte at byte {size + nul:,}")
-            size += len(chunk)
-            if size > MAX_BYTES:
-                raise ScheduleError(f"{path}: input too large: over {MAX_BYTES:,} bytes read; "
-                                    f"the limit is {MAX_BYTES:,} bytes ({MAX_OPS:,} ops)")
-            chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _refuse_replicas(schedule: Schedule) -> None:
