@@ -41,6 +41,7 @@ from pydantic import (
 )
 
 from ppopt.errors import ConfigError
+from ppopt.io import CONFIG_BYTES, read_text_bounded
 
 __all__ = [
     "LinkConfig",
@@ -197,7 +198,8 @@ class SystemConfig(_Strict):
     ``bytes_per_param_state`` is the persistent memory per parameter in mixed-precision Adam
     training: 2 (fp16/bf16 weight) + 2 (fp16/bf16 gradient) + 4 (fp32 master weight) + 4 (fp32
     Adam m) + 4 (fp32 Adam v) = 16 bytes; implementations that keep fp32 gradients or extra
-    buffers reach 18 (the reference gives 16-18).
+    buffers reach 18 (16 is the count of Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+    Training Trillion Parameter Models", SC'20, Section 3.1: 2 + 2 + K with K = 12).
     """
 
     name: Name
@@ -339,10 +341,8 @@ def display_path(path: Path) -> str:
 def _read(path: Path) -> dict[str, Any]:
     where = display_path(path)
     try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
-        else:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = read_text_bounded(path, CONFIG_BYTES)
+        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except OSError as error:
         raise ConfigError(f"{where}: cannot read file ({error.strerror or error})") from error
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as error:

@@ -24,7 +24,8 @@ Backward split (I = input gradient, W = weight gradient)
 
         I_layer = 2·b·s·P_lin + 8·b·s²·h,   W_layer = 2·b·s·P_lin,   B = I + W = 2·F exactly.
 
-    (The reference's rule of thumb I ≈ W ≈ F is this split with the attention core ignored.)
+    (Zero Bubble's working assumption T_F ≈ T_B ≈ T_W, Qi et al., "Zero Bubble Pipeline Parallelism",
+    ICLR 2024, Section 2, is this split with the attention core ignored.)
 
 Activation bytes stored per block per microbatch (no recomputation, no tensor/sequence parallelism)
     Korthikanti et al. 2022 count, for fp16 and 1-byte dropout masks, s·b·h·(34 + 5·a·s/h). We keep

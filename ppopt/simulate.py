@@ -1,7 +1,8 @@
 """The communication-aware simulator: a schedule + per-stage costs + a system -> timeline and metrics.
 
 ``simulate(schedule, costs, system)`` runs a deterministic discrete-event simulation of one training
-step. It is layer 3 of the method (reference §1): the table's execution graph with real durations and
+step. It is the third of the three evaluation layers (formula, table, simulation; README.md,
+"Each table is evaluated in three layers"): the table's execution graph with real durations and
 explicit communication.
 
 Compute
@@ -90,6 +91,8 @@ from functools import cached_property
 from operator import itemgetter
 from typing import NamedTuple
 
+import numpy as np
+
 from ppopt.config import LinkConfig, SystemConfig
 from ppopt.costs import Costs, StageCost, allreduce_time_s, link_between, transfer_time_s
 from ppopt.errors import ScheduleError
@@ -168,18 +171,20 @@ def prepare(schedule: Schedule | Flat) -> Prepared:
     def link_id(a: int, b: int) -> int:
         return link_ids.setdefault((a, b), len(link_ids))
 
-    arrival = [0.0 if w < 0 else -1.0 for w in flat.wait]
-    message_ids: dict[tuple[int, int, int], int] = {}
-    message_of = [-1] * n
-    for a, b in enumerate(flat.succ):
-        if b >= 0:
-            key = (dev[a], dev[b], stage_of[a])
-            x = message_ids.get(key)
-            if x is None:
-                x = message_ids[key] = len(message_ids)
-            message_of[a] = x
-    message_link = [link_id(a, b) for a, b, _ in message_ids]
-    link_of = [message_link[x] if x >= 0 else -1 for x in message_of]
+    arrival = np.where(np.asarray(flat.wait) < 0, 0.0, -1.0).tolist()
+    # Messages numbered by their distinct (source device, destination device, sender stage), in numpy.
+    devices, stages = len(flat.orders), flat.schedule.stages
+    succ = np.asarray(flat.succ, np.int64)
+    senders = np.flatnonzero(succ >= 0)
+    dev_a = np.asarray(dev, np.int64)
+    codes = (dev_a[senders] * devices + dev_a[succ[senders]]) * stages + np.asarray(stage_of, np.int64)[senders]
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    message_keys = [(c // stages // devices, c // stages % devices, c % stages) for c in distinct.tolist()]
+    message_of_a = np.full(n, -1, np.int64)
+    message_of_a[senders] = inverse.reshape(-1)
+    message_link = np.array([link_id(a, b) for a, b, _ in message_keys] + [-1], np.int64)  # [-1]: no message
+    link_of = message_link[message_of_a].tolist()
+    message_of = message_of_a.tolist()
 
     # Replicated stages: a ring all-reduce over the distinct replica devices.
     syncs: list[tuple[int, tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]] = []
@@ -200,7 +205,7 @@ def prepare(schedule: Schedule | Flat) -> Prepared:
     for *_, occupied in syncs:
         for lid in occupied:
             shared[lid] = True
-    return Prepared(flat, arrival, list(link_ids), link_of, list(message_ids), message_of, syncs, sync_of, shared)
+    return Prepared(flat, arrival, list(link_ids), link_of, message_keys, message_of, syncs, sync_of, shared)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
+from operator import add
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import KINDS, Flat, Unflattenable, flatten, paused_gc, peak_per_device
@@ -190,7 +191,7 @@ class Table:
     @cached_property
     def length_ticks(self) -> int:
         ticks, kinds = self.ticks, self.flat.kind
-        return max((t + ticks[k] for t, k in zip(self.start_ticks, kinds)), default=0)
+        return max(map(add, self.start_ticks, map(ticks.__getitem__, kinds)), default=0)  # map: no per-op bytecode
 
     @property
     def length(self) -> int | float:
@@ -198,8 +199,8 @@ class Table:
         return self._slots(self.length_ticks)
 
     def _busy_ticks(self, device: int) -> int:
-        ticks, kinds = self.ticks, self.flat.kind
-        return sum(ticks[kinds[i]] for i in self.flat.orders[device])
+        ticks, order = self.ticks, self.flat.orders[device]
+        return sum(map(ticks.__getitem__, self.flat.kind[order.start : order.stop]))
 
     def busy(self, device: int) -> int | float:
         """Slots of compute on ``device``."""

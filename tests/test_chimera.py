@@ -24,7 +24,8 @@ from ppopt.table import build_table, peak_live
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
 
-# The reference grid of /work/shared/reference.md §2 (p = 4, m = 4, unit slots), written literally.
+# The four-stage, four-microbatch Chimera schedule of S. Li and T. Hoefler, "Chimera: Efficiently Training
+# Large-Scale Neural Networks with Bidirectional Pipelines", SC'21, Section 3.1 (unit slots), written literally.
 # Cell = F/B, microbatch, d(own)/u(p) direction, stage; "." is idle.
 REFERENCE = """
 F0d0 .    F1d0 F2u3 B2u3 F3u3 B3u3 B0d0 .    B1d0

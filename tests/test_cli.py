@@ -126,3 +126,23 @@ def test_library_errors_name_the_flag_the_user_typed():
     result = CliRunner().invoke(main, ["table", "-s", "hanayo", "-p", "4", "-m", "4", "--waves", "0"])
     assert result.exit_code == 1
     assert result.output.strip() == "error: --waves: must be an integer >= 1, got 0"
+
+
+def test_evaluate_lengths_are_in_one_unit_for_every_schedule():
+    # Issue 14 item 1. F = I = W = 1 slot of a 1/p model share (B = 2), p = m = 8, by hand:
+    # 1F1B (m + p - 1)(F + B) = 45; ZB-H1 m(F + B) + (p - 1)(F + I - W) = 31 (Qi et al., ICLR 2024,
+    # Section 2); interleaved 1F1B with v = 2 chunks m(F + B) + (p - 1)(F + B)/v = 34.5 (Narayanan
+    # et al., SC'21, Section 2.2).
+    result = run("evaluate", "-s", "all", "-p", 8, "-m", 8, "--json")
+    assert result.exit_code == 0, result.output
+    rows = {row["schedule"]: row for row in json.loads(result.stdout)}
+    assert {name: rows[name]["table"]["length"] for name in ("1f1b", "zb-h1", "interleaved-1f1b")} == {
+        "1f1b": 45, "zb-h1": 31, "interleaved-1f1b": 34.5}
+    assert {row["length_unit"] for row in rows.values()} == {"slots"}
+    assert rows["1f1b"]["unit_model"] == {"forward": 1, "backward": 2, "input_grad": 1, "weight_grad": 1, "comm": 0,
+                                          "chunk_ops_scaled_by": "p/S"}
+    text = run("evaluate", "-s", "1f1b", "-p", 8, "-m", 8, "--backward", 3).stdout
+    assert text.splitlines()[0].startswith("p = 8 devices, m = 8 microbatches; lengths in unit slots of a 1/p model share "
+                                           "F = 1, B = 3 (I = 1.5, W = 1.5)")
+    assert "  60  " in text  # (8 + 7)(1 + 3)
+    assert "Lengths are in unit slots" in run("evaluate", "--help").stdout

@@ -173,7 +173,7 @@ def test_command_line_json_goes_through_the_strict_helper(monkeypatch):
     import ppopt.report.evaluation as evaluation
 
     real = evaluation.evaluation_json
-    monkeypatch.setattr(evaluation, "evaluation_json", lambda r: {**real(r), "broken": float("nan")})
+    monkeypatch.setattr(evaluation, "evaluation_json", lambda r, units: {**real(r, units), "broken": float("nan")})
     line = one_error_line(run("evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--json"))
     assert line == "error: not valid JSON: non-finite number nan at broken"
 
@@ -268,3 +268,18 @@ def test_table_json_gives_the_metrics_and_every_op_slot():
     assert [op["op"] for op in data["ops"][1]] == ["1F0", "1B0", "1F1", "1B1"]
     two = json.loads(run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--json").stdout)  # the default B = 2
     assert two["durations"]["B"] == 2 and two["ops"][1][1] == {"op": "1B0", "start": 2, "end": 4}
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--model", "{zero}", "--system", "mid-mid"], "no such file"),  # not regular
+    (["sweep", "{zero}", "-q", "-o", "{dir}/out"], "not a text file: NUL byte at byte 0"),
+    (["validate", "{zero}", "--system", "mid-mid"], "not a text file: NUL byte at byte 0"),
+    (["import", "{zero}"], "not a text file: NUL byte at byte 0"),
+], ids=lambda value: value[0] if isinstance(value, list) else "")
+def test_an_endless_input_is_refused_at_once(tmp_path, args, reason):
+    # A file name with the right suffix that is /dev/zero: sweep and validate read until memory ran out.
+    zero = tmp_path / "zero.toml"
+    zero.symlink_to("/dev/zero")
+    argv = [a.replace("{zero}", str(zero)).replace("{dir}", str(tmp_path)) for a in args]
+    line = one_error_line(run(*argv))
+    assert reason in line, line

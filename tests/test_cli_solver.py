@@ -88,6 +88,10 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["frontier", *UNIT, "--limits", "1,x"], "--limits must be a number of live activations, got 'x'"),
         (["search", *UNIT, "--space", "placement=looped", "--chunks", "0"], "--chunks: must be a positive integer"),
         (["gap", *UNIT, "-s", "nope"], "unknown schedule 'nope'"),
+        # Over the op limit: refused before any placement or model is built (issue 9: no hang).
+        (["search", "-p", "10000000", "-m", "2", "--unit"], "10000000 devices, 2 microbatches make 40,000,000 ops"),
+        (["frontier", "-p", "2", "-m", str(10**20), "--unit"], "the limit is 10,000,000 ops"),
+        (["gap", "-p", "2", "-m", "2", "--waves", "10000000", "--unit"], "2 devices x 20000000 stages, 2 microbatches"),
     ],
 )
 def test_bad_solver_input_is_one_line_and_exit_1(args, reason):

@@ -5,9 +5,11 @@ Whatever the input, a command ends with exit status 0 or 1, never a traceback; a
 no temporary file is left behind, and an output file that existed before holds either its previous
 content or a complete new one.
 
-Sizes stay small (p, m <= 8; <= 3 for the solver commands, whose time limit is fixed and short):
-sizes beyond the documented op limit are refused by the size check of ``generate()`` and the CSV
-reader, which these tests do not draw yet.
+Sizes are small (p, m <= 8; <= 3 for the solver commands, whose time limit is fixed and short) or
+huge: every integer flag, junk value and CSV index is sometimes :data:`HUGE`, so large that any
+schedule using it is over the documented op limit (:data:`ppopt.ir.MAX_OPS`) and must be refused
+up front, in one line, within the few milliseconds an example takes. Sizes between the two (a
+valid schedule of millions of ops) are left to the benchmarks: they are allowed to take seconds.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ import ppopt.io
 from ppopt.cli import main
 from ppopt.generators import names
 
+HUGE = [10_000_000, 2**31, 2**63, 10**20]
+"""Integers over the op limit whatever they size (devices, microbatches, chunks, waves, a stage or
+microbatch index), and over int64 and C int ranges."""
+
 FUZZ = settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 PREVIOUS = "previous content\n"
 
@@ -38,13 +44,15 @@ PREVIOUS = "previous content\n"
 
 JUNK = st.one_of(
     st.sampled_from(["", " ", "x", "nan", "inf", "-inf", "-1", "0", "2.5", "1e3", "1:2:3", "a:b", "--", "-", "all", "None", "0x10", "½",
-                     "nope", "{dir}", "{dir}/missing/out.csv", "{dir}/out.txt"]),
+                     "nope", "{dir}", "{dir}/missing/out.csv", "{dir}/out.txt", "1e400", "-1e400",
+                     *map(str, HUGE), "-9223372036854775809"]),
     st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=6),
 )
 
 
 def ints(low: int, high: int) -> st.SearchStrategy[str]:
-    return st.integers(low, high).map(str)
+    """A small integer in [low, high], or (one time in about five) a :data:`HUGE` one."""
+    return st.one_of(*[st.integers(low, high)] * 4, st.sampled_from(HUGE)).map(str)
 
 
 def floats(low: float, high: float) -> st.SearchStrategy[str]:
@@ -106,7 +114,8 @@ SYSTEM = {"name": "s", "peak_flops": 1e15, "memory_bandwidth_bytes_per_s": 3e12,
           "intra_node": {"bandwidth_bytes_per_s": 4.5e11, "latency_s": 1e-6},
           "inter_node": {"bandwidth_bytes_per_s": 5e10, "latency_s": 5e-6}}
 SPEC = {"schedules": ["1f1b", "gpipe"], "devices": [2], "microbatches": [2], "models": ["study"], "systems": ["mid-mid"]}
-ODD_VALUES = st.sampled_from([math.inf, -math.inf, math.nan, -1, 0, 0.5, 1e-30, 3, "x", "", True, [], [1, "a"], {}, 1000])
+ODD_VALUES = st.sampled_from([math.inf, -math.inf, math.nan, -1, 0, 0.5, 1e-30, 3, "x", "", True, [], [1, "a"], {}, 1000, 1e300,
+                              *HUGE[:2], [HUGE[0]]])
 
 
 def mutated(base: dict) -> st.SearchStrategy[dict]:
@@ -167,7 +176,8 @@ def config_file(base: dict) -> st.SearchStrategy[tuple[str, str]]:
 
 
 CELL = st.one_of(
-    st.builds(lambda s, k, m: f"{s}{k}{m}", st.integers(0, 4), st.sampled_from("FBIWX"), st.integers(0, 6)),
+    st.builds(lambda s, k, m: f"{s}{k}{m}", st.one_of(st.integers(0, 4), st.sampled_from(HUGE)), st.sampled_from("FBIWX"),
+              st.one_of(st.integers(0, 6), st.sampled_from(HUGE))),
     st.sampled_from(["", " ", "F0", "0F", "-1F0", "0F-1", "0BW0", "x"]),
 )
 CSV = st.one_of(

@@ -126,7 +126,7 @@ def test_zb_v_outside_its_range_at_p_m_8():
     results, _ = evaluate_all(8, 8)
     ranking = rank_layers(results)
     assert "zb-v" not in ranking.formula
-    assert next(r for r in compare_json(results, ranking) if r["schedule"] == "zb-v")["rank"]["formula"] is None
+    assert next(r for r in compare_json(results, ranking, UnitCosts()) if r["schedule"] == "zb-v")["rank"]["formula"] is None
 
 
 @settings(max_examples=40, deadline=None)

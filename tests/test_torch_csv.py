@@ -4,6 +4,7 @@
 import csv
 import io
 import os
+import threading
 
 import pytest
 from click.testing import CliRunner
@@ -122,6 +123,25 @@ def test_malformed_files_give_one_line_errors_naming_the_place():
     assert "unknown action group type 'OVERLAP_X'" in _one_line_error("(0F0;0B0)OVERLAP_X\n")
 
 
+def test_a_rank_numbered_off_by_one_is_named_at_its_first_odd_action():
+    # PyTorch 2.13's 1F1B CSV at p = 4, m = 8: the last rank numbers its forwards 1..8. The cause is
+    # 3F8 on rank 3 (its 15th cell), not the "0F8 is missing" the dependency check would report.
+    rows = [
+        "0F0,0F1,0F2,0F3,0B0,0F4,0B1,0F5,0B2,0F6,0B3,0F7,0B4,0B5,0B6,0B7",
+        "1F0,1F1,1F2,1B0,1F3,1B1,1F4,1B2,1F5,1B3,1F6,1B4,1F7,1B5,1B6,1B7",
+        "2F0,2F1,2B0,2F2,2B1,2F3,2B2,2F4,2B3,2F5,2B4,2F6,2B5,2F7,2B6,2B7",
+        "3F1,3B0,3F2,3B1,3F3,3B2,3F4,3B3,3F5,3B4,3F6,3B5,3F7,3B6,3F8,3B7",
+    ]
+    message = _one_line_error("\n".join(rows) + "\n")
+    assert message.startswith("torch-csv: row 3 (rank 3, line 4), cell 14: action 3F8 names microbatch 8"), message
+    assert "most run microbatches 0..7" in message
+    # Only a backward dropped: named by its stage, rank and kind.
+    rows[3] = "3F0,3F1,3F2,3B1,3F3,3B2,3F4,3B3,3F5,3B4,3F6,3B5,3F7,3B6,3B7"
+    assert _one_line_error("\n".join(rows) + "\n").startswith(
+        "torch-csv: stage 3 (rank 3, line 4) has no B of microbatch 0 (3B0)"
+    )
+
+
 def test_a_huge_index_in_a_tiny_file_allocates_nothing():
     # 90 bytes naming microbatch 10^20 - 1: refused at once, without a list sized by the index.
     text = "0F0,0B0,0F99999999999999999999,0B99999999999999999999\n1F0,1B0\n".ljust(90)
@@ -140,6 +160,36 @@ def test_files_over_the_size_limit_are_refused(monkeypatch):
     )
     # 3 actions, but 2 stages x 1 microbatch x 2 kinds = 4 ops needed: refused before validation.
     assert "torch-csv: 2 stages x 1 microbatches make 4 ops" in _one_line_error("0F0\n1F0,1B0\n")
+
+
+def test_unbounded_inputs_are_refused_before_they_fill_memory(tmp_path, monkeypatch):
+    # /dev/zero never ends: refused at its first byte (NUL: not text), not read until memory runs out.
+    with pytest.raises(ScheduleError, match=r"^/dev/zero: cannot read: not a text file: NUL byte at byte 0$"):
+        read_torch_csv("/dev/zero")
+    # A pipe that has no size is read up to the byte limit (lowered here), then refused.
+    monkeypatch.setattr("ppopt.io.torch_csv.MAX_BYTES", 1000)
+    monkeypatch.setattr("ppopt.io._CHUNK", 100)
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+
+    def feed():
+        try:
+            with open(fifo, "w") as pipe:
+                pipe.write("0F0," * 10_000)  # 40 kB, 40 times the limit
+        except BrokenPipeError:
+            pass  # the reader stopped early, as it should
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    with pytest.raises(ScheduleError, match=r"pipe.csv: cannot read: input too large: over 1,000 bytes read; "
+                                            r"the limit is 1,000 bytes \(10,000,000 ops\)$"):
+        read_torch_csv(fifo)
+    writer.join(timeout=5)
+    # A regular file is refused by its size, before reading.
+    big = tmp_path / "big.csv"
+    big.write_text("0F0,0B0\n" * 200)
+    with pytest.raises(ScheduleError, match=r"big.csv: cannot read: file too large: 1,600 bytes; the limit is 1,000 bytes"):
+        read_torch_csv(big)
 
 
 def test_validation_errors_carry_the_file_name_the_place_and_the_grid(tmp_path):

@@ -118,7 +118,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool) -> No
     schedule = read_torch_csv(Path(file), legacy_backward=legacy_backward)
     table = build_table(schedule, units)
     metrics = table_metrics(table)
-    split = schedule.split_backward
+    split = table.flat.split  # known from validation, without another pass over the ops
     if as_json:
         emit_json({
             "schedule": schedule.name,

@@ -110,7 +110,10 @@ def _presets(model, system, required: bool = False):
 @format_option
 def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, model, system,
                      global_batch, parallel, plot, trace, costs, as_json, fmt) -> None:
-    """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'."""
+    """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'.
+
+    Lengths are in unit slots for every schedule: a slot is one forward of a 1/p model share, B = I + W
+    lasts --backward slots, chunk ops scale by p/S (so 1f1b at p = m = 8 is 45 slots)."""
     from ppopt.errors import ConfigError
     from ppopt.evaluate import evaluate_all, evaluate_schedule, schedule_costs
     from ppopt.report.evaluation import evaluation_json, evaluation_text
@@ -142,7 +145,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
                                    parallel=parallel, **options)
         results = [result]
     if as_json:
-        payload = [evaluation_json(r) for r in results]
+        payload = [evaluation_json(r, units) for r in results]
         emit_json(payload if name == "all" else payload[0])
     else:
         click.echo(evaluation_text(results, units, fmt))
@@ -188,7 +191,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
         click.echo(f"skipped {schedule}: {reason}", err=True)
     ranking = rank_layers(results)
     if as_json:
-        emit_json(compare_json(results, ranking))
+        emit_json(compare_json(results, ranking, units))
     else:
         click.echo(compare_text(results, ranking, units, f"model {model_config.name} on system {system_config.name}", fmt))
     if plot:

@@ -29,6 +29,7 @@ def solver_options(command):
     @functools.wraps(command)
     def wrapper(**params):
         spec, solve = _requests(params)
+        _check_size(spec, params["options"])
         return command(spec=spec, solve=solve, **params)
 
     for option in reversed(
@@ -50,6 +51,17 @@ def solver_options(command):
     ):
         wrapper = option(wrapper)
     return system_options()(job_options()(unit_options()(schedule_options(name=False, unit_costs=False)(wrapper))))
+
+
+def _check_size(spec: InstanceSpec, options: dict) -> None:
+    """Refuse, before any model is built, a request whose every schedule is over
+    :data:`ppopt.ir.MAX_OPS`: at least p x chunks stages (2 x waves chunks per device for Hanayo),
+    each with a forward and a backward of each microbatch."""
+    from ppopt.ir import check_size
+
+    per_device = max(1, options.get("chunks") or 1, 2 * (options.get("waves") or 0))
+    check_size(spec.devices * per_device * spec.microbatches * 2,
+               f"{spec.devices} devices{f' x {per_device} stages' if per_device > 1 else ''}, {spec.microbatches} microbatches")
 
 
 def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:

@@ -19,8 +19,9 @@ j-th microbatch of a direction (j = 0..p/2-1)
 
 These slots never collide on a device for any even p (F-down and B-up of a device share a parity
 but would need j - j' = p/2; the same for B-down and F-up), so there are no ties to break; the
-per-device *order* is the ops sorted by slot. For p = 4 these slots are the p = m = 4 reference grid
-of the project's domain reference (§2 there) cell for cell.
+per-device *order* is the ops sorted by slot. For p = 4 these slots are, cell for cell, the four-stage,
+four-microbatch schedule Li & Hoefler draw in the paper (Section 3.1, "Bidirectional pipelines"),
+written out in tests/test_chimera.py.
 
 m > p: direct concatenation of basic units, i.e. a device's order is unit 0's order, then unit 1's,
 and so on (the paper's plain variant; its "forward doubling" / "backward halving" are not built).

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from itertools import chain, repeat
+
 from ppopt.generators.common import require_positive
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import linear_placement
@@ -24,11 +26,11 @@ def gpipe(devices: int, microbatches: int) -> Schedule:
 def one_f_one_b_order(stage: int, warmup: int, microbatches: int, backward: Kind = Kind.B) -> tuple[Op, ...]:
     """One stage's 1F1B order: ``warmup`` forwards, then F/backward pairs, then the remaining backwards."""
     warmup = min(warmup, microbatches)
-    order = [Op(stage, Kind.F, m) for m in range(warmup)]
-    for i in range(microbatches - warmup):
-        order += [Op(stage, Kind.F, warmup + i), Op(stage, backward, i)]
-    order += [Op(stage, backward, m) for m in range(microbatches - warmup, microbatches)]
-    return tuple(order)
+    steady = microbatches - warmup  # F/backward pairs
+    kinds = [Kind.F] * warmup + [Kind.F, backward] * steady + [backward] * warmup
+    pairs = chain.from_iterable(zip(range(warmup, microbatches), range(steady)))  # F of j + warmup, backward of j
+    indices = [*range(warmup), *pairs, *range(steady, microbatches)]
+    return tuple(map(Op, repeat(stage, 2 * microbatches), kinds, indices))  # built by map: no per-op Python loop
 
 
 def one_f_one_b(devices: int, microbatches: int) -> Schedule:

@@ -44,8 +44,6 @@ same as 1F1B's p full-stage activations) on every device once m >= 2p-1.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from ppopt.errors import ScheduleError
 from ppopt.generators.common import require_positive
 from ppopt.generators.linear import one_f_one_b_order
@@ -97,43 +95,32 @@ def _zb_v_order(devices: int, microbatches: int, rank: int) -> tuple[Op, ...]:
     """Device ``rank``'s ZB-V order (steps 1-7 of the module docs), phantom microbatches removed."""
     p, r = devices, rank
     n = max(microbatches, 2 * p - 1)
-    stage = (r, 2 * p - 1 - r)  # chunk 0 (down), chunk 1 (up)
-    done: Counter[tuple[Kind, int]] = Counter()  # ops emitted per (kind, chunk)
-    order: list[Op] = []
-
-    def put(kind: Kind, chunk: int) -> None:
-        order.append(Op(stage[chunk], kind, done[kind, chunk]))
-        done[kind, chunk] += 1
-
-    F, I, W = Kind.F, Kind.I, Kind.W  # noqa: E741
-    for _ in range(2 * (p - r) - 1):
-        put(F, 0)
-    for _ in range(r):
-        put(F, 1)
-        put(F, 0)
-    for _ in range(p - r):
-        put(F, 1)
-        put(I, 1)
-        put(W, 1)
-    while done[F, 1] < done[F, 0] or done[F, 0] < n:
-        if done[F, 0] < n:
-            put(F, 0)
-        put(I, 0)
-        put(W, 0)
-        put(F, 1)
-        put(I, 1)
-        put(W, 1)
-    for _ in range(r):
-        put(I, 0)
-        put(I, 1)
-    for _ in range(p - r):
-        put(I, 0)
-        put(W, 0)
-    while done[W, 1] < done[I, 1]:
-        put(W, 1)
-    while done[W, 0] < done[I, 0]:
-        put(W, 0)
-    return tuple(op for op in order if op.microbatch < microbatches)
+    down, up = r, 2 * p - 1 - r  # the stages of chunk 0 and chunk 1
+    F0, I0, W0 = (down, Kind.F), (down, Kind.I), (down, Kind.W)
+    F1, I1, W1 = (up, Kind.F), (up, Kind.I), (up, Kind.W)
+    # Steps 1-3 leave 2p-r-1 forwards of chunk 0 and p of chunk 1. Step 4 then runs n - (2p-r-1)
+    # times with a forward of chunk 0 (until it has n) and p-r-1 times without (until chunk 1 has n).
+    # Steps 5-7: I of chunk 1 runs r times without its W (step 5), I of chunk 0 r times (step 5), so r
+    # W's of each chunk are pending at the end.
+    steps = (
+        [F0] * (2 * (p - r) - 1)
+        + [F1, F0] * r
+        + [F1, I1, W1] * (p - r)
+        + [F0, I0, W0, F1, I1, W1] * (n - (2 * p - r - 1))
+        + [I0, W0, F1, I1, W1] * (p - r - 1)
+        + [I0, I1] * r
+        + [I0, W0] * (p - r)
+        + [W1] * r
+        + [W0] * r
+    )
+    done = dict.fromkeys(steps, 0)  # ops numbered so far per (stage, kind): the next microbatch
+    order = []
+    for key in steps:
+        microbatch = done[key]
+        done[key] = microbatch + 1
+        if microbatch < microbatches:  # phantom microbatches (n > m) are dropped
+            order.append(Op(key[0], key[1], microbatch))
+    return tuple(order)
 
 
 def zb_v(devices: int, microbatches: int) -> Schedule:

@@ -1,5 +1,9 @@
 """File input and output: the project's one file writer, its one JSON encoder, and the interchange formats.
 
+Every text file ppopt reads (model, system and spec files, measured CSVs, schedule CSVs) goes
+through :func:`read_text_bounded`: read in chunks up to a byte limit, so a device or pipe that
+never ends (``/dev/zero``, ``yes |``) is refused in one line instead of filling memory.
+
 Every file ppopt writes goes through :func:`atomic_writer` (or :func:`atomic_write_text`,
 :func:`atomic_write_bytes`, :func:`write_json`):
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -39,7 +44,38 @@ from typing import BinaryIO
 
 from ppopt.errors import PpoptError
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_writer", "json_text", "write_json"]
+__all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "json_text", "read_text_bounded",
+           "write_json"]
+
+CONFIG_BYTES = 64 * 2**20
+"""The largest model, system or spec file read, in bytes (real ones are a few kB)."""
+
+_CHUNK = 1 << 20
+
+
+def read_text_bounded(path: str | os.PathLike, limit: int, encoding: str = "utf-8", why: str = "") -> str:
+    """The text of ``path``, read in chunks of 1 MiB. Raises :class:`OSError` (whose ``strerror``
+    says why, for the callers' ``cannot read`` messages) for a regular file over ``limit`` bytes, for
+    any other file (pipe, device) once more than ``limit`` bytes have been read, and for a NUL byte
+    (not text: ``/dev/zero``) as soon as it is read. ``why`` is appended to the size message (e.g.
+    what the limit derives from). Decoding errors raise :class:`UnicodeDecodeError`.
+    """
+    limit_text = f"the limit is {limit:,} bytes{f' ({why})' if why else ''}"
+    with open(path, "rb") as file:
+        status = os.fstat(file.fileno())
+        if stat.S_ISREG(status.st_mode) and status.st_size > limit:
+            raise OSError(errno.EFBIG, f"file too large: {status.st_size:,} bytes; {limit_text}")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := file.read(_CHUNK):
+            nul = chunk.find(b"\0")
+            if nul >= 0:
+                raise OSError(errno.EINVAL, f"not a text file: NUL byte at byte {size + nul:,}")
+            size += len(chunk)
+            if size > limit:
+                raise OSError(errno.EFBIG, f"input too large: over {limit:,} bytes read; {limit_text}")
+            chunks.append(chunk)
+    return b"".join(chunks).decode(encoding)
 
 
 def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:

@@ -21,7 +21,11 @@ from pathlib import Path
 
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.errors import ConfigError
+from ppopt.io import read_text_bounded
 from ppopt.job import Job
+
+MEASURED_BYTES = 256 * 2**20
+"""The largest measured-data CSV read, in bytes (the shipped files are under 1 MB)."""
 
 __all__ = ["COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "read_measured"]
 
@@ -100,7 +104,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
     path = Path(source)
     name = str(source)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_text_bounded(path, MEASURED_BYTES, "utf-8-sig")
     except OSError as error:
         raise MeasuredDataError(f"{name}: cannot read file ({error.strerror or error})") from error
     except UnicodeDecodeError as error:

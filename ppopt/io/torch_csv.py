@@ -31,7 +31,9 @@ Reading (:func:`read_torch_csv`)
       S distinct stages must be 0..S-1 and the M distinct microbatches 0..M-1; a gap or an index
       beyond is a one-line error naming the action, its rank and its place, so a short file with
       a huge index allocates nothing. A file with more than :data:`ppopt.ir.MAX_OPS` compute
-      actions, or whose S x M x kinds exceeds it, is refused. The schedule is then checked by
+      actions, or whose S x M x kinds exceeds it, is refused; so is a file over :data:`MAX_BYTES`
+      bytes (a pipe or device such as ``/dev/zero`` is read up to that limit, and refused at its
+      first NUL byte). The schedule is then checked by
       :func:`ppopt.validate.validate`.
     * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file name.
       Positions are **0-based**, like PyTorch's ``Rank r, step s``: "row 2 (rank 2, line 3),
@@ -50,6 +52,7 @@ import csv
 import io
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
@@ -58,8 +61,8 @@ import numpy as np
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.io import atomic_write_text
-from ppopt.ir import Kind, Op, Schedule, check_size, parse_action
+from ppopt.io import atomic_write_text, read_text_bounded
+from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
 
 __all__ = ["COMM_ACTIONS", "format_torch_csv", "parse_torch_csv", "read_torch_csv", "write_torch_csv"]
@@ -303,6 +306,9 @@ def _located(error: ScheduleValidationError, name: str, parsed: list[_Row], kind
                     f"{name}: {_where(r, c)}: action {op} appears twice (first at {_where(*seen[op])})", error.details
                 )
             seen[op] = (r, c)
+    unmatched = _unmatched(seen, holder)
+    if unmatched is not None:
+        return ScheduleValidationError(f"{name}: {unmatched}", error.details)
     message = str(error)
     mentioned = [parse_action(word) for word in _ACTION_WORD.findall(message)]
     named = next((seen[op] for op in mentioned if op in seen), None)
@@ -314,6 +320,46 @@ def _located(error: ScheduleValidationError, name: str, parsed: list[_Row], kind
     else:
         where = ""
     return ScheduleValidationError(f"{name}: {message}{where}", error.details)
+
+
+def _unmatched(seen: dict[Op, tuple[int, int]], holder: dict[int, int]) -> str | None:
+    """The first op, in file order, whose microbatch the other stages and kinds do not run, or the
+    first stage and kind lacking one they all run; None when every stage runs every kind of the same
+    microbatches.
+
+    In a valid schedule every (stage, kind) runs the same microbatches. The set more of them run than
+    any other is taken as the intended one (with a tie, None: the validator's message stands), so a rank that numbers its microbatches off by one (PyTorch 2.13's
+    1F1B CSV names its last rank's forwards 1..m) is named at its first odd action, ``3F8``, rather
+    than through the dependency error it causes on another stage (``0F8`` is missing).
+    """
+    runs: dict[tuple[int, Kind], set[int]] = {}
+    for op in seen:
+        runs.setdefault((op.stage, op.kind), set()).add(op.microbatch)
+    if not runs:
+        return None
+    frozen = {key: frozenset(mbs) for key, mbs in runs.items()}
+    ranked = Counter(frozen.values()).most_common(2)
+    if len(ranked) < 2 or ranked[0][1] == ranked[1][1]:  # all alike, or no set most of them run
+        return None
+    common = ranked[0][0]
+    others = _ranges(sorted(common))
+    odd = [(place, op) for op, place in seen.items() if op.microbatch not in common]
+    if odd:
+        (r, c), op = min(odd, key=lambda item: item[0])
+        return (f"{_where(r, c)}: action {op} names microbatch {op.microbatch}, which the other stages and kinds "
+                f"do not run (most run microbatches {others}): check the numbering of rank {r}")
+    stage, kind = min(key for key, mbs in frozen.items() if mbs != common)
+    lacking = min(common - frozen[(stage, kind)])
+    rank = holder[stage]
+    return (f"stage {stage} (rank {rank}, line {rank + 1}) has no {kind} of microbatch {lacking} ({stage}{kind}{lacking}), "
+            f"which most stages and kinds run (microbatches {others})")
+
+
+def _ranges(values: list[int]) -> str:
+    """``0..7`` for consecutive integers, else them listed (at most 8, then an ellipsis)."""
+    if values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}..{values[-1]}" if len(values) > 1 else str(values[0])
+    return ", ".join(map(str, values[:8])) + (", ..." if len(values) > 8 else "")
 
 
 _ACTION_WORD = re.compile(r"\b\d+[FBIW]\d+\b")
@@ -336,12 +382,17 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
         return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
     path = Path(path_or_text)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_text_bounded(path, MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops")
     except FileNotFoundError:
         raise ScheduleError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ScheduleError(f"{path}: cannot read: {getattr(error, 'strerror', None) or error}") from None
     return parse_torch_csv(text, path.stem, legacy_backward)
+
+
+MAX_BYTES = 32 * MAX_OPS
+"""The largest CSV read, in bytes: :data:`ppopt.ir.MAX_OPS` actions of up to 32 bytes each (a compute
+cell such as ``12I4095,`` is under 16; the rest leaves room for communication cells)."""
 
 
 def _refuse_replicas(schedule: Schedule) -> None:

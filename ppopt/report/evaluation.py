@@ -78,14 +78,24 @@ def table_json(table: Table) -> dict:
     }
 
 
-def evaluation_json(result: Evaluation) -> dict:
-    """The JSON object of one evaluation (keys as in the README)."""
+def units_json(units: UnitCosts) -> dict:
+    """The unit model as JSON: slots of F, B, I, W of a 1/p model share and of a message."""
+    w = units.weight_slots
+    return {"forward": units.forward, "backward": units.backward, "input_grad": units.backward - w, "weight_grad": w,
+            "comm": units.comm, "chunk_ops_scaled_by": "p/S"}
+
+
+def evaluation_json(result: Evaluation, units: UnitCosts) -> dict:
+    """The JSON object of one evaluation (keys as in the README). Formula and table lengths are in
+    ``length_unit`` (unit slots) of the unit model ``unit_model``, the same for every schedule."""
     f, t = result.formula, result.table
     data = {
         "schedule": result.schedule,
         "devices": result.devices,
         "microbatches": result.microbatches,
         "options": result.options,
+        "length_unit": "slots",
+        "unit_model": units_json(units),
         "formula": None if f is None else {
             "bubble_ratio": f.bubble_ratio,
             "length": f.length,
@@ -112,7 +122,7 @@ def units_text(units: UnitCosts) -> str:
 
 def _header(results: Sequence[Evaluation], units: UnitCosts) -> str:
     p, m = results[0].devices, results[0].microbatches
-    return f"p = {p} devices, m = {m} microbatches; {units_text(units)}; bubble = idle / total"
+    return f"p = {p} devices, m = {m} microbatches; lengths in {units_text(units)}; bubble = idle / total"
 
 
 def closed_form_cell(f: Formula | None, text: str) -> str:
@@ -182,10 +192,10 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
     return with_context([_header(results, units), context, ""], table, after, fmt)
 
 
-def compare_json(results: Sequence[Evaluation], ranking: Ranking) -> list[dict]:
+def compare_json(results: Sequence[Evaluation], ranking: Ranking, units: UnitCosts) -> list[dict]:
     rows = []
     for r in results:
-        data = evaluation_json(r)
+        data = evaluation_json(r, units)
         data["rank"] = {
             "formula": ranking.formula.get(r.schedule),
             "table": ranking.table[r.schedule],

@@ -75,6 +75,7 @@ from pydantic import (
 from ppopt.config import ModelConfig, SystemConfig, display_path, load_model, load_system
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate
+from ppopt.io import CONFIG_BYTES, read_text_bounded
 
 __all__ = ["EvalItem", "GapItem", "LoadedSpec", "SweepSpec", "expand", "load_spec", "point_hash", "spec_dirs", "resolve_spec"]
 
@@ -270,7 +271,7 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
     path = Path(path)
     where = display_path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_text_bounded(path, CONFIG_BYTES))
     except OSError as error:
         raise ConfigError(f"{where}: cannot read spec ({error.strerror or error})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
