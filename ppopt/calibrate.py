@@ -90,6 +90,7 @@ def apply(base: SystemConfig, values: dict[str, float]) -> SystemConfig:
     """``base`` with the fitted ``values`` (link efficiencies scale the base bandwidths)."""
     links = {"intra_node_efficiency", "inter_node_efficiency", "intra_node_latency_s"}
     update: dict[str, object] = {k: v for k, v in values.items() if k not in links}
+    update["op_time_rule"] = "additive"  # the rule the closed form fits (module doc)
     for link in ("intra_node", "inter_node"):
         old = getattr(base, link)
         changes = {}
@@ -107,6 +108,7 @@ def _light(base: SystemConfig, values: dict[str, float]) -> SimpleNamespace:
     (pydantic copies would dominate the search's time)."""
     fields_ = base.model_dump()
     fields_.update({k: v for k, v in values.items() if k in fields_})
+    fields_["op_time_rule"] = "additive"
     for link in ("intra_node", "inter_node"):
         table = dict(fields_[link])
         table["bandwidth_bytes_per_s"] *= values.get(f"{link}_efficiency", 1.0)

@@ -28,8 +28,10 @@ Work and time
     one system must be timed on systems with the same n. Elementwise kernels (layer norm, GELU, softmax,
     dropout) are memory-bound: their HBM traffic is taken as the bytes a block would store without
     recomputation (Korthikanti et al. 2022, Table 2), once in the forward and twice in the backward
-    (a coarse proxy: the calibrated ``memory_efficiency`` absorbs the true multiple). GEMMs and elementwise kernels run one after the other, so their times add (the
-    pure-pipeline :func:`ppopt.costs.stage_costs` keeps its one-roofline-per-op model).
+    (a coarse proxy: the calibrated ``memory_efficiency`` absorbs the true multiple). Under the calibrated presets' ``op_time_rule = "additive"`` GEMMs and elementwise kernels run
+    one after the other, so their times add; under the default "roofline" each op (F, I, W) takes
+    the larger of its compute and memory time (:func:`ppopt.costs.work_time_s`, the one per-op cost
+    function, also behind :func:`ppopt.costs.stage_costs`, which is this model at t = d = 1).
 
 Per block and microbatch of b sequences on one of t ranks (s sequence, h hidden, a heads, e bytes)
     * FLOPs ``(2·b·s·P_lin + 4·b·s²·h)/t`` forward, twice that backward (Narayanan et al. 2021,
@@ -89,21 +91,22 @@ Placement (Megatron order: tensor parallel innermost, then data parallel, then p
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.costs import (
     Costs,
     StageCost,
+    Work,
     _activation_parts,
     layer_forward_flops,
     layer_linear_params,
     layer_param_count,
     partition_layers,
     stored_activation_bytes_per_layer,
+    work_time_s,
 )
 from ppopt.errors import ConfigError
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
@@ -117,53 +120,6 @@ SCHEDULES = ("1f1b", "gpipe", "zb-h1")
 """Schedule families a job can use: one stage per device, no replicated stages (interleaved,
 Hanayo and Chimera place several or replicated stages per device, which the job's per-GPU memory
 and gradient all-reduce do not model yet)."""
-
-
-@dataclass(frozen=True)
-class Work:
-    """What one op or transfer does, before the system turns it into seconds (see module doc).
-
-    Fields may be floats or numpy arrays (the calibration stacks many jobs' work).
-    """
-
-    gemm_flops: Any = 0.0
-    """FLOPs of matrix multiplications."""
-    gemm_units: Any = 0.0
-    """Σ FLOPs / g^n over the GEMMs (g their size, n the system's gemm_saturation_exponent)."""
-    memory_bytes: Any = 0.0
-    """HBM traffic of memory-bound kernels, bytes."""
-    ops: Any = 0.0
-    """Ops (each pays ``compute_latency_s``)."""
-    intra_bytes: Any = 0.0
-    """Bytes over an intra-node link (ring factors applied)."""
-    inter_bytes: Any = 0.0
-    """Bytes over an inter-node link at full bandwidth (ring factors and NIC sharing applied)."""
-    intra_hops: Any = 0.0
-    """Intra-node link latencies paid (ring steps, messages)."""
-    inter_hops: Any = 0.0
-    """Inter-node link latencies paid."""
-
-    # (vars() lists the fields in declaration order: the dataclass __init__ sets them in that order)
-    def __add__(self, other: Work) -> Work:
-        return Work(*map(operator.add, vars(self).values(), vars(other).values()))
-
-    def __mul__(self, factor: float) -> Work:
-        return Work(*(value * factor for value in vars(self).values()))
-
-    __rmul__ = __mul__
-
-
-def work_time_s(work: Work, system: SystemConfig) -> Any:
-    """Seconds ``work`` takes on ``system`` (formula in the module doc); works on numpy arrays."""
-    compute = system.peak_flops * system.compute_efficiency
-    k_n = system.gemm_half_saturation_flops ** system.gemm_saturation_exponent
-    return ((work.gemm_flops + k_n * work.gemm_units) / compute
-            + work.memory_bytes / (system.memory_bandwidth_bytes_per_s * system.memory_efficiency)
-            + work.ops * system.compute_latency_s
-            + work.intra_bytes / system.intra_node.bandwidth_bytes_per_s
-            + work.inter_bytes / system.inter_node.bandwidth_bytes_per_s
-            + work.intra_hops * system.intra_node.latency_s
-            + work.inter_hops * system.inter_node.latency_s)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -340,9 +296,10 @@ class JobWork:
     """Per stage (stage 0 first) work of one microbatch, and the step's collectives."""
 
     forward: tuple[Work, ...]
-    backward: tuple[Work, ...]
+    input_grad: tuple[Work, ...]
+    """I: the input-gradient part of the backward (with any recomputation)."""
     weight_grad: tuple[Work, ...]
-    """The weight-gradient GEMMs inside ``backward`` (for the I/W split)."""
+    """W: the weight-gradient part of the backward."""
     messages: tuple[Work, ...]
     """One stage-to-stage message per boundary (p - 1)."""
     gradient_sync: tuple[Work, ...]
@@ -356,6 +313,11 @@ class JobWork:
     """Transient bytes while one microbatch's backward runs (recomputed block, logits)."""
     persistent_bytes: tuple[float, ...]
     send_bytes: float
+
+    @property
+    def backward(self) -> tuple[Work, ...]:
+        """B = I + W of every stage."""
+        return tuple(i + w for i, w in zip(self.input_grad, self.weight_grad))
 
 
 def job_work(job: Job) -> JobWork:
@@ -373,50 +335,57 @@ def job_work(job: Job) -> JobWork:
 
     core = 4.0 * b * s * s * h / t
     f_gemm = layer_forward_flops(model, b) / t
+    weight_flops = 2.0 * b * s * layer_linear_params(model) / t  # = f_gemm - core
     scores = _activation_parts(model, b)[2]
     elementwise = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, "none")
-    forward = Work(gemm_flops=f_gemm, gemm_units=units(f_gemm), memory_bytes=elementwise) + 2 * tp_ar
-    backward = Work(gemm_flops=2 * f_gemm, gemm_units=units(2 * f_gemm), memory_bytes=2 * elementwise) + 2 * tp_ar
+    operands = layer_param_count(model) / t * e  # a block's weights, read (F, I) or gradient written (W)
+    forward = Work(gemm_flops=f_gemm, gemm_units=units(f_gemm), memory_bytes=elementwise,
+                   operand_bytes=operands) + 2 * tp_ar
+    input_flops = f_gemm + core
+    input_grad = Work(gemm_flops=input_flops, gemm_units=units(input_flops), memory_bytes=elementwise,
+                      operand_bytes=operands) + 2 * tp_ar
     if job.recompute == "full":
-        backward = backward + forward
+        input_grad = input_grad + forward
     elif job.recompute == "selective":
-        backward = backward + Work(gemm_flops=core, gemm_units=units(core), memory_bytes=2 * scores / t)
-    weight_flops = 2.0 * b * s * layer_linear_params(model) / t
-    weight = Work(gemm_flops=weight_flops, gemm_units=units(weight_flops))
+        input_grad = input_grad + Work(gemm_flops=core, gemm_units=units(core), memory_bytes=2 * scores / t)
+    weight = Work(gemm_flops=weight_flops, gemm_units=units(weight_flops), memory_bytes=elementwise,
+                  operand_bytes=operands)
     stored = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, job.recompute)
     working = {"none": 0.0, "selective": scores / t, "full": elementwise}[job.recompute]
 
     layers = job.stage_layers
     last = job.pp - 1
     logits_flops = 2.0 * b * s * h * v / t
-    logits_bytes = 2.0 * b * s * v * e / t
+    logits_bytes = float(b * s * v * e) / t
+    output = Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes,
+                  operand_bytes=v * h * e / t)
     bps = system.bytes_per_param_state
     state_per_param = 2 * e + (bps - 2 * e) / job.dp if job.distributed_optimizer else bps
     optimizer_share = 1 / job.dp if job.distributed_optimizer else 1.0
 
-    fw, bw, ww, sync, opt, params, store, work_bytes, persistent = [], [], [], [], [], [], [], [], []
+    fw, iw, ww, sync, opt, params, store, work_bytes, persistent = [], [], [], [], [], [], [], [], []
     for index, n in enumerate(layers):
-        f, bk, w = n * forward, n * backward, n * weight
+        f, i, w = n * forward, n * input_grad, n * weight
         count = n * layer_param_count(model) / t
-        extra = 0.0
-        if index == 0:  # embedding: gather rows (vocabulary-parallel: all-reduce them)
+        kept, extra = n * stored, working
+        if index == 0:  # embedding: gather rows (vocabulary-parallel: all-reduce them), scatter their gradient
             f = f + Work(memory_bytes=rows) + tp_ar
-            bk = bk + Work(memory_bytes=rows)
+            w = w + Work(memory_bytes=rows)
             count += v * h / t + (s * h if model.learned_position_embeddings else 0)  # positions: replicated
-        if index == last:  # output projection and loss
-            f = f + Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes)
-            bk = bk + Work(gemm_flops=2 * logits_flops, gemm_units=2 * units(logits_flops, logits_flops), memory_bytes=logits_bytes)
-            w = w + Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops))
-            extra += logits_bytes
+        if index == last:  # output projection and loss: the logits are kept until the backward
+            # F writes the logits and the loss reads them back (2 passes); I reads the kept softmax,
+            # W the logits' gradient (one pass each)
+            f, i, w = f + output + Work(memory_bytes=logits_bytes), i + output, w + output
+            kept += logits_bytes
+            extra += logits_bytes  # their gradient, while the backward runs
             if index != 0 or not model.tie_embeddings:  # own matrix, or Megatron's synchronised copy
                 count += v * h / t
-        f, bk = f + Work(ops=1.0), bk + Work(ops=1.0)
-        fw.append(f)
-        bw.append(bk)
+        fw.append(f + Work(ops=1.0))
+        iw.append(i + Work(ops=1.0))
         ww.append(w)
         params.append(count)
-        store.append(n * stored)
-        work_bytes.append(working + extra)
+        store.append(kept)
+        work_bytes.append(extra)
         persistent.append(count * state_per_param)
         sync.append(ring_allreduce_work(count * e, job.dp, job.tp * job.dp, job.tp, system))
         opt.append(Work(memory_bytes=2 * count * bps * optimizer_share, ops=1.0))
@@ -425,10 +394,10 @@ def job_work(job: Job) -> JobWork:
     if t > 1 and not job.sequence_parallel:  # the receiver all-gathers the scattered activation
         gather = 0.5 * ring_allreduce_work(rows, t, t, 1, system)
         fw = [f + gather if k > 0 else f for k, f in enumerate(fw)]
-        bw = [bk + gather if k < last else bk for k, bk in enumerate(bw)]
+        iw = [i + gather if k < last else i for k, i in enumerate(iw)]
     per_node = stages_per_node(job)
     messages = tuple(message[(k + 1) % per_node == 0] for k in range(last))
-    return JobWork(tuple(fw), tuple(bw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
+    return JobWork(tuple(fw), tuple(iw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
                    tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t)
 
 
@@ -453,13 +422,13 @@ def job_costs(job: Job, work: JobWork | None = None) -> Costs:
     system = job.system
     stages = []
     for k in range(job.pp):
-        backward = float(work_time_s(work.backward[k], system))
-        weight = min(backward, float(work_time_s(work.weight_grad[k], system)))
+        input_grad = float(work_time_s(work.input_grad[k], system))
+        weight = float(work_time_s(work.weight_grad[k], system))
         stages.append(StageCost(
             layers=work.layers[k],
             forward_s=float(work_time_s(work.forward[k], system)),
-            backward_s=backward,
-            input_grad_s=backward - weight,
+            backward_s=input_grad + weight,
+            input_grad_s=input_grad,
             weight_grad_s=weight,
             activation_bytes=work.stored_bytes[k],
             persistent_bytes=work.persistent_bytes[k],

@@ -139,9 +139,15 @@ def test_stage_memory_and_messages():
         assert stage.gradient_bytes == stage.param_count * 2
 
 
-def test_tied_embeddings_counted_once():
+def test_tied_embeddings_copy_on_the_last_stage():
+    # Megatron-LM keeps a synchronised copy of a tied word embedding on the last pipeline stage
+    # (its output layer): 4 blocks + V·h = 4 · 789,760 + 1000 · 256 on stage 1; stage 0 holds the
+    # embedding too. With one stage the matrix is held once.
     costs = stage_costs(gpt(tie_embeddings=True), system(), [4, 4], microbatches=4)
-    assert costs.stages[1].param_count == 4 * layer_param_count(gpt())
+    assert costs.stages[1].param_count == 4 * layer_param_count(gpt()) + 1000 * 256
+    assert costs.stages[0].param_count == 4 * layer_param_count(gpt()) + 1000 * 256
+    single = stage_costs(gpt(tie_embeddings=True), system(), [8], microbatches=4)
+    assert single.stages[0].param_count == 8 * layer_param_count(gpt()) + 1000 * 256
 
 
 def test_stage_costs_rejects_bad_partitions():

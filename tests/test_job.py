@@ -103,9 +103,16 @@ def test_full_recomputation_reruns_the_forward():
 
 def test_work_time_is_linear_in_the_parameters():
     work = Work(gemm_flops=1e12, gemm_units=2.0, memory_bytes=1e9, ops=1.0, intra_bytes=1e8, inter_bytes=4e7, intra_hops=2, inter_hops=1)
-    system = SYSTEM.model_copy(update={"compute_efficiency": 0.5, "gemm_half_saturation_flops": 1e10, "compute_latency_s": 1e-4})
-    expected = (1e12 + 2 * 1e10) / 50e12 + 1e9 / 1e12 + 1e-4 + 1e8 / 100e9 + 4e7 / 40e9 + 2e-6 + 5e-6
+    system = SYSTEM.model_copy(update={"compute_efficiency": 0.5, "gemm_half_saturation_flops": 1e10, "compute_latency_s": 1e-4,
+                                       "op_time_rule": "additive"})
+    links = 1e8 / 100e9 + 4e7 / 40e9 + 2e-6 + 5e-6
+    expected = (1e12 + 2 * 1e10) / 50e12 + 1e9 / 1e12 + 1e-4 + links
     assert work_time_s(work, system) == pytest.approx(expected)
+    # roofline: max(compute + L_c, memory + L_m) = max(0.0204 + 1e-4, (1e9 + 3e9)/1e12 + 0) = 0.0205,
+    # the operand bytes counting as memory traffic; the links add as before
+    roofline = system.model_copy(update={"op_time_rule": "roofline"})
+    assert work_time_s(work + Work(operand_bytes=3e9), roofline) == pytest.approx(0.0205 + links)
+    assert work_time_s(work + Work(operand_bytes=30e9), roofline) == pytest.approx(31e9 / 1e12 + links)
 
 
 def test_placement_of_pipeline_stages():
