@@ -111,15 +111,26 @@ from ppopt.costs import (
 from ppopt.errors import ConfigError
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
 
-__all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job", "job_costs", "job_work", "pipeline_system",
+__all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job", "job_costs", "job_schedule", "job_work", "pipeline_system",
+           "stages_per_device",
            "work_time_s"]
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES = ("none", "selective", "full")
-SCHEDULES = ("1f1b", "gpipe", "zb-h1")
-"""Schedule families a job can use: one stage per device, no replicated stages (interleaved,
-Hanayo and Chimera place several or replicated stages per device, which the job's per-GPU memory
-and gradient all-reduce do not model yet)."""
+SCHEDULES = ("1f1b", "gpipe", "zb-h1", "zb-h2", "interleaved-1f1b", "looped-bfs", "zb-v", "v-min", "hanayo", "chimera")
+"""Schedule families a job can use. Interleaved-1F1B and looped-BFS place ``chunks`` stages on
+every device, ZB-V and V-min two, Hanayo 2·``waves``, Chimera two replicated ones; the others one."""
+CHUNKED = ("interleaved-1f1b", "looped-bfs")
+"""Families whose stages per device are the job's ``chunks``."""
+
+
+def stages_per_device(schedule: str, chunks: int = 2, waves: int = 1) -> int:
+    """Model chunks each device holds under ``schedule`` (Chimera: its two replicated stages)."""
+    if schedule in CHUNKED:
+        return chunks
+    if schedule == "hanayo":
+        return 2 * waves
+    return 2 if schedule in ("zb-v", "v-min", "chimera") else 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -149,8 +160,12 @@ class Job:
     overlap_gradient_sync: bool = False
     schedule: str = "1f1b"
     layers: tuple[int, ...] | None = None
-    """Transformer blocks per stage, stage 0 first (None: :func:`ppopt.costs.partition_layers`'s
+    """Transformer blocks per schedule stage, stage 0 first (None: :func:`ppopt.costs.partition_layers`'s
     even split, the remainder on the earliest stages)."""
+    chunks: int = 2
+    """Stages per device of interleaved-1f1b and looped-bfs (others ignore it)."""
+    waves: int = 1
+    """Hanayo's waves W (2W stages per device; others ignore it)."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch"):
@@ -161,13 +176,18 @@ class Job:
             raise ConfigError(f"unsupported for a job: {self.schedule!r} (supported: {', '.join(SCHEDULES)})", field="schedule")
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"unknown mode {self.recompute!r} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
-        if self.pp > self.model.num_layers:
-            raise ConfigError(f"{self.pp} stages exceed the model's {self.model.num_layers} layers", field="pp")
+        for name in ("chunks", "waves"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+        if self.stages > self.model.num_layers:
+            raise ConfigError(f"{self.stages} stages ({self.pp} devices x {self.stages // self.pp} under {self.schedule}) "
+                              f"exceed the model's {self.model.num_layers} layers", field="pp")
         if self.layers is not None:
             counts = self.layers
-            if len(counts) != self.pp or any(not isinstance(n, int) or n < 1 for n in counts) \
+            if len(counts) != self.stages or any(not isinstance(n, int) or n < 1 for n in counts) \
                     or sum(counts) != self.model.num_layers:
-                raise ConfigError(f"needs {self.pp} positive counts summing to the model's {self.model.num_layers} "
+                raise ConfigError(f"needs {self.stages} positive counts summing to the model's {self.model.num_layers} "
                                   f"layers, got {','.join(map(str, counts))}", field="layers_per_stage")
         per_replica, left = divmod(self.batch, self.dp)
         if left or per_replica % self.micro_batch:
@@ -180,9 +200,39 @@ class Job:
         return self.model.global_batch_size if self.global_batch is None else self.global_batch
 
     @property
+    def stages(self) -> int:
+        """Pipeline stages of the schedule: ``pp`` devices x :func:`stages_per_device` (Chimera's
+        replicas are the same p stages twice)."""
+        per_device = stages_per_device(self.schedule, self.chunks, self.waves)
+        return self.pp if self.schedule == "chimera" else self.pp * per_device
+
+    @property
+    def schedule_options(self) -> dict[str, int]:
+        """The generator options of the job's schedule."""
+        if self.schedule in CHUNKED:
+            return {"chunks": self.chunks}
+        return {"waves": self.waves} if self.schedule == "hanayo" else {}
+
+    @property
+    def schedule_label(self) -> str:
+        """The schedule with its option, e.g. ``interleaved-1f1b v2`` or ``hanayo w2``."""
+        option = {"chunks": "v", "waves": "w"}
+        return " ".join([self.schedule] + [f"{option[k]}{v}" for k, v in self.schedule_options.items()])
+
+    @property
     def stage_layers(self) -> tuple[int, ...]:
-        """Transformer blocks per stage (``layers``, or the even split)."""
-        return self.layers if self.layers is not None else partition_layers(self.model.num_layers, self.pp)
+        """Transformer blocks per schedule stage (``layers``, or the even split)."""
+        return self.layers if self.layers is not None else partition_layers(self.model.num_layers, self.stages)
+
+    def device_of(self, stage: int) -> int:
+        """The device (pipeline rank) that holds ``stage`` (the down pipeline's for Chimera): stage
+        k of a looped schedule on k mod p, of a V-shaped one (zb-v, v-min, hanayo) on k mod 2p or
+        2p - 1 - k mod 2p."""
+        p, k = self.pp, stage
+        if self.schedule in ("zb-v", "v-min", "hanayo"):
+            k %= 2 * p
+            return k if k < p else 2 * p - 1 - k
+        return k % p
 
     @property
     def gpus(self) -> int:
@@ -354,7 +404,7 @@ def job_work(job: Job) -> JobWork:
     working = {"none": 0.0, "selective": scores / t, "full": elementwise}[job.recompute]
 
     layers = job.stage_layers
-    last = job.pp - 1
+    last = job.stages - 1
     logits_flops = 2.0 * b * s * h * v / t
     logits_bytes = float(b * s * v * e) / t
     output = Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes,
@@ -396,7 +446,7 @@ def job_work(job: Job) -> JobWork:
         fw = [f + gather if k > 0 else f for k, f in enumerate(fw)]
         iw = [i + gather if k < last else i for k, i in enumerate(iw)]
     per_node = stages_per_node(job)
-    messages = tuple(message[(k + 1) % per_node == 0] for k in range(last))
+    messages = tuple(message[job.device_of(k) // per_node != job.device_of(k + 1) // per_node] for k in range(last))
     return JobWork(tuple(fw), tuple(iw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
                    tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t)
 
@@ -421,7 +471,7 @@ def job_costs(job: Job, work: JobWork | None = None) -> Costs:
     work = job_work(job) if work is None else work
     system = job.system
     stages = []
-    for k in range(job.pp):
+    for k in range(job.stages):
         input_grad = float(work_time_s(work.input_grad[k], system))
         weight = float(work_time_s(work.weight_grad[k], system))
         stages.append(StageCost(
@@ -440,10 +490,21 @@ def job_costs(job: Job, work: JobWork | None = None) -> Costs:
 
 
 @lru_cache(maxsize=256)
-def _prepared(schedule: str, stages: int, microbatches: int) -> Prepared:
+def _prepared(schedule: str, devices: int, microbatches: int, options: tuple[tuple[str, int], ...] = ()) -> Prepared:
+    from ppopt.errors import ScheduleError
     from ppopt.generators import generate
 
-    return prepare(generate(schedule, stages, microbatches))
+    try:
+        return prepare(generate(schedule, devices, microbatches, **dict(options)))
+    except ScheduleError as error:
+        raise ConfigError(f"{schedule} is not defined for {devices} devices and {microbatches} microbatches: {error}",
+                          field="schedule") from None
+
+
+def job_schedule(job: Job) -> Prepared:
+    """The job's schedule over its ``pp`` devices, prepared for the simulator (cached);
+    ConfigError naming ``schedule`` when the family is not defined for p and m."""
+    return _prepared(job.schedule, job.pp, job.microbatches, tuple(sorted(job.schedule_options.items())))
 
 
 @dataclass(frozen=True)
@@ -463,17 +524,26 @@ class JobResult:
 
 
 def evaluate_job(job: Job) -> JobResult:
-    """Predict one training step of ``job`` (see module doc)."""
+    """Predict one training step of ``job`` (see module doc).
+
+    A device holding several stages (chunks, waves, Chimera's replicas) keeps the persistent
+    state of every one, each replica in full, and its chunks' activations (the simulator counts
+    both), and all-reduces the gradients of every stage it holds over its data-parallel group, one
+    after the other; Chimera's replica all-reduce is simulated. The step adds the slowest device's
+    all-reduces and optimizer step to the simulated pipeline."""
     work = job_work(job)
     costs = job_costs(job, work)
-    simulation = simulate(_prepared(job.schedule, job.pp, job.microbatches), costs, pipeline_system(job))
+    prepared = job_schedule(job)
+    simulation = simulate(prepared, costs, pipeline_system(job))
     system = job.system
+    held = [prepared.schedule.stages_on(d) for d in range(job.pp)]
     syncs = [float(work_time_s(w, system)) for w in work.gradient_sync]
     if job.overlap_gradient_sync:
         syncs = [max(0.0, s - c.backward_s) for s, c in zip(syncs, costs.stages)]
-    sync = max(syncs)
-    optimizer = max(float(work_time_s(w, system)) for w in work.optimizer)
-    peak = max(simulation.peak_memory_bytes[k] + work.working_bytes[k] for k in range(job.pp))
+    optimizers = [float(work_time_s(w, system)) for w in work.optimizer]
+    sync = max(sum(syncs[k] for k in stages) for stages in held)
+    optimizer = max(sum(optimizers[k] for k in stages) for stages in held)
+    peak = max(simulation.peak_memory_bytes[d] + max(work.working_bytes[k] for k in held[d]) for d in range(job.pp))
     step = simulation.step_time_s + sync + optimizer
     if not math.isfinite(step):  # pragma: no cover - inputs are validated finite
         raise ConfigError(f"step time of {job.describe()} is not finite")
