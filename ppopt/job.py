@@ -33,6 +33,14 @@ Work and time
     the larger of its compute and memory time (:func:`ppopt.costs.work_time_s`, the one per-op cost
     function, also behind :func:`ppopt.costs.stage_costs`, which is this model at t = d = 1).
 
+Schedules (:data:`SCHEDULES`)
+    ``pp`` is the number of devices of one pipeline; the schedule places ``stages`` stages on them
+    (``chunks`` per device for interleaved-1f1b and looped-bfs, two for zb-v and v-min, 2·``waves``
+    for hanayo, Chimera's p stages twice as two replicated pipelines), and the layers are split over
+    the stages. A device keeps the persistent state of every stage it holds, each replica in full,
+    and the activations of all its chunks (as :func:`ppopt.simulate.simulate` counts them), and
+    all-reduces every held stage's gradients over its data-parallel group, one after the other.
+
 Per block and microbatch of b sequences on one of t ranks (s sequence, h hidden, a heads, e bytes)
     * FLOPs ``(2·b·s·P_lin + 4·b·s²·h)/t`` forward, twice that backward (Narayanan et al. 2021,
       "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
