@@ -21,7 +21,9 @@ ppopt?").
 
 The objective is the mean absolute percentage error (MAPE) over the given rows. Each row's
 :class:`ppopt.job.JobWork` is built once; a candidate system turns it into seconds through
-:func:`ppopt.job.work_time_s` (vectorised over all rows) and the 1F1B step is taken in closed form,
+:func:`ppopt.costs.work_time_s` (vectorised over all rows) under the ``additive`` op-time rule, in
+which every term is linear in the parameters (the fitted system is written with
+``op_time_rule = "additive"``), and the 1F1B step is taken in closed form,
 ``Σ_s (F_s + B_s) + (m - 1)·max_s (F_s + B_s) + 2·Σ messages`` plus the gradient all-reduce,
 optimizer step (Narayanan et al. 2021, Section 2.2: 1F1B's bubble is (p-1) stage
 times; the slowest stage sets the steady state). This is what the pipeline simulator gives for
@@ -90,6 +92,7 @@ def apply(base: SystemConfig, values: dict[str, float]) -> SystemConfig:
     """``base`` with the fitted ``values`` (link efficiencies scale the base bandwidths)."""
     links = {"intra_node_efficiency", "inter_node_efficiency", "intra_node_latency_s"}
     update: dict[str, object] = {k: v for k, v in values.items() if k not in links}
+    update["op_time_rule"] = "additive"  # the rule the closed form fits (module doc)
     for link in ("intra_node", "inter_node"):
         old = getattr(base, link)
         changes = {}
@@ -107,6 +110,7 @@ def _light(base: SystemConfig, values: dict[str, float]) -> SimpleNamespace:
     (pydantic copies would dominate the search's time)."""
     fields_ = base.model_dump()
     fields_.update({k: v for k, v in values.items() if k in fields_})
+    fields_["op_time_rule"] = "additive"
     for link in ("intra_node", "inter_node"):
         table = dict(fields_[link])
         table["bandwidth_bytes_per_s"] *= values.get(f"{link}_efficiency", 1.0)

@@ -242,6 +242,13 @@ class SystemConfig(_Strict):
     """What ``inter_node.bandwidth_bytes_per_s`` belongs to: one NIC per device ("device": every
     device has that bandwidth of its own) or one NIC per node ("node": the devices of a node that
     cross nodes at once share it). Used by :mod:`ppopt.job` only."""
+    op_time_rule: Literal["roofline", "additive"] = "roofline"
+    """How :func:`ppopt.costs.work_time_s` combines an op's compute and memory time (both cost
+    paths, pure pipeline and 3D job, use it). "roofline" (the default, the paper's method, Barley et
+    al.): ``max(FLOPs/(peak·e_c) + L_c, bytes/(BW·e_m) + L_m)`` with bytes = the op's weights and
+    stored activations. "additive": GEMMs and memory-bound elementwise kernels run one after the
+    other, ``GEMM time + elementwise bytes/(BW·e_m) + L_c`` (the GEMMs' own operand traffic hidden
+    under their FLOPs); the calibrated presets use it (:mod:`ppopt.calibrate`)."""
 
 
 # --------------------------------------------------------------------------------------------------

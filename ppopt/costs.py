@@ -51,12 +51,17 @@ Memory traffic (for the roofline)
     activation_bytes``. The embedding lookup moves only its b·s·h·e gathered rows, in F and W.
     With the attention-score term large (a·s/h = 80 in the study model) this makes ops
     memory-bound on some systems: a visible consequence of the no-recomputation, no-fused-attention
-    assumption.
+    assumption. The weights' share of it is ``Work.operand_bytes`` (counted by the roofline only),
+    the activations' share ``Work.memory_bytes``.
 
 Op durations
-    The roofline is applied once per op (one op = F, I or W of one microbatch on one whole stage),
-    so the latencies L_c and L_m are paid once per op. ``backward_s`` is defined as
-    ``input_grad_s + weight_grad_s`` so that B and I+W always agree.
+    One function, :func:`work_time_s`, times every op of both cost paths (this module's
+    :func:`stage_costs` is :func:`ppopt.job.job_costs` at t = d = 1 without recomputation). Under
+    ``system.op_time_rule = "roofline"`` (the default) the roofline is applied once per op (one op =
+    F, I or W of one microbatch on one whole stage), so the latencies L_c and L_m are paid once per
+    op; ``"additive"`` adds GEMM and elementwise time (the calibrated presets). ``backward_s`` is
+    defined as ``input_grad_s + weight_grad_s`` so that B and I+W always agree. The last stage's F
+    moves its logits twice (the output GEMM writes them, the loss reads them back), I and W once.
 
 Parameters per block
     ``P_lin`` + biases + norms. GELU models follow Megatron GPT (biases on every linear layer,
@@ -64,8 +69,9 @@ Parameters per block
     SwiGLU models follow LLaMA (no biases, RMSNorm with a scale only): ``P_lin + 2h``.
     The first stage holds the embedding (V·h, plus s·h learned position embeddings when
     ``model.learned_position_embeddings``); the last stage holds the output projection (V·h)
-    unless ``tie_embeddings`` (then the one matrix is counted once, on the first stage; frameworks
-    that keep a synchronised copy on the last stage would add V·h there).
+    also when ``tie_embeddings`` and there are several stages: Megatron-LM keeps a synchronised
+    copy of the tied word embedding on the last stage (Shoeybi et al. 2019; Megatron-LM's
+    ``LanguageModule.setup_embeddings_and_output_layer``); with one stage the matrix is held once.
 
 Communication
     Hockney: ``t = V / BW + L``; messages between neighbouring stages carry b·s·h·e bytes
@@ -76,8 +82,12 @@ Communication
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
 from ppopt.errors import ConfigError
@@ -101,6 +111,8 @@ __all__ = [
     "stage_costs",
     "transfer_time_s",
     "unit_costs",
+    "Work",
+    "work_time_s",
 ]
 
 
@@ -356,22 +368,91 @@ def stored_activation_bytes_per_layer(
 # --------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Work:
+    """What one op or transfer does, before a system turns it into seconds (:func:`work_time_s`).
+
+    Fields may be floats or numpy arrays (the calibration stacks many jobs' work).
+    """
+
+    gemm_flops: Any = 0.0
+    """FLOPs of matrix multiplications."""
+    gemm_units: Any = 0.0
+    """Σ FLOPs / g^n over the GEMMs (g their size, n the system's gemm_saturation_exponent)."""
+    memory_bytes: Any = 0.0
+    """HBM traffic of memory-bound kernels (the op's stored activations, embedding rows), bytes."""
+    ops: Any = 0.0
+    """Kernel sequences launched, each paying ``compute_latency_s`` under the additive rule."""
+    intra_bytes: Any = 0.0
+    """Bytes over an intra-node link (ring factors applied)."""
+    inter_bytes: Any = 0.0
+    """Bytes over an inter-node link at full bandwidth (ring factors and NIC sharing applied)."""
+    intra_hops: Any = 0.0
+    """Intra-node link latencies paid (ring steps, messages)."""
+    inter_hops: Any = 0.0
+    """Inter-node link latencies paid."""
+    operand_bytes: Any = 0.0
+    """HBM traffic of the GEMMs' weights (read by F and I, gradient written by W), bytes: part of
+    the roofline's bytes; hidden under the GEMM time by the additive rule."""
+
+    # (vars() lists the fields in declaration order: the dataclass __init__ sets them in that order)
+    def __add__(self, other: Work) -> Work:
+        return Work(*map(operator.add, vars(self).values(), vars(other).values()))
+
+    def __mul__(self, factor: float) -> Work:
+        return Work(*(value * factor for value in vars(self).values()))
+
+    __rmul__ = __mul__
+
+
+def work_time_s(work: Work, system: SystemConfig) -> Any:
+    """Seconds one op's ``work`` takes on ``system``; works on numpy arrays. The one per-op cost
+    function of ppopt: :func:`stage_costs`, :func:`ppopt.job.job_costs` and the calibration use it.
+
+    With ``C = (gemm_flops + k^n·gemm_units) / (peak_flops·compute_efficiency)`` (a GEMM of size g
+    runs at ``compute_efficiency / (1 + (k/g)^n)`` of peak, k = ``gemm_half_saturation_flops``,
+    n = ``gemm_saturation_exponent``; k = 0 gives plain FLOPs / achieved peak) and
+    ``M(x) = x / (memory_bandwidth_bytes_per_s·memory_efficiency)``, the compute part is, by
+    ``system.op_time_rule``:
+
+    * ``roofline`` (Barley et al.; the paper's method): ``max(C + L_c, M(memory_bytes +
+      operand_bytes) + L_m)`` for an op with any compute or memory work, 0 otherwise: every op
+      (F, I or W of one stage and microbatch) pays the latencies once;
+    * ``additive``: ``C + M(memory_bytes) + ops·L_c``: GEMMs (operands hidden under their FLOPs)
+      and memory-bound elementwise kernels run one after the other, the latency paid per kernel
+      sequence (F and B of a stage once each).
+
+    Communication then adds ``intra_bytes / intra_bandwidth + inter_bytes / inter_bandwidth +
+    intra_hops·intra_latency + inter_hops·inter_latency`` (Hockney). Every term is linear in the
+    system's reciprocals under the additive rule, which :mod:`ppopt.calibrate` relies on.
+    """
+    compute = ((work.gemm_flops + system.gemm_half_saturation_flops ** system.gemm_saturation_exponent
+                * work.gemm_units) / (system.peak_flops * system.compute_efficiency))
+    bandwidth = system.memory_bandwidth_bytes_per_s * system.memory_efficiency
+    if system.op_time_rule == "additive":
+        local = compute + work.memory_bytes / bandwidth + work.ops * system.compute_latency_s
+    else:
+        memory = (work.memory_bytes + work.operand_bytes) / bandwidth
+        busy = (work.gemm_flops + work.memory_bytes + work.operand_bytes) > 0
+        local = np.where(busy, np.maximum(compute + system.compute_latency_s, memory + system.memory_latency_s), 0.0)
+        if np.ndim(local) == 0:
+            local = float(local)
+    return (local
+            + work.intra_bytes / system.intra_node.bandwidth_bytes_per_s
+            + work.inter_bytes / system.inter_node.bandwidth_bytes_per_s
+            + work.intra_hops * system.intra_node.latency_s
+            + work.inter_hops * system.inter_node.latency_s)
+
+
 def op_time_s(flops: float, bytes_moved: float, system: SystemConfig) -> float:
-    """Roofline time of one op, seconds (Barley et al.):
-
-    ``max(flops / (peak_flops·compute_efficiency) + compute_latency_s,
-    bytes / (memory_bandwidth_bytes_per_s·memory_efficiency) + memory_latency_s)``.
-
-    An op with no work (0 FLOPs and 0 bytes) takes 0 s.
+    """Time of one op of ``flops`` FLOPs moving ``bytes_moved`` bytes, seconds: :func:`work_time_s`
+    of that work (under the default roofline rule ``max(flops / (peak_flops·compute_efficiency) +
+    compute_latency_s, bytes / (memory_bandwidth_bytes_per_s·memory_efficiency) +
+    memory_latency_s)``, Barley et al.). An op with no work (0 FLOPs and 0 bytes) takes 0 s.
     """
     if flops < 0 or bytes_moved < 0:
         raise ValueError(f"negative work: {flops} FLOPs, {bytes_moved} bytes")
-    if flops == 0 and bytes_moved == 0:
-        return 0.0
-    compute = flops / (system.peak_flops * system.compute_efficiency) + system.compute_latency_s
-    memory = (bytes_moved / (system.memory_bandwidth_bytes_per_s * system.memory_efficiency)
-              + system.memory_latency_s)
-    return max(compute, memory)
+    return float(work_time_s(Work(gemm_flops=flops, memory_bytes=bytes_moved, ops=1.0), system))
 
 
 def stage_costs(
@@ -386,68 +467,23 @@ def stage_costs(
     ``layers_per_stage`` (e.g. from :func:`partition_layers`) must sum to ``model.num_layers``;
     stage 0 also holds the embedding, the last stage the output projection (logits). Raises
     ConfigError for a bad partition or batch split.
+
+    One code path with the 3D job model: these are :func:`ppopt.job.job_costs` of the job with
+    t = d = 1 and no recomputation (the formulas of the module doc and of :mod:`ppopt.job`).
     """
+    from ppopt.job import Job, job_costs  # job builds on this module: imported when called
+
     layers = [int(n) for n in layers_per_stage]
     if not layers:
         raise ConfigError("need at least one stage")
-    if any(n < 0 for n in layers):
-        raise ConfigError(f"negative layer count in partition {layers}")
+    if any(n < 1 for n in layers):
+        raise ConfigError(f"every stage needs at least one layer, got partition {layers}")
     if sum(layers) != model.num_layers:
         raise ConfigError(f"partition {layers} has {sum(layers)} layers, "
                           f"model '{model.name}' has {model.num_layers}")
     b = microbatch_size(model, microbatches, global_batch)
-    s, h, v, e = model.seq_length, model.hidden_size, model.vocab_size, model.bytes_per_element
-
-    f_layer = layer_forward_flops(model, b)
-    core = _layer_attention_core_flops(model, b)
-    w_layer = f_layer - core  # = 2·b·s·P_lin
-    i_layer = f_layer + core  # = 2·b·s·P_lin + 8·b·s²·h
-    act_layer = activation_bytes_per_layer(model, b)
-    params_layer = layer_param_count(model)
-    embedding_params = v * h
-    position_params = s * h if model.learned_position_embeddings else 0
-    rows_bytes = b * s * h * e  # gathered embedding rows; also the inter-stage message
-
-    stages = []
-    last = len(layers) - 1
-    for index, n in enumerate(layers):
-        flops_f, flops_i, flops_w = n * f_layer, n * i_layer, n * w_layer
-        params = n * params_layer
-        activations = n * act_layer
-        # Extra memory traffic of the embedding / output layer per op kind.
-        extra_f = extra_i = extra_w = 0.0
-        if index == 0:  # embedding: gather rows in F, scatter their gradient in W
-            params += embedding_params + position_params
-            extra_f += rows_bytes
-            extra_w += rows_bytes
-        if index == last:  # output projection: a V x h matrix read (F, I) / gradient written (W)
-            logits = logits_forward_flops(model, b)
-            flops_f, flops_i, flops_w = flops_f + logits, flops_i + logits, flops_w + logits
-            activations += b * s * v * e  # logits kept for the loss backward
-            output_bytes = embedding_params * e
-            extra_f += output_bytes
-            extra_i += output_bytes
-            extra_w += output_bytes
-            if not model.tie_embeddings:
-                params += embedding_params
-        # Weights of this stage's blocks once + stored activations once (see module doc).
-        block_bytes = n * params_layer * e + activations
-        forward = op_time_s(flops_f, block_bytes + extra_f, system)
-        input_grad = op_time_s(flops_i, block_bytes + extra_i, system)
-        weight_grad = op_time_s(flops_w, block_bytes + extra_w, system)
-        stages.append(StageCost(
-            layers=n,
-            forward_s=forward,
-            backward_s=input_grad + weight_grad,
-            input_grad_s=input_grad,
-            weight_grad_s=weight_grad,
-            activation_bytes=float(activations),
-            persistent_bytes=float(params * system.bytes_per_param_state),
-            param_count=float(params),
-            send_bytes=float(rows_bytes),
-            gradient_bytes=float(params * e),
-        ))
-    return Costs(stages=tuple(stages), microbatch_size=b, microbatches=microbatches)
+    job = Job(model, system, pp=len(layers), micro_batch=b, global_batch=b * microbatches, layers=tuple(layers))
+    return job_costs(job)
 
 
 def unit_costs(

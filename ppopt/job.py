@@ -28,8 +28,18 @@ Work and time
     one system must be timed on systems with the same n. Elementwise kernels (layer norm, GELU, softmax,
     dropout) are memory-bound: their HBM traffic is taken as the bytes a block would store without
     recomputation (Korthikanti et al. 2022, Table 2), once in the forward and twice in the backward
-    (a coarse proxy: the calibrated ``memory_efficiency`` absorbs the true multiple). GEMMs and elementwise kernels run one after the other, so their times add (the
-    pure-pipeline :func:`ppopt.costs.stage_costs` keeps its one-roofline-per-op model).
+    (a coarse proxy: the calibrated ``memory_efficiency`` absorbs the true multiple). Under the calibrated presets' ``op_time_rule = "additive"`` GEMMs and elementwise kernels run
+    one after the other, so their times add; under the default "roofline" each op (F, I, W) takes
+    the larger of its compute and memory time (:func:`ppopt.costs.work_time_s`, the one per-op cost
+    function, also behind :func:`ppopt.costs.stage_costs`, which is this model at t = d = 1).
+
+Schedules (:data:`SCHEDULES`)
+    ``pp`` is the number of devices of one pipeline; the schedule places ``stages`` stages on them
+    (``chunks`` per device for interleaved-1f1b and looped-bfs, two for zb-v and v-min, 2·``waves``
+    for hanayo, Chimera's p stages twice as two replicated pipelines), and the layers are split over
+    the stages. A device keeps the persistent state of every stage it holds, each replica in full,
+    and the activations of all its chunks (as :func:`ppopt.simulate.simulate` counts them), and
+    all-reduces every held stage's gradients over its data-parallel group, one after the other.
 
 Per block and microbatch of b sequences on one of t ranks (s sequence, h hidden, a heads, e bytes)
     * FLOPs ``(2·b·s·P_lin + 4·b·s²·h)/t`` forward, twice that backward (Narayanan et al. 2021,
@@ -89,81 +99,46 @@ Placement (Megatron order: tensor parallel innermost, then data parallel, then p
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.costs import (
     Costs,
     StageCost,
+    Work,
     _activation_parts,
     layer_forward_flops,
     layer_linear_params,
     layer_param_count,
     partition_layers,
     stored_activation_bytes_per_layer,
+    work_time_s,
 )
 from ppopt.errors import ConfigError
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
 
-__all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job", "job_costs", "job_work", "pipeline_system",
+__all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job", "job_costs", "job_schedule", "job_work", "pipeline_system",
+           "stages_per_device",
            "work_time_s"]
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES = ("none", "selective", "full")
-SCHEDULES = ("1f1b", "gpipe", "zb-h1")
-"""Schedule families a job can use: one stage per device, no replicated stages (interleaved,
-Hanayo and Chimera place several or replicated stages per device, which the job's per-GPU memory
-and gradient all-reduce do not model yet)."""
+SCHEDULES = ("1f1b", "gpipe", "zb-h1", "zb-h2", "interleaved-1f1b", "looped-bfs", "zb-v", "v-min", "hanayo", "chimera")
+"""Schedule families a job can use. Interleaved-1F1B and looped-BFS place ``chunks`` stages on
+every device, ZB-V and V-min two, Hanayo 2·``waves``, Chimera two replicated ones; the others one."""
+CHUNKED = ("interleaved-1f1b", "looped-bfs")
+"""Families whose stages per device are the job's ``chunks``."""
 
 
-@dataclass(frozen=True)
-class Work:
-    """What one op or transfer does, before the system turns it into seconds (see module doc).
-
-    Fields may be floats or numpy arrays (the calibration stacks many jobs' work).
-    """
-
-    gemm_flops: Any = 0.0
-    """FLOPs of matrix multiplications."""
-    gemm_units: Any = 0.0
-    """Σ FLOPs / g^n over the GEMMs (g their size, n the system's gemm_saturation_exponent)."""
-    memory_bytes: Any = 0.0
-    """HBM traffic of memory-bound kernels, bytes."""
-    ops: Any = 0.0
-    """Ops (each pays ``compute_latency_s``)."""
-    intra_bytes: Any = 0.0
-    """Bytes over an intra-node link (ring factors applied)."""
-    inter_bytes: Any = 0.0
-    """Bytes over an inter-node link at full bandwidth (ring factors and NIC sharing applied)."""
-    intra_hops: Any = 0.0
-    """Intra-node link latencies paid (ring steps, messages)."""
-    inter_hops: Any = 0.0
-    """Inter-node link latencies paid."""
-
-    # (vars() lists the fields in declaration order: the dataclass __init__ sets them in that order)
-    def __add__(self, other: Work) -> Work:
-        return Work(*map(operator.add, vars(self).values(), vars(other).values()))
-
-    def __mul__(self, factor: float) -> Work:
-        return Work(*(value * factor for value in vars(self).values()))
-
-    __rmul__ = __mul__
-
-
-def work_time_s(work: Work, system: SystemConfig) -> Any:
-    """Seconds ``work`` takes on ``system`` (formula in the module doc); works on numpy arrays."""
-    compute = system.peak_flops * system.compute_efficiency
-    k_n = system.gemm_half_saturation_flops ** system.gemm_saturation_exponent
-    return ((work.gemm_flops + k_n * work.gemm_units) / compute
-            + work.memory_bytes / (system.memory_bandwidth_bytes_per_s * system.memory_efficiency)
-            + work.ops * system.compute_latency_s
-            + work.intra_bytes / system.intra_node.bandwidth_bytes_per_s
-            + work.inter_bytes / system.inter_node.bandwidth_bytes_per_s
-            + work.intra_hops * system.intra_node.latency_s
-            + work.inter_hops * system.inter_node.latency_s)
+def stages_per_device(schedule: str, chunks: int = 2, waves: int = 1) -> int:
+    """Model chunks each device holds under ``schedule`` (Chimera: its two replicated stages)."""
+    if schedule in CHUNKED:
+        return chunks
+    if schedule == "hanayo":
+        return 2 * waves
+    return 2 if schedule in ("zb-v", "v-min", "chimera") else 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -193,8 +168,12 @@ class Job:
     overlap_gradient_sync: bool = False
     schedule: str = "1f1b"
     layers: tuple[int, ...] | None = None
-    """Transformer blocks per stage, stage 0 first (None: :func:`ppopt.costs.partition_layers`'s
+    """Transformer blocks per schedule stage, stage 0 first (None: :func:`ppopt.costs.partition_layers`'s
     even split, the remainder on the earliest stages)."""
+    chunks: int = 2
+    """Stages per device of interleaved-1f1b and looped-bfs (others ignore it)."""
+    waves: int = 1
+    """Hanayo's waves W (2W stages per device; others ignore it)."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch"):
@@ -205,13 +184,18 @@ class Job:
             raise ConfigError(f"unsupported for a job: {self.schedule!r} (supported: {', '.join(SCHEDULES)})", field="schedule")
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"unknown mode {self.recompute!r} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
-        if self.pp > self.model.num_layers:
-            raise ConfigError(f"{self.pp} stages exceed the model's {self.model.num_layers} layers", field="pp")
+        for name in ("chunks", "waves"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+        if self.stages > self.model.num_layers:
+            raise ConfigError(f"{self.stages} stages ({self.pp} devices x {self.stages // self.pp} under {self.schedule}) "
+                              f"exceed the model's {self.model.num_layers} layers", field="pp")
         if self.layers is not None:
             counts = self.layers
-            if len(counts) != self.pp or any(not isinstance(n, int) or n < 1 for n in counts) \
+            if len(counts) != self.stages or any(not isinstance(n, int) or n < 1 for n in counts) \
                     or sum(counts) != self.model.num_layers:
-                raise ConfigError(f"needs {self.pp} positive counts summing to the model's {self.model.num_layers} "
+                raise ConfigError(f"needs {self.stages} positive counts summing to the model's {self.model.num_layers} "
                                   f"layers, got {','.join(map(str, counts))}", field="layers_per_stage")
         per_replica, left = divmod(self.batch, self.dp)
         if left or per_replica % self.micro_batch:
@@ -224,9 +208,39 @@ class Job:
         return self.model.global_batch_size if self.global_batch is None else self.global_batch
 
     @property
+    def stages(self) -> int:
+        """Pipeline stages of the schedule: ``pp`` devices x :func:`stages_per_device` (Chimera's
+        replicas are the same p stages twice)."""
+        per_device = stages_per_device(self.schedule, self.chunks, self.waves)
+        return self.pp if self.schedule == "chimera" else self.pp * per_device
+
+    @property
+    def schedule_options(self) -> dict[str, int]:
+        """The generator options of the job's schedule."""
+        if self.schedule in CHUNKED:
+            return {"chunks": self.chunks}
+        return {"waves": self.waves} if self.schedule == "hanayo" else {}
+
+    @property
+    def schedule_label(self) -> str:
+        """The schedule with its option, e.g. ``interleaved-1f1b v2`` or ``hanayo w2``."""
+        option = {"chunks": "v", "waves": "w"}
+        return " ".join([self.schedule] + [f"{option[k]}{v}" for k, v in self.schedule_options.items()])
+
+    @property
     def stage_layers(self) -> tuple[int, ...]:
-        """Transformer blocks per stage (``layers``, or the even split)."""
-        return self.layers if self.layers is not None else partition_layers(self.model.num_layers, self.pp)
+        """Transformer blocks per schedule stage (``layers``, or the even split)."""
+        return self.layers if self.layers is not None else partition_layers(self.model.num_layers, self.stages)
+
+    def device_of(self, stage: int) -> int:
+        """The device (pipeline rank) that holds ``stage`` (the down pipeline's for Chimera): stage
+        k of a looped schedule on k mod p, of a V-shaped one (zb-v, v-min, hanayo) on k mod 2p or
+        2p - 1 - k mod 2p."""
+        p, k = self.pp, stage
+        if self.schedule in ("zb-v", "v-min", "hanayo"):
+            k %= 2 * p
+            return k if k < p else 2 * p - 1 - k
+        return k % p
 
     @property
     def gpus(self) -> int:
@@ -340,9 +354,10 @@ class JobWork:
     """Per stage (stage 0 first) work of one microbatch, and the step's collectives."""
 
     forward: tuple[Work, ...]
-    backward: tuple[Work, ...]
+    input_grad: tuple[Work, ...]
+    """I: the input-gradient part of the backward (with any recomputation)."""
     weight_grad: tuple[Work, ...]
-    """The weight-gradient GEMMs inside ``backward`` (for the I/W split)."""
+    """W: the weight-gradient part of the backward."""
     messages: tuple[Work, ...]
     """One stage-to-stage message per boundary (p - 1)."""
     gradient_sync: tuple[Work, ...]
@@ -356,6 +371,11 @@ class JobWork:
     """Transient bytes while one microbatch's backward runs (recomputed block, logits)."""
     persistent_bytes: tuple[float, ...]
     send_bytes: float
+
+    @property
+    def backward(self) -> tuple[Work, ...]:
+        """B = I + W of every stage."""
+        return tuple(i + w for i, w in zip(self.input_grad, self.weight_grad))
 
 
 def job_work(job: Job) -> JobWork:
@@ -373,50 +393,57 @@ def job_work(job: Job) -> JobWork:
 
     core = 4.0 * b * s * s * h / t
     f_gemm = layer_forward_flops(model, b) / t
+    weight_flops = 2.0 * b * s * layer_linear_params(model) / t  # = f_gemm - core
     scores = _activation_parts(model, b)[2]
     elementwise = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, "none")
-    forward = Work(gemm_flops=f_gemm, gemm_units=units(f_gemm), memory_bytes=elementwise) + 2 * tp_ar
-    backward = Work(gemm_flops=2 * f_gemm, gemm_units=units(2 * f_gemm), memory_bytes=2 * elementwise) + 2 * tp_ar
+    operands = layer_param_count(model) / t * e  # a block's weights, read (F, I) or gradient written (W)
+    forward = Work(gemm_flops=f_gemm, gemm_units=units(f_gemm), memory_bytes=elementwise,
+                   operand_bytes=operands) + 2 * tp_ar
+    input_flops = f_gemm + core
+    input_grad = Work(gemm_flops=input_flops, gemm_units=units(input_flops), memory_bytes=elementwise,
+                      operand_bytes=operands) + 2 * tp_ar
     if job.recompute == "full":
-        backward = backward + forward
+        input_grad = input_grad + forward
     elif job.recompute == "selective":
-        backward = backward + Work(gemm_flops=core, gemm_units=units(core), memory_bytes=2 * scores / t)
-    weight_flops = 2.0 * b * s * layer_linear_params(model) / t
-    weight = Work(gemm_flops=weight_flops, gemm_units=units(weight_flops))
+        input_grad = input_grad + Work(gemm_flops=core, gemm_units=units(core), memory_bytes=2 * scores / t)
+    weight = Work(gemm_flops=weight_flops, gemm_units=units(weight_flops), memory_bytes=elementwise,
+                  operand_bytes=operands)
     stored = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, job.recompute)
     working = {"none": 0.0, "selective": scores / t, "full": elementwise}[job.recompute]
 
     layers = job.stage_layers
-    last = job.pp - 1
+    last = job.stages - 1
     logits_flops = 2.0 * b * s * h * v / t
-    logits_bytes = 2.0 * b * s * v * e / t
+    logits_bytes = float(b * s * v * e) / t
+    output = Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes,
+                  operand_bytes=v * h * e / t)
     bps = system.bytes_per_param_state
     state_per_param = 2 * e + (bps - 2 * e) / job.dp if job.distributed_optimizer else bps
     optimizer_share = 1 / job.dp if job.distributed_optimizer else 1.0
 
-    fw, bw, ww, sync, opt, params, store, work_bytes, persistent = [], [], [], [], [], [], [], [], []
+    fw, iw, ww, sync, opt, params, store, work_bytes, persistent = [], [], [], [], [], [], [], [], []
     for index, n in enumerate(layers):
-        f, bk, w = n * forward, n * backward, n * weight
+        f, i, w = n * forward, n * input_grad, n * weight
         count = n * layer_param_count(model) / t
-        extra = 0.0
-        if index == 0:  # embedding: gather rows (vocabulary-parallel: all-reduce them)
+        kept, extra = n * stored, working
+        if index == 0:  # embedding: gather rows (vocabulary-parallel: all-reduce them), scatter their gradient
             f = f + Work(memory_bytes=rows) + tp_ar
-            bk = bk + Work(memory_bytes=rows)
+            w = w + Work(memory_bytes=rows)
             count += v * h / t + (s * h if model.learned_position_embeddings else 0)  # positions: replicated
-        if index == last:  # output projection and loss
-            f = f + Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes)
-            bk = bk + Work(gemm_flops=2 * logits_flops, gemm_units=2 * units(logits_flops, logits_flops), memory_bytes=logits_bytes)
-            w = w + Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops))
-            extra += logits_bytes
+        if index == last:  # output projection and loss: the logits are kept until the backward
+            # F writes the logits and the loss reads them back (2 passes); I reads the kept softmax,
+            # W the logits' gradient (one pass each)
+            f, i, w = f + output + Work(memory_bytes=logits_bytes), i + output, w + output
+            kept += logits_bytes
+            extra += logits_bytes  # their gradient, while the backward runs
             if index != 0 or not model.tie_embeddings:  # own matrix, or Megatron's synchronised copy
                 count += v * h / t
-        f, bk = f + Work(ops=1.0), bk + Work(ops=1.0)
-        fw.append(f)
-        bw.append(bk)
+        fw.append(f + Work(ops=1.0))
+        iw.append(i + Work(ops=1.0))
         ww.append(w)
         params.append(count)
-        store.append(n * stored)
-        work_bytes.append(working + extra)
+        store.append(kept)
+        work_bytes.append(extra)
         persistent.append(count * state_per_param)
         sync.append(ring_allreduce_work(count * e, job.dp, job.tp * job.dp, job.tp, system))
         opt.append(Work(memory_bytes=2 * count * bps * optimizer_share, ops=1.0))
@@ -425,10 +452,10 @@ def job_work(job: Job) -> JobWork:
     if t > 1 and not job.sequence_parallel:  # the receiver all-gathers the scattered activation
         gather = 0.5 * ring_allreduce_work(rows, t, t, 1, system)
         fw = [f + gather if k > 0 else f for k, f in enumerate(fw)]
-        bw = [bk + gather if k < last else bk for k, bk in enumerate(bw)]
+        iw = [i + gather if k < last else i for k, i in enumerate(iw)]
     per_node = stages_per_node(job)
-    messages = tuple(message[(k + 1) % per_node == 0] for k in range(last))
-    return JobWork(tuple(fw), tuple(bw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
+    messages = tuple(message[job.device_of(k) // per_node != job.device_of(k + 1) // per_node] for k in range(last))
+    return JobWork(tuple(fw), tuple(iw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
                    tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t)
 
 
@@ -452,14 +479,14 @@ def job_costs(job: Job, work: JobWork | None = None) -> Costs:
     work = job_work(job) if work is None else work
     system = job.system
     stages = []
-    for k in range(job.pp):
-        backward = float(work_time_s(work.backward[k], system))
-        weight = min(backward, float(work_time_s(work.weight_grad[k], system)))
+    for k in range(job.stages):
+        input_grad = float(work_time_s(work.input_grad[k], system))
+        weight = float(work_time_s(work.weight_grad[k], system))
         stages.append(StageCost(
             layers=work.layers[k],
             forward_s=float(work_time_s(work.forward[k], system)),
-            backward_s=backward,
-            input_grad_s=backward - weight,
+            backward_s=input_grad + weight,
+            input_grad_s=input_grad,
             weight_grad_s=weight,
             activation_bytes=work.stored_bytes[k],
             persistent_bytes=work.persistent_bytes[k],
@@ -471,10 +498,21 @@ def job_costs(job: Job, work: JobWork | None = None) -> Costs:
 
 
 @lru_cache(maxsize=256)
-def _prepared(schedule: str, stages: int, microbatches: int) -> Prepared:
+def _prepared(schedule: str, devices: int, microbatches: int, options: tuple[tuple[str, int], ...] = ()) -> Prepared:
+    from ppopt.errors import ScheduleError
     from ppopt.generators import generate
 
-    return prepare(generate(schedule, stages, microbatches))
+    try:
+        return prepare(generate(schedule, devices, microbatches, **dict(options)))
+    except ScheduleError as error:
+        raise ConfigError(f"{schedule} is not defined for {devices} devices and {microbatches} microbatches: {error}",
+                          field="schedule") from None
+
+
+def job_schedule(job: Job) -> Prepared:
+    """The job's schedule over its ``pp`` devices, prepared for the simulator (cached);
+    ConfigError naming ``schedule`` when the family is not defined for p and m."""
+    return _prepared(job.schedule, job.pp, job.microbatches, tuple(sorted(job.schedule_options.items())))
 
 
 @dataclass(frozen=True)
@@ -494,17 +532,26 @@ class JobResult:
 
 
 def evaluate_job(job: Job) -> JobResult:
-    """Predict one training step of ``job`` (see module doc)."""
+    """Predict one training step of ``job`` (see module doc).
+
+    A device holding several stages (chunks, waves, Chimera's replicas) keeps the persistent
+    state of every one, each replica in full, and its chunks' activations (the simulator counts
+    both), and all-reduces the gradients of every stage it holds over its data-parallel group, one
+    after the other; Chimera's replica all-reduce is simulated. The step adds the slowest device's
+    all-reduces and optimizer step to the simulated pipeline."""
     work = job_work(job)
     costs = job_costs(job, work)
-    simulation = simulate(_prepared(job.schedule, job.pp, job.microbatches), costs, pipeline_system(job))
+    prepared = job_schedule(job)
+    simulation = simulate(prepared, costs, pipeline_system(job))
     system = job.system
+    held = [prepared.schedule.stages_on(d) for d in range(job.pp)]
     syncs = [float(work_time_s(w, system)) for w in work.gradient_sync]
     if job.overlap_gradient_sync:
         syncs = [max(0.0, s - c.backward_s) for s, c in zip(syncs, costs.stages)]
-    sync = max(syncs)
-    optimizer = max(float(work_time_s(w, system)) for w in work.optimizer)
-    peak = max(simulation.peak_memory_bytes[k] + work.working_bytes[k] for k in range(job.pp))
+    optimizers = [float(work_time_s(w, system)) for w in work.optimizer]
+    sync = max(sum(syncs[k] for k in stages) for stages in held)
+    optimizer = max(sum(optimizers[k] for k in stages) for stages in held)
+    peak = max(simulation.peak_memory_bytes[d] + max(work.working_bytes[k] for k in held[d]) for d in range(job.pp))
     step = simulation.step_time_s + sync + optimizer
     if not math.isfinite(step):  # pragma: no cover - inputs are validated finite
         raise ConfigError(f"step time of {job.describe()} is not finite")

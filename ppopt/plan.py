@@ -11,19 +11,24 @@ The space (:func:`layouts`, :func:`enumerate_jobs`)
       attention heads; p ≤ the layers and, with the even split, p divides them; d divides the
       global batch.
     * every micro batch size dividing the global batch per replica (global batch / d);
-    * every recomputation mode (none, selective, full) and every schedule a job supports
-      (:data:`ppopt.job.SCHEDULES`: 1F1B, GPipe, ZB-H1; with p = 1 they coincide, so only 1F1B).
+    * every recomputation mode (none, selective, full) and every requested schedule a job supports
+      (:data:`ppopt.job.SCHEDULES`; by default the one-stage-per-device families 1F1B, GPipe and
+      ZB-H1, :data:`DEFAULT_SCHEDULES`; with p = 1 only the first), each with its options:
+      interleaved-1f1b and looped-bfs with every ``chunks`` c ≥ 2 for which c·p divides the layers,
+      Hanayo with ``waves`` 1 and 2 (when 2W·p stages fit the layers). A family the generator does
+      not define for p and m (e.g. ZB-H1 with m < p, Chimera with odd p) is left out.
     * Megatron switches that the job model shows never to cost time are on: sequence parallelism
       when t > 1 (same communication volume, activations split by t: Korthikanti et al. 2022,
       Section 4.2.2) and the distributed optimizer when d > 1 (same gradient traffic, state split by
       d: Rajbhandari et al. 2020, "ZeRO", stage 1).
 
 Memory (:func:`memory_of`)
-    The per-GPU peak of stage k is persistent state + live microbatches × stored activation bytes +
-    the transient working set, exactly :func:`ppopt.job.evaluate_job`'s peak: the live count is
-    read off the schedule's order (one stage per device: the order alone fixes it), so jobs over the
+    The per-GPU peak of device k is the persistent state of every stage it holds (each Chimera
+    replica in full) + the peak of its stored activations + the largest transient working set of
+    its stages, exactly :func:`ppopt.job.evaluate_job`'s peak: the activation peak is read off the
+    device's order (+ a stage's bytes at its F, - at the op that frees them), so jobs over the
     limit are dropped before any simulation. What bounds the peak is named: the weights (persistent
-    state) or the activations, and the stage.
+    state) or the activations, and the device ("stage k": with one stage per device they coincide).
 
 Stage splits (:func:`balanced_layers`)
     ``even``: the layers split equally (p must divide them). ``balanced``: per-stage counts that
@@ -48,11 +53,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import numpy as np
+
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.costs import layer_forward_flops, logits_forward_flops
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.ir import Kind, freeing_kind
-from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work
+from ppopt.job import CHUNKED, RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work, stages_per_device
 
 __all__ = [
     "MAX_JOBS", "Memory", "Plan", "PlanRequest", "PlanRow", "balanced_layers", "count_jobs", "describe", "enumerate_jobs",
@@ -86,7 +93,7 @@ class PlanRequest:
     memory_limit_bytes: float | None = None
     split: Split = "even"
     recompute: tuple[str, ...] = RECOMPUTE_MODES
-    schedules: tuple[str, ...] = SCHEDULES
+    schedules: tuple[str, ...] = ("1f1b", "gpipe", "zb-h1")
     micro_batches: tuple[int, ...] | None = None
     overlap_gradient_sync: bool = False
 
@@ -157,16 +164,41 @@ def _micro_batches(request: PlanRequest, d: int) -> list[int]:
     return [b for b in sizes if request.micro_batches is None or b in request.micro_batches]
 
 
-def _defined(schedule: str, stages: int, microbatches: int) -> bool:
-    """Whether the generator defines ``schedule`` for p and m: ZB-H1 needs m >= p
-    (``ppopt/generators/zero_bubble.py``), 1F1B and GPipe take any. Checked without generating,
-    so sizing a space stays cheap."""
-    return schedule != "zb-h1" or microbatches >= stages
+DEFAULT_SCHEDULES = ("1f1b", "gpipe", "zb-h1")
+"""The families a plan enumerates unless asked for others (one stage per device)."""
 
 
-def _schedules(request: PlanRequest, p: int, m: int) -> tuple[str, ...]:
+@lru_cache(maxsize=4096)
+def _defined(schedule: str, devices: int, microbatches: int, options: tuple[tuple[str, int], ...] = ()) -> bool:
+    """Whether the generator defines ``schedule`` with ``options`` for p devices and m microbatches:
+    ZB-H1 needs m >= p (``ppopt/generators/zero_bubble.py``), 1F1B and GPipe take any (checked
+    without generating, so sizing a space stays cheap); the other families are generated once."""
+    if schedule in DEFAULT_SCHEDULES:
+        return schedule != "zb-h1" or microbatches >= devices
+    from ppopt.errors import PpoptError
+    from ppopt.generators import generate
+
+    try:
+        generate(schedule, devices, microbatches, **dict(options))
+    except PpoptError:
+        return False
+    return True
+
+
+def schedule_variants(schedule: str, devices: int, layers: int) -> list[dict[str, int]]:
+    """The option sets of ``schedule`` a plan tries on ``devices`` devices for a model of ``layers``
+    layers (module doc): chunks c ≥ 2 with c·p dividing the layers, waves 1 and 2 with 2W·p ≤ layers."""
+    if schedule in CHUNKED:
+        return [{"chunks": c} for c in range(2, layers // devices + 1) if layers % (c * devices) == 0]
+    if schedule == "hanayo":
+        return [{"waves": w} for w in (1, 2) if 2 * w * devices <= layers]
+    return [{}] if stages_per_device(schedule) * devices <= layers else []
+
+
+def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[str, int]], ...]:
     names = request.schedules[:1] if p == 1 else request.schedules
-    return tuple(name for name in names if _defined(name, p, m))
+    return tuple((name, options) for name in names for options in schedule_variants(name, p, request.model.num_layers)
+                 if _defined(name, p, m, tuple(sorted(options.items()))))
 
 
 def count_jobs(request: PlanRequest) -> int:
@@ -181,11 +213,13 @@ def enumerate_jobs(request: PlanRequest) -> Iterator[Job]:
     for t, p, d in layouts(request):
         for b in _micro_batches(request, d):
             for recompute in request.recompute:
-                for schedule in _schedules(request, p, request.batch // (b * d)):
+                for schedule, options in _schedules(request, p, request.batch // (b * d)):
+                    own = counts if stages_per_device(schedule, **options) == 1 else None  # counts are per device
                     yield Job(request.model, request.system, tp=t, pp=p, dp=d, micro_batch=b,
                               global_batch=request.global_batch, recompute=recompute,  # type: ignore[arg-type]
                               sequence_parallel=t > 1, distributed_optimizer=d > 1,
-                              overlap_gradient_sync=request.overlap_gradient_sync, schedule=schedule, layers=counts)
+                              overlap_gradient_sync=request.overlap_gradient_sync, schedule=schedule, layers=own,
+                              **options)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -230,13 +264,37 @@ class Memory:
         return f"{what} (stage {self.stage})"
 
 
-def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
-    live = live_microbatches(job.schedule, job.pp, job.microbatches)
+@lru_cache(maxsize=512)
+def _device_events(schedule: str, devices: int, microbatches: int,
+                   options: tuple[tuple[str, int], ...]) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Per device, the stages of its ops that allocate (+1 at F) or free (-1) activations, in order."""
+    from ppopt.generators import generate
+
+    generated = generate(schedule, devices, microbatches, **dict(options))
+    frees = freeing_kind(generated.split_backward)
     out = []
-    for k in range(job.pp):
-        activations = live[k] * work.stored_bytes[k]
-        persistent, working = work.persistent_bytes[k], work.working_bytes[k]
-        out.append(Memory(persistent + activations + working, k, persistent, activations, working))
+    for order in generated.orders:
+        kept = [(op.stage, 1 if op.kind == Kind.F else -1) for op in order if op.kind in (Kind.F, frees)]
+        out.append((np.array([k for k, _ in kept], dtype=int), np.array([v for _, v in kept], dtype=float)))
+    return tuple(out)
+
+
+def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
+    """One :class:`Memory` per device (its ``stage`` field: the device)."""
+    if job.stages == job.pp and job.schedule != "chimera":
+        live = live_microbatches(job.schedule, job.pp, job.microbatches)
+        return [Memory(work.persistent_bytes[k] + live[k] * work.stored_bytes[k] + work.working_bytes[k], k,
+                       work.persistent_bytes[k], live[k] * work.stored_bytes[k], work.working_bytes[k])
+                for k in range(job.pp)]
+    events = _device_events(job.schedule, job.pp, job.microbatches, tuple(sorted(job.schedule_options.items())))
+    stored = np.array(work.stored_bytes)
+    held = [sorted(set(stages.tolist())) for stages, _ in events]
+    out = []
+    for d, (stages, deltas) in enumerate(events):
+        activations = float(np.max(np.cumsum(deltas * stored[stages]), initial=0.0))
+        persistent = sum(work.persistent_bytes[k] for k in held[d])
+        working = max(work.working_bytes[k] for k in held[d])
+        out.append(Memory(persistent + activations + working, d, persistent, activations, working))
     return out
 
 
@@ -379,7 +437,7 @@ class Plan:
 
 def _with_split(job: Job, request: PlanRequest) -> Job | None:
     """The job with the request's split (balanced counts computed here); None if no split fits."""
-    if request.split != "balanced" or job.pp == 1:
+    if request.split != "balanced" or job.pp == 1 or job.stages != job.pp or job.schedule == "chimera":
         return job
     counts = balanced_layers(job, request.limit)
     return None if counts is None else replace(job, layers=counts)
@@ -443,7 +501,7 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
 
 def describe(job: Job) -> str:
     """A job's label with its recomputation and schedule, e.g. ``t4 p4 d4 b1 m64 none 1f1b``."""
-    return f"{job.describe()} {job.recompute} {job.schedule}"
+    return f"{job.describe()} {job.recompute} {job.schedule_label}"
 
 
 def _until(jobs: list[Job], deadline: float | None) -> Iterator[Job]:

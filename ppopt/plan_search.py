@@ -85,6 +85,9 @@ def search_job(row: PlanRow, memory_limit: float | None, options: SolveOptions) 
     with an equal share of ``options``' remaining time. A space the budget does not reach, or whose
     search fails, is reported with its status and no bound."""
     job, handcrafted_step_s = row.job, row.step_time_s
+    if job.stages != job.pp or job.schedule == "chimera":  # the instance holds one stage per device
+        return [JobSearch(job, job.schedule_label, handcrafted_step_s, None, 0.0, None, "skipped", None,
+                          "several or replicated stages per device are not searched yet")]
     spec = job_spec(job, memory_limit)
     fixed = row.step_time_s - row.pipeline_s
     family = family_space(job.schedule, {})

@@ -139,9 +139,15 @@ def test_stage_memory_and_messages():
         assert stage.gradient_bytes == stage.param_count * 2
 
 
-def test_tied_embeddings_counted_once():
+def test_tied_embeddings_copy_on_the_last_stage():
+    # Megatron-LM keeps a synchronised copy of a tied word embedding on the last pipeline stage
+    # (its output layer): 4 blocks + V·h = 4 · 789,760 + 1000 · 256 on stage 1; stage 0 holds the
+    # embedding too. With one stage the matrix is held once.
     costs = stage_costs(gpt(tie_embeddings=True), system(), [4, 4], microbatches=4)
-    assert costs.stages[1].param_count == 4 * layer_param_count(gpt())
+    assert costs.stages[1].param_count == 4 * layer_param_count(gpt()) + 1000 * 256
+    assert costs.stages[0].param_count == 4 * layer_param_count(gpt()) + 1000 * 256
+    single = stage_costs(gpt(tie_embeddings=True), system(), [8], microbatches=4)
+    assert single.stages[0].param_count == 8 * layer_param_count(gpt()) + 1000 * 256
 
 
 def test_stage_costs_rejects_bad_partitions():
@@ -338,3 +344,26 @@ def test_learned_position_embeddings_on_the_first_stage():
     no_pos = stage_costs(without, load_system("mid-mid"), split, 1, global_batch=1)
     assert with_pos.stages[0].param_count - no_pos.stages[0].param_count == 25_165_824
     assert with_pos.stages[1].param_count == no_pos.stages[1].param_count
+
+
+def test_stage_costs_follow_the_systems_op_time_rule():
+    # One stage of the 8-layer gpt (h = 256, s = 128, a = 8, V = 1000, f = 4h), b = 4 (16 / 4 microbatches).
+    # Per block: F FLOPs 24·b·s·h² + 4·b·s²·h = 805,306,368 + 67,108,864 = 872,415,232; I = F + 4·b·s²·h,
+    # W = F - 4·b·s²·h; activations s·b·h·(34 + 5·a·s/h) = 131,072·54 = 7,077,888 bytes; weights
+    # (12h² + 13h)·2 = 1,579,520 bytes. Logits: 2·b·s·h·V = 262,144,000 FLOPs, s·b·V·2 = 1,024,000
+    # bytes kept; output matrix V·h·2 = 512,000 bytes; embedding rows b·s·h·2 = 262,144 bytes.
+    f_flops = 8 * 872_415_232 + 262_144_000
+    acts, weights, logits, rows = 8 * 7_077_888, 8 * 1_579_520 + 512_000, 1_024_000, 262_144
+    core = 8 * 4 * 4 * 128 * 128 * 256
+    # additive: F = FLOPs/peak + (activations + 2·logits (written, read by the loss) + rows)/BW + L_c;
+    # W pays no latency (it runs inside B's kernel sequence) and moves activations + logits + rows
+    additive = system(op_time_rule="additive", compute_latency_s=1e-3)
+    stage = stage_costs(gpt(), additive, [8], microbatches=4).stages[0]
+    assert stage.forward_s == pytest.approx(f_flops / 1e12 + (acts + 2 * logits + rows) / 1e11 + 1e-3)
+    assert stage.weight_grad_s == pytest.approx((f_flops - core) / 1e12 + (acts + logits + rows) / 1e11)
+    assert stage.input_grad_s == pytest.approx((f_flops + core) / 1e12 + (acts + logits) / 1e11 + 1e-3)
+    # roofline: the larger of compute and memory (weights counted), each op paying its latency
+    roofline = system(compute_latency_s=1e-3)
+    stage = stage_costs(gpt(), roofline, [8], microbatches=4).stages[0]
+    assert stage.forward_s == pytest.approx(max(f_flops / 1e12 + 1e-3, (acts + 2 * logits + rows + weights) / 1e11))
+    assert stage.weight_grad_s == pytest.approx(max((f_flops - core) / 1e12 + 1e-3, (acts + logits + rows + weights) / 1e11))

@@ -103,9 +103,16 @@ def test_full_recomputation_reruns_the_forward():
 
 def test_work_time_is_linear_in_the_parameters():
     work = Work(gemm_flops=1e12, gemm_units=2.0, memory_bytes=1e9, ops=1.0, intra_bytes=1e8, inter_bytes=4e7, intra_hops=2, inter_hops=1)
-    system = SYSTEM.model_copy(update={"compute_efficiency": 0.5, "gemm_half_saturation_flops": 1e10, "compute_latency_s": 1e-4})
-    expected = (1e12 + 2 * 1e10) / 50e12 + 1e9 / 1e12 + 1e-4 + 1e8 / 100e9 + 4e7 / 40e9 + 2e-6 + 5e-6
+    system = SYSTEM.model_copy(update={"compute_efficiency": 0.5, "gemm_half_saturation_flops": 1e10, "compute_latency_s": 1e-4,
+                                       "op_time_rule": "additive"})
+    links = 1e8 / 100e9 + 4e7 / 40e9 + 2e-6 + 5e-6
+    expected = (1e12 + 2 * 1e10) / 50e12 + 1e9 / 1e12 + 1e-4 + links
     assert work_time_s(work, system) == pytest.approx(expected)
+    # roofline: max(compute + L_c, memory + L_m) = max(0.0204 + 1e-4, (1e9 + 3e9)/1e12 + 0) = 0.0205,
+    # the operand bytes counting as memory traffic; the links add as before
+    roofline = system.model_copy(update={"op_time_rule": "roofline"})
+    assert work_time_s(work + Work(operand_bytes=3e9), roofline) == pytest.approx(0.0205 + links)
+    assert work_time_s(work + Work(operand_bytes=30e9), roofline) == pytest.approx(31e9 / 1e12 + links)
 
 
 def test_placement_of_pipeline_stages():
@@ -124,7 +131,7 @@ def test_job_checks_its_layout():
     with pytest.raises(ConfigError, match="recompute"):
         Job(GPT, SYSTEM, recompute="all")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="schedule"):
-        Job(GPT, SYSTEM, pp=2, schedule="interleaved-1f1b")
+        Job(GPT, SYSTEM, pp=2, schedule="chimera-asym")  # not a job schedule
 
 
 def test_evaluate_job_adds_gradient_sync_and_optimizer_to_the_pipeline():
@@ -144,3 +151,54 @@ def test_overlapped_gradient_sync_exposes_only_what_outlasts_the_last_backward()
     assert plain.gradient_sync_s == pytest.approx(max(syncs))
     assert overlapped.gradient_sync_s == pytest.approx(max(max(0.0, s - b) for s, b in zip(syncs, backward)))
     assert overlapped.step_time_s < plain.step_time_s
+
+
+# Several or replicated stages per device. GPT here: P = 12h² + 13h = 12,596,224 parameters per block,
+# V·h = 50,257 · 1024 = 51,463,168; 16 bytes of state per parameter; A = 114·sbh = 119,537,664 bytes
+# stored per block and microbatch (b = 1); the last stage also keeps its logits, L = s·V·e = 102,926,336.
+P, VH, A, L = 12_596_224, 51_463_168, 114 * SBH, 1024 * 50257 * 2
+
+
+def test_interleaved_job_per_gpu_memory():
+    # p = 2, 2 chunks: 4 one-block stages, device 0 holds stages 0 (embedding) and 2, device 1 stages
+    # 1 and 3 (output layer: its own copy of the tied embedding). Device 0's order is
+    # F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 ...: at most 5 microbatch-blocks live (after
+    # F0.2, F0.3, F2.2, F2.3), 5·A. Device 1 (F1.0 F1.1 F3.0 B3.0 ...) peaks at 2·A + (A + L), plus
+    # the logits' gradient L while the backward runs.
+    job = Job(GPT, SYSTEM, pp=2, micro_batch=1, global_batch=4, schedule="interleaved-1f1b", chunks=2)
+    assert job.stages == 4 and job.stage_layers == (1, 1, 1, 1)
+    persistent = (2 * P + VH) * 16  # each device: two blocks + one V·h matrix = 1,226,489,856 bytes
+    result = evaluate_job(job)
+    assert result.simulation.persistent_bytes == (persistent, persistent)
+    assert result.simulation.peak_memory_bytes[0] == persistent + 5 * A  # 1,824,178,176
+    assert result.simulation.peak_memory_bytes[1] == persistent + 3 * A + L
+    assert result.peak_memory_bytes == persistent + 5 * A
+    from ppopt.plan import memory_of
+    assert memory_of(job).peak_bytes == result.peak_memory_bytes and memory_of(job).stage == 0
+
+
+def test_chimera_job_persistent_memory_and_gradient_sync():
+    # p = 4: device 0 holds stage 0 (blocks + embedding) and the up pipeline's stage 3 (block + its
+    # V·h copy), each replica in full: (2P + 2·V·h)·16 = 2,049,900,544 bytes; device 1 holds stages 1
+    # and 2: 2P·16. With d = 2 (a ring over 2 GPUs of one node: bytes/100 GB/s + 2 hops of 1 µs each)
+    # device 0 all-reduces both its stages' fp16 gradients one after the other:
+    # 2·((P + V·h)·2 / 100e9 + 2e-6) = 0.00252637568 s.
+    job = Job(GPT, SYSTEM, pp=4, dp=2, micro_batch=1, global_batch=8, schedule="chimera")
+    result = evaluate_job(job)
+    assert result.simulation.persistent_bytes == ((2 * P + 2 * VH) * 16, 2 * P * 16, 2 * P * 16, (2 * P + 2 * VH) * 16)
+    assert result.gradient_sync_s == pytest.approx(2 * ((P + VH) * 2 / 100e9 + 2e-6))
+
+
+def test_job_schedules_and_their_options():
+    assert Job(GPT, SYSTEM, pp=2, micro_batch=1, global_batch=4, schedule="hanayo", waves=1).stages == 4
+    with pytest.raises(ConfigError, match="exceed the model's 4 layers"):
+        Job(GPT, SYSTEM, pp=2, micro_batch=1, global_batch=4, schedule="hanayo", waves=2)
+    with pytest.raises(ConfigError, match="chimera is not defined"):
+        evaluate_job(Job(GPT.model_copy(update={"num_layers": 3}), SYSTEM, pp=3, micro_batch=1, global_batch=4,
+                         schedule="chimera"))
+    from ppopt.plan import schedule_variants
+    # 32 layers on 2 devices: chunks c >= 2 with 2c dividing 32; Hanayo's 2W·p stages fit for W = 1, 2
+    assert schedule_variants("interleaved-1f1b", 2, 32) == [{"chunks": c} for c in (2, 4, 8, 16)]
+    assert schedule_variants("hanayo", 2, 32) == [{"waves": 1}, {"waves": 2}]
+    assert schedule_variants("hanayo", 4, 12) == [{"waves": 1}]
+    assert schedule_variants("zb-v", 4, 6) == []

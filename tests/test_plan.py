@@ -94,8 +94,8 @@ def test_search_instance_times_and_sizes_the_job_as_the_job_model():
 def test_balanced_split_beats_the_equal_split_on_llama3_8b():
     """Llama 3 8B (32 layers, vocabulary 128256, untied output) on 4 stages, 1F1B, full recomputation,
     32 microbatches of 1 on DGX H100: the output layer and loss make the last stage of the equal split
-    (8,8,8,8) the slowest (0.372 s of F+B against 0.317 s); balanced moves a layer off it, (8,9,8,7),
-    and the predicted step drops from 12.89 s to 12.34 s (-4.3 %)."""
+    (8,8,8,8) the slowest (0.355 s of F+B against 0.302 s, DGX H100's roofline op times); balanced
+    moves a layer off it, (9,8,8,7), and the predicted step drops from 12.28 s to 11.74 s (-4.4 %)."""
     job = Job(LLAMA8, H100, tp=1, pp=4, dp=1, micro_batch=1, global_batch=32, recompute="full", schedule="1f1b")
     counts = balanced_layers(job)
     assert counts is not None and sum(counts) == 32 and counts[-1] < 8

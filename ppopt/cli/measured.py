@@ -11,6 +11,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import emit_json, format_option, json_option
+from ppopt.job import SCHEDULES as JOB_SCHEDULES
 
 DEFAULT_SYSTEM = "a100-vtrain-calibrated"
 
@@ -161,13 +162,15 @@ def _on(row, system):
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (activations split by t).")
 @click.option("--distributed-optimizer", is_flag=True, help="Shard the optimizer state across the d replicas.")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
-@click.option("--schedule", type=click.Choice(["1f1b", "gpipe", "zb-h1"]), default="1f1b", show_default=True,
-              help="Pipeline schedule family (one stage per device).")
+@click.option("--schedule", type=click.Choice(list(JOB_SCHEDULES)), default="1f1b", show_default=True,
+              help="Pipeline schedule family.")
+@click.option("--chunks", type=int, default=2, show_default=True, help="Stages per device (interleaved-1f1b, looped-bfs).")
+@click.option("--waves", type=int, default=1, show_default=True, help="Hanayo's waves (2W stages per device).")
 @click.option("--layers-per-stage", "layers_per_stage", default=None,
               help="Layers of each stage, e.g. 7,8,8,7 (as ppopt plan prints) [default: even, the remainder first].")
 @json_option
 def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute, sequence_parallel,
-                distributed_optimizer, overlap_grad_sync, schedule, layers_per_stage, as_json) -> None:
+                distributed_optimizer, overlap_grad_sync, schedule, chunks, waves, layers_per_stage, as_json) -> None:
     """Predict one training step of a 3D-parallel job (t·p·d GPUs): pipeline, gradient
     all-reduce, optimizer step and per-GPU peak memory."""
     from ppopt.config import load_model, load_system
@@ -185,7 +188,7 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     job = Job(load_model(model), load_system(system), tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
               global_batch=global_batch, recompute=recompute, sequence_parallel=sequence_parallel,
               distributed_optimizer=distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
-              layers=layers)
+              layers=layers, chunks=chunks, waves=waves)
     result = evaluate_job(job)
     figures = {
         "job": job.describe(), "gpus": job.gpus, "microbatches": job.microbatches, "layers_per_stage": list(job.stage_layers),
@@ -196,7 +199,7 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     if as_json:
         emit_json(figures)
         return
-    click.echo(f"{job.model.name} on {job.gpus} x {job.system.name}: {job.describe()} ({schedule}, recompute {recompute}"
+    click.echo(f"{job.model.name} on {job.gpus} x {job.system.name}: {job.describe()} ({job.schedule_label}, recompute {recompute}"
                f"{', sequence parallel' if sequence_parallel else ''}{', distributed optimizer' if distributed_optimizer else ''})")
     click.echo(f"step        {1e3 * result.step_time_s:10.1f} ms")
     click.echo(f"  pipeline  {1e3 * result.pipeline_s:10.1f} ms")

@@ -10,6 +10,8 @@ import click
 from ppopt.cli import main
 from ppopt.cli.measured import _table
 from ppopt.cli.options import emit_json, format_option, json_option, parse_amount
+from ppopt.job import SCHEDULES
+from ppopt.plan import DEFAULT_SCHEDULES
 
 DEFAULT_TIME_LIMIT_S = 60.0
 
@@ -41,8 +43,9 @@ def _gb(value: float) -> str:
               help="Stage split: even (p divides the layers), balanced (counts minimising the slowest stage), or counts like 7,8,8,7.")
 @click.option("--recompute", multiple=True, type=click.Choice(["none", "selective", "full"]),
               help="Recomputation modes to consider (repeatable) [default: all].")
-@click.option("--schedule", "schedules", multiple=True, type=click.Choice(["1f1b", "gpipe", "zb-h1"]),
-              help="Schedule families to consider (repeatable) [default: all].")
+@click.option("--schedule", "schedules", multiple=True, type=click.Choice([*SCHEDULES, "all"]),
+              help="Schedule families to consider (repeatable; 'all': every family a job supports, with their chunks "
+                   "and waves) [default: 1f1b, gpipe, zb-h1].")
 @click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--candidates", type=click.Path(dir_okay=False), default=None,
@@ -89,7 +92,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     split = _parse_split(layers_per_stage)
     system_config = load_system(system)
     common = dict(memory_limit_bytes=limit, split=split, recompute=tuple(recompute) or ("none", "selective", "full"),
-                  schedules=tuple(schedules) or ("1f1b", "gpipe", "zb-h1"), micro_batches=tuple(micro_batches) or None,
+                  schedules=SCHEDULES if "all" in schedules else tuple(schedules) or DEFAULT_SCHEDULES, micro_batches=tuple(micro_batches) or None,
                   overlap_gradient_sync=overlap_grad_sync)
     if candidates:
         if model or gpus or global_batch:
@@ -214,7 +217,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
     request = result.request
     evaluated = len(result.rows)
     columns = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", "MFU", "peak GB", "bound by"]
-    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule, ",".join(map(str, r.job.stage_layers)),
+    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label, ",".join(map(str, r.job.stage_layers)),
              f"{r.step_time_s:.3f}", f"{r.tokens_per_s:.0f}", f"{100 * r.mfu:.1f} %", _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
@@ -238,7 +241,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
         srows = []
         for k, found in enumerate(searches):
             for s in found:
-                srows.append([str(k + 1), s.job.describe(), s.job.schedule, s.space, f"{s.handcrafted_step_s:.3f}",
+                srows.append([str(k + 1), s.job.describe(), s.job.schedule_label, s.space, f"{s.handcrafted_step_s:.3f}",
                               "-" if s.best_step_s is None else f"{s.best_step_s:.3f}",
                               f"{s.bound_step_s:.3f}" if s.best_step_s is not None else "-",
                               "-" if s.gap is None else f"{100 * s.gap:.2f} %", s.status])
@@ -272,6 +275,7 @@ def _json(result, searches, top: int) -> dict:
     def row(r):
         return {"job": r.job.describe(), "tp": r.job.tp, "pp": r.job.pp, "dp": r.job.dp, "micro_batch": r.job.micro_batch,
                 "microbatches": r.job.microbatches, "recompute": r.job.recompute, "schedule": r.job.schedule,
+                "schedule_options": r.job.schedule_options,
                 "sequence_parallel": r.job.sequence_parallel, "distributed_optimizer": r.job.distributed_optimizer,
                 "layers_per_stage": list(r.job.stage_layers), "step_time_s": r.step_time_s, "pipeline_s": r.pipeline_s,
                 "gradient_sync_s": r.gradient_sync_s, "optimizer_s": r.optimizer_s, "tokens_per_s": r.tokens_per_s,
@@ -301,7 +305,7 @@ def _write_torch_csv(result, searches, path: str) -> None:
     from ppopt.io.torch_csv import write_torch_csv
 
     job = result.rows[0].job
-    schedule = generate(job.schedule, job.pp, job.microbatches)
+    schedule = generate(job.schedule, job.pp, job.microbatches, **job.schedule_options)
     found = [s for s in (searches[0] if searches else []) if s.schedule is not None and s.best_step_s is not None]
     if found:
         best = min(found, key=lambda s: s.best_step_s)
