@@ -84,7 +84,8 @@ def reduced_model(
     tail = [sum(b[t] + down[t] for t in range(s)) for s in range(devices)]
     top = kept[-1]
     round_trip = sum(f[t] + b[t] for t in range(top + 1, devices)) + sum(up[t] + down[t] for t in range(top, devices - 1))
-    horizon = sum(microbatches * (f[s] + b[s]) for s in range(devices)) + sum(up) + sum(down) + 1
+    # one microbatch at a time through the whole chain is a schedule: no optimum lies beyond it
+    horizon = microbatches * (sum(f) + sum(b) + sum(up) + sum(down))
     model = cp_model.CpModel()
     step = model.new_int_var(0, horizon, "step")
     fwd: dict[tuple[int, int], cp_model.IntVar] = {}
