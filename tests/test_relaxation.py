@@ -21,8 +21,9 @@ def _unit(comm: int):
     return (lambda s, k: {Kind.F: 1, Kind.B: 2}[k]), (lambda s, a, b: comm)
 
 
-def test_kept_sets_grow_from_the_two_ends_to_every_device():
-    assert kept_sets(5) == [(0, 4), (0, 2, 4), (0, 1, 2, 3, 4)]
+def test_kept_sets_grow_from_three_devices_to_every_device():
+    assert kept_sets(5) == [(0, 2, 4), (0, 1, 2, 3, 4)]
+    assert kept_sets(16)[0] == (0, 8, 15) and len(kept_sets(16)[1]) == 5
     assert kept_sets(2) == [(0, 1)]
     assert kept_sets(1) == []
 

@@ -373,8 +373,10 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     return setup
 
 
-RELAXATION_SHARE = 6
-"""The reduced-problem bound (:mod:`ppopt.solve.relaxation`) gets at most 1/6 of the time left."""
+RELAXATION_SHARE = (6, 3)
+"""The reduced-problem bound (:mod:`ppopt.solve.relaxation`) gets at most 1/6 of the time left, or 1/3
+above :data:`AUTO_LNS_OPS` ops: there the steady state is usually rate-optimal already and the window
+search rarely improves it, so the bound is where the gap is."""
 
 
 def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
@@ -389,7 +391,9 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     assert placement is not None
     cap = _cap_of_stage(instance, placement)
     caps = [None if (c := cap(s)) is None else max(1, math.floor(c + 1e-9)) for s in range(instance.devices)]
-    ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, options.share(RELAXATION_SHARE))
+    share = RELAXATION_SHARE[instance.stages * instance.microbatches * 2 > AUTO_LNS_OPS]
+    ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, options.share(share),
+                             setup.lower)
     options.note(f"reduced-problem bound: {ticks * setup.tick:.6g} {instance.time_unit}")
     if ticks <= setup.lower:
         return setup
