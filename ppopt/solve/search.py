@@ -381,17 +381,20 @@ search rarely improves it, so the bound is where the gap is."""
 
 def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     """The setup with the reduced-problem bound (linear placement, full backward) in its analytic
-    bounds and its lower bound in ticks, unless the hint already meets the bound."""
+    bounds and its lower bound in ticks, unless the hint already meets the bound or the instance is
+    small enough (:data:`AUTO_CP_OPS`) for one CP-SAT solve of the whole problem, whose own bound is
+    then at least as strong."""
     placement, ticked, instance = setup.placement, setup.ticked, setup.instance
     linear = placement is not None and placement == tuple((s,) for s in range(instance.devices)) \
         and instance.stages == instance.devices
-    if not linear or setup.split or ticked is None or options.expired or \
+    ops = instance.stages * instance.microbatches * 2
+    if not linear or setup.split or ticked is None or options.expired or ops <= AUTO_CP_OPS or \
             (setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower):
         return setup
     assert placement is not None
     cap = _cap_of_stage(instance, placement)
     caps = [None if (c := cap(s)) is None else max(1, math.floor(c + 1e-9)) for s in range(instance.devices)]
-    share = RELAXATION_SHARE[instance.stages * instance.microbatches * 2 > AUTO_LNS_OPS]
+    share = RELAXATION_SHARE[ops > AUTO_LNS_OPS]
     ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, options.share(share),
                              setup.lower)
     options.note(f"reduced-problem bound: {ticks * setup.tick:.6g} {instance.time_unit}")
