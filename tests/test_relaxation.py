@@ -65,3 +65,16 @@ def test_bound_below_every_schedule(p, extra, comm, capped):
         if cap is not None and max(simulation.peak_activation_bytes) > cap + 1e-9:
             continue
         assert bound <= simulation.step_time_s + 1e-9, schedule.name
+
+
+
+def test_three_devices_beat_the_graph_bounds_at_16_by_64():
+    """p = 16, m = 64, cap 16, one-slot messages: keeping devices 0, 8 and 15 exactly (the first
+    reduced problem) already bounds above the round-trip and one-machine bounds, and stays below 1F1B."""
+    p, m = 16, 64
+    duration, delay = _unit(1)
+    instance = unit_instance(p, m, p, UnitCosts(1, 2, None, 1), memory_limit=p)
+    graph = analytic_bounds(instance, placement("linear", p), False)
+    bound = relaxation_bound(m, p, duration, delay, [p] * p, SolveOptions(1.5).start(), int(graph.best))
+    one_f_one_b = simulate(validate(generate("1f1b", p, m)), instance.costs, instance.system).step_time_s
+    assert graph.best < bound <= one_f_one_b
