@@ -52,6 +52,7 @@ def search_json(result: SearchResult) -> dict:
             "warmup": result.analytic.warmup,
             "round_trip": result.analytic.round_trip,
             "one_machine": result.analytic.one_machine,
+            "relaxation": result.analytic.relaxation,
         },
         "from_solver": result.from_solver,
         "peak_memory": result.peak_memory,

@@ -19,6 +19,9 @@ None), so ``max`` of them complements the solver's own bound:
   dependencies, microbatch order and, under a cap of K on a one-stage device, F(i+K) after the end
   of microbatch i's backward there; and Jackson's preemptive one-machine bound per device with
   those heads and tails (proofs in :mod:`ppopt.solve.heads`).
+- **relaxation** (linear placement, full backward): CP-SAT's bound on a reduced problem that keeps a
+  few devices exactly and the others as time lags (:mod:`ppopt.solve.relaxation`); it costs solver
+  time, so the search computes it within its budget and :func:`lower_bounds` leaves it at 0.
 
 All bounds take a duration function and a delay function, so the same code gives the bound in real
 seconds and in (rounded-down) ticks.
@@ -59,10 +62,12 @@ class Bounds:
     warmup: float = 0.0
     round_trip: float = 0.0
     one_machine: float = 0.0
+    relaxation: float = 0.0  # the reduced problem's CP-SAT bound (ppopt.solve.relaxation), set by the search
 
     @property
     def best(self) -> float:
-        return max(self.critical_path, self.device_load, self.memory, self.warmup, self.round_trip, self.one_machine)
+        return max(self.critical_path, self.device_load, self.memory, self.warmup, self.round_trip, self.one_machine,
+                   self.relaxation)
 
 
 def _hop(delay: Delay, placement: Sequence[Sequence[int]] | None, stage: int, other: int) -> float:

@@ -33,7 +33,9 @@ is the largest "end of a window op + longest path from its successor to the end 
 incumbent's order graph. The new per-device orders are then timed as early as they allow
 (:func:`ppopt.table.earliest_starts`), and kept when the step is no longer. Memory stays within the
 cap: on a device holding one stage the live activations follow from the order alone, and the window
-model keeps "F(i+K) after microbatch i's freeing op" and the microbatch order.
+model keeps "F(i+K) after microbatch i's freeing op" and the microbatch order. Half the windows
+are anchored at the two ends of the step (:data:`ANCHORS`): with the steady state already optimal
+(:mod:`ppopt.solve.periodic`), warm-up and cool-down are where time is left.
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ the last neighbourhood's model-building time remains."""
 STEP_FLOOR_S = 0.05
 """Deterministic time every step is charged at least (its own work outside CP-SAT is not counted
 by CP-SAT), so a deterministic budget also bounds the number of steps."""
+ANCHORS = ("end", "start", None, None)
+"""Where the windows of time of :func:`improve_windows` lie, step after step: at the end of the step
+(the cool-down), at its start (the warm-up), or anywhere (None). The two ends are where a schedule
+with an optimal steady state still loses time; their windows grow after each failure."""
 STEP_DETERMINISTIC_S = 2.0
 """CP-SAT deterministic time per neighbourhood (a fraction of a second to a few seconds of wall time)."""
 
@@ -266,9 +272,15 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
     size, failures, step, improvements, when = TARGET_FREE, 0, 0, 0, None
     reserve = RESERVE_SHARE * options.time_limit_s
     deterministic_left = options.deterministic_time
+    anchored = {"end": TARGET_FREE, "start": TARGET_FREE}  # free ops of the windows at the two ends
     while options.remaining_s() > reserve and (deterministic_left is None or deterministic_left > 0):
-        width = max(1, best * size // len(ops))
-        first = rng.randrange(0, max(1, best - width + 1))
+        anchor = ANCHORS[step % len(ANCHORS)]
+        width = max(1, best * (size if anchor is None else anchored[anchor]) // len(ops))
+        if anchor is None:
+            first = rng.randrange(0, max(1, best - width + 1))
+        else:
+            first = 0 if anchor == "start" else max(0, best - width)
+            anchored[anchor] = min(len(ops), int(anchored[anchor] * GROWTH))  # larger next time, unless it improves
         free = {op for op in ops if first <= starts[op] < first + width}
         step += 1
         if not free:
@@ -303,6 +315,8 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
                 if span <= best:
                     changed = (candidate, new_starts, span)
         if changed is not None and changed[2] < best:
+            if anchor is not None:
+                anchored[anchor] = max(TARGET_FREE, int(anchored[anchor] / GROWTH))  # same size again
             schedule, starts, best = changed
             to_end = _to_end(schedule, starts, timing, successors)
             failures, improvements, when = 0, improvements + 1, time.monotonic() - began
@@ -311,6 +325,8 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
             if changed is not None:
                 schedule, starts = changed[0], changed[1]
                 to_end = _to_end(schedule, starts, timing, successors)
+            if anchor is not None:
+                continue
             failures += 1
             if failures >= PATIENCE:
                 size, failures = min(len(ops), int(size * GROWTH)), 0

@@ -30,6 +30,7 @@ from ppopt.solve.lns import Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
+from ppopt.solve.relaxation import relaxation_bound
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
 from ppopt.table import earliest_starts
@@ -372,6 +373,36 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     return setup
 
 
+RELAXATION_SHARE = (6, 3)
+"""The reduced-problem bound (:mod:`ppopt.solve.relaxation`) gets at most 1/6 of the time left, or 1/3
+above :data:`AUTO_LNS_OPS` ops: there the steady state is usually rate-optimal already and the window
+search rarely improves it, so the bound is where the gap is."""
+
+
+def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
+    """The setup with the reduced-problem bound (linear placement, full backward) in its analytic
+    bounds and its lower bound in ticks, unless the hint already meets the bound or the instance is
+    small enough (:data:`AUTO_CP_OPS`) for one CP-SAT solve of the whole problem, whose own bound is
+    then at least as strong."""
+    placement, ticked, instance = setup.placement, setup.ticked, setup.instance
+    linear = placement is not None and placement == tuple((s,) for s in range(instance.devices)) \
+        and instance.stages == instance.devices
+    ops = instance.stages * instance.microbatches * 2
+    if not linear or setup.split or ticked is None or options.expired or ops <= AUTO_CP_OPS or \
+            (setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower):
+        return setup
+    assert placement is not None
+    cap = _cap_of_stage(instance, placement)
+    caps = [None if (c := cap(s)) is None else max(1, math.floor(c + 1e-9)) for s in range(instance.devices)]
+    share = RELAXATION_SHARE[ops > AUTO_LNS_OPS]
+    ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, options.share(share),
+                             setup.lower)
+    options.note(f"reduced-problem bound: {ticks * setup.tick:.6g} {instance.time_unit}")
+    if ticks <= setup.lower:
+        return setup
+    return replace(setup, lower=ticks, analytic=replace(setup.analytic, relaxation=ticks * setup.tick))
+
+
 def _describe(setup: _Setup) -> str | None:
     pattern = setup.pattern
     if pattern is None:
@@ -563,7 +594,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
         return _search_family(spec, space, options)
     _check(spec, space)
     began = time.monotonic()
-    setup = _with_periodic(_prepare(spec, space), options)
+    setup = _with_relaxation(_with_periodic(_prepare(spec, space), options), options)
     method = _method(setup, options.method)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options

@@ -1,0 +1,153 @@
+"""A lower bound from a reduced problem: a few devices kept exactly, the others as time lags.
+
+For the linear placement with full backward (stage s alone on device s, a cap of K_s of its
+activations, message delays between neighbours), keep a subset D of the devices (always the first
+and the last) and drop every other device's capacity: its ops become pure time lags. The reduced
+problem, solved by CP-SAT, has for every kept device s and microbatch i a forward F_s(i) and a
+backward B_s(i) with
+
+- one op at a time on device s (no-overlap);
+- microbatches in order per (stage, kind): F_s(i+1) after F_s(i), B_s(i+1) after B_s(i);
+- the cap: F_s(i+K_s) after the end of B_s(i);
+- between consecutive kept devices a < c: F_c(i) at least F_a + the forwards of the stages between
+  and the c - a messages after F_a(i) starts, and B_a(i) the same way after B_c(i) (backwards);
+- on the top kept device t: B_t(i) at least F_t + the round trip through the stages above (their
+  forwards, backwards and messages both ways) after F_t(i) starts;
+- heads and tails: F_s(i) no earlier than the forwards and messages below s; the step lasts at least
+  the backwards and messages below s after the end of B_s(i).
+
+**Validity.** By the relabelling argument of :mod:`ppopt.solve.model` (dominance rule) some optimal
+schedule of the full problem runs microbatches in order on every stage; in it, at most K_s
+activations are live, so F_s(i+K_s) waits for the end of B_s(i) (as in :mod:`ppopt.solve.heads`),
+and every lag above is a sum of durations and message delays along a chain of data dependencies,
+each of which that schedule meets. Restricted to the kept devices it is therefore a feasible point
+of the reduced problem, whose optimum is at most the full optimum, hence at most every schedule's
+step. CP-SAT (in its core-based mode, which raises the lower bound step by step and, measured on the
+acceptance instances, gets further than the default search in the same time) gives a *best bound* on
+the reduced problem is at most the reduced optimum, so it is a valid
+bound even when the solve stops early. With all devices kept this is the full problem (the search's
+own model); with the two end devices only it is about the round-trip/one-machine bound; each device
+added tightens it, since the queueing of the microbatches on the middle devices shifts the times at
+which gradients come back to the first device (Brucker, "Scheduling Algorithms", 5th ed., 2007,
+section 2.4, for relaxations of a shop problem by removing machines).
+
+Times are ticks (durations and delays rounded down, :mod:`ppopt.solve.ticks`), so the bound in
+ticks times the tick is a valid bound of the real problem.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from ortools.sat.python import cp_model
+
+from ppopt.ir import Kind
+from ppopt.solve.options import SolveOptions
+
+Duration = Callable[[int, Kind], int]  # (stage, kind) -> ticks
+Delay = Callable[[int, int, int], int]  # (stage sending, device a, device b) -> ticks
+
+MAX_KEPT_OPS = 20_000
+"""Most ops (2 per kept device and microbatch) in one reduced model."""
+
+
+def kept_sets(devices: int) -> list[tuple[int, ...]]:
+    """The subsets solved one after another: n + 1 devices evenly spread along the chain for
+    n = 2, 4, 8, ... (the last one all devices). The two ends alone are skipped (unless there are only
+    two devices): measured on the acceptance instances, they give no more than the one-machine bound."""
+    sets: list[tuple[int, ...]] = []
+    if devices < 2:
+        return sets
+    n = 2
+    while True:
+        n = min(n, devices - 1)
+        kept = tuple(sorted({round(j * (devices - 1) / n) for j in range(n + 1)}))
+        if kept not in sets:
+            sets.append(kept)
+        if n >= devices - 1:
+            return sets
+        n *= 2
+
+
+def reduced_model(
+    microbatches: int,
+    devices: int,
+    kept: Sequence[int],
+    duration: Duration,
+    delay: Delay,
+    caps: Sequence[int | None],
+    lower: int = 0,
+) -> cp_model.CpModel:
+    """The reduced problem of the module docstring over the ``kept`` devices (sorted), minimising the step,
+    with the step at least ``lower`` (a known lower bound of the full problem: the optimum of the full
+    problem restricted to the kept devices still meets it, so the bound stays valid)."""
+    f = [duration(s, Kind.F) for s in range(devices)]
+    b = [duration(s, Kind.B) for s in range(devices)]
+    up = [delay(s, s, s + 1) for s in range(devices - 1)]  # F(s) -> F(s+1)
+    down = [delay(s + 1, s + 1, s) for s in range(devices - 1)]  # B(s+1) -> B(s)
+    head = [sum(f[t] + up[t] for t in range(s)) for s in range(devices)]
+    tail = [sum(b[t] + down[t] for t in range(s)) for s in range(devices)]
+    top = kept[-1]
+    round_trip = sum(f[t] + b[t] for t in range(top + 1, devices)) + sum(up[t] + down[t] for t in range(top, devices - 1))
+    # one microbatch at a time through the whole chain is a schedule: no optimum lies beyond it
+    horizon = microbatches * (sum(f) + sum(b) + sum(up) + sum(down))
+    model = cp_model.CpModel()
+    step = model.new_int_var(min(lower, horizon), horizon, "step")
+    fwd: dict[tuple[int, int], cp_model.IntVar] = {}
+    bwd: dict[tuple[int, int], cp_model.IntVar] = {}
+    for s in kept:
+        intervals = []
+        for i in range(microbatches):
+            fwd[s, i] = model.new_int_var(head[s], horizon, "")
+            bwd[s, i] = model.new_int_var(head[s], horizon, "")
+            intervals.append(model.new_fixed_size_interval_var(fwd[s, i], f[s], ""))
+            intervals.append(model.new_fixed_size_interval_var(bwd[s, i], b[s], ""))
+            model.add(step >= bwd[s, i] + b[s] + tail[s])
+            if i > 0:
+                model.add(fwd[s, i] >= fwd[s, i - 1] + f[s])
+                model.add(bwd[s, i] >= bwd[s, i - 1] + b[s])
+            k = caps[s]
+            if k is not None and i >= k:
+                model.add(fwd[s, i] >= bwd[s, i - k] + b[s])
+        model.add_no_overlap(intervals)
+    for a, c in zip(kept, kept[1:]):
+        forward_lag = sum(f[t] + up[t] for t in range(a, c))
+        backward_lag = sum(b[t] + down[t] for t in range(a, c))
+        for i in range(microbatches):
+            model.add(fwd[c, i] >= fwd[a, i] + forward_lag)
+            model.add(bwd[a, i] >= bwd[c, i] + backward_lag)
+    for i in range(microbatches):
+        model.add(bwd[top, i] >= fwd[top, i] + f[top] + round_trip)
+    model.minimize(step)
+    return model
+
+
+def relaxation_bound(
+    microbatches: int,
+    devices: int,
+    duration: Duration,
+    delay: Delay,
+    caps: Sequence[int | None],
+    options: SolveOptions,
+    lower: int = 0,
+) -> int:
+    """The best CP-SAT bound (ticks) over the reduced problems of :func:`kept_sets`, solved one after
+    another within ``options``' budget, each starting from the best so far (``lower`` at first: a known
+    bound of the full problem, returned when nothing better is found)."""
+    best = lower
+    for kept in kept_sets(devices):
+        if 2 * len(kept) * microbatches > MAX_KEPT_OPS or options.expired:
+            break
+        model = reduced_model(microbatches, devices, kept, duration, delay, caps, best)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = options.workers
+        solver.parameters.random_seed = options.seed
+        solver.parameters.max_time_in_seconds = max(0.01, options.remaining_s())
+        solver.parameters.optimize_with_core = True  # raises the bound step by step: what is wanted here
+        code = solver.solve(model)
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+            best = max(best, math.floor(solver.best_objective_bound + 1e-6))
+        if code != cp_model.OPTIMAL:
+            break
+    return best

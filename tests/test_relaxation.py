@@ -1,0 +1,80 @@
+"""The reduced-problem bound: hand-computed, the proven optimum with every device kept, ≤ every schedule."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppopt.generators import generate
+from ppopt.ir import Kind
+from ppopt.placement import placement
+from ppopt.simulate import simulate
+from ppopt.solve.greedy import greedy_schedule
+from ppopt.solve.instance import unit_instance
+from ppopt.solve.options import SolveOptions
+from ppopt.solve.relaxation import kept_sets, relaxation_bound
+from ppopt.solve.search import analytic_bounds
+from ppopt.units import UnitCosts
+from ppopt.validate import validate
+from tests.test_bounds import _optimum
+
+
+def _unit(comm: int):
+    return (lambda s, k: {Kind.F: 1, Kind.B: 2}[k]), (lambda s, a, b: comm)
+
+
+def test_kept_sets_grow_from_three_devices_to_every_device():
+    assert kept_sets(5) == [(0, 2, 4), (0, 1, 2, 3, 4)]
+    assert kept_sets(16)[0] == (0, 8, 15) and len(kept_sets(16)[1]) == 5
+    assert kept_sets(2) == [(0, 1)]
+    assert kept_sets(1) == []
+
+
+def test_round_trip_by_hand():
+    """p = 2, m = 2, F = 1, B = 2, one-slot messages, one live activation: microbatch 1 enters only
+    after microbatch 0's round trip (1 + 1 + 1 + 2 + 1 + 2 = 8 slots), and runs the same 8: 16."""
+    duration, delay = _unit(1)
+    assert relaxation_bound(2, 2, duration, delay, [1, 1], SolveOptions(10).start()) == 16
+
+
+@settings(max_examples=10, deadline=None)
+@given(p=st.integers(2, 4), m=st.integers(1, 6), cap=st.sampled_from([None, 1, 2, 3]), comm=st.sampled_from([0, 1]))
+def test_every_device_kept_gives_the_proven_optimum(p, m, cap, comm):
+    """The last reduced problem keeps every device: it is the full problem with microbatches in order,
+    so (with time to finish) its bound is the proven optimum of the search's own model."""
+    duration, delay = _unit(comm)
+    bound = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(20).start())
+    instance = unit_instance(p, m, p, UnitCosts(1, 2, None, comm), memory_limit=cap)
+    assert bound == _optimum(instance, "placement=linear")
+
+
+@settings(max_examples=8, deadline=None)
+@given(p=st.integers(3, 8), extra=st.integers(0, 10), comm=st.sampled_from([0, 1, 2]), capped=st.booleans())
+def test_bound_below_every_schedule(p, extra, comm, capped):
+    """With a short budget (a partial bound), still ≤ 1F1B, GPipe and the greedy schedule that fit, and
+    at least the two ends' reduced problem is no weaker than the critical path."""
+    m = p + extra
+    cap = p if capped else None
+    duration, delay = _unit(comm)
+    bound = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(1.0).start())
+    instance = unit_instance(p, m, p, UnitCosts(1, 2, None, comm), memory_limit=cap)
+    assert bound >= analytic_bounds(instance, placement("linear", p), False).critical_path
+    schedules = [generate("1f1b", p, m), generate("gpipe", p, m)]
+    greedy = greedy_schedule(instance, placement("linear", p), False)
+    schedules += [greedy] if greedy is not None else []
+    for schedule in schedules:
+        simulation = simulate(validate(schedule), instance.costs, instance.system)
+        if cap is not None and max(simulation.peak_activation_bytes) > cap + 1e-9:
+            continue
+        assert bound <= simulation.step_time_s + 1e-9, schedule.name
+
+
+
+def test_three_devices_beat_the_graph_bounds_at_16_by_64():
+    """p = 16, m = 64, cap 16, one-slot messages: keeping devices 0, 8 and 15 exactly (the first
+    reduced problem) already bounds above the round-trip and one-machine bounds, and stays below 1F1B."""
+    p, m = 16, 64
+    duration, delay = _unit(1)
+    instance = unit_instance(p, m, p, UnitCosts(1, 2, None, 1), memory_limit=p)
+    graph = analytic_bounds(instance, placement("linear", p), False)
+    bound = relaxation_bound(m, p, duration, delay, [p] * p, SolveOptions(1.5).start(), int(graph.best))
+    one_f_one_b = simulate(validate(generate("1f1b", p, m)), instance.costs, instance.system).step_time_s
+    assert graph.best < bound <= one_f_one_b
