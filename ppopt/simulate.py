@@ -74,8 +74,10 @@ How it runs
     and systems: ``simulate`` accepts its result in place of the schedule). The run needs no event queue
     for most messages: a device runs one op at a time, each op has at most one input from another
     device, and a directed link carries the messages of one sender only, in the sender's order, which
-    is their time order. So each device advances as far as its inputs allow, placing its messages on
-    their links as it goes, and a stalled device resumes when its input is placed. Only the links an
+    is their time order. Without all-reduces, the run simply visits the ops in the topological order
+    validation found (``Flat.order``), which puts every op after its inputs and a link's messages in
+    their sender's order. Otherwise each device advances as far as its inputs allow, placing its
+    messages on their links as it goes, and a stalled device resumes when its input is placed. Only the links an
     all-reduce shares with messages need a global time order: their messages and all-reduces go
     through a heap keyed (ready time, priority, id), popped when no device can advance. New entries
     are never earlier than the last popped one, so the result is exact, the same on every run, and
@@ -319,6 +321,36 @@ def _link_chooser(system: SystemConfig | None, link: LinkConfig | None) -> Calla
 # --------------------------------------------------------------------------------------------------
 
 
+def _run_in_order(flat: Flat, plan: Prepared, dur: list[float], message_s: list[float], occupy_s: list[float],
+                  overlap: bool, state: tuple[list[float], ...]) -> None:
+    """The run when no link carries an all-reduce: ops in ``flat.order``, filling ``state`` (start,
+    end, sent, arrived, arrival, free, link_free) in place.
+
+    Exact, the same result as the general loop: an op's inputs (its device's previous op, its one
+    message) come earlier in a topological order, and a link's messages come from one sender, so the
+    order visits them in the sender's order, the order in which they take the link.
+    """
+    start, end, sent, arrived, arrival, free, link_free = state
+    dev, succ, link_of = flat.dev, flat.succ, plan.link_of
+    for i in flat.order:
+        d = dev[i]
+        t = free[d]
+        if arrival[i] > t:
+            t = arrival[i]
+        start[i] = t
+        t += dur[i]
+        end[i] = t
+        j = succ[i]
+        if j >= 0:  # send op i's message to op j
+            lid = link_of[i]
+            sent[i] = ts = link_free[lid] if link_free[lid] > t else t
+            link_free[lid] = ts + occupy_s[i]
+            arrived[i] = arrival[j] = te = ts + message_s[i]
+            if not overlap:
+                t = te  # the sender blocks until the message has arrived
+        free[d] = t
+
+
 def simulate(
     schedule: Schedule | Flat | Prepared,
     costs: Costs,
@@ -401,7 +433,12 @@ def simulate(
     push, pop = heapq.heappush, heapq.heappop
     resume = list(range(p - 1, -1, -1))  # devices to advance
 
-    while True:
+    through_heap = any(shared)
+    if not through_heap:  # no all-reduce: visit the ops in the validated topological order
+        _run_in_order(flat, plan, dur, message_s, occupy_s, overlap, (start, end, sent, arrived, arrival, free, link_free))
+        nxt = stop  # every op ran
+
+    while through_heap:
         # Advance devices as far as their inputs allow.
         while resume:
             d = resume.pop()
