@@ -165,7 +165,7 @@ def prepare(schedule: Schedule | Flat) -> Prepared:
     A :class:`~ppopt.flat.Flat` (from :func:`ppopt.validate.validated`) is already checked.
     """
     flat = validated(schedule)
-    n, dev, stage_of = flat.size, flat.dev, flat.stage
+    n, stage_of = flat.size, flat.stage
     # A message per cross-device dependency; one link per directed device pair. Messages with the same
     # (source, destination, sender stage) take the same time, computed per run from the costs.
     link_ids: dict[tuple[int, int], int] = {}
@@ -173,13 +173,13 @@ def prepare(schedule: Schedule | Flat) -> Prepared:
     def link_id(a: int, b: int) -> int:
         return link_ids.setdefault((a, b), len(link_ids))
 
-    arrival = np.where(np.asarray(flat.wait) < 0, 0.0, -1.0).tolist()
+    columns = flat.columns
+    arrival = np.where(columns.wait < 0, 0.0, -1.0).tolist()
     # Messages numbered by their distinct (source device, destination device, sender stage), in numpy.
     devices, stages = len(flat.orders), flat.schedule.stages
-    succ = np.asarray(flat.succ, np.int64)
+    succ, dev_a = columns.succ, columns.dev
     senders = np.flatnonzero(succ >= 0)
-    dev_a = np.asarray(dev, np.int64)
-    codes = (dev_a[senders] * devices + dev_a[succ[senders]]) * stages + np.asarray(stage_of, np.int64)[senders]
+    codes = (dev_a[senders] * devices + dev_a[succ[senders]]) * stages + columns.stage[senders]
     distinct, inverse = np.unique(codes, return_inverse=True)
     message_keys = [(c // stages // devices, c // stages % devices, c % stages) for c in distinct.tolist()]
     message_of_a = np.full(n, -1, np.int64)
