@@ -86,7 +86,7 @@ class Flat:
     wait: list[int]  # the op's one data dependency on another device, or -1
     succ: list[int]  # the op on another device that needs this op's output, or -1
     order: list[int]  # a topological order of the ids (data dependencies and device order)
-    columns: Columns  # dev, stage, wait and succ again as numpy arrays, for vectorised consumers
+    columns: Columns  # dev, stage, wait, succ and stage_kind again as numpy arrays, for vectorised consumers
 
     @property
     def size(self) -> int:
@@ -100,6 +100,7 @@ class Columns(NamedTuple):
     stage: np.ndarray
     wait: np.ndarray
     succ: np.ndarray
+    stage_kind: np.ndarray
 
 
 def _check_placement(schedule: Schedule) -> tuple[int, ...]:
@@ -187,7 +188,7 @@ def _flatten(schedule: Schedule) -> Flat:
     if len(order) < n:
         raise Unflattenable("the order deadlocks")
     return Flat(schedule, ops, dev_l, stage_of.tolist(), kind_of.tolist(), mb_of.tolist(), stage_kind.tolist(), orders,
-                split, wait, succ, order, Columns(dev, stage_of, wait_a, succ_a))
+                split, wait, succ, order, Columns(dev, stage_of, wait_a, succ_a, stage_kind))
 
 
 def _walk(orders: list[range], dev: list[int], wait: list[int], succ: list[int]) -> list[int]:
@@ -245,9 +246,9 @@ def peak_per_device(flat: Flat, size: Sequence[float]) -> list[float]:
     in time order (needs positive forward durations), a release before a later op's allocation.
     """
     frees = W if flat.split else B
-    change = [0.0] * (4 * len(size))  # indexed by 4 * stage + kind
-    for s, x in enumerate(size):
-        change[4 * s + F] = x
-        change[4 * s + frees] = -x
-    at = change.__getitem__
-    return [max(0.0, max(accumulate(map(at, flat.stage_kind[o.start : o.stop])), default=0.0)) for o in flat.orders]
+    change = np.zeros(4 * len(size))  # indexed by 4 * stage + kind
+    change[4 * np.arange(len(size)) + F] = size
+    change[4 * np.arange(len(size)) + frees] = np.negative(size)
+    steps = change[flat.columns.stage_kind]
+    # cumsum adds in sequence, as a running total along the order would
+    return [max(0.0, float(np.cumsum(steps[o.start : o.stop]).max())) if o else 0.0 for o in flat.orders]

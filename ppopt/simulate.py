@@ -425,7 +425,7 @@ def simulate(
     link_free = [0.0] * len(plan.link_pairs)
     remaining = [0] * len(plan.syncs)
     sync_ready = [0.0] * len(plan.syncs)
-    for x in sync_of:
+    for x in sync_of if plan.syncs else ():
         if x >= 0:
             remaining[x] += 1
     allreduces: list[Event] = []
@@ -519,7 +519,8 @@ def simulate(
             length = 2 * persistent[d] / rate + system.memory_latency_s
             optimizer_events.append(Event("optimizer", None, d, ready, ready + length, 0.0))
             busy[d] += length
-    step = max([0.0, max(end, default=0.0), *sync_end.values(), *(e.end_s for e in optimizer_events)])
+    last_ends = [end[o.stop - 1] for o in flat.orders if o]  # a device's ops end in its order
+    step = max([0.0, *last_ends, *sync_end.values(), *(e.end_s for e in optimizer_events)])
     idle = 1.0 - sum(busy) / (p * step) if step > 0 else 0.0
     peaks = tuple(peak_per_device(flat, [c.activation_bytes for c in costs.stages]))
 
