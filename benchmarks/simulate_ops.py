@@ -16,8 +16,10 @@ simulation). Not timed for PyTorch: building its compute action lists (``_Action
 orders (fresh lists for each run, as PyTorch consumes them), because its own schedule classes
 generate orders only around real pipeline stages; and it has no costs to build. So the PyTorch figure leaves out work the ppopt figure includes.
 
-Each figure is the best of 3 runs; the machine's load average at the start is printed, since the
-machine may be shared. Skipped for PyTorch when torch is not
+Each PyTorch figure is the best of 3 runs (seconds each), each ppopt figure the best of 7 (a tenth
+of a second to half a second each: more samples so that a burst of load on a shared machine does not
+hit all of them; still less total time than PyTorch's three). The machine's load average at the
+start is printed, since the machine may be shared. Skipped for PyTorch when torch is not
 installed.
 
 Run: ``PYTHONPATH=. python benchmarks/simulate_ops.py``.
@@ -42,6 +44,7 @@ MICROBATCHES = 1024
 CASES: list[tuple[str, dict[str, object]]] = [("1f1b", {}), ("interleaved-1f1b", {"chunks": 2}), ("zb-v", {})]
 GLOBAL_BATCH = MICROBATCHES  # one sequence per microbatch
 REPEATS = 3
+PPOPT_REPEATS = 7
 
 
 def best_of(
@@ -106,8 +109,8 @@ def main() -> None:
         costs = schedule_costs(schedule, model, system, GLOBAL_BATCH)
         flat = validated(schedule)
         step = simulate(flat, costs, system).step_time_s
-        total = best_of(lambda name=name, options=options: ppopt_end_to_end(name, options, model, system))
-        alone = best_of(lambda flat=flat, costs=costs: simulate(flat, costs, system))
+        total = best_of(lambda name=name, options=options: ppopt_end_to_end(name, options, model, system), PPOPT_REPEATS)
+        alone = best_of(lambda flat=flat, costs=costs: simulate(flat, costs, system), PPOPT_REPEATS)
         label = f"{name}{' ' + str(options) if options else ''} p={DEVICES} m={MICROBATCHES} ({ops:,} ops)"
         print(f"{label}: simulated step {step:.4g} s")
         print(f"  ppopt generate+validate+costs+simulate: {total * 1e3:8.1f} ms  {ops / total:>11,.0f} ops/s")

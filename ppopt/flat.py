@@ -9,7 +9,8 @@ order (by walking the devices as far as their inputs allow). On any problem it r
 :class:`Unflattenable` with a short reason; :func:`ppopt.validate.validate` then builds the detailed
 message with the marked order grid. No op is hashed on the way; the checks run as numpy array
 operations over the op ids (measured about 3x faster than the same checks over Python lists), the
-results are handed on as plain lists, which the simulator's per-op loops index fastest.
+results are handed on as plain lists, which the simulator's per-op loops index fastest, and as the
+numpy arrays already built (``Flat.columns``), which the simulator's vectorised set-up reuses.
 
 Why the walk suffices: an op has at most one data dependency on another device (F(s) needs
 F(s-1); B/I(s) needs B/I(s+1); its other dependencies, F(s) for B/I(s) and I(s) for W(s), are on
@@ -29,13 +30,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ppopt.ir import Kind, Op, Schedule
 
-__all__ = ["KIND_CODE", "Flat", "Unflattenable", "earliest_starts", "flatten", "paused_gc", "peak_per_device"]
+__all__ = ["KIND_CODE", "Columns", "Flat", "Unflattenable", "earliest_starts", "flatten", "paused_gc", "peak_per_device"]
 
 F, B, I, W = 0, 1, 2, 3  # noqa: E741  (kind codes)
 KIND_CODE = {Kind.F: F, Kind.B: B, Kind.I: I, Kind.W: W}
@@ -85,10 +86,21 @@ class Flat:
     wait: list[int]  # the op's one data dependency on another device, or -1
     succ: list[int]  # the op on another device that needs this op's output, or -1
     order: list[int]  # a topological order of the ids (data dependencies and device order)
+    columns: Columns  # dev, stage, wait, succ and stage_kind again as numpy arrays, for vectorised consumers
 
     @property
     def size(self) -> int:
         return len(self.ops)
+
+
+class Columns(NamedTuple):
+    """Per-op facts of a :class:`Flat` as int64 numpy arrays indexed by op id (the lists' values)."""
+
+    dev: np.ndarray
+    stage: np.ndarray
+    wait: np.ndarray
+    succ: np.ndarray
+    stage_kind: np.ndarray
 
 
 def _check_placement(schedule: Schedule) -> tuple[int, ...]:
@@ -176,7 +188,7 @@ def _flatten(schedule: Schedule) -> Flat:
     if len(order) < n:
         raise Unflattenable("the order deadlocks")
     return Flat(schedule, ops, dev_l, stage_of.tolist(), kind_of.tolist(), mb_of.tolist(), stage_kind.tolist(), orders,
-                split, wait, succ, order)
+                split, wait, succ, order, Columns(dev, stage_of, wait_a, succ_a, stage_kind))
 
 
 def _walk(orders: list[range], dev: list[int], wait: list[int], succ: list[int]) -> list[int]:
@@ -234,9 +246,9 @@ def peak_per_device(flat: Flat, size: Sequence[float]) -> list[float]:
     in time order (needs positive forward durations), a release before a later op's allocation.
     """
     frees = W if flat.split else B
-    change = [0.0] * (4 * len(size))  # indexed by 4 * stage + kind
-    for s, x in enumerate(size):
-        change[4 * s + F] = x
-        change[4 * s + frees] = -x
-    at = change.__getitem__
-    return [max(0.0, max(accumulate(map(at, flat.stage_kind[o.start : o.stop])), default=0.0)) for o in flat.orders]
+    change = np.zeros(4 * len(size))  # indexed by 4 * stage + kind
+    change[4 * np.arange(len(size)) + F] = size
+    change[4 * np.arange(len(size)) + frees] = np.negative(size)
+    steps = change[flat.columns.stage_kind]
+    # cumsum adds in sequence, as a running total along the order would
+    return [max(0.0, float(np.cumsum(steps[o.start : o.stop]).max())) if o else 0.0 for o in flat.orders]

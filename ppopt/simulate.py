@@ -74,8 +74,10 @@ How it runs
     and systems: ``simulate`` accepts its result in place of the schedule). The run needs no event queue
     for most messages: a device runs one op at a time, each op has at most one input from another
     device, and a directed link carries the messages of one sender only, in the sender's order, which
-    is their time order. So each device advances as far as its inputs allow, placing its messages on
-    their links as it goes, and a stalled device resumes when its input is placed. Only the links an
+    is their time order. Without all-reduces, the run simply visits the ops in the topological order
+    validation found (``Flat.order``), which puts every op after its inputs and a link's messages in
+    their sender's order. Otherwise each device advances as far as its inputs allow, placing its
+    messages on their links as it goes, and a stalled device resumes when its input is placed. Only the links an
     all-reduce shares with messages need a global time order: their messages and all-reduces go
     through a heap keyed (ready time, priority, id), popped when no device can advance. New entries
     are never earlier than the last popped one, so the result is exact, the same on every run, and
@@ -163,7 +165,7 @@ def prepare(schedule: Schedule | Flat) -> Prepared:
     A :class:`~ppopt.flat.Flat` (from :func:`ppopt.validate.validated`) is already checked.
     """
     flat = validated(schedule)
-    n, dev, stage_of = flat.size, flat.dev, flat.stage
+    n, stage_of = flat.size, flat.stage
     # A message per cross-device dependency; one link per directed device pair. Messages with the same
     # (source, destination, sender stage) take the same time, computed per run from the costs.
     link_ids: dict[tuple[int, int], int] = {}
@@ -171,13 +173,13 @@ def prepare(schedule: Schedule | Flat) -> Prepared:
     def link_id(a: int, b: int) -> int:
         return link_ids.setdefault((a, b), len(link_ids))
 
-    arrival = np.where(np.asarray(flat.wait) < 0, 0.0, -1.0).tolist()
+    columns = flat.columns
+    arrival = np.where(columns.wait < 0, 0.0, -1.0).tolist()
     # Messages numbered by their distinct (source device, destination device, sender stage), in numpy.
     devices, stages = len(flat.orders), flat.schedule.stages
-    succ = np.asarray(flat.succ, np.int64)
+    succ, dev_a = columns.succ, columns.dev
     senders = np.flatnonzero(succ >= 0)
-    dev_a = np.asarray(dev, np.int64)
-    codes = (dev_a[senders] * devices + dev_a[succ[senders]]) * stages + np.asarray(stage_of, np.int64)[senders]
+    codes = (dev_a[senders] * devices + dev_a[succ[senders]]) * stages + columns.stage[senders]
     distinct, inverse = np.unique(codes, return_inverse=True)
     message_keys = [(c // stages // devices, c // stages % devices, c % stages) for c in distinct.tolist()]
     message_of_a = np.full(n, -1, np.int64)
@@ -319,6 +321,36 @@ def _link_chooser(system: SystemConfig | None, link: LinkConfig | None) -> Calla
 # --------------------------------------------------------------------------------------------------
 
 
+def _run_in_order(flat: Flat, plan: Prepared, dur: list[float], message_s: list[float], occupy_s: list[float],
+                  overlap: bool, state: tuple[list[float], ...]) -> None:
+    """The run when no link carries an all-reduce: ops in ``flat.order``, filling ``state`` (start,
+    end, sent, arrived, arrival, free, link_free) in place.
+
+    Exact, the same result as the general loop: an op's inputs (its device's previous op, its one
+    message) come earlier in a topological order, and a link's messages come from one sender, so the
+    order visits them in the sender's order, the order in which they take the link.
+    """
+    start, end, sent, arrived, arrival, free, link_free = state
+    dev, succ, link_of = flat.dev, flat.succ, plan.link_of
+    for i in flat.order:
+        d = dev[i]
+        t = free[d]
+        if arrival[i] > t:
+            t = arrival[i]
+        start[i] = t
+        t += dur[i]
+        end[i] = t
+        j = succ[i]
+        if j >= 0:  # send op i's message to op j
+            lid = link_of[i]
+            sent[i] = ts = link_free[lid] if link_free[lid] > t else t
+            link_free[lid] = ts + occupy_s[i]
+            arrived[i] = arrival[j] = te = ts + message_s[i]
+            if not overlap:
+                t = te  # the sender blocks until the message has arrived
+        free[d] = t
+
+
 def simulate(
     schedule: Schedule | Flat | Prepared,
     costs: Costs,
@@ -393,7 +425,7 @@ def simulate(
     link_free = [0.0] * len(plan.link_pairs)
     remaining = [0] * len(plan.syncs)
     sync_ready = [0.0] * len(plan.syncs)
-    for x in sync_of:
+    for x in sync_of if plan.syncs else ():
         if x >= 0:
             remaining[x] += 1
     allreduces: list[Event] = []
@@ -401,7 +433,12 @@ def simulate(
     push, pop = heapq.heappush, heapq.heappop
     resume = list(range(p - 1, -1, -1))  # devices to advance
 
-    while True:
+    through_heap = any(shared)
+    if not through_heap:  # no all-reduce: visit the ops in the validated topological order
+        _run_in_order(flat, plan, dur, message_s, occupy_s, overlap, (start, end, sent, arrived, arrival, free, link_free))
+        nxt = stop  # every op ran
+
+    while through_heap:
         # Advance devices as far as their inputs allow.
         while resume:
             d = resume.pop()
@@ -482,7 +519,8 @@ def simulate(
             length = 2 * persistent[d] / rate + system.memory_latency_s
             optimizer_events.append(Event("optimizer", None, d, ready, ready + length, 0.0))
             busy[d] += length
-    step = max([0.0, max(end, default=0.0), *sync_end.values(), *(e.end_s for e in optimizer_events)])
+    last_ends = [end[o.stop - 1] for o in flat.orders if o]  # a device's ops end in its order
+    step = max([0.0, *last_ends, *sync_end.values(), *(e.end_s for e in optimizer_events)])
     idle = 1.0 - sum(busy) / (p * step) if step > 0 else 0.0
     peaks = tuple(peak_per_device(flat, [c.activation_bytes for c in costs.stages]))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from itertools import chain, repeat
 
 from ppopt.generators.common import require_positive
-from ppopt.ir import Kind, Op, Schedule
+from ppopt.ir import Kind, Op, Schedule, ops_of
 from ppopt.placement import linear_placement
 
 
@@ -30,7 +30,7 @@ def one_f_one_b_order(stage: int, warmup: int, microbatches: int, backward: Kind
     kinds = [Kind.F] * warmup + [Kind.F, backward] * steady + [backward] * warmup
     pairs = chain.from_iterable(zip(range(warmup, microbatches), range(steady)))  # F of j + warmup, backward of j
     indices = [*range(warmup), *pairs, *range(steady, microbatches)]
-    return tuple(map(Op, repeat(stage, 2 * microbatches), kinds, indices))  # built by map: no per-op Python loop
+    return tuple(ops_of(repeat(stage), kinds, indices))
 
 
 def one_f_one_b(devices: int, microbatches: int) -> Schedule:

@@ -44,10 +44,12 @@ same as 1F1B's p full-stage activations) on every device once m >= 2p-1.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from ppopt.errors import ScheduleError
 from ppopt.generators.common import require_positive
 from ppopt.generators.linear import one_f_one_b_order
-from ppopt.ir import Kind, Op, Schedule
+from ppopt.ir import Kind, Op, Schedule, ops_of
 from ppopt.placement import linear_placement, v_placement
 
 
@@ -113,14 +115,10 @@ def _zb_v_order(devices: int, microbatches: int, rank: int) -> tuple[Op, ...]:
         + [W1] * r
         + [W0] * r
     )
-    done = dict.fromkeys(steps, 0)  # ops numbered so far per (stage, kind): the next microbatch
-    order = []
-    for key in steps:
-        microbatch = done[key]
-        done[key] = microbatch + 1
-        if microbatch < microbatches:  # phantom microbatches (n > m) are dropped
-            order.append(Op(key[0], key[1], microbatch))
-    return tuple(order)
+    # Each step takes the next microbatch of its (stage, kind); the phantom ones (n > m) find none
+    # (next's default None) and are dropped (ops are non-empty tuples, so true).
+    runs = {key: ops_of(repeat(key[0]), repeat(key[1]), range(microbatches)) for key in dict.fromkeys(steps)}
+    return tuple(filter(None, map(next, map(runs.__getitem__, steps), repeat(None))))
 
 
 def zb_v(devices: int, microbatches: int) -> Schedule:
