@@ -43,8 +43,7 @@ DEVICES = 32
 MICROBATCHES = 1024
 CASES: list[tuple[str, dict[str, object]]] = [("1f1b", {}), ("interleaved-1f1b", {"chunks": 2}), ("zb-v", {})]
 GLOBAL_BATCH = MICROBATCHES  # one sequence per microbatch
-REPEATS = 3
-PPOPT_REPEATS = 7
+REPEATS = 5
 
 
 def best_of(
@@ -109,8 +108,8 @@ def main() -> None:
         costs = schedule_costs(schedule, model, system, GLOBAL_BATCH)
         flat = validated(schedule)
         step = simulate(flat, costs, system).step_time_s
-        total = best_of(lambda name=name, options=options: ppopt_end_to_end(name, options, model, system), PPOPT_REPEATS)
-        alone = best_of(lambda flat=flat, costs=costs: simulate(flat, costs, system), PPOPT_REPEATS)
+        total = best_of(lambda name=name, options=options: ppopt_end_to_end(name, options, model, system), REPEATS)
+        alone = best_of(lambda flat=flat, costs=costs: simulate(flat, costs, system), REPEATS)
         label = f"{name}{' ' + str(options) if options else ''} p={DEVICES} m={MICROBATCHES} ({ops:,} ops)"
         print(f"{label}: simulated step {step:.4g} s")
         print(f"  ppopt generate+validate+costs+simulate: {total * 1e3:8.1f} ms  {ops / total:>11,.0f} ops/s")
