@@ -12,8 +12,8 @@ The space (:func:`layouts`, :func:`enumerate_jobs`)
       global batch.
     * every micro batch size dividing the global batch per replica (global batch / d);
     * every recomputation mode (none, selective, full) and every requested schedule a job supports
-      (:data:`ppopt.job.SCHEDULES`; by default the one-stage-per-device families 1F1B, GPipe and
-      ZB-H1, :data:`DEFAULT_SCHEDULES`; with p = 1 only the first), each with its options:
+      (by default every family of :data:`ppopt.job.SCHEDULES`, :data:`DEFAULT_SCHEDULES`; with
+      p = 1 only the first), each with its options:
       interleaved-1f1b and looped-bfs with every ``chunks`` c ≥ 2 for which c·p divides the layers,
       Hanayo with ``waves`` 1 and 2 (when 2W·p stages fit the layers). A family the generator does
       not define for p and m (e.g. ZB-H1 with m < p, Chimera with odd p) is left out.
@@ -93,7 +93,7 @@ class PlanRequest:
     memory_limit_bytes: float | None = None
     split: Split = "even"
     recompute: tuple[str, ...] = RECOMPUTE_MODES
-    schedules: tuple[str, ...] = ("1f1b", "gpipe", "zb-h1")
+    schedules: tuple[str, ...] = SCHEDULES
     micro_batches: tuple[int, ...] | None = None
     overlap_gradient_sync: bool = False
 
@@ -145,11 +145,11 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
                 continue
             if request.split == "even" and model.num_layers % p:
                 continue
-            if isinstance(request.split, tuple) and p != len(request.split):
+            if isinstance(request.split, tuple) and len(request.split) % p:
                 continue
             found.append((t, p, d))
     if not found:
-        split = (f"p = {len(request.split)} stages (--layers-per-stage)" if isinstance(request.split, tuple)
+        split = (f"p dividing the {len(request.split)} stages of --layers-per-stage" if isinstance(request.split, tuple)
                  else "p dividing the layers" if request.split == "even" else "p at most the layers")
         raise InfeasibleError(
             f"no valid layout of {n} GPUs for {model.name}: t·p·d = {n} needs t ≤ {request.system.devices_per_node} "
@@ -164,8 +164,11 @@ def _micro_batches(request: PlanRequest, d: int) -> list[int]:
     return [b for b in sizes if request.micro_batches is None or b in request.micro_batches]
 
 
-DEFAULT_SCHEDULES = ("1f1b", "gpipe", "zb-h1")
-"""The families a plan enumerates unless asked for others (one stage per device)."""
+DEFAULT_SCHEDULES = SCHEDULES
+"""The families a plan enumerates unless asked for others: every family a job supports."""
+
+_ANY_M = ("1f1b", "gpipe", "zb-h1")
+"""Families whose definedness is known without generating them (see :func:`_defined`)."""
 
 
 @lru_cache(maxsize=4096)
@@ -173,7 +176,7 @@ def _defined(schedule: str, devices: int, microbatches: int, options: tuple[tupl
     """Whether the generator defines ``schedule`` with ``options`` for p devices and m microbatches:
     ZB-H1 needs m >= p (``ppopt/generators/zero_bubble.py``), 1F1B and GPipe take any (checked
     without generating, so sizing a space stays cheap); the other families are generated once."""
-    if schedule in DEFAULT_SCHEDULES:
+    if schedule in _ANY_M:
         return schedule != "zb-h1" or microbatches >= devices
     from ppopt.errors import PpoptError
     from ppopt.generators import generate
@@ -185,9 +188,24 @@ def _defined(schedule: str, devices: int, microbatches: int, options: tuple[tupl
     return True
 
 
-def schedule_variants(schedule: str, devices: int, layers: int) -> list[dict[str, int]]:
+def _stages(schedule: str, devices: int, options: dict[str, int]) -> int:
+    """Schedule stages S of ``schedule`` on ``devices`` devices (Chimera's replicas count once)."""
+    return devices if schedule == "chimera" else devices * stages_per_device(schedule, **options)
+
+
+def schedule_variants(schedule: str, devices: int, layers: int, stages: int | None = None) -> list[dict[str, int]]:
     """The option sets of ``schedule`` a plan tries on ``devices`` devices for a model of ``layers``
-    layers (module doc): chunks c ≥ 2 with c·p dividing the layers, waves 1 and 2 with 2W·p ≤ layers."""
+    layers (module doc): chunks c ≥ 2 with c·p dividing the layers, waves 1 and 2 with 2W·p ≤ layers;
+    with ``stages`` (explicit per-stage counts) the one option set giving that many stages."""
+    if stages is not None:
+        per_device, left = divmod(stages, devices)
+        if left or stages > layers:
+            return []
+        if schedule in CHUNKED:
+            return [{"chunks": per_device}] if per_device >= 2 else []
+        if schedule == "hanayo":
+            return [{"waves": per_device // 2}] if per_device % 2 == 0 and per_device >= 2 else []
+        return [{}] if _stages(schedule, devices, {}) == stages else []
     if schedule in CHUNKED:
         return [{"chunks": c} for c in range(2, layers // devices + 1) if layers % (c * devices) == 0]
     if schedule == "hanayo":
@@ -196,8 +214,11 @@ def schedule_variants(schedule: str, devices: int, layers: int) -> list[dict[str
 
 
 def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[str, int]], ...]:
+    """The (family, options) pairs of a p-device pipeline with m microbatches; with explicit counts
+    only those with as many stages as counts (the counts are per schedule stage)."""
     names = request.schedules[:1] if p == 1 else request.schedules
-    return tuple((name, options) for name in names for options in schedule_variants(name, p, request.model.num_layers)
+    wanted = len(request.split) if isinstance(request.split, tuple) else None
+    return tuple((name, options) for name in names for options in schedule_variants(name, p, request.model.num_layers, wanted)
                  if _defined(name, p, m, tuple(sorted(options.items()))))
 
 
@@ -214,11 +235,10 @@ def enumerate_jobs(request: PlanRequest) -> Iterator[Job]:
         for b in _micro_batches(request, d):
             for recompute in request.recompute:
                 for schedule, options in _schedules(request, p, request.batch // (b * d)):
-                    own = counts if stages_per_device(schedule, **options) == 1 else None  # counts are per device
                     yield Job(request.model, request.system, tp=t, pp=p, dp=d, micro_batch=b,
                               global_batch=request.global_batch, recompute=recompute,  # type: ignore[arg-type]
                               sequence_parallel=t > 1, distributed_optimizer=d > 1,
-                              overlap_gradient_sync=request.overlap_gradient_sync, schedule=schedule, layers=own,
+                              overlap_gradient_sync=request.overlap_gradient_sync, schedule=schedule, layers=counts,
                               **options)
 
 
@@ -310,21 +330,29 @@ def memory_of(job: Job, work: JobWork | None = None) -> Memory:
 
 
 def _probe(job: Job, per_stage: int) -> Job:
-    model = job.model.model_copy(update={"num_layers": per_stage * job.pp})
+    model = job.model.model_copy(update={"num_layers": per_stage * job.stages})
     return replace(job, model=model, layers=None)
 
 
 def balanced_layers(job: Job, limit: float | None = None) -> tuple[int, ...] | None:
     """Per-stage layer counts minimising the slowest stage's F + B time of ``job`` with every
-    stage's peak memory within ``limit`` bytes (module doc); None when no split fits the limit."""
-    p, total = job.pp, job.model.num_layers
+    stage's peak memory within ``limit`` bytes (module doc); None when no split fits the limit.
+
+    One count per schedule stage (``job.stages``). With one stage per device a stage's memory is
+    its device's, so the limit bounds each count; a device holding several stages (chunks, a V,
+    waves, Chimera's replicas) sums them, so there the counts minimise the slowest stage alone and
+    the caller checks the split job's memory (:func:`memory_of`, as :func:`plan` does)."""
+    p, total = job.stages, job.model.num_layers
     one, two = _probe(job, 1), _probe(job, 2)
     c1, c2 = job_costs(one).stages, job_costs(two).stages
-    m1, m2 = _stage_memory(one, job_work(one)), _stage_memory(two, job_work(two))
     per_layer = [(b.forward_s + b.backward_s) - (a.forward_s + a.backward_s) for a, b in zip(c1, c2)]
     fixed = [a.forward_s + a.backward_s - slope for a, slope in zip(c1, per_layer)]
-    mem_slope = [b.peak_bytes - a.peak_bytes for a, b in zip(m1, m2)]
-    mem_fixed = [a.peak_bytes - slope for a, slope in zip(m1, mem_slope)]
+    if job.stages != job.pp or job.schedule == "chimera":
+        limit = None
+    if limit is not None:
+        m1, m2 = _stage_memory(one, job_work(one)), _stage_memory(two, job_work(two))
+        mem_slope = [b.peak_bytes - a.peak_bytes for a, b in zip(m1, m2)]
+        mem_fixed = [a.peak_bytes - slope for a, slope in zip(m1, mem_slope)]
     most = total - p + 1
 
     def time_of(k: int, n: int) -> float:
@@ -437,7 +465,7 @@ class Plan:
 
 def _with_split(job: Job, request: PlanRequest) -> Job | None:
     """The job with the request's split (balanced counts computed here); None if no split fits."""
-    if request.split != "balanced" or job.pp == 1 or job.stages != job.pp or job.schedule == "chimera":
+    if request.split != "balanced" or job.stages == 1:
         return job
     counts = balanced_layers(job, request.limit)
     return None if counts is None else replace(job, layers=counts)
@@ -457,6 +485,9 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     """
     if jobs is None:
         total = count_jobs(request)
+        if total == 0 and isinstance(request.split, tuple):
+            raise InfeasibleError(f"no job of the schedules {', '.join(request.schedules)} has {len(request.split)} stages "
+                                  "(one count per schedule stage: p devices x stages per device)", field="layers_per_stage")
         if total > MAX_JOBS:
             raise ConfigError(f"{total} jobs to enumerate exceed the limit of {MAX_JOBS}; narrow the space "
                               "(--recompute, --schedule, --micro-batch)", field="gpus")

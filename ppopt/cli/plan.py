@@ -40,12 +40,13 @@ def _gb(value: float) -> str:
 @click.option("--memory-limit", default=None, help="Per-GPU memory limit, e.g. 80GiB or 7.5e10 [default: the system's memory].")
 @click.option("--top", type=int, default=10, show_default=True, help="Jobs to print.")
 @click.option("--layers-per-stage", "layers_per_stage", default="even", show_default=True,
-              help="Stage split: even (p divides the layers), balanced (counts minimising the slowest stage), or counts like 7,8,8,7.")
+              help="Stage split: even (the stages divide the layers), balanced (counts minimising the slowest stage), or "
+                   "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")
 @click.option("--recompute", multiple=True, type=click.Choice(["none", "selective", "full"]),
               help="Recomputation modes to consider (repeatable) [default: all].")
 @click.option("--schedule", "schedules", multiple=True, type=click.Choice([*SCHEDULES, "all"]),
-              help="Schedule families to consider (repeatable; 'all': every family a job supports, with their chunks "
-                   "and waves) [default: 1f1b, gpipe, zb-h1].")
+              help="Schedule families to consider (repeatable; 'all', the default: every family a job supports, with "
+                   "their chunks and waves).")
 @click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--candidates", type=click.Path(dir_okay=False), default=None,
