@@ -218,7 +218,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
     request = result.request
     evaluated = len(result.rows)
     columns = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", "MFU", "peak GB", "bound by"]
-    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label, ",".join(map(str, r.job.stage_layers)),
+    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label, _counts(r.job.stage_layers),
              f"{r.step_time_s:.3f}", f"{r.tokens_per_s:.0f}", f"{100 * r.mfu:.1f} %", _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
@@ -254,6 +254,19 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
     if len(counts) > 1:
         click.echo(f"stage split of #1: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
+
+
+def _counts(counts: tuple[int, ...]) -> str:
+    """Layers per stage for the table; past 8 stages runs of equal counts as ``n*k`` (k stages of n)."""
+    if len(counts) <= 8:
+        return ",".join(map(str, counts))
+    runs: list[list[int]] = []
+    for n in counts:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return ",".join(f"{n}*{k}" if k > 1 else str(n) for n, k in runs)
 
 
 def _compact_titan(stages: list[list[str]]) -> str:
