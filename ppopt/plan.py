@@ -36,7 +36,11 @@ Stage splits (:func:`balanced_layers`)
     carries the embedding and the last stage the output layer and loss, so equal counts are not
     balanced. A stage's time and memory are linear in its layer count, T_k(n) = n·L + E_k, read off
     two probe jobs; the smallest achievable max_k T_k is found by bisection over the candidate
-    values. Counts may also be given explicitly (``(7, 8, 8, 7)``). Exports:
+    values. Counts may also be given explicitly (``(7, 8, 8, 7)``). Counts are per schedule
+    stage: a job with S = v·p stages (chunks, a V, waves; Chimera's p) takes S of them, so explicit
+    counts go to every job with that many stages, and ``balanced`` gives S counts; where a device
+    holds several stages their memory adds up, so there the limit is checked on the split job
+    (:func:`balanced_layers`). Exports:
     :func:`megatron_layout` and :func:`torchtitan_stages`.
 
 Throughput
@@ -56,7 +60,7 @@ from functools import lru_cache
 import numpy as np
 
 from ppopt.config import ModelConfig, SystemConfig
-from ppopt.costs import layer_forward_flops, logits_forward_flops
+from ppopt.costs import Costs, layer_forward_flops, logits_forward_flops
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.ir import Kind, freeing_kind
 from ppopt.job import CHUNKED, RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work, stages_per_device
@@ -334,6 +338,24 @@ def _probe(job: Job, per_stage: int) -> Job:
     return replace(job, model=model, layers=None)
 
 
+_SAME_PLACEMENT = {"gpipe": "1f1b", "zb-h1": "1f1b", "zb-h2": "1f1b", "looped-bfs": "interleaved-1f1b", "v-min": "zb-v"}
+"""Families whose stages sit on the same devices as another's (:meth:`ppopt.job.Job.device_of`)."""
+
+
+@lru_cache(maxsize=4096)
+def _placed_work(job: Job) -> tuple[JobWork, Costs]:
+    return (work := job_work(job)), job_costs(job, work)
+
+
+def _probe_work(job: Job, per_stage: int) -> tuple[Job, JobWork, Costs]:
+    """A probe job of ``per_stage`` layers per stage, its work and costs. The work depends on the
+    schedule only through its stages and their devices, so families of one placement share it
+    (cached: the plan balances every family of a layout)."""
+    probe = _probe(job, per_stage)
+    work, costs = _placed_work(replace(probe, schedule=_SAME_PLACEMENT.get(job.schedule, job.schedule)))
+    return probe, work, costs
+
+
 def balanced_layers(job: Job, limit: float | None = None) -> tuple[int, ...] | None:
     """Per-stage layer counts minimising the slowest stage's F + B time of ``job`` with every
     stage's peak memory within ``limit`` bytes (module doc); None when no split fits the limit.
@@ -343,14 +365,15 @@ def balanced_layers(job: Job, limit: float | None = None) -> tuple[int, ...] | N
     waves, Chimera's replicas) sums them, so there the counts minimise the slowest stage alone and
     the caller checks the split job's memory (:func:`memory_of`, as :func:`plan` does)."""
     p, total = job.stages, job.model.num_layers
-    one, two = _probe(job, 1), _probe(job, 2)
-    c1, c2 = job_costs(one).stages, job_costs(two).stages
+    one, w1, costs1 = _probe_work(job, 1)
+    two, w2, costs2 = _probe_work(job, 2)
+    c1, c2 = costs1.stages, costs2.stages
     per_layer = [(b.forward_s + b.backward_s) - (a.forward_s + a.backward_s) for a, b in zip(c1, c2)]
     fixed = [a.forward_s + a.backward_s - slope for a, slope in zip(c1, per_layer)]
     if job.stages != job.pp or job.schedule == "chimera":
         limit = None
     if limit is not None:
-        m1, m2 = _stage_memory(one, job_work(one)), _stage_memory(two, job_work(two))
+        m1, m2 = _stage_memory(one, w1), _stage_memory(two, w2)
         mem_slope = [b.peak_bytes - a.peak_bytes for a, b in zip(m1, m2)]
         mem_fixed = [a.peak_bytes - slope for a, slope in zip(m1, mem_slope)]
     most = total - p + 1
@@ -468,7 +491,12 @@ def _with_split(job: Job, request: PlanRequest) -> Job | None:
     if request.split != "balanced" or job.stages == 1:
         return job
     counts = balanced_layers(job, request.limit)
-    return None if counts is None else replace(job, layers=counts)
+    if counts is None:
+        return None
+    split = replace(job, layers=counts)
+    if (job.stages != job.pp or job.schedule == "chimera") and memory_of(split).peak_bytes > request.limit:
+        return job  # the balancing did not see the limit (several stages per device): keep the even split
+    return split
 
 
 def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: Progress | None = None,
