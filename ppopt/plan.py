@@ -179,14 +179,14 @@ _ANY_M = ("1f1b", "gpipe", "zb-h1")
 def _defined(schedule: str, devices: int, microbatches: int, options: tuple[tuple[str, int], ...] = ()) -> bool:
     """Whether the generator defines ``schedule`` with ``options`` for p devices and m microbatches:
     ZB-H1 needs m >= p (``ppopt/generators/zero_bubble.py``), 1F1B and GPipe take any (checked
-    without generating, so sizing a space stays cheap); the other families are generated once."""
+    without generating, so sizing a space stays cheap); the other families are generated once, and
+    what memory needs of them is kept (:func:`_device_events`), so sizing does not generate again."""
     if schedule in _ANY_M:
         return schedule != "zb-h1" or microbatches >= devices
     from ppopt.errors import PpoptError
-    from ppopt.generators import generate
 
     try:
-        generate(schedule, devices, microbatches, **dict(options))
+        _device_events(schedule, devices, microbatches, options)
     except PpoptError:
         return False
     return True
@@ -254,19 +254,10 @@ def enumerate_jobs(request: PlanRequest) -> Iterator[Job]:
 @lru_cache(maxsize=512)
 def live_microbatches(schedule: str, stages: int, microbatches: int) -> tuple[int, ...]:
     """Peak microbatches whose activations stage k holds at once under ``schedule`` (one stage per
-    device): +1 at an F, -1 at the op that frees them (B, or W when backward is split), walked along
-    each device's order, as :func:`ppopt.simulate.simulate` counts them."""
-    from ppopt.generators import generate
-
-    generated = generate(schedule, stages, microbatches)
-    frees = freeing_kind(generated.split_backward)
-    peaks = [0] * stages
-    for order in generated.orders:
-        live = 0
-        for op in order:
-            live += 1 if op.kind == Kind.F else -1 if op.kind == frees else 0
-            peaks[op.stage] = max(peaks[op.stage], live)
-    return tuple(peaks)
+    device, so device k's events are stage k's): +1 at an F, -1 at the op that frees them (B, or W
+    when backward is split), walked along each device's order, as :func:`ppopt.simulate.simulate`
+    counts them (:func:`_device_events`)."""
+    return tuple(int(np.max(np.cumsum(deltas), initial=0.0)) for _, deltas in _device_events(schedule, stages, microbatches, ()))
 
 
 @dataclass(frozen=True)
@@ -288,7 +279,7 @@ class Memory:
         return f"{what} (stage {self.stage})"
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=4096)
 def _device_events(schedule: str, devices: int, microbatches: int,
                    options: tuple[tuple[str, int], ...]) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """Per device, the stages of its ops that allocate (+1 at F) or free (-1) activations, in order."""
