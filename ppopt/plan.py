@@ -12,8 +12,8 @@ The space (:func:`layouts`, :func:`enumerate_jobs`)
       global batch.
     * every micro batch size dividing the global batch per replica (global batch / d);
     * every recomputation mode (none, selective, full) and every requested schedule a job supports
-      (:data:`ppopt.job.SCHEDULES`; by default the one-stage-per-device families 1F1B, GPipe and
-      ZB-H1, :data:`DEFAULT_SCHEDULES`; with p = 1 only the first), each with its options:
+      (by default every family of :data:`ppopt.job.SCHEDULES`, :data:`DEFAULT_SCHEDULES`; with
+      p = 1 only the first), each with its options:
       interleaved-1f1b and looped-bfs with every ``chunks`` c ≥ 2 for which c·p divides the layers,
       Hanayo with ``waves`` 1 and 2 (when 2W·p stages fit the layers). A family the generator does
       not define for p and m (e.g. ZB-H1 with m < p, Chimera with odd p) is left out.
@@ -36,7 +36,11 @@ Stage splits (:func:`balanced_layers`)
     carries the embedding and the last stage the output layer and loss, so equal counts are not
     balanced. A stage's time and memory are linear in its layer count, T_k(n) = n·L + E_k, read off
     two probe jobs; the smallest achievable max_k T_k is found by bisection over the candidate
-    values. Counts may also be given explicitly (``(7, 8, 8, 7)``). Exports:
+    values. Counts may also be given explicitly (``(7, 8, 8, 7)``). Counts are per schedule
+    stage: a job with S = v·p stages (chunks, a V, waves; Chimera's p) takes S of them, so explicit
+    counts go to every job with that many stages, and ``balanced`` gives S counts; where a device
+    holds several stages their memory adds up, so there the limit is checked on the split job
+    (:func:`balanced_layers`). Exports:
     :func:`megatron_layout` and :func:`torchtitan_stages`.
 
 Throughput
@@ -56,7 +60,7 @@ from functools import lru_cache
 import numpy as np
 
 from ppopt.config import ModelConfig, SystemConfig
-from ppopt.costs import layer_forward_flops, logits_forward_flops
+from ppopt.costs import Costs, layer_forward_flops, logits_forward_flops
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.ir import Kind, freeing_kind
 from ppopt.job import CHUNKED, RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work, stages_per_device
@@ -93,7 +97,7 @@ class PlanRequest:
     memory_limit_bytes: float | None = None
     split: Split = "even"
     recompute: tuple[str, ...] = RECOMPUTE_MODES
-    schedules: tuple[str, ...] = ("1f1b", "gpipe", "zb-h1")
+    schedules: tuple[str, ...] = SCHEDULES
     micro_batches: tuple[int, ...] | None = None
     overlap_gradient_sync: bool = False
 
@@ -145,11 +149,11 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
                 continue
             if request.split == "even" and model.num_layers % p:
                 continue
-            if isinstance(request.split, tuple) and p != len(request.split):
+            if isinstance(request.split, tuple) and len(request.split) % p:
                 continue
             found.append((t, p, d))
     if not found:
-        split = (f"p = {len(request.split)} stages (--layers-per-stage)" if isinstance(request.split, tuple)
+        split = (f"p dividing the {len(request.split)} stages of --layers-per-stage" if isinstance(request.split, tuple)
                  else "p dividing the layers" if request.split == "even" else "p at most the layers")
         raise InfeasibleError(
             f"no valid layout of {n} GPUs for {model.name}: t·p·d = {n} needs t ≤ {request.system.devices_per_node} "
@@ -164,30 +168,48 @@ def _micro_batches(request: PlanRequest, d: int) -> list[int]:
     return [b for b in sizes if request.micro_batches is None or b in request.micro_batches]
 
 
-DEFAULT_SCHEDULES = ("1f1b", "gpipe", "zb-h1")
-"""The families a plan enumerates unless asked for others (one stage per device)."""
+DEFAULT_SCHEDULES = SCHEDULES
+"""The families a plan enumerates unless asked for others: every family a job supports."""
+
+_ANY_M = ("1f1b", "gpipe", "zb-h1")
+"""Families whose definedness is known without generating them (see :func:`_defined`)."""
 
 
 @lru_cache(maxsize=4096)
 def _defined(schedule: str, devices: int, microbatches: int, options: tuple[tuple[str, int], ...] = ()) -> bool:
     """Whether the generator defines ``schedule`` with ``options`` for p devices and m microbatches:
     ZB-H1 needs m >= p (``ppopt/generators/zero_bubble.py``), 1F1B and GPipe take any (checked
-    without generating, so sizing a space stays cheap); the other families are generated once."""
-    if schedule in DEFAULT_SCHEDULES:
+    without generating, so sizing a space stays cheap); the other families are generated once, and
+    what memory needs of them is kept (:func:`_device_events`), so sizing does not generate again."""
+    if schedule in _ANY_M:
         return schedule != "zb-h1" or microbatches >= devices
     from ppopt.errors import PpoptError
-    from ppopt.generators import generate
 
     try:
-        generate(schedule, devices, microbatches, **dict(options))
+        _device_events(schedule, devices, microbatches, options)
     except PpoptError:
         return False
     return True
 
 
-def schedule_variants(schedule: str, devices: int, layers: int) -> list[dict[str, int]]:
+def _stages(schedule: str, devices: int, options: dict[str, int]) -> int:
+    """Schedule stages S of ``schedule`` on ``devices`` devices (Chimera's replicas count once)."""
+    return devices if schedule == "chimera" else devices * stages_per_device(schedule, **options)
+
+
+def schedule_variants(schedule: str, devices: int, layers: int, stages: int | None = None) -> list[dict[str, int]]:
     """The option sets of ``schedule`` a plan tries on ``devices`` devices for a model of ``layers``
-    layers (module doc): chunks c ≥ 2 with c·p dividing the layers, waves 1 and 2 with 2W·p ≤ layers."""
+    layers (module doc): chunks c ≥ 2 with c·p dividing the layers, waves 1 and 2 with 2W·p ≤ layers;
+    with ``stages`` (explicit per-stage counts) the one option set giving that many stages."""
+    if stages is not None:
+        per_device, left = divmod(stages, devices)
+        if left or stages > layers:
+            return []
+        if schedule in CHUNKED:
+            return [{"chunks": per_device}] if per_device >= 2 else []
+        if schedule == "hanayo":
+            return [{"waves": per_device // 2}] if per_device % 2 == 0 and per_device >= 2 else []
+        return [{}] if _stages(schedule, devices, {}) == stages else []
     if schedule in CHUNKED:
         return [{"chunks": c} for c in range(2, layers // devices + 1) if layers % (c * devices) == 0]
     if schedule == "hanayo":
@@ -196,8 +218,11 @@ def schedule_variants(schedule: str, devices: int, layers: int) -> list[dict[str
 
 
 def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[str, int]], ...]:
+    """The (family, options) pairs of a p-device pipeline with m microbatches; with explicit counts
+    only those with as many stages as counts (the counts are per schedule stage)."""
     names = request.schedules[:1] if p == 1 else request.schedules
-    return tuple((name, options) for name in names for options in schedule_variants(name, p, request.model.num_layers)
+    wanted = len(request.split) if isinstance(request.split, tuple) else None
+    return tuple((name, options) for name in names for options in schedule_variants(name, p, request.model.num_layers, wanted)
                  if _defined(name, p, m, tuple(sorted(options.items()))))
 
 
@@ -214,11 +239,10 @@ def enumerate_jobs(request: PlanRequest) -> Iterator[Job]:
         for b in _micro_batches(request, d):
             for recompute in request.recompute:
                 for schedule, options in _schedules(request, p, request.batch // (b * d)):
-                    own = counts if stages_per_device(schedule, **options) == 1 else None  # counts are per device
                     yield Job(request.model, request.system, tp=t, pp=p, dp=d, micro_batch=b,
                               global_batch=request.global_batch, recompute=recompute,  # type: ignore[arg-type]
                               sequence_parallel=t > 1, distributed_optimizer=d > 1,
-                              overlap_gradient_sync=request.overlap_gradient_sync, schedule=schedule, layers=own,
+                              overlap_gradient_sync=request.overlap_gradient_sync, schedule=schedule, layers=counts,
                               **options)
 
 
@@ -230,19 +254,10 @@ def enumerate_jobs(request: PlanRequest) -> Iterator[Job]:
 @lru_cache(maxsize=512)
 def live_microbatches(schedule: str, stages: int, microbatches: int) -> tuple[int, ...]:
     """Peak microbatches whose activations stage k holds at once under ``schedule`` (one stage per
-    device): +1 at an F, -1 at the op that frees them (B, or W when backward is split), walked along
-    each device's order, as :func:`ppopt.simulate.simulate` counts them."""
-    from ppopt.generators import generate
-
-    generated = generate(schedule, stages, microbatches)
-    frees = freeing_kind(generated.split_backward)
-    peaks = [0] * stages
-    for order in generated.orders:
-        live = 0
-        for op in order:
-            live += 1 if op.kind == Kind.F else -1 if op.kind == frees else 0
-            peaks[op.stage] = max(peaks[op.stage], live)
-    return tuple(peaks)
+    device, so device k's events are stage k's): +1 at an F, -1 at the op that frees them (B, or W
+    when backward is split), walked along each device's order, as :func:`ppopt.simulate.simulate`
+    counts them (:func:`_device_events`)."""
+    return tuple(int(np.max(np.cumsum(deltas), initial=0.0)) for _, deltas in _device_events(schedule, stages, microbatches, ()))
 
 
 @dataclass(frozen=True)
@@ -264,7 +279,7 @@ class Memory:
         return f"{what} (stage {self.stage})"
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=4096)
 def _device_events(schedule: str, devices: int, microbatches: int,
                    options: tuple[tuple[str, int], ...]) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """Per device, the stages of its ops that allocate (+1 at F) or free (-1) activations, in order."""
@@ -310,21 +325,48 @@ def memory_of(job: Job, work: JobWork | None = None) -> Memory:
 
 
 def _probe(job: Job, per_stage: int) -> Job:
-    model = job.model.model_copy(update={"num_layers": per_stage * job.pp})
+    model = job.model.model_copy(update={"num_layers": per_stage * job.stages})
     return replace(job, model=model, layers=None)
+
+
+_SAME_PLACEMENT = {"gpipe": "1f1b", "zb-h1": "1f1b", "zb-h2": "1f1b", "looped-bfs": "interleaved-1f1b", "v-min": "zb-v"}
+"""Families whose stages sit on the same devices as another's (:meth:`ppopt.job.Job.device_of`)."""
+
+
+@lru_cache(maxsize=4096)
+def _placed_work(job: Job) -> tuple[JobWork, Costs]:
+    return (work := job_work(job)), job_costs(job, work)
+
+
+def _probe_work(job: Job, per_stage: int) -> tuple[Job, JobWork, Costs]:
+    """A probe job of ``per_stage`` layers per stage, its work and costs. The work depends on the
+    schedule only through its stages and their devices, so families of one placement share it
+    (cached: the plan balances every family of a layout)."""
+    probe = _probe(job, per_stage)
+    work, costs = _placed_work(replace(probe, schedule=_SAME_PLACEMENT.get(job.schedule, job.schedule)))
+    return probe, work, costs
 
 
 def balanced_layers(job: Job, limit: float | None = None) -> tuple[int, ...] | None:
     """Per-stage layer counts minimising the slowest stage's F + B time of ``job`` with every
-    stage's peak memory within ``limit`` bytes (module doc); None when no split fits the limit."""
-    p, total = job.pp, job.model.num_layers
-    one, two = _probe(job, 1), _probe(job, 2)
-    c1, c2 = job_costs(one).stages, job_costs(two).stages
-    m1, m2 = _stage_memory(one, job_work(one)), _stage_memory(two, job_work(two))
+    stage's peak memory within ``limit`` bytes (module doc); None when no split fits the limit.
+
+    One count per schedule stage (``job.stages``). With one stage per device a stage's memory is
+    its device's, so the limit bounds each count; a device holding several stages (chunks, a V,
+    waves, Chimera's replicas) sums them, so there the counts minimise the slowest stage alone and
+    the caller checks the split job's memory (:func:`memory_of`, as :func:`plan` does)."""
+    p, total = job.stages, job.model.num_layers
+    one, w1, costs1 = _probe_work(job, 1)
+    two, w2, costs2 = _probe_work(job, 2)
+    c1, c2 = costs1.stages, costs2.stages
     per_layer = [(b.forward_s + b.backward_s) - (a.forward_s + a.backward_s) for a, b in zip(c1, c2)]
     fixed = [a.forward_s + a.backward_s - slope for a, slope in zip(c1, per_layer)]
-    mem_slope = [b.peak_bytes - a.peak_bytes for a, b in zip(m1, m2)]
-    mem_fixed = [a.peak_bytes - slope for a, slope in zip(m1, mem_slope)]
+    if job.stages != job.pp or job.schedule == "chimera":
+        limit = None
+    if limit is not None:
+        m1, m2 = _stage_memory(one, w1), _stage_memory(two, w2)
+        mem_slope = [b.peak_bytes - a.peak_bytes for a, b in zip(m1, m2)]
+        mem_fixed = [a.peak_bytes - slope for a, slope in zip(m1, mem_slope)]
     most = total - p + 1
 
     def time_of(k: int, n: int) -> float:
@@ -437,10 +479,15 @@ class Plan:
 
 def _with_split(job: Job, request: PlanRequest) -> Job | None:
     """The job with the request's split (balanced counts computed here); None if no split fits."""
-    if request.split != "balanced" or job.pp == 1 or job.stages != job.pp or job.schedule == "chimera":
+    if request.split != "balanced" or job.stages == 1:
         return job
     counts = balanced_layers(job, request.limit)
-    return None if counts is None else replace(job, layers=counts)
+    if counts is None:
+        return None
+    split = replace(job, layers=counts)
+    if (job.stages != job.pp or job.schedule == "chimera") and memory_of(split).peak_bytes > request.limit:
+        return job  # the balancing did not see the limit (several stages per device): keep the even split
+    return split
 
 
 def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: Progress | None = None,
@@ -457,6 +504,9 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     """
     if jobs is None:
         total = count_jobs(request)
+        if total == 0 and isinstance(request.split, tuple):
+            raise InfeasibleError(f"no job of the schedules {', '.join(request.schedules)} has {len(request.split)} stages "
+                                  "(one count per schedule stage: p devices x stages per device)", field="layers_per_stage")
         if total > MAX_JOBS:
             raise ConfigError(f"{total} jobs to enumerate exceed the limit of {MAX_JOBS}; narrow the space "
                               "(--recompute, --schedule, --micro-batch)", field="gpus")

@@ -8,10 +8,22 @@ pipeline sees (:func:`ppopt.job.pipeline_system`), not from the plain model cost
 each stage's transient working set (recomputed block, logits) is added to its persistent bytes,
 so the solver's peak is the job's peak (:func:`ppopt.plan.memory_of`).
 
+Several or replicated stages per device: the instance has the job's S schedule stages (v·p for
+interleaved-1F1B and looped-BFS, 2p for ZB-V and V-min, 2W·p for Hanayo, Chimera's p stages each
+on two devices) in the placement of the family's space (``looped``, ``v``, ``zigzag``,
+``bidirectional``: :mod:`ppopt.solve.space`), which is the job's own (:meth:`ppopt.job.Job.device_of`).
+The solver adds up the persistent bytes of the stages a device holds; the job's transient working
+set is the largest of its stages', not their sum, so it is added once per device, to the first
+stage the device holds (:func:`job_spec`).
+
 Spaces: the job's family space (:func:`ppopt.solve.gap.family_space`: 1F1B and GPipe are points
-of ``placement=linear``, ZB-H1 of ``placement=linear,backward=split``) and, when wider, the space
-with the backward split into input and weight gradients (``placement=linear,backward=split``,
-which holds every one-stage-per-device schedule the job model supports). The reported step adds
+of ``placement=linear``, ZB-H1 and ZB-H2 of ``placement=linear,backward=split``, interleaved-1F1B
+and looped-BFS of ``placement=looped,chunks=v``, ZB-V and V-min of ``placement=v,backward=split``,
+Hanayo of ``placement=zigzag,waves=W``, Chimera of ``placement=bidirectional,directions=free``)
+and, when the family keeps the backward whole, the same placement with the backward split into
+input and weight gradients (``backward=split``: it holds the family space, so its bound is at
+least as low). Spaces with another stage count (another placement) would change the job's layer
+split, so they are not searched here. The reported step adds
 the job's gradient all-reduce and optimizer step (unchanged by the pipeline schedule) to the
 searched pipeline, so it compares with the plan's step; the gap is the pipeline's,
 ``(best - bound) / bound`` of the searched part.
@@ -31,16 +43,13 @@ from ppopt.solve.gap import family_space
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import search
-from ppopt.solve.space import parse_space
+from ppopt.solve.space import placement_of
 
 __all__ = ["JobInstanceSpec", "JobSearch", "job_spec", "ranking_changes", "search_job"]
 
-WIDEST = "placement=linear,backward=split"
-
-
 @dataclass(frozen=True)
 class JobInstanceSpec(InstanceSpec):
-    """An :class:`InstanceSpec` whose instance is a job's own costs (one stage per device)."""
+    """An :class:`InstanceSpec` whose instance is a job's own costs (its S schedule stages)."""
 
     costs: Costs | None = None
     pipeline: SystemConfig | None = None
@@ -48,16 +57,26 @@ class JobInstanceSpec(InstanceSpec):
     def instance(self, stages: int, stage_weights: tuple[float, ...] | None = None) -> Instance:
         assert self.costs is not None and self.pipeline is not None
         if stages != len(self.costs):
-            raise ScheduleError(f"a job's pipeline has {len(self.costs)} stages, one per device; the space asks for {stages}")
+            raise ScheduleError(f"the job's pipeline has {len(self.costs)} stages; the space asks for {stages}")
         return Instance(self.devices, self.microbatches, self.costs, self.pipeline, self.memory_limit, "s", "bytes")
+
+
+def _held(job: Job) -> list[list[int]]:
+    """Per device, the schedule stages it holds in the family space's placement."""
+    placement = placement_of(family_space(job.schedule, job.schedule_options), job.pp)
+    assert placement is not None
+    return [[s for s, devices in enumerate(placement) if d in devices] for d in range(job.pp)]
 
 
 def job_spec(job: Job, memory_limit: float | None) -> JobInstanceSpec:
     """The solver spec of ``job`` under ``memory_limit`` bytes per GPU (see module doc)."""
     work = job_work(job)
     costs = job_costs(job, work)
-    stages = tuple(replace(stage, persistent_bytes=stage.persistent_bytes + extra)
-                   for stage, extra in zip(costs.stages, work.working_bytes))
+    extra = [0.0] * job.stages
+    for held in _held(job):
+        first = min(held)
+        extra[first] = max(extra[first], max(work.working_bytes[s] for s in held))
+    stages = tuple(replace(stage, persistent_bytes=stage.persistent_bytes + add) for stage, add in zip(costs.stages, extra))
     system = pipeline_system(job)
     return JobInstanceSpec(devices=job.pp, microbatches=job.microbatches, model=job.model, system=system,
                            global_batch=job.global_batch, memory_limit=memory_limit,
@@ -85,13 +104,10 @@ def search_job(row: PlanRow, memory_limit: float | None, options: SolveOptions) 
     with an equal share of ``options``' remaining time. A space the budget does not reach, or whose
     search fails, is reported with its status and no bound."""
     job, handcrafted_step_s = row.job, row.step_time_s
-    if job.stages != job.pp or job.schedule == "chimera":  # the instance holds one stage per device
-        return [JobSearch(job, job.schedule_label, handcrafted_step_s, None, 0.0, None, "skipped", None,
-                          "several or replicated stages per device are not searched yet")]
     spec = job_spec(job, memory_limit)
     fixed = row.step_time_s - row.pipeline_s
-    family = family_space(job.schedule, {})
-    spaces = [family] + ([parse_space(WIDEST)] if not family.split_backward else [])
+    family = family_space(job.schedule, job.schedule_options)
+    spaces = [family] + ([replace(family, backward="split")] if not family.split_backward else [])
     out = []
     for k, space in enumerate(spaces):
         if options.expired:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ppopt.cli import main
 from ppopt.config import load_model, load_system
-from ppopt.errors import ConfigError
+from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.generators import generate
 from ppopt.io.measured import read_measured
 from ppopt.job import Job, evaluate_job, job_costs
@@ -185,7 +185,7 @@ def test_plan_command_searches_exports_and_plots(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--model", "llama3-8b", "--gpus", 7, "--system", "dgx-h100"], "--gpus: no valid layout of 7 GPUs"),
-    (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--memory-limit", "5GB"],
+    (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--memory-limit", "5GB", "--schedule", "1f1b"],
      "--memory-limit: no job fits 5.00 GB per GPU: the least any of the"),
     (["--model", "no-such-model", "--gpus", 8, "--system", "dgx-h100"], "unknown model preset 'no-such-model'"),
     (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--layers-per-stage", "1,2"], "--layers-per-stage:"),
@@ -199,11 +199,12 @@ def test_bad_input_is_one_line_and_exit_1(args, message):
 
 
 def test_the_named_minimum_is_what_the_cheapest_job_needs():
-    result = run("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--memory-limit", "5GB", "-q", "--search", 0)
+    result = run("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--memory-limit", "5GB", "-q", "--search", 0,
+                 "--schedule", "1f1b")
     needed = float(result.output.split("needs is ")[1].split(" GB")[0])
     assert needed > 5
     ok = run("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--memory-limit", f"{needed + 0.01}GB",
-             "-q", "--search", 0, "--json")
+             "-q", "--search", 0, "--json", "--schedule", "1f1b")
     assert ok.exit_code == 0 and json.loads(ok.output)["evaluated"] >= 1
 
 
@@ -248,3 +249,73 @@ def test_job_command_takes_the_split_plan_prints():
     assert got["step_time_s"] == pytest.approx(evaluate_job(job).step_time_s)
     bad = run("job", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", 4, "--layers-per-stage", "8,8")
     assert bad.exit_code == 1 and bad.output.startswith("error: --layers-per-stage:")
+
+
+def test_every_family_is_enumerated_by_default_with_its_chunks_and_waves():
+    from ppopt.job import SCHEDULES
+    from ppopt.plan import schedule_variants
+
+    # 32 layers on p = 4: chunks c >= 2 with 4c dividing 32 are 2, 4, 8; Hanayo's 2W·4 <= 32 gives W = 1, 2
+    assert schedule_variants("interleaved-1f1b", 4, 32) == [{"chunks": 2}, {"chunks": 4}, {"chunks": 8}]
+    assert schedule_variants("hanayo", 4, 32) == [{"waves": 1}, {"waves": 2}]
+    # explicit counts: 8 stages on 4 devices are 2 per device (v = 2, a V, W = 1); Chimera has 4
+    assert schedule_variants("looped-bfs", 4, 32, 8) == [{"chunks": 2}]
+    assert schedule_variants("hanayo", 4, 32, 8) == [{"waves": 1}]
+    assert schedule_variants("zb-v", 4, 32, 8) == [{}] and schedule_variants("chimera", 4, 32, 8) == []
+    jobs = list(enumerate_jobs(PlanRequest(LLAMA8, H100, 8, global_batch=16)))
+    assert {j.schedule for j in jobs} == set(SCHEDULES)
+    assert all(32 % j.stages == 0 for j in jobs if j.schedule in ("interleaved-1f1b", "looped-bfs"))
+
+
+def test_explicit_counts_go_to_every_job_with_as_many_stages():
+    counts = (5, 4, 4, 4, 4, 4, 4, 3)
+    request = PlanRequest(LLAMA8, H100, 8, global_batch=16, split=counts, recompute=("full",))
+    jobs = list(enumerate_jobs(request))
+    assert jobs and all(j.stage_layers == counts and j.stages == 8 for j in jobs)
+    # p = 8 one stage per device, p = 4 two per device (v = 2, V, W = 1), p = 2 four (v = 4, W = 2)
+    kinds = {(j.pp, j.schedule_label) for j in jobs}
+    assert {(8, "1f1b"), (4, "interleaved-1f1b v2"), (4, "zb-v"), (4, "hanayo w1"), (2, "looped-bfs v4"),
+            (2, "hanayo w2")} <= kinds
+    # 3 counts: p divides 3 and 8, so p = 1, one stage
+    with pytest.raises(InfeasibleError, match="has 3 stages"):
+        plan(PlanRequest(LLAMA8, H100, 8, global_batch=16, split=(11, 11, 10)))
+
+
+def test_balanced_split_of_a_v_job_moves_layers_off_the_output_stage():
+    """ZB-V on 2 devices, 4 stages: the last stage (device 0's second) carries the output layer and
+    loss, so balanced gives it fewer than the even 8 layers and the slowest stage gets faster."""
+    job = Job(LLAMA8, H100, pp=2, global_batch=8, recompute="full", schedule="zb-v")
+    counts = balanced_layers(job)
+    assert counts is not None and len(counts) == 4 and sum(counts) == 32 and counts[-1] < 8
+
+    def slowest(j):
+        return max(s.forward_s + s.backward_s for s in job_costs(j).stages)
+
+    assert slowest(replace(job, layers=counts)) < slowest(job)
+
+
+@pytest.mark.parametrize("schedule,options", [("interleaved-1f1b", {"chunks": 2}), ("looped-bfs", {"chunks": 4}), ("zb-v", {}),
+                                              ("v-min", {}), ("hanayo", {"waves": 2}), ("chimera", {})])
+def test_search_instance_of_a_multi_stage_job_is_the_job_model(schedule, options):
+    # the solver's instance, simulating the handcrafted schedule, gives the job model's pipeline and
+    # peak: the device's working set counted once, every held stage's (and replica's) state
+    job = Job(LLAMA8, H100, tp=2, pp=4, global_batch=8, recompute="selective", schedule=schedule, sequence_parallel=True, **options)
+    instance = job_spec(job, None).instance(job.stages)
+    sim = simulate(generate(schedule, 4, 8, **options), instance.costs, instance.system)
+    result = evaluate_job(job)
+    assert sim.step_time_s == pytest.approx(result.pipeline_s, rel=1e-12)
+    assert max(sim.peak_memory_bytes) == pytest.approx(result.peak_memory_bytes, rel=1e-12)
+
+
+def test_multi_stage_jobs_are_searched_in_their_family_and_split_backward_spaces():
+    from ppopt.plan import evaluate_row
+    from ppopt.plan_search import search_job
+    from ppopt.solve.options import SolveOptions
+
+    job = Job(LLAMA8, H100, pp=2, global_batch=4, recompute="full", schedule="interleaved-1f1b", chunks=2)
+    found = search_job(evaluate_row(job), 80e9, SolveOptions(time_limit_s=4, seed=0).start())
+    assert [s.space.split(",order")[0] for s in found] == ["placement=looped,chunks=2,backward=full",
+                                                           "placement=looped,chunks=2,backward=split"]
+    for s in found:
+        assert s.best_step_s is not None and s.bound_step_s <= s.best_step_s + 1e-9
+        assert s.best_step_s <= s.handcrafted_step_s + 1e-9

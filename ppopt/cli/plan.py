@@ -40,12 +40,13 @@ def _gb(value: float) -> str:
 @click.option("--memory-limit", default=None, help="Per-GPU memory limit, e.g. 80GiB or 7.5e10 [default: the system's memory].")
 @click.option("--top", type=int, default=10, show_default=True, help="Jobs to print.")
 @click.option("--layers-per-stage", "layers_per_stage", default="even", show_default=True,
-              help="Stage split: even (p divides the layers), balanced (counts minimising the slowest stage), or counts like 7,8,8,7.")
+              help="Stage split: even (the stages divide the layers), balanced (counts minimising the slowest stage), or "
+                   "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")
 @click.option("--recompute", multiple=True, type=click.Choice(["none", "selective", "full"]),
               help="Recomputation modes to consider (repeatable) [default: all].")
 @click.option("--schedule", "schedules", multiple=True, type=click.Choice([*SCHEDULES, "all"]),
-              help="Schedule families to consider (repeatable; 'all': every family a job supports, with their chunks "
-                   "and waves) [default: 1f1b, gpipe, zb-h1].")
+              help="Schedule families to consider (repeatable; 'all', the default: every family a job supports, with "
+                   "their chunks and waves).")
 @click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--candidates", type=click.Path(dir_okay=False), default=None,
@@ -217,7 +218,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
     request = result.request
     evaluated = len(result.rows)
     columns = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", "MFU", "peak GB", "bound by"]
-    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label, ",".join(map(str, r.job.stage_layers)),
+    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label, _counts(r.job.stage_layers),
              f"{r.step_time_s:.3f}", f"{r.tokens_per_s:.0f}", f"{100 * r.mfu:.1f} %", _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
@@ -253,6 +254,19 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
     if len(counts) > 1:
         click.echo(f"stage split of #1: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
+
+
+def _counts(counts: tuple[int, ...]) -> str:
+    """Layers per stage for the table; past 8 stages runs of equal counts as ``n*k`` (k stages of n)."""
+    if len(counts) <= 8:
+        return ",".join(map(str, counts))
+    runs: list[list[int]] = []
+    for n in counts:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return ",".join(f"{n}*{k}" if k > 1 else str(n) for n, k in runs)
 
 
 def _compact_titan(stages: list[list[str]]) -> str:
