@@ -35,7 +35,7 @@ Point-to-point communication
 
 Replica gradient synchronisation (Chimera)
     A stage held by several devices all-reduces its weight gradients once per step, as soon as the
-    last of its ops that complete a weight gradient (W when backward is split, else B) has ended on
+    last of its ops that complete a weight gradient (B, or W where that microbatch's backward is split) has ended on
     every replica. Gradient bytes: ``StageCost.gradient_bytes`` when set, else ``param_count × 2``
     (fp16/bf16 gradients). Duration: ring all-reduce over the replicas
     (:func:`ppopt.costs.allreduce_time_s`) at the slowest link of the ring. It occupies every link of
@@ -54,8 +54,8 @@ Step time and idle share
 
 Memory accounting (per device)
     * Activations: a microbatch's ``activation_bytes`` of a stage are stored from the *start* of its F
-      until the *end* of the op that frees them: B, or W when backward is split (I still keeps them,
-      W needs them). A release at the same instant as an allocation counts first (the convention of
+      until the *end* of the op that frees them: B, or W where that microbatch's backward
+      is split into I and W (I still keeps them, W needs them). A release at the same instant as an allocation counts first (the convention of
       :func:`ppopt.table.peak_live`, with which the result agrees whenever forward times are
       positive; it is computed here by one walk along each device's order, which is faster).
       Messages in flight, activation gradients and workspace are not counted.
@@ -199,10 +199,9 @@ def prepare(schedule: Schedule | Flat) -> Prepared:
         occupied = tuple(dict.fromkeys([link_id(a, b) for a, b in ring] + [link_id(b, a) for a, b in ring]))
         sync_index[s] = len(syncs)
         syncs.append((s, replicas, ring, occupied))
-    completes = _W if flat.split else _B
     sync_of = [-1] * n
-    if syncs:
-        sync_of = [sync_index.get(s, -1) if k == completes else -1 for s, k in zip(stage_of, flat.kind)]
+    if syncs:  # a microbatch's weight gradient completes at its B, or its W where its backward is split
+        sync_of = [sync_index.get(s, -1) if k in (_B, _W) else -1 for s, k in zip(stage_of, flat.kind)]
     shared = [False] * len(link_ids)
     for *_, occupied in syncs:
         for lid in occupied:

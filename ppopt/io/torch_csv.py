@@ -17,11 +17,10 @@ Reading (:func:`read_torch_csv`)
       ``B`` the backward; that old ``B`` ran as an input-gradient backward only in schedules that
       also had ``W`` actions (``use_full_backward=False``), so it is read as ``I`` when the file holds
       any ``W`` and as a full ``B`` otherwise. ``I`` is accepted as ``I``.
-    * Mixed backward: ppopt's IR has one backward mode per schedule (full B, or split I and W),
-      while PyTorch lets a schedule mix them (DualPipeV runs some microbatches' backward as one
-      ``B``, others as ``I`` then ``W``). In a file holding any I or W, a full ``B`` is read as its
-      ``I`` immediately followed by its ``W`` (same total time in the cost model, where B = I + W,
-      and the same activation release; only the input gradient counts as ready after the I part).
+    * Mixed backward: the backward kind is per stage and microbatch, in ppopt's IR as in PyTorch
+      (DualPipeV runs some microbatches' backward as one ``B``, others as ``I`` then ``W``), so each
+      action is read as written; a stage and microbatch with both a ``B`` and an ``I`` or ``W`` is
+      rejected by the validator.
     * Without the legacy flag a ``BW`` cell is an error that says to use it: the current PyTorch
       parser does not know ``BW`` (its regex reads ``0BW3`` as ``0B`` without a microbatch, which
       its validator then rejects), and a file spelling ``BW`` most likely means ``I`` by ``B``.
@@ -213,7 +212,7 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
     if not codes:
         raise ScheduleError(f"{name}: no compute action in the file (expected cells such as 0F0, 0B0)")
 
-    # Second pass: kinds (legacy spelling), full B expanded to I, W in split schedules.
+    # Second pass: kinds (legacy spelling).
     kinds: dict[str, Kind] = {}
     for code in codes:
         try:
@@ -222,10 +221,6 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
             r, c = next((r, p[0][i]) for r, p in enumerate(parsed) for i, x in enumerate(p[2]) if x == code)
             raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
     split = any(kind in (Kind.I, Kind.W) for kind in kinds.values())
-    full = {code for code, kind in kinds.items() if kind is Kind.B}
-    if split and full:
-        parsed = [_expand_full_backward(p, full) for p in parsed]
-        kinds.update(I=Kind.I, W=Kind.W)
 
     # Placement: each stage on the one rank whose row holds it; stages 0..S-1 all present.
     holder: dict[int, int] = {}
@@ -278,19 +273,6 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
         return schedule
     except ScheduleValidationError as error:
         raise _located(error, name, parsed, kinds) from None
-
-
-def _expand_full_backward(row: _Row, full: set[str]) -> _Row:
-    """A full backward (types in ``full``) in a split file becomes its I immediately followed by
-    its W (module docstring)."""
-    out: _Row = ([], [], [], [])
-    for c, stage, code, mb in zip(*row):
-        for part in ("I", "W") if code in full else (code,):
-            out[0].append(c)
-            out[1].append(stage)
-            out[2].append(part)
-            out[3].append(mb)
-    return out
 
 
 def _located(error: ScheduleValidationError, name: str, parsed: list[_Row], kinds: dict[str, Kind]) -> ScheduleValidationError:

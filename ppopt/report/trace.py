@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from ppopt.costs import Costs
-from ppopt.ir import Kind, Op, Schedule, freeing_kind
+from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
 from ppopt.simulate import Simulation
 
 __all__ = ["TRACE_TIME_SCALE", "chrome_trace"]
@@ -61,14 +61,13 @@ def _lanes(intervals: Iterable[tuple[float, float]]) -> list[int]:
 
 
 def _activation_counters(schedule: Schedule, simulation: Simulation, costs: Costs, scale: float) -> list[dict]:
-    frees = freeing_kind(schedule.split_backward)
     changes: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
     for op in schedule.ops():
         size = costs.stages[op.stage].activation_bytes
         device = schedule.device_of(op)
         if op.kind is Kind.F:
             changes[device].append((simulation.start_s[op], 1, size))
-        elif op.kind is frees:
+        elif op.kind in FREEING_KINDS:
             changes[device].append((simulation.end_s[op], 0, -size))
     events = []
     for device, device_changes in enumerate(changes):

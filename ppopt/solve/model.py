@@ -30,6 +30,7 @@ from math import gcd
 
 from ortools.sat.python import cp_model
 
+from ppopt.errors import ScheduleError
 from ppopt.graph import topological_order
 from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, required_ops
 from ppopt.simulate import op_duration_s
@@ -91,13 +92,23 @@ def _memory_scale(sizes: list[float], limit: float) -> tuple[list[int], int]:
     return [d // divisor for d in demands], capacity
 
 
+def uniform_backward(schedule: Schedule) -> bool:
+    """Whether ``schedule``'s backward is split, refusing a schedule that splits some (stage,
+    microbatch) pairs' backward and not others: the model has one backward kind per schedule."""
+    split = schedule.split_pairs
+    if split and len(split) != schedule.stages * schedule.microbatches:
+        raise ScheduleError(f"{schedule.name}: the solver cannot take a schedule mixing full (B) and split (I, W) "
+                            "backwards as a hint or fixed space: it models one backward kind per schedule")
+    return bool(split)
+
+
 class _Builder:
     def __init__(self, instance: Instance, space: Space, tick: float, hint: Schedule | None, horizon: int, dominance: bool):
         self.instance, self.space, self.tick, self.hint, self.dominance = instance, space, tick, hint, dominance
         self.model = cp_model.CpModel()
         self.p, self.m = instance.devices, instance.microbatches
         self.stages = stage_count(space, self.p) if hint is None else hint.stages
-        self.split = space.split_backward if hint is None else hint.split_backward
+        self.split = space.split_backward if hint is None else uniform_backward(hint)
         self.placement = hint.placement if (hint is not None and space.fixed) else placement_of(space, self.p)
         self.ops = required_ops(self.stages, self.m, self.split)
         self.duration = {op: _op_ticks(instance, op, tick) for op in self.ops}
