@@ -87,6 +87,7 @@ class Flat:
     wait: list[int]  # the op's one data dependency on another device, or -1
     succ: list[int]  # the op on another device that needs this op's output, or -1
     order: list[int]  # a topological order of the ids (data dependencies and device order)
+    overlapped: list[tuple[int, int]]  # ids of each overlapped (F, B) pair: consecutive on one device
     columns: Columns  # dev, stage, wait, succ and stage_kind again as numpy arrays, for vectorised consumers
 
     @property
@@ -191,8 +192,36 @@ def _flatten(schedule: Schedule) -> Flat:
     order = _walk(orders, dev_l, wait, succ)
     if len(order) < n:
         raise Unflattenable("the order deadlocks")
+    overlapped = _overlapped_ids(schedule, slot, dev_l)
     return Flat(schedule, ops, dev_l, stage_of.tolist(), kind_of.tolist(), mb_of.tolist(), stage_kind.tolist(), orders,
-                split, wait, succ, order, Columns(dev, stage_of, wait_a, succ_a, stage_kind))
+                split, wait, succ, order, overlapped, Columns(dev, stage_of, wait_a, succ_a, stage_kind))
+
+
+def _overlapped_ids(schedule: Schedule, slot: np.ndarray, dev: list[int]) -> list[tuple[int, int]]:
+    """Ids of the overlapped (F, B) pairs; each must be an F then a B of another microbatch, consecutive on
+    one device, and no op in two pairs."""
+    m = schedule.microbatches
+    seen: set[int] = set()
+    out: list[tuple[int, int]] = []
+    for pair in schedule.overlapped:
+        try:
+            f, b = pair
+            ids = [int(slot[(4 * op.stage + KIND_CODE[op.kind]) * m + op.microbatch])
+                   if 0 <= op.stage < schedule.stages and 0 <= op.microbatch < m else -1 for op in (f, b)]
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise Unflattenable(f"overlapped pair {pair!r} is not two ops") from None
+        where = f"overlapped pair ({f};{b})"
+        if -1 in ids:
+            raise Unflattenable(f"{where} names an op the schedule does not run")
+        if f.kind is not Kind.F or b.kind is not Kind.B or f.microbatch == b.microbatch:
+            raise Unflattenable(f"{where} must be a forward F and a full backward B of another microbatch")
+        if ids[1] != ids[0] + 1 or dev[ids[0]] != dev[ids[1]]:
+            raise Unflattenable(f"{where} must be consecutive in one device's order, the F first")
+        if seen & set(ids):
+            raise Unflattenable(f"{where} shares an op with another overlapped pair")
+        seen.update(ids)
+        out.append((ids[0], ids[1]))
+    return out
 
 
 def _walk(orders: list[range], dev: list[int], wait: list[int], succ: list[int]) -> list[int]:

@@ -100,6 +100,11 @@ class Schedule:
         stage_weights: relative share of the model's layers per stage (the asymmetric placement's
             uneven split); ``None`` means an even split. Only the cost model reads it.
         options: the generator options that produced the schedule, for reports.
+        overlapped: (forward, backward) pairs run together as one overlapped action (PyTorch's
+            ``OVERLAP_F_B``): an F of one microbatch and a B of another, on the same device, the B
+            right after the F in the order. The table counts them as their two ops' slots; the
+            simulator shortens the pair by ``SystemConfig.overlap_f_b_share`` of its communication
+            (:mod:`ppopt.simulate`).
     """
 
     name: str
@@ -110,6 +115,7 @@ class Schedule:
     replica_of: tuple[int, ...] = ()
     stage_weights: tuple[float, ...] | None = None
     options: Mapping[str, object] = field(default_factory=dict)
+    overlapped: tuple[tuple[Op, Op], ...] = ()
 
     @property
     def stages(self) -> int:

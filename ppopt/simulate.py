@@ -33,6 +33,14 @@ Point-to-point communication
     has arrived (including any wait for the link), like a synchronous send; the receiver only waits
     for the data, as always. Blocked time is not compute: it counts as idle in ``idle_ratio``.
 
+Overlapped forward and backward (PyTorch's ``OVERLAP_F_B``, ``Schedule.overlapped``)
+    An F of one microbatch and a B of another run together on one device. The pair runs as its F
+    then its B, the B shortened by ``overlap_f_b_share · min(c_F, c_B)`` (``SystemConfig``, default 0:
+    no benefit), where c_F and c_B are the transfer times of the two ops' messages (0 for an op
+    that sends none): one op's communication hidden behind the other's compute, as in DeepSeek-AI,
+    "DeepSeek-V3 Technical Report", 2024, §3.2.1 (DualPipe). The pair never gets shorter than its
+    longer op.
+
 Replica gradient synchronisation (Chimera)
     A stage held by several devices all-reduces its weight gradients once per step, as soon as the
     last of its ops that complete a weight gradient (B, or W where that microbatch's backward is split) has ended on
@@ -403,6 +411,9 @@ def simulate(
     occupancy_times.append(0.0)
     message_s = list(map(message_times.__getitem__, plan.message_of))
     occupy_s = list(map(occupancy_times.__getitem__, plan.message_of))
+    share = system.overlap_f_b_share if system is not None else 0.0
+    for f, b in flat.overlapped if share > 0 else ():  # the overlap rule (module docstring)
+        dur[b] -= min(share * min(message_s[f], message_s[b]), dur[f], dur[b])
     sync_s = []
     for s, replicas, ring, _ in plan.syncs:
         ring_links = [choose_link(a, b) for a, b in ring]

@@ -12,7 +12,9 @@ Reading (:func:`read_torch_csv`)
     * ``compute_comms`` files: the runtime actions ``SEND_F``, ``RECV_F``, ``SEND_B``, ``RECV_B``,
       ``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD`` (microbatch optional) and torch 2.5's batched
       ``<s>SEND_F<m>_<s>RECV_B<m>`` / ``..SEND_B.._..RECV_F..`` are skipped: ppopt derives
-      communication itself. ``(0F7;7B3)OVERLAP_F_B`` is its compute sub-actions, in order.
+      communication itself. ``(0F7;7B3)OVERLAP_F_B`` is its compute sub-actions, in order;
+      a group of exactly an F then a B is kept as an overlapped pair (``Schedule.overlapped``),
+      which the writer writes back as such a group.
     * Legacy spelling (``legacy_backward=True``, torch <= 2.5): ``BW`` is the full backward and
       ``B`` the backward; that old ``B`` ran as an input-gradient backward only in schedules that
       also had ``W`` actions (``use_full_backward=False``), so it is read as ``I`` when the file holds
@@ -48,6 +50,7 @@ file is written atomically.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import os
 import re
@@ -267,12 +270,24 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
         microbatches=microbatches,
         placement=tuple((holder[s],) for s in range(stage_count)),
         orders=orders,
+        overlapped=_overlapped(parsed, orders),
     )
     try:
         validated(schedule)
         return schedule
     except ScheduleValidationError as error:
         raise _located(error, name, parsed, kinds) from None
+
+
+def _overlapped(parsed: list[_Row], orders: tuple[tuple[Op, ...], ...]) -> tuple[tuple[Op, Op], ...]:
+    """The ``OVERLAP_F_B`` groups holding exactly an F then a B, as overlapped pairs (module docstring)."""
+    pairs = []
+    for (cells, *_), order in zip(parsed, orders):
+        for i in range(len(cells) - 1):
+            if cells[i] == cells[i + 1] and (i + 2 == len(cells) or cells[i + 2] != cells[i]) and (i == 0 or cells[i - 1] != cells[i]) \
+                    and order[i].kind is Kind.F and order[i + 1].kind is Kind.B:
+                pairs.append((order[i], order[i + 1]))
+    return tuple(pairs)
 
 
 def _located(error: ScheduleValidationError, name: str, parsed: list[_Row], kinds: dict[str, Kind]) -> ScheduleValidationError:
@@ -401,16 +416,25 @@ def format_torch_csv(schedule: Schedule, start: Mapping[Op, float] | None = None
                 rows[d] = tuple(order[i] for i in sorted(range(len(order)), key=times.__getitem__))
                 moved = True
         if moved:
-            reordered = Schedule(schedule.name, schedule.devices, schedule.microbatches, schedule.placement, tuple(rows),
-                                 schedule.replica_of, schedule.stage_weights, schedule.options)
+            reordered = dataclasses.replace(schedule, orders=tuple(rows))
             try:
                 validate(reordered)
             except ScheduleValidationError as error:
                 raise ScheduleValidationError(f"ordering {schedule.name} by the given start times: {error}", error.details) from None
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
+    together = dict(schedule.overlapped)  # F -> the B overlapped with it
     for order in rows:
-        writer.writerow(map(str, order))
+        cells, i = [], 0
+        while i < len(order):
+            op = order[i]
+            if together.get(op) is not None and i + 1 < len(order) and order[i + 1] == together[op]:
+                cells.append(f"({op};{order[i + 1]})OVERLAP_F_B")
+                i += 2
+            else:
+                cells.append(str(op))
+                i += 1
+        writer.writerow(cells)
     return buffer.getvalue()
 
 

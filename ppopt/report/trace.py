@@ -8,7 +8,8 @@
   a message) the extra slices go to further lanes "comm 2" (tid 2), "comm 3" ... as needed;
 * one complete event (``ph: "X"``) per op on the compute thread: ``name`` is the PyTorch action
   string (``3F12``, as PyTorch's profiler labels ``PP:3F12``), ``cat`` the kind (F, B, I, W),
-  ``args`` its stage, microbatch and kind; the optimizer step (when simulated) is an "optimizer"
+  ``args`` its stage, microbatch and kind, plus ``overlapped_with`` (the other op's action string)
+  for the two ops of an overlapped F&B pair (``Schedule.overlapped``); the optimizer step (when simulated) is an "optimizer"
   slice there too;
 * one complete event per point-to-point message on the sender's comm thread, named
   ``send 3F12→4F12`` (sending op → receiving op), from when it starts on its link to its arrival;
@@ -103,12 +104,15 @@ def chrome_trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_
     p = schedule.devices
     events: list[dict] = []
 
+    partner = {a: b for f, b in schedule.overlapped for a, b in ((f, b), (b, f))}
     for event in simulation.events("compute"):
         op = cast(Op, event.what)
+        args: dict[str, object] = {"stage": op.stage, "microbatch": op.microbatch, "kind": op.kind.value}
+        if op in partner:
+            args["overlapped_with"] = str(partner[op])
         events.append(
             {"name": str(op), "cat": op.kind.value, "ph": "X", "pid": event.where, "tid": COMPUTE_TID,
-             "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
-             "args": {"stage": op.stage, "microbatch": op.microbatch, "kind": op.kind.value}}
+             "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale, "args": args}
         )
     for event in simulation.events("optimizer"):
         events.append(
