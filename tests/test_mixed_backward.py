@@ -58,12 +58,11 @@ def test_mixed_schedule_round_trips_through_the_pytorch_csv():
     assert build_table(back).length == 9
 
 
-def test_solver_refuses_a_mixed_hint():
-    from ppopt.solve.model import uniform_backward
+def test_solver_models_the_kind_per_microbatch_of_a_fixed_schedule():
+    from ppopt.solve.model import backward_of
 
-    assert uniform_backward(generate("1f1b", 2, 2)) is False
-    with pytest.raises(ScheduleError, match="mixing full"):
-        uniform_backward(_mixed())
+    assert backward_of(generate("1f1b", 2, 2)) is False and backward_of(generate("zb-h1", 2, 2)) is True
+    assert backward_of(_mixed()) == {(0, 0), (1, 0)}
 
 
 def _split_some(schedule: Schedule, chosen: set[tuple[int, int]]) -> Schedule:

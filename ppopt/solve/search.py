@@ -27,7 +27,7 @@ from ppopt.solve.bounds import Bounds, Shape, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import Timing, improve, improve_windows
-from ppopt.solve.model import Built, Frame, build_model, uniform_backward
+from ppopt.solve.model import Built, Frame, build_model
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
 from ppopt.solve.relaxation import relaxation_bound
@@ -308,7 +308,9 @@ def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
     placement: tuple[tuple[int, ...], ...] | None
     if space.fixed:
         assert template is not None
-        placement, split = template.placement, uniform_backward(template)
+        # a mixed schedule (B for some microbatches, I + W for others) is a point of the split space,
+        # its B an I with its W right after, so that space's bounds hold for it
+        placement, split = template.placement, template.split_backward
     else:
         placement, split = placement_of(space, spec.devices), space.split_backward
     _require_memory(instance, space, placement)
