@@ -225,6 +225,10 @@ class SystemConfig(_Strict):
     """Link between two devices on different nodes."""
     overlap_comm_compute: StrictBool = True
     """Whether a device may compute while its messages are in flight."""
+    overlap_f_b_share: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Share of the communication an overlapped F&B pair (PyTorch's ``OVERLAP_F_B``) hides: the pair
+    lasts F + B − share · min(message time of F, message time of B) (:mod:`ppopt.simulate`).
+    0: no benefit, the pair lasts as its two ops."""
     bytes_per_param_state: PositiveFloat = 16.0
     """Persistent bytes per parameter: weights + gradients + optimizer state (see class doc)."""
     # ---- Job model (ppopt.job): tensor/data parallelism, measured-run calibration. The defaults

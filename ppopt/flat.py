@@ -3,7 +3,8 @@
 :func:`flatten` numbers the ops ``0..n-1``, device after device in each device's order, and keeps
 per-op facts in plain lists indexed by that id (device, stage, kind code, microbatch). It checks the
 schedule on the way with integer operations only, each linear in the number of ops: placement,
-ops named outside the schedule, missing or duplicated ops, full and split backward mixed, ops on
+ops named outside the schedule, missing or duplicated ops, a (stage, microbatch) with both a full B
+and a split I or W, ops on
 the wrong device, a dependency placed after its dependent on the same device, and a deadlocking
 order (by walking the devices as far as their inputs allow). On any problem it raises
 :class:`Unflattenable` with a short reason; :func:`ppopt.validate.validate` then builds the detailed
@@ -82,10 +83,11 @@ class Flat:
     microbatch: list[int]
     stage_kind: list[int]  # 4 * stage + kind: index into per-run tables of durations
     orders: list[range]  # ids of each device's ops
-    split: bool  # backward split into I and W
+    split: bool  # some backward split into I and W (the kind is per (stage, microbatch))
     wait: list[int]  # the op's one data dependency on another device, or -1
     succ: list[int]  # the op on another device that needs this op's output, or -1
     order: list[int]  # a topological order of the ids (data dependencies and device order)
+    overlapped: list[tuple[int, int]]  # ids of each overlapped (F, B) pair: consecutive on one device
     columns: Columns  # dev, stage, wait, succ and stage_kind again as numpy arrays, for vectorised consumers
 
     @property
@@ -144,10 +146,6 @@ def _flatten(schedule: Schedule) -> Flat:
         raise Unflattenable("an op names a stage or microbatch outside the schedule")
     present = set(np.flatnonzero(np.bincount(kind_of, minlength=4)).tolist())
     split = I in present
-    grad = I if split else B
-    kinds = (F, I, W) if split else (F, B)
-    if not present <= set(kinds) or n != stages * m * len(kinds):
-        raise Unflattenable("ops are missing, or full and split backward are mixed")
     ids = np.arange(n)
     stage_kind = stage_of * 4 + kind_of
     keys = stage_kind * m + mb_of
@@ -155,6 +153,10 @@ def _flatten(schedule: Schedule) -> Flat:
     slot[keys] = ids
     if np.count_nonzero(slot >= 0) != n:  # a duplicate overwrote a slot, so another stayed empty
         raise Unflattenable("an op is duplicated")
+    # Per (stage, microbatch): F, and either B or both I and W (the backward kind is per op).
+    has = slot.reshape(stages, 4, m) >= 0
+    if not (has[:, F].all() and np.all(has[:, B] != has[:, I]) and np.array_equal(has[:, I], has[:, W])):
+        raise Unflattenable("ops are missing, or a backward is both full and split")
     # Placement: the device of each op's (stage, microbatch).
     width = max(len(holders) for holders in schedule.placement)
     holder = np.array([holders + holders[-1:] * (width - len(holders)) for holders in schedule.placement], np.int64)
@@ -163,17 +165,20 @@ def _flatten(schedule: Schedule) -> Flat:
     if not np.array_equal(holder[stage_of, choice], dev):
         raise Unflattenable("an op is not on the device its placement gives")
     # Dependencies, as offsets between keys: F(s) -> B/I(s) and I(s) -> W(s) on the same device (the
-    # first must come earlier); F(s-1) -> F(s) and B/I(s+1) -> B/I(s), which may cross devices.
+    # first must come earlier); F(s-1) -> F(s) and B/I(s+1) -> B/I(s), which may cross devices. The
+    # gradient op of a (stage, microbatch) is its B or its I, whichever it has.
+    grad_of = np.where(has[:, I], slot.reshape(stages, 4, m)[:, I], slot.reshape(stages, 4, m)[:, B]).ravel()
+    pair = stage_of * m + mb_of  # (stage, microbatch) index into grad_of
     is_f = kind_of == F
-    if np.any(slot[keys[is_f] + (grad - F) * m] < ids[is_f]):
+    if np.any(grad_of[pair[is_f]] < ids[is_f]):
         raise Unflattenable("a backward runs before its forward on the same device")
     is_w = kind_of == W
     if split and np.any(slot[keys[is_w] - (W - I) * m] > ids[is_w]):
         raise Unflattenable("a W runs before its I on the same device")
     step = 4 * m
     down = is_f & (keys >= step)  # F(s) with s > 0
-    up = (kind_of == grad) & (keys < len(slot) - step)  # B/I(s) with s < S - 1
-    before = np.concatenate([slot[keys[down] - step], slot[keys[up] + step]])
+    up = ((kind_of == B) | (kind_of == I)) & (stage_of < stages - 1)  # B/I(s) with s < S - 1
+    before = np.concatenate([slot[keys[down] - step], grad_of[pair[up] + m]])
     after = np.concatenate([ids[down], ids[up]])
     local = dev[before] == dev[after]
     if np.any(before[local] > after[local]):
@@ -187,8 +192,36 @@ def _flatten(schedule: Schedule) -> Flat:
     order = _walk(orders, dev_l, wait, succ)
     if len(order) < n:
         raise Unflattenable("the order deadlocks")
+    overlapped = _overlapped_ids(schedule, slot, dev_l)
     return Flat(schedule, ops, dev_l, stage_of.tolist(), kind_of.tolist(), mb_of.tolist(), stage_kind.tolist(), orders,
-                split, wait, succ, order, Columns(dev, stage_of, wait_a, succ_a, stage_kind))
+                split, wait, succ, order, overlapped, Columns(dev, stage_of, wait_a, succ_a, stage_kind))
+
+
+def _overlapped_ids(schedule: Schedule, slot: np.ndarray, dev: list[int]) -> list[tuple[int, int]]:
+    """Ids of the overlapped (F, B) pairs; each must be an F then a B of another microbatch, consecutive on
+    one device, and no op in two pairs."""
+    m = schedule.microbatches
+    seen: set[int] = set()
+    out: list[tuple[int, int]] = []
+    for pair in schedule.overlapped:
+        try:
+            f, b = pair
+            ids = [int(slot[(4 * op.stage + KIND_CODE[op.kind]) * m + op.microbatch])
+                   if 0 <= op.stage < schedule.stages and 0 <= op.microbatch < m else -1 for op in (f, b)]
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise Unflattenable(f"overlapped pair {pair!r} is not two ops") from None
+        where = f"overlapped pair ({f};{b})"
+        if -1 in ids:
+            raise Unflattenable(f"{where} names an op the schedule does not run")
+        if f.kind is not Kind.F or b.kind is not Kind.B or f.microbatch == b.microbatch:
+            raise Unflattenable(f"{where} must be a forward F and a full backward B of another microbatch")
+        if ids[1] != ids[0] + 1 or dev[ids[0]] != dev[ids[1]]:
+            raise Unflattenable(f"{where} must be consecutive in one device's order, the F first")
+        if seen & set(ids):
+            raise Unflattenable(f"{where} shares an op with another overlapped pair")
+        seen.update(ids)
+        out.append((ids[0], ids[1]))
+    return out
 
 
 def _walk(orders: list[range], dev: list[int], wait: list[int], succ: list[int]) -> list[int]:
@@ -239,16 +272,16 @@ def earliest_starts(flat: Flat, duration: Sequence[Any], delay: Sequence[Any] | 
 
 def peak_per_device(flat: Flat, size: Sequence[float]) -> list[float]:
     """Per device, the peak of stored activations: ``size[stage]`` from the start of each F to the end
-    of the op that frees it (B, or W when backward is split); a release counts before an allocation
-    at the same instant.
+    of the op that frees it (B, or W where that microbatch's backward is split; a valid schedule has
+    one of them per stage and microbatch); a release counts before an allocation at the same instant.
 
     A device runs one op at a time in its order, so walking the order visits allocations and releases
     in time order (needs positive forward durations), a release before a later op's allocation.
     """
-    frees = W if flat.split else B
     change = np.zeros(4 * len(size))  # indexed by 4 * stage + kind
     change[4 * np.arange(len(size)) + F] = size
-    change[4 * np.arange(len(size)) + frees] = np.negative(size)
+    change[4 * np.arange(len(size)) + B] = np.negative(size)
+    change[4 * np.arange(len(size)) + W] = np.negative(size)
     steps = change[flat.columns.stage_kind]
     # cumsum adds in sequence, as a running total along the order would
     return [max(0.0, float(np.cumsum(steps[o.start : o.stop]).max())) if o else 0.0 for o in flat.orders]

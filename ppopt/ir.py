@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import repeat
@@ -99,6 +100,11 @@ class Schedule:
         stage_weights: relative share of the model's layers per stage (the asymmetric placement's
             uneven split); ``None`` means an even split. Only the cost model reads it.
         options: the generator options that produced the schedule, for reports.
+        overlapped: (forward, backward) pairs run together as one overlapped action (PyTorch's
+            ``OVERLAP_F_B``): an F of one microbatch and a B of another, on the same device, the B
+            right after the F in the order. The table counts them as their two ops' slots; the
+            simulator shortens the pair by ``SystemConfig.overlap_f_b_share`` of its communication
+            (:mod:`ppopt.simulate`).
     """
 
     name: str
@@ -109,6 +115,7 @@ class Schedule:
     replica_of: tuple[int, ...] = ()
     stage_weights: tuple[float, ...] | None = None
     options: Mapping[str, object] = field(default_factory=dict)
+    overlapped: tuple[tuple[Op, Op], ...] = ()
 
     @property
     def stages(self) -> int:
@@ -133,8 +140,13 @@ class Schedule:
 
     @property
     def split_backward(self) -> bool:
-        """True when backward is split into I and W ops."""
+        """True when any backward is split into I and W ops (the kind is per op: :attr:`split_pairs`)."""
         return any(op.kind is Kind.I for op in self.ops())
+
+    @property
+    def split_pairs(self) -> frozenset[tuple[int, int]]:
+        """The (stage, microbatch) pairs whose backward is split into I and W; the others run one B."""
+        return frozenset((op.stage, op.microbatch) for op in self.ops() if op.kind is Kind.I)
 
     def __getstate__(self) -> dict[str, object]:
         """Pickle the fields only, not the flat form :func:`ppopt.validate.validated` caches."""
@@ -143,6 +155,19 @@ class Schedule:
     def stages_on(self, device: int) -> tuple[int, ...]:
         """Stages that have a replica on ``device``, ascending."""
         return tuple(s for s, devs in enumerate(self.placement) if device in devs)
+
+
+Split = bool | AbstractSet[tuple[int, int]]
+"""Which backwards are split into I and W: all (True), none (False), or the (stage, microbatch) pairs."""
+
+FREEING_KINDS = frozenset({Kind.B, Kind.W})
+"""Kinds after which a microbatch's stored activation is released: B, or W where backward is split
+(a (stage, microbatch) holds one of them, never both)."""
+
+
+def is_split(split: Split, stage: int, microbatch: int) -> bool:
+    """Whether the backward of ``microbatch`` on ``stage`` is split into I and W."""
+    return split if isinstance(split, bool) else (stage, microbatch) in split
 
 
 def gradient_kind(split_backward: bool) -> Kind:
@@ -155,13 +180,14 @@ def freeing_kind(split_backward: bool) -> Kind:
     return Kind.W if split_backward else Kind.B
 
 
-def dependencies(op: Op, stages: int, split_backward: bool) -> tuple[Op, ...]:
+def dependencies(op: Op, stages: int, split_backward: Split) -> tuple[Op, ...]:
     """Ops that must finish before ``op`` may start (data dependencies only).
 
-    F(s) needs F(s-1); B/I(s) needs F(s) and B/I(s+1); W(s) needs I(s).
+    F(s) needs F(s-1); B/I(s) needs F(s) and the B or I of the same microbatch on s+1 (whichever
+    that stage runs, per ``split_backward``); W(s) needs I(s).
     """
     s, m = op.stage, op.microbatch
-    grad = gradient_kind(split_backward)
+    grad = gradient_kind(is_split(split_backward, s + 1, m))
     if op.kind is Kind.F:
         return (Op(s - 1, Kind.F, m),) if s > 0 else ()
     if op.kind is Kind.W:
@@ -172,9 +198,10 @@ def dependencies(op: Op, stages: int, split_backward: bool) -> tuple[Op, ...]:
     return tuple(deps)
 
 
-def required_ops(stages: int, microbatches: int, split_backward: bool) -> list[Op]:
+def required_ops(stages: int, microbatches: int, split_backward: Split) -> list[Op]:
     """Every op a complete training step needs, in (stage, kind, microbatch) order."""
-    kinds = (Kind.F, Kind.I, Kind.W) if split_backward else (Kind.F, Kind.B)
-    return [Op(s, k, m) for s in range(stages) for k in kinds for m in range(microbatches)]
+    kinds = (Kind.F, Kind.B, Kind.I, Kind.W)
+    return [Op(s, k, m) for s in range(stages) for k in kinds for m in range(microbatches)
+            if k is Kind.F or (k is Kind.B) != is_split(split_backward, s, m)]
 
 

@@ -62,7 +62,7 @@ import numpy as np
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.costs import Costs, layer_forward_flops, logits_forward_flops
 from ppopt.errors import ConfigError, InfeasibleError
-from ppopt.ir import Kind, freeing_kind
+from ppopt.ir import FREEING_KINDS, Kind
 from ppopt.job import CHUNKED, RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work, stages_per_device
 
 __all__ = [
@@ -286,10 +286,9 @@ def _device_events(schedule: str, devices: int, microbatches: int,
     from ppopt.generators import generate
 
     generated = generate(schedule, devices, microbatches, **dict(options))
-    frees = freeing_kind(generated.split_backward)
     out = []
     for order in generated.orders:
-        kept = [(op.stage, 1 if op.kind == Kind.F else -1) for op in order if op.kind in (Kind.F, frees)]
+        kept = [(op.stage, 1 if op.kind == Kind.F else -1) for op in order if op.kind is Kind.F or op.kind in FREEING_KINDS]
         out.append((np.array([k for k, _ in kept], dtype=int), np.array([v for _, v in kept], dtype=float)))
     return tuple(out)
 

@@ -33,9 +33,17 @@ Point-to-point communication
     has arrived (including any wait for the link), like a synchronous send; the receiver only waits
     for the data, as always. Blocked time is not compute: it counts as idle in ``idle_ratio``.
 
+Overlapped forward and backward (PyTorch's ``OVERLAP_F_B``, ``Schedule.overlapped``)
+    An F of one microbatch and a B of another run together on one device. The pair runs as its F
+    then its B, the B shortened by ``overlap_f_b_share · min(c_F, c_B)`` (``SystemConfig``, default 0:
+    no benefit), where c_F and c_B are the transfer times of the two ops' messages (0 for an op
+    that sends none): one op's communication hidden behind the other's compute, as in DeepSeek-AI,
+    "DeepSeek-V3 Technical Report", 2024, §3.2.1 (DualPipe). The pair never gets shorter than its
+    longer op.
+
 Replica gradient synchronisation (Chimera)
     A stage held by several devices all-reduces its weight gradients once per step, as soon as the
-    last of its ops that complete a weight gradient (W when backward is split, else B) has ended on
+    last of its ops that complete a weight gradient (B, or W where that microbatch's backward is split) has ended on
     every replica. Gradient bytes: ``StageCost.gradient_bytes`` when set, else ``param_count × 2``
     (fp16/bf16 gradients). Duration: ring all-reduce over the replicas
     (:func:`ppopt.costs.allreduce_time_s`) at the slowest link of the ring. It occupies every link of
@@ -54,8 +62,8 @@ Step time and idle share
 
 Memory accounting (per device)
     * Activations: a microbatch's ``activation_bytes`` of a stage are stored from the *start* of its F
-      until the *end* of the op that frees them: B, or W when backward is split (I still keeps them,
-      W needs them). A release at the same instant as an allocation counts first (the convention of
+      until the *end* of the op that frees them: B, or W where that microbatch's backward
+      is split into I and W (I still keeps them, W needs them). A release at the same instant as an allocation counts first (the convention of
       :func:`ppopt.table.peak_live`, with which the result agrees whenever forward times are
       positive; it is computed here by one walk along each device's order, which is faster).
       Messages in flight, activation gradients and workspace are not counted.
@@ -199,10 +207,9 @@ def prepare(schedule: Schedule | Flat) -> Prepared:
         occupied = tuple(dict.fromkeys([link_id(a, b) for a, b in ring] + [link_id(b, a) for a, b in ring]))
         sync_index[s] = len(syncs)
         syncs.append((s, replicas, ring, occupied))
-    completes = _W if flat.split else _B
     sync_of = [-1] * n
-    if syncs:
-        sync_of = [sync_index.get(s, -1) if k == completes else -1 for s, k in zip(stage_of, flat.kind)]
+    if syncs:  # a microbatch's weight gradient completes at its B, or its W where its backward is split
+        sync_of = [sync_index.get(s, -1) if k in (_B, _W) else -1 for s, k in zip(stage_of, flat.kind)]
     shared = [False] * len(link_ids)
     for *_, occupied in syncs:
         for lid in occupied:
@@ -404,6 +411,9 @@ def simulate(
     occupancy_times.append(0.0)
     message_s = list(map(message_times.__getitem__, plan.message_of))
     occupy_s = list(map(occupancy_times.__getitem__, plan.message_of))
+    share = system.overlap_f_b_share if system is not None else 0.0
+    for f, b in flat.overlapped if share > 0 else ():  # the overlap rule (module docstring)
+        dur[b] -= min(share * min(message_s[f], message_s[b]), dur[f], dur[b])
     sync_s = []
     for s, replicas, ring, _ in plan.syncs:
         ring_links = [choose_link(a, b) for a, b in ring]

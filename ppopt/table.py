@@ -12,7 +12,7 @@ dependencies and its device's order allow; a message between devices adds ``unit
   time" convention);
 - ``peak_activations``: per device, the most microbatch activations alive at once (counted per
   stage chunk); an activation is alive from the start of its F to the end of the op that frees it
-  (B, or W when backward is split).
+  (B, or W where that microbatch's backward is split).
 
 The layout is computed on the flat integer form of :mod:`ppopt.flat` (shared with validation and the
 simulator) in integer *ticks*: the tick is the greatest common divisor of the schedule's op durations
@@ -31,9 +31,9 @@ from functools import cached_property
 from operator import add
 
 from ppopt.errors import ScheduleError
-from ppopt.flat import KINDS, Flat, Unflattenable, flatten, paused_gc, peak_per_device
+from ppopt.flat import KIND_CODE, KINDS, Flat, Unflattenable, flatten, paused_gc, peak_per_device
 from ppopt.flat import earliest_starts as flat_earliest_starts
-from ppopt.ir import Kind, Op, Schedule, freeing_kind
+from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
 from ppopt.units import UnitCosts
 from ppopt.validate import execution_order, predecessors, validated
 
@@ -51,13 +51,12 @@ def peak_live(
 
     When one op ends exactly as another starts, the release is counted first.
     """
-    free_kind = freeing_kind(schedule.split_backward)
     events: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
     for op in schedule.ops():
         device = schedule.device_of(op)
         if op.kind is Kind.F:
             events[device].append((start[op], 1, size(op.stage)))
-        elif op.kind is free_kind:
+        elif op.kind in FREEING_KINDS:
             events[device].append((end[op], 0, -size(op.stage)))
     peaks = []
     for device_events in events:
@@ -157,9 +156,8 @@ class Table:
 
     @property
     def used_durations(self) -> dict[Kind, int | float]:
-        """Slots of the op kinds this schedule has: F, I, W when backward is split, else F, B."""
-        used = (Kind.F, Kind.I, Kind.W) if self.flat.split else (Kind.F, Kind.B)
-        return {kind: self.durations[kind] for kind in used}
+        """Slots of the op kinds this schedule has (F with B, I and W as present), in F, B, I, W order."""
+        return {kind: self.durations[kind] for kind in _used_kinds(self.flat)}
 
     @cached_property
     def start(self) -> dict[Op, int | float]:
@@ -253,7 +251,7 @@ def _build_table(schedule: Schedule | Flat, units: UnitCosts) -> Table:
     flat = validated(schedule)
     exact = _exact_durations(flat.schedule, units)
     comm = _exact(units.comm)
-    used = (0, 2, 3) if flat.split else (0, 1)  # F, I, W or F, B
+    used = [KIND_CODE[kind] for kind in _used_kinds(flat)]
     positive = [exact[k] for k in used if exact[k] > 0] + ([comm] if comm > 0 else [])
     scale = math.lcm(*(x.denominator for x in positive))
     tick = Fraction(math.gcd(*(int(x * scale) for x in positive)), scale)
@@ -261,6 +259,12 @@ def _build_table(schedule: Schedule | Flat, units: UnitCosts) -> Table:
     delay = [int(comm / tick)] * flat.size if comm > 0 else None
     start = flat_earliest_starts(flat, [(f, b, i, w)[k] for k in flat.kind], delay)
     return Table(flat, units, tick, (f, b, i, w), start)
+
+
+def _used_kinds(flat: Flat) -> tuple[Kind, ...]:
+    """The kinds ``flat`` holds, in F, B, I, W order (a schedule may mix B with I and W per microbatch)."""
+    present = set(flat.kind)
+    return tuple(kind for code, kind in enumerate(KINDS) if code in present)
 
 
 def _exact_durations(schedule: Schedule, units: UnitCosts) -> list[Fraction]:

@@ -95,20 +95,22 @@ def _check_complete(schedule: Schedule) -> None:
     for op, n in counts.items():
         if n > 1:
             _fail(schedule, f"op {op} appears {n} times", position[op])
-    split = schedule.split_backward
-    if split and any(op.kind is Kind.B for op in counts):
-        op = next(op for op in counts if op.kind is Kind.B)
-        _fail(schedule, f"op {op} is a full backward, but the schedule splits backward into I and W", position[op])
-    stray_w = next((op for op in counts if op.kind is Kind.W and not split), None)
+    split = schedule.split_pairs
+    both = next((op for op in counts if op.kind is Kind.B and (op.stage, op.microbatch) in split), None)
+    if both is not None:
+        _fail(schedule, f"op {both} is a full backward, but stage {both.stage} also splits microbatch {both.microbatch}'s "
+                        "backward into I and W (each stage and microbatch needs B, or I and W, never both)", position[both])
+    stray_w = next((op for op in counts if op.kind is Kind.W and (op.stage, op.microbatch) not in split), None)
     if stray_w is not None:
-        _fail(schedule, f"op {stray_w} is a weight-gradient W, but the schedule has no I ops (backward not split)", position[stray_w])
+        _fail(schedule, f"op {stray_w} is a weight-gradient W, but stage {stray_w.stage} has no I for microbatch "
+                        f"{stray_w.microbatch} (its backward is not split)", position[stray_w])
     for op in required_ops(schedule.stages, schedule.microbatches, split):
         if op not in counts:
             _fail(schedule, f"op {op} is missing (stage {op.stage}, microbatch {op.microbatch}, kind {op.kind})")
 
 
 def _check_local_order(schedule: Schedule) -> None:
-    split = schedule.split_backward
+    split = schedule.split_pairs
     for d, order in enumerate(schedule.orders):
         index = {op: i for i, op in enumerate(order)}
         for i, op in enumerate(order):
@@ -120,7 +122,7 @@ def _check_local_order(schedule: Schedule) -> None:
 
 def predecessors(schedule: Schedule) -> dict[Op, tuple[Op, ...]]:
     """For each op: its data dependencies plus the op before it on its device."""
-    split = schedule.split_backward
+    split = schedule.split_pairs
     preds: dict[Op, tuple[Op, ...]] = {}
     for order in schedule.orders:
         previous: tuple[Op, ...] = ()

@@ -14,7 +14,7 @@ from ppopt.config import LinkConfig, SystemConfig
 from ppopt.costs import Costs, StageCost, allreduce_time_s, link_between, transfer_time_s
 from ppopt.errors import ScheduleError
 from ppopt.generators import generate, names
-from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, linear_placement
+from ppopt.ir import Kind, Op, Schedule, dependencies, linear_placement
 from ppopt.simulate import busy_s, op_duration_s, prepare, simulate
 from ppopt.table import build_table, peak_live
 from ppopt.units import UnitCosts
@@ -473,7 +473,7 @@ def test_deterministic_and_prepared_runs_agree():
 def reference(schedule: Schedule, costs: Costs, link: LinkConfig, overlap: bool):
     """A direct event simulation: every op completion is an event in a heap keyed (time, 0, sequence);
     an all-reduce is an event (ready time, 1, stage); messages are placed on their link when popped."""
-    split = schedule.split_backward
+    split = schedule.split_pairs  # the backward kind is per (stage, microbatch)
     ops = list(schedule.ops())
     device = {op: schedule.device_of(op) for op in ops}
     duration = {op: op_duration_s(op, costs) for op in ops}
@@ -484,7 +484,6 @@ def reference(schedule: Schedule, costs: Costs, link: LinkConfig, overlap: bool)
             if device[dep] != device[op]:
                 remote_pred[op] = dep
                 successor[dep] = op
-    completes = freeing_kind(split)
     replicated = {s: tuple(dict.fromkeys(h)) for s, h in enumerate(schedule.placement) if len(set(h)) > 1}
     left = {s: schedule.microbatches for s in replicated}
     ready_at = dict.fromkeys(replicated, 0.0)
@@ -536,7 +535,7 @@ def reference(schedule: Schedule, costs: Costs, link: LinkConfig, overlap: bool)
             if not overlap:
                 free[d] = arrival[nxt]
             try_start(device[nxt])
-        if op.stage in replicated and op.kind is completes:
+        if op.stage in replicated and op.kind in (Kind.B, Kind.W):  # completes a weight gradient
             left[op.stage] -= 1
             ready_at[op.stage] = max(ready_at[op.stage], t)
             if left[op.stage] == 0:

@@ -13,7 +13,7 @@ from ppopt.cli import main
 from ppopt.errors import ScheduleError
 from ppopt.generators import generate
 from ppopt.io.torch_csv import format_torch_csv, parse_torch_csv, read_torch_csv, write_torch_csv
-from ppopt.ir import Kind, Op
+from ppopt.ir import Kind
 from ppopt.validate import ScheduleValidationError
 
 ROUND_TRIPS = [
@@ -77,16 +77,18 @@ def test_overlap_f_b_expands_in_order():
     assert [str(op) for op in read_torch_csv(text).orders[0]] == ["0F0", "0F1", "0F2", "0B0", "0B1", "0B2"]
 
 
-def test_full_backward_in_a_split_schedule_becomes_i_then_w():
+def test_full_backward_in_a_split_schedule_is_kept_per_microbatch():
     text = "0F0,0F1,0I0,0W0,0B1\n"
-    assert [str(op) for op in read_torch_csv(text).orders[0]] == ["0F0", "0F1", "0I0", "0W0", "0I1", "0W1"]
+    schedule = read_torch_csv(text)
+    assert [str(op) for op in schedule.orders[0]] == ["0F0", "0F1", "0I0", "0W0", "0B1"]
+    assert schedule.split_pairs == {(0, 0)}
 
 
 def test_legacy_spelling():
     # torch <= 2.5: BW = full backward; B = input backward where the schedule has W, else full.
     split = read_torch_csv("0F0,0F1,0B0,0W0,0B1,0W1\n1F0,1BW0,1F1,1BW1\n", legacy_backward=True)
     assert [op.kind for op in split.orders[0]] == [Kind.F, Kind.F, Kind.I, Kind.W, Kind.I, Kind.W]
-    assert split.orders[1][1] == Op(1, Kind.I, 0) and split.orders[1][2] == Op(1, Kind.W, 0)
+    assert [str(op) for op in split.orders[1]] == ["1F0", "1B0", "1F1", "1B1"]  # BW is a full B, kept per microbatch
     full = read_torch_csv("0F0,0BW0,0F1,0B1\n", legacy_backward=True)
     assert [str(op) for op in full.orders[0]] == ["0F0", "0B0", "0F1", "0B1"]
     with pytest.raises(ScheduleError, match=r"row 0 \(rank 0, line 1\), cell 1: 'BW' is the legacy spelling.*--legacy-backward"):

@@ -73,11 +73,16 @@ def test_cross_device_deadlock_names_the_waits():
     assert "device 0 waits at 0B0 for 1B0" in message and "device 1 waits at 1F1 for 0F1" in message
 
 
-def test_mixed_full_and_split_backward_is_rejected():
+def test_backward_both_full_and_split_is_rejected():
+    # The backward kind is per (stage, microbatch): stage 1 split and stage 0 full is valid, but one
+    # stage and microbatch holding B and I, W (or a W without its I) is not.
     schedule = generate("1f1b", 2, 1)
-    order = [Op(1, Kind.F, 0), Op(1, Kind.I, 0), Op(1, Kind.W, 0)]
-    with pytest.raises(ScheduleValidationError, match="full backward"):
-        validate(_replace_order(schedule, 1, order))
+    validate(_replace_order(schedule, 1, [Op(1, Kind.F, 0), Op(1, Kind.I, 0), Op(1, Kind.W, 0)]))
+    both = [Op(1, Kind.F, 0), Op(1, Kind.B, 0), Op(1, Kind.I, 0), Op(1, Kind.W, 0)]
+    with pytest.raises(ScheduleValidationError, match="full backward, but stage 1 also splits microbatch 0"):
+        validate(_replace_order(schedule, 1, both))
+    with pytest.raises(ScheduleValidationError, match="1W0 is a weight-gradient W, but stage 1 has no I"):
+        validate(_replace_order(schedule, 1, [Op(1, Kind.F, 0), Op(1, Kind.B, 0), Op(1, Kind.W, 0)]))
 
 
 def test_placement_outside_devices_is_rejected():

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.generators import chimera, hanayo, interleaved, linear, looped_bfs, v_min, zb_h2, zero_bubble
+from ppopt.generators import chimera, dualpipev, hanayo, interleaved, linear, looped_bfs, v_min, zb_h2, zero_bubble
 from ppopt.ir import Schedule, check_size
 
 if TYPE_CHECKING:
@@ -68,8 +68,10 @@ class Family:
     """One registered schedule family (see the module docstring).
 
     ``chunks(options)``: stages per device, S/p (an int for valid options; anything else is left
-    for the generator to refuse); ``kinds``: op kinds per (stage, microbatch), 2 (F, B) or 3 (F, I, W).
-    Together they give the schedule's size before it is built. ``closed_forms`` is None only with
+    for the generator to refuse); ``kinds``: op kinds per (stage, microbatch), 2 (F, B) or 3 (F, I, W);
+    ``split_pairs(devices, microbatches)``, for a family mixing the two per microbatch (``kinds`` 2):
+    how many (stage, microbatch) pairs run I and W. Together they give the schedule's size before it
+    is built. ``closed_forms`` is None only with
     ``no_closed_forms`` saying why. ``space(options)``: the ``--space`` spec of the relaxed space the
     family is a point of (same placement and backward, order free), used by ``gap`` and ``frontier``.
     ``hints``: the solver placements in which the family is tried as a starting point. ``torch``: its
@@ -86,6 +88,7 @@ class Family:
     rules: str = ""
     chunks: Callable[[Mapping[str, object]], object] = _one
     kinds: int = 2
+    split_pairs: Callable[[int, int], int] | None = None
     hints: tuple[str, ...] = ()
     torch: bool = True
 
@@ -100,7 +103,8 @@ class Family:
         sizes = (devices, microbatches, chunks)
         if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in sizes):
             return None
-        return devices * chunks * microbatches * self.kinds  # type: ignore[operator]
+        ops = devices * chunks * microbatches * self.kinds  # type: ignore[operator]
+        return ops + (self.split_pairs(devices, microbatches) if self.split_pairs is not None else 0)
 
     def describe(self) -> dict[str, Any]:
         """The entry as plain data (``ppopt list --json``)."""
@@ -199,6 +203,11 @@ REGISTRY: dict[str, Family] = {
                _space("placement=v,backward=split"), None,
                "the paper gives the bubble only as ~2p/3m",
                chunks=lambda o: 2, kinds=3, hints=("v",)),
+        Family("dualpipev", dualpipev.dualpipev,
+               "DualPipe folded into a V: overlapped F&B pairs, B then I+W per microbatch (PyTorch's ScheduleDualPipeV)",
+               _space("placement=v,backward=split"), None,
+               "DeepSeek-V3 states only two-direction DualPipe's bubble",
+               rules="m >= 2p", chunks=lambda o: 2, split_pairs=dualpipev.split_pairs, hints=("v",)),
     )
 }
 

@@ -12,16 +12,17 @@ Reading (:func:`read_torch_csv`)
     * ``compute_comms`` files: the runtime actions ``SEND_F``, ``RECV_F``, ``SEND_B``, ``RECV_B``,
       ``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD`` (microbatch optional) and torch 2.5's batched
       ``<s>SEND_F<m>_<s>RECV_B<m>`` / ``..SEND_B.._..RECV_F..`` are skipped: ppopt derives
-      communication itself. ``(0F7;7B3)OVERLAP_F_B`` is its compute sub-actions, in order.
+      communication itself. ``(0F7;7B3)OVERLAP_F_B`` is its compute sub-actions, in order;
+      a group of exactly an F then a B is kept as an overlapped pair (``Schedule.overlapped``),
+      which the writer writes back as such a group.
     * Legacy spelling (``legacy_backward=True``, torch <= 2.5): ``BW`` is the full backward and
       ``B`` the backward; that old ``B`` ran as an input-gradient backward only in schedules that
       also had ``W`` actions (``use_full_backward=False``), so it is read as ``I`` when the file holds
       any ``W`` and as a full ``B`` otherwise. ``I`` is accepted as ``I``.
-    * Mixed backward: ppopt's IR has one backward mode per schedule (full B, or split I and W),
-      while PyTorch lets a schedule mix them (DualPipeV runs some microbatches' backward as one
-      ``B``, others as ``I`` then ``W``). In a file holding any I or W, a full ``B`` is read as its
-      ``I`` immediately followed by its ``W`` (same total time in the cost model, where B = I + W,
-      and the same activation release; only the input gradient counts as ready after the I part).
+    * Mixed backward: the backward kind is per stage and microbatch, in ppopt's IR as in PyTorch
+      (DualPipeV runs some microbatches' backward as one ``B``, others as ``I`` then ``W``), so each
+      action is read as written; a stage and microbatch with both a ``B`` and an ``I`` or ``W`` is
+      rejected by the validator.
     * Without the legacy flag a ``BW`` cell is an error that says to use it: the current PyTorch
       parser does not know ``BW`` (its regex reads ``0BW3`` as ``0B`` without a microbatch, which
       its validator then rejects), and a file spelling ``BW`` most likely means ``I`` by ``B``.
@@ -49,6 +50,7 @@ file is written atomically.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import os
 import re
@@ -213,7 +215,7 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
     if not codes:
         raise ScheduleError(f"{name}: no compute action in the file (expected cells such as 0F0, 0B0)")
 
-    # Second pass: kinds (legacy spelling), full B expanded to I, W in split schedules.
+    # Second pass: kinds (legacy spelling).
     kinds: dict[str, Kind] = {}
     for code in codes:
         try:
@@ -222,10 +224,6 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
             r, c = next((r, p[0][i]) for r, p in enumerate(parsed) for i, x in enumerate(p[2]) if x == code)
             raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
     split = any(kind in (Kind.I, Kind.W) for kind in kinds.values())
-    full = {code for code, kind in kinds.items() if kind is Kind.B}
-    if split and full:
-        parsed = [_expand_full_backward(p, full) for p in parsed]
-        kinds.update(I=Kind.I, W=Kind.W)
 
     # Placement: each stage on the one rank whose row holds it; stages 0..S-1 all present.
     holder: dict[int, int] = {}
@@ -272,6 +270,7 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
         microbatches=microbatches,
         placement=tuple((holder[s],) for s in range(stage_count)),
         orders=orders,
+        overlapped=_overlapped(parsed, orders),
     )
     try:
         validated(schedule)
@@ -280,17 +279,15 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
         raise _located(error, name, parsed, kinds) from None
 
 
-def _expand_full_backward(row: _Row, full: set[str]) -> _Row:
-    """A full backward (types in ``full``) in a split file becomes its I immediately followed by
-    its W (module docstring)."""
-    out: _Row = ([], [], [], [])
-    for c, stage, code, mb in zip(*row):
-        for part in ("I", "W") if code in full else (code,):
-            out[0].append(c)
-            out[1].append(stage)
-            out[2].append(part)
-            out[3].append(mb)
-    return out
+def _overlapped(parsed: list[_Row], orders: tuple[tuple[Op, ...], ...]) -> tuple[tuple[Op, Op], ...]:
+    """The ``OVERLAP_F_B`` groups holding exactly an F then a B, as overlapped pairs (module docstring)."""
+    pairs = []
+    for (cells, *_), order in zip(parsed, orders):
+        for i in range(len(cells) - 1):
+            if cells[i] == cells[i + 1] and (i + 2 == len(cells) or cells[i + 2] != cells[i]) and (i == 0 or cells[i - 1] != cells[i]) \
+                    and order[i].kind is Kind.F and order[i + 1].kind is Kind.B:
+                pairs.append((order[i], order[i + 1]))
+    return tuple(pairs)
 
 
 def _located(error: ScheduleValidationError, name: str, parsed: list[_Row], kinds: dict[str, Kind]) -> ScheduleValidationError:
@@ -419,16 +416,25 @@ def format_torch_csv(schedule: Schedule, start: Mapping[Op, float] | None = None
                 rows[d] = tuple(order[i] for i in sorted(range(len(order)), key=times.__getitem__))
                 moved = True
         if moved:
-            reordered = Schedule(schedule.name, schedule.devices, schedule.microbatches, schedule.placement, tuple(rows),
-                                 schedule.replica_of, schedule.stage_weights, schedule.options)
+            reordered = dataclasses.replace(schedule, orders=tuple(rows))
             try:
                 validate(reordered)
             except ScheduleValidationError as error:
                 raise ScheduleValidationError(f"ordering {schedule.name} by the given start times: {error}", error.details) from None
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
+    together = dict(schedule.overlapped)  # F -> the B overlapped with it
     for order in rows:
-        writer.writerow(map(str, order))
+        cells, i = [], 0
+        while i < len(order):
+            op = order[i]
+            if together.get(op) is not None and i + 1 < len(order) and order[i + 1] == together[op]:
+                cells.append(f"({op};{order[i + 1]})OVERLAP_F_B")
+                i += 2
+            else:
+                cells.append(str(op))
+                i += 1
+        writer.writerow(cells)
     return buffer.getvalue()
 
 

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 from ppopt.errors import ScheduleError
 from ppopt.io import atomic_write_bytes
-from ppopt.ir import Kind, Op, Schedule, freeing_kind
+from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
 
 __all__ = [
     "KIND_COLORS", "Panel", "Transfer", "compare_figure", "default_title", "device_style", "live_curves", "plot_compare",
@@ -133,13 +133,12 @@ def live_curves(
 
     A release counts before an allocation at the same instant (as :func:`ppopt.table.peak_live`).
     """
-    frees = freeing_kind(schedule.split_backward)
     changes: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
     for op in start:
         device = schedule.device_of(op)
         if op.kind is Kind.F:
             changes[device].append((start[op], 1, size(op.stage)))
-        elif op.kind is frees:
+        elif op.kind in FREEING_KINDS:
             changes[device].append((end[op], 0, -size(op.stage)))
     length = max(end.values(), default=0.0)
     curves = []

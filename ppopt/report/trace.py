@@ -8,7 +8,8 @@
   a message) the extra slices go to further lanes "comm 2" (tid 2), "comm 3" ... as needed;
 * one complete event (``ph: "X"``) per op on the compute thread: ``name`` is the PyTorch action
   string (``3F12``, as PyTorch's profiler labels ``PP:3F12``), ``cat`` the kind (F, B, I, W),
-  ``args`` its stage, microbatch and kind; the optimizer step (when simulated) is an "optimizer"
+  ``args`` its stage, microbatch and kind, plus ``overlapped_with`` (the other op's action string)
+  for the two ops of an overlapped F&B pair (``Schedule.overlapped``); the optimizer step (when simulated) is an "optimizer"
   slice there too;
 * one complete event per point-to-point message on the sender's comm thread, named
   ``send 3F12→4F12`` (sending op → receiving op), from when it starts on its link to its arrival;
@@ -35,7 +36,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from ppopt.costs import Costs
-from ppopt.ir import Kind, Op, Schedule, freeing_kind
+from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
 from ppopt.simulate import Simulation
 
 __all__ = ["TRACE_TIME_SCALE", "chrome_trace"]
@@ -61,14 +62,13 @@ def _lanes(intervals: Iterable[tuple[float, float]]) -> list[int]:
 
 
 def _activation_counters(schedule: Schedule, simulation: Simulation, costs: Costs, scale: float) -> list[dict]:
-    frees = freeing_kind(schedule.split_backward)
     changes: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
     for op in schedule.ops():
         size = costs.stages[op.stage].activation_bytes
         device = schedule.device_of(op)
         if op.kind is Kind.F:
             changes[device].append((simulation.start_s[op], 1, size))
-        elif op.kind is frees:
+        elif op.kind in FREEING_KINDS:
             changes[device].append((simulation.end_s[op], 0, -size))
     events = []
     for device, device_changes in enumerate(changes):
@@ -104,12 +104,15 @@ def chrome_trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_
     p = schedule.devices
     events: list[dict] = []
 
+    partner = {a: b for f, b in schedule.overlapped for a, b in ((f, b), (b, f))}
     for event in simulation.events("compute"):
         op = cast(Op, event.what)
+        args: dict[str, object] = {"stage": op.stage, "microbatch": op.microbatch, "kind": op.kind.value}
+        if op in partner:
+            args["overlapped_with"] = str(partner[op])
         events.append(
             {"name": str(op), "cat": op.kind.value, "ph": "X", "pid": event.where, "tid": COMPUTE_TID,
-             "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
-             "args": {"stage": op.stage, "microbatch": op.microbatch, "kind": op.kind.value}}
+             "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale, "args": args}
         )
     for event in simulation.events("optimizer"):
         events.append(

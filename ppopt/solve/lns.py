@@ -305,7 +305,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
                 tail = [op for op in kept if starts[op] >= first]
                 mine = sorted((op for op in order if op in free), key=lambda op: (moved[op], moved[op] + timing.duration(op), op))
                 orders.append(tuple(head + mine + tail))
-            candidate = replace(schedule, orders=tuple(orders))
+            candidate = replace(schedule, orders=tuple(orders), overlapped=())  # pairs are two ops to the solver
             try:
                 new_starts = _orders_starts(candidate, timing)
             except ScheduleError:

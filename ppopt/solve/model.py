@@ -31,7 +31,7 @@ from math import gcd
 from ortools.sat.python import cp_model
 
 from ppopt.graph import topological_order
-from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, required_ops
+from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule, Split, dependencies, is_split, required_ops
 from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
 from ppopt.solve.space import Space, placement_of, stage_count
@@ -91,13 +91,23 @@ def _memory_scale(sizes: list[float], limit: float) -> tuple[list[int], int]:
     return [d // divisor for d in demands], capacity
 
 
+def backward_of(schedule: Schedule) -> Split:
+    """``schedule``'s backward kinds for the model: True or False when uniform, else the split (stage,
+    microbatch) pairs (a mixed schedule, as DualPipeV, is only ever a fixed space: the relaxed spaces
+    and their bounds have one kind)."""
+    split = schedule.split_pairs
+    if split and len(split) != schedule.stages * schedule.microbatches:
+        return split
+    return bool(split)
+
+
 class _Builder:
     def __init__(self, instance: Instance, space: Space, tick: float, hint: Schedule | None, horizon: int, dominance: bool):
         self.instance, self.space, self.tick, self.hint, self.dominance = instance, space, tick, hint, dominance
         self.model = cp_model.CpModel()
         self.p, self.m = instance.devices, instance.microbatches
         self.stages = stage_count(space, self.p) if hint is None else hint.stages
-        self.split = space.split_backward if hint is None else hint.split_backward
+        self.split = space.split_backward if hint is None else backward_of(hint)
         self.placement = hint.placement if (hint is not None and space.fixed) else placement_of(space, self.p)
         self.ops = required_ops(self.stages, self.m, self.split)
         self.duration = {op: _op_ticks(instance, op, tick) for op in self.ops}
@@ -150,10 +160,9 @@ class _Builder:
                     for m in range(self.m - 1):
                         a = Op(s, kind, m)
                         edges[a].append((Op(s, kind, m + 1), self.duration[a]))
-            free = freeing_kind(self.split)
             for s, k in self.memory_caps().items():
                 for m in range(self.m - k):
-                    a = Op(s, free, m)
+                    a = self.freeing(s, m)
                     edges[a].append((Op(s, Kind.F, m + k), self.duration[a]))
         order = topological_order({op: [b for b, _ in edges[op]] for op in self.ops})
         earliest = {op: 0 for op in self.ops}
@@ -279,9 +288,9 @@ class _Builder:
             self.model.add_no_overlap(self.intervals[d] + [closing])
 
     def add_makespan(self, lower_bound: int) -> None:
-        last = {Kind.W} if self.split else {Kind.B}
+        last = {Kind.W} if self.split is True else {Kind.B} if self.split is False else FREEING_KINDS
         for op in self.ops:
-            if op.kind in last or (not self.split and op.stage == 0):
+            if op.kind in last or (self.split is False and op.stage == 0):
                 self.model.add(self.makespan >= self.end(op))
         self.model.add(self.makespan >= lower_bound)
 
@@ -334,7 +343,6 @@ class _Builder:
         limit = self.instance.memory_limit
         if limit is None and not minimize_peak:
             return
-        free = freeing_kind(self.split)
         demand, kept, capacity = self.memory_scale(limit)
         scaled = demand + kept
         costs = self.instance.costs
@@ -355,14 +363,14 @@ class _Builder:
                 kept_here = sum(kept[s] for s in held)
                 room = ceiling - kept_here
                 if not minimize_peak and self.single_stage(held) and demand[held[0]] > 0:  # then ceiling == capacity
-                    self.add_memory_precedence(held[0], (capacity - kept_here) // demand[held[0]], free)
+                    self.add_memory_precedence(held[0], (capacity - kept_here) // demand[held[0]])
                     continue
             lifetimes, weights = [], []
             for s in held:
                 for m in range(self.m):
                     present = self._presence(Op(s, Kind.F, m), d)
                     if present is not None:
-                        lifetimes.append(self.lifetime(s, m, free, present))
+                        lifetimes.append(self.lifetime(s, m, present))
                         weights.append(demand[s])
             self.model.add_cumulative(lifetimes, weights, room)
 
@@ -371,16 +379,20 @@ class _Builder:
         assert self.placement is not None
         return len(held) == 1 and len(self.placement[held[0]]) == 1 and self.dominance and self.space.order != "fixed"
 
-    def add_memory_precedence(self, stage: int, k: int, free: Kind) -> None:
+    def freeing(self, stage: int, m: int) -> Op:
+        """The op that frees microbatch m's activation on ``stage``: its W when split, else its B."""
+        return Op(stage, Kind.W if is_split(self.split, stage, m) else Kind.B, m)
+
+    def add_memory_precedence(self, stage: int, k: int) -> None:
         """At most k live activations of ``stage``: F(m + k) starts after microbatch m is freed."""
         for m in range(self.m - max(k, 0)):
-            self.model.add(self.start[Op(stage, Kind.F, m + k)] >= self.end(Op(stage, free, m)))
+            self.model.add(self.start[Op(stage, Kind.F, m + k)] >= self.end(self.freeing(stage, m)))
         if k < 1:
             self.model.add_bool_or([])  # no room for even one activation: infeasible
 
-    def lifetime(self, stage: int, m: int, free: Kind, present):
+    def lifetime(self, stage: int, m: int, present):
         """Interval from the start of F to the end of the freeing op of (stage, m)."""
-        first, last = Op(stage, Kind.F, m), Op(stage, free, m)
+        first, last = Op(stage, Kind.F, m), self.freeing(stage, m)
         length = self.model.new_int_var(0, self.horizon, "")
         self.model.add(length == self.end(last) - self.start[first])
         if present is True:

@@ -308,6 +308,8 @@ def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
     placement: tuple[tuple[int, ...], ...] | None
     if space.fixed:
         assert template is not None
+        # a mixed schedule (B for some microbatches, I + W for others) is a point of the split space,
+        # its B an I with its W right after, so that space's bounds hold for it
         placement, split = template.placement, template.split_backward
     else:
         placement, split = placement_of(space, spec.devices), space.split_backward

@@ -153,8 +153,9 @@ def stage_count(space: Space, devices: int) -> int:
 
 
 def with_backward(schedule: Schedule, split: bool) -> Schedule:
-    """The same order with backward split (each B becomes I then W) or merged (I becomes B, W dropped)."""
-    if schedule.split_backward == split:
+    """The same order with backward split (each B becomes I then W) or merged (I becomes B, W dropped);
+    overlapped F&B pairs become two plain ops (the solver treats a pair as two ops)."""
+    if not any(op.kind is (Kind.B if split else Kind.I) for op in schedule.ops()):
         return schedule
     orders = []
     for order in schedule.orders:
@@ -168,7 +169,7 @@ def with_backward(schedule: Schedule, split: bool) -> Schedule:
                 new.append(op)
         orders.append(tuple(new))
     suffix = "+split" if split else "+merged"
-    return replace(schedule, name=schedule.name + suffix, orders=tuple(orders))
+    return replace(schedule, name=schedule.name + suffix, orders=tuple(orders), overlapped=())
 
 
 def handcrafted_in(space: Space, devices: int, microbatches: int) -> list[Schedule]:
