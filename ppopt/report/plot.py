@@ -301,8 +301,25 @@ def schedule_figure(
     memory_limit: float | None = None,
     transfers: Sequence[Transfer] = (),
 ):
-    """The Figure :func:`plot_schedule` saves (its arguments, without the path); axes: the Gantt
-    chart, then the memory panel."""
+    """A schedule timed by ``start``/``end`` as a Gantt chart over a memory panel (the Figure
+    :func:`plot_schedule` saves); axes: the Gantt chart, then the memory panel.
+
+    Args:
+        schedule: the schedule (placement and chunks).
+        start, end: every op's start and end time (table slots or simulated seconds).
+        title: figure title [default: name, p, m and options].
+        memory: add the memory panel below the chart.
+        time_unit: label of the time axis (``"slots"`` or ``"s"``; seconds shorter than a whole
+            second are drawn in ms).
+        activation_size: size of one microbatch's activation of a stage, e.g.
+            ``lambda s: costs.stages[s].activation_bytes`` [default: 1 per stage].
+        memory_unit: what ``activation_size`` counts: ``"activations"`` or ``"bytes"`` (then
+            shown in KiB, MiB, GiB or TiB as the peak suggests).
+        memory_base: a constant per device added to its live activations (e.g.
+            ``Simulation.persistent_bytes``): the panel then shows the device's whole memory.
+        memory_limit: a per-device limit in the same unit, drawn as a horizontal line.
+        transfers: messages to draw (:func:`simulated_transfers`), in the time unit of ``start``.
+    """
     _memory_scale(0.0, memory_unit)  # checks the unit
     Figure = new_figure()
     factor, xlabel = _time_axis(max(end.values(), default=0.0), time_unit)
@@ -329,46 +346,12 @@ def schedule_figure(
     return fig
 
 
-def plot_schedule(
-    schedule: Schedule,
-    start: Mapping[Op, float],
-    end: Mapping[Op, float],
-    path: str | os.PathLike,
-    title: str | None = None,
-    memory: bool = True,
-    time_unit: str = "slots",
-    activation_size: Callable[[int], float] | None = None,
-    memory_unit: str = "activations",
-    *,
-    memory_base: Sequence[float] | None = None,
-    memory_limit: float | None = None,
-    transfers: Sequence[Transfer] = (),
-) -> Path:
-    """Draw ``schedule`` timed by ``start``/``end`` as a Gantt chart and write it to ``path``.
-
-    Args:
-        schedule: the schedule (placement and chunks).
-        start, end: every op's start and end time (table slots or simulated seconds).
-        path: ``.png`` or ``.svg`` (anything else is a :class:`ScheduleError`).
-        title: figure title [default: name, p, m and options].
-        memory: add the memory panel below the chart.
-        time_unit: label of the time axis (``"slots"`` or ``"s"``; seconds shorter than a whole
-            second are drawn in ms).
-        activation_size: size of one microbatch's activation of a stage, e.g.
-            ``lambda s: costs.stages[s].activation_bytes`` [default: 1 per stage].
-        memory_unit: what ``activation_size`` counts: ``"activations"`` or ``"bytes"`` (then
-            shown in KiB, MiB, GiB or TiB as the peak suggests).
-        memory_base: a constant per device added to its live activations (e.g.
-            ``Simulation.persistent_bytes``): the panel then shows the device's whole memory.
-        memory_limit: a per-device limit in the same unit, drawn as a horizontal line.
-        transfers: messages to draw (:func:`simulated_transfers`), in the time unit of ``start``.
-
-    Returns the path written.
-    """
+def plot_schedule(schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], path: str | os.PathLike,
+                  **options: Any) -> Path:
+    """Draw :func:`schedule_figure` (``options`` are its keyword arguments) and write it to ``path``,
+    a ``.png`` or ``.svg`` (anything else is a :class:`ScheduleError`). Returns the path written."""
     fmt = _format_of(path)
-    fig = schedule_figure(schedule, start, end, title, memory, time_unit, activation_size, memory_unit,
-                          memory_base=memory_base, memory_limit=memory_limit, transfers=transfers)
-    return _save(fig, path, fmt)
+    return _save(schedule_figure(schedule, start, end, **options), path, fmt)
 
 
 def _memory_peak(schedule: Schedule, start, end, size: Callable[[int], float] | None) -> float:
