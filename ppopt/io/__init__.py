@@ -150,14 +150,14 @@ def atomic_write_text(path: str | os.PathLike, text: str, newline: str | None = 
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def json_text(obj: object, indent: int | None = None) -> str:
+def json_text(obj: object, indent: int | None = None, sort_keys: bool = False) -> str:
     """``obj`` as strict JSON text (no ``NaN``/``Infinity``); dataclasses become objects, tuples lists.
 
     Raises :class:`PpoptError` naming the first non-finite number, e.g. ``not valid JSON: non-finite
     number inf at [0].simulation.step_time_s``.
     """
     try:
-        return json.dumps(obj, indent=indent, allow_nan=False, default=_jsonable)
+        return json.dumps(obj, indent=indent, sort_keys=sort_keys, allow_nan=False, default=_jsonable)
     except ValueError as error:
         try:
             where, number = _non_finite(obj, "")
@@ -166,9 +166,9 @@ def json_text(obj: object, indent: int | None = None) -> str:
         raise PpoptError(f"not valid JSON: non-finite number {number} at {where or 'top level'}") from None
 
 
-def write_json(obj: object, path: str | os.PathLike, indent: int | None = None) -> Path:
+def write_json(obj: object, path: str | os.PathLike, indent: int | None = None, sort_keys: bool = False) -> Path:
     """Serialise ``obj`` with :func:`json_text` and write it to ``path`` (see :func:`atomic_writer`)."""
-    return atomic_write_text(path, json_text(obj, indent) + "\n")
+    return atomic_write_text(path, json_text(obj, indent, sort_keys) + "\n")
 
 
 def _jsonable(value: object) -> object:

@@ -13,12 +13,11 @@ it the report is written without figures and says so.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ppopt.io import atomic_write_text
+from ppopt.io import atomic_write_text, write_json
 from ppopt.report.evaluation import OVER_MEMORY
 from ppopt.report.study_figures import GiB, write_figures
 from ppopt.report.text import render_table
@@ -340,7 +339,7 @@ def write_report(loaded: LoadedSpec, rows: Iterable[dict], output: str | Path, f
     found = claims(data)
     drawn = write_figures(data, output / "figures") if figures else None
     reason = "they were turned off (--no-figures)" if not figures else "matplotlib is not installed (`pip install 'ppopt[plot]'`)"
-    atomic_write_text(output / "claims.json", json.dumps(found, indent=2, sort_keys=True) + "\n")
+    write_json(found, output / "claims.json", indent=2, sort_keys=True)
     path = output / "report.md"
     atomic_write_text(path, render(loaded, data, found, drawn, note, reason) + "\n")
     return path

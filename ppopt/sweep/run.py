@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ppopt.errors import PpoptError
-from ppopt.io import atomic_write_text
+from ppopt.io import atomic_write_text, write_json
 from ppopt.sweep.executors import Executor, LocalExecutor
 from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, expand
 
@@ -331,7 +331,7 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     pending.sort(key=lambda item: -item.cost)
     if max_items is not None:
         pending = pending[:max_items]
-    atomic_write_text(out / "spec.json", json.dumps(loaded.spec.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    write_json(loaded.spec.model_dump(mode="json"), out / "spec.json", indent=2, sort_keys=True)
 
     total = sum(len(i.hashes) for i in pending)
     done = 0
