@@ -10,7 +10,7 @@ import math
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, format_option, json_option
+from ppopt.cli.options import check_plot, emit_json, format_option, json_option
 from ppopt.job import SCHEDULES as JOB_SCHEDULES
 
 DEFAULT_SYSTEM = "a100-vtrain-calibrated"
@@ -54,7 +54,7 @@ def _summary_lines(accuracy, files: int = 1) -> list[str]:
 @main.command("validate")
 @click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--system", default=DEFAULT_SYSTEM, show_default=True, help="System preset name or .toml/.json file.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", callback=check_plot, type=click.Path(dir_okay=False), default=None,
               help="Also write predicted vs measured (log-log, one colour per model, ±10 % band) to this image.")
 @format_option
 @json_option

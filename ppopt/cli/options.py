@@ -219,3 +219,16 @@ def emit_json(value: object) -> None:
     from ppopt.io import json_text
 
     click.echo(json_text(value, indent=2))
+
+
+def check_plot(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+    """Callback of every ``--plot``: without matplotlib, refuse before any work starts."""
+    if path is not None:
+        from ppopt.errors import PpoptError
+        from ppopt.report.plot import require_matplotlib
+
+        try:
+            require_matplotlib()
+        except PpoptError as error:
+            raise click.BadParameter(error.reason) from None
+    return path

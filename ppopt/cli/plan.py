@@ -9,7 +9,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.measured import _table
-from ppopt.cli.options import emit_json, format_option, json_option, parse_amount
+from ppopt.cli.options import check_plot, emit_json, format_option, json_option, parse_amount
 from ppopt.job import SCHEDULES
 from ppopt.plan import DEFAULT_SCHEDULES
 
@@ -59,7 +59,7 @@ def _gb(value: float) -> str:
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where evaluations run.")
 @click.option("--address", default=None, help="Ray cluster address (--executor ray).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", callback=check_plot, type=click.Path(dir_okay=False), default=None,
               help="Also draw step time vs per-GPU memory of every evaluated job (.png or .svg).")
 @click.option("--torch-csv", "torch_csv", type=click.Path(dir_okay=False), default=None,
               help="Write the first job's schedule (the searched one when it is faster) as a PyTorch schedule CSV.")

@@ -6,6 +6,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import (
+    check_plot,
     emit_json,
     format_option,
     job_options,
@@ -38,7 +39,7 @@ def list_command(as_json: bool, fmt: str) -> None:
 
 @main.command("table")
 @schedule_options()
-@click.option("--plot", default=None, help="Also draw the table as a Gantt picture (.png or .svg; needs ppopt[plot]).")
+@click.option("--plot", callback=check_plot, default=None, help="Also draw the table as a Gantt picture (.png or .svg; needs ppopt[plot]).")
 @json_option
 def table_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, plot, as_json) -> None:
     """Print a schedule's unit-slot table: rows are devices, columns are slots."""
@@ -103,7 +104,7 @@ def _presets(model, system, required: bool = False):
 @schedule_options(all_schedules=True)
 @system_options()
 @job_options()
-@click.option("--plot", default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
+@click.option("--plot", callback=check_plot, default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
 @click.option("--trace", default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
 @click.option("--costs", default=None, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @json_option
@@ -167,7 +168,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 @schedule_options(name=False)
 @system_options()
 @job_options()
-@click.option("--plot", default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg.")
+@click.option("--plot", callback=check_plot, default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg.")
 @click.option("--costs", default=None, help="Rank by simulation with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @json_option
 @format_option

@@ -8,6 +8,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import (
+    check_plot,
     emit_json,
     format_option,
     job_options,
@@ -92,7 +93,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
 @click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid.")
 @click.option("--minimize-memory", is_flag=True, help="Then minimise the worst device's peak memory at that step time (second solve).")
 @click.option("--csv", "csv_path", default=None, help="Write the schedule found as a PyTorch schedule CSV.")
-@click.option("--plot", default=None, help="Draw the schedule found, simulated, to .png/.svg.")
+@click.option("--plot", callback=check_plot, default=None, help="Draw the schedule found, simulated, to .png/.svg.")
 @click.option("--trace", default=None, help="Write the schedule found, simulated, as a Chrome/Perfetto trace (.json).")
 @click.option("--run", "run_it", is_flag=True, help="Then run the schedule found in PyTorch's runtime on local ranks (see `ppopt run`; needs torch).")
 @json_option

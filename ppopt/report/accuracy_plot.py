@@ -10,17 +10,12 @@ import os
 from ppopt.accuracy import Accuracy
 from ppopt.errors import ConfigError
 from ppopt.io import atomic_write_bytes
+from ppopt.report.plot import new_figure
 
 
 def plot_accuracy(accuracy: Accuracy, path: str | os.PathLike[str]) -> None:
     """Write the figure to ``path`` atomically (format from its suffix: .png, .svg, .pdf)."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib (pip install 'ppopt[plot]')") from None
-    figure = Figure(figsize=(6.0, 5.5))
-    FigureCanvasAgg(figure)
+    figure = new_figure()(figsize=(6.0, 5.5))
     axes = figure.add_subplot()
     models: dict[str, list] = {}
     for r in accuracy.rows:

@@ -77,13 +77,19 @@ class Panel(NamedTuple):
     transfers: Sequence[Transfer] = ()
 
 
+def require_matplotlib() -> None:
+    """Raise a one-line :class:`ScheduleError` (field ``plot``) when matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ScheduleError("needs matplotlib: pip install 'ppopt[plot]'", field="plot") from None
+
+
 def new_figure():
     """A function making Figures with their own Agg canvas; a one-line error without matplotlib."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ScheduleError("--plot needs matplotlib: pip install 'ppopt[plot]'") from None
+    require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     def figure(**options) -> Figure:
         fig = Figure(**options)
