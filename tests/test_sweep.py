@@ -165,7 +165,7 @@ def test_ray_gives_the_same_rows(reference, tmp_path):
 
 def test_ray_missing_is_a_one_line_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(ConfigError, match=r"^--executor ray needs ray: pip install 'ppopt\[ray\]'$"):
+    with pytest.raises(ConfigError, match=r"^executor: ray needs ray: pip install 'ppopt\[ray\]'$"):
         make_executor("ray")
 
 
@@ -238,7 +238,7 @@ def test_cli_sweep(tmp_path):
     assert result.exit_code == 0
     assert "42 points: 0 computed, 30 already in rows.jsonl, 12 skipped (not applicable), 0 missing" in result.output
     result = runner.invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "--address", "x:1"])
-    assert result.exit_code == 1 and "--address is for --executor ray" in result.output
+    assert result.exit_code == 1 and "error: --address: is for the ray executor" in result.output
     assert runner.invoke(main, ["sweep", "--help"]).exit_code == 0
     assert runner.invoke(main, ["study", "--help"]).exit_code == 0
 

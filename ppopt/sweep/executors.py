@@ -70,7 +70,7 @@ class LocalExecutor(Executor):
 
     def __init__(self, jobs: int = 1):
         if jobs < 1:
-            raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+            raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
         self.jobs = jobs
         self._pool = None
 
@@ -116,7 +116,7 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise ConfigError("--executor ray needs ray: pip install 'ppopt[ray]'") from None
+        raise ConfigError("ray needs ray: pip install 'ppopt[ray]'", field="executor") from None
     return ray
 
 
@@ -178,10 +178,10 @@ def make_executor(kind: str = "local", jobs: int = 1, address: str | None = None
     """``"local"`` (``jobs`` processes) or ``"ray"`` (``address``; ``jobs`` CPUs for a local Ray)."""
     if kind == "local":
         if address:
-            raise ConfigError("--address is for --executor ray")
+            raise ConfigError("is for the ray executor", field="address")
         return LocalExecutor(jobs)
     if kind == "ray":
         if jobs < 1:
-            raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+            raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
         return RayExecutor(address, num_cpus=jobs if jobs > 1 else None)
     raise ConfigError(f"unknown executor {kind!r} (known: local, ray)")
