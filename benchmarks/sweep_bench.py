@@ -34,7 +34,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--spec", default="paper")
     args = parser.parse_args()
-    print(f"study sweep {args.spec}, simulation layers only, {os.cpu_count()} CPUs")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"study sweep {args.spec}, simulation layers only, {os.cpu_count()} CPUs, load average at start {load}")
     walls, csvs = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for jobs in args.jobs:
