@@ -71,7 +71,7 @@ def test_bounds_below_proven_optimum(p, m, cap, comm, split):
 FAMILIES = {
     "linear": ("1f1b", "gpipe", "zb-h1"),
     "looped": ("interleaved-1f1b",),
-    "v": ("zb-v",),
+    "v": ("zb-v", "v-min", "dualpipev"),
 }
 
 
@@ -83,7 +83,6 @@ def test_bounds_below_every_schedule(p, extra, cap, comm, style, split):
     the bound, under caps and delays."""
     m = p + extra
     limit = float(p) if cap == "p" else cap
-    split = split or style == "v"
     where = placement(style, p, chunks=2)
     instance = unit_instance(p, m, len(where), UnitCosts(1, 2, None, comm), memory_limit=limit)
     bounds = analytic_bounds(instance, where, split)

@@ -53,6 +53,7 @@ def search_json(result: SearchResult) -> dict:
             "round_trip": result.analytic.round_trip,
             "one_machine": result.analytic.one_machine,
             "relaxation": result.analytic.relaxation,
+            "capped_warmup": result.analytic.capped_warmup,
         },
         "from_solver": result.from_solver,
         "peak_memory": result.peak_memory,

@@ -19,6 +19,9 @@ None), so ``max`` of them complements the solver's own bound:
   dependencies, microbatch order and, under a cap of K on a one-stage device, F(i+K) after the end
   of microbatch i's backward there; and Jackson's preemptive one-machine bound per device with
   those heads and tails (proofs in :mod:`ppopt.solve.heads`).
+- **capped warm-up** (every stage on one device, any number of stages per device, e.g. V): before a
+  device's first gradient op can start, only forwards whose activations fit at once can run; the
+  rest of its load lies between that and its least tail (proof in :mod:`ppopt.solve.capped_warmup`).
 - **relaxation** (linear placement, full backward): CP-SAT's bound on a reduced problem that keeps a
   few devices exactly and the others as time lags (:mod:`ppopt.solve.relaxation`); it costs solver
   time, so the search computes it within its budget and :func:`lower_bounds` leaves it at 0.
@@ -34,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ppopt.ir import Kind
+from ppopt.solve.capped_warmup import capped_warmup
 from ppopt.solve.heads import MAX_OPS, one_machine, round_trip, windows
 
 Duration = Callable[[int, Kind], float]  # (stage, kind) -> duration
@@ -63,11 +67,12 @@ class Bounds:
     round_trip: float = 0.0
     one_machine: float = 0.0
     relaxation: float = 0.0  # the reduced problem's CP-SAT bound (ppopt.solve.relaxation), set by the search
+    capped_warmup: float = 0.0  # multi-stage devices under a cap (ppopt.solve.capped_warmup)
 
     @property
     def best(self) -> float:
         return max(self.critical_path, self.device_load, self.memory, self.warmup, self.round_trip, self.one_machine,
-                   self.relaxation)
+                   self.relaxation, self.capped_warmup)
 
 
 def _hop(delay: Delay, placement: Sequence[Sequence[int]] | None, stage: int, other: int) -> float:
@@ -196,4 +201,5 @@ def lower_bounds(
         warmup(shape, duration, delay, cap_of_stage),
         round_trip(graph) if graph is not None else 0.0,
         one_machine(graph) if graph is not None else 0.0,
+        capped_warmup=capped_warmup(graph, shape.microbatches, shape.split, cap_of_stage) if graph is not None else 0.0,
     )
