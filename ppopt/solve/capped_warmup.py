@@ -69,16 +69,20 @@ def forward_room(durations: list[float], caps: list[float | None], microbatches:
 def capped_warmup(w: Windows, microbatches: int, split: bool, cap_of_stage: Callable[[int], float | None]) -> float:
     """max over devices of g_d + load_d - R_d + q_d and r_d + load_d + q_d (see the module docstring)."""
     grad = Kind.I if split else Kind.B
-    by_device: dict[int, list[Op]] = {}
-    for op in w.head:
-        by_device.setdefault(w.device[op.stage], []).append(op)
+    load: dict[int, float] = {}
+    first: dict[int, float] = {}  # r_d
+    last: dict[int, float] = {}  # q_d
+    gradient: dict[int, float] = {}  # g_d
+    for op, head in w.head.items():
+        d = w.device[op.stage]
+        load[d] = load.get(d, 0.0) + w.duration[op]
+        first[d] = min(first.get(d, math.inf), head)
+        last[d] = min(last.get(d, math.inf), w.tail[op])
+        if op.kind is grad:
+            gradient[d] = min(gradient.get(d, math.inf), head)
     best = 0.0
-    for ops in by_device.values():
-        held = sorted({op.stage for op in ops})
-        load = sum(w.duration[op] for op in ops)
-        first = min(w.head[op] for op in ops)
-        last = min(w.tail[op] for op in ops)
-        gradient = min(w.head[op] for op in ops if op.kind is grad)
+    for d in load:
+        held = [s for s, on in w.device.items() if on == d]
         room = forward_room([w.duration[Op(s, Kind.F, 0)] for s in held], [cap_of_stage(s) for s in held], microbatches)
-        best = max(best, first + load + last, gradient + max(0.0, load - room) + last)
+        best = max(best, first[d] + load[d] + last[d], gradient[d] + max(0.0, load[d] - room) + last[d])
     return best
