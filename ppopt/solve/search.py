@@ -677,7 +677,8 @@ def _ticked(schedule: Schedule, tick_duration, tick_delay) -> tuple[dict[Op, int
 
 
 def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None]:
-    """Live activations of stage s that fit on its device (single-stage devices only)."""
+    """Live activations of stage s that fit on its device besides the persistent state of every stage
+    there (of s alone when s has replicas), in the instance's memory unit."""
     limit = instance.memory_limit
     if limit is None or placement is None:
         return lambda s: None
@@ -685,7 +686,8 @@ def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None
 
     def cap(s: int) -> float | None:
         c = instance.costs[s]
-        room = limit - (c.persistent_bytes if bytes_mode else 0.0)
+        beside = [t for t in range(len(placement)) if placement[t] == placement[s]] if len(placement[s]) == 1 else [s]
+        room = limit - (sum(instance.costs[t].persistent_bytes for t in beside) if bytes_mode else 0.0)
         return room / c.activation_bytes if c.activation_bytes > 0 else None
 
     return cap
