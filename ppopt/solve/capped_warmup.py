@@ -1,8 +1,8 @@
 """The warm-up bound under a memory cap for devices that hold several stages (V, looped, zig-zag).
 
 The warm-up bound of :mod:`ppopt.solve.bounds` covers devices holding one stage. On the V placement
-(Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 6: device r holds stages r and
-2p-1-r) every device holds two, and the idle it proves is what decides the step: at p = 8, m = 16,
+(Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 6 of the newer version: device
+r holds stages r and 2p-1-r) every device holds two, and the idle it proves is what decides the step: at p = 8, m = 16,
 F = 2, B = 4 (a chunk op lasts p/S = 1/2 of that: 1 and 2 slots) and a cap of 8 activations (16
 chunk activations, each p/S = 1/2 of a 1/p share), device 7 cannot start a backward before slot 30
 (the forwards up to stage 8, then 7 forwards and 7 backwards of 2 slots back down), can run at most
@@ -16,16 +16,16 @@ schedule that keeps the microbatch order; see that module). For a device d:
 - before g_d no activation on d is freed (freeing is the end of a B, or of a W after its I, both
   at or after g_d), so the forwards that start on d before g_d are all live at once just before g_d
   and their activations fit in d's room: sum over them of 1/K_s <= 1, with K_s = how many of stage
-  s's activations fit (``cap_of_stage``; on a device with several stages it ignores the other
-  stages' persistent state, so it overestimates the room: a relaxation). At most m forwards per
-  stage. Their total duration is at most R_d, the best value of that knapsack (exactly the K
-  longest when every stage of d has the same K, the fractional optimum otherwise);
+  s's activations fit beside the persistent state of d's stages (``cap_of_stage``: a larger K_s
+  only relaxes this). At most m forwards per stage. Their total duration is at most R_d, the best
+  value of that knapsack (exactly the K longest when every stage of d has the same K, the
+  fractional optimum otherwise);
 - every other op of d starts at or after g_d, so at least load_d - R_d of the device's work lies
   in [g_d, T - q_d], where q_d is the least tail of an op on d (every op o on d ends by T - tail(o)).
 
 One device runs one op at a time, so T >= g_d + load_d - R_d + q_d. Without a cap, R_d is every
-forward of d and the bound says the gradient ops fit after g_d. The bound is
-max over devices of that and of r_d + load_d + q_d (r_d the least head on d). It holds for the
+forward of d and the bound says the gradient ops fit after g_d. The bound is max over devices of
+that and of r_d + load_d + q_d (r_d the least head on d). It holds for the
 optimal schedule that keeps the heads and tails, hence it is <= the optimum and <= every schedule's
 step. All times are in the unit of the windows (real, or ticks rounded down).
 """

@@ -677,8 +677,8 @@ def _ticked(schedule: Schedule, tick_duration, tick_delay) -> tuple[dict[Op, int
 
 
 def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None]:
-    """Live activations of stage s that fit on its device besides the persistent state of every stage
-    there (of s alone when s has replicas), in the instance's memory unit."""
+    """How many live activations of stage s fit on its device beside the persistent state of every
+    stage there (of s alone when s has replicas); a count, possibly fractional."""
     limit = instance.memory_limit
     if limit is None or placement is None:
         return lambda s: None
