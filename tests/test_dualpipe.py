@@ -26,8 +26,8 @@ def run(*args):
 
 
 def test_order_of_the_eight_phases_at_p4_m8():
-    """Written out by hand from the reference's ``step()`` with P = 2 half ranks, n = 4 microbatches
-    per direction (down 0-3, up 4-7). Device 0 (h = 0; early stage 0 down, late stage 3 up):
+    """Written out by hand from the phases of ``DualPipe.step`` (github.com/deepseek-ai/DualPipe) with
+    P = 2 half ranks, n = 4 microbatches per direction (down 0-3, up 4-7). Device 0 (h = 0; early stage 0 down, late stage 3 up):
     nF0 0F0 0F1 | nF0F1 0F2 3F4 | nB1W1F1 3I4 3W4 3F5 | main loop once (0F3+3B5) (3F6+0B0) |
     nB1F1B0 3B6 (3F7+0B1) | nB1B0 3B7 0I2 (split from the early backward, h even) | nWB0 0W2 0I3 | nW 0W3.
     Device 1 (h = 1, a middle rank; early stage 1 down, late stage 2 up): nF0F1 twice | main loop twice,

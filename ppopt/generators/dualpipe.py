@@ -1,6 +1,7 @@
 """DualPipe: DeepSeek's bidirectional pipeline with weight replicas (DeepSeek-AI, "DeepSeek-V3
-Technical Report", 2024, §3.2.1, Figure 5 and Table 2; public reference implementation
-deepseek-ai/DualPipe, ``DualPipe.step``; facts from it, the code is our own).
+Technical Report", 2024, §3.2.1 and Table 2), as DeepSeek's public implementation builds it
+(the reference below: github.com/deepseek-ai/DualPipe, ``DualPipe.step`` in ``dualpipe/dualpipe.py``;
+facts from it, the code is our own).
 
 Placement: p devices (p even), p stages each held twice, as in Chimera
 (:func:`ppopt.placement.bidirectional_placement`): device r holds stage r of the "down" pipeline and
