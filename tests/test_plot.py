@@ -31,7 +31,7 @@ from ppopt.table import build_table  # noqa: E402
 from ppopt.units import UnitCosts  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-SIZES = {"chimera": (2, 2), "chimera-asym": (2, 2), "interleaved-1f1b": (2, 2), "zb-v": (2, 2), "dualpipev": (2, 4)}
+SIZES = {"chimera": (2, 2), "chimera-asym": (2, 2), "interleaved-1f1b": (2, 2), "zb-v": (2, 2), "dualpipev": (2, 4), "dualpipe": (2, 4)}
 
 
 def table_times(schedule):

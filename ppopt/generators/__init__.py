@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.generators import chimera, dualpipev, hanayo, interleaved, linear, looped_bfs, v_min, zb_h2, zero_bubble
+from ppopt.generators import chimera, dualpipe, dualpipev, hanayo, interleaved, linear, looped_bfs, v_min, zb_h2, zero_bubble
 from ppopt.ir import Schedule, check_size
 
 if TYPE_CHECKING:
@@ -208,6 +208,12 @@ REGISTRY: dict[str, Family] = {
                _space("placement=v,backward=split"), None,
                "DeepSeek-V3 states only two-direction DualPipe's bubble",
                rules="m >= 2p", chunks=lambda o: 2, split_pairs=dualpipev.split_pairs, hints=("v",)),
+        Family("dualpipe", dualpipe.dualpipe,
+               "DeepSeek's DualPipe: two directions, weight replicas, overlapped F&B pairs, B then I+W (DeepSeek-AI 2024)",
+               _space("placement=bidirectional,backward=split,directions=even"),
+               ClosedForms(dualpipe.dualpipe_formula, table_exact=False),
+               rules="p even, m even, m >= 2p", split_pairs=dualpipe.split_pairs, hints=("bidirectional",),
+               torch=False),  # weight replicas: PyTorch's CSV and runtime hold one rank per stage
     )
 }
 

@@ -37,8 +37,9 @@ from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import v_placement
 
 
-def _device_order(p: int, m: int, r: int) -> tuple[list[Op], list[tuple[Op, Op]]]:
-    """Device ``r``'s ops in order and its overlapped (F, B) pairs (module docs)."""
+def device_order(p: int, m: int, r: int) -> tuple[list[Op], list[tuple[Op, Op]]]:
+    """Device ``r``'s ops in order and its overlapped (F, B) pairs (module docs). Two-direction DualPipe
+    runs the same phases on each half of its devices (:mod:`ppopt.generators.dualpipe`)."""
     first, second = r, 2 * p - 1 - r
     forward = {first: 0, second: 0}  # next microbatch to run forward, per chunk
     backward = {first: 0, second: 0}  # next microbatch to run backward (B or I), per chunk
@@ -120,6 +121,6 @@ def dualpipev(devices: int, microbatches: int) -> Schedule:
     if m < 2 * p:
         raise ScheduleError(f"dualpipev needs m >= 2p (at least as many microbatches as its {2 * p} stages), "
                             f"got m = {m} with p = {p}: the minimum is m = {2 * p}")
-    built = [_device_order(p, m, r) for r in range(p)]
+    built = [device_order(p, m, r) for r in range(p)]
     return Schedule("dualpipev", p, m, v_placement(p), tuple(tuple(order) for order, _ in built),
                     overlapped=tuple(pair for _, pairs in built for pair in pairs))
