@@ -40,7 +40,8 @@ def test_block_at_p4_by_hand():
 @pytest.mark.parametrize("p", [2, 3, 4, 5, 6, 8, 10, 12])
 def test_peak_is_half_of_1f1b(p):
     """Abstract: the V-shape blocks "can reduce the peak activation memory to 1/2 of 1F1B without
-    sacrificing efficiency, and even to 1/3 with comparable throughput"; the authors' table gives
+    sacrificing efficiency, and even to 1/3 with comparable throughput"; the authors' summary table
+    (their Hugging Face space sail/pipeline-parallelism-with-controllable-memory) gives
     the activation memory "(by #micro-batch)" as p for 1F1B and (p+2)//2 for V-Half. A chunk
     activation is half a microbatch's activation on a stage, so V-Half holds 2·((p+2)//2) chunks."""
     m = 4 * p

@@ -6,7 +6,8 @@ offsets) every interval, and shows that the block's lifespan sets the peak activ
 V-shape blocks place stages r and 2p-1-r on device r (:func:`ppopt.placement.v_placement`) and split
 each backward into I and W. V-Half is the block whose lifespan is about half of 1F1B's: the paper
 states it reduces "the peak activation memory to 1/2 of 1F1B without sacrificing efficiency"
-(abstract), "(p+2)//2" microbatches against 1F1B's p (the authors' summary table).
+(abstract), "(p+2)//2" microbatches against 1F1B's p (the authors' summary table, in the paper's
+companion Hugging Face space sail/pipeline-parallelism-with-controllable-memory).
 
 The block (own code from the offsets of the authors' public V-Half pattern, sail-sg/
 zero-bubble-pipeline-parallelism, ``stable_pattern_v_half``; F = I = W = 1 slot per chunk op, so
@@ -18,13 +19,14 @@ d = 0 for odd p (a pause at the turn of the backward that keeps repeated blocks 
 - input-grad I, second chunk: stage 2p-1-r at 3p + d + 2r - 1, two slots between stages;
 - I, first chunk: stage r at 6p + d - r - 2, one slot between stages.
 
-On every device the four offsets are distinct mod 6 for every p (with 3p ≡ 0 or 3 mod 6 the
-differences reduce to 3r ≡ 1, 2, 4 or 5 mod 6, impossible, or to 2 and 3), so the blocks repeat
-every 6 slots without collision and leave two free slots per interval. Each W goes, first come first
-served after its I, into the next free slot of its device (the authors' ``put_w``). The order of a
-device is its ops sorted by those times; the table then packs them as early as dependencies allow
-(the paper's "squeezing"). The paper's optional reordering of warm-up and cool-down for throughput
-is not applied: it does not change the peak.
+On every device the four offsets are distinct mod 6 for every p: since 3p ≡ 0 (p even) or 3 (p
+odd) mod 6, two pairs differ by 2 and 3 slots, and the other four would need 3r ≡ 1, 2, 4 or 5
+(mod 6), which no r meets. So the blocks repeat every 6 slots without collision and leave two free
+slots per interval. Each W goes, first come first served after its I, into the next free slot of
+its device (the authors' ``put_w``). The order of a device is its ops sorted by those times; the
+table then packs them as early as dependencies allow (the paper's "squeezing"). The paper's
+optional greedy reordering of warm-up and cool-down for throughput is not applied (it keeps the
+peak, so the memory statement does not depend on it).
 
 Measured (p = 1..12, m = 1..3p+2, validated): the peak live chunk activations is at most
 2·((p+2)//2) (chunks are half a stage), exactly that once m >= p, i.e. the paper's (p+2)//2
