@@ -170,3 +170,20 @@ def test_new_families_are_proven_optimal_in_their_space(name, step):
     (row,) = json.loads(result.stdout)["schedules"]
     assert row["status"] == "optimal"
     assert row["step_time_s"] == row["bound_s"] == step and row["gap"] == 0
+
+
+@pytest.mark.parametrize("name, limit, step", [
+    # every device works 2 chunks x 4 microbatches x (F + I + W) = 2·4·1.5 = 12 slots and device 1
+    # waits for one chunk forward (0.5): no schedule of the V space is under 12.5, and one meets it
+    # even under the V schedules' own peak of 2 live activations (4 chunks) per device
+    ("dualpipev", None, 12.5),  # PyTorch's order meets the bound
+    ("v-min", 2, 13.5),  # the building block's warm-up and cool-down leave one slot: 8 %
+    ("v-half", 2, 14.5),  # two slots (the unreordered warm-up and cool-down): 16 %
+])
+def test_v_families_against_the_proven_bound_of_their_space(name, limit, step):
+    memory = [] if limit is None else ["--memory-limit", limit]
+    result = run("gap", "-p", 2, "-m", 4, "--unit", "--time-limit", "10", "-q", "-s", name, *memory, "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["schedules"]
+    assert row["status"] == "optimal" and row["bound_s"] == 12.5
+    assert row["step_time_s"] == step and row["gap"] == pytest.approx(step / 12.5 - 1)

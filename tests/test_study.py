@@ -9,9 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from ppopt.cli import main
+from ppopt.evaluate import evaluate
 from ppopt.report.study import write_report
 from ppopt.sweep import expand, load_spec, resolve_spec
-from ppopt.sweep.study import PAPER_RIVALS, SAME_RUNTIME, StudyData
+from ppopt.sweep.study import SAME_RUNTIME, StudyData
+from ppopt.units import UnitCosts
 
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
@@ -28,6 +30,7 @@ global_batch = 64
 
 [options]
 split = "1:2"
+waves = [1, 2]   # Hanayo's waves: each W is a schedule of its own in the report
 
 [filters.hanayo]
 microbatches_equal_devices = true
@@ -40,6 +43,7 @@ time_limit_s = 20
 deterministic_time = 1
 """
 SYSTEMS = ("mid-slow", "mid-fast", "fast-mid")
+RIVALS = ("gpipe", "1f1b", "hanayo W=1", "hanayo W=2")  # Chimera's paper rivals, each Hanayo W on its own
 SECTIONS = (
     "## Step time vs m per system",
     "## Idle ratio vs m",
@@ -67,8 +71,11 @@ def study(tmp_path_factory):
 
 
 def evaluated(rows):
-    """Simulated rows by (system, m, schedule), values as numbers."""
-    return {(r["system"], int(r["microbatches"]), r["schedule"]): r for r in rows if r["kind"] == "evaluate" and r["status"] == "ok"}
+    """Simulated rows by (system, m, schedule label): Hanayo's carry their W (``hanayo W=2``)."""
+    def label(r):
+        return r["schedule"] + (f" W={r['waves']}" if r["schedule"] == "hanayo" else "")
+
+    return {(r["system"], int(r["microbatches"]), label(r)): r for r in rows if r["kind"] == "evaluate" and r["status"] == "ok"}
 
 
 def num(row, column):
@@ -117,12 +124,12 @@ def test_chimera_claims_match_the_rows(study):
     # formula and table: Chimera against the best paper rival present, on the first system
     for layer, column in (("formula", "formula_bubble_ratio"), ("table", "table_bubble_ratio")):
         lost = [m for m in (4, 16) if num(at[SYSTEMS[0], m, "chimera"], column)
-                >= min(num(at[SYSTEMS[0], m, s], column) for s in PAPER_RIVALS if (SYSTEMS[0], m, s) in at) - 1e-9]
+                >= min(num(at[SYSTEMS[0], m, s], column) for s in RIVALS if (SYSTEMS[0], m, s) in at) - 1e-9]
         assert chimera[layer]["points"] == 2 and [x["microbatches"] for x in chimera[layer]["not_won"]] == lost
     assert chimera["table"]["not_won"]  # the direct concatenation: Chimera's table bubble does not fall with m
     # simulation: fastest of Chimera and its rivals where the rows say so
     wins = [(sy, m) for m in (4, 16) for sy in SYSTEMS
-            if min((s for s in ("chimera",) + PAPER_RIVALS if (sy, m, s) in at), key=lambda s: num(at[sy, m, s], "sim_step_time_s")) == "chimera"]
+            if min((s for s in ("chimera",) + RIVALS if (sy, m, s) in at), key=lambda s: num(at[sy, m, s], "sim_step_time_s")) == "chimera"]
     assert [(w["system"], w["microbatches"]) for w in chimera["simulation"]["wins"]] == wins
     assert chimera["simulation"]["wins_by_microbatches"] == {str(m): [sum(w[1] == m for w in wins), 3] for m in (4, 16)}
     network = {sy: sy.split("-")[1] for sy in SYSTEMS}
@@ -131,20 +138,44 @@ def test_chimera_claims_match_the_rows(study):
     assert (", ".join(f"{sy} S=4 m={m}" for sy, m in wins) or "none") in report
 
 
+def hanayo_row(at, system, waves):
+    return at[system, 4, f"hanayo W={waves}"]
+
+
+def test_both_hanayo_waves_are_swept_and_match_the_table_layer(study):
+    """The paper does not state Hanayo's W: the study sweeps W = 1 and W = 2 at m = p, and each row's
+    table figures are those of the table layer for its W (2W chunks per device)."""
+    _, rows, report, _ = study
+    hanayo = [r for r in rows if r["schedule"] == "hanayo" and r["kind"] == "evaluate"]
+    assert sorted({(r["microbatches"], r["waves"]) for r in hanayo}) == [("4", "1"), ("4", "2")]
+    for row in hanayo:
+        table = evaluate("hanayo", 4, 4, waves=int(row["waves"]), units=UnitCosts(backward=float(row["backward"]))).table
+        assert num(row, "table_length") == pytest.approx(table.length)
+        assert num(row, "table_bubble_ratio") == pytest.approx(table.bubble_ratio)
+        assert num(row, "table_peak_activations_max") == max(table.peak_activations)
+    assert evaluate("hanayo", 4, 4, waves=2).table.length != evaluate("hanayo", 4, 4, waves=1).table.length
+    assert "| hanayo W=1 |" in report and "| hanayo W=2 |" in report
+
+
 def test_hanayo_asymmetric_and_system_claims_match_the_rows(study):
     _, rows, report, claims = study
     at = evaluated(rows)
     hanayo = claims["hanayo"]
     assert (hanayo["devices"], hanayo["microbatches"]) == (4, 4)
-    ratio = {}
-    for sy in SYSTEMS:
-        others = {s: num(at[sy, 4, s], "sim_step_time_s") for s in ("gpipe", "1f1b", "chimera")}
-        ratio[sy] = num(at[sy, 4, "hanayo"], "sim_step_time_s") / min(others.values())
-    assert [r["ratio_to_best_other"] for r in hanayo["per_system"]] == pytest.approx([ratio[sy] for sy in SYSTEMS])
-    # only the mid compute level has both a slow and a fast network
-    assert list(hanayo["by_compute"]) == ["mid"]
-    assert hanayo["by_compute"]["mid"] == pytest.approx({"slow_network": ratio["mid-slow"], "fast_network": ratio["mid-fast"]})
-    assert hanayo["holds"] == (ratio["mid-slow"] > ratio["mid-fast"])
+    assert [v["schedule"] for v in hanayo["variants"]] == ["hanayo W=1", "hanayo W=2"]
+    holds = []
+    for variant, waves in zip(hanayo["variants"], (1, 2)):
+        ratio = {}
+        for sy in SYSTEMS:
+            others = {s: num(at[sy, 4, s], "sim_step_time_s") for s in ("gpipe", "1f1b", "chimera")}
+            ratio[sy] = num(hanayo_row(at, sy, waves), "sim_step_time_s") / min(others.values())
+        assert [r["ratio_to_best_other"] for r in variant["per_system"]] == pytest.approx([ratio[sy] for sy in SYSTEMS])
+        # only the mid compute level has both a slow and a fast network
+        assert list(variant["by_compute"]) == ["mid"]
+        assert variant["by_compute"]["mid"] == pytest.approx({"slow_network": ratio["mid-slow"], "fast_network": ratio["mid-fast"]})
+        holds.append(ratio["mid-slow"] > ratio["mid-fast"])
+        assert f"`hanayo W={waves}`: mid-slow: {num(hanayo_row(at, 'mid-slow', waves), 'sim_step_time_s'):.3f} s" in report
+    assert hanayo["holds"] == all(holds)
 
     asym = claims["asymmetric"]
     peak = [num(at[sy, m, "chimera-asym"], "sim_peak_memory_bytes_max") / num(at[sy, m, "chimera"], "sim_peak_memory_bytes_max")
@@ -181,7 +212,7 @@ def test_figures_have_a_panel_per_system_with_data_and_no_empty_one(study, tmp_p
     # three systems that do not fill the compute x network grid: three panels, not six
     step = figures["step_time_S4.png"]
     assert sorted(ax.get_title().split(" (")[0] for ax in step.axes) == sorted(SYSTEMS)
-    assert all(len(ax.get_lines()) == 6 for ax in step.axes)  # every schedule has a row at S = 4 on every system
+    assert all(len(ax.get_lines()) == 7 for ax in step.axes)  # every schedule (each Hanayo W) has a row at S = 4 on every system
     assert len(figures["peak_memory.png"].axes) == 1
 
 
@@ -247,10 +278,10 @@ def test_rows_and_report_mark_peaks_over_the_system_memory(study):
         assert num(row, "sim_memory_excess_bytes") == (peak - capacity if peak > capacity else 0.0)
         marked += row["sim_over_memory"] == "true"
     section = report.split("## Peak memory per device")[1].split("## Rankings")[0]
-    baseline = [r for r in evaluated(rows).values() if r["system"] == "mid-slow" and r["sim_over_memory"] == "true"]
+    baseline = [(label, r) for (_, _, label), r in evaluated(rows).items() if r["system"] == "mid-slow" and r["sim_over_memory"] == "true"]
     assert section.count(" #") >= len(baseline)
-    for r in baseline:
-        assert f"S = {r['devices']}, m = {r['microbatches']}, {r['schedule']} device " in section
+    for label, r in baseline:
+        assert f"S = {r['devices']}, m = {r['microbatches']}, {label} device " in section
     # the study model (128 blocks of width 4096) on S = 4 without tensor parallelism fits nowhere
     assert marked == len(evaluated(rows)) and baseline
     assert "# over the memory of a `mid-slow` device" in section

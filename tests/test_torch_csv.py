@@ -307,7 +307,7 @@ class _MockStage:
 
 
 TORCH_CASES = [("gpipe", 3, 5), ("1f1b", 4, 8), ("interleaved-1f1b", 4, 8), ("hanayo", 4, 4), ("zb-h1", 4, 6), ("zb-v", 4, 8),
-               ("looped-bfs", 4, 6), ("zb-h2", 4, 6), ("v-min", 4, 8)]
+               ("looped-bfs", 4, 6), ("zb-h2", 4, 6), ("v-min", 4, 8), ("v-half", 4, 8)]
 
 
 @pytest.mark.parametrize("name,p,m", TORCH_CASES)

@@ -17,7 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.generators import chimera, dualpipe, dualpipev, hanayo, interleaved, linear, looped_bfs, v_min, zb_h2, zero_bubble
+from ppopt.generators import (
+    chimera,
+    dualpipe,
+    dualpipev,
+    hanayo,
+    interleaved,
+    linear,
+    looped_bfs,
+    v_half,
+    v_min,
+    zb_h2,
+    zero_bubble,
+)
 from ppopt.ir import Schedule, check_size
 
 if TYPE_CHECKING:
@@ -202,6 +214,11 @@ REGISTRY: dict[str, Family] = {
                "V-shape building block of least lifespan: about 1/3 of 1F1B's activations (Qi et al. 2024, NeurIPS)",
                _space("placement=v,backward=split"), None,
                "the paper gives the bubble only as ~2p/3m",
+               chunks=lambda o: 2, kinds=3, hints=("v",)),
+        Family("v-half", v_half.v_half,
+               "V-shape building block with half of 1F1B's activations (Qi et al. 2024, NeurIPS)",
+               _space("placement=v,backward=split"), None,
+               "the paper gives the bubble only as ~p/2m",
                chunks=lambda o: 2, kinds=3, hints=("v",)),
         Family("dualpipev", dualpipev.dualpipev,
                "DualPipe folded into a V: overlapped F&B pairs, B then I+W per microbatch (PyTorch's ScheduleDualPipeV)",

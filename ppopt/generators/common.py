@@ -1,8 +1,13 @@
-"""Checks shared by the generators; each raises ScheduleError naming the rule that fails."""
+"""Helpers shared by the generators: checks (each raises ScheduleError naming the rule that fails) and the
+repetition of a building block."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ppopt.errors import ScheduleError
+from ppopt.ir import Kind, Op
+from ppopt.placement import Placement
 
 
 def require_positive(devices: int, microbatches: int) -> None:
@@ -20,3 +25,16 @@ def require_even_devices(name: str, devices: int) -> None:
 def require_multiple(name: str, microbatches: int, of: int, what: str) -> None:
     if microbatches % of:
         raise ScheduleError(f"{name} needs microbatches to be a multiple of {what} ({of}), got {microbatches}")
+
+
+def repeat_block(offsets: Mapping[tuple[int, Kind], int], placement: Placement, microbatches: int,
+                 interval: int) -> list[dict[int, Op]]:
+    """Per device, the ops of a building block (``(stage, kind) -> slot``) repeated every ``interval``
+    slots for each microbatch, keyed by slot (Qi et al., "Pipeline Parallelism with Controllable
+    Memory", NeurIPS 2024, §3: a block whose ops have distinct slots mod ``interval`` on each device
+    repeats without collision)."""
+    timed: list[dict[int, Op]] = [{} for _ in range(max(d for holders in placement for d in holders) + 1)]
+    for j in range(microbatches):
+        for (stage, kind), slot in offsets.items():
+            timed[placement[stage][0]][interval * j + slot] = Op(stage, kind, j)
+    return timed

@@ -28,8 +28,8 @@ memory per microbatch count of the first device; the test asserts the memory sta
 
 from __future__ import annotations
 
-from ppopt.generators.common import require_positive
-from ppopt.ir import Kind, Op, Schedule
+from ppopt.generators.common import repeat_block, require_positive
+from ppopt.ir import Kind, Schedule
 from ppopt.placement import v_placement
 
 INTERVAL = 6  # slots of work per microbatch per device: two chunks x (F, I, W)
@@ -66,10 +66,6 @@ def v_min(devices: int, microbatches: int) -> Schedule:
     require_positive(devices, microbatches)
     p, m = devices, microbatches
     placement = v_placement(p)
-    offsets = block(p)
-    timed: list[list[tuple[int, Op]]] = [[] for _ in range(p)]
-    for j in range(m):
-        for (stage, kind), slot in offsets.items():
-            timed[placement[stage][0]].append((INTERVAL * j + slot, Op(stage, kind, j)))
-    orders = tuple(tuple(op for _, op in sorted(ops, key=lambda x: x[0])) for ops in timed)
+    timed = repeat_block(block(p), placement, m, INTERVAL)
+    orders = tuple(tuple(ops[slot] for slot in sorted(ops)) for ops in timed)
     return Schedule("v-min", p, m, placement, orders)

@@ -22,7 +22,7 @@ from ppopt.report.evaluation import OVER_MEMORY
 from ppopt.report.study_figures import GiB, write_figures
 from ppopt.report.text import render_table
 from ppopt.sweep.spec import LoadedSpec
-from ppopt.sweep.study import PAPER_SCHEDULES, StudyData, claims
+from ppopt.sweep.study import StudyData, claims, is_paper
 
 __all__ = ["claims_text", "render", "write_report"]
 
@@ -94,15 +94,20 @@ def _chimera_text(c: dict) -> str:
 
 def _hanayo_text(c: dict) -> str:
     h = c["hanayo"]
-    per = "; ".join(
-        f"{r['system']}: {r['hanayo_s']:.3f} s, {r['ratio_to_best_other']:.3f}x the best other ({r['best_other']}), rank {r['rank']}/{r['of']}"
-        for r in h["per_system"]
-    )
-    sens = ", ".join(f"compute {k}: {v['slow_network']:.3f}x on the slow network vs {v['fast_network']:.3f}x on the fast one" for k, v in h["by_compute"].items())
+    parts = []
+    for v in h["variants"]:
+        per = "; ".join(
+            f"{r['system']}: {r['hanayo_s']:.3f} s, {r['ratio_to_best_other']:.3f}x the best other ({r['best_other']}), rank {r['rank']}/{r['of']}"
+            for r in v["per_system"]
+        )
+        sens = ", ".join(f"compute {k}: {x['slow_network']:.3f}x on the slow network vs {x['fast_network']:.3f}x on the fast one"
+                         for k, x in v["by_compute"].items())
+        parts.append(f"`{v['schedule']}`: {per}. Step time relative to the best other schedule, by compute level: "
+                     f"{sens or 'no slow/fast network pair in the grid'}; sensitive: {_verdict(v['holds'])}.")
     return (
         f"4. *Hanayo is good at its operating point but sensitive to slow networks*: at (S, m) = ({h['devices']}, {h['microbatches']}), "
-        f"against GPipe, 1F1B and Chimera: {per}. Step time relative to the best other schedule, by compute level: "
-        f"{sens or 'no slow/fast network pair in the grid'}. Sensitivity to slow networks: {_verdict(h['holds'])} "
+        f"against GPipe, 1F1B and Chimera" + (" (each number of waves W swept, the paper does not state W)" if len(h["variants"]) > 1 else "")
+        + ". " + " ".join(parts) + f" Sensitivity to slow networks: {_verdict(h['holds'])} "
         f"(test: the relative penalty is larger on the slow network than on the fast one at every compute level)."
     )
 
@@ -202,8 +207,8 @@ def render(loaded: LoadedSpec, data: StudyData, found: dict, figures, result_not
     out += [
         f"Model `{data.model}`; systems {', '.join(f'`{s}`' for s in data.systems)}; S (devices) in {data.devices}; "
         f"m (microbatches) in {data.microbatches}; global batch {spec.global_batch or 'the model default'}; table slots with B = {spec.backward} F.",
-        f"Schedules: {', '.join(data.schedules)} (paper: {', '.join(s for s in data.schedules if s in PAPER_SCHEDULES)}; "
-        f"ppopt's additions: {', '.join(s for s in data.schedules if s not in PAPER_SCHEDULES) or 'none'}).",
+        f"Schedules: {', '.join(data.schedules)} (paper: {', '.join(s for s in data.schedules if is_paper(s))}; "
+        f"ppopt's additions: {', '.join(s for s in data.schedules if not is_paper(s)) or 'none'}).",
         f"{len(data.rows)} evaluated points, {len(data.gaps)} solver rows, {len(data.skipped)} skipped points "
         f"(the generator or solver refused them; reasons in rows.csv).",
         "",
@@ -317,7 +322,7 @@ def _gap_section(data: StudyData) -> list[str]:
     rows = []
     for r in data.gaps:
         rows.append([
-            r["schedule"], r["devices"], r["microbatches"], "none" if r["memory_limit"] is None else f"{r['memory_limit']:g}",
+            data.label(r), r["devices"], r["microbatches"], "none" if r["memory_limit"] is None else f"{r['memory_limit']:g}",
             _fmt(r["solver_step"]), _fmt(r["solver_best"]), _fmt(r["solver_bound"]),
             "over the limit" if not r["solver_fits"] else ("-" if r["gap"] is None else _pct(r["gap"])),
             r["solver_status"], f"`{r['solver_space']}`",

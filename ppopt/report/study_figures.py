@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ppopt.io import atomic_write_bytes
-from ppopt.sweep.study import LEVELS, PAPER_SCHEDULES, StudyData, grid_level
+from ppopt.sweep.study import LEVELS, StudyData, grid_level, is_paper
 
 __all__ = ["DPI", "GiB", "available", "study_figures", "write_figures"]
 
@@ -43,7 +43,7 @@ def _style(data: StudyData) -> dict[str, dict]:
     """Per schedule: a colour, solid (paper) or dashed (ppopt's additions), and a marker of its own,
     earlier schedules larger, so equal values (GPipe and 1F1B often) still show both."""
     return {
-        s: {"color": _PALETTE[i % len(_PALETTE)], "linestyle": "-" if s in PAPER_SCHEDULES else "--",
+        s: {"color": _PALETTE[i % len(_PALETTE)], "linestyle": "-" if is_paper(s) else "--",
             "marker": _MARKERS[i % len(_MARKERS)], "markersize": max(3.0, 8.0 * 0.85**i),
             "linewidth": max(1.0, 3.0 * 0.85**i), "zorder": 2 + i}
         for i, s in enumerate(data.schedules)

@@ -1,7 +1,9 @@
 """The study's data and claims: the rows of a study sweep indexed, and the paper's claims computed.
 
 :class:`StudyData` indexes the ok evaluation rows of a study spec (``configs/studies/paper.toml`` or
-quick.toml) by (system, devices, microbatches, schedule); :func:`claims` computes the numbers behind
+quick.toml) by (system, devices, microbatches, schedule label): the schedule's name, followed by the
+value of each option the spec sweeps over several values (``hanayo W=2``, see :data:`OPTION_SYMBOL`),
+so every swept variant is a schedule of its own in the tables, figures and claims. :func:`claims` computes the numbers behind
 the qualitative claims of Barley et al., "A Tabular Schedule Abstraction for Communication-Aware
 Evaluation of Pipeline-Parallel LLM Training" (ISPDC 2026), from
 those rows only. The report that states them is :mod:`ppopt.report.study`.
@@ -20,7 +22,8 @@ from typing import Any
 
 from ppopt.sweep.spec import LoadedSpec
 
-__all__ = ["LEVELS", "PAPER_RIVALS", "PAPER_SCHEDULES", "SAME_RUNTIME", "TIE", "StudyData", "claims", "grid_level"]
+__all__ = ["LEVELS", "OPTION_SYMBOL", "PAPER_RIVALS", "PAPER_SCHEDULES", "SAME_RUNTIME", "TIE", "StudyData", "base_name", "claims",
+           "grid_level", "is_paper"]
 
 #: The schedules of the paper; the others in the spec are ppopt's additions.
 PAPER_SCHEDULES = ("gpipe", "1f1b", "chimera", "hanayo", "chimera-asym")
@@ -30,6 +33,18 @@ LEVELS = ("slow", "mid", "fast")
 TIE = 1e-9
 #: "GPipe and 1F1B take the same time" holds when they differ by less than this everywhere.
 SAME_RUNTIME = 0.01
+#: How a schedule option swept over several values is written in a schedule's label (``hanayo W=2``).
+OPTION_SYMBOL = {"chunks": "v", "waves": "W", "split": "split"}
+
+
+def base_name(label: str) -> str:
+    """The schedule family of a label (``hanayo W=2`` -> ``hanayo``)."""
+    return label.split(" ")[0]
+
+
+def is_paper(label: str) -> bool:
+    """Whether the labelled schedule is one of the paper's (any of its option values)."""
+    return base_name(label) in PAPER_SCHEDULES
 
 
 # --------------------------------------------------------------------------------------------------
@@ -39,7 +54,8 @@ SAME_RUNTIME = 0.01
 
 @dataclass
 class StudyData:
-    """The ok evaluation rows of one model indexed by (system, devices, microbatches, schedule)."""
+    """The ok evaluation rows of one model indexed by (system, devices, microbatches, schedule label);
+    ``schedules`` lists the labels in spec order, each family's variants by option value."""
 
     model: str
     schedules: list[str]
@@ -49,22 +65,36 @@ class StudyData:
     rows: dict[tuple[str, int, int, str], dict]
     gaps: list[dict]
     skipped: list[dict]
+    varied: tuple[str, ...] = ()  # the options swept over several values, shown in the labels
+
+    def label(self, row: dict) -> str:
+        """The schedule label of a row: its name and the value of each varied option it takes."""
+        return " ".join([row["schedule"], *(f"{OPTION_SYMBOL[o]}={row[o]}" for o in self.varied if row.get(o) is not None)])
+
+    def labels(self, names: Sequence[str]) -> list[str]:
+        """The labels of the families ``names``, in the order of :attr:`schedules`."""
+        return [s for s in self.schedules if base_name(s) in names]
 
     @classmethod
     def from_rows(cls, loaded: LoadedSpec, rows: Iterable[dict]) -> StudyData:
         spec = loaded.spec
         model = spec.models[0]
-        index: dict[tuple[str, int, int, str], dict] = {}
-        gaps: list[dict] = []
-        skipped: list[dict] = []
+        varied = tuple(o for o in OPTION_SYMBOL if len(spec.options.values(o)) > 1)
+        data = cls(model, [], list(spec.systems), list(spec.devices), list(spec.microbatches), {}, [], [], varied)
+        variants: dict[str, dict[str, tuple]] = {}  # family -> label -> its option values (the sort key)
         for row in rows:
             if row.get("status") != "ok":
-                skipped.append(row)
+                data.skipped.append(row)
             elif row["kind"] == "gap":
-                gaps.append(row)
+                data.gaps.append(row)
             elif row["model"] == model:
-                index[(row["system"], row["devices"], row["microbatches"], row["schedule"])] = row
-        return cls(model, spec.schedule_names(), list(spec.systems), list(spec.devices), list(spec.microbatches), index, gaps, skipped)
+                label = data.label(row)
+                data.rows[(row["system"], row["devices"], row["microbatches"], label)] = row
+                variants.setdefault(row["schedule"], {})[label] = tuple(row.get(o) for o in varied)
+        for name in spec.schedule_names():
+            found = variants.get(name, {name: ()})
+            data.schedules += sorted(found, key=lambda label: found[label])
+        return data
 
     def get(self, system: str, devices: int, microbatches: int, schedule: str, column: str) -> float | None:
         """The value of ``column`` at a point, None if the point has no row (or no such value)."""
@@ -193,7 +223,7 @@ def _chimera_layer(data: StudyData, column: str) -> dict[str, Any]:
             system = next((sy for sy in data.systems if data.present(sy, p, m, ["chimera"])), None)
             if system is None:
                 continue
-            rivals = data.present(system, p, m, PAPER_RIVALS)
+            rivals = data.present(system, p, m, data.labels(PAPER_RIVALS))
             if not rivals:
                 continue
             total += 1
@@ -213,7 +243,7 @@ def _chimera(data: StudyData) -> dict[str, Any]:
     all_wins: list[dict] = []
     sim_total = 0
     for p, m, system in data.points():
-        rivals = data.present(system, p, m, PAPER_RIVALS)
+        rivals = data.present(system, p, m, data.labels(PAPER_RIVALS))
         if "chimera" not in data.present(system, p, m) or not rivals:
             continue
         sim_total += 1
@@ -245,28 +275,41 @@ def _chimera(data: StudyData) -> dict[str, Any]:
 
 
 def _hanayo(data: StudyData) -> dict[str, Any] | None:
-    """3. Hanayo at its operating point (the first (S, m) it has rows at), against the network speed."""
-    hanayo_points = sorted({(p, m) for (sy, p, m, s) in data.rows if s == "hanayo"})
+    """3. Hanayo at its operating point (the first (S, m) it has rows at), against the network speed;
+    each swept variant (``hanayo W=1``, ``hanayo W=2``: the paper does not state W) on its own."""
+    hanayo = data.labels(["hanayo"])
+    hanayo_points = sorted({(p, m) for (sy, p, m, s) in data.rows if s in hanayo})
     if not hanayo_points:
         return None
     p, m = hanayo_points[0]
+    variants = [_hanayo_variant(data, label, p, m) for label in hanayo]
+    verdicts = [v["holds"] for v in variants if v["holds"] is not None]
+    return {
+        "devices": p, "microbatches": m, "variants": variants,
+        # None: no variant has a slow/fast network pair at one compute level, nothing to compare
+        "holds": all(verdicts) if verdicts else None,
+    }
+
+
+def _hanayo_variant(data: StudyData, label: str, p: int, m: int) -> dict[str, Any]:
+    """One Hanayo variant at (p, m) against the paper's other schedules (not Hanayo, not chimera-asym)."""
     per_system: list[dict[str, Any]] = []
     for system in data.systems:
-        if not data.present(system, p, m, ["hanayo"]):
+        if not data.present(system, p, m, [label]):
             continue
 
         def step(schedule: str, system: str = system) -> float:
             return data.value(system, p, m, schedule, "sim_step_time_s")
 
-        others = [s for s in data.present(system, p, m, PAPER_SCHEDULES) if s not in ("hanayo", "chimera-asym")]
-        mine = step("hanayo")
+        others = [s for s in data.present(system, p, m, data.labels(PAPER_SCHEDULES)) if base_name(s) not in ("hanayo", "chimera-asym")]
+        mine = step(label)
         best_other = min(others, key=step)
-        ranking = sorted(others + ["hanayo"], key=step)
+        ranking = sorted(others + [label], key=step)
         per_system.append({
             "system": system, "hanayo_s": mine, "best_other": best_other,
             "ratio_to_best_other": mine / step(best_other),
             "ratio_to_1f1b": mine / step("1f1b") if "1f1b" in others else None,
-            "rank": ranking.index("hanayo") + 1, "of": len(ranking),
+            "rank": ranking.index(label) + 1, "of": len(ranking),
         })
     sensitivity = {}
     for compute in LEVELS:
@@ -278,8 +321,7 @@ def _hanayo(data: StudyData) -> dict[str, Any] | None:
         if "slow" in ratios and "fast" in ratios:
             sensitivity[compute] = {"slow_network": ratios["slow"], "fast_network": ratios["fast"]}
     return {
-        "devices": p, "microbatches": m, "per_system": per_system, "by_compute": sensitivity,
-        # None: the grid has no slow/fast network pair at one compute level, nothing to compare
+        "schedule": label, "per_system": per_system, "by_compute": sensitivity,
         "holds": all(v["slow_network"] > v["fast_network"] for v in sensitivity.values()) if sensitivity else None,
     }
 
