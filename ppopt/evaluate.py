@@ -143,7 +143,7 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
         try:
             results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))
         except ScheduleError as error:
-            skipped[name] = str(error)
+            skipped[name] = error.reason
     return results, skipped
 
 
