@@ -32,6 +32,11 @@ class RowResult:
     peak_memory_bytes: float
     source: str = ""
     """File name of the measurement."""
+    pipeline_s: float = 0.0
+    """The predicted step's parts (:class:`ppopt.job.JobResult`): the simulated pipeline, the
+    gradient all-reduce after it and the optimizer step; they add up to ``predicted_s``."""
+    gradient_sync_s: float = 0.0
+    optimizer_s: float = 0.0
 
     @property
     def error(self) -> float:
@@ -108,7 +113,8 @@ def predict_rows(rows: list[Measured]) -> list[RowResult]:
     for row in rows:
         result = evaluate_job(row.job)
         results.append(RowResult(row.line, row.model_key, row.job.describe(), row.measured_s,
-                                 result.step_time_s, result.peak_memory_bytes, row.source))
+                                 result.step_time_s, result.peak_memory_bytes, row.source,
+                                 result.pipeline_s, result.gradient_sync_s, result.optimizer_s))
     return results
 
 

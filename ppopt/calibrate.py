@@ -17,7 +17,10 @@ Bounds (:class:`Parameter`) keep the values physical; ``compute_efficiency`` is 
 assumption (roughly what large cuBLAS GEMMs reach on an A100): the small GEMMs of single-node runs
 do not pin the large-size limit (without the cap a fit on the single-node rows of
 ``data/measured`` picks 0.94 and predicts the multi-node rows worse: README, "How accurate is
-ppopt?").
+ppopt?"). For n > 1 the curve charges a GEMM of g FLOPs ``g (1 + (k/g)^n) / (peak · ce)``,
+which grows again as g shrinks below ``k (n - 1)^(1/n)``: the fit uses that as an overhead per
+small GEMM (the host and launch time of the small single-node models, which the cost model has no
+monotone term for; README, same section).
 
 The objective is the mean absolute percentage error (MAPE) over the given rows. Each row's
 :class:`ppopt.job.JobWork` is built once; a candidate system turns it into seconds through

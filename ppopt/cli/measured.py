@@ -76,7 +76,8 @@ def validate_command(data, system, plot_path, fmt, as_json) -> None:
         emit_json({
             "summary": accuracy.summary(),
             "rows": [{"file": r.source, "line": r.line, "model": r.model, "job": r.job, "measured_s": r.measured_s,
-                      "predicted_s": r.predicted_s, "error": r.error, "peak_memory_bytes": r.peak_memory_bytes}
+                      "predicted_s": r.predicted_s, "error": r.error, "peak_memory_bytes": r.peak_memory_bytes,
+                      "pipeline_s": r.pipeline_s, "gradient_sync_s": r.gradient_sync_s, "optimizer_s": r.optimizer_s}
                      for r in accuracy.rows],
             "unmodelled": [{"file": u.source, "line": u.line, "model": u.label, "measured_s": u.measured_s, "reason": u.reason}
                            for u in accuracy.unmodelled],
