@@ -8,19 +8,15 @@ import pytest
 from click.testing import CliRunner
 
 from ppopt.cli import main
-from ppopt.config import LinkConfig, ModelConfig, SystemConfig
+from ppopt.config import ModelConfig
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.generators import generate, get, names
 from ppopt.job import SCHEDULES, Job, evaluate_job
 from ppopt.plan import PlanRequest, balanced_layers, enumerate_jobs, memory_of, plan
+from tests.test_job import SYSTEM  # a toy system: 100 TFLOP/s, 8 GPUs a node
 
 MODEL = ModelConfig(name="gpt-8l", num_layers=8, hidden_size=512, num_attention_heads=8, vocab_size=32000,
                     seq_length=512, global_batch_size=8, tie_embeddings=True)
-SYSTEM = SystemConfig(
-    name="toy", peak_flops=100e12, memory_bandwidth_bytes_per_s=1e12, memory_capacity_bytes=80e9, devices_per_node=8,
-    intra_node=LinkConfig(bandwidth_bytes_per_s=100e9, latency_s=1e-6),
-    inter_node=LinkConfig(bandwidth_bytes_per_s=40e9, latency_s=5e-6), inter_node_per="node",
-)
 
 
 def _choices(command: str, option: str) -> list[str]:
