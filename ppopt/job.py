@@ -264,11 +264,16 @@ class Job:
         weights = split_weights(self.pp, self.split) if "split" in self.schedule_options else None
         return partition_layers(self.model.num_layers, self.stages, weights)
 
+    @property
+    def stage_devices(self) -> Placement:
+        """Per schedule stage, the devices holding it (one per replica): :func:`placement`."""
+        return placement(self.schedule, self.pp, tuple(sorted(self.schedule_options.items())))
+
     def device_of(self, stage: int) -> int:
-        """The device (pipeline rank) that holds ``stage``: the first of :func:`placement`'s devices
-        (the down pipeline's for Chimera and DualPipe), e.g. stage k of a looped schedule on k mod p,
-        of a V-shaped one on k or 2p - 1 - k."""
-        return placement(self.schedule, self.pp, tuple(sorted(self.schedule_options.items())))[stage][0]
+        """The device (pipeline rank) that holds ``stage``: the first of :attr:`stage_devices` (the
+        down pipeline's for Chimera and DualPipe), e.g. stage k of a looped schedule on k mod p, of a
+        V-shaped one on k or 2p - 1 - k."""
+        return self.stage_devices[stage][0]
 
     @property
     def gpus(self) -> int:

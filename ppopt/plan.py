@@ -354,12 +354,8 @@ def _probe(job: Job, per_stage: int) -> Job:
 
 def one_stage_per_device(job: Job) -> bool:
     """Whether device k holds stage k alone (no chunks, no replicas), so a stage's memory is its
-    device's (:func:`placement`)."""
-    return all(devices == (k,) for k, devices in enumerate(_placement_of(job)))
-
-
-def _placement_of(job: Job) -> tuple[tuple[int, ...], ...]:
-    return placement(job.schedule, job.pp, tuple(sorted(job.schedule_options.items())))
+    device's (:attr:`ppopt.job.Job.stage_devices`)."""
+    return all(devices == (k,) for k, devices in enumerate(job.stage_devices))
 
 
 @lru_cache(maxsize=4096)
@@ -380,7 +376,7 @@ def _same_placement(job: Job) -> str:
     """The first family (registry order) whose stages sit on the same devices as ``job``'s, with the
     job's option fields (:func:`ppopt.job.placement`): gpipe for 1F1B and ZB-H1, interleaved-1f1b
     for looped-BFS, zb-v for V-Min and DualPipeV, chimera for DualPipe."""
-    own = _placement_of(job)
+    own = job.stage_devices
     for name in SCHEDULES:
         options = tuple(sorted((option, getattr(job, option)) for option in get(name).options))
         try:

@@ -42,7 +42,7 @@ from ppopt.plan import PlanRow
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import search
-from ppopt.solve.space import family_space, placement_of
+from ppopt.solve.space import family_space
 
 __all__ = ["JobInstanceSpec", "JobSearch", "job_spec", "ranking_changes", "search_job"]
 
@@ -61,10 +61,8 @@ class JobInstanceSpec(InstanceSpec):
 
 
 def _held(job: Job) -> list[list[int]]:
-    """Per device, the schedule stages it holds in the family space's placement."""
-    placement = placement_of(family_space(job.schedule, job.schedule_options), job.pp)
-    assert placement is not None
-    return [[s for s, devices in enumerate(placement) if d in devices] for d in range(job.pp)]
+    """Per device, the schedule stages it holds in the family space's placement (:attr:`Job.stage_devices`)."""
+    return [[s for s, devices in enumerate(job.stage_devices) if d in devices] for d in range(job.pp)]
 
 
 def job_spec(job: Job, memory_limit: float | None) -> JobInstanceSpec:
