@@ -116,29 +116,52 @@ from ppopt.costs import (
     stored_activation_bytes_per_layer,
     work_time_s,
 )
-from ppopt.errors import ConfigError
+from ppopt.errors import ConfigError, ScheduleError
+from ppopt.generators import get, names
+from ppopt.placement import Placement, parse_split, split_weights
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
 
 __all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job", "job_costs", "job_schedule", "job_work", "pipeline_system",
-           "stages_per_device",
+           "placement", "stages_per_device",
            "work_time_s"]
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES = ("none", "selective", "full")
-SCHEDULES = ("1f1b", "gpipe", "zb-h1", "zb-h2", "interleaved-1f1b", "looped-bfs", "zb-v", "v-min", "hanayo", "chimera")
-"""Schedule families a job can use. Interleaved-1F1B and looped-BFS place ``chunks`` stages on
-every device, ZB-V and V-min two, Hanayo 2·``waves``, Chimera two replicated ones; the others one."""
-CHUNKED = ("interleaved-1f1b", "looped-bfs")
-"""Families whose stages per device are the job's ``chunks``."""
+SCHEDULES = tuple(names())
+"""Schedule families a job can use: every family of the registry (:mod:`ppopt.generators`). What a
+job needs of a family is read from its entry: its options (:meth:`Job.schedule_options`), its stages
+per device (``Family.chunks``) and its placement (its space's, :func:`placement`); its rules (e.g.
+DualPipeV's m >= 2p) are its generator's, checked when the job's schedule is built
+(:func:`job_schedule`)."""
+OPTION_LABELS = {"chunks": "v", "waves": "w", "split": ""}
+"""How :meth:`Job.schedule_label` writes each generator option (``interleaved-1f1b v2``,
+``hanayo w2``, ``chimera-asym 1:2``); every option of :data:`ppopt.generators.OPTIONS` is a
+:class:`Job` field of the same name."""
 
 
-def stages_per_device(schedule: str, chunks: int = 2, waves: int = 1) -> int:
-    """Model chunks each device holds under ``schedule`` (Chimera: its two replicated stages)."""
-    if schedule in CHUNKED:
-        return chunks
-    if schedule == "hanayo":
-        return 2 * waves
-    return 2 if schedule in ("zb-v", "v-min", "chimera") else 1
+def stages_per_device(schedule: str, **options: object) -> int:
+    """Schedule stages per device, S/p, of ``schedule`` with its generator ``options`` (the
+    registry's defaults for those not given): its entry's ``chunks`` (Chimera's and DualPipe's
+    replicas count once: p stages, each on two devices)."""
+    per_device = get(schedule).chunks(options)
+    if isinstance(per_device, bool) or not isinstance(per_device, int) or per_device < 1:
+        raise ConfigError(f"{schedule} needs a positive number of stages per device, got {per_device!r}", field="schedule")
+    return per_device
+
+
+@lru_cache(maxsize=1024)
+def placement(schedule: str, devices: int, options: tuple[tuple[str, object], ...] = ()) -> Placement:
+    """The devices holding each stage of ``schedule`` on ``devices`` devices (one per replica): the
+    placement of the family's space (:func:`ppopt.solve.space.family_space`), which its generator
+    uses. ConfigError naming ``schedule`` when the placement is not defined (e.g. Chimera's for odd p)."""
+    from ppopt.solve.space import family_space, placement_of
+
+    try:
+        placed = placement_of(family_space(schedule, dict(options)), devices)
+    except ScheduleError as error:
+        raise ConfigError(f"{schedule} is not defined for {devices} devices: {error.reason}", field="schedule") from None
+    assert placed is not None  # a family's space fixes its placement
+    return placed
 
 
 # --------------------------------------------------------------------------------------------------
@@ -174,6 +197,9 @@ class Job:
     """Stages per device of interleaved-1f1b and looped-bfs (others ignore it)."""
     waves: int = 1
     """Hanayo's waves W (2W stages per device; others ignore it)."""
+    split: str = "1:2"
+    """chimera-asym's layer split A:B between the first and second half of the stages, the default
+    of ``layers`` (others ignore it)."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch"):
@@ -188,6 +214,11 @@ class Job:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+        if "split" in self.schedule_options:
+            try:
+                parse_split(self.split)
+            except ScheduleError as error:
+                raise ConfigError(error.reason, field="split") from None
         if self.stages > self.model.num_layers:
             raise ConfigError(f"{self.stages} stages ({self.pp} devices x {self.stages // self.pp} under {self.schedule}) "
                               f"exceed the model's {self.model.num_layers} layers", field="pp")
@@ -211,36 +242,38 @@ class Job:
     def stages(self) -> int:
         """Pipeline stages of the schedule: ``pp`` devices x :func:`stages_per_device` (Chimera's
         replicas are the same p stages twice)."""
-        per_device = stages_per_device(self.schedule, self.chunks, self.waves)
-        return self.pp if self.schedule == "chimera" else self.pp * per_device
+        return self.pp * stages_per_device(self.schedule, **self.schedule_options)
 
     @property
-    def schedule_options(self) -> dict[str, int]:
-        """The generator options of the job's schedule."""
-        if self.schedule in CHUNKED:
-            return {"chunks": self.chunks}
-        return {"waves": self.waves} if self.schedule == "hanayo" else {}
+    def schedule_options(self) -> dict[str, object]:
+        """The generator options of the job's schedule: the job's fields its registry entry names."""
+        return {name: getattr(self, name) for name in get(self.schedule).options}
 
     @property
     def schedule_label(self) -> str:
-        """The schedule with its option, e.g. ``interleaved-1f1b v2`` or ``hanayo w2``."""
-        option = {"chunks": "v", "waves": "w"}
-        return " ".join([self.schedule] + [f"{option[k]}{v}" for k, v in self.schedule_options.items()])
+        """The schedule with its options, e.g. ``interleaved-1f1b v2``, ``hanayo w2`` or ``chimera-asym 1:2``."""
+        return " ".join([self.schedule] + [f"{OPTION_LABELS[k]}{v}" for k, v in self.schedule_options.items()])
 
     @property
     def stage_layers(self) -> tuple[int, ...]:
-        """Transformer blocks per schedule stage (``layers``, or the even split)."""
-        return self.layers if self.layers is not None else partition_layers(self.model.num_layers, self.stages)
+        """Transformer blocks per schedule stage (``layers``; or the split of the schedule's
+        ``split`` option, as :func:`ppopt.generators.chimera.chimera_asym` weighs its stages; or the
+        even split)."""
+        if self.layers is not None:
+            return self.layers
+        weights = split_weights(self.pp, self.split) if "split" in self.schedule_options else None
+        return partition_layers(self.model.num_layers, self.stages, weights)
+
+    @property
+    def stage_devices(self) -> Placement:
+        """Per schedule stage, the devices holding it (one per replica): :func:`placement`."""
+        return placement(self.schedule, self.pp, tuple(sorted(self.schedule_options.items())))
 
     def device_of(self, stage: int) -> int:
-        """The device (pipeline rank) that holds ``stage`` (the down pipeline's for Chimera): stage
-        k of a looped schedule on k mod p, of a V-shaped one (zb-v, v-min, hanayo) on k mod 2p or
-        2p - 1 - k mod 2p."""
-        p, k = self.pp, stage
-        if self.schedule in ("zb-v", "v-min", "hanayo"):
-            k %= 2 * p
-            return k if k < p else 2 * p - 1 - k
-        return k % p
+        """The device (pipeline rank) that holds ``stage``: the first of :attr:`stage_devices` (the
+        down pipeline's for Chimera and DualPipe), e.g. stage k of a looped schedule on k mod p, of a
+        V-shaped one on k or 2p - 1 - k."""
+        return self.stage_devices[stage][0]
 
     @property
     def gpus(self) -> int:
@@ -498,14 +531,13 @@ def job_costs(job: Job, work: JobWork | None = None) -> Costs:
 
 
 @lru_cache(maxsize=256)
-def _prepared(schedule: str, devices: int, microbatches: int, options: tuple[tuple[str, int], ...] = ()) -> Prepared:
-    from ppopt.errors import ScheduleError
+def _prepared(schedule: str, devices: int, microbatches: int, options: tuple[tuple[str, object], ...] = ()) -> Prepared:
     from ppopt.generators import generate
 
     try:
         return prepare(generate(schedule, devices, microbatches, **dict(options)))
     except ScheduleError as error:
-        raise ConfigError(f"{schedule} is not defined for {devices} devices and {microbatches} microbatches: {error}",
+        raise ConfigError(f"{schedule} is not defined for {devices} devices and {microbatches} microbatches: {error.reason}",
                           field="schedule") from None
 
 

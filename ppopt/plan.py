@@ -12,8 +12,8 @@ The space (:func:`layouts`, :func:`enumerate_jobs`)
       global batch.
     * every micro batch size dividing the global batch per replica (global batch / d);
     * every recomputation mode (none, selective, full) and every requested schedule a job supports
-      (by default every family of :data:`ppopt.job.SCHEDULES`, :data:`DEFAULT_SCHEDULES`; with
-      p = 1 only the first), each with its options:
+      (by default every family of :data:`ppopt.job.SCHEDULES` but chimera-asym, :data:`DEFAULT_SCHEDULES`;
+      with p = 1 only the one keeping the fewest activations, 1F1B), each with its options:
       interleaved-1f1b and looped-bfs with every ``chunks`` c ≥ 2 for which c·p divides the layers,
       Hanayo with ``waves`` 1 and 2 (when 2W·p stages fit the layers). A family the generator does
       not define for p and m (e.g. ZB-H1 with m < p, Chimera with odd p) is left out.
@@ -56,14 +56,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.costs import Costs, layer_forward_flops, logits_forward_flops
 from ppopt.errors import ConfigError, InfeasibleError
+from ppopt.generators import get
 from ppopt.ir import FREEING_KINDS, Kind
-from ppopt.job import CHUNKED, RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work, stages_per_device
+from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work, placement, stages_per_device
 
 __all__ = [
     "MAX_JOBS", "Memory", "Plan", "PlanRequest", "PlanRow", "balanced_layers", "count_jobs", "describe", "enumerate_jobs",
@@ -79,6 +81,12 @@ Progress = Callable[[int, int], None]
 
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
+
+
+DEFAULT_SCHEDULES = tuple(name for name in SCHEDULES if "split" not in get(name).options)
+"""The families a plan enumerates unless asked for others: every family a job supports except those
+whose option is a layer split (chimera-asym): the plan chooses the split itself (``--layers-per-stage``),
+and with balanced or explicit counts such a family is the same job as its even twin (Chimera)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,7 @@ class PlanRequest:
     memory_limit_bytes: float | None = None
     split: Split = "even"
     recompute: tuple[str, ...] = RECOMPUTE_MODES
-    schedules: tuple[str, ...] = SCHEDULES
+    schedules: tuple[str, ...] = DEFAULT_SCHEDULES
     micro_batches: tuple[int, ...] | None = None
     overlap_gradient_sync: bool = False
 
@@ -168,59 +176,75 @@ def _micro_batches(request: PlanRequest, d: int) -> list[int]:
     return [b for b in sizes if request.micro_batches is None or b in request.micro_batches]
 
 
-DEFAULT_SCHEDULES = SCHEDULES
-"""The families a plan enumerates unless asked for others: every family a job supports."""
-
-_ANY_M = ("1f1b", "gpipe", "zb-h1")
-"""Families whose definedness is known without generating them (see :func:`_defined`)."""
-
-
 @lru_cache(maxsize=4096)
-def _defined(schedule: str, devices: int, microbatches: int, options: tuple[tuple[str, int], ...] = ()) -> bool:
-    """Whether the generator defines ``schedule`` with ``options`` for p devices and m microbatches:
-    ZB-H1 needs m >= p (``ppopt/generators/zero_bubble.py``), 1F1B and GPipe take any (checked
-    without generating, so sizing a space stays cheap); the other families are generated once, and
-    what memory needs of them is kept (:func:`_device_events`), so sizing does not generate again."""
-    if schedule in _ANY_M:
-        return schedule != "zb-h1" or microbatches >= devices
+def _refusal(schedule: str, devices: int, microbatches: int, options: tuple[tuple[str, object], ...] = ()) -> str | None:
+    """None when the generator defines ``schedule`` with ``options`` for p devices and m
+    microbatches, else its reason (e.g. ZB-H1 needs m >= p, Chimera an even p, DualPipeV m >= 2p:
+    their generators' rules). It is generated once, and what memory needs of it is kept
+    (:func:`_device_events`), so sizing does not generate again."""
     from ppopt.errors import PpoptError
 
     try:
         _device_events(schedule, devices, microbatches, options)
-    except PpoptError:
-        return False
-    return True
+    except PpoptError as error:
+        return error.reason
+    return None
 
 
-def _stages(schedule: str, devices: int, options: dict[str, int]) -> int:
-    """Schedule stages S of ``schedule`` on ``devices`` devices (Chimera's replicas count once)."""
-    return devices if schedule == "chimera" else devices * stages_per_device(schedule, **options)
+def _defined(schedule: str, devices: int, microbatches: int, options: tuple[tuple[str, object], ...] = ()) -> bool:
+    return _refusal(schedule, devices, microbatches, options) is None
 
 
-def schedule_variants(schedule: str, devices: int, layers: int, stages: int | None = None) -> list[dict[str, int]]:
-    """The option sets of ``schedule`` a plan tries on ``devices`` devices for a model of ``layers``
-    layers (module doc): chunks c ≥ 2 with c·p dividing the layers, waves 1 and 2 with 2W·p ≤ layers;
-    with ``stages`` (explicit per-stage counts) the one option set giving that many stages."""
-    if stages is not None:
-        per_device, left = divmod(stages, devices)
-        if left or stages > layers:
-            return []
-        if schedule in CHUNKED:
-            return [{"chunks": per_device}] if per_device >= 2 else []
-        if schedule == "hanayo":
-            return [{"waves": per_device // 2}] if per_device % 2 == 0 and per_device >= 2 else []
-        return [{}] if _stages(schedule, devices, {}) == stages else []
-    if schedule in CHUNKED:
-        return [{"chunks": c} for c in range(2, layers // devices + 1) if layers % (c * devices) == 0]
-    if schedule == "hanayo":
-        return [{"waves": w} for w in (1, 2) if 2 * w * devices <= layers]
-    return [{}] if stages_per_device(schedule) * devices <= layers else []
+def _none_defined(request: PlanRequest) -> str:
+    """Why the request has no job: each family's refusal on the layout with the most microbatches
+    (b = 1; the most devices among equals)."""
+    t, p, d = max(layouts(request), key=lambda layout: (request.batch // layout[2], layout[1]))
+    m = request.batch // d
+    reasons = [_refusal(name, p, m) or f"{name}'s stages exceed the layers" for name in request.schedules]
+    reasons = [reason if reason.startswith(name) else f"{name}: {reason}" for name, reason in zip(request.schedules, reasons)]
+    return f"no job of the schedules {', '.join(request.schedules)} is defined on {request.gpus} GPUs; at p = {p}, " \
+           f"m = {m}: {'; '.join(reasons)}"
 
 
-def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[str, int]], ...]:
+def _option_values(option: str, devices: int, layers: int, stages: int | None) -> list[object]:
+    """The values of a generator option a plan tries (module doc): chunks c >= 2 with c·p dividing
+    the layers, waves 1 and 2, a layer split at its default; with ``stages`` (explicit counts) every
+    chunks or waves value up to S/p (the caller keeps those giving S stages)."""
+    if option == "chunks":
+        if stages is not None:
+            return list(range(2, stages // devices + 1))
+        return [c for c in range(2, layers // devices + 1) if layers % (c * devices) == 0]
+    if option == "waves":
+        return [1, 2] if stages is None else list(range(1, stages // devices + 1))
+    return [Job.split]
+
+
+def schedule_variants(schedule: str, devices: int, layers: int, stages: int | None = None) -> list[dict[str, Any]]:
+    """The option sets of ``schedule`` (its registry entry's options) a plan tries on ``devices``
+    devices for a model of ``layers`` layers (module doc): chunks c ≥ 2 with c·p dividing the layers,
+    waves 1 and 2, each with its S stages within the layers; with ``stages`` (explicit per-stage
+    counts) the option sets giving that many stages."""
+    variants: list[dict[str, Any]] = [{}]
+    for option in get(schedule).options:
+        variants = [{**v, option: value} for v in variants for value in _option_values(option, devices, layers, stages)]
+    fits = [v for v in variants if stages_per_device(schedule, **v) * devices <= layers]
+    return fits if stages is None else [v for v in fits if stages_per_device(schedule, **v) * devices == stages]
+
+
+def _single_device(names: tuple[str, ...], m: int) -> str:
+    """The family a one-device job uses: with p = 1 there is no pipeline, every family runs the same
+    ops one after the other, so the plan keeps the one holding the fewest microbatches' activations
+    at m and at 2m (1F1B's one), the first among equals (:func:`live_microbatches`)."""
+    def peak(name: str, microbatches: int) -> float:
+        return max(live_microbatches(name, 1, microbatches)) if _defined(name, 1, microbatches) else math.inf
+
+    return min(names, key=lambda name: (peak(name, m), peak(name, 2 * m), names.index(name)))
+
+
+def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[str, Any]], ...]:
     """The (family, options) pairs of a p-device pipeline with m microbatches; with explicit counts
     only those with as many stages as counts (the counts are per schedule stage)."""
-    names = request.schedules[:1] if p == 1 else request.schedules
+    names = (_single_device(request.schedules, m),) if p == 1 else request.schedules
     wanted = len(request.split) if isinstance(request.split, tuple) else None
     return tuple((name, options) for name in names for options in schedule_variants(name, p, request.model.num_layers, wanted)
                  if _defined(name, p, m, tuple(sorted(options.items()))))
@@ -295,7 +319,7 @@ def _device_events(schedule: str, devices: int, microbatches: int,
 
 def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
     """One :class:`Memory` per device (its ``stage`` field: the device)."""
-    if job.stages == job.pp and job.schedule != "chimera":
+    if one_stage_per_device(job):
         live = live_microbatches(job.schedule, job.pp, job.microbatches)
         return [Memory(work.persistent_bytes[k] + live[k] * work.stored_bytes[k] + work.working_bytes[k], k,
                        work.persistent_bytes[k], live[k] * work.stored_bytes[k], work.working_bytes[k])
@@ -325,11 +349,13 @@ def memory_of(job: Job, work: JobWork | None = None) -> Memory:
 
 def _probe(job: Job, per_stage: int) -> Job:
     model = job.model.model_copy(update={"num_layers": per_stage * job.stages})
-    return replace(job, model=model, layers=None)
+    return replace(job, model=model, layers=(per_stage,) * job.stages)
 
 
-_SAME_PLACEMENT = {"gpipe": "1f1b", "zb-h1": "1f1b", "zb-h2": "1f1b", "looped-bfs": "interleaved-1f1b", "v-min": "zb-v"}
-"""Families whose stages sit on the same devices as another's (:meth:`ppopt.job.Job.device_of`)."""
+def one_stage_per_device(job: Job) -> bool:
+    """Whether device k holds stage k alone (no chunks, no replicas), so a stage's memory is its
+    device's (:attr:`ppopt.job.Job.stage_devices`)."""
+    return all(devices == (k,) for k, devices in enumerate(job.stage_devices))
 
 
 @lru_cache(maxsize=4096)
@@ -342,8 +368,23 @@ def _probe_work(job: Job, per_stage: int) -> tuple[Job, JobWork, Costs]:
     schedule only through its stages and their devices, so families of one placement share it
     (cached: the plan balances every family of a layout)."""
     probe = _probe(job, per_stage)
-    work, costs = _placed_work(replace(probe, schedule=_SAME_PLACEMENT.get(job.schedule, job.schedule)))
+    work, costs = _placed_work(replace(probe, schedule=_same_placement(job)))
     return probe, work, costs
+
+
+def _same_placement(job: Job) -> str:
+    """The first family (registry order) whose stages sit on the same devices as ``job``'s, with the
+    job's option fields (:func:`ppopt.job.placement`): gpipe for 1F1B and ZB-H1, interleaved-1f1b
+    for looped-BFS, zb-v for V-Min and DualPipeV, chimera for DualPipe."""
+    own = job.stage_devices
+    for name in SCHEDULES:
+        options = tuple(sorted((option, getattr(job, option)) for option in get(name).options))
+        try:
+            if placement(name, job.pp, options) == own:
+                return name
+        except ConfigError:  # no such placement on p devices (e.g. Chimera's for odd p)
+            continue
+    return job.schedule  # pragma: no cover - the job's own family matches
 
 
 def balanced_layers(job: Job, limit: float | None = None) -> tuple[int, ...] | None:
@@ -360,7 +401,7 @@ def balanced_layers(job: Job, limit: float | None = None) -> tuple[int, ...] | N
     c1, c2 = costs1.stages, costs2.stages
     per_layer = [(b.forward_s + b.backward_s) - (a.forward_s + a.backward_s) for a, b in zip(c1, c2)]
     fixed = [a.forward_s + a.backward_s - slope for a, slope in zip(c1, per_layer)]
-    if job.stages != job.pp or job.schedule == "chimera":
+    if not one_stage_per_device(job):
         limit = None
     if limit is not None:
         m1, m2 = _stage_memory(one, w1), _stage_memory(two, w2)
@@ -484,7 +525,7 @@ def _with_split(job: Job, request: PlanRequest) -> Job | None:
     if counts is None:
         return None
     split = replace(job, layers=counts)
-    if (job.stages != job.pp or job.schedule == "chimera") and memory_of(split).peak_bytes > request.limit:
+    if not one_stage_per_device(job) and memory_of(split).peak_bytes > request.limit:
         return job  # the balancing did not see the limit (several stages per device): keep the even split
     return split
 
@@ -506,6 +547,8 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
         if total == 0 and isinstance(request.split, tuple):
             raise InfeasibleError(f"no job of the schedules {', '.join(request.schedules)} has {len(request.split)} stages "
                                   "(one count per schedule stage: p devices x stages per device)", field="layers_per_stage")
+        if total == 0:
+            raise InfeasibleError(_none_defined(request), field="schedules")
         if total > MAX_JOBS:
             raise ConfigError(f"{total} jobs to enumerate exceed the limit of {MAX_JOBS}; narrow the space "
                               "(--recompute, --schedule, --micro-batch)", field="gpus")

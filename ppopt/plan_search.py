@@ -16,7 +16,7 @@ The solver adds up the persistent bytes of the stages a device holds; the job's 
 set is the largest of its stages', not their sum, so it is added once per device, to the first
 stage the device holds (:func:`job_spec`).
 
-Spaces: the job's family space (:func:`ppopt.solve.gap.family_space`: 1F1B and GPipe are points
+Spaces: the job's family space (:func:`ppopt.solve.space.family_space`: 1F1B and GPipe are points
 of ``placement=linear``, ZB-H1 and ZB-H2 of ``placement=linear,backward=split``, interleaved-1F1B
 and looped-BFS of ``placement=looped,chunks=v``, ZB-V and V-min of ``placement=v,backward=split``,
 Hanayo of ``placement=zigzag,waves=W``, Chimera of ``placement=bidirectional,directions=free``)
@@ -39,11 +39,10 @@ from ppopt.errors import InfeasibleError, PpoptError, ScheduleError
 from ppopt.ir import Schedule
 from ppopt.job import Job, job_costs, job_work, pipeline_system
 from ppopt.plan import PlanRow
-from ppopt.solve.gap import family_space
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import search
-from ppopt.solve.space import placement_of
+from ppopt.solve.space import family_space
 
 __all__ = ["JobInstanceSpec", "JobSearch", "job_spec", "ranking_changes", "search_job"]
 
@@ -62,10 +61,8 @@ class JobInstanceSpec(InstanceSpec):
 
 
 def _held(job: Job) -> list[list[int]]:
-    """Per device, the schedule stages it holds in the family space's placement."""
-    placement = placement_of(family_space(job.schedule, job.schedule_options), job.pp)
-    assert placement is not None
-    return [[s for s, devices in enumerate(placement) if d in devices] for d in range(job.pp)]
+    """Per device, the schedule stages it holds in the family space's placement (:attr:`Job.stage_devices`)."""
+    return [[s for s, devices in enumerate(job.stage_devices) if d in devices] for d in range(job.pp)]
 
 
 def job_spec(job: Job, memory_limit: float | None) -> JobInstanceSpec:

@@ -131,7 +131,7 @@ def test_job_checks_its_layout():
     with pytest.raises(ConfigError, match="recompute"):
         Job(GPT, SYSTEM, recompute="all")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="schedule"):
-        Job(GPT, SYSTEM, pp=2, schedule="chimera-asym")  # not a job schedule
+        Job(GPT, SYSTEM, pp=2, schedule="no-such-family")  # not a registered family
 
 
 def test_evaluate_job_adds_gradient_sync_and_optimizer_to_the_pipeline():

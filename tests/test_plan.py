@@ -252,8 +252,7 @@ def test_job_command_takes_the_split_plan_prints():
 
 
 def test_every_family_is_enumerated_by_default_with_its_chunks_and_waves():
-    from ppopt.job import SCHEDULES
-    from ppopt.plan import schedule_variants
+    from ppopt.plan import DEFAULT_SCHEDULES, schedule_variants
 
     # 32 layers on p = 4: chunks c >= 2 with 4c dividing 32 are 2, 4, 8; Hanayo's 2W·4 <= 32 gives W = 1, 2
     assert schedule_variants("interleaved-1f1b", 4, 32) == [{"chunks": 2}, {"chunks": 4}, {"chunks": 8}]
@@ -263,7 +262,7 @@ def test_every_family_is_enumerated_by_default_with_its_chunks_and_waves():
     assert schedule_variants("hanayo", 4, 32, 8) == [{"waves": 1}]
     assert schedule_variants("zb-v", 4, 32, 8) == [{}] and schedule_variants("chimera", 4, 32, 8) == []
     jobs = list(enumerate_jobs(PlanRequest(LLAMA8, H100, 8, global_batch=16)))
-    assert {j.schedule for j in jobs} == set(SCHEDULES)
+    assert {j.schedule for j in jobs} == set(DEFAULT_SCHEDULES)
     assert all(32 % j.stages == 0 for j in jobs if j.schedule in ("interleaved-1f1b", "looped-bfs"))
 
 

@@ -167,11 +167,12 @@ def _on(row, system):
               help="Pipeline schedule family.")
 @click.option("--chunks", type=int, default=2, show_default=True, help="Stages per device (interleaved-1f1b, looped-bfs).")
 @click.option("--waves", type=int, default=1, show_default=True, help="Hanayo's waves (2W stages per device).")
+@click.option("--split", default="1:2", show_default=True, help="chimera-asym's layer split A:B between the halves of the stages.")
 @click.option("--layers-per-stage", "layers_per_stage", default=None,
               help="Layers of each stage, e.g. 7,8,8,7 (as ppopt plan prints) [default: even, the remainder first].")
 @json_option
 def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute, sequence_parallel,
-                distributed_optimizer, overlap_grad_sync, schedule, chunks, waves, layers_per_stage, as_json) -> None:
+                distributed_optimizer, overlap_grad_sync, schedule, chunks, waves, split, layers_per_stage, as_json) -> None:
     """Predict one training step of a 3D-parallel job (t·p·d GPUs): pipeline, gradient
     all-reduce, optimizer step and per-GPU peak memory."""
     from ppopt.config import load_model, load_system
@@ -189,7 +190,7 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     job = Job(load_model(model), load_system(system), tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
               global_batch=global_batch, recompute=recompute, sequence_parallel=sequence_parallel,
               distributed_optimizer=distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
-              layers=layers, chunks=chunks, waves=waves)
+              layers=layers, chunks=chunks, waves=waves, split=split)
     result = evaluate_job(job)
     figures = {
         "job": job.describe(), "gpus": job.gpus, "microbatches": job.microbatches, "layers_per_stage": list(job.stage_layers),

@@ -45,8 +45,8 @@ def _gb(value: float) -> str:
 @click.option("--recompute", multiple=True, type=click.Choice(["none", "selective", "full"]),
               help="Recomputation modes to consider (repeatable) [default: all].")
 @click.option("--schedule", "schedules", multiple=True, type=click.Choice([*SCHEDULES, "all"]),
-              help="Schedule families to consider (repeatable; 'all', the default: every family a job supports, with "
-                   "their chunks and waves).")
+              help="Schedule families to consider (repeatable) [default: every family a job supports, with their chunks and "
+                   "waves, but chimera-asym, whose A:B layer split --layers-per-stage covers; 'all' adds it].")
 @click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--candidates", type=click.Path(dir_okay=False), default=None,

@@ -13,19 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ppopt.errors import InfeasibleError, ScheduleError
-from ppopt.generators import generate, get, names
+from ppopt.generators import generate, names
 from ppopt.simulate import simulate
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import SearchResult, memory_use, minimum_memory, relative_gap, search
-from ppopt.solve.space import Space, parse_space, placement_of, stage_count
+from ppopt.solve.space import Space, family_space, placement_of, stage_count
 from ppopt.validate import validate
-
-
-def family_space(name: str, options: dict) -> Space:
-    """The relaxed space a handcrafted schedule is a point of (see the module docstring): its
-    registry entry's ``space``."""
-    return parse_space(get(name).space(options))
 
 
 def searched(spec: InstanceSpec, space: Space) -> Space:

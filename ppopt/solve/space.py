@@ -23,6 +23,7 @@ point of a handcrafted schedule (its placement and per-device order are kept). K
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ppopt.errors import ScheduleError
@@ -136,6 +137,12 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
     if values.get("directions") == "free" and values.get("placement") != "bidirectional":
         raise ScheduleError("space key 'directions' needs placement=bidirectional", field="space")
     return Space(**values)  # type: ignore[arg-type]
+
+
+def family_space(name: str, options: Mapping[str, object]) -> Space:
+    """The relaxed space a handcrafted schedule is a point of: its registry entry's ``space``
+    (:mod:`ppopt.generators`), with the schedule's ``options``."""
+    return parse_space(get(name).space(options))
 
 
 def placement_of(space: Space, devices: int) -> tuple[tuple[int, ...], ...] | None:

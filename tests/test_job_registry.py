@@ -1,0 +1,82 @@
+"""Every registered family in the job model and the plan (issue 12: the registry is the single source
+of truth): a family added to :mod:`ppopt.generators` either runs as a job, with the facts the job
+model reads from its entry agreeing with its generator, or is refused with a one-line reason."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.config import ModelConfig
+from ppopt.errors import ConfigError, InfeasibleError
+from ppopt.generators import generate, get, names
+from ppopt.job import SCHEDULES, Job, evaluate_job
+from ppopt.plan import PlanRequest, balanced_layers, enumerate_jobs, memory_of, plan
+from tests.test_job import SYSTEM  # a toy system: 100 TFLOP/s, 8 GPUs a node
+
+MODEL = ModelConfig(name="gpt-8l", num_layers=8, hidden_size=512, num_attention_heads=8, vocab_size=32000,
+                    seq_length=512, global_batch_size=8, tie_embeddings=True)
+
+
+def _choices(command: str, option: str) -> list[str]:
+    param = next(p for p in main.commands[command].params if p.name == option)
+    return list(param.type.choices)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", names())
+def test_every_family_builds_a_job_or_is_refused_with_a_reason(name):
+    # p = 2, m = 8 meets every family's rules (m >= 2p, m even, a multiple of p)
+    family = get(name)
+    try:
+        job = Job(MODEL, SYSTEM, pp=2, micro_batch=1, global_batch=8, schedule=name)
+        result = evaluate_job(job)
+    except ConfigError as error:  # a family the job model cannot take says why, on one line
+        assert error.field == "schedule" and name in error.reason and "\n" not in str(error)
+        return
+    assert name in SCHEDULES and name in _choices("job", "schedule") and name in _choices("plan", "schedules")
+    # what the job reads from the registry agrees with the generator's schedule
+    assert set(job.schedule_options) == set(family.options)
+    schedule = generate(name, 2, 8, **job.schedule_options)
+    assert job.stages == schedule.stages and sum(job.stage_layers) == MODEL.num_layers
+    assert [job.device_of(k) for k in range(job.stages)] == [devices[0] for devices in schedule.placement]
+    assert result.step_time_s > 0
+    assert result.step_time_s == pytest.approx(result.pipeline_s + result.gradient_sync_s + result.optimizer_s)
+    # the plan sizes it without simulation to the simulated peak, balances it, and enumerates it
+    assert memory_of(job).peak_bytes == pytest.approx(result.peak_memory_bytes, rel=1e-12)
+    counts = balanced_layers(job)
+    assert counts is not None and len(counts) == job.stages and sum(counts) == MODEL.num_layers
+    jobs = enumerate_jobs(PlanRequest(MODEL, SYSTEM, 2, schedules=(name,), recompute=("none",)))
+    assert any(j.pp == 2 and j.schedule == name for j in jobs)
+
+
+def test_chimera_asym_job_splits_its_layers_a_to_b():
+    # 12 layers on p = 4 stages, 1:2: the first two stages share 1/3 (4 layers), the last two 2/3 (8)
+    model = MODEL.model_copy(update={"num_layers": 12})
+    job = Job(model, SYSTEM, pp=4, micro_batch=1, global_batch=8, schedule="chimera-asym")
+    assert job.stage_layers == (2, 2, 4, 4) and job.schedule_label == "chimera-asym 1:2"
+    # 1:1 is Chimera's even split, and the op order is Chimera's: the same step to the last bit
+    even = Job(model, SYSTEM, pp=4, micro_batch=1, global_batch=8, schedule="chimera-asym", split="1:1")
+    assert even.stage_layers == (3, 3, 3, 3)
+    assert evaluate_job(even).step_time_s == evaluate_job(Job(model, SYSTEM, pp=4, micro_batch=1, global_batch=8,
+                                                              schedule="chimera")).step_time_s
+    with pytest.raises(ConfigError, match="A:B") as bad:
+        Job(model, SYSTEM, pp=4, micro_batch=1, global_batch=8, schedule="chimera-asym", split="1:0")
+    assert bad.value.field == "split"
+
+
+def test_a_family_rule_is_a_one_line_error_in_job_and_a_skip_in_plan():
+    # DualPipe needs an even p and m >= 2p: m = 2 on p = 2 is refused, naming the minimum
+    with pytest.raises(ConfigError, match="the minimum is m = 4") as refused:
+        evaluate_job(Job(MODEL, SYSTEM, pp=2, micro_batch=1, global_batch=2, schedule="dualpipe"))
+    assert refused.value.field == "schedule"
+    out = CliRunner().invoke(main, ["job", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", "2",
+                                    "--global-batch", "2", "--schedule", "dualpipe"])
+    assert out.exit_code == 1 and out.output.startswith("error: --schedule: dualpipe is not defined") \
+        and out.output.count("\n") == 1
+    # in a plan the undefined candidates are left out; with nothing left the reason is given
+    request = PlanRequest(MODEL, SYSTEM, 2, global_batch=2, schedules=("dualpipe", "1f1b"), recompute=("none",))
+    assert {j.schedule for j in enumerate_jobs(request)} == {"1f1b"}
+    with pytest.raises(InfeasibleError, match="at p = 2, m = 2: dualpipe needs m >= 2p") as none:
+        plan(PlanRequest(MODEL, SYSTEM, 2, global_batch=2, schedules=("dualpipe",), recompute=("none",)))
+    assert none.value.field == "schedules"
