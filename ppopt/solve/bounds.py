@@ -20,7 +20,8 @@ None), so ``max`` of them complements the solver's own bound:
   of microbatch i's backward there; and Jackson's preemptive one-machine bound per device with
   those heads and tails (proofs in :mod:`ppopt.solve.heads`).
 - **relaxation** (linear placement, full backward): CP-SAT's bound on a reduced problem that keeps a
-  few devices exactly and the others as time lags (:mod:`ppopt.solve.relaxation`); it costs solver
+  few devices exactly and the others as time lags, optionally with the meetings of forwards and
+  backwards on the dropped devices (:mod:`ppopt.solve.relaxation`); it costs solver
   time, so the search computes it within its budget and :func:`lower_bounds` leaves it at 0.
 
 All bounds take a duration function and a delay function, so the same code gives the bound in real
