@@ -98,7 +98,8 @@ def reduced_model(
 ) -> cp_model.CpModel:
     """The reduced problem of the module docstring over the ``kept`` devices (sorted), minimising the step,
     with the step at least ``lower`` (a known lower bound of the full problem: the optimum of the full
-    problem restricted to the kept devices still meets it, so the bound stays valid)."""
+    problem restricted to the kept devices still meets it, so the bound stays valid), and with the
+    meetings on the dropped devices of microbatches at most ``pairs`` apart (0: none)."""
     f = [duration(s, Kind.F) for s in range(devices)]
     b = [duration(s, Kind.B) for s in range(devices)]
     up = [delay(s, s, s + 1) for s in range(devices - 1)]  # F(s) -> F(s+1)
