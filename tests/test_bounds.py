@@ -128,3 +128,47 @@ def test_periodic_pattern_meets_the_rate_bound_and_composes_for_any_m():
         simulation = simulate(validate(schedule), instance.costs, instance.system)
         assert simulation.step_time_s == pattern.step
         assert max(simulation.peak_activation_bytes) <= 4
+
+
+def _unit_duration(s, k):
+    return {Kind.F: 1.0, Kind.B: 2.0}[k]
+
+
+def test_period_bound_counts_the_last_round_on_the_top_device():
+    """p = 32, m = 256, cap 32, F = 1, B = 2, one-slot messages. An activation on device 0 lives at least
+    l = 1 + 31 * (1 + 2) + 62 + 2 = 158 slots, so F_0(224) starts at least 7 * 158 = 1106 after time 0.
+    The last 32 microbatches then reach device 31 no earlier than 62 slots later, run there one after
+    another (32 * 3 = 96 slots), and the last gradient needs 31 * (2 + 1) = 93 slots to come down:
+    1106 + 62 + 96 + 93 = 1357. One round trip per round (the chain alone) gives
+    31 + 8 * 158 = 1295."""
+    assert period_bound(256, _unit_duration, lambda s, a, b: 1.0, [32.0] * 32) == 1357
+
+
+@settings(max_examples=15, deadline=None)
+@given(p=st.integers(2, 8), extra=st.integers(0, 20), cap=st.integers(1, 8), comm=st.sampled_from([0, 1, 2]))
+def test_period_bound_at_least_the_chain_and_below_every_schedule(p, extra, cap, comm):
+    """At least the memory chain repeated on device 0 (a_0 = 0, no cool-down below it), and no more than
+    1F1B, GPipe, the greedy schedule and the periodic one wherever they fit the cap."""
+    m = p + extra
+    instance = unit_instance(p, m, p, UnitCosts(1, 2, None, comm), memory_limit=cap)
+    bound = period_bound(m, _unit_duration, lambda s, a, b: float(comm), [float(cap)] * p)
+    life = p * (1 + 2) + 2 * (p - 1) * comm
+    assert bound >= ((m - 1) % cap) * 1 + ((m - 1) // cap + 1) * life
+    schedules = [generate("1f1b", p, m), generate("gpipe", p, m)]
+    greedy = greedy_schedule(instance, placement("linear", p), False)
+    found = periodic_schedule(p, m, lambda s, k: int(_unit_duration(s, k)), lambda s, a, b: comm, [cap] * p, SolveOptions(5).start())
+    schedules += [s for s in (greedy, found[0] if found else None) if s is not None]
+    for schedule in schedules:
+        simulation = simulate(validate(schedule), instance.costs, instance.system)
+        if max(simulation.peak_activation_bytes) > cap + 1e-9:
+            continue
+        assert bound <= simulation.step_time_s + 1e-9, schedule.name
+
+
+@settings(max_examples=6, deadline=None)
+@given(m=st.integers(4, 8), cap=st.integers(2, 4), comm=st.sampled_from([0, 1]))
+def test_period_bound_below_the_proven_optimum_at_four_devices(m, cap, comm):
+    """p = 4, where the last round's work on the top device (m a multiple of the cap) already counts."""
+    instance = unit_instance(4, m, 4, UnitCosts(1, 2, None, comm), memory_limit=cap)
+    bound = period_bound(m, _unit_duration, lambda s, a, b: float(comm), [float(cap)] * 4)
+    assert bound <= _optimum(instance, "placement=linear") + 1e-9

@@ -37,7 +37,8 @@ def test_search_json_keys_and_outputs(tmp_path):
 def test_search_progress_goes_to_stderr():
     result = CliRunner().invoke(main, ["search", *UNIT[:-1], "--memory-limit", "4", "--no-grid"])
     assert result.exit_code == 0
-    assert "incumbent" in result.stderr and "incumbent" not in result.stdout
+    assert "steady state" in result.stderr and "steady state" not in result.stdout
+    assert "reduced-problem bound" in result.stderr and "reduced-problem bound" not in result.stdout
     assert "status     optimal" in result.stdout
 
 

@@ -47,14 +47,17 @@ def test_every_device_kept_gives_the_proven_optimum(p, m, cap, comm):
 
 
 @settings(max_examples=8, deadline=None)
-@given(p=st.integers(3, 8), extra=st.integers(0, 10), comm=st.sampled_from([0, 1, 2]), capped=st.booleans())
-def test_bound_below_every_schedule(p, extra, comm, capped):
+@given(p=st.integers(3, 8), extra=st.integers(0, 10), comm=st.sampled_from([0, 1, 2]), capped=st.booleans(),
+       meetings=st.booleans())
+def test_bound_below_every_schedule(p, extra, comm, capped, meetings):
     """With a short budget (a partial bound), still ≤ 1F1B, GPipe and the greedy schedule that fit, and
-    at least the two ends' reduced problem is no weaker than the critical path."""
+    at least the two ends' reduced problem is no weaker than the critical path; the same for the two
+    ends with the meetings on the devices between."""
     m = p + extra
     cap = p if capped else None
     duration, delay = _unit(comm)
-    bound = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(1.0).start())
+    ends = {"pairs": 2, "sets": [(0, p - 1)]} if meetings else {}
+    bound = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(1.0).start(), **ends)
     instance = unit_instance(p, m, p, UnitCosts(1, 2, None, comm), memory_limit=cap)
     assert bound >= analytic_bounds(instance, placement("linear", p), False).critical_path
     schedules = [generate("1f1b", p, m), generate("gpipe", p, m)]
@@ -78,3 +81,34 @@ def test_three_devices_beat_the_graph_bounds_at_16_by_64():
     bound = relaxation_bound(m, p, duration, delay, [p] * p, SolveOptions(1.5).start(), int(graph.best))
     one_f_one_b = simulate(validate(generate("1f1b", p, m)), instance.costs, instance.system).step_time_s
     assert graph.best < bound <= one_f_one_b
+
+
+def test_backward_lag_counts_the_backwards_between_the_kept_devices():
+    """p = 2, m = 1, F = 1, B = 5 on stage 0 and 1 on stage 1, no messages: the one microbatch takes
+    1 + 1 + 1 + 5 = 8. The lag from B_1 to B_0 is B_1 (1), not B_0 (5), which would give 12."""
+    duration = lambda s, k: {Kind.F: 1, Kind.B: (5, 1)[s]}[k]  # noqa: E731
+    delay = lambda s, a, b: 0  # noqa: E731
+    assert relaxation_bound(1, 2, duration, delay, [None, None], SolveOptions(10).start()) == 8
+
+
+def test_meetings_on_the_dropped_device_reach_the_optimum():
+    """p = 3, m = 6, cap 3, one-slot messages, devices 0 and 2 kept: as pure lags, device 1 lets the
+    reduced problem reach 32; the meetings of F(j) and B(i) there (j - i = 1, 2) give 33, the optimum
+    CP-SAT proves for the full problem."""
+    p, m, cap = 3, 6, 3
+    duration, delay = _unit(1)
+    ends = [(0, p - 1)]
+    lags = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(10).start(), sets=ends)
+    meetings = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(10).start(), pairs=2, sets=ends)
+    optimum = _optimum(unit_instance(p, m, p, UnitCosts(1, 2, None, 1), memory_limit=cap), "placement=linear")
+    assert (lags, meetings, optimum) == (32, 33, 33)
+
+
+@settings(max_examples=10, deadline=None)
+@given(p=st.integers(3, 5), m=st.integers(1, 7), cap=st.sampled_from([None, 1, 2, 3]), comm=st.sampled_from([0, 1, 2]),
+       pairs=st.integers(1, 3))
+def test_meetings_stay_below_the_proven_optimum(p, m, cap, comm, pairs):
+    """The two ends with the meetings on every device between: never above the proven optimum."""
+    duration, delay = _unit(comm)
+    bound = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(10).start(), pairs=pairs, sets=[(0, p - 1)])
+    assert bound <= _optimum(unit_instance(p, m, p, UnitCosts(1, 2, None, comm), memory_limit=cap), "placement=linear")

@@ -23,7 +23,8 @@ None), so ``max`` of them complements the solver's own bound:
   device's first gradient op can start, only forwards whose activations fit at once can run; the
   rest of its load lies between that and its least tail (proof in :mod:`ppopt.solve.capped_warmup`).
 - **relaxation** (linear placement, full backward): CP-SAT's bound on a reduced problem that keeps a
-  few devices exactly and the others as time lags (:mod:`ppopt.solve.relaxation`); it costs solver
+  few devices exactly and the others as time lags, optionally with the meetings of forwards and
+  backwards on the dropped devices (:mod:`ppopt.solve.relaxation`); it costs solver
   time, so the search computes it within its budget and :func:`lower_bounds` leaves it at 0.
 
 All bounds take a duration function and a delay function, so the same code gives the bound in real

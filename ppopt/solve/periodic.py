@@ -170,23 +170,37 @@ def periodic_schedule(
 
 def period_bound(microbatches: int, duration: Callable[[int, Kind], float], delay: Callable[[int, int, int], float],
                  caps: list[float | None]) -> float:
-    """A lower bound on the step for m microbatches from the period of the memory chain (linear
-    placement, full backward), in the unit of ``duration``/``delay``.
+    """A lower bound on the step for m microbatches from the period of the memory chain and the work
+    that must follow it (linear placement, full backward), in the unit of ``duration``/``delay``.
 
-    Proof: with K_s = floor(caps[s]) activations of stage s on device s and microbatches in order (no
-    loss, :mod:`ppopt.solve.model`), F_s(i + K_s) starts after B_s(i) ends, which is at least
-    l_s = b_s + B_s - a_s after F_s(i) started. So the forward of the last microbatch starts at least
-    ((m-1) mod K_s)·F_s + floor((m-1)/K_s)·l_s after the device's first forward, which itself starts
-    at least a_s (the warm-up: forwards and messages below), and the last microbatch still needs l_s
-    and then b_0 + B_0 - b_s - B_s (the cool-down: backwards and messages below) to finish. Periods
-    times repetitions plus the best warm-up and cool-down: a_s + ((m-1) mod K_s)·F_s +
-    (floor((m-1)/K_s) + 1)·l_s + cool-down, maximised over the devices."""
+    Proof, for a schedule with microbatches in order (some optimal schedule is one,
+    :mod:`ppopt.solve.model`). Let a_t and b_t be the no-wait offsets of F_t and B_t after F_0
+    (:func:`_offsets`), l_s = b_s + B_s - a_s the least lifetime of an activation on device s, and
+    c_t = b_0 + B_0 - b_t - B_t the backwards and messages below t (the cool-down).
+
+    - **The chain to microbatch j.** With K_s = floor(caps[s]) activations on device s, F_s(i + K_s)
+      starts after B_s(i) ends, at least l_s after F_s(i) started; and F_s(i + 1) at least F_s after
+      F_s(i). F_s(0) starts at least a_s after time 0. So F_s(j) >= a_s + floor(j/K_s)·l_s +
+      (j mod K_s)·F_s.
+    - **What follows it.** From F_s(j) on, (1) microbatch m - 1 starts F_s at least (m - 1 - j)·F_s
+      later and then needs l_s + c_s; (2) for t >= s, device t runs F_t and B_t of microbatches j..m-1,
+      each starting at least a_t - a_s after F_s(j), one at a time, and its last B_t is followed by
+      c_t; (3) for t < s, device t runs B_t of those microbatches, each starting at least b_t - a_s
+      after F_s(j), then c_t.
+
+    The step is at least the chain plus the largest of these, for every device s with a cap and
+    every j. With j = m - 1 and (1) this is the memory chain repeated: a_s + ((m-1) mod K_s)·F_s +
+    (floor((m-1)/K_s) + 1)·l_s + c_s; smaller j count the last microbatches' work on the busiest
+    device (with a cap of p and m a multiple of it, the last p microbatches pass the top device one
+    after another) instead of one round trip."""
     stages = len(caps)
     forward = [duration(s, Kind.F) for s in range(stages)]
     backward = [duration(s, Kind.B) for s in range(stages)]
     up = [delay(s, s, s + 1) for s in range(stages - 1)]
     down = [0.0] + [delay(s, s, s - 1) for s in range(1, stages)]
     a, b = _offsets(stages, forward, backward, up, down)  # type: ignore[arg-type]
+    cool = [b[0] + backward[0] - b[t] - backward[t] for t in range(stages)]
+    m = microbatches
     best = 0.0
     for s in range(stages):
         cap = caps[s]
@@ -194,7 +208,13 @@ def period_bound(microbatches: int, duration: Callable[[int, Kind], float], dela
             continue
         k = math.floor(cap + 1e-9)
         life = b[s] + backward[s] - a[s]
-        cool = b[0] + backward[0] - b[s] - backward[s]
-        m = microbatches - 1
-        best = max(best, a[s] + (m % k) * forward[s] + (m // k + 1) * life + cool)
+        for j in range(m):
+            chain = a[s] + (j // k) * life + (j % k) * forward[s]
+            rest = m - j
+            after = (rest - 1) * forward[s] + life + cool[s]
+            for t in range(stages):
+                work = (forward[t] + backward[t]) if t >= s else backward[t]
+                lag = (a[t] if t >= s else b[t]) - a[s]
+                after = max(after, lag + rest * work + cool[t])
+            best = max(best, chain + after)
     return best

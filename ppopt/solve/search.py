@@ -379,18 +379,25 @@ RELAXATION_SHARE = (6, 3)
 """The reduced-problem bound (:mod:`ppopt.solve.relaxation`) gets at most 1/6 of the time left, or 1/3
 above :data:`AUTO_LNS_OPS` ops: there the steady state is usually rate-optimal already and the window
 search rarely improves it, so the bound is where the gap is."""
+MEETING_PAIRS = 2
+"""Up to :data:`AUTO_CP_OPS` ops the reduced problem keeps the two end devices only, with the meetings
+of microbatches one and two apart on the devices between (:func:`ppopt.solve.relaxation.reduced_model`):
+the full solve's own bound covers the rest, but not the waits those meetings force. Measured on the
+llama3-70b acceptance instance (p = 8, m = 64), pairs three apart raise the bound no further in the
+same time."""
 
 
 def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     """The setup with the reduced-problem bound (linear placement, full backward) in its analytic
-    bounds and its lower bound in ticks, unless the hint already meets the bound or the instance is
-    small enough (:data:`AUTO_CP_OPS`) for one CP-SAT solve of the whole problem, whose own bound is
-    then at least as strong."""
+    bounds and its lower bound in ticks, unless the hint already meets the bound. Up to
+    :data:`AUTO_CP_OPS` ops, where one CP-SAT solve of the whole problem bounds at least as well as
+    the reduced problems of more devices, only the two ends with their meetings are solved."""
     placement, ticked, instance = setup.placement, setup.ticked, setup.instance
     linear = placement is not None and placement == tuple((s,) for s in range(instance.devices)) \
         and instance.stages == instance.devices
     ops = instance.stages * instance.microbatches * 2
-    if not linear or setup.split or ticked is None or options.expired or ops <= AUTO_CP_OPS or \
+    small = ops <= AUTO_CP_OPS
+    if not linear or setup.split or ticked is None or options.expired or (small and instance.devices < 3) or \
             (setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower):
         return setup
     assert placement is not None
@@ -398,7 +405,7 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     caps = [None if (c := cap(s)) is None else max(1, math.floor(c + 1e-9)) for s in range(instance.devices)]
     share = RELAXATION_SHARE[ops > AUTO_LNS_OPS]
     ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, options.share(share),
-                             setup.lower)
+                             setup.lower, MEETING_PAIRS if small else 0, [(0, instance.devices - 1)] if small else None)
     options.note(f"reduced-problem bound: {ticks * setup.tick:.6g} {instance.time_unit}")
     if ticks <= setup.lower:
         return setup
