@@ -235,7 +235,8 @@ class SystemConfig(_Strict):
     # switch every term off, so presets without these fields give the results they always gave.
     gemm_half_saturation_flops: NonNegativeFloat = 0.0
     """Matrix-multiply size k at which half of ``compute_efficiency`` is reached, in FLOPs of the
-    block's reference h x h/t GEMM (g = 2·b·s·h²/t). A GEMM of size g runs at
+    block's reference h x h/t GEMM (g = 2·b·s·h²/t), or of each GEMM kernel under
+    ``op_accounting = "kernels"``. A GEMM of size g runs at
     ``compute_efficiency / (1 + (k/g)^n)`` of peak (n = ``gemm_saturation_exponent``): small GEMMs
     (small micro batches, large t) run far below peak. 0: the efficiency does not depend on size.
     Used by :mod:`ppopt.job` only."""
