@@ -1,26 +1,41 @@
 """Fit a system's efficiency and latency parameters to measured step times.
 
-Eight system parameters, no per-row or per-model ones (:data:`PARAMETERS`):
+Eight system parameters, no per-row or per-model ones (:data:`PARAMETERS`, the default fit model
+``host-overlap`` of :data:`MODELS`):
 
 =============================  ==========================================================
-compute_efficiency             peak fraction reached by large GEMMs
-gemm_half_saturation_flops     GEMM size k at which half of it is reached (saturating curve)
-gemm_saturation_exponent       sharpness n of that curve, efficiency ce / (1 + (k/g)^n)
+compute_efficiency             peak fraction e reached by large GEMMs
+gemm_half_saturation_flops     GEMM size k at which half of it is reached: a GEMM kernel of g
+                               FLOPs runs at e·g/(g + k), i.e. takes (g + k)/(e·peak)
 memory_efficiency              HBM fraction reached by memory-bound kernels (and optimizer)
 compute_latency_s              fixed time per op (one stage's F or B of one microbatch)
+kernel_host_s                  host time per kernel launch; an op lasts at least its launches
 intra-node link latency        ``intra_node.latency_s``: per ring step or message
 intra-node link efficiency     fraction of ``intra_node`` bandwidth collectives reach
 inter-node link efficiency     fraction of ``inter_node`` bandwidth collectives reach
 =============================  ==========================================================
 
-Bounds (:class:`Parameter`) keep the values physical; ``compute_efficiency`` is capped at 0.8, an
-assumption (roughly what large cuBLAS GEMMs reach on an A100): the small GEMMs of single-node runs
-do not pin the large-size limit (without the cap a fit on the single-node rows of
-``data/measured`` picks 0.94 and predicts the multi-node rows worse: README, "How accurate is
-ppopt?"). For n > 1 the curve charges a GEMM of g FLOPs ``g (1 + (k/g)^n) / (peak · ce)``,
-which grows again as g shrinks below ``k (n - 1)^(1/n)``: the fit uses that as an overhead per
-small GEMM (the host and launch time of the small single-node models, which the cost model has no
-monotone term for; README, same section).
+The fitted system counts work kernel by kernel (``op_accounting = "kernels"``: each GEMM kernel at
+its own size, each elementwise kernel's own traffic, :func:`ppopt.costs.elementwise_traffic_bytes`)
+and times an op as ``max(GPU time, kernels·kernel_host_s) + compute_latency_s``
+(:func:`ppopt.costs.work_time_s`). Every GEMM's time is a fixed cost plus a rate, so it never
+decreases as the GEMM grows; small models that are launch-bound (the host, not the GPU, sets their
+pace) are covered by the host time, which vanishes under the GPU time of large models.
+
+Bounds (:class:`Parameter`) keep the values physical. Two are assumptions: ``compute_efficiency``
+is capped at 0.8 (roughly what large cuBLAS GEMMs reach on an A100: the small GEMMs of single-node
+runs do not pin the large-size limit), and ``gemm_half_saturation_flops`` at 4 GFLOP, a fixed GPU
+cost per GEMM kernel of at most 16 µs at 0.8 of the A100's peak (launch latency and the last wave's
+tail; the host's launch time is ``kernel_host_s``'s). Without that cap the fits put the launch
+overhead of the small models into the GEMMs (about 54 µs per kernel) and extrapolate to the
+multi-node rows worse (README, "How accurate is ppopt?", where both are measured).
+
+``saturating`` (:data:`SATURATING_PARAMETERS`), the model before, is kept as the baseline of
+``benchmarks/accuracy_extrapolation.py``: the block's FLOPs sized as its reference GEMM
+2·b·s·h²/t, efficiency ce / (1 + (k/g)^n) with n ∈ {1, 1.5, 2}, no host time, elementwise
+traffic taken as the bytes a block stores. For n > 1 that curve charges a GEMM of g FLOPs
+``g (1 + (k/g)^n) / (peak · ce)``, which grows again as g shrinks below ``k (n - 1)^(1/n)``: the
+fit used that as an overhead per small GEMM.
 
 The objective is the mean absolute percentage error (MAPE) over the given rows. Each row's
 :class:`ppopt.job.JobWork` is built once; a candidate system turns it into seconds through
@@ -33,12 +48,14 @@ times; the slowest stage sets the steady state). This is what the pipeline simul
 1F1B when messages overlap computation; the reported errors use the simulator
 (:mod:`ppopt.accuracy`).
 
-For each exponent n in :data:`EXPONENTS` (the work depends on n, so it is rebuilt per n), the
-other parameters are fitted by a deterministic Nelder-Mead (Nelder and Mead 1965, "A simplex method for function
-minimization"; standard coefficients 1, 2, 0.5, 0.5) over the parameters' natural logarithms,
-each clamped to its bounds; it starts from the base system's values (the geometric mean of the
-bounds where the base value is outside them, e.g. 0) and restarts from the best point a few times
-with a smaller simplex; the n with the lowest MAPE wins. Link parameters no row exercises (e.g.
+For each exponent n of the fit model (the work depends on n, so it is rebuilt per n) and each
+starting host time of :data:`HOST_TIMES`, the other parameters are fitted by a deterministic
+Nelder-Mead (Nelder and Mead 1965, "A simplex method for function minimization"; standard
+coefficients 1, 2, 0.5, 0.5) over the parameters' natural logarithms, each clamped to its bounds; it
+starts from the base system's values (the geometric mean of the bounds where the base value is
+outside them, e.g. 0) and restarts from the best point a few times with a smaller simplex; the
+start with the lowest MAPE wins (the max of the op time makes the MAPE kinked in the host time, so
+one start can stop in a poor local minimum). Link parameters no row exercises (e.g.
 InfiniBand when calibrating on one node) keep the base system's values. Same rows, same base
 system -> same result.
 """
@@ -56,7 +73,7 @@ from ppopt.config import SystemConfig
 from ppopt.io.measured import Measured
 from ppopt.job import JobWork, Work, job_work, work_time_s
 
-__all__ = ["PARAMETERS", "Calibration", "Parameter", "calibrate", "closed_form_mape", "system_toml"]
+__all__ = ["MODELS", "PARAMETERS", "SATURATING_PARAMETERS", "Calibration", "FitModel", "Parameter", "calibrate", "closed_form_mape", "system_toml"]
 
 
 @dataclass(frozen=True)
@@ -79,16 +96,57 @@ class Parameter:
         return float(getattr(system, self.name))
 
 
-PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("compute_efficiency", "", 0.05, 0.8, "fraction of peak FLOP/s reached by large GEMMs"),
-    Parameter("gemm_half_saturation_flops", "FLOP", 1e6, 1e13, "GEMM size reaching half of compute_efficiency"),
-    Parameter("gemm_saturation_exponent", "", 1.0, 2.0, "sharpness of the GEMM efficiency curve (one of 1, 1.5, 2)"),
-    Parameter("memory_efficiency", "", 0.05, 1.0, "fraction of HBM bandwidth reached by memory-bound kernels"),
-    Parameter("compute_latency_s", "s", 1e-7, 1e-1, "fixed time per op (a stage's F or B of one microbatch)"),
+_COMPUTE = Parameter("compute_efficiency", "", 0.05, 0.8, "fraction of peak FLOP/s reached by large GEMMs")
+_HALF = Parameter("gemm_half_saturation_flops", "FLOP", 1e6, 1e13, "GEMM size reaching half of compute_efficiency")
+_LINKS = (
     Parameter("intra_node_latency_s", "s", 1e-7, 1e-3, "intra-node latency per ring step or message"),
     Parameter("intra_node_efficiency", "", 0.02, 1.0, "fraction of the intra-node bandwidth collectives reach"),
     Parameter("inter_node_efficiency", "", 0.02, 1.0, "fraction of the inter-node bandwidth collectives reach"),
 )
+_MEMORY = Parameter("memory_efficiency", "", 0.05, 1.0, "fraction of HBM bandwidth reached by memory-bound kernels")
+_LATENCY = Parameter("compute_latency_s", "s", 1e-7, 1e-1, "fixed time per op (a stage's F or B of one microbatch)")
+
+PARAMETERS: tuple[Parameter, ...] = (
+    _COMPUTE,
+    Parameter("gemm_half_saturation_flops", "FLOP", 1e6, 4e9,
+              "GEMM size reaching half of compute_efficiency (a fixed cost per GEMM kernel of at most 16 µs)"),
+    _MEMORY, _LATENCY,
+    Parameter("kernel_host_s", "s", 1e-7, 1e-3, "host time to launch one kernel (an op lasts at least its launches)"),
+    *_LINKS,
+)
+"""The fitted parameters of the default ``host-overlap`` model (:data:`MODELS`)."""
+
+SATURATING_PARAMETERS: tuple[Parameter, ...] = (
+    _COMPUTE, _HALF,
+    Parameter("gemm_saturation_exponent", "", 1.0, 2.0, "sharpness of the GEMM efficiency curve (one of 1, 1.5, 2)"),
+    _MEMORY, _LATENCY, *_LINKS,
+)
+"""The fitted parameters of the earlier ``saturating`` model, kept as the accuracy benchmark's baseline."""
+
+
+@dataclass(frozen=True)
+class FitModel:
+    """Which system parameters a calibration fits, the GEMM-curve exponents and host times per
+    kernel it tries (each a separate fit, the best kept), and the system fields it sets."""
+
+    parameters: tuple[Parameter, ...]
+    exponents: tuple[float, ...]
+    host_times: tuple[float, ...]
+    fields: tuple[tuple[str, str], ...]
+
+
+HOST_TIMES = tuple(1e-6 * 2.0 ** k for k in range(2, 9))
+"""Starting values of ``kernel_host_s``, 4 µs to 256 µs a factor 2 apart (module doc)."""
+
+MODELS = {
+    "host-overlap": FitModel(PARAMETERS, (1.0,), HOST_TIMES, (("op_accounting", "kernels"),)),
+    "saturating": FitModel(SATURATING_PARAMETERS, (1.0, 1.5, 2.0), (0.0,), (("op_accounting", "block"),)),
+}
+"""``host-overlap`` (the default): GEMMs on the hyperbola (n = 1, monotone: a fixed cost plus a
+rate per GEMM), an op at least as long as its kernels' host launch time, and the elementwise
+kernels' traffic counted kernel by kernel. ``saturating`` (the model before it, the accuracy
+benchmark's baseline): n ∈ {1, 1.5, 2}, no host time, elementwise traffic taken as the stored
+bytes; for n > 1 its GEMM time grows again as a GEMM shrinks (module doc)."""
 
 
 def apply(base: SystemConfig, values: dict[str, float]) -> SystemConfig:
@@ -132,8 +190,12 @@ class _Stacked:
     """Work of many jobs as arrays (rows x stages); padded stages are zero work. Work is linear in
     the parameters, so a stage's F + B and the messages of a step are summed before timing."""
 
-    stage: Work
-    """F + B of one microbatch per stage."""
+    forward: Work
+    """F of one microbatch per stage."""
+    input_grad: Work
+    """I of one microbatch per stage."""
+    weight_grad: Work
+    """W of one microbatch per stage (each op is timed on its own: the host-launch max is per op)."""
     messages: Work
     """All stage-to-stage messages of one microbatch's forward and backward (rows x 1)."""
     sync: Work
@@ -156,7 +218,9 @@ def stack(rows: list[Measured]) -> _Stacked:
     works: list[JobWork] = [job_work(r.job) for r in rows]
     width = max(r.job.pp for r in rows)
     return _Stacked(
-        stage=_stack([tuple(f + b for f, b in zip(w.forward, w.backward)) for w in works], width),
+        forward=_stack([w.forward for w in works], width),
+        input_grad=_stack([w.input_grad for w in works], width),
+        weight_grad=_stack([w.weight_grad for w in works], width),
         messages=_stack([(2 * sum(w.messages, Work()),) for w in works], 1),
         sync=_stack([w.gradient_sync for w in works], width),
         optimizer=_stack([w.optimizer for w in works], width),
@@ -167,7 +231,8 @@ def stack(rows: list[Measured]) -> _Stacked:
 
 def closed_form_step_s(stacked: _Stacked, system: SystemConfig) -> np.ndarray:
     """Closed-form 1F1B step time of every stacked job on ``system`` (module doc), seconds."""
-    stage = work_time_s(stacked.stage, system)
+    stage = (work_time_s(stacked.forward, system) + work_time_s(stacked.input_grad, system)
+             + work_time_s(stacked.weight_grad, system))
     pipeline = stage.sum(axis=1) + (stacked.microbatches - 1) * stage.max(axis=1)
     pipeline = pipeline + work_time_s(stacked.messages, system)[:, 0]
     return (pipeline + work_time_s(stacked.sync, system).max(axis=1)
@@ -244,7 +309,7 @@ def _exercised(p: Parameter, stacked: _Stacked) -> bool:
     term = _TERMS.get(p.name)
     if term is None:
         return True
-    works = (stacked.stage, stacked.messages, stacked.sync)
+    works = (stacked.forward, stacked.input_grad, stacked.messages, stacked.sync)
     return any(bool(np.any(getattr(w, term))) for w in works)
 
 
@@ -256,31 +321,35 @@ class Calibration:
     values: dict[str, float]
     mape: float
     rows: int
+    parameters: tuple[Parameter, ...] = PARAMETERS
+    """The fitted parameters (the fit model's)."""
 
 
-EXPONENTS = (1.0, 1.5, 2.0)
-"""Values of ``gemm_saturation_exponent`` the calibration tries."""
-
-
-def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, iterations: int = 600) -> Calibration:
-    """Fit :data:`PARAMETERS` to ``rows`` by minimising the MAPE (module doc); the rows' jobs are
-    re-targeted to ``base``."""
+def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, iterations: int = 600,
+              model: str = "host-overlap") -> Calibration:
+    """Fit the parameters of ``MODELS[model]`` to ``rows`` by minimising the MAPE (module doc); the
+    rows' jobs are re-targeted to ``base``."""
     if not rows:
         raise ValueError("no rows to calibrate on")
+    fit_model = MODELS[model]
     best: Calibration | None = None
-    for exponent in EXPONENTS:
-        system = base.model_copy(update={"gemm_saturation_exponent": exponent})
-        fitted = _fit(stack([replace(r, job=replace(r.job, system=system)) for r in rows]), system, restarts, iterations)
-        if best is None or fitted.mape < best.mape:
-            best = fitted
+    for exponent in fit_model.exponents:
+        system = base.model_copy(update={"gemm_saturation_exponent": exponent, **dict(fit_model.fields)})
+        stacked = stack([replace(r, job=replace(r.job, system=system)) for r in rows])
+        for host in fit_model.host_times:
+            start = system.model_copy(update={"kernel_host_s": host})
+            fitted = _fit(stacked, start, fit_model.parameters, restarts, iterations)
+            if best is None or fitted.mape < best.mape:
+                best = fitted
     assert best is not None
     return best
 
 
-def _fit(stacked: _Stacked, base: SystemConfig, restarts: int, iterations: int) -> Calibration:
-    """Nelder-Mead over the parameters other than the exponent (fixed in ``base``)."""
-    free = [p for p in PARAMETERS if p.name != "gemm_saturation_exponent" and _exercised(p, stacked)]
-    fixed = {p.name: p.get(base, base) for p in PARAMETERS if p not in free}
+def _fit(stacked: _Stacked, base: SystemConfig, parameters: tuple[Parameter, ...], restarts: int,
+         iterations: int) -> Calibration:
+    """Nelder-Mead over ``parameters`` other than the exponent (fixed in ``base``)."""
+    free = [p for p in parameters if p.name != "gemm_saturation_exponent" and _exercised(p, stacked)]
+    fixed = {p.name: p.get(base, base) for p in parameters if p not in free}
 
     def values_of(z: np.ndarray) -> dict[str, float]:
         return {**fixed, **{p.name: _value(p, float(x)) for p, x in zip(free, z)}}
@@ -293,8 +362,8 @@ def _fit(stacked: _Stacked, base: SystemConfig, restarts: int, iterations: int) 
     for attempt in range(restarts):
         z, best = nelder_mead(objective, z, step=1.0 / (attempt + 1), iterations=iterations)
     values = values_of(z)
-    ordered = {p.name: values[p.name] for p in PARAMETERS}
-    return Calibration(apply(base, values), ordered, best, len(stacked.measured_s))
+    ordered = {p.name: values[p.name] for p in parameters}
+    return Calibration(apply(base, values), ordered, best, len(stacked.measured_s), parameters)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -317,7 +386,7 @@ def _toml_value(value: object) -> str:
 def system_toml(calibration: Calibration, base_name: str, sources: list[str]) -> str:
     """The calibrated system as a TOML file ``--system`` accepts, fitted fields commented."""
     system = calibration.system
-    fitted = {p.name: p for p in PARAMETERS}
+    fitted = {p.name: p for p in calibration.parameters}
     lines = [
         f"# {system.name}: '{base_name}' calibrated by `ppopt calibrate` on {calibration.rows} measured rows",
         f"# ({', '.join(sources)}); closed-form MAPE of the fit {100 * calibration.mape:.2f} %.",

@@ -235,13 +235,28 @@ class SystemConfig(_Strict):
     # switch every term off, so presets without these fields give the results they always gave.
     gemm_half_saturation_flops: NonNegativeFloat = 0.0
     """Matrix-multiply size k at which half of ``compute_efficiency`` is reached, in FLOPs of the
-    block's reference h x h/t GEMM (g = 2·b·s·h²/t). A GEMM of size g runs at
+    block's reference h x h/t GEMM (g = 2·b·s·h²/t), or of each GEMM kernel under
+    ``op_accounting = "kernels"``. A GEMM of size g runs at
     ``compute_efficiency / (1 + (k/g)^n)`` of peak (n = ``gemm_saturation_exponent``): small GEMMs
     (small micro batches, large t) run far below peak. 0: the efficiency does not depend on size.
     Used by :mod:`ppopt.job` only."""
     gemm_saturation_exponent: PositiveFloat = 1.0
     """n in the GEMM efficiency curve above: how sharply efficiency saturates with size (1: the
     hyperbola g/(g + k)). Used by :mod:`ppopt.job` only."""
+    kernel_host_s: NonNegativeFloat = 0.0
+    """Host (CPU) time to launch one GPU kernel, seconds. Under the "additive" ``op_time_rule`` an op
+    takes the larger of its GPU time and its kernels' host time: the host queues kernels ahead of
+    the GPU, so launch overhead shows only when the kernels are shorter than their launch
+    (:func:`ppopt.costs.work_time_s`). 0: never host-bound. Used by :mod:`ppopt.job` only."""
+    op_accounting: Literal["block", "kernels"] = "block"
+    """How :mod:`ppopt.job` counts a block's work. "block" (the default): the memory-bound
+    elementwise kernels move the bytes the block would store without recomputation, once per F, I
+    and W, and every GEMM FLOP is sized as the block's reference GEMM (g = 2·b·s·h²/t). "kernels":
+    each elementwise kernel's own reads and writes (:func:`ppopt.costs.elementwise_traffic_bytes`:
+    the attention-score kernels, which scale with s², weigh about 2.6 times their stored bytes)
+    and each GEMM kernel at its own size, so that with ``gemm_saturation_exponent = 1`` every GEMM
+    kernel pays the same fixed cost (:data:`ppopt.job.BLOCK_KERNELS`). Used by :mod:`ppopt.job`
+    only."""
     inter_node_per: Literal["device", "node"] = "device"
     """What ``inter_node.bandwidth_bytes_per_s`` belongs to: one NIC per device ("device": every
     device has that bandwidth of its own) or one NIC per node ("node": the devices of a node that

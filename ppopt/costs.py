@@ -98,6 +98,7 @@ __all__ = [
     "Costs",
     "StageCost",
     "activation_bytes_per_layer",
+    "elementwise_traffic_bytes",
     "stored_activation_bytes_per_layer",
     "allreduce_time_s",
     "layer_forward_flops",
@@ -363,6 +364,51 @@ def stored_activation_bytes_per_layer(
     raise ConfigError(f"unknown recomputation {recompute!r} (known: none, selective, full)", field="recompute")
 
 
+def elementwise_traffic_bytes(
+    model: ModelConfig, batch: int, tp: int = 1, sequence_parallel: bool = False, core_only: bool = False,
+) -> tuple[float, float]:
+    """HBM bytes the memory-bound kernels of one block read and write per microbatch on one of
+    ``tp`` ranks: (forward, backward). With ``core_only`` only the attention-score kernels' bytes
+    (what selective recomputation re-runs).
+
+    Kernel by kernel, over the operator list of a Megatron block (Korthikanti et al. 2022,
+    Section 4.1; Shoeybi et al. 2019, Figure 2; biases fused into the next elementwise kernel as in
+    Megatron-LM), e bytes per element, m = 1 byte per dropout-mask element (0 without dropout):
+
+    * per b·s·h elements, replicated across the t ranks unless ``sequence_parallel``: two layer
+      norms (forward: read, write, 2e each; backward: read gradient and input, write, 3e each) and
+      two bias-dropout-adds (forward: read input and residual, write, 3e + m each; backward: read
+      gradient and mask, write, 2e + m each): ``10e + 2m`` forward and backward;
+    * split by t: the attention output's transpose (read, write: 2e per b·s·h), the MLP
+      activation per b·s·f (GeLU: 2e forward, 3e backward; SwiGLU reads two inputs and writes
+      two gradients: 3e, 5e);
+    * per a·s²·b attention-score elements, split by t (none with ``model.flash_attention``):
+      forward Q·Kᵀ writes (e), softmax reads and writes (2e), dropout reads and writes (2e + m),
+      scores·V reads (e): ``6e + m``; backward scores·V reads the scores and writes their gradient
+      (2e), dropout (2e + m), softmax reads two, writes one (3e), Q·Kᵀ reads the gradient twice
+      (2e): ``9e + m``. Without dropout 4e and 7e.
+
+    For fp16 GPT (f = 4h) that is ``42·sbh + 13·as²b`` forward and ``50·sbh + 19·as²b`` backward,
+    against the 34·sbh + 5·as²b a block stores (:func:`activation_bytes_per_layer`): the score
+    kernels move 2.6 times their stored bytes.
+    """
+    s, h, f, a = model.seq_length, model.hidden_size, model.ffn_hidden_size, model.num_attention_heads
+    e, m = model.bytes_per_element, (1 if model.dropout else 0)
+    sb = s * batch
+    scores = 0.0 if model.flash_attention else float(a * s * sb) / tp
+    if model.dropout:
+        score_f, score_b = (6 * e + m) * scores, (9 * e + m) * scores
+    else:
+        score_f, score_b = 4 * e * scores, 7 * e * scores
+    if core_only:
+        return score_f, score_b
+    replicated = (10 * e + 2 * m) * sb * h / (tp if sequence_parallel else 1)
+    swiglu = model.activation == "swiglu"
+    split_f = (2 * e * sb * h + (3 if swiglu else 2) * e * sb * f) / tp
+    split_b = (2 * e * sb * h + (5 if swiglu else 3) * e * sb * f) / tp
+    return float(replicated + split_f + score_f), float(replicated + split_b + score_b)
+
+
 # --------------------------------------------------------------------------------------------------
 # Roofline and stage costs
 # --------------------------------------------------------------------------------------------------
@@ -394,6 +440,9 @@ class Work:
     operand_bytes: Any = 0.0
     """HBM traffic of the GEMMs' weights (read by F and I, gradient written by W), bytes: part of
     the roofline's bytes; hidden under the GEMM time by the additive rule."""
+    kernels: Any = 0.0
+    """GPU kernels the host launches (:data:`ppopt.job.BLOCK_KERNELS`), each taking
+    ``kernel_host_s`` of host time under the additive rule."""
 
     # (vars() lists the fields in declaration order: the dataclass __init__ sets them in that order)
     def __add__(self, other: Work) -> Work:
@@ -418,25 +467,41 @@ def work_time_s(work: Work, system: SystemConfig) -> Any:
     * ``roofline`` (Barley et al.; the paper's method): ``max(C + L_c, M(memory_bytes +
       operand_bytes) + L_m)`` for an op with any compute or memory work, 0 otherwise: every op
       (F, I or W of one stage and microbatch) pays the latencies once;
-    * ``additive``: ``C + M(memory_bytes) + ops·L_c``: GEMMs (operands hidden under their FLOPs)
-      and memory-bound elementwise kernels run one after the other, the latency paid per kernel
-      sequence (F and B of a stage once each).
+    * ``additive``: ``max(G, kernels·kernel_host_s) + ops·L_c`` with the GPU time
+      ``G = C + M(memory_bytes) + X``: GEMMs (operands hidden under their FLOPs), memory-bound
+      elementwise kernels and the op's collectives X (below) run one after the other on the GPU's
+      stream, while the host launches the op's kernels ahead of them (asynchronous execution:
+      Paszke et al., "PyTorch: An Imperative Style, High-Performance Deep Learning Library",
+      NeurIPS 2019, Section 5.3), so the op lasts the longer of the two; the latency L_c is paid
+      per kernel sequence (F and B of a stage once each). With ``kernel_host_s = 0`` (the default)
+      this is ``G + ops·L_c``.
 
-    Communication then adds ``intra_bytes / intra_bandwidth + inter_bytes / inter_bandwidth +
-    intra_hops·intra_latency + inter_hops·inter_latency`` (Hockney). Every term is linear in the
-    system's reciprocals under the additive rule, which :mod:`ppopt.calibrate` relies on.
+    Communication ``X = intra_bytes / intra_bandwidth + inter_bytes / inter_bandwidth +
+    intra_hops·intra_latency + inter_hops·inter_latency`` (Hockney) is added to the local time.
+    Each of G and the host time is linear in the system's reciprocals under the additive rule,
+    which :mod:`ppopt.calibrate` relies on (it keeps F, I and W apart, so the max is taken per op).
     """
     compute = ((work.gemm_flops + system.gemm_half_saturation_flops ** system.gemm_saturation_exponent
                 * work.gemm_units) / (system.peak_flops * system.compute_efficiency))
     bandwidth = system.memory_bandwidth_bytes_per_s * system.memory_efficiency
     if system.op_time_rule == "additive":
-        local = compute + work.memory_bytes / bandwidth + work.ops * system.compute_latency_s
+        local = compute + work.memory_bytes / bandwidth
+        if system.kernel_host_s > 0:  # the op's collectives run on the GPU's stream: inside the max
+            gpu = _communication_s(work, system, local)
+            host = np.maximum(gpu, work.kernels * system.kernel_host_s)
+            return (float(host) if np.ndim(host) == 0 else host) + work.ops * system.compute_latency_s
+        local = local + work.ops * system.compute_latency_s
     else:
         memory = (work.memory_bytes + work.operand_bytes) / bandwidth
         busy = (work.gemm_flops + work.memory_bytes + work.operand_bytes) > 0
         local = np.where(busy, np.maximum(compute + system.compute_latency_s, memory + system.memory_latency_s), 0.0)
         if np.ndim(local) == 0:
             local = float(local)
+    return _communication_s(work, system, local)
+
+
+def _communication_s(work: Work, system: SystemConfig, local: Any) -> Any:
+    """``local`` plus the work's link time (Hockney: bytes / bandwidth + hops·latency), seconds."""
     return (local
             + work.intra_bytes / system.intra_node.bandwidth_bytes_per_s
             + work.inter_bytes / system.inter_node.bandwidth_bytes_per_s

@@ -21,6 +21,11 @@ Work and time
     + intra_bytes / intra_bandwidth + inter_bytes / inter_bandwidth
     + intra_hops·intra_latency + inter_hops·inter_latency``
 
+    (with ``kernel_host_s > 0`` everything but ``ops·compute_latency_s`` is at least
+    ``kernels·kernel_host_s``, the host's launches: :func:`ppopt.costs.work_time_s`; under
+    ``op_accounting = "kernels"`` the GEMMs are sized and the elementwise bytes counted kernel by
+    kernel: :func:`_kernel_units`, :func:`ppopt.costs.elementwise_traffic_bytes`)
+
     where ``k = gemm_half_saturation_flops``, ``n = gemm_saturation_exponent`` and
     ``gemm_units = Σ FLOPs / g^n`` over the GEMMs, g the size of a block's reference GEMM
     (2·b·s·h²/t; the logits GEMM counts as its own size): a GEMM of size g runs at
@@ -109,6 +114,8 @@ from ppopt.costs import (
     StageCost,
     Work,
     _activation_parts,
+    _kv_width,
+    elementwise_traffic_bytes,
     layer_forward_flops,
     layer_linear_params,
     layer_param_count,
@@ -411,6 +418,41 @@ class JobWork:
         return tuple(i + w for i, w in zip(self.input_grad, self.weight_grad))
 
 
+BLOCK_KERNELS = (13, 15, 4)
+"""GPU kernels one transformer block launches per microbatch: (F, I, W), without tensor parallelism.
+
+The forward of a Megatron GPT block (Shoeybi et al. 2019, Figure 2; the operator list of
+Korthikanti et al. 2022, Section 4.1) runs 13 kernels: layer norm, QKV GEMM, Q·Kᵀ, softmax,
+dropout, scores·V, output-projection GEMM, bias-dropout-add, layer norm, first MLP GEMM,
+bias-GeLU, second MLP GEMM, bias-dropout-add (the bias additions fused, as Megatron-LM does). The
+backward differentiates each: two kernels per GEMM (input and weight gradient; Q·Kᵀ and scores·V
+have two input gradients each) and one per elementwise kernel: 4 weight-gradient GEMMs (W) and
+4 + 4 + 7 = 15 others (I). Tensor parallelism adds its two all-reduces per pass to F and I
+(NCCL kernels); full recomputation adds the forward's kernels to I, selective recomputation
+the attention core's four (Q·Kᵀ, softmax, dropout, scores·V). Only the ratios matter to a fit:
+the calibrated ``kernel_host_s`` takes the host time per kernel, whatever else the framework
+launches per kernel."""
+
+
+def _kernel_units(model: ModelConfig, b: int, t: int, n: float) -> tuple[float, float, float, float]:
+    """``gemm_units`` (Σ FLOPs / size^n = Σ size^(1-n)) of a block's GEMM kernels, each at its own
+    size, under ``op_accounting = "kernels"``: (F, I, W, the attention core's forward).
+
+    Linear layers (Shoeybi et al. 2019, Section 3: each split by t): QKV 2·b·s·h·(h + 2rh)/t, the
+    output projection 2·b·s·h²/t, the MLP's first GEMM(s) 2·b·s·h·f/t (two with SwiGLU: gate and
+    up) and second 2·b·s·f·h/t; each runs once in F, and once more at the same size for the input
+    gradient (I) and the weight gradient (W). The attention core's Q·Kᵀ and scores·V run
+    2·b·s²·h/t each, as one batched kernel over the heads: two in F, four in I (two input
+    gradients each). With n = 1 each kernel counts 1.
+    """
+    s, h, f = model.seq_length, model.hidden_size, model.ffn_hidden_size
+    row = 2.0 * b * s * h / t
+    linear = [row * (h + 2 * _kv_width(model)), row * h, *[row * f] * (model.ffn_matrices - 1), row * f]
+    linear_units = sum(x ** (1 - n) for x in linear)
+    core_units = (2.0 * b * s * s * h / t) ** (1 - n)
+    return linear_units + 2 * core_units, linear_units + 4 * core_units, linear_units, 2 * core_units
+
+
 def job_work(job: Job) -> JobWork:
     """The work of every stage of ``job`` (formulas in the module doc)."""
     model, system, t, b = job.model, job.system, job.tp, job.micro_batch
@@ -430,17 +472,28 @@ def job_work(job: Job) -> JobWork:
     scores = _activation_parts(model, b)[2]
     elementwise = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, "none")
     operands = layer_param_count(model) / t * e  # a block's weights, read (F, I) or gradient written (W)
-    forward = Work(gemm_flops=f_gemm, gemm_units=units(f_gemm), memory_bytes=elementwise,
-                   operand_bytes=operands) + 2 * tp_ar
+    if system.op_accounting == "kernels":
+        traffic_f, traffic_i, traffic_w = (*elementwise_traffic_bytes(model, b, t, job.sequence_parallel), 0.0)
+        traffic_core = elementwise_traffic_bytes(model, b, t, job.sequence_parallel, core_only=True)[0]
+        units_f, units_i, units_w, units_core = _kernel_units(model, b, t, n_exp)
+    else:  # the bytes a block would store, once per op; every FLOP at the reference size (module doc)
+        traffic_f = traffic_i = traffic_w = elementwise
+        traffic_core = 2 * scores / t
+        units_f, units_i, units_w, units_core = units(f_gemm), units(f_gemm + core), units(weight_flops), units(core)
+    collectives = 2.0 if t > 1 else 0.0  # the block's two tensor-parallel all-reduces per pass
+    kernels_f, kernels_i, kernels_w = BLOCK_KERNELS
+    forward = Work(gemm_flops=f_gemm, gemm_units=units_f, memory_bytes=traffic_f,
+                   operand_bytes=operands, kernels=kernels_f + collectives) + 2 * tp_ar
     input_flops = f_gemm + core
-    input_grad = Work(gemm_flops=input_flops, gemm_units=units(input_flops), memory_bytes=elementwise,
-                      operand_bytes=operands) + 2 * tp_ar
+    input_grad = Work(gemm_flops=input_flops, gemm_units=units_i, memory_bytes=traffic_i,
+                      operand_bytes=operands, kernels=kernels_i + collectives) + 2 * tp_ar
     if job.recompute == "full":
         input_grad = input_grad + forward
     elif job.recompute == "selective":
-        input_grad = input_grad + Work(gemm_flops=core, gemm_units=units(core), memory_bytes=2 * scores / t)
-    weight = Work(gemm_flops=weight_flops, gemm_units=units(weight_flops), memory_bytes=elementwise,
-                  operand_bytes=operands)
+        input_grad = input_grad + Work(gemm_flops=core, gemm_units=units_core, memory_bytes=traffic_core,
+                                       kernels=4.0)
+    weight = Work(gemm_flops=weight_flops, gemm_units=units_w, memory_bytes=traffic_w,
+                  operand_bytes=operands, kernels=kernels_w)
     stored = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, job.recompute)
     working = {"none": 0.0, "selective": scores / t, "full": elementwise}[job.recompute]
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
-from ppopt.costs import stored_activation_bytes_per_layer
+from ppopt.costs import elementwise_traffic_bytes, stored_activation_bytes_per_layer
 from ppopt.errors import ConfigError
 from ppopt.job import Job, Work, evaluate_job, job_costs, job_work, pipeline_system, ring_allreduce_work, work_time_s
 
@@ -202,3 +204,39 @@ def test_job_schedules_and_their_options():
     assert schedule_variants("hanayo", 2, 32) == [{"waves": 1}, {"waves": 2}]
     assert schedule_variants("hanayo", 4, 12) == [{"waves": 1}]
     assert schedule_variants("zb-v", 4, 6) == []
+
+
+def test_elementwise_traffic_counts_each_kernel():
+    # GPT, b = 1: a·s²·b = 16·sbh. Forward 42·sbh + 13·a·s²·b = (42 + 208)·sbh = 250·sbh; backward
+    # 50·sbh + 19·a·s²·b = (50 + 304)·sbh = 354·sbh (costs.elementwise_traffic_bytes's kernel list).
+    assert elementwise_traffic_bytes(GPT, 1) == (250 * SBH, 354 * SBH)
+    # t = 2: the layer norms and dropout-adds stay whole (22·sbh), the rest halves: 22 + 10 + 104 = 136
+    assert elementwise_traffic_bytes(GPT, 1, tp=2)[0] == 136 * SBH
+    assert elementwise_traffic_bytes(GPT, 1, core_only=True) == (208 * SBH, 304 * SBH)
+
+
+def test_kernel_accounting_gives_every_gemm_kernel_one_unit_and_launches():
+    # n = 1 and op_accounting "kernels": 4 linear GEMMs + Q·Kᵀ + scores·V in F (6), 4 input-gradient
+    # GEMMs + 4 attention-core gradients in I (8), 4 weight-gradient GEMMs in W; full recomputation
+    # adds F's six to I. Kernels launched: BLOCK_KERNELS plus two all-reduces per pass at t > 1.
+    system = SYSTEM.model_copy(update={"op_accounting": "kernels", "op_time_rule": "additive"})
+    work = job_work(Job(GPT, system, tp=2, pp=4, micro_batch=1, recompute="full"))
+    assert (work.forward[1].gemm_units, work.input_grad[1].gemm_units, work.weight_grad[1].gemm_units) == (6, 14, 4)
+    assert (work.forward[1].kernels, work.input_grad[1].kernels, work.weight_grad[1].kernels) == (15, 32, 4)
+    assert work.forward[1].memory_bytes == elementwise_traffic_bytes(GPT, 1, tp=2)[0]
+
+
+def test_an_op_lasts_at_least_its_kernels_host_time():
+    system = SYSTEM.model_copy(update={"op_time_rule": "additive", "kernel_host_s": 1e-4, "compute_latency_s": 1e-5})
+    # GPU 1e9 / 100e12 = 1e-5 s under 10 launches of 1e-4 s: host-bound, 1e-3 + 1e-5
+    assert work_time_s(Work(gemm_flops=1e9, kernels=10, ops=1), system) == pytest.approx(1e-3 + 1e-5)
+    # GPU 1e12 / 100e12 = 0.01 s: the launches hide under it, 0.01 + 1e-5
+    assert work_time_s(Work(gemm_flops=1e12, kernels=10, ops=1), system) == pytest.approx(0.01 + 1e-5)
+
+
+@given(st.floats(1e3, 1e13), st.floats(1e3, 1e13), st.floats(0, 1e11))
+def test_a_gemm_kernel_never_gets_faster_as_it_grows(small, large, half):
+    # n = 1: (g + k) / (e·peak), a fixed cost plus a rate; monotone in g for every k
+    small, large = sorted((small, large))
+    system = SYSTEM.model_copy(update={"op_time_rule": "additive", "gemm_half_saturation_flops": half})
+    assert work_time_s(Work(gemm_flops=small, gemm_units=1.0), system) <= work_time_s(Work(gemm_flops=large, gemm_units=1.0), system)

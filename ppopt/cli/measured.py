@@ -111,7 +111,7 @@ def calibrate_command(data, system, output, name, as_json) -> None:
     from pathlib import Path
 
     from ppopt.accuracy import predict_rows, summarize
-    from ppopt.calibrate import PARAMETERS, calibrate, system_toml
+    from ppopt.calibrate import calibrate, system_toml
     from ppopt.config import load_system
     from ppopt.io import atomic_write_text
     from ppopt.io.measured import read_measured
@@ -129,13 +129,13 @@ def calibrate_command(data, system, output, name, as_json) -> None:
     fitted = calibrate(rows, base)
     calibrated = fitted.system.model_copy(update={"name": name or Path(output).stem,
                                                   "description": f"{base.name} calibrated on {len(rows)} measured rows"})
-    fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows)
+    fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows, fitted.parameters)
     atomic_write_text(output, system_toml(fitted, base.name, [Path(p).name for p in data]))
     on_fit = summarize(predict_rows([_on(r, calibrated) for r in rows]), unmodelled)
     if as_json:
         emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "output": output, "summary": on_fit.summary()})
         return
-    descriptions = {p.name: p for p in PARAMETERS}
+    descriptions = {p.name: p for p in fitted.parameters}
     click.echo(_table(["parameter", "value", "meaning"],
                       [[k, f"{v:.4g}", descriptions[k].description] for k, v in fitted.values.items()], "text"))
     click.echo("")
