@@ -175,7 +175,8 @@ def relaxation_bound(
     sets: Sequence[tuple[int, ...]] | None = None,
 ) -> int:
     """The best CP-SAT bound (ticks) over the reduced problems of ``sets`` (default :func:`kept_sets`),
-    solved one after another within ``options``' budget, each starting from the best so far (``lower``
+    solved one after another within ``options``' budget (and its deterministic time per solve, if set:
+    then the bound does not depend on the machine's load), each starting from the best so far (``lower``
     at first: a known bound of the full problem, returned when nothing better is found), with the
     meetings of microbatches less than ``pairs`` + 1 apart on the dropped devices (0: none)."""
     best = lower
@@ -183,9 +184,7 @@ def relaxation_bound(
         if 2 * len(kept) * microbatches > MAX_KEPT_OPS or options.expired:
             break
         model = reduced_model(microbatches, devices, kept, duration, delay, caps, best, pairs)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = options.workers
-        solver.parameters.random_seed = options.seed
+        solver = options.solver()  # the time that remains, and the deterministic limit per solve if any
         solver.parameters.max_time_in_seconds = max(0.01, options.remaining_s())
         solver.parameters.optimize_with_core = True  # raises the bound step by step: what is wanted here
         code = solver.solve(model)
