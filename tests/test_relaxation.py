@@ -10,7 +10,8 @@ from ppopt.simulate import simulate
 from ppopt.solve.greedy import greedy_schedule
 from ppopt.solve.instance import unit_instance
 from ppopt.solve.options import SolveOptions
-from ppopt.solve.relaxation import kept_sets, relaxation_bound
+from ppopt.solve.periodic import period_bound, periodic_schedule
+from ppopt.solve.relaxation import Chain, kept_sets, relaxation_bound, tail_bound
 from ppopt.solve.search import analytic_bounds
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
@@ -115,3 +116,39 @@ def test_meetings_stay_below_the_proven_optimum(p, m, cap, comm, pairs):
     duration, delay = _unit(comm)
     bound = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(10).start(), pairs=pairs, sets=[(0, p - 1)])
     assert bound <= _optimum(unit_instance(p, m, p, UnitCosts(1, 2, None, comm), memory_limit=cap), "placement=linear")
+
+
+def test_tail_bound_by_hand():
+    """p = 2, m = 3, one live activation, one-slot messages: each microbatch's round trip (1 + 1 + 1 +
+    2 + 1 + 2 = 8 slots) runs alone, so the chain to microbatch 2 is 16 and its tail 8: 24, the optimum."""
+    duration, delay = _unit(1)
+    assert tail_bound(Chain(2, duration, delay, [1, 1]), 3, 1, SolveOptions(10).start()) == 24
+
+
+@settings(max_examples=10, deadline=None)
+@given(p=st.integers(2, 4), m=st.integers(2, 7), cap=st.sampled_from([None, 1, 2, 3]), comm=st.sampled_from([0, 1]),
+       data=st.data())
+def test_tail_bound_stays_below_the_proven_optimum(p, m, cap, comm, data):
+    duration, delay = _unit(comm)
+    tail = data.draw(st.integers(1, m - 1))
+    bound = tail_bound(Chain(p, duration, delay, [cap] * p), m, tail, SolveOptions(60, deterministic_time=2.0).start())
+    assert bound <= _optimum(unit_instance(p, m, p, UnitCosts(1, 2, None, comm), memory_limit=cap), "placement=linear")
+
+
+def test_tail_bound_beats_the_period_bound_and_stays_below_every_schedule():
+    """p = 8, m = 64, cap 8, one-slot messages, a tail of 16 microbatches: above the period bound (the
+    chain alone), and below 1F1B, the greedy and the steady-state schedules."""
+    p, m = 8, 64
+    duration, delay = _unit(1)
+    instance = unit_instance(p, m, p, UnitCosts(1, 2, None, 1), memory_limit=p)
+    options = SolveOptions(600, deterministic_time=2.0).start()
+    bound = tail_bound(Chain(p, duration, delay, [p] * p), m, 2 * p, options)
+    period = period_bound(m, lambda s, k: float(duration(s, k)), lambda s, a, b: 1.0, [float(p)] * p)
+    found = periodic_schedule(p, m, duration, delay, [p] * p, options)
+    schedules = [generate("1f1b", p, m), greedy_schedule(instance, placement("linear", p), False),
+                 found[0] if found else None]
+    assert bound > period
+    for schedule in filter(None, schedules):
+        simulation = simulate(validate(schedule), instance.costs, instance.system)
+        assert max(simulation.peak_activation_bytes) <= p + 1e-9
+        assert bound <= simulation.step_time_s + 1e-9, schedule.name

@@ -24,7 +24,8 @@ None), so ``max`` of them complements the solver's own bound:
   rest of its load lies between that and its least tail (proof in :mod:`ppopt.solve.capped_warmup`).
 - **relaxation** (linear placement, full backward): CP-SAT's bound on a reduced problem that keeps a
   few devices exactly and the others as time lags, optionally with the meetings of forwards and
-  backwards on the dropped devices (:mod:`ppopt.solve.relaxation`); it costs solver
+  backwards on the dropped devices, or the tail bound (device 0's memory chain, then the reduced
+  problems of the last microbatches alone) (:mod:`ppopt.solve.relaxation`); it costs solver
   time, so the search computes it within its budget and :func:`lower_bounds` leaves it at 0.
 
 All bounds take a duration function and a delay function, so the same code gives the bound in real
@@ -67,7 +68,7 @@ class Bounds:
     warmup: float = 0.0
     round_trip: float = 0.0
     one_machine: float = 0.0
-    relaxation: float = 0.0  # the reduced problem's CP-SAT bound (ppopt.solve.relaxation), set by the search
+    relaxation: float = 0.0  # the reduced-problem or tail bound (ppopt.solve.relaxation), set by the search
     capped_warmup: float = 0.0  # multi-stage devices under a cap (ppopt.solve.capped_warmup)
 
     @property

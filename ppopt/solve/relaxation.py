@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
@@ -95,6 +96,7 @@ def reduced_model(
     caps: Sequence[int | None],
     lower: int = 0,
     pairs: int = 0,
+    last_forward: bool = False,
 ) -> cp_model.CpModel:
     """The reduced problem of the module docstring over the ``kept`` devices (sorted), minimising the step,
     with the step at least ``lower`` (a known lower bound of the full problem: the optimum of the full
@@ -147,7 +149,7 @@ def reduced_model(
                             forward_lag(a, s) + f[s] + backward_lag(s, a), backward_lag(c, s) + b[s] + forward_lag(s, c))
     for i in range(microbatches):
         model.add(bwd[top, i] >= fwd[top, i] + f[top] + round_trip)
-    model.minimize(step)
+    model.minimize(fwd[kept[0], microbatches - 1] if last_forward else step)
     return model
 
 
@@ -193,3 +195,53 @@ def relaxation_bound(
         if code != cp_model.OPTIMAL:
             break
     return best
+
+
+TAIL_ROUNDS = 8
+"""The tail of :func:`tail_bound` holds this many times device 0's cap of microbatches. Measured at
+p = 16, cap 16, one-slot messages (F = 1, B = 2): the reduced problem of 3 devices over the last 128
+microbatches is proven optimal (676 slots) in about 3 s, and at m = 1024 the bound is then 5,044
+slots; a tail of 64 gives 5,040 (3 devices) or 5,042 (5 devices, 1.5 s more). Each round of the cap
+in the tail adds about one slot over the chain's round trip."""
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A chain of one-stage devices as the reduced problems see it (ticks): ``duration(stage, kind)``,
+    ``delay(stage sending, device a, device b)`` and the cap of live activations per device (None:
+    no cap)."""
+
+    devices: int
+    duration: Duration
+    delay: Delay
+    caps: Sequence[int | None]
+
+
+def tail_bound(chain: Chain, microbatches: int, tail: int, options: SolveOptions) -> int:
+    """A lower bound (ticks) on the step: device 0's memory chain up to microbatch j = m - ``tail``,
+    then the reduced problems (:func:`relaxation_bound`) of the last ``tail`` microbatches alone.
+
+    **Proof.** Take an optimal schedule with microbatches in order (one exists, :mod:`ppopt.solve.model`),
+    with step T. (1) *The chain*: F_0(0) >= 0, F_0(i + 1) >= F_0(i) + F_0, and under a cap of K on
+    device 0, F_0(i + K) starts after B_0(i) ends, at least l_0 = F_0 + the round trip above device 0
+    (the forwards, backwards and messages of the stages above) + B_0 after F_0(i) starts. Hence
+    F_0(j) >= floor(j/K)·l_0 + (j mod K)·F_0 (without a cap, j·F_0). (2) *The tail*: keep only the ops
+    of microbatches j..m-1, renumber them 0..tail-1 and shift time by -F_0(j). Every constraint of the
+    reduced problem over ``tail`` microbatches holds for them: no-overlap, order, caps and lags are
+    constraints among these ops that the schedule meets, and the heads hold because F_s(j + i) is at
+    least F_0(j + i) >= F_0(j) plus the forwards and messages below s. So T - F_0(j) is at least the
+    reduced problem's optimum, which is at least CP-SAT's best bound on it. Adding (1) and (2) bounds
+    T. Unlike the reduced problem of all m microbatches, the tail's is small enough to be proven
+    optimal within seconds, so this bound does not depend on how far a time-limited solve gets."""
+    j = microbatches - tail
+    if not 0 < j < microbatches:
+        return 0
+    devices, duration, delay = chain.devices, chain.duration, chain.delay
+    f = [duration(s, Kind.F) for s in range(devices)]
+    b = [duration(s, Kind.B) for s in range(devices)]
+    messages = sum(delay(s, s, s + 1) + delay(s + 1, s + 1, s) for s in range(devices - 1))
+    life = sum(f) + sum(b) + messages
+    cap = chain.caps[0]
+    start = j * f[0] if cap is None else (j // cap) * life + (j % cap) * f[0]
+    return start + relaxation_bound(tail, devices, duration, delay, chain.caps, options)
+

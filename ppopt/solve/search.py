@@ -30,7 +30,7 @@ from ppopt.solve.lns import Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
-from ppopt.solve.relaxation import relaxation_bound
+from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, relaxation_bound, tail_bound
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
 from ppopt.table import earliest_starts
@@ -391,7 +391,9 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     """The setup with the reduced-problem bound (linear placement, full backward) in its analytic
     bounds and its lower bound in ticks, unless the hint already meets the bound. Up to
     :data:`AUTO_CP_OPS` ops, where one CP-SAT solve of the whole problem bounds at least as well as
-    the reduced problems of more devices, only the two ends with their meetings are solved."""
+    the reduced problems of more devices, only the two ends with their meetings are solved. Above,
+    half of the share first goes to the tail bound (:func:`ppopt.solve.relaxation.tail_bound`), whose
+    small reduced problems are proven optimal, so the bound holds its level on a loaded machine."""
     placement, ticked, instance = setup.placement, setup.ticked, setup.instance
     linear = placement is not None and placement == tuple((s,) for s in range(instance.devices)) \
         and instance.stages == instance.devices
@@ -403,9 +405,15 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     assert placement is not None
     cap = _cap_of_stage(instance, placement)
     caps = [None if (c := cap(s)) is None else max(1, math.floor(c + 1e-9)) for s in range(instance.devices)]
-    share = RELAXATION_SHARE[ops > AUTO_LNS_OPS]
-    ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, options.share(share),
-                             setup.lower, MEETING_PAIRS if small else 0, [(0, instance.devices - 1)] if small else None)
+    budget = options.share(RELAXATION_SHARE[ops > AUTO_LNS_OPS])
+    lower = setup.lower
+    tail = TAIL_ROUNDS * caps[0] if caps[0] is not None else instance.microbatches
+    if not small and tail < instance.microbatches:
+        chain = Chain(instance.devices, ticked[0], ticked[1], caps)
+        lower = max(lower, tail_bound(chain, instance.microbatches, tail, budget.share(2)))
+        options.note(f"tail bound: {lower * setup.tick:.6g} {instance.time_unit}")
+    ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, budget,
+                             lower, MEETING_PAIRS if small else 0, [(0, instance.devices - 1)] if small else None)
     options.note(f"reduced-problem bound: {ticks * setup.tick:.6g} {instance.time_unit}")
     if ticks <= setup.lower:
         return setup
