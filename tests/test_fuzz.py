@@ -102,8 +102,8 @@ COMMANDS: dict[str, tuple[list[str], dict, dict]] = {
     "job": ([], {"--model": MODEL_ARG, "--system": SYSTEM_ARG},
             {"--tp": ints(1, 4), "--pp": ints(1, 4), "--dp": ints(1, 4), "--micro-batch": ints(1, 4), "--global-batch": ints(1, 64),
              "--recompute": st.sampled_from(["none", "selective", "full"]), "--sequence-parallel": None,
-             "--distributed-optimizer": None, "--overlap-grad-sync": None, "--schedule": st.sampled_from(["1f1b", "gpipe", "zb-h1"]),
-             "--json": None}),
+             "--distributed-optimizer": None, "--overlap-grad-sync": None, "--schedule": st.sampled_from(names()), **OPTIONS,
+             "--layers-per-stage": st.sampled_from(["1,1,1,1", "2,2", "4", "1,2,1", "0,4"]), "--json": None}),
 }
 
 # -- files -------------------------------------------------------------------------------------------
@@ -247,9 +247,10 @@ def command_line(draw, command: str) -> list[str]:
     if not hostile:  # one schedule takes only its own options, and a file replaces the name
         from ppopt.generators import REGISTRY
 
-        name = draw(chosen["-s"]) if "-s" in chosen else None
-        if name is not None:
-            chosen["-s"] = st.just(name)
+        flag = "--schedule" if command == "job" else "-s"
+        name = draw(chosen[flag]) if flag in chosen else "1f1b" if command == "job" else None
+        if flag in chosen:
+            chosen[flag] = st.just(name)
         takes = REGISTRY[name].options if name in REGISTRY else tuple(OPTIONS) if name == "all" or command != "export" else ()
         if "--schedule-file" in chosen:
             chosen.pop("-s", None)
