@@ -112,7 +112,8 @@ MODEL = {"name": "m", "num_layers": 4, "hidden_size": 64, "num_attention_heads":
          "global_batch_size": 8}
 SYSTEM = {"name": "s", "peak_flops": 1e15, "memory_bandwidth_bytes_per_s": 3e12, "memory_capacity_bytes": 8e10,
           "intra_node": {"bandwidth_bytes_per_s": 4.5e11, "latency_s": 1e-6},
-          "inter_node": {"bandwidth_bytes_per_s": 5e10, "latency_s": 5e-6}}
+          "inter_node": {"bandwidth_bytes_per_s": 5e10, "latency_s": 5e-6},
+          "op_time_rule": "additive", "kernel_host_s": 1e-5, "op_accounting": "kernels"}
 SPEC = {"schedules": ["1f1b", "gpipe"], "devices": [2], "microbatches": [2], "models": ["study"], "systems": ["mid-mid"]}
 ODD_VALUES = st.sampled_from([math.inf, -math.inf, math.nan, -1, 0, 0.5, 1e-30, 3, "x", "", True, [], [1, "a"], {}, 1000, 1e300,
                               *HUGE[:2], [HUGE[0]]])
