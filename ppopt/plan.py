@@ -154,12 +154,12 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
     """Every (t, p, d) of the request's space (see module doc); InfeasibleError naming ``gpus`` if none."""
     model, n = request.model, request.gpus
     found = []
-    for t in _divisors(n):
-        if t > request.system.devices_per_node or model.num_attention_heads % t:
+    for t in _divisors(math.gcd(n, model.num_attention_heads)):  # t divides the heads: no search over n's divisors
+        if t > request.system.devices_per_node:
             continue
-        for p in _divisors(n // t):
+        for p in range(1, min(n // t, model.num_layers) + 1):
             d = n // (t * p)
-            if p > model.num_layers or request.batch % d:
+            if (n // t) % p or request.batch % d:
                 continue
             if request.split == "even" and model.num_layers % p:
                 continue

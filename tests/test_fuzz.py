@@ -104,6 +104,11 @@ COMMANDS: dict[str, tuple[list[str], dict, dict]] = {
              "--recompute": st.sampled_from(["none", "selective", "full"]), "--sequence-parallel": None,
              "--distributed-optimizer": None, "--overlap-grad-sync": None, "--schedule": st.sampled_from(names()), **OPTIONS,
              "--layers-per-stage": st.sampled_from(["1,1,1,1", "2,2", "4", "1,2,1", "0,4"]), "--json": None}),
+    "plan": (["-q", "--search", "0"], {"--model": st.just("{model}"), "--gpus": ints(1, 4), "--system": SYSTEM_ARG},
+             {"--global-batch": ints(1, 16), "--schedule": st.sampled_from([*names(), "all"]), "--micro-batch": ints(1, 4),
+              "--recompute": st.sampled_from(["none", "selective", "full"]), "--memory-limit": st.sampled_from(["1GiB", "80GiB", "1e3"]),
+              "--layers-per-stage": st.sampled_from(["even", "balanced", "1,1,1,1", "2,2", "1,3"]), "--top": ints(1, 3),
+              "--json": None, "--format": FORMAT}),
 }
 
 # -- files -------------------------------------------------------------------------------------------
@@ -258,7 +263,7 @@ def command_line(draw, command: str) -> list[str]:
             takes = ()
         chosen = {flag: value for flag, value in chosen.items() if flag.lstrip("-") in takes or flag not in OPTIONS}
         if ("--model" in chosen or "--system" in chosen) and ("--model" in required or "--model" in optional):  # both, no unit mode
-            chosen.update({"--model": MODEL_ARG, "--system": SYSTEM_ARG})
+            chosen.update({flag: {**optional, **required}.get(flag, default) for flag, default in (("--model", MODEL_ARG), ("--system", SYSTEM_ARG))})
             chosen = {flag: value for flag, value in chosen.items() if flag not in UNIT}
         elif "--unit" in optional:
             chosen["--unit"] = None
@@ -330,6 +335,12 @@ def test_fuzz_sweep(data):
 @given(data=st.data())
 def test_fuzz_measured_commands(data):
     run_fuzzed(data, data.draw(st.sampled_from(["validate", "calibrate", "job"])))
+
+
+@settings(FUZZ, max_examples=15)
+@given(data=st.data())
+def test_fuzz_plan(data):
+    run_fuzzed(data, "plan")
 
 
 class _FullAfter:
