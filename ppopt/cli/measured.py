@@ -131,7 +131,7 @@ def calibrate_command(data, system, output, name, as_json) -> None:
                                                   "description": f"{base.name} calibrated on {len(rows)} measured rows"})
     fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows, fitted.parameters)
     atomic_write_text(output, system_toml(fitted, base.name, [Path(p).name for p in data]))
-    on_fit = summarize(predict_rows([_on(r, calibrated) for r in rows]), unmodelled)
+    on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
     if as_json:
         emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "output": output, "summary": on_fit.summary()})
         return
@@ -142,12 +142,6 @@ def calibrate_command(data, system, output, name, as_json) -> None:
     click.echo("fit on the calibration rows (simulated):")
     click.echo("\n".join(_summary_lines(on_fit, len(data))))
     click.echo(f"wrote {output}")
-
-
-def _on(row, system):
-    from dataclasses import replace
-
-    return replace(row, job=replace(row.job, system=system))
 
 
 @main.command("job")
