@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from ppopt.accuracy import predict_rows, summarize
@@ -52,7 +51,7 @@ def figures(fit: list[Measured], check: list[Measured], model: str) -> str:
     """Calibrate ``model`` on ``fit``, validate on ``check``: the MAPE and the multi-node Spearman."""
     base = load_system("a100-vtrain")
     system = calibrate(fit, base, model=model).system
-    accuracy = summarize(predict_rows([replace(r, job=replace(r.job, system=system)) for r in check]))
+    accuracy = summarize(predict_rows([r.on(system) for r in check]))
     rho = ", ".join(f"{'3.6B' if key.startswith(SMALL_MULTI) else '18.4B'} {value:.3f}"
                     for key, value in accuracy.spearman.items() if value is not None and key.endswith("s2048"))
     return f"MAPE {100 * accuracy.mape:6.2f} %" + (f", Spearman {rho}" if rho else "")

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from types import SimpleNamespace
 
 import numpy as np
@@ -335,7 +335,7 @@ def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, itera
     best: Calibration | None = None
     for exponent in fit_model.exponents:
         system = base.model_copy(update={"gemm_saturation_exponent": exponent, **dict(fit_model.fields)})
-        stacked = stack([replace(r, job=replace(r.job, system=system)) for r in rows])
+        stacked = stack([r.on(system) for r in rows])
         for host in fit_model.host_times:
             start = system.model_copy(update={"kernel_host_s": host})
             fitted = _fit(stacked, start, fit_model.parameters, restarts, iterations)

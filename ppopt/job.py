@@ -40,8 +40,9 @@ Work and time
 
 Schedules (:data:`SCHEDULES`)
     ``pp`` is the number of devices of one pipeline; the schedule places ``stages`` stages on them
-    (``chunks`` per device for interleaved-1f1b and looped-bfs, two for zb-v and v-min, 2·``waves``
-    for hanayo, Chimera's p stages twice as two replicated pipelines), and the layers are split over
+    (the registry entry's ``Family.chunks``: ``chunks`` per device for interleaved-1f1b and
+    looped-bfs, two for the V families zb-v, v-min, v-half and dualpipev, 2·``waves`` for hanayo,
+    the p stages of Chimera and DualPipe twice as two replicated pipelines), and the layers are split over
     the stages. A device keeps the persistent state of every stage it holds, each replica in full,
     and the activations of all its chunks (as :func:`ppopt.simulate.simulate` counts them), and
     all-reduces every held stage's gradients over its data-parallel group, one after the other.

@@ -64,7 +64,7 @@ from ppopt.config import ModelConfig, SystemConfig
 from ppopt.costs import Costs, layer_forward_flops, logits_forward_flops
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.generators import get
-from ppopt.ir import FREEING_KINDS, Kind
+from ppopt.ir import FREEING_KINDS, MAX_OPS, Kind
 from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work, placement, stages_per_device
 
 __all__ = [
@@ -74,13 +74,19 @@ __all__ = [
 
 MAX_JOBS = 200_000
 """Most jobs one plan enumerates; a larger space is refused before any work (narrow it)."""
+MAX_SIZING_OPS = 20_000_000
+"""Most ops of the distinct schedules one plan generates to size its jobs (:func:`sizing_ops`); a
+larger request is refused before any work. The default plan of llama3-70b on 64 GPUs generates
+about 1.4 million, gpt3-175b on 1,024 GPUs (global batch 1,536) about 3 million."""
 
 Split = str | tuple[int, ...]
 Progress = Callable[[int, int], None]
 
 
 def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+    """The divisors of ``n``, ascending (√n trial divisions)."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return sorted({*small, *(n // k for k in small)})
 
 
 DEFAULT_SCHEDULES = tuple(name for name in SCHEDULES if "split" not in get(name).options)
@@ -148,12 +154,12 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
     """Every (t, p, d) of the request's space (see module doc); InfeasibleError naming ``gpus`` if none."""
     model, n = request.model, request.gpus
     found = []
-    for t in _divisors(n):
-        if t > request.system.devices_per_node or model.num_attention_heads % t:
+    for t in _divisors(math.gcd(n, model.num_attention_heads)):  # t divides the heads: no search over n's divisors
+        if t > request.system.devices_per_node:
             continue
-        for p in _divisors(n // t):
+        for p in range(1, min(n // t, model.num_layers) + 1):
             d = n // (t * p)
-            if p > model.num_layers or request.batch % d:
+            if (n // t) % p or request.batch % d:
                 continue
             if request.split == "even" and model.num_layers % p:
                 continue
@@ -171,9 +177,14 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
 
 
 def _micro_batches(request: PlanRequest, d: int) -> list[int]:
+    """The micro batch sizes dividing the batch per replica (those of ``--micro-batch`` if given)."""
     per_replica = request.batch // d
-    sizes = _divisors(per_replica)
-    return [b for b in sizes if request.micro_batches is None or b in request.micro_batches]
+    if request.micro_batches is not None:
+        return sorted(b for b in set(request.micro_batches) if per_replica % b == 0)
+    if per_replica > MAX_SIZING_OPS:  # even b = 1 would give every family a schedule over MAX_OPS
+        raise ConfigError(f"{per_replica:,} sequences per replica are too many to plan every micro batch size of; "
+                          "give --micro-batch", field="global_batch")
+    return _divisors(per_replica)
 
 
 @lru_cache(maxsize=4096)
@@ -248,6 +259,23 @@ def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[st
     wanted = len(request.split) if isinstance(request.split, tuple) else None
     return tuple((name, options) for name in names for options in schedule_variants(name, p, request.model.num_layers, wanted)
                  if _defined(name, p, m, tuple(sorted(options.items()))))
+
+
+def sizing_ops(request: PlanRequest) -> int:
+    """Ops of the distinct schedules (family, options, p, m) the request's sizing generates, each
+    counted by its registry entry (``Family.ops``) without generating it; those over
+    :data:`ppopt.ir.MAX_OPS` are refused by the generator at once and do not count."""
+    sizes: dict[tuple, int] = {}
+    wanted = len(request.split) if isinstance(request.split, tuple) else None
+    for _, p, d in layouts(request):
+        for b in _micro_batches(request, d):
+            m = request.batch // (b * d)
+            for name in request.schedules:
+                for options in schedule_variants(name, p, request.model.num_layers, wanted):
+                    ops = get(name).ops(p, m, options) or 0
+                    if ops <= MAX_OPS:
+                        sizes[name, p, m, tuple(sorted(options.items()))] = ops
+    return sum(sizes.values())
 
 
 def count_jobs(request: PlanRequest) -> int:
@@ -543,6 +571,11 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     InfeasibleError naming the least memory any job needs when none fits the limit.
     """
     if jobs is None:
+        ops = sizing_ops(request)
+        if ops > MAX_SIZING_OPS:
+            raise ConfigError(f"sizing its jobs would generate schedules of {ops:,} ops, over the limit of {MAX_SIZING_OPS:,}; "
+                              "fewer microbatches per job (a smaller --global-batch, a larger --micro-batch) or fewer "
+                              "--schedule families", field="global_batch")
         total = count_jobs(request)
         if total == 0 and isinstance(request.split, tuple):
             raise InfeasibleError(f"no job of the schedules {', '.join(request.schedules)} has {len(request.split)} stages "

@@ -89,6 +89,9 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["frontier", *UNIT, "--limits", "1,x"], "--limits must be a number of live activations, got 'x'"),
         (["search", *UNIT, "--space", "placement=looped", "--chunks", "0"], "--chunks: must be a positive integer"),
         (["gap", *UNIT, "-s", "nope"], "unknown schedule 'nope'"),
+        # Every named schedule undefined or infeasible: an error, not an empty table with exit 0.
+        (["gap", "-p", "3", "-m", "6", "--unit", "-s", "dualpipe"], "no schedule to report at p = 3, m = 6 (dualpipe: dualpipe needs an even"),
+        (["gap", "-p", "2", "-m", "2", "--unit", "--memory-limit", "0.5", "-s", "1f1b"], "(1f1b: memory limit 0.5 activations is below the minimum 1"),
         # Over the op limit: refused before any placement or model is built (issue 9: no hang).
         (["search", "-p", "10000000", "-m", "2", "--unit"], "10000000 devices, 2 microbatches make 40,000,000 ops"),
         (["frontier", "-p", "2", "-m", str(10**20), "--unit"], "the limit is 10,000,000 ops"),

@@ -102,8 +102,13 @@ COMMANDS: dict[str, tuple[list[str], dict, dict]] = {
     "job": ([], {"--model": MODEL_ARG, "--system": SYSTEM_ARG},
             {"--tp": ints(1, 4), "--pp": ints(1, 4), "--dp": ints(1, 4), "--micro-batch": ints(1, 4), "--global-batch": ints(1, 64),
              "--recompute": st.sampled_from(["none", "selective", "full"]), "--sequence-parallel": None,
-             "--distributed-optimizer": None, "--overlap-grad-sync": None, "--schedule": st.sampled_from(["1f1b", "gpipe", "zb-h1"]),
-             "--json": None}),
+             "--distributed-optimizer": None, "--overlap-grad-sync": None, "--schedule": st.sampled_from(names()), **OPTIONS,
+             "--layers-per-stage": st.sampled_from(["1,1,1,1", "2,2", "4", "1,2,1", "0,4"]), "--json": None}),
+    "plan": (["-q", "--search", "0"], {"--model": st.just("{model}"), "--gpus": ints(1, 4), "--system": SYSTEM_ARG},
+             {"--global-batch": ints(1, 16), "--schedule": st.sampled_from([*names(), "all"]), "--micro-batch": ints(1, 4),
+              "--recompute": st.sampled_from(["none", "selective", "full"]), "--memory-limit": st.sampled_from(["1GiB", "80GiB", "1e3"]),
+              "--layers-per-stage": st.sampled_from(["even", "balanced", "1,1,1,1", "2,2", "1,3"]), "--top": ints(1, 3),
+              "--json": None, "--format": FORMAT}),
 }
 
 # -- files -------------------------------------------------------------------------------------------
@@ -112,7 +117,8 @@ MODEL = {"name": "m", "num_layers": 4, "hidden_size": 64, "num_attention_heads":
          "global_batch_size": 8}
 SYSTEM = {"name": "s", "peak_flops": 1e15, "memory_bandwidth_bytes_per_s": 3e12, "memory_capacity_bytes": 8e10,
           "intra_node": {"bandwidth_bytes_per_s": 4.5e11, "latency_s": 1e-6},
-          "inter_node": {"bandwidth_bytes_per_s": 5e10, "latency_s": 5e-6}}
+          "inter_node": {"bandwidth_bytes_per_s": 5e10, "latency_s": 5e-6},
+          "op_time_rule": "additive", "kernel_host_s": 1e-5, "op_accounting": "kernels"}
 SPEC = {"schedules": ["1f1b", "gpipe"], "devices": [2], "microbatches": [2], "models": ["study"], "systems": ["mid-mid"]}
 ODD_VALUES = st.sampled_from([math.inf, -math.inf, math.nan, -1, 0, 0.5, 1e-30, 3, "x", "", True, [], [1, "a"], {}, 1000, 1e300,
                               *HUGE[:2], [HUGE[0]]])
@@ -247,16 +253,17 @@ def command_line(draw, command: str) -> list[str]:
     if not hostile:  # one schedule takes only its own options, and a file replaces the name
         from ppopt.generators import REGISTRY
 
-        name = draw(chosen["-s"]) if "-s" in chosen else None
-        if name is not None:
-            chosen["-s"] = st.just(name)
+        flag = "--schedule" if command == "job" else "-s"
+        name = draw(chosen[flag]) if flag in chosen else "1f1b" if command == "job" else None
+        if flag in chosen:
+            chosen[flag] = st.just(name)
         takes = REGISTRY[name].options if name in REGISTRY else tuple(OPTIONS) if name == "all" or command != "export" else ()
         if "--schedule-file" in chosen:
             chosen.pop("-s", None)
             takes = ()
         chosen = {flag: value for flag, value in chosen.items() if flag.lstrip("-") in takes or flag not in OPTIONS}
         if ("--model" in chosen or "--system" in chosen) and ("--model" in required or "--model" in optional):  # both, no unit mode
-            chosen.update({"--model": MODEL_ARG, "--system": SYSTEM_ARG})
+            chosen.update({flag: {**optional, **required}.get(flag, default) for flag, default in (("--model", MODEL_ARG), ("--system", SYSTEM_ARG))})
             chosen = {flag: value for flag, value in chosen.items() if flag not in UNIT}
         elif "--unit" in optional:
             chosen["--unit"] = None
@@ -328,6 +335,12 @@ def test_fuzz_sweep(data):
 @given(data=st.data())
 def test_fuzz_measured_commands(data):
     run_fuzzed(data, data.draw(st.sampled_from(["validate", "calibrate", "job"])))
+
+
+@settings(FUZZ, max_examples=15)
+@given(data=st.data())
+def test_fuzz_plan(data):
+    run_fuzzed(data, "plan")
 
 
 class _FullAfter:

@@ -80,3 +80,11 @@ def test_a_family_rule_is_a_one_line_error_in_job_and_a_skip_in_plan():
     with pytest.raises(InfeasibleError, match="at p = 2, m = 2: dualpipe needs m >= 2p") as none:
         plan(PlanRequest(MODEL, SYSTEM, 2, global_batch=2, schedules=("dualpipe",), recompute=("none",)))
     assert none.value.field == "schedules"
+
+
+def test_job_refuses_a_schedule_option_its_family_does_not_take():
+    # as table and evaluate do: --split means nothing to 1F1B, --chunks nothing to V-Half
+    for schedule, flag, value in (("1f1b", "--split", "1:2"), ("v-half", "--chunks", "3"), ("zb-v", "--waves", "2")):
+        out = CliRunner().invoke(main, ["job", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", "2", "--global-batch", "8",
+                                        "--schedule", schedule, flag, value])
+        assert out.exit_code == 1 and out.output.startswith(f"error: {flag}: schedule {schedule} does not take it"), out.output

@@ -20,6 +20,7 @@ from ppopt.io.measured import read_measured
 from ppopt.job import Job, evaluate_job, job_costs
 from ppopt.plan import (
     PlanRequest,
+    _divisors,
     balanced_layers,
     count_jobs,
     enumerate_jobs,
@@ -28,6 +29,7 @@ from ppopt.plan import (
     megatron_layout,
     memory_of,
     plan,
+    sizing_ops,
     torchtitan_stages,
 )
 from ppopt.plan_search import JobSearch, job_spec, ranking_changes
@@ -190,6 +192,11 @@ def test_plan_command_searches_exports_and_plots(tmp_path):
     (["--model", "no-such-model", "--gpus", 8, "--system", "dgx-h100"], "unknown model preset 'no-such-model'"),
     (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--layers-per-stage", "1,2"], "--layers-per-stage:"),
     (["--candidates", MULTI_NODE, "--model", "llama3-8b", "--system", "dgx-h100"], "--candidates:"),
+    # huge batches are refused before any schedule is generated (they used to run for minutes)
+    (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--global-batch", 10**7],
+     "--global-batch: sizing its jobs would generate schedules of"),
+    (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--global-batch", 10**20],
+     "sequences per replica are too many to plan every micro batch size of; give --micro-batch"),
 ])
 def test_bad_input_is_one_line_and_exit_1(args, message):
     result = run("plan", *args, "-q", "--search", 0)
@@ -318,3 +325,16 @@ def test_multi_stage_jobs_are_searched_in_their_family_and_split_backward_spaces
     for s in found:
         assert s.best_step_s is not None and s.bound_step_s <= s.best_step_s + 1e-9
         assert s.best_step_s <= s.handcrafted_step_s + 1e-9
+
+
+@given(st.integers(1, 2000))
+def test_divisors_are_every_divisor_ascending(n):
+    assert _divisors(n) == [k for k in range(1, n + 1) if n % k == 0]
+
+
+def test_sizing_ops_counts_each_distinct_schedule_once_by_hand():
+    # 1 GPU, 1F1B only, global batch 4: b = 1, 2, 4 give m = 4, 2, 1, each 1 stage x m x (F, B)
+    request = PlanRequest(LLAMA8, H100, 1, global_batch=4, schedules=("1f1b",), recompute=("none", "full"))
+    assert sizing_ops(request) == 2 * (4 + 2 + 1)
+    # 2 GPUs add p = 2, d = 1 (m = 4, 2, 1: 2·2·m ops) and p = 1, d = 2 (m = 2, 1: already counted)
+    assert sizing_ops(replace(request, gpus=2)) == 14 + 4 * (4 + 2 + 1)

@@ -10,7 +10,7 @@ import math
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import check_plot, emit_json, format_option, json_option
+from ppopt.cli.options import check_plot, emit_json, format_option, json_option, refuse_unused_options
 from ppopt.job import SCHEDULES as JOB_SCHEDULES
 
 DEFAULT_SYSTEM = "a100-vtrain-calibrated"
@@ -131,7 +131,7 @@ def calibrate_command(data, system, output, name, as_json) -> None:
                                                   "description": f"{base.name} calibrated on {len(rows)} measured rows"})
     fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows, fitted.parameters)
     atomic_write_text(output, system_toml(fitted, base.name, [Path(p).name for p in data]))
-    on_fit = summarize(predict_rows([_on(r, calibrated) for r in rows]), unmodelled)
+    on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
     if as_json:
         emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "output": output, "summary": on_fit.summary()})
         return
@@ -142,12 +142,6 @@ def calibrate_command(data, system, output, name, as_json) -> None:
     click.echo("fit on the calibration rows (simulated):")
     click.echo("\n".join(_summary_lines(on_fit, len(data))))
     click.echo(f"wrote {output}")
-
-
-def _on(row, system):
-    from dataclasses import replace
-
-    return replace(row, job=replace(row.job, system=system))
 
 
 @main.command("job")
@@ -165,9 +159,9 @@ def _on(row, system):
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--schedule", type=click.Choice(list(JOB_SCHEDULES)), default="1f1b", show_default=True,
               help="Pipeline schedule family.")
-@click.option("--chunks", type=int, default=2, show_default=True, help="Stages per device (interleaved-1f1b, looped-bfs).")
-@click.option("--waves", type=int, default=1, show_default=True, help="Hanayo's waves (2W stages per device).")
-@click.option("--split", default="1:2", show_default=True, help="chimera-asym's layer split A:B between the halves of the stages.")
+@click.option("--chunks", type=int, default=None, help="Stages per device (interleaved-1f1b, looped-bfs) [default: 2].")
+@click.option("--waves", type=int, default=None, help="Hanayo's waves (2W stages per device) [default: 1].")
+@click.option("--split", default=None, help="chimera-asym's layer split A:B between the halves of the stages [default: 1:2].")
 @click.option("--layers-per-stage", "layers_per_stage", default=None,
               help="Layers of each stage, e.g. 7,8,8,7 (as ppopt plan prints) [default: even, the remainder first].")
 @json_option
@@ -181,6 +175,8 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
 
     if global_batch is not None and global_batch < 1:
         raise ConfigError(f"must be positive, got {global_batch}", field="global_batch")
+    given = {"chunks": chunks, "waves": waves, "split": split}
+    refuse_unused_options(schedule, given)
     layers = None
     if layers_per_stage is not None:
         try:
@@ -190,7 +186,7 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     job = Job(load_model(model), load_system(system), tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
               global_batch=global_batch, recompute=recompute, sequence_parallel=sequence_parallel,
               distributed_optimizer=distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
-              layers=layers, chunks=chunks, waves=waves, split=split)
+              layers=layers, **{name: value for name, value in given.items() if value is not None})
     result = evaluate_job(job)
     figures = {
         "job": job.describe(), "gpus": job.gpus, "microbatches": job.microbatches, "layers_per_stage": list(job.stage_layers),

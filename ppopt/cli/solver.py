@@ -156,6 +156,7 @@ def _write_outputs(result, spec, csv_path, plot, trace) -> None:
 @format_option
 def gap_command(spec, solve, options, schedules, as_json, fmt):
     """Optimality gap of every handcrafted schedule against its family's relaxed space."""
+    from ppopt.errors import ConfigError
     from ppopt.generators import get
     from ppopt.report.solve import gap_json, gap_text
     from ppopt.solve.gap import gap_report
@@ -163,6 +164,9 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
     for name in schedules:
         get(name)
     report = gap_report(spec, options, schedules or None, solve)
+    if not report.rows:  # every schedule skipped: an empty table would read as a result
+        reasons = "; ".join(f"{name}: {reason}" for name, reason in report.skipped.items())
+        raise ConfigError(f"no schedule to report at p = {spec.devices}, m = {spec.microbatches} ({reasons})")
     for name, reason in report.skipped.items():
         click.echo(f"skipped {name}: {reason}", err=True)
     if as_json:

@@ -16,7 +16,7 @@ import csv
 import io
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ppopt.config import ModelConfig, SystemConfig
@@ -65,6 +65,10 @@ class Measured:
     """Which model (dimensions) the row trains, e.g. ``h3072 a32 L30 s2048``."""
     source: str = ""
     """File name the row came from."""
+
+    def on(self, system: SystemConfig) -> Measured:
+        """The same row with its job on ``system`` (e.g. a calibrated system predicting it)."""
+        return replace(self, job=replace(self.job, system=system))
 
 
 @dataclass(frozen=True)

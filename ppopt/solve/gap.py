@@ -89,7 +89,7 @@ def gap_report(
             schedule = validate(generate(name, devices, microbatches, **schedule_options))
             points.append((name, schedule, family_space(name, schedule_options)))
         except ScheduleError as error:
-            skipped[name] = str(error)
+            skipped[name] = error.reason
     keys = list(dict.fromkeys(searched(spec, space).describe() for _, _, space in points))
     rows, searches = [], {}
     semantics, unit = "", ""
@@ -106,7 +106,7 @@ def gap_report(
             try:
                 searches[key] = search(spec, searched(spec, space), options.share(len(keys) - keys.index(key)))
             except InfeasibleError as error:
-                skipped[name] = str(error)
+                skipped[name] = error.reason
                 continue
         result = searches[key]
         step = simulation.step_time_s

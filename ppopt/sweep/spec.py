@@ -130,6 +130,13 @@ class Options(_Strict):
     waves: PositiveInt | list[PositiveInt] | None = None
     split: NonEmptyStr | list[NonEmptyStr] | None = None
 
+    @field_validator("chunks", "waves", "split", mode="before")
+    @classmethod
+    def _not_empty(cls, value):
+        if isinstance(value, list) and not value:  # it would leave the schedules taking it out silently
+            raise ValueError("an empty list sweeps nothing: give at least one value, or leave the option unset")
+        return value
+
     @field_validator("split")
     @classmethod
     def _check_split(cls, value):
