@@ -12,9 +12,9 @@ from ppopt.placement import Placement
 
 def require_positive(devices: int, microbatches: int) -> None:
     if devices < 1:
-        raise ScheduleError(f"devices must be >= 1, got {devices}")
+        raise ScheduleError(f"must be >= 1, got {devices}", field="devices")
     if microbatches < 1:
-        raise ScheduleError(f"microbatches must be >= 1, got {microbatches}")
+        raise ScheduleError(f"must be >= 1, got {microbatches}", field="microbatches")
 
 
 def require_even_devices(name: str, devices: int) -> None:
