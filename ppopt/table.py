@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
+from itertools import compress
 from operator import add
 
 from ppopt.errors import ScheduleError
@@ -178,7 +179,7 @@ class Table:
         if devices is not None or before is not None:
             limit = math.inf if before is None else math.ceil(Fraction(before) / self.tick)  # t < x iff t < ceil(x)
             last = flat.orders[min(devices, len(flat.orders)) - 1].stop if devices else flat.size
-            ids = [i for i, t in zip(range(last), self.start_ticks) if t < limit]
+            ids = list(compress(range(last), map(limit.__gt__, self.start_ticks)))  # t < limit, without per-op bytecode
         start = [self.start_ticks[i] for i in ids]
         end = [t + ticks[flat.kind[i]] for t, i in zip(start, ids)]
         return list(zip([flat.ops[i] for i in ids], [flat.dev[i] for i in ids], self._all_slots(start), self._all_slots(end)))

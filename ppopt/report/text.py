@@ -8,15 +8,23 @@ from ppopt.ir import Op, Schedule
 from ppopt.table import Table
 
 
-def cell_label(op: Op, schedule: Schedule) -> str:
+def cell_label(op: Op, schedule: Schedule, short: bool | None = None) -> str:
     """``F3`` when every device holds one stage; the action string ``3F12`` otherwise, with the
-    direction (``d`` down / ``u`` up, i.e. replica 0 / 1) appended for replicated stages: ``3F2u``."""
-    if schedule.stages == schedule.devices and schedule.replicas == 1:
+    direction (``d`` down / ``u`` up, i.e. replica 0 / 1) appended for replicated stages: ``3F2u``.
+    ``short``: whether every device holds one stage (:func:`short_labels`), when already known."""
+    if short is None:
+        short = short_labels(schedule)
+    if short:
         return f"{op.kind.value}{op.microbatch}"
     if len(schedule.placement[op.stage]) > 1:
         replica = schedule.replica_of[op.microbatch] if schedule.replica_of else 0
         return f"{op}{'du'[replica] if replica < 2 else replica}"
     return str(op)
+
+
+def short_labels(schedule: Schedule) -> bool:
+    """Whether every device holds exactly one stage, once, so a cell's label can omit the stage."""
+    return schedule.stages == schedule.devices and schedule.replicas == 1
 
 
 #: Terminal colours of the op kinds (ANSI names, as click.style takes them).
@@ -80,11 +88,12 @@ def draw_spans(
         length = shown
     rows = [[idle] * length for _ in range(devices)]
     kinds: list[list[str | None]] = [[None] * length for _ in range(devices)]
+    short = short_labels(schedule)
     for op, device, first, width in placed:
         if first >= length or device >= devices:
             continue
         row, kind_row = rows[device], kinds[device]
-        row[first] = cell_label(op, schedule)
+        row[first] = cell_label(op, schedule, short)
         for c in range(first, min(first + width, length)):
             kind_row[c] = op.kind.value
             if c > first:
@@ -92,12 +101,13 @@ def draw_spans(
     width = max((len(c) for row in rows for c in row), default=1)
     label_width = len(f"device {devices - 1}")
 
-    def paint(text: str, kind: str | None) -> str:
-        if not colour or kind is None:
-            return text
-        import click
+    styles = _styles() if colour else {}
 
-        return click.style(text, fg=KIND_COLOURS[kind])
+    def paint(text: str, kind: str | None) -> str:
+        if kind is None or not styles:
+            return text
+        before, after = styles[kind]
+        return before + text + after
 
     lines = []
     for d, (row, kind_row) in enumerate(zip(rows, kinds)):
@@ -106,6 +116,14 @@ def draw_spans(
     if note:
         lines.append(note)
     return "\n".join(lines)
+
+
+def _styles() -> dict[str, tuple[str, str]]:
+    """Per op kind, the ANSI codes click.style puts before and after a text of that kind's colour
+    (computed once, not per cell)."""
+    import click
+
+    return {kind: tuple(click.style("\0", fg=colour).split("\0")) for kind, colour in KIND_COLOURS.items()}  # type: ignore[misc]
 
 
 FORMATS = ("text", "markdown", "csv")
