@@ -24,11 +24,11 @@ forward. A grid over :data:`MAX_CELLS` cells is refused.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from itertools import compress
 from operator import add
 
 from ppopt.errors import ScheduleError
@@ -178,8 +178,9 @@ class Table:
         ids: Sequence[int] = range(flat.size)
         if devices is not None or before is not None:
             limit = math.inf if before is None else math.ceil(Fraction(before) / self.tick)  # t < x iff t < ceil(x)
-            last = flat.orders[min(devices, len(flat.orders)) - 1].stop if devices else flat.size
-            ids = list(compress(range(last), map(limit.__gt__, self.start_ticks)))  # t < limit, without per-op bytecode
+            shown = flat.orders[:devices] if devices else flat.orders
+            # A device's starts never decrease along its order, so its ops starting before the limit are a prefix.
+            ids = [i for o in shown for i in range(o.start, bisect_left(self.start_ticks, limit, o.start, o.stop))]
         start = [self.start_ticks[i] for i in ids]
         end = [t + ticks[flat.kind[i]] for t, i in zip(start, ids)]
         return list(zip([flat.ops[i] for i in ids], [flat.dev[i] for i in ids], self._all_slots(start), self._all_slots(end)))
