@@ -55,7 +55,7 @@ import io
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -137,7 +137,9 @@ def _where(row: int, cell: int) -> str:
     return f"row {row} (rank {row}, line {row + 1}), cell {cell}"
 
 
-_Row = tuple[list[int], list[int], list[str], list[int]]  # (cell, stage, type as written, microbatch)
+_Row = tuple[Sequence[int], list[int], list[str], list[int]]  # (cell, stage, type as written, microbatch)
+_Line = str | list[str]
+"""A row of the file: its text, cells not split yet (plain text), or its cells as ``csv`` read them."""
 _PLAIN_ROW = re.compile(r"\d+[FIWB]\d+(?:,\d+[FIWB]\d+)*")
 """A row whose cells are each one plain compute action, without spaces: the common case, parsed at once."""
 _TO_COMMA = str.maketrans("FIWB", ",,,,")
@@ -145,7 +147,7 @@ _LETTERS_ONLY = str.maketrans("", "", "0123456789,")
 _LARGEST = 2**62  # numpy clamps an int64 overflow to 2**63 - 1: such rows are read cell by cell
 
 
-def _parse_rows(rows: list[list[str]], name: str) -> list[_Row]:
+def _parse_rows(rows: list[_Line], name: str) -> list[_Row]:
     """Per row, its compute actions as parallel lists: (cell, stage, type as written, microbatch).
 
     A row of plain cells is parsed at once (one regular-expression check, numpy reads the numbers);
@@ -155,37 +157,40 @@ def _parse_rows(rows: list[list[str]], name: str) -> list[_Row]:
     parsed = []
     total = 0
     for r, row in enumerate(rows):
-        plain = _plain_row(row)
-        parsed.append(plain if plain is not None else _parse_row_cells(row, r, name))
+        plain = _plain_row(row, row.count(",") + 1) if isinstance(row, str) else _plain_row(",".join(row), len(row))
+        parsed.append(plain if plain is not None else _parse_row_cells(_cells(row), r, name))
         total += len(parsed[-1][0])
         check_size(total, f"{name}: the compute actions of rows 0..{r}")
     return parsed
 
 
-def _plain_row(row: list[str]) -> _Row | None:
-    """The actions of a row whose every cell is one plain action such as ``3F12``, or None."""
-    if not row or "" in row:
-        return None
-    joined = ",".join(row)
+def _plain_row(joined: str, cells: int) -> _Row | None:
+    """The actions of a row of ``cells`` cells (``joined``: them joined by commas) whose every cell is
+    one plain action such as ``3F12``, or None."""
     if _PLAIN_ROW.fullmatch(joined) is None:
         return None
     numbers = np.fromstring(joined.translate(_TO_COMMA), dtype=np.int64, sep=",")
-    if len(numbers) != 2 * len(row) or numbers.max() >= _LARGEST:
+    if len(numbers) != 2 * cells or numbers.max() >= _LARGEST:  # a cell holding a comma (quoted) is read cell by cell
         return None
     values = numbers.tolist()
-    return list(range(len(row))), values[0::2], list(joined.translate(_LETTERS_ONLY)), values[1::2]
+    return range(cells), values[0::2], list(joined.translate(_LETTERS_ONLY)), values[1::2]
+
+
+def _cells(row: _Line) -> list[str]:
+    return row.split(",") if isinstance(row, str) else row
 
 
 def _parse_row_cells(row: list[str], r: int, name: str) -> _Row:
     """One row's compute actions, cell by cell (communication actions, groups, errors)."""
-    out: _Row = ([], [], [], [])
+    cells: list[int] = []
+    out: _Row = (cells, [], [], [])
     for c, cell in enumerate(row):
         try:
             actions = parse_cell(cell)
         except _CellError as error:
             raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
         for stage, code, microbatch in actions:
-            out[0].append(c)
+            cells.append(c)
             out[1].append(stage)
             out[2].append(code)
             out[3].append(microbatch)
@@ -202,21 +207,22 @@ def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = 
         return _parse(text, name, legacy_backward)
 
 
-def _rows(text: str) -> list[list[str]]:
-    """The file's rows of cells, as ``csv.reader`` reads them. Text without quotes or carriage returns
-    (what PyTorch and ppopt write) is split on newlines and commas directly, in C, about 3x faster;
-    an empty line gives ``[""]`` rather than ``[]``, which reads the same (an idle rank)."""
+def _rows(text: str) -> list[_Line]:
+    """The file's rows, whose cells are as ``csv.reader`` reads them. Text without quotes or carriage
+    returns (what PyTorch and ppopt write) is split on newlines only, in C, and a row's cells are
+    those of ``str.split(",")``; an empty line then has the one cell ``""`` rather than none, which
+    reads the same (an idle rank)."""
     if '"' in text or "\r" in text:
         return list(csv.reader(io.StringIO(text)))
-    lines = text.split("\n")
+    lines: list[_Line] = list(text.split("\n"))
     if lines[-1] == "":
         lines.pop()
-    return [line.split(",") for line in lines]
+    return lines
 
 
 def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
     rows = _rows(text)
-    while rows and not any(cell.strip() for cell in rows[-1]):
+    while rows and not any(cell.strip() for cell in _cells(rows[-1])):
         rows.pop()
     if not rows:
         raise ScheduleError(f"{name}: empty file: no rank rows (a PyTorch schedule CSV has one row of actions per rank)")
@@ -292,7 +298,7 @@ def _overlapped(parsed: list[_Row], orders: tuple[tuple[Op, ...], ...]) -> tuple
     """The ``OVERLAP_F_B`` groups holding exactly an F then a B, as overlapped pairs (module docstring)."""
     pairs = []
     for (cells, *_), order in zip(parsed, orders):
-        if len(set(cells)) == len(cells):  # no cell holds two compute actions: no group (the common case)
+        if isinstance(cells, range) or len(set(cells)) == len(cells):  # no cell holds two actions: no group
             continue
         for i in range(len(cells) - 1):
             if cells[i] == cells[i + 1] and (i + 2 == len(cells) or cells[i + 2] != cells[i]) and (i == 0 or cells[i - 1] != cells[i]) \
