@@ -296,14 +296,23 @@ def sizing_ops(request: PlanRequest) -> int:
 
 def _generate(request: PlanRequest, budget: SolveOptions | None, progress: Progress | None) -> None:
     """Generate (and cache, :func:`_refusal`) the distinct schedules of the request's space, the
-    first part of sizing; InfeasibleError naming ``time_limit_s`` when the budget ends first."""
+    first part of sizing; InfeasibleError naming ``time_limit_s`` when the budget ends first, or
+    when the next schedule would end past it at the rate (seconds per op, ``Family.ops``) of those
+    generated so far: one schedule may take a tenth of a second or more."""
     keys = list(dict.fromkeys(key for _, p, d in layouts(request) for b in _micro_batches(request, d)
                               for key in _schedule_keys(request, p, request.batch // (b * d))))
+    began = budget.remaining_s() if budget is not None else 0.0
+    ops_done = 0
     for done, key in enumerate(keys):
-        if budget is not None and budget.expired:
-            raise out_of_time(budget, f"generating the schedules that size the jobs took the budget ({done} of "
-                                      f"{len(keys)} distinct schedules)")
+        name, p, m, options = key
+        ops = min(get(name).ops(p, m, dict(options)) or 0, MAX_OPS)
+        if budget is not None:
+            left = budget.remaining_s()
+            if left <= 0 or (ops_done and ops * (began - left) / ops_done > left):
+                raise out_of_time(budget, f"generating the schedules that size the jobs took the budget ({done} of "
+                                          f"{len(keys)} distinct schedules)")
         _refusal(*key)
+        ops_done += ops
         if progress:
             progress(done + 1, len(keys))
 
