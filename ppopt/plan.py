@@ -52,7 +52,6 @@ Throughput
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -66,10 +65,11 @@ from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.generators import get
 from ppopt.ir import FREEING_KINDS, MAX_OPS, Kind
 from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work, placement, stages_per_device
+from ppopt.solve.options import SolveOptions
 
 __all__ = [
-    "MAX_JOBS", "Memory", "Plan", "PlanRequest", "PlanRow", "balanced_layers", "count_jobs", "describe", "enumerate_jobs",
-    "evaluate_row", "layouts", "live_microbatches", "megatron_layout", "memory_of", "plan", "torchtitan_stages",
+    "MAX_JOBS", "Memory", "Plan", "PlanProgress", "PlanRequest", "PlanRow", "balanced_layers", "count_jobs", "describe", "enumerate_jobs",
+    "evaluate_row", "layouts", "live_microbatches", "megatron_layout", "memory_of", "out_of_time", "plan", "torchtitan_stages",
 ]
 
 MAX_JOBS = 200_000
@@ -261,6 +261,22 @@ def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[st
                  if _defined(name, p, m, tuple(sorted(options.items()))))
 
 
+ScheduleKey = tuple[str, int, int, tuple[tuple[str, Any], ...]]
+"""(family, p, m, sorted options): one distinct schedule of a request's space."""
+
+
+def _schedule_keys(request: PlanRequest, p: int, m: int) -> list[ScheduleKey]:
+    """The schedules :func:`_schedules` generates to find the (family, options) pairs of a p-device
+    pipeline with m microbatches: every option set of every family; with p = 1 every family at its
+    default options with m and 2m microbatches (:func:`_single_device`; the one chosen then adds
+    its other option sets, none for 1F1B)."""
+    if p == 1:
+        return [(name, 1, k, ()) for name in request.schedules for k in (m, 2 * m)]
+    wanted = len(request.split) if isinstance(request.split, tuple) else None
+    return [(name, p, m, tuple(sorted(options.items()))) for name in request.schedules
+            for options in schedule_variants(name, p, request.model.num_layers, wanted)]
+
+
 def sizing_ops(request: PlanRequest) -> int:
     """Ops of the distinct schedules (family, options, p, m) the request's sizing generates, each
     counted by its registry entry (``Family.ops``) without generating it; those over
@@ -276,6 +292,29 @@ def sizing_ops(request: PlanRequest) -> int:
                     if ops <= MAX_OPS:
                         sizes[name, p, m, tuple(sorted(options.items()))] = ops
     return sum(sizes.values())
+
+
+def _generate(request: PlanRequest, budget: SolveOptions | None, progress: Progress | None) -> None:
+    """Generate (and cache, :func:`_refusal`) the distinct schedules of the request's space, the
+    first part of sizing; InfeasibleError naming ``time_limit_s`` when the budget ends first, or
+    when the next schedule would end past it at the rate (seconds per op, ``Family.ops``) of those
+    generated so far: one schedule may take a tenth of a second or more."""
+    keys = list(dict.fromkeys(key for _, p, d in layouts(request) for b in _micro_batches(request, d)
+                              for key in _schedule_keys(request, p, request.batch // (b * d))))
+    began = budget.remaining_s() if budget is not None else 0.0
+    ops_done = 0
+    for done, key in enumerate(keys):
+        name, p, m, options = key
+        ops = min(get(name).ops(p, m, dict(options)) or 0, MAX_OPS)
+        if budget is not None:
+            left = budget.remaining_s()
+            if left <= 0 or (ops_done and ops * (began - left) / ops_done > left):
+                raise out_of_time(budget, f"generating the schedules that size the jobs took the budget ({done} of "
+                                          f"{len(keys)} distinct schedules)")
+        _refusal(*key)
+        ops_done += ops
+        if progress:
+            progress(done + 1, len(keys))
 
 
 def count_jobs(request: PlanRequest) -> int:
@@ -366,7 +405,7 @@ def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
 
 def memory_of(job: Job, work: JobWork | None = None) -> Memory:
     """The per-GPU peak memory of ``job`` (module doc), its worst stage first among equals."""
-    stages = _stage_memory(job, job_work(job) if work is None else work)
+    stages = _stage_memory(job, _shared_work(job) if work is None else work)
     return max(stages, key=lambda m: (m.peak_bytes, -m.stage))
 
 
@@ -386,9 +425,22 @@ def one_stage_per_device(job: Job) -> bool:
     return all(devices == (k,) for k, devices in enumerate(job.stage_devices))
 
 
+@lru_cache(maxsize=64)
+def _cached_work(job: Job) -> JobWork:
+    return job_work(job)
+
+
+def _shared_work(job: Job) -> JobWork:
+    """``job_work(job)``, computed once for the families of one placement: the work depends on the
+    schedule only through its stages' layers and devices (:func:`_same_placement`). The plan sizes
+    a layout's families one after the other, so a small cache keeps each placement's work while
+    they are sized."""
+    return _cached_work(replace(job, schedule=_same_placement(job), layers=job.stage_layers))
+
+
 @lru_cache(maxsize=4096)
 def _placed_work(job: Job) -> tuple[JobWork, Costs]:
-    return (work := job_work(job)), job_costs(job, work)
+    return (work := _cached_work(job)), job_costs(job, work)
 
 
 def _probe_work(job: Job, per_stage: int) -> tuple[Job, JobWork, Costs]:
@@ -543,6 +595,31 @@ class Plan:
     """The dropped job that came closest to the limit, and its peak: the tightest reason."""
     unevaluated: int = 0
     """Fitting jobs not simulated because the time budget ran out."""
+    unsized: int = 0
+    """Jobs not sized because the time budget ran out (then none is evaluated)."""
+
+    def spent(self) -> str:
+        """Where the budget went when no job was evaluated (for :func:`out_of_time`)."""
+        sized = self.enumerated - self.unsized
+        if self.unsized:
+            return f"sizing the {self.enumerated} jobs took the budget ({sized} sized, {self.unsized} not sized)"
+        return f"sizing the {self.enumerated} jobs took the budget ({self.unevaluated} within the memory limit, none evaluated)"
+
+
+@dataclass(frozen=True)
+class PlanProgress:
+    """What :func:`plan` reports as it goes, each as ``(done, total)``: the distinct schedules
+    generated to size the jobs, the jobs sized (and split), the jobs simulated."""
+
+    generating: Progress | None = None
+    sizing: Progress | None = None
+    simulating: Progress | None = None
+
+
+def out_of_time(budget: SolveOptions, spent: str) -> InfeasibleError:
+    """The error of a plan whose budget ended before any job was evaluated; ``spent`` says where it went."""
+    return InfeasibleError(f"no job evaluated within {budget.time_limit_s:g} s: {spent}; give more time or narrow the space "
+                           "(--schedule, --recompute, --micro-batch)", field="time_limit_s")
 
 
 def _with_split(job: Job, request: PlanRequest) -> Job | None:
@@ -558,24 +635,29 @@ def _with_split(job: Job, request: PlanRequest) -> Job | None:
     return split
 
 
-def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: Progress | None = None,
-         deadline: float | None = None, jobs: list[Job] | None = None, sizing: Progress | None = None) -> Plan:
+def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: PlanProgress | None = None,
+         budget: SolveOptions | None = None, jobs: list[Job] | None = None) -> Plan:
     """Enumerate, filter by memory and evaluate the request's jobs (module doc).
 
     ``jobs`` replaces the enumeration (e.g. the jobs a measured-data file lists). ``map_unordered(fn,
-    items)`` runs the evaluations (an executor's method; None: in this process).
-    ``progress(done, total)`` is called as jobs are evaluated, ``sizing(done, total)`` as they are
-    sized (and split) before. Jobs left when ``time.monotonic()``
-    passes ``deadline`` are not evaluated (counted in ``unevaluated``). Raises InfeasibleError
-    naming ``gpus`` when no layout exists, ConfigError when the space exceeds :data:`MAX_JOBS`, and
-    InfeasibleError naming the least memory any job needs when none fits the limit.
+    items)`` runs the evaluations (an executor's method; None: in this process). ``progress``
+    reports each phase. ``budget`` (started :class:`~ppopt.solve.options.SolveOptions`) bounds
+    every phase by its deadline: generating the schedules, sizing and evaluating the jobs; jobs
+    left when it passes are not sized (``unsized``) or not evaluated (``unevaluated``), and a job
+    left unsized leaves every job unevaluated (``rows`` empty, :meth:`Plan.spent` says why).
+    Raises InfeasibleError naming ``gpus`` when no layout exists, ConfigError when the space exceeds
+    :data:`MAX_JOBS`, InfeasibleError naming the least memory any job needs when none fits the
+    limit, and InfeasibleError naming ``time_limit_s`` when the budget ends before the jobs'
+    schedules are generated (:func:`out_of_time`).
     """
+    progress = progress or PlanProgress()
     if jobs is None:
         ops = sizing_ops(request)
         if ops > MAX_SIZING_OPS:
             raise ConfigError(f"sizing its jobs would generate schedules of {ops:,} ops, over the limit of {MAX_SIZING_OPS:,}; "
                               "fewer microbatches per job (a smaller --global-batch, a larger --micro-batch) or fewer "
                               "--schedule families", field="global_batch")
+        _generate(request, budget, progress.generating)
         total = count_jobs(request)
         if total == 0 and isinstance(request.split, tuple):
             raise InfeasibleError(f"no job of the schedules {', '.join(request.schedules)} has {len(request.split)} stages "
@@ -590,11 +672,12 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
         total, source = len(jobs), jobs
     limit = request.limit
     fitting: list[Job] = []
-    over, closest = 0, None
+    over, closest, sized = 0, None, 0
     least: tuple[Job, Memory] | None = None
-    for sized, job in enumerate(source, start=1):
-        if sizing:
-            sizing(sized, total)
+    for job in _until(source, budget):
+        sized += 1
+        if progress.sizing:
+            progress.sizing(sized, total)
         split_job = _with_split(job, request)
         candidate = split_job or job
         memory = memory_of(candidate)
@@ -606,6 +689,8 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
                 closest = (candidate, memory)
             continue
         fitting.append(candidate)
+    if sized < total:  # the budget ended: evaluating some jobs would rank them against unsized ones
+        return Plan(request, (), total, over, closest, len(fitting), total - sized)
     if not fitting:
         if least is None:
             raise ConfigError("no job to plan", field="candidates")
@@ -615,11 +700,11 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
             f"{memory.peak_bytes / 1e9:.2f} GB ({describe(job)}, {memory.bound()})",
             field="memory_limit_bytes")
     rows: list[PlanRow] = []
-    results = (map_unordered or (lambda fn, items: map(fn, items)))(evaluate_row, _until(fitting, deadline))
+    results = (map_unordered or (lambda fn, items: map(fn, items)))(evaluate_row, _until(fitting, budget))
     for row in results:
         rows.append(row)
-        if progress:
-            progress(len(rows), len(fitting))
+        if progress.simulating:
+            progress.simulating(len(rows), len(fitting))
     rows.sort(key=lambda r: (r.step_time_s, r.memory.peak_bytes, describe(r.job)))
     return Plan(request, tuple(rows), total, over, closest, len(fitting) - len(rows))
 
@@ -629,8 +714,9 @@ def describe(job: Job) -> str:
     return f"{job.describe()} {job.recompute} {job.schedule_label}"
 
 
-def _until(jobs: list[Job], deadline: float | None) -> Iterator[Job]:
+def _until(jobs: Iterable[Job], budget: SolveOptions | None) -> Iterator[Job]:
+    """``jobs`` until the budget's deadline passes (one clock read per job: a job takes far longer)."""
     for job in jobs:
-        if deadline is not None and time.monotonic() > deadline:
+        if budget is not None and budget.expired:
             return
         yield job

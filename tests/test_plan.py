@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -17,12 +18,15 @@ from ppopt.config import load_model, load_system
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.generators import generate
 from ppopt.io.measured import read_measured
-from ppopt.job import Job, evaluate_job, job_costs
+from ppopt.job import SCHEDULES, Job, evaluate_job, job_costs, job_work
 from ppopt.plan import (
+    PlanProgress,
     PlanRequest,
     _divisors,
+    _shared_work,
     balanced_layers,
     count_jobs,
+    describe,
     enumerate_jobs,
     layouts,
     live_microbatches,
@@ -35,6 +39,7 @@ from ppopt.plan import (
 from ppopt.plan_search import JobSearch, job_spec, ranking_changes
 from ppopt.report.plan_plot import pareto_front
 from ppopt.simulate import simulate
+from ppopt.solve.options import SolveOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 MULTI_NODE = ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"
@@ -338,3 +343,94 @@ def test_sizing_ops_counts_each_distinct_schedule_once_by_hand():
     assert sizing_ops(request) == 2 * (4 + 2 + 1)
     # 2 GPUs add p = 2, d = 1 (m = 4, 2, 1: 2·2·m ops) and p = 1, d = 2 (m = 2, 1: already counted)
     assert sizing_ops(replace(request, gpus=2)) == 14 + 4 * (4 + 2 + 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# The time budget covers every phase (generating, sizing, evaluating)
+# --------------------------------------------------------------------------------------------------
+
+
+class _Clock:
+    """A fake ``time.monotonic`` for :mod:`ppopt.solve.options`: still until :meth:`jump`."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+    def jump(self):
+        self.now += 1e6
+
+
+SMALL = PlanRequest(LLAMA8, H100, 8, global_batch=16)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = _Clock()
+    monkeypatch.setattr("ppopt.solve.options.time", fake)
+    return fake
+
+
+def test_a_spent_budget_generates_nothing_and_says_so():
+    spent = replace(SolveOptions(5), deadline=time.monotonic() - 1)
+    with pytest.raises(InfeasibleError, match=r"no job evaluated within 5 s: generating .* \(0 of \d+ distinct") as error:
+        plan(SMALL, budget=spent)
+    assert error.value.field == "time_limit_s"
+
+
+@pytest.mark.parametrize("stop", [1, 17])
+def test_a_budget_ending_mid_sizing_counts_every_job_once_and_evaluates_none(clock, stop):
+    calls = []
+
+    def sizing(done, total):
+        calls.append(done)
+        if done == stop:
+            clock.jump()  # the budget ends while job `stop` is sized
+
+    result = plan(SMALL, progress=PlanProgress(sizing=sizing), budget=SolveOptions(5).start())
+    total = count_jobs(SMALL)
+    assert calls == list(range(1, stop + 1))
+    assert result.rows == () and result.enumerated == total
+    assert result.unsized == total - stop and result.over_limit + result.unevaluated == stop
+    assert f"({stop} sized, {total - stop} not sized)" in result.spent()
+
+
+def test_a_budget_ending_with_the_sizing_evaluates_none(clock):
+    def sizing(done, total):
+        if done == total:
+            clock.jump()
+
+    result = plan(SMALL, progress=PlanProgress(sizing=sizing), budget=SolveOptions(5).start())
+    assert result.rows == () and result.unsized == 0
+    assert result.over_limit + result.unevaluated == result.enumerated == count_jobs(SMALL)
+    assert f"({result.unevaluated} within the memory limit, none evaluated)" in result.spent()
+
+
+def test_plan_command_out_of_time_prints_one_error_line_and_no_table(clock, monkeypatch):
+    sized = []
+
+    def memory(job, work=None):
+        sized.append(job)
+        if len(sized) == 20:
+            clock.jump()
+        return memory_of(job, work)
+
+    monkeypatch.setattr("ppopt.plan.memory_of", memory)
+    result = run("plan", "--model", "llama3-8b", "--gpus", 8, "--global-batch", 16, "--system", "dgx-h100", "-q",
+                 "--time-limit", 5)
+    total = count_jobs(SMALL)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr == (f"error: --time-limit: no job evaluated within 5 s: sizing the {total} jobs took the budget "
+                             f"(20 sized, {total - 20} not sized); give more time or narrow the space "
+                             "(--schedule, --recompute, --micro-batch)\n")
+
+
+def test_sizing_shares_a_placement_s_work_exactly():
+    # every family (chimera-asym's uneven default split included) and every split: the work the
+    # sizing shares between the families of one placement is each job's own
+    for split in ("even", "balanced"):
+        request = PlanRequest(LLAMA8, H100, 8, global_batch=8, schedules=SCHEDULES, recompute=("selective",), split=split)
+        for job in enumerate_jobs(request):
+            assert _shared_work(job) == job_work(job), describe(job)

@@ -20,6 +20,7 @@ import errno
 import io
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,27 @@ from ppopt.errors import PpoptError
 
 FIELD_FLAGS = {"time_limit_s": "time_limit", "memory_limit_bytes": "memory_limit"}
 """Library field names that differ from the parameter name of the option that sets them."""
+
+
+_FROM_COMMAND_LINE = False
+"""Whether the running command is this process's own command line (``ppopt ...``, ``python -m
+ppopt ...``) rather than one invoked from Python (``main([...])``, click's test runner)."""
+
+
+def startup_s() -> float:
+    """Seconds this process ran before now when the running command is its own command line (else
+    0), so that a command's ``--time-limit`` covers the interpreter's start-up and the imports too:
+    the process's start time (``/proc/self/stat`` field 22, clock ticks since boot, proc(5)) against
+    the boot-time clock; 0 where either is missing or the age is implausible (over a minute)."""
+    if not _FROM_COMMAND_LINE:
+        return 0.0
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()  # after "pid (comm)": field 3 onwards
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+    return age if 0.0 <= age < 60.0 else 0.0
 
 
 def flag_for(field: str, command: click.Command | None) -> str:
@@ -91,6 +113,8 @@ class _Cli(click.Group):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
+        global _FROM_COMMAND_LINE
+        _FROM_COMMAND_LINE = args is None  # click then reads sys.argv
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
         if sys.stdout is None:  # started without one (`>&-`): writing it is an error, not a no-op

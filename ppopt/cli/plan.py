@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import click
 
-from ppopt.cli import main
+from ppopt.cli import main, startup_s
 from ppopt.cli.measured import _table
 from ppopt.cli.options import check_plot, emit_json, format_option, json_option, parse_amount
 from ppopt.job import SCHEDULES
@@ -82,7 +82,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     from ppopt.solve.options import SolveOptions
 
     options = SolveOptions(time_limit_s=time_limit, seed=seed,
-                           progress=None if quiet else (lambda line: click.echo(line, err=True))).start()
+                           progress=None if quiet else (lambda line: click.echo(line, err=True))).start(startup_s())
     if top < 1:
         raise ConfigError(f"must be at least 1, got {top}", field="top")
     if search_top < 0:
@@ -107,6 +107,8 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
             raise ConfigError(f"missing {' and '.join(missing)} (or give --candidates)")
         requests = [(PlanRequest(load_model(model), system_config, gpus, global_batch, **common), None)]
 
+    if search_top:  # the solver's imports (about 0.3 s) before the budget may end, not after
+        import ppopt.plan_search  # noqa: F401
     plans = [_run_plan(request, listed, jobs, executor, address, quiet, options) for request, listed in requests]
     searches = [_search(p, search_top, options) for p in plans]
     if plot_path:
@@ -140,8 +142,9 @@ def _candidate_groups(path: str, system):
 
 
 class _Phases:
-    """Progress on stderr, one bar per phase (sizing the jobs, then simulating them); each bar
-    starts its clock when its phase starts, so its rate and ETA are its own."""
+    """Progress on stderr, one bar per phase (generating the schedules that size the jobs, sizing
+    the jobs, simulating them); each bar starts its clock when its phase starts, so its rate and ETA
+    are its own."""
 
     def __init__(self, name: str):
         from ppopt.cli.sweep import ProgressBar
@@ -158,6 +161,9 @@ class _Phases:
         assert self.bar is not None
         self.bar(done, total)
 
+    def generating(self, done: int, total: int) -> None:
+        self._update("generating", done, total)
+
     def sizing(self, done: int, total: int) -> None:
         self._update("sizing    ", done, total)
 
@@ -171,20 +177,25 @@ class _Phases:
 
 
 def _run_plan(request, listed, jobs, executor, address, quiet, options):
-    from ppopt.plan import plan
+    """The plan of ``request`` within the budget ``options``; the budget's error when it ended
+    before any job was evaluated (nothing is printed then)."""
+    from ppopt.plan import PlanProgress, out_of_time, plan
     from ppopt.sweep import make_executor
 
     phases = None if quiet else _Phases(request.model.name)
-    progress = phases.simulating if phases else None
-    sizing = phases.sizing if phases else None
+    progress = PlanProgress(phases.generating, phases.sizing, phases.simulating) if phases else None
     try:
         if jobs > 1 or executor != "local":
             with make_executor(executor, jobs, address) as pool:
-                return plan(request, pool.map_unordered, progress, options.deadline, listed, sizing)
-        return plan(request, None, progress, options.deadline, listed, sizing)
+                result = plan(request, pool.map_unordered, progress, options, listed)
+        else:
+            result = plan(request, None, progress, options, listed)
     finally:
         if phases is not None:
             phases.close()
+    if not result.rows:
+        raise out_of_time(options, result.spent())
+    return result
 
 
 def _search(result, count: int, options):

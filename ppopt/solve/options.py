@@ -76,11 +76,12 @@ class SolveOptions:
         if dt is not None and not (math.isfinite(dt) and dt > 0):
             raise ConfigError(f"must be a finite number > 0, got {dt}", field="deterministic_time")
 
-    def start(self) -> SolveOptions:
-        """These options with the deadline fixed now (unchanged when already started)."""
+    def start(self, spent_s: float = 0.0) -> SolveOptions:
+        """These options with the deadline fixed now, less ``spent_s`` seconds of the budget already
+        spent (e.g. a command's start-up); unchanged when already started."""
         if self.deadline is not None:
             return self
-        return replace(self, deadline=time.monotonic() + self.time_limit_s)
+        return replace(self, deadline=time.monotonic() + self.time_limit_s - spent_s)
 
     def remaining_s(self) -> float:
         """Seconds left before the deadline (the whole budget when not started), never negative."""
