@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from ppopt import __version__
+from ppopt import IMPORTED_AT, __version__
 from ppopt.errors import PpoptError
 
 FIELD_FLAGS = {"time_limit_s": "time_limit", "memory_limit_bytes": "memory_limit"}
@@ -39,19 +39,10 @@ ppopt ...``) rather than one invoked from Python (``main([...])``, click's test 
 
 
 def startup_s() -> float:
-    """Seconds this process ran before now when the running command is its own command line (else
-    0), so that a command's ``--time-limit`` covers the interpreter's start-up and the imports too:
-    the process's start time (``/proc/self/stat`` field 22, clock ticks since boot, proc(5)) against
-    the boot-time clock; 0 where either is missing or the age is implausible (over a minute)."""
-    if not _FROM_COMMAND_LINE:
-        return 0.0
-    try:
-        with open("/proc/self/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()  # after "pid (comm)": field 3 onwards
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return 0.0
-    return age if 0.0 <= age < 60.0 else 0.0
+    """Seconds since ppopt was imported when the running command is this process's own command line
+    (else 0), so that a command's ``--time-limit`` covers the imports too (the interpreter's own
+    start, tens of milliseconds, is not counted)."""
+    return time.monotonic() - IMPORTED_AT if _FROM_COMMAND_LINE else 0.0
 
 
 def flag_for(field: str, command: click.Command | None) -> str:
