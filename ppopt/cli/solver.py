@@ -6,7 +6,7 @@ import functools
 
 import click
 
-from ppopt.cli import main
+from ppopt.cli import main, startup_s
 from ppopt.cli.options import (
     check_plot,
     emit_json,
@@ -72,7 +72,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     """
     quiet = params.pop("quiet")
     solve = SolveOptions(params.pop("time_limit"), params.pop("workers"), params.pop("seed"),
-                         None if quiet else (lambda line: click.echo(line, err=True)), method=params.pop("method")).start()
+                         None if quiet else (lambda line: click.echo(line, err=True)), method=params.pop("method")).start(startup_s())
     unit, units = params.pop("unit"), params.pop("units")
     costs = params.pop("costs")
     if costs is not None:
