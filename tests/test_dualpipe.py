@@ -48,7 +48,7 @@ def test_order_of_the_eight_phases_at_p4_m8():
 
 
 @pytest.mark.parametrize("p, m, flag, message", [
-    (3, 6, "--devices", "dualpipe needs an even number of devices"),
+    (3, 6, "--devices", "dualpipe needs an even number of devices, got 3"),
     (4, 9, "--microbatches", "dualpipe needs an even number of microbatches"),
     (4, 6, "--microbatches", "dualpipe needs m >= 2p .* the minimum is m = 8"),
 ])

@@ -19,12 +19,12 @@ def require_positive(devices: int, microbatches: int) -> None:
 
 def require_even_devices(name: str, devices: int) -> None:
     if devices % 2:
-        raise ScheduleError(f"{name} needs an even number of devices, got {devices}")
+        raise ScheduleError(f"{name} needs an even number of devices, got {devices}", field="devices")
 
 
 def require_multiple(name: str, microbatches: int, of: int, what: str) -> None:
     if microbatches % of:
-        raise ScheduleError(f"{name} needs microbatches to be a multiple of {what} ({of}), got {microbatches}")
+        raise ScheduleError(f"{name} needs microbatches to be a multiple of {what} ({of}), got {microbatches}", field="microbatches")
 
 
 def repeat_block(offsets: Mapping[tuple[int, Kind], int], placement: Placement, microbatches: int,

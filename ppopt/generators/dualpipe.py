@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from ppopt.errors import ScheduleError
 from ppopt.generators import dualpipev
-from ppopt.generators.common import require_positive
+from ppopt.generators.common import require_even_devices, require_positive
 from ppopt.ir import Op, Schedule
 from ppopt.placement import bidirectional_placement
 
@@ -64,9 +64,7 @@ def _check(devices: int, microbatches: int) -> None:
     """The reference's rules: p even, m even, m >= 2p; each error names its field."""
     require_positive(devices, microbatches)
     p, m = devices, microbatches
-    if p % 2:
-        raise ScheduleError(f"dualpipe needs an even number of devices (two directions over p/2 devices each), got {p}",
-                            field="devices")
+    require_even_devices("dualpipe", p)  # two directions over p/2 devices each
     if m % 2:
         raise ScheduleError(f"dualpipe needs an even number of microbatches (half enter from each end), got {m}",
                             field="microbatches")

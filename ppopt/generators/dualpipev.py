@@ -120,7 +120,7 @@ def dualpipev(devices: int, microbatches: int) -> Schedule:
     p, m = devices, microbatches
     if m < 2 * p:
         raise ScheduleError(f"dualpipev needs m >= 2p (at least as many microbatches as its {2 * p} stages), "
-                            f"got m = {m} with p = {p}: the minimum is m = {2 * p}")
+                            f"got m = {m} with p = {p}: the minimum is m = {2 * p}", field="microbatches")
     built = [device_order(p, m, r) for r in range(p)]
     return Schedule("dualpipev", p, m, v_placement(p), tuple(tuple(order) for order, _ in built),
                     overlapped=tuple(pair for _, pairs in built for pair in pairs))

@@ -56,7 +56,7 @@ from ppopt.placement import linear_placement, v_placement
 def _require_at_least_devices(name: str, devices: int, microbatches: int) -> None:
     require_positive(devices, microbatches)
     if microbatches < devices:
-        raise ScheduleError(f"{name} needs microbatches >= devices (m >= p), got m = {microbatches} < p = {devices}")
+        raise ScheduleError(f"{name} needs microbatches >= devices (m >= p), got m = {microbatches} < p = {devices}", field="microbatches")
 
 
 def zb_h1(devices: int, microbatches: int) -> Schedule:

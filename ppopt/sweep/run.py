@@ -89,7 +89,7 @@ def _run_eval(item: EvalItem) -> dict:
         result = evaluate(inputs["schedule"], inputs["devices"], inputs["microbatches"], UnitCosts(backward=inputs["backward"]),
                           item.model, item.system, inputs["global_batch"], **options)
     except PpoptError as error:
-        row.update(status="skipped", reason=" ".join(str(error).split()))
+        row.update(status="skipped", reason=" ".join(error.reason.split()))
         return row
     f, t, s = result.formula, result.table, result.simulation
     assert s is not None  # a named schedule with a model and a system is simulated
