@@ -109,25 +109,33 @@ def _per_system_figure(figure, data: StudyData, devices: int, column: str, label
     return fig
 
 
+def _panel_row(figure, count: int, width: float) -> tuple[Any, list[Any]]:
+    """A figure of ``count`` panels side by side, ``width`` inches each."""
+    fig = figure(figsize=(width * count, 3.9), layout="constrained")
+    return fig, [fig.add_subplot(1, count, k + 1) for k in range(count)]
+
+
+def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
+    """One panel's title and axis labels in the study figures' font sizes."""
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
 def _memory_figure(figure, data: StudyData):
     """Worst-device peak memory vs m on the baseline system, one panel per S with rows."""
     system = data.baseline
     style = _style(data)
     devices = [p for p in data.devices if any(data.present(system, p, m) for m in data.microbatches)]
-    fig = figure(figsize=(5.0 * len(devices), 3.9), layout="constrained")
-    axes: list[Any] = []
-    for k, p in enumerate(devices):
-        ax = fig.add_subplot(1, len(devices), k + 1)
-        axes.append(ax)
+    fig, axes = _panel_row(figure, len(devices), 5.0)
+    for ax, p in zip(axes, devices):
         for schedule in data.schedules:
             xs = [m for m in data.microbatches if (system, p, m, schedule) in data.rows]
             if xs:
                 ax.plot(xs, [data.value(system, p, m, schedule, "sim_peak_memory_bytes_max") / GiB for m in xs], label=schedule, **style[schedule])
         _m_axis(ax, data.microbatches)
-        ax.set_title(f"S = {p}", fontsize=9)
-        ax.set_xlabel("microbatches m", fontsize=8)
-        ax.set_ylabel("peak memory, worst device (GiB)", fontsize=8)
-        ax.tick_params(labelsize=7)
+        _label(ax, f"S = {p}", "microbatches m", "peak memory, worst device (GiB)")
     _legend(fig, axes)
     fig.suptitle(f"Peak memory per device (worst device), {system}", fontsize=10)
     return fig
@@ -138,21 +146,15 @@ def _per_device_figure(figure, data: StudyData):
     system, m = data.baseline, data.microbatches[0]
     style = _style(data)
     devices = [p for p in data.devices if data.present(system, p, m)]
-    fig = figure(figsize=(5.5 * len(devices), 3.9), layout="constrained")
-    axes: list[Any] = []
-    for k, p in enumerate(devices):
-        ax = fig.add_subplot(1, len(devices), k + 1)
-        axes.append(ax)
+    fig, axes = _panel_row(figure, len(devices), 5.5)
+    for ax, p in zip(axes, devices):
         present = data.present(system, p, m)
         width = 0.8 / len(present)
         for j, schedule in enumerate(present):
             values = [v / GiB for v in data.rows[(system, p, m, schedule)]["sim_peak_memory_bytes"]]
             ax.bar([d + (j - (len(present) - 1) / 2) * width for d in range(len(values))], values, width, label=schedule, color=style[schedule]["color"])
-        ax.set_title(f"S = {p}, m = {m}", fontsize=9)
         ax.set_xticks(range(p))
-        ax.set_xlabel("device", fontsize=8)
-        ax.set_ylabel("peak memory (GiB)", fontsize=8)
-        ax.tick_params(labelsize=7)
+        _label(ax, f"S = {p}, m = {m}", "device", "peak memory (GiB)")
     _legend(fig, axes)
     fig.suptitle(f"Peak memory on every device, {system}", fontsize=10)
     return fig
