@@ -352,3 +352,29 @@ def test_the_periodic_hint_reaches_the_optimum_the_greedy_one_misses():
     assert result.status == "optimal" and result.step_time == 75
     assert result.hint == "periodic" and result.hint_step_time == 75
     assert result.period.startswith("3 microbatches every 24 slots")
+
+
+def test_the_unhinted_dive_hands_a_shorter_schedule_to_the_main_solve_and_keeps_the_hint_otherwise():
+    from ppopt.solve.model import Frame, build_model
+    from ppopt.solve.search import _hints, _prepare, _unhinted_dive
+
+    # the greedy hint takes 53 slots, the optimum 48 (the known-optimum test above)
+    space = parse_space("placement=linear,backward=split")
+    setup = _prepare(unit(4, 8, comm=1, limit=3), space)
+    frame = Frame(setup.tick, setup.horizon, min(setup.lower, setup.horizon))
+    built = build_model(setup.instance, space, frame, setup.hint.schedule, setup.hint_starts, True)
+
+    def hints() -> dict[int, int]:
+        return {var.index: value for var, value in _hints(built)}
+
+    before = hints()
+    assert before and setup.hint_end == 53
+    options = SolveOptions(10).start()
+    unbeatable = _unhinted_dive(replace(setup, hint_end=0), built, options, time.monotonic())
+    assert unbeatable is not None and unbeatable.found
+    assert hints() == before
+    dive = _unhinted_dive(setup, built, options, time.monotonic())
+    assert dive is not None and dive.solver.objective_value < 53
+    after = hints()
+    assert all(after[var.index] == dive.solver.value(var) for var in built.start.values())
+    assert after[built.makespan.index] == round(dive.solver.objective_value)
