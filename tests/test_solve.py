@@ -378,3 +378,9 @@ def test_the_unhinted_dive_hands_a_shorter_schedule_to_the_main_solve_and_keeps_
     after = hints()
     assert all(after[var.index] == dive.solver.value(var) for var in built.start.values())
     assert after[built.makespan.index] == round(dive.solver.objective_value)
+    # a hint over the memory limit is no schedule: whatever the dive finds replaces it, however short
+    built.model.clear_hints()
+    over = replace(setup, hint=replace(setup.hint, fits=False), hint_end=0)
+    dive = _unhinted_dive(over, built, options, time.monotonic())
+    assert dive is not None and dive.found
+    assert hints()[built.makespan.index] == round(dive.solver.objective_value)

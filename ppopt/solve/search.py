@@ -605,7 +605,8 @@ def _unhinted_dive(setup: _Setup, built: Built, options: SolveOptions, began: fl
     callback = _Progress(setup.tick, setup.instance.time_unit, options.progress, began)
     code = solver.solve(built.model, callback)
     dive = _Dive(solver, callback, code)
-    shorter = dive.found and (setup.hint_end is None or solver.objective_value < setup.hint_end - 0.5)
+    fitting_end = setup.hint_end if setup.hint is not None and setup.hint.fits else None  # a hint over the limit is no schedule
+    shorter = dive.found and (fitting_end is None or solver.objective_value < fitting_end - 0.5)
     if shorter and not dive.proven:
         options.note(f"unhinted dive: {solver.objective_value * setup.tick:.6g} {setup.instance.time_unit}, "
                      "the hint of the main solve")
