@@ -356,7 +356,7 @@ def test_the_periodic_hint_reaches_the_optimum_the_greedy_one_misses():
 
 def test_the_unhinted_dive_hands_a_shorter_schedule_to_the_main_solve_and_keeps_the_hint_otherwise():
     from ppopt.solve.model import Frame, build_model
-    from ppopt.solve.search import _hints, _prepare, _unhinted_dive
+    from ppopt.solve.search import _prepare, _unhinted_dive
 
     # the greedy hint takes 53 slots, the optimum 48 (the known-optimum test above)
     space = parse_space("placement=linear,backward=split")
@@ -365,7 +365,8 @@ def test_the_unhinted_dive_hands_a_shorter_schedule_to_the_main_solve_and_keeps_
     built = build_model(setup.instance, space, frame, setup.hint.schedule, setup.hint_starts, True)
 
     def hints() -> dict[int, int]:
-        return {var.index: value for var, value in _hints(built)}
+        proto = built.model.proto.solution_hint
+        return dict(zip(proto.vars, proto.values))
 
     before = hints()
     assert before and setup.hint_end == 53

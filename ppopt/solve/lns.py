@@ -49,7 +49,7 @@ from ortools.sat.python import cp_model
 
 from ppopt.errors import ScheduleError
 from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind
-from ppopt.solve.model import Built
+from ppopt.solve.model import Built, rehint
 from ppopt.solve.options import SolveOptions
 from ppopt.table import earliest_starts
 
@@ -111,10 +111,7 @@ def _restricted(built: Built, starts: dict[Op, int], free: set[Op], device_of, b
         for a, b in zip(chain, chain[1:]):
             model.add(built.start[a] + built.duration[a] <= built.start[b])
     model.add(built.makespan <= best)
-    model.clear_hints()
-    for op in built.ops:
-        model.add_hint(built.start[op], starts[op])
-    model.add_hint(built.makespan, best)
+    rehint(built, model, starts, best)
     return model
 
 

@@ -68,6 +68,15 @@ class Built:
     memory_step: float = 1.0  # instance memory units per unit of ``peak``
 
 
+def rehint(built: Built, model: cp_model.CpModel, starts: Mapping[Op, int], makespan: int) -> None:
+    """Replace the hints of ``model`` (``built``'s model or a copy of it) by one schedule: every op's
+    start and the makespan, in ticks."""
+    model.clear_hints()
+    for op in built.ops:
+        model.add_hint(built.start[op], starts[op])
+    model.add_hint(built.makespan, makespan)
+
+
 def _op_ticks(instance: Instance, op: Op, tick: float) -> int:
     return to_ticks(op_duration_s(op, instance.costs), tick)
 

@@ -27,7 +27,7 @@ from ppopt.solve.bounds import Bounds, Shape, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import Timing, improve, improve_windows
-from ppopt.solve.model import Built, Frame, build_model
+from ppopt.solve.model import Built, Frame, build_model, rehint
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, relaxation_bound, tail_bound
@@ -553,9 +553,9 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
     if not main_found:
         note = "CP-SAT found no schedule within the time limit: the best hint is reported" if code == cp_model.UNKNOWN else None
         return _Solved(status, dive_bound * setup.tick, note=note)
-    # hinted with the dive's schedule, the main solve found it again unless it found a shorter one
-    repeated = dive is not None and dive.shorter_by(solver, 0)
-    last = dive.callback.last_solution_s if repeated and dive is not None else callback.last_solution_s
+    last = callback.last_solution_s
+    if dive is not None and dive.shorter_by(solver, 0):  # hinted with the dive's schedule, it found it again
+        last = dive.callback.last_solution_s
     return replace(_read_back(setup, built, solver, last, status), solver_bound=bound)
 
 
@@ -588,42 +588,30 @@ class _Dive:
 
 
 def _unhinted_dive(setup: _Setup, built: Built, options: SolveOptions, began: float) -> _Dive | None:
-    """A short solve of ``built`` without its hint, whose schedule, when shorter than the hint,
-    becomes the hint of the main solve.
+    """A short solve of a copy of ``built``'s model without its hint; when it finds a schedule shorter
+    than the hint (or the hint is over the memory limit, so no schedule), that schedule becomes the
+    hint of ``built``'s model for the main solve.
 
     A hint steers CP-SAT's single worker into the hint's neighbourhood, and with real durations that
     neighbourhood can be a poor one: on llama3-70b, dgx-h100, p = 8, m = 64 under 220 GiB, the greedy
     hint (179.92 s) led to 179.47 s in 60 s, while the same model without it reaches 178.80 s in
-    2 s. A sixth of the budget without the hint, then the rest with the better of the two, keeps
-    both. Returns None when the budget is spent."""
+    under 3 s. A sixth of the budget without the hint, then the rest with the better of the two,
+    keeps both. Returns None when the budget is spent."""
     share = options.share(UNHINTED_DIVE_SHARE)
     if share.expired:
         return None
-    kept = _hints(built)
-    built.model.clear_hints()
+    unhinted = built.model.clone()
+    unhinted.clear_hints()
     solver = share.solver()
     callback = _Progress(setup.tick, setup.instance.time_unit, options.progress, began)
-    code = solver.solve(built.model, callback)
-    dive = _Dive(solver, callback, code)
-    fitting_end = setup.hint_end if setup.hint is not None and setup.hint.fits else None  # a hint over the limit is no schedule
-    shorter = dive.found and (fitting_end is None or solver.objective_value < fitting_end - 0.5)
-    if shorter and not dive.proven:
-        options.note(f"unhinted dive: {solver.objective_value * setup.tick:.6g} {setup.instance.time_unit}, "
-                     "the hint of the main solve")
-    if shorter:
-        for var in built.start.values():
-            built.model.add_hint(var, solver.value(var))
-        built.model.add_hint(built.makespan, round(solver.objective_value))
-    else:
-        for var, value in kept:
-            built.model.add_hint(var, value)
+    dive = _Dive(solver, callback, solver.solve(unhinted, callback))
+    fitting_end = setup.hint_end if setup.hint is not None and setup.hint.fits else None
+    if dive.found and (fitting_end is None or solver.objective_value < fitting_end - 0.5):
+        if not dive.proven:
+            options.note(f"unhinted dive: {solver.objective_value * setup.tick:.6g} {setup.instance.time_unit}, "
+                         "the hint of the main solve")
+        rehint(built, built.model, {op: solver.value(built.start[op]) for op in built.ops}, round(solver.objective_value))
     return dive
-
-
-def _hints(built: Built) -> list[tuple[cp_model.IntVar, int]]:
-    """The hints of ``built``'s model, as (variable, value) pairs."""
-    proto = built.model.proto.solution_hint
-    return [(built.model.get_int_var_from_proto_index(index), value) for index, value in zip(proto.vars, proto.values)]
 
 
 def _read_back(setup: _Setup, built: Built, solver: cp_model.CpSolver, time_to_best: float | None, status: str) -> _Solved:
