@@ -125,6 +125,17 @@ def test_tail_bound_by_hand():
     assert tail_bound(Chain(2, duration, delay, [1, 1]), 3, 1, SolveOptions(10).start()) == 24
 
 
+def test_tail_bound_ends_the_chain_on_a_whole_round():
+    """p = 2, m = 4, two live activations, one-slot messages, a tail of 1: j = 3 is rounded down to 2.
+    The chain to microbatch 2 is one round trip (8 slots); the last two microbatches then need 11
+    (F_0 at 0 and 1, F_1 at 2 and 3, B_1 at 4 and 6, B_0 at 7 and 9, ending at 11): 19, the optimum.
+    Without the rounding it would be 8 + 1 (the chain to microbatch 3) + 8 (one round trip) = 17."""
+    duration, delay = _unit(1)
+    chain = Chain(2, duration, delay, [2, 2])
+    assert tail_bound(chain, 4, 1, SolveOptions(10).start()) == 19
+    assert tail_bound(chain, 4, 2, SolveOptions(10).start()) == 19
+
+
 @settings(max_examples=10, deadline=None)
 @given(p=st.integers(2, 4), m=st.integers(2, 7), cap=st.sampled_from([None, 1, 2, 3]), comm=st.sampled_from([0, 1]),
        data=st.data())
