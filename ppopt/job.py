@@ -177,6 +177,24 @@ def placement(schedule: str, devices: int, options: tuple[tuple[str, object], ..
 # --------------------------------------------------------------------------------------------------
 
 
+def tensor_parallel_reason(model: ModelConfig, tp: int, sequence_parallel: bool = False) -> str | None:
+    """Why Megatron cannot split ``model`` over ``tp`` tensor-parallel ranks, or None if it can.
+
+    Every rank holds whole query heads and whole key/value groups, and an equal slice of the MLP's
+    hidden units (Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion Parameter Language Models
+    Using Model Parallelism", Section 3; Megatron-LM divides each of these by t and refuses a
+    remainder). Sequence parallelism also splits the sequence by t (Korthikanti et al. 2022,
+    "Reducing Activation Recomputation in Large Transformer Models", Section 4.2.2)."""
+    counts = [("query heads", model.num_attention_heads), ("key/value heads", model.num_kv_heads),
+              ("MLP hidden units", model.ffn_hidden_size)]
+    if sequence_parallel:
+        counts.append(("sequence tokens", model.seq_length))
+    for what, count in counts:
+        if count % tp:
+            return f"tensor parallelism {tp} does not divide the model's {count} {what}"
+    return None
+
+
 @dataclass(frozen=True)
 class Job:
     """One training job: model, system, layout and Megatron options (see module doc).
@@ -222,6 +240,8 @@ class Job:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+        if (reason := tensor_parallel_reason(self.model, self.tp, self.sequence_parallel)) is not None:
+            raise ConfigError(reason, field="tp")
         if "split" in self.schedule_options:
             try:
                 parse_split(self.split)

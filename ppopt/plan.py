@@ -64,7 +64,18 @@ from ppopt.costs import Costs, layer_forward_flops, logits_forward_flops
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.generators import get
 from ppopt.ir import FREEING_KINDS, MAX_OPS, Kind
-from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, JobWork, evaluate_job, job_costs, job_work, placement, stages_per_device
+from ppopt.job import (
+    RECOMPUTE_MODES,
+    SCHEDULES,
+    Job,
+    JobWork,
+    evaluate_job,
+    job_costs,
+    job_work,
+    placement,
+    stages_per_device,
+    tensor_parallel_reason,
+)
 from ppopt.solve.options import SolveOptions
 
 __all__ = [
@@ -155,7 +166,7 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
     model, n = request.model, request.gpus
     found = []
     for t in _divisors(math.gcd(n, model.num_attention_heads)):  # t divides the heads: no search over n's divisors
-        if t > request.system.devices_per_node:
+        if t > request.system.devices_per_node or tensor_parallel_reason(model, t, t > 1):
             continue
         for p in range(1, min(n // t, model.num_layers) + 1):
             d = n // (t * p)
@@ -171,7 +182,7 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
                  else "p dividing the layers" if request.split == "even" else "p at most the layers")
         raise InfeasibleError(
             f"no valid layout of {n} GPUs for {model.name}: t·p·d = {n} needs t ≤ {request.system.devices_per_node} "
-            f"(a node) dividing the {model.num_attention_heads} heads, {split} ({model.num_layers}), and d dividing the "
+            f"(a node) dividing the {model.num_attention_heads} heads (and the key/value heads and MLP units), {split} ({model.num_layers}), and d dividing the "
             f"global batch {request.batch}", field="gpus")
     return found
 

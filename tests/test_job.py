@@ -136,6 +136,23 @@ def test_job_checks_its_layout():
         Job(GPT, SYSTEM, pp=2, schedule="no-such-family")  # not a registered family
 
 
+def test_job_refuses_a_tensor_parallel_degree_megatron_cannot_split():
+    """Each rank holds whole heads and key/value groups and an equal slice of the MLP (and of the
+    sequence with sequence parallelism): 16 heads split over 3 ranks, 8 key/value groups over 16 and
+    a sequence of 1,000 tokens over 16 ranks are refused, naming t."""
+    with pytest.raises(ConfigError, match="3 does not divide the model's 16 query heads") as error:
+        Job(GPT, SYSTEM, tp=3)
+    assert error.value.field == "tp"
+    grouped = GPT.model_copy(update={"num_attention_heads": 32, "num_kv_heads": 8})
+    assert Job(grouped, SYSTEM, tp=8).tp == 8
+    with pytest.raises(ConfigError, match="16 does not divide the model's 8 key/value heads"):
+        Job(grouped, SYSTEM, tp=16)
+    odd_sequence = grouped.model_copy(update={"num_kv_heads": 16, "seq_length": 1000})
+    assert Job(odd_sequence, SYSTEM, tp=16).tp == 16
+    with pytest.raises(ConfigError, match="16 does not divide the model's 1000 sequence tokens"):
+        Job(odd_sequence, SYSTEM, tp=16, sequence_parallel=True)
+
+
 def test_evaluate_job_adds_gradient_sync_and_optimizer_to_the_pipeline():
     result = evaluate_job(Job(GPT, SYSTEM, tp=2, pp=2, dp=2, micro_batch=2, recompute="full"))
     assert result.step_time_s == pytest.approx(result.pipeline_s + result.gradient_sync_s + result.optimizer_s)
