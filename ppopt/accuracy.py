@@ -17,7 +17,8 @@ from ppopt.config import SystemConfig
 from ppopt.io.measured import Measured, Unmodelled, read_measured
 from ppopt.job import evaluate_job
 
-__all__ = ["Accuracy", "RowResult", "predict_rows", "spearman", "summarize", "validate_file"]
+__all__ = ["GROUP_KEYS", "Accuracy", "Group", "RowResult", "group_errors", "predict_rows", "spearman", "summarize",
+           "validate_file"]
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,53 @@ class RowResult:
     gradient all-reduce after it and the optimizer step; they add up to ``predicted_s``."""
     gradient_sync_s: float = 0.0
     optimizer_s: float = 0.0
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batch: int = 1
 
     @property
     def error(self) -> float:
         """Signed relative error (predicted - measured) / measured."""
         return (self.predicted_s - self.measured_s) / self.measured_s
+
+
+GROUP_KEYS = {
+    "model": lambda r: (0, r.model),
+    "tp": lambda r: (r.tp, f"t{r.tp}"),
+    "pp": lambda r: (r.pp, f"p{r.pp}"),
+    "dp": lambda r: (r.dp, f"d{r.dp}"),
+    "micro-batch": lambda r: (r.micro_batch, f"b{r.micro_batch}"),
+    "gpus": lambda r: (r.tp * r.pp * r.dp, f"{r.tp * r.pp * r.dp} GPUs"),
+}
+"""What rows can be grouped by (``ppopt validate --by``): per row, a number to sort the groups by
+and the group's label."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """The rows that share a label: their count, mean signed error (the bias: negative when ppopt
+    predicts too fast), mean absolute error and worst absolute error (fractions)."""
+
+    label: str
+    rows: int
+    mean_error: float
+    mape: float
+    worst: float
+
+
+def group_errors(rows: tuple[RowResult, ...] | list[RowResult], keys: list[str]) -> list[Group]:
+    """Rows grouped by ``keys`` (names of :data:`GROUP_KEYS`; the label joins theirs with a space),
+    sorted by the first key, then the next (models in the order they first appear)."""
+    first_seen: dict[str, int] = {}
+    groups: dict[tuple, list[float]] = {}
+    for row in rows:
+        first_seen.setdefault(row.model, len(first_seen))
+        parts = [GROUP_KEYS[key](row) for key in keys]
+        order = tuple(first_seen[row.model] if key == "model" else number for key, (number, _) in zip(keys, parts))
+        groups.setdefault((order, " ".join(label for _, label in parts)), []).append(row.error)
+    return [Group(label, len(errors), float(np.mean(errors)), float(np.mean(np.abs(errors))), float(np.max(np.abs(errors))))
+            for (_, label), errors in sorted(groups.items())]
 
 
 @dataclass(frozen=True)
@@ -112,9 +155,11 @@ def predict_rows(rows: list[Measured]) -> list[RowResult]:
     results = []
     for row in rows:
         result = evaluate_job(row.job)
-        results.append(RowResult(row.line, row.model_key, row.job.describe(), row.measured_s,
+        job = row.job
+        results.append(RowResult(row.line, row.model_key, job.describe(), row.measured_s,
                                  result.step_time_s, result.peak_memory_bytes, row.source,
-                                 result.pipeline_s, result.gradient_sync_s, result.optimizer_s))
+                                 result.pipeline_s, result.gradient_sync_s, result.optimizer_s,
+                                 job.tp, job.pp, job.dp, job.micro_batch))
     return results
 
 

@@ -138,6 +138,27 @@ def test_validate_json_breaks_each_prediction_into_its_parts():
     assert all(row["gradient_sync_s"] > 0 for row in rows)
 
 
+def test_validate_groups_the_errors_by_job_fields():
+    """--by model --by tp: every row falls in the group of its model and t, and each group's figures
+    are those of its rows' own errors (mean signed, mean absolute, worst)."""
+    result = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--json", "--by", "model", "--by", "tp")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    by_group: dict[str, list[float]] = {}
+    for row in report["rows"]:
+        by_group.setdefault(f"{row['model']} {row['job'].split()[0]}", []).append(row["error"])
+    groups = {g["group"]: g for g in report["groups"]}
+    assert set(groups) == set(by_group) and sum(g["rows"] for g in groups.values()) == 41
+    for label, errors in by_group.items():
+        assert groups[label]["rows"] == len(errors)
+        assert groups[label]["mean_error"] == pytest.approx(sum(errors) / len(errors))
+        assert groups[label]["mape"] == pytest.approx(sum(map(abs, errors)) / len(errors))
+        assert groups[label]["worst"] == pytest.approx(max(map(abs, errors)))
+    text = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--by", "tp").output
+    table = [line.split()[0] for line in text.splitlines() if line[:1] == "t" and line.split()[0][1:].isdigit()]
+    assert table == ["t1", "t2", "t4", "t8", "t16"]  # sorted by t, not by first appearance
+
+
 def test_validate_plot(tmp_path):
     path = tmp_path / "v.png"
     result = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--plot", str(path))

@@ -56,18 +56,22 @@ def _summary_lines(accuracy, files: int = 1) -> list[str]:
 @click.option("--system", default=DEFAULT_SYSTEM, show_default=True, help="System preset name or .toml/.json file.")
 @click.option("--plot", "plot_path", callback=check_plot, type=click.Path(dir_okay=False), default=None,
               help="Also write predicted vs measured (log-log, one colour per model, ±10 % band) to this image.")
+@click.option("--by", "by", multiple=True, type=click.Choice(["model", "tp", "pp", "dp", "micro-batch", "gpus"]),
+              help="Also print the errors grouped by these job fields (repeat to group by several, e.g. --by model "
+                   "--by tp): rows, mean signed error (the bias), MAPE and worst error per group.")
 @format_option
 @json_option
-def validate_command(data, system, plot_path, fmt, as_json) -> None:
+def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
     """Predict every measured row of DATA (.csv, the format of data/measured) and compare.
 
     Prints each row's job, measured and predicted step time and relative error, then the MAPE,
     median, 95th percentile and worst error and the Spearman rank correlation within each model.
     """
-    from ppopt.accuracy import validate_file
+    from ppopt.accuracy import group_errors, validate_file
     from ppopt.config import load_system
 
     accuracy = validate_file(list(data), load_system(system))
+    groups = group_errors(accuracy.rows, list(by)) if by else []
     if plot_path:
         from ppopt.report.accuracy_plot import plot_accuracy
 
@@ -81,6 +85,8 @@ def validate_command(data, system, plot_path, fmt, as_json) -> None:
                      for r in accuracy.rows],
             "unmodelled": [{"file": u.source, "line": u.line, "model": u.label, "measured_s": u.measured_s, "reason": u.reason}
                            for u in accuracy.unmodelled],
+            **({"groups": [{"group": g.label, "rows": g.rows, "mean_error": g.mean_error, "mape": g.mape, "worst": g.worst}
+                           for g in groups]} if by else {}),
         })
         return
     header = ["line", "model", "job", "measured ms", "predicted ms", "error", "peak GB"]
@@ -91,6 +97,11 @@ def validate_command(data, system, plot_path, fmt, as_json) -> None:
         click.echo("")
         click.echo(_table(["line", "model", "measured ms", "not modelled because"],
                           [[_where(u.source, u.line, len(data)), u.label, f"{1e3 * u.measured_s:.1f}", u.reason] for u in accuracy.unmodelled], fmt))
+    if groups:
+        click.echo("")
+        click.echo(_table([" ".join(by), "rows", "mean error", "MAPE", "worst"],
+                          [[g.label, str(g.rows), f"{100 * g.mean_error:+.1f} %", f"{100 * g.mape:.1f} %", f"{100 * g.worst:.1f} %"]
+                           for g in groups], fmt))
     if fmt != "csv":
         click.echo("")
         click.echo("\n".join(_summary_lines(accuracy, len(data))))
