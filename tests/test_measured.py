@@ -196,7 +196,7 @@ def test_rows_outside_the_model_are_listed_with_the_reason(tmp_path):
     data = json.loads(result.output)
     assert data["summary"]["rows"] == 1
     assert data["unmodelled"] == [{"file": "odd.csv", "line": 3, "model": "h1536 a16 L4 s1024", "measured_s": 0.1,
-                                   "reason": "tensor parallelism 3 does not divide the 16 attention heads"}]
+                                   "reason": "tensor parallelism 3 does not divide the model's 16 query heads"}]
     text = run("validate", str(path), "--system", "a100-vtrain")
     assert "not modelled because" in text.output and "1 not modelled" in text.output
 

@@ -161,27 +161,14 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
                                     f"divide the global batch per replica ({values['global_batch']} / {d})")
 
         label = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}"
-        reason = _unmodellable(values)
-        if reason:
-            unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, reason, path.name))
-            continue
-        try:
+        try:  # a layout the job model refuses (t not dividing the heads, more stages than layers) is listed
             model = _model(values)
             job = Job(model, system, tp=t, pp=p, dp=d, micro_batch=values["micro_batch"],
                       global_batch=values["global_batch"], recompute="full")
         except ConfigError as error:
-            unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, str(error), path.name))
+            unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, error.reason, path.name))
             continue
         rows.append(Measured(line, job, measured_ms / 1e3, label, path.name))
     if not rows and not unmodelled:
         raise MeasuredDataError(f"{name}: no data rows")
     return rows, unmodelled
-
-
-def _unmodellable(values: dict[str, int]) -> str:
-    """Why a well-formed row is outside the model ('' if it is not)."""
-    if values["heads"] % values["tp"]:
-        return f"tensor parallelism {values['tp']} does not divide the {values['heads']} attention heads"
-    if values["pp"] > values["layers"]:
-        return f"{values['pp']} pipeline stages exceed the {values['layers']} layers"
-    return ""
