@@ -7,8 +7,9 @@ those whose per-GPU peak memory exceeds the limit (:func:`memory_of`, no simulat
 predicting the step of the others with :func:`ppopt.job.evaluate_job`.
 
 The space (:func:`layouts`, :func:`enumerate_jobs`)
-    * t·p·d = N; t ≤ devices_per_node (tensor parallelism stays in a node) and t divides the
-      attention heads; p ≤ the layers and, with the even split, p divides them; d divides the
+    * t·p·d = N; t ≤ devices_per_node (tensor parallelism stays in a node) and Megatron can split
+      the model over t (:func:`ppopt.job.tensor_parallel_reason`: t divides the query and key/value
+      heads, the MLP units and, since plans use sequence parallelism, the sequence); p ≤ the layers and, with the even split, p divides them; d divides the
       global batch.
     * every micro batch size dividing the global batch per replica (global batch / d);
     * every recomputation mode (none, selective, full) and every requested schedule a job supports
