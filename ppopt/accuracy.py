@@ -50,15 +50,14 @@ class RowResult:
 
 
 GROUP_KEYS = {
-    "model": lambda r: (0, r.model),
-    "tp": lambda r: (r.tp, f"t{r.tp}"),
-    "pp": lambda r: (r.pp, f"p{r.pp}"),
-    "dp": lambda r: (r.dp, f"d{r.dp}"),
-    "micro-batch": lambda r: (r.micro_batch, f"b{r.micro_batch}"),
-    "gpus": lambda r: (r.tp * r.pp * r.dp, f"{r.tp * r.pp * r.dp} GPUs"),
+    "model": (lambda r: r.model, "{}"),
+    "tp": (lambda r: r.tp, "t{}"),
+    "pp": (lambda r: r.pp, "p{}"),
+    "dp": (lambda r: r.dp, "d{}"),
+    "micro-batch": (lambda r: r.micro_batch, "b{}"),
+    "gpus": (lambda r: r.tp * r.pp * r.dp, "{} GPUs"),
 }
-"""What rows can be grouped by (``ppopt validate --by``): per row, a number to sort the groups by
-and the group's label."""
+"""What rows can be grouped by (``ppopt validate --by``): a row's value and the group label's format."""
 
 
 @dataclass(frozen=True)
@@ -75,16 +74,18 @@ class Group:
 
 def group_errors(rows: tuple[RowResult, ...] | list[RowResult], keys: list[str]) -> list[Group]:
     """Rows grouped by ``keys`` (names of :data:`GROUP_KEYS`; the label joins theirs with a space),
-    sorted by the first key, then the next (models in the order they first appear)."""
-    first_seen: dict[str, int] = {}
+    sorted by the first key's value, then the next (models in the order they first appear)."""
     groups: dict[tuple, list[float]] = {}
     for row in rows:
-        first_seen.setdefault(row.model, len(first_seen))
-        parts = [GROUP_KEYS[key](row) for key in keys]
-        order = tuple(first_seen[row.model] if key == "model" else number for key, (number, _) in zip(keys, parts))
-        groups.setdefault((order, " ".join(label for _, label in parts)), []).append(row.error)
-    return [Group(label, len(errors), float(np.mean(errors)), float(np.mean(np.abs(errors))), float(np.max(np.abs(errors))))
-            for (_, label), errors in sorted(groups.items())]
+        groups.setdefault(tuple(GROUP_KEYS[key][0](row) for key in keys), []).append(row.error)
+    models = list(dict.fromkeys(row.model for row in rows))
+
+    def order(values: tuple) -> tuple:
+        return tuple(models.index(v) if key == "model" else v for key, v in zip(keys, values))
+
+    return [Group(" ".join(GROUP_KEYS[key][1].format(v) for key, v in zip(keys, values)), len(errors),
+                  float(np.mean(errors)), float(np.mean(np.abs(errors))), float(np.max(np.abs(errors))))
+            for values, errors in sorted(groups.items(), key=lambda item: order(item[0]))]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import math
 
 import click
 
+from ppopt.accuracy import GROUP_KEYS
 from ppopt.cli import main
 from ppopt.cli.options import check_plot, emit_json, format_option, json_option, refuse_unused_options
 from ppopt.job import SCHEDULES as JOB_SCHEDULES
@@ -56,7 +57,7 @@ def _summary_lines(accuracy, files: int = 1) -> list[str]:
 @click.option("--system", default=DEFAULT_SYSTEM, show_default=True, help="System preset name or .toml/.json file.")
 @click.option("--plot", "plot_path", callback=check_plot, type=click.Path(dir_okay=False), default=None,
               help="Also write predicted vs measured (log-log, one colour per model, ±10 % band) to this image.")
-@click.option("--by", "by", multiple=True, type=click.Choice(["model", "tp", "pp", "dp", "micro-batch", "gpus"]),
+@click.option("--by", "by", multiple=True, type=click.Choice(list(GROUP_KEYS)),
               help="Also print the errors grouped by these job fields (repeat to group by several, e.g. --by model "
                    "--by tp): rows, mean signed error (the bias), MAPE and worst error per group.")
 @format_option
