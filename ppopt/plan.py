@@ -9,8 +9,8 @@ predicting the step of the others with :func:`ppopt.job.evaluate_job`.
 The space (:func:`layouts`, :func:`enumerate_jobs`)
     * t·p·d = N; t ≤ devices_per_node (tensor parallelism stays in a node) and Megatron can split
       the model over t (:func:`ppopt.job.tensor_parallel_reason`: t divides the query and key/value
-      heads, the MLP units and, since plans use sequence parallelism, the sequence); p ≤ the layers and, with the even split, p divides them; d divides the
-      global batch.
+      heads, the MLP units and, with the sequence parallelism below, the sequence); p ≤ the layers
+      and, with the even split, p divides them; d divides the global batch.
     * every micro batch size dividing the global batch per replica (global batch / d);
     * every recomputation mode (none, selective, full) and every requested schedule a job supports
       (by default every family of :data:`ppopt.job.SCHEDULES` but chimera-asym, :data:`DEFAULT_SCHEDULES`;
@@ -162,12 +162,17 @@ class PlanRequest:
 # --------------------------------------------------------------------------------------------------
 
 
+def _sequence_parallel(t: int) -> bool:
+    """Plans use sequence parallelism whenever there is tensor parallelism (see the module doc)."""
+    return t > 1
+
+
 def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
     """Every (t, p, d) of the request's space (see module doc); InfeasibleError naming ``gpus`` if none."""
     model, n = request.model, request.gpus
     found = []
     for t in _divisors(math.gcd(n, model.num_attention_heads)):  # t divides the heads: no search over n's divisors
-        if t > request.system.devices_per_node or tensor_parallel_reason(model, t, t > 1):
+        if t > request.system.devices_per_node or tensor_parallel_reason(model, t, _sequence_parallel(t)):
             continue
         for p in range(1, min(n // t, model.num_layers) + 1):
             d = n // (t * p)
@@ -183,8 +188,8 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
                  else "p dividing the layers" if request.split == "even" else "p at most the layers")
         raise InfeasibleError(
             f"no valid layout of {n} GPUs for {model.name}: t·p·d = {n} needs t ≤ {request.system.devices_per_node} "
-            f"(a node) dividing the {model.num_attention_heads} heads (and the key/value heads and MLP units), {split} ({model.num_layers}), and d dividing the "
-            f"global batch {request.batch}", field="gpus")
+            f"(a node) that splits the model (dividing its {model.num_attention_heads} heads, key/value heads, MLP units "
+            f"and sequence), {split} ({model.num_layers}), and d dividing the global batch {request.batch}", field="gpus")
     return found
 
 
@@ -344,7 +349,7 @@ def enumerate_jobs(request: PlanRequest) -> Iterator[Job]:
                 for schedule, options in _schedules(request, p, request.batch // (b * d)):
                     yield Job(request.model, request.system, tp=t, pp=p, dp=d, micro_batch=b,
                               global_batch=request.global_batch, recompute=recompute,  # type: ignore[arg-type]
-                              sequence_parallel=t > 1, distributed_optimizer=d > 1,
+                              sequence_parallel=_sequence_parallel(t), distributed_optimizer=d > 1,
                               overlap_gradient_sync=request.overlap_gradient_sync, schedule=schedule, layers=counts,
                               **options)
 

@@ -221,3 +221,7 @@ def test_job_command_names_the_flag_of_a_bad_layout():
     result = run("job", "--model", "gpt3-175b", "--system", "a100-vtrain", "--dp", "5")
     assert result.exit_code == 1
     assert result.output.startswith("error: --micro-batch: micro batch 1 does not divide")
+    for command in (["job"], ["evaluate", "-s", "1f1b", "-p", "4", "-m", "8"]):
+        result = run(*command, "--model", "llama3-70b", "--system", "dgx-h100", "--tp", "16")
+        assert result.exit_code == 1
+        assert result.output == "error: --tp: tensor parallelism 16 does not divide the model's 8 key/value heads\n"

@@ -61,6 +61,17 @@ def test_layouts_of_70b_on_64_gpus_are_the_hand_counted_19():
     assert (8, 8, 1) in found and (16, 4, 1) not in found
 
 
+def test_layouts_keep_only_the_t_megatron_can_split_the_model_over():
+    """Llama 3 8B with 4 key/value groups instead of 8: t = 8 still divides the 32 query heads but
+    not the 4 groups, so 8 GPUs have the layouts of t = 1, 2 and 4 only (p dividing 32 layers and 8/t)."""
+    grouped = LLAMA8.model_copy(update={"num_kv_heads": 4})
+    assert {t for t, _, _ in layouts(PlanRequest(LLAMA8, H100, 8))} == {1, 2, 4, 8}
+    found = layouts(PlanRequest(grouped, H100, 8))
+    assert {t for t, _, _ in found} == {1, 2, 4}
+    assert len(found) == 4 + 3 + 2  # p in {1,2,4,8}, {1,2,4}, {1,2}
+    assert all(Job(grouped, H100, tp=t, pp=p, dp=d, sequence_parallel=t > 1) for t, p, d in found)
+
+
 def test_count_matches_the_enumeration_and_zb_h1_needs_m_at_least_p():
     request = PlanRequest(LLAMA8, H100, 8, global_batch=16)
     jobs = list(enumerate_jobs(request))
