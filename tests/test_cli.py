@@ -146,3 +146,11 @@ def test_evaluate_lengths_are_in_one_unit_for_every_schedule():
                                            "F = 1, B = 3 (I = 1.5, W = 1.5)")
     assert "  60  " in text  # (8 + 7)(1 + 3)
     assert "Lengths are in unit slots" in run("evaluate", "--help").stdout
+
+
+def test_pp_names_the_devices_as_in_the_job_command():
+    """`ppopt job` calls the pipeline degree --pp; the schedule commands take it beside -p/--devices."""
+    by_pp = json.loads(run("evaluate", "-s", "1f1b", "--pp", 5, "-m", 7, "--json").output)
+    by_p = json.loads(run("evaluate", "-s", "1f1b", "-p", 5, "-m", 7, "--json").output)
+    assert by_pp == by_p
+    assert by_pp != json.loads(run("evaluate", "-s", "1f1b", "-p", 4, "-m", 7, "--json").output)

@@ -37,7 +37,8 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
     are only needed for a name; use :func:`resolve_schedule` to get the schedule.
     """
     options = [
-        click.option("--devices", "-p", type=int, required=not name, help="Number of devices (pipeline ranks), p."),
+        click.option("--devices", "-p", "--pp", "devices", type=int, required=not name,
+                     help="Number of devices (pipeline ranks), p; --pp as in `ppopt job`."),
         click.option("--microbatches", "-m", type=int, required=not name, help="Microbatches per step, m."),
         click.option("--chunks", "-v", type=int, default=None, help=f"Chunks per device for interleaved-1f1b and looped-bfs [default: {OPTIONS['chunks'][0]}].{_OTHERS}"),
         click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}].{_OTHERS}"),

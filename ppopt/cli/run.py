@@ -69,7 +69,7 @@ def _schedules(files, names, devices, microbatches, chunks):
 @main.command("run")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--schedule", "-s", "names", multiple=True, help="A schedule by name (repeatable), with -p and -m.")
-@click.option("--devices", "-p", type=int, default=None, help="Ranks (with --schedule).")
+@click.option("--devices", "-p", "--pp", "devices", type=int, default=None, help="Ranks (with --schedule).")
 @click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule).")
 @click.option("--chunks", "-v", type=int, default=None, help="Chunks per rank for interleaved-1f1b [default: 2].")
 @run_options
@@ -150,7 +150,7 @@ def _compare(schedules, results, settings, presets):
 
 
 @main.command("profile")
-@click.option("--devices", "-p", type=int, default=2, show_default=True, help="Ranks.")
+@click.option("--devices", "-p", "--pp", "devices", type=int, default=2, show_default=True, help="Ranks.")
 @click.option("--microbatches", "-m", type=int, default=4, show_default=True, help="Microbatches per step.")
 @click.option("--chunks", "-v", type=int, default=1, show_default=True, help="Stages per rank: 1 (1f1b, zb-h1) or 2 (interleaved-1f1b, zb-v).")
 @run_options
