@@ -52,13 +52,24 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
     route_size = {d: sum(instance.costs[s].activation_bytes for s in range(stages) if device[s] == d) for d in first_stage}
     deps = {op: dependencies(op, stages, split) for op in ops}
     end: dict[Op, float] = {}
-    ready_at: dict[Op, float] = {}
     remaining = {op: len(deps[op]) for op in ops}
-    waiting: list[set[Op]] = [set() for _ in range(p)]
+    # per device, the ops whose inputs are done: (ready time, priority, op) until that time has come,
+    # then (priority, op) in one of two heaps: forwards that admit a microbatch, and the others (all
+    # admissions wait for the same memory, so one check covers the whole first heap)
+    pending: list[list[tuple[float, tuple, Op]]] = [[] for _ in range(p)]
+    admitting: list[list[tuple[tuple, Op]]] = [[] for _ in range(p)]
+    others: list[list[tuple[tuple, Op]]] = [[] for _ in range(p)]
+
+    def priority(op: Op) -> tuple:
+        rank = 0 if op.kind is grad else 1 if op.kind is Kind.W else 2
+        return (rank, op.microbatch, -op.stage if rank == 0 else op.stage)
+
+    def admits(op: Op) -> bool:
+        return op.kind is Kind.F and op.stage == first_stage[device[op.stage]]
+
     for op in ops:
         if remaining[op] == 0:
-            waiting[device[op.stage]].add(op)
-            ready_at[op] = 0.0
+            heapq.heappush(pending[device[op.stage]], (0.0, priority(op), op))
     successors: dict[Op, list[Op]] = {op: [] for op in ops}
     for op in ops:
         for dep in deps[op]:
@@ -73,29 +84,29 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
         heapq.heappush(events, (time, sequence, d, op))
         sequence += 1
 
-    def priority(op: Op) -> tuple:
-        rank = 0 if op.kind is grad else 1 if op.kind is Kind.W else 2
-        return (rank, op.microbatch, -op.stage if rank == 0 else op.stage)
-
     def try_start(d: int, now: float) -> None:
+        """Start device d's first ready op by priority, if d is free: O(log n) per op."""
         if free_at[d] > now:
             return
-        for op in sorted((op for op in waiting[d] if ready_at[op] <= now), key=priority):
-            size = instance.costs[op.stage].activation_bytes
-            admits = op.kind is Kind.F and op.stage == first_stage[d]
-            if admits and live[d] + reserved[d] + route_size[d] > cap[d] * (1 + 1e-12):
-                continue
-            waiting[d].discard(op)
-            if admits:
-                reserved[d] += route_size[d] - size
-            elif op.kind is Kind.F:
-                reserved[d] -= size
-            if op.kind is Kind.F:
-                live[d] += size
-            free_at[d] = now + op_duration_s(op, instance.costs)
-            orders[d].append(op)
-            push(free_at[d], d, op)
+        while pending[d] and pending[d][0][0] <= now:
+            _, key, op = heapq.heappop(pending[d])
+            heapq.heappush(admitting[d] if admits(op) else others[d], (key, op))
+        room = live[d] + reserved[d] + route_size[d] <= cap[d] * (1 + 1e-12)
+        heads = [heap for heap in ((admitting[d],) if room else ()) + (others[d],) if heap]
+        if not heads:
             return
+        heap = min(heads, key=lambda h: h[0][0])
+        _, op = heapq.heappop(heap)
+        size = instance.costs[op.stage].activation_bytes
+        if heap is admitting[d]:
+            reserved[d] += route_size[d] - size
+        elif op.kind is Kind.F:
+            reserved[d] -= size
+        if op.kind is Kind.F:
+            live[d] += size
+        free_at[d] = now + op_duration_s(op, instance.costs)
+        orders[d].append(op)
+        push(free_at[d], d, op)
 
     for d in range(p):
         push(0.0, d, None)
@@ -109,9 +120,9 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
                 remaining[nxt] -= 1
                 if remaining[nxt] == 0:
                     target = device[nxt.stage]
-                    ready_at[nxt] = max(end[dep] + instance.comm(dep.stage, device[dep.stage], target) for dep in deps[nxt])
-                    waiting[target].add(nxt)
-                    push(ready_at[nxt], target, None)
+                    ready = max(end[dep] + instance.comm(dep.stage, device[dep.stage], target) for dep in deps[nxt])
+                    heapq.heappush(pending[target], (ready, priority(nxt), nxt))
+                    push(ready, target, None)
         try_start(d, now)
     if sum(len(o) for o in orders) != len(ops):
         return None
