@@ -1,6 +1,7 @@
 """Solver commands end to end: JSON keys, outputs, and one-line errors with exit status 1."""
 
 import json
+import math
 
 import pytest
 from click.testing import CliRunner
@@ -96,6 +97,9 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["search", "-p", "10000000", "-m", "2", "--unit"], "10000000 devices, 2 microbatches make 40,000,000 ops"),
         (["frontier", "-p", "2", "-m", str(10**20), "--unit"], "the limit is 10,000,000 ops"),
         (["gap", "-p", "2", "-m", "2", "--waves", "10000000", "--unit"], "2 devices x 20000000 stages, 2 microbatches"),
+        # Under the op limit but over the solver's (about 3.4 KB of memory per op): no out-of-memory.
+        (["search", "-p", "64", "-m", "16384", "--unit", "--time-limit", "1000"],
+         "--microbatches: search too large: 64 devices, 16384 microbatches make 2,097,152 ops"),
     ],
 )
 def test_bad_solver_input_is_one_line_and_exit_1(args, reason):
@@ -121,3 +125,35 @@ def test_evaluate_a_schedule_file_with_plot_and_trace(tmp_path):
 def test_schedule_and_schedule_file_are_exclusive(tmp_path):
     result = CliRunner().invoke(main, ["table", "-s", "1f1b", "--schedule-file", str(tmp_path / "x.csv")])
     assert result.exit_code == 1 and "exactly one of --schedule" in result.stderr
+
+
+def test_a_search_too_large_for_its_time_limit_is_refused_before_any_work():
+    """64 x 4096 (524,288 ops) cannot be built, simulated and printed in 5 s: one line, exit 1, and
+    the least limit that can be honoured."""
+    from ppopt.solve.search import minimum_time_s
+
+    result = CliRunner().invoke(main, ["search", "-p", "64", "-m", "4096", "--unit", "--time-limit", "5"])
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1
+    assert "--time-limit: 5 s is too short for 64 devices, 4096 microbatches (524,288 ops)" in result.stderr
+    assert f"give at least {math.ceil(minimum_time_s(524_288))}" in result.stderr
+
+
+def test_a_short_budget_keeps_the_first_hint_and_skips_the_others(monkeypatch):
+    """When the time left cannot cover another schedule, the search keeps its first handcrafted hint,
+    tries no other and skips the greedy one, and says so (a candidate costs a second per op here)."""
+    from ppopt.solve import search as searching
+    from ppopt.solve.instance import InstanceSpec
+    from ppopt.solve.options import SolveOptions
+    from ppopt.solve.space import handcrafted_in, parse_space
+    from ppopt.units import UnitCosts
+
+    spec, space = InstanceSpec(4, 8, units=UnitCosts(1, 2, None, 1)), parse_space("placement=linear")
+    everything = searching.search(spec, space, SolveOptions(10))
+    assert len(everything.handcrafted) > 1
+    notes: list[str] = []
+    monkeypatch.setattr(searching, "SCHEDULE_S_PER_OP", 1.0)
+    short = searching.search(spec, space, SolveOptions(10, progress=notes.append))
+    assert [c.name for c in short.handcrafted] == [next(handcrafted_in(space, 4, 8)).name]
+    assert "time limit: no further handcrafted hints tried" in notes
+    assert "time limit: greedy hint skipped" in notes

@@ -292,7 +292,9 @@ def test_a_spent_budget_reports_the_hint_without_solving(monkeypatch):
     spent = replace(SolveOptions(5), deadline=time.monotonic() - 1)
     result = search(unit(4, 8, comm=1, limit=4), parse_space("placement=linear"), spent)
     assert result.status == "feasible" and not result.from_solver
-    assert result.step_time == result.hint_step_time == 46
+    # the first hint that fits (1F1B, 49 slots) is reported; with no time left no other is built
+    # (the greedy one, 46 slots, is what a search with time finds first)
+    assert result.hint == "1f1b" and result.step_time == result.hint_step_time == 49
     assert "time limit reached before the solve" in result.note
     lowered = search(unit(4, 8, comm=1, limit=4), parse_space("placement=linear"), spent, minimize_memory=True)
     assert lowered.peak_memory is None and lowered.memory_status.startswith("unknown (time limit")
@@ -360,7 +362,7 @@ def test_the_unhinted_dive_hands_a_shorter_schedule_to_the_main_solve_and_keeps_
 
     # the greedy hint takes 53 slots, the optimum 48 (the known-optimum test above)
     space = parse_space("placement=linear,backward=split")
-    setup = _prepare(unit(4, 8, comm=1, limit=3), space)
+    setup = _prepare(unit(4, 8, comm=1, limit=3), space, SolveOptions(60))
     frame = Frame(setup.tick, setup.horizon, min(setup.lower, setup.horizon))
     built = build_model(setup.instance, space, frame, setup.hint.schedule, setup.hint_starts, True)
 

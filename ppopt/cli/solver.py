@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import click
 
@@ -30,7 +31,7 @@ def solver_options(command):
     @functools.wraps(command)
     def wrapper(**params):
         spec, solve = _requests(params)
-        _check_size(spec, params["options"])
+        _check_size(spec, params["options"], solve.time_limit_s)
         return command(spec=spec, solve=solve, **params)
 
     for option in reversed(
@@ -54,15 +55,27 @@ def solver_options(command):
     return system_options()(job_options()(unit_options()(schedule_options(name=False, unit_costs=False)(wrapper))))
 
 
-def _check_size(spec: InstanceSpec, options: dict) -> None:
+def _check_size(spec: InstanceSpec, options: dict, time_limit_s: float) -> None:
     """Refuse, before any model is built, a request whose every schedule is over
-    :data:`ppopt.ir.MAX_OPS`: at least p x chunks stages (2 x waves chunks per device for Hanayo),
-    each with a forward and a backward of each microbatch."""
+    :data:`ppopt.ir.MAX_OPS` (at least p x chunks stages, 2 x waves chunks per device for Hanayo,
+    each with a forward and a backward of each microbatch), over the solver's
+    :data:`ppopt.solve.search.MAX_SEARCH_OPS`, or too large to finish within the time limit
+    (:func:`ppopt.solve.search.minimum_time_s`)."""
+    from ppopt.errors import ConfigError
     from ppopt.ir import check_size
+    from ppopt.solve.search import MAX_SEARCH_OPS, minimum_time_s
 
     per_device = max(1, options.get("chunks") or 1, 2 * (options.get("waves") or 0))
-    check_size(spec.devices * per_device * spec.microbatches * 2,
-               f"{spec.devices} devices{f' x {per_device} stages' if per_device > 1 else ''}, {spec.microbatches} microbatches")
+    ops = spec.devices * per_device * spec.microbatches * 2
+    what = f"{spec.devices} devices{f' x {per_device} stages' if per_device > 1 else ''}, {spec.microbatches} microbatches"
+    check_size(ops, what)
+    if ops > MAX_SEARCH_OPS:
+        raise ConfigError(f"search too large: {what} make {ops:,} ops (stages x microbatches x kinds); the solver commands "
+                          f"take at most {MAX_SEARCH_OPS:,} ops (memory: about 3.4 KB per op)", field="microbatches")
+    if time_limit_s < minimum_time_s(ops):
+        raise ConfigError(f"{time_limit_s:g} s is too short for {what} ({ops:,} ops): building, simulating and printing one "
+                          f"schedule of that size takes up to {minimum_time_s(ops):.0f} s; give at least "
+                          f"{math.ceil(minimum_time_s(ops))}", field="time_limit_s")
 
 
 def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:

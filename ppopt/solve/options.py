@@ -102,6 +102,13 @@ class SolveOptions:
         dt = None if self.deterministic_time is None else self.deterministic_time / max(parts, 1)
         return replace(started, deadline=min(slice_end, started.deadline), deterministic_time=dt)
 
+    def reserve(self, seconds: float) -> SolveOptions:
+        """These options (started) ending ``seconds`` earlier, never before now: the budget of a step
+        that must leave time for work after it (e.g. printing a large schedule)."""
+        started = self.start()
+        assert started.deadline is not None
+        return replace(started, deadline=max(time.monotonic(), started.deadline - seconds))
+
     def note(self, line: str) -> None:
         """Report one progress line (when progress is wanted)."""
         if self.progress is not None:

@@ -153,25 +153,76 @@ def _format_amount(value: float, unit: str) -> str:
     return f"{value:g} {unit}"
 
 
-def _candidates(spec: InstanceSpec, space: Space) -> tuple[Instance, list[Candidate]]:
-    """The instance of ``space`` and its handcrafted (and greedy) schedules, simulated, best first."""
+SCHEDULE_S_PER_OP = 1.5e-5
+"""Wall time one candidate schedule costs per op, generously: generating, validating, simulating it
+and timing it in ticks (seconds; measured on 2 cores at p = 64, m = 4,096, 524,288 ops: 1F1B about
+4 s, of which the ticks 2.5 s; the ZB-H2 generator alone takes 4 s more)."""
+GREEDY_S_PER_OP = 2.5e-5
+"""Wall time the greedy hint (:mod:`ppopt.solve.greedy`) costs per op, generously (seconds; 9 s at
+524,288 ops on 2 cores)."""
+REPORT_S_PER_OP = 1e-5
+"""Wall time per op of what follows a search in a command, generously: printing the schedule's grid
+(2.7 s at 524,288 ops on 2 cores) and freeing its objects at exit. :func:`search` ends this much
+before the deadline."""
+
+
+MAX_SEARCH_OPS = 2_000_000
+"""Most ops (stages x microbatches x kinds) the solver commands take: a search holds several
+candidate schedules, their simulations and the greedy hint's bookkeeping, about 3.4 KB per op
+(measured: 3.4 GB at p = 64, m = 8,192, 1,048,576 ops), so 2,000,000 ops stay near 7 GB."""
+
+
+def minimum_time_s(ops: int) -> float:
+    """The least budget (seconds) a search of ``ops`` ops can honour: one schedule from its
+    generation to its printed grid."""
+    return ops * (SCHEDULE_S_PER_OP + REPORT_S_PER_OP)
+
+
+def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions) -> tuple[Instance, list[Candidate]]:
+    """The instance of ``space`` and its handcrafted (and greedy) schedules, simulated, best first.
+
+    The first handcrafted schedule is always taken; each further one only while the time left covers
+    it and the ticks of the hint that follow (:data:`SCHEDULE_S_PER_OP` per op each), the greedy
+    one only while it covers :data:`GREEDY_S_PER_OP` per op more, so that on a short budget the
+    command still ends in time at hundreds of thousands of ops; but until one of them fits the
+    memory limit, they are all tried (the greedy one always fits), since a search without a
+    fitting hint may end with no schedule at all."""
     devices = spec.devices
-    schedules = handcrafted_in(space, devices, spec.microbatches)
-    weights = schedules[0].stage_weights if schedules else None
-    if space.split and not schedules:
+    generated = handcrafted_in(space, devices, spec.microbatches)
+    first = next(generated, None)
+    weights = first.stage_weights if first is not None else None
+    if space.split and first is None:
         weights = split_weights(devices, space.split)
-    instance = spec.instance(stage_count(space, devices) if not space.fixed else schedules[0].stages, weights)
+    instance = spec.instance(stage_count(space, devices) if first is None or not space.fixed else first.stages, weights)
+    ops = instance.stages * instance.microbatches * (3 if space.split_backward else 2)
     limit = instance.memory_limit
-    placement = placement_of(space, devices)
-    if not space.fixed and space.order == "free" and placement is not None:
-        greedy = greedy_schedule(instance, placement, space.split_backward)
-        if greedy is not None:
-            schedules = [*schedules, greedy]
     candidates = []
-    for schedule in schedules:
+
+    def add(schedule: Schedule) -> None:
         sim = simulate(validate(schedule), instance.costs, instance.system)
         fits = limit is None or max(memory_use(sim, instance)) <= limit * (1 + 1e-12)
         candidates.append(Candidate(schedule.name, schedule, sim, fits))
+
+    def affordable(s_per_op: float) -> bool:
+        return options.remaining_s() >= ops * (s_per_op + SCHEDULE_S_PER_OP)
+
+    if first is not None:
+        add(first)
+    def fitting() -> bool:
+        return any(c.fits for c in candidates)
+
+    while (room := affordable(SCHEDULE_S_PER_OP) or not fitting()) and (schedule := next(generated, None)) is not None:
+        add(schedule)
+    if not room:
+        options.note("time limit: no further handcrafted hints tried")
+    placement = placement_of(space, devices)
+    if not space.fixed and space.order == "free" and placement is not None:
+        if affordable(GREEDY_S_PER_OP) or not fitting():
+            greedy = greedy_schedule(instance, placement, space.split_backward)
+            if greedy is not None:
+                add(greedy)
+        else:
+            options.note("time limit: greedy hint skipped")
     candidates.sort(key=lambda c: (not c.fits, c.simulation.step_time_s))
     return instance, candidates
 
@@ -299,9 +350,9 @@ def analytic_bounds(instance: Instance, placement, split: bool, even: bool = Tru
     return lower_bounds(shape, duration, delay, _cap_of_stage(instance, placement))
 
 
-def _prepare(spec: InstanceSpec, space: Space) -> _Setup:
+def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions) -> _Setup:
     """Candidates, memory check, ticks, analytic bounds, hint and horizon of one search."""
-    instance, candidates = _candidates(spec, space)
+    instance, candidates = _candidates(spec, space, options)
     if space.fixed and not candidates:
         raise ScheduleError(f"space fixed:{space.fixed} has no schedule for p = {spec.devices}, m = {spec.microbatches}")
     template = candidates[0].schedule if candidates else None
@@ -684,7 +735,9 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
         return _search_family(spec, space, options)
     _check(spec, space)
     began = time.monotonic()
-    setup = _with_relaxation(_with_periodic(_prepare(spec, space), options), options)
+    kinds = 3 if space.split_backward else 2
+    options = options.reserve(stage_count(space, spec.devices) * spec.microbatches * kinds * REPORT_S_PER_OP)
+    setup = _with_relaxation(_with_periodic(_prepare(spec, space, options), options), options)
     method = _method(setup, options.method)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options

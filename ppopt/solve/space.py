@@ -23,7 +23,7 @@ point of a handcrafted schedule (its placement and per-device order are kept). K
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from ppopt.errors import ScheduleError
@@ -179,14 +179,16 @@ def with_backward(schedule: Schedule, split: bool) -> Schedule:
     return replace(schedule, name=schedule.name + suffix, orders=tuple(orders), overlapped=())
 
 
-def handcrafted_in(space: Space, devices: int, microbatches: int) -> list[Schedule]:
-    """Handcrafted schedules that are points of ``space`` (backward converted to the space's kind).
+def handcrafted_in(space: Space, devices: int, microbatches: int) -> Iterator[Schedule]:
+    """Handcrafted schedules that are points of ``space`` (backward converted to the space's kind),
+    generated one at a time as they are asked for (at hundreds of thousands of ops each takes
+    seconds, so a caller on a budget can stop early).
 
     Schedules whose generator refuses (p, m) are left out.
     """
     if space.fixed:
-        schedule = generate(space.fixed, devices, microbatches, **space.fixed_options)
-        return [schedule]
+        yield generate(space.fixed, devices, microbatches, **space.fixed_options)
+        return
     names = hint_names(space.placement)
     if space.placement == "family":
         names = tuple(n for member in FAMILY_MEMBERS for n in hint_names(member))
@@ -194,7 +196,6 @@ def handcrafted_in(space: Space, devices: int, microbatches: int) -> list[Schedu
     if space.split:
         options["split"] = space.split
         names = tuple("chimera-asym" if n == "chimera" else n for n in names)
-    found = []
     for name in names:
         try:
             schedule = generate(name, devices, microbatches, **options)
@@ -205,5 +206,4 @@ def handcrafted_in(space: Space, devices: int, microbatches: int) -> list[Schedu
             continue
         if space.placement == "any" and schedule.stages != stage_count(space, devices):
             continue
-        found.append(with_backward(schedule, space.split_backward))
-    return found
+        yield with_backward(schedule, space.split_backward)
