@@ -99,7 +99,10 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["gap", "-p", "2", "-m", "2", "--waves", "10000000", "--unit"], "2 devices x 20000000 stages, 2 microbatches"),
         # Under the op limit but over the solver's (about 3.4 KB of memory per op): no out-of-memory.
         (["search", "-p", "64", "-m", "16384", "--unit", "--time-limit", "1000"],
-         "--microbatches: search too large: 64 devices, 16384 microbatches make 2,097,152 ops"),
+         "--microbatches: search too large: 64 devices, 16384 microbatches make 2,097,152 ops (stages x microbatches x "
+         "kinds); this command holds about 3,400 bytes per op and takes at most 2,058,823 ops"),
+        # gap keeps every schedule it reports (15 at the least here), so its limit is lower
+        (["gap", "-p", "64", "-m", "4096", "--unit", "--time-limit", "1000"], "this command holds about 18,800 bytes per op"),
     ],
 )
 def test_bad_solver_input_is_one_line_and_exit_1(args, reason):
@@ -136,7 +139,13 @@ def test_a_search_too_large_for_its_time_limit_is_refused_before_any_work():
     assert result.exit_code == 1
     assert result.stderr.count("\n") == 1
     assert "--time-limit: 5 s is too short for 64 devices, 4096 microbatches (524,288 ops)" in result.stderr
-    assert f"give at least {math.ceil(minimum_time_s(524_288))}" in result.stderr
+    assert f"takes up to {math.ceil(minimum_time_s(524_288))} s; give at least that" in result.stderr
+    # gap simulates each schedule it reports, then searches: its least limit counts them all
+    result = CliRunner().invoke(main, ["gap", "-p", "64", "-m", "4096", "--unit", "-s", "1f1b", "-s", "gpipe",
+                                       "--time-limit", "30"])
+    assert result.exit_code == 1
+    assert f"the 3 schedules this command builds at that size takes up to {math.ceil(3 * minimum_time_s(524_288))} s" \
+        in result.stderr
 
 
 def test_a_short_budget_keeps_the_first_hint_and_skips_the_others(monkeypatch):

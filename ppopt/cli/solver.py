@@ -31,7 +31,7 @@ def solver_options(command):
     @functools.wraps(command)
     def wrapper(**params):
         spec, solve = _requests(params)
-        _check_size(spec, params["options"], solve.time_limit_s)
+        _check_size(spec, params["options"], solve.time_limit_s, _schedules_built(params))
         return command(spec=spec, solve=solve, **params)
 
     for option in reversed(
@@ -55,27 +55,44 @@ def solver_options(command):
     return system_options()(job_options()(unit_options()(schedule_options(name=False, unit_costs=False)(wrapper))))
 
 
-def _check_size(spec: InstanceSpec, options: dict, time_limit_s: float) -> None:
+def _schedules_built(params: dict) -> int:
+    """How many schedules a solver command builds at the least: `gap` simulates every schedule it
+    reports, then searches; `frontier` searches without a limit and then at least one limit;
+    `search` builds one."""
+    if "schedules" in params:  # gap
+        from ppopt.generators import names
+
+        return len(params["schedules"] or names()) + 1
+    if "limits" in params:  # frontier
+        return 2
+    return 1
+
+
+def _check_size(spec: InstanceSpec, options: dict, time_limit_s: float, schedules: int = 1) -> None:
     """Refuse, before any model is built, a request whose every schedule is over
     :data:`ppopt.ir.MAX_OPS` (at least p x chunks stages, 2 x waves chunks per device for Hanayo,
-    each with a forward and a backward of each microbatch), over the solver's
-    :data:`ppopt.solve.search.MAX_SEARCH_OPS`, or too large to finish within the time limit
-    (:func:`ppopt.solve.search.minimum_time_s`)."""
+    each with a forward and a backward of each microbatch), over what the command's memory plan
+    allows (:func:`ppopt.solve.search.max_search_ops`), or too large to finish within the time limit
+    (:func:`ppopt.solve.search.minimum_time_s` for each of the ``schedules`` the command builds at
+    the least)."""
     from ppopt.errors import ConfigError
     from ppopt.ir import check_size
-    from ppopt.solve.search import MAX_SEARCH_OPS, minimum_time_s
+    from ppopt.solve.search import SCHEDULE_BYTES_PER_OP, SEARCH_BYTES_PER_OP, max_search_ops, minimum_time_s
 
     per_device = max(1, options.get("chunks") or 1, 2 * (options.get("waves") or 0))
     ops = spec.devices * per_device * spec.microbatches * 2
     what = f"{spec.devices} devices{f' x {per_device} stages' if per_device > 1 else ''}, {spec.microbatches} microbatches"
     check_size(ops, what)
-    if ops > MAX_SEARCH_OPS:
-        raise ConfigError(f"search too large: {what} make {ops:,} ops (stages x microbatches x kinds); the solver commands "
-                          f"take at most {MAX_SEARCH_OPS:,} ops (memory: about 3.4 KB per op)", field="microbatches")
-    if time_limit_s < minimum_time_s(ops):
-        raise ConfigError(f"{time_limit_s:g} s is too short for {what} ({ops:,} ops): building, simulating and printing one "
-                          f"schedule of that size takes up to {minimum_time_s(ops):.0f} s; give at least "
-                          f"{math.ceil(minimum_time_s(ops))}", field="time_limit_s")
+    if ops > max_search_ops(schedules):
+        raise ConfigError(f"search too large: {what} make {ops:,} ops (stages x microbatches x kinds); this command holds "
+                          f"about {SEARCH_BYTES_PER_OP + (schedules - 1) * SCHEDULE_BYTES_PER_OP:,} bytes per op and takes "
+                          f"at most {max_search_ops(schedules):,} ops", field="microbatches")
+    least = schedules * minimum_time_s(ops)
+    if time_limit_s < least:
+        what_work = "one schedule" if schedules == 1 else f"the {schedules} schedules this command builds"
+        raise ConfigError(f"{time_limit_s:g} s is too short for {what} ({ops:,} ops): building, simulating and printing "
+                          f"{what_work} at that size takes up to {math.ceil(least)} s; give at least that",
+                          field="time_limit_s")
 
 
 def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:

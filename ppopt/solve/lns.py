@@ -266,11 +266,21 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
     starts = _orders_starts(schedule, timing)
     best = max(starts[op] + timing.duration(op) for op in ops)
     to_end = _to_end(schedule, starts, timing, successors)
+    # a step's work outside CP-SAT (building the window's model, timing the new orders, the longest
+    # paths) is about twice this timing of the whole schedule, or the most a step has taken so far:
+    # seconds at hundreds of thousands of ops, so a step starts only when they remain
+    outside = 2 * (time.monotonic() - began)
+    step_began, solve_s = None, 0.0
     size, failures, step, improvements, when = TARGET_FREE, 0, 0, 0, None
     reserve = RESERVE_SHARE * options.time_limit_s
     deterministic_left = options.deterministic_time
     anchored = {"end": TARGET_FREE, "start": TARGET_FREE}  # free ops of the windows at the two ends
-    while options.remaining_s() > reserve and (deterministic_left is None or deterministic_left > 0):
+    while True:
+        if step_began is not None:
+            outside = max(outside, time.monotonic() - step_began - solve_s)
+        if options.remaining_s() <= reserve + outside or (deterministic_left is not None and deterministic_left <= 0):
+            break
+        step_began, solve_s = time.monotonic(), 0.0
         anchor = ANCHORS[step % len(ANCHORS)]
         width = max(1, best * (size if anchor is None else anchored[anchor]) // len(ops))
         if anchor is None:
@@ -286,10 +296,12 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = options.workers
         solver.parameters.random_seed = options.seed + step
-        solver.parameters.max_time_in_seconds = max(0.01, options.remaining_s() - reserve)
+        solver.parameters.max_time_in_seconds = max(0.01, options.remaining_s() - reserve - outside)
         dt = STEP_DETERMINISTIC_S if deterministic_left is None else min(STEP_DETERMINISTIC_S, deterministic_left)
         solver.parameters.max_deterministic_time = dt
+        solve_began = time.monotonic()
         code = solver.solve(model)
+        solve_s = time.monotonic() - solve_began
         if deterministic_left is not None:
             deterministic_left -= max(solver.deterministic_time, STEP_FLOOR_S)
         changed = None

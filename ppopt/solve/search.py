@@ -166,10 +166,20 @@ REPORT_S_PER_OP = 1e-5
 before the deadline."""
 
 
-MAX_SEARCH_OPS = 2_000_000
-"""Most ops (stages x microbatches x kinds) the solver commands take: a search holds several
-candidate schedules, their simulations and the greedy hint's bookkeeping, about 3.4 KB per op
-(measured: 3.4 GB at p = 64, m = 8,192, 1,048,576 ops), so 2,000,000 ops stay near 7 GB."""
+SEARCH_BYTES_PER_OP = 3_400
+"""Memory a search holds per op: its candidate schedules, their simulations and the greedy hint's
+bookkeeping (measured: 3.4 GB at p = 64, m = 8,192, 1,048,576 ops)."""
+SCHEDULE_BYTES_PER_OP = 1_100
+"""Memory per op of each further schedule a command keeps with its simulation (`gap` keeps every
+schedule it reports: measured 9.8 GB for 15 schedules and their searches at 524,288 ops)."""
+MAX_SEARCH_BYTES = 7e9
+"""The memory the solver commands may plan to hold (bytes): what sets their largest request."""
+
+
+def max_search_ops(schedules: int = 1) -> int:
+    """Most ops (stages x microbatches x kinds) a solver command that keeps ``schedules`` schedules
+    takes within :data:`MAX_SEARCH_BYTES` (2,058,823 for a search)."""
+    return int(MAX_SEARCH_BYTES // (SEARCH_BYTES_PER_OP + (schedules - 1) * SCHEDULE_BYTES_PER_OP))
 
 
 def minimum_time_s(ops: int) -> float:
@@ -384,6 +394,11 @@ BUILD_S_PER_OP = 2.5e-4
 """Wall time building the CP-SAT model takes per op, roughly (seconds, 2 loaded cores: 7 s at 32,768 ops)."""
 
 
+def _op_count(setup: _Setup) -> int:
+    """Ops of every schedule of the setup's space (stages x microbatches x kinds)."""
+    return setup.instance.stages * setup.instance.microbatches * (3 if setup.split else 2)
+
+
 def _periodic_applies(setup: _Setup) -> bool:
     """The steady-state search covers the linear placement with full backward."""
     placement = setup.placement
@@ -403,7 +418,8 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     caps = [_cap_of_stage(instance, setup.placement)(s) for s in range(instance.stages)]
     bound = period_bound(instance.microbatches, _durations_s(instance), instance.comm, caps)
     setup = replace(setup, period_bound=bound)
-    if options.expired:
+    if options.remaining_s() < 2 * SCHEDULE_S_PER_OP * _op_count(setup):  # composing, simulating and timing its schedule
+        options.note("time limit: steady-state search skipped")
         return setup
     tick_duration, tick_delay = ticked
     tick_caps = [None if c is None else math.floor(c + 1e-9) for c in caps]
@@ -535,6 +551,9 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
 def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
     """The window search of :mod:`ppopt.solve.lns` (one stage per device): no full model to build."""
     assert best.schedule is not None and best.simulation is not None and setup.ticked is not None
+    if options.remaining_s() < 3 * SCHEDULE_S_PER_OP * _op_count(setup):  # its set-up, one step, the final check
+        options.note("large-neighbourhood search skipped: too little time left for a schedule of this size")
+        return best, from_solver
     tick_duration, tick_delay = setup.ticked
     caps = _cap_of_stage(setup.instance, setup.placement)
     timing = Timing(
