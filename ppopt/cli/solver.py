@@ -87,6 +87,8 @@ def _check_size(spec: InstanceSpec, options: dict, time_limit_s: float, schedule
         raise ConfigError(f"search too large: {what} make {ops:,} ops (stages x microbatches x kinds); this command holds "
                           f"about {SEARCH_BYTES_PER_OP + (schedules - 1) * SCHEDULE_BYTES_PER_OP:,} bytes per op and takes "
                           f"at most {max_search_ops(schedules):,} ops", field="microbatches")
+    if spec.memory_limit is not None:  # the first handcrafted hint may not fit: one more until one does
+        schedules += 1
     least = schedules * minimum_time_s(ops)
     if time_limit_s < least:
         what_work = "one schedule" if schedules == 1 else f"the {schedules} schedules this command builds"
