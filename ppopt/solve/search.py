@@ -204,7 +204,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions) -> tupl
     if space.split and first is None:
         weights = split_weights(devices, space.split)
     instance = spec.instance(stage_count(space, devices) if first is None or not space.fixed else first.stages, weights)
-    ops = instance.stages * instance.microbatches * (3 if space.split_backward else 2)
+    ops = _op_count(instance.stages, instance.microbatches, space.split_backward)
     limit = instance.memory_limit
     candidates = []
 
@@ -216,11 +216,11 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions) -> tupl
     def affordable(s_per_op: float) -> bool:
         return options.remaining_s() >= ops * (s_per_op + SCHEDULE_S_PER_OP)
 
-    if first is not None:
-        add(first)
     def fitting() -> bool:
         return any(c.fits for c in candidates)
 
+    if first is not None:
+        add(first)
     while (room := affordable(SCHEDULE_S_PER_OP) or not fitting()) and (schedule := next(generated, None)) is not None:
         add(schedule)
     if not room:
@@ -394,9 +394,9 @@ BUILD_S_PER_OP = 2.5e-4
 """Wall time building the CP-SAT model takes per op, roughly (seconds, 2 loaded cores: 7 s at 32,768 ops)."""
 
 
-def _op_count(setup: _Setup) -> int:
-    """Ops of every schedule of the setup's space (stages x microbatches x kinds)."""
-    return setup.instance.stages * setup.instance.microbatches * (3 if setup.split else 2)
+def _op_count(stages: int, microbatches: int, split: bool) -> int:
+    """Ops of every schedule of a space: stages x microbatches x kinds (F, B; or F, I, W when split)."""
+    return stages * microbatches * (3 if split else 2)
 
 
 def _periodic_applies(setup: _Setup) -> bool:
@@ -418,7 +418,8 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     caps = [_cap_of_stage(instance, setup.placement)(s) for s in range(instance.stages)]
     bound = period_bound(instance.microbatches, _durations_s(instance), instance.comm, caps)
     setup = replace(setup, period_bound=bound)
-    if options.remaining_s() < 2 * SCHEDULE_S_PER_OP * _op_count(setup):  # composing, simulating and timing its schedule
+    # composing, simulating and timing its schedule
+    if options.remaining_s() < 2 * SCHEDULE_S_PER_OP * _op_count(instance.stages, instance.microbatches, setup.split):
         options.note("time limit: steady-state search skipped")
         return setup
     tick_duration, tick_delay = ticked
@@ -551,7 +552,8 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
 def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
     """The window search of :mod:`ppopt.solve.lns` (one stage per device): no full model to build."""
     assert best.schedule is not None and best.simulation is not None and setup.ticked is not None
-    if options.remaining_s() < 3 * SCHEDULE_S_PER_OP * _op_count(setup):  # its set-up, one step, the final check
+    ops = _op_count(setup.instance.stages, setup.instance.microbatches, setup.split)
+    if options.remaining_s() < 3 * SCHEDULE_S_PER_OP * ops:  # its set-up, one step, the final check
         options.note("large-neighbourhood search skipped: too little time left for a schedule of this size")
         return best, from_solver
     tick_duration, tick_delay = setup.ticked
@@ -754,8 +756,8 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
         return _search_family(spec, space, options)
     _check(spec, space)
     began = time.monotonic()
-    kinds = 3 if space.split_backward else 2
-    options = options.reserve(stage_count(space, spec.devices) * spec.microbatches * kinds * REPORT_S_PER_OP)
+    ops = _op_count(stage_count(space, spec.devices), spec.microbatches, space.split_backward)
+    options = options.reserve(ops * REPORT_S_PER_OP)  # the grid's printing comes after
     setup = _with_relaxation(_with_periodic(_prepare(spec, space, options), options), options)
     method = _method(setup, options.method)
     # with a second (memory) solve to come, the makespan search gets half of what is left
