@@ -387,3 +387,19 @@ def test_the_unhinted_dive_hands_a_shorter_schedule_to_the_main_solve_and_keeps_
     dive = _unhinted_dive(over, built, options, time.monotonic())
     assert dive is not None and dive.found
     assert hints()[built.makespan.index] == round(dive.solver.objective_value)
+
+
+def test_gap_and_frontier_start_no_search_the_time_left_cannot_cover(monkeypatch):
+    """A search needs minimum_time_s of its ops at the least; with less time left, gap and frontier
+    report the rest as not searched instead of overrunning (here a schedule costs a second per op,
+    so 64 ops need more than the 10 s budget)."""
+    import ppopt.solve.search as searching
+
+    options = SolveOptions(10)
+    searched = gap_report(unit(4, 8, comm=1, limit=4), {}, ["1f1b"], options)
+    assert [row.status for row in searched.rows] != [NOT_SEARCHED]
+    monkeypatch.setattr(searching, "SCHEDULE_S_PER_OP", 1.0)
+    report = gap_report(unit(4, 8, comm=1, limit=4), {}, ["1f1b"], SolveOptions(10))
+    assert [row.status for row in report.rows] == [NOT_SEARCHED]
+    points = frontier(unit(4, 8, comm=1), parse_space("placement=linear"), [2, 4], SolveOptions(10)).points
+    assert [point.status for point in points] == [NOT_SEARCHED, NOT_SEARCHED]

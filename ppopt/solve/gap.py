@@ -17,7 +17,7 @@ from ppopt.generators import generate, names
 from ppopt.simulate import simulate
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
-from ppopt.solve.search import SearchResult, memory_use, minimum_memory, relative_gap, search
+from ppopt.solve.search import SearchResult, memory_use, minimum_memory, relative_gap, search, too_late
 from ppopt.solve.space import Space, family_space, placement_of, stage_count
 from ppopt.validate import validate
 
@@ -78,8 +78,9 @@ def gap_report(
 
     ``schedule_options`` (chunks, waves, split) configure the handcrafted schedules. The family
     spaces are searched one after another, each with an equal share of the time left of
-    ``options.time_limit_s`` (the budget of the whole report); spaces not reached within it are
-    reported with the status :data:`NOT_SEARCHED` and no bound.
+    ``options.time_limit_s`` (the budget of the whole report); spaces not reached within it (a
+    search starts only while one search's least time remains: :func:`ppopt.solve.search.too_late`)
+    are reported with the status :data:`NOT_SEARCHED` and no bound.
     """
     options = (options or SolveOptions()).start()
     devices, microbatches = spec.devices, spec.microbatches
@@ -99,7 +100,7 @@ def gap_report(
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = _peak(instance, simulation)
         key = searched(spec, space).describe()
-        if key not in searches and options.expired:  # no further searches once the budget is spent
+        if key not in searches and too_late(options, spec, searched(spec, space)):  # no further searches once the budget is spent
             rows.append(GapRow(name, space.describe(), simulation.step_time_s, peak, _fits(instance, peak), None, math.nan, None, NOT_SEARCHED))
             continue
         if key not in searches:
@@ -159,8 +160,8 @@ def frontier(
 
     ``spec``'s own memory limit is ignored: the unlimited search comes first, then one search per
     limit (``limits``, or :func:`default_limits`), each with an equal share of the time left of
-    ``options.time_limit_s`` (the budget of the whole frontier; limits not reached within it get the
-    status :data:`NOT_SEARCHED` and no bound). A handcrafted schedule is on the
+    ``options.time_limit_s`` (the budget of the whole frontier; limits not reached within it, as in
+    :func:`gap_report`, get the status :data:`NOT_SEARCHED` and no bound). A handcrafted schedule is on the
     frontier when it is not dominated: no searched point with a limit at or below its peak memory has
     a strictly shorter step.
     """
@@ -176,7 +177,7 @@ def frontier(
     points = []
     ordered = sorted(limits)
     for k, limit in enumerate(ordered):
-        if options.expired:  # no further searches once the budget is spent
+        if too_late(options, spec, space):  # no further searches once the budget is spent
             points.append(FrontierPoint(limit, NOT_SEARCHED, None, math.nan, None))
             continue
         try:

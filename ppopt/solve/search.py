@@ -188,6 +188,17 @@ def minimum_time_s(ops: int) -> float:
     return ops * (SCHEDULE_S_PER_OP + REPORT_S_PER_OP)
 
 
+def space_ops(spec: InstanceSpec, space: Space) -> int:
+    """Ops of every schedule of ``space`` on ``spec`` (stages x microbatches x kinds)."""
+    return _op_count(stage_count(space, spec.devices), spec.microbatches, space.split_backward)
+
+
+def too_late(options: SolveOptions, spec: InstanceSpec, space: Space) -> bool:
+    """Whether the time left is below what one search of ``space`` needs (:func:`minimum_time_s`):
+    then a command running several searches starts no further one."""
+    return options.remaining_s() < minimum_time_s(space_ops(spec, space))
+
+
 def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions) -> tuple[Instance, list[Candidate]]:
     """The instance of ``space`` and its handcrafted (and greedy) schedules, simulated, best first.
 
@@ -756,8 +767,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
         return _search_family(spec, space, options)
     _check(spec, space)
     began = time.monotonic()
-    ops = _op_count(stage_count(space, spec.devices), spec.microbatches, space.split_backward)
-    options = options.reserve(ops * REPORT_S_PER_OP)  # the grid's printing comes after
+    options = options.reserve(space_ops(spec, space) * REPORT_S_PER_OP)  # the grid's printing comes after
     setup = _with_relaxation(_with_periodic(_prepare(spec, space, options), options), options)
     method = _method(setup, options.method)
     # with a second (memory) solve to come, the makespan search gets half of what is left
