@@ -8,7 +8,7 @@ simulator then share.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -135,15 +135,20 @@ def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFA
 
 
 def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None,
-                 parallel: Parallelism | None = None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
-    """Evaluate every registered schedule that applies to (p, m); also return why the others don't."""
+                 parallel: Parallelism | None = None, progress: Callable[[int, int], None] | None = None,
+                 **options: object) -> tuple[list[Evaluation], dict[str, str]]:
+    """Evaluate every registered schedule that applies to (p, m); also return why the others don't.
+    ``progress(done, total)`` is called after each schedule, if given."""
     require_positive(devices, microbatches)  # otherwise every schedule would just be "skipped"
     results, skipped = [], {}
-    for name in names():
+    every = names()
+    for done, name in enumerate(every, 1):
         try:
             results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))
         except ScheduleError as error:
             skipped[name] = error.reason
+        if progress is not None:
+            progress(done, len(every))
     return results, skipped
 
 

@@ -154,3 +154,16 @@ def test_pp_names_the_devices_as_in_the_job_command():
     by_p = json.loads(run("evaluate", "-s", "1f1b", "-p", 5, "-m", 7, "--json").output)
     assert by_pp == by_p
     assert by_pp != json.loads(run("evaluate", "-s", "1f1b", "-p", 4, "-m", 7, "--json").output)
+
+
+def test_evaluate_all_shows_progress_only_for_large_requests(monkeypatch):
+    """Evaluating every schedule at hundreds of thousands of ops takes up to a minute: a bar on
+    stderr (ending at every schedule done); small requests print none."""
+    import ppopt.cli.schedules as schedules
+
+    small = CliRunner().invoke(main, ["evaluate", "-s", "all", "-p", "4", "-m", "8"])
+    assert small.exit_code == 0 and "schedules [" not in small.stderr
+    monkeypatch.setattr(schedules, "PROGRESS_OPS", 64)  # 4 x 8 x 2 ops: "large"
+    large = CliRunner().invoke(main, ["evaluate", "-s", "all", "-p", "4", "-m", "8"])
+    assert large.exit_code == 0 and large.stdout == small.stdout
+    assert f"evaluate: schedules [{'#' * 28}] {len(names())}/{len(names())}" in large.stderr

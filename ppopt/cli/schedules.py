@@ -100,6 +100,24 @@ def _presets(model, system, required: bool = False):
     return load_model(model), load_system(system)
 
 
+PROGRESS_OPS = 200_000
+"""From this many ops per schedule (devices x microbatches x 2) on, evaluating every schedule takes
+seconds to a minute (51 s at 524,288 ops on 2 cores), so a progress bar goes to stderr."""
+
+
+def _evaluate_all_with_progress(command, devices, microbatches, units, model, system, global_batch, parallel, options):
+    """:func:`ppopt.evaluate.evaluate_all`, with a progress bar on stderr for large requests."""
+    from ppopt.cli.sweep import ProgressBar
+    from ppopt.evaluate import evaluate_all
+
+    bar = ProgressBar(f"{command}: schedules") if devices * microbatches * 2 >= PROGRESS_OPS else None
+    try:
+        return evaluate_all(devices, microbatches, units, model, system, global_batch, parallel, progress=bar, **options)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 @main.command("evaluate")
 @schedule_options(all_schedules=True)
 @system_options()
@@ -116,7 +134,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     Lengths are in unit slots for every schedule: a slot is one forward of a 1/p model share, B = I + W
     lasts --backward slots, chunk ops scale by p/S (so 1f1b at p = m = 8 is 45 slots)."""
     from ppopt.errors import ConfigError
-    from ppopt.evaluate import evaluate_all, evaluate_schedule, schedule_costs
+    from ppopt.evaluate import evaluate_schedule, schedule_costs
     from ppopt.report.evaluation import evaluation_json, evaluation_text
 
     if costs is not None:
@@ -137,7 +155,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         if plot or trace:
             raise ConfigError("--plot and --trace draw one schedule: give --schedule NAME (or use `ppopt compare --plot`)")
         require_size(devices, microbatches)
-        results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, parallel, **options)
+        results, skipped = _evaluate_all_with_progress("evaluate", devices, microbatches, units, model_config, system_config,
+                                                       global_batch, parallel, options)
         for skipped_name, reason in skipped.items():
             click.echo(f"skipped {skipped_name}: {reason}", err=True)
     else:
@@ -174,7 +193,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 @format_option
 def compare_command(devices, microbatches, units, options, model, system, global_batch, parallel, plot, costs, as_json, fmt) -> None:
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
-    from ppopt.evaluate import evaluate_all, rank_layers
+    from ppopt.evaluate import rank_layers
     from ppopt.generators import generate
     from ppopt.report.evaluation import compare_json, compare_text
 
@@ -187,7 +206,8 @@ def compare_command(devices, microbatches, units, options, model, system, global
         compare_with_preset(devices, microbatches, options, costs, as_json, fmt)
         return
     model_config, system_config = _presets(model, system, required=True)
-    results, skipped = evaluate_all(devices, microbatches, units, model_config, system_config, global_batch, parallel, **options)
+    results, skipped = _evaluate_all_with_progress("compare", devices, microbatches, units, model_config, system_config,
+                                                   global_batch, parallel, options)
     for schedule, reason in skipped.items():
         click.echo(f"skipped {schedule}: {reason}", err=True)
     ranking = rank_layers(results)
