@@ -326,13 +326,16 @@ class Calibration:
 
 
 def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, iterations: int = 600,
-              model: str = "host-overlap") -> Calibration:
+              model: str = "host-overlap", progress: Callable[[int, int], None] | None = None) -> Calibration:
     """Fit the parameters of ``MODELS[model]`` to ``rows`` by minimising the MAPE (module doc); the
-    rows' jobs are re-targeted to ``base``."""
+    rows' jobs are re-targeted to ``base``. ``progress(done, total)`` is called after each starting
+    point's fit, if given."""
     if not rows:
         raise ValueError("no rows to calibrate on")
     fit_model = MODELS[model]
     best: Calibration | None = None
+    total = len(fit_model.exponents) * len(fit_model.host_times)
+    done = 0
     for exponent in fit_model.exponents:
         system = base.model_copy(update={"gemm_saturation_exponent": exponent, **dict(fit_model.fields)})
         stacked = stack([r.on(system) for r in rows])
@@ -341,6 +344,9 @@ def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, itera
             fitted = _fit(stacked, start, fit_model.parameters, restarts, iterations)
             if best is None or fitted.mape < best.mape:
                 best = fitted
+            done += 1
+            if progress is not None:
+                progress(done, total)
     assert best is not None
     return best
 

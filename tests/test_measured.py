@@ -225,3 +225,15 @@ def test_job_command_names_the_flag_of_a_bad_layout():
         result = run(*command, "--model", "llama3-70b", "--system", "dgx-h100", "--tp", "16")
         assert result.exit_code == 1
         assert result.output == "error: --tp: tensor parallelism 16 does not divide the model's 8 key/value heads\n"
+
+
+def test_calibrate_shows_its_fits_on_stderr(tmp_path):
+    """calibrate runs one fit per starting point (seconds in all): a bar on stderr ends at the last,
+    and stdout stays the report."""
+    from ppopt.calibrate import MODELS
+
+    fits = len(MODELS["host-overlap"].exponents) * len(MODELS["host-overlap"].host_times)
+    result = run("calibrate", MULTI, "--system", "a100-vtrain", "-o", str(tmp_path / "fit.toml"))
+    assert result.exit_code == 0
+    assert f"calibrate: 41 rows, fits [{'#' * 28}] {fits}/{fits}" in result.stderr
+    assert "fits [" not in result.stdout

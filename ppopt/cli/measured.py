@@ -124,6 +124,7 @@ def calibrate_command(data, system, output, name, as_json) -> None:
 
     from ppopt.accuracy import predict_rows, summarize
     from ppopt.calibrate import calibrate, system_toml
+    from ppopt.cli.sweep import ProgressBar
     from ppopt.config import load_system
     from ppopt.io import atomic_write_text
     from ppopt.io.measured import read_measured
@@ -138,7 +139,11 @@ def calibrate_command(data, system, output, name, as_json) -> None:
         from ppopt.errors import ConfigError
 
         raise ConfigError("no row to calibrate on (every row is outside the model)")
-    fitted = calibrate(rows, base)
+    bar = ProgressBar(f"calibrate: {len(rows)} rows, fits")
+    try:
+        fitted = calibrate(rows, base, progress=bar)
+    finally:
+        bar.close()
     calibrated = fitted.system.model_copy(update={"name": name or Path(output).stem,
                                                   "description": f"{base.name} calibrated on {len(rows)} measured rows"})
     fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows, fitted.parameters)
