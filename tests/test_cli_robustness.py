@@ -283,3 +283,27 @@ def test_an_endless_input_is_refused_at_once(tmp_path, args, reason):
     argv = [a.replace("{zero}", str(zero)).replace("{dir}", str(tmp_path)) for a in args]
     line = one_error_line(run(*argv))
     assert reason in line, line
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["search", "-p", 4, "-m", 8, "--unit", "--csv", "{missing}/out.csv"], "'--csv'"),
+        (["search", "-p", 4, "-m", 8, "--unit", "--trace", "{dir}"], "'--trace'"),
+        (["search", "-p", 4, "-m", 8, "--unit", "--plot", "{missing}/out.png"], "'--plot'"),
+        (["calibrate", str(ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"), "--system", "a100-vtrain",
+          "-o", "{missing}/fit.toml"], "'--output' / '-o'"),
+        (["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", "{missing}/x.csv"], "'--output' / '-o'"),
+        (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--torch-csv", "{missing}/x.csv"], "'--torch-csv'"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, args, flag):
+    """A search or a calibration can take minutes: a file to write in a missing directory, or a
+    directory given as the file, is refused at once (one line, exit 1, no progress printed)."""
+    missing = tmp_path / "missing"
+    filled = [str(a).format(missing=missing, dir=tmp_path) for a in args]
+    line = one_error_line(run(*filled))
+    target = next(a for a in filled if a.startswith(str(tmp_path)))
+    reason = "it is a directory" if target == str(tmp_path) else f"no directory {missing}"
+    assert line.startswith(f"error: Invalid value for {flag}: cannot write {target}: {reason}")
+    assert sorted(tmp_path.iterdir()) == []

@@ -11,7 +11,7 @@ import click
 
 from ppopt.accuracy import GROUP_KEYS
 from ppopt.cli import main
-from ppopt.cli.options import check_plot, emit_json, format_option, json_option, refuse_unused_options
+from ppopt.cli.options import check_output, check_plot, emit_json, format_option, json_option, refuse_unused_options
 from ppopt.job import SCHEDULES as JOB_SCHEDULES
 
 DEFAULT_SYSTEM = "a100-vtrain-calibrated"
@@ -111,7 +111,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
 @main.command("calibrate")
 @click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--system", default="a100-vtrain", show_default=True, help="Base system preset or file.")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Calibrated system .toml to write.")
+@click.option("--output", "-o", required=True, callback=check_output, type=click.Path(dir_okay=False), help="Calibrated system .toml to write.")
 @click.option("--name", default=None, help="Name of the calibrated system [default: the output file's stem].")
 @json_option
 def calibrate_command(data, system, output, name, as_json) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -222,12 +223,31 @@ def emit_json(value: object) -> None:
     click.echo(json_text(value, indent=2))
 
 
+def check_output(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+    """Callback of every option naming a file to write: refuse, before any work starts (a search or a
+    calibration can take minutes), a path that is a directory or whose directory does not exist or
+    cannot be written to. ``-`` (standard output) passes."""
+    if path is None or path == "-":
+        return path
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise click.BadParameter(f"cannot write {path}: it is a directory")
+    if not folder.is_dir():
+        raise click.BadParameter(f"cannot write {path}: no directory {folder}")
+    if not os.access(folder, os.W_OK):
+        raise click.BadParameter(f"cannot write {path}: directory {folder} is not writable")
+    return path
+
+
 def check_plot(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
-    """Callback of every ``--plot``: without matplotlib, refuse before any work starts."""
+    """Callback of every ``--plot``: a writable path (:func:`check_output`), and without matplotlib,
+    refuse before any work starts."""
     if path is not None:
         from ppopt.errors import PpoptError
         from ppopt.report.plot import require_matplotlib
 
+        check_output(ctx, param, path)
         try:
             require_matplotlib()
         except PpoptError as error:

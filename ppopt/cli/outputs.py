@@ -7,7 +7,16 @@ from pathlib import Path
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, json_option, resolve_schedule, schedule_options, system_options, unit_cost_options, unit_options
+from ppopt.cli.options import (
+    check_output,
+    emit_json,
+    json_option,
+    resolve_schedule,
+    schedule_options,
+    system_options,
+    unit_cost_options,
+    unit_options,
+)
 
 FORMATS = {"torch-csv": ".csv", "chrome-trace": ".json", "png": ".png", "svg": ".svg"}
 """Export formats and their usual suffix (used to infer --format from --output)."""
@@ -41,7 +50,7 @@ def _export_format(fmt: str | None, output: str) -> str:
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default=None,
               help="torch-csv (PyTorch schedule CSV), chrome-trace (Perfetto JSON), png or svg (Gantt picture) "
                    "[default: from the --output suffix].")
-@click.option("--output", "-o", required=True, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
+@click.option("--output", "-o", required=True, callback=check_output, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
 def export_command(name, schedule_file, legacy_backward, devices, microbatches, options, unit, units, model, system,
                    global_batch, fmt, output) -> None:
     """Write a schedule, simulated, as a PyTorch schedule CSV, a Chrome trace or a Gantt picture.

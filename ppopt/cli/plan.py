@@ -9,7 +9,7 @@ import click
 
 from ppopt.cli import main, startup_s
 from ppopt.cli.measured import _table
-from ppopt.cli.options import check_plot, emit_json, format_option, json_option, parse_amount
+from ppopt.cli.options import check_output, check_plot, emit_json, format_option, json_option, parse_amount
 from ppopt.job import SCHEDULES
 from ppopt.plan import DEFAULT_SCHEDULES
 
@@ -61,7 +61,7 @@ def _gb(value: float) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("--plot", "plot_path", callback=check_plot, type=click.Path(dir_okay=False), default=None,
               help="Also draw step time vs per-GPU memory of every evaluated job (.png or .svg).")
-@click.option("--torch-csv", "torch_csv", type=click.Path(dir_okay=False), default=None,
+@click.option("--torch-csv", "torch_csv", callback=check_output, type=click.Path(dir_okay=False), default=None,
               help="Write the first job's schedule (the searched one when it is faster) as a PyTorch schedule CSV.")
 @format_option
 @json_option

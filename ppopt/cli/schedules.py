@@ -6,6 +6,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import (
+    check_output,
     check_plot,
     emit_json,
     format_option,
@@ -123,7 +124,7 @@ def _evaluate_all_with_progress(command, devices, microbatches, units, model, sy
 @system_options()
 @job_options()
 @click.option("--plot", callback=check_plot, default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
-@click.option("--trace", default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
+@click.option("--trace", callback=check_output, default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
 @click.option("--costs", default=None, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @json_option
 @format_option
