@@ -32,7 +32,7 @@ def solver_options(command):
     @functools.wraps(command)
     def wrapper(**params):
         spec, solve = _requests(params)
-        _check_size(spec, params["options"], solve.time_limit_s, _schedules_built(params))
+        _check_size(spec, params["options"], solve.time_limit_s, *_schedules(params))
         return command(spec=spec, solve=solve, **params)
 
     for option in reversed(
@@ -56,26 +56,26 @@ def solver_options(command):
     return system_options()(job_options()(unit_options()(schedule_options(name=False, unit_costs=False)(wrapper))))
 
 
-def _schedules_built(params: dict) -> int:
-    """How many schedules a solver command builds at the least: `gap` simulates every schedule it
-    reports, then searches; `frontier` searches without a limit and then at least one limit;
-    `search` builds one."""
+def _schedules(params: dict) -> tuple[int, int]:
+    """How many schedules a solver command builds at the least, and how many it holds at once:
+    `gap` simulates every schedule it reports, one at a time, then searches; `frontier` searches
+    without a limit, keeps that result and searches at least one limit; `search` builds one."""
     if "schedules" in params:  # gap
         from ppopt.generators import names
 
-        return len(params["schedules"] or names()) + 1
+        return len(params["schedules"] or names()) + 1, 2
     if "limits" in params:  # frontier
-        return 2
-    return 1
+        return 2, 2
+    return 1, 1
 
 
-def _check_size(spec: InstanceSpec, options: dict, time_limit_s: float, schedules: int = 1) -> None:
+def _check_size(spec: InstanceSpec, options: dict, time_limit_s: float, schedules: int = 1, held: int = 1) -> None:
     """Refuse, before any model is built, a request whose every schedule is over
     :data:`ppopt.ir.MAX_OPS` (at least p x chunks stages, 2 x waves chunks per device for Hanayo,
     each with a forward and a backward of each microbatch), over what the command's memory plan
     allows (:func:`ppopt.solve.search.max_search_ops`), or too large to finish within the time limit
     (:func:`ppopt.solve.search.minimum_time_s` for each of the ``schedules`` the command builds at
-    the least)."""
+    the least; ``held`` of them at once count in the memory plan)."""
     from ppopt.errors import ConfigError
     from ppopt.ir import check_size
     from ppopt.solve.search import SCHEDULE_BYTES_PER_OP, SEARCH_BYTES_PER_OP, max_search_ops, minimum_time_s
@@ -84,10 +84,10 @@ def _check_size(spec: InstanceSpec, options: dict, time_limit_s: float, schedule
     ops = spec.devices * per_device * spec.microbatches * 2
     what = f"{spec.devices} devices{f' x {per_device} stages' if per_device > 1 else ''}, {spec.microbatches} microbatches"
     check_size(ops, what)
-    if ops > max_search_ops(schedules):
+    if ops > max_search_ops(held):
         raise ConfigError(f"search too large: {what} make {ops:,} ops (stages x microbatches x kinds); this command holds "
-                          f"about {SEARCH_BYTES_PER_OP + (schedules - 1) * SCHEDULE_BYTES_PER_OP:,} bytes per op and takes "
-                          f"at most {max_search_ops(schedules):,} ops", field="microbatches")
+                          f"about {SEARCH_BYTES_PER_OP + (held - 1) * SCHEDULE_BYTES_PER_OP:,} bytes per op and takes "
+                          f"at most {max_search_ops(held):,} ops", field="microbatches")
     if spec.memory_limit is not None:  # the first handcrafted hint may not fit: one more until one does
         schedules += 1
     least = schedules * minimum_time_s(ops)

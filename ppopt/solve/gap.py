@@ -49,7 +49,7 @@ class GapRow:
 @dataclass(frozen=True)
 class GapReport:
     rows: tuple[GapRow, ...]
-    searches: dict[str, SearchResult]
+    searches: dict[str, SearchResult]  # per searched space: its figures only (no schedule, simulation or hints)
     skipped: dict[str, str]
     time_unit: str
     memory_semantics: str
@@ -84,35 +84,39 @@ def gap_report(
     """
     options = (options or SolveOptions()).start()
     devices, microbatches = spec.devices, spec.microbatches
-    points, skipped = [], {}
+    # each schedule is simulated and let go before the next is generated (at hundreds of thousands
+    # of ops a schedule with its simulation holds a gigabyte): only its figures stay
+    simulated, skipped = [], {}
+    semantics, unit = "", ""
     for name in schedules or names():
         try:
             schedule = validate(generate(name, devices, microbatches, **schedule_options))
-            points.append((name, schedule, family_space(name, schedule_options)))
         except ScheduleError as error:
             skipped[name] = error.reason
-    keys = list(dict.fromkeys(searched(spec, space).describe() for _, _, space in points))
-    rows, searches = [], {}
-    semantics, unit = "", ""
-    for name, schedule, space in points:
+            continue
         instance = spec.instance(schedule.stages, schedule.stage_weights)
         semantics, unit = instance.memory_semantics(), instance.time_unit
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = _peak(instance, simulation)
+        simulated.append((name, family_space(name, schedule_options), simulation.step_time_s, peak, _fits(instance, peak)))
+        del schedule, simulation
+    keys = list(dict.fromkeys(searched(spec, space).describe() for _, space, _, _, _ in simulated))
+    rows, searches = [], {}
+    for name, space, step, peak, fits in simulated:
         key = searched(spec, space).describe()
         if key not in searches and too_late(options, spec, searched(spec, space)):  # no further searches once the budget is spent
-            rows.append(GapRow(name, space.describe(), simulation.step_time_s, peak, _fits(instance, peak), None, math.nan, None, NOT_SEARCHED))
+            rows.append(GapRow(name, space.describe(), step, peak, fits, None, math.nan, None, NOT_SEARCHED))
             continue
         if key not in searches:
             try:
-                searches[key] = search(spec, searched(spec, space), options.share(len(keys) - keys.index(key)))
+                result = search(spec, searched(spec, space), options.share(len(keys) - keys.index(key)))
             except InfeasibleError as error:
                 skipped[name] = error.reason
                 continue
+            # the figures the rows need; the schedules and simulations would hold gigabytes at scale
+            searches[key] = replace(result, schedule=None, simulation=None, handcrafted=())
         result = searches[key]
-        step = simulation.step_time_s
         bound = result.bound
-        fits = _fits(instance, peak)
         # a schedule over the limit is not in the space, so the bound says nothing about it
         gap = relative_gap(step, bound) if fits else None
         rows.append(GapRow(name, space.describe(), step, peak, fits, result.step_time, bound, gap, result.status))

@@ -170,16 +170,17 @@ SEARCH_BYTES_PER_OP = 3_400
 """Memory a search holds per op: its candidate schedules, their simulations and the greedy hint's
 bookkeeping (measured: 3.4 GB at p = 64, m = 8,192, 1,048,576 ops)."""
 SCHEDULE_BYTES_PER_OP = 1_100
-"""Memory per op of each further schedule a command keeps with its simulation (`gap` keeps every
-schedule it reports: measured 9.8 GB for 15 schedules and their searches at 524,288 ops)."""
+"""Memory per op of each further schedule a command keeps with its simulation (measured when `gap`
+kept every schedule it reported: 9.8 GB for 15 schedules and their searches at 524,288 ops; it now
+keeps one at a time)."""
 MAX_SEARCH_BYTES = 7e9
 """The memory the solver commands may plan to hold (bytes): what sets their largest request."""
 
 
-def max_search_ops(schedules: int = 1) -> int:
-    """Most ops (stages x microbatches x kinds) a solver command that keeps ``schedules`` schedules
-    takes within :data:`MAX_SEARCH_BYTES` (2,058,823 for a search)."""
-    return int(MAX_SEARCH_BYTES // (SEARCH_BYTES_PER_OP + (schedules - 1) * SCHEDULE_BYTES_PER_OP))
+def max_search_ops(held: int = 1) -> int:
+    """Most ops (stages x microbatches x kinds) a solver command that holds ``held`` schedules at once
+    (a search counting as one) takes within :data:`MAX_SEARCH_BYTES` (2,058,823 for a search)."""
+    return int(MAX_SEARCH_BYTES // (SEARCH_BYTES_PER_OP + (held - 1) * SCHEDULE_BYTES_PER_OP))
 
 
 def minimum_time_s(ops: int) -> float:
