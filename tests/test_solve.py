@@ -403,3 +403,19 @@ def test_gap_and_frontier_start_no_search_the_time_left_cannot_cover(monkeypatch
     assert [row.status for row in report.rows] == [NOT_SEARCHED]
     points = frontier(unit(4, 8, comm=1), parse_space("placement=linear"), [2, 4], SolveOptions(10)).points
     assert [point.status for point in points] == [NOT_SEARCHED, NOT_SEARCHED]
+
+
+def test_gap_announces_its_schedules_only_once_simulating_them_takes_a_while(monkeypatch):
+    """At hundreds of thousands of ops simulating every schedule takes a minute before any search:
+    once PROGRESS_AFTER_S has passed, each further schedule is a progress line; a small report
+    prints none."""
+    import ppopt.solve.gap as gap
+
+    quick: list[str] = []
+    gap_report(unit(4, 8), {}, ["1f1b", "gpipe"], SolveOptions(10, progress=quick.append))
+    assert not [line for line in quick if line.startswith("gap: simulating")]
+    monkeypatch.setattr(gap, "PROGRESS_AFTER_S", 0.0)
+    slow: list[str] = []
+    gap_report(unit(4, 8), {}, ["1f1b", "gpipe"], SolveOptions(10, progress=slow.append))
+    assert [line for line in slow if line.startswith("gap: simulating")] == ["gap: simulating 1f1b (1/2)",
+                                                                             "gap: simulating gpipe (2/2)"]

@@ -9,6 +9,7 @@ is valid for every schedule of that space under the same memory limit.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -55,6 +56,10 @@ class GapReport:
     memory_semantics: str
 
 
+PROGRESS_AFTER_S = 1.0
+"""Once simulating the schedules has taken this long (seconds), each further one is announced on the
+progress stream."""
+
 NOT_SEARCHED = "skipped (time limit)"
 """Status of a gap row or frontier point whose search the time budget did not reach (no bound)."""
 
@@ -88,7 +93,11 @@ def gap_report(
     # of ops a schedule with its simulation holds a gigabyte): only its figures stay
     simulated, skipped = [], {}
     semantics, unit = "", ""
-    for name in schedules or names():
+    wanted = list(schedules or names())
+    began = time.monotonic()
+    for done, name in enumerate(wanted, 1):
+        if time.monotonic() - began >= PROGRESS_AFTER_S:  # long only at hundreds of thousands of ops
+            options.note(f"gap: simulating {name} ({done}/{len(wanted)})")
         try:
             schedule = validate(generate(name, devices, microbatches, **schedule_options))
         except ScheduleError as error:
