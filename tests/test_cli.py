@@ -167,3 +167,20 @@ def test_evaluate_all_shows_progress_only_for_large_requests(monkeypatch):
     large = CliRunner().invoke(main, ["evaluate", "-s", "all", "-p", "4", "-m", "8"])
     assert large.exit_code == 0 and large.stdout == small.stdout
     assert f"evaluate: schedules [{'#' * 28}] {len(names())}/{len(names())}" in large.stderr
+
+
+def test_export_and_import_report_their_phases_only_when_long(tmp_path, monkeypatch):
+    """Millions of ops take seconds per phase: once a command has run Phases.after_s, each phase is
+    a line on stderr; quick runs print only what they wrote."""
+    from ppopt.cli.options import Phases
+
+    path = tmp_path / "s.csv"
+    quick = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", str(path)])
+    assert quick.exit_code == 0 and quick.stderr == f"wrote {path} (torch-csv: 1f1b, p=2, m=2)\n"
+    monkeypatch.setattr(Phases, "after_s", 0.0)
+    slow = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", str(path)])
+    assert [line.split(" (")[0] for line in slow.stderr.splitlines()] == [
+        "export: schedule built", "export: simulated", f"wrote {path}"]
+    read = CliRunner().invoke(main, ["import", str(path)])
+    assert [line.split(" (")[0] for line in read.stderr.splitlines()] == [
+        f"import {path}: read and validated", f"import {path}: table built"]

@@ -6,6 +6,7 @@ import functools
 import math
 import os
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -221,6 +222,22 @@ def emit_json(value: object) -> None:
     from ppopt.io import json_text
 
     click.echo(json_text(value, indent=2))
+
+
+class Phases:
+    """Progress by phases on stderr for a command that is long only at large sizes (reading or
+    writing millions of ops): after each phase, once the command has run :attr:`after_s` seconds,
+    a line ``LABEL: WHAT HAPPENED (T s since the start)``; quick runs print nothing."""
+
+    after_s = 1.0
+
+    def __init__(self, label: str):
+        self.label, self.began = label, time.monotonic()
+
+    def done(self, phase: str) -> None:
+        elapsed = time.monotonic() - self.began
+        if elapsed >= self.after_s:
+            click.echo(f"{self.label}: {phase} ({elapsed:.1f} s)", err=True)
 
 
 def check_output(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:

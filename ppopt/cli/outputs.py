@@ -8,6 +8,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import (
+    Phases,
     check_output,
     emit_json,
     json_option,
@@ -65,7 +66,9 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
 
     fmt = _export_format(fmt, output)
     unit = unit or (model is None and system is None)
+    phases = Phases("export")
     schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+    phases.done("schedule built")
     devices, microbatches = schedule.devices, schedule.microbatches
     spec = InstanceSpec(devices, microbatches, units=units if unit else None, model=model, system=system,
                            global_batch=global_batch)
@@ -73,6 +76,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
         format_torch_csv(schedule)  # refuses replicated stages before simulating
     instance = spec.instance(schedule.stages, schedule.stage_weights)
     simulation = simulate(schedule, instance.costs, instance.system)
+    phases.done("simulated")
     unit_name = "slots" if unit else "s"
 
     if fmt == "torch-csv":
@@ -124,9 +128,12 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool) -> No
     from ppopt.report.text import grid, per_device
     from ppopt.table import build_table, table_metrics
 
+    phases = Phases(f"import {file}")
     schedule = read_torch_csv(Path(file), legacy_backward=legacy_backward)
+    phases.done("read and validated")
     table = build_table(schedule, units)
     metrics = table_metrics(table)
+    phases.done("table built")
     split = table.flat.split  # known from validation, without another pass over the ops
     if as_json:
         emit_json({
