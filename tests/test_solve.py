@@ -403,6 +403,10 @@ def test_gap_and_frontier_start_no_search_the_time_left_cannot_cover(monkeypatch
     assert [row.status for row in report.rows] == [NOT_SEARCHED]
     points = frontier(unit(4, 8, comm=1), parse_space("placement=linear"), [2, 4], SolveOptions(10)).points
     assert [point.status for point in points] == [NOT_SEARCHED, NOT_SEARCHED]
+    notes: list[str] = []  # placement=family: the first member only, so no bound for the union
+    family = search(unit(4, 8, comm=1), parse_space("placement=family"), SolveOptions(10, progress=notes.append))
+    assert family.bound == 0 and family.gap is None
+    assert sum(line.startswith("skipped placement=") and line.endswith("time limit reached") for line in notes) >= 1
 
 
 def test_gap_announces_its_schedules_only_once_simulating_them_takes_a_while(monkeypatch):

@@ -869,16 +869,16 @@ def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None
 def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> SearchResult:
     """``placement=family``: search each member placement in turn, each with an equal share of the
     time left; the best schedule wins and the bound is the smallest member bound (the optimum over a
-    union). Members not reached within the time limit are skipped; the union then has no proven bound
-    (reported as 0, gap unknown)."""
+    union). Members not reached within the time limit (:func:`too_late`) are skipped; the union then
+    has no proven bound (reported as 0, gap unknown)."""
     results: list[SearchResult] = []
     unsearched = []
     for k, member in enumerate(FAMILY_MEMBERS):
-        if results and options.expired:
+        member_space = replace(space, placement=member)
+        if results and too_late(options, spec, member_space):
             options.note(f"skipped placement={member}: time limit reached")
             unsearched.append(member)
             continue
-        member_space = replace(space, placement=member)
         try:
             results.append(search(spec, member_space, options.share(len(FAMILY_MEMBERS) - k)))
         except (InfeasibleError, ScheduleError) as error:
