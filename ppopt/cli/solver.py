@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import click
 
@@ -24,15 +25,22 @@ from ppopt.solve.instance import InstanceSpec
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, MAX_WORKERS, METHODS, SolveOptions
 
 
-def solver_options(command):
+def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 1):
     """Flags every solver command shares; they reach the command as ``spec`` (an
     :class:`~ppopt.solve.instance.InstanceSpec`, memory limit included) and ``solve`` (started
-    :class:`~ppopt.solve.options.SolveOptions`), besides ``options`` (the schedule options)."""
+    :class:`~ppopt.solve.options.SolveOptions`), besides ``options`` (the schedule options).
 
+    ``built(params)``: how many schedules the command builds at the least, from its own parameters,
+    and ``held``: how many it holds at once (a search counting as one), for the size checks of
+    :func:`_check_size`."""
+    return functools.partial(_with_solver_options, built=built, held=held)
+
+
+def _with_solver_options(command, built: Callable[[dict], int], held: int):
     @functools.wraps(command)
     def wrapper(**params):
         spec, solve = _requests(params)
-        _check_size(spec, params["options"], solve.time_limit_s, *_schedules(params))
+        _check_size(spec, params["options"], solve.time_limit_s, built(params), held)
         return command(spec=spec, solve=solve, **params)
 
     for option in reversed(
@@ -56,17 +64,11 @@ def solver_options(command):
     return system_options()(job_options()(unit_options()(schedule_options(name=False, unit_costs=False)(wrapper))))
 
 
-def _schedules(params: dict) -> tuple[int, int]:
-    """How many schedules a solver command builds at the least, and how many it holds at once:
-    `gap` simulates every schedule it reports, one at a time, then searches; `frontier` searches
-    without a limit, keeps that result and searches at least one limit; `search` builds one."""
-    if "schedules" in params:  # gap
-        from ppopt.generators import names
+def _gap_builds(params: dict) -> int:
+    """`gap` simulates every schedule it reports, one at a time, then searches."""
+    from ppopt.generators import names
 
-        return len(params["schedules"] or names()) + 1, 2
-    if "limits" in params:  # frontier
-        return 2, 2
-    return 1, 1
+    return len(params["schedules"] or names()) + 1
 
 
 def _check_size(spec: InstanceSpec, options: dict, time_limit_s: float, schedules: int = 1, held: int = 1) -> None:
@@ -121,7 +123,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
 
 
 @main.command("search")
-@solver_options
+@solver_options()
 @click.option("--space", default="placement=linear", show_default=True, help="Search space, e.g. placement=linear,backward=split or fixed:1f1b (see README).")
 @click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid.")
 @click.option("--minimize-memory", is_flag=True, help="Then minimise the worst device's peak memory at that step time (second solve).")
@@ -183,7 +185,7 @@ def _write_outputs(result, spec, csv_path, plot, trace) -> None:
 
 
 @main.command("gap")
-@solver_options
+@solver_options(built=_gap_builds, held=2)  # holds a search and the schedule it simulates
 @click.option("--schedule", "-s", "schedules", multiple=True, help="Only these schedules (repeatable) [default: all applicable].")
 @json_option
 @format_option
@@ -209,7 +211,7 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
 
 
 @main.command("frontier")
-@solver_options
+@solver_options(built=lambda params: 2, held=2)  # keeps the search without a limit, then one per limit
 @click.option("--space", default="placement=linear", show_default=True, help="Search space (see `ppopt search`).")
 @click.option("--limits", default=None, help="Comma-separated memory limits [default: from the minimum to the largest handcrafted peak].")
 @json_option
