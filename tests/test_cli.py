@@ -158,26 +158,26 @@ def test_pp_names_the_devices_as_in_the_job_command():
 
 def test_evaluate_all_shows_progress_only_for_large_requests(monkeypatch):
     """Evaluating every schedule at hundreds of thousands of ops takes up to a minute: a bar on
-    stderr (ending at every schedule done); small requests print none."""
-    import ppopt.cli.schedules as schedules
+    stderr once it has run PROGRESS_AFTER_S (ending at every schedule done); quick runs print none."""
+    import ppopt.cli.options as shared
 
     small = CliRunner().invoke(main, ["evaluate", "-s", "all", "-p", "4", "-m", "8"])
     assert small.exit_code == 0 and "schedules [" not in small.stderr
-    monkeypatch.setattr(schedules, "PROGRESS_OPS", 64)  # 4 x 8 x 2 ops: "large"
+    monkeypatch.setattr(shared, "PROGRESS_AFTER_S", 0.0)  # as if it had taken long
     large = CliRunner().invoke(main, ["evaluate", "-s", "all", "-p", "4", "-m", "8"])
     assert large.exit_code == 0 and large.stdout == small.stdout
     assert f"evaluate: schedules [{'#' * 28}] {len(names())}/{len(names())}" in large.stderr
 
 
 def test_export_and_import_report_their_phases_only_when_long(tmp_path, monkeypatch):
-    """Millions of ops take seconds per phase: once a command has run Phases.after_s, each phase is
-    a line on stderr; quick runs print only what they wrote."""
-    from ppopt.cli.options import Phases
+    """Millions of ops take seconds per phase: once a command has run PROGRESS_AFTER_S, each phase
+    is a line on stderr; quick runs print only what they wrote."""
+    import ppopt.cli.options as shared
 
     path = tmp_path / "s.csv"
     quick = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", str(path)])
     assert quick.exit_code == 0 and quick.stderr == f"wrote {path} (torch-csv: 1f1b, p=2, m=2)\n"
-    monkeypatch.setattr(Phases, "after_s", 0.0)
+    monkeypatch.setattr(shared, "PROGRESS_AFTER_S", 0.0)
     slow = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", str(path)])
     assert [line.split(" (")[0] for line in slow.stderr.splitlines()] == [
         "export: schedule built", "export: simulated", f"wrote {path}"]

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from ppopt.cli import main
-from ppopt.cli.sweep import ProgressBar
+from ppopt.cli.options import ProgressBar
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.sweep import COLUMNS, LocalExecutor, load_spec, point_hash, read_rows, run_sweep
 from ppopt.sweep.executors import make_executor
@@ -253,6 +253,25 @@ def test_progress_bar_draws_on_one_line():
     text = stream.getvalue()
     assert text.endswith("\n") and text.count("\n") == 1
     assert "3/3" in text and text.startswith("\r")
+
+
+def test_progress_bar_waits_its_after_s_and_a_quick_run_draws_nothing(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr("ppopt.cli.options.time.monotonic", lambda: clock[0])
+    quick, stream = io.StringIO(), io.StringIO()
+    bar = ProgressBar("x", quick, after_s=1.0)
+    for done in (1, 2, 3):
+        bar(done, 3)
+    bar.close()
+    assert quick.getvalue() == ""  # finished within the second
+    bar = ProgressBar("x", stream, after_s=1.0)
+    bar(1, 3)
+    assert stream.getvalue() == ""
+    clock[0] += 1.5
+    bar(2, 3)
+    bar(3, 3)
+    bar.close()
+    assert "3/3" in stream.getvalue() and stream.getvalue().endswith("\n")
 
 
 def test_progress_bar_on_a_broken_stderr_stays_quiet():

@@ -124,7 +124,7 @@ def calibrate_command(data, system, output, name, as_json) -> None:
 
     from ppopt.accuracy import predict_rows, summarize
     from ppopt.calibrate import calibrate, system_toml
-    from ppopt.cli.sweep import ProgressBar
+    from ppopt.cli.options import ProgressBar
     from ppopt.config import load_system
     from ppopt.io import atomic_write_text
     from ppopt.io.measured import read_measured

@@ -6,9 +6,11 @@ import functools
 import math
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -224,20 +226,73 @@ def emit_json(value: object) -> None:
     click.echo(json_text(value, indent=2))
 
 
+PROGRESS_AFTER_S = 1.0
+"""Commands that are long only at large sizes show progress once they have run this long (seconds);
+quick runs print none."""
+
+
 class Phases:
     """Progress by phases on stderr for a command that is long only at large sizes (reading or
-    writing millions of ops): after each phase, once the command has run :attr:`after_s` seconds,
-    a line ``LABEL: WHAT HAPPENED (T s since the start)``; quick runs print nothing."""
-
-    after_s = 1.0
+    writing millions of ops): after each phase, once the command has run :data:`PROGRESS_AFTER_S`,
+    a line ``LABEL: WHAT HAPPENED (T s since the start)``."""
 
     def __init__(self, label: str):
         self.label, self.began = label, time.monotonic()
 
     def done(self, phase: str) -> None:
         elapsed = time.monotonic() - self.began
-        if elapsed >= self.after_s:
+        if elapsed >= PROGRESS_AFTER_S:
             click.echo(f"{self.label}: {phase} ({elapsed:.1f} s)", err=True)
+
+
+class ProgressBar:
+    """A one-line progress bar, redrawn with ``\\r`` at most every 0.2 s (1 s off a tty); call it
+    as ``progress(done, total)`` (``run_sweep``'s, ``calibrate``'s, ``evaluate_all``'s) and
+    :meth:`close` it at the end. With ``after_s`` (e.g. :data:`PROGRESS_AFTER_S`), nothing is drawn
+    before that many seconds have passed, so a quick run prints nothing."""
+
+    def __init__(self, label: str, stream: TextIO | None = None, after_s: float = 0.0):
+        self.label, self.done, self.total, self.after_s = label, 0, 0, after_s
+        self.stream: TextIO | None = stream if stream is not None else sys.stderr
+        self.began = self.last = time.monotonic()
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.drawn = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+        now = time.monotonic()
+        if now - self.began < self.after_s:
+            return
+        if total > 0 and (now - self.last >= (0.2 if self.tty else 1.0) or done == total):
+            self.last = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        self.drawn = self.done
+        width = 28
+        filled = int(width * self.done / self.total)
+        elapsed = now - self.began
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        self._write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                    f"{rate:6.1f}/s eta {eta:5.0f}s ")
+
+    def _write(self, text: str) -> None:
+        if self.stream is None:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except OSError:  # stderr closed or full: the sweep goes on without a bar
+            self.stream = None
+
+    def close(self) -> None:
+        if self.drawn < 0 and time.monotonic() - self.began < self.after_s:
+            return  # a quick run: no bar at all
+        if self.done:
+            if self.drawn != self.done:
+                self._draw(time.monotonic())
+            self._write("\n")
 
 
 def check_output(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:

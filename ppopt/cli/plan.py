@@ -147,13 +147,13 @@ class _Phases:
     are its own."""
 
     def __init__(self, name: str):
-        from ppopt.cli.sweep import ProgressBar
+        from ppopt.cli.options import ProgressBar
 
         self.name, self.phase = name, ""
         self.bar: ProgressBar | None = None
 
     def _update(self, phase: str, done: int, total: int) -> None:
-        from ppopt.cli.sweep import ProgressBar
+        from ppopt.cli.options import ProgressBar
 
         if phase != self.phase:
             self.close()

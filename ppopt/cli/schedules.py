@@ -101,22 +101,17 @@ def _presets(model, system, required: bool = False):
     return load_model(model), load_system(system)
 
 
-PROGRESS_OPS = 200_000
-"""From this many ops per schedule (devices x microbatches x 2) on, evaluating every schedule takes
-seconds to a minute (51 s at 524,288 ops on 2 cores), so a progress bar goes to stderr."""
-
-
 def _evaluate_all_with_progress(command, devices, microbatches, units, model, system, global_batch, parallel, options):
-    """:func:`ppopt.evaluate.evaluate_all`, with a progress bar on stderr for large requests."""
-    from ppopt.cli.sweep import ProgressBar
+    """:func:`ppopt.evaluate.evaluate_all`, with a progress bar on stderr once it has run
+    :data:`~ppopt.cli.options.PROGRESS_AFTER_S` (51 s for every schedule at 524,288 ops on 2 cores)."""
+    from ppopt.cli import options as shared
     from ppopt.evaluate import evaluate_all
 
-    bar = ProgressBar(f"{command}: schedules") if devices * microbatches * 2 >= PROGRESS_OPS else None
+    bar = shared.ProgressBar(f"{command}: schedules", after_s=shared.PROGRESS_AFTER_S)
     try:
         return evaluate_all(devices, microbatches, units, model, system, global_batch, parallel, progress=bar, **options)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
 
 
 @main.command("evaluate")

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-import time
-from typing import TextIO
-
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, json_option
+from ppopt.cli.options import ProgressBar, emit_json, json_option
 
 
 def executor_options(command):
@@ -24,50 +20,6 @@ def executor_options(command):
     ):
         command = option(command)
     return command
-
-
-class ProgressBar:
-    """A one-line progress bar, redrawn with ``\\r`` at most every 0.2 s (1 s off a tty); call it
-    as ``run_sweep``'s ``progress(done, total)`` and :meth:`close` it at the end."""
-
-    def __init__(self, label: str, stream: TextIO | None = None):
-        self.label, self.done, self.total = label, 0, 0
-        self.stream: TextIO | None = stream if stream is not None else sys.stderr
-        self.began = self.last = time.monotonic()
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.drawn = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        self.done, self.total = done, total
-        now = time.monotonic()
-        if total > 0 and (now - self.last >= (0.2 if self.tty else 1.0) or done == total):
-            self.last = now
-            self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        self.drawn = self.done
-        width = 28
-        filled = int(width * self.done / self.total)
-        elapsed = now - self.began
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        self._write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                    f"{rate:6.1f}/s eta {eta:5.0f}s ")
-
-    def _write(self, text: str) -> None:
-        if self.stream is None:
-            return
-        try:
-            self.stream.write(text)
-            self.stream.flush()
-        except OSError:  # stderr closed or full: the sweep goes on without a bar
-            self.stream = None
-
-    def close(self) -> None:
-        if self.done:
-            if self.drawn != self.done:
-                self._draw(time.monotonic())
-            self._write("\n")
 
 
 def _run(loaded, output, executor, jobs, address, quiet, kinds=("evaluate", "gap")):
