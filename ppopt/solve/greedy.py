@@ -92,10 +92,11 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
             _, key, op = heapq.heappop(pending[d])
             heapq.heappush(admitting[d] if admits(op) else others[d], (key, op))
         room = live[d] + reserved[d] + route_size[d] <= cap[d] * (1 + 1e-12)
-        heads = [heap for heap in ((admitting[d],) if room else ()) + (others[d],) if heap]
-        if not heads:
+        heap = others[d]  # the heap whose head goes first: an admission only when there is room
+        if room and admitting[d] and (not heap or admitting[d][0] < heap[0]):
+            heap = admitting[d]
+        if not heap:
             return
-        heap = min(heads, key=lambda h: h[0][0])
         _, op = heapq.heappop(heap)
         size = instance.costs[op.stage].activation_bytes
         if heap is admitting[d]:
