@@ -13,7 +13,7 @@ from ppopt.solve.gap import NOT_SEARCHED, frontier, gap_report
 from ppopt.solve.instance import InstanceSpec, unit_instance
 from ppopt.solve.options import MAX_WORKERS, SolveOptions
 from ppopt.solve.search import search
-from ppopt.solve.space import parse_space
+from ppopt.solve.space import FAMILY_MEMBERS, parse_space
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
 
@@ -405,8 +405,9 @@ def test_gap_and_frontier_start_no_search_the_time_left_cannot_cover(monkeypatch
     assert [point.status for point in points] == [NOT_SEARCHED, NOT_SEARCHED]
     notes: list[str] = []  # placement=family: the first member only, so no bound for the union
     family = search(unit(4, 8, comm=1), parse_space("placement=family"), SolveOptions(10, progress=notes.append))
-    assert family.bound == 0 and family.gap is None
-    assert sum(line.startswith("skipped placement=") and line.endswith("time limit reached") for line in notes) >= 1
+    assert family.bound == 0 and family.gap is None and family.step_time is not None
+    skipped = [line for line in notes if line.startswith("skipped placement=") and line.endswith(": time limit reached")]
+    assert skipped == [f"skipped placement={member}: time limit reached" for member in FAMILY_MEMBERS[1:]]
 
 
 def test_gap_announces_its_schedules_only_once_simulating_them_takes_a_while(monkeypatch):
