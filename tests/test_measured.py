@@ -176,6 +176,8 @@ HEADER = "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,s
     ("8,32,4,1024,16,24,1024,2,2,1,219.7", HEADER, "line 2, column '# GPUs': 8 differs"),
     ("8,32,3,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'micro batch': 3 does not divide"),
     ("8,32,4,1024,16,24,,2,2,2,219.7", HEADER, "line 2, column 'sequence length': missing value"),
+    ("8,32,4,1024,16,24,1024,2,2,2,219.7,big", f"{HEADER},vocabulary size",
+     "line 2, column 'vocabulary size': not an integer"),
 ])
 def test_bad_data_is_one_line_naming_row_and_column(tmp_path, row, header, message):
     path = tmp_path / "bad.csv"
@@ -199,6 +201,20 @@ def test_rows_outside_the_model_are_listed_with_the_reason(tmp_path):
                                    "reason": "tensor parallelism 3 does not divide the model's 16 query heads"}]
     text = run("validate", str(path), "--system", "a100-vtrain")
     assert "not modelled because" in text.output and "1 not modelled" in text.output
+
+
+def test_a_vocabulary_column_sets_the_models_vocabulary(tmp_path):
+    # A larger vocabulary enlarges the embedding and logits of the first and last stage only, so the
+    # step grows: 50257 (the default, vTrain's GPT-2 BPE) against 128256 (Llama 3's).
+    row = "8,32,4,1024,16,24,1024,2,2,2,219.7"
+    plain, larger = tmp_path / "plain.csv", tmp_path / "larger.csv"
+    plain.write_text(f"{HEADER}\n{row}\n")
+    larger.write_text(f"{HEADER},vocabulary size\n{row},128256\n")
+    system = load_system("a100-vtrain")
+    (default,), _ = read_measured(plain, system)
+    (given,), _ = read_measured(larger, system)
+    assert (default.job.model.vocab_size, given.job.model.vocab_size) == (50257, 128256)
+    assert evaluate_job(given.job).step_time_s > evaluate_job(default.job).step_time_s
 
 
 def test_calibrate_refuses_a_missing_file(tmp_path):

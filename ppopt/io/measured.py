@@ -3,9 +3,10 @@
 Columns (data/measured/README.md): an optional leading ``Parameters (billion)``, then ``# GPUs``,
 ``global batch``, ``micro batch``, ``hidden size``, ``attention heads``, ``# layers``,
 ``sequence length``, ``tensor parallelism``, ``data parallelism``, ``pipeline parallelism``,
-``iteration time (ms)``. Each row becomes a :class:`Measured`: a :class:`ppopt.job.Job` (a
-GPT-style model as trained by Megatron-DeepSpeed: vocabulary 50257, learned position embeddings,
-GELU MLP with 4h, full recomputation, 1F1B) and the measured step time.
+``iteration time (ms)``, and an optional ``vocabulary size``. Each row becomes a
+:class:`Measured`: a :class:`ppopt.job.Job` (a GPT-style model as trained by Megatron-DeepSpeed:
+vocabulary 50257 unless the row gives one, learned position embeddings, GELU MLP with 4h, full
+recomputation, 1F1B) and the measured step time.
 
 Bad data raises :class:`MeasuredDataError` with one line naming the file, line and column.
 """
@@ -27,10 +28,12 @@ from ppopt.job import Job
 MEASURED_BYTES = 256 * 2**20
 """The largest measured-data CSV read, in bytes (the shipped files are under 1 MB)."""
 
-__all__ = ["COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "read_measured"]
+__all__ = ["COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "gpt_model", "read_measured"]
 
 PARAMETERS = "Parameters (billion)"
 TIME = "iteration time (ms)"
+VOCABULARY_COLUMN = "vocabulary size"
+"""Optional integer column (e.g. 51200 in the Megatron-LM runs of data/published)."""
 COLUMNS = {
     "# GPUs": "gpus",
     "global batch": "global_batch",
@@ -82,14 +85,16 @@ class Unmodelled:
     source: str = ""
 
 
-def _model(values: dict[str, int]) -> ModelConfig:
+def gpt_model(values: dict[str, int]) -> ModelConfig:
+    """The GPT model of a measured row: ``hidden``, ``heads``, ``layers``, ``seq``, ``global_batch``
+    and optionally ``vocabulary`` (default :data:`VOCABULARY`), as Megatron trains it."""
     key = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}"
     return ModelConfig(
         name=f"gpt {key}",
         num_layers=values["layers"],
         hidden_size=values["hidden"],
         num_attention_heads=values["heads"],
-        vocab_size=VOCABULARY,
+        vocab_size=values.get("vocabulary", VOCABULARY),
         seq_length=values["seq"],
         global_batch_size=values["global_batch"],
         flash_attention=False,  # Megatron-DeepSpeed of 2022: scores are materialised
@@ -135,7 +140,8 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
             return cells[position].strip()
 
         values: dict[str, int] = {}
-        for column, short in COLUMNS.items():
+        optional = {VOCABULARY_COLUMN: "vocabulary"} if VOCABULARY_COLUMN in index else {}
+        for column, short in {**COLUMNS, **optional}.items():
             raw = cell(column)
             try:
                 value = int(raw)
@@ -162,7 +168,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
 
         label = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}"
         try:  # a layout the job model refuses (t not dividing the heads, more stages than layers) is listed
-            model = _model(values)
+            model = gpt_model(values)
             job = Job(model, system, tp=t, pp=p, dp=d, micro_batch=values["micro_batch"],
                       global_batch=values["global_batch"], recompute="full")
         except ConfigError as error:
