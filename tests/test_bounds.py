@@ -39,10 +39,10 @@ def test_round_trip_by_hand():
     assert bounds.one_machine == 16
 
 
-def _optimum(instance, space_text):
+def _optimum(instance, space_text, horizon=400):
     """The proven optimum (slots) of a small unit instance, by CP-SAT with no bound given."""
     space = parse_space(space_text)
-    frame = Frame(1.0, 400, 0)
+    frame = Frame(1.0, horizon, 0)
     built = build_model(instance, space, frame)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1

@@ -1,5 +1,7 @@
 """The reduced-problem bound: hand-computed, the proven optimum with every device kept, ≤ every schedule."""
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,8 +13,8 @@ from ppopt.solve.greedy import greedy_schedule
 from ppopt.solve.instance import unit_instance
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.periodic import period_bound, periodic_schedule
-from ppopt.solve.relaxation import Chain, kept_sets, relaxation_bound, tail_bound
-from ppopt.solve.search import analytic_bounds
+from ppopt.solve.relaxation import Chain, chain_with_blocks, kept_sets, relaxation_bound, tail_bound
+from ppopt.solve.search import _two_blocks, analytic_bounds
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
 from tests.test_bounds import _optimum
@@ -134,6 +136,60 @@ def test_tail_bound_ends_the_chain_on_a_whole_round():
     chain = Chain(2, duration, delay, [2, 2])
     assert tail_bound(chain, 4, 1, SolveOptions(10).start()) == 19
     assert tail_bound(chain, 4, 2, SolveOptions(10).start()) == 19
+
+
+def test_chain_with_blocks_by_hand():
+    """K = 3, m = 64, F_0 = 1095, round trip 26652 ticks (llama3-70b's chain): the chain alone is 21 round
+    trips to F_0(63) and one more for its own: 22 × 26652. Two blocks of 31 microbatches (31 + 2 + 31 = 64)
+    that each last 1000 more than their chain (11 round trips) add 2000; blocks no longer than their
+    chain add nothing, and without a cap only the last block counts."""
+    chain = 22 * 26652
+    assert chain_with_blocks(64, 3, 1095, 26652, 31, 11 * 26652 + 1000) == chain + 2000
+    assert chain_with_blocks(64, 3, 1095, 26652, 31, 11 * 26652) == chain
+    assert chain_with_blocks(64, None, 1095, 26652, 31, 10**6) == 33 * 1095 + 10**6
+
+
+def test_two_blocks_tile_the_step_only_with_enough_rounds():
+    assert _two_blocks(64, 3) == 31  # 31 + 2 + 31 = 64, 31 = 1 mod 3
+    assert _two_blocks(66, 3) == 31  # 32 rounded down to 1 mod 3
+    assert _two_blocks(64, 16) is None  # a block of 24 would hold fewer than 8 rounds of 16
+    assert _two_blocks(64, None) is None
+
+
+def _heavier_last_stage(p: int, m: int, cap: int, comm: int, extra: int):
+    """Unit instance with F = 2, B = 4 on every stage but the last, which runs F = 2 + extra and
+    B = 4 + 2·extra (as llama3-70b's last stage, which also holds the output layer)."""
+    instance = unit_instance(p, m, p, UnitCosts(2, 4, None, comm), memory_limit=cap)
+    last = instance.costs.stages[-1]
+    heavier = replace(last, forward_s=2.0 + extra, backward_s=4.0 + 2 * extra, input_grad_s=2.0 + extra,
+                      weight_grad_s=2.0 + extra)
+    instance = replace(instance, costs=replace(instance.costs, stages=(*instance.costs.stages[:-1], heavier)))
+
+    def duration(s, k):
+        return {Kind.F: 2, Kind.B: 4}[k] + (extra if s == p - 1 else 0) * (1 if k == Kind.F else 2)
+
+    return instance, Chain(p, duration, lambda s, a, b: comm, [cap] * p)
+
+
+def test_two_blocks_price_the_waits_of_a_heavier_last_stage():
+    """p = 3, cap 2, m = 35, one-tick messages, the last stage 3/6 against 2/4: the round trip is
+    2 + 2 + 3 + 6 + 4 + 4 + 4 messages = 25, so the chain alone is 17 round trips to F_0(34) and one
+    more: 450. Two blocks of 17 (17 + 1 + 17 = 35) see the waits the heavier stage forces and give
+    more, never above the proven optimum."""
+    instance, chain = _heavier_last_stage(3, 35, 2, 1, 1)
+    bound = tail_bound(chain, 35, 17, SolveOptions(30).start(), pairs=2, sets=[(0, 2)], core=False)
+    assert chain_with_blocks(35, 2, 2, 25, 17, 0) == 450 < bound <= _optimum(instance, "placement=linear", 1000)
+
+
+@settings(max_examples=10, deadline=None)
+@given(p=st.integers(2, 3), cap=st.integers(1, 3), block=st.integers(1, 7), comm=st.sampled_from([0, 1]),
+       extra=st.integers(0, 2))
+def test_blocks_stay_below_the_proven_optimum(p, cap, block, comm, extra):
+    m = 2 * block + cap - 1
+    instance, chain = _heavier_last_stage(p, m, cap, comm, extra)
+    bound = tail_bound(chain, m, block, SolveOptions(60, deterministic_time=2.0).start(), pairs=2,
+                       sets=[(0, p - 1)], core=False)
+    assert bound <= _optimum(instance, "placement=linear", 1000)
 
 
 @settings(max_examples=10, deadline=None)

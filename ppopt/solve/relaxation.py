@@ -175,12 +175,18 @@ def relaxation_bound(
     lower: int = 0,
     pairs: int = 0,
     sets: Sequence[tuple[int, ...]] | None = None,
+    core: bool = True,
 ) -> int:
     """The best CP-SAT bound (ticks) over the reduced problems of ``sets`` (default :func:`kept_sets`),
     solved one after another within ``options``' budget (and its deterministic time per solve, if set:
     then the bound does not depend on the machine's load), each starting from the best so far (``lower``
     at first: a known bound of the full problem, returned when nothing better is found), with the
-    meetings of microbatches less than ``pairs`` + 1 apart on the dropped devices (0: none)."""
+    meetings of microbatches less than ``pairs`` + 1 apart on the dropped devices (0: none).
+
+    ``core`` solves in CP-SAT's core-based mode, which raises the bound step by step and gets
+    furthest on problems too large to prove; without it, CP-SAT's default search, which proves the
+    small ones much sooner (the two ends of llama3-70b's chain, 31 microbatches, meetings two apart:
+    optimal in 5.3 s, where the core-based mode reaches 88.16 of its 88.78 s in 20 s)."""
     best = lower
     for kept in kept_sets(devices) if sets is None else sets:
         if 2 * len(kept) * microbatches > MAX_KEPT_OPS or options.expired:
@@ -188,7 +194,7 @@ def relaxation_bound(
         model = reduced_model(microbatches, devices, kept, duration, delay, caps, best, pairs)
         solver = options.solver()  # the time that remains, and the deterministic limit per solve if any
         solver.parameters.max_time_in_seconds = max(0.01, options.remaining_s())
-        solver.parameters.optimize_with_core = True  # raises the bound step by step: what is wanted here
+        solver.parameters.optimize_with_core = core
         code = solver.solve(model)
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
             best = max(best, math.floor(solver.best_objective_bound + 1e-6))
@@ -217,26 +223,69 @@ class Chain:
     caps: Sequence[int | None]
 
 
-def tail_bound(chain: Chain, microbatches: int, tail: int, options: SolveOptions) -> int:
+def chain_with_blocks(microbatches: int, cap: int | None, forward: int, round_trip: int, block: int,
+                      block_bound: int) -> int:
+    """A lower bound on the step from device 0's memory chain and blocks of ``block`` consecutive
+    microbatches, each of which lasts at least ``block_bound`` (ticks): the longest path through
+
+    - F_0(i + 1) >= F_0(i) + ``forward`` (device 0 runs its forwards one at a time, in order);
+    - F_0(i + K) >= F_0(i) + ``round_trip`` (the cap K of device 0: F_0(i + K) waits for the end of
+      B_0(i), at least a round trip l_0 after F_0(i) starts);
+    - F_0(i + n + K - 1) >= F_0(i) + ``block_bound`` (a block i..i+n-1, n = ``block``: B_0(i + n - 1)
+      ends at least that long after F_0(i) starts, and the cap then holds F_0(i + n - 1 + K) back);
+    - the step >= F_0(i) + the chain of the m - i microbatches from i on, and >= F_0(i) +
+      ``block_bound`` when the block i..i+n-1 is the last (i + n = m);
+
+    from F_0(0) >= 0 (the proof of each relation is in :func:`tail_bound`). Without a cap only the
+    forwards and the last block count. With K = 3 and n = 31 at m = 64 two blocks tile the step, so a
+    block that waits w more than its chain makes the bound 2w higher than the chain's."""
+    step = [0] * (microbatches + 1)  # step[i]: a lower bound on F_0(i)
+    best = 0
+    for i in range(microbatches):
+        rest = microbatches - i  # the chain of the last ``rest`` microbatches: up to F_0(m - 1), then its round trip
+        if cap is None:
+            best = max(best, step[i] + (rest - 1) * forward + round_trip)
+        else:
+            best = max(best, step[i] + ((rest - 1) // cap) * round_trip + ((rest - 1) % cap) * forward + round_trip)
+        if i + block == microbatches:
+            best = max(best, step[i] + block_bound)
+        step[i + 1] = max(step[i + 1], step[i] + forward)
+        if cap is not None:
+            if i + cap < microbatches:
+                step[i + cap] = max(step[i + cap], step[i] + round_trip)
+            if i + block + cap - 1 < microbatches:
+                step[i + block + cap - 1] = max(step[i + block + cap - 1], step[i] + block_bound)
+    return best
+
+
+def tail_bound(chain: Chain, microbatches: int, tail: int, options: SolveOptions, pairs: int = 0,
+               sets: Sequence[tuple[int, ...]] | None = None, core: bool = True) -> int:
     """A lower bound (ticks) on the step: device 0's memory chain up to microbatch j, then the reduced
-    problems (:func:`relaxation_bound`) of the last m - j microbatches alone. j = m - ``tail``, rounded
-    down to a multiple of device 0's cap K when there is one, so the chain ends on a whole round:
-    past a whole round the chain adds only (j mod K)·F_0, while those microbatches can add a whole
-    round trip to the tail. Measured with K = 3 (llama3-70b on dgx-h100, p = 8, m = 128, 220 GiB, as
-    in ``benchmarks/solve_bench.py``; 20 s per tail): 345.05 s with j = 102, 339.16 s with j = 104.
+    problems (:func:`relaxation_bound`, with ``pairs``, ``sets`` and ``core``) of the last m - j microbatches
+    alone; and the same reduced problem's bound for every earlier block of m - j microbatches
+    (:func:`chain_with_blocks`). j = m - ``tail``, rounded down to a multiple of device 0's cap K when
+    there is one, so the chain ends on a whole round: past a whole round the chain adds only
+    (j mod K)·F_0, while those microbatches can add a whole round trip to the tail. Measured with
+    K = 3 (llama3-70b on dgx-h100, p = 8, m = 128, 220 GiB, as in ``benchmarks/solve_bench.py``;
+    20 s per tail): 345.05 s with j = 102, 339.16 s with j = 104.
 
     **Proof.** Take an optimal schedule with microbatches in order (one exists, :mod:`ppopt.solve.model`),
     with step T. (1) *The chain*: F_0(0) >= 0, F_0(i + 1) >= F_0(i) + F_0, and under a cap of K on
     device 0, F_0(i + K) starts after B_0(i) ends, at least l_0 = F_0 + the round trip above device 0
     (the forwards, backwards and messages of the stages above) + B_0 after F_0(i) starts. Hence
-    F_0(j) >= floor(j/K)·l_0 + (j mod K)·F_0 (without a cap, j·F_0). (2) *The tail*: keep only the ops
-    of microbatches j..m-1, renumber them 0..m-j-1 and shift time by -F_0(j). Every constraint of the
-    reduced problem over m - j microbatches holds for them: no-overlap, order, caps and lags are
-    constraints among these ops that the schedule meets, and the heads hold because F_s(j + i) is at
-    least F_0(j + i) >= F_0(j) plus the forwards and messages below s. So T - F_0(j) is at least the
-    reduced problem's optimum, which is at least CP-SAT's best bound on it. Adding (1) and (2) bounds
-    T. Unlike the reduced problem of all m microbatches, the tail's is small enough to be proven
-    optimal within seconds, so this bound does not depend on how far a time-limited solve gets."""
+    F_0(j) >= floor(j/K)·l_0 + (j mod K)·F_0 (without a cap, j·F_0). (2) *A block*: keep only the ops
+    of microbatches i..i+n-1, renumber them 0..n-1 and shift time by -F_0(i). Every constraint of the
+    reduced problem over n microbatches holds for them: no-overlap, order, caps and lags are
+    constraints among these ops that the schedule meets, and the heads hold because F_s(i + k) is at
+    least F_0(i + k) >= F_0(i) plus the forwards and messages below s. Their step, the latest end of a
+    kept op plus the backwards and messages below its device, is at most the end of B_0(i + n - 1)
+    minus F_0(i): each such chain ends at the B_0 of its microbatch, and device 0 runs its backwards in
+    order. So B_0(i + n - 1) ends at least the reduced problem's optimum after F_0(i), which is at
+    least CP-SAT's best bound on it; T is at least that end, and with the cap so is F_0(i + n - 1 + K).
+    With i = j and n = m - j, (1) and (2) bound T; :func:`chain_with_blocks` takes the best path
+    through all of them. Unlike the reduced problem of all m microbatches, a block's is small enough
+    to be proven optimal, or nearly, within seconds, so this bound does not depend on how far a
+    time-limited solve gets."""
     cap = chain.caps[0]
     j = microbatches - tail
     if cap is not None and j >= cap:
@@ -248,6 +297,6 @@ def tail_bound(chain: Chain, microbatches: int, tail: int, options: SolveOptions
     b = [duration(s, Kind.B) for s in range(devices)]
     messages = sum(delay(s, s, s + 1) + delay(s + 1, s + 1, s) for s in range(devices - 1))
     life = sum(f) + sum(b) + messages
-    start = j * f[0] if cap is None else (j // cap) * life + (j % cap) * f[0]
-    return start + relaxation_bound(microbatches - j, devices, duration, delay, chain.caps, options)
-
+    block = relaxation_bound(microbatches - j, devices, duration, delay, chain.caps, options, pairs=pairs, sets=sets,
+                             core=core)
+    return chain_with_blocks(microbatches, cap, f[0], life, microbatches - j, block)
