@@ -186,7 +186,7 @@ def relaxation_bound(
     ``core`` solves in CP-SAT's core-based mode, which raises the bound step by step and gets
     furthest on problems too large to prove; without it, CP-SAT's default search, which proves the
     small ones much sooner (the two ends of llama3-70b's chain, 31 microbatches, meetings two apart:
-    optimal in 5.3 s, where the core-based mode reaches 88.16 of its 88.78 s in 20 s)."""
+    optimal in 5 to 9 s, where the core-based mode reaches 88.16 of its 88.78 s in 20 s)."""
     best = lower
     for kept in kept_sets(devices) if sets is None else sets:
         if 2 * len(kept) * microbatches > MAX_KEPT_OPS or options.expired:

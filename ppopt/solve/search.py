@@ -471,7 +471,7 @@ BLOCK_SHARE = 3
 """Up to :data:`AUTO_CP_OPS` ops, the two-block bound (:func:`_two_blocks`) gets 1/3 of the time left
 before the reduced problem's share, and is solved by CP-SAT's default search, which proves it
 (:func:`ppopt.solve.relaxation.relaxation_bound`). Measured on the llama3-70b acceptance instance
-(K = 3, m = 64): the block of 31 microbatches is proven optimal in 5.3 s (88.78 s; two of them
+(K = 3, m = 64): the block of 31 microbatches is proven optimal in 5 to 9 s (88.78 s; two of them
 177.55 s against the 175.91 s of the reduced problem of all 64 microbatches in its share), and the
 whole solve's incumbent stops improving within 5 s anyway."""
 
