@@ -139,3 +139,47 @@ def fastest_fitting(run: PublishedRun, system: SystemConfig,
                 best is None or result.step_time_s < best.step_time_s):
             best = result
     return best
+
+
+def comparison_table(runs: list[PublishedRun], systems: list[SystemConfig]) -> str:
+    """The README's table: each run's published step time beside ppopt's prediction on every system
+    (seconds, relative error, the micro batch chosen), then the MAPE and worst error per system."""
+    header = ["model", "GPUs (t × p × d)", "published step", *(system.name for system in systems)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    errors: list[list[float]] = [[] for _ in systems]
+    for run in runs:
+        cells = [f"{run.parameters_billion:g}B", f"{run.gpus:,} ({run.tp} × {run.pp} × {run.dp})", f"{run.step_time_s:.1f} s"]
+        for k, system in enumerate(systems):
+            result = fastest_fitting(run, system)
+            if result is None:
+                cells.append("does not fit")
+                continue
+            error = result.step_time_s / run.step_time_s - 1
+            errors[k].append(abs(error))
+            cells.append(f"{result.step_time_s:.1f} s ({error:+.1%}, b = {result.job.micro_batch})")
+        lines.append("| " + " | ".join(cells) + " |")
+    summary = [f"{sum(e) / len(e):.1%} ({max(e):.1%})" if e else "-" for e in errors]
+    lines.append("| MAPE (worst) | | | " + " | ".join(summary) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ppopt.published SYSTEM...``: the comparison table on the given system presets or
+    files (default dgx-a100 and a100-vtrain-calibrated). One line and exit status 1 on a bad name."""
+    import sys
+
+    from ppopt.config import load_system
+
+    names = (sys.argv[1:] if argv is None else argv) or ["dgx-a100", "a100-vtrain-calibrated"]
+    table = Path(__file__).resolve().parent.parent / "data" / "published" / "megatron-lm-2021.csv"
+    try:
+        systems = [load_system(name) for name in names]
+        print(comparison_table(read_published(table), systems))
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,7 +9,7 @@ import pytest
 
 from ppopt.config import load_system
 from ppopt.errors import ConfigError
-from ppopt.published import fastest_fitting, megatron_flops_per_step, read_published
+from ppopt.published import fastest_fitting, main, megatron_flops_per_step, read_published
 
 TABLE = Path(__file__).resolve().parent.parent / "data" / "published" / "megatron-lm-2021.csv"
 
@@ -78,3 +78,12 @@ def test_a_bad_cell_names_its_line_and_column(tmp_path):
     bad.write_text("\n".join([lines[0], lines[5].replace(",512,1536,", ",500,1536,")]) + "\n")
     with pytest.raises(ConfigError, match=r"line 2, column 'GPUs': 500 is not a multiple of t x p = 16"):
         read_published(bad)
+
+
+def test_the_table_command_prints_every_run_and_refuses_a_bad_system(capsys):
+    assert main(["dgx-a100"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 + 10 + 1 and out[-1].startswith("| MAPE (worst) |") and "1008B" in out[-2]
+    assert main(["no-such-system"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: unknown system preset 'no-such-system'")
