@@ -292,11 +292,20 @@ def tail_bound(chain: Chain, microbatches: int, tail: int, options: SolveOptions
         j -= j % cap
     if not 0 < j < microbatches:
         return 0
+    return block_bound(chain, microbatches, microbatches - j, options, pairs, sets, core)
+
+
+def block_bound(chain: Chain, microbatches: int, block: int, options: SolveOptions, pairs: int = 0,
+                sets: Sequence[tuple[int, ...]] | None = None, core: bool = True) -> int:
+    """:func:`chain_with_blocks` (ticks) with blocks of exactly ``block`` microbatches, bounded by the
+    reduced problems of that many microbatches (:func:`relaxation_bound` with ``pairs``, ``sets`` and
+    ``core``; the proof is :func:`tail_bound`'s)."""
+    if not 0 < block <= microbatches:
+        return 0
     devices, duration, delay = chain.devices, chain.duration, chain.delay
     f = [duration(s, Kind.F) for s in range(devices)]
     b = [duration(s, Kind.B) for s in range(devices)]
     messages = sum(delay(s, s, s + 1) + delay(s + 1, s + 1, s) for s in range(devices - 1))
     life = sum(f) + sum(b) + messages
-    block = relaxation_bound(microbatches - j, devices, duration, delay, chain.caps, options, pairs=pairs, sets=sets,
-                             core=core)
-    return chain_with_blocks(microbatches, cap, f[0], life, microbatches - j, block)
+    bound = relaxation_bound(block, devices, duration, delay, chain.caps, options, pairs=pairs, sets=sets, core=core)
+    return chain_with_blocks(microbatches, chain.caps[0], f[0], life, block, bound)

@@ -30,7 +30,7 @@ from ppopt.solve.lns import Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model, rehint
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
-from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, relaxation_bound, tail_bound
+from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, relaxation_bound, tail_bound
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
 from ppopt.table import earliest_starts
@@ -512,8 +512,8 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     halves = _two_blocks(instance.microbatches, caps[0])
     if small and halves is not None:
         ends = [(0, instance.devices - 1)]
-        lower = max(lower, tail_bound(chain, instance.microbatches, halves, options.share(BLOCK_SHARE),
-                                      MEETING_PAIRS, ends, core=False))
+        lower = max(lower, block_bound(chain, instance.microbatches, halves, options.share(BLOCK_SHARE),
+                                       MEETING_PAIRS, ends, core=False))
         options.note(f"two-block bound: {lower * setup.tick:.6g} {instance.time_unit}")
     budget = options.share(RELAXATION_SHARE[ops > AUTO_LNS_OPS])
     tail = TAIL_ROUNDS * caps[0] if caps[0] is not None else instance.microbatches
