@@ -27,7 +27,8 @@ from ppopt.io import read_text_bounded
 from ppopt.io.measured import gpt_model
 from ppopt.job import Job, JobResult, evaluate_job
 
-__all__ = ["MICRO_BATCHES", "PublishedRun", "fastest_fitting", "megatron_flops_per_step", "read_published"]
+__all__ = ["MICRO_BATCHES", "PublishedRun", "comparison_table", "fastest_fitting", "megatron_flops_per_step",
+           "read_published", "relative_errors"]
 
 SEQUENCE = 2048
 """Sequence length of every run of the table (the paper, §5.1)."""
@@ -139,6 +140,16 @@ def fastest_fitting(run: PublishedRun, system: SystemConfig,
                 best is None or result.step_time_s < best.step_time_s):
             best = result
     return best
+
+
+def relative_errors(runs: list[PublishedRun], system: SystemConfig) -> list[float | None]:
+    """(predicted - published) / published step time of every run on ``system``
+    (:func:`fastest_fitting`); None for a run no micro batch size fits."""
+    errors: list[float | None] = []
+    for run in runs:
+        result = fastest_fitting(run, system)
+        errors.append(None if result is None else result.step_time_s / run.step_time_s - 1)
+    return errors
 
 
 def comparison_table(runs: list[PublishedRun], systems: list[SystemConfig]) -> str:

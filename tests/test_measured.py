@@ -15,10 +15,12 @@ from ppopt.cli import main
 from ppopt.config import load_system
 from ppopt.io.measured import read_measured
 from ppopt.job import evaluate_job
+from ppopt.published import read_published, relative_errors
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "measured"
 SINGLE = str(DATA / "vtrain-single-node.csv")
 MULTI = str(DATA / "vtrain-multi-node-small.csv")
+PUBLISHED = Path(__file__).resolve().parent.parent / "data" / "published" / "megatron-lm-2021.csv"
 
 
 def run(*args: str):
@@ -56,6 +58,15 @@ def multi_from_single(single_fit) -> dict:
 def test_calibrated_on_one_node_predicts_the_multi_node_runs(multi_from_single):
     assert multi_from_single["summary"]["rows"] == 41
     assert multi_from_single["summary"]["mape"] <= 0.15
+
+
+def test_calibrated_on_one_node_predicts_published_runs_on_thousands_of_gpus(single_fit):
+    # Megatron-LM's Table 1 (Narayanan et al. 2021; data/published): 32 to 3,072 GPUs, never seen by
+    # the fit. Same ceilings as for the presets in tests/test_published.py.
+    errors = relative_errors(read_published(PUBLISHED), load_system(single_fit))
+    assert None not in errors, "a run fits in no micro batch size"
+    sizes = [abs(e) for e in errors if e is not None]
+    assert sum(sizes) / len(sizes) <= 0.08 and max(sizes) <= 0.10, [f"{e:+.1%}" for e in errors if e is not None]
 
 
 def test_calibrated_on_all_rows_fits_them(all_fit):
