@@ -467,13 +467,16 @@ llama3-70b acceptance instance (p = 8, m = 64), pairs three apart raise the boun
 same time."""
 
 
-BLOCK_SHARE = 3
-"""Up to :data:`AUTO_CP_OPS` ops, the two-block bound (:func:`_two_blocks`) gets 1/3 of the time left
-before the reduced problem's share, and is solved by CP-SAT's default search, which proves it
+BLOCK_SHARE = 6
+"""Up to :data:`AUTO_CP_OPS` ops, where two blocks tile the step (:func:`_two_blocks`), their bound
+replaces the reduced problem of all m microbatches, in the same 1/6 of the time left (a proof
+returns the rest to the search). It is solved by CP-SAT's default search, which proves it
 (:func:`ppopt.solve.relaxation.relaxation_bound`). Measured on the llama3-70b acceptance instance
-(K = 3, m = 64): the block of 31 microbatches is proven optimal in 5 to 9 s (88.78 s; two of them
-177.55 s against the 175.91 s of the reduced problem of all 64 microbatches in its share), and the
-whole solve's incumbent stops improving within 5 s anyway."""
+(K = 3, m = 64): the block of 31 microbatches is proven optimal in 5.2 s on an idle core, 9 s beside
+another solve (88.78 s; two of them 177.55 s, where the reduced problem of all 64 microbatches
+reached 175.91 s in its 10 s of a 60 s command). With 20 s the block gets 3.3 s, unproven
+(87.84 s, so 175.68 s for the step), and the search keeps the time its unhinted dive needs (a
+larger share found 179.81 s there instead of 178.88 s)."""
 
 
 def _two_blocks(microbatches: int, cap: int | None) -> int | None:
@@ -509,20 +512,21 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     caps = [None if (c := cap(s)) is None else max(1, math.floor(c + 1e-9)) for s in range(instance.devices)]
     lower = setup.lower
     chain = Chain(instance.devices, ticked[0], ticked[1], caps)
+    ends = [(0, instance.devices - 1)]
     halves = _two_blocks(instance.microbatches, caps[0])
-    if small and halves is not None:
-        ends = [(0, instance.devices - 1)]
-        lower = max(lower, block_bound(chain, instance.microbatches, halves, options.share(BLOCK_SHARE),
+    if small and halves is not None:  # instead of the reduced problem of all m microbatches (BLOCK_SHARE)
+        ticks = max(lower, block_bound(chain, instance.microbatches, halves, options.share(BLOCK_SHARE),
                                        MEETING_PAIRS, ends, core=False))
-        options.note(f"two-block bound: {lower * setup.tick:.6g} {instance.time_unit}")
-    budget = options.share(RELAXATION_SHARE[ops > AUTO_LNS_OPS])
-    tail = TAIL_ROUNDS * caps[0] if caps[0] is not None else instance.microbatches
-    if not small and tail < instance.microbatches:
-        lower = max(lower, tail_bound(chain, instance.microbatches, tail, budget.share(2)))
-        options.note(f"tail bound: {lower * setup.tick:.6g} {instance.time_unit}")
-    ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, budget,
-                             lower, MEETING_PAIRS if small else 0, [(0, instance.devices - 1)] if small else None)
-    options.note(f"reduced-problem bound: {ticks * setup.tick:.6g} {instance.time_unit}")
+        options.note(f"two-block bound: {ticks * setup.tick:.6g} {instance.time_unit}")
+    else:
+        budget = options.share(RELAXATION_SHARE[ops > AUTO_LNS_OPS])
+        tail = TAIL_ROUNDS * caps[0] if caps[0] is not None else instance.microbatches
+        if not small and tail < instance.microbatches:
+            lower = max(lower, tail_bound(chain, instance.microbatches, tail, budget.share(2)))
+            options.note(f"tail bound: {lower * setup.tick:.6g} {instance.time_unit}")
+        ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, budget,
+                                 lower, MEETING_PAIRS if small else 0, ends if small else None)
+        options.note(f"reduced-problem bound: {ticks * setup.tick:.6g} {instance.time_unit}")
     if ticks <= setup.lower:
         return setup
     return replace(setup, lower=ticks, analytic=replace(setup.analytic, relaxation=ticks * setup.tick))
