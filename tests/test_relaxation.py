@@ -14,7 +14,7 @@ from ppopt.solve.instance import unit_instance
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.periodic import period_bound, periodic_schedule
 from ppopt.solve.relaxation import Chain, block_bound, chain_with_blocks, kept_sets, relaxation_bound, tail_bound
-from ppopt.solve.search import _two_blocks, analytic_bounds
+from ppopt.solve.search import _block_size, analytic_bounds
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
 from tests.test_bounds import _optimum
@@ -149,11 +149,14 @@ def test_chain_with_blocks_by_hand():
     assert chain_with_blocks(64, None, 1095, 26652, 31, 10**6) == 33 * 1095 + 10**6
 
 
-def test_two_blocks_tile_the_step_only_with_enough_rounds():
-    assert _two_blocks(64, 3) == 31  # 31 + 2 + 31 = 64, 31 = 1 mod 3
-    assert _two_blocks(66, 3) == 31  # 32 rounded down to 1 mod 3
-    assert _two_blocks(64, 16) is None  # a block of 24 would hold fewer than 8 rounds of 16
-    assert _two_blocks(64, None) is None
+def test_blocks_hold_whole_rounds_and_at_least_two_fit():
+    assert _block_size(64, 3) == 31  # 31 + 2 + 31 = 64, 31 = 1 mod 3
+    assert _block_size(66, 3) == 31  # 32 rounded down to 1 mod 3
+    assert _block_size(52, 3) == 25  # 25 + 2 + 25 = 52
+    assert _block_size(256, 3) == 31  # at most 10 rounds of 3, plus one
+    assert _block_size(64, 16) is None  # a block of 24 would hold fewer than 8 rounds of 16
+    assert _block_size(40, 3) is None  # 19 microbatches: 6 rounds
+    assert _block_size(64, None) is None
 
 
 def _heavier_last_stage(p: int, m: int, cap: int, comm: int, extra: int):

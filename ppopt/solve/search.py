@@ -468,26 +468,30 @@ same time."""
 
 
 BLOCK_SHARE = 6
-"""Up to :data:`AUTO_CP_OPS` ops, where two blocks tile the step (:func:`_two_blocks`), their bound
-replaces the reduced problem of all m microbatches, in the same 1/6 of the time left (a proof
-returns the rest to the search). It is solved by CP-SAT's default search, which proves it
-(:func:`ppopt.solve.relaxation.relaxation_bound`). Measured on the llama3-70b acceptance instance
-(K = 3, m = 64): the block of 31 microbatches is proven optimal in 5.2 s on an idle core, 9 s beside
-another solve (88.78 s; two of them 177.55 s, where the reduced problem of all 64 microbatches
-reached 175.91 s in its 10 s of a 60 s command). With 20 s the block gets 3.3 s, unproven
-(87.84 s, so 175.68 s for the step), and the search keeps the time its unhinted dive needs (a
-larger share found 179.81 s there instead of 178.88 s)."""
+"""Up to :data:`AUTO_CP_OPS` ops, where blocks tile the step (:func:`_block_size`), their bound replaces
+the reduced problem of all m microbatches, in the same 1/6 of the time left (a proof returns the rest
+to the search); above, it comes first in half of the reduced problems' share. It is solved by CP-SAT's
+default search, which proves it (:func:`ppopt.solve.relaxation.relaxation_bound`). Measured on the
+llama3-70b acceptance instance (K = 3, m = 64): the block of 31 microbatches is proven optimal in
+5.2 s on an idle core, 9 s beside another solve (88.78 s; two of them 177.55 s, where the reduced
+problem of all 64 microbatches reached 175.91 s in its 10 s of a 60 s command). With 20 s the block
+gets 3.3 s, unproven (87.84 s, so 175.68 s for the step), and the search keeps the time its
+unhinted dive needs (a larger share found 179.81 s there instead of 178.88 s)."""
+BLOCK_ROUNDS = 10
+"""A block holds at most this many rounds of device 0's cap, plus one microbatch: 31 microbatches at
+K = 3, which CP-SAT's default search proves in about 5 s on llama3-70b (the reduced problem of all
+64 stays at its chain's bound for 40 s)."""
 
 
-def _two_blocks(microbatches: int, cap: int | None) -> int | None:
-    """The block size n for which two blocks of n microbatches tile the step under device 0's cap K
-    (n + K - 1 + n = m, :func:`ppopt.solve.relaxation.chain_with_blocks`), rounded down to n = 1
-    modulo K so that each block ends on a whole round of the chain; None without a cap or when a
-    block would hold fewer than :data:`TAIL_ROUNDS` rounds (then the waits a block proves are too
-    few to pay for its solve)."""
+def _block_size(microbatches: int, cap: int | None) -> int | None:
+    """The block size n of the block bound (:func:`ppopt.solve.relaxation.chain_with_blocks`): the
+    largest n with n = 1 modulo device 0's cap K (so each block ends on a whole round of the chain),
+    at most :data:`BLOCK_ROUNDS` rounds, such that two blocks fit in the step (n + K - 1 + n <= m);
+    None without a cap or when a block would hold fewer than :data:`TAIL_ROUNDS` rounds (then the
+    waits a block proves are too few to pay for its solve)."""
     if cap is None:
         return None
-    n = (microbatches - cap + 1) // 2
+    n = min((microbatches - cap + 1) // 2, BLOCK_ROUNDS * cap + 1)
     n -= (n - 1) % cap
     return n if n >= TAIL_ROUNDS * cap else None
 
@@ -513,13 +517,17 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     lower = setup.lower
     chain = Chain(instance.devices, ticked[0], ticked[1], caps)
     ends = [(0, instance.devices - 1)]
-    halves = _two_blocks(instance.microbatches, caps[0])
-    if small and halves is not None:  # instead of the reduced problem of all m microbatches (BLOCK_SHARE)
-        ticks = max(lower, block_bound(chain, instance.microbatches, halves, options.share(BLOCK_SHARE),
+    block = _block_size(instance.microbatches, caps[0])
+    if small and block is not None:  # instead of the reduced problem of all m microbatches (BLOCK_SHARE)
+        ticks = max(lower, block_bound(chain, instance.microbatches, block, options.share(BLOCK_SHARE),
                                        MEETING_PAIRS, ends, core=False))
-        options.note(f"two-block bound: {ticks * setup.tick:.6g} {instance.time_unit}")
+        options.note(f"block bound: {ticks * setup.tick:.6g} {instance.time_unit}")
     else:
         budget = options.share(RELAXATION_SHARE[ops > AUTO_LNS_OPS])
+        if block is not None:
+            lower = max(lower, block_bound(chain, instance.microbatches, block, budget.share(2), MEETING_PAIRS, ends,
+                                           core=False))
+            options.note(f"block bound: {lower * setup.tick:.6g} {instance.time_unit}")
         tail = TAIL_ROUNDS * caps[0] if caps[0] is not None else instance.microbatches
         if not small and tail < instance.microbatches:
             lower = max(lower, tail_bound(chain, instance.microbatches, tail, budget.share(2)))
