@@ -325,6 +325,11 @@ class _Setup:
     pattern: Pattern | None = None  # the steady-state search's best pattern (ticks)
     period_bound: float | None = None  # the period-based bound (instance unit), where it applies
 
+    @property
+    def ops(self) -> int:
+        """Ops of every schedule of the space (:func:`_op_count`)."""
+        return _op_count(self.instance.stages, self.instance.microbatches, self.split)
+
 
 @dataclass
 class _Solved:
@@ -431,7 +436,7 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     bound = period_bound(instance.microbatches, _durations_s(instance), instance.comm, caps)
     setup = replace(setup, period_bound=bound)
     # composing, simulating and timing its schedule
-    if options.remaining_s() < 2 * SCHEDULE_S_PER_OP * _op_count(instance.stages, instance.microbatches, setup.split):
+    if options.remaining_s() < 2 * SCHEDULE_S_PER_OP * setup.ops:
         options.note("time limit: steady-state search skipped")
         return setup
     tick_duration, tick_delay = ticked
@@ -506,7 +511,7 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     placement, ticked, instance = setup.placement, setup.ticked, setup.instance
     linear = placement is not None and placement == tuple((s,) for s in range(instance.devices)) \
         and instance.stages == instance.devices
-    ops = instance.stages * instance.microbatches * 2
+    ops = setup.ops
     small = ops <= AUTO_CP_OPS
     if not linear or setup.split or ticked is None or options.expired or (small and instance.devices < 3) or \
             (setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower):
@@ -562,7 +567,7 @@ def _method(setup: _Setup, method: str) -> str:
         raise ScheduleError(f"lns needs a free order and one device per stage, not {setup.space.describe()}", field="method")
     if method != "auto":
         return method
-    ops = setup.instance.stages * setup.instance.microbatches * (3 if setup.split else 2)
+    ops = setup.ops
     if ops <= AUTO_CP_OPS or not _lns_applies(setup):
         return "cp"
     return "cp+lns" if ops <= AUTO_LNS_OPS else "lns"
@@ -604,8 +609,7 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
 def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
     """The window search of :mod:`ppopt.solve.lns` (one stage per device): no full model to build."""
     assert best.schedule is not None and best.simulation is not None and setup.ticked is not None
-    ops = _op_count(setup.instance.stages, setup.instance.microbatches, setup.split)
-    if options.remaining_s() < 3 * SCHEDULE_S_PER_OP * ops:  # its set-up, one step, the final check
+    if options.remaining_s() < 3 * SCHEDULE_S_PER_OP * setup.ops:  # its set-up, one step, the final check
         options.note("large-neighbourhood search skipped: too little time left for a schedule of this size")
         return best, from_solver
     tick_duration, tick_delay = setup.ticked
