@@ -1,5 +1,6 @@
-"""Measured-data commands: ``validate`` (predicted vs measured step times) and ``calibrate``
-(fit a system's efficiencies and latencies to measured rows)."""
+"""Measured-data commands: ``validate`` (predicted vs measured step times), ``calibrate`` (fit a
+system's efficiencies and latencies to measured rows) and ``published`` (predicted vs published
+throughput of large runs)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ import click
 
 from ppopt.accuracy import GROUP_KEYS
 from ppopt.cli import main
-from ppopt.cli.options import check_output, check_plot, emit_json, format_option, json_option, refuse_unused_options
+from ppopt.cli.options import (
+    ProgressBar,
+    check_output,
+    check_plot,
+    emit_json,
+    format_option,
+    json_option,
+    refuse_unused_options,
+)
 from ppopt.job import SCHEDULES as JOB_SCHEDULES
 
 DEFAULT_SYSTEM = "a100-vtrain-calibrated"
+PUBLISHED_SYSTEMS = ("dgx-a100", DEFAULT_SYSTEM)
+"""The systems ``ppopt published`` compares by default: the DGX A100 preset the runs used, and the fit."""
 
 
 def _pct(value: float | None) -> str:
@@ -124,7 +135,6 @@ def calibrate_command(data, system, output, name, as_json) -> None:
 
     from ppopt.accuracy import predict_rows, summarize
     from ppopt.calibrate import calibrate, system_toml
-    from ppopt.cli.options import ProgressBar
     from ppopt.config import load_system
     from ppopt.io import atomic_write_text
     from ppopt.io.measured import read_measured
@@ -222,3 +232,61 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     click.echo(f"  optimizer {1e3 * result.optimizer_s:10.1f} ms")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
     click.echo(f"peak memory {result.peak_memory_bytes / 1e9:10.1f} GB per GPU ({fits} in {job.system.memory_capacity_bytes / 1e9:.0f} GB)")
+
+
+def _prediction_json(prediction) -> dict | None:
+    """One run's prediction on one system, for ``ppopt published --json`` (None: nothing fits)."""
+    result = prediction.result
+    if result is None:
+        return None
+    return {"predicted_s": result.step_time_s, "error": prediction.error, "micro_batch": result.job.micro_batch}
+
+
+@main.command("published")
+@click.argument("data", type=click.Path(dir_okay=False))
+@click.option("--system", "systems", multiple=True,
+              help=f"System preset name or file (repeatable) [default: {' and '.join(PUBLISHED_SYSTEMS)}].")
+@format_option
+@json_option
+def published_command(data, systems, fmt, as_json) -> None:
+    """Predict published runs (DATA: .csv, the format of data/published) and compare their step times.
+
+    Each run is predicted with the fastest micro batch size of 1, 2, 4 and 8 that fits in the
+    system's memory (the table does not give it), 1F1B and full recomputation; then the MAPE and
+    worst error per system. See data/published/README.md."""
+    from ppopt.config import load_system
+    from ppopt.errors import ConfigError
+    from ppopt.io.published import read_published
+    from ppopt.published import predictions
+
+    chosen = [load_system(name) for name in systems or PUBLISHED_SYSTEMS]
+    runs = read_published(data)
+    try:
+        predicted = {system.name: predictions(runs, system) for system in chosen}
+    except ConfigError as error:
+        raise ConfigError(f"{data}: {error}") from error
+    errors = {name: [abs(p.error) for p in found if p.error is not None] for name, found in predicted.items()}
+    summary = {name: {"mape": sum(e) / len(e) if e else None, "worst": max(e) if e else None} for name, e in errors.items()}
+    if as_json:
+        emit_json({
+            "runs": [{"line": run.line, "parameters_billion": run.parameters_billion, "gpus": run.gpus, "tp": run.tp,
+                      "pp": run.pp, "dp": run.dp, "published_s": run.step_time_s,
+                      "predictions": {name: _prediction_json(found[k]) for name, found in predicted.items()}}
+                     for k, run in enumerate(runs)],
+            "summary": summary,
+        })
+        return
+
+    def cell(prediction) -> str:
+        if prediction.result is None:
+            return "does not fit"
+        return f"{prediction.result.step_time_s:.1f} s ({100 * prediction.error:+.1f} %, b = {prediction.result.job.micro_batch})"
+
+    header = ["model", "GPUs (t × p × d)", "published step", *predicted]
+    rows = [[f"{run.parameters_billion:g}B", f"{run.gpus:,} ({run.tp} × {run.pp} × {run.dp})", f"{run.step_time_s:.1f} s",
+             *(cell(found[k]) for found in predicted.values())] for k, run in enumerate(runs)]
+    click.echo(_table(header, rows, fmt))
+    if fmt != "csv":
+        click.echo("")
+        for name, figures in summary.items():
+            click.echo(f"{name}: MAPE {_pct(figures['mape'])}, worst {_pct(figures['worst'])}")
