@@ -159,7 +159,7 @@ def test_pp_names_the_devices_as_in_the_job_command():
 def test_evaluate_all_shows_progress_only_for_large_requests(monkeypatch):
     """Evaluating every schedule at hundreds of thousands of ops takes up to a minute: a bar on
     stderr once it has run PROGRESS_AFTER_S (ending at every schedule done); quick runs print none."""
-    import ppopt.cli.options as shared
+    import ppopt.solve.options as shared
 
     small = CliRunner().invoke(main, ["evaluate", "-s", "all", "-p", "4", "-m", "8"])
     assert small.exit_code == 0 and "schedules [" not in small.stderr
@@ -172,7 +172,7 @@ def test_evaluate_all_shows_progress_only_for_large_requests(monkeypatch):
 def test_export_and_import_report_their_phases_only_when_long(tmp_path, monkeypatch):
     """Millions of ops take seconds per phase: once a command has run PROGRESS_AFTER_S, each phase
     is a line on stderr; quick runs print only what they wrote."""
-    import ppopt.cli.options as shared
+    import ppopt.solve.options as shared
 
     path = tmp_path / "s.csv"
     quick = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", str(path)])

@@ -414,12 +414,12 @@ def test_gap_announces_its_schedules_only_once_simulating_them_takes_a_while(mon
     """At hundreds of thousands of ops simulating every schedule takes a minute before any search:
     once PROGRESS_AFTER_S has passed, each further schedule is a progress line; a small report
     prints none."""
-    import ppopt.solve.gap as gap
+    import ppopt.solve.options as shared
 
     quick: list[str] = []
     gap_report(unit(4, 8), {}, ["1f1b", "gpipe"], SolveOptions(10, progress=quick.append))
     assert not [line for line in quick if line.startswith("gap: simulating")]
-    monkeypatch.setattr(gap, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(shared, "PROGRESS_AFTER_S", 0.0)
     slow: list[str] = []
     gap_report(unit(4, 8), {}, ["1f1b", "gpipe"], SolveOptions(10, progress=slow.append))
     assert [line for line in slow if line.startswith("gap: simulating")] == ["gap: simulating 1f1b (1/2)",

@@ -16,6 +16,7 @@ import click
 
 from ppopt.errors import ConfigError
 from ppopt.generators import OPTIONS
+from ppopt.solve import options as solve_options
 from ppopt.units import UnitCosts
 
 _OTHERS = " Other schedules refuse it; over several schedules ('all', compare) it applies to those that take it."
@@ -226,14 +227,10 @@ def emit_json(value: object) -> None:
     click.echo(json_text(value, indent=2))
 
 
-PROGRESS_AFTER_S = 1.0
-"""Commands that are long only at large sizes show progress once they have run this long (seconds);
-quick runs print none."""
-
-
 class Phases:
     """Progress by phases on stderr for a command that is long only at large sizes (reading or
-    writing millions of ops): after each phase, once the command has run :data:`PROGRESS_AFTER_S`,
+    writing millions of ops): after each phase, once the command has run
+    :data:`ppopt.solve.options.PROGRESS_AFTER_S`,
     a line ``LABEL: WHAT HAPPENED (T s since the start)``."""
 
     def __init__(self, label: str):
@@ -241,14 +238,14 @@ class Phases:
 
     def done(self, phase: str) -> None:
         elapsed = time.monotonic() - self.began
-        if elapsed >= PROGRESS_AFTER_S:
+        if elapsed >= solve_options.PROGRESS_AFTER_S:
             click.echo(f"{self.label}: {phase} ({elapsed:.1f} s)", err=True)
 
 
 class ProgressBar:
     """A one-line progress bar, redrawn with ``\\r`` at most every 0.2 s (1 s off a tty); call it
     as ``progress(done, total)`` (``run_sweep``'s, ``calibrate``'s, ``evaluate_all``'s) and
-    :meth:`close` it at the end. With ``after_s`` (e.g. :data:`PROGRESS_AFTER_S`), nothing is drawn
+    :meth:`close` it at the end. With ``after_s`` (e.g. :data:`ppopt.solve.options.PROGRESS_AFTER_S`), nothing is drawn
     before that many seconds have passed, so a quick run prints nothing."""
 
     def __init__(self, label: str, stream: TextIO | None = None, after_s: float = 0.0):

@@ -6,6 +6,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import (
+    ProgressBar,
     check_output,
     check_plot,
     emit_json,
@@ -103,11 +104,11 @@ def _presets(model, system, required: bool = False):
 
 def _evaluate_all_with_progress(command, devices, microbatches, units, model, system, global_batch, parallel, options):
     """:func:`ppopt.evaluate.evaluate_all`, with a progress bar on stderr once it has run
-    :data:`~ppopt.cli.options.PROGRESS_AFTER_S` (51 s for every schedule at 524,288 ops on 2 cores)."""
-    from ppopt.cli import options as shared
+    :data:`~ppopt.solve.options.PROGRESS_AFTER_S` (51 s for every schedule at 524,288 ops on 2 cores)."""
     from ppopt.evaluate import evaluate_all
+    from ppopt.solve import options as solve_options
 
-    bar = shared.ProgressBar(f"{command}: schedules", after_s=shared.PROGRESS_AFTER_S)
+    bar = ProgressBar(f"{command}: schedules", after_s=solve_options.PROGRESS_AFTER_S)
     try:
         return evaluate_all(devices, microbatches, units, model, system, global_batch, parallel, progress=bar, **options)
     finally:

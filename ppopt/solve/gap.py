@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.generators import generate, names
 from ppopt.simulate import simulate
+from ppopt.solve import options as solve_options
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import SearchResult, memory_use, minimum_memory, relative_gap, search, too_late
@@ -56,10 +57,6 @@ class GapReport:
     memory_semantics: str
 
 
-PROGRESS_AFTER_S = 1.0
-"""Once simulating the schedules has taken this long (seconds), each further one is announced on the
-progress stream."""
-
 NOT_SEARCHED = "skipped (time limit)"
 """Status of a gap row or frontier point whose search the time budget did not reach (no bound)."""
 
@@ -96,7 +93,7 @@ def gap_report(
     wanted = list(schedules or names())
     began = time.monotonic()
     for done, name in enumerate(wanted, 1):
-        if time.monotonic() - began >= PROGRESS_AFTER_S:  # long only at hundreds of thousands of ops
+        if time.monotonic() - began >= solve_options.PROGRESS_AFTER_S:  # long only at hundreds of thousands of ops
             options.note(f"gap: simulating {name} ({done}/{len(wanted)})")
         try:
             schedule = validate(generate(name, devices, microbatches, **schedule_options))

@@ -18,6 +18,11 @@ from ppopt.errors import ConfigError
 
 Progress = Callable[[str], None]
 
+PROGRESS_AFTER_S = 1.0
+"""Work that is long only at large sizes reports progress once it has run this long (seconds), so
+quick runs print none: the CLI's bars and phase lines (:mod:`ppopt.cli.options`) and ``gap``'s
+simulation of its schedules (:mod:`ppopt.solve.gap`). Read at call time, so tests can lower it."""
+
 MAX_WORKERS = 64
 """Most CP-SAT workers one solve may use: CP-SAT's portfolio gains little beyond a few dozen
 workers, and each worker holds a copy of the model, so more only costs memory."""
