@@ -15,10 +15,11 @@ import numpy as np
 
 from ppopt.config import SystemConfig
 from ppopt.io.measured import Measured, Unmodelled, read_measured
+from ppopt.ir import check_total_size
 from ppopt.job import evaluate_job
 
-__all__ = ["GROUP_KEYS", "Accuracy", "Group", "RowResult", "group_errors", "predict_rows", "spearman", "summarize",
-           "validate_file"]
+__all__ = ["GROUP_KEYS", "Accuracy", "Group", "RowResult", "check_rows_size", "group_errors", "predict_rows", "read_rows",
+           "spearman", "summarize", "validate_file"]
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,15 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def check_rows_size(rows: list[Measured]) -> None:
+    """Refuse, before any simulation, rows whose 1F1B pipelines (stages x microbatches x F and B)
+    add up to more than :data:`ppopt.ir.MAX_TOTAL_OPS`."""
+    check_total_size(sum(row.job.stages * row.job.microbatches * 2 for row in rows), f"{len(rows)} measured rows")
+
+
 def predict_rows(rows: list[Measured]) -> list[RowResult]:
-    """Predict every row's step time with :func:`ppopt.job.evaluate_job`."""
+    """Predict every row's step time with :func:`ppopt.job.evaluate_job` (rows from :func:`read_rows`,
+    whose sizes are checked)."""
     results = []
     for row in rows:
         result = evaluate_job(row.job)
@@ -174,8 +182,10 @@ def summarize(results: list[RowResult], unmodelled: list[Unmodelled] = ()) -> Ac
     return Accuracy(tuple(results), tuple(unmodelled), rho)
 
 
-def validate_file(paths: list[str | os.PathLike[str]] | str | os.PathLike[str], system: SystemConfig) -> Accuracy:
-    """Read measured rows from one or more files and compare ppopt's predictions with them."""
+def read_rows(paths: list[str | os.PathLike[str]] | str | os.PathLike[str],
+              system: SystemConfig) -> tuple[list[Measured], list[Unmodelled]]:
+    """The measured rows of one or more files on ``system``, and those outside the model
+    (:func:`ppopt.io.measured.read_measured`), sizes checked (:func:`check_rows_size`)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     rows: list[Measured] = []
@@ -184,4 +194,11 @@ def validate_file(paths: list[str | os.PathLike[str]] | str | os.PathLike[str], 
         got, skipped = read_measured(path, system)
         rows += got
         unmodelled += skipped
+    check_rows_size(rows)
+    return rows, unmodelled
+
+
+def validate_file(paths: list[str | os.PathLike[str]] | str | os.PathLike[str], system: SystemConfig) -> Accuracy:
+    """Read measured rows from one or more files and compare ppopt's predictions with them."""
+    rows, unmodelled = read_rows(paths, system)
     return summarize(predict_rows(rows), unmodelled)

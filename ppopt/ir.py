@@ -27,6 +27,20 @@ MAX_OPS = 10_000_000
 of memory and seconds of work per layer. Generators and the CSV reader refuse larger ones up front."""
 
 
+MAX_TOTAL_OPS = 30_000_000
+"""The most ops one command simulates over all the schedules of its input (``validate``,
+``calibrate`` and ``published``: one or a few jobs per row): about a minute at the 0.5 million ops
+per second the simulator reaches on 2 cores (1F1B at p = 64, m = 4,096: 0.99 s)."""
+
+
+def check_total_size(ops: int, what: str) -> None:
+    """Raise :class:`ScheduleError` when simulating ``what`` (``ops`` ops in all) is over
+    :data:`MAX_TOTAL_OPS`: refused before the first simulation, not after minutes of them."""
+    if ops > MAX_TOTAL_OPS:
+        raise ScheduleError(f"input too large: {what} make {ops:,} ops to simulate in all (stages x microbatches "
+                            f"x kinds, summed); the limit is {MAX_TOTAL_OPS:,}")
+
+
 def check_size(ops: int, what: str) -> None:
     """Raise :class:`ScheduleError` when a schedule of ``ops`` ops is over :data:`MAX_OPS`."""
     if ops > MAX_OPS:

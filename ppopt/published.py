@@ -23,7 +23,8 @@ from ppopt.errors import ConfigError, PpoptError
 from ppopt.io.measured import gpt_model
 from ppopt.job import Job, JobResult, evaluate_job
 
-__all__ = ["MICRO_BATCHES", "Prediction", "PublishedRun", "fastest_fitting", "megatron_flops_per_step", "predictions"]
+__all__ = ["MICRO_BATCHES", "Prediction", "PublishedRun", "fastest_fitting", "megatron_flops_per_step", "predictions",
+           "simulated_ops"]
 
 SEQUENCE = 2048
 """Sequence length of every run of the table (the paper, §5.1)."""
@@ -89,6 +90,16 @@ def fastest_fitting(run: PublishedRun, system: SystemConfig,
                 best is None or result.step_time_s < best.step_time_s):
             best = result
     return best
+
+
+def simulated_ops(runs: list[PublishedRun], micro_batches: tuple[int, ...] = MICRO_BATCHES) -> int:
+    """Ops :func:`fastest_fitting` simulates for ``runs`` on one system: a 1F1B pipeline (p stages,
+    m = batch per replica / b microbatches, F and B) per micro batch size b that divides the batch."""
+    total = 0
+    for run in runs:
+        per_replica = run.global_batch // run.dp
+        total += sum(run.pp * (per_replica // b) * 2 for b in micro_batches if per_replica % b == 0)
+    return total
 
 
 @dataclass(frozen=True)

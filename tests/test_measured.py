@@ -201,6 +201,22 @@ def test_bad_data_is_one_line_naming_row_and_column(tmp_path, row, header, messa
     assert not out.exists()
 
 
+def test_rows_too_many_ops_to_simulate_in_all_are_refused_before_any_work(tmp_path):
+    # four rows of 64 stages x 70,000 microbatches x F and B: 8,960,000 ops each, under the limit of
+    # one schedule, 35,840,000 in all, over MAX_TOTAL_OPS: minutes of simulation, refused at once
+    from ppopt.ir import MAX_TOTAL_OPS
+
+    path = tmp_path / "large.csv"
+    path.write_text(HEADER + "\n" + "64,70000,1,1024,16,64,1024,1,1,64,100\n" * 4)
+    out = tmp_path / "fit.toml"
+    for argv in (["validate", str(path)], ["calibrate", str(path), "-o", str(out)]):
+        result = CliRunner().invoke(main, argv)
+        assert result.exit_code == 1 and result.output.count("\n") == 1
+        assert "input too large: 4 measured rows make 35,840,000 ops to simulate in all" in result.output
+        assert f"the limit is {MAX_TOTAL_OPS:,}" in result.output
+    assert not out.exists()
+
+
 def test_rows_outside_the_model_are_listed_with_the_reason(tmp_path):
     path = tmp_path / "odd.csv"
     path.write_text(f"{HEADER}\n8,32,4,1024,16,24,1024,2,2,2,219.7\n3,3,1,1536,16,4,1024,3,1,1,100\n")

@@ -133,18 +133,13 @@ def calibrate_command(data, system, output, name, as_json) -> None:
     """
     from pathlib import Path
 
-    from ppopt.accuracy import predict_rows, summarize
+    from ppopt.accuracy import predict_rows, read_rows, summarize
     from ppopt.calibrate import calibrate, system_toml
     from ppopt.config import load_system
     from ppopt.io import atomic_write_text
-    from ppopt.io.measured import read_measured
 
     base = load_system(system)
-    rows, unmodelled = [], []
-    for path in data:
-        got, skipped = read_measured(path, base)
-        rows += got
-        unmodelled += skipped
+    rows, unmodelled = read_rows(list(data), base)  # sizes checked before the fit
     if not rows:
         from ppopt.errors import ConfigError
 
@@ -257,10 +252,12 @@ def published_command(data, systems, fmt, as_json) -> None:
     from ppopt.config import load_system
     from ppopt.errors import ConfigError
     from ppopt.io.published import read_published
-    from ppopt.published import predictions
+    from ppopt.ir import check_total_size
+    from ppopt.published import predictions, simulated_ops
 
     chosen = [load_system(name) for name in systems or PUBLISHED_SYSTEMS]
     runs = read_published(data)
+    check_total_size(simulated_ops(runs) * len(chosen), f"{len(runs)} runs on {len(chosen)} systems")
     try:
         predicted = {system.name: predictions(runs, system) for system in chosen}
     except ConfigError as error:
