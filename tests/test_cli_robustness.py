@@ -1,5 +1,5 @@
 """The CLI under hostile conditions: devices and FIFOs as outputs, failed writes, a full or closed
-stdout, usage errors, non-finite JSON, options a schedule would ignore (issue 9, defects 1, 4, 5, 6)."""
+stdout, usage errors, non-finite JSON, options a schedule would ignore."""
 
 import errno
 import json
@@ -306,4 +306,43 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, a
     target = next(a for a in filled if a.startswith(str(tmp_path)))
     reason = "it is a directory" if target == str(tmp_path) else f"no directory {missing}"
     assert line.startswith(f"error: Invalid value for {flag}: cannot write {target}: {reason}")
+    assert sorted(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["search", "-p", 2, "-m", 2, "--unit", "--csv", "-"], "'--csv'"),
+        (["search", "-p", 2, "-m", 2, "--unit", "--trace", "-"], "'--trace'"),
+        (["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--model", "study", "--system", "mid-mid", "--trace", "-"], "'--trace'"),
+        (["calibrate", str(ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"), "--system", "a100-vtrain",
+          "-o", "-"], "'--output' / '-o'"),
+        (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 4, "--search", 0, "--torch-csv", "-"], "'--torch-csv'"),
+        (["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--plot", "-"], "'--plot'"),
+    ],
+)
+def test_a_dash_where_stdout_carries_the_report_is_refused_not_written_as_a_file(tmp_path, monkeypatch, args, flag):
+    """'-' means standard output only where the command prints nothing else there (export): elsewhere
+    it is refused at once instead of becoming a file named '-' in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    result = run(*args)
+    assert one_error_line(result).startswith(f"error: Invalid value for {flag}: '-' (standard output)")
+    assert result.stdout == ""
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_export_writes_a_dash_to_stdout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("export", "-s", "1f1b", "-p", 2, "-m", 1, "-o", "-")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["0F0,0B0", "1F0,1B0"]
+    assert sorted(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["evaluate", "-s", "1f1b", "-p", 2, "-m", 2], ["search", "-p", 2, "-m", 2, "--unit"]])
+def test_a_picture_path_without_a_picture_suffix_is_refused_before_the_report(tmp_path, command):
+    result = run(*command, "--plot", tmp_path / "steps.pdf")
+    line = one_error_line(result)
+    assert "cannot draw to steps.pdf: '.pdf' is not a picture format (use .png or .svg)" in line
+    assert result.stdout == ""
     assert sorted(tmp_path.iterdir()) == []

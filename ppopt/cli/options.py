@@ -295,7 +295,15 @@ class ProgressBar:
 def check_output(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
     """Callback of every option naming a file to write: refuse, before any work starts (a search or a
     calibration can take minutes), a path that is a directory or whose directory does not exist or
-    cannot be written to. ``-`` (standard output) passes."""
+    cannot be written to, and ``-``: standard output carries the command's report (only
+    :func:`check_output_or_stdout` lets ``-`` through)."""
+    if path == "-":
+        raise click.BadParameter("'-' (standard output) carries the report here: give a file name")
+    return check_output_or_stdout(ctx, param, path)
+
+
+def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+    """:func:`check_output` for an option whose ``-`` writes to standard output instead of a file."""
     if path is None or path == "-":
         return path
     target = Path(path)
@@ -314,10 +322,11 @@ def check_plot(ctx: click.Context, param: click.Parameter, path: str | None) -> 
     refuse before any work starts."""
     if path is not None:
         from ppopt.errors import PpoptError
-        from ppopt.report.plot import require_matplotlib
+        from ppopt.report.plot import picture_format, require_matplotlib
 
         check_output(ctx, param, path)
         try:
+            picture_format(path)
             require_matplotlib()
         except PpoptError as error:
             raise click.BadParameter(error.reason) from None

@@ -9,7 +9,7 @@ import click
 from ppopt.cli import main
 from ppopt.cli.options import (
     Phases,
-    check_output,
+    check_output_or_stdout,
     emit_json,
     json_option,
     resolve_schedule,
@@ -51,7 +51,7 @@ def _export_format(fmt: str | None, output: str) -> str:
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default=None,
               help="torch-csv (PyTorch schedule CSV), chrome-trace (Perfetto JSON), png or svg (Gantt picture) "
                    "[default: from the --output suffix].")
-@click.option("--output", "-o", required=True, callback=check_output, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
+@click.option("--output", "-o", required=True, callback=check_output_or_stdout, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
 def export_command(name, schedule_file, legacy_backward, devices, microbatches, options, unit, units, model, system,
                    global_batch, fmt, output) -> None:
     """Write a schedule, simulated, as a PyTorch schedule CSV, a Chrome trace or a Gantt picture.

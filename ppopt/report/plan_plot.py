@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ppopt.report.plot import LIMIT_COLOR, _format_of, _save, new_figure
+from ppopt.report.plot import LIMIT_COLOR, _save, new_figure, picture_format
 
 __all__ = ["pareto_front", "plot_plan"]
 
@@ -33,7 +33,7 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 def plot_plan(plans: Sequence, path: str | os.PathLike) -> None:
     """Draw ``plans`` (:class:`ppopt.plan.Plan`) to ``path`` (see module doc)."""
-    fmt = _format_of(path)
+    fmt = picture_format(path)
     figure = new_figure()
     fig = figure(figsize=(7.0, 4.2 * len(plans)), layout="constrained")
     axes = fig.subplots(len(plans), 1, squeeze=False)[:, 0]

@@ -99,7 +99,8 @@ def new_figure():
     return figure
 
 
-def _format_of(path: str | os.PathLike) -> str:
+def picture_format(path: str | os.PathLike) -> str:
+    """The matplotlib format of a picture path (its .png or .svg suffix); ScheduleError otherwise."""
     suffix = Path(path).suffix.lower()
     if suffix not in SUFFIXES:
         shown = f"'{suffix}'" if suffix else "no suffix"
@@ -356,7 +357,7 @@ def plot_schedule(schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op
                   **options: Any) -> Path:
     """Draw :func:`schedule_figure` (``options`` are its keyword arguments) and write it to ``path``,
     a ``.png`` or ``.svg`` (anything else is a :class:`ScheduleError`). Returns the path written."""
-    fmt = _format_of(path)
+    fmt = picture_format(path)
     return _save(schedule_figure(schedule, start, end, **options), path, fmt)
 
 
@@ -468,5 +469,5 @@ def plot_compare(
 ) -> Path:
     """Several timed schedules (:class:`Panel`, or tuples of its fields) stacked on a shared time
     axis, each with its step time in its title and, with ``memory``, its memory panel."""
-    fmt = _format_of(path)
+    fmt = picture_format(path)
     return _save(compare_figure(items, title, time_unit, memory, memory_unit), path, fmt)
