@@ -1,10 +1,10 @@
-"""How the calibrated cost model extrapolates: held-out proxies computed from the shipped measured rows
-(issue 10). Run from the repository root: ``python benchmarks/accuracy_extrapolation.py``.
+"""How the calibrated cost model extrapolates: held-out proxies computed from the shipped measured rows.
+Run from the repository root: ``python benchmarks/accuracy_extrapolation.py``.
 
 Each proxy calibrates on some rows of ``data/measured`` and validates (pipeline simulated, as
 ``ppopt validate`` does) on others:
 
-1. single-node -> multi-node (the issue's acceptance setting: calibrate on one node, plan a cluster);
+1. single-node -> multi-node (the setting of a user who calibrates on one node and plans a cluster);
 2. single-node hidden 1024 -> single-node hidden 2048 (extrapolation in model size);
 3. single-node + 3.6B -> 18.4B (extrapolation in model size and GPUs);
 4. all -> all (the shipped preset's fit).

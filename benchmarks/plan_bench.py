@@ -1,4 +1,4 @@
-"""Time ``ppopt plan`` for Llama 3 70B on 64 H100s (issue 11: under 120 s on 2 cores with the
+"""Time ``ppopt plan`` for Llama 3 70B on 64 H100s (target: under 120 s on 2 cores with the
 default search time). Run from the repository root: ``python benchmarks/plan_bench.py``.
 
 Prints the wall time of the whole command in three settings, measured in the same run: the

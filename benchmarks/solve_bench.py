@@ -69,7 +69,7 @@ class Case:
     quick: bool = False
     forward: float = 1.0  # unit mode: F slots (B = 2F)
     limit_gib: float | None = None  # modelled: this byte limit per device instead of 1.1 x 1F1B's peak
-    acceptance: bool = False  # one of the acceptance instances of the issue "The solver at production sizes"
+    acceptance: bool = False  # one of the acceptance instances of the solver at production sizes (README)
 
     @property
     def name(self) -> str:

@@ -1,4 +1,4 @@
-"""Time ``ppopt validate`` and ``ppopt calibrate`` over all shipped measured rows (issue 10: under
+"""Time ``ppopt validate`` and ``ppopt calibrate`` over all shipped measured rows (target: under
 30 s for the 1,481 rows on 2 cores). Run from the repository root: ``python benchmarks/validate_measured.py``.
 
 Baseline, measured in the same run: reading and checking the two CSV files alone (``read_measured``),

@@ -129,7 +129,7 @@ def test_library_errors_name_the_flag_the_user_typed():
 
 
 def test_evaluate_lengths_are_in_one_unit_for_every_schedule():
-    # Issue 14 item 1. F = I = W = 1 slot of a 1/p model share (B = 2), p = m = 8, by hand:
+    # F = I = W = 1 slot of a 1/p model share (B = 2), p = m = 8, by hand:
     # 1F1B (m + p - 1)(F + B) = 45; ZB-H1 m(F + B) + (p - 1)(F + I - W) = 31 (Qi et al., ICLR 2024,
     # Section 2); interleaved 1F1B with v = 2 chunks m(F + B) + (p - 1)(F + B)/v = 34.5 (Narayanan
     # et al., SC'21, Section 2.2).

@@ -93,7 +93,7 @@ def test_frontier_is_monotone_and_places_handcrafted():
         # Every named schedule undefined or infeasible: an error, not an empty table with exit 0.
         (["gap", "-p", "3", "-m", "6", "--unit", "-s", "dualpipe"], "no schedule to report at p = 3, m = 6 (dualpipe: dualpipe needs an even"),
         (["gap", "-p", "2", "-m", "2", "--unit", "--memory-limit", "0.5", "-s", "1f1b"], "(1f1b: memory limit 0.5 activations is below the minimum 1"),
-        # Over the op limit: refused before any placement or model is built (issue 9: no hang).
+        # Over the op limit: refused before any placement or model is built (no hang).
         (["search", "-p", "10000000", "-m", "2", "--unit"], "10000000 devices, 2 microbatches make 40,000,000 ops"),
         (["frontier", "-p", "2", "-m", str(10**20), "--unit"], "the limit is 10,000,000 ops"),
         (["gap", "-p", "2", "-m", "2", "--waves", "10000000", "--unit"], "2 devices x 20000000 stages, 2 microbatches"),

@@ -1,4 +1,4 @@
-"""Every command driven with random flags, values, config files and CSVs (issue 9, acceptance).
+"""Every command driven with random flags, values, config files and CSVs.
 
 Whatever the input, a command ends with exit status 0 or 1, never a traceback; an error is one
 ``error:`` line on stderr (a schedule validation error may add its order grid, lines ``device N:``);

@@ -1,5 +1,5 @@
 """The job fields (--tp, --dp, --micro-batch, --recompute, --sequence-parallel,
---distributed-optimizer) on evaluate, compare and the solver commands (issue 10)."""
+--distributed-optimizer) on evaluate, compare and the solver commands."""
 
 from __future__ import annotations
 

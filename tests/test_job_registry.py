@@ -1,4 +1,4 @@
-"""Every registered family in the job model and the plan (issue 12: the registry is the single source
+"""Every registered family in the job model and the plan (the registry is the single source
 of truth): a family added to :mod:`ppopt.generators` either runs as a job, with the facts the job
 model reads from its entry agreeing with its generator, or is refused with a one-line reason."""
 

@@ -1,4 +1,4 @@
-"""Acceptance of issue 10 on the shipped measurements (data/measured): the real commands, run once
+"""Acceptance of the accuracy targets on the shipped measurements (data/measured): the real commands, run once
 per session, and the reader's errors on bad data."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Results whose per-device peak exceeds the system's memory are marked (issue 14, item 6)."""
+"""Results whose per-device peak exceeds the system's memory are marked."""
 
 from __future__ import annotations
 

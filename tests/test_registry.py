@@ -111,7 +111,7 @@ def test_an_entry_must_give_forms_or_the_reason():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Issue 14 item 2: closed forms outside their range are shown as such and never ranked
+# Closed forms outside their range are shown as such and never ranked
 # ---------------------------------------------------------------------------------------------------
 
 
