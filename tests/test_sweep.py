@@ -17,7 +17,7 @@ from ppopt.cli import main
 from ppopt.cli.options import ProgressBar
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.sweep import COLUMNS, LocalExecutor, load_spec, point_hash, read_rows, run_sweep
-from ppopt.sweep.executors import make_executor
+from ppopt.sweep.executors import make_executor, max_local_jobs
 from ppopt.sweep.run import INPUT_COLUMNS, locked
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,6 +167,25 @@ def test_ray_missing_is_a_one_line_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ConfigError, match=r"^executor: ray needs ray: pip install 'ppopt\[ray\]'$"):
         make_executor("ray")
+
+
+@pytest.mark.parametrize("command", [["sweep", "SPEC"], ["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100",
+                                                   "--search", "0"]])
+def test_more_jobs_than_the_machine_runs_usefully_are_refused_before_any_process(tmp_path, command):
+    """-j 1000000 (a typo, or a number meant for another machine) would start a process per work item
+    on this one: refused in one line naming the limit, nothing started, nothing written."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    too_many = max_local_jobs() + 1
+    args = [str(spec) if a == "SPEC" else a for a in command]
+    result = CliRunner().invoke(main, [*args, "-j", str(too_many), "-q", *(["-o", str(tmp_path / "out")] if command[0] == "sweep" else [])])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip() == (f"error: --jobs: {too_many} is more than this machine runs usefully: at most "
+                                     f"{max_local_jobs()} (4 per CPU, {os.cpu_count() or 1} CPUs)")
+    assert not (tmp_path / "out").exists()
+    assert max_local_jobs() >= 16
+    with LocalExecutor(max_local_jobs()) as pool:  # the limit itself is taken
+        assert sorted(pool.map_unordered(abs, [-1, -2])) == [1, 2]
 
 
 def test_unreachable_ray_address_fails_fast():

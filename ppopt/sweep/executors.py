@@ -27,7 +27,7 @@ from typing import Any
 
 from ppopt.errors import ConfigError
 
-__all__ = ["Executor", "LocalExecutor", "RayExecutor", "make_executor"]
+__all__ = ["Executor", "LocalExecutor", "RayExecutor", "make_executor", "max_local_jobs"]
 
 
 def _die_with_parent() -> None:
@@ -47,6 +47,21 @@ def _die_with_parent() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="ppopt-parent-watch", daemon=True).start()
+
+
+def max_local_jobs() -> int:
+    """The most processes (or local Ray CPUs) ``--jobs`` may ask of this machine: 4 per CPU, at
+    least 16. More only oversubscribes the CPUs, and a typo like ``-j 1000000`` would otherwise
+    start a process per work item."""
+    return max(16, 4 * (os.cpu_count() or 1))
+
+
+def _check_jobs(jobs: int) -> None:
+    if jobs < 1:
+        raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
+    if jobs > max_local_jobs():
+        raise ConfigError(f"{jobs} is more than this machine runs usefully: at most {max_local_jobs()} "
+                          f"(4 per CPU, {os.cpu_count() or 1} CPUs)", field="jobs")
 
 
 class Executor:
@@ -69,8 +84,7 @@ class LocalExecutor(Executor):
     """In-process (``jobs == 1``) or a pool of ``jobs`` spawned processes."""
 
     def __init__(self, jobs: int = 1):
-        if jobs < 1:
-            raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
+        _check_jobs(jobs)
         self.jobs = jobs
         self._pool = None
 
@@ -181,7 +195,9 @@ def make_executor(kind: str = "local", jobs: int = 1, address: str | None = None
             raise ConfigError("is for the ray executor", field="address")
         return LocalExecutor(jobs)
     if kind == "ray":
-        if jobs < 1:
+        if address is None:  # a local Ray gets ``jobs`` CPUs of this machine
+            _check_jobs(jobs)
+        elif jobs < 1:
             raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
         return RayExecutor(address, num_cpus=jobs if jobs > 1 else None)
     raise ConfigError(f"unknown executor {kind!r} (known: local, ray)")
