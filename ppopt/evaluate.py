@@ -17,9 +17,9 @@ from ppopt.costs import Costs, partition_layers, stage_costs
 from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import Flat
 from ppopt.formula import Formula, formula
-from ppopt.generators import generate, names
+from ppopt.generators import generate, get, names
 from ppopt.generators.common import require_positive
-from ppopt.ir import Schedule
+from ppopt.ir import MAX_OPS, Schedule, check_total_size
 from ppopt.job import Parallelism, job_costs, pipeline_system
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
@@ -142,6 +142,10 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
     require_positive(devices, microbatches)  # otherwise every schedule would just be "skipped"
     results, skipped = [], {}
     every = names()
+    # every result is kept for the report: their sum, not each schedule alone, is what must fit
+    sizes = [get(name).ops(devices, microbatches, get(name).taken(options)) for name in every]
+    check_total_size(sum(size for size in sizes if size is not None and size <= MAX_OPS),
+                     f"the {len(every)} schedules at p = {devices}, m = {microbatches}")
     for done, name in enumerate(every, 1):
         try:
             results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))

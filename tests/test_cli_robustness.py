@@ -346,3 +346,20 @@ def test_a_picture_path_without_a_picture_suffix_is_refused_before_the_report(tm
     assert "cannot draw to steps.pdf: '.pdf' is not a picture format (use .png or .svg)" in line
     assert result.stdout == ""
     assert sorted(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["evaluate", "compare"])
+def test_every_schedule_at_once_is_sized_by_the_sum_before_the_first(command):
+    """Each schedule at 64 x 40,000 is under the one-schedule limit, but the report keeps them all:
+    their sum (2 ops per stage and microbatch for gpipe, ...) is refused before any is built."""
+    from ppopt.generators import get, names
+    from ppopt.ir import MAX_OPS, MAX_TOTAL_OPS
+
+    sizes = [get(name).ops(64, 40_000, {}) for name in names()]
+    assert all(size is not None for size in sizes)
+    total = sum(size for size in sizes if size <= MAX_OPS)  # type: ignore[operator]
+    assert total > MAX_TOTAL_OPS and get("gpipe").ops(64, 40_000, {}) == 64 * 40_000 * 2
+    extra = ["-s", "all"] if command == "evaluate" else ["--model", "study", "--system", "mid-mid", "--global-batch", 40_000]
+    line = one_error_line(run(command, *extra, "-p", 64, "-m", 40_000))
+    assert line == (f"error: input too large: the {len(sizes)} schedules at p = 64, m = 40000 make {total:,} ops to "
+                    f"simulate in all (stages x microbatches x kinds, summed); the limit is {MAX_TOTAL_OPS:,}")
