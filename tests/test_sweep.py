@@ -337,6 +337,16 @@ def test_a_second_sweep_into_a_locked_directory_refuses(tmp_path):
     assert run_sweep(load_spec(spec), out).missing == 0
 
 
+def test_a_record_that_is_not_a_file_is_one_line(tmp_path):
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, SPEC.split("[solver]")[0])
+    (out / "rows.jsonl").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(out), "-q"])
+    assert result.exit_code == 1
+    assert result.output == f"error: cannot read {out / 'rows.jsonl'}: Is a directory\n"
+    assert not (out / "rows.csv").exists() and not (out / "spec.json").exists()
+
+
 def _children(pid: int) -> set[int]:
     """Live (not zombie) processes whose parent is ``pid`` (Linux /proc)."""
     found = set()

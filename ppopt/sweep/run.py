@@ -169,6 +169,8 @@ def read_rows(path: Path, repair: bool = False) -> dict[str, dict]:
         data = path.read_bytes()
     except FileNotFoundError:
         return rows
+    except OSError as error:  # a directory in its place, no permission: one line, not a traceback
+        raise PpoptError(f"cannot read {path}: {error.strerror or error}") from None
     end = data.rfind(b"\n") + 1
     if repair and end < len(data):
         with open(path, "r+b") as handle:
