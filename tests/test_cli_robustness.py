@@ -363,3 +363,14 @@ def test_every_schedule_at_once_is_sized_by_the_sum_before_the_first(command):
     line = one_error_line(run(command, *extra, "-p", 64, "-m", 40_000))
     assert line == (f"error: input too large: the {len(sizes)} schedules at p = 64, m = 40000 make {total:,} ops to "
                     f"simulate in all (stages x microbatches x kinds, summed); the limit is {MAX_TOTAL_OPS:,}")
+
+
+@pytest.mark.parametrize("command", [["table"], ["evaluate"], ["export", "-o", "out.csv"]])
+def test_sizes_that_contradict_the_schedule_file_are_refused(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "two.csv").write_text("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n")
+    line = one_error_line(run(*command, "--schedule-file", "two.csv", "-p", 8, "-m", 2))
+    assert line == "error: --devices: 8 differs from the 2 of two.csv (a schedule file gives its own sizes)"
+    line = one_error_line(run(*command, "--schedule-file", "two.csv", "-m", 64))
+    assert line == "error: --microbatches: 64 differs from the 2 of two.csv (a schedule file gives its own sizes)"
+    assert run(*command, "--schedule-file", "two.csv", "-p", 2, "-m", 2).exit_code == 0

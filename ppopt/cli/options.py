@@ -159,7 +159,12 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
         from ppopt.io.torch_csv import read_torch_csv
 
         refuse_unused_options(None, options)
-        return read_torch_csv(Path(schedule_file), legacy_backward=legacy_backward)
+        schedule = read_torch_csv(Path(schedule_file), legacy_backward=legacy_backward)
+        for field, given, read in (("devices", devices, schedule.devices), ("microbatches", microbatches, schedule.microbatches)):
+            if given is not None and given != read:
+                raise ConfigError(f"{given} differs from the {read} of {schedule_file} (a schedule file gives its own sizes)",
+                                  field=field)
+        return schedule
     refuse_unused_options(name, options)
     require_size(devices, microbatches)
     return validate(generate(name, devices, microbatches, **options))
