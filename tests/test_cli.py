@@ -184,3 +184,13 @@ def test_export_and_import_report_their_phases_only_when_long(tmp_path, monkeypa
     read = CliRunner().invoke(main, ["import", str(path)])
     assert [line.split(" (")[0] for line in read.stderr.splitlines()] == [
         f"import {path}: read and validated", f"import {path}: table built"]
+
+
+def test_a_table_of_chunks_says_its_peaks_count_chunks():
+    """ZB-V puts 2 chunks of 1/(2p) on each device: the table counts 8 live chunks at p = 4, m = 8,
+    which the solver's reports, in 1/p model shares, count as 4; the line says which unit it uses."""
+    v = run("table", "-s", "zb-v", "-p", 4, "-m", 8)
+    assert v.exit_code == 0, v.output
+    assert v.output.splitlines()[-1].endswith("peak live activations per device (stage chunks, 1/8 of the model each) 8 (all)")
+    linear = run("table", "-s", "1f1b", "-p", 4, "-m", 8)
+    assert linear.output.splitlines()[-1].endswith("peak live activations per device 4,3,2,1")

@@ -125,7 +125,7 @@ def _emit_text(output: str, text: str) -> None:
 def import_command(file: str, legacy_backward: bool, units, as_json: bool) -> None:
     """Read a PyTorch schedule CSV, validate it, and print its unit-slot table and metrics."""
     from ppopt.io.torch_csv import read_torch_csv
-    from ppopt.report.text import grid, per_device
+    from ppopt.report.text import grid, table_summary
     from ppopt.table import build_table, table_metrics
 
     phases = Phases(f"import {file}")
@@ -154,7 +154,5 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool) -> No
         f"{'split (I, W)' if split else 'full (B)'} backward\n"
     )
     click.echo(grid(table, colour=True))
-    click.echo(
-        f"\nlength {metrics.length:g} slots, bubble ratio {metrics.bubble_ratio:.4f}, "
-        f"peak live activations per device {per_device(metrics.peak_activations)}"
-    )
+    click.echo("\n" + table_summary(metrics.length, metrics.bubble_ratio, metrics.peak_activations, schedule.devices,
+                                    schedule.stages))

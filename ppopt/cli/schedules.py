@@ -46,7 +46,7 @@ def list_command(as_json: bool, fmt: str) -> None:
 def table_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, plot, as_json) -> None:
     """Print a schedule's unit-slot table: rows are devices, columns are slots."""
     from ppopt.report.evaluation import table_json
-    from ppopt.report.text import grid, per_device
+    from ppopt.report.text import grid, table_summary
     from ppopt.table import build_table
 
     table = build_table(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), units)
@@ -56,10 +56,8 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, u
             _plot_table(table, plot)
         return
     click.echo(grid(table, colour=True))
-    click.echo(
-        f"\nlength {table.length:g} slots, bubble ratio {table.bubble_ratio:.4f}, "
-        f"peak live activations per device {per_device(table.peak_activations)}"
-    )
+    click.echo("\n" + table_summary(table.length, table.bubble_ratio, table.peak_activations, table.schedule.devices,
+                                    table.schedule.stages))
     if plot:
         _plot_table(table, plot)
 

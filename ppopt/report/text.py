@@ -171,6 +171,14 @@ def per_device(values: Sequence[float]) -> str:
     return ",".join(text)
 
 
+def table_summary(length: float, bubble_ratio: float, peaks: Sequence[float], devices: int, stages: int) -> str:
+    """The line under a table's grid. Its peaks count stage chunks (the table's memory semantics),
+    so with more stages than devices the line says how large a chunk is: the solver's reports count
+    the same memory in activations of a 1/p model share instead."""
+    unit = "" if stages == devices else f" (stage chunks, 1/{stages} of the model each)"
+    return f"length {length:g} slots, bubble ratio {bubble_ratio:.4f}, peak live activations per device{unit} {per_device(peaks)}"
+
+
 def seconds(value: float) -> str:
     """A duration with a readable unit: ``57.42 s``, ``12.3 ms``, ``45.1 us``."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
