@@ -20,16 +20,20 @@ from dataclasses import dataclass
 from ppopt.errors import ConfigError
 from ppopt.ir import Kind
 
+MAX_SLOTS = 1e6
+"""Largest duration or delay of the unit model, slots: a million forwards per op is far beyond any
+real ratio, and it keeps every table's length and its tick count (printed as figures) readable."""
+
 
 @dataclass(frozen=True)
 class UnitCosts:
     """Op durations of a 1/p model share, in slots (see the module docstring).
 
     Attributes:
-        forward: F, slots (> 0).
-        backward: full backward B = I + W, slots (> 0).
+        forward: F, slots (> 0, at most :data:`MAX_SLOTS`).
+        backward: full backward B = I + W, slots (> 0, at most :data:`MAX_SLOTS`).
         weight: W, slots, between 0 and ``backward``; None means ``backward / 2``.
-        comm: point-to-point message delay between devices, slots (>= 0).
+        comm: point-to-point message delay between devices, slots (>= 0, at most :data:`MAX_SLOTS`).
     """
 
     forward: float = 1.0
@@ -44,6 +48,9 @@ class UnitCosts:
                 raise ConfigError(f"must be a finite number > 0, got {value}", field=name)
         if not (math.isfinite(self.comm) and self.comm >= 0):
             raise ConfigError(f"must be a finite number >= 0, got {self.comm}", field="comm")
+        for name in ("forward", "backward", "comm"):
+            if getattr(self, name) > MAX_SLOTS:
+                raise ConfigError(f"must be at most {MAX_SLOTS:,.0f} slots, got {getattr(self, name):g}", field=name)
         if self.weight is not None and not (math.isfinite(self.weight) and 0 <= self.weight <= self.backward):
             raise ConfigError(f"must lie between 0 and backward ({self.backward:g}), got {self.weight}", field="weight")
 

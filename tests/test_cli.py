@@ -85,6 +85,8 @@ def test_evaluate_all_reports_skipped_schedules_on_stderr():
         (["evaluate", "-s", "nope", "-p", "4", "-m", "4"], "unknown schedule 'nope'"),
         (["evaluate", "-s", "chimera", "-p", "3", "-m", "3"], "even number of devices"),
         (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--backward", "0"], "--backward: must be a finite number > 0"),
+        (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--comm", "1e300"], "--comm: must be at most 1,000,000 slots, got 1e+300"),
+        (["evaluate", "-s", "1f1b", "-p", "4", "-m", "4", "--forward", "2e6"], "--forward: must be at most 1,000,000 slots"),
         (["import", "x.csv", "--weight", "-1"], "--weight: must lie between 0 and backward"),
         (["evaluate", "-s", "chimera-asym", "-p", "4", "-m", "4", "--split", "1:x"], "--split"),
         (["evaluate", "-s", "all", "-p", "-2", "-m", "4"], "--devices: must be >= 1"),
