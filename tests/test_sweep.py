@@ -19,6 +19,7 @@ from ppopt.errors import ConfigError, PpoptError
 from ppopt.sweep import COLUMNS, LocalExecutor, load_spec, point_hash, read_rows, run_sweep
 from ppopt.sweep.executors import make_executor, max_local_jobs
 from ppopt.sweep.run import INPUT_COLUMNS, locked
+from ppopt.sweep.spec import MAX_SWEEP_OPS, check_sweep_size
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -345,6 +346,28 @@ def test_a_record_that_is_not_a_file_is_one_line(tmp_path):
     assert result.exit_code == 1
     assert result.output == f"error: cannot read {out / 'rows.jsonl'}: Is a directory\n"
     assert not (out / "rows.csv").exists() and not (out / "spec.json").exists()
+
+
+def test_a_sweep_too_large_to_finish_is_refused_before_its_directory_is_made(tmp_path):
+    """99 device counts x 10 microbatch counts x every schedule x 4 models x 5 systems: tens of billions
+    of ops, days of work, refused in one line with the sum; so is a day of solver time."""
+    out = tmp_path / "out"
+    big = write_spec(tmp_path, 'schedules = ["gpipe"]\ndevices = [64]\nmicrobatches = [4096, 8192]\n'
+                               'models = ["study"]\nsystems = ["mid-mid", "fast-fast", "slow-slow", "mid-slow", "fast-slow"]\n'
+                               'global_batch = 8192\n', name="big.toml")
+    spec = load_spec(big).spec
+    ops = 5 * (64 * 4096 * 2 + 64 * 8192 * 2)
+    assert ops < MAX_SWEEP_OPS  # this one fits ...
+    check_sweep_size(spec)
+    many = spec.model_copy(update={"devices": list(range(2, 202))})  # ... 200 times as many does not
+    total = sum(5 * (p * 4096 * 2 + p * 8192 * 2) for p in range(2, 202))
+    assert total > MAX_SWEEP_OPS
+    with pytest.raises(ConfigError, match=f"^sweep too large: 2,000 points make {total:,} ops to simulate"):
+        check_sweep_size(many)
+    big.write_text(big.read_text().replace("devices = [64]", f"devices = {list(range(2, 202))}"))
+    result = CliRunner().invoke(main, ["sweep", str(big), "-o", str(out), "-q"])
+    assert result.exit_code == 1 and result.output.startswith(f"error: sweep too large: 2,000 points make {total:,} ops")
+    assert not out.exists()
 
 
 def _children(pid: int) -> set[int]:

@@ -34,7 +34,7 @@ from pathlib import Path
 from ppopt.errors import PpoptError
 from ppopt.io import atomic_write_text, write_json
 from ppopt.sweep.executors import Executor, LocalExecutor
-from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, expand
+from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, check_sweep_size, expand
 
 __all__ = ["COLUMNS", "LOCK_NAME", "Progress", "SweepResult", "read_rows", "run_item", "run_sweep", "rows_csv"]
 
@@ -312,6 +312,7 @@ def run_sweep(
     the output directory.
     """
     began = time.monotonic()
+    check_sweep_size(loaded.spec)  # before the output directory is made
     out = Path(output) if output is not None else default_output(loaded)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -74,8 +74,9 @@ from pydantic import (
 
 from ppopt.config import ModelConfig, SystemConfig, display_path, load_model, load_system
 from ppopt.errors import ConfigError, PpoptError
-from ppopt.generators import OPTIONS, REGISTRY, generate
+from ppopt.generators import OPTIONS, REGISTRY, generate, get
 from ppopt.io import CONFIG_BYTES, read_text_bounded
+from ppopt.ir import MAX_OPS
 
 __all__ = ["EvalItem", "GapItem", "LoadedSpec", "SweepSpec", "expand", "load_spec", "point_hash", "spec_dirs", "resolve_spec"]
 
@@ -405,9 +406,46 @@ def _applies(spec: SweepSpec, name: str, devices: int, microbatches: int, model:
     return rule is None or rule.keeps(devices, microbatches, model, system)
 
 
+MAX_SWEEP_OPS = 2_000_000_000
+"""Most ops (stages x microbatches x kinds, summed over the evaluation points) one sweep simulates:
+hours of work on one core. A larger spec is refused before the first point; split it."""
+
+MAX_SWEEP_SEARCH_S = 86_400.0
+"""Most solver time (searches x their time limit) one sweep spends: a day."""
+
+
+def check_sweep_size(spec: SweepSpec) -> None:
+    """Refuse, before any item is built, a spec whose evaluation points add up to more than
+    :data:`MAX_SWEEP_OPS` ops or whose searches to more than :data:`MAX_SWEEP_SEARCH_S` seconds
+    (every (p, m, limit, schedule) counted once, an upper bound of the searches run)."""
+    points = ops = 0
+    for devices, microbatches in itertools.product(spec.devices, spec.microbatches):
+        for name in spec.schedule_names():
+            family = get(name)
+            for combo in _option_combos(name, spec.options):
+                size = family.ops(devices, microbatches, family.taken({k: v for k, v in combo.items() if v is not None}))
+                points += 1
+                ops += min(size or 0, MAX_OPS)  # a schedule over MAX_OPS is refused by its point, not run
+    models_systems = len(spec.models) * len(spec.systems)
+    ops, points = ops * models_systems, points * models_systems
+    if ops > MAX_SWEEP_OPS:
+        raise ConfigError(f"sweep too large: {points:,} points make {ops:,} ops to simulate (stages x microbatches x "
+                          f"kinds, summed); the limit is {MAX_SWEEP_OPS:,}: split the spec into several sweeps")
+    solver = spec.solver
+    if solver is not None:
+        searches = (len(solver.devices or spec.devices) * len(solver.microbatches or spec.microbatches)
+                    * len(solver.memory_limits) * len(spec.solver_schedule_names()))
+        if searches * solver.time_limit_s > MAX_SWEEP_SEARCH_S:
+            raise ConfigError(f"sweep too large: up to {searches:,} searches of {solver.time_limit_s:g} s make "
+                              f"{searches * solver.time_limit_s / 3600:,.0f} h of solver time; the limit is "
+                              f"{MAX_SWEEP_SEARCH_S / 3600:.0f} h: split the spec or lower time_limit_s")
+
+
 def expand(loaded: LoadedSpec) -> list[EvalItem | GapItem]:
-    """The spec's work items in point order (the order rows appear in ``rows.csv``)."""
+    """The spec's work items in point order (the order rows appear in ``rows.csv``), sizes checked
+    first (:func:`check_sweep_size`)."""
     spec = loaded.spec
+    check_sweep_size(spec)
     items: list[EvalItem | GapItem] = []
     for model_name, system_name in itertools.product(spec.models, spec.systems):
         model, system = loaded.models[model_name], loaded.systems[system_name]
