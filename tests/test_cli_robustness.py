@@ -374,3 +374,18 @@ def test_sizes_that_contradict_the_schedule_file_are_refused(tmp_path, monkeypat
     line = one_error_line(run(*command, "--schedule-file", "two.csv", "-m", 64))
     assert line == "error: --microbatches: 64 differs from the 2 of two.csv (a schedule file gives its own sizes)"
     assert run(*command, "--schedule-file", "two.csv", "-p", 2, "-m", 2).exit_code == 0
+
+
+def test_the_command_line_ends_without_the_interpreters_teardown_and_loses_no_output():
+    """A finished command exits at once (freeing a plan's objects one by one took most of a second
+    past its --time-limit): no exit handler runs, and stdout and stderr arrive complete."""
+    probe = ("import atexit, sys; atexit.register(lambda: print('teardown ran', file=sys.stderr)); "
+             "from ppopt.cli import main; main()")
+    done = subprocess.run([sys.executable, "-c", probe, "list"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "teardown ran" not in done.stderr
+    assert done.stdout == run("list").stdout
+    failed = subprocess.run([sys.executable, "-c", probe, "evaluate", "-s", "nope", "-p", "2", "-m", "2"],
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and failed.stderr.startswith("error: unknown schedule 'nope'")
+    assert "teardown ran" not in failed.stderr

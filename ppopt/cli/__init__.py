@@ -127,7 +127,21 @@ class _Cli(click.Group):
             code = 1
         except OSError as error:
             code = _stdout_failed(error)
-        sys.exit(code if isinstance(code, int) else 0)
+        code = code if isinstance(code, int) else 0
+        if _FROM_COMMAND_LINE:
+            _exit_now(code)
+        sys.exit(code)
+
+
+def _exit_now(code: int) -> None:
+    """End this process at once, once its output is flushed: the command is done (files written and
+    closed, pools and Ray shut down by their context managers), and freeing a large command's
+    objects one by one at the interpreter's exit took 0.85 s after `ppopt plan` on 5,136 jobs,
+    past its --time-limit. Only for the process's own command line: a caller's interpreter lives on."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 class _ClosedStdout(io.RawIOBase):
