@@ -389,3 +389,12 @@ def test_the_command_line_ends_without_the_interpreters_teardown_and_loses_no_ou
                             capture_output=True, text=True, timeout=120)
     assert failed.returncode == 1 and failed.stderr.startswith("error: unknown schedule 'nope'")
     assert "teardown ran" not in failed.stderr
+
+
+@pytest.mark.parametrize("args, flag", [(["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", ""], "'--output' / '-o'"),
+                                        (["search", "-p", 2, "-m", 2, "--unit", "--csv", " "], "'--csv'")])
+def test_an_empty_output_name_is_named_as_such(tmp_path, monkeypatch, args, flag):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(run(*args))
+    assert line.startswith(f"error: Invalid value for {flag}: cannot write {args[-1]!r}: empty file name")
+    assert sorted(tmp_path.iterdir()) == []
