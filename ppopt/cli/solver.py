@@ -40,7 +40,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int):
     @functools.wraps(command)
     def wrapper(**params):
         spec, solve = _requests(params)
-        _check_size(spec, params["options"], solve.time_limit_s, built(params), held)
+        _check_size(spec, params, solve.time_limit_s, built(params), held)
         return command(spec=spec, solve=solve, **params)
 
     for option in reversed(
@@ -71,25 +71,44 @@ def _gap_builds(params: dict) -> int:
     return len(params["schedules"] or names()) + 1
 
 
-def _check_size(spec: InstanceSpec, options: dict, time_limit_s: float, schedules: int = 1, held: int = 1) -> None:
-    """Refuse, before any model is built, a request whose every schedule is over
-    :data:`ppopt.ir.MAX_OPS` (at least p x chunks stages, 2 x waves chunks per device for Hanayo,
-    each with a forward and a backward of each microbatch), over what the command's memory plan
+def _planned_size(spec: InstanceSpec, params: dict) -> tuple[int, int, str | None]:
+    """Stages per device and op kinds of the largest schedule a command builds, and the space key
+    that sets them (``chunks=V``, ``waves=W``), if any. Commands with a ``--space`` (search,
+    frontier) count its stages (:func:`ppopt.solve.space.largest_stage_count`; the flags fill in
+    what it leaves out); ``gap`` counts p x chunks or 2 x waves per device from the flags, each
+    stage with a forward and a backward of each microbatch."""
+    options = params["options"]
+    if "space" in params:
+        from ppopt.solve.space import largest_stage_count, parse_space, size_key
+
+        space = parse_space(params["space"], **options)
+        return largest_stage_count(space, spec.devices) // spec.devices, 3 if space.split_backward else 2, size_key(space)
+    return max(1, options.get("chunks") or 1, 2 * (options.get("waves") or 0)), 2, None
+
+
+def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules: int = 1, held: int = 1) -> None:
+    """Refuse, before any model or placement is built, a request whose every schedule is over
+    :data:`ppopt.ir.MAX_OPS` (:func:`_planned_size`), over what the command's memory plan
     allows (:func:`ppopt.solve.search.max_search_ops`), or too large to finish within the time limit
     (:func:`ppopt.solve.search.minimum_time_s` for each of the ``schedules`` the command builds at
-    the least; ``held`` of them at once count in the memory plan)."""
-    from ppopt.errors import ConfigError
+    the least; ``held`` of them at once count in the memory plan). A size set by a space key is
+    named, with the field ``space``."""
+    from ppopt.errors import ConfigError, ScheduleError
     from ppopt.ir import check_size
     from ppopt.solve.search import SCHEDULE_BYTES_PER_OP, SEARCH_BYTES_PER_OP, max_search_ops, minimum_time_s
 
-    per_device = max(1, options.get("chunks") or 1, 2 * (options.get("waves") or 0))
-    ops = spec.devices * per_device * spec.microbatches * 2
-    what = f"{spec.devices} devices{f' x {per_device} stages' if per_device > 1 else ''}, {spec.microbatches} microbatches"
-    check_size(ops, what)
+    per_device, kinds, key = _planned_size(spec, params)
+    ops = spec.devices * per_device * spec.microbatches * kinds
+    what = (f"{spec.devices} devices{f' x {per_device} stages' if per_device > 1 else ''}{f' ({key})' if key else ''}, "
+            f"{spec.microbatches} microbatches")
+    try:
+        check_size(ops, what)
+    except ScheduleError as error:
+        raise ScheduleError(error.reason, field="space" if key else None) from None
     if ops > max_search_ops(held):
         raise ConfigError(f"search too large: {what} make {ops:,} ops (stages x microbatches x kinds); this command holds "
                           f"about {SEARCH_BYTES_PER_OP + (held - 1) * SCHEDULE_BYTES_PER_OP:,} bytes per op and takes "
-                          f"at most {max_search_ops(held):,} ops", field="microbatches")
+                          f"at most {max_search_ops(held):,} ops", field="space" if key else "microbatches")
     if spec.memory_limit is not None:  # the first handcrafted hint may not fit: one more until one does
         schedules += 1
     least = schedules * minimum_time_s(ops)

@@ -106,9 +106,10 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
     )
     lines.append(f"gap        {_pct(result.gap)}")
     if result.period is not None or result.period_bound is not None:
-        bound = "-" if result.period_bound is None else f"{_amount(result.period_bound, unit)}{u}"
-        lines.append(f"period     {result.period or 'no pattern found in time'}; period bound for m = "
-                     f"{result.schedule.microbatches if result.schedule else '-'}: {bound}")
+        bound = "" if result.period_bound is None else (
+            f"; period bound for m = {result.schedule.microbatches if result.schedule else '-'}: "
+            f"{_amount(result.period_bound, unit)}{u}")
+        lines.append(f"period     {result.period or 'no pattern found in time'}{bound}")
     if result.hint is not None:
         lines.append(f"hint       {result.hint}: {_amount(result.hint_step_time, unit)}{u}")
     if result.simulation is not None:

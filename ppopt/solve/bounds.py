@@ -35,6 +35,7 @@ seconds and in (rounded-down) ticks.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -97,33 +98,42 @@ def _kinds(split: bool) -> tuple[Kind, ...]:
     return (Kind.F, Kind.I, Kind.W) if split else (Kind.F, Kind.B)
 
 
-def _head(stage: int, duration: Duration, delay: Delay, placement) -> float:
-    """Least time before ``stage`` can start anything: the forwards (and hops) of the stages below."""
-    return sum(duration(t, Kind.F) + _hop(delay, placement, t, t + 1) for t in range(stage))
+@dataclass(frozen=True)
+class _Chain:
+    """Per stage s, the least times around it on the pipeline, each list computed in one pass (at
+    thousands of stages, a sum per stage took seconds):
+
+    - ``head[s]``: before s can start anything, the forwards (and hops) of the stages below;
+    - ``tail[s]``: after s's last op, the backwards (and hops) below it (0 when backward is split:
+      W, with no successor, can be the last op);
+    - ``round_trip[s]``: from the end of F(s) to the start of its gradient op, the stages above, both
+      ways."""
+
+    head: list[float]
+    tail: list[float]
+    round_trip: list[float]
 
 
-def _tail(stage: int, duration: Duration, delay: Delay, placement, split: bool) -> float:
-    """Least time after ``stage``'s last op: the backwards below it (none when W, with no successor,
-    can be the last op)."""
-    if split:
-        return 0.0
-    return sum(duration(t, Kind.B) + _hop(delay, placement, t + 1, t) for t in range(stage))
-
-
-def _round_trip(stage: int, stages: int, duration: Duration, delay: Delay, placement, split: bool) -> float:
-    """Least time from the end of F(stage) to the start of its gradient op: the stages above, both ways."""
+def _chain(stages: int, duration: Duration, delay: Delay, placement, split: bool) -> _Chain:
     grad = Kind.I if split else Kind.B
-    above = sum(duration(t, Kind.F) + duration(t, grad) for t in range(stage + 1, stages))
-    hops = sum(_hop(delay, placement, t, t + 1) + _hop(delay, placement, t + 1, t) for t in range(stage, stages - 1))
-    return above + hops
+    up = [_hop(delay, placement, t, t + 1) for t in range(stages - 1)]
+    down = [_hop(delay, placement, t + 1, t) for t in range(stages - 1)]
+    head, tail = [0.0] * stages, [0.0] * stages
+    for s in range(1, stages):
+        head[s] = head[s - 1] + (duration(s - 1, Kind.F) + up[s - 1])
+        tail[s] = 0.0 if split else tail[s - 1] + (duration(s - 1, Kind.B) + down[s - 1])
+    above, hops = [0.0] * stages, [0.0] * stages
+    for s in range(stages - 2, -1, -1):
+        above[s] = above[s + 1] + (duration(s + 1, Kind.F) + duration(s + 1, grad))
+        hops[s] = hops[s + 1] + (up[s] + down[s])
+    return _Chain(head, tail, [a + h for a, h in zip(above, hops)])
 
 
 def _single_stage(placement, stages: int) -> list[int]:
-    """Stages that sit alone on their one device."""
-    return [
-        s for s in range(stages)
-        if len(placement[s]) == 1 and sum(placement[s][0] in placement[t] for t in range(stages)) == 1
-    ]
+    """Stages that sit alone on their one device (one pass over the placement: at thousands of
+    stages, comparing every pair took seconds)."""
+    held = Counter(d for s in range(stages) for d in set(placement[s]))
+    return [s for s in range(stages) if len(placement[s]) == 1 and held[placement[s][0]] == 1]
 
 
 def device_load(shape: Shape, duration: Duration, delay: Delay) -> float:
@@ -140,13 +150,15 @@ def device_load(shape: Shape, duration: Duration, delay: Delay) -> float:
     if placement is None:
         return total / devices
     best = total / devices
-    for d in range(devices):
-        held = [s for s in range(stages) if d in placement[s]]
-        if not held:
-            continue
-        load = sum(microbatches * per_microbatch[s] / len(placement[s]) for s in held)
-        low = min(held)
-        best = max(best, _head(low, duration, delay, placement) + load + _tail(low, duration, delay, placement, split))
+    chain = _chain(stages, duration, delay, placement, split)
+    held: dict[int, list[int]] = {}  # device -> its stages, lowest first
+    for s in range(stages):
+        for d in placement[s]:
+            held.setdefault(d, []).append(s)
+    for stages_on_d in held.values():
+        load = sum(microbatches * per_microbatch[s] / len(placement[s]) for s in stages_on_d)
+        low = stages_on_d[0]
+        best = max(best, chain.head[low] + load + chain.tail[low])
     return best
 
 
@@ -157,14 +169,15 @@ def memory_lifetime(shape: Shape, duration: Duration, delay: Delay, cap_of_stage
         return 0.0
     grad = Kind.I if split else Kind.B
     best = 0.0
+    chain = _chain(stages, duration, delay, placement, split)
     for s in _single_stage(placement, stages):
         cap = cap_of_stage(s)
         k = math.floor(cap + 1e-9) if cap is not None else 0
         if k < 1:
             continue
-        lifetime = (duration(s, Kind.F) + _round_trip(s, stages, duration, delay, placement, split) + duration(s, grad)
+        lifetime = (duration(s, Kind.F) + chain.round_trip[s] + duration(s, grad)
                     + (duration(s, Kind.W) if split else 0.0))
-        edges = _head(s, duration, delay, placement) + _tail(s, duration, delay, placement, split)
+        edges = chain.head[s] + chain.tail[s]
         best = max(best, edges + microbatches * lifetime / k)
     return best
 
@@ -176,25 +189,36 @@ def warmup(shape: Shape, duration: Duration, delay: Delay, cap_of_stage: Callabl
         return 0.0
     kinds = _kinds(split)
     best = 0.0
+    chain = _chain(stages, duration, delay, placement, split)
     for s in _single_stage(placement, stages):
         cap = cap_of_stage(s)
         forwards = microbatches if cap is None else min(microbatches, max(1, math.floor(cap + 1e-9)))
-        window = duration(s, Kind.F) + _round_trip(s, stages, duration, delay, placement, split)
+        window = duration(s, Kind.F) + chain.round_trip[s]
         idle = max(0.0, window - forwards * duration(s, Kind.F))
         load = microbatches * sum(duration(s, k) for k in kinds)
-        edges = _head(s, duration, delay, placement) + _tail(s, duration, delay, placement, split)
+        edges = chain.head[s] + chain.tail[s]
         best = max(best, edges + load + idle)
     return best
 
 
+def graph_applies(shape: Shape) -> bool:
+    """Whether :func:`lower_bounds` computes the graph bounds (round trip, one machine, capped
+    warm-up) of ``shape``: a fixed placement and at most :data:`ppopt.solve.heads.MAX_OPS` ops."""
+    kinds = 3 if shape.split else 2
+    return shape.placement is not None and shape.stages * shape.microbatches * kinds <= MAX_OPS
+
+
 def lower_bounds(
-    shape: Shape, duration: Duration, delay: Delay, cap_of_stage: Callable[[int], float | None] = lambda s: None
+    shape: Shape, duration: Duration, delay: Delay, cap_of_stage: Callable[[int], float | None] = lambda s: None,
+    graph_bounds: bool = True,
 ) -> Bounds:
     """All analytic bounds of one space (see :class:`Shape`); ``cap_of_stage(s)`` is the number of
-    stage s's activations that fit on its device, or None."""
+    stage s's activations that fit on its device, or None. ``graph_bounds`` False leaves the graph
+    bounds at 0: they cost seconds per hundred thousand ops (:func:`graph_applies`), the others
+    microseconds per stage."""
     graph = None
-    kinds = 3 if shape.split else 2
-    if shape.placement is not None and shape.stages * shape.microbatches * kinds <= MAX_OPS:
+    if graph_bounds and graph_applies(shape):
+        assert shape.placement is not None
         graph = windows(shape.stages, shape.microbatches, shape.placement, shape.split, duration, delay, cap_of_stage)
     return Bounds(
         critical_path(shape, duration, delay),

@@ -80,9 +80,12 @@ def capped_warmup(w: Windows, microbatches: int, split: bool, cap_of_stage: Call
         last[d] = min(last.get(d, math.inf), w.tail[op])
         if op.kind is grad:
             gradient[d] = min(gradient.get(d, math.inf), head)
+    on_device: dict[int, list[int]] = {}  # one pass: a scan of every stage per device took seconds at p = 3,000
+    for s, on in w.device.items():
+        on_device.setdefault(on, []).append(s)
     best = 0.0
     for d in load:
-        held = [s for s, on in w.device.items() if on == d]
+        held = on_device[d]
         room = forward_room([w.duration[Op(s, Kind.F, 0)] for s in held], [cap_of_stage(s) for s in held], microbatches)
         best = max(best, first[d] + load[d] + last[d], gradient[d] + max(0.0, load[d] - room) + last[d])
     return best

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -89,8 +90,9 @@ def windows(
                 a = Op(s, kind, i)
                 edges[a].append((Op(s, kind, i + 1), dur[a]))
     free = freeing_kind(split)
+    held = Counter(device.values())  # stages per device
     for s in range(stages):
-        alone = sum(device[t] == device[s] for t in range(stages)) == 1
+        alone = held[device[s]] == 1
         cap = cap_of_stage(s)
         if not alone or cap is None:
             continue

@@ -38,9 +38,13 @@ class Instance:
         devices, microbatches: p and m.
         costs: per-stage durations and bytes (``len(costs)`` stages).
         system: links and memory of the devices (a synthetic one in unit mode).
-        memory_limit: per device, in ``memory_unit`` (None: unlimited).
+        memory_limit: per device, in ``memory_unit`` (None: unlimited). A limit of at least
+            :attr:`most_held` limits nothing and becomes None, kept in ``unbinding_limit``: the
+            solvers then build no memory constraint, whose capacity (in CP-SAT's 64-bit integers)
+            a limit such as 1e19 would overflow.
         time_unit: ``"slots"`` (unit mode) or ``"s"``.
         memory_unit: ``"activations"`` (unit mode) or ``"bytes"``.
+        unbinding_limit: the limit given when it limits nothing (set on construction), else None.
     """
 
     devices: int
@@ -50,10 +54,24 @@ class Instance:
     memory_limit: float | None = None
     time_unit: str = "s"
     memory_unit: str = "bytes"
+    unbinding_limit: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.memory_limit is not None and self.memory_limit >= self.most_held:
+            object.__setattr__(self, "unbinding_limit", self.memory_limit)
+            object.__setattr__(self, "memory_limit", None)
 
     @property
     def stages(self) -> int:
         return len(self.costs)
+
+    @property
+    def most_held(self) -> float:
+        """The most memory one device can ever hold, in ``memory_unit``: every stage's persistent
+        state (bytes mode) and every stage's activation of every microbatch at once."""
+        bytes_mode = self.memory_unit == "bytes"
+        persistent = sum(c.persistent_bytes for c in self.costs.stages) if bytes_mode else 0.0
+        return persistent + self.microbatches * sum(c.activation_bytes for c in self.costs.stages)
 
     def comm(self, stage: int, device_a: int, device_b: int) -> float:
         """Delay of the message leaving ``stage`` between two devices (0 on the same device)."""
@@ -61,8 +79,20 @@ class Instance:
             return 0.0
         return transfer_time_s(self.costs[stage].send_bytes, link_between(self.system, device_a, device_b))
 
+    def link_pairs(self) -> list[tuple[int, int]]:
+        """One pair of distinct devices per kind of link between the devices: two on one node, and
+        two on different nodes (:func:`ppopt.costs.link_between`), where the system has them. Every
+        pair's delays (:meth:`comm`) are those of one of these."""
+        p, per_node = self.devices, self.system.devices_per_node
+        pairs = [(0, 1)] if p > 1 and per_node > 1 else []
+        return pairs + ([(0, per_node)] if p > per_node else [])
+
     def memory_semantics(self) -> str:
         """One sentence on what the memory limit counts, reported with every gap."""
+        if self.memory_limit is None and self.unbinding_limit is not None:
+            unit = "live activations" if self.memory_unit == "activations" else "bytes"
+            return (f"no memory limit: the limit of {self.unbinding_limit:.4g} {unit} per device is at least the most a "
+                    f"device can hold here ({self.most_held:.4g} {unit})")
         if self.memory_limit is None:
             return "no memory limit"
         if self.memory_unit == "activations":

@@ -39,6 +39,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from ppopt.ir import Kind, Op, Schedule
@@ -192,7 +193,9 @@ def period_bound(microbatches: int, duration: Callable[[int, Kind], float], dela
     every j. With j = m - 1 and (1) this is the memory chain repeated: a_s + ((m-1) mod K_s)·F_s +
     (floor((m-1)/K_s) + 1)·l_s + c_s; smaller j count the last microbatches' work on the busiest
     device (with a cap of p and m a multiple of it, the last p microbatches pass the top device one
-    after another) instead of one round trip."""
+    after another) instead of one round trip.
+
+    Returns 0 when no device has a cap of at least one activation (then the chain says nothing)."""
     stages = len(caps)
     forward = [duration(s, Kind.F) for s in range(stages)]
     backward = [duration(s, Kind.B) for s in range(stages)]
@@ -202,19 +205,20 @@ def period_bound(microbatches: int, duration: Callable[[int, Kind], float], dela
     cool = [b[0] + backward[0] - b[t] - backward[t] for t in range(stages)]
     m = microbatches
     best = 0.0
+    j = np.arange(m)
+    rest = (m - j).astype(float)  # microbatches j..m-1
     for s in range(stages):
         cap = caps[s]
         if cap is None or cap < 1:
             continue
         k = math.floor(cap + 1e-9)
         life = b[s] + backward[s] - a[s]
-        for j in range(m):
-            chain = a[s] + (j // k) * life + (j % k) * forward[s]
-            rest = m - j
-            after = (rest - 1) * forward[s] + life + cool[s]
-            for t in range(stages):
-                work = (forward[t] + backward[t]) if t >= s else backward[t]
-                lag = (a[t] if t >= s else b[t]) - a[s]
-                after = max(after, lag + rest * work + cool[t])
-            best = max(best, chain + after)
+        chain = a[s] + (j // k) * life + (j % k) * forward[s]
+        after = (rest - 1) * forward[s] + life + cool[s]
+        # (2) and (3) for every device t at once: a matrix of m x stages (numpy: at p = 64, m = 1,500
+        # the loops in Python took 2 s)
+        work = np.array([(forward[t] + backward[t]) if t >= s else backward[t] for t in range(stages)])
+        lag = np.array([(a[t] if t >= s else b[t]) - a[s] for t in range(stages)])
+        devices = (lag[None, :] + rest[:, None] * work[None, :] + np.array(cool)[None, :]).max(axis=1)
+        best = max(best, float((chain + np.maximum(after, devices)).max()))
     return best

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from ortools.sat.python import cp_model
 
@@ -23,7 +23,8 @@ from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import split_weights
 from ppopt.simulate import Simulation, op_duration_s, simulate
-from ppopt.solve.bounds import Bounds, Shape, lower_bounds
+from ppopt.solve import options as solve_options
+from ppopt.solve.bounds import Bounds, Shape, graph_applies, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import Timing, improve, improve_windows
@@ -31,7 +32,7 @@ from ppopt.solve.model import Built, Frame, build_model, rehint
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, relaxation_bound, tail_bound
-from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, placement_of, stage_count
+from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, largest_stage_count, placement_of, size_key, stage_count
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
 from ppopt.table import earliest_starts
 from ppopt.validate import validate
@@ -88,7 +89,7 @@ class SearchResult:
     note: str | None = None  # why the search stopped short (time budget spent), if it did
     rounding_cost: float = 0.0  # at most this share of the step is lost to rounding times down to ticks (inf: unbounded)
     period: str | None = None  # the steady-state pattern found (linear placement, full backward), described
-    period_bound: float | None = None  # the period-based bound for this m (instance unit), valid for every schedule
+    period_bound: float | None = None  # the period-based bound for this m (instance unit), valid for every schedule; None without a cap
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -166,6 +167,13 @@ REPORT_S_PER_OP = 1e-5
 before the deadline."""
 
 
+GRAPH_BOUNDS_S_PER_OP = 3e-5
+"""Wall time the graph bounds (:func:`ppopt.solve.bounds.graph_applies`: heads and tails, Jackson's
+one-machine bound, the capped warm-up) cost per op and pass, generously (seconds; 5 s at p = 64,
+m = 1,500, 192,000 ops, on 2 cores). A search computes them once in ticks when the ticks are exact,
+else twice (seconds and ticks), and skips them when the time left does not cover that."""
+
+
 SEARCH_BYTES_PER_OP = 3_400
 """Memory a search holds per op: its candidate schedules, their simulations and the greedy hint's
 bookkeeping (measured: 3.4 GB at p = 64, m = 8,192, 1,048,576 ops)."""
@@ -200,15 +208,29 @@ def too_late(options: SolveOptions, spec: InstanceSpec, space: Space) -> bool:
     return options.remaining_s() < minimum_time_s(space_ops(spec, space))
 
 
-def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions) -> tuple[Instance, list[Candidate]]:
+def _phase(options: SolveOptions, began: float, what: str) -> None:
+    """Note that a step of the search is done, once the search has run
+    :data:`ppopt.solve.options.PROGRESS_AFTER_S` (only large searches take that long before solving)."""
+    elapsed = time.monotonic() - began
+    if elapsed >= solve_options.PROGRESS_AFTER_S:
+        options.note(f"[{elapsed:7.2f}s] {what}")
+
+
+def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: float | None = None) -> tuple[Instance, list[Candidate]]:
     """The instance of ``space`` and its handcrafted (and greedy) schedules, simulated, best first.
 
     The first handcrafted schedule is always taken; each further one only while the time left covers
     it and the ticks of the hint that follow (:data:`SCHEDULE_S_PER_OP` per op each), the greedy
     one only while it covers :data:`GREEDY_S_PER_OP` per op more, so that on a short budget the
-    command still ends in time at hundreds of thousands of ops; but until one of them fits the
-    memory limit, they are all tried (the greedy one always fits), since a search without a
-    fitting hint may end with no schedule at all."""
+    command still ends in time at hundreds of thousands of ops. Until one of them fits the memory
+    limit, they are all tried (the greedy one always fits), since a search without a fitting hint may
+    end with no schedule at all; but when the time left covers the greedy one and not a further
+    handcrafted one before it, the greedy one comes next (at p = 64, m = 4,096 under 16 activations
+    the handcrafted ones, none fitting, took 20 s of a 30 s budget). With less time still, the
+    handcrafted ones go first, each cheaper than the greedy one.
+    ``began``: when the search started (``time.monotonic()``; None: now), for the progress lines
+    (:func:`_phase`)."""
+    began = time.monotonic() if began is None else began
     devices = spec.devices
     generated = handcrafted_in(space, devices, spec.microbatches)
     first = next(generated, None)
@@ -231,18 +253,31 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions) -> tupl
     def fitting() -> bool:
         return any(c.fits for c in candidates)
 
+    placement = placement_of(space, devices)
+    greedy_applies = not space.fixed and space.order == "free" and placement is not None
+
+    def another() -> bool:
+        """Whether to try one more handcrafted schedule: while the time left covers it, or, while none
+        fits, unless the time left covers the greedy one (it always fits) but not both."""
+        if fitting() or not greedy_applies:
+            return affordable(SCHEDULE_S_PER_OP) or not fitting()
+        return affordable(SCHEDULE_S_PER_OP + GREEDY_S_PER_OP) or not affordable(GREEDY_S_PER_OP)
+
     if first is not None:
         add(first)
-    while (room := affordable(SCHEDULE_S_PER_OP) or not fitting()) and (schedule := next(generated, None)) is not None:
+        _phase(options, began, f"hint {first.name}")
+    while (room := another()) and (schedule := next(generated, None)) is not None:
         add(schedule)
+        _phase(options, began, f"hint {schedule.name}")
     if not room:
         options.note("time limit: no further handcrafted hints tried")
-    placement = placement_of(space, devices)
-    if not space.fixed and space.order == "free" and placement is not None:
+    if greedy_applies:
+        assert placement is not None
         if affordable(GREEDY_S_PER_OP) or not fitting():
             greedy = greedy_schedule(instance, placement, space.split_backward)
             if greedy is not None:
                 add(greedy)
+                _phase(options, began, f"hint {greedy.name}")
         else:
             options.note("time limit: greedy hint skipped")
     candidates.sort(key=lambda c: (not c.fits, c.simulation.step_time_s))
@@ -348,6 +383,19 @@ class _Solved:
     memory_status: str | None = None  # that solve's status
 
 
+def _check_size(spec: InstanceSpec, space: Space) -> None:
+    """Raise ScheduleError, before any placement is built, when the largest schedule of ``space``
+    (:func:`ppopt.solve.space.largest_stage_count`) is over :func:`max_search_ops`; the error names
+    the space key that sets its size (field ``space``), else the microbatches."""
+    stages = largest_stage_count(space, spec.devices)
+    ops = _op_count(stages, spec.microbatches, space.split_backward)
+    if ops > max_search_ops():
+        key = size_key(space)
+        raise ScheduleError(f"search too large: {space.describe()} on {spec.devices} devices has {stages:,} stages; with "
+                            f"{spec.microbatches} microbatches that makes {ops:,} ops (stages x microbatches x kinds), "
+                            f"and a search takes at most {max_search_ops():,}", field="space" if key else "microbatches")
+
+
 def _check(spec: InstanceSpec, space: Space) -> None:
     if space.placement == "bidirectional" and space.directions == "even" and spec.microbatches % 2 and not space.fixed:
         raise ScheduleError(
@@ -368,18 +416,41 @@ def _require_memory(instance: Instance, space: Space, placement) -> None:
         )
 
 
-def analytic_bounds(instance: Instance, placement, split: bool, even: bool = True, ticked=None) -> Bounds:
+def analytic_bounds(instance: Instance, placement, split: bool, even: bool = True, ticked=None,
+                    graph_bounds: bool = True) -> Bounds:
     """The analytic bounds (:mod:`ppopt.solve.bounds`) of every schedule with this placement (None:
     any) and kind of backward on ``instance``, in its time unit, or in ticks with ``ticked`` (the
-    duration and delay functions of :func:`_ticks`). ``even``: replicas split microbatches evenly."""
+    duration and delay functions of :func:`_ticks`). ``even``: replicas split microbatches evenly.
+    ``graph_bounds`` False: without the costly graph bounds (see :func:`ppopt.solve.bounds.lower_bounds`)."""
     shape = Shape(instance.stages, instance.microbatches, instance.devices, placement, split, even)
     duration, delay = ticked if ticked is not None else (_durations_s(instance), instance.comm)
-    return lower_bounds(shape, duration, delay, _cap_of_stage(instance, placement))
+    return lower_bounds(shape, duration, delay, _cap_of_stage(instance, placement), graph_bounds)
 
 
-def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions) -> _Setup:
-    """Candidates, memory check, ticks, analytic bounds, hint and horizon of one search."""
-    instance, candidates = _candidates(spec, space, options)
+def _both_bounds(instance: Instance, placement, split: bool, even: bool, ticks: tuple, options: SolveOptions) -> tuple[Bounds, Bounds]:
+    """The analytic bounds in the instance's time unit and in ticks (``ticks``: tick, duration and
+    delay functions in ticks, rounding cost). Exact ticks (rounding cost 0) give both from one pass;
+    the graph bounds are left out when the time left does not cover them
+    (:data:`GRAPH_BOUNDS_S_PER_OP` per op and pass)."""
+    tick, tick_duration, tick_delay, rounding = ticks
+    exact = rounding == 0
+    shape = Shape(instance.stages, instance.microbatches, instance.devices, placement, split, even)
+    cost = (1 if exact else 2) * GRAPH_BOUNDS_S_PER_OP * _op_count(instance.stages, instance.microbatches, split)
+    graph = not graph_applies(shape) or options.remaining_s() >= cost
+    if not graph:
+        options.note(f"time limit: graph bounds (round trip, one machine, capped warm-up) skipped: they take up to "
+                     f"{cost:.1f} s here")
+    in_ticks = analytic_bounds(instance, placement, split, even, (tick_duration, tick_delay), graph)
+    if exact:
+        return Bounds(*(getattr(in_ticks, f.name) * tick for f in fields(Bounds))), in_ticks
+    return analytic_bounds(instance, placement, split, even, graph_bounds=graph), in_ticks
+
+
+def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions, began: float | None = None) -> _Setup:
+    """Candidates, memory check, ticks, analytic bounds, hint and horizon of one search (``began``:
+    when the search started, None: now; for the progress lines)."""
+    began = time.monotonic() if began is None else began
+    instance, candidates = _candidates(spec, space, options, began)
     if space.fixed and not candidates:
         raise ScheduleError(f"space fixed:{space.fixed} has no schedule for p = {spec.devices}, m = {spec.microbatches}")
     template = candidates[0].schedule if candidates else None
@@ -392,10 +463,11 @@ def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions) -> _Setup:
     else:
         placement, split = placement_of(space, spec.devices), space.split_backward
     _require_memory(instance, space, placement)
-    tick, tick_duration, tick_delay, rounding = _ticks(instance)
+    ticks = _ticks(instance)
+    tick, tick_duration, tick_delay, rounding = ticks
     even = not (space.placement == "bidirectional" and space.directions == "free")
-    analytic = analytic_bounds(instance, placement, split, even)
-    analytic_ticks = analytic_bounds(instance, placement, split, even, (tick_duration, tick_delay))
+    analytic, analytic_ticks = _both_bounds(instance, placement, split, even, ticks, options)
+    _phase(options, began, f"analytic bounds: {analytic.best:.6g} {instance.time_unit}")
     hint = candidates[0] if candidates else None
     hint_starts, hint_end = _ticked(hint.schedule, tick_duration, tick_delay) if hint else (None, None)
     horizon = _serial_horizon(instance, tick, split)
@@ -434,7 +506,7 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     instance = setup.instance
     caps = [_cap_of_stage(instance, setup.placement)(s) for s in range(instance.stages)]
     bound = period_bound(instance.microbatches, _durations_s(instance), instance.comm, caps)
-    setup = replace(setup, period_bound=bound)
+    setup = replace(setup, period_bound=bound if bound > 0 else None)  # 0: no device has a cap, no bound
     # composing, simulating and timing its schedule
     if options.remaining_s() < 2 * SCHEDULE_S_PER_OP * setup.ops:
         options.note("time limit: steady-state search skipped")
@@ -652,6 +724,9 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
     spent = _Solved("unknown", 0.0, note="time limit reached before the solve" + (": the best hint is reported" if hint else ""))
     if options.expired:
         return spent
+    if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
+        options.note(f"time limit: no time left to build the model of {setup.ops:,} ops")
+        return spent
     hint_schedule = hint.schedule if hint else None
     frame = Frame(setup.tick, setup.horizon, min(setup.lower, setup.horizon))
     built = build_model(setup.instance, space, frame, hint_schedule, setup.hint_starts, options.dominance)
@@ -775,7 +850,7 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     spent = replace(best, memory_status="unknown (time limit reached before the memory solve)")
     if best.schedule is None or best.objective_ticks is None:
         return best
-    if options.expired:
+    if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
         return spent
     cap = best.objective_ticks
     frame = Frame(setup.tick, cap, 0, minimize_peak_within=cap)
@@ -806,6 +881,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     Raises InfeasibleError when the memory limit is below what any schedule of the space needs.
     """
     options = (options or SolveOptions()).start()
+    _check_size(spec, space)
     if space.placement == "family" and not space.fixed:
         if minimize_memory:
             raise ScheduleError("needs one placement, not placement=family", field="minimize_memory")
@@ -813,7 +889,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     _check(spec, space)
     began = time.monotonic()
     options = options.reserve(space_ops(spec, space) * REPORT_S_PER_OP)  # the grid's printing comes after
-    setup = _with_relaxation(_with_periodic(_prepare(spec, space, options), options), options)
+    setup = _with_relaxation(_with_periodic(_prepare(spec, space, options, began), options), options)
     method = _method(setup, options.method)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
@@ -870,9 +946,9 @@ def _ticks(instance: Instance):
     """The tick (see :mod:`ppopt.solve.ticks`), the duration and delay functions in ticks, and what
     the rounding can cost (relative)."""
     duration = _durations_s(instance)
-    p = instance.devices
     values = [duration(s, k) for s in range(instance.stages) for k in Kind]
-    values += [instance.comm(s, a, b) for s in range(instance.stages) for a in range(p) for b in range(p) if a != b]
+    # every delay of every pair of devices is one of these pairs' (a list of S x p^2 delays took 30 s at p = 300)
+    values += [instance.comm(s, a, b) for s in range(instance.stages) for a, b in instance.link_pairs()]
     tick = resolution(values)
     return (
         tick,

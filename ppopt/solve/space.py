@@ -152,6 +152,31 @@ def placement_of(space: Space, devices: int) -> tuple[tuple[int, ...], ...] | No
     return placement(space.placement, devices, chunks=space.chunks, waves=space.waves)
 
 
+def largest_stage_count(space: Space, devices: int) -> int:
+    """Stages of the largest schedule of ``space`` on ``devices`` devices, from its keys alone (no
+    placement is built, so a huge chunk or wave count costs nothing): v·p for ``looped`` and ``any``,
+    2W·p for ``zigzag``, 2p for ``v``, p for ``linear`` and ``bidirectional``, the largest member's
+    for ``family``; for ``fixed:NAME``, p times its options' chunks (or 2 x waves), at least p."""
+    if space.fixed:
+        chunks, waves = space.fixed_options.get("chunks") or 1, space.fixed_options.get("waves") or 0
+        return devices * max(1, int(chunks), 2 * int(waves))
+    per_device = {"looped": space.chunks, "any": space.chunks, "zigzag": 2 * space.waves, "v": 2}
+    if space.placement == "family":
+        return devices * max(1, *(per_device.get(member, 1) for member in FAMILY_MEMBERS))
+    return devices * per_device.get(space.placement, 1)
+
+
+def size_key(space: Space) -> str | None:
+    """The space key that sets its stage count (``chunks=V`` or ``waves=W``), if any: what a size
+    error names."""
+    keys = []
+    if not space.fixed and space.placement in ("looped", "any", "family") and space.chunks > 1:
+        keys.append((space.chunks, f"chunks={space.chunks}"))
+    if not space.fixed and space.placement in ("zigzag", "family") and space.waves > 1:
+        keys.append((2 * space.waves, f"waves={space.waves}"))
+    return max(keys)[1] if keys else None
+
+
 def stage_count(space: Space, devices: int) -> int:
     placement = placement_of(space, devices)
     if placement is not None:
