@@ -168,12 +168,15 @@ def frontier(
 ) -> Frontier:
     """Best step time per memory limit in ``space``, with the handcrafted schedules placed on it.
 
-    ``spec``'s own memory limit is ignored: the unlimited search comes first, then one search per
-    limit (``limits``, or :func:`default_limits`), each with an equal share of the time left of
+    ``spec``'s own memory limit is ignored: the unlimited search comes first. When it proves its
+    schedule optimal, every limit at or above that schedule's peak takes it with its proof (no
+    schedule under a limit beats the best without one). Every other limit (``limits``, or
+    :func:`default_limits`) is searched, each with an equal share of the time left of
     ``options.time_limit_s`` (the budget of the whole frontier; limits not reached within it, as in
-    :func:`gap_report`, get the status :data:`NOT_SEARCHED` and no bound). A handcrafted schedule is on the
-    frontier when it is not dominated: no searched point with a limit at or below its peak memory has
-    a strictly shorter step.
+    :func:`gap_report`, get the status :data:`NOT_SEARCHED` and no bound). The points then share
+    their schedules and bounds (:func:`_monotone`), so no looser limit shows a longer step. A handcrafted schedule is on the frontier
+    when it is not dominated: no searched point with a limit at or below its peak memory has a
+    strictly shorter step.
     """
     options = (options or SolveOptions()).start()
     devices = spec.devices
@@ -181,22 +184,38 @@ def frontier(
     instance = spec.with_limit(None).instance(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None)
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices))
     points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted]
+    free_peak = _peak(instance, free.simulation) if free.simulation else None
     if limits is None:
-        top = max([p for _, p, _ in points_handcrafted] + [_peak(instance, free.simulation) if free.simulation else minimum])
+        top = max([p for _, p, _ in points_handcrafted] + [free_peak if free_peak is not None else minimum])
         limits = default_limits(minimum, top, instance.memory_unit)
-    points = []
+    free_point = None if free_peak is None or free.step_time is None else FrontierPoint(math.nan, free.status, free.step_time,
+                                                                                        free.bound, free_peak)
     ordered = sorted(limits)
-    for k, limit in enumerate(ordered):
+
+    def covered(limit: float) -> bool:
+        """The unlimited search's proven optimum fits under ``limit``: nothing to search."""
+        return free_point is not None and free.status == "optimal" and free_point.peak_memory is not None \
+            and free_point.peak_memory <= limit * (1 + 1e-12)
+
+    searched_limits = [limit for limit in ordered if not covered(limit)]
+    points = []
+    for limit in ordered:
+        if covered(limit):
+            assert free_point is not None
+            points.append(replace(free_point, memory_limit=limit))
+            continue
+        k = searched_limits.index(limit)
         if too_late(options, spec, space):  # no further searches once the budget is spent
             points.append(FrontierPoint(limit, NOT_SEARCHED, None, math.nan, None))
             continue
         try:
-            result = search(spec.with_limit(limit), space, options.share(len(ordered) - k))
+            result = search(spec.with_limit(limit), space, options.share(len(searched_limits) - k))
         except InfeasibleError:
             points.append(FrontierPoint(limit, "infeasible", None, math.inf, None))
             continue
         peak = _peak(instance, result.simulation) if result.simulation else None
         points.append(FrontierPoint(limit, result.status, result.step_time, result.bound, peak))
+    points = _monotone(points, free_point)
     handcrafted = []
     for name, peak, step in points_handcrafted:
         dominated = any(
@@ -204,3 +223,36 @@ def frontier(
         )
         handcrafted.append((name, peak, step, not dominated))
     return Frontier(space.describe(), tuple(points), tuple(handcrafted), instance.time_unit, instance.memory_unit, minimum)
+
+
+def _monotone(points: list[FrontierPoint], free: FrontierPoint | None) -> list[FrontierPoint]:
+    """The points with what each finds or proves shared with the others.
+
+    - **Schedules.** A schedule found under one limit (or by the unlimited search, ``free``: its
+      step, bound and peak) fits every limit at or above its peak, so each searched point takes the
+      shortest schedule found anywhere that fits its limit.
+    - **Bounds, downwards.** The optimum under a limit is at least the optimum under any looser
+      limit (or none), so each searched point's bound is the largest of its own, the looser points'
+      and the unlimited search's.
+
+    A point whose step then meets its bound is optimal; points not searched (time limit) or
+    infeasible stay as they are. So, as the limit grows, neither the steps nor the bounds rise.
+    """
+    searched = [pt.step_time is not None or math.isfinite(pt.bound) for pt in points]
+    found = [pt for pt in [*points, free] if pt is not None and pt.step_time is not None and pt.peak_memory is not None]
+    floor = free.bound if free is not None and math.isfinite(free.bound) else 0.0
+    shared = []
+    for k, pt in enumerate(points):
+        if not searched[k]:
+            shared.append(pt)
+            continue
+        looser = [o.bound for o, ok in zip(points, searched) if ok and o.memory_limit >= pt.memory_limit]
+        bound = max([floor, *looser])
+        fitting = [o for o in found if (o.peak_memory or 0.0) <= pt.memory_limit * (1 + 1e-12)]
+        best = min(fitting, key=lambda o: o.step_time or 0.0, default=None)
+        if best is None or (pt.step_time is not None and (best.step_time or 0.0) >= pt.step_time - 1e-9):
+            best = pt  # its own schedule unless another is strictly shorter
+        gap = relative_gap(best.step_time, bound)
+        status = "optimal" if gap is not None and gap <= 1e-9 else (pt.status if best is pt else "feasible")
+        shared.append(FrontierPoint(pt.memory_limit, status, best.step_time, bound, best.peak_memory))
+    return shared

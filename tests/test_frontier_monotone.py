@@ -1,0 +1,65 @@
+"""The step-time vs memory frontier keeps what it found: the unlimited optimum for every limit that
+holds it, and no looser limit with a worse schedule or a lower bound than a tighter one."""
+
+import math
+
+from ppopt.solve import gap as gapping
+from ppopt.solve.gap import NOT_SEARCHED, FrontierPoint, frontier
+from ppopt.solve.instance import InstanceSpec
+from ppopt.solve.options import SolveOptions
+from ppopt.solve.space import parse_space
+from ppopt.units import UnitCosts
+
+
+def test_limits_at_or_above_the_unlimited_optimum_take_it_without_a_search(monkeypatch):
+    """p = 8, m = 32, one-slot messages, split backward: the unlimited search proves 110 slots with a
+    peak of 31 activations. Under limits 31, 32 and 40 that schedule is optimal too, so none is
+    searched (each search had a sliver of the budget and reported 124 / bound 110 / feasible, and the
+    handcrafted GPipe at 124 was on the frontier)."""
+    limits = []
+    search = gapping.search
+
+    def recorded(spec, space, options):
+        limits.append(spec.memory_limit)
+        return search(spec, space, options)
+
+    monkeypatch.setattr(gapping, "search", recorded)
+    spec = InstanceSpec(8, 32, UnitCosts(1.0, 2.0, None, 1.0))
+    result = frontier(spec, parse_space("placement=linear,backward=split"), [31, 32, 40], SolveOptions(20))
+    assert limits == [None]
+    assert [(p.memory_limit, p.step_time, p.bound, p.status, p.peak_memory) for p in result.points] == [
+        (31, 110, 110, "optimal", 31), (32, 110, 110, "optimal", 31), (40, 110, 110, "optimal", 31)]
+    on_frontier = {name: on for name, _, _, on in result.handcrafted}
+    assert on_frontier["gpipe+split"] is False  # peak 32, 124 slots: the 110 schedule fits its memory
+
+
+def test_points_share_schedules_upwards_and_bounds_downwards():
+    from ppopt.solve.gap import _monotone
+
+    point = FrontierPoint
+    points = [
+        point(4, "feasible", 60, 40, 4),
+        point(8, "feasible", 70, 35, 8),  # a worse schedule than under 4: takes that one
+        point(12, "unknown", None, 0.0, None),  # found nothing: the schedule of limit 16 fits (peak 10)
+        point(16, "optimal", 50, 50, 10),  # proves 50 for every tighter limit's bound
+        point(20, NOT_SEARCHED, None, math.nan, None),
+        point(24, "feasible", 58, 30, 20),  # the unlimited search's schedule (peak 18) is shorter
+    ]
+    free = point(math.nan, "feasible", 55, 30, 18)
+    shared = _monotone(points, free)
+    assert [(p.memory_limit, p.step_time, p.bound, p.status, p.peak_memory) for p in shared[:4]] == [
+        (4, 60, 50, "feasible", 4), (8, 60, 50, "feasible", 4), (12, 50, 50, "optimal", 10), (16, 50, 50, "optimal", 10)]
+    assert shared[4] is points[4]  # not searched: left as it is
+    assert (shared[5].step_time, shared[5].bound, shared[5].status, shared[5].peak_memory) == (50, 30, "feasible", 10)
+    steps = [p.step_time for p in shared if p.step_time is not None]
+    bounds = [p.bound for p in shared if not math.isnan(p.bound)]
+    assert steps == sorted(steps, reverse=True) and bounds == sorted(bounds, reverse=True)
+
+
+def test_a_default_frontier_is_monotone():
+    spec = InstanceSpec(4, 8, UnitCosts(1.0, 2.0, None, 1.0))
+    result = frontier(spec, parse_space("placement=linear,backward=split"), None, SolveOptions(10))
+    steps = [p.step_time for p in result.points]
+    assert None not in steps and steps == sorted(steps, reverse=True)
+    assert all(p.bound <= p.step_time for p in result.points)
+    assert all(p.peak_memory <= p.memory_limit for p in result.points)
