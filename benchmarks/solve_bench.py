@@ -260,7 +260,7 @@ def _target(case: Case) -> tuple[float, bool]:
 
 def acceptance(outcomes: list[Outcome], time_limit: float) -> None:
     print()
-    print("acceptance (issue: the solver at production sizes)")
+    print("acceptance (the solver at production sizes)")
     for o in outcomes:
         if not o.case.acceptance:
             continue
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="reduced set, 10 s limit, under 2 minutes")
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (the MILP uses 1 thread)")
     parser.add_argument("--only", default=None, help="run instances whose name contains this substring")
-    parser.add_argument("--acceptance", action="store_true", help="only the acceptance instances of the production-size issue")
+    parser.add_argument("--acceptance", action="store_true", help="only the acceptance instances of the solver at production sizes (README)")
     parser.add_argument("--method", default="auto", choices=("auto", "cp", "lns"), help="search method (SolveOptions.method)")
     args = parser.parse_args(argv)
     time_limit = args.time_limit if args.time_limit is not None else (10.0 if args.quick else 60.0)
