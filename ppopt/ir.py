@@ -170,6 +170,15 @@ class Schedule:
         """Stages that have a replica on ``device``, ascending."""
         return tuple(s for s, devs in enumerate(self.placement) if device in devs)
 
+    def stages_by_device(self) -> tuple[tuple[int, ...], ...]:
+        """:meth:`stages_on` of every device, in one pass over the placement (asking each device
+        scans every stage: seconds at thousands of devices)."""
+        held: list[list[int]] = [[] for _ in range(self.devices)]
+        for s, devs in enumerate(self.placement):
+            for d in sorted(set(devs)):
+                held[d].append(s)
+        return tuple(tuple(stages) for stages in held)
+
 
 Split = bool | AbstractSet[tuple[int, int]]
 """Which backwards are split into I and W: all (True), none (False), or the (stage, microbatch) pairs."""

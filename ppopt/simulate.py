@@ -516,7 +516,7 @@ def simulate(
         raise ScheduleValidationError("deadlock: some ops never became ready")  # pragma: no cover
 
     # ---- optimizer step and metrics -----------------------------------------------------------------
-    stages_on = [schedule.stages_on(d) for d in range(p)]
+    stages_on = schedule.stages_by_device()
     persistent = tuple(float(sum(costs.stages[s].persistent_bytes for s in stages_on[d])) for d in range(p))
     busy = [float(sum(dur[o.start : o.stop])) for o in flat.orders]
     sync_end = {e.what: e.end_s for e in allreduces}

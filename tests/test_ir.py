@@ -3,6 +3,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ppopt.errors import ScheduleError
+from ppopt.generators import generate, names
 from ppopt.ir import Kind, Op, dependencies, parse_action
 
 
@@ -30,3 +31,13 @@ def test_dependencies_follow_the_pipeline():
     assert dependencies(Op(1, Kind.B, 2), 4, False) == (Op(1, Kind.F, 2), Op(2, Kind.B, 2))
     assert dependencies(Op(1, Kind.I, 2), 4, True) == (Op(1, Kind.F, 2), Op(2, Kind.I, 2))
     assert dependencies(Op(1, Kind.W, 2), 4, True) == (Op(1, Kind.I, 2),)
+
+
+@pytest.mark.parametrize("name", names())
+def test_stages_by_device_is_stages_on_of_every_device(name):
+    for devices, microbatches in ((2, 4), (4, 8), (8, 8)):
+        try:
+            schedule = generate(name, devices, microbatches)
+        except ScheduleError:
+            continue  # the family needs other sizes
+        assert schedule.stages_by_device() == tuple(schedule.stages_on(d) for d in range(devices))

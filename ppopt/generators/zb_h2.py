@@ -46,17 +46,22 @@ def _orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
             successors[dep].append(op)
             waiting[op] += 1
     ready: list[dict[Kind, list[int]]] = [{Kind.I: [], Kind.F: [], Kind.W: []} for _ in range(p)]
+    busy: set[int] = set()  # devices with a ready op: a slot visits only these (p = 10,000 took minutes)
     for op in ops:
         if not waiting[op]:
             heapq.heappush(ready[op.stage][op.kind], op.microbatch)
+            busy.add(op.stage)
     live = [0] * p
     cap = min(m, 2 * p - 1)
     orders: list[list[Op]] = [[] for _ in range(p)]
     remaining = len(ops)
-    while remaining:  # one iteration = one slot
+    while remaining:  # one iteration = one slot; each device decides alone, so the visiting order is free
         ran = []
-        for d in range(p):
+        for d in list(busy):
             heaps = ready[d]
+            if not any(heaps.values()):
+                busy.discard(d)
+                continue
             if heaps[Kind.I]:
                 kind = Kind.I
             elif heaps[Kind.F] and live[d] < cap:
@@ -75,6 +80,7 @@ def _orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
                 waiting[nxt] -= 1
                 if not waiting[nxt]:
                     heapq.heappush(ready[nxt.stage][nxt.kind], nxt.microbatch)
+                    busy.add(nxt.stage)
     return tuple(tuple(order) for order in orders)
 
 
