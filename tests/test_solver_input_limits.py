@@ -292,3 +292,32 @@ def test_the_search_result_has_no_period_bound_without_a_cap():
     capped = searching.search(unit(4, 8, limit=3), parse_space("placement=linear"), SolveOptions(10))
     assert capped.period_bound == 39
 
+
+
+@pytest.mark.parametrize("args, line", [
+    (["search", "-p", "4", "-m", "8", "--unit", "--global-batch", "8"],
+     "error: --global-batch: needs --model and --system (unit mode has no sequences)"),
+    (["search", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--forward", "2"],
+     "error: --forward: is a unit-mode duration: with --model and --system the durations come from the cost model"),
+    (["gap", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--comm", "1"],
+     "error: --comm: is a unit-mode duration: with --model and --system the durations come from the cost model"),
+    (["gap", "-p", "4", "-m", "8", "--unit", "-s", "1f1b", "-v", "4"],
+     "error: --chunks: none of the schedules given takes it (only interleaved-1f1b, looped-bfs)"),
+    (["gap", "-p", "4", "-m", "8", "--unit", "-s", "chimera", "--split", "1:3"],
+     "error: --split: none of the schedules given takes it (only chimera-asym)"),
+    (["search", "-p", "4", "-m", "8", "--unit", "--space", "placement=linear,placement=v"],
+     "error: --space: space key 'placement' is given twice"),
+])
+def test_a_flag_the_request_would_ignore_is_refused(args, line):
+    result = invoke(*args, "--time-limit", "5")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip() == line
+
+
+def test_repeated_schedules_and_limits_are_one_row_each():
+    gap = invoke("gap", "-p", "4", "-m", "8", "--unit", "-s", "1f1b", "-s", "1f1b", "--time-limit", "5", "-q", "--json")
+    assert gap.exit_code == 0, gap.output
+    assert [row["schedule"] for row in json.loads(gap.stdout)["schedules"]] == ["1f1b"]
+    frontier = invoke("frontier", "-p", "4", "-m", "8", "--unit", "--limits", "2,2,3", "--time-limit", "5", "-q", "--json")
+    assert frontier.exit_code == 0, frontier.output
+    assert [point["memory_limit"] for point in json.loads(frontier.stdout)["points"]] == [2, 3]

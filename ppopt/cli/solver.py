@@ -119,6 +119,28 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
                           field="time_limit_s")
 
 
+UNIT_FLAGS = ("forward", "backward", "weight", "comm")
+"""The unit model's flags (:func:`ppopt.cli.options.unit_cost_options`)."""
+
+
+def _refuse_other_modes_flags(unit: bool, params: dict) -> None:
+    """A flag the chosen mode would ignore is an error: the unit model's durations with a model and
+    a system (their durations come from the cost model), a global batch in unit mode."""
+    from ppopt.errors import ConfigError
+
+    ctx = click.get_current_context()
+    given = {name for name in ctx.params if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
+    modelled = params.get("model") is not None or params.get("system") is not None or params.get("costs") is not None
+    if modelled:
+        for name in UNIT_FLAGS:
+            if name in given:
+                reason = ("--costs gives the durations" if params.get("costs") is not None
+                          else "with --model and --system the durations come from the cost model")
+                raise ConfigError(f"is a unit-mode duration: {reason}", field=name)
+    if unit and params.get("global_batch") is not None:
+        raise ConfigError("needs --model and --system (unit mode has no sequences)", field="global_batch")
+
+
 def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     """Take the shared solver flags out of ``params``: the instance spec and the started solve options.
 
@@ -128,6 +150,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     solve = SolveOptions(params.pop("time_limit"), params.pop("workers"), params.pop("seed"),
                          None if quiet else (lambda line: click.echo(line, err=True)), method=params.pop("method")).start(startup_s())
     unit, units = params.pop("unit"), params.pop("units")
+    _refuse_other_modes_flags(unit, params)
     costs = params.pop("costs")
     if costs is not None:
         from ppopt.cli.run import preset_units
@@ -211,12 +234,17 @@ def _write_outputs(result, spec, csv_path, plot, trace) -> None:
 def gap_command(spec, solve, options, schedules, as_json, fmt):
     """Optimality gap of every handcrafted schedule against its family's relaxed space."""
     from ppopt.errors import ConfigError
-    from ppopt.generators import get
+    from ppopt.generators import get, names
     from ppopt.report.solve import gap_json, gap_text
     from ppopt.solve.gap import gap_report
 
+    schedules = tuple(dict.fromkeys(schedules))  # -s 1f1b -s 1f1b: one row
     for name in schedules:
         get(name)
+    for option, value in options.items():
+        if value is not None and schedules and not any(option in get(name).options for name in schedules):
+            users = ", ".join(n for n in names() if option in get(n).options)
+            raise ConfigError(f"none of the schedules given takes it (only {users})", field=option)
     report = gap_report(spec, options, schedules or None, solve)
     if not report.rows:  # every schedule skipped: an empty table would read as a result
         reasons = "; ".join(f"{name}: {reason}" for name, reason in report.skipped.items())
@@ -245,6 +273,8 @@ def frontier_command(spec, solve, options, space, limits, as_json, fmt):
     if spec.memory_limit is not None:
         raise ConfigError("frontier sweeps memory limits itself: use --limits, not --memory-limit", field="memory_limit")
     values = [parse_amount(x.strip(), spec.unit_mode, "--limits") for x in limits.split(",")] if limits else None
+    if values is not None:
+        values = list(dict.fromkeys(values))  # --limits 2,2: one point
     result = frontier(spec, parse_space(space, **options), values, solve)
     if as_json:
         emit_json(frontier_json(result))

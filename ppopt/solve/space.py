@@ -112,6 +112,8 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
         key, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not value:
             raise ScheduleError(f"space item {item!r} is not KEY=VALUE", field="space")
+        if key in values:
+            raise ScheduleError(f"space key {key!r} is given twice", field="space")
         if key in choices:
             if value not in choices[key]:
                 raise ScheduleError(f"space key {key!r} must be one of {', '.join(choices[key])}, got {value!r}", field="space")
