@@ -377,6 +377,26 @@ def _fit(stacked: _Stacked, base: SystemConfig, parameters: tuple[Parameter, ...
 # --------------------------------------------------------------------------------------------------
 
 
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _escaped(text: str, quote: bool) -> str:
+    """``text`` with TOML's escapes for a basic string (``quote``: also ``"`` and ``\\``): the short
+    ones, ``\\uXXXX`` for the other characters that are not printable (control characters and DEL,
+    which TOML refuses raw), U+FFFD for a lone surrogate (not encodable)."""
+    out = []
+    for char in text:
+        if char in _TOML_ESCAPES and (quote or char not in '"\\'):
+            out.append(_TOML_ESCAPES[char])
+        elif 0xD800 <= ord(char) < 0xE000:  # a lone surrogate (an undecodable file name byte): no TOML escape
+            out.append("\\uFFFD")
+        elif not char.isprintable() and char != " ":
+            out.append(f"\\u{ord(char):04X}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08X}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -384,18 +404,24 @@ def _toml_value(value: object) -> str:
         return str(value)
     if isinstance(value, float):
         return repr(value)
-    import json
+    return f'"{_escaped(str(value), quote=True)}"'
 
-    return json.dumps(str(value))
+
+def _comment(text: str) -> str:
+    """``text`` made safe for one TOML comment line: control characters escaped as in a string
+    (a newline in a file name must not end the comment and start a line of TOML)."""
+    return _escaped(text, quote=False)
 
 
 def system_toml(calibration: Calibration, base_name: str, sources: list[str]) -> str:
-    """The calibrated system as a TOML file ``--system`` accepts, fitted fields commented."""
+    """The calibrated system as a TOML file ``--system`` accepts, fitted fields commented. Every
+    string is escaped (TOML basic strings) and every name in a comment has its control characters
+    escaped, so the file reads back as the same system whatever the names."""
     system = calibration.system
     fitted = {p.name: p for p in calibration.parameters}
     lines = [
-        f"# {system.name}: '{base_name}' calibrated by `ppopt calibrate` on {calibration.rows} measured rows",
-        f"# ({', '.join(sources)}); closed-form MAPE of the fit {100 * calibration.mape:.2f} %.",
+        _comment(f"# {system.name}: '{base_name}' calibrated by `ppopt calibrate` on {calibration.rows} measured rows"),
+        _comment(f"# ({', '.join(sources)}); closed-form MAPE of the fit {100 * calibration.mape:.2f} %."),
         "# Fitted fields are marked 'fitted'; the others are copied from the base system.",
     ]
     tables = []

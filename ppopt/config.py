@@ -14,7 +14,30 @@ Every model forbids unknown keys and non-finite numbers, and is frozen. Units ar
 bytes (``_bytes``), bytes per second (``_bytes_per_s``), FLOP/s (``peak_flops``). Every problem a
 user can cause is raised as :class:`ppopt.errors.ConfigError` with a one-line message naming
 the file and the field, e.g.
-``configs/foo.toml: field 'peak_flops': Input should be greater than 0``.
+``configs/foo.toml: field 'peak_flops': Input should be greater than or equal to 1``.
+
+Limits. Every size, rate and duration has a finite range, far beyond any real model or device, so
+that every FLOP, byte and second count derived from them is a finite float64 (an ``inf`` or ``nan``
+step time, or an ``OverflowError``, is never the answer to a typo):
+
+* model sizes (:data:`MODEL_LIMITS`): at most 2**20 layers and heads, a hidden size of 2**24 (the
+  largest published models use about 2**15), an MLP width of 2**26, 2**30 tokens per sequence,
+  vocabulary entries and sequences per batch, 64 bytes per element; the largest product of them
+  (a block's attention-score bytes, a step's FLOPs) stays under 1e45;
+* system rates: ``peak_flops`` and every bandwidth at least :data:`MIN_RATE` (1 FLOP or byte per
+  second), and every efficiency at least :data:`MIN_EFFICIENCY`;
+* in files, every latency at most :data:`MAX_LATENCY_S` (one hour per op, message or kernel),
+  ``gemm_half_saturation_flops`` at most :data:`MAX_GEMM_HALF_SATURATION_FLOPS`,
+  ``gemm_saturation_exponent`` at most :data:`MAX_GEMM_SATURATION_EXPONENT` and
+  ``bytes_per_param_state`` at most :data:`MAX_BYTES_PER_PARAM_STATE`. Objects built in Python may
+  exceed the file-only limits (the unit mode's links: any latency, an infinite bandwidth).
+
+At every limit at once (the largest model on the slowest system) a step is predicted in about
+1e65 s: finite, with some 240 orders of magnitude left to float64's 1.8e308.
+
+Names (of a model or a system) are one line of printable text: control characters (a newline, a
+tab, an escape sequence) are refused, since a name is printed in tables and written into the
+header comment of a calibrated system file.
 """
 
 from __future__ import annotations
@@ -24,9 +47,10 @@ import math
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -44,6 +68,13 @@ from ppopt.errors import ConfigError
 from ppopt.io import CONFIG_BYTES, read_text_bounded
 
 __all__ = [
+    "MAX_BYTES_PER_PARAM_STATE",
+    "MAX_GEMM_HALF_SATURATION_FLOPS",
+    "MAX_GEMM_SATURATION_EXPONENT",
+    "MAX_LATENCY_S",
+    "MIN_EFFICIENCY",
+    "MIN_RATE",
+    "MODEL_LIMITS",
     "LinkConfig",
     "ModelConfig",
     "SystemConfig",
@@ -52,17 +83,75 @@ __all__ = [
     "load_model",
     "load_system",
     "model_preset_dirs",
+    "name_problem",
     "system_preset_dirs",
+    "validation_message",
 ]
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _SUFFIXES = (".toml", ".json")
 
-Efficiency = Annotated[float, Field(gt=0, le=1)]
-"""A fraction of a peak rate that is actually reached: 0 < e <= 1."""
+MODEL_LIMITS: dict[str, int] = {
+    "num_layers": 2**20,
+    "hidden_size": 2**24,
+    "ffn_hidden_size": 2**26,
+    "num_attention_heads": 2**20,
+    "num_kv_heads": 2**20,
+    "vocab_size": 2**30,
+    "seq_length": 2**30,
+    "global_batch_size": 2**30,
+    "bytes_per_element": 64,
+}
+"""The largest value of each integer field of :class:`ModelConfig` (module doc, "Limits")."""
 
-Name = Annotated[str, Field(min_length=1)]
+MIN_RATE = 1.0
+"""The smallest ``peak_flops`` (FLOP/s) and bandwidth (bytes/s) of a system."""
+MIN_EFFICIENCY = 1e-6
+"""The smallest compute, memory or link efficiency (a millionth of the peak rate)."""
+MAX_LATENCY_S = 3600.0
+"""The largest latency of a system file (per op, message or kernel launch), seconds."""
+MAX_GEMM_HALF_SATURATION_FLOPS = 1e30
+"""The largest ``gemm_half_saturation_flops`` of a system file (calibrations give about 1e9)."""
+MAX_GEMM_SATURATION_EXPONENT = 4.0
+"""The largest ``gemm_saturation_exponent`` of a system file (calibrations try 1 to 2)."""
+MAX_BYTES_PER_PARAM_STATE = 1024.0
+"""The largest ``bytes_per_param_state`` of a system file (mixed-precision Adam keeps 16 to 18)."""
+
+Efficiency = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1)]
+"""A fraction of a peak rate that is actually reached: MIN_EFFICIENCY <= e <= 1."""
+
+Rate = Annotated[float, Field(ge=MIN_RATE)]
+"""FLOP/s or bytes/s: at least MIN_RATE (infinite in objects built in Python only)."""
+
+
+def name_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a model or system name (module doc), or None if it can."""
+    if not text:
+        return "must not be empty"
+    for position, char in enumerate(text):
+        if not char.isprintable() and char != " ":
+            return f"must be one line of printable text, got {text!r} (control character {char!r} at position {position})"
+    return None
+
+
+def _check_name(text: str) -> str:
+    if (problem := name_problem(text)) is not None:
+        raise ValueError(problem)
+    return text
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+
+
+def _valid_size(value: Any, field: str) -> bool:
+    """Whether ``value`` is a valid integer for the :class:`ModelConfig` size ``field``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MODEL_LIMITS[field]
+
+
+def _size(field: str) -> Any:
+    """The bounds of a positive integer field of :class:`ModelConfig`: at most its :data:`MODEL_LIMITS` entry."""
+    return Field(gt=0, le=MODEL_LIMITS[field])
 
 
 class _Strict(BaseModel):
@@ -76,11 +165,19 @@ class _Strict(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    _FILE_MAXIMA: ClassVar[dict[str, float]] = {}
+    """Upper limits checked in files only (module doc, "Limits")."""
+
     @field_validator("*", mode="after")
     @classmethod
     def _finite_in_files(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, float) and not math.isfinite(value) and (info.context or {}).get("file"):
+        if not (info.context or {}).get("file") or not isinstance(value, float):
+            return value
+        if not math.isfinite(value):
             raise ValueError(f"must be a finite number, got {value}")
+        maximum = cls._FILE_MAXIMA.get(info.field_name or "")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"must be at most {maximum:g}, got {value:g}")
         return value
 
 
@@ -98,22 +195,22 @@ class ModelConfig(_Strict):
     """
 
     name: Name
-    num_layers: PositiveInt
+    num_layers: Annotated[int, _size("num_layers")]
     """Transformer blocks."""
-    hidden_size: PositiveInt
+    hidden_size: Annotated[int, _size("hidden_size")]
     """Model width h."""
-    ffn_hidden_size: PositiveInt = None  # type: ignore[assignment]  # filled in: 4 * hidden_size
+    ffn_hidden_size: Annotated[int, _size("ffn_hidden_size")] = None  # type: ignore[assignment]  # filled in: 4 * hidden_size
     """Inner width of the MLP; defaults to 4 * hidden_size."""
-    num_attention_heads: PositiveInt
+    num_attention_heads: Annotated[int, _size("num_attention_heads")]
     """Query heads a."""
-    num_kv_heads: PositiveInt = None  # type: ignore[assignment]  # filled in: num_attention_heads
+    num_kv_heads: Annotated[int, _size("num_kv_heads")] = None  # type: ignore[assignment]  # filled in: num_attention_heads
     """Key/value heads (grouped-query attention); defaults to num_attention_heads (plain MHA)."""
-    vocab_size: PositiveInt
-    seq_length: PositiveInt
+    vocab_size: Annotated[int, _size("vocab_size")]
+    seq_length: Annotated[int, _size("seq_length")]
     """Tokens per sequence s."""
-    global_batch_size: PositiveInt = 256
+    global_batch_size: Annotated[int, _size("global_batch_size")] = 256
     """Sequences per optimizer step (split into microbatches)."""
-    bytes_per_element: PositiveInt = 2
+    bytes_per_element: Annotated[int, _size("bytes_per_element")] = 2
     """Bytes of one activation / weight element in compute precision (2 = fp16/bf16)."""
     activation: Literal["gelu", "swiglu"] = "gelu"
     """MLP type: "gelu" has 2 matrices (h->f, f->h), "swiglu" has 3 (gate, up, down)."""
@@ -137,11 +234,12 @@ class ModelConfig(_Strict):
     def _fill_defaults(cls, data: Any) -> Any:
         if isinstance(data, dict):
             data = dict(data)
+            # Only from a valid value: an error is about the field given, not about the one filled in.
             hidden = data.get("hidden_size")
-            if data.get("ffn_hidden_size") is None and isinstance(hidden, int):
+            if data.get("ffn_hidden_size") is None and _valid_size(hidden, "hidden_size"):
                 data["ffn_hidden_size"] = 4 * hidden
             heads = data.get("num_attention_heads")
-            if data.get("num_kv_heads") is None and isinstance(heads, int):
+            if data.get("num_kv_heads") is None and _valid_size(heads, "num_attention_heads"):
                 data["num_kv_heads"] = heads
         return data
 
@@ -178,10 +276,12 @@ class LinkConfig(_Strict):
     direction).
     """
 
-    bandwidth_bytes_per_s: PositiveFloat
+    bandwidth_bytes_per_s: Rate
     """Bytes per second in one direction."""
     latency_s: NonNegativeFloat = 0.0
     """Fixed cost of one message, seconds."""
+
+    _FILE_MAXIMA = {"latency_s": MAX_LATENCY_S}
 
 
 class SystemConfig(_Strict):
@@ -204,16 +304,16 @@ class SystemConfig(_Strict):
 
     name: Name
     description: str = ""
-    peak_flops: PositiveFloat
+    peak_flops: Rate
     """Peak dense throughput of one device, FLOP/s."""
     compute_efficiency: Efficiency = 1.0
-    """Fraction of peak_flops reached (0 < e <= 1)."""
+    """Fraction of peak_flops reached (MIN_EFFICIENCY <= e <= 1)."""
     compute_latency_s: NonNegativeFloat = 0.0
     """Fixed cost added to the compute time of every op, seconds."""
-    memory_bandwidth_bytes_per_s: PositiveFloat
+    memory_bandwidth_bytes_per_s: Rate
     """Device memory (HBM) bandwidth, bytes per second."""
     memory_efficiency: Efficiency = 1.0
-    """Fraction of memory_bandwidth_bytes_per_s reached (0 < e <= 1)."""
+    """Fraction of memory_bandwidth_bytes_per_s reached (MIN_EFFICIENCY <= e <= 1)."""
     memory_latency_s: NonNegativeFloat = 0.0
     """Fixed cost added to the memory time of every op, seconds."""
     memory_capacity_bytes: PositiveFloat
@@ -268,6 +368,15 @@ class SystemConfig(_Strict):
     stored activations. "additive": GEMMs and memory-bound elementwise kernels run one after the
     other, ``GEMM time + elementwise bytes/(BW·e_m) + L_c`` (the GEMMs' own operand traffic hidden
     under their FLOPs); the calibrated presets use it (:mod:`ppopt.calibrate`)."""
+
+    _FILE_MAXIMA = {
+        "compute_latency_s": MAX_LATENCY_S,
+        "memory_latency_s": MAX_LATENCY_S,
+        "kernel_host_s": MAX_LATENCY_S,
+        "gemm_half_saturation_flops": MAX_GEMM_HALF_SATURATION_FLOPS,
+        "gemm_saturation_exponent": MAX_GEMM_SATURATION_EXPONENT,
+        "bytes_per_param_state": MAX_BYTES_PER_PARAM_STATE,
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -337,13 +446,20 @@ def load_system(name_or_path: str | os.PathLike[str] | SystemConfig) -> SystemCo
 
 
 def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind: str) -> Path:
+    """The file of a preset name or a path. Anything that exists and is not a directory is read as
+    a file (a device such as ``/dev/null``, a FIFO, a symbolic link to either): :func:`_read` reads
+    it up to :data:`ppopt.io.CONFIG_BYTES` and says what is wrong with its contents."""
     text = os.fspath(name_or_path)
+    if not text:
+        raise ConfigError(f"empty file name: give a {kind} preset name or a .toml/.json file")
     path = Path(text)
     looks_like_path = path.suffix.lower() in _SUFFIXES or os.sep in text or "/" in text
-    if path.is_file():
-        return path
     if path.is_dir():
         raise ConfigError(f"{text}: is a directory, not a {kind} file (.toml or .json)")
+    if path.exists():
+        return path
+    if path.is_symlink():
+        raise ConfigError(f"{text}: no such file (a broken symbolic link to {os.readlink(path)})")
     if looks_like_path:
         raise ConfigError(f"{text}: no such file")
     presets = _presets(dirs)
@@ -387,21 +503,22 @@ def _load_file(path: Path, cls: type[_M]) -> _M:
         # (Objects built in Python stay lax so numpy integers and the like are accepted.)
         return cls.model_validate(data, strict=True, context={"file": True})
     except ValidationError as error:
-        raise ConfigError(f"{display_path(path)}: {_describe(error)}") from None
+        raise ConfigError(f"{display_path(path)}: {validation_message(error)}") from None
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _describe(error: ValidationError) -> str:
+def validation_message(error: ValidationError, prefix: str = "") -> str:
     """Pydantic's errors on one line.
 
-    Like ``field 'x': reason; unknown field 'y'; missing field 'z'``.
+    Like ``field 'x': reason; unknown field 'y'; missing field 'z'``; ``prefix`` is the table the
+    fields belong to (``"link"`` gives ``field 'link.latency_s'``), if they were read inside another file.
     """
     parts = []
     for item in error.errors(include_url=False):
-        field = ".".join(str(part) for part in item["loc"])
+        field = ".".join([prefix] * bool(prefix) + [str(part) for part in item["loc"]])
         message = _one_line(item["msg"]).removeprefix("Value error, ")
         kind = item["type"]
         if kind == "extra_forbidden":

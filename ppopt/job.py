@@ -109,7 +109,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from ppopt.config import ModelConfig, SystemConfig
+from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig
 from ppopt.costs import (
     Costs,
     StageCost,
@@ -232,6 +232,9 @@ class Job:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+        most = MODEL_LIMITS["global_batch_size"]  # the model's limit: keeps every count finite (ppopt.config)
+        if self.global_batch is not None and not 1 <= self.global_batch <= most:
+            raise ConfigError(f"must be a positive integer of at most {most}, got {self.global_batch!r}", field="global_batch")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"unsupported for a job: {self.schedule!r} (supported: {', '.join(SCHEDULES)})", field="schedule")
         if self.recompute not in RECOMPUTE_MODES:

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from ppopt.config import ModelConfig, SystemConfig
+from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig
 from ppopt.costs import Costs, layer_forward_flops, logits_forward_flops
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.generators import get
@@ -144,8 +144,12 @@ class PlanRequest:
             unknown = [v for v in getattr(self, name) if v not in known]
             if unknown or not getattr(self, name):
                 raise ConfigError(f"unknown {', '.join(unknown) or 'empty'} (known: {', '.join(known)})", field=name)
-        if self.micro_batches is not None and (not self.micro_batches or min(self.micro_batches) < 1):
-            raise ConfigError(f"must be positive integers, got {self.micro_batches}", field="micro_batches")
+        if self.micro_batches is not None:
+            bad = [b for b in self.micro_batches if not b >= 1]
+            if bad or not self.micro_batches:
+                raise ConfigError(f"must be positive integers, got {', '.join(map(str, bad)) or 'none'}", field="micro_batches")
+        if self.global_batch is not None and self.global_batch > MODEL_LIMITS["global_batch_size"]:
+            raise ConfigError(f"must be at most {MODEL_LIMITS['global_batch_size']}, got {self.global_batch}", field="global_batch")
 
     @property
     def batch(self) -> int:
@@ -232,6 +236,17 @@ def _none_defined(request: PlanRequest) -> str:
     reasons = [reason if reason.startswith(name) else f"{name}: {reason}" for name, reason in zip(request.schedules, reasons)]
     return f"no job of the schedules {', '.join(request.schedules)} is defined on {request.gpus} GPUs; at p = {p}, " \
            f"m = {m}: {'; '.join(reasons)}"
+
+
+def _no_micro_batch(request: PlanRequest) -> str:
+    """Why no job has one of the requested micro batch sizes: none divides the batch per
+    data-parallel replica (global batch / d) of any layout."""
+    assert request.micro_batches is not None
+    sizes = sorted(set(request.micro_batches))
+    replicas = sorted({d for _, _, d in layouts(request)})
+    per_replica = ", ".join(f"{request.batch // d} at d = {d}" for d in replicas)
+    return (f"{' and '.join(map(str, sizes))} {'does' if len(sizes) == 1 else 'do'} not divide the batch per data-parallel "
+            f"replica of any layout of {request.gpus} GPUs (global batch {request.batch} / d: {per_replica})")
 
 
 def _option_values(option: str, devices: int, layers: int, stages: int | None) -> list[object]:
@@ -679,6 +694,9 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
         if total == 0 and isinstance(request.split, tuple):
             raise InfeasibleError(f"no job of the schedules {', '.join(request.schedules)} has {len(request.split)} stages "
                                   "(one count per schedule stage: p devices x stages per device)", field="layers_per_stage")
+        if total == 0 and request.micro_batches is not None and not any(
+                _micro_batches(request, d) for _, _, d in layouts(request)):
+            raise InfeasibleError(_no_micro_batch(request), field="micro_batches")
         if total == 0:
             raise InfeasibleError(_none_defined(request), field="schedules")
         if total > MAX_JOBS:

@@ -271,7 +271,7 @@ def test_table_json_gives_the_metrics_and_every_op_slot():
 
 
 @pytest.mark.parametrize("args, reason", [
-    (["evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--model", "{zero}", "--system", "mid-mid"], "no such file"),  # not regular
+    (["evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--model", "{zero}", "--system", "mid-mid"], "not a text file: NUL byte at byte 0"),
     (["sweep", "{zero}", "-q", "-o", "{dir}/out"], "not a text file: NUL byte at byte 0"),
     (["validate", "{zero}", "--system", "mid-mid"], "not a text file: NUL byte at byte 0"),
     (["import", "{zero}"], "not a text file: NUL byte at byte 0"),

@@ -223,13 +223,13 @@ def test_negative_bandwidth(tmp_path):
     message = _error(load_system, _write(tmp_path, "bad.toml", text))
     assert "bad.toml" in message
     assert "field 'inter_node.bandwidth_bytes_per_s'" in message
-    assert "greater than 0" in message
+    assert "greater than or equal to 1" in message
 
 
 def test_zero_peak_flops(tmp_path):
     text = VALID_SYSTEM.replace("peak_flops = 1.0e15", "peak_flops = 0")
     message = _error(load_system, _write(tmp_path, "foo.toml", text))
-    assert message.endswith("foo.toml: field 'peak_flops': Input should be greater than 0")
+    assert message.endswith("foo.toml: field 'peak_flops': Input should be greater than or equal to 1")
 
 
 def test_efficiency_above_one(tmp_path):

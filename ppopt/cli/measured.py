@@ -135,14 +135,18 @@ def calibrate_command(data, system, output, name, as_json) -> None:
 
     from ppopt.accuracy import predict_rows, read_rows, summarize
     from ppopt.calibrate import calibrate, system_toml
-    from ppopt.config import load_system
+    from ppopt.config import load_system, name_problem
+    from ppopt.errors import ConfigError
     from ppopt.io import atomic_write_text
 
+    # The name is written into the file (and its header comment): refused before the fit, as a file's would be.
+    if name is not None and (problem := name_problem(name)) is not None:
+        raise ConfigError(problem, field="name")
+    if name is None and (problem := name_problem(Path(output).stem)) is not None:
+        raise ConfigError(f"its stem, the system's name by default, {problem}; give --name", field="output")
     base = load_system(system)
     rows, unmodelled = read_rows(list(data), base)  # sizes checked before the fit
     if not rows:
-        from ppopt.errors import ConfigError
-
         raise ConfigError("no row to calibrate on (every row is outside the model)")
     bar = ProgressBar(f"calibrate: {len(rows)} rows, fits")
     try:

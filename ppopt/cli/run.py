@@ -86,7 +86,7 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
     from ppopt.errors import ConfigError
     from ppopt.report.run import run_json, run_text
     from ppopt.run import require_torch
-    from ppopt.run.execute import run_schedules
+    from ppopt.run.execute import check_memory, run_schedules
 
     if costs and not with_compare:
         raise ConfigError("only applies with --compare", field="costs")
@@ -95,6 +95,7 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
     for schedule in schedules:
         settings.model.check(schedule.stages)
     settings.check_values()
+    check_memory(settings.devices, max(s.microbatches for s in schedules), settings)
     presets = _presets(schedules, costs, settings) if with_compare and costs else None  # a bad file fails before the run
     require_torch()
     click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
@@ -112,16 +113,14 @@ def _presets(schedules, costs_file, settings):
     """The cost preset file, by stage count; every schedule must have its stage count, and a preset
     from `ppopt profile` must have been measured with the same model and dtype as this run."""
     import dataclasses
-    import json
 
     from ppopt.errors import ConfigError
-    from ppopt.io.cost_preset import read_cost_preset
+    from ppopt.io.cost_preset import read_cost_preset_file
     from ppopt.run.compare import check_stages
 
-    costs, link = read_cost_preset(costs_file)
+    costs, link, measured = read_cost_preset_file(costs_file)
     for schedule in schedules:
         check_stages(schedule, costs)
-    measured = json.loads(Path(costs_file).read_text()).get("measured") or {}
     ours = {"model": dataclasses.asdict(settings.model), "dtype": settings.dtype}
     for key, value in ours.items():
         if key in measured and measured[key] != value:
@@ -165,7 +164,7 @@ def profile_command(devices, microbatches, chunks, settings, output, as_json) ->
     from ppopt.run import require_torch
     from ppopt.run.profile import check_profile, profile
 
-    check_profile(devices, chunks, settings)
+    check_profile(devices, chunks, settings, microbatches)
     require_torch()
     click.echo(f"profiling {devices * chunks} stages on {devices} local ranks (gloo, 127.0.0.1)", err=True)
     measured = profile(devices, microbatches, chunks, settings)
@@ -211,13 +210,14 @@ def run_found(schedule, start) -> None:
     from ppopt.io.torch_csv import format_torch_csv, parse_torch_csv
     from ppopt.report.run import run_text
     from ppopt.run import require_torch
-    from ppopt.run.execute import refuse_unrunnable, run_schedules
+    from ppopt.run.execute import check_memory, refuse_unrunnable, run_schedules
     from ppopt.run.spec import RunSpec
 
     refuse_unrunnable(schedule)
     ordered = parse_torch_csv(format_torch_csv(schedule, start), "search")
     settings = RunSpec((), ordered.devices)
     settings.model.check(ordered.stages)
+    check_memory(ordered.devices, ordered.microbatches, settings)
     require_torch()
     click.echo(f"running the schedule found on {ordered.devices} local ranks (gloo, 127.0.0.1)", err=True)
     results, _ = run_schedules([ordered], settings)
@@ -232,14 +232,27 @@ def preset_units(costs_file, params) -> UnitCosts:
     """`search/gap/frontier --costs FILE`: the preset as the unit model (:func:`ppopt.run.profile.unit_flags`).
 
     The solver's modelled mode derives costs from a model and a system, so a measured preset enters
-    through the unit model: one slot is the mean measured F, and per-stage differences are averaged."""
+    through the unit model: one slot is the mean measured F, and per-stage differences are averaged.
+    Durations the unit model cannot take (every F 0, a backward under half a hundredth of F) are
+    the file's error, never one of the ``--forward``/``--backward`` flags the user did not give."""
     from ppopt.errors import ConfigError
     from ppopt.io.cost_preset import read_cost_preset
     from ppopt.run.profile import unit_flags
 
     if params.get("model") or params.get("system"):
         raise ConfigError("replaces --model/--system (a measured preset is used in unit mode)", field="costs")
-    return UnitCosts(**unit_flags(*read_cost_preset(costs_file)))
+    costs, link = read_cost_preset(costs_file)
+    if not any(stage.forward_s > 0 for stage in costs.stages):
+        raise ConfigError(f"{costs_file}: every forward_s is 0: the unit model needs a positive forward (its slot)",
+                          field="costs")
+    flags = unit_flags(costs, link)
+    try:
+        return UnitCosts(**flags)
+    except ConfigError as error:
+        rule = error.reason.split(", got ")[0]
+        raise ConfigError(f"{costs_file}: in the unit model (one slot = the mean forward_s, ratios rounded to 2 decimals) "
+                          f"its durations give {error.field} = {flags.get(error.field or '')} slots, which {rule}",
+                          field="costs") from None
 
 
 def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt) -> None:

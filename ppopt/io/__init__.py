@@ -15,8 +15,9 @@ Every file ppopt writes goes through :func:`atomic_writer` (or :func:`atomic_wri
 * Anything else that can be opened for writing (a character device such as ``/dev/null`` or
   ``/dev/stdout``, a FIFO) is written directly, never replaced: renaming over it would turn a
   device into a regular file.
-* A directory is refused. Every failure (a missing directory, no permission, ``ENOSPC`` on a full
-  disk or ``/dev/full``) is a :class:`PpoptError` ``cannot write PATH: <reason>``.
+* A directory and an empty file name are refused. Every failure (a missing directory, no
+  permission, ``ENOSPC`` on a full disk or ``/dev/full``) is a :class:`PpoptError`
+  ``cannot write PATH: <reason>``.
 
 Every JSON text goes through :func:`json_text`: strict JSON (``allow_nan=False``). A non-finite
 number in the output is a bug of the code that built it (a value that legitimately means "none"
@@ -83,6 +84,8 @@ def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], object]) 
 
     Returns ``path``. On any exception a regular ``path`` is left as it was.
     """
+    if not os.fspath(path):  # Path("") is ".", a directory: say what is wrong
+        raise PpoptError("cannot write '': empty file name")
     target = Path(path)
     try:
         status: os.stat_result | None = os.stat(target)

@@ -14,7 +14,13 @@ instead of the analytic model of :mod:`ppopt.costs`. Format::
 
 Stage fields are those of :class:`ppopt.costs.StageCost` (seconds and bytes). ``backward_s`` is the
 measured full backward, which need not equal ``input_grad_s + weight_grad_s`` exactly (they are
-measured in different runs); ``link`` is optional (communication free without it).
+measured in different runs); ``link`` is optional (communication free without it) and follows
+:class:`ppopt.config.LinkConfig` as in a system file.
+
+Limits (:func:`read_cost_preset`): ``layers``, ``microbatch_size`` and ``microbatches`` are
+positive integers of at most :data:`MAX_COUNT`; every other stage field is a number between 0 and
+its maximum, :data:`MAX_OP_S` for the durations, :data:`MAX_BYTES` for the byte counts and
+``param_count``, so that every simulated time and memory stays a finite number.
 """
 
 from __future__ import annotations
@@ -25,12 +31,23 @@ import math
 import os
 from pathlib import Path
 
-from ppopt.config import LinkConfig
+from pydantic import ValidationError
+
+from ppopt.config import LinkConfig, validation_message
 from ppopt.costs import Costs, StageCost
 from ppopt.errors import ConfigError
-from ppopt.io import write_json
+from ppopt.io import CONFIG_BYTES, read_text_bounded, write_json
 
 FORMAT = "ppopt-costs/1"
+
+MAX_OP_S = 1e6
+"""The longest op (F, B, I or W of one microbatch on one stage) of a cost preset: about 11.6 days, seconds."""
+MAX_BYTES = 1e18
+"""The largest byte count (and ``param_count``) of a stage of a cost preset: an exabyte."""
+MAX_COUNT = 2**30
+"""The largest ``layers``, ``microbatch_size`` and ``microbatches`` of a cost preset."""
+_COUNTS = ("layers",)
+_SECONDS = ("forward_s", "backward_s", "input_grad_s", "weight_grad_s")
 
 
 def cost_preset_json(costs: Costs, link: LinkConfig | None, measured: dict) -> dict:
@@ -51,28 +68,84 @@ def write_cost_preset(path: str | os.PathLike, costs: Costs, link: LinkConfig | 
 
 def read_cost_preset(path: str | os.PathLike) -> tuple[Costs, LinkConfig | None]:
     """The costs and link of a preset file; ConfigError (one line, naming the file) if malformed."""
+    costs, link, _ = read_cost_preset_file(path)
+    return costs, link
+
+
+def read_cost_preset_file(path: str | os.PathLike) -> tuple[Costs, LinkConfig | None, dict]:
+    """The costs, link and ``measured`` object of a preset file (read once: it may be a pipe);
+    ConfigError (one line, naming the file and the field, ``field="costs"``) if it is malformed or
+    a value is outside the limits of the module doc."""
     path = Path(path)
+    if not os.fspath(path):
+        raise ConfigError("empty file name", field="costs")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text_bounded(path, CONFIG_BYTES))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file", field="costs") from None
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"{path}: not a readable JSON file ({error})", field="costs") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a cost preset file (.json)", field="costs") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read file ({error.strerror or error})", field="costs") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise ConfigError(f"{path}: not a readable JSON file ({' '.join(str(error).split())})", field="costs") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{path}: not a ppopt cost preset (expected \"format\": \"{FORMAT}\"; write one with `ppopt profile`)", field="costs")
+
+    def fail(reason: str) -> ConfigError:
+        return ConfigError(f"{path}: {reason}", field="costs")
+
+    stages = data.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise fail("'stages' must be a non-empty list of stage objects")
     names = [f.name for f in dataclasses.fields(StageCost)]
-    stages = []
-    try:
-        for i, stage in enumerate(data["stages"]):
-            values = {name: stage[name] for name in names if name in stage}
-            bad = [k for k, v in values.items() if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0)]
-            if bad:
-                raise ConfigError(f"{path}: stage {i}: {bad[0]} must be a non-negative number", field="costs")
-            stages.append(StageCost(**values))
-        costs = Costs(tuple(stages), int(data["microbatch_size"]), int(data["microbatches"]))
-        link = None if data.get("link") is None else LinkConfig(**data["link"])
-    except ConfigError:
-        raise
-    except (KeyError, TypeError, ValueError) as error:
-        raise ConfigError(f"{path}: malformed cost preset ({type(error).__name__}: {error})", field="costs") from None
-    return costs, link
+    required = [f.name for f in dataclasses.fields(StageCost) if f.default is dataclasses.MISSING]
+    read = []
+    for i, stage in enumerate(stages):
+        if not isinstance(stage, dict):
+            raise fail(f"stage {i}: must be an object of fields")
+        missing = [name for name in required if name not in stage]
+        if missing:
+            raise fail(f"stage {i}: missing field '{missing[0]}'")
+        values = {name: stage[name] for name in names if name in stage}  # other keys are ignored
+        for key, value in values.items():
+            if (problem := _problem(key, value)) is not None:
+                raise fail(f"stage {i}: {key} {problem}")
+        read.append(StageCost(**values))
+    counts = {}
+    for key in ("microbatch_size", "microbatches"):
+        if key not in data:
+            raise fail(f"missing field '{key}'")
+        if (problem := _count_problem(data[key])) is not None:
+            raise fail(f"{key} {problem}")
+        counts[key] = data[key]
+    link = None
+    if data.get("link") is not None:
+        try:
+            link = LinkConfig.model_validate(data["link"], strict=True, context={"file": True})
+        except ValidationError as error:
+            raise fail(validation_message(error, "link")) from None
+    measured = data.get("measured")
+    return Costs(tuple(read), counts["microbatch_size"], counts["microbatches"]), link, measured if isinstance(measured, dict) else {}
+
+
+def _count_problem(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        return f"must be an integer between 1 and {MAX_COUNT:,}, got {_shown(value)}"
+    return None
+
+
+def _problem(key: str, value: object) -> str | None:
+    """Why ``value`` cannot be the stage field ``key`` (module doc, "Limits"), or None."""
+    if key in _COUNTS:
+        return _count_problem(value)
+    most, unit = (MAX_OP_S, " s") if key in _SECONDS else (MAX_BYTES, "")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and 0 <= value <= most):
+        return f"must be a number between 0 and {most:g}{unit}, got {_shown(value)}"
+    return None
+
+
+def _shown(value: object) -> str:
+    """``value`` for a message: JSON as in the file, cut to 40 characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -8,7 +8,10 @@ Columns (data/measured/README.md): an optional leading ``Parameters (billion)``,
 vocabulary 50257 unless the row gives one, learned position embeddings, GELU MLP with 4h, full
 recomputation, 1F1B) and the measured step time.
 
-Bad data raises :class:`MeasuredDataError` with one line naming the file, line and column.
+Bad data raises :class:`MeasuredDataError` with one line naming the file, line and column: a
+missing or non-numeric cell, a count that is not positive or exceeds the model's limits
+(:data:`ppopt.config.MODEL_LIMITS`), or an iteration time outside :data:`MIN_TIME_MS` to
+:data:`MAX_TIME_MS`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ppopt.config import ModelConfig, SystemConfig
+from pydantic import ValidationError
+
+from ppopt.config import ModelConfig, SystemConfig, validation_message
 from ppopt.errors import ConfigError
 from ppopt.io import read_text_bounded
 from ppopt.job import Job
@@ -50,6 +55,15 @@ COLUMNS = {
 
 VOCABULARY = 50257
 """GPT-2 BPE vocabulary (Radford et al. 2019), as in the measured runs."""
+
+MODEL_COLUMNS = {"num_layers": "# layers", "hidden_size": "hidden size", "num_attention_heads": "attention heads",
+                 "seq_length": "sequence length", "global_batch_size": "global batch", "vocab_size": VOCABULARY_COLUMN}
+"""The column of each :class:`ppopt.config.ModelConfig` field :func:`gpt_model` fills from a row."""
+
+MIN_TIME_MS = 1e-3
+"""The shortest iteration time of a row (1 µs), milliseconds."""
+MAX_TIME_MS = 1e12
+"""The longest iteration time of a row (about 32 years), milliseconds."""
 
 
 class MeasuredDataError(ConfigError):
@@ -157,6 +171,9 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': not a number: {raw!r}") from None
         if not (math.isfinite(measured_ms) and measured_ms > 0):
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must be a positive number, got {raw!r}")
+        if not MIN_TIME_MS <= measured_ms <= MAX_TIME_MS:
+            raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must lie between {MIN_TIME_MS:g} and "
+                                    f"{MAX_TIME_MS:g}, got {raw!r}")
         t, p, d = values["tp"], values["pp"], values["dp"]
         if t * p * d != values["gpus"]:
             raise MeasuredDataError(f"{name}: line {line}, column '# GPUs': {values['gpus']} differs from "
@@ -166,9 +183,12 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
             raise MeasuredDataError(f"{name}: line {line}, column 'micro batch': {values['micro_batch']} does not "
                                     f"divide the global batch per replica ({values['global_batch']} / {d})")
 
+        try:
+            model = gpt_model(values)
+        except ValidationError as error:  # a size over the model's limits
+            raise MeasuredDataError(f"{name}: line {line}, {_model_problem(error)}") from None
         label = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}"
         try:  # a layout the job model refuses (t not dividing the heads, more stages than layers) is listed
-            model = gpt_model(values)
             job = Job(model, system, tp=t, pp=p, dp=d, micro_batch=values["micro_batch"],
                       global_batch=values["global_batch"], recompute="full")
         except ConfigError as error:
@@ -178,3 +198,13 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
     if not rows and not unmodelled:
         raise MeasuredDataError(f"{name}: no data rows")
     return rows, unmodelled
+
+
+def _model_problem(error: ValidationError) -> str:
+    """The first error of :func:`gpt_model`'s validation, by column: ``column 'hidden size': ...``."""
+    item = error.errors(include_url=False)[0]
+    field = str(item["loc"][0]) if item["loc"] else ""
+    if field in MODEL_COLUMNS:
+        message = " ".join(item["msg"].split()).removeprefix("Value error, ")
+        return f"column '{MODEL_COLUMNS[field]}': {message}"
+    return validation_message(error)

@@ -1,6 +1,8 @@
 """The published-throughput table of ``data/published`` (Narayanan et al. 2021, Table 1), read into
 :class:`ppopt.published.PublishedRun` rows. Bad data raises ConfigError with one line naming the
-file, line and column."""
+file, line and column: a missing or non-numeric cell, a value that is not positive, a count that is
+not whole, a value outside :data:`LIMITS` (the model's sizes are those of
+:data:`ppopt.config.MODEL_LIMITS`; the others keep every step time a positive finite number)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import io
 import os
 from pathlib import Path
 
+from ppopt.config import MODEL_LIMITS
 from ppopt.errors import ConfigError
 from ppopt.io import read_text_bounded
 from ppopt.published import PublishedRun
@@ -31,6 +34,22 @@ COLUMNS = {
 }
 """Columns (data/published/README.md) -> field names; every cell is a positive number, the counts
 whole numbers."""
+
+MAX_GPUS = 2**24
+"""The most GPUs of a run (the largest published runs use about 2**15)."""
+LIMITS: dict[str, tuple[float, float]] = {
+    "parameters": (1e-9, 1e9),
+    "heads": (1, MODEL_LIMITS["num_attention_heads"]),
+    "hidden": (1, MODEL_LIMITS["hidden_size"]),
+    "layers": (1, MODEL_LIMITS["num_layers"]),
+    "tp": (1, MAX_GPUS),
+    "pp": (1, MAX_GPUS),
+    "gpus": (1, MAX_GPUS),
+    "global_batch": (1, MODEL_LIMITS["global_batch_size"]),
+    "teraflops": (1e-6, 1e6),
+}
+"""The range of each field: (least, most). A GPU reaches between 1 MFLOP/s and 1 EFLOP/s (an A100's
+dense peak is 312 teraFLOP/s); a model has between one parameter and 10**18."""
 
 
 def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
@@ -55,6 +74,10 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
                 raise ConfigError(f"{name}: line {line}, column '{column}': not a number: {row[column]!r}") from None
             if not values[short] > 0:
                 raise ConfigError(f"{name}: line {line}, column '{column}': must be positive")
+            least, most = LIMITS[short]
+            if not least <= values[short] <= most:
+                raise ConfigError(f"{name}: line {line}, column '{column}': must lie between {least:g} and {most:g}, "
+                                  f"got {row[column]!r}")
         counts = {key: int(values[key]) for key in ("heads", "hidden", "layers", "tp", "pp", "gpus", "global_batch")}
         for column, short in COLUMNS.items():
             if short in counts and counts[short] != values[short]:

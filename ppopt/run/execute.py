@@ -2,9 +2,10 @@
 no torch in this process: the ranks import it).
 
 :func:`run_schedules` checks everything before any process starts (one device count, no replicated
-stage, model sizes), writes each schedule as a PyTorch CSV (:func:`ppopt.io.torch_csv.write_torch_csv`)
-in a temporary folder, launches the ranks once for all schedules (:func:`ppopt.run.launcher.launch`)
-and returns one :class:`JobResult` per schedule.
+stage, model sizes, the ranks' memory against what this machine has available: :func:`check_memory`),
+writes each schedule as a PyTorch CSV (:func:`ppopt.io.torch_csv.write_torch_csv`) in a temporary
+folder, launches the ranks once for all schedules (:func:`ppopt.run.launcher.launch`) and returns
+one :class:`JobResult` per schedule.
 
 Step time: each step starts after a barrier; a step's time is the slowest rank's, the reported
 figure the median over the timed steps (after the warm-up). Op times: the median over microbatches
@@ -14,6 +15,8 @@ and timed steps of each (stage, kind), measured around the stage's compute call.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import statistics
 import tempfile
 from collections.abc import Sequence
@@ -59,6 +62,47 @@ def refuse_unrunnable(schedule: Schedule) -> None:
                            f"(stage {s} is on ranks {', '.join(map(str, holders))}); it places each stage on one rank")
 
 
+def available_memory_bytes() -> int | None:
+    """Memory this machine can give new processes, bytes: ``MemAvailable`` of ``/proc/meminfo``
+    (Linux), else the physical memory (``os.sysconf``), else None (unknown: not checked)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _gb(count: float) -> str:
+    """Bytes in GB for a message: 3 significant digits, in full below a million GB."""
+    gb = count / 1e9
+    if not 1e-2 <= gb < 1e6:
+        return f"{gb:.3g} GB"
+    rounded = float(f"{gb:.3g}")
+    return f"{rounded:,.{max(0, 2 - math.floor(math.log10(rounded)))}f} GB"
+
+
+def check_memory(devices: int, microbatches: int, settings: RunSpec) -> None:
+    """Refuse, before any process starts, a run whose ``devices`` ranks would together need more
+    memory than this machine has available (:meth:`RunSpec.rank_memory_bytes`, ``microbatches``
+    per step: the most of the run's schedules)."""
+    per_rank = settings.rank_memory_bytes(microbatches)
+    available = available_memory_bytes()
+    if available is None or devices * per_rank <= available:
+        return
+    size = settings.model
+    raise RunError(
+        f"the run needs about {_gb(devices * per_rank)} of memory ({devices} ranks x {_gb(per_rank)}: the parameters and "
+        f"gradients{' of the model and its reference copy' if settings.check else ''}, and the activations of "
+        f"{microbatches} microbatches of {size.microbatch_size} x {size.sequence} tokens, layers {size.layers}, hidden "
+        f"{size.hidden}, vocab {size.vocab}, {settings.dtype}), more than the {_gb(available)} this machine has available")
+
+
 def run_schedules(schedules: Sequence[Schedule], settings: RunSpec) -> tuple[list[JobResult], dict | None]:
     """Run ``schedules`` (same device count) with ``settings`` (its ``jobs`` and ``devices`` are
     ignored); the results per schedule, and the message timing of ranks 0 and 1 (when
@@ -74,6 +118,7 @@ def run_schedules(schedules: Sequence[Schedule], settings: RunSpec) -> tuple[lis
     for schedule in schedules:
         spec.model.check(schedule.stages)
     spec.check_values()
+    check_memory(spec.devices, max(s.microbatches for s in schedules), spec)
     require_torch()
     with tempfile.TemporaryDirectory(prefix="ppopt-csv-") as tmp:
         jobs = []

@@ -19,7 +19,7 @@ from ppopt.config import LinkConfig
 from ppopt.costs import Costs, StageCost, partition_layers
 from ppopt.errors import ConfigError
 from ppopt.generators import generate
-from ppopt.run.execute import JobResult, run_schedules
+from ppopt.run.execute import JobResult, check_memory, run_schedules
 from ppopt.run.spec import ModelSize, RunSpec
 
 _PAIRS: dict[int, tuple[tuple[str, dict[str, int]], ...]] = {1: (("1f1b", {}), ("zb-h1", {})), 2: (("interleaved-1f1b", {"chunks": 2}), ("zb-v", {}))}
@@ -48,20 +48,23 @@ def stage_params(size: ModelSize, stages: int) -> list[int]:
     return params
 
 
-def check_profile(devices: int, chunks: int, settings: RunSpec) -> None:
-    """The sizes of a profile, before any process starts."""
+def check_profile(devices: int, chunks: int, settings: RunSpec, microbatches: int | None = None) -> None:
+    """The sizes of a profile, before any process starts (with ``microbatches``, also the ranks'
+    memory: :func:`ppopt.run.execute.check_memory`)."""
     if chunks not in _PAIRS:
         raise ConfigError(f"must be 1 or 2 stages per rank, got {chunks}", field="chunks")
     if devices < 2:
         raise ConfigError(f"profiling a message needs at least 2 ranks, got {devices}", field="devices")
     settings.model.check(devices * chunks)
     dataclasses.replace(settings, devices=devices).check_values()
+    if microbatches is not None:
+        check_memory(devices, microbatches, dataclasses.replace(settings, check=False))
 
 
 def profile(devices: int, microbatches: int, chunks: int, settings: RunSpec) -> Profile:
     """Measure F, B, I, W per stage and the message time with ``devices`` ranks holding ``chunks``
     stages each (1 or 2), ``microbatches`` per step."""
-    check_profile(devices, chunks, settings)
+    check_profile(devices, chunks, settings, microbatches)
     schedules = [generate(name, devices, microbatches, **options) for name, options in _PAIRS[chunks]]
     (full, split), p2p = run_schedules(schedules, dataclasses.replace(settings, check=False, p2p_repeats=max(settings.p2p_repeats, 20)))
     costs = costs_from_ops(settings, devices * chunks, microbatches, full.op_s, split.op_s)

@@ -2,17 +2,47 @@
 
 A :class:`RunSpec` is written to a JSON file that every rank reads (:func:`spec_json`,
 :func:`spec_from_json`), so the launcher and the workers agree on one description.
+
+Memory (:meth:`RunSpec.rank_memory_bytes`): every rank is a process on this machine, and a rank's
+tensors are estimated from the settings alone, before any process starts, so that a model that
+cannot fit is refused in one line instead of being killed by the kernel (or failing inside a rank)
+minutes later. A rank builds every stage of the model (all ranks build the same parameters from
+one seed, :func:`ppopt.run.model.build_stages`) and keeps gradients of its own; with the gradient
+check it also keeps a copy of the whole model and its gradients, and runs the whole batch through
+it at once. So a rank holds at most:
+
+* ``(2 + 2·check) · P · e`` bytes of parameters and gradients, P = :meth:`ModelSize.parameters`,
+  e = 4 (float32) or 8 (float64);
+* ``2 · 8 · T`` bytes of token ids and targets (int64), T = microbatches · microbatch size ·
+  sequence tokens of a step;
+* ``T · A · e`` bytes of activations kept for the backward, A =
+  :meth:`ModelSize.activation_elements_per_token`: per block :data:`BLOCK_ACTIVATIONS` times the
+  hidden size (PyTorch saves about 17 h per token: the two layer norms' inputs and outputs, Q, K
+  and V, the attention output, the projection's input, the MLP's 4h input and 4h GELU output; the
+  rest covers the backward's temporaries; the attention itself is fused and stores no s x s
+  scores), plus 4 h and three vocabulary-wide rows (the logits, their log-softmax and its gradient).
+
+It leaves out the fixed cost of a Python process that imported torch (a few hundred MB).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 
 from ppopt.errors import ConfigError
 
 DTYPES = ("float32", "float64")
+ELEMENT_BYTES = {"float32": 4, "float64": 8}
+MAX_SIZE = 2**30
+"""The largest ``layers``, ``hidden``, ``heads``, ``sequence``, ``microbatch_size`` and ``vocab`` of a run
+(a model this large never fits; the bound keeps the memory estimate a float)."""
+MAX_TIMEOUT_S = 7 * 86400.0
+"""The longest ``timeout_s`` (seven days), seconds: every process group operation is given it."""
+BLOCK_ACTIVATIONS = 20
+"""Elements a transformer block keeps per token for the backward, in units of the hidden size (module doc)."""
 TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-6)}
 """(relative, absolute) tolerance of the gradient check per dtype: ``|g - g_ref| <= atol + rtol·|g_ref|``
 elementwise (``torch.allclose``). float64 differs from the reference only by the order of
@@ -36,10 +66,22 @@ class ModelSize:
         for field in ("layers", "hidden", "heads", "sequence", "microbatch_size", "vocab"):
             if getattr(self, field) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, field)}", field=field)
+            if getattr(self, field) > MAX_SIZE:
+                raise ConfigError(f"must be at most {MAX_SIZE}, got {getattr(self, field)}", field=field)
         if self.hidden % self.heads:
             raise ConfigError(f"hidden size {self.hidden} is not a multiple of {self.heads} heads", field="hidden")
         if self.layers < stages:
             raise ConfigError(f"the schedule has {stages} stages, each needs a block: at least {stages} layers", field="layers")
+
+    def parameters(self) -> int:
+        """Parameters of the whole model: blocks of 12h² + 13h (QKV, projection, a 4h MLP, two layer
+        norms), token and position embeddings, the final norm and the head."""
+        h, v = self.hidden, self.vocab
+        return self.layers * (12 * h * h + 13 * h) + v * h + self.sequence * h + 2 * h + h * v + v
+
+    def activation_elements_per_token(self) -> int:
+        """Elements kept per token of a microbatch for the backward, whole model (module doc)."""
+        return self.layers * BLOCK_ACTIVATIONS * self.hidden + 4 * self.hidden + 3 * self.vocab
 
 
 @dataclass(frozen=True)
@@ -85,8 +127,17 @@ class RunSpec:
             raise ConfigError(f"must be >= 1, got {self.threads}", field="threads")
         if self.dtype not in DTYPES:
             raise ConfigError(f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}", field="dtype")
-        if not self.timeout_s > 0:
-            raise ConfigError(f"must be positive, got {self.timeout_s}", field="timeout")
+        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S):
+            raise ConfigError(f"must be a positive number of seconds, at most {MAX_TIMEOUT_S:g} (7 days), "
+                              f"got {self.timeout_s}", field="timeout")
+
+    def rank_memory_bytes(self, microbatches: int) -> int:
+        """Bytes one rank's tensors take at most, running steps of ``microbatches`` (module doc)."""
+        element = ELEMENT_BYTES.get(self.dtype, 8)
+        tokens = microbatches * self.model.microbatch_size * self.model.sequence
+        copies = 4 if self.check else 2
+        return (copies * self.model.parameters() * element + 2 * 8 * tokens
+                + tokens * self.model.activation_elements_per_token() * element)
 
 
 def spec_json(spec: RunSpec) -> str:

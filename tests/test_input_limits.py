@@ -1,0 +1,386 @@
+"""Inputs at and beyond ppopt's limits: sizes, rates and durations that would overflow or give
+inf/NaN, names that would break a written file, special paths, runs that cannot fit in memory.
+Each is refused in one line naming the file, field or value (or works, at the limit itself)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.config import load_model, load_system
+from ppopt.costs import Costs, StageCost
+from ppopt.errors import PpoptError
+from ppopt.io import atomic_write_text
+from ppopt.io.cost_preset import write_cost_preset
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASURED = ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"
+PUBLISHED = ROOT / "data" / "published" / "megatron-lm-2021.csv"
+HUGE = str(10**200)
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _replace(source: Path, target: Path, key: str, value: str) -> Path:
+    """``source`` (TOML) with the line ``key = ...`` set to ``value``."""
+    lines = [f"{key} = {value}" if line.split("=")[0].strip() == key else line
+             for line in source.read_text().splitlines()]
+    target.write_text("\n".join(lines) + "\n")
+    return target
+
+
+def _model(tmp_path, key: str, value: str) -> Path:
+    return _replace(ROOT / "models" / "llama3-8b.toml", tmp_path / "model.toml", key, value)
+
+
+def _system(tmp_path, key: str, value: str) -> Path:
+    return _replace(ROOT / "configs" / "dgx-h100.toml", tmp_path / "system.toml", key, value)
+
+
+def _csv_with(source: Path, target: Path, column: str, value: str, rows: int = 2) -> Path:
+    table = list(csv.reader(source.open(newline="")))
+    table[1][table[0].index(column)] = value
+    with target.open("w", newline="") as file:
+        csv.writer(file).writerows(table[:rows + 1])
+    return target
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. Huge integers in a model
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "limit"), [("hidden_size", 16777216), ("seq_length", 1073741824)])
+def test_a_model_size_beyond_the_limit_is_refused_naming_the_field(tmp_path, key, limit):
+    path = _model(tmp_path, key, HUGE)
+    expected = f"error: {path}: field '{key}': Input should be less than or equal to {limit}\n"
+    result = cli("evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--model", path, "--system", "dgx-h100")
+    assert (result.exit_code, result.output) == (1, expected)
+    result = cli("job", "--model", path, "--system", "dgx-h100")
+    assert (result.exit_code, result.output) == (1, expected)
+
+
+def test_the_default_mlp_width_is_not_blamed_for_a_huge_hidden_size(tmp_path):
+    path = _model(tmp_path, "hidden_size", HUGE)
+    path.write_text(path.read_text().replace("ffn_hidden_size = 14336\n", ""))
+    with pytest.raises(PpoptError) as caught:
+        load_model(path)
+    assert str(caught.value) == f"{path}: field 'hidden_size': Input should be less than or equal to 16777216"
+
+
+def test_a_measured_row_with_a_huge_size_is_refused_naming_line_and_column(tmp_path):
+    path = _csv_with(MEASURED, tmp_path / "big.csv", "hidden size", HUGE)
+    expected = f"error: {path}: line 2, column 'hidden size': Input should be less than or equal to 16777216\n"
+    for args in (["validate", path, "--system", "a100-vtrain"],
+                 ["calibrate", path, "--system", "a100-vtrain", "-o", tmp_path / "cal.toml"],
+                 ["plan", "--candidates", path, "--system", "a100-vtrain", "-q"]):
+        result = cli(*args)
+        assert (result.exit_code, result.output) == (1, expected), args
+    assert not (tmp_path / "cal.toml").exists()
+
+
+def test_a_measured_iteration_time_outside_its_range_is_refused(tmp_path):
+    path = _csv_with(MEASURED, tmp_path / "fast.csv", "iteration time (ms)", "1e-300")
+    result = cli("validate", path, "--system", "a100-vtrain")
+    assert (result.exit_code, result.output) == (
+        1, f"error: {path}: line 2, column 'iteration time (ms)': must lie between 0.001 and 1e+12, got '1e-300'\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. Published throughput
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["1e300", "1e-300"])
+def test_a_published_throughput_outside_its_range_is_refused(tmp_path, value):
+    path = _csv_with(PUBLISHED, tmp_path / "pub.csv", "teraFLOP/s per GPU", value, rows=10)
+    result = cli("published", path)
+    assert (result.exit_code, result.output) == (
+        1, f"error: {path}: line 2, column 'teraFLOP/s per GPU': must lie between 1e-06 and 1e+06, got '{value}'\n")
+
+
+def test_a_published_size_beyond_the_model_limits_is_refused(tmp_path):
+    path = _csv_with(PUBLISHED, tmp_path / "pub.csv", "hidden size", "1e300", rows=10)
+    result = cli("published", path)
+    assert (result.exit_code, result.output) == (
+        1, f"error: {path}: line 2, column 'hidden size': must lie between 1 and 1.67772e+07, got '1e300'\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. and 4. Rates and durations that give inf/NaN; one line for a pydantic error in a cost preset
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "value", "reason"), [
+    ("peak_flops", "1e-300", "Input should be greater than or equal to 1"),
+    ("memory_bandwidth_bytes_per_s", "0.5", "Input should be greater than or equal to 1"),
+    ("compute_efficiency", "1e-300", "Input should be greater than or equal to 0.000001"),
+    ("compute_latency_s", "1e308", "must be at most 3600, got 1e+308"),
+    ("bytes_per_param_state", "1e300", "must be at most 1024, got 1e+300"),
+])
+def test_a_system_value_that_would_give_inf_or_nan_is_refused(tmp_path, key, value, reason):
+    path = _system(tmp_path, key, value)
+    for extra in ([], ["--json"]):
+        result = cli("evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", path, *extra)
+        assert (result.exit_code, result.output) == (1, f"error: {path}: field '{key}': {reason}\n")
+
+
+def test_every_limit_at_once_still_gives_finite_numbers(tmp_path):
+    from ppopt.config import MODEL_LIMITS
+
+    model = tmp_path / "largest.toml"
+    model.write_text("".join(f"{key} = {value}\n" for key, value in MODEL_LIMITS.items()))
+    system = ROOT / "configs" / "dgx-h100.toml"
+    for key, value in [("peak_flops", "1.0"), ("memory_bandwidth_bytes_per_s", "1.0"), ("compute_efficiency", "1e-6"),
+                       ("memory_efficiency", "1e-6"), ("compute_latency_s", "3600.0"), ("bandwidth_bytes_per_s", "1.0"),
+                       ("latency_s", "3600.0"), ("bytes_per_param_state", "1024.0")]:
+        system = _replace(system, tmp_path / "slowest.toml", key, value)
+    head, tables = system.read_text().split("[intra_node]", 1)  # top-level keys precede the tables
+    system.write_text(head + "gemm_half_saturation_flops = 1e30\ngemm_saturation_exponent = 4.0\nkernel_host_s = 3600.0\n"
+                      "op_time_rule = \"additive\"\n[intra_node]" + tables)
+    result = cli("job", "--model", model, "--system", system, "--tp", 8, "--pp", 4, "--dp", 2, "--micro-batch", 4,
+                 "--global-batch", 64, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert math.isfinite(data["step_time_s"]) and data["step_time_s"] > 1e60
+    assert math.isfinite(data["peak_memory_bytes"])
+
+
+def _preset(tmp_path, name="costs.json", **changes) -> Path:
+    stage = StageCost(layers=1, forward_s=1.0, backward_s=2.0, input_grad_s=1.0, weight_grad_s=1.0,
+                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
+    path = tmp_path / name
+    write_cost_preset(path, Costs((stage, stage), 1, 4), None, {})
+    data = json.loads(path.read_text())
+    data["link"] = {"bandwidth_bytes_per_s": 1e4, "latency_s": 0.1}
+    for key, value in changes.items():
+        if key in ("microbatches", "link"):
+            data[key] = value
+        else:
+            for stage_data in data["stages"]:
+                stage_data[key] = value
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_cost_preset_duration_beyond_the_limit_is_refused_by_every_command(tmp_path):
+    path = _preset(tmp_path, forward_s=1e308)
+    expected = f"error: --costs: {path}: stage 0: forward_s must be a number between 0 and 1e+06 s, got 1e+308\n"
+    result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path)
+    assert (result.exit_code, result.output) == (1, expected)
+    result = cli("search", "-p", 2, "-m", 4, "--costs", path, "--time-limit", 5)
+    assert (result.exit_code, result.output) == (1, expected)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"backward_s": True}, "stage 0: backward_s must be a number between 0 and 1e+06 s, got true"),
+    ({"send_bytes": 1e300}, "stage 0: send_bytes must be a number between 0 and 1e+18, got 1e+300"),
+    ({"layers": 1.5}, "stage 0: layers must be an integer between 1 and 1,073,741,824, got 1.5"),
+    ({"microbatches": 4.0}, "microbatches must be an integer between 1 and 1,073,741,824, got 4.0"),
+    ({"link": {"bandwidth_bytes_per_s": 0}}, "field 'link.bandwidth_bytes_per_s': Input should be greater than or equal to 1"),
+    ({"link": {"bandwidth_bytes_per_s": 1e4, "latency_s": 1e308}}, "field 'link.latency_s': must be at most 3600, got 1e+308"),
+])
+def test_a_malformed_cost_preset_value_is_one_line_naming_the_field(tmp_path, change, reason):
+    path = _preset(tmp_path, **change)
+    result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path)
+    assert (result.exit_code, result.output) == (1, f"error: --costs: {path}: {reason}\n")
+
+
+def test_a_cost_preset_the_unit_model_cannot_take_names_the_file_not_a_flag(tmp_path):
+    path = _preset(tmp_path, forward_s=1000.0)  # I + W = 2 s: 0.002 slots, rounded to 0
+    result = cli("search", "-p", 2, "-m", 4, "--costs", path, "--time-limit", 5)
+    assert (result.exit_code, result.output) == (
+        1, f"error: --costs: {path}: in the unit model (one slot = the mean forward_s, ratios rounded to 2 decimals) its "
+           "durations give backward = 0.0 slots, which must be a finite number > 0\n")
+    path = _preset(tmp_path, forward_s=0.0)
+    result = cli("search", "-p", 2, "-m", 4, "--costs", path, "--time-limit", 5)
+    assert (result.exit_code, result.output) == (
+        1, f"error: --costs: {path}: every forward_s is 0: the unit model needs a positive forward (its slot)\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. Names written into a calibrated system file
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_name_with_a_control_character_is_refused_before_the_fit(tmp_path):
+    output = tmp_path / "cal2.toml"
+    result = cli("calibrate", MEASURED, "--system", "a100-vtrain", "-o", output, "--name", 'evil"name\nx = 1')
+    assert (result.exit_code, result.output) == (
+        1, "error: --name: must be one line of printable text, got 'evil\"name\\nx = 1' (control character '\\n' at position 9)\n")
+    assert not output.exists()
+    result = cli("calibrate", MEASURED, "--system", "a100-vtrain", "-o", tmp_path / "cal\x1b.toml")
+    assert (result.exit_code, result.output) == (
+        1, "error: --output: its stem, the system's name by default, must be one line of printable text, got 'cal\\x1b' "
+           "(control character '\\x1b' at position 3); give --name\n")
+
+
+def test_a_model_file_whose_name_has_a_control_character_is_refused(tmp_path):
+    path = _model(tmp_path, "name", '"llama\\nx = 1"')
+    result = cli("job", "--model", path, "--system", "dgx-h100")
+    assert (result.exit_code, result.output) == (
+        1, f"error: {path}: field 'name': must be one line of printable text, got 'llama\\nx = 1' (control character "
+           "'\\n' at position 5)\n")
+
+
+def test_a_calibrated_file_round_trips_quotes_backslashes_and_odd_file_names(tmp_path):
+    data = tmp_path / "multi\nx = 1.csv"  # the file name is written into the header comment
+    data.write_bytes(MEASURED.read_bytes())
+    output = tmp_path / "cal.toml"
+    result = cli("calibrate", data, "--system", "a100-vtrain", "-o", output, "--name", 'evil"na\\me')
+    assert result.exit_code == 0, result.output
+    lines = output.read_text().splitlines()
+    assert lines[0].startswith("# evil\"na\\me: 'a100-vtrain' calibrated by `ppopt calibrate` on ")
+    assert lines[1].startswith("# (multi\\nx = 1.csv); closed-form MAPE of the fit ")
+    assert 'name = "evil\\"na\\\\me"' in lines
+    assert load_system(output).name == 'evil"na\\me'
+    result = cli("job", "--model", "llama3-8b", "--system", output)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith('llama3-8b on 1 x evil"na\\me: ')
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. and 7. ppopt run: memory and timeout checked before any rank starts
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """No rank may start; this machine has 1 GB available."""
+    import ppopt.run.execute as execute
+    import ppopt.run.launcher as launcher
+
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    monkeypatch.setattr(execute, "available_memory_bytes", lambda: 10**9, raising=False)
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_before_any_rank_starts(no_launch):
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--sequence", 100000000)
+    assert (result.exit_code, result.output) == (
+        1, "error: the run needs about 18,600 GB of memory (2 ranks x 9,280 GB: the parameters and gradients of the model "
+           "and its reference copy, and the activations of 4 microbatches of 2 x 100000000 tokens, layers 4, hidden 32, "
+           "vocab 64, float32), more than the 1.00 GB this machine has available\n")
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--hidden", 1000000000, "--heads", 1)
+    assert result.exit_code == 1 and result.output.startswith("error: the run needs about 1.54e+12 GB of memory (2 ranks x ")
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--microbatch-size", 100000000, "--no-check")
+    assert result.exit_code == 1 and result.output.startswith("error: the run needs about 148,000 GB of memory (2 ranks x 73,800 GB: the parameters and gradients, and ")
+    result = cli("profile", "-p", 2, "-m", 4, "--sequence", 100000000, "-o", "x.json")
+    assert result.exit_code == 1 and result.output.startswith("error: the run needs about 18,500 GB of memory (2 ranks x ")
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--hidden", 2**31)
+    assert (result.exit_code, result.output) == (1, "error: --hidden: must be at most 1073741824, got 2147483648\n")
+
+
+def test_the_memory_estimate_counts_the_model_s_parameters_and_lets_small_runs_through(monkeypatch):
+    import ppopt.run.execute as execute
+    from ppopt.run.profile import stage_params
+    from ppopt.run.spec import ModelSize, RunSpec
+
+    size = ModelSize(layers=5, hidden=24, heads=3, sequence=7, microbatch_size=1, vocab=11)
+    assert size.parameters() == sum(stage_params(size, 3))
+    spec = RunSpec((), 2, size, dtype="float64")
+    tokens = 4 * 7
+    assert spec.rank_memory_bytes(4) == 4 * size.parameters() * 8 + 16 * tokens + tokens * (5 * 20 * 24 + 4 * 24 + 3 * 11) * 8
+    monkeypatch.setattr(execute, "available_memory_bytes", lambda: 10**9)
+    execute.check_memory(8, 64, RunSpec((), 8))  # the default tiny model: far below 1 GB
+    monkeypatch.undo()  # this machine's
+    available = execute.available_memory_bytes()
+    assert available is None or available > 0
+
+
+@pytest.mark.parametrize(("value", "shown"), [("inf", "inf"), ("1e300", "1e+300"), ("nan", "nan")])
+def test_a_timeout_that_is_not_finite_or_too_long_is_refused(no_launch, value, shown):
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--timeout", value, "--steps", 1)
+    assert (result.exit_code, result.output) == (
+        1, f"error: --timeout: must be a positive number of seconds, at most 604800 (7 days), got {shown}\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# 8. Special paths as a model or system file
+# --------------------------------------------------------------------------------------------------
+
+
+MISSING = ("missing field 'num_layers'; missing field 'hidden_size'; missing field 'num_attention_heads'; "
+           "missing field 'vocab_size'; missing field 'seq_length'")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
+def test_dev_null_is_an_empty_file():
+    result = cli("job", "--model", "/dev/null", "--system", "dgx-h100")
+    assert (result.exit_code, result.output) == (1, f"error: /dev/null: {MISSING}\n")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_a_symlink_to_dev_zero_is_not_text(tmp_path):
+    for name in ("zero.toml", "zero"):
+        link = tmp_path / name
+        link.symlink_to("/dev/zero")
+        result = cli("job", "--model", "llama3-8b", "--system", link)
+        assert (result.exit_code, result.output) == (1, f"error: {link}: cannot read file (not a text file: NUL byte at byte 0)\n")
+
+
+def test_a_dangling_symlink_says_where_it_points(tmp_path):
+    link = tmp_path / "gone.toml"
+    link.symlink_to(tmp_path / "missing.toml")
+    result = cli("job", "--model", link, "--system", "dgx-h100")
+    assert (result.exit_code, result.output) == (1, f"error: {link}: no such file (a broken symbolic link to "
+                                                    f"{tmp_path / 'missing.toml'})\n")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_is_read_like_a_file(tmp_path):
+    fifo = tmp_path / "model.toml"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text('name = "piped"\n'), daemon=True)
+    writer.start()
+    try:
+        result = cli("job", "--model", fifo, "--system", "dgx-h100")
+    finally:
+        if writer.is_alive():  # the FIFO was never opened for reading: let the writer go
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(timeout=10)
+    assert (result.exit_code, result.output) == (1, f"error: {fifo}: {MISSING}\n")
+
+
+def test_an_empty_name_is_an_empty_file_name(tmp_path):
+    result = cli("job", "--model", "", "--system", "dgx-h100")
+    assert (result.exit_code, result.output) == (1, "error: empty file name: give a model preset name or a .toml/.json file\n")
+    result = cli("job", "--model", "llama3-8b", "--system", "")
+    assert (result.exit_code, result.output) == (1, "error: empty file name: give a system preset name or a .toml/.json file\n")
+    with pytest.raises(PpoptError) as caught:
+        atomic_write_text("", "x")
+    assert str(caught.value) == "cannot write '': empty file name"
+
+
+# --------------------------------------------------------------------------------------------------
+# 9. ppopt plan --micro-batch
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_micro_batch_dividing_no_replica_batch_is_named():
+    result = cli("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--micro-batch", 3, "--time-limit", 10, "-q")
+    assert (result.exit_code, result.output) == (
+        1, "error: --micro-batch: 3 does not divide the batch per data-parallel replica of any layout of 8 GPUs "
+           "(global batch 256 / d: 256 at d = 1, 128 at d = 2, 64 at d = 4, 32 at d = 8)\n")
+
+
+def test_a_non_positive_micro_batch_is_printed_as_a_value():
+    result = cli("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--micro-batch", 0, "--time-limit", 10, "-q")
+    assert (result.exit_code, result.output) == (1, "error: --micro-batch: must be positive integers, got 0\n")
+
+
+def test_a_global_batch_beyond_the_limit_is_refused():
+    result = cli("job", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 10**20)
+    assert (result.exit_code, result.output) == (
+        1, "error: --global-batch: must be a positive integer of at most 1073741824, got 100000000000000000000\n")
+    result = cli("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--global-batch", 10**20, "-q")
+    assert (result.exit_code, result.output) == (1, "error: --global-batch: must be at most 1073741824, got 100000000000000000000\n")
