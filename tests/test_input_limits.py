@@ -96,6 +96,20 @@ def test_a_measured_iteration_time_outside_its_range_is_refused(tmp_path):
         1, f"error: {path}: line 2, column 'iteration time (ms)': must lie between 0.001 and 1e+12, got '1e-300'\n")
 
 
+@pytest.mark.parametrize("source, command", [(MEASURED, ["validate"]), (PUBLISHED, ["published"])])
+def test_a_row_longer_than_the_header_is_refused_naming_its_line(tmp_path, source, command):
+    """A cell past the header's columns (a shifted row, a stray comma) used to be dropped in silence."""
+    table = list(csv.reader(source.open(newline="")))
+    table[2].append("99")
+    path = tmp_path / "long.csv"
+    with path.open("w", newline="") as file:
+        csv.writer(file).writerows(table[:4])
+    result = cli(*command, path)
+    columns = len(table[0])
+    assert (result.exit_code, result.output) == (
+        1, f"error: {path}: line 3: {columns + 1} cells, but the header names {columns} columns\n")
+
+
 # --------------------------------------------------------------------------------------------------
 # 2. Published throughput
 # --------------------------------------------------------------------------------------------------

@@ -146,6 +146,8 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
     for line, cells in enumerate(reader, start=2):
         if not any(cell.strip() for cell in cells):
             continue
+        if len(cells) > len(header) and any(cell.strip() for cell in cells[len(header):]):
+            raise MeasuredDataError(f"{name}: line {line}: {len(cells)} cells, but the header names {len(header)} columns")
 
         def cell(column: str, cells: list[str] = cells, line: int = line) -> str:
             position = index[column]

@@ -66,6 +66,9 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
         raise ConfigError(f"{name}: missing column '{missing[0]}'")
     runs = []
     for line, row in enumerate(reader, start=2):
+        if any((cell or "").strip() for cell in row.get(None, [])):  # DictReader keeps the cells past the header under None
+            columns = len(reader.fieldnames or [])
+            raise ConfigError(f"{name}: line {line}: {columns + len(row[None])} cells, but the header names {columns} columns")
         values: dict[str, float] = {}
         for column, short in COLUMNS.items():
             try:
