@@ -49,6 +49,17 @@ class Formula:
         return self.outside is None
 
 
+def _durations_outside(durations: str, units: UnitCosts) -> str | None:
+    """Why ``units`` are outside the durations a family's forms are stated for
+    (:attr:`ppopt.generators.ClosedForms.durations`), or None."""
+    even = units.weight_slots == units.backward / 2
+    if durations == "I = W" and not even:
+        return "needs I = W"
+    if durations == "F = I = W" and not (even and units.backward == 2 * units.forward):
+        return "needs F = I = W"
+    return None
+
+
 def formula(name: str, devices: int, microbatches: int, units: UnitCosts = UnitCosts(), **options: object) -> Formula | None:  # noqa: B008
     """Closed forms of schedule ``name`` in ``units`` (module docstring), or None for a family without
     any (its registry entry says why); options not taken by the family are ignored."""
@@ -62,4 +73,6 @@ def formula(name: str, devices: int, microbatches: int, units: UnitCosts = UnitC
     scale = Fraction(units.forward).limit_denominator(10**6) / chunks
     length = Fraction(closed.length).limit_denominator(10**6) * scale
     outside = family.closed_forms.outside(devices, microbatches, taken)
+    if outside is None:
+        outside = _durations_outside(family.closed_forms.durations, units)
     return replace(closed, length=length.numerator if length.denominator == 1 else float(length), outside=outside)

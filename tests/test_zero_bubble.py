@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppopt.errors import ScheduleError
+from ppopt.evaluate import table_of
 from ppopt.formula import formula
 from ppopt.generators import generate
 from ppopt.generators.linear import one_f_one_b
@@ -126,3 +127,18 @@ def test_zb_h1_and_1f1b_lengths_in_the_same_units():
     units = UnitCosts(backward=1)
     assert build_table(one_f_one_b(8, 8), units).length == 30
     assert build_table(zb_h1(8, 8), units).length == 23
+
+
+@pytest.mark.parametrize("name, durations", [("zb-h1", "F = I = W"), ("zb-h2", "I = W"), ("zb-v", "F = I = W")])
+def test_the_closed_forms_are_only_stated_for_the_durations_they_hold_at(name, durations):
+    """Qi et al. 2024 state the zero-bubble forms at I = W = F. With I != W (--weight) ppopt's tables
+    differ from them (ZB-H1 at p = 4, m = 12, B = 3, W = 1: 54 slots, the form's 51), and ZB-H1's and
+    ZB-V's also with I = W != F: there the forms are n/a, never a wrong number; inside, they equal the table."""
+    cases = [(UnitCosts(1.0, 3.0, 1.0), "needs " + durations), (UnitCosts(1.0, 2.0, 0.5), "needs " + durations),
+             (UnitCosts(1.0, 3.0), None if durations == "I = W" else "needs F = I = W"), (UnitCosts(2.0, 4.0), None)]
+    for units, outside in cases:
+        closed = formula(name, 4, 12, units)
+        assert closed is not None and closed.outside == outside, (units, closed)
+        if outside is None:
+            assert closed.length == table_of(name, 4, 12, units).length
+    assert table_of("zb-h1", 4, 12, UnitCosts(1.0, 3.0, 1.0)).length == 54

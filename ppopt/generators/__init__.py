@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
@@ -73,6 +73,11 @@ class ClosedForms:
     outside: Callable[[int, int, Mapping[str, object]], str | None] = _anywhere
     table_exact: bool = True
     holds: str = "any p, m"  # the range in words (``ppopt list``), within the family's rules
+    durations: Literal["any", "I = W", "F = I = W"] = "any"
+    """The unit durations the forms are stated for (Qi et al. 2024 state the zero-bubble forms at
+    I = W = F): with others (``--backward``, ``--weight``) they are outside their range, shown as
+    "n/a (needs I = W)", and never compared with the table. Checked against ppopt's tables: ZB-H2's
+    forms hold at any B split evenly, ZB-H1's and ZB-V's only at F = I = W."""
 
 
 @dataclass(frozen=True)
@@ -202,13 +207,13 @@ REGISTRY: dict[str, Family] = {
             chunks=lambda o: _twice(o.get("waves", OPTIONS["waves"][0])), hints=("zigzag",),
         ),
         Family("zb-h1", zero_bubble.zb_h1, "zero-bubble H1: 1F1B with split backward, W fills bubbles (Qi et al. 2024)",
-               _space("placement=linear,backward=split"), ClosedForms(zero_bubble.zb_h1_formula),
+               _space("placement=linear,backward=split"), ClosedForms(zero_bubble.zb_h1_formula, holds="any p, m; F = I = W", durations="F = I = W"),
                rules="m >= p", kinds=3, hints=("linear",)),
         Family("zb-h2", zb_h2.zb_h2, "zero-bubble H2: more warm-up forwards, W fills every gap, peak 2p - 1 (Qi et al. 2024)",
-               _space("placement=linear,backward=split"), ClosedForms(zb_h2.zb_h2_formula, _at_least_p, holds="m >= p"),
+               _space("placement=linear,backward=split"), ClosedForms(zb_h2.zb_h2_formula, _at_least_p, holds="m >= p; I = W", durations="I = W"),
                kinds=3, hints=("linear",)),
         Family("zb-v", zero_bubble.zb_v, "zero-bubble V: two chunks per device in a V, split backward (Qi et al. 2024)",
-               _space("placement=v,backward=split"), ClosedForms(zero_bubble.zb_v_formula, _zb_v_outside, holds="m >= 2p - 1"),
+               _space("placement=v,backward=split"), ClosedForms(zero_bubble.zb_v_formula, _zb_v_outside, holds="m >= 2p - 1; F = I = W", durations="F = I = W"),
                rules="m >= p", chunks=lambda o: 2, kinds=3, hints=("v",)),
         Family("v-min", v_min.v_min,
                "V-shape building block of least lifespan: about 1/3 of 1F1B's activations (Qi et al. 2024, NeurIPS)",
