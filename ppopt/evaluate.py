@@ -9,7 +9,7 @@ simulator then share.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from ppopt.config import ModelConfig, SystemConfig
@@ -20,7 +20,7 @@ from ppopt.formula import Formula, formula
 from ppopt.generators import generate, get, names
 from ppopt.generators.common import require_positive
 from ppopt.ir import MAX_OPS, Schedule, check_total_size
-from ppopt.job import Parallelism, job_costs, pipeline_system
+from ppopt.job import Parallelism, job_costs, job_work, pipeline_system
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
 from ppopt.units import UnitCosts
@@ -90,11 +90,17 @@ def simulate_on(schedule: Schedule | Flat, model: ModelConfig, system: SystemCon
     pipeline part of the step (with ``parallel``, on the system one stage's GPUs see,
     :func:`ppopt.job.pipeline_system`; ``ppopt job`` adds the gradient all-reduce and optimizer)."""
     plain = schedule.schedule if isinstance(schedule, Flat) else schedule
-    costs = schedule_costs(plain, model, system, global_batch, parallel)
-    if parallel is not None and not parallel.is_default:
-        layers = partition_layers(model.num_layers, plain.stages, plain.stage_weights)
-        system = pipeline_system(parallel.job(model, system, layers, plain.microbatches, global_batch))
-    return simulate(schedule, costs, system)
+    if parallel is None or parallel.is_default:
+        return simulate(schedule, schedule_costs(plain, model, system, global_batch), system)
+    layers = partition_layers(model.num_layers, plain.stages, plain.stage_weights)
+    job = parallel.job(model, system, layers, plain.microbatches, global_batch)
+    work = job_work(job)
+    simulation = simulate(schedule, job_costs(job, work), pipeline_system(job))
+    # each device's transient working set (a recomputed block, the logits' gradient) on top, as
+    # ppopt job and plan count it (ppopt.job.evaluate_job)
+    held = plain.stages_by_device()
+    working = tuple(max((work.working_bytes[s] for s in held[d]), default=0.0) for d in range(plain.devices))
+    return replace(simulation, peak_memory_bytes=tuple(peak + extra for peak, extra in zip(simulation.peak_memory_bytes, working)))
 
 
 def evaluate_schedule(

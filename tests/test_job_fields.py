@@ -38,8 +38,26 @@ def test_evaluate_simulates_the_job_pipeline():
               recompute="selective")
     predicted = evaluate_job(job)
     assert sim["step_time_s"] == pytest.approx(predicted.pipeline_s, rel=1e-12)
-    # the job's peak adds the transient working set (recomputed scores) to the simulated peak
-    assert max(sim["peak_memory_bytes"]) <= predicted.peak_memory_bytes
+    # both count each device's transient working set (the recomputed scores) on top of what is stored
+    assert max(sim["peak_memory_bytes"]) == pytest.approx(predicted.peak_memory_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize("schedule, pp, microbatches, fields", [
+    ("1f1b", 1, 4, ["--tp", "4", "--dp", "2", "--micro-batch", "32", "--recompute", "full", "--sequence-parallel",
+                    "--distributed-optimizer"]),
+    ("chimera", 2, 128, ["--tp", "2", "--dp", "2", "--micro-batch", "1"]),
+    ("zb-v", 2, 64, ["--tp", "2", "--dp", "2", "--micro-batch", "2", "--recompute", "selective"]),
+])
+def test_evaluate_and_job_report_the_same_peak(schedule, pp, microbatches, fields):
+    """The same job's per-GPU peak is one number in `evaluate` and `job` (and so `plan`): evaluate
+    left out the transient working set, and called fitting (54 GB) a job that `job` puts at 80.0 GB."""
+    common = ["--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "256", *fields]
+    evaluated = run("evaluate", "-s", schedule, "-p", str(pp), "-m", str(microbatches), *common, "--json")
+    assert evaluated.exit_code == 0, evaluated.output
+    job = run("job", "--pp", str(pp), "--schedule", schedule, *common, "--json")
+    assert job.exit_code == 0, job.output
+    simulation = json.loads(evaluated.output)["simulation"]
+    assert max(simulation["peak_memory_bytes"]) == pytest.approx(json.loads(job.output)["peak_memory_bytes"], rel=1e-12)
 
 
 def test_micro_batch_sets_or_checks_the_global_batch():
