@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
 
 from ppopt.cli import main
 from ppopt.config import load_model, load_system
-from ppopt.job import Job, Parallelism, evaluate_job, job_costs
+from ppopt.job import Job, Parallelism, evaluate_job, job_costs, job_work
 from ppopt.solve.instance import InstanceSpec
 
 BASE = ["-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "32"]
@@ -85,5 +86,12 @@ def test_compare_and_the_solver_take_the_job():
     instance = spec.instance(4)
     job = Job(load_model("llama3-8b"), load_system("dgx-h100"), tp=2, pp=4, dp=2, micro_batch=2, global_batch=32,
               recompute="selective")
-    assert instance.costs == job_costs(job)
+    own = job_costs(job)
+    assert [replace(stage, persistent_bytes=0.0) for stage in instance.costs.stages] == [
+        replace(stage, persistent_bytes=0.0) for stage in own.stages]
+    # the solver holds each stage's transient working set (here the last stage's logits gradient) with
+    # its persistent state
+    assert [stage.persistent_bytes for stage in instance.costs.stages] == pytest.approx(
+        [stage.persistent_bytes + extra for stage, extra in zip(own.stages, job_work(job).working_bytes)], rel=1e-12)
+    assert job_work(job).working_bytes[-1] > 0
     assert instance.system.devices_per_node == 2  # 8 GPUs per node / (t·d = 4): two stages per node

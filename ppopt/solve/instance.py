@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
 from ppopt.costs import Costs, link_between, partition_layers, stage_costs, transfer_time_s, unit_costs
 from ppopt.errors import ConfigError
-from ppopt.job import Parallelism, job_costs, pipeline_system
+from ppopt.job import Parallelism, job_costs, job_work, pipeline_system
 from ppopt.units import UnitCosts
 
 
@@ -193,4 +193,12 @@ class InstanceSpec:
             costs = stage_costs(self.model, self.system, layers, self.microbatches, self.global_batch)
             return Instance(self.devices, self.microbatches, costs, self.system, self.memory_limit, "s", "bytes")
         job = self.parallel.job(self.model, self.system, layers, self.microbatches, self.global_batch)
-        return Instance(self.devices, self.microbatches, job_costs(job), pipeline_system(job), self.memory_limit, "s", "bytes")
+        work = job_work(job)
+        costs = job_costs(job, work)
+        # each stage's transient working set (a recomputed block, the logits' gradient), which job and
+        # plan count per device, held as if persistent: exact with one stage per device; a device
+        # holding several stages counts each one's (the placement is not known here), never too little
+        with_working = tuple(replace(stage, persistent_bytes=stage.persistent_bytes + extra)
+                             for stage, extra in zip(costs.stages, work.working_bytes))
+        return Instance(self.devices, self.microbatches, replace(costs, stages=with_working), pipeline_system(job),
+                        self.memory_limit, "s", "bytes")
