@@ -321,3 +321,14 @@ def test_repeated_schedules_and_limits_are_one_row_each():
     frontier = invoke("frontier", "-p", "4", "-m", "8", "--unit", "--limits", "2,2,3", "--time-limit", "5", "-q", "--json")
     assert frontier.exit_code == 0, frontier.output
     assert [point["memory_limit"] for point in json.loads(frontier.stdout)["points"]] == [2, 3]
+
+
+def test_a_reported_bound_is_never_above_the_step_found():
+    """In seconds the bound and the step are different float sums of the same durations: here they
+    differed in the last bit, the bound above (11.653681734423145 > ...143). A bound meeting the step
+    within 1e-9 is the step."""
+    result = invoke("search", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "32",
+                    "--time-limit", "8", "-q", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    assert found["bound_s"] <= found["step_time_s"] and found["gap"] == 0 and found["status"] == "optimal"

@@ -907,6 +907,8 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
     status = best.status
     bound = max(best.solver_bound, setup.analytic.best, setup.period_bound or 0.0) if status != "infeasible" else math.inf
     step = best.simulation.step_time_s if best.simulation is not None else None
+    if step is not None and step < bound <= step * (1 + 1e-9):
+        bound = step  # the last bits of two float sums (ticks scaled back, seconds summed): never above the step
     gap = relative_gap(step, bound)
     if gap is not None and gap <= 1e-9 and status == "feasible":
         status = "optimal"
