@@ -196,3 +196,14 @@ def test_a_table_of_chunks_says_its_peaks_count_chunks():
     assert v.output.splitlines()[-1].endswith("peak live activations per device (stage chunks, 1/8 of the model each) 8 (all)")
     linear = run("table", "-s", "1f1b", "-p", 4, "-m", 8)
     assert linear.output.splitlines()[-1].endswith("peak live activations per device 4,3,2,1")
+
+
+def test_compare_prints_different_steps_differently():
+    """At p = 2, m = 8 (study on mid-mid) chimera-asym and dualpipe take 108.172 and 108.212 s: four
+    digits printed both as 108.2 s under ranks 1 and 2; the column takes the digits that tell them apart."""
+    text = run("compare", "-p", 2, "-m", 8, "--model", "study", "--system", "mid-mid").output
+    data = json.loads(run("compare", "-p", 2, "-m", 8, "--model", "study", "--system", "mid-mid", "--json").output)
+    steps = {row["schedule"]: row["simulation"]["step_time_s"] for row in data}
+    assert steps["chimera-asym"] != steps["dualpipe"] and f"{steps['chimera-asym']:.4g}" == f"{steps['dualpipe']:.4g}"
+    printed = [line.split("(")[-1].split(")")[0] for line in text.splitlines() if line.split()[:1] in (["chimera-asym"], ["dualpipe"])]
+    assert len(printed) == 2 and printed[0] != printed[1]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ppopt.evaluate import Evaluation, Ranking
 from ppopt.formula import Formula
-from ppopt.report.text import gib, per_device, render_table, seconds, with_context
+from ppopt.report.text import distinct_digits, gib, per_device, render_table, seconds, with_context
 from ppopt.simulate import Simulation
 from ppopt.table import Table
 from ppopt.units import UnitCosts
@@ -166,6 +166,8 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
 def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCosts, context: str, fmt: str = "text") -> str:
     """All schedules ranked in the three layers; ``!`` marks a schedule whose rank changes."""
     order = sorted(results, key=lambda r: (ranking.simulation.get(r.schedule, 0), r.schedule))
+    steps = [r.simulation.step_time_s for r in order if r.simulation is not None]
+    digits = distinct_digits(steps, len({ranking.simulation.get(r.schedule) for r in order}))
     rows = []
     for r in order:
         f, sim = r.formula, r.simulation
@@ -176,7 +178,7 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
                 r.schedule + (" !" if r.schedule in ranking.flips else ""),
                 closed_form_cell(f, f"{rank}  ({f.bubble_ratio:.4f})" if f is not None else ""),
                 f"{ranking.table[r.schedule]}  ({r.table.bubble_ratio:.4f})",
-                f"{ranking.simulation[r.schedule]}  ({seconds(sim.step_time_s)})",
+                f"{ranking.simulation[r.schedule]}  ({seconds(sim.step_time_s, digits)})",
                 f"{sim.idle_ratio:.4f}",
                 gib(max(sim.peak_activation_bytes)),
                 peak_memory_cell(r),

@@ -179,12 +179,21 @@ def table_summary(length: float, bubble_ratio: float, peaks: Sequence[float], de
     return f"length {length:g} slots, bubble ratio {bubble_ratio:.4f}, peak live activations per device{unit} {per_device(peaks)}"
 
 
-def seconds(value: float) -> str:
-    """A duration with a readable unit: ``57.42 s``, ``12.3 ms``, ``45.1 us``."""
+def seconds(value: float, digits: int = 4) -> str:
+    """A duration with a readable unit and ``digits`` significant digits: ``57.42 s``, ``12.3 ms``, ``45.1 us``."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if abs(value) >= scale or unit == "us":
-            return f"{value / scale:.4g} {unit}"
+            return f"{value / scale:.{digits}g} {unit}"
     return f"{value:g} s"  # pragma: no cover
+
+
+def distinct_digits(values: Sequence[float], distinct: int, least: int = 4, most: int = 9) -> int:
+    """The fewest significant digits, from ``least`` up to ``most``, at which :func:`seconds` prints
+    ``values`` as at least ``distinct`` different texts (ranked values that differ must not print alike)."""
+    for digits in range(least, most + 1):
+        if len({seconds(v, digits) for v in values}) >= distinct:
+            return digits
+    return most
 
 
 def gib(value: float) -> str:
