@@ -20,7 +20,7 @@ from ppopt.formula import Formula, formula
 from ppopt.generators import generate, get, names
 from ppopt.generators.common import require_positive
 from ppopt.ir import MAX_OPS, Schedule, check_total_size
-from ppopt.job import Parallelism, job_costs, job_work, pipeline_system
+from ppopt.job import Parallelism, job_costs, job_work, pipeline_system, working_set_bytes
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
 from ppopt.units import UnitCosts
@@ -96,11 +96,9 @@ def simulate_on(schedule: Schedule | Flat, model: ModelConfig, system: SystemCon
     job = parallel.job(model, system, layers, plain.microbatches, global_batch)
     work = job_work(job)
     simulation = simulate(schedule, job_costs(job, work), pipeline_system(job))
-    # each device's transient working set (a recomputed block, the logits' gradient) on top, as
-    # ppopt job and plan count it (ppopt.job.evaluate_job)
-    held = plain.stages_by_device()
-    working = tuple(max((work.working_bytes[s] for s in held[d]), default=0.0) for d in range(plain.devices))
-    return replace(simulation, peak_memory_bytes=tuple(peak + extra for peak, extra in zip(simulation.peak_memory_bytes, working)))
+    # each device's transient working set on top, as ppopt job and plan count it
+    working = working_set_bytes(work, plain.stages_by_device())
+    return replace(simulation, peak_memory_bytes=tuple(map(sum, zip(simulation.peak_memory_bytes, working))))
 
 
 def evaluate_schedule(

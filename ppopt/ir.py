@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from ppopt.errors import ScheduleError
 from ppopt.placement import linear_placement  # noqa: F401  (re-exported: the placements live in ppopt.placement)
+from ppopt.placement import stages_by_device as placement_stages_by_device
 
 MAX_OPS = 10_000_000
 """The largest schedule ppopt builds or reads, in ops (stages x microbatches x op kinds): about 1 GB
@@ -171,13 +172,8 @@ class Schedule:
         return tuple(s for s, devs in enumerate(self.placement) if device in devs)
 
     def stages_by_device(self) -> tuple[tuple[int, ...], ...]:
-        """:meth:`stages_on` of every device, in one pass over the placement (asking each device
-        scans every stage: seconds at thousands of devices)."""
-        held: list[list[int]] = [[] for _ in range(self.devices)]
-        for s, devs in enumerate(self.placement):
-            for d in sorted(set(devs)):
-                held[d].append(s)
-        return tuple(tuple(stages) for stages in held)
+        """:meth:`stages_on` of every device (:func:`ppopt.placement.stages_by_device`)."""
+        return placement_stages_by_device(self.placement, self.devices)
 
 
 Split = bool | AbstractSet[tuple[int, int]]

@@ -105,6 +105,7 @@ Placement (Megatron order: tensor parallel innermost, then data parallel, then p
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
@@ -640,6 +641,13 @@ class JobResult:
     simulation: Simulation = field(repr=False, compare=False)
 
 
+def working_set_bytes(work: JobWork, held: Sequence[Sequence[int]]) -> tuple[float, ...]:
+    """Per device, the transient working set on top of what it stores (``held``: each device's
+    stages): the largest of its stages' (a recomputed block, the logits' gradient), as only one
+    backward runs at a time."""
+    return tuple(max((work.working_bytes[s] for s in stages), default=0.0) for stages in held)
+
+
 def evaluate_job(job: Job) -> JobResult:
     """Predict one training step of ``job`` (see module doc).
 
@@ -653,14 +661,14 @@ def evaluate_job(job: Job) -> JobResult:
     prepared = job_schedule(job)
     simulation = simulate(prepared, costs, pipeline_system(job))
     system = job.system
-    held = [prepared.schedule.stages_on(d) for d in range(job.pp)]
+    held = prepared.schedule.stages_by_device()
     syncs = [float(work_time_s(w, system)) for w in work.gradient_sync]
     if job.overlap_gradient_sync:
         syncs = [max(0.0, s - c.backward_s) for s, c in zip(syncs, costs.stages)]
     optimizers = [float(work_time_s(w, system)) for w in work.optimizer]
     sync = max(sum(syncs[k] for k in stages) for stages in held)
     optimizer = max(sum(optimizers[k] for k in stages) for stages in held)
-    peak = max(simulation.peak_memory_bytes[d] + max(work.working_bytes[k] for k in held[d]) for d in range(job.pp))
+    peak = max(map(sum, zip(simulation.peak_memory_bytes, working_set_bytes(work, held))))
     step = simulation.step_time_s + sync + optimizer
     if not math.isfinite(step):  # pragma: no cover - inputs are validated finite
         raise ConfigError(f"step time of {job.describe()} is not finite")

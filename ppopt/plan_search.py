@@ -37,7 +37,7 @@ from ppopt.config import SystemConfig
 from ppopt.costs import Costs
 from ppopt.errors import InfeasibleError, PpoptError, ScheduleError
 from ppopt.ir import Schedule
-from ppopt.job import Job, job_costs, job_work, pipeline_system
+from ppopt.job import Job, job_costs, job_work, pipeline_system, working_set_bytes
 from ppopt.plan import PlanRow
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
@@ -70,9 +70,9 @@ def job_spec(job: Job, memory_limit: float | None) -> JobInstanceSpec:
     work = job_work(job)
     costs = job_costs(job, work)
     extra = [0.0] * job.stages
-    for held in _held(job):
-        first = min(held)
-        extra[first] = max(extra[first], max(work.working_bytes[s] for s in held))
+    held = _held(job)
+    for on_device, working in zip(held, working_set_bytes(work, held)):  # held with the device's first stage
+        extra[on_device[0]] = max(extra[on_device[0]], working)
     stages = tuple(replace(stage, persistent_bytes=stage.persistent_bytes + add) for stage, add in zip(costs.stages, extra))
     system = pipeline_system(job)
     return JobInstanceSpec(devices=job.pp, microbatches=job.microbatches, model=job.model, system=system,

@@ -35,11 +35,11 @@ seconds and in (rounded-down) ticks.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ppopt.ir import Kind
+from ppopt.placement import stages_by_device
 from ppopt.solve.capped_warmup import capped_warmup
 from ppopt.solve.heads import MAX_OPS, one_machine, round_trip, windows
 
@@ -129,11 +129,12 @@ def _chain(stages: int, duration: Duration, delay: Delay, placement, split: bool
     return _Chain(head, tail, [a + h for a, h in zip(above, hops)])
 
 
-def _single_stage(placement, stages: int) -> list[int]:
-    """Stages that sit alone on their one device (one pass over the placement: at thousands of
-    stages, comparing every pair took seconds)."""
-    held = Counter(d for s in range(stages) for d in set(placement[s]))
-    return [s for s in range(stages) if len(placement[s]) == 1 and held[placement[s][0]] == 1]
+def _single_stage(shape: Shape) -> list[int]:
+    """Stages of ``shape`` (with a placement) that sit alone on their one device."""
+    placement = shape.placement
+    assert placement is not None
+    held = stages_by_device(placement, shape.devices)
+    return [s for s in range(shape.stages) if len(placement[s]) == 1 and len(held[placement[s][0]]) == 1]
 
 
 def device_load(shape: Shape, duration: Duration, delay: Delay) -> float:
@@ -151,11 +152,9 @@ def device_load(shape: Shape, duration: Duration, delay: Delay) -> float:
         return total / devices
     best = total / devices
     chain = _chain(stages, duration, delay, placement, split)
-    held: dict[int, list[int]] = {}  # device -> its stages, lowest first
-    for s in range(stages):
-        for d in placement[s]:
-            held.setdefault(d, []).append(s)
-    for stages_on_d in held.values():
+    for stages_on_d in stages_by_device(placement, devices):
+        if not stages_on_d:
+            continue
         load = sum(microbatches * per_microbatch[s] / len(placement[s]) for s in stages_on_d)
         low = stages_on_d[0]
         best = max(best, chain.head[low] + load + chain.tail[low])
@@ -170,7 +169,7 @@ def memory_lifetime(shape: Shape, duration: Duration, delay: Delay, cap_of_stage
     grad = Kind.I if split else Kind.B
     best = 0.0
     chain = _chain(stages, duration, delay, placement, split)
-    for s in _single_stage(placement, stages):
+    for s in _single_stage(shape):
         cap = cap_of_stage(s)
         k = math.floor(cap + 1e-9) if cap is not None else 0
         if k < 1:
@@ -190,7 +189,7 @@ def warmup(shape: Shape, duration: Duration, delay: Delay, cap_of_stage: Callabl
     kinds = _kinds(split)
     best = 0.0
     chain = _chain(stages, duration, delay, placement, split)
-    for s in _single_stage(placement, stages):
+    for s in _single_stage(shape):
         cap = cap_of_stage(s)
         forwards = microbatches if cap is None else min(microbatches, max(1, math.floor(cap + 1e-9)))
         window = duration(s, Kind.F) + chain.round_trip[s]

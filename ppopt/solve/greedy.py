@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 
 from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, required_ops
+from ppopt.placement import stages_by_device
 from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
 
@@ -37,21 +38,19 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
     grad = Kind.I if split else Kind.B
     free_kind = freeing_kind(split)
     bytes_mode = instance.memory_unit == "bytes"
-    held: dict[int, list[int]] = {}  # device -> its stages, lowest first (one pass: p x S took seconds at p = 3,000)
-    for s in range(stages):
-        held.setdefault(device[s], []).append(s)
+    held = stages_by_device(placement, p)
     cap = [float("inf")] * p
     if instance.memory_limit is not None:
         for d in range(p):
-            persistent = sum(instance.costs[s].persistent_bytes for s in held.get(d, ())) if bytes_mode else 0.0
+            persistent = sum(instance.costs[s].persistent_bytes for s in held[d]) if bytes_mode else 0.0
             cap[d] = instance.memory_limit - persistent
     live = [0.0] * p
     # memory a device reserves, when it admits a microbatch, for that microbatch's later stages on it
     # (looped and V placements): without it, new microbatches could fill the cap and starve the
     # in-flight ones, a deadlock
     reserved = [0.0] * p
-    first_stage = {d: on_d[0] for d, on_d in held.items()}
-    route_size = {d: sum(instance.costs[s].activation_bytes for s in on_d) for d, on_d in held.items()}
+    first_stage = {d: on_d[0] for d, on_d in enumerate(held) if on_d}
+    route_size = {d: sum(instance.costs[s].activation_bytes for s in on_d) for d, on_d in enumerate(held) if on_d}
     deps = {op: dependencies(op, stages, split) for op in ops}
     end: dict[Op, float] = {}
     remaining = {op: len(deps[op]) for op in ops}
