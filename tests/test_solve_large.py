@@ -72,3 +72,53 @@ def test_window_search_improves_1f1b_within_the_cap_reproducibly():
     simulation = simulate(validate(schedule), instance.costs, instance.system)
     assert simulation.step_time_s == improved.makespan < before
     assert max(simulation.peak_activation_bytes) <= 6
+
+
+def _above_lns_threshold(monkeypatch):
+    """Lower auto's thresholds so that a small instance takes the path of instances above
+    AUTO_LNS_OPS ops (window search first, then one CP-SAT solve if it found nothing)."""
+    import ppopt.solve.search as search_module
+    monkeypatch.setattr(search_module, "AUTO_CP_OPS", 10)
+    monkeypatch.setattr(search_module, "AUTO_LNS_OPS", 20)
+    return search_module
+
+
+def test_auto_gives_the_rest_to_one_cp_solve_when_the_window_search_finds_nothing(monkeypatch):
+    """p = 7, m = 21, cap 7, one-slot messages (294 ops): with a window search that finds nothing,
+    the CP-SAT solve of the whole model that follows shortens the hint (as at 32 x 256, where it
+    turns 1F1B's 1,417 slots into 1,415)."""
+    module = _above_lns_threshold(monkeypatch)
+    windows = []
+    monkeypatch.setattr(module, "_improve", lambda setup, best, from_solver, options: (windows.append(best), (best, from_solver))[1])
+    notes = []
+    result = search(_spec(7, 21, cap=7), parse_space("placement=linear"),
+                    SolveOptions(60, deterministic_time=5.0, progress=notes.append))
+    assert len(windows) == 1
+    assert any("one CP-SAT solve of the whole model" in note for note in notes)
+    assert result.step_time < result.hint_step_time
+    validate(result.schedule)
+    assert max(result.simulation.peak_activation_bytes) <= 7 + 1e-9
+
+
+def test_auto_keeps_the_window_search_when_it_shortens_the_hint(monkeypatch):
+    """When the window search's third finds a shorter schedule, it goes on with the rest of the time
+    and no CP-SAT solve of the whole model runs."""
+    from dataclasses import replace
+
+    module = _above_lns_threshold(monkeypatch)
+    solves, windows = [], []
+    real_solve = module._solve
+
+    def solve(setup, options, minimize_memory, full=True):
+        solves.append(full)
+        return real_solve(setup, options, minimize_memory, full)
+
+    def improve(setup, best, from_solver, options):
+        windows.append(best)
+        return (replace(best, note="shorter") if len(windows) == 1 else best), from_solver
+
+    monkeypatch.setattr(module, "_solve", solve)
+    monkeypatch.setattr(module, "_improve", improve)
+    search(_spec(7, 21, cap=7), parse_space("placement=linear"), SolveOptions(20, deterministic_time=1.0))
+    assert solves == [False]  # only the hint's pick; no whole-model solve
+    assert len(windows) == 2 and windows[1].note == "shorter"

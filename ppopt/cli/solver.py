@@ -54,7 +54,8 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int):
             click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
             click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
                          help="cp: one CP-SAT solve; lns: large-neighbourhood search from the best hint (one device "
-                              f"per stage); auto: cp up to {AUTO_CP_OPS} ops, cp then lns up to {AUTO_LNS_OPS}, lns above."),
+                              f"per stage); auto: cp up to {AUTO_CP_OPS} ops, cp then lns up to {AUTO_LNS_OPS}, above lns, then "
+                              "cp if lns found nothing in a third of the time."),
             click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
             click.option("--costs", default=None,
                          help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time."),

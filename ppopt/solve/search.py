@@ -634,7 +634,8 @@ def _lns_applies(setup: _Setup) -> bool:
 
 
 def _method(setup: _Setup, method: str) -> str:
-    """``cp``, ``lns`` or ``cp+lns`` (see :data:`ppopt.solve.options.METHODS`)."""
+    """``cp``, ``lns``, or what ``auto`` picks: ``cp``, ``cp+lns`` or ``lns+cp`` (see
+    :data:`ppopt.solve.options.METHODS`)."""
     if method == "lns" and not _lns_applies(setup):
         raise ScheduleError(f"lns needs a free order and one device per stage, not {setup.space.describe()}", field="method")
     if method != "auto":
@@ -642,7 +643,7 @@ def _method(setup: _Setup, method: str) -> str:
     ops = setup.ops
     if ops <= AUTO_CP_OPS or not _lns_applies(setup):
         return "cp"
-    return "cp+lns" if ops <= AUTO_LNS_OPS else "lns"
+    return "cp+lns" if ops <= AUTO_LNS_OPS else "lns+cp"
 
 
 def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
@@ -676,6 +677,32 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
     return replace(best, status=status, schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
                    objective_ticks=improved.makespan, starts=improved.starts, time_to_best_s=improved.time_to_best_s,
                    note=None), True
+
+
+LNS_TRIAL_SHARE = 3
+"""Above :data:`ppopt.solve.options.AUTO_LNS_OPS` ops, ``auto`` gives the window search this share
+(a third) of the time left; when it finds nothing shorter than the hint there, one CP-SAT solve of
+the whole model gets the rest (:func:`_windows_then_cp`)."""
+
+
+def _windows_then_cp(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions,
+                     minimize_memory: bool) -> tuple[_Solved, bool]:
+    """``auto`` above :data:`ppopt.solve.options.AUTO_LNS_OPS` ops: the window search for a third of
+    the time left; if it shortens the hint it goes on to the end, otherwise one CP-SAT solve of the
+    whole model, hinted with the hint, gets the rest.
+
+    Windows gain where the hint's ends are poor (32 x 128: the greedy hint's 770 slots to 764). A
+    schedule that beats a hint with an optimal steady state, as 1F1B's at 32 x 256, changes every
+    round at once (one F and B swapped per round on each device), which no window of a few hundred
+    ops can do alone and the whole model can: it finds 1,415 slots against 1F1B's 1,417 within
+    20 s of one worker (README, "Methods")."""
+    tried, tried_from_solver = _improve(setup, best, from_solver, options.share(LNS_TRIAL_SHARE))
+    if tried is not best:  # shorter (or proven): the windows go on
+        return (tried, tried_from_solver) if tried.status == "optimal" else _improve(setup, tried, tried_from_solver, options)
+    if options.expired:
+        return best, from_solver
+    options.note("the window search found nothing shorter: one CP-SAT solve of the whole model for the rest")
+    return _pick(setup, _solve(setup, options, minimize_memory))
 
 
 def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
@@ -893,9 +920,12 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     method = _method(setup, options.method)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
-    solved = _solve(setup, main.share(2) if method == "cp+lns" else main, minimize_memory, full=method != "lns")
+    solved = _solve(setup, main.share(2) if method == "cp+lns" else main, minimize_memory,
+                    full=method not in ("lns", "lns+cp"))
     best, from_solver = _pick(setup, solved)
-    if method != "cp" and best.status != "optimal":
+    if method == "lns+cp" and best.status != "optimal":
+        best, from_solver = _windows_then_cp(setup, best, from_solver, main, minimize_memory)
+    elif method != "cp" and best.status != "optimal":
         best, from_solver = _improve(setup, best, from_solver, main)
     if minimize_memory:
         best = _lower_peak(setup, best, options)
