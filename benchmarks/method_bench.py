@@ -1,5 +1,7 @@
-"""The search methods on the acceptance instances above 4,096 ops: ``auto`` (the default: the window
-search there) beside ``cp`` (one CP-SAT solve of the whole model, hinted), in the same run.
+"""The search methods on the acceptance instances above 4,096 ops, in the same run: ``lns`` (the window
+search alone, the default there before), ``cp`` (one CP-SAT solve of the whole model, hinted) and
+``auto`` (the default: the window search for a third of the time, then, if it found nothing shorter
+than the hint, one CP-SAT solve for the rest).
 
 Instances: the unit acceptance instances of ``benchmarks/solve_bench.py`` with more than 4,096 ops
 (32 x 128, 32 x 256, 8 x 512, 16 x 1024; cap p, one-slot messages). Timed: the whole ``search`` call
@@ -7,7 +9,7 @@ Instances: the unit acceptance instances of ``benchmarks/solve_bench.py`` with m
 list. One worker, seed 0. Each line also gives 1F1B's step, the baseline every schedule is measured
 against.
 
-Run: ``python benchmarks/method_bench.py [--time-limit 60]`` (8 searches: about 8 minutes at 60 s).
+Run: ``python benchmarks/method_bench.py [--time-limit 60]`` (12 searches: about 12 minutes at 60 s).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from solve_bench import INSTANCES, run_case  # noqa: E402
 
-METHODS = ("auto", "cp")
+METHODS = ("lns", "cp", "auto")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -694,8 +694,8 @@ def _windows_then_cp(setup: _Setup, best: _Solved, from_solver: bool, options: S
     Windows gain where the hint's ends are poor (32 x 128: the greedy hint's 770 slots to 764). A
     schedule that beats a hint with an optimal steady state, as 1F1B's at 32 x 256, changes every
     round at once (one F and B swapped per round on each device), which no window of a few hundred
-    ops can do alone and the whole model can: it finds 1,415 slots against 1F1B's 1,417 within
-    20 s of one worker (README, "Methods")."""
+    ops can do alone and the whole model can: it finds 1,415 slots against 1F1B's 1,417 about 14 s
+    into its solve on one worker (README, "Methods")."""
     tried, tried_from_solver = _improve(setup, best, from_solver, options.share(LNS_TRIAL_SHARE))
     if tried is not best:  # shorter (or proven): the windows go on
         return (tried, tried_from_solver) if tried.status == "optimal" else _improve(setup, tried, tried_from_solver, options)
