@@ -122,3 +122,48 @@ def test_auto_keeps_the_window_search_when_it_shortens_the_hint(monkeypatch):
     search(_spec(7, 21, cap=7), parse_space("placement=linear"), SolveOptions(20, deterministic_time=1.0))
     assert solves == [False]  # only the hint's pick; no whole-model solve
     assert len(windows) == 2 and windows[1].note == "shorter"
+
+
+def test_models_from_no_lp_ops_are_solved_without_the_linear_relaxation():
+    """CP-SAT's one worker loads the linear relaxation of a 65,536-op model for about 90 s without
+    watching the time limit (options.NO_LP_OPS): from that size on it is switched off, below it kept."""
+    from ppopt.solve.options import NO_LP_OPS
+
+    default = SolveOptions(10).start().solver().parameters.linearization_level
+    assert SolveOptions(10).start().solver(NO_LP_OPS - 1).parameters.linearization_level == default == 1
+    assert SolveOptions(10).start().solver(NO_LP_OPS).parameters.linearization_level == 0
+
+
+def test_cp_above_cp_max_ops_is_refused_before_any_work():
+    """32 x 1025 with a cap (65,600 ops): one CP-SAT solve would run past any time limit here, so
+    ``--method cp`` is refused in one line naming the sizes; ``auto`` is not."""
+    from ppopt.solve.options import CP_MAX_OPS
+
+    with pytest.raises(ScheduleError, match=f"65,600 ops .* \\({CP_MAX_OPS:,}\\)") as error:
+        search(_spec(32, 1025, cap=32), parse_space("placement=linear"), SolveOptions(60, method="cp"))
+    assert error.value.field == "method"
+
+
+def test_auto_runs_no_cp_solve_above_cp_max_ops(monkeypatch):
+    """With CP_MAX_OPS lowered to 100: where the window search applies (linear, p = 7, m = 21, 294
+    ops) auto keeps to it and never solves the whole model; where it does not (bidirectional
+    placement) auto reports the best hint without a solve."""
+    module = _above_lns_threshold(monkeypatch)
+    monkeypatch.setattr(module, "CP_MAX_OPS", 100)
+    full_solves = []
+    real_solve = module._solve
+
+    def solve(setup, options, minimize_memory, full=True):
+        full_solves.append(full)
+        return real_solve(setup, options, minimize_memory, full)
+
+    monkeypatch.setattr(module, "_solve", solve)
+    monkeypatch.setattr(module, "_improve", lambda setup, best, from_solver, options: (best, from_solver))
+    search(_spec(7, 21, cap=7), parse_space("placement=linear"), SolveOptions(20, deterministic_time=1.0))
+    assert full_solves == [False]
+
+    notes = []
+    result = search(_spec(4, 16), parse_space("placement=bidirectional"),
+                    SolveOptions(20, deterministic_time=1.0, progress=notes.append))
+    assert any("no CP-SAT solve" in note for note in notes)
+    assert result.step_time == result.hint_step_time

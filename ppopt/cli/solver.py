@@ -22,7 +22,7 @@ from ppopt.cli.options import (
     unit_options,
 )
 from ppopt.solve.instance import InstanceSpec
-from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, MAX_WORKERS, METHODS, SolveOptions
+from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, MAX_WORKERS, METHODS, SolveOptions
 
 
 def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 1):
@@ -55,7 +55,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int):
             click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
                          help="cp: one CP-SAT solve; lns: large-neighbourhood search from the best hint (one device "
                               f"per stage); auto: cp up to {AUTO_CP_OPS} ops, cp then lns up to {AUTO_LNS_OPS}, above lns, then "
-                              "cp if lns found nothing in a third of the time."),
+                              f"cp if lns found nothing in a third of the time; cp takes at most {CP_MAX_OPS} ops."),
             click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
             click.option("--costs", default=None,
                          help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time."),

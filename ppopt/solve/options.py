@@ -41,6 +41,22 @@ AUTO_CP_OPS = 1500
 AUTO_LNS_OPS = 4096
 
 
+NO_LP_OPS = 32768
+"""Models of at least this many ops are solved without CP-SAT's linear relaxation
+(``linearization_level = 0``): loading it into CP-SAT's one worker does not watch the time limit,
+and its cost grows faster than the model. Measured with a 30 s limit and one worker (ortools 9.15):
+32 x 1024 (65,536 ops) returned after 109.5 s with the relaxation and the hint's 5,209 slots, after
+30.0 s without it (59.7 s for 60 s); 32 x 512 (32,768 ops) 34.6 s (2,681 slots) against 30.0 s
+(2,680 slots); 16 x 1024 5,065 slots both ways, within the limit."""
+
+CP_MAX_OPS = 65536
+"""Largest model one CP-SAT solve of the whole space is given: above it, CP-SAT's presolve and the
+loading of its hint (one worker) run past the time limit. Measured (ortools 9.15, one worker):
+32 x 1024 (65,536 ops) within a 120 s `search` (114 s, the relaxation off: :data:`NO_LP_OPS`),
+32 x 4096 (262,144 ops) still in its solve 270 s after it began with 140 s left. ``--method cp`` is
+refused above it; ``auto`` keeps to the large-neighbourhood search there, or reports the best hint
+where that search does not apply."""
+
 READBACK_SHARE = 0.1
 """Share of the remaining time a CP-SAT call leaves for what follows it: stopping CP-SAT, reading
 its answer back, validating and simulating it, and printing the report."""
@@ -121,12 +137,15 @@ class SolveOptions:
         if self.progress is not None:
             self.progress(line)
 
-    def solver(self):
+    def solver(self, ops: int = 0):
         """A CP-SAT solver limited to the time that remains (call only when not expired), less
-        :data:`READBACK_SHARE` of it for reading the answer back and reporting."""
+        :data:`READBACK_SHARE` of it for reading the answer back and reporting; for a model of
+        ``ops`` ops, without the linear relaxation from :data:`NO_LP_OPS` ops on."""
         from ortools.sat.python import cp_model
 
         solver = cp_model.CpSolver()
+        if ops >= NO_LP_OPS:
+            solver.parameters.linearization_level = 0
         solver.parameters.max_time_in_seconds = (1 - READBACK_SHARE) * self.remaining_s()
         solver.parameters.num_workers = self.workers
         solver.parameters.random_seed = self.seed

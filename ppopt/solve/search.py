@@ -29,7 +29,7 @@ from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model, rehint
-from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, Progress, SolveOptions
+from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, relaxation_bound, tail_bound
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, largest_stage_count, placement_of, size_key, stage_count
@@ -396,6 +396,15 @@ def _check_size(spec: InstanceSpec, space: Space) -> None:
                             f"and a search takes at most {max_search_ops():,}", field="space" if key else "microbatches")
 
 
+def _check_method(spec: InstanceSpec, space: Space, method: str) -> None:
+    """Refuse ``--method cp`` on a space whose largest schedule is over :data:`CP_MAX_OPS` ops,
+    before any work (CP-SAT would run past the time limit on it)."""
+    ops = _op_count(largest_stage_count(space, spec.devices), spec.microbatches, space.split_backward)
+    if method == "cp" and ops > CP_MAX_OPS and not space.fixed:
+        raise ScheduleError(f"cp: {ops:,} ops is more than one CP-SAT solve of the whole space takes within a time "
+                            f"limit ({CP_MAX_OPS:,}); use auto or lns", field="method")
+
+
 def _check(spec: InstanceSpec, space: Space) -> None:
     if space.placement == "bidirectional" and space.directions == "even" and spec.microbatches % 2 and not space.fixed:
         raise ScheduleError(
@@ -643,6 +652,8 @@ def _method(setup: _Setup, method: str) -> str:
     ops = setup.ops
     if ops <= AUTO_CP_OPS or not _lns_applies(setup):
         return "cp"
+    if ops > CP_MAX_OPS:
+        return "lns"
     return "cp+lns" if ops <= AUTO_LNS_OPS else "lns+cp"
 
 
@@ -754,6 +765,9 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
     if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
         options.note(f"time limit: no time left to build the model of {setup.ops:,} ops")
         return spent
+    if setup.ops > CP_MAX_OPS:
+        options.note(f"no CP-SAT solve: {setup.ops:,} ops is more than one solve takes within a time limit ({CP_MAX_OPS:,})")
+        return replace(spent, note=f"no CP-SAT solve above {CP_MAX_OPS:,} ops" + (": the best hint is reported" if hint else ""))
     hint_schedule = hint.schedule if hint else None
     frame = Frame(setup.tick, setup.horizon, min(setup.lower, setup.horizon))
     built = build_model(setup.instance, space, frame, hint_schedule, setup.hint_starts, options.dominance)
@@ -769,7 +783,7 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
     dive = _unhinted_dive(setup, built, options, began) if diving else None
     if dive is not None and dive.proven:
         return _read_back(setup, built, dive.solver, dive.callback.last_solution_s, "optimal")
-    solver = options.solver()
+    solver = options.solver(len(built.ops))
     callback = _Progress(setup.tick, unit, options.progress, began)
     code = solver.solve(built.model, callback)
     status = STATUS.get(code, "unknown")
@@ -879,12 +893,14 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
         return best
     if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
         return spent
+    if setup.ops > CP_MAX_OPS:
+        return replace(best, memory_status=f"unknown (no CP-SAT solve above {CP_MAX_OPS:,} ops)")
     cap = best.objective_ticks
     frame = Frame(setup.tick, cap, 0, minimize_peak_within=cap)
     built = build_model(setup.instance, setup.space, frame, best.schedule, best.starts, options.dominance)
     if options.expired:
         return spent
-    solver = options.solver()
+    solver = options.solver(len(built.ops))
     code = solver.solve(built.model)
     status = STATUS.get(code, "unknown")
     options.note(f"peak memory at step <= {cap * setup.tick:.6g} {setup.instance.time_unit}: {status}")
@@ -909,6 +925,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     """
     options = (options or SolveOptions()).start()
     _check_size(spec, space)
+    _check_method(spec, space, options.method)
     if space.placement == "family" and not space.fixed:
         if minimize_memory:
             raise ScheduleError("needs one placement, not placement=family", field="minimize_memory")
