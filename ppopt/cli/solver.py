@@ -53,9 +53,10 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int):
             click.option("--workers", type=int, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible)."),
             click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
             click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
-                         help="cp: one CP-SAT solve; lns: large-neighbourhood search from the best hint (one device "
-                              f"per stage); auto: cp up to {AUTO_CP_OPS} ops, cp then lns up to {AUTO_LNS_OPS}, above lns, then "
-                              f"cp if lns found nothing in a third of the time; cp takes at most {CP_MAX_OPS} ops."),
+                         help=f"cp: one CP-SAT solve (at most {CP_MAX_OPS} ops); lns: large-neighbourhood search from the "
+                              f"best hint (one device per stage). auto: cp up to {AUTO_CP_OPS} ops; cp, then lns, up to "
+                              f"{AUTO_LNS_OPS}; above, lns, and cp for the rest if lns found nothing in a third of the "
+                              f"time; lns alone above {CP_MAX_OPS}."),
             click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
             click.option("--costs", default=None,
                          help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time."),

@@ -762,12 +762,12 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
     spent = _Solved("unknown", 0.0, note="time limit reached before the solve" + (": the best hint is reported" if hint else ""))
     if options.expired:
         return spent
-    if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
-        options.note(f"time limit: no time left to build the model of {setup.ops:,} ops")
-        return spent
     if setup.ops > CP_MAX_OPS:
         options.note(f"no CP-SAT solve: {setup.ops:,} ops is more than one solve takes within a time limit ({CP_MAX_OPS:,})")
         return replace(spent, note=f"no CP-SAT solve above {CP_MAX_OPS:,} ops" + (": the best hint is reported" if hint else ""))
+    if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
+        options.note(f"time limit: no time left to build the model of {setup.ops:,} ops")
+        return spent
     hint_schedule = hint.schedule if hint else None
     frame = Frame(setup.tick, setup.horizon, min(setup.lower, setup.horizon))
     built = build_model(setup.instance, space, frame, hint_schedule, setup.hint_starts, options.dominance)
@@ -891,10 +891,10 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     spent = replace(best, memory_status="unknown (time limit reached before the memory solve)")
     if best.schedule is None or best.objective_ticks is None:
         return best
-    if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
-        return spent
     if setup.ops > CP_MAX_OPS:
         return replace(best, memory_status=f"unknown (no CP-SAT solve above {CP_MAX_OPS:,} ops)")
+    if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
+        return spent
     cap = best.objective_ticks
     frame = Frame(setup.tick, cap, 0, minimize_peak_within=cap)
     built = build_model(setup.instance, setup.space, frame, best.schedule, best.starts, options.dominance)
