@@ -49,6 +49,12 @@ and its cost grows faster than the model. Measured with a 30 s limit and one wor
 30.0 s without it (59.7 s for 60 s); 32 x 512 (32,768 ops) 34.6 s (2,681 slots) against 30.0 s
 (2,680 slots); 16 x 1024 5,065 slots both ways, within the limit."""
 
+NO_LP_SUBSOLVERS = ("no_lp", "quick_restart_no_lp")
+"""CP-SAT's full-problem workers without the linear relaxation, the only ones a solve of at least
+:data:`NO_LP_OPS` ops runs with more than one worker: the portfolio's ``default_lp`` worker sets its
+own linearization level, and at 32 x 1024 with two workers it spent 69 s loading the relaxation (a
+30 s solve returned after 85.8 s; with these two workers, after 30.2 s)."""
+
 CP_MAX_OPS = 65536
 """Largest model one CP-SAT solve of the whole space is given: above it, CP-SAT's presolve and the
 loading of its hint (one worker) run past the time limit. Measured (ortools 9.15, one worker):
@@ -144,10 +150,12 @@ class SolveOptions:
         from ortools.sat.python import cp_model
 
         solver = cp_model.CpSolver()
-        if ops >= NO_LP_OPS:
-            solver.parameters.linearization_level = 0
         solver.parameters.max_time_in_seconds = (1 - READBACK_SHARE) * self.remaining_s()
         solver.parameters.num_workers = self.workers
+        if ops >= NO_LP_OPS:
+            solver.parameters.linearization_level = 0
+            if self.workers > 1:  # the portfolio's LP workers set their own level: full solvers without LP only
+                solver.parameters.subsolvers.extend(NO_LP_SUBSOLVERS)
         solver.parameters.random_seed = self.seed
         if self.deterministic_time is not None:
             solver.parameters.max_deterministic_time = self.deterministic_time
