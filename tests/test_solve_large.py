@@ -139,12 +139,16 @@ def test_models_from_no_lp_ops_are_solved_without_the_linear_relaxation():
 
 def test_cp_above_cp_max_ops_is_refused_before_any_work():
     """32 x 1025 with a cap (65,600 ops): one CP-SAT solve would run past any time limit here, so
-    ``--method cp`` is refused in one line naming the sizes; ``auto`` is not."""
+    ``--method cp`` and ``--minimize-memory`` are refused in one line naming the sizes."""
     from ppopt.solve.options import CP_MAX_OPS
 
     with pytest.raises(ScheduleError, match=f"65,600 ops .* \\({CP_MAX_OPS:,}\\)") as error:
         search(_spec(32, 1025, cap=32), parse_space("placement=linear"), SolveOptions(60, method="cp"))
     assert error.value.field == "method"
+    # the memory solve of --minimize-memory is such a solve as well
+    with pytest.raises(ScheduleError, match="65,600 ops") as error:
+        search(_spec(32, 1025, cap=32), parse_space("placement=linear"), SolveOptions(60), minimize_memory=True)
+    assert error.value.field == "minimize_memory"
 
 
 def test_auto_runs_no_cp_solve_above_cp_max_ops(monkeypatch):

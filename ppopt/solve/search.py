@@ -396,13 +396,18 @@ def _check_size(spec: InstanceSpec, space: Space) -> None:
                             f"and a search takes at most {max_search_ops():,}", field="space" if key else "microbatches")
 
 
-def _check_method(spec: InstanceSpec, space: Space, method: str) -> None:
-    """Refuse ``--method cp`` on a space whose largest schedule is over :data:`CP_MAX_OPS` ops,
-    before any work (CP-SAT would run past the time limit on it)."""
+def _check_method(spec: InstanceSpec, space: Space, method: str, minimize_memory: bool = False) -> None:
+    """Refuse ``--method cp`` and ``--minimize-memory`` (each one CP-SAT solve of the whole space) on
+    a space whose largest schedule is over :data:`CP_MAX_OPS` ops, before any work (CP-SAT would run
+    past the time limit on it)."""
     ops = _op_count(largest_stage_count(space, spec.devices), spec.microbatches, space.split_backward)
-    if method == "cp" and ops > CP_MAX_OPS and not space.fixed:
-        raise ScheduleError(f"cp: {ops:,} ops is more than one CP-SAT solve of the whole space takes within a time "
-                            f"limit ({CP_MAX_OPS:,}); use auto or lns", field="method")
+    if ops <= CP_MAX_OPS:
+        return
+    limit = f"{ops:,} ops is more than one CP-SAT solve of the whole space takes within a time limit ({CP_MAX_OPS:,})"
+    if method == "cp" and not space.fixed:
+        raise ScheduleError(f"cp: {limit}; use auto or lns", field="method")
+    if minimize_memory:
+        raise ScheduleError(limit, field="minimize_memory")
 
 
 def _check(spec: InstanceSpec, space: Space) -> None:
@@ -891,8 +896,6 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     spent = replace(best, memory_status="unknown (time limit reached before the memory solve)")
     if best.schedule is None or best.objective_ticks is None:
         return best
-    if setup.ops > CP_MAX_OPS:
-        return replace(best, memory_status=f"unknown (no CP-SAT solve above {CP_MAX_OPS:,} ops)")
     if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
         return spent
     cap = best.objective_ticks
@@ -925,7 +928,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     """
     options = (options or SolveOptions()).start()
     _check_size(spec, space)
-    _check_method(spec, space, options.method)
+    _check_method(spec, space, options.method, minimize_memory)
     if space.placement == "family" and not space.fixed:
         if minimize_memory:
             raise ScheduleError("needs one placement, not placement=family", field="minimize_memory")
