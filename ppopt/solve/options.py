@@ -59,9 +59,9 @@ CP_MAX_OPS = 65536
 """Largest model one CP-SAT solve of the whole space is given: above it, CP-SAT's presolve and the
 loading of its hint (one worker) run past the time limit. Measured (ortools 9.15, one worker):
 32 x 1024 (65,536 ops) within a 120 s `search` (114 s, the relaxation off: :data:`NO_LP_OPS`),
-32 x 4096 (262,144 ops) still in its solve 270 s after it began with 140 s left. ``--method cp`` and
-``--minimize-memory`` are refused above it; ``auto`` keeps to the large-neighbourhood search there, or reports the best hint
-where that search does not apply."""
+32 x 4096 (262,144 ops) still in its solve 270 s after it began with 140 s left. ``--method cp``
+and ``--minimize-memory`` are refused above it; ``auto`` keeps to the large-neighbourhood search
+there, or reports the best hint where that search does not apply."""
 
 READBACK_SHARE = 0.1
 """Share of the remaining time a CP-SAT call leaves for what follows it: stopping CP-SAT, reading
