@@ -174,3 +174,21 @@ def test_auto_runs_no_cp_solve_above_cp_max_ops(monkeypatch):
                     SolveOptions(20, deterministic_time=1.0, progress=notes.append))
     assert any("no CP-SAT solve" in note for note in notes)
     assert result.step_time == result.hint_step_time
+
+
+def test_auto_keeps_the_windows_when_the_whole_model_would_not_be_built_in_time(monkeypatch):
+    """When the time left after the window search's third cannot build the whole model (the
+    build estimate raised here), the windows get the rest instead of a skipped solve."""
+    module = _above_lns_threshold(monkeypatch)
+    monkeypatch.setattr(module, "BUILD_S_PER_OP", 1e6)
+    full_solves, windows = [], []
+    real_solve = module._solve
+
+    def solve(setup, options, minimize_memory, full=True):
+        full_solves.append(full)
+        return real_solve(setup, options, minimize_memory, full)
+
+    monkeypatch.setattr(module, "_solve", solve)
+    monkeypatch.setattr(module, "_improve", lambda setup, best, from_solver, options: (windows.append(best), (best, from_solver))[1])
+    search(_spec(7, 21, cap=7), parse_space("placement=linear"), SolveOptions(20, deterministic_time=1.0))
+    assert full_solves == [False] and len(windows) == 2

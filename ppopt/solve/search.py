@@ -705,7 +705,8 @@ def _windows_then_cp(setup: _Setup, best: _Solved, from_solver: bool, options: S
                      minimize_memory: bool) -> tuple[_Solved, bool]:
     """``auto`` above :data:`ppopt.solve.options.AUTO_LNS_OPS` ops: the window search for a third of
     the time left; if it shortens the hint it goes on to the end, otherwise one CP-SAT solve of the
-    whole model, hinted with the hint, gets the rest.
+    whole model, hinted with the hint, gets the rest (the windows do, when building that model would
+    not fit in it).
 
     Windows gain where the hint's ends are poor (32 x 128: the greedy hint's 770 slots to 764). A
     schedule that beats a hint with an optimal steady state, as 1F1B's at 32 x 256, changes every
@@ -717,6 +718,8 @@ def _windows_then_cp(setup: _Setup, best: _Solved, from_solver: bool, options: S
         return (tried, tried_from_solver) if tried.status == "optimal" else _improve(setup, tried, tried_from_solver, options)
     if options.expired:
         return best, from_solver
+    if options.remaining_s() < BUILD_S_PER_OP * setup.ops:  # no time to build the whole model: the windows go on
+        return _improve(setup, best, from_solver, options)
     options.note("the window search found nothing shorter: one CP-SAT solve of the whole model for the rest")
     return _pick(setup, _solve(setup, options, minimize_memory))
 
