@@ -383,10 +383,12 @@ class _Solved:
     memory_status: str | None = None  # that solve's status
 
 
-def _check_size(spec: InstanceSpec, space: Space) -> None:
+def _check_size(spec: InstanceSpec, space: Space, method: str = "auto", minimize_memory: bool = False) -> None:
     """Raise ScheduleError, before any placement is built, when the largest schedule of ``space``
-    (:func:`ppopt.solve.space.largest_stage_count`) is over :func:`max_search_ops`; the error names
-    the space key that sets its size (field ``space``), else the microbatches."""
+    (:func:`ppopt.solve.space.largest_stage_count`) is over :func:`max_search_ops` (the error names
+    the space key that sets its size, field ``space``, else the microbatches), or when ``--method
+    cp`` or ``minimize_memory`` asks for a CP-SAT solve of the whole space over :data:`CP_MAX_OPS`
+    ops (CP-SAT would run past the time limit on it)."""
     stages = largest_stage_count(space, spec.devices)
     ops = _op_count(stages, spec.microbatches, space.split_backward)
     if ops > max_search_ops():
@@ -394,20 +396,11 @@ def _check_size(spec: InstanceSpec, space: Space) -> None:
         raise ScheduleError(f"search too large: {space.describe()} on {spec.devices} devices has {stages:,} stages; with "
                             f"{spec.microbatches} microbatches that makes {ops:,} ops (stages x microbatches x kinds), "
                             f"and a search takes at most {max_search_ops():,}", field="space" if key else "microbatches")
-
-
-def _check_method(spec: InstanceSpec, space: Space, method: str, minimize_memory: bool = False) -> None:
-    """Refuse ``--method cp`` and ``--minimize-memory`` (each one CP-SAT solve of the whole space) on
-    a space whose largest schedule is over :data:`CP_MAX_OPS` ops, before any work (CP-SAT would run
-    past the time limit on it)."""
-    ops = _op_count(largest_stage_count(space, spec.devices), spec.microbatches, space.split_backward)
-    if ops <= CP_MAX_OPS:
-        return
-    limit = f"{ops:,} ops is more than one CP-SAT solve of the whole space takes within a time limit ({CP_MAX_OPS:,})"
-    if method == "cp" and not space.fixed:
-        raise ScheduleError(f"cp: {limit}; use auto or lns", field="method")
-    if minimize_memory:
-        raise ScheduleError(limit, field="minimize_memory")
+    too_many = f"{ops:,} ops is more than one CP-SAT solve of the whole space takes within a time limit ({CP_MAX_OPS:,})"
+    if ops > CP_MAX_OPS and method == "cp" and not space.fixed:
+        raise ScheduleError(f"cp: {too_many}; use auto or lns", field="method")
+    if ops > CP_MAX_OPS and minimize_memory:
+        raise ScheduleError(too_many, field="minimize_memory")
 
 
 def _check(spec: InstanceSpec, space: Space) -> None:
@@ -930,8 +923,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     Raises InfeasibleError when the memory limit is below what any schedule of the space needs.
     """
     options = (options or SolveOptions()).start()
-    _check_size(spec, space)
-    _check_method(spec, space, options.method, minimize_memory)
+    _check_size(spec, space, options.method, minimize_memory)
     if space.placement == "family" and not space.fixed:
         if minimize_memory:
             raise ScheduleError("needs one placement, not placement=family", field="minimize_memory")
