@@ -12,6 +12,7 @@ from ppopt.errors import ScheduleError
 from ppopt.ir import Kind
 from ppopt.placement import placement
 from ppopt.solve import bounds as bounding
+from ppopt.solve import gap as gap_module
 from ppopt.solve import search as searching
 from ppopt.solve.instance import Instance, InstanceSpec, unit_instance
 from ppopt.solve.options import SolveOptions
@@ -65,6 +66,8 @@ def test_chunks_and_waves_in_the_space_are_refused_before_any_placement_is_built
 
     monkeypatch.setattr("ppopt.solve.space.placement", no_work)
     monkeypatch.setattr(searching, "search", no_work)
+    monkeypatch.setattr(gap_module, "search", no_work)  # frontier's own reference
+    monkeypatch.setattr(searching, "handcrafted_in", no_work)
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
     assert result.stderr == line + "\n"
@@ -208,6 +211,7 @@ def test_under_a_limit_no_handcrafted_hint_meets_the_greedy_one_comes_first_when
     now ends in 13 s)."""
     monkeypatch.setattr(searching, "SCHEDULE_S_PER_OP", 0.06)
     monkeypatch.setattr(searching, "GREEDY_S_PER_OP", 0.05)
+    monkeypatch.setattr(SolveOptions, "remaining_s", lambda self: 10.0)  # the budget as the costs see it, not the clock
     notes: list[str] = []
     result = searching.search(unit(4, 8, comm=1, limit=4), parse_space("placement=linear"), SolveOptions(10, progress=notes.append))
     assert [c.name for c in result.handcrafted] == ["gpipe"] and not result.handcrafted[0].fits
@@ -239,6 +243,7 @@ def test_a_long_search_reports_each_step_before_solving(monkeypatch):
     import ppopt.solve.options as shared
 
     quick: list[str] = []
+    monkeypatch.setattr(shared, "PROGRESS_AFTER_S", math.inf)  # a search that never grows long (no wall clock)
     searching.search(unit(4, 8), parse_space("placement=linear"), SolveOptions(10, progress=quick.append))
     assert not [line for line in quick if "] hint " in line or "analytic bounds" in line]
     monkeypatch.setattr(shared, "PROGRESS_AFTER_S", 0.0)
@@ -296,6 +301,8 @@ def test_the_search_result_has_no_period_bound_without_a_cap():
 
 @pytest.mark.parametrize("args, line", [
     (["search", "-p", "4", "-m", "8", "--unit", "--global-batch", "8"],
+     "error: --global-batch: needs --model and --system (unit mode has no sequences)"),
+    (["search", "-p", "4", "-m", "8", "--costs", "preset.json", "--global-batch", "8"],  # a cost preset is unit mode
      "error: --global-batch: needs --model and --system (unit mode has no sequences)"),
     (["search", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--forward", "2"],
      "error: --forward: is a unit-mode duration: with --model and --system the durations come from the cost model"),

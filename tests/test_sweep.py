@@ -182,11 +182,25 @@ def test_more_jobs_than_the_machine_runs_usefully_are_refused_before_any_process
     result = CliRunner().invoke(main, [*args, "-j", str(too_many), "-q", *(["-o", str(tmp_path / "out")] if command[0] == "sweep" else [])])
     assert result.exit_code == 1, result.output
     assert result.stderr.strip() == (f"error: --jobs: {too_many} is more than this machine runs usefully: at most "
-                                     f"{max_local_jobs()} (4 per CPU, {os.cpu_count() or 1} CPUs)")
+                                     f"{max_local_jobs()} (4 per CPU, at least 16; {os.cpu_count() or 1} CPUs here)")
     assert not (tmp_path / "out").exists()
-    assert max_local_jobs() >= 16
     with LocalExecutor(max_local_jobs()) as pool:  # the limit itself is taken
         assert sorted(pool.map_unordered(abs, [-1, -2])) == [1, 2]
+
+
+@pytest.mark.parametrize("cpus, limit", [(1, 16), (2, 16), (4, 16), (8, 32), (64, 256), (None, 16)])
+def test_the_jobs_limit_is_four_per_cpu_and_at_least_sixteen(monkeypatch, cpus, limit):
+    from ppopt.errors import ConfigError
+    from ppopt.sweep.executors import _check_jobs
+
+    monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+    assert max_local_jobs() == limit
+    _check_jobs(limit)
+    with pytest.raises(ConfigError) as error:
+        _check_jobs(limit + 1)
+    assert (error.value.field, error.value.reason) == (
+        "jobs", f"{limit + 1} is more than this machine runs usefully: at most {limit} (4 per CPU, at least 16; "
+                f"{cpus or 1} CPUs here)")
 
 
 def test_unreachable_ray_address_fails_fast():

@@ -55,8 +55,8 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int):
             click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
                          help=f"cp: one CP-SAT solve (at most {CP_MAX_OPS} ops); lns: large-neighbourhood search from the "
                               f"best hint (one device per stage). auto: cp up to {AUTO_CP_OPS} ops; cp, then lns, up to "
-                              f"{AUTO_LNS_OPS}; above, lns, and cp for the rest if lns found nothing in a third of the "
-                              f"time; lns alone above {CP_MAX_OPS}."),
+                              f"{AUTO_LNS_OPS}; above, lns (on the linear placement with a full backward up to {CP_MAX_OPS} "
+                              "ops, cp for the rest if lns found nothing in a third of the time)."),
             click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
             click.option("--costs", default=None,
                          help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time."),
@@ -139,7 +139,7 @@ def _refuse_other_modes_flags(unit: bool, params: dict) -> None:
                 reason = ("--costs gives the durations" if params.get("costs") is not None
                           else "with --model and --system the durations come from the cost model")
                 raise ConfigError(f"is a unit-mode duration: {reason}", field=name)
-    if unit and params.get("global_batch") is not None:
+    if (unit or params.get("costs") is not None) and params.get("global_batch") is not None:
         raise ConfigError("needs --model and --system (unit mode has no sequences)", field="global_batch")
 
 

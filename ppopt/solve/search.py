@@ -21,7 +21,7 @@ from ortools.sat.python import cp_model
 
 from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.ir import Kind, Op, Schedule
-from ppopt.placement import split_weights
+from ppopt.placement import split_weights, stages_by_device
 from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve import options as solve_options
 from ppopt.solve.bounds import Bounds, Shape, graph_applies, lower_bounds
@@ -650,9 +650,10 @@ def _method(setup: _Setup, method: str) -> str:
     ops = setup.ops
     if ops <= AUTO_CP_OPS or not _lns_applies(setup):
         return "cp"
-    if ops > CP_MAX_OPS:
-        return "lns"
-    return "cp+lns" if ops <= AUTO_LNS_OPS else "lns+cp"
+    if ops <= AUTO_LNS_OPS:
+        return "cp+lns"
+    # windows, then the whole model: only where the windows are the search (one stage per device)
+    return "lns+cp" if ops <= CP_MAX_OPS and _periodic_applies(setup) else "lns"
 
 
 def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
@@ -1023,10 +1024,11 @@ def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None
     if limit is None or placement is None:
         return lambda s: None
     bytes_mode = instance.memory_unit == "bytes"
+    on_device = stages_by_device(placement, instance.devices)
 
     def cap(s: int) -> float | None:
         c = instance.costs[s]
-        beside = [t for t in range(len(placement)) if placement[t] == placement[s]] if len(placement[s]) == 1 else [s]
+        beside = [t for t in on_device[placement[s][0]] if placement[t] == placement[s]] if len(placement[s]) == 1 else [s]
         room = limit - (sum(instance.costs[t].persistent_bytes for t in beside) if bytes_mode else 0.0)
         return room / c.activation_bytes if c.activation_bytes > 0 else None
 

@@ -61,7 +61,7 @@ def _check_jobs(jobs: int) -> None:
         raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
     if jobs > max_local_jobs():
         raise ConfigError(f"{jobs} is more than this machine runs usefully: at most {max_local_jobs()} "
-                          f"(4 per CPU, {os.cpu_count() or 1} CPUs)", field="jobs")
+                          f"(4 per CPU, at least 16; {os.cpu_count() or 1} CPUs here)", field="jobs")
 
 
 class Executor:
