@@ -38,6 +38,7 @@ from ppopt.costs import Costs
 from ppopt.errors import InfeasibleError, PpoptError, ScheduleError
 from ppopt.ir import Schedule
 from ppopt.job import Job, job_costs, job_work, pipeline_system, working_set_bytes
+from ppopt.placement import stages_by_device
 from ppopt.plan import PlanRow
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
@@ -60,17 +61,12 @@ class JobInstanceSpec(InstanceSpec):
         return Instance(self.devices, self.microbatches, self.costs, self.pipeline, self.memory_limit, "s", "bytes")
 
 
-def _held(job: Job) -> list[list[int]]:
-    """Per device, the schedule stages it holds in the family space's placement (:attr:`Job.stage_devices`)."""
-    return [[s for s, devices in enumerate(job.stage_devices) if d in devices] for d in range(job.pp)]
-
-
 def job_spec(job: Job, memory_limit: float | None) -> JobInstanceSpec:
     """The solver spec of ``job`` under ``memory_limit`` bytes per GPU (see module doc)."""
     work = job_work(job)
     costs = job_costs(job, work)
     extra = [0.0] * job.stages
-    held = _held(job)
+    held = stages_by_device(job.stage_devices, job.pp)  # per device, the stages of the family space's placement
     for on_device, working in zip(held, working_set_bytes(work, held)):  # held with the device's first stage
         extra[on_device[0]] = max(extra[on_device[0]], working)
     stages = tuple(replace(stage, persistent_bytes=stage.persistent_bytes + add) for stage, add in zip(costs.stages, extra))

@@ -392,7 +392,7 @@ def test_the_command_line_ends_without_the_interpreters_teardown_and_loses_no_ou
 
 
 @pytest.mark.parametrize("args, flag", [(["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", ""], "'--output' / '-o'"),
-                                        (["search", "-p", 2, "-m", 2, "--unit", "--csv", " "], "'--csv'")])
+                                        (["search", "-p", 2, "-m", 2, "--unit", "--csv", ""], "'--csv'")])
 def test_an_empty_output_name_is_named_as_such(tmp_path, monkeypatch, args, flag):
     monkeypatch.chdir(tmp_path)
     line = one_error_line(run(*args))

@@ -199,6 +199,8 @@ def test_a_cost_preset_duration_beyond_the_limit_is_refused_by_every_command(tmp
 @pytest.mark.parametrize(("change", "reason"), [
     ({"backward_s": True}, "stage 0: backward_s must be a number between 0 and 1e+06 s, got true"),
     ({"send_bytes": 1e300}, "stage 0: send_bytes must be a number between 0 and 1e+18, got 1e+300"),
+    # an integer beyond a float's range (math.isfinite of it raised OverflowError)
+    ({"activation_bytes": 10 ** 400}, "stage 0: activation_bytes must be a number between 0 and 1e+18, got 1" + "0" * 36 + "..."),
     ({"layers": 1.5}, "stage 0: layers must be an integer between 1 and 1,073,741,824, got 1.5"),
     ({"microbatches": 4.0}, "microbatches must be an integer between 1 and 1,073,741,824, got 4.0"),
     ({"link": {"bandwidth_bytes_per_s": 0}}, "field 'link.bandwidth_bytes_per_s': Input should be greater than or equal to 1"),
@@ -208,6 +210,11 @@ def test_a_malformed_cost_preset_value_is_one_line_naming_the_field(tmp_path, ch
     path = _preset(tmp_path, **change)
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path)
     assert (result.exit_code, result.output) == (1, f"error: --costs: {path}: {reason}\n")
+
+
+def test_an_empty_cost_preset_name_is_an_empty_file_name():
+    result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", "")
+    assert (result.exit_code, result.output) == (1, "error: --costs: empty file name\n")
 
 
 def test_a_cost_preset_the_unit_model_cannot_take_names_the_file_not_a_flag(tmp_path):

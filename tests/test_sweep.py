@@ -384,6 +384,23 @@ def test_a_sweep_too_large_to_finish_is_refused_before_its_directory_is_made(tmp
     assert not out.exists()
 
 
+def test_a_day_of_solver_time_is_refused_unless_the_solver_points_are_left_out(tmp_path):
+    """6 searches of 100,000 s are 167 h: refused in one line before the directory is made; with
+    only the evaluation points run (``study --no-solver``) no search runs, and the sweep goes on."""
+    from ppopt.sweep.run import run_sweep
+
+    slow = write_spec(tmp_path, SPEC.replace("time_limit_s = 20", "time_limit_s = 100000"), name="slow.toml")
+    loaded = load_spec(slow)
+    with pytest.raises(ConfigError, match=r"^sweep too large: up to 6 searches of 100000 s make 167 h of solver time"):
+        check_sweep_size(loaded.spec)
+    check_sweep_size(loaded.spec, searches_run=False)
+    with pytest.raises(ConfigError, match="h of solver time"):
+        run_sweep(loaded, tmp_path / "both")
+    assert not (tmp_path / "both").exists()
+    result = run_sweep(loaded, tmp_path / "evaluation", kinds=("evaluate",))
+    assert result.rows and {row["kind"] for row in result.rows} == {"evaluate"}
+
+
 def _children(pid: int) -> set[int]:
     """Live (not zombie) processes whose parent is ``pid`` (Linux /proc)."""
     found = set()

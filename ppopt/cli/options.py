@@ -311,8 +311,8 @@ def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str
     """:func:`check_output` for an option whose ``-`` writes to standard output instead of a file."""
     if path is None or path == "-":
         return path
-    if not path.strip():
-        raise click.BadParameter(f"cannot write {path!r}: empty file name")
+    if not path:
+        raise click.BadParameter("cannot write '': empty file name")
     target = Path(path)
     folder = target.parent
     if target.is_dir():

@@ -76,9 +76,9 @@ def read_cost_preset_file(path: str | os.PathLike) -> tuple[Costs, LinkConfig | 
     """The costs, link and ``measured`` object of a preset file (read once: it may be a pipe);
     ConfigError (one line, naming the file and the field, ``field="costs"``) if it is malformed or
     a value is outside the limits of the module doc."""
-    path = Path(path)
-    if not os.fspath(path):
+    if not os.fspath(path):  # before Path(), which reads "" as "."
         raise ConfigError("empty file name", field="costs")
+    path = Path(path)
     try:
         data = json.loads(read_text_bounded(path, CONFIG_BYTES))
     except FileNotFoundError:
@@ -140,7 +140,8 @@ def _problem(key: str, value: object) -> str | None:
     if key in _COUNTS:
         return _count_problem(value)
     most, unit = (MAX_OP_S, " s") if key in _SECONDS else (MAX_BYTES, "")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and 0 <= value <= most):
+    # the range first: math.isfinite of an integer beyond a float's range raises OverflowError
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (0 <= value <= most and math.isfinite(value)):
         return f"must be a number between 0 and {most:g}{unit}, got {_shown(value)}"
     return None
 

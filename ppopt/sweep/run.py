@@ -312,7 +312,7 @@ def run_sweep(
     the output directory.
     """
     began = time.monotonic()
-    check_sweep_size(loaded.spec)  # before the output directory is made
+    check_sweep_size(loaded.spec, "gap" in kinds)  # before the output directory is made
     out = Path(output) if output is not None else default_output(loaded)
     try:
         out.mkdir(parents=True, exist_ok=True)

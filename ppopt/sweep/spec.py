@@ -414,10 +414,11 @@ MAX_SWEEP_SEARCH_S = 86_400.0
 """Most solver time (searches x their time limit) one sweep spends: a day."""
 
 
-def check_sweep_size(spec: SweepSpec) -> None:
+def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> None:
     """Refuse, before any item is built, a spec whose evaluation points add up to more than
-    :data:`MAX_SWEEP_OPS` ops or whose searches to more than :data:`MAX_SWEEP_SEARCH_S` seconds
-    (every (p, m, limit, schedule) counted once, an upper bound of the searches run)."""
+    :data:`MAX_SWEEP_OPS` ops or, when ``searches_run``, whose searches to more than
+    :data:`MAX_SWEEP_SEARCH_S` seconds (every (p, m, limit, schedule) counted once, an upper bound
+    of the searches run)."""
     points = ops = 0
     for devices, microbatches in itertools.product(spec.devices, spec.microbatches):
         for name in spec.schedule_names():
@@ -432,7 +433,7 @@ def check_sweep_size(spec: SweepSpec) -> None:
         raise ConfigError(f"sweep too large: {points:,} points make {ops:,} ops to simulate (stages x microbatches x "
                           f"kinds, summed); the limit is {MAX_SWEEP_OPS:,}: split the spec into several sweeps")
     solver = spec.solver
-    if solver is not None:
+    if solver is not None and searches_run:
         searches = (len(solver.devices or spec.devices) * len(solver.microbatches or spec.microbatches)
                     * len(solver.memory_limits) * len(spec.solver_schedule_names()))
         if searches * solver.time_limit_s > MAX_SWEEP_SEARCH_S:
@@ -442,10 +443,9 @@ def check_sweep_size(spec: SweepSpec) -> None:
 
 
 def expand(loaded: LoadedSpec) -> list[EvalItem | GapItem]:
-    """The spec's work items in point order (the order rows appear in ``rows.csv``), sizes checked
-    first (:func:`check_sweep_size`)."""
+    """The spec's work items in point order (the order rows appear in ``rows.csv``); callers check
+    the sizes first (:func:`check_sweep_size`)."""
     spec = loaded.spec
-    check_sweep_size(spec)
     items: list[EvalItem | GapItem] = []
     for model_name, system_name in itertools.product(spec.models, spec.systems):
         model, system = loaded.models[model_name], loaded.systems[system_name]
