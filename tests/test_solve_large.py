@@ -83,13 +83,32 @@ def _above_lns_threshold(monkeypatch):
     return search_module
 
 
+def _record_solves(monkeypatch, module) -> list[bool]:
+    """The ``full`` flag of every ``_solve`` call the search makes (True: a whole-model solve)."""
+    calls: list[bool] = []
+    real_solve = module._solve
+
+    def solve(setup, options, minimize_memory, full=True):
+        calls.append(full)
+        return real_solve(setup, options, minimize_memory, full)
+
+    monkeypatch.setattr(module, "_solve", solve)
+    return calls
+
+
+def _fruitless_windows(monkeypatch, module) -> list:
+    """Replace the window search by one that finds nothing; returns the schedules it was given."""
+    given: list = []
+    monkeypatch.setattr(module, "_improve", lambda setup, best, from_solver, options: (given.append(best), (best, from_solver))[1])
+    return given
+
+
 def test_auto_gives_the_rest_to_one_cp_solve_when_the_window_search_finds_nothing(monkeypatch):
     """p = 7, m = 21, cap 7, one-slot messages (294 ops): with a window search that finds nothing,
     the CP-SAT solve of the whole model that follows shortens the hint (as at 32 x 256, where it
     turns 1F1B's 1,417 slots into 1,415)."""
     module = _above_lns_threshold(monkeypatch)
-    windows = []
-    monkeypatch.setattr(module, "_improve", lambda setup, best, from_solver, options: (windows.append(best), (best, from_solver))[1])
+    windows = _fruitless_windows(monkeypatch, module)
     notes = []
     result = search(_spec(7, 21, cap=7), parse_space("placement=linear"),
                     SolveOptions(60, deterministic_time=5.0, progress=notes.append))
@@ -106,18 +125,12 @@ def test_auto_keeps_the_window_search_when_it_shortens_the_hint(monkeypatch):
     from dataclasses import replace
 
     module = _above_lns_threshold(monkeypatch)
-    solves, windows = [], []
-    real_solve = module._solve
-
-    def solve(setup, options, minimize_memory, full=True):
-        solves.append(full)
-        return real_solve(setup, options, minimize_memory, full)
+    solves, windows = _record_solves(monkeypatch, module), []
 
     def improve(setup, best, from_solver, options):
         windows.append(best)
         return (replace(best, note="shorter") if len(windows) == 1 else best), from_solver
 
-    monkeypatch.setattr(module, "_solve", solve)
     monkeypatch.setattr(module, "_improve", improve)
     search(_spec(7, 21, cap=7), parse_space("placement=linear"), SolveOptions(20, deterministic_time=1.0))
     assert solves == [False]  # only the hint's pick; no whole-model solve
@@ -157,15 +170,8 @@ def test_auto_runs_no_cp_solve_above_cp_max_ops(monkeypatch):
     placement) auto reports the best hint without a solve."""
     module = _above_lns_threshold(monkeypatch)
     monkeypatch.setattr(module, "CP_MAX_OPS", 100)
-    full_solves = []
-    real_solve = module._solve
-
-    def solve(setup, options, minimize_memory, full=True):
-        full_solves.append(full)
-        return real_solve(setup, options, minimize_memory, full)
-
-    monkeypatch.setattr(module, "_solve", solve)
-    monkeypatch.setattr(module, "_improve", lambda setup, best, from_solver, options: (best, from_solver))
+    full_solves = _record_solves(monkeypatch, module)
+    _fruitless_windows(monkeypatch, module)
     search(_spec(7, 21, cap=7), parse_space("placement=linear"), SolveOptions(20, deterministic_time=1.0))
     assert full_solves == [False]
 
@@ -181,14 +187,6 @@ def test_auto_keeps_the_windows_when_the_whole_model_would_not_be_built_in_time(
     build estimate raised here), the windows get the rest instead of a skipped solve."""
     module = _above_lns_threshold(monkeypatch)
     monkeypatch.setattr(module, "BUILD_S_PER_OP", 1e6)
-    full_solves, windows = [], []
-    real_solve = module._solve
-
-    def solve(setup, options, minimize_memory, full=True):
-        full_solves.append(full)
-        return real_solve(setup, options, minimize_memory, full)
-
-    monkeypatch.setattr(module, "_solve", solve)
-    monkeypatch.setattr(module, "_improve", lambda setup, best, from_solver, options: (windows.append(best), (best, from_solver))[1])
+    full_solves, windows = _record_solves(monkeypatch, module), _fruitless_windows(monkeypatch, module)
     search(_spec(7, 21, cap=7), parse_space("placement=linear"), SolveOptions(20, deterministic_time=1.0))
     assert full_solves == [False] and len(windows) == 2
