@@ -303,11 +303,10 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_any_rank_starts(no_la
 
 def test_the_memory_estimate_counts_the_model_s_parameters_and_lets_small_runs_through(monkeypatch):
     import ppopt.run.execute as execute
-    from ppopt.run.profile import stage_params
     from ppopt.run.spec import ModelSize, RunSpec
 
     size = ModelSize(layers=5, hidden=24, heads=3, sequence=7, microbatch_size=1, vocab=11)
-    assert size.parameters() == sum(stage_params(size, 3))
+    assert size.parameters() == sum(size.stage_parameters(3))
     spec = RunSpec((), 2, size, dtype="float64")
     tokens = 4 * 7
     assert spec.rank_memory_bytes(4) == 4 * size.parameters() * 8 + 16 * tokens + tokens * (5 * 20 * 24 + 4 * 24 + 3 * 11) * 8

@@ -64,10 +64,9 @@ def _assert_equal_to_reference(result, devices):
     check = result.check
     assert check["ok"], check["mismatches"]
     assert check["max_abs_error"] <= check["atol"] + 1e-6 and check["rtol"] == 1e-9
-    # every parameter of the model was compared (the closed form of ppopt.run.profile.stage_params)
-    from ppopt.run.profile import stage_params
+    # every parameter of the model was compared (the closed form of ModelSize.stage_parameters)
 
-    assert check["elements"] == sum(stage_params(TINY, result.stages))
+    assert check["elements"] == sum(TINY.stage_parameters(result.stages))
     assert abs(check["loss"] - check["reference_loss"]) <= 1e-12 * check["reference_loss"]
     assert result.devices == devices and len(result.step_s) == 1
 
@@ -148,11 +147,10 @@ def test_without_torch_the_commands_say_how_to_install_it(monkeypatch):
 def test_the_closed_form_parameter_count_is_the_model_s():
     torch = pytest.importorskip("torch")
     from ppopt.run.model import build_stages
-    from ppopt.run.profile import stage_params
 
     size = ModelSize(layers=5, hidden=24, heads=3, sequence=7, microbatch_size=1, vocab=11)
     modules = build_stages(size, 3, 0, torch.float32)
-    assert stage_params(size, 3) == [sum(p.numel() for p in m.parameters()) for m in modules]
+    assert size.stage_parameters(3) == [sum(p.numel() for p in m.parameters()) for m in modules]
 
 
 def _costs():

@@ -20,10 +20,9 @@ from ppopt.costs import Costs, StageCost, partition_layers
 from ppopt.errors import ConfigError
 from ppopt.generators import generate
 from ppopt.run.execute import JobResult, check_memory, run_schedules
-from ppopt.run.spec import ModelSize, RunSpec
+from ppopt.run.spec import ELEMENT_BYTES, RunSpec
 
 _PAIRS: dict[int, tuple[tuple[str, dict[str, int]], ...]] = {1: (("1f1b", {}), ("zb-h1", {})), 2: (("interleaved-1f1b", {"chunks": 2}), ("zb-v", {}))}
-_BYTES = {"float32": 4, "float64": 8}
 NO_SIZE_COST = 1e15
 """Bandwidth (bytes/s) of the fitted link when the larger message was not slower than the small one."""
 
@@ -34,18 +33,6 @@ class Profile:
     link: LinkConfig | None
     runs: tuple[JobResult, ...]
     p2p: dict | None
-
-
-def stage_params(size: ModelSize, stages: int) -> list[int]:
-    """Parameters of each stage of :func:`ppopt.run.model.build_stages` (closed form):
-    a block has 12h² + 13h (QKV, projection, MLP 4h wide, two layer norms), stage 0 adds the token
-    and position embeddings, the last stage the final norm and the head."""
-    h, v = size.hidden, size.vocab
-    counts = partition_layers(size.layers, stages)
-    params = [n * (12 * h * h + 13 * h) for n in counts]
-    params[0] += v * h + size.sequence * h
-    params[-1] += 2 * h + h * v + v
-    return params
 
 
 def check_profile(devices: int, chunks: int, settings: RunSpec, microbatches: int | None = None) -> None:
@@ -75,10 +62,10 @@ def costs_from_ops(settings: RunSpec, stages: int, microbatches: int, *measured:
     """Costs per stage from measured op medians ((stage, kind) -> seconds, one dict per run): F the
     mean over the runs that have it, B the measured full backward (else I + W), I and W the measured
     split backward (else half of B each)."""
-    size, element = settings.model, _BYTES[settings.dtype]
+    size, element = settings.model, ELEMENT_BYTES[settings.dtype]
     message = size.microbatch_size * size.sequence * size.hidden * element
     layers = partition_layers(size.layers, stages)
-    params = stage_params(size, stages)
+    params = size.stage_parameters(stages)
 
     def mean(s: int, kind: str) -> float | None:
         values = [ops[s, kind] for ops in measured if (s, kind) in ops]

@@ -32,6 +32,7 @@ import json
 import math
 from dataclasses import dataclass
 
+from ppopt.costs import partition_layers
 from ppopt.errors import ConfigError
 
 DTYPES = ("float32", "float64")
@@ -73,11 +74,19 @@ class ModelSize:
         if self.layers < stages:
             raise ConfigError(f"the schedule has {stages} stages, each needs a block: at least {stages} layers", field="layers")
 
-    def parameters(self) -> int:
-        """Parameters of the whole model: blocks of 12h² + 13h (QKV, projection, a 4h MLP, two layer
-        norms), token and position embeddings, the final norm and the head."""
+    def stage_parameters(self, stages: int) -> list[int]:
+        """Parameters of each stage of :func:`ppopt.run.model.build_stages` (closed form): a block
+        has 12h² + 13h (QKV, projection, a 4h MLP, two layer norms), stage 0 adds the token and
+        position embeddings, the last stage the final norm and the head."""
         h, v = self.hidden, self.vocab
-        return self.layers * (12 * h * h + 13 * h) + v * h + self.sequence * h + 2 * h + h * v + v
+        params = [n * (12 * h * h + 13 * h) for n in partition_layers(self.layers, stages)]
+        params[0] += v * h + self.sequence * h
+        params[-1] += 2 * h + h * v + v
+        return params
+
+    def parameters(self) -> int:
+        """Parameters of the whole model (:meth:`stage_parameters` of one stage)."""
+        return self.stage_parameters(1)[0]
 
     def activation_elements_per_token(self) -> int:
         """Elements kept per token of a microbatch for the backward, whole model (module doc)."""
