@@ -9,7 +9,7 @@ simulator then share.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, cast
 
 from ppopt.config import ModelConfig, SystemConfig
@@ -20,7 +20,7 @@ from ppopt.formula import Formula, formula
 from ppopt.generators import generate, get, names
 from ppopt.generators.common import require_positive
 from ppopt.ir import MAX_OPS, Schedule, check_total_size
-from ppopt.job import Parallelism, job_costs, job_work, pipeline_system, working_set_bytes
+from ppopt.job import Parallelism, job_costs, job_work, simulate_pipeline
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
 from ppopt.units import UnitCosts
@@ -94,11 +94,7 @@ def simulate_on(schedule: Schedule | Flat, model: ModelConfig, system: SystemCon
         return simulate(schedule, schedule_costs(plain, model, system, global_batch), system)
     layers = partition_layers(model.num_layers, plain.stages, plain.stage_weights)
     job = parallel.job(model, system, layers, plain.microbatches, global_batch)
-    work = job_work(job)
-    simulation = simulate(schedule, job_costs(job, work), pipeline_system(job))
-    # each device's transient working set on top, as ppopt job and plan count it
-    working = working_set_bytes(work, plain.stages_by_device())
-    return replace(simulation, peak_memory_bytes=tuple(map(sum, zip(simulation.peak_memory_bytes, working))))
+    return simulate_pipeline(job, schedule, job_work(job))[1]
 
 
 def evaluate_schedule(

@@ -106,7 +106,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -126,11 +126,13 @@ from ppopt.costs import (
     work_time_s,
 )
 from ppopt.errors import ConfigError, ScheduleError
+from ppopt.flat import Flat
 from ppopt.generators import get, names
+from ppopt.ir import Schedule
 from ppopt.placement import Placement, parse_split, split_weights
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
 
-__all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job", "job_costs", "job_schedule", "job_work", "pipeline_system",
+__all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job", "job_costs", "job_schedule", "job_work", "pipeline_system", "simulate_pipeline",
            "placement", "stages_per_device",
            "work_time_s"]
 
@@ -639,6 +641,7 @@ class JobResult:
     peak_memory_bytes: float
     """The largest per-GPU peak: persistent state + stored activations + transient working set."""
     simulation: Simulation = field(repr=False, compare=False)
+    """The pipeline's simulation; its per-device peaks include the working set (:func:`simulate_pipeline`)."""
 
 
 def working_set_bytes(work: JobWork, held: Sequence[Sequence[int]]) -> tuple[float, ...]:
@@ -646,6 +649,17 @@ def working_set_bytes(work: JobWork, held: Sequence[Sequence[int]]) -> tuple[flo
     stages): the largest of its stages' (a recomputed block, the logits' gradient), as only one
     backward runs at a time."""
     return tuple(max((work.working_bytes[s] for s in stages), default=0.0) for stages in held)
+
+
+def simulate_pipeline(job: Job, schedule: Schedule | Flat | Prepared, work: JobWork) -> tuple[Costs, Simulation]:
+    """The pipeline part of ``job``'s step on ``schedule`` (its ``pp`` devices), with the job's
+    costs from ``work`` on the system one stage's GPUs see (:func:`pipeline_system`); each
+    device's peak memory includes its transient working set (:func:`working_set_bytes`)."""
+    costs = job_costs(job, work)
+    simulation = simulate(schedule, costs, pipeline_system(job))
+    plain = schedule if isinstance(schedule, Schedule) else schedule.schedule
+    working = working_set_bytes(work, plain.stages_by_device())
+    return costs, replace(simulation, peak_memory_bytes=tuple(map(sum, zip(simulation.peak_memory_bytes, working))))
 
 
 def evaluate_job(job: Job) -> JobResult:
@@ -657,9 +671,8 @@ def evaluate_job(job: Job) -> JobResult:
     after the other; Chimera's replica all-reduce is simulated. The step adds the slowest device's
     all-reduces and optimizer step to the simulated pipeline."""
     work = job_work(job)
-    costs = job_costs(job, work)
     prepared = job_schedule(job)
-    simulation = simulate(prepared, costs, pipeline_system(job))
+    costs, simulation = simulate_pipeline(job, prepared, work)
     system = job.system
     held = prepared.schedule.stages_by_device()
     syncs = [float(work_time_s(w, system)) for w in work.gradient_sync]
@@ -668,7 +681,7 @@ def evaluate_job(job: Job) -> JobResult:
     optimizers = [float(work_time_s(w, system)) for w in work.optimizer]
     sync = max(sum(syncs[k] for k in stages) for stages in held)
     optimizer = max(sum(optimizers[k] for k in stages) for stages in held)
-    peak = max(map(sum, zip(simulation.peak_memory_bytes, working_set_bytes(work, held))))
+    peak = max(simulation.peak_memory_bytes)
     step = simulation.step_time_s + sync + optimizer
     if not math.isfinite(step):  # pragma: no cover - inputs are validated finite
         raise ConfigError(f"step time of {job.describe()} is not finite")
