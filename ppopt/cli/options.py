@@ -178,22 +178,25 @@ def check_inputs(name: str | None, schedule_file: str | None, legacy_backward: b
         raise ConfigError("only applies to --schedule-file (how the file spells its backward ops)", field="legacy_backward")
 
 
-def refuse_unused_options(name: str | None, options: dict) -> None:
-    """One schedule (``name``, or a schedule file for None) refuses a schedule option it would ignore.
+def refuse_unused_options(name: str | None | tuple[str, ...], options: dict) -> None:
+    """One schedule (``name``, or a schedule file for None) refuses a schedule option it would ignore;
+    several (a tuple: ``gap -s A -s B``) refuse an option none of them takes.
 
     The error names the option (as a field, which the CLI shows as its flag) and the schedules that
-    take it. Over several schedules (``evaluate -s all``, ``compare``) an option applies to those
+    take it. Over all schedules (``evaluate -s all``, ``compare``) an option applies to those
     that take it instead.
     """
     from ppopt.generators import REGISTRY, get
 
     if name == "all":
         raise ConfigError("'all' is for `ppopt evaluate` and `ppopt compare`; this command takes one schedule", field="name")
-    takes = get(name).options if name is not None else ()
+    given = name if isinstance(name, tuple) else (name,)
+    takes = {option for one in given if one is not None for option in get(one).options}
     for option, value in options.items():
         if value is not None and option not in takes:
             users = ", ".join(g.name for g in REGISTRY.values() if option in g.options)
-            what = f"schedule {name} does not take it" if name is not None else "a --schedule-file does not take it"
+            what = (f"schedule {name} does not take it" if isinstance(name, str) else
+                    "a --schedule-file does not take it" if name is None else "none of the schedules given takes it")
             raise ConfigError(f"{what} (only {users})", field=option)
 
 

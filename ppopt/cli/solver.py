@@ -17,6 +17,7 @@ from ppopt.cli.options import (
     job_options,
     json_option,
     parse_amount,
+    refuse_unused_options,
     schedule_options,
     system_options,
     unit_options,
@@ -236,17 +237,12 @@ def _write_outputs(result, spec, csv_path, plot, trace) -> None:
 def gap_command(spec, solve, options, schedules, as_json, fmt):
     """Optimality gap of every handcrafted schedule against its family's relaxed space."""
     from ppopt.errors import ConfigError
-    from ppopt.generators import get, names
     from ppopt.report.solve import gap_json, gap_text
     from ppopt.solve.gap import gap_report
 
     schedules = tuple(dict.fromkeys(schedules))  # -s 1f1b -s 1f1b: one row
-    for name in schedules:
-        get(name)
-    for option, value in options.items():
-        if value is not None and schedules and not any(option in get(name).options for name in schedules):
-            users = ", ".join(n for n in names() if option in get(n).options)
-            raise ConfigError(f"none of the schedules given takes it (only {users})", field=option)
+    if schedules:  # each name known, and every option taken by one of them
+        refuse_unused_options(schedules, options)
     report = gap_report(spec, options, schedules or None, solve)
     if not report.rows:  # every schedule skipped: an empty table would read as a result
         reasons = "; ".join(f"{name}: {reason}" for name, reason in report.skipped.items())
