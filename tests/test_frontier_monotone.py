@@ -63,3 +63,22 @@ def test_a_default_frontier_is_monotone():
     assert None not in steps and steps == sorted(steps, reverse=True)
     assert all(p.bound <= p.step_time for p in result.points)
     assert all(p.peak_memory <= p.memory_limit for p in result.points)
+
+
+def test_a_limit_given_twice_is_one_point_and_one_share_of_the_budget(monkeypatch):
+    """Limits [3, 2, 3]: two searches under limits (2, then 3) after the unlimited one, so the budget
+    is split three ways, not four: the unlimited search gets a third of the deterministic time (10 of
+    30), the limit 2 half of it (15), the limit 3 all of it (30; the share of a budget that every
+    earlier search may have left unspent). The duplicate took a quarter (7.5) before."""
+    searches = []
+    search = gapping.search
+
+    def recorded(spec, space, options):
+        searches.append((spec.memory_limit, options.deterministic_time))
+        return search(spec, space, options)
+
+    monkeypatch.setattr(gapping, "search", recorded)
+    spec = InstanceSpec(4, 8, UnitCosts(1.0, 2.0, None, 1.0))
+    result = frontier(spec, parse_space("placement=linear"), [3, 2, 3], SolveOptions(20, deterministic_time=30.0))
+    assert searches == [(None, 10.0), (2, 15.0), (3, 30.0)]
+    assert [point.memory_limit for point in result.points] == [2, 3]

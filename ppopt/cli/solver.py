@@ -271,8 +271,6 @@ def frontier_command(spec, solve, options, space, limits, as_json, fmt):
     if spec.memory_limit is not None:
         raise ConfigError("frontier sweeps memory limits itself: use --limits, not --memory-limit", field="memory_limit")
     values = [parse_amount(x.strip(), spec.unit_mode, "--limits") for x in limits.split(",")] if limits else None
-    if values is not None:
-        values = list(dict.fromkeys(values))  # --limits 2,2: one point
     result = frontier(spec, parse_space(space, **options), values, solve)
     if as_json:
         emit_json(frontier_json(result))

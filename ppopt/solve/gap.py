@@ -180,6 +180,8 @@ def frontier(
     """
     options = (options or SolveOptions()).start()
     devices = spec.devices
+    if limits is not None:
+        limits = sorted(set(limits))  # a limit given twice is one point
     free = search(spec.with_limit(None), space, options.share(1 + len(limits) if limits is not None else 2))
     instance = spec.with_limit(None).instance(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None)
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices))
@@ -191,25 +193,24 @@ def frontier(
     free_point = None if free_peak is None or free.step_time is None else FrontierPoint(math.nan, free.status, free.step_time,
                                                                                         free.bound, free_peak)
     ordered = sorted(limits)
+    # the unlimited search's proven optimum, with its peak: the limits it fits need no search
+    optimum = free_point if free_point is not None and free.status == "optimal" else None
 
     def covered(limit: float) -> bool:
-        """The unlimited search's proven optimum fits under ``limit``: nothing to search."""
-        return free_point is not None and free.status == "optimal" and free_point.peak_memory is not None \
-            and free_point.peak_memory <= limit * (1 + 1e-12)
+        return optimum is not None and optimum.peak_memory is not None and optimum.peak_memory <= limit * (1 + 1e-12)
 
-    searched_limits = [limit for limit in ordered if not covered(limit)]
+    to_search = sum(not covered(limit) for limit in ordered)
     points = []
     for limit in ordered:
-        if covered(limit):
-            assert free_point is not None
-            points.append(replace(free_point, memory_limit=limit))
+        if optimum is not None and covered(limit):
+            points.append(replace(optimum, memory_limit=limit))
             continue
-        k = searched_limits.index(limit)
+        to_search -= 1  # the searches after this one
         if too_late(options, spec, space):  # no further searches once the budget is spent
             points.append(FrontierPoint(limit, NOT_SEARCHED, None, math.nan, None))
             continue
         try:
-            result = search(spec.with_limit(limit), space, options.share(len(searched_limits) - k))
+            result = search(spec.with_limit(limit), space, options.share(1 + to_search))
         except InfeasibleError:
             points.append(FrontierPoint(limit, "infeasible", None, math.inf, None))
             continue
