@@ -86,16 +86,12 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
     from ppopt.errors import ConfigError
     from ppopt.report.run import run_json, run_text
     from ppopt.run import require_torch
-    from ppopt.run.execute import check_memory, run_schedules
+    from ppopt.run.execute import check_run, run_schedules
 
     if costs and not with_compare:
         raise ConfigError("only applies with --compare", field="costs")
     schedules = _schedules(files, names, devices, microbatches, chunks)
-    settings = dataclasses.replace(settings, check=check, devices=schedules[0].devices)
-    for schedule in schedules:
-        settings.model.check(schedule.stages)
-    settings.check_values()
-    check_memory(settings.devices, max(s.microbatches for s in schedules), settings)
+    settings = check_run(schedules, dataclasses.replace(settings, check=check))
     presets = _presets(schedules, costs, settings) if with_compare and costs else None  # a bad file fails before the run
     require_torch()
     click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
@@ -210,14 +206,12 @@ def run_found(schedule, start) -> None:
     from ppopt.io.torch_csv import format_torch_csv, parse_torch_csv
     from ppopt.report.run import run_text
     from ppopt.run import require_torch
-    from ppopt.run.execute import check_memory, refuse_unrunnable, run_schedules
+    from ppopt.run.execute import check_run, refuse_unrunnable, run_schedules
     from ppopt.run.spec import RunSpec
 
-    refuse_unrunnable(schedule)
+    refuse_unrunnable(schedule)  # before the CSV round trip, which would drop what it cannot run
     ordered = parse_torch_csv(format_torch_csv(schedule, start), "search")
-    settings = RunSpec((), ordered.devices)
-    settings.model.check(ordered.stages)
-    check_memory(ordered.devices, ordered.microbatches, settings)
+    settings = check_run([ordered], RunSpec((), ordered.devices))
     require_torch()
     click.echo(f"running the schedule found on {ordered.devices} local ranks (gloo, 127.0.0.1)", err=True)
     results, _ = run_schedules([ordered], settings)

@@ -103,12 +103,11 @@ def check_memory(devices: int, microbatches: int, settings: RunSpec) -> None:
         f"{size.hidden}, vocab {size.vocab}, {settings.dtype}), more than the {_gb(available)} this machine has available")
 
 
-def run_schedules(schedules: Sequence[Schedule], settings: RunSpec) -> tuple[list[JobResult], dict | None]:
-    """Run ``schedules`` (same device count) with ``settings`` (its ``jobs`` and ``devices`` are
-    ignored); the results per schedule, and the message timing of ranks 0 and 1 (when
-    ``settings.p2p_repeats``)."""
-    from ppopt.run.launcher import launch
-
+def check_run(schedules: Sequence[Schedule], settings: RunSpec) -> RunSpec:
+    """Everything that can refuse a run of ``schedules`` with ``settings`` before any process
+    starts: one rank count, schedules the runtime can execute, a block per stage, the settings'
+    values and this machine's memory (:func:`check_memory`). Returns the settings for that rank
+    count (no jobs yet)."""
     devices = {s.devices for s in schedules}
     if len(devices) != 1:
         raise RunError(f"the schedules of one run must have the same number of ranks, got {sorted(devices)}")
@@ -119,6 +118,16 @@ def run_schedules(schedules: Sequence[Schedule], settings: RunSpec) -> tuple[lis
         spec.model.check(schedule.stages)
     spec.check_values()
     check_memory(spec.devices, max(s.microbatches for s in schedules), spec)
+    return spec
+
+
+def run_schedules(schedules: Sequence[Schedule], settings: RunSpec) -> tuple[list[JobResult], dict | None]:
+    """Run ``schedules`` (same device count) with ``settings`` (its ``jobs`` and ``devices`` are
+    ignored); the results per schedule, and the message timing of ranks 0 and 1 (when
+    ``settings.p2p_repeats``)."""
+    from ppopt.run.launcher import launch
+
+    spec = check_run(schedules, settings)
     require_torch()
     with tempfile.TemporaryDirectory(prefix="ppopt-csv-") as tmp:
         jobs = []
