@@ -205,5 +205,8 @@ def test_compare_prints_different_steps_differently():
     data = json.loads(run("compare", "-p", 2, "-m", 8, "--model", "study", "--system", "mid-mid", "--json").output)
     steps = {row["schedule"]: row["simulation"]["step_time_s"] for row in data}
     assert steps["chimera-asym"] != steps["dualpipe"] and f"{steps['chimera-asym']:.4g}" == f"{steps['dualpipe']:.4g}"
-    printed = [line.split("(")[-1].split(")")[0] for line in text.splitlines() if line.split()[:1] in (["chimera-asym"], ["dualpipe"])]
-    assert len(printed) == 2 and printed[0] != printed[1]
+    printed = {line.split()[0]: line.split("(")[-1].split(")")[0] for line in text.splitlines()
+               if line.split()[:1] in (["chimera-asym"], ["dualpipe"])}
+    # each as its own value, rounded to the one digit more that tells them apart
+    assert printed == {"chimera-asym": f"{steps['chimera-asym']:.2f} s", "dualpipe": f"{steps['dualpipe']:.2f} s"}
+    assert printed["chimera-asym"] != printed["dualpipe"]
