@@ -8,6 +8,7 @@ microbatches). Skipped without torch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 
 from ppopt.cli import main
 from ppopt.costs import Costs, StageCost
+from ppopt.errors import ConfigError
 from ppopt.generators import generate
 from ppopt.io.cost_preset import read_cost_preset, write_cost_preset
 from ppopt.io.torch_csv import read_torch_csv
@@ -231,6 +233,10 @@ def test_the_profile_as_unit_model_flags():
                       activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
     link = LinkConfig(bandwidth_bytes_per_s=1e4, latency_s=0.1)  # 0.1 + 0.1 s = 0.1 slot of F = 2 s
     assert unit_flags(Costs((stage, stage), 1, 4), link) == {"forward": 1.0, "backward": 3.0, "weight": 2.0, "comm": 0.1}
+    idle = dataclasses.replace(stage, forward_s=0.0)  # no slot to measure in: an error, not a division by zero
+    with pytest.raises(ConfigError, match="every forward_s is 0") as error:
+        unit_flags(Costs((idle, idle), 1, 4), link)
+    assert error.value.field == "costs"
 
 
 def test_search_with_a_cost_preset_is_unit_mode_with_its_ratios(tmp_path):

@@ -236,10 +236,10 @@ def preset_units(costs_file, params) -> UnitCosts:
     if params.get("model") or params.get("system"):
         raise ConfigError("replaces --model/--system (a measured preset is used in unit mode)", field="costs")
     costs, link = read_cost_preset(costs_file)
-    if not any(stage.forward_s > 0 for stage in costs.stages):
-        raise ConfigError(f"{costs_file}: every forward_s is 0: the unit model needs a positive forward (its slot)",
-                          field="costs")
-    flags = unit_flags(costs, link)
+    try:
+        flags = unit_flags(costs, link)
+    except ConfigError as error:
+        raise ConfigError(f"{costs_file}: {error.reason}", field="costs") from None
     try:
         return UnitCosts(**flags)
     except ConfigError as error:

@@ -92,9 +92,11 @@ def unit_flags(costs: Costs, link: LinkConfig | None) -> dict[str, float]:
     averaged over the stages, rounded to 2 decimals: the ``--forward --backward --weight --comm``
     flags that let unit-mode commands (``search``, ``table``) use this machine's ratios. The unit
     model has one backward, B = I + W; the split run's I + W is used, since that is what split
-    schedules execute."""
+    schedules execute. ConfigError (field ``costs``) when every F is 0: the slot would be empty."""
     n = len(costs.stages)
     forward = sum(c.forward_s for c in costs.stages) / n
+    if forward <= 0:
+        raise ConfigError("every forward_s is 0: the unit model needs a positive forward (its slot)", field="costs")
     split = sum(c.input_grad_s + c.weight_grad_s for c in costs.stages) / n
     weight = sum(c.weight_grad_s for c in costs.stages) / n
     message = 0.0 if link is None else link.latency_s + costs.stages[0].send_bytes / link.bandwidth_bytes_per_s
