@@ -42,10 +42,8 @@ header comment of a calibrated system file.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -65,7 +63,7 @@ from pydantic import (
 )
 
 from ppopt.errors import ConfigError
-from ppopt.io import CONFIG_BYTES, read_text_bounded
+from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded
 
 __all__ = [
     "MAX_BYTES_PER_PARAM_STATE",
@@ -484,10 +482,10 @@ def _read(path: Path) -> dict[str, Any]:
     where = display_path(path)
     try:
         text = read_text_bounded(path, CONFIG_BYTES)
-        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+        data = parse_data(text, toml=path.suffix.lower() != ".json")
     except OSError as error:
         raise ConfigError(f"{where}: cannot read file ({error.strerror or error})") from error
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as error:
+    except ValueError as error:  # not TOML or JSON, not UTF-8
         raise ConfigError(f"{where}: not valid {path.suffix.lstrip('.').upper()}: "
                           f"{_one_line(str(error))}") from error
     if not isinstance(data, dict):

@@ -404,3 +404,32 @@ def test_a_global_batch_beyond_the_limit_is_refused():
         1, "error: --global-batch: must be a positive integer of at most 1073741824, got 100000000000000000000\n")
     result = cli("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--global-batch", 10**20, "-q")
     assert (result.exit_code, result.output) == (1, "error: --global-batch: must be at most 1073741824, got 100000000000000000000\n")
+
+
+DEEP = 5000
+"""Brackets nested deeper than Python's recursion limit (1,000): the JSON and TOML parsers recurse."""
+
+
+@pytest.mark.parametrize("flag, name, text, line", [
+    ("--costs", "deep.json", "[" * DEEP + "]" * DEEP, "error: --costs: {path}: not a readable JSON file (nested too deeply)"),
+    ("--model", "deep.json", "[" * DEEP + "]" * DEEP, "error: {path}: not valid JSON: nested too deeply"),
+    ("--system", "deep.toml", "a = " + "[" * DEEP + "]" * DEEP, "error: {path}: not valid TOML: nested too deeply"),
+])
+def test_input_nested_too_deeply_is_a_one_line_error(tmp_path, flag, name, text, line):
+    path = tmp_path / name
+    path.write_text(text)
+    others = {"--costs": [], "--model": ["--system", "a100-vtrain"], "--system": ["--model", "llama3-8b"]}[flag]
+    result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, flag, path, *others)
+    assert (result.exit_code, result.output) == (1, line.format(path=path) + "\n")
+
+
+def test_a_sweep_spec_nested_too_deeply_is_a_one_line_error_and_a_deep_row_line_is_skipped(tmp_path):
+    from ppopt.sweep import read_rows
+
+    spec = tmp_path / "deep.toml"
+    spec.write_text("a = " + "[" * DEEP + "]" * DEEP)
+    result = cli("sweep", spec, "-o", tmp_path / "out")
+    assert (result.exit_code, result.output) == (1, f"error: {spec}: not valid TOML: nested too deeply\n")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("[" * DEEP + "]" * DEEP + "\n" + json.dumps({"hash": "h", "x": 1}) + "\n")
+    assert read_rows(rows) == {"h": {"hash": "h", "x": 1}}  # the unreadable line skipped, as a torn one

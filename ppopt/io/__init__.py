@@ -39,19 +39,30 @@ import math
 import os
 import stat
 import tempfile
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ppopt.errors import PpoptError
 
-__all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "json_text", "read_text_bounded",
-           "write_json"]
+__all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "json_text", "parse_data",
+           "read_text_bounded", "write_json"]
 
 CONFIG_BYTES = 64 * 2**20
 """The largest model, system or spec file read, in bytes (real ones are a few kB)."""
 
 _CHUNK = 1 << 20
+
+
+def parse_data(text: str, toml: bool = False) -> Any:
+    """``text`` parsed as TOML or JSON. Every problem is a :class:`ValueError` (a
+    ``TOMLDecodeError`` or ``JSONDecodeError``), including input nested deeper than the parser's
+    recursion allows (``[[[...]]]`` a thousand levels deep: a ``RecursionError`` inside the parser)."""
+    try:
+        return tomllib.loads(text) if toml else json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def read_text_bounded(path: str | os.PathLike, limit: int, encoding: str = "utf-8", why: str = "") -> str:

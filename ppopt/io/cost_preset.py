@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from ppopt.config import LinkConfig, validation_message
 from ppopt.costs import Costs, StageCost
 from ppopt.errors import ConfigError
-from ppopt.io import CONFIG_BYTES, read_text_bounded, write_json
+from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded, write_json
 
 FORMAT = "ppopt-costs/1"
 
@@ -80,7 +80,7 @@ def read_cost_preset_file(path: str | os.PathLike) -> tuple[Costs, LinkConfig | 
         raise ConfigError("empty file name", field="costs")
     path = Path(path)
     try:
-        data = json.loads(read_text_bounded(path, CONFIG_BYTES))
+        data = parse_data(read_text_bounded(path, CONFIG_BYTES))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file", field="costs") from None
     except IsADirectoryError:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ppopt.errors import PpoptError
-from ppopt.io import atomic_write_text, write_json
+from ppopt.io import atomic_write_text, parse_data, write_json
 from ppopt.sweep.executors import Executor, LocalExecutor
 from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, check_sweep_size, expand
 
@@ -179,8 +179,8 @@ def read_rows(path: Path, repair: bool = False) -> dict[str, dict]:
             os.fsync(handle.fileno())
     for line in data[:end].splitlines():
         try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            row = parse_data(line.decode())
+        except ValueError:  # not JSON (a torn or foreign line), not UTF-8
             continue
         if isinstance(row, dict) and isinstance(row.get("hash"), str):
             rows.setdefault(row["hash"], row)

@@ -53,7 +53,6 @@ import itertools
 import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +74,7 @@ from pydantic import (
 from ppopt.config import ModelConfig, SystemConfig, display_path, load_model, load_system
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
-from ppopt.io import CONFIG_BYTES, read_text_bounded
+from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded
 from ppopt.ir import MAX_OPS
 
 __all__ = ["EvalItem", "GapItem", "LoadedSpec", "SweepSpec", "expand", "load_spec", "point_hash", "spec_dirs", "resolve_spec"]
@@ -279,10 +278,10 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
     path = Path(path)
     where = display_path(path)
     try:
-        data = tomllib.loads(read_text_bounded(path, CONFIG_BYTES))
+        data = parse_data(read_text_bounded(path, CONFIG_BYTES), toml=True)
     except OSError as error:
         raise ConfigError(f"{where}: cannot read spec ({error.strerror or error})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+    except ValueError as error:  # not TOML, not UTF-8
         raise ConfigError(f"{where}: not valid TOML: {' '.join(str(error).split())}") from None
     return load_spec_data(data, path)
 
