@@ -433,3 +433,22 @@ def test_a_sweep_spec_nested_too_deeply_is_a_one_line_error_and_a_deep_row_line_
     rows = tmp_path / "rows.jsonl"
     rows.write_text("[" * DEEP + "]" * DEEP + "\n" + json.dumps({"hash": "h", "x": 1}) + "\n")
     assert read_rows(rows) == {"h": {"hash": "h", "x": 1}}  # the unreadable line skipped, as a torn one
+
+
+@pytest.mark.parametrize("command", [["sweep", "{spec}"], ["study", "--spec", "{spec}", "--no-figures"]])
+@pytest.mark.parametrize("output, reason", [
+    ("", "empty directory name"),  # was the current directory
+    ("{tmp}/missing/out", "cannot create {tmp}/missing/out: no directory {tmp}/missing"),  # was created, parents and all
+    ("{spec}", "{spec} is not a directory"),
+])
+def test_a_sweep_output_directory_is_checked_before_any_work(tmp_path, monkeypatch, command, output, reason):
+    spec = tmp_path / "small.toml"
+    spec.write_text('devices = [2]\nmicrobatches = [4]\nschedules = ["1f1b"]\nmodels = ["study"]\nsystems = ["mid-mid"]\n')
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    fill = {"spec": spec, "tmp": tmp_path}
+    result = cli(*(part.format(**fill) for part in command), "-o", output.format(**fill), "-q")
+    assert result.exit_code == 1
+    assert result.output == (f"error: Invalid value for '--output' / '-o': {reason.format(**fill)} "
+                             f"(see 'ppopt {command[0]} --help')\n")
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written

@@ -327,6 +327,22 @@ def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str
     return path
 
 
+def check_output_dir(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+    """Callback of an option naming a directory to write into (created if missing): refuse, before
+    any work starts, an empty name, a file in its place, and a missing parent directory (as
+    :func:`check_output` refuses a file in a missing directory, rather than creating a tree)."""
+    if path is None:
+        return path
+    if not path:
+        raise click.BadParameter("empty directory name")
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise click.BadParameter(f"{path} is not a directory")
+    if not target.exists() and not target.parent.is_dir():
+        raise click.BadParameter(f"cannot create {path}: no directory {target.parent}")
+    return path
+
+
 def check_plot(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
     """Callback of every ``--plot``: a writable path (:func:`check_output`), and without matplotlib,
     refuse before any work starts."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import ProgressBar, emit_json, json_option
+from ppopt.cli.options import ProgressBar, check_output_dir, emit_json, json_option
 
 
 def executor_options(command):
     for option in reversed(
         [
-            click.option("--output", "-o", type=click.Path(file_okay=False), default=None, help="Output directory [default: out/<spec stem>]."),
+            click.option("--output", "-o", default=None, callback=check_output_dir,
+                         help="Output directory, created if missing (its parent must exist) [default: out/<spec stem>]."),
             click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel jobs (local processes; CPUs of a local Ray)."),
             click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where points run."),
             click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray]."),
