@@ -452,3 +452,12 @@ def test_a_sweep_output_directory_is_checked_before_any_work(tmp_path, monkeypat
     assert result.output == (f"error: Invalid value for '--output' / '-o': {reason.format(**fill)} "
                              f"(see 'ppopt {command[0]} --help')\n")
     assert sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_calibrate_writes_only_a_toml_name(tmp_path):
+    """The fit is TOML, and a system file is read by its suffix: cal.json would not load back."""
+    result = cli("calibrate", MEASURED, "-o", tmp_path / "cal.json")
+    assert result.exit_code == 1
+    assert result.output == (f"error: Invalid value for '--output' / '-o': {tmp_path / 'cal.json'}: the calibrated system is "
+                             "TOML: give a name ending in .toml (see 'ppopt calibrate --help')\n")
+    assert not list(tmp_path.iterdir())
