@@ -461,3 +461,12 @@ def test_calibrate_writes_only_a_toml_name(tmp_path):
     assert result.output == (f"error: Invalid value for '--output' / '-o': {tmp_path / 'cal.json'}: the calibrated system is "
                              "TOML: give a name ending in .toml (see 'ppopt calibrate --help')\n")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("fmt, name", [("torch-csv", "x.png"), ("chrome-trace", "x.svg"), ("torch-csv", "x.PNG")])
+def test_export_refuses_text_into_a_picture_name(tmp_path, fmt, name):
+    result = cli("export", "-s", "1f1b", "-p", 2, "-m", 4, "--unit", "--format", fmt, "-o", tmp_path / name)
+    suffix = {"torch-csv": ".csv", "chrome-trace": ".json"}[fmt]
+    assert (result.exit_code, result.output) == (
+        1, f"error: --format {fmt} writes text ({suffix}), but --output {str(tmp_path / name)!r} names a picture\n")
+    assert not list(tmp_path.iterdir())

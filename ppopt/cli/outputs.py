@@ -39,6 +39,8 @@ def _export_format(fmt: str | None, output: str) -> str:
         return inferred
     if fmt in ("png", "svg") and suffix != FORMATS[fmt]:
         raise ConfigError(f"--format {fmt} writes a {FORMATS[fmt]} file, but --output is {output!r}")
+    if fmt not in ("png", "svg") and suffix in (FORMATS["png"], FORMATS["svg"]):
+        raise ConfigError(f"--format {fmt} writes text ({FORMATS[fmt]}), but --output {output!r} names a picture")
     if output == "-" and fmt in ("png", "svg"):
         raise ConfigError(f"--format {fmt} needs a file: --output - (stdout) is for torch-csv and chrome-trace")
     return fmt
