@@ -133,3 +133,16 @@ def test_evaluate_flattens_each_schedule_once_and_shares_it(monkeypatch):
     assert calls == ["zb-v"]  # validation, the table and the simulation share one flat form
     assert result.table.length == (6 * 8 + 4 - 1) / 2
     assert result.simulation is not None and result.simulation.step_time_s > 0
+
+
+def test_the_formula_length_keeps_a_tiny_forward():
+    """1F1B at p = 4, m = 8: (m + p - 1)(F + B) = 11 (F + B). With F = 1e-7 slots the length is
+    11 · (1e-7 + 2) = 22.0000011 (it was 0: F had been rounded to a millionth's multiple), and a
+    decimal F keeps its value exactly: F = 0.1, B = 0.2 gives 3.3."""
+    from ppopt.formula import formula
+    from ppopt.units import UnitCosts
+
+    tiny = formula("1f1b", 4, 8, UnitCosts(forward=1e-7, backward=2.0))
+    assert tiny is not None and tiny.length == pytest.approx(22.0000011, rel=1e-12)
+    tenth = formula("1f1b", 4, 8, UnitCosts(forward=0.1, backward=0.2))
+    assert tenth is not None and tenth.length == pytest.approx(3.3, rel=1e-15)
