@@ -470,3 +470,19 @@ def test_export_refuses_text_into_a_picture_name(tmp_path, fmt, name):
     assert (result.exit_code, result.output) == (
         1, f"error: --format {fmt} writes text ({suffix}), but --output {str(tmp_path / name)!r} names a picture\n")
     assert not list(tmp_path.iterdir())
+
+
+def test_compare_with_a_cost_preset_no_schedule_fits_is_an_error_not_an_empty_ranking(tmp_path):
+    """A 2-stage preset at p = 4: every schedule has 4 or 8 stages, so nothing is compared (the
+    ranking was printed empty, exit 0); at p = 2 the 2-stage schedules are ranked, the others noted."""
+    path = tmp_path / "costs.json"
+    stage = StageCost(layers=1, forward_s=1.0, backward_s=2.0, input_grad_s=1.0, weight_grad_s=1.0,
+                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=0.0)
+    write_cost_preset(path, Costs((stage, stage), 1, 4), None, {})
+    result = CliRunner().invoke(main, ["compare", "-p", "4", "-m", "8", "--costs", str(path)])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.startswith(f"error: --costs: {path}: no schedule to compare at p = 4, m = 8 (gpipe: 4 stages, "
+                                    "the cost preset describes 2; 1f1b: 4 stages,")
+    assert len(result.stderr.splitlines()) == 1
+    ranked = CliRunner().invoke(main, ["compare", "-p", "2", "-m", "4", "--costs", str(path)])
+    assert ranked.exit_code == 0 and "1f1b" in ranked.stdout and "skipped zb-v: 4 stages" in ranked.stderr

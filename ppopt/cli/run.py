@@ -252,26 +252,31 @@ def preset_units(costs_file, params) -> UnitCosts:
 def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt) -> None:
     """`ppopt compare --costs FILE`: every schedule with the preset's stage count, simulated with the
     measured costs and link, fastest first; the others are skipped with the reason on stderr."""
-    from ppopt.errors import ScheduleError
+    from ppopt.errors import ConfigError, ScheduleError
     from ppopt.generators import generate, get, names
     from ppopt.io.cost_preset import read_cost_preset
     from ppopt.report.text import render_table, seconds
     from ppopt.simulate import simulate
 
     costs, link = read_cost_preset(costs_file)
-    rows = []
+    rows, skipped = [], {}
     for name in names():
         taken = {k: v for k, v in options.items() if v is not None and k in get(name).options}
         try:
             schedule = generate(name, devices, microbatches, **taken)
         except ScheduleError as error:
-            click.echo(f"skipped {name}: {error}", err=True)
+            skipped[name] = str(error)
             continue
         if schedule.stages != costs.num_stages:
-            click.echo(f"skipped {name}: {schedule.stages} stages, the cost preset describes {costs.num_stages}", err=True)
+            skipped[name] = f"{schedule.stages} stages, the cost preset describes {costs.num_stages}"
             continue
         simulation = simulate(schedule, costs, link=link)
         rows.append((simulation.step_time_s, simulation.idle_ratio, name))
+    if not rows:  # an empty ranking would read as a result
+        reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
+        raise ConfigError(f"{costs_file}: no schedule to compare at p = {devices}, m = {microbatches} ({reasons})", field="costs")
+    for name, reason in skipped.items():
+        click.echo(f"skipped {name}: {reason}", err=True)
     rows.sort()
     if as_json:
         emit_json([{"schedule": n, "step_time_s": t, "idle_ratio": i} for t, i, n in rows])
