@@ -112,7 +112,7 @@ def evaluate_schedule(
     unit model."""
     flat = validated(schedule)
     if parallel is not None and not parallel.is_default and (model is None or system is None):
-        raise ConfigError("tensor/data parallelism and recomputation need --model and --system", field="tp")
+        raise ConfigError("tensor/data parallelism and recomputation need --model and --system", field=parallel.first_set)
     simulation = simulate_on(flat, model, system, global_batch, parallel) if model is not None and system is not None else None
     closed = formula(schedule.name, schedule.devices, schedule.microbatches, units, **options) if with_formula else None
     return Evaluation(

@@ -106,7 +106,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -339,18 +339,29 @@ class Parallelism:
     sequence_parallel: bool = False
     distributed_optimizer: bool = False
 
+    def __post_init__(self) -> None:
+        for name in ("tp", "dp", "micro_batch"):
+            value = getattr(self, name)
+            if value is None and name == "micro_batch":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+
     @property
     def is_default(self) -> bool:
         return self == Parallelism()
+
+    @property
+    def first_set(self) -> str:
+        """The first field given a value other than its default (the one to name when a mode
+        without a model takes none of them); ``tp`` when all are defaults."""
+        default = Parallelism()
+        return next((f.name for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)), "tp")
 
     def job(self, model: ModelConfig, system: SystemConfig, layers: tuple[int, ...], microbatches: int,
             global_batch: int | None = None) -> Job:
         """The job whose pipeline has one stage per entry of ``layers`` and ``microbatches``
         microbatches per step. ConfigError (naming the field) when the batch does not split."""
-        for name in ("tp", "dp"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
         batch = global_batch
         if batch is None:
             batch = model.global_batch_size if self.micro_batch is None else self.micro_batch * microbatches * self.dp

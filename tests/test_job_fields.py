@@ -73,8 +73,17 @@ def test_micro_batch_sets_or_checks_the_global_batch():
 def test_job_fields_need_a_model_and_a_system():
     unit = run("search", "-p", "2", "-m", "2", "--unit", "--tp", "2", "--time-limit", "5", "-q")
     assert unit.exit_code == 1 and unit.output.startswith("error: --tp:")
-    table_only = run("evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--recompute", "full")
-    assert table_only.exit_code == 1 and table_only.output.startswith("error: --tp:")
+    table_only = run("evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--recompute", "full")  # the flag given is named
+    assert table_only.exit_code == 1 and table_only.output.startswith("error: --recompute:")
+    sequence = run("search", "-p", "2", "-m", "2", "--unit", "--sequence-parallel", "--time-limit", "5", "-q")
+    assert sequence.exit_code == 1 and sequence.output.startswith("error: --sequence-parallel:")
+
+
+def test_a_micro_batch_below_one_is_named_as_such():
+    """It was reported as a global batch that does not split (0 x 8 microbatches)."""
+    for value in ("0", "-1"):
+        result = run("evaluate", "-s", "1f1b", *BASE, "--micro-batch", value)
+        assert (result.exit_code, result.output) == (1, f"error: --micro-batch: must be a positive integer, got {value}\n")
 
 
 def test_compare_and_the_solver_take_the_job():

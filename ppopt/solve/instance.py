@@ -173,7 +173,8 @@ class InstanceSpec:
         if self.global_batch is not None and self.global_batch < 1:
             raise ConfigError(f"must be an integer >= 1, got {self.global_batch}", field="global_batch")
         if self.units is not None and self.parallel is not None and not self.parallel.is_default:
-            raise ConfigError("tensor/data parallelism and recomputation need --model and --system, not unit mode", field="tp")
+            raise ConfigError("tensor/data parallelism and recomputation need --model and --system, not unit mode",
+                              field=self.parallel.first_set)
 
     @property
     def unit_mode(self) -> bool:
