@@ -486,3 +486,16 @@ def test_compare_with_a_cost_preset_no_schedule_fits_is_an_error_not_an_empty_ra
     assert len(result.stderr.splitlines()) == 1
     ranked = CliRunner().invoke(main, ["compare", "-p", "2", "-m", "4", "--costs", str(path)])
     assert ranked.exit_code == 0 and "1f1b" in ranked.stdout and "skipped zb-v: 4 stages" in ranked.stderr
+
+
+def test_two_outputs_of_one_command_may_not_name_the_same_file(tmp_path, monkeypatch):
+    """--csv X --trace X wrote the schedule, then replaced it with the trace; the second flag is refused
+    before any work, also when the two spellings differ. A device such as /dev/null takes both."""
+    monkeypatch.chdir(tmp_path)
+    result = cli("search", "-p", 2, "-m", 4, "--unit", "--csv", tmp_path / "x", "--trace", "./x")
+    assert (result.exit_code, result.output) == (
+        1, f"error: Invalid value for '--trace': x is also the --csv file: give each output its own name "
+           "(see 'ppopt search --help')\n")
+    assert not list(tmp_path.iterdir())
+    devices = cli("search", "-p", 2, "-m", 4, "--unit", "--csv", os.devnull, "--trace", os.devnull, "-q")
+    assert devices.exit_code == 0, devices.output

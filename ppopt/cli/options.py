@@ -324,7 +324,20 @@ def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str
         raise click.BadParameter(f"cannot write {path}: no directory {folder}")
     if not os.access(folder, os.W_OK):
         raise click.BadParameter(f"cannot write {path}: directory {folder} is not writable")
+    _refuse_twice(ctx, param, target)
     return path
+
+
+def _refuse_twice(ctx: click.Context, param: click.Parameter, target: Path) -> None:
+    """Two output options of one command naming the same file: the second would silently replace
+    the first's output. A device or FIFO (``/dev/null``) may take both."""
+    if target.exists() and not target.is_file():
+        return
+    seen = ctx.meta.setdefault("ppopt.outputs", {})
+    flag = param.opts[0] if param.opts else param.name
+    first = seen.setdefault(os.path.realpath(target), flag)
+    if first != flag:
+        raise click.BadParameter(f"{target} is also the {first} file: give each output its own name")
 
 
 def check_output_dir(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
