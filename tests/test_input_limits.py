@@ -494,7 +494,7 @@ def test_two_outputs_of_one_command_may_not_name_the_same_file(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     result = cli("search", "-p", 2, "-m", 4, "--unit", "--csv", tmp_path / "x", "--trace", "./x")
     assert (result.exit_code, result.output) == (
-        1, f"error: Invalid value for '--trace': x is also the --csv file: give each output its own name "
+        1, "error: Invalid value for '--trace': x is also the --csv file: give each output its own name "
            "(see 'ppopt search --help')\n")
     assert not list(tmp_path.iterdir())
     devices = cli("search", "-p", 2, "-m", 4, "--unit", "--csv", os.devnull, "--trace", os.devnull, "-q")

@@ -93,6 +93,8 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
     schedules = _schedules(files, names, devices, microbatches, chunks)
     settings = check_run(schedules, dataclasses.replace(settings, check=check))
     presets = _presets(schedules, costs, settings) if with_compare and costs else None  # a bad file fails before the run
+    if with_compare and not costs:
+        _check_profiles(schedules, settings)
     require_torch()
     click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
     results, _ = run_schedules(schedules, settings)
@@ -125,6 +127,32 @@ def _presets(schedules, costs_file, settings):
     return {costs.num_stages: (costs, link)}
 
 
+def _profile_sizes(schedules):
+    """The profiles `--compare` without `--costs` measures after the run (:func:`_compare`): the
+    rank count, the most microbatches of the schedules, and each stage count."""
+    return schedules[0].devices, max(s.microbatches for s in schedules), sorted({s.stages for s in schedules})
+
+
+def _check_profiles(schedules, settings) -> None:
+    """Refuse, before the run starts, a `--compare` whose profiles (:func:`_compare`) could not run:
+    fewer than 2 ranks, a stage count that is not 1 or 2 stages per rank, or microbatches the
+    profile's schedules cannot take (zb-h1 and zb-v need at least one per rank)."""
+    from ppopt.cli import flag_for
+    from ppopt.errors import ConfigError, PpoptError
+    from ppopt.run.profile import check_profile
+
+    devices, microbatches, counts = _profile_sizes(schedules)
+    for stages in counts:
+        try:
+            if stages % devices:
+                raise ConfigError("not a whole number of stages per rank")
+            check_profile(devices, stages // devices, settings, microbatches)
+        except PpoptError as error:
+            reason = f"{flag_for(error.field, click.get_current_context().command)}: {error.reason}" if error.field else error.reason
+            raise ConfigError(f"cannot profile {stages} stage(s) on {devices} rank(s) after the run ({reason}); "
+                              "give --costs FILE from `ppopt profile`", field="with_compare") from None
+
+
 def _compare(schedules, results, settings, presets):
     """Each schedule's measured step next to the prediction from ``presets`` (or a profile measured now)."""
     from ppopt.run.compare import compare
@@ -133,8 +161,8 @@ def _compare(schedules, results, settings, presets):
         from ppopt.run.profile import profile
 
         presets = {}
-        devices, microbatches = schedules[0].devices, max(s.microbatches for s in schedules)
-        for stages in sorted({s.stages for s in schedules}):
+        devices, microbatches, counts = _profile_sizes(schedules)
+        for stages in counts:
             click.echo(f"profiling {stages} stages on {devices} ranks", err=True)
             measured = profile(devices, microbatches, stages // devices, settings)
             presets[stages] = (measured.costs, measured.link)

@@ -19,6 +19,7 @@ from ppopt.config import LinkConfig
 from ppopt.costs import Costs, StageCost, partition_layers
 from ppopt.errors import ConfigError
 from ppopt.generators import generate
+from ppopt.ir import Schedule
 from ppopt.run.execute import JobResult, check_memory, run_schedules
 from ppopt.run.spec import ELEMENT_BYTES, RunSpec
 
@@ -36,8 +37,8 @@ class Profile:
 
 
 def check_profile(devices: int, chunks: int, settings: RunSpec, microbatches: int | None = None) -> None:
-    """The sizes of a profile, before any process starts (with ``microbatches``, also the ranks'
-    memory: :func:`ppopt.run.execute.check_memory`)."""
+    """The sizes of a profile, before any process starts (with ``microbatches``, also its two
+    schedules, :func:`_schedules`, and the ranks' memory: :func:`ppopt.run.execute.check_memory`)."""
     if chunks not in _PAIRS:
         raise ConfigError(f"must be 1 or 2 stages per rank, got {chunks}", field="chunks")
     if devices < 2:
@@ -45,14 +46,21 @@ def check_profile(devices: int, chunks: int, settings: RunSpec, microbatches: in
     settings.model.check(devices * chunks)
     dataclasses.replace(settings, devices=devices).check_values()
     if microbatches is not None:
+        _schedules(devices, microbatches, chunks)
         check_memory(devices, microbatches, dataclasses.replace(settings, check=False))
+
+
+def _schedules(devices: int, microbatches: int, chunks: int) -> list[Schedule]:
+    """The two schedules a profile runs; ScheduleError (field ``microbatches``) for a count they
+    cannot take: below 1, below ``devices`` (zb-h1, zb-v) or not a multiple of it (interleaved-1f1b)."""
+    return [generate(name, devices, microbatches, **options) for name, options in _PAIRS[chunks]]
 
 
 def profile(devices: int, microbatches: int, chunks: int, settings: RunSpec) -> Profile:
     """Measure F, B, I, W per stage and the message time with ``devices`` ranks holding ``chunks``
     stages each (1 or 2), ``microbatches`` per step."""
     check_profile(devices, chunks, settings, microbatches)
-    schedules = [generate(name, devices, microbatches, **options) for name, options in _PAIRS[chunks]]
+    schedules = _schedules(devices, microbatches, chunks)
     (full, split), p2p = run_schedules(schedules, dataclasses.replace(settings, check=False, p2p_repeats=max(settings.p2p_repeats, 20)))
     costs = costs_from_ops(settings, devices * chunks, microbatches, full.op_s, split.op_s)
     return Profile(costs, _link(p2p), (full, split), p2p)

@@ -42,6 +42,22 @@ MAX_SIZE = 2**30
 (a model this large never fits; the bound keeps the memory estimate a float)."""
 MAX_TIMEOUT_S = 7 * 86400.0
 """The longest ``timeout_s`` (seven days), seconds: every process group operation is given it."""
+MAX_DEVICES = 64
+"""The most ranks of a run: each is a process on this machine that holds torch (a few hundred MB the
+memory check leaves out) and a gloo connection to every other rank; 64 is past the pipeline depth
+one machine's CPUs can time meaningfully."""
+MAX_THREADS = 256
+"""The most torch threads per rank (``threads``): as many as the cores of a two-socket server of
+128-core CPUs, more than a rank sharing the machine with the other ranks can use. Far more (100,000)
+exhaust the kernel's thread limit inside the ranks, after they have started."""
+MAX_STEPS = 1_000_000
+"""The most ``steps``, ``warmup`` steps and ``p2p_repeats``: a median is settled long before, and the
+ranks keep every timed op's duration until the end (memory :meth:`RunSpec.rank_memory_bytes` does
+not count); a million steps of the default run take hours (about 20 ms each on 2 CPU cores)."""
+SEED_RANGE = (-2**63, 2**64 - 2)
+"""The seeds a run takes: ``torch.manual_seed`` takes -2^63 to 2^64 - 1 (a negative seed modulo
+2^64) and fails inside the ranks beyond; the synthetic batch is drawn from ``seed + 1``
+(:func:`ppopt.run.model.synthetic_batch`), so the top is 2^64 - 2."""
 BLOCK_ACTIVATIONS = 20
 """Elements a transformer block keeps per token for the backward, in units of the hidden size (module doc)."""
 TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-6)}
@@ -126,14 +142,29 @@ class RunSpec:
     """Per process group operation and for the launcher's wait on all ranks."""
 
     def check_values(self) -> None:
+        """Every setting a rank would refuse or fail on, before any process starts (field names are
+        the CLI's parameter names; ``devices`` is the rank count, 0 until a run sets it): the model
+        sizes of each job, at most :data:`MAX_DEVICES` ranks, :data:`MAX_STEPS` steps,
+        :data:`MAX_THREADS` threads, a seed in :data:`SEED_RANGE`, the dtype and the timeout."""
         for job in self.jobs:
             self.model.check(job.stages)
-        if self.steps < 1:
-            raise ConfigError(f"must be >= 1, got {self.steps}", field="steps")
-        if self.warmup < 0:
-            raise ConfigError(f"must be >= 0, got {self.warmup}", field="warmup")
+        if not 1 <= self.devices <= MAX_DEVICES:
+            raise ConfigError(f"must be from 1 to {MAX_DEVICES} ranks (processes on this machine), got {self.devices}",
+                              field="devices")
+        for field, least in (("steps", 1), ("warmup", 0), ("p2p_repeats", 0)):
+            value = getattr(self, field)
+            if value < least:
+                raise ConfigError(f"must be >= {least}, got {value}", field=field)
+            if value > MAX_STEPS:
+                raise ConfigError(f"must be at most {MAX_STEPS:,}, got {value}", field=field)
         if self.threads < 1:
             raise ConfigError(f"must be >= 1, got {self.threads}", field="threads")
+        if self.threads > MAX_THREADS:
+            raise ConfigError(f"must be at most {MAX_THREADS} torch threads per rank, got {self.threads}", field="threads")
+        low, high = SEED_RANGE
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not low <= self.seed <= high:
+            raise ConfigError(f"must be an integer from -2^63 to 2^64 - 2 (torch.manual_seed's range; "
+                              f"the batch uses seed + 1), got {self.seed}", field="seed")
         if self.dtype not in DTYPES:
             raise ConfigError(f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}", field="dtype")
         if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S):

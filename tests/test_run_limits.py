@@ -1,0 +1,154 @@
+"""ppopt run / profile: every setting a rank would refuse or fail on is refused before any rank
+starts, in one line naming the flag (exit status 1): the seed (torch.manual_seed's range), the
+threads, the devices, the steps, the profile's microbatches, and the profiles of ``run --compare``.
+
+No test here starts a process: the launcher fails the test if it is called.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.errors import ConfigError
+from ppopt.run import RunError
+from ppopt.run.spec import MAX_STEPS, MAX_THREADS, SEED_RANGE, ModelSize, RunSpec
+
+SEED = "error: --seed: must be an integer from -2^63 to 2^64 - 2 (torch.manual_seed's range; the batch uses seed + 1), got {}\n"
+RUN = ("run", "-s", "1f1b", "-p", 2, "-m", 4)
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """No rank may start."""
+    import ppopt.run.launcher as launcher
+
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("a process was started"))
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The spec the launcher is given (the launch then fails in one line instead of starting ranks)."""
+    import ppopt.run.launcher as launcher
+
+    specs = []
+
+    def record(spec, *args, **kwargs):
+        specs.append(spec)
+        raise RunError("not started")
+
+    monkeypatch.setattr(launcher, "launch", record)
+    return specs
+
+
+def _refused(result, line):
+    assert (result.exit_code, result.output) == (1, line)
+
+
+# 1. --seed: what torch.manual_seed takes, checked before the ranks start ----------------------------
+
+
+@pytest.mark.parametrize("seed", [2**70, 2**64 - 1, -(2**63) - 1])
+@pytest.mark.parametrize("command", [RUN, ("profile", "-o", "x.json")])
+def test_a_seed_torch_cannot_take_is_refused_before_any_rank_starts(no_launch, command, seed):
+    _refused(cli(*command, "--seed", seed), SEED.format(seed))
+
+
+def test_the_seed_range_is_what_the_ranks_can_seed():
+    torch = pytest.importorskip("torch")
+    from ppopt.run.model import build_stages, synthetic_batch
+
+    size = ModelSize(layers=1, hidden=4, heads=1, sequence=2, microbatch_size=1, vocab=4)
+    for seed in SEED_RANGE:
+        RunSpec((), 2, size, seed=seed).check_values()
+        build_stages(size, 1, seed, torch.float32)
+        synthetic_batch(size, 1, seed)
+    with pytest.raises(ValueError):  # one past the top: the batch's seed + 1 overflows inside a rank
+        synthetic_batch(size, 1, SEED_RANGE[1] + 1)
+    with pytest.raises(ConfigError, match=r"^seed: must be an integer"):
+        RunSpec((), 2, seed=1.5).check_values()  # type: ignore[arg-type]
+
+
+def test_the_seeds_at_the_ends_of_the_range_reach_the_ranks(launched):
+    for seed in SEED_RANGE:
+        _refused(cli(*RUN, "--seed", seed), "running 1 schedule(s) on 2 local ranks (gloo, 127.0.0.1)\nerror: not started\n")
+    assert [spec.seed for spec in launched] == list(SEED_RANGE)
+
+
+# 2. --threads -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [RUN, ("profile", "-o", "x.json")])
+def test_more_threads_than_the_limit_are_refused_before_any_rank_starts(no_launch, command):
+    _refused(cli(*command, "--threads", 100000), "error: --threads: must be at most 256 torch threads per rank, got 100000\n")
+    _refused(cli(*command, "--threads", MAX_THREADS + 1), "error: --threads: must be at most 256 torch threads per rank, got 257\n")
+    _refused(cli(*command, "--threads", 0), "error: --threads: must be >= 1, got 0\n")
+
+
+def test_the_thread_limit_itself_reaches_the_ranks(launched):
+    _refused(cli(*RUN, "--threads", MAX_THREADS), "running 1 schedule(s) on 2 local ranks (gloo, 127.0.0.1)\nerror: not started\n")
+    assert launched[0].threads == 256
+
+
+# 3. profile's microbatches: its two schedules are generated before the ranks start -----------------
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("-m", 0), "error: --microbatches: must be >= 1, got 0\n"),
+    (("-m", -3), "error: --microbatches: must be >= 1, got -3\n"),
+    (("-m", 1), "error: --microbatches: zb-h1 needs microbatches >= devices (m >= p), got m = 1 < p = 2\n"),
+    (("-m", 1, "-v", 2), "error: --microbatches: interleaved-1f1b needs microbatches to be a multiple of devices (2), got 1\n"),
+    (("-m", 3, "-v", 2), "error: --microbatches: interleaved-1f1b needs microbatches to be a multiple of devices (2), got 3\n"),
+])
+def test_profile_microbatches_its_schedules_cannot_take_are_refused_before_any_rank_starts(no_launch, args, line):
+    _refused(cli("profile", *args, "-o", "x.json"), line)
+
+
+# 4. the other settings: devices, steps, warmup, p2p repeats, and run --compare's profiles ----------
+
+
+@pytest.mark.parametrize("command", [("run", "-s", "1f1b", "-m", 4), ("profile", "-o", "x.json")])
+def test_more_ranks_than_the_limit_are_refused_before_any_rank_starts(no_launch, command):
+    _refused(cli(*command, "-p", 65, "--layers", 65),
+             "error: --devices: must be from 1 to 64 ranks (processes on this machine), got 65\n")
+
+
+@pytest.mark.parametrize("flag", ["--steps", "--warmup"])
+@pytest.mark.parametrize("command", [RUN, ("profile", "-o", "x.json")])
+def test_more_steps_than_the_limit_are_refused_before_any_rank_starts(no_launch, command, flag):
+    _refused(cli(*command, flag, MAX_STEPS + 1), f"error: {flag}: must be at most 1,000,000, got 1000001\n")
+
+
+def test_the_settings_without_a_flag_are_checked_too():
+    for field, value, reason in [("p2p_repeats", -1, "must be >= 0, got -1"), ("p2p_repeats", MAX_STEPS + 1, "must be at most 1,000,000, got 1000001"),
+                                 ("devices", 0, "must be from 1 to 64 ranks (processes on this machine), got 0")]:
+        with pytest.raises(ConfigError) as caught:
+            RunSpec(**{"jobs": (), "devices": 2, field: value}).check_values()
+        assert str(caught.value) == f"{field}: {reason}"
+    RunSpec((), 64, steps=MAX_STEPS, warmup=MAX_STEPS, p2p_repeats=MAX_STEPS).check_values()  # the limits themselves
+
+
+def test_a_compare_whose_profile_cannot_run_is_refused_before_the_run_starts(no_launch, tmp_path):
+    after = "give --costs FILE from `ppopt profile`\n"
+    _refused(cli("run", "-s", "1f1b", "-p", 1, "-m", 4, "--compare"),
+             "error: --compare: cannot profile 1 stage(s) on 1 rank(s) after the run (--devices: profiling a message needs "
+             f"at least 2 ranks, got 1); {after}")
+    _refused(cli("run", "-s", "1f1b", "-p", 2, "-m", 1, "--compare"),
+             "error: --compare: cannot profile 2 stage(s) on 2 rank(s) after the run (--microbatches: zb-h1 needs "
+             f"microbatches >= devices (m >= p), got m = 1 < p = 2); {after}")
+    _refused(cli("run", "-s", "interleaved-1f1b", "-p", 2, "-m", 4, "-v", 3, "--layers", 6, "--compare"),
+             "error: --compare: cannot profile 6 stage(s) on 2 rank(s) after the run (--chunks: must be 1 or 2 stages per "
+             f"rank, got 3); {after}")
+    three = tmp_path / "three.csv"  # stages 0 and 2 on rank 0, stage 1 on rank 1
+    three.write_text("0F0,2F0,2B0,0B0\n1F0,1B0\n")
+    _refused(cli("run", three, "--compare"),
+             f"error: --compare: cannot profile 3 stage(s) on 2 rank(s) after the run (not a whole number of stages per rank); {after}")
+
+
+def test_a_compare_whose_profile_can_run_reaches_the_ranks(launched):
+    _refused(cli(*RUN, "--compare"), "running 1 schedule(s) on 2 local ranks (gloo, 127.0.0.1)\nerror: not started\n")
