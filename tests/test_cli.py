@@ -210,3 +210,15 @@ def test_compare_prints_different_steps_differently():
     # each as its own value, rounded to the one digit more that tells them apart
     assert printed == {"chimera-asym": f"{steps['chimera-asym']:.2f} s", "dualpipe": f"{steps['dualpipe']:.2f} s"}
     assert printed["chimera-asym"] != printed["dualpipe"]
+
+
+def test_json_output_is_indented_when_small_and_compact_when_large(monkeypatch):
+    """Above PRETTY_JSON_BYTES of compact JSON the output is one line (the indenting encoder is the
+    slow pure-Python one), with the same content."""
+    import ppopt.cli.options as options
+
+    pretty = run("table", "-s", "1f1b", "-p", 2, "-m", 4, "--json").output
+    assert pretty.startswith("{\n  ") and len(pretty.splitlines()) > 20
+    monkeypatch.setattr(options, "PRETTY_JSON_BYTES", 100)
+    compact = run("table", "-s", "1f1b", "-p", 2, "-m", 4, "--json").output
+    assert len(compact.splitlines()) == 1 and json.loads(compact) == json.loads(pretty)

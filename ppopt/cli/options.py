@@ -228,11 +228,19 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
     return value
 
 
+PRETTY_JSON_BYTES = 1 << 20
+"""Above this many bytes of compact JSON, :func:`emit_json` prints it compact: indenting runs
+Python's pure-Python encoder (about 20 times slower than its C one: 10 million ops of a `table
+--json` took minutes instead of seconds) and doubles the text."""
+
+
 def emit_json(value: object) -> None:
-    """Print ``value`` as strict JSON (see :func:`ppopt.io.json_text`: no NaN or Infinity)."""
+    """Print ``value`` as strict JSON (see :func:`ppopt.io.json_text`: no NaN or Infinity), indented
+    for reading up to :data:`PRETTY_JSON_BYTES`, compact above."""
     from ppopt.io import json_text
 
-    click.echo(json_text(value, indent=2))
+    text = json_text(value)
+    click.echo(json_text(value, indent=2) if len(text) <= PRETTY_JSON_BYTES else text)
 
 
 class Phases:
