@@ -156,10 +156,10 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
 
     check_inputs(name, schedule_file, legacy_backward)
     if schedule_file is not None:
-        from ppopt.io.torch_csv import read_torch_csv
+        from ppopt.io.torch_csv import read_torch_csv_file
 
         refuse_unused_options(None, options)
-        schedule = read_torch_csv(Path(schedule_file), legacy_backward=legacy_backward)
+        schedule = read_torch_csv_file(schedule_file, legacy_backward=legacy_backward)
         for field, given, read in (("devices", devices, schedule.devices), ("microbatches", microbatches, schedule.microbatches)):
             if given is not None and given != read:
                 raise ConfigError(f"{given} differs from the {read} of {schedule_file} (a schedule file gives its own sizes)",

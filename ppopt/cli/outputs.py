@@ -126,12 +126,12 @@ def _emit_text(output: str, text: str) -> None:
 @json_option
 def import_command(file: str, legacy_backward: bool, units, as_json: bool) -> None:
     """Read a PyTorch schedule CSV, validate it, and print its unit-slot table and metrics."""
-    from ppopt.io.torch_csv import read_torch_csv
+    from ppopt.io.torch_csv import read_torch_csv_file
     from ppopt.report.text import grid, table_summary
     from ppopt.table import build_table, table_metrics
 
     phases = Phases(f"import {file}")
-    schedule = read_torch_csv(Path(file), legacy_backward=legacy_backward)
+    schedule = read_torch_csv_file(file, legacy_backward=legacy_backward)
     phases.done("read and validated")
     table = build_table(schedule, units)
     metrics = table_metrics(table)

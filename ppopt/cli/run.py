@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import click
 
@@ -49,13 +48,13 @@ def _schedules(files, names, devices, microbatches, chunks):
     from ppopt.cli.options import require_size
     from ppopt.errors import ConfigError
     from ppopt.generators import generate
-    from ppopt.io.torch_csv import read_torch_csv
+    from ppopt.io.torch_csv import read_torch_csv_file
     from ppopt.run.execute import refuse_unrunnable
     from ppopt.validate import validate
 
     if not files and not names:
         raise ConfigError("give schedule CSV files and/or --schedule NAME")
-    schedules = [read_torch_csv(Path(f)) for f in files]
+    schedules = [read_torch_csv_file(f) for f in files]
     if names:
         require_size(devices, microbatches)
         for name in names:

@@ -32,6 +32,7 @@ here.
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import errno
 import json
@@ -46,13 +47,35 @@ from typing import Any, BinaryIO
 
 from ppopt.errors import PpoptError
 
-__all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "json_text", "parse_data",
-           "read_text_bounded", "write_json"]
+__all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "csv_problem", "json_text",
+           "parse_data", "read_text_bounded", "shown", "write_json"]
 
 CONFIG_BYTES = 64 * 2**20
 """The largest model, system or spec file read, in bytes (real ones are a few kB)."""
 
 _CHUNK = 1 << 20
+
+
+SHOWN_CHARACTERS = 40
+"""The most characters of an input cell or value quoted in a message (:func:`shown`)."""
+
+
+def shown(text: str | None) -> str:
+    """``text`` quoted for a message (``repr``), cut to :data:`SHOWN_CHARACTERS` characters:
+    ``'xxxx'... (10,000,000 characters)``, so an error never echoes megabytes of input."""
+    if text is None or len(text) <= SHOWN_CHARACTERS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARACTERS]!r}... ({len(text):,} characters)"
+
+
+def csv_problem(problem: csv.Error) -> str:
+    """What a :class:`csv.Error` of a file ppopt reads means, for a one-line message."""
+    text = str(problem)
+    if text.startswith("field larger than field limit"):
+        return f"a field is longer than {csv.field_size_limit():,} characters"
+    if text.startswith("new-line character seen in unquoted field"):
+        return "a carriage return inside an unquoted field (quote the field, or end lines with \\n or \\r\\n)"
+    return f"not readable as CSV ({text})"
 
 
 def parse_data(text: str, toml: bool = False) -> Any:

@@ -11,15 +11,23 @@ recomputation, 1F1B) and the measured step time.
 Bad data raises :class:`MeasuredDataError` with one line naming the file, line and column: a
 missing or non-numeric cell, a count that is not positive or exceeds the model's limits
 (:data:`ppopt.config.MODEL_LIMITS`), or an iteration time outside :data:`MIN_TIME_MS` to
-:data:`MAX_TIME_MS`.
+:data:`MAX_TIME_MS`; also a column named twice in the header and a line the ``csv`` module cannot
+read (a field over its limit of 131,072 characters). A number is plain ASCII decimal text (an
+optional sign, digits, an optional fraction and exponent): Python's ``int()`` and ``float()`` would
+also read ``300_0``, other scripts' digits such as ``٢``, ``inf`` and ``nan``. A cell quoted in a
+message is cut to 40 characters (:func:`ppopt.io.shown`).
+
+The CSV helpers here (:func:`csv_records`, :func:`check_header`, :func:`decimal_int`,
+:func:`decimal_float`) are shared with :mod:`ppopt.io.published`.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,13 +35,14 @@ from pydantic import ValidationError
 
 from ppopt.config import ModelConfig, SystemConfig, validation_message
 from ppopt.errors import ConfigError
-from ppopt.io import read_text_bounded
+from ppopt.io import csv_problem, read_text_bounded, shown
 from ppopt.job import Job
 
 MEASURED_BYTES = 256 * 2**20
 """The largest measured-data CSV read, in bytes (the shipped files are under 1 MB)."""
 
-__all__ = ["COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "gpt_model", "read_measured"]
+__all__ = ["COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "check_header", "csv_records", "decimal_float",
+           "decimal_int", "gpt_model", "read_measured"]
 
 PARAMETERS = "Parameters (billion)"
 TIME = "iteration time (ms)"
@@ -68,6 +77,56 @@ MAX_TIME_MS = 1e12
 
 class MeasuredDataError(ConfigError):
     """A measured-data file that cannot be read: one line naming the row and column."""
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def decimal_int(text: str) -> int:
+    """``text`` as an integer if it is plain ASCII decimal digits with an optional sign, such as
+    ``-12``; ValueError otherwise (``int()`` alone also reads ``3_000`` and ``٢``), and for more
+    digits than Python converts (4,300)."""
+    if _INTEGER.fullmatch(text) is None:
+        raise ValueError(f"not an ASCII decimal integer: {shown(text)}")
+    return int(text)
+
+
+def decimal_float(text: str) -> float:
+    """``text`` as a float if it is a plain ASCII decimal number: an optional sign, digits, an
+    optional fraction and exponent, such as ``-1.5e3`` or ``.5``; ValueError otherwise (``float()``
+    alone also reads ``3_000``, ``٢``, ``inf`` and ``nan``)."""
+    if _DECIMAL.fullmatch(text) is None:
+        raise ValueError(f"not an ASCII decimal number: {shown(text)}")
+    return float(text)
+
+
+def csv_records(text: str, name: str, error: type[ConfigError]) -> Iterator[tuple[int, list[str]]]:
+    """The rows of the CSV ``text`` with the line each starts on (the first line is 1; a quoted
+    field may span lines). A line the ``csv`` module cannot read raises ``error`` in one line naming
+    ``name`` and the line: a field over :func:`csv.field_size_limit` characters, a carriage return
+    inside an unquoted field."""
+    reader = csv.reader(io.StringIO(text))
+    start = 1
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as problem:
+            raise error(f"{name}: line {reader.line_num}: {csv_problem(problem)}") from None
+        yield start, cells
+        start = reader.line_num + 1
+
+
+def check_header(header: list[str], name: str, error: type[ConfigError]) -> None:
+    """Raise ``error`` for a column named twice in ``header`` (which of the two cells to read would
+    be a guess); empty names (trailing commas) may repeat."""
+    first: dict[str, int] = {}
+    for position, column in enumerate(header):
+        if column.strip() and first.setdefault(column, position) != position:
+            raise error(f"{name}: line 1, column {shown(column)}: named twice in the header "
+                        f"(columns {first[column] + 1} and {position + 1})")
 
 
 @dataclass(frozen=True)
@@ -124,6 +183,8 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
     MeasuredDataError for a missing column, a non-numeric or non-positive cell, t·p·d different
     from the GPU count, or a micro batch that does not divide the global batch per replica.
     """
+    if not os.fspath(source):  # before Path(), which reads "" as "."
+        raise MeasuredDataError("empty file name: give a measured-data CSV file")
     path = Path(source)
     name = str(source)
     try:
@@ -132,10 +193,11 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
         raise MeasuredDataError(f"{name}: cannot read file ({error.strerror or error})") from error
     except UnicodeDecodeError as error:
         raise MeasuredDataError(f"{name}: not UTF-8 text ({error.reason})") from error
-    reader = csv.reader(io.StringIO(text))
-    header = [cell.strip() for cell in next(reader, [])]
+    records = csv_records(text, name, MeasuredDataError)
+    header = [cell.strip() for cell in next(records, (1, []))[1]]
     if not header or header == [""]:
         raise MeasuredDataError(f"{name}: empty file (expected a header row)")
+    check_header(header, name, MeasuredDataError)
     for column in [*COLUMNS, TIME]:
         if column not in header:
             raise MeasuredDataError(f"{name}: missing column '{column}'")
@@ -143,7 +205,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
 
     rows: list[Measured] = []
     unmodelled: list[Unmodelled] = []
-    for line, cells in enumerate(reader, start=2):
+    for line, cells in records:
         if not any(cell.strip() for cell in cells):
             continue
         if len(cells) > len(header) and any(cell.strip() for cell in cells[len(header):]):
@@ -160,22 +222,23 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
         for column, short in {**COLUMNS, **optional}.items():
             raw = cell(column)
             try:
-                value = int(raw)
+                value = decimal_int(raw)
             except ValueError:
-                raise MeasuredDataError(f"{name}: line {line}, column '{column}': not an integer: {raw!r}") from None
+                problem = "too many digits" if _INTEGER.fullmatch(raw) else "not an integer"
+                raise MeasuredDataError(f"{name}: line {line}, column '{column}': {problem}: {shown(raw)}") from None
             if value < 1:
                 raise MeasuredDataError(f"{name}: line {line}, column '{column}': must be positive, got {value}")
             values[short] = value
         raw = cell(TIME)
         try:
-            measured_ms = float(raw)
+            measured_ms = decimal_float(raw)
         except ValueError:
-            raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': not a number: {raw!r}") from None
-        if not (math.isfinite(measured_ms) and measured_ms > 0):
-            raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must be a positive number, got {raw!r}")
+            raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': not a number: {shown(raw)}") from None
+        if not measured_ms > 0:
+            raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must be a positive number, got {shown(raw)}")
         if not MIN_TIME_MS <= measured_ms <= MAX_TIME_MS:
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must lie between {MIN_TIME_MS:g} and "
-                                    f"{MAX_TIME_MS:g}, got {raw!r}")
+                                    f"{MAX_TIME_MS:g}, got {shown(raw)}")
         t, p, d = values["tp"], values["pp"], values["dp"]
         if t * p * d != values["gpus"]:
             raise MeasuredDataError(f"{name}: line {line}, column '# GPUs': {values['gpus']} differs from "

@@ -2,18 +2,20 @@
 :class:`ppopt.published.PublishedRun` rows. Bad data raises ConfigError with one line naming the
 file, line and column: a missing or non-numeric cell, a value that is not positive, a count that is
 not whole, a value outside :data:`LIMITS` (the model's sizes are those of
-:data:`ppopt.config.MODEL_LIMITS`; the others keep every step time a positive finite number)."""
+:data:`ppopt.config.MODEL_LIMITS`; the others keep every step time a positive finite number); also a
+column named twice in the header and a line the ``csv`` module cannot read (a field over 131,072
+characters). Numbers are plain ASCII decimal text and quoted cells are cut short, as in
+:mod:`ppopt.io.measured`, whose CSV helpers this module shares."""
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from pathlib import Path
 
 from ppopt.config import MODEL_LIMITS
 from ppopt.errors import ConfigError
-from ppopt.io import read_text_bounded
+from ppopt.io import read_text_bounded, shown
+from ppopt.io.measured import check_header, csv_records, decimal_float
 from ppopt.published import PublishedRun
 
 __all__ = ["COLUMNS", "read_published"]
@@ -55,36 +57,43 @@ dense peak is 312 teraFLOP/s); a model has between one parameter and 10**18."""
 def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     """Read the table (``data/published/megatron-lm-2021.csv``). Raises ConfigError naming the line
     and column of a missing or bad cell, or of a layout whose t·p does not divide the GPUs."""
+    if not os.fspath(source):  # before Path(), which reads "" as "."
+        raise ConfigError("empty file name: give a published-throughput CSV file")
     name = str(source)
     try:
         text = read_text_bounded(Path(source), PUBLISHED_BYTES, "utf-8-sig")
     except OSError as error:
         raise ConfigError(f"{name}: cannot read file ({error.strerror or error})") from error
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [column for column in COLUMNS if column not in (reader.fieldnames or [])]
+    records = csv_records(text, name, ConfigError)
+    header = next(records, (1, []))[1]
+    check_header(header, name, ConfigError)
+    missing = [column for column in COLUMNS if column not in header]
     if missing:
         raise ConfigError(f"{name}: missing column '{missing[0]}'")
     runs = []
-    for line, row in enumerate(reader, start=2):
-        if any((cell or "").strip() for cell in row.get(None, [])):  # DictReader keeps the cells past the header under None
-            columns = len(reader.fieldnames or [])
-            raise ConfigError(f"{name}: line {line}: {columns + len(row[None])} cells, but the header names {columns} columns")
+    for line, cells in records:
+        if not cells:  # a blank line
+            continue
+        if any(cell.strip() for cell in cells[len(header):]):
+            raise ConfigError(f"{name}: line {line}: {len(cells)} cells, but the header names {len(header)} columns")
+        row = dict(zip(header, cells))
         values: dict[str, float] = {}
         for column, short in COLUMNS.items():
+            cell = row.get(column)
             try:
-                values[short] = float(row[column])
-            except (TypeError, ValueError):
-                raise ConfigError(f"{name}: line {line}, column '{column}': not a number: {row[column]!r}") from None
+                values[short] = decimal_float((cell or "").strip())
+            except ValueError:
+                raise ConfigError(f"{name}: line {line}, column '{column}': not a number: {shown(cell)}") from None
             if not values[short] > 0:
                 raise ConfigError(f"{name}: line {line}, column '{column}': must be positive")
             least, most = LIMITS[short]
             if not least <= values[short] <= most:
                 raise ConfigError(f"{name}: line {line}, column '{column}': must lie between {least:g} and {most:g}, "
-                                  f"got {row[column]!r}")
+                                  f"got {shown(cell)}")
         counts = {key: int(values[key]) for key in ("heads", "hidden", "layers", "tp", "pp", "gpus", "global_batch")}
         for column, short in COLUMNS.items():
             if short in counts and counts[short] != values[short]:
-                raise ConfigError(f"{name}: line {line}, column '{column}': not an integer: {row[column]!r}")
+                raise ConfigError(f"{name}: line {line}, column '{column}': not an integer: {shown(row[column])}")
         run = PublishedRun(line, parameters_billion=values["parameters"], teraflops_per_gpu=values["teraflops"],
                            **counts)
         if run.gpus % (run.tp * run.pp):

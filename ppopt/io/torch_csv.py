@@ -39,7 +39,10 @@ Reading (:func:`read_torch_csv`)
     * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file name.
       Positions are **0-based**, like PyTorch's ``Rank r, step s``: "row 2 (rank 2, line 3),
       cell 5" is the sixth cell of the file's third line. Validation errors keep their order grid
-      in ``.details``.
+      in ``.details``. A cell quoted in a message is cut to 40 characters; a line the ``csv`` module
+      cannot read (a quoted field over its limit of 131,072 characters, a carriage return inside an
+      unquoted field) is named by its 1-based line. Indices are ASCII digits (``int()`` would also
+      read other scripts' digits such as ``٢``), at most :data:`MAX_DIGITS` of them.
 
 Writing (:func:`write_torch_csv`): one row per device, its ops in order, or sorted by given start
 times (simulated or solver times). PyTorch's CSV holds one rank per stage, so a schedule with
@@ -63,7 +66,7 @@ import numpy as np
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.io import atomic_write_text, read_text_bounded
+from ppopt.io import atomic_write_text, csv_problem, read_text_bounded, shown
 from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, ops_of, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
 
@@ -73,11 +76,13 @@ COMM_ACTIONS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "R
 """Runtime (non-compute) action types of ``compute_comms`` files; skipped when reading."""
 
 _TYPES = "|".join(COMM_ACTIONS) + "|BW|F|I|B|W"
-_SINGLE = re.compile(rf"^(\d+)({_TYPES})(\d*)$")
-_BATCHED = re.compile(r"^\d+(SEND_F|SEND_B)\d+_\d+(RECV_B|RECV_F)\d+$")  # torch 2.5's paired comms
+_SINGLE = re.compile(rf"^([0-9]+)({_TYPES})([0-9]*)$")  # [0-9], not \d: ASCII digits only
+_BATCHED = re.compile(r"^[0-9]+(SEND_F|SEND_B)[0-9]+_[0-9]+(RECV_B|RECV_F)[0-9]+$")  # torch 2.5's paired comms
 _GROUP = re.compile(r"^\((.*)\)([A-Za-z_]+)$")
-
-
+MAX_DIGITS = 40
+"""The most digits of a stage or microbatch index: far more than any index of a valid file (which holds
+at most :data:`ppopt.ir.MAX_OPS` actions) and few enough to quote in a message; ``int()`` refuses
+more than 4,300."""
 class _CellError(Exception):
     """A malformed cell; the reader adds where it is."""
 
@@ -90,12 +95,14 @@ def _parse_single(text: str) -> _Raw | None:
     if match is None:
         if _BATCHED.match(text):
             return None
-        raise _CellError(f"unknown action {text!r} (expected <stage><F|I|W|B><microbatch>, e.g. 3F12)")
+        raise _CellError(f"unknown action {shown(text)} (expected <stage><F|I|W|B><microbatch>, e.g. 3F12)")
     stage, code, microbatch = match.groups()
     if code in COMM_ACTIONS:
         return None
     if not microbatch:
-        raise _CellError(f"compute action {text!r} has no microbatch")
+        raise _CellError(f"compute action {shown(text)} has no microbatch")
+    if max(len(stage), len(microbatch)) > MAX_DIGITS:
+        raise _CellError(f"action {shown(text)} has an index of more than {MAX_DIGITS} digits")
     return int(stage), code, int(microbatch)
 
 
@@ -111,7 +118,7 @@ def parse_cell(text: str) -> list[_Raw]:
         return [] if action is None else [action]
     inner, kind = group.groups()
     if kind != "OVERLAP_F_B":
-        raise _CellError(f"unknown action group type {kind!r} in {text!r} (expected OVERLAP_F_B)")
+        raise _CellError(f"unknown action group type {shown(kind)} in {shown(text)} (expected OVERLAP_F_B)")
     actions = [_parse_single(part.strip()) for part in inner.split(";") if part.strip()]
     return [a for a in actions if a is not None]
 
@@ -140,7 +147,7 @@ def _where(row: int, cell: int) -> str:
 _Row = tuple[Sequence[int], list[int], list[str], list[int]]  # (cell, stage, type as written, microbatch)
 _Line = str | list[str]
 """A row of the file: its text, cells not split yet (plain text), or its cells as ``csv`` read them."""
-_PLAIN_ROW = re.compile(r"\d+[FIWB]\d+(?:,\d+[FIWB]\d+)*")
+_PLAIN_ROW = re.compile(r"[0-9]+[FIWB][0-9]+(?:,[0-9]+[FIWB][0-9]+)*")
 """A row whose cells are each one plain compute action, without spaces: the common case, parsed at once."""
 _TO_COMMA = str.maketrans("FIWB", ",,,,")
 _LETTERS_ONLY = str.maketrans("", "", "0123456789,")
@@ -207,13 +214,17 @@ def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = 
         return _parse(text, name, legacy_backward)
 
 
-def _rows(text: str) -> list[_Line]:
+def _rows(text: str, name: str) -> list[_Line]:
     """The file's rows, whose cells are as ``csv.reader`` reads them. Text without quotes or carriage
     returns (what PyTorch and ppopt write) is split on newlines only, in C, and a row's cells are
     those of ``str.split(",")``; an empty line then has the one cell ``""`` rather than none, which
-    reads the same (an idle rank)."""
+    reads the same (an idle rank). A line ``csv`` cannot read is a ScheduleError naming it."""
     if '"' in text or "\r" in text:
-        return list(csv.reader(io.StringIO(text)))
+        reader = csv.reader(io.StringIO(text))
+        try:
+            return list(reader)
+        except csv.Error as error:
+            raise ScheduleError(f"{name}: line {reader.line_num}: {csv_problem(error)}") from None
     lines: list[_Line] = list(text.split("\n"))
     if lines[-1] == "":
         lines.pop()
@@ -221,7 +232,7 @@ def _rows(text: str) -> list[_Line]:
 
 
 def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
-    rows = _rows(text)
+    rows = _rows(text, name)
     while rows and not any(cell.strip() for cell in _cells(rows[-1])):
         rows.pop()
     if not rows:
@@ -381,6 +392,15 @@ _ACTION_WORD = re.compile(r"\b\d+[FBIW]\d+\b")
 
 
 
+def read_torch_csv_file(name: str, legacy_backward: bool = False) -> Schedule:
+    """:func:`read_torch_csv` of the file ``name`` as a command line gives it: always a file name,
+    whatever its characters (a comma too), and an empty name is a ScheduleError (``Path("")`` would
+    be the current directory)."""
+    if not name:
+        raise ScheduleError("empty file name: give a PyTorch schedule CSV file")
+    return read_torch_csv(Path(name), legacy_backward)
+
+
 def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: bool = False) -> Schedule:
     """Read a PyTorch schedule CSV into a validated :class:`Schedule`.
 
@@ -394,6 +414,8 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
         return parse_torch_csv(path_or_text.read(), name, legacy_backward)
     if isinstance(path_or_text, str) and ("\n" in path_or_text or "," in path_or_text):
         return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
+    if not os.fspath(path_or_text):  # before Path(), which reads "" as "."
+        raise ScheduleError("empty file name: give a PyTorch schedule CSV file")
     path = Path(path_or_text)
     try:
         text = read_text_bounded(path, MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops")
