@@ -499,3 +499,15 @@ def test_two_outputs_of_one_command_may_not_name_the_same_file(tmp_path, monkeyp
     assert not list(tmp_path.iterdir())
     devices = cli("search", "-p", 2, "-m", 4, "--unit", "--csv", os.devnull, "--trace", os.devnull, "-q")
     assert devices.exit_code == 0, devices.output
+
+
+@pytest.mark.parametrize("extra, line", [
+    (["--model", "llama3-8b", "--system", "a100-vtrain", "--forward", "3"],
+     "error: --forward: is a unit-mode duration: with --model and --system the durations come from the cost model\n"),
+    (["--unit", "--global-batch", "8"], "error: --global-batch: needs --model and --system (unit mode has no sequences)\n"),
+])
+def test_export_refuses_a_flag_its_mode_ignores_as_search_does(tmp_path, extra, line):
+    """With a model and a system the unit durations were silently ignored (the export was the model's)."""
+    result = cli("export", "-s", "1f1b", "-p", 4, "-m", 8, *extra, "-o", tmp_path / "x.csv")
+    assert (result.exit_code, result.output) == (1, line)
+    assert not list(tmp_path.iterdir())

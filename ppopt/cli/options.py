@@ -200,6 +200,27 @@ def refuse_unused_options(name: str | None | tuple[str, ...], options: dict) -> 
             raise ConfigError(f"{what} (only {users})", field=option)
 
 
+UNIT_FLAGS = ("forward", "backward", "weight", "comm")
+"""The unit model's flags (:func:`ppopt.cli.options.unit_cost_options`)."""
+
+
+def refuse_other_modes_flags(unit: bool, params: dict) -> None:
+    """A flag the chosen mode would ignore is an error: the unit model's durations with a model and
+    a system (their durations come from the cost model) or a cost preset (``params["costs"]``), a
+    global batch in unit mode."""
+    ctx = click.get_current_context()
+    given = {name for name in ctx.params if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
+    modelled = params.get("model") is not None or params.get("system") is not None or params.get("costs") is not None
+    if modelled:
+        for name in UNIT_FLAGS:
+            if name in given:
+                reason = ("--costs gives the durations" if params.get("costs") is not None
+                          else "with --model and --system the durations come from the cost model")
+                raise ConfigError(f"is a unit-mode duration: {reason}", field=name)
+    if (unit or params.get("costs") is not None) and params.get("global_batch") is not None:
+        raise ConfigError("needs --model and --system (unit mode has no sequences)", field="global_batch")
+
+
 def require_size(devices, microbatches) -> None:
     """--devices and --microbatches are needed unless a schedule file gives them."""
     missing = [flag for flag, value in (("--devices", devices), ("--microbatches", microbatches)) if value is None]

@@ -12,6 +12,7 @@ from ppopt.cli.options import (
     check_output_or_stdout,
     emit_json,
     json_option,
+    refuse_other_modes_flags,
     resolve_schedule,
     schedule_options,
     system_options,
@@ -67,6 +68,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     from ppopt.solve.instance import InstanceSpec
 
     fmt = _export_format(fmt, output)
+    refuse_other_modes_flags(unit, {"model": model, "system": system, "global_batch": global_batch})
     unit = unit or (model is None and system is None)
     phases = Phases("export")
     schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)

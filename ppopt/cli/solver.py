@@ -17,6 +17,7 @@ from ppopt.cli.options import (
     job_options,
     json_option,
     parse_amount,
+    refuse_other_modes_flags,
     refuse_unused_options,
     schedule_options,
     system_options,
@@ -122,28 +123,6 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
                           field="time_limit_s")
 
 
-UNIT_FLAGS = ("forward", "backward", "weight", "comm")
-"""The unit model's flags (:func:`ppopt.cli.options.unit_cost_options`)."""
-
-
-def _refuse_other_modes_flags(unit: bool, params: dict) -> None:
-    """A flag the chosen mode would ignore is an error: the unit model's durations with a model and
-    a system (their durations come from the cost model), a global batch in unit mode."""
-    from ppopt.errors import ConfigError
-
-    ctx = click.get_current_context()
-    given = {name for name in ctx.params if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
-    modelled = params.get("model") is not None or params.get("system") is not None or params.get("costs") is not None
-    if modelled:
-        for name in UNIT_FLAGS:
-            if name in given:
-                reason = ("--costs gives the durations" if params.get("costs") is not None
-                          else "with --model and --system the durations come from the cost model")
-                raise ConfigError(f"is a unit-mode duration: {reason}", field=name)
-    if (unit or params.get("costs") is not None) and params.get("global_batch") is not None:
-        raise ConfigError("needs --model and --system (unit mode has no sequences)", field="global_batch")
-
-
 def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     """Take the shared solver flags out of ``params``: the instance spec and the started solve options.
 
@@ -153,7 +132,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     solve = SolveOptions(params.pop("time_limit"), params.pop("workers"), params.pop("seed"),
                          None if quiet else (lambda line: click.echo(line, err=True)), method=params.pop("method")).start(startup_s())
     unit, units = params.pop("unit"), params.pop("units")
-    _refuse_other_modes_flags(unit, params)
+    refuse_other_modes_flags(unit, params)
     costs = params.pop("costs")
     if costs is not None:
         from ppopt.cli.run import preset_units
