@@ -511,3 +511,13 @@ def test_export_refuses_a_flag_its_mode_ignores_as_search_does(tmp_path, extra, 
     result = cli("export", "-s", "1f1b", "-p", 4, "-m", 8, *extra, "-o", tmp_path / "x.csv")
     assert (result.exit_code, result.output) == (1, line)
     assert not list(tmp_path.iterdir())
+
+
+def test_job_refuses_a_chimera_split_beside_explicit_layer_counts():
+    """--split only sets the default layers per stage: beside --layers-per-stage it was ignored while
+    the header still printed it."""
+    base = ["job", "--model", "llama3-8b", "--system", "a100-vtrain", "--pp", 4, "--schedule", "chimera-asym"]
+    result = cli(*base, "--split", "5:7", "--layers-per-stage", "8,8,8,8")
+    assert (result.exit_code, result.output) == (
+        1, "error: --split: sets the layers per stage, which --layers-per-stage gives here: give one of the two\n")
+    assert cli(*base, "--split", "5:7").exit_code == 0 and cli(*base, "--layers-per-stage", "8,8,8,8").exit_code == 0

@@ -214,6 +214,9 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     refuse_unused_options(schedule, given)
     layers = None
     if layers_per_stage is not None:
+        if split is not None:  # the split only sets the default layer counts
+            raise ConfigError("sets the layers per stage, which --layers-per-stage gives here: give one of the two",
+                              field="split")
         try:
             layers = tuple(int(x) for x in layers_per_stage.split(","))
         except ValueError:
