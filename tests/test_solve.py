@@ -193,6 +193,9 @@ def test_modelled_search_bounds_are_ordered():
         ("chunks=0", "'chunks' must be a positive integer"),
         ("fixed:nope", "unknown schedule 'nope'"),
         ("placement=linear,split=1:2", "needs placement=bidirectional"),
+        ("placement=linear,chunks=2", "space key 'chunks' needs placement=looped or any or family"),  # was ignored
+        ("chunks=3", "space key 'chunks' needs placement=looped or any or family"),  # the default placement is linear
+        ("placement=v,waves=2", "space key 'waves' needs placement=zigzag or family"),
     ],
 )
 def test_malformed_space_specs_are_named(spec, message):

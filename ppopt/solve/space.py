@@ -128,6 +128,10 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
         else:
             raise ScheduleError(f"unknown space key {key!r} (known: placement, chunks, waves, backward, order, directions, split)",
                                 field="space")
+    placement_given = values.get("placement", Space.placement)
+    for key, used_by in (("chunks", ("looped", "any", "family")), ("waves", ("zigzag", "family"))):
+        if key in values and placement_given not in used_by:  # a key the space would ignore
+            raise ScheduleError(f"space key {key!r} needs placement={' or '.join(used_by)}", field="space")
     # --chunks, --waves and --split fill in what the spec leaves out
     for key in ("chunks", "waves"):
         if key not in values and schedule_options.get(key) is not None:
