@@ -521,3 +521,12 @@ def test_job_refuses_a_chimera_split_beside_explicit_layer_counts():
     assert (result.exit_code, result.output) == (
         1, "error: --split: sets the layers per stage, which --layers-per-stage gives here: give one of the two\n")
     assert cli(*base, "--split", "5:7").exit_code == 0 and cli(*base, "--layers-per-stage", "8,8,8,8").exit_code == 0
+
+
+def test_plan_refuses_a_ray_address_without_the_ray_executor(monkeypatch):
+    """With one local job the address was ignored; it is refused before any job is planned."""
+    import ppopt.plan as planning
+
+    monkeypatch.setattr(planning, "plan", lambda *args, **kwargs: pytest.fail("planned"))
+    result = cli("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--address", "x:1", "-q")
+    assert (result.exit_code, result.output) == (1, "error: --address: is for the ray executor\n")

@@ -185,7 +185,7 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options):
     phases = None if quiet else _Phases(request.model.name)
     progress = PlanProgress(phases.generating, phases.sizing, phases.simulating) if phases else None
     try:
-        if jobs > 1 or executor != "local":
+        if jobs > 1 or executor != "local" or address is not None:  # make_executor refuses an address without ray
             with make_executor(executor, jobs, address) as pool:
                 result = plan(request, pool.map_unordered, progress, options, listed)
         else:
