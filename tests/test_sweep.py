@@ -232,6 +232,8 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
         (('systems = ["mid-mid", "fast-slow"]', 'systems = ["mid-mid", "warp"]'), "key 'systems.1': unknown system preset 'warp'"),
         (('split = ["1:2", "1:1"]', 'split = "1:x"'), "key 'options.split'"),
         (('split = ["1:2", "1:1"]', 'split = []'), "key 'options.split': an empty list sweeps nothing"),
+        (('schedules = ["gpipe", "1f1b", "chimera", "chimera-asym", "hanayo"]', "schedules = []"),
+         "key 'schedules': an empty list sweeps nothing"),  # was 0 points, exit 0
         (("[filters.hanayo]", "[filters.hanayoo]"), "key 'filters.hanayoo': unknown schedule"),
         (("microbatches_equal_devices = true", "microbatches_equal_devices = 1"), "key 'filters.hanayo.microbatches_equal_devices'"),
         (("microbatches = [4, 8]", "microbatches = [4, 4]"), "key 'microbatches': duplicate value"),
