@@ -228,3 +228,8 @@ def test_an_empty_file_name_is_said_to_be_empty(tmp_path):
 def test_an_empty_schedule_file_name_is_named_as_such(args):
     """It read as the current directory: "error: .: cannot read: Is a directory"."""
     assert cli(*args) == (1, "error: empty file name: give a PyTorch schedule CSV file\n")
+
+
+def test_plan_with_an_empty_candidates_name_says_so():
+    """--candidates '' was read as no --candidates at all ("missing --model and --gpus")."""
+    assert cli("plan", "--candidates", "", "--system", "a100-vtrain") == (1, "error: empty file name: give a measured-data CSV file\n")

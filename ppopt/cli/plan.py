@@ -95,7 +95,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     common = dict(memory_limit_bytes=limit, split=split, recompute=tuple(recompute) or ("none", "selective", "full"),
                   schedules=SCHEDULES if "all" in schedules else tuple(schedules) or DEFAULT_SCHEDULES, micro_batches=tuple(micro_batches) or None,
                   overlap_gradient_sync=overlap_grad_sync)
-    if candidates:
+    if candidates is not None:  # '' too: the reader names an empty file name
         if model or gpus or global_batch:
             raise ConfigError("gives the model, GPUs and global batch of each job; drop --model, --gpus and --global-batch",
                               field="candidates")
@@ -118,7 +118,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     if torch_csv:
         _write_torch_csv(plans[0], searches[0], torch_csv)
     if as_json:
-        emit_json([_json(p, s, top) for p, s in zip(plans, searches)] if candidates else _json(plans[0], searches[0], top))
+        emit_json([_json(p, s, top) for p, s in zip(plans, searches)] if candidates is not None else _json(plans[0], searches[0], top))
         return
     for k, (p, s) in enumerate(zip(plans, searches)):
         if k and fmt != "csv":
