@@ -530,3 +530,13 @@ def test_plan_refuses_a_ray_address_without_the_ray_executor(monkeypatch):
     monkeypatch.setattr(planning, "plan", lambda *args, **kwargs: pytest.fail("planned"))
     result = cli("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--address", "x:1", "-q")
     assert (result.exit_code, result.output) == (1, "error: --address: is for the ray executor\n")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_output_in_a_directory_that_takes_no_files_is_refused_before_any_work():
+    """/proc passes the permission check for root, and the write failed only after the search; a
+    temporary file tried in the directory up front finds it."""
+    result = cli("search", "-p", 2, "-m", 4, "--unit", "--csv", "/proc/x.csv")
+    assert result.exit_code == 1
+    assert result.output.startswith("error: Invalid value for '--csv': cannot write /proc/x.csv: ")
+    assert "status" not in result.output

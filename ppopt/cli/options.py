@@ -7,6 +7,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -353,6 +354,12 @@ def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str
         raise click.BadParameter(f"cannot write {path}: no directory {folder}")
     if not os.access(folder, os.W_OK):
         raise click.BadParameter(f"cannot write {path}: directory {folder} is not writable")
+    if not target.exists() or target.is_file():  # a file goes in via a temporary one in its directory: try one
+        try:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".ppopt-probe-"):
+                pass
+        except OSError as error:  # /proc, a read-only mount: os.access says yes to root
+            raise click.BadParameter(f"cannot write {path}: {error.strerror or error}") from None
     _refuse_twice(ctx, param, target)
     return path
 
