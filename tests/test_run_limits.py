@@ -152,3 +152,18 @@ def test_a_compare_whose_profile_cannot_run_is_refused_before_the_run_starts(no_
 
 def test_a_compare_whose_profile_can_run_reaches_the_ranks(launched):
     _refused(cli(*RUN, "--compare"), "running 1 schedule(s) on 2 local ranks (gloo, 127.0.0.1)\nerror: not started\n")
+
+
+@pytest.mark.parametrize("extra, line", [
+    (["-p", 3, "-m", 8], "error: --devices: only applies with --schedule (a schedule file gives its own sizes)\n"),
+    (["-v", 2], "error: --chunks: only applies with --schedule (a schedule file gives its own sizes)\n"),
+])
+def test_run_refuses_sizes_a_schedule_file_gives_itself(no_launch, tmp_path, extra, line):
+    """They were ignored: the file's 2 ranks and 4 microbatches ran."""
+    path = tmp_path / "s.csv"
+    assert cli("export", "-s", "1f1b", "-p", 2, "-m", 4, "-o", path).exit_code == 0
+    _refused(cli("run", path, *extra), line)
+
+
+def test_run_refuses_chunks_without_interleaved_1f1b(no_launch):
+    _refused(cli(*RUN, "-v", 2), "error: --chunks: only applies to --schedule interleaved-1f1b\n")

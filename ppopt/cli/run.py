@@ -54,6 +54,12 @@ def _schedules(files, names, devices, microbatches, chunks):
 
     if not files and not names:
         raise ConfigError("give schedule CSV files and/or --schedule NAME")
+    if not names:  # each file gives its own sizes
+        for flag, value in (("devices", devices), ("microbatches", microbatches), ("chunks", chunks)):
+            if value is not None:
+                raise ConfigError("only applies with --schedule (a schedule file gives its own sizes)", field=flag)
+    if chunks is not None and "interleaved-1f1b" not in names:
+        raise ConfigError("only applies to --schedule interleaved-1f1b", field="chunks")
     schedules = [read_torch_csv_file(f) for f in files]
     if names:
         require_size(devices, microbatches)
