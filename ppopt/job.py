@@ -128,7 +128,7 @@ from ppopt.costs import (
 from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import Flat
 from ppopt.generators import get, names
-from ppopt.ir import Schedule
+from ppopt.ir import Schedule, check_size
 from ppopt.placement import Placement, parse_split, split_weights
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
 
@@ -266,6 +266,11 @@ class Job:
         if left or per_replica % self.micro_batch:
             raise ConfigError(f"micro batch {self.micro_batch} does not divide the global batch per replica "
                               f"({self.batch} sequences / {self.dp} replicas)", field="micro_batch")
+        try:  # the schedule's size, named by the batch that sets it (F and B of every stage and microbatch at least)
+            check_size(2 * self.stages * self.microbatches, f"{self.stages} stages, {self.microbatches:,} microbatches "
+                       f"({self.batch:,} sequences / ({self.micro_batch} x {self.dp} replicas))")
+        except ScheduleError as error:
+            raise ConfigError(error.reason, field="global_batch") from None
 
     @property
     def batch(self) -> int:

@@ -104,3 +104,12 @@ def test_compare_and_the_solver_take_the_job():
         [stage.persistent_bytes + extra for stage, extra in zip(own.stages, job_work(job).working_bytes)], rel=1e-12)
     assert job_work(job).working_bytes[-1] > 0
     assert instance.system.devices_per_node == 2  # 8 GPUs per node / (t·d = 4): two stages per node
+
+
+def test_a_job_too_large_to_schedule_names_the_global_batch():
+    """2^30 sequences of one microbatch each: 2^31 ops on one stage, over the 10-million-op limit; it
+    was reported against --schedule (1f1b "is not defined"), which the user had not given."""
+    result = run("job", "--model", "llama3-8b", "--system", "a100-vtrain", "--global-batch", str(2**30))
+    assert (result.exit_code, result.output) == (
+        1, "error: --global-batch: schedule too large: 1 stages, 1,073,741,824 microbatches (1,073,741,824 sequences / "
+           "(1 x 1 replicas)) make 2,147,483,648 ops (stages x microbatches x kinds); the limit is 10,000,000 ops\n")
