@@ -540,3 +540,14 @@ def test_an_output_in_a_directory_that_takes_no_files_is_refused_before_any_work
     assert result.exit_code == 1
     assert result.output.startswith("error: Invalid value for '--csv': cannot write /proc/x.csv: ")
     assert "status" not in result.output
+
+
+def test_an_output_name_too_long_to_look_up_is_a_one_line_error(tmp_path):
+    """stat() raises ENAMETOOLONG, which Path.exists() does not swallow: it was a traceback."""
+    long = str(tmp_path / ("a" * 300))
+    file = cli("export", "-s", "1f1b", "-p", 2, "-m", 4, "-o", long + ".csv")
+    assert (file.exit_code, file.output) == (
+        1, f"error: Invalid value for '--output' / '-o': cannot write {long}.csv: File name too long (see 'ppopt export --help')\n")
+    folder = cli("sweep", ROOT / "configs" / "studies" / "quick.toml", "-o", long, "-q")
+    assert (folder.exit_code, folder.output) == (
+        1, f"error: Invalid value for '--output' / '-o': cannot create {long}: File name too long (see 'ppopt sweep --help')\n")

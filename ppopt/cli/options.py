@@ -333,8 +333,9 @@ class ProgressBar:
 def check_output(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
     """Callback of every option naming a file to write: refuse, before any work starts (a search or a
     calibration can take minutes), a path that is a directory or whose directory does not exist or
-    cannot be written to, and ``-``: standard output carries the command's report (only
-    :func:`check_output_or_stdout` lets ``-`` through)."""
+    cannot be written to (a temporary file is tried there: root passes every permission check), a
+    file another output option of the command already names, and ``-``: standard output carries
+    the command's report (only :func:`check_output_or_stdout` lets ``-`` through)."""
     if path == "-":
         raise click.BadParameter("'-' (standard output) carries the report here: give a file name")
     return check_output_or_stdout(ctx, param, path)
@@ -346,6 +347,14 @@ def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str
         return path
     if not path:
         raise click.BadParameter("cannot write '': empty file name")
+    try:
+        _check_writable(ctx, param, path)
+    except OSError as error:  # a name too long to look up, ...
+        raise click.BadParameter(f"cannot write {path}: {error.strerror or error}") from None
+    return path
+
+
+def _check_writable(ctx: click.Context, param: click.Parameter, path: str) -> None:
     target = Path(path)
     folder = target.parent
     if target.is_dir():
@@ -359,9 +368,9 @@ def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str
             with tempfile.NamedTemporaryFile(dir=folder, prefix=".ppopt-probe-"):
                 pass
         except OSError as error:  # /proc, a read-only mount: os.access says yes to root
-            raise click.BadParameter(f"cannot write {path}: {error.strerror or error}") from None
+            raise click.BadParameter(f"cannot write {path}: directory {folder} takes no new file "
+                                     f"({error.strerror or error})") from None
     _refuse_twice(ctx, param, target)
-    return path
 
 
 def _refuse_twice(ctx: click.Context, param: click.Parameter, target: Path) -> None:
@@ -385,10 +394,13 @@ def check_output_dir(ctx: click.Context, param: click.Parameter, path: str | Non
     if not path:
         raise click.BadParameter("empty directory name")
     target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise click.BadParameter(f"{path} is not a directory")
-    if not target.exists() and not target.parent.is_dir():
-        raise click.BadParameter(f"cannot create {path}: no directory {target.parent}")
+    try:
+        if target.exists() and not target.is_dir():
+            raise click.BadParameter(f"{path} is not a directory")
+        if not target.exists() and not target.parent.is_dir():
+            raise click.BadParameter(f"cannot create {path}: no directory {target.parent}")
+    except OSError as error:  # a name too long to look up, ...
+        raise click.BadParameter(f"cannot create {path}: {error.strerror or error}") from None
     return path
 
 
