@@ -232,8 +232,7 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
         (('systems = ["mid-mid", "fast-slow"]', 'systems = ["mid-mid", "warp"]'), "key 'systems.1': unknown system preset 'warp'"),
         (('split = ["1:2", "1:1"]', 'split = "1:x"'), "key 'options.split'"),
         (('split = ["1:2", "1:1"]', 'split = []'), "key 'options.split': an empty list sweeps nothing"),
-        (('schedules = ["gpipe", "1f1b", "chimera", "chimera-asym", "hanayo"]', "schedules = []"),
-         "key 'schedules': an empty list sweeps nothing"),  # was 0 points, exit 0
+        (('schedules = ["gpipe", "1f1b", "zb-h1"]', "schedules = []"), "key 'solver.schedules': an empty list sweeps nothing"),
         (("[filters.hanayo]", "[filters.hanayoo]"), "key 'filters.hanayoo': unknown schedule"),
         (("microbatches_equal_devices = true", "microbatches_equal_devices = 1"), "key 'filters.hanayo.microbatches_equal_devices'"),
         (("microbatches = [4, 8]", "microbatches = [4, 4]"), "key 'microbatches': duplicate value"),
@@ -459,3 +458,15 @@ def test_killed_sweep_takes_its_workers_with_it(tmp_path):
         parent.wait()
         for pid in filter(_alive, workers):  # a failed test leaves no orphans behind
             os.kill(pid, signal.SIGKILL)
+
+
+def test_an_empty_schedule_list_is_refused_unless_the_solver_has_schedules(tmp_path):
+    """schedules = [] with no solver schedules swept 0 points and exited 0; with [solver] schedules it
+    is a sweep of gap points alone."""
+    evaluation_only = SPEC.split("[solver]")[0].replace('schedules = ["gpipe", "1f1b", "chimera", "chimera-asym", "hanayo"]',
+                                                        "schedules = []")
+    with pytest.raises(ConfigError, match="key 'schedules': an empty list sweeps nothing"):
+        load_spec(write_spec(tmp_path, evaluation_only, "empty.toml"))
+    solver_only = SPEC.replace('schedules = ["gpipe", "1f1b", "chimera", "chimera-asym", "hanayo"]', "schedules = []")
+    loaded = load_spec(write_spec(tmp_path, solver_only, "solver.toml"))
+    assert loaded.spec.schedule_names() == [] and loaded.spec.solver_schedule_names() == ["gpipe", "1f1b", "zb-h1"]

@@ -304,7 +304,8 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
     known = ", ".join(REGISTRY)
     for key, chosen in (("schedules", spec.schedules), ("solver.schedules", spec.solver.schedules if spec.solver else None)):
         if isinstance(chosen, list):
-            if not chosen:  # as devices = [] is: a sweep of nothing would read as a result
+            solver_only = key == "schedules" and spec.solver_schedule_names()  # a sweep of gap points alone
+            if not chosen and not solver_only:  # as devices = [] is: a sweep of nothing would read as a result
                 raise fail(key, "an empty list sweeps nothing: give at least one schedule, or \"all\"")
             for name in chosen:
                 if name not in REGISTRY:
