@@ -505,6 +505,7 @@ def test_two_outputs_of_one_command_may_not_name_the_same_file(tmp_path, monkeyp
     (["--model", "llama3-8b", "--system", "a100-vtrain", "--forward", "3"],
      "error: --forward: is a unit-mode duration: with --model and --system the durations come from the cost model\n"),
     (["--unit", "--global-batch", "8"], "error: --global-batch: needs --model and --system (unit mode has no sequences)\n"),
+    (["--global-batch", "8"], "error: --global-batch: needs --model and --system (unit mode has no sequences)\n"),
 ])
 def test_export_refuses_a_flag_its_mode_ignores_as_search_does(tmp_path, extra, line):
     """With a model and a system the unit durations were silently ignored (the export was the model's)."""

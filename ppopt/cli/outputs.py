@@ -68,8 +68,8 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     from ppopt.solve.instance import InstanceSpec
 
     fmt = _export_format(fmt, output)
-    refuse_other_modes_flags(unit, {"model": model, "system": system, "global_batch": global_batch})
     unit = unit or (model is None and system is None)
+    refuse_other_modes_flags(unit, {"model": model, "system": system, "global_batch": global_batch})
     phases = Phases("export")
     schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
     phases.done("schedule built")
