@@ -280,7 +280,10 @@ def test_schedule_flags_fill_what_the_space_leaves_out():
     assert parse_space("placement=looped,chunks=4", chunks=3).chunks == 4
     assert parse_space("placement=zigzag", waves=2).waves == 2
     assert parse_space("placement=bidirectional", split="1:3").split == (1.0, 3.0)
-    assert parse_space("placement=linear", split="1:3").split is None
+    for placement, flag in (("linear", {"split": "1:3"}), ("linear", {"chunks": 3}), ("v", {"waves": 2})):
+        with pytest.raises(ScheduleError, match="only applies to a space with placement=") as ignored:
+            parse_space(f"placement={placement}", **flag)  # the flag would be ignored: it was, silently
+        assert ignored.value.field == next(iter(flag))
     with pytest.raises(ScheduleError, match="must be a positive integer") as error:
         parse_space("placement=looped", chunks=0)
     assert error.value.field == "chunks"

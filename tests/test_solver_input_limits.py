@@ -86,11 +86,12 @@ def test_a_library_search_refuses_a_space_too_large_before_building_its_placemen
                                            "(stages x microbatches x kinds), and a search takes at most 2,058,823")
 
 
-def test_chunks_a_linear_space_does_not_use_are_not_counted():
-    """--chunks only matters for spaces with chunks: a linear search has p stages whatever it says."""
+def test_chunks_a_linear_space_does_not_use_are_refused_not_counted():
+    """--chunks only matters for spaces with chunks: on a linear one it is refused as ignored (it was
+    accepted and ignored), not as a search of 100,000 chunks too large."""
     result = invoke("search", *SMALL, "--chunks", "100000", "--no-grid")
-    assert result.exit_code == 0, result.output
-    assert "space: placement=linear" in result.stdout and "status     optimal" in result.stdout
+    assert (result.exit_code, result.stderr) == (
+        1, "error: --chunks: only applies to a space with placement=looped or any or family (this one's is linear)\n")
 
 
 # ---- 2. a memory limit above what any schedule holds is no limit -------------------------------------

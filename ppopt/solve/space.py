@@ -129,17 +129,20 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
             raise ScheduleError(f"unknown space key {key!r} (known: placement, chunks, waves, backward, order, directions, split)",
                                 field="space")
     placement_given = values.get("placement", Space.placement)
-    for key, used_by in (("chunks", ("looped", "any", "family")), ("waves", ("zigzag", "family"))):
-        if key in values and placement_given not in used_by:  # a key the space would ignore
+    for key, used_by in (("chunks", ("looped", "any", "family")), ("waves", ("zigzag", "family")), ("split", ("bidirectional",))):
+        if placement_given in used_by:
+            continue
+        if key in values:  # a key the space would ignore
             raise ScheduleError(f"space key {key!r} needs placement={' or '.join(used_by)}", field="space")
+        if schedule_options.get(key) is not None:  # the flag, likewise
+            raise ScheduleError(f"only applies to a space with placement={' or '.join(used_by)} (this one's is "
+                                f"{placement_given})", field=key)
     # --chunks, --waves and --split fill in what the spec leaves out
     for key in ("chunks", "waves"):
         if key not in values and schedule_options.get(key) is not None:
             values[key] = _positive_int(str(schedule_options[key]), field=key)
-    if "split" not in values and schedule_options.get("split") is not None and values.get("placement") == "bidirectional":
+    if "split" not in values and schedule_options.get("split") is not None:
         values["split"] = parse_split(schedule_options["split"])
-    if "split" in values and values.get("placement") != "bidirectional":
-        raise ScheduleError("space key 'split' needs placement=bidirectional", field="space")
     if values.get("directions") == "free" and values.get("placement") != "bidirectional":
         raise ScheduleError("space key 'directions' needs placement=bidirectional", field="space")
     return Space(**values)  # type: ignore[arg-type]
