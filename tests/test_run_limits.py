@@ -165,5 +165,9 @@ def test_run_refuses_sizes_a_schedule_file_gives_itself(no_launch, tmp_path, ext
     _refused(cli("run", path, *extra), line)
 
 
-def test_run_refuses_chunks_without_interleaved_1f1b(no_launch):
-    _refused(cli(*RUN, "-v", 2), "error: --chunks: only applies to --schedule interleaved-1f1b\n")
+def test_run_refuses_chunks_no_schedule_takes_and_gives_them_to_those_that_do(launched):
+    _refused(cli(*RUN, "-v", 2), "error: --chunks: none of the schedules given takes it (only interleaved-1f1b, looped-bfs)\n")
+    result = cli("run", "-s", "looped-bfs", "-s", "1f1b", "-p", 2, "-m", 4, "-v", 3, "--layers", 6)
+    assert result.exit_code == 1 and "not started" in result.output
+    (spec,) = launched
+    assert [job.stages for job in spec.jobs] == [6, 2]  # looped-bfs with 3 chunks per rank, 1f1b with one

@@ -45,9 +45,9 @@ def run_options(command):
 
 def _schedules(files, names, devices, microbatches, chunks):
     """The schedules given, validated before any process starts (files by ppopt's CSV reader)."""
-    from ppopt.cli.options import require_size
+    from ppopt.cli.options import refuse_unused_options, require_size
     from ppopt.errors import ConfigError
-    from ppopt.generators import generate
+    from ppopt.generators import generate, get
     from ppopt.io.torch_csv import read_torch_csv_file
     from ppopt.run.execute import refuse_unrunnable
     from ppopt.validate import validate
@@ -58,13 +58,13 @@ def _schedules(files, names, devices, microbatches, chunks):
         for flag, value in (("devices", devices), ("microbatches", microbatches), ("chunks", chunks)):
             if value is not None:
                 raise ConfigError("only applies with --schedule (a schedule file gives its own sizes)", field=flag)
-    if chunks is not None and "interleaved-1f1b" not in names:
-        raise ConfigError("only applies to --schedule interleaved-1f1b", field="chunks")
+    if names:  # each name known, and --chunks taken by one of them
+        refuse_unused_options(tuple(names), {"chunks": chunks})
     schedules = [read_torch_csv_file(f) for f in files]
     if names:
         require_size(devices, microbatches)
         for name in names:
-            options = {"chunks": chunks} if chunks is not None and name == "interleaved-1f1b" else {}
+            options = {"chunks": chunks} if chunks is not None and "chunks" in get(name).options else {}
             schedules.append(validate(generate(name, devices, microbatches, **options)))
     for schedule in schedules:
         refuse_unrunnable(schedule)
@@ -76,7 +76,7 @@ def _schedules(files, names, devices, microbatches, chunks):
 @click.option("--schedule", "-s", "names", multiple=True, help="A schedule by name (repeatable), with -p and -m.")
 @click.option("--devices", "-p", "--pp", "devices", type=int, default=None, help="Ranks (with --schedule).")
 @click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule).")
-@click.option("--chunks", "-v", type=int, default=None, help="Chunks per rank for interleaved-1f1b [default: 2].")
+@click.option("--chunks", "-v", type=int, default=None, help="Chunks per rank for interleaved-1f1b and looped-bfs [default: 2].")
 @run_options
 @click.option("--check/--no-check", default=True, show_default=True,
               help="Compare the first step's loss and gradients with the non-pipelined model.")
