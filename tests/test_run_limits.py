@@ -171,3 +171,10 @@ def test_run_refuses_chunks_no_schedule_takes_and_gives_them_to_those_that_do(la
     assert result.exit_code == 1 and "not started" in result.output
     (spec,) = launched
     assert [job.stages for job in spec.jobs] == [6, 2]  # looped-bfs with 3 chunks per rank, 1f1b with one
+
+
+def test_a_schedule_file_with_too_many_ranks_names_the_file(no_launch, tmp_path):
+    """It named --devices, a flag that cannot be given beside a file."""
+    path = tmp_path / "big.csv"
+    assert cli("export", "-s", "1f1b", "-p", 65, "-m", 1, "-o", path).exit_code == 0
+    _refused(cli("run", path, "--layers", 65), f"error: {path}: 65 ranks; a run takes at most 64 (processes on this machine)\n")

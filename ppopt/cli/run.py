@@ -50,6 +50,7 @@ def _schedules(files, names, devices, microbatches, chunks):
     from ppopt.generators import generate, get
     from ppopt.io.torch_csv import read_torch_csv_file
     from ppopt.run.execute import refuse_unrunnable
+    from ppopt.run.spec import MAX_DEVICES
     from ppopt.validate import validate
 
     if not files and not names:
@@ -61,6 +62,9 @@ def _schedules(files, names, devices, microbatches, chunks):
     if names:  # each name known, and --chunks taken by one of them
         refuse_unused_options(tuple(names), {"chunks": chunks})
     schedules = [read_torch_csv_file(f) for f in files]
+    for file, schedule in zip(files, schedules):  # a file's rank count is no flag's: name the file
+        if schedule.devices > MAX_DEVICES:
+            raise ConfigError(f"{file}: {schedule.devices} ranks; a run takes at most {MAX_DEVICES} (processes on this machine)")
     if names:
         require_size(devices, microbatches)
         for name in names:
