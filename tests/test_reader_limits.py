@@ -232,4 +232,7 @@ def test_an_empty_schedule_file_name_is_named_as_such(args):
 
 def test_plan_with_an_empty_candidates_name_says_so():
     """--candidates '' was read as no --candidates at all ("missing --model and --gpus")."""
-    assert cli("plan", "--candidates", "", "--system", "a100-vtrain") == (1, "error: empty file name: give a measured-data CSV file\n")
+    assert cli("plan", "--candidates", "", "--system", "a100-vtrain") == (
+        1, "error: --candidates: empty file name: give a measured-data CSV file\n")
+    assert cli("plan", "--candidates", "/nonexistent.csv", "--system", "a100-vtrain") == (
+        1, "error: --candidates: /nonexistent.csv: cannot read file (No such file or directory)\n")

@@ -128,15 +128,17 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
 
 def _candidate_groups(path: str, system):
     """The jobs a measured-data file lists, one group per model (file order)."""
-    from ppopt.io.measured import read_measured
+    from ppopt.errors import ConfigError
+    from ppopt.io.measured import MeasuredDataError, read_measured
 
-    rows, _ = read_measured(path, system)
+    try:
+        rows, _ = read_measured(path, system)
+    except MeasuredDataError as error:
+        raise ConfigError(error.reason, field="candidates") from None
     groups: dict[str, list] = defaultdict(list)
     for row in rows:
         groups[row.model_key].append(row.job)
     if not groups:
-        from ppopt.errors import ConfigError
-
         raise ConfigError(f"{path}: no row ppopt can model", field="candidates")
     return list(groups.values())
 
