@@ -32,10 +32,10 @@ def cli(*args) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def measured_commands(path: Path, tmp_path: Path) -> list[list]:
-    """Every command that reads a measured-data file."""
-    return [["validate", path, "--system", "a100-vtrain"], ["calibrate", path, "-o", tmp_path / "cal.toml"],
-            ["plan", "--system", "a100-vtrain", "--candidates", path, "-q"]]
+def measured_commands(path: Path, tmp_path: Path) -> list[tuple[list, str]]:
+    """Every command that reads a measured-data file, and the flag its errors name ("" for none)."""
+    return [(["validate", path, "--system", "a100-vtrain"], ""), (["calibrate", path, "-o", tmp_path / "cal.toml"], ""),
+            (["plan", "--system", "a100-vtrain", "--candidates", path, "-q"], "--candidates: ")]
 
 
 def schedule_commands(path: Path) -> list[list]:
@@ -60,8 +60,8 @@ def published_with(tmp_path: Path, column: str, value: str) -> Path:
 def test_a_field_over_the_csv_limit_in_measured_data_is_one_line(tmp_path, text, line):
     path = tmp_path / "long.csv"
     path.write_text(text)
-    for args in measured_commands(path, tmp_path):
-        assert cli(*args) == (1, f"error: {path}: line {line}: a field is longer than {LIMIT:,} characters\n"), args
+    for args, flag in measured_commands(path, tmp_path):
+        assert cli(*args) == (1, f"error: {flag}{path}: line {line}: a field is longer than {LIMIT:,} characters\n"), args
     assert not (tmp_path / "cal.toml").exists()
 
 
@@ -167,8 +167,8 @@ def test_a_schedule_index_must_be_ascii_digits_of_sensible_length(tmp_path):
 def test_a_measured_column_named_twice_is_refused(tmp_path):
     path = tmp_path / "twice.csv"
     path.write_text(f"{HEADER},# GPUs\n{ROW},4\n")
-    for args in measured_commands(path, tmp_path):
-        assert cli(*args) == (1, f"error: {path}: line 1, column '# GPUs': named twice in the header (columns 1 and 12)\n")
+    for args, flag in measured_commands(path, tmp_path):
+        assert cli(*args) == (1, f"error: {flag}{path}: line 1, column '# GPUs': named twice in the header (columns 1 and 12)\n")
 
 
 def test_a_published_column_named_twice_is_refused(tmp_path):
