@@ -80,12 +80,12 @@ def test_the_default_mlp_width_is_not_blamed_for_a_huge_hidden_size(tmp_path):
 
 def test_a_measured_row_with_a_huge_size_is_refused_naming_line_and_column(tmp_path):
     path = _csv_with(MEASURED, tmp_path / "big.csv", "hidden size", HUGE)
-    expected = f"error: {path}: line 2, column 'hidden size': Input should be less than or equal to 16777216\n"
-    for args in (["validate", path, "--system", "a100-vtrain"],
-                 ["calibrate", path, "--system", "a100-vtrain", "-o", tmp_path / "cal.toml"],
-                 ["plan", "--candidates", path, "--system", "a100-vtrain", "-q"]):
+    expected = f"{path}: line 2, column 'hidden size': Input should be less than or equal to 16777216\n"
+    for args, flag in ((["validate", path, "--system", "a100-vtrain"], ""),
+                       (["calibrate", path, "--system", "a100-vtrain", "-o", tmp_path / "cal.toml"], ""),
+                       (["plan", "--candidates", path, "--system", "a100-vtrain", "-q"], "--candidates: ")):
         result = cli(*args)
-        assert (result.exit_code, result.output) == (1, expected), args
+        assert (result.exit_code, result.output) == (1, f"error: {flag}{expected}"), args
     assert not (tmp_path / "cal.toml").exists()
 
 
@@ -214,7 +214,7 @@ def test_a_malformed_cost_preset_value_is_one_line_naming_the_field(tmp_path, ch
 
 def test_an_empty_cost_preset_name_is_an_empty_file_name():
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", "")
-    assert (result.exit_code, result.output) == (1, "error: --costs: empty file name\n")
+    assert (result.exit_code, result.output) == (1, "error: --costs: empty file name: give a cost preset file (.json)\n")
 
 
 def test_a_cost_preset_the_unit_model_cannot_take_names_the_file_not_a_flag(tmp_path):

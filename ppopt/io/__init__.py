@@ -56,6 +56,14 @@ CONFIG_BYTES = 64 * 2**20
 _CHUNK = 1 << 20
 
 
+def require_file_name(source: str | os.PathLike, what: str, error: type[PpoptError] = PpoptError,
+                      field: str | None = None) -> None:
+    """Raise ``error`` ("empty file name: give WHAT") for an empty file name, before ``Path()``
+    reads it as the current directory."""
+    if not os.fspath(source):
+        raise error(f"empty file name: give {what}", field=field)
+
+
 SHOWN_CHARACTERS = 40
 """The most characters of an input cell or value quoted in a message (:func:`shown`)."""
 

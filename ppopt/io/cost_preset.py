@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from ppopt.config import LinkConfig, validation_message
 from ppopt.costs import Costs, StageCost
 from ppopt.errors import ConfigError
-from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded, write_json
+from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded, require_file_name, write_json
 
 FORMAT = "ppopt-costs/1"
 
@@ -76,8 +76,7 @@ def read_cost_preset_file(path: str | os.PathLike) -> tuple[Costs, LinkConfig | 
     """The costs, link and ``measured`` object of a preset file (read once: it may be a pipe);
     ConfigError (one line, naming the file and the field, ``field="costs"``) if it is malformed or
     a value is outside the limits of the module doc."""
-    if not os.fspath(path):  # before Path(), which reads "" as "."
-        raise ConfigError("empty file name", field="costs")
+    require_file_name(path, "a cost preset file (.json)", ConfigError, field="costs")
     path = Path(path)
     try:
         data = parse_data(read_text_bounded(path, CONFIG_BYTES))

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from ppopt.config import ModelConfig, SystemConfig, validation_message
 from ppopt.errors import ConfigError
-from ppopt.io import csv_problem, read_text_bounded, shown
+from ppopt.io import csv_problem, read_text_bounded, require_file_name, shown
 from ppopt.job import Job
 
 MEASURED_BYTES = 256 * 2**20
@@ -183,8 +183,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
     MeasuredDataError for a missing column, a non-numeric or non-positive cell, t·p·d different
     from the GPU count, or a micro batch that does not divide the global batch per replica.
     """
-    if not os.fspath(source):  # before Path(), which reads "" as "."
-        raise MeasuredDataError("empty file name: give a measured-data CSV file")
+    require_file_name(source, "a measured-data CSV file", MeasuredDataError)
     path = Path(source)
     name = str(source)
     try:

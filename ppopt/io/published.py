@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ppopt.config import MODEL_LIMITS
 from ppopt.errors import ConfigError
-from ppopt.io import read_text_bounded, shown
+from ppopt.io import read_text_bounded, require_file_name, shown
 from ppopt.io.measured import check_header, csv_records, decimal_float
 from ppopt.published import PublishedRun
 
@@ -57,8 +57,7 @@ dense peak is 312 teraFLOP/s); a model has between one parameter and 10**18."""
 def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     """Read the table (``data/published/megatron-lm-2021.csv``). Raises ConfigError naming the line
     and column of a missing or bad cell, or of a layout whose t·p does not divide the GPUs."""
-    if not os.fspath(source):  # before Path(), which reads "" as "."
-        raise ConfigError("empty file name: give a published-throughput CSV file")
+    require_file_name(source, "a published-throughput CSV file", ConfigError)
     name = str(source)
     try:
         text = read_text_bounded(Path(source), PUBLISHED_BYTES, "utf-8-sig")

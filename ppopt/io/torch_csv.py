@@ -66,7 +66,7 @@ import numpy as np
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.io import atomic_write_text, csv_problem, read_text_bounded, shown
+from ppopt.io import atomic_write_text, csv_problem, read_text_bounded, require_file_name, shown
 from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, ops_of, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
 
@@ -396,8 +396,7 @@ def read_torch_csv_file(name: str, legacy_backward: bool = False) -> Schedule:
     """:func:`read_torch_csv` of the file ``name`` as a command line gives it: always a file name,
     whatever its characters (a comma too), and an empty name is a ScheduleError (``Path("")`` would
     be the current directory)."""
-    if not name:
-        raise ScheduleError("empty file name: give a PyTorch schedule CSV file")
+    require_file_name(name, "a PyTorch schedule CSV file", ScheduleError)
     return read_torch_csv(Path(name), legacy_backward)
 
 
@@ -414,8 +413,7 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
         return parse_torch_csv(path_or_text.read(), name, legacy_backward)
     if isinstance(path_or_text, str) and ("\n" in path_or_text or "," in path_or_text):
         return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
-    if not os.fspath(path_or_text):  # before Path(), which reads "" as "."
-        raise ScheduleError("empty file name: give a PyTorch schedule CSV file")
+    require_file_name(path_or_text, "a PyTorch schedule CSV file", ScheduleError)
     path = Path(path_or_text)
     try:
         text = read_text_bounded(path, MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops")
