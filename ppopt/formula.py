@@ -70,7 +70,7 @@ def formula(name: str, devices: int, microbatches: int, units: UnitCosts = UnitC
     closed = family.closed_forms.function(devices, microbatches, units.backward / units.forward, **taken)
     chunks = family.chunks(taken)  # S / p, an int once the family accepted the options
     assert isinstance(chunks, int)
-    scale = Fraction(repr(units.forward)) / chunks  # the decimal the user gave: 0.1 is 1/10, 1e-7 is 1/10**7
+    scale = Fraction(repr(float(units.forward))) / chunks  # the decimal the user gave: 0.1 is 1/10, 1e-7 is 1/10**7
     length = Fraction(closed.length).limit_denominator(10**6) * scale
     outside = family.closed_forms.outside(devices, microbatches, taken)
     if outside is None:

@@ -83,6 +83,8 @@ MAX_DIGITS = 40
 """The most digits of a stage or microbatch index: far more than any index of a valid file (which holds
 at most :data:`ppopt.ir.MAX_OPS` actions) and few enough to quote in a message; ``int()`` refuses
 more than 4,300."""
+
+
 class _CellError(Exception):
     """A malformed cell; the reader adds where it is."""
 
