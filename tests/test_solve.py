@@ -431,3 +431,15 @@ def test_gap_announces_its_schedules_only_once_simulating_them_takes_a_while(mon
     gap_report(unit(4, 8), {}, ["1f1b", "gpipe"], SolveOptions(10, progress=slow.append))
     assert [line for line in slow if line.startswith("gap: simulating")] == ["gap: simulating 1f1b (1/2)",
                                                                              "gap: simulating gpipe (2/2)"]
+
+
+@pytest.mark.parametrize("space", ["placement=linear", "fixed:1f1b", "placement=linear,backward=split", "placement=v"])
+def test_ops_shorter_than_a_tick_keep_their_dependency_order(space):
+    """Messages of 10^6 slots beside ops of 1 and 2 make the tick 1,000 slots: F and B round down to
+    0 ticks and start at the same tick, so the order read off the start times put 1B0 before 1F0
+    (sorted by name) and the search failed its own validation. The schedule found is valid, and its
+    step is the messages' (at least one round trip, 2·10^6 slots)."""
+    result = search(unit(2, 2, comm=1e6), parse_space(space), SolveOptions(10))
+    assert result.schedule is not None
+    validate(result.schedule)
+    assert 2e6 <= result.step_time <= result.simulation.step_time_s + 1e-6

@@ -158,12 +158,12 @@ def periodic_schedule(
     if offsets is None:
         return None
     entry = [offsets[i % k] + (i // k) * period for i in range(m)]
-    timed: list[list[tuple[int, Op]]] = [[] for _ in range(p)]
-    for i in range(m):
+    timed: list[list[tuple[int, int, Op]]] = [[] for _ in range(p)]
+    for i in range(m):  # F before B at one tick: ops shorter than a tick last 0 ticks
         for s in range(p):
-            timed[s].append((entry[i] + a[s], Op(s, Kind.F, i)))
-            timed[s].append((entry[i] + b[s], Op(s, Kind.B, i)))
-    orders = tuple(tuple(op for _, op in sorted(ops)) for ops in timed)
+            timed[s].append((entry[i] + a[s], 0, Op(s, Kind.F, i)))
+            timed[s].append((entry[i] + b[s], 1, Op(s, Kind.B, i)))
+    orders = tuple(tuple(op for *_, op in sorted(ops)) for ops in timed)
     step = entry[-1] + lives[0]
     schedule = Schedule(PERIODIC, p, m, tuple((s,) for s in range(p)), orders)
     return schedule, Pattern(k, period, tuple(offsets), rate, step)

@@ -317,13 +317,24 @@ def _ordered(starts: dict[Op, int], duration: dict[Op, int], placement, replica_
     """The schedule that runs each device's ops in the order of their start times."""
     p, m = instance.devices, instance.microbatches
     device_of = lambda op: placement[op.stage][replica_of[op.microbatch] if len(placement[op.stage]) > 1 else 0]  # noqa: E731
-    orders: list[list[tuple[int, int, Op]]] = [[] for _ in range(p)]
+    stages = instance.stages
+
+    def chain(op: Op) -> int:
+        """The op's place in its microbatch's dependency chain (F up the stages, then B or I down, W
+        after I): ops shorter than a tick last 0 ticks, and several can start at one tick, so
+        their order on a device must follow their dependencies, not their names."""
+        if op.kind is Kind.F:
+            return op.stage
+        down = stages + (stages - 1 - op.stage)
+        return down + stages if op.kind is Kind.W else down
+
+    orders: list[list[tuple[int, int, int, Op]]] = [[] for _ in range(p)]
     for op, start in starts.items():
-        orders[device_of(op)].append((start, start + duration[op], op))
+        orders[device_of(op)].append((start, start + duration[op], chain(op), op))
     name = "search" if template is None or not space.fixed else template.name
     weights = template.stage_weights if template is not None else None
     return Schedule(
-        name, p, m, placement, tuple(tuple(op for _, _, op in sorted(order)) for order in orders), replica_of, weights,
+        name, p, m, placement, tuple(tuple(op for *_, op in sorted(order)) for order in orders), replica_of, weights,
         {"space": space.describe()},
     )
 
