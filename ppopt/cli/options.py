@@ -61,11 +61,30 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
         @functools.wraps(command)
         def wrapper(chunks, waves, split, **kwargs):
             kwargs["options"] = {"chunks": chunks, "waves": waves, "split": split}
+            _check_option_values(kwargs["options"])
             return command(**kwargs)
 
         return _compose(options)(wrapper)
 
     return decorate
+
+
+def _check_option_values(options: dict) -> None:
+    """Refuse a schedule option value no schedule takes (a count below 1, a split that is not two
+    positive numbers) before any schedule is tried: over several schedules (``-s all``,
+    ``compare``, ``gap``) each would have been skipped with the reason, and the command ended well."""
+    from ppopt.errors import ScheduleError
+    from ppopt.placement import parse_split
+
+    for name in ("chunks", "waves"):
+        value = options.get(name)
+        if value is not None and value < 1:
+            raise ConfigError(f"must be an integer >= 1, got {value}", field=name)
+    if options.get("split") is not None:
+        try:
+            parse_split(options["split"])
+        except ScheduleError as error:
+            raise ConfigError(error.reason, field="split") from None
 
 
 def system_options(required: bool = False) -> Callable:
