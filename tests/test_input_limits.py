@@ -555,11 +555,11 @@ def test_an_output_name_too_long_to_look_up_is_a_one_line_error(tmp_path):
 
 
 @pytest.mark.parametrize("args, line", [
-    (["evaluate", "-s", "all", "-p", 4, "-m", 4, "--waves", 0], "error: --waves: must be an integer >= 1, got 0\n"),
+    (["evaluate", "-s", "all", "-p", 4, "-m", 4, "--waves", 0], "error: --waves: must be a positive integer, got 0\n"),
     (["evaluate", "-s", "all", "-p", 4, "-m", 8, "--split", "0:1"],
      "error: --split: must be two positive numbers A:B, e.g. 1:2, got '0:1'\n"),
-    (["compare", "-p", 4, "-m", 8, "--chunks", -1], "error: --chunks: must be an integer >= 1, got -1\n"),
-    (["gap", "--unit", "-p", 4, "-m", 4, "--chunks", 0, "--time-limit", 5], "error: --chunks: must be an integer >= 1, got 0\n"),
+    (["compare", "-p", 4, "-m", 8, "--chunks", -1], "error: --chunks: must be a positive integer, got -1\n"),
+    (["gap", "--unit", "-p", 4, "-m", 4, "--chunks", 0, "--time-limit", 5], "error: --chunks: must be a positive integer, got 0\n"),
 ])
 def test_a_schedule_option_value_no_schedule_takes_is_refused_over_several_schedules(args, line):
     """Over several schedules each one that takes the option was skipped with the reason, and the

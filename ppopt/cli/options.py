@@ -79,7 +79,7 @@ def _check_option_values(options: dict) -> None:
     for name in ("chunks", "waves"):
         value = options.get(name)
         if value is not None and value < 1:
-            raise ConfigError(f"must be an integer >= 1, got {value}", field=name)
+            raise ConfigError(f"must be a positive integer, got {value}", field=name)
     if options.get("split") is not None:
         try:
             parse_split(options["split"])
