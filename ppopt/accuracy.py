@@ -8,6 +8,7 @@ step times: 1 means ppopt orders that model's layouts exactly as the measurement
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -118,18 +119,23 @@ class Accuracy:
         return max(self.rows, key=lambda r: abs(r.error), default=None)
 
     def summary(self) -> dict:
-        """The figures as plain numbers (JSON-ready)."""
+        """The figures as plain numbers (JSON-ready): a figure without rows to compute it from
+        (no row modelled; Spearman's rho of constant values) is None."""
         worst = self.worst
+
+        def number(value: float | None) -> float | None:
+            return value if value is not None and math.isfinite(value) else None
+
         return {
             "rows": len(self.rows),
             "unmodelled": len(self.unmodelled),
-            "mape": self.mape,
-            "median": self.median,
-            "p95": self.p95,
+            "mape": number(self.mape),
+            "median": number(self.median),
+            "p95": number(self.p95),
             "worst": abs(worst.error) if worst else None,
             "worst_line": worst.line if worst else None,
             "worst_file": worst.source if worst else None,
-            "spearman": dict(self.spearman),
+            "spearman": {model: number(rho) for model, rho in self.spearman.items()},
         }
 
 

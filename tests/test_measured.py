@@ -279,3 +279,18 @@ def test_calibrate_shows_its_fits_on_stderr(tmp_path):
     assert result.exit_code == 0
     assert f"calibrate: 41 rows, fits [{'#' * 28}] {fits}/{fits}" in result.stderr
     assert "fits [" not in result.stdout
+
+
+def test_validate_with_no_modellable_row_reports_nulls_and_plots_nothing(tmp_path):
+    """One row whose t = 2 does not divide 17 heads: --json failed on a NaN MAPE ("not valid JSON"),
+    and --plot drew an empty picture titled "MAPE nan"."""
+    path = tmp_path / "heads.csv"
+    path.write_text(Path(SINGLE).read_text().splitlines()[0] + "\n2,16,8,1024,17,24,1024,2,1,1,372\n")
+    result = run("validate", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)["summary"]
+    assert (summary["rows"], summary["unmodelled"], summary["mape"], summary["p95"]) == (0, 1, None, None)
+    plotted = run("validate", str(path), "--plot", str(tmp_path / "h.png"))
+    assert (plotted.exit_code, plotted.output) == (
+        1, "error: --plot: no row to plot: all 1 are outside the model (run without --plot to see why)\n")
+    assert not (tmp_path / "h.png").exists()

@@ -85,8 +85,12 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
     accuracy = validate_file(list(data), load_system(system))
     groups = group_errors(accuracy.rows, list(by)) if by else []
     if plot_path:
+        from ppopt.errors import ConfigError
         from ppopt.report.accuracy_plot import plot_accuracy
 
+        if not accuracy.rows:  # an empty picture titled "MAPE nan" would read as a result
+            raise ConfigError(f"no row to plot: all {len(accuracy.unmodelled)} are outside the model "
+                              "(run without --plot to see why)", field="plot_path")
         plot_accuracy(accuracy, plot_path)
     if as_json:
         emit_json({
