@@ -243,3 +243,15 @@ def test_cli_export_pictures(tmp_path):
     assert b"<svg" in svg.read_bytes()[:2000]
     result = runner.invoke(main, ["export", "-s", "1f1b", "-p", "2", "-m", "2", "--format", "png", "-o", str(tmp_path / "x.svg")])
     assert result.exit_code == 1 and result.output.startswith("error: --format png writes a .png file")
+
+
+def test_a_picture_over_the_drawable_size_is_refused_before_simulating(tmp_path, monkeypatch):
+    """1F1B at 64 x 1,024 is 131,072 ops: drawing took minutes. Refused in one line, nothing written."""
+    import ppopt.simulate as simulating
+
+    monkeypatch.setattr(simulating, "simulate", lambda *a, **k: pytest.fail("simulated"))  # export imports it when run
+    result = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", "64", "-m", "1024", "-o", str(tmp_path / "x.png")])
+    assert (result.exit_code, result.output) == (
+        1, "error: a picture of 131,072 ops takes minutes to draw and cannot be read; it draws at most 40,000: export "
+           "torch-csv or chrome-trace instead, or fewer microbatches\n")
+    assert not list(tmp_path.iterdir())

@@ -73,6 +73,10 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     phases = Phases("export")
     schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
     phases.done("schedule built")
+    if fmt in ("png", "svg"):  # before simulating what could never be drawn
+        from ppopt.report.plot import check_picture_size
+
+        check_picture_size(schedule)
     devices, microbatches = schedule.devices, schedule.microbatches
     spec = InstanceSpec(devices, microbatches, units=units if unit else None, model=model, system=system,
                            global_batch=global_batch)
