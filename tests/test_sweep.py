@@ -470,3 +470,25 @@ def test_an_empty_schedule_list_is_refused_unless_the_solver_has_schedules(tmp_p
     solver_only = SPEC.replace('schedules = ["gpipe", "1f1b", "chimera", "chimera-asym", "hanayo"]', "schedules = []")
     loaded = load_spec(write_spec(tmp_path, solver_only, "solver.toml"))
     assert loaded.spec.schedule_names() == [] and loaded.spec.solver_schedule_names() == ["gpipe", "1f1b", "zb-h1"]
+
+
+def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_rows_csv_is_written(tmp_path, monkeypatch):
+    """`kill` or `timeout` sends SIGTERM, whose default action ended the process without rows.csv;
+    the sweep now winds down as on Ctrl-C: the rows computed so far are in rows.csv, exit 1."""
+    import ppopt.sweep.run as sweeping
+
+    real, calls = sweeping.run_item, []
+
+    def item_then_term(item):
+        calls.append(item)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(item)
+
+    monkeypatch.setattr(sweeping, "run_item", item_then_term)
+    spec = write_spec(tmp_path, SPEC.split("[solver]")[0])
+    result = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "-q"])
+    assert (result.exit_code, result.output.strip()) == (1, "aborted")
+    written = list(csv.DictReader(io.StringIO((tmp_path / "out" / "rows.csv").read_text())))
+    assert 0 < len(written) == len(lines(tmp_path / "out" / "rows.jsonl"))
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the sweep

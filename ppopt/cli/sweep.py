@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import click
 
 from ppopt.cli import main
@@ -27,12 +29,20 @@ def _run(loaded, output, executor, jobs, address, quiet, kinds=("evaluate", "gap
     from ppopt.sweep import make_executor, run_sweep
 
     bar = None if quiet else ProgressBar(f"sweep {loaded.name}")
+    previous = signal.signal(signal.SIGTERM, _stop)  # `kill`, `timeout`: wind down as Ctrl-C does
     try:
         with make_executor(executor, jobs, address) as pool:
             return run_sweep(loaded, output, pool, progress=bar, kinds=kinds)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if bar is not None:
             bar.close()
+
+
+def _stop(signum, frame) -> None:
+    """SIGTERM during a sweep: stop as on Ctrl-C, so that rows.csv is still written from the rows
+    computed (the sweep's promise for an interrupted run; the default action ended the process at once)."""
+    raise KeyboardInterrupt
 
 
 def summary_text(result) -> str:
