@@ -71,11 +71,12 @@ from pydantic import (
     field_validator,
 )
 
-from ppopt.config import ModelConfig, SystemConfig, display_path, load_model, load_system
+from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, load_model, load_system
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
 from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded
 from ppopt.ir import MAX_OPS
+from ppopt.units import UnitCosts
 
 __all__ = ["EvalItem", "GapItem", "LoadedSpec", "SweepSpec", "expand", "load_spec", "point_hash", "spec_dirs", "resolve_spec"]
 
@@ -322,10 +323,25 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
             spec.options.values(option)
         except (ValueError, PpoptError) as error:
             raise fail(f"options.{option}", str(error)) from None
+    # values every point would refuse, refused here (each point was skipped with the reason, exit 0)
+    try:
+        UnitCosts(backward=float(spec.backward))
+    except ConfigError as error:
+        raise fail("backward", error.reason) from None
+    if spec.global_batch is not None and spec.global_batch > MODEL_LIMITS["global_batch_size"]:
+        raise fail("global_batch", f"must be at most {MODEL_LIMITS['global_batch_size']}, got {spec.global_batch}")
     if spec.solver is not None:
         s = spec.solver
         if s.weight is not None and s.weight > s.backward:
             raise fail("solver.weight", f"must not exceed solver.backward ({s.backward:g})")
+        try:
+            UnitCosts(s.forward, s.backward, s.weight, s.comm)
+        except ConfigError as error:
+            raise fail(f"solver.{error.field}", error.reason) from None
+        if not 0 <= s.seed < 2**31:
+            raise fail("solver.seed", f"must be an integer from 0 to 2^31 - 1, got {s.seed}")
+        if not s.memory_limits:
+            raise fail("solver.memory_limits", "an empty list searches nothing: give at least one limit, or \"none\"")
         try:
             _unique(s.memory_limits, "solver.memory_limits")
         except ValueError as error:
