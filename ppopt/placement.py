@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 
 from ppopt.errors import ScheduleError
+from ppopt.io import is_decimal
 
 Placement = tuple[tuple[int, ...], ...]
 
@@ -85,6 +86,8 @@ def parse_split(split: object) -> tuple[float, float]:
     parts = split.split(":") if isinstance(split, str) else split
     if not isinstance(parts, (tuple, list)) or len(parts) != 2 or any(isinstance(x, bool) for x in parts):
         raise error
+    if any(isinstance(x, str) and not is_decimal(x.strip()) for x in parts):
+        raise error  # float() would also read 1_0, inf and other scripts' digits
     try:
         a, b = float(parts[0]), float(parts[1])
     except (TypeError, ValueError):

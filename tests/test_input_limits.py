@@ -566,3 +566,10 @@ def test_a_schedule_option_value_no_schedule_takes_is_refused_over_several_sched
     command printed the others and exited 0."""
     result = CliRunner().invoke(main, [str(a) for a in args])
     assert (result.exit_code, result.stderr, result.stdout) == (1, line, "")
+
+
+@pytest.mark.parametrize("split", ["1_0:2", "inf:1", "١:2"])
+def test_a_split_is_two_plain_decimal_numbers(split):
+    """float() also reads 1_0 (10), inf and other scripts' digits."""
+    result = cli("evaluate", "-s", "chimera-asym", "-p", 4, "-m", 8, "--split", split)
+    assert (result.exit_code, result.output) == (1, f"error: --split: must be two positive numbers A:B, e.g. 1:2, got {split!r}\n")

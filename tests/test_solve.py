@@ -191,6 +191,7 @@ def test_modelled_search_bounds_are_ordered():
         ("colour=red", "unknown space key 'colour'"),
         ("placement", "is not KEY=VALUE"),
         ("chunks=0", "'chunks' must be a positive integer"),
+        ("placement=looped,chunks=1_0", "'chunks' must be a positive integer, got '1_0'"),  # int() reads 10
         ("fixed:nope", "unknown schedule 'nope'"),
         ("placement=linear,split=1:2", "needs placement=bidirectional"),
         ("placement=linear,chunks=2", "space key 'chunks' needs placement=looped or any or family"),  # was ignored

@@ -38,6 +38,7 @@ import errno
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 import tomllib
@@ -62,6 +63,16 @@ def require_file_name(source: str | os.PathLike, what: str, error: type[PpoptErr
     reads it as the current directory."""
     if not os.fspath(source):
         raise error(f"empty file name: give {what}", field=field)
+
+
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def is_decimal(text: str) -> bool:
+    """Whether ``text`` is a plain ASCII decimal number: an optional sign, digits, an optional
+    fraction and exponent, such as ``-1.5e3`` or ``.5`` (``float()`` also reads ``3_000``, other
+    scripts' digits such as ``٢``, ``inf`` and ``nan``)."""
+    return _DECIMAL.fullmatch(text) is not None
 
 
 SHOWN_CHARACTERS = 40

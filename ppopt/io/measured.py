@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from ppopt.config import ModelConfig, SystemConfig, validation_message
 from ppopt.errors import ConfigError
-from ppopt.io import csv_problem, read_text_bounded, require_file_name, shown
+from ppopt.io import csv_problem, is_decimal, read_text_bounded, require_file_name, shown
 from ppopt.job import Job
 
 MEASURED_BYTES = 256 * 2**20
@@ -80,7 +80,6 @@ class MeasuredDataError(ConfigError):
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def decimal_int(text: str) -> int:
@@ -96,7 +95,7 @@ def decimal_float(text: str) -> float:
     """``text`` as a float if it is a plain ASCII decimal number: an optional sign, digits, an
     optional fraction and exponent, such as ``-1.5e3`` or ``.5``; ValueError otherwise (``float()``
     alone also reads ``3_000``, ``٢``, ``inf`` and ``nan``)."""
-    if _DECIMAL.fullmatch(text) is None:
+    if not is_decimal(text):
         raise ValueError(f"not an ASCII decimal number: {shown(text)}")
     return float(text)
 

@@ -77,10 +77,8 @@ class Space:
 
 def _positive_int(value: str, key: str | None = None, field: str = "space") -> int:
     """``value`` as an integer >= 1; the error names the space ``key`` (if any) and carries ``field``."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
+    text = value.strip()
+    number = int(text) if text.isascii() and text.isdigit() else 0  # int() would also read 1_0 and other scripts' digits
     if number < 1:
         what = f"space key {key!r} must be" if key else "must be"
         raise ScheduleError(f"{what} a positive integer, got {value!r}", field=field)
