@@ -263,7 +263,10 @@ class Job:
                 raise ConfigError(f"needs {self.stages} positive counts summing to the model's {self.model.num_layers} "
                                   f"layers, got {','.join(map(str, counts))}", field="layers_per_stage")
         per_replica, left = divmod(self.batch, self.dp)
-        if left or per_replica % self.micro_batch:
+        if left:  # the replicas cannot share the batch, whatever the micro batch
+            raise ConfigError(f"{self.dp} data-parallel replicas do not share the global batch of {self.batch} sequences "
+                              "evenly", field="dp")
+        if per_replica % self.micro_batch:
             raise ConfigError(f"micro batch {self.micro_batch} does not divide the global batch per replica "
                               f"({self.batch} sequences / {self.dp} replicas)", field="micro_batch")
         try:  # the schedule's size, named by the batch that sets it (F and B of every stage and microbatch at least)
