@@ -54,7 +54,6 @@ from pydantic import (
     Field,
     NonNegativeFloat,
     PositiveFloat,
-    PositiveInt,
     StrictBool,
     ValidationError,
     ValidationInfo,
@@ -316,7 +315,8 @@ class SystemConfig(_Strict):
     """Fixed cost added to the memory time of every op, seconds."""
     memory_capacity_bytes: PositiveFloat
     """Device memory per device, bytes."""
-    devices_per_node: PositiveInt = 8
+    devices_per_node: Annotated[int, Field(ge=1, le=2**40)] = 8
+    """At most 2^40 (the study presets' "one node" is 10^6): larger only overflows the arithmetic."""
     intra_node: LinkConfig
     """Link between two devices of the same node."""
     inter_node: LinkConfig
