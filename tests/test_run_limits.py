@@ -33,8 +33,14 @@ def no_launch(monkeypatch):
 
 @pytest.fixture
 def launched(monkeypatch):
-    """The spec the launcher is given (the launch then fails in one line instead of starting ranks)."""
+    """The spec the launcher is given (the launch then fails in one line instead of starting ranks);
+    torch need not be installed, as no rank starts."""
+    import ppopt.run as run
+    import ppopt.run.execute as execute
     import ppopt.run.launcher as launcher
+
+    monkeypatch.setattr(run, "require_torch", lambda: None)
+    monkeypatch.setattr(execute, "require_torch", lambda: None)
 
     specs = []
 
