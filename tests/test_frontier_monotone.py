@@ -83,3 +83,18 @@ def test_a_limit_given_twice_is_one_point_and_one_share_of_the_budget(monkeypatc
     result = frontier(spec, parse_space("placement=linear"), [3, 2, 3], SolveOptions(20, deterministic_time=30.0))
     assert searches == [(None, 10.0), (2, 15.0), (3, 30.0)]
     assert [point.memory_limit for point in result.points] == [2, 3]
+
+
+def test_a_handcrafted_schedule_dominated_by_another_is_off_the_frontier():
+    """V space, p = 3, m = 6, no messages: ZB-V takes 19 slots in 3 activations, DualPipeV 19 in 3.5.
+    DualPipeV was marked on the frontier (no searched point strictly faster at or below 3.5);
+    ZB-V needs less memory for the same step, so it is off. ZB-V, which meets the optimum at the
+    least memory that allows 19, stays on."""
+    from ppopt.solve.gap import _dominates
+
+    assert _dominates((3, 19), (3.5, 19)) and _dominates((3, 18), (3, 19))
+    assert not _dominates((3, 19), (3, 19)) and not _dominates((2, 21.5), (3, 19))
+    spec = InstanceSpec(3, 6, UnitCosts(1.0, 2.0, None, 0.0))
+    result = frontier(spec, parse_space("placement=v,backward=split"), None, SolveOptions(60))
+    on = {name: (peak, step, on) for name, peak, step, on in result.handcrafted}
+    assert on["zb-v"] == (3, 19, True) and on["dualpipev+split"] == (3.5, 19, False)

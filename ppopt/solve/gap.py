@@ -175,8 +175,8 @@ def frontier(
     ``options.time_limit_s`` (the budget of the whole frontier; limits not reached within it, as in
     :func:`gap_report`, get the status :data:`NOT_SEARCHED` and no bound). The points then share
     their schedules and bounds (:func:`_monotone`), so no looser limit shows a longer step. A handcrafted schedule is on the frontier
-    when it is not dominated: no searched point with a limit at or below its peak memory has a
-    strictly shorter step.
+    when no schedule known (a searched point's, the unlimited search's, another handcrafted one)
+    dominates it: none needs no more memory and takes no longer, and is better in one of the two.
     """
     options = (options or SolveOptions()).start()
     devices = spec.devices
@@ -217,13 +217,24 @@ def frontier(
         peak = _peak(instance, result.simulation) if result.simulation else None
         points.append(FrontierPoint(limit, result.status, result.step_time, result.bound, peak))
     points = _monotone(points, free_point)
+    # every schedule known, as (peak memory, step): the searched points' (a point's peak, else its
+    # limit), the unlimited search's and the handcrafted ones
+    known = [(pt.peak_memory if pt.peak_memory is not None else pt.memory_limit, pt.step_time)
+             for pt in [*points, *([free_point] if free_point is not None else [])] if pt.step_time is not None]
+    known += [(peak, step) for _, peak, step in points_handcrafted]
     handcrafted = []
     for name, peak, step in points_handcrafted:
-        dominated = any(
-            pt.step_time is not None and pt.memory_limit <= peak * (1 + 1e-12) and pt.step_time < step - 1e-9 for pt in points
-        )
-        handcrafted.append((name, peak, step, not dominated))
+        handcrafted.append((name, peak, step, not any(_dominates(other, (peak, step)) for other in known)))
     return Frontier(space.describe(), tuple(points), tuple(handcrafted), instance.time_unit, instance.memory_unit, minimum)
+
+
+def _dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether the (peak memory, step) ``a`` is at least as good as ``b`` in both and better in one
+    (Pareto dominance, with a relative tolerance for float sums)."""
+    (peak_a, step_a), (peak_b, step_b) = a, b
+    no_more_memory = peak_a <= peak_b * (1 + 1e-12)
+    no_longer = step_a <= step_b + 1e-9
+    return no_more_memory and no_longer and (peak_a < peak_b * (1 - 1e-12) or step_a < step_b - 1e-9)
 
 
 def _monotone(points: list[FrontierPoint], free: FrontierPoint | None) -> list[FrontierPoint]:
