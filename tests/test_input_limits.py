@@ -573,3 +573,14 @@ def test_a_split_is_two_plain_decimal_numbers(split):
     """float() also reads 1_0 (10), inf and other scripts' digits."""
     result = cli("evaluate", "-s", "chimera-asym", "-p", 4, "-m", 8, "--split", split)
     assert (result.exit_code, result.output) == (1, f"error: --split: must be two positive numbers A:B, e.g. 1:2, got {split!r}\n")
+
+
+def test_more_stages_than_layers_is_refused_before_the_table_is_built(monkeypatch):
+    """hanayo with 100,000 waves on p = 2 is 400,000 stages for 32 layers: the table (400,000 stages x
+    4 microbatches) was built first, 20 s, then the same error."""
+    import ppopt.evaluate as evaluating
+
+    monkeypatch.setattr(evaluating, "evaluate_schedule", lambda *a, **k: pytest.fail("evaluated"))
+    result = cli("evaluate", "-s", "hanayo", "-p", 2, "-m", 4, "--waves", 100000, "--model", "llama3-8b", "--system", "dgx-h100")
+    assert (result.exit_code, result.output) == (
+        1, "error: cannot split 32 layers over 400000 stages (every stage needs at least one layer)\n")

@@ -113,6 +113,18 @@ def _evaluate_all_with_progress(command, devices, microbatches, units, model, sy
         bar.close()
 
 
+def _check_layers(name: str, devices: int, options: dict, layers: int) -> None:
+    """A schedule with more stages than the model has layers, refused before its table is built
+    (hanayo with 100,000 waves took 20 s to reach the same error)."""
+    from ppopt.costs import partition_layers
+    from ppopt.generators import get
+
+    family = get(name)
+    per_device = family.chunks(family.taken(options))
+    if isinstance(per_device, int) and not isinstance(per_device, bool) and per_device >= 1:
+        partition_layers(layers, devices * per_device)
+
+
 @main.command("evaluate")
 @schedule_options(all_schedules=True)
 @system_options()
@@ -155,6 +167,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         for skipped_name, reason in skipped.items():
             click.echo(f"skipped {skipped_name}: {reason}", err=True)
     else:
+        if name is not None and model_config is not None and devices is not None:
+            _check_layers(name, devices, options, model_config.num_layers)
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
         result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
                                    parallel=parallel, **options)
