@@ -584,3 +584,14 @@ def test_more_stages_than_layers_is_refused_before_the_table_is_built(monkeypatc
     result = cli("evaluate", "-s", "hanayo", "-p", 2, "-m", 4, "--waves", 100000, "--model", "llama3-8b", "--system", "dgx-h100")
     assert (result.exit_code, result.output) == (
         1, "error: cannot split 32 layers over 400000 stages (every stage needs at least one layer)\n")
+
+
+def test_a_json_key_given_twice_is_refused(tmp_path):
+    """json.loads keeps the last of two equal keys without a word; TOML refuses them, and so does ppopt's JSON now."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "configs" / "dgx-a100.toml").read_text())
+    path = tmp_path / "dup.json"
+    path.write_text(json.dumps(data).replace('"peak_flops"', '"peak_flops": 1.0, "peak_flops"', 1))
+    result = cli("evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", path)
+    assert (result.exit_code, result.output) == (1, f"error: {path}: not valid JSON: key 'peak_flops' is given twice\n")

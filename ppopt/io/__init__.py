@@ -100,11 +100,22 @@ def csv_problem(problem: csv.Error) -> str:
 def parse_data(text: str, toml: bool = False) -> Any:
     """``text`` parsed as TOML or JSON. Every problem is a :class:`ValueError` (a
     ``TOMLDecodeError`` or ``JSONDecodeError``), including input nested deeper than the parser's
-    recursion allows (``[[[...]]]`` a thousand levels deep: a ``RecursionError`` inside the parser)."""
+    recursion allows (``[[[...]]]`` a thousand levels deep: a ``RecursionError`` inside the parser)
+    and, in JSON, a key given twice in one object (TOML refuses it itself)."""
     try:
-        return tomllib.loads(text) if toml else json.loads(text)
+        return tomllib.loads(text) if toml else json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (json.loads would keep the last; TOML refuses it too)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"key {shown(key)} is given twice")
+        data[key] = value
+    return data
 
 
 def read_text_bounded(path: str | os.PathLike, limit: int, encoding: str = "utf-8", why: str = "") -> str:
