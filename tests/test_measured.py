@@ -296,3 +296,16 @@ def test_validate_with_no_modellable_row_reports_nulls_and_plots_nothing(tmp_pat
     assert (plotted.exit_code, plotted.output) == (
         1, "error: --plot: no row to plot: all 1 are outside the model (run without --plot to see why)\n")
     assert not (tmp_path / "h.png").exists()
+
+
+def test_calibrate_on_fewer_rows_than_parameters_says_the_fit_is_underdetermined(tmp_path):
+    """One row, eight parameters: the fit matches it exactly (MAPE 0 %) and predicted +213 % on
+    another row; the note says so on stderr. With the 41 multi-node rows there is no note."""
+    one = tmp_path / "one.csv"
+    one.write_text("\n".join(Path(MULTI).read_text().splitlines()[:2]) + "\n")
+    result = run("calibrate", str(one), "-o", str(tmp_path / "one.toml"))
+    assert result.exit_code == 0, result.output
+    assert ("note: 1 row(s) for 8 fitted parameters: the fit is underdetermined, and its error on these rows says "
+            "nothing of other jobs") in result.stderr
+    many = run("calibrate", MULTI, "-o", str(tmp_path / "many.toml"))
+    assert many.exit_code == 0 and "underdetermined" not in many.stderr

@@ -171,6 +171,9 @@ def calibrate_command(data, system, output, name, as_json) -> None:
     fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows, fitted.parameters)
     atomic_write_text(output, system_toml(fitted, base.name, [Path(p).name for p in data]))
     on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
+    if len(rows) <= len(fitted.values):  # as many parameters as rows: the fit can match them whatever the model
+        click.echo(f"note: {len(rows)} row(s) for {len(fitted.values)} fitted parameters: the fit is underdetermined, "
+                   "and its error on these rows says nothing of other jobs", err=True)
     if as_json:
         emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "output": output, "summary": on_fit.summary()})
         return
