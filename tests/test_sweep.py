@@ -499,3 +499,18 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_rows_csv_is_written(tmp_path, 
     written = list(csv.DictReader(io.StringIO((tmp_path / "out" / "rows.csv").read_text())))
     assert 0 < len(written) == len(lines(tmp_path / "out" / "rows.jsonl"))
     assert signal.getsignal(signal.SIGTERM) is before  # restored after the sweep
+
+
+def test_a_sweep_started_off_the_main_thread_runs_without_the_sigterm_handler(tmp_path):
+    """Only the main thread may set a signal handler (signal.signal raises ValueError elsewhere)."""
+    import threading
+
+    spec = write_spec(tmp_path, SPEC.split("[solver]")[0])
+    results = []
+    worker = threading.Thread(target=lambda: results.append(
+        CliRunner().invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "-q"])))
+    worker.start()
+    worker.join(120)
+    (result,) = results
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "rows.csv").exists()

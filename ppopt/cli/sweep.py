@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import threading
 
 import click
 
@@ -29,12 +30,14 @@ def _run(loaded, output, executor, jobs, address, quiet, kinds=("evaluate", "gap
     from ppopt.sweep import make_executor, run_sweep
 
     bar = None if quiet else ProgressBar(f"sweep {loaded.name}")
-    previous = signal.signal(signal.SIGTERM, _stop)  # `kill`, `timeout`: wind down as Ctrl-C does
+    main_thread = threading.current_thread() is threading.main_thread()  # only it may set a handler
+    previous = signal.signal(signal.SIGTERM, _stop) if main_thread else None  # `kill`, `timeout`: as Ctrl-C
     try:
         with make_executor(executor, jobs, address) as pool:
             return run_sweep(loaded, output, pool, progress=bar, kinds=kinds)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         if bar is not None:
             bar.close()
 
