@@ -309,3 +309,18 @@ def test_calibrate_on_fewer_rows_than_parameters_says_the_fit_is_underdetermined
             "nothing of other jobs") in result.stderr
     many = run("calibrate", MULTI, "-o", str(tmp_path / "many.toml"))
     assert many.exit_code == 0 and "underdetermined" not in many.stderr
+
+
+def test_job_prints_huge_times_in_significant_digits(tmp_path):
+    """A system at its least rates (1 FLOP/s here) printed steps of 20 to 110 digits; from 10^12 ms on
+    the times have four significant digits."""
+    import tomllib
+
+    data = tomllib.loads((DATA.parent.parent / "configs" / "dgx-a100.toml").read_text())
+    path = tmp_path / "slow.json"
+    data["peak_flops"] = 1.0
+    path.write_text(json.dumps(data))
+    result = run("job", "--model", "llama3-8b", "--system", str(path))
+    assert result.exit_code == 0, result.output
+    step = result.output.splitlines()[1]
+    assert step.startswith("step") and step.endswith(" ms") and "e+" in step and len(step) < 40

@@ -244,10 +244,10 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
         return
     click.echo(f"{job.model.name} on {job.gpus} x {job.system.name}: {job.describe()} ({job.schedule_label}, recompute {recompute}"
                f"{', sequence parallel' if sequence_parallel else ''}{', distributed optimizer' if distributed_optimizer else ''})")
-    click.echo(f"step        {1e3 * result.step_time_s:10.1f} ms")
-    click.echo(f"  pipeline  {1e3 * result.pipeline_s:10.1f} ms")
-    click.echo(f"  grad sync {1e3 * result.gradient_sync_s:10.1f} ms")
-    click.echo(f"  optimizer {1e3 * result.optimizer_s:10.1f} ms")
+    for label, seconds in (("step       ", result.step_time_s), ("  pipeline ", result.pipeline_s),
+                           ("  grad sync", result.gradient_sync_s), ("  optimizer", result.optimizer_s)):
+        ms = 1e3 * seconds  # one decimal, or four significant digits from 10^12 ms on (not 100 digits)
+        click.echo(f"{label} {ms:10.1f} ms" if ms < 1e12 else f"{label} {ms:10.4g} ms")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
     click.echo(f"peak memory {result.peak_memory_bytes / 1e9:10.1f} GB per GPU ({fits} in {job.system.memory_capacity_bytes / 1e9:.0f} GB)")
 
