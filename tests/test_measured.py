@@ -311,16 +311,22 @@ def test_calibrate_on_fewer_rows_than_parameters_says_the_fit_is_underdetermined
     assert many.exit_code == 0 and "underdetermined" not in many.stderr
 
 
-def test_job_prints_huge_times_in_significant_digits(tmp_path):
-    """A system at its least rates (1 FLOP/s here) printed steps of 20 to 110 digits; from 10^12 ms on
-    the times have four significant digits."""
+def test_job_and_plan_print_huge_values_in_significant_digits(tmp_path):
+    """A system at its least rates (1 FLOP/s) and with 1e308 bytes per GPU printed times of 20 digits
+    and a capacity of about 300: every line of job's report is now short, with significant digits,
+    and so is plan's memory-limit header."""
     import tomllib
 
     data = tomllib.loads((DATA.parent.parent / "configs" / "dgx-a100.toml").read_text())
+    data["peak_flops"], data["memory_capacity_bytes"] = 1.0, 1e308
     path = tmp_path / "slow.json"
-    data["peak_flops"] = 1.0
     path.write_text(json.dumps(data))
     result = run("job", "--model", "llama3-8b", "--system", str(path))
     assert result.exit_code == 0, result.output
-    step = result.output.splitlines()[1]
-    assert step.startswith("step") and step.endswith(" ms") and "e+" in step and len(step) < 40
+    lines = result.output.splitlines()
+    assert all(len(line) < 80 for line in lines), lines
+    assert lines[1].startswith("step") and "e+" in lines[1] and lines[-1].endswith("(fits in 1e+299 GB)")
+    plan = run("plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--memory-limit", "1e308",
+               "--search", "0", "-q", "--schedule", "1f1b")
+    assert plan.exit_code == 0, plan.output
+    assert plan.output.splitlines()[0].endswith("memory limit 1e+299 GB per GPU")

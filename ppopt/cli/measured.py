@@ -214,6 +214,7 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     from ppopt.config import load_model, load_system
     from ppopt.errors import ConfigError
     from ppopt.job import Job, evaluate_job
+    from ppopt.report.text import fixed
 
     if global_batch is not None and global_batch < 1:
         raise ConfigError(f"must be positive, got {global_batch}", field="global_batch")
@@ -246,10 +247,10 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
                f"{', sequence parallel' if sequence_parallel else ''}{', distributed optimizer' if distributed_optimizer else ''})")
     for label, seconds in (("step       ", result.step_time_s), ("  pipeline ", result.pipeline_s),
                            ("  grad sync", result.gradient_sync_s), ("  optimizer", result.optimizer_s)):
-        ms = 1e3 * seconds  # one decimal, or four significant digits from 10^12 ms on (not 100 digits)
-        click.echo(f"{label} {ms:10.1f} ms" if ms < 1e12 else f"{label} {ms:10.4g} ms")
+        click.echo(f"{label} {fixed(1e3 * seconds, 1, 10)} ms")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
-    click.echo(f"peak memory {result.peak_memory_bytes / 1e9:10.1f} GB per GPU ({fits} in {job.system.memory_capacity_bytes / 1e9:.0f} GB)")
+    click.echo(f"peak memory {fixed(result.peak_memory_bytes / 1e9, 1, 10)} GB per GPU "
+               f"({fits} in {fixed(job.system.memory_capacity_bytes / 1e9, 0)} GB)")
 
 
 def _prediction_json(prediction) -> dict | None:

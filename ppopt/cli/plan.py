@@ -29,10 +29,10 @@ def _parse_split(text: str) -> str | tuple[int, ...]:
 
 
 def _gb(value: float) -> str:
-    """Bytes as GB: two decimals, or four significant digits from 10^9 GB on (1e308 bytes printed
-    as a 300-digit number)."""
-    gb = value / 1e9
-    return f"{gb:.2f}" if gb < 1e9 else f"{gb:.4g}"
+    """Bytes as GB with two decimals (significant digits for a huge value: :func:`ppopt.report.text.fixed`)."""
+    from ppopt.report.text import fixed
+
+    return fixed(value / 1e9, 2)
 
 
 @main.command("plan")

@@ -196,6 +196,16 @@ def distinct_digits(values: Sequence[float], distinct: int, least: int = 4, most
     return most
 
 
+LARGEST_FIXED = 1e12
+"""From this magnitude on, :func:`fixed` prints significant digits (a 1e300 value would be 300 digits)."""
+
+
+def fixed(value: float, decimals: int, width: int = 0) -> str:
+    """``value`` with ``decimals`` decimals, right-aligned in ``width``; from :data:`LARGEST_FIXED`
+    on, four significant digits instead."""
+    return f"{value:{width}.{decimals}f}" if abs(value) < LARGEST_FIXED else f"{value:{width}.4g}"
+
+
 def gib(value: float) -> str:
     """Bytes as GiB with four significant digits."""
     return f"{value / 2**30:.4g} GiB"
