@@ -318,13 +318,14 @@ def test_a_directory_is_not_a_config_file(tmp_path):
 
 
 def test_devices_per_node_has_an_upper_bound(tmp_path):
-    """10^40 was accepted (every other count of a system has a bound); the study presets' 10^6 stays valid."""
+    """10^40 was accepted (every other count of a system has a bound): 2^40 + 1 is refused; the study
+    presets' 10^6 stays valid."""
     from ppopt.config import load_system
     from ppopt.errors import ConfigError
 
     text = (REPO / "configs" / "dgx-a100.toml").read_text()
     path = tmp_path / "huge.toml"
-    path.write_text(text.replace("devices_per_node = 8", "devices_per_node = " + "1" + "0" * 40, 1))
+    path.write_text(text.replace("devices_per_node = 8", f"devices_per_node = {2**40 + 1}", 1))
     with pytest.raises(ConfigError, match="field 'devices_per_node': Input should be less than or equal to 1099511627776"):
         load_system(path)
     assert load_system(REPO / "configs" / "mid-mid.toml").devices_per_node == 1_000_000

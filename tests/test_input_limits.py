@@ -539,7 +539,8 @@ def test_an_output_in_a_directory_that_takes_no_files_is_refused_before_any_work
     temporary file tried in the directory up front finds it."""
     result = cli("search", "-p", 2, "-m", 4, "--unit", "--csv", "/proc/x.csv")
     assert result.exit_code == 1
-    assert result.output.startswith("error: Invalid value for '--csv': cannot write /proc/x.csv: ")
+    assert result.output.startswith("error: Invalid value for '--csv': cannot write /proc/x.csv: directory /proc takes no "
+                                    "new file (")  # the probe's words: as non-root, the permission check would speak
     assert "status" not in result.output
 
 
@@ -578,9 +579,9 @@ def test_a_split_is_two_plain_decimal_numbers(split):
 def test_more_stages_than_layers_is_refused_before_the_table_is_built(monkeypatch):
     """hanayo with 100,000 waves on p = 2 is 400,000 stages for 32 layers: the table (400,000 stages x
     4 microbatches) was built first, 20 s, then the same error."""
-    import ppopt.evaluate as evaluating
+    import ppopt.cli.schedules as schedules
 
-    monkeypatch.setattr(evaluating, "evaluate_schedule", lambda *a, **k: pytest.fail("evaluated"))
+    monkeypatch.setattr(schedules, "resolve_schedule", lambda *a, **k: pytest.fail("the table was built"))
     result = cli("evaluate", "-s", "hanayo", "-p", 2, "-m", 4, "--waves", 100000, "--model", "llama3-8b", "--system", "dgx-h100")
     assert (result.exit_code, result.output) == (
         1, "error: cannot split 32 layers over 400000 stages (every stage needs at least one layer)\n")
@@ -595,3 +596,8 @@ def test_a_json_key_given_twice_is_refused(tmp_path):
     path.write_text(json.dumps(data).replace('"peak_flops"', '"peak_flops": 1.0, "peak_flops"', 1))
     result = cli("evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", path)
     assert (result.exit_code, result.output) == (1, f"error: {path}: not valid JSON: key 'peak_flops' is given twice\n")
+    costs = tmp_path / "costs.json"
+    costs.write_text('{"format": 1, "format": 1}')
+    result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", costs)
+    assert (result.exit_code, result.output) == (
+        1, f"error: --costs: {costs}: not a readable JSON file (key 'format' is given twice)\n")

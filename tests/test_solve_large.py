@@ -180,6 +180,7 @@ def test_auto_runs_no_cp_solve_above_cp_max_ops(monkeypatch):
                     SolveOptions(20, deterministic_time=1.0, progress=notes.append))
     assert any("no CP-SAT solve" in note for note in notes)
     assert result.step_time == result.hint_step_time
+    assert full_solves == [False, True]  # asked of _solve, which declines it above CP_MAX_OPS (the note)
 
 
 def test_auto_keeps_the_windows_when_the_whole_model_would_not_be_built_in_time(monkeypatch):
