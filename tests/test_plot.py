@@ -255,3 +255,16 @@ def test_a_picture_over_the_drawable_size_is_refused_before_simulating(tmp_path,
         1, "error: a picture of 131,072 ops takes minutes to draw and cannot be read; it draws at most 40,000: export "
            "torch-csv or chrome-trace instead, or fewer microbatches\n")
     assert not list(tmp_path.iterdir())
+
+
+def test_search_refuses_a_picture_too_large_before_searching(tmp_path, monkeypatch):
+    """8 x 2,600 is 41,600 ops: the picture was refused only after the search (and before the trace)."""
+    import ppopt.solve.search as searching
+
+    monkeypatch.setattr(searching, "search", lambda *a, **k: pytest.fail("searched"))
+    result = CliRunner().invoke(main, ["search", "--unit", "-p", "8", "-m", "2600", "--time-limit", "5",
+                                       "--plot", str(tmp_path / "x.png"), "--trace", str(tmp_path / "t.json")])
+    assert (result.exit_code, result.output) == (
+        1, "error: a picture of 41,600 ops takes minutes to draw and cannot be read; it draws at most 40,000: export "
+           "torch-csv or chrome-trace instead, or fewer microbatches\n")
+    assert not list(tmp_path.iterdir())

@@ -76,7 +76,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     if fmt in ("png", "svg"):  # before simulating what could never be drawn
         from ppopt.report.plot import check_picture_size
 
-        check_picture_size(schedule)
+        check_picture_size(sum(len(order) for order in schedule.orders))
     devices, microbatches = schedule.devices, schedule.microbatches
     spec = InstanceSpec(devices, microbatches, units=units if unit else None, model=model, system=system,
                            global_batch=global_batch)

@@ -166,7 +166,13 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         from ppopt.errors import ConfigError
 
         raise ConfigError("prints the run's table; give --run without --json (or use --csv and `ppopt run FILE --json`)", field="run_it")
-    result = search(spec, parse_space(space, **options), solve, minimize_memory=minimize_memory)
+    searched = parse_space(space, **options)
+    if plot:  # the picture's size is known before the search that makes it
+        from ppopt.report.plot import check_picture_size
+        from ppopt.solve.search import space_ops
+
+        check_picture_size(space_ops(spec, searched))
+    result = search(spec, searched, solve, minimize_memory=minimize_memory)
     if as_json:
         emit_json(search_json(result))
     else:

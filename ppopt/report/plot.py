@@ -359,10 +359,9 @@ MAX_PICTURE_OPS = 40_000
 many the boxes are too small to read."""
 
 
-def check_picture_size(schedule: Schedule) -> None:
-    """ScheduleError for a schedule over :data:`MAX_PICTURE_OPS` ops, before any drawing (a picture
-    of 131,072 ops took minutes)."""
-    ops = sum(len(order) for order in schedule.orders)
+def check_picture_size(ops: int) -> None:
+    """ScheduleError for a picture of more than :data:`MAX_PICTURE_OPS` ops, before any drawing (one
+    of 131,072 ops took minutes); commands check the size they will draw before the work that makes it."""
     if ops > MAX_PICTURE_OPS:
         raise ScheduleError(f"a picture of {ops:,} ops takes minutes to draw and cannot be read; it draws at most "
                             f"{MAX_PICTURE_OPS:,}: export torch-csv or chrome-trace instead, or fewer microbatches")
@@ -373,7 +372,7 @@ def plot_schedule(schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op
     """Draw :func:`schedule_figure` (``options`` are its keyword arguments) and write it to ``path``,
     a ``.png`` or ``.svg`` (anything else is a :class:`ScheduleError`; so is a schedule over
     :func:`check_picture_size`). Returns the path written."""
-    check_picture_size(schedule)
+    check_picture_size(len(start))
     fmt = picture_format(path)
     return _save(schedule_figure(schedule, start, end, **options), path, fmt)
 
