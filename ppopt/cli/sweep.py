@@ -36,8 +36,8 @@ def _run(loaded, output, executor, jobs, address, quiet, kinds=("evaluate", "gap
         with make_executor(executor, jobs, address) as pool:
             return run_sweep(loaded, output, pool, progress=bar, kinds=kinds)
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        if main_thread:  # None: a handler not set from Python, which cannot be restored; the default then
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         if bar is not None:
             bar.close()
 
