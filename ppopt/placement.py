@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 
 from ppopt.errors import ScheduleError
-from ppopt.io import is_decimal
+from ppopt.io import decimal_float
 
 Placement = tuple[tuple[int, ...], ...]
 
@@ -86,10 +86,8 @@ def parse_split(split: object) -> tuple[float, float]:
     parts = split.split(":") if isinstance(split, str) else split
     if not isinstance(parts, (tuple, list)) or len(parts) != 2 or any(isinstance(x, bool) for x in parts):
         raise error
-    if any(isinstance(x, str) and not is_decimal(x.strip()) for x in parts):
-        raise error  # float() would also read 1_0, inf and other scripts' digits
-    try:
-        a, b = float(parts[0]), float(parts[1])
+    try:  # text as plain decimals: float() would also read 1_0, inf and other scripts' digits
+        a, b = (decimal_float(x.strip()) if isinstance(x, str) else float(x) for x in parts)
     except (TypeError, ValueError):
         raise error from None
     if not (0 < a < math.inf and 0 < b < math.inf):

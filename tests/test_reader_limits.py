@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from ppopt.cli import main
 from ppopt.config import load_system
 from ppopt.errors import ConfigError, ScheduleError
-from ppopt.io import csv_problem, shown
-from ppopt.io.measured import MeasuredDataError, decimal_float, decimal_int, read_measured
+from ppopt.io import csv_problem, decimal_float, decimal_int, shown
+from ppopt.io.measured import MeasuredDataError, read_measured
 from ppopt.io.published import read_published
 from ppopt.io.torch_csv import parse_torch_csv, read_torch_csv
 

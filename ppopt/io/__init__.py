@@ -35,6 +35,7 @@ import contextlib
 import csv
 import dataclasses
 import errno
+import io
 import json
 import math
 import os
@@ -42,7 +43,7 @@ import re
 import stat
 import tempfile
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -68,13 +69,6 @@ def require_file_name(source: str | os.PathLike, what: str, error: type[PpoptErr
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
-def is_decimal(text: str) -> bool:
-    """Whether ``text`` is a plain ASCII decimal number: an optional sign, digits, an optional
-    fraction and exponent, such as ``-1.5e3`` or ``.5`` (``float()`` also reads ``3_000``, other
-    scripts' digits such as ``٢``, ``inf`` and ``nan``)."""
-    return _DECIMAL.fullmatch(text) is not None
-
-
 SHOWN_CHARACTERS = 40
 """The most characters of an input cell or value quoted in a message (:func:`shown`)."""
 
@@ -95,6 +89,59 @@ def csv_problem(problem: csv.Error) -> str:
     if text.startswith("new-line character seen in unquoted field"):
         return "a carriage return inside an unquoted field (quote the field, or end lines with \\n or \\r\\n)"
     return f"not readable as CSV ({text})"
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def decimal_int(text: str) -> int:
+    """``text`` as an integer if it is plain ASCII decimal digits with an optional sign, such as
+    ``-12``; ValueError otherwise (``int()`` alone also reads ``3_000`` and ``٢``), and for more
+    digits than Python converts (4,300): the message says which, "not an integer: ..." or "too many
+    digits: ..."."""
+    if _INTEGER.fullmatch(text) is None:
+        raise ValueError(f"not an integer: {shown(text)}")
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"too many digits: {shown(text)}") from None
+
+
+def decimal_float(text: str) -> float:
+    """``text`` as a float if it is a plain ASCII decimal number: an optional sign, digits, an
+    optional fraction and exponent, such as ``-1.5e3`` or ``.5``; ValueError otherwise (``float()``
+    alone also reads ``3_000``, ``٢``, ``inf`` and ``nan``)."""
+    if _DECIMAL.fullmatch(text) is None:
+        raise ValueError(f"not a number: {shown(text)}")
+    return float(text)
+
+
+def csv_records(text: str, name: str, error: type[PpoptError]) -> Iterator[tuple[int, list[str]]]:
+    """The rows of the CSV ``text`` with the line each starts on (the first line is 1; a quoted
+    field may span lines). A line the ``csv`` module cannot read raises ``error`` in one line naming
+    ``name`` and the line: a field over :func:`csv.field_size_limit` characters, a carriage return
+    inside an unquoted field."""
+    reader = csv.reader(io.StringIO(text))
+    start = 1
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as problem:
+            raise error(f"{name}: line {reader.line_num}: {csv_problem(problem)}") from None
+        yield start, cells
+        start = reader.line_num + 1
+
+
+def check_header(header: list[str], name: str, error: type[PpoptError]) -> None:
+    """Raise ``error`` for a column named twice in ``header`` (which of the two cells to read would
+    be a guess); empty names (trailing commas) may repeat."""
+    first: dict[str, int] = {}
+    for position, column in enumerate(header):
+        if column.strip() and first.setdefault(column, position) != position:
+            raise error(f"{name}: line 1, column {shown(column)}: named twice in the header "
+                        f"(columns {first[column] + 1} and {position + 1})")
 
 
 def parse_data(text: str, toml: bool = False) -> Any:

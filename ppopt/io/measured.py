@@ -17,17 +17,13 @@ optional sign, digits, an optional fraction and exponent): Python's ``int()`` an
 also read ``300_0``, other scripts' digits such as ``٢``, ``inf`` and ``nan``. A cell quoted in a
 message is cut to 40 characters (:func:`ppopt.io.shown`).
 
-The CSV helpers here (:func:`csv_records`, :func:`check_header`, :func:`decimal_int`,
-:func:`decimal_float`) are shared with :mod:`ppopt.io.published`.
+The CSV and number readers are :mod:`ppopt.io`'s (:func:`~ppopt.io.csv_records`,
+:func:`~ppopt.io.check_header`, :func:`~ppopt.io.decimal_int`, :func:`~ppopt.io.decimal_float`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import os
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -35,14 +31,13 @@ from pydantic import ValidationError
 
 from ppopt.config import ModelConfig, SystemConfig, validation_message
 from ppopt.errors import ConfigError
-from ppopt.io import csv_problem, is_decimal, read_text_bounded, require_file_name, shown
+from ppopt.io import check_header, csv_records, decimal_float, decimal_int, read_text_bounded, require_file_name, shown
 from ppopt.job import Job
 
 MEASURED_BYTES = 256 * 2**20
 """The largest measured-data CSV read, in bytes (the shipped files are under 1 MB)."""
 
-__all__ = ["COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "check_header", "csv_records", "decimal_float",
-           "decimal_int", "gpt_model", "read_measured"]
+__all__ = ["COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "gpt_model", "read_measured"]
 
 PARAMETERS = "Parameters (billion)"
 TIME = "iteration time (ms)"
@@ -77,55 +72,6 @@ MAX_TIME_MS = 1e12
 
 class MeasuredDataError(ConfigError):
     """A measured-data file that cannot be read: one line naming the row and column."""
-
-
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-
-
-def decimal_int(text: str) -> int:
-    """``text`` as an integer if it is plain ASCII decimal digits with an optional sign, such as
-    ``-12``; ValueError otherwise (``int()`` alone also reads ``3_000`` and ``٢``), and for more
-    digits than Python converts (4,300)."""
-    if _INTEGER.fullmatch(text) is None:
-        raise ValueError(f"not an ASCII decimal integer: {shown(text)}")
-    return int(text)
-
-
-def decimal_float(text: str) -> float:
-    """``text`` as a float if it is a plain ASCII decimal number: an optional sign, digits, an
-    optional fraction and exponent, such as ``-1.5e3`` or ``.5``; ValueError otherwise (``float()``
-    alone also reads ``3_000``, ``٢``, ``inf`` and ``nan``)."""
-    if not is_decimal(text):
-        raise ValueError(f"not an ASCII decimal number: {shown(text)}")
-    return float(text)
-
-
-def csv_records(text: str, name: str, error: type[ConfigError]) -> Iterator[tuple[int, list[str]]]:
-    """The rows of the CSV ``text`` with the line each starts on (the first line is 1; a quoted
-    field may span lines). A line the ``csv`` module cannot read raises ``error`` in one line naming
-    ``name`` and the line: a field over :func:`csv.field_size_limit` characters, a carriage return
-    inside an unquoted field."""
-    reader = csv.reader(io.StringIO(text))
-    start = 1
-    while True:
-        try:
-            cells = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as problem:
-            raise error(f"{name}: line {reader.line_num}: {csv_problem(problem)}") from None
-        yield start, cells
-        start = reader.line_num + 1
-
-
-def check_header(header: list[str], name: str, error: type[ConfigError]) -> None:
-    """Raise ``error`` for a column named twice in ``header`` (which of the two cells to read would
-    be a guess); empty names (trailing commas) may repeat."""
-    first: dict[str, int] = {}
-    for position, column in enumerate(header):
-        if column.strip() and first.setdefault(column, position) != position:
-            raise error(f"{name}: line 1, column {shown(column)}: named twice in the header "
-                        f"(columns {first[column] + 1} and {position + 1})")
 
 
 @dataclass(frozen=True)
@@ -221,9 +167,8 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
             raw = cell(column)
             try:
                 value = decimal_int(raw)
-            except ValueError:
-                problem = "too many digits" if _INTEGER.fullmatch(raw) else "not an integer"
-                raise MeasuredDataError(f"{name}: line {line}, column '{column}': {problem}: {shown(raw)}") from None
+            except ValueError as error:  # "not an integer: ..." or "too many digits: ..."
+                raise MeasuredDataError(f"{name}: line {line}, column '{column}': {error}") from None
             if value < 1:
                 raise MeasuredDataError(f"{name}: line {line}, column '{column}': must be positive, got {value}")
             values[short] = value

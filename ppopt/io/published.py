@@ -5,7 +5,7 @@ not whole, a value outside :data:`LIMITS` (the model's sizes are those of
 :data:`ppopt.config.MODEL_LIMITS`; the others keep every step time a positive finite number); also a
 column named twice in the header and a line the ``csv`` module cannot read (a field over 131,072
 characters). Numbers are plain ASCII decimal text and quoted cells are cut short, as in
-:mod:`ppopt.io.measured`, whose CSV helpers this module shares."""
+:mod:`ppopt.io.measured` (the readers of :mod:`ppopt.io`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from pathlib import Path
 
 from ppopt.config import MODEL_LIMITS
 from ppopt.errors import ConfigError
-from ppopt.io import read_text_bounded, require_file_name, shown
-from ppopt.io.measured import check_header, csv_records, decimal_float
+from ppopt.io import check_header, csv_records, decimal_float, read_text_bounded, require_file_name, shown
 from ppopt.published import PublishedRun
 
 __all__ = ["COLUMNS", "read_published"]

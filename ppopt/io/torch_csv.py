@@ -66,7 +66,7 @@ import numpy as np
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.io import atomic_write_text, csv_problem, read_text_bounded, require_file_name, shown
+from ppopt.io import atomic_write_text, csv_records, read_text_bounded, require_file_name, shown
 from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, ops_of, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
 
@@ -222,11 +222,7 @@ def _rows(text: str, name: str) -> list[_Line]:
     those of ``str.split(",")``; an empty line then has the one cell ``""`` rather than none, which
     reads the same (an idle rank). A line ``csv`` cannot read is a ScheduleError naming it."""
     if '"' in text or "\r" in text:
-        reader = csv.reader(io.StringIO(text))
-        try:
-            return list(reader)
-        except csv.Error as error:
-            raise ScheduleError(f"{name}: line {reader.line_num}: {csv_problem(error)}") from None
+        return [cells for _, cells in csv_records(text, name, ScheduleError)]
     lines: list[_Line] = list(text.split("\n"))
     if lines[-1] == "":
         lines.pop()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from ppopt.errors import ScheduleError
 from ppopt.generators import REGISTRY, generate, get
+from ppopt.io import decimal_int
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import parse_split, placement
 
@@ -77,8 +78,10 @@ class Space:
 
 def _positive_int(value: str, key: str | None = None, field: str = "space") -> int:
     """``value`` as an integer >= 1; the error names the space ``key`` (if any) and carries ``field``."""
-    text = value.strip()
-    number = int(text) if text.isascii() and text.isdigit() else 0  # int() would also read 1_0 and other scripts' digits
+    try:  # plain decimal digits: int() would also read 1_0 and other scripts' digits
+        number = decimal_int(value.strip())
+    except ValueError:
+        number = 0
     if number < 1:
         what = f"space key {key!r} must be" if key else "must be"
         raise ScheduleError(f"{what} a positive integer, got {value!r}", field=field)
