@@ -238,11 +238,12 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
         (("microbatches = [4, 8]", "microbatches = [4, 4]"), "key 'microbatches': duplicate value"),
         (('memory_limits = ["none", 2]', 'memory_limits = ["unlimited"]'), "key 'solver.memory_limits.0'"),
         # values every point refused (each was skipped, exit 0), refused when the spec is read
-        (("time_limit_s = 20", "time_limit_s = 20\nseed = 2147483648"), "key 'solver.seed': must be an integer from 0"),
+        (("time_limit_s = 20", "time_limit_s = 20\nseed = 2147483648"), "key 'solver.seed': Input should be less than 2147483648"),
         (("time_limit_s = 20", "time_limit_s = 20\ncomm = 1e300"), "key 'solver.comm': must be at most 1,000,000 slots"),
         (("time_limit_s = 20", "time_limit_s = 20\nforward = 0.0"), "key 'solver.forward': must be a finite number > 0"),
-        (('memory_limits = ["none", 2]', "memory_limits = []"), "key 'solver.memory_limits': an empty list searches nothing"),
-        (("global_batch = 64", "global_batch = 4611686018427387904"), "key 'global_batch': must be at most 1073741824"),
+        (("time_limit_s = 20", "time_limit_s = 20\nweight = 3.0"), "key 'solver.weight': must lie between 0 and backward (2)"),
+        (('memory_limits = ["none", 2]', "memory_limits = []"), "key 'solver.memory_limits': List should have at least 1 item"),
+        (("global_batch = 64", "global_batch = 4611686018427387904"), "key 'global_batch': Input should be less than or equal to 1073741824"),
     ],
 )
 def test_malformed_spec_is_a_one_line_error_naming_the_key(tmp_path, change, key):

@@ -63,7 +63,6 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
-    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     StrictBool,
@@ -177,7 +176,7 @@ class SolverSpec(_Strict):
     """Default: the sweep's devices."""
     microbatches: list[PositiveInt] | None = None
     """Default: the sweep's microbatches."""
-    memory_limits: list[PositiveFloat | Literal["none"]] = ["none"]
+    memory_limits: list[PositiveFloat | Literal["none"]] = Field(default=["none"], min_length=1)
     time_limit_s: PositiveFloat = 10.0
     deterministic_time: PositiveFloat | None = None
     max_ops: PositiveInt = 1000
@@ -185,7 +184,7 @@ class SolverSpec(_Strict):
     backward: NonNegativeFloat = 2.0
     weight: NonNegativeFloat | None = None
     comm: NonNegativeFloat = 0.0
-    seed: NonNegativeInt = 0
+    seed: Annotated[int, Field(ge=0, lt=2**31)] = 0  # CP-SAT's random_seed
 
 
 class SweepSpec(_Strict):
@@ -197,7 +196,7 @@ class SweepSpec(_Strict):
     microbatches: list[PositiveInt] = Field(min_length=1)
     models: list[NonEmptyStr] = Field(min_length=1)
     systems: list[NonEmptyStr] = Field(min_length=1)
-    global_batch: PositiveInt | None = None
+    global_batch: Annotated[int, Field(ge=1, le=MODEL_LIMITS["global_batch_size"])] | None = None
     backward: PositiveInt = 1
     options: Options = Options()
     filters: dict[str, Filter] = {}
@@ -328,20 +327,12 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
         UnitCosts(backward=float(spec.backward))
     except ConfigError as error:
         raise fail("backward", error.reason) from None
-    if spec.global_batch is not None and spec.global_batch > MODEL_LIMITS["global_batch_size"]:
-        raise fail("global_batch", f"must be at most {MODEL_LIMITS['global_batch_size']}, got {spec.global_batch}")
     if spec.solver is not None:
         s = spec.solver
-        if s.weight is not None and s.weight > s.backward:
-            raise fail("solver.weight", f"must not exceed solver.backward ({s.backward:g})")
-        try:
+        try:  # the unit model's own ranges (weight at most backward too)
             UnitCosts(s.forward, s.backward, s.weight, s.comm)
         except ConfigError as error:
             raise fail(f"solver.{error.field}", error.reason) from None
-        if not 0 <= s.seed < 2**31:
-            raise fail("solver.seed", f"must be an integer from 0 to 2^31 - 1, got {s.seed}")
-        if not s.memory_limits:
-            raise fail("solver.memory_limits", "an empty list searches nothing: give at least one limit, or \"none\"")
         try:
             _unique(s.memory_limits, "solver.memory_limits")
         except ValueError as error:
