@@ -601,3 +601,10 @@ def test_a_json_key_given_twice_is_refused(tmp_path):
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", costs)
     assert (result.exit_code, result.output) == (
         1, f"error: --costs: {costs}: not a readable JSON file (key 'format' is given twice)\n")
+
+
+@pytest.mark.parametrize("command", [["evaluate", "-s", "1f1b"], ["compare"], ["export", "-s", "1f1b", "-o", os.devnull]])
+def test_a_global_batch_without_a_model_is_refused_by_every_command(command):
+    """evaluate and compare ignored it in unit mode (the solver commands and export refused it)."""
+    result = cli(*command, "-p", 4, "-m", 8, "--global-batch", 8)
+    assert (result.exit_code, result.output) == (1, "error: --global-batch: needs --model and --system (unit mode has no sequences)\n")

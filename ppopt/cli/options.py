@@ -88,14 +88,24 @@ def _check_option_values(options: dict) -> None:
 
 
 def system_options(required: bool = False) -> Callable:
-    """``--model`` / ``--system`` / ``--global-batch``: the cost model of a model on a system."""
-    return _compose(
-        [
-            click.option("--model", default=None, required=required, help="Model preset name (see models/) or a .toml/.json file."),
-            click.option("--system", default=None, required=required, help="System preset name (see configs/) or a .toml/.json file."),
-            click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size]."),
-        ]
-    )
+    """``--model`` / ``--system`` / ``--global-batch``: the cost model of a model on a system. A
+    global batch without a model is refused for every command: unit mode has no sequences."""
+    options = [
+        click.option("--model", default=None, required=required, help="Model preset name (see models/) or a .toml/.json file."),
+        click.option("--system", default=None, required=required, help="System preset name (see configs/) or a .toml/.json file."),
+        click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size]."),
+    ]
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def wrapper(**kwargs):
+            if kwargs["global_batch"] is not None and kwargs["model"] is None:
+                raise ConfigError("needs --model and --system (unit mode has no sequences)", field="global_batch")
+            return command(**kwargs)
+
+        return _compose(options)(wrapper)
+
+    return decorate
 
 
 def job_options() -> Callable:
