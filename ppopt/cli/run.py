@@ -55,12 +55,12 @@ def _schedules(files, names, devices, microbatches, chunks):
 
     if not files and not names:
         raise ConfigError("give schedule CSV files and/or --schedule NAME")
-    if not names:  # each file gives its own sizes
+    if names:  # each name known, and --chunks taken by one of them
+        refuse_unused_options(tuple(names), {"chunks": chunks})
+    else:  # each file gives its own sizes
         for flag, value in (("devices", devices), ("microbatches", microbatches), ("chunks", chunks)):
             if value is not None:
                 raise ConfigError("only applies with --schedule (a schedule file gives its own sizes)", field=flag)
-    if names:  # each name known, and --chunks taken by one of them
-        refuse_unused_options(tuple(names), {"chunks": chunks})
     schedules = [read_torch_csv_file(f) for f in files]
     for file, schedule in zip(files, schedules):  # a file's rank count is no flag's: name the file
         if schedule.devices > MAX_DEVICES:
