@@ -501,6 +501,11 @@ BUILD_S_PER_OP = 2.5e-4
 """Wall time building the CP-SAT model takes per op, roughly (seconds, 2 loaded cores: 7 s at 32,768 ops)."""
 
 
+def _time_to_build(setup: _Setup, options: SolveOptions) -> bool:
+    """Whether the budget left covers building the CP-SAT model of the whole space."""
+    return options.remaining_s() >= BUILD_S_PER_OP * setup.ops
+
+
 def _op_count(stages: int, microbatches: int, split: bool) -> int:
     """Ops of every schedule of a space: stages x microbatches x kinds (F, B; or F, I, W when split)."""
     return stages * microbatches * (3 if split else 2)
@@ -723,7 +728,7 @@ def _windows_then_cp(setup: _Setup, best: _Solved, from_solver: bool, options: S
         return (tried, tried_from_solver) if tried.status == "optimal" else _improve(setup, tried, tried_from_solver, options)
     if options.expired:
         return best, from_solver
-    if options.remaining_s() < BUILD_S_PER_OP * setup.ops:  # no time to build the whole model: the windows go on
+    if not _time_to_build(setup, options):  # the windows go on
         return _improve(setup, best, from_solver, options)
     options.note("the window search found nothing shorter: one CP-SAT solve of the whole model for the rest")
     return _pick(setup, _solve(setup, options, minimize_memory))
@@ -778,7 +783,7 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
     if setup.ops > CP_MAX_OPS:
         options.note(f"no CP-SAT solve: {setup.ops:,} ops is more than one solve takes within a time limit ({CP_MAX_OPS:,})")
         return replace(spent, note=f"no CP-SAT solve above {CP_MAX_OPS:,} ops" + (": the best hint is reported" if hint else ""))
-    if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
+    if not _time_to_build(setup, options):
         options.note(f"time limit: no time left to build the model of {setup.ops:,} ops")
         return spent
     hint_schedule = hint.schedule if hint else None
@@ -904,7 +909,7 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     spent = replace(best, memory_status="unknown (time limit reached before the memory solve)")
     if best.schedule is None or best.objective_ticks is None:
         return best
-    if options.remaining_s() < BUILD_S_PER_OP * setup.ops:
+    if not _time_to_build(setup, options):
         return spent
     cap = best.objective_ticks
     frame = Frame(setup.tick, cap, 0, minimize_peak_within=cap)
