@@ -7,8 +7,9 @@ slots*: one op of one stage chunk lasts F = 1, B = ``backward``, and I = W = 1 w
 :func:`formula` dispatches and returns the length in the unit model's slots (:mod:`ppopt.units`, the
 table layer's units): it passes ``backward = B / F`` of the given :class:`~ppopt.units.UnitCosts` and
 scales the length by ``F · p / S`` (S stages on p devices), exactly (fractions). The split families'
-closed forms assume I = W = F (the default units, B = 2F split evenly); under other units their
-length is not what the table measures. The bubble ratio is idle time over total time, the same
+closed forms are stated for some durations only (Qi et al. 2024's at I = W = F); each family's
+``units_outside`` says where the given units leave that range (:class:`ppopt.generators.ClosedForms`),
+and DualPipe's forms also take W/F. The bubble ratio is idle time over total time, the same
 definition the table layer uses; it does not depend on the scale.
 
 Outside its range a family's closed forms are still computed (the JSON shows them) but carry the
@@ -49,17 +50,6 @@ class Formula:
         return self.outside is None
 
 
-def _durations_outside(durations: str, units: UnitCosts) -> str | None:
-    """Why ``units`` are outside the durations a family's forms are stated for
-    (:attr:`ppopt.generators.ClosedForms.durations`), or None."""
-    even = units.weight_slots == units.backward / 2
-    if durations == "I = W" and not even:
-        return "needs I = W"
-    if durations == "F = I = W" and not (even and units.backward == 2 * units.forward):
-        return "needs F = I = W"
-    return None
-
-
 def formula(name: str, devices: int, microbatches: int, units: UnitCosts = UnitCosts(), **options: object) -> Formula | None:  # noqa: B008
     """Closed forms of schedule ``name`` in ``units`` (module docstring), or None for a family without
     any (its registry entry says why); options not taken by the family are ignored."""
@@ -67,12 +57,12 @@ def formula(name: str, devices: int, microbatches: int, units: UnitCosts = UnitC
     if family.closed_forms is None:
         return None
     taken = family.taken(options)
-    closed = family.closed_forms.function(devices, microbatches, units.backward / units.forward, **taken)
+    forms = family.closed_forms
+    weight = {"weight": units.weight_slots / units.forward} if forms.weight else {}
+    closed = forms.function(devices, microbatches, units.backward / units.forward, **weight, **taken)
     chunks = family.chunks(taken)  # S / p, an int once the family accepted the options
     assert isinstance(chunks, int)
     scale = Fraction(repr(float(units.forward))) / chunks  # the decimal the user gave: 0.1 is 1/10, 1e-7 is 1/10**7
     length = Fraction(closed.length).limit_denominator(10**6) * scale
-    outside = family.closed_forms.outside(devices, microbatches, taken)
-    if outside is None:
-        outside = _durations_outside(family.closed_forms.durations, units)
+    outside = forms.outside(devices, microbatches, taken) or forms.units_outside(devices, microbatches, units)
     return replace(closed, length=length.numerator if length.denominator == 1 else float(length), outside=outside)

@@ -147,6 +147,15 @@ def test_formula_layer_is_table_2(p, m):
     assert dualpipe_formula(p, m, backward=1).length == 2 * m + (p / 2 - 1) * 1.5
 
 
+@pytest.mark.parametrize("weight, length", [(0.5, 58.5), (1, 54), (1.5, 49.5)])
+def test_formula_layer_takes_the_weight_gradient(weight, length):
+    """Table 2's bubble has W: (p/2 - 1)(F&B + B - 3W). At p = 8, m = 16, F = 1, B = 2, F&B = 3:
+    3 · (5 - 3W) idle slots after 16 · 3 = 48 busy, so 58.5, 54 and 49.5 slots at W = 0.5, 1, 1.5."""
+    f = formula("dualpipe", 8, 16, UnitCosts(weight=weight))
+    assert f is not None and f.valid and f.length == length
+    assert f.bubble_ratio == pytest.approx((length - 48) / length)
+
+
 @pytest.mark.parametrize("p, m, step", [(4, 8, 25), (6, 12, 38)])
 def test_gap_is_proven_zero_in_its_space(p, m, step):
     """Unit costs, no messages. Any schedule of the bidirectional split space takes at least

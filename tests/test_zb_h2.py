@@ -41,3 +41,30 @@ def test_extra_warm_up_hides_communication(comm, h1, h2):
     assert evaluate("zb-h1", 4, 8, units).table.length == h1
     assert evaluate("zb-h2", 4, 8, units).table.length == h2
     assert h2 >= 3 * 8 + 3 + 3 * comm
+
+
+@pytest.mark.parametrize("forward, grad", [(1, 0.5), (1, 1), (1, 1.25), (1, 1.5), (1, 2), (2, 3), (1, 3)])
+def test_forms_hold_exactly_where_device_0_can_stay_busy(forward, grad):
+    """With I = W = ``grad`` the forms need m >= p + (p-1)(I-F)/F and I <= 2F (module docs, "Range":
+    device 0's first I starts no earlier than pF + (p-1)I, and it can fill that wait only with its
+    min(m, 2p - 1) forwards). Outside that range ppopt's table is longer than the forms (the
+    condition is necessary); inside it the table meets them (the construction reaches them).
+    E.g. I = 1.5, p = 4: m >= 4 + 3·0.5 = 5.5, so m = 5 is n/a and m = 6 holds."""
+    units = UnitCosts(forward=forward, backward=2 * grad)
+    for p in range(2, 7):
+        for m in range(p, 3 * p + 1):
+            closed = evaluate("zb-h2", p, m, units).formula
+            table = evaluate("zb-h2", p, m, units).table
+            assert closed is not None
+            reachable = grad <= 2 * forward and m >= p + (p - 1) * (grad - forward) / forward
+            assert closed.valid == reachable, (p, m, closed.outside)
+            if reachable:
+                assert closed.length == table.length == m * (forward + 2 * grad) + (p - 1) * forward
+            else:
+                assert table.length > closed.length
+
+
+def test_out_of_reach_forms_name_the_least_m():
+    e = evaluate("zb-h2", 4, 5, UnitCosts(backward=3))
+    assert e.formula is not None and e.formula.outside == "m < 5.5"
+    assert evaluate("zb-h2", 4, 8, UnitCosts(backward=6)).formula.outside == "needs I <= 2F"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
@@ -31,6 +31,7 @@ from ppopt.generators import (
     zero_bubble,
 )
 from ppopt.ir import Schedule, check_size
+from ppopt.units import UnitCosts
 
 if TYPE_CHECKING:
     from ppopt.formula import Formula
@@ -56,12 +57,23 @@ def _anywhere(devices: int, microbatches: int, options: Mapping[str, object]) ->
     return None
 
 
+def _any_units(devices: int, microbatches: int, units: UnitCosts) -> str | None:
+    return None
+
+
+def _equal_units(devices: int, microbatches: int, units: UnitCosts) -> str | None:
+    """Qi et al. 2024 state ZB-H1's and ZB-V's forms at F = I = W (the default units)."""
+    even = units.weight_slots == units.backward / 2
+    return None if even and units.backward == 2 * units.forward else "needs F = I = W"
+
+
 @dataclass(frozen=True)
 class ClosedForms:
     """A family's closed forms and the range where they hold.
 
     ``function(devices, microbatches, backward, **options) -> Formula`` states them in chunk-op slots
-    (:mod:`ppopt.formula`); ``outside(devices, microbatches, options)`` is None inside the range and
+    (:mod:`ppopt.formula`), with ``weight`` = W/F as a keyword too when ``weight`` is True;
+    ``outside(devices, microbatches, options)`` is None inside the range and
     otherwise the reason, as the user sees it after "n/a" (e.g. ``"m < 2p - 1"``): a value outside
     its range is shown as such and never ranked. ``table_exact``: inside the range and at the default
     units (F = 1, B = 2, I = W = 1), ppopt's own table equals the closed form (tests/test_registry.py
@@ -73,11 +85,12 @@ class ClosedForms:
     outside: Callable[[int, int, Mapping[str, object]], str | None] = _anywhere
     table_exact: bool = True
     holds: str = "any p, m"  # the range in words (``ppopt list``), within the family's rules
-    durations: Literal["any", "I = W", "F = I = W"] = "any"
-    """The unit durations the forms are stated for (Qi et al. 2024 state the zero-bubble forms at
-    I = W = F): with others (``--backward``, ``--weight``) they are outside their range, shown as
-    "n/a (needs I = W)", and never compared with the table. Checked against ppopt's tables: ZB-H2's
-    forms hold at any B split evenly, ZB-H1's and ZB-V's only at F = I = W."""
+    units_outside: Callable[[int, int, UnitCosts], str | None] = _any_units
+    """Why the unit durations (``--forward``, ``--backward``, ``--weight``) are outside the range,
+    or None: "n/a (needs F = I = W)" and the like, never compared with the table. Checked against
+    ppopt's tables: ZB-H1's and ZB-V's forms hold only at F = I = W, ZB-H2's where
+    :func:`ppopt.generators.zb_h2.units_outside` says."""
+    weight: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,13 +220,13 @@ REGISTRY: dict[str, Family] = {
             chunks=lambda o: _twice(o.get("waves", OPTIONS["waves"][0])), hints=("zigzag",),
         ),
         Family("zb-h1", zero_bubble.zb_h1, "zero-bubble H1: 1F1B with split backward, W fills bubbles (Qi et al. 2024)",
-               _space("placement=linear,backward=split"), ClosedForms(zero_bubble.zb_h1_formula, holds="any p, m; F = I = W", durations="F = I = W"),
+               _space("placement=linear,backward=split"), ClosedForms(zero_bubble.zb_h1_formula, holds="any p, m; F = I = W", units_outside=_equal_units),
                rules="m >= p", kinds=3, hints=("linear",)),
         Family("zb-h2", zb_h2.zb_h2, "zero-bubble H2: more warm-up forwards, W fills every gap, peak 2p - 1 (Qi et al. 2024)",
-               _space("placement=linear,backward=split"), ClosedForms(zb_h2.zb_h2_formula, _at_least_p, holds="m >= p; I = W", durations="I = W"),
+               _space("placement=linear,backward=split"), ClosedForms(zb_h2.zb_h2_formula, _at_least_p, holds="m >= p + (p-1)max(0, I/F - 1); I = W <= 2F", units_outside=zb_h2.units_outside),
                kinds=3, hints=("linear",)),
         Family("zb-v", zero_bubble.zb_v, "zero-bubble V: two chunks per device in a V, split backward (Qi et al. 2024)",
-               _space("placement=v,backward=split"), ClosedForms(zero_bubble.zb_v_formula, _zb_v_outside, holds="m >= 2p - 1; F = I = W", durations="F = I = W"),
+               _space("placement=v,backward=split"), ClosedForms(zero_bubble.zb_v_formula, _zb_v_outside, holds="m >= 2p - 1; F = I = W", units_outside=_equal_units),
                rules="m >= p", chunks=lambda o: 2, kinds=3, hints=("v",)),
         Family("v-min", v_min.v_min,
                "V-shape building block of least lifespan: about 1/3 of 1F1B's activations (Qi et al. 2024, NeurIPS)",
@@ -233,7 +246,7 @@ REGISTRY: dict[str, Family] = {
         Family("dualpipe", dualpipe.dualpipe,
                "DeepSeek's DualPipe: two directions, weight replicas, overlapped F&B pairs, B then I+W (DeepSeek-AI 2024)",
                _space("placement=bidirectional,backward=split,directions=even"),
-               ClosedForms(dualpipe.dualpipe_formula, table_exact=False),
+               ClosedForms(dualpipe.dualpipe_formula, table_exact=False, weight=True),
                rules="p even, m even, m >= 2p", split_pairs=dualpipe.split_pairs, hints=("bidirectional",),
                torch=False),  # weight replicas: PyTorch's CSV and runtime hold one rank per stage
     )

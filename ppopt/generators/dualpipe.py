@@ -37,8 +37,8 @@ runs at least once on device 0); so does this generator.
 Closed forms (Table 2 of the report, per device, F, B, W the times of one stage's forward, full
 backward and weight backward, F&B that of an overlapped pair): bubble (p/2 - 1)(F&B + B - 3W),
 parameters 2x, activations p + 1. In ppopt's unit model a pair counts as its two ops, F&B = F + B,
-so with F = 1, B = b, W = b/2 the bubble is (p/2 - 1)(1 + b/2) slots and the length m(1 + b) plus
-that. The report's accounting runs a pair as one block: it starts once both its inputs have arrived
+so with F = 1, B = b, W = w the bubble is (p/2 - 1)(1 + 2b - 3w) slots ((p/2 - 1)(1 + b/2) at the
+unit model's w = b/2) and the length m(1 + b) plus that. The report's accounting runs a pair as one block: it starts once both its inputs have arrived
 and its F's output leaves with its B's at the block's end; laid out that way (F = 1, B = 2, W = 1,
 F&B = 3) every device idles exactly (p/2 - 1)·2 slots, the formula. ppopt's table runs a pair as its
 F then its B, the F's output leaving when the F ends, so the next device starts earlier: at the
@@ -101,18 +101,20 @@ def split_pairs(devices: int, microbatches: int) -> int:
     return 2 * dualpipev.split_pairs(devices // 2, microbatches // 2)
 
 
-def dualpipe_formula(devices: int, microbatches: int, backward: float = 2):
+def dualpipe_formula(devices: int, microbatches: int, backward: float = 2, weight: float | None = None):
     """DualPipe's closed forms (DeepSeek-V3 report, Table 2) in chunk-op slots (module docs).
 
-    F = 1, B = ``backward``, W = B/2 (the unit model's even split) and F&B = F + B (ppopt counts an
-    overlapped pair as its two ops): bubble (p/2 - 1)(F&B + B - 3W) = (p/2 - 1)(1 + b/2) idle slots
-    on every device, each busy m(1 + b); peak p + 1 activations; two weight copies per device.
+    F = 1, B = ``backward``, W = ``weight`` (default B/2, the unit model's even split) and
+    F&B = F + B (ppopt counts an overlapped pair as its two ops): bubble
+    (p/2 - 1)(F&B + B - 3W) = (p/2 - 1)(1 + 2b - 3w) idle slots on every device, each busy m(1 + b);
+    peak p + 1 activations; two weight copies per device.
     """
     from ppopt.formula import Formula
 
     _check(devices, microbatches)
     p, m, b = devices, microbatches, backward
-    bubble = (p / 2 - 1) * ((1 + b) + b - 3 * b / 2)
+    w = b / 2 if weight is None else weight
+    bubble = (p / 2 - 1) * ((1 + b) + b - 3 * w)
     length = m * (1 + b) + bubble
     return Formula(
         bubble_ratio=bubble / length,

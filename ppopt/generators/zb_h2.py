@@ -23,16 +23,28 @@ p - 1 - r at the end overlap the neighbouring iterations; ppopt measures one ite
 bubble in the idle/total convention is (p-1)/(m(1+b) + p - 1), as ZB-H1's at equal costs: ZB-H2
 gains over ZB-H1 when I and W differ or communication delays the I chain (the simulator shows it),
 not in the unit table. Peak live activations min(m, 2p - 1) on every device.
+
+Range of the forms with other durations (:func:`units_outside`; F, I = W any slots). Device 0's
+first I comes after some microbatch's forwards down the p devices and its I back up to device 0,
+so it starts no earlier than pF + (p-1)I. Before it device 0 can only run forwards (W waits for
+its I), at most k = min(m, 2p - 1) of them, so it idles at least (p-1)I - (k-p)F before then. The
+forms leave device 0 an idle of (p-1)F in all (its m(F+B) of work in m(F+B) + (p-1)F), so they are
+out of reach unless (k-p)F >= (p-1)(I-F): m >= p + (p-1)(I-F)/F, and I <= 2F (k <= 2p - 1). At
+I <= F that is the family's m >= p. Where the condition holds, the construction meets the forms
+(tests/test_zb_h2.py checks p <= 8, m <= 3p at several I/F); where it fails the forms are shown as
+"n/a".
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from fractions import Fraction
 
 from ppopt.generators.common import require_positive
 from ppopt.ir import Kind, Op, Schedule, dependencies, required_ops
 from ppopt.placement import linear_placement
+from ppopt.units import UnitCosts
 
 
 def _orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
@@ -88,6 +100,20 @@ def zb_h2(devices: int, microbatches: int) -> Schedule:
     """ZB-H2 on ``devices`` x ``microbatches`` (see the module docs)."""
     require_positive(devices, microbatches)
     return Schedule("zb-h2", devices, microbatches, linear_placement(devices, devices), _orders(devices, microbatches))
+
+
+def units_outside(devices: int, microbatches: int, units: UnitCosts) -> str | None:
+    """Why the closed forms are out of reach at these durations (module docs, "Range"), or None."""
+    forward, backward, weight = (Fraction(x) for x in (units.forward, units.backward, units.weight_slots))
+    if weight != backward / 2:
+        return "needs I = W"
+    p, grad = devices, backward - weight
+    if grad > 2 * forward:
+        return "needs I <= 2F"
+    least = p + (p - 1) * (grad - forward) / forward
+    if microbatches < least:
+        return f"m < {float(least):g}"
+    return None
 
 
 def zb_h2_formula(devices: int, microbatches: int, backward: float = 2):
