@@ -122,7 +122,8 @@ def units_text(units: UnitCosts) -> str:
 
 def _header(results: Sequence[Evaluation], units: UnitCosts) -> str:
     p, m = results[0].devices, results[0].microbatches
-    return f"p = {p} devices, m = {m} microbatches; lengths in {units_text(units)}; bubble = idle / total"
+    return (f"p = {p} devices, m = {m} microbatches; lengths in {units_text(units)}; bubble = idle / total; "
+            "peak act. in stage-chunk activations (1/S of the model each)")
 
 
 def closed_form_cell(f: Formula | None, text: str) -> str:
