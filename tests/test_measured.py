@@ -330,3 +330,22 @@ def test_job_and_plan_print_huge_values_in_significant_digits(tmp_path):
                "--search", "0", "-q", "--schedule", "1f1b")
     assert plan.exit_code == 0, plan.output
     assert plan.output.splitlines()[0].endswith("memory limit 1e+299 GB per GPU")
+    slow = run("plan", "--model", "llama3-8b", "--gpus", "8", "--system", str(path), "--search", "0", "-q",
+               "--schedule", "1f1b", "--top", "1")
+    assert slow.exit_code == 0, slow.output
+    header, best = slow.output.splitlines()[2:4]
+    step, rate = best[header.index("step s"):header.index("MFU")].split()  # the columns are aligned
+    assert "e+" in step and float(step) > 1e15  # significant digits, not 17 digits and 3 decimals
+    assert 0 < float(rate) < 1e-9  # tokens/s: a few significant digits, not "0"
+
+
+def test_plan_says_by_how_much_the_closest_job_misses_a_limit_it_rounds_to():
+    """Llama 3 8B on 8 H100s: the closest job over the 80 GB limit needs 80.0039 GB, which two
+    decimals print as the limit itself; the line now gives its need in full digits."""
+    flags = ("plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--search", "0", "-q",
+             "--schedule", "1f1b")
+    data = json.loads(run(*flags, "--json").stdout)
+    needs, limit = data["closest_over"]["peak_memory_bytes"], data["memory_limit_bytes"]
+    assert needs > limit and f"{needs / 1e9:.2f}" == f"{limit / 1e9:.2f}"  # the case this test is about
+    line = run(*flags).output.splitlines()[1]
+    assert f"needs {needs / 1e9:.12g} GB" in line, line

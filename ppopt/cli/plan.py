@@ -35,6 +35,18 @@ def _gb(value: float) -> str:
     return fixed(value / 1e9, 2)
 
 
+def _seconds(value: float) -> str:
+    """A step time in seconds with three decimals (significant digits when huge, as :func:`_gb`)."""
+    from ppopt.report.text import fixed
+
+    return fixed(value, 3)
+
+
+def _rate(value: float) -> str:
+    """Tokens per second as a whole number, or two significant digits under 1 (never a bare 0)."""
+    return f"{value:.0f}" if value >= 1 or value == 0 else f"{value:.2g}"
+
+
 @main.command("plan")
 @click.option("--model", default=None, help="Model preset name (see models/) or a .toml/.json file.")
 @click.option("--gpus", type=int, default=None, help="GPUs N = t·p·d.")
@@ -235,7 +247,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
     evaluated = len(result.rows)
     columns = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", "MFU", "peak GB", "bound by"]
     rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label, _counts(r.job.stage_layers),
-             f"{r.step_time_s:.3f}", f"{r.tokens_per_s:.0f}", f"{100 * r.mfu:.1f} %", _gb(r.memory.peak_bytes), r.memory.bound()]
+             _seconds(r.step_time_s), _rate(r.tokens_per_s), f"{100 * r.mfu:.1f} %", _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
         text = _table(["model", *columns], [[request.model.name, *row] for row in rows], fmt)
@@ -246,7 +258,10 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
     line = f"{result.enumerated} jobs: {result.over_limit} over the memory limit"
     if result.closest_over:
         job, memory = result.closest_over
-        line += f" (closest: {describe(job)} needs {_gb(memory.peak_bytes)} GB, {memory.bound()})"
+        needs = _gb(memory.peak_bytes)
+        if needs == _gb(request.limit):  # 80.00 GB over a limit of 80.00 GB: say by how much
+            needs = f"{memory.peak_bytes / 1e9:.12g}"
+        line += f" (closest: {describe(job)} needs {needs} GB, {memory.bound()})"
     line += f", {evaluated} evaluated"
     if result.unevaluated:
         line += f", {result.unevaluated} not evaluated (time limit)"
@@ -258,9 +273,9 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
         srows = []
         for k, found in enumerate(searches):
             for s in found:
-                srows.append([str(k + 1), s.job.describe(), s.job.schedule_label, s.space, f"{s.handcrafted_step_s:.3f}",
-                              "-" if s.best_step_s is None else f"{s.best_step_s:.3f}",
-                              f"{s.bound_step_s:.3f}" if s.best_step_s is not None else "-",
+                srows.append([str(k + 1), s.job.describe(), s.job.schedule_label, s.space, _seconds(s.handcrafted_step_s),
+                              "-" if s.best_step_s is None else _seconds(s.best_step_s),
+                              _seconds(s.bound_step_s) if s.best_step_s is not None else "-",
                               "-" if s.gap is None else f"{100 * s.gap:.2f} %", s.status])
         click.echo(_table(["rank", "job", "schedule", "space", "handcrafted s", "best s", "bound s", "gap", "status"], srows, fmt))
         moves = _ranking(result, searches)
