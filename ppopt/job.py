@@ -91,7 +91,11 @@ Data parallelism and the optimizer
     start of that backward.
 
 Placement (Megatron order: tensor parallel innermost, then data parallel, then pipeline)
-    Global rank = tp_rank + t·(dp_rank + d·pp_rank); node = rank // devices_per_node. So a tensor
+    Global rank = tp_rank + t·(dp_rank + d·pp_rank); node = rank // devices_per_node. On more
+    than one node, t and t·d must each divide devices_per_node or be a multiple of it
+    (:func:`node_layout_reason`): otherwise some groups straddle a node boundary unevenly (t = 6
+    on 8-GPU nodes: ranks 6-11 span two nodes, ranks 0-5 one), which the uniform per-stage costs
+    below cannot express, and the job is refused. So a tensor
     parallel group crosses nodes iff t > devices_per_node; a data-parallel group (stride t, span
     t·d) iff t·d > devices_per_node; neighbouring pipeline stages (t·d ranks apart) iff
     t·d >= devices_per_node, else devices_per_node/(t·d) stages share a node. Collectives and
@@ -198,6 +202,20 @@ def tensor_parallel_reason(model: ModelConfig, tp: int, sequence_parallel: bool 
     return None
 
 
+def node_layout_reason(tp: int, dp: int, gpus: int, devices_per_node: int) -> tuple[str, str] | None:
+    """Why Megatron's rank order (module doc, "Placement") splits tensor- or data-parallel groups
+    across nodes unevenly on ``gpus`` GPUs, as (reason, field), or None when every group and stage
+    either fits in a node or spans whole nodes: t and t·d each divide ``devices_per_node`` or are
+    a multiple of it (on one node nothing crosses)."""
+    if gpus <= devices_per_node:
+        return None
+    for size, what, name in ((tp, f"tensor parallelism {tp}", "tp"), (tp * dp, f"t·d = {tp * dp} ranks per stage", "dp")):
+        if devices_per_node % size and size % devices_per_node:
+            return (f"{what} neither divides nor is a multiple of the {devices_per_node} GPUs of a node: Megatron's "
+                    "rank order would split groups across node boundaries unevenly, which ppopt does not model"), name
+    return None
+
+
 @dataclass(frozen=True)
 class Job:
     """One training job: model, system, layout and Megatron options (see module doc).
@@ -248,6 +266,8 @@ class Job:
                 raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
         if (reason := tensor_parallel_reason(self.model, self.tp, self.sequence_parallel)) is not None:
             raise ConfigError(reason, field="tp")
+        if (layout := node_layout_reason(self.tp, self.dp, self.tp * self.pp * self.dp, self.system.devices_per_node)):
+            raise ConfigError(layout[0], field=layout[1])
         if "split" in self.schedule_options:
             try:
                 parse_split(self.split)

@@ -10,7 +10,8 @@ The space (:func:`layouts`, :func:`enumerate_jobs`)
     * t·p·d = N; t ≤ devices_per_node (tensor parallelism stays in a node) and Megatron can split
       the model over t (:func:`ppopt.job.tensor_parallel_reason`: t divides the query and key/value
       heads, the MLP units and, with the sequence parallelism below, the sequence); p ≤ the layers
-      and, with the even split, p divides them; d divides the global batch.
+      and, with the even split, p divides them; d divides the global batch; on more than one node
+      t·d divides a node or is a multiple of it (:func:`ppopt.job.node_layout_reason`).
     * every micro batch size dividing the global batch per replica (global batch / d);
     * every recomputation mode (none, selective, full) and every requested schedule a job supports
       (by default every family of :data:`ppopt.job.SCHEDULES` but chimera-asym, :data:`DEFAULT_SCHEDULES`;
@@ -73,6 +74,7 @@ from ppopt.job import (
     evaluate_job,
     job_costs,
     job_work,
+    node_layout_reason,
     placement,
     stages_per_device,
     tensor_parallel_reason,
@@ -180,7 +182,7 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
             continue
         for p in range(1, min(n // t, model.num_layers) + 1):
             d = n // (t * p)
-            if (n // t) % p or request.batch % d:
+            if (n // t) % p or request.batch % d or node_layout_reason(t, d, n, request.system.devices_per_node):
                 continue
             if request.split == "even" and model.num_layers % p:
                 continue
@@ -193,7 +195,8 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
         raise InfeasibleError(
             f"no valid layout of {n} GPUs for {model.name}: t·p·d = {n} needs t ≤ {request.system.devices_per_node} "
             f"(a node) that splits the model (dividing its {model.num_attention_heads} heads, key/value heads, MLP units "
-            f"and sequence), {split} ({model.num_layers}), and d dividing the global batch {request.batch}", field="gpus")
+            f"and sequence), {split} ({model.num_layers}), d dividing the global batch {request.batch}, and t·d dividing "
+            f"a node or a multiple of it", field="gpus")
     return found
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ppopt.config import LinkConfig, ModelConfig, SystemConfig
+from ppopt.config import LinkConfig, ModelConfig, SystemConfig, load_model, load_system
 from ppopt.costs import elementwise_traffic_bytes, stored_activation_bytes_per_layer
 from ppopt.errors import ConfigError
 from ppopt.job import Job, Work, evaluate_job, job_costs, job_work, pipeline_system, ring_allreduce_work, work_time_s
@@ -257,3 +257,32 @@ def test_a_gemm_kernel_never_gets_faster_as_it_grows(small, large, half):
     small, large = sorted((small, large))
     system = SYSTEM.model_copy(update={"op_time_rule": "additive", "gemm_half_saturation_flops": half})
     assert work_time_s(Work(gemm_flops=small, gemm_units=1.0), system) <= work_time_s(Work(gemm_flops=large, gemm_units=1.0), system)
+
+
+def test_layouts_that_split_groups_across_node_boundaries_unevenly_are_refused():
+    """Megatron order, rank = tp + t·(dp + d·pp), 8 GPUs per node. t = 6, p = 4 (24 GPUs): the
+    tensor-parallel group of ranks 6-11 spans nodes 0 and 1 while ranks 0-5 stay on node 0, which
+    one cost per stage cannot express; t = 2, d = 3, p = 4: the stage of ranks 6-11 does the same.
+    Refused, naming the flag. Regular layouts pass: t·d = 6 on one node (6 GPUs), t·d = 4 dividing
+    a node (12 GPUs), t = 16 spanning two whole nodes."""
+    model, system = load_model("gpt3-175b"), load_system("dgx-h100")
+    with pytest.raises(ConfigError, match="tensor parallelism 6 neither divides nor is a multiple of the 8 GPUs") as tp:
+        Job(model, system, tp=6, pp=4, global_batch=24)
+    assert tp.value.field == "tp"
+    with pytest.raises(ConfigError, match="t·d = 6 ranks per stage neither divides") as dp:
+        Job(model, system, tp=2, pp=4, dp=3, global_batch=96)
+    assert dp.value.field == "dp"
+    for tp_, pp, dp_ in ((2, 1, 3), (4, 3, 1), (16, 2, 1), (8, 4, 3)):
+        Job(model, system, tp=tp_, pp=pp, dp=dp_, global_batch=96)
+
+
+def test_plan_enumerates_no_layout_split_unevenly_across_nodes():
+    """GPT-3 175B (global batch 1536 = 2^9 · 3) on 48 GPUs: d = 3, 6, 12, 24 divide the batch, but
+    with t = 2 or 4 a stage of t·d = 6 or 12 ranks straddles the 8-GPU nodes; only t·d dividing 8 or
+    a multiple of it remain."""
+    from ppopt.plan import PlanRequest, layouts
+
+    found = layouts(PlanRequest(load_model("gpt3-175b"), load_system("dgx-h100"), 48))
+    assert found and all(8 % (t * d) == 0 or (t * d) % 8 == 0 for t, _, d in found)
+    assert (8, 2, 3) in found and (2, 2, 12) in found  # t·d = 24: three whole nodes per stage
+    assert (2, 4, 6) not in found and (1, 16, 3) not in found  # t·d = 12 and 3 straddle
