@@ -216,7 +216,8 @@ class ModelConfig(_Strict):
     stores (and moves) only its s·b·h-sized tensors (Korthikanti et al.'s 34·s·b·h at fp16/GELU);
     False: the full s·b·h·(34 + 5·a·s/h) of the paper's study."""
     tie_embeddings: StrictBool = False
-    """Output projection shares the input embedding matrix (counted once, on the first stage)."""
+    """Output projection shares the input embedding matrix: counted once with one stage; with
+    several, the last stage holds a synchronised copy (as Megatron-LM does), so it counts there too."""
     dropout: StrictBool = True
     """Dropout after the attention scores, the attention output and the MLP output (GPT; Korthikanti
     et al. 2022, Section 4.1): a block stores their 1-byte masks and the scores' dropout output for

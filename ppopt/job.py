@@ -59,7 +59,11 @@ Per block and microbatch of b sequences on one of t ranks (s sequence, h hidden,
     * Recomputation (Korthikanti et al. 2022, Sections 4.1 and 5): ``selective`` recomputes the
       attention core (4·b·s²·h/t FLOPs and the score tensors' traffic) in the backward and does not
       store the scores; ``full`` stores each block's input only and re-runs the whole forward,
-      including its all-reduces, before the backward (backward = F + B).
+      including its all-reduces, before the backward (backward = F + B). With
+      ``model.flash_attention`` no score tensor is stored in either mode, so ``selective`` costs its
+      recomputation and saves nothing (Megatron-Core still checkpoints the attention core under
+      selective recomputation; the legacy Megatron-LM flash path does not): ``plan`` never prefers it
+      for such models.
     * Stored bytes: :func:`ppopt.costs.stored_activation_bytes_per_layer`.
 
 Pipeline messages
