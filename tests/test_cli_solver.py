@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -167,3 +168,17 @@ def test_a_short_budget_keeps_the_first_hint_and_skips_the_others(monkeypatch):
     assert [c.name for c in short.handcrafted] == [next(handcrafted_in(space, 4, 8)).name]
     assert "time limit: no further handcrafted hints tried" in notes
     assert "time limit: greedy hint skipped" in notes
+
+
+def test_the_minimum_a_refusal_names_is_accepted_when_passed_back():
+    """The minimum used to be printed rounded to nearest (4.78877e+11 bytes, 445.989 GiB), and
+    passing either figure back was refused as below it. It is now rounded up: whole bytes and the
+    next thousandth of a GiB."""
+    flags = ["search", "-p", "4", "-m", "8", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "32"]
+    refused = run(*flags, "--memory-limit", "20GiB")
+    assert refused.exit_code == 1
+    found = re.search(r"below the minimum (\d+) bytes \(([\d.]+) GiB\)", refused.stderr)
+    assert found, refused.stderr
+    for limit in (found[1], found[2] + "GiB"):
+        result = run(*flags, "--memory-limit", limit, "--time-limit", "2", "-q")
+        assert result.exit_code == 0 and "below the minimum" not in result.output, (limit, result.output)

@@ -154,6 +154,14 @@ def _format_amount(value: float, unit: str) -> str:
     return f"{value:g} {unit}"
 
 
+def _format_minimum(value: float, unit: str) -> str:
+    """A least memory limit, rounded *up* (whole bytes, GiB to the next thousandth), so that the
+    figure passed back as ``--memory-limit`` is accepted."""
+    if unit == "bytes":
+        return f"{math.ceil(value)} bytes ({math.ceil(value / 2**30 * 1000) / 1000:.3f} GiB)"
+    return f"{value:.12g} {unit}"
+
+
 SCHEDULE_S_PER_OP = 1.5e-5
 """Wall time one candidate schedule costs per op, generously: generating, validating, simulating it
 and timing it in ticks (seconds; measured on 2 cores at p = 64, m = 4,096, 524,288 ops: 1F1B about
@@ -430,7 +438,7 @@ def _require_memory(instance: Instance, space: Space, placement) -> None:
     if instance.memory_limit < need * (1 - 1e-12):
         raise InfeasibleError(
             f"memory limit {_format_amount(instance.memory_limit, instance.memory_unit)} is below the minimum "
-            f"{_format_amount(need, instance.memory_unit)} any schedule of {space.describe()} needs ({why})"
+            f"{_format_minimum(need, instance.memory_unit)} any schedule of {space.describe()} needs ({why})"
         )
 
 
