@@ -182,3 +182,22 @@ def test_the_minimum_a_refusal_names_is_accepted_when_passed_back():
     for limit in (found[1], found[2] + "GiB"):
         result = run(*flags, "--memory-limit", limit, "--time-limit", "2", "-q")
         assert result.exit_code == 0 and "below the minimum" not in result.output, (limit, result.output)
+
+
+@pytest.mark.parametrize("flags, least", [
+    # 8 stages on 4 devices: some device holds two stages of one microbatch, both live: 2 x 0.5
+    (["-p", "4", "-m", "4", "--unit", "--space", "placement=any"], "1"),
+    # free directions: every microbatch may take one route, but stage 3's larger activation is then
+    # on device 0 or 3, which both hold the persistent state of stages 0 and 3 (taking each device's
+    # least route on its own named 708.8 GiB, which no schedule meets)
+    (["-p", "4", "-m", "8", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "32",
+      "--space", "placement=bidirectional,directions=free"], "769497497600"),
+])
+def test_the_named_minimum_memory_is_met_by_a_schedule(flags, least):
+    """The minimum a refusal names is a limit some schedule meets: searching at it finds one, and
+    the refusal of a smaller limit names it."""
+    refused = run("search", *flags, "--memory-limit", "0.1" if "--unit" in flags else "1GiB")
+    assert refused.exit_code == 1 and f"below the minimum {least} " in refused.stderr, refused.stderr
+    found = run("search", *flags, "--memory-limit", least, "--time-limit", "5", "-q", "--json")
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.stdout)["status"] in ("optimal", "feasible")

@@ -122,30 +122,41 @@ def minimum_memory(instance: Instance, space: Space, placement) -> tuple[float, 
 
     One microbatch at a time still keeps, on each device, the persistent state of its stages plus
     the activations of all its stages on that microbatch's route (an activation of a lower stage
-    is freed only after the higher stages' backward).
+    is freed only after the higher stages' backward). With free directions a schedule may send
+    every microbatch down one route, and must send one down some route: the least over routes of
+    the worst device. Without a placement (``placement=any``) some device holds at least
+    ceil(S/p) of the S stages, all live for one microbatch: at least the sum of the ceil(S/p)
+    smallest stage needs (exact when the stages are alike).
     """
     costs = instance.costs
     bytes_mode = instance.memory_unit == "bytes"
     persistent = [c.persistent_bytes if bytes_mode else 0.0 for c in costs.stages]
     act = [c.activation_bytes for c in costs.stages]
     if placement is None:
+        each = sorted(persistent[s] + act[s] for s in range(len(act)))
+        k = -(-len(act) // instance.devices)
         s = max(range(len(act)), key=lambda s: persistent[s] + act[s])
+        if sum(each[:k]) > each[-1]:
+            return sum(each[:k]), (f"some device holds {k} of the {len(act)} stages, each with its persistent state "
+                                   "and one microbatch's activation")
         return persistent[s] + act[s], f"stage {s} needs its persistent state plus one activation"
-    worst, why = 0.0, ""
-    for d in range(instance.devices):
-        held = [s for s in range(len(placement)) if d in placement[s]]
-        if not held:
-            continue
-        routes: dict[int, list[int]] = {}
-        for s in held:
-            routes.setdefault(placement[s].index(d) if len(placement[s]) > 1 else 0, []).append(s)
-        per_route = [sum(act[s] for s in stages) for stages in routes.values()]
-        need_act = min(per_route) if space.directions == "free" else max(per_route)
-        need = sum(persistent[s] for s in held) + need_act
-        if need > worst:
-            worst = need
-            why = f"device {d}: persistent state of stages {held} plus one microbatch's activations"
-    return worst, why
+    routes = max(len(p) for p in placement)
+    need_on = [[0.0] * instance.devices for _ in range(routes)]  # [route][device]
+    for s, devices in enumerate(placement):
+        for r in range(routes):
+            d = devices[r] if len(devices) > 1 else devices[0]
+            need_on[r][d] += act[s]
+    held = [[s for s in range(len(placement)) if d in placement[s]] for d in range(instance.devices)]
+    state = [sum(persistent[s] for s in stages) for stages in held]
+    worst = [max(((state[d] + need_on[r][d], d) for d in range(instance.devices) if held[d]), default=(0.0, 0))
+             for r in range(routes)]
+    free = space.directions == "free"
+    if free:
+        need, d = min(worst)
+    else:  # every route is taken: each device's worst route
+        need, d = max((state[d] + max(need_on[r][d] for r in range(routes)), d) for d in range(instance.devices) if held[d])
+    return need, f"device {d}: persistent state of stages {held[d]} plus one microbatch's activations" + (
+        " on the route that needs least" if free and routes > 1 else "")
 
 
 def _format_amount(value: float, unit: str) -> str:
