@@ -135,42 +135,38 @@ def minimum_memory(instance: Instance, space: Space, placement) -> tuple[float, 
     if placement is None:
         each = sorted(persistent[s] + act[s] for s in range(len(act)))
         k = -(-len(act) // instance.devices)
-        s = max(range(len(act)), key=lambda s: persistent[s] + act[s])
         if sum(each[:k]) > each[-1]:
             return sum(each[:k]), (f"some device holds {k} of the {len(act)} stages, each with its persistent state "
                                    "and one microbatch's activation")
-        return persistent[s] + act[s], f"stage {s} needs its persistent state plus one activation"
-    routes = max(len(p) for p in placement)
-    need_on = [[0.0] * instance.devices for _ in range(routes)]  # [route][device]
+        s = max(range(len(act)), key=lambda s: persistent[s] + act[s])
+        return each[-1], f"stage {s} needs its persistent state plus one activation"
+    routes = range(max(len(p) for p in placement))
+    need_on = [[0.0] * instance.devices for _ in routes]  # [route][device]: activations of one microbatch
     for s, devices in enumerate(placement):
-        for r in range(routes):
-            d = devices[r] if len(devices) > 1 else devices[0]
-            need_on[r][d] += act[s]
+        for r in routes:
+            need_on[r][devices[r] if len(devices) > 1 else devices[0]] += act[s]
     held = [[s for s in range(len(placement)) if d in placement[s]] for d in range(instance.devices)]
-    state = [sum(persistent[s] for s in stages) for stages in held]
-    worst = [max(((state[d] + need_on[r][d], d) for d in range(instance.devices) if held[d]), default=(0.0, 0))
-             for r in range(routes)]
+
+    def worst_device(activations: Callable[[int], float]) -> tuple[float, int]:
+        return max((sum(persistent[s] for s in held[d]) + activations(d), d) for d in range(instance.devices) if held[d])
+
     free = space.directions == "free"
-    if free:
-        need, d = min(worst)
+    if free:  # one route for every microbatch is allowed: the route that needs least
+        need, d = min(worst_device(need_on[r].__getitem__) for r in routes)
     else:  # every route is taken: each device's worst route
-        need, d = max((state[d] + max(need_on[r][d] for r in range(routes)), d) for d in range(instance.devices) if held[d])
+        need, d = worst_device(lambda d: max(need_on[r][d] for r in routes))
     return need, f"device {d}: persistent state of stages {held[d]} plus one microbatch's activations" + (
-        " on the route that needs least" if free and routes > 1 else "")
+        " on the route that needs least" if free and len(routes) > 1 else "")
 
 
-def _format_amount(value: float, unit: str) -> str:
+def _format_amount(value: float, unit: str, least: bool = False) -> str:
+    """A memory amount; ``least``: a minimum, rounded *up* (whole bytes, GiB to the next thousandth)
+    so that the figure passed back as ``--memory-limit`` is accepted."""
     if unit == "bytes":
+        if least:
+            return f"{math.ceil(value)} bytes ({math.ceil(value / 2**30 * 1000) / 1000:.3f} GiB)"
         return f"{value:.6g} bytes ({value / 2**30:.3f} GiB)"
-    return f"{value:g} {unit}"
-
-
-def _format_minimum(value: float, unit: str) -> str:
-    """A least memory limit, rounded *up* (whole bytes, GiB to the next thousandth), so that the
-    figure passed back as ``--memory-limit`` is accepted."""
-    if unit == "bytes":
-        return f"{math.ceil(value)} bytes ({math.ceil(value / 2**30 * 1000) / 1000:.3f} GiB)"
-    return f"{value:.12g} {unit}"
+    return f"{value:.12g} {unit}" if least else f"{value:g} {unit}"
 
 
 SCHEDULE_S_PER_OP = 1.5e-5
@@ -449,7 +445,7 @@ def _require_memory(instance: Instance, space: Space, placement) -> None:
     if instance.memory_limit < need * (1 - 1e-12):
         raise InfeasibleError(
             f"memory limit {_format_amount(instance.memory_limit, instance.memory_unit)} is below the minimum "
-            f"{_format_minimum(need, instance.memory_unit)} any schedule of {space.describe()} needs ({why})"
+            f"{_format_amount(need, instance.memory_unit, least=True)} any schedule of {space.describe()} needs ({why})"
         )
 
 
