@@ -43,7 +43,9 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int):
     def wrapper(**params):
         spec, solve = _requests(params)
         _check_size(spec, params, solve.time_limit_s, built(params), held)
-        return command(spec=spec, solve=solve, **params)
+        result = command(spec=spec, solve=solve, **params)
+        _say_whether_reproducible(solve)
+        return result
 
     for option in reversed(
         [
@@ -54,6 +56,10 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int):
                          help="Seconds for the whole command: model building, hints, every solve and the report."),
             click.option("--workers", type=int, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible)."),
             click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
+            click.option("--deterministic-time", type=float, default=None,
+                         help="CP-SAT's deterministic time (its machine-independent work count, about seconds) for "
+                              "the main solve; the other phases get shares of it as of the time limit. With one "
+                              "worker, a run that the time limit does not cut is reproducible (a note says which)."),
             click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
                          help=f"cp: one CP-SAT solve (at most {CP_MAX_OPS} ops); lns: large-neighbourhood search from the "
                               f"best hint (one device per stage). auto: cp up to {AUTO_CP_OPS} ops; cp, then lns, up to "
@@ -123,6 +129,20 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
                           field="time_limit_s")
 
 
+def _say_whether_reproducible(solve: SolveOptions) -> None:
+    """With ``--deterministic-time``, one line on stderr: whether another run with the same flags gives
+    the same result (one worker, and the wall-clock budget never decided: :attr:`SolveOptions.cuts`)."""
+    if solve.deterministic_time is None:
+        return
+    if solve.workers > 1:
+        click.echo(f"note: not reproducible: {solve.workers} CP-SAT workers race each other; use --workers 1", err=True)
+    elif solve.cuts:
+        click.echo(f"note: not reproducible: the time limit decided before the deterministic time ({solve.cuts[0]}); "
+                   "give a longer --time-limit or a smaller --deterministic-time", err=True)
+    elif solve.progress is not None:
+        click.echo(f"note: reproducible: seed {solve.seed}, one worker, every step within its deterministic time", err=True)
+
+
 def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     """Take the shared solver flags out of ``params``: the instance spec and the started solve options.
 
@@ -130,7 +150,8 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     """
     quiet = params.pop("quiet")
     solve = SolveOptions(params.pop("time_limit"), params.pop("workers"), params.pop("seed"),
-                         None if quiet else (lambda line: click.echo(line, err=True)), method=params.pop("method")).start(startup_s())
+                         None if quiet else (lambda line: click.echo(line, err=True)),
+                         deterministic_time=params.pop("deterministic_time"), method=params.pop("method")).start(startup_s())
     unit, units = params.pop("unit"), params.pop("units")
     refuse_other_modes_flags(unit, params)
     costs = params.pop("costs")

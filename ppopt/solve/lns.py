@@ -126,12 +126,13 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
     deterministic_left = options.deterministic_time
     reserve = RESERVE_SHARE * options.time_limit_s  # for reading the best back, validating and simulating it
     building = 0.0  # wall time the last neighbourhood model took to build
-    while options.remaining_s() > reserve + 2 * building and best > 0 and (deterministic_left is None or deterministic_left > 0):
+    while best > 0 and (deterministic_left is None or deterministic_left > 0) \
+            and options.allows(reserve + 2 * building, "the large-neighbourhood search stopped"):
         free = _neighbourhood(rng, step, built, starts, size, microbatches)
         built_at = time.monotonic()
         model = _restricted(built, starts, free, device_of, best)
         building = time.monotonic() - built_at
-        if options.remaining_s() <= reserve:
+        if not options.allows(reserve, "the large-neighbourhood search stopped"):
             break
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = options.workers
@@ -140,7 +141,7 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
         dt = STEP_DETERMINISTIC_S if deterministic_left is None else min(STEP_DETERMINISTIC_S, deterministic_left)
         solver.parameters.max_deterministic_time = dt
         solver.parameters.cp_model_presolve = False  # the frozen chains leave little to presolve, at a high cost
-        code = solver.solve(model)
+        code = options.run(solver, model)
         if deterministic_left is not None:
             deterministic_left -= max(solver.deterministic_time, STEP_FLOOR_S)
         step += 1
@@ -278,7 +279,8 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
     while True:
         if step_began is not None:
             outside = max(outside, time.monotonic() - step_began - solve_s)
-        if options.remaining_s() <= reserve + outside or (deterministic_left is not None and deterministic_left <= 0):
+        if (deterministic_left is not None and deterministic_left <= 0) \
+                or not options.allows(reserve + outside, "the window search stopped"):
             break
         step_began, solve_s = time.monotonic(), 0.0
         anchor = ANCHORS[step % len(ANCHORS)]
@@ -300,7 +302,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
         dt = STEP_DETERMINISTIC_S if deterministic_left is None else min(STEP_DETERMINISTIC_S, deterministic_left)
         solver.parameters.max_deterministic_time = dt
         solve_began = time.monotonic()
-        code = solver.solve(model)
+        code = options.run(solver, model)
         solve_s = time.monotonic() - solve_began
         if deterministic_left is not None:
             deterministic_left -= max(solver.deterministic_time, STEP_FLOOR_S)

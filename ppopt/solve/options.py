@@ -5,6 +5,14 @@ building, hint generation and simulation, every CP-SAT call and the read-back. :
 fixes the deadline once (``time.monotonic() + time_limit_s``); every CP-SAT call then gets only the
 time that remains, and a request whose budget is spent stops building further steps and reports what
 it has (the hint, with its status).
+
+A wall-clock budget makes a search depend on the machine and its load: where CP-SAT stops, how many
+neighbourhoods run, which phase is skipped. With ``deterministic_time`` set, every CP-SAT call also
+stops at a share of CP-SAT's deterministic time (its count of work, machine-independent), and with one
+worker the same seed then gives the same result, as long as the wall-clock budget never decides
+first. Every place where it does is recorded in :attr:`SolveOptions.cuts` (:meth:`SolveOptions.allows`,
+:attr:`SolveOptions.expired`, :meth:`SolveOptions.run`), so a command can say whether its result is
+reproducible.
 """
 
 from __future__ import annotations
@@ -12,9 +20,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ppopt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
 
 Progress = Callable[[str], None]
 
@@ -81,6 +93,9 @@ class SolveOptions:
         dominance: add the microbatch-order dominance rule (:mod:`ppopt.solve.model`).
         deadline: ``time.monotonic()`` value at which the budget ends; set by :meth:`start`.
         method: one of :data:`METHODS`.
+        cuts: where the wall-clock budget decided (a phase skipped, a loop or a CP-SAT call stopped
+            before its deterministic limit), one short description each; shared by every options
+            derived from these (:meth:`start`, :meth:`share`, :meth:`reserve`).
     """
 
     time_limit_s: float = 60.0
@@ -91,6 +106,7 @@ class SolveOptions:
     dominance: bool = True
     deadline: float | None = None
     method: str = "auto"
+    cuts: list[str] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.time_limit_s, bool) or not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
@@ -120,7 +136,28 @@ class SolveOptions:
 
     @property
     def expired(self) -> bool:
-        return self.remaining_s() <= 0
+        """Whether the budget is spent; a spent budget is recorded as a cut (:attr:`cuts`)."""
+        return not self.allows(0.0, "the time limit was reached")
+
+    def allows(self, seconds: float, what: str) -> bool:
+        """Whether more than ``seconds`` remain before the deadline; when not, ``what`` (the work the
+        answer skips or stops) is recorded as a cut (:attr:`cuts`)."""
+        if self.remaining_s() > seconds:
+            return True
+        self.cuts.append(what)
+        return False
+
+    def run(self, solver: cp_model.CpSolver, model: cp_model.CpModel,
+            callback: cp_model.CpSolverSolutionCallback | None = None) -> cp_model.CpSolverStatus:
+        """``solver.solve(model, callback)``, recording a cut when the solve ended on its wall-clock
+        limit: unproven, before its deterministic limit (CP-SAT's status code is returned)."""
+        from ortools.sat.python import cp_model
+
+        code = solver.solve(model, callback)
+        settled = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
+        if not settled and solver.deterministic_time < solver.parameters.max_deterministic_time:
+            self.cuts.append(f"a CP-SAT solve stopped after {solver.wall_time:.3g} s of wall time")
+        return code
 
     def share(self, parts: int) -> SolveOptions:
         """Options for the next of ``parts`` steps run one after another: an equal share of what

@@ -113,7 +113,7 @@ def _solve_period(k: int, period: int, a, b, forward, backward, caps, last: int,
     model.minimize(t[last])
     solver = options.solver()
     solver.parameters.max_time_in_seconds = min(solver.parameters.max_time_in_seconds, max(0.1, options.remaining_s() / 2))
-    code = solver.solve(model)
+    code = options.run(solver, model)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return [solver.value(v) for v in t]

@@ -195,7 +195,7 @@ def relaxation_bound(
         solver = options.solver()  # the time that remains, and the deterministic limit per solve if any
         solver.parameters.max_time_in_seconds = max(0.01, options.remaining_s())
         solver.parameters.optimize_with_core = core
-        code = solver.solve(model)
+        code = options.run(solver, model)
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
             best = max(best, math.floor(solver.best_objective_bound + 1e-6))
         if code != cp_model.OPTIMAL:

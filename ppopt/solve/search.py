@@ -220,7 +220,7 @@ def space_ops(spec: InstanceSpec, space: Space) -> int:
 def too_late(options: SolveOptions, spec: InstanceSpec, space: Space) -> bool:
     """Whether the time left is below what one search of ``space`` needs (:func:`minimum_time_s`):
     then a command running several searches starts no further one."""
-    return options.remaining_s() < minimum_time_s(space_ops(spec, space))
+    return not options.allows(minimum_time_s(space_ops(spec, space)), f"a search of {space.describe()} not started")
 
 
 def _phase(options: SolveOptions, began: float, what: str) -> None:
@@ -263,7 +263,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         candidates.append(Candidate(schedule.name, schedule, sim, fits))
 
     def affordable(s_per_op: float) -> bool:
-        return options.remaining_s() >= ops * (s_per_op + SCHEDULE_S_PER_OP)
+        return options.allows(ops * (s_per_op + SCHEDULE_S_PER_OP), "a hint not built")
 
     def fitting() -> bool:
         return any(c.fits for c in candidates)
@@ -469,7 +469,7 @@ def _both_bounds(instance: Instance, placement, split: bool, even: bool, ticks: 
     exact = rounding == 0
     shape = Shape(instance.stages, instance.microbatches, instance.devices, placement, split, even)
     cost = (1 if exact else 2) * GRAPH_BOUNDS_S_PER_OP * _op_count(instance.stages, instance.microbatches, split)
-    graph = not graph_applies(shape) or options.remaining_s() >= cost
+    graph = not graph_applies(shape) or options.allows(cost, "the graph bounds skipped")
     if not graph:
         options.note(f"time limit: graph bounds (round trip, one machine, capped warm-up) skipped: they take up to "
                      f"{cost:.1f} s here")
@@ -518,7 +518,7 @@ BUILD_S_PER_OP = 2.5e-4
 
 def _time_to_build(setup: _Setup, options: SolveOptions) -> bool:
     """Whether the budget left covers building the CP-SAT model of the whole space."""
-    return options.remaining_s() >= BUILD_S_PER_OP * setup.ops
+    return options.allows(BUILD_S_PER_OP * setup.ops, "a CP-SAT model not built")
 
 
 def _op_count(stages: int, microbatches: int, split: bool) -> int:
@@ -546,7 +546,7 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     bound = period_bound(instance.microbatches, _durations_s(instance), instance.comm, caps)
     setup = replace(setup, period_bound=bound if bound > 0 else None)  # 0: no device has a cap, no bound
     # composing, simulating and timing its schedule
-    if options.remaining_s() < 2 * SCHEDULE_S_PER_OP * setup.ops:
+    if not options.allows(2 * SCHEDULE_S_PER_OP * setup.ops, "the steady-state search skipped"):
         options.note("time limit: steady-state search skipped")
         return setup
     tick_duration, tick_delay = ticked
@@ -696,7 +696,7 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
     assert setup.placement is not None and best.schedule is not None and setup.ticked is not None
     if len(start) > AUTO_LNS_OPS and _periodic_applies(setup):  # one stage per device: windows of time alone
         return _improve_windows(setup, best, from_solver, options)
-    if options.remaining_s() < 3 * BUILD_S_PER_OP * len(start):  # the model, a step and the read-back would not fit
+    if not options.allows(3 * BUILD_S_PER_OP * len(start), "the large-neighbourhood search skipped"):  # model, a step, read-back
         options.note("large-neighbourhood search skipped: too little time left for a model of this size")
         return best, from_solver
     frame = Frame(setup.tick, end, min(setup.lower, end))
@@ -752,7 +752,7 @@ def _windows_then_cp(setup: _Setup, best: _Solved, from_solver: bool, options: S
 def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
     """The window search of :mod:`ppopt.solve.lns` (one stage per device): no full model to build."""
     assert best.schedule is not None and best.simulation is not None and setup.ticked is not None
-    if options.remaining_s() < 3 * SCHEDULE_S_PER_OP * setup.ops:  # its set-up, one step, the final check
+    if not options.allows(3 * SCHEDULE_S_PER_OP * setup.ops, "the window search skipped"):  # set-up, a step, final check
         options.note("large-neighbourhood search skipped: too little time left for a schedule of this size")
         return best, from_solver
     tick_duration, tick_delay = setup.ticked
@@ -818,7 +818,7 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
         return _read_back(setup, built, dive.solver, dive.callback.last_solution_s, "optimal")
     solver = options.solver(len(built.ops))
     callback = _Progress(setup.tick, unit, options.progress, began)
-    code = solver.solve(built.model, callback)
+    code = options.run(solver, built.model, callback)
     status = STATUS.get(code, "unknown")
     if code == cp_model.INFEASIBLE:
         return _Solved(status, math.inf)
@@ -828,7 +828,9 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
     if dive is not None and dive.found and (not main_found or dive.shorter_by(solver, 1)):
         return replace(_read_back(setup, built, dive.solver, dive.callback.last_solution_s, "feasible"), solver_bound=bound)
     if not main_found:
-        note = "CP-SAT found no schedule within the time limit: the best hint is reported" if code == cp_model.UNKNOWN else None
+        limit = "its deterministic time" if solver.deterministic_time >= solver.parameters.max_deterministic_time \
+            else "the time limit"
+        note = f"CP-SAT found no schedule within {limit}: the best hint is reported" if code == cp_model.UNKNOWN else None
         return _Solved(status, dive_bound * setup.tick, note=note)
     last = callback.last_solution_s
     if dive is not None and dive.shorter_by(solver, 0):  # hinted with the dive's schedule, it found it again
@@ -849,7 +851,7 @@ class _Dive:
 
     solver: cp_model.CpSolver
     callback: _Progress
-    code: int
+    code: cp_model.CpSolverStatus
 
     @property
     def found(self) -> bool:
@@ -881,7 +883,7 @@ def _unhinted_dive(setup: _Setup, built: Built, options: SolveOptions, began: fl
     unhinted.clear_hints()
     solver = share.solver()
     callback = _Progress(setup.tick, setup.instance.time_unit, options.progress, began)
-    dive = _Dive(solver, callback, solver.solve(unhinted, callback))
+    dive = _Dive(solver, callback, share.run(solver, unhinted, callback))
     fitting_end = setup.hint_end if setup.hint is not None and setup.hint.fits else None
     if dive.found and (fitting_end is None or solver.objective_value < fitting_end - 0.5):
         if not dive.proven:
@@ -932,7 +934,7 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     if options.expired:
         return spent
     solver = options.solver(len(built.ops))
-    code = solver.solve(built.model)
+    code = options.run(solver, built.model)
     status = STATUS.get(code, "unknown")
     options.note(f"peak memory at step <= {cap * setup.tick:.6g} {setup.instance.time_unit}: {status}")
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
