@@ -33,4 +33,13 @@ class ScheduleError(PpoptError):
 
 
 class InfeasibleError(PpoptError):
-    """A request no schedule can satisfy (e.g. a memory limit below the minimum)."""
+    """A request no schedule can satisfy (e.g. a memory limit below the minimum).
+
+    Attributes:
+        minimum: for a memory limit below what every schedule needs, that minimum (the limit's
+            unit), so that a caller trying several spaces can name the least of them; else None.
+    """
+
+    def __init__(self, reason: str, *, field: str | None = None, minimum: float | None = None):
+        super().__init__(reason, field=field)
+        self.minimum = minimum

@@ -192,12 +192,26 @@ def test_the_minimum_a_refusal_names_is_accepted_when_passed_back():
     # least route on its own named 708.8 GiB, which no schedule meets)
     (["-p", "4", "-m", "8", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "32",
       "--space", "placement=bidirectional,directions=free"], "769497497600"),
+    # a fixed order has one peak per device whatever its timing: 1F1B's device 0 holds p = 4 (the
+    # generic minimum of 1 used to be named, and limits 1 to 3 were accepted, then "infeasible")
+    (["-p", "4", "-m", "8", "--unit", "--space", "fixed:1f1b"], "4"),
+    # every member refused: the least demanding member's minimum (the linear placement's 1)
+    (["-p", "4", "-m", "8", "--unit", "--space", "placement=family"], "1"),
 ])
 def test_the_named_minimum_memory_is_met_by_a_schedule(flags, least):
     """The minimum a refusal names is a limit some schedule meets: searching at it finds one, and
     the refusal of a smaller limit names it."""
     refused = run("search", *flags, "--memory-limit", "0.1" if "--unit" in flags else "1GiB")
-    assert refused.exit_code == 1 and f"below the minimum {least} " in refused.stderr, refused.stderr
+    error = refused.stderr.strip().splitlines()[-1]  # after the progress lines
+    assert refused.exit_code == 1 and error.startswith("error: ") and f"below the minimum {least} " in error, refused.stderr
     found = run("search", *flags, "--memory-limit", least, "--time-limit", "5", "-q", "--json")
     assert found.exit_code == 0, found.output
     assert json.loads(found.stdout)["status"] in ("optimal", "feasible")
+
+
+def test_the_frontier_of_a_fixed_schedule_starts_at_its_own_peak():
+    result = run("frontier", "-p", "4", "-m", "8", "--unit", "--space", "fixed:1f1b", "--json", "-q")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [p["memory_limit"] for p in data["points"]] == [4]
+    assert data["points"][0]["status"] == "optimal"

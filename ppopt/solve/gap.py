@@ -187,6 +187,8 @@ def frontier(
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices))
     points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted]
     free_peak = _peak(instance, free.simulation) if free.simulation else None
+    if space.fixed and free_peak is not None:  # a fixed order has one peak per device, whatever its timing
+        minimum = max(minimum, free_peak)
     if limits is None:
         top = max([p for _, p, _ in points_handcrafted] + [free_peak if free_peak is not None else minimum])
         limits = default_limits(minimum, top, instance.memory_unit)

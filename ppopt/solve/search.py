@@ -443,10 +443,29 @@ def _require_memory(instance: Instance, space: Space, placement) -> None:
         return
     need, why = minimum_memory(instance, space, placement)
     if instance.memory_limit < need * (1 - 1e-12):
-        raise InfeasibleError(
-            f"memory limit {_format_amount(instance.memory_limit, instance.memory_unit)} is below the minimum "
-            f"{_format_amount(need, instance.memory_unit, least=True)} any schedule of {space.describe()} needs ({why})"
-        )
+        raise _below_minimum(instance, need, f"any schedule of {space.describe()} needs ({why})")
+
+
+def _below_minimum(instance: Instance, need: float, what: str) -> InfeasibleError:
+    """The error for a memory limit below ``need`` (the instance's memory unit), ``what`` saying who
+    needs it and why."""
+    assert instance.memory_limit is not None
+    unit = instance.memory_unit
+    return InfeasibleError(f"memory limit {_format_amount(instance.memory_limit, unit)} is below the minimum "
+                           f"{_format_amount(need, unit, least=True)} {what}", minimum=need)
+
+
+def _require_fixed_memory(instance: Instance, space: Space, fixed: Candidate) -> None:
+    """Raise InfeasibleError when the fixed schedule of ``fixed:NAME`` is over the memory limit.
+
+    Its order is fixed on every device, and a device's live activations change only at its own ops,
+    so every timing of that order has the same peaks: the schedule's own peak is the minimum."""
+    if fixed.fits or instance.memory_limit is None:
+        return
+    use = memory_use(fixed.simulation, instance)
+    device = max(range(len(use)), key=use.__getitem__)
+    raise _below_minimum(instance, use[device], f"{space.describe()} needs (its order fixes every device's peak; "
+                                                f"device {device}'s is the largest)")
 
 
 def analytic_bounds(instance: Instance, placement, split: bool, even: bool = True, ticked=None,
@@ -490,6 +509,7 @@ def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions, began: flo
     placement: tuple[tuple[int, ...], ...] | None
     if space.fixed:
         assert template is not None
+        _require_fixed_memory(instance, space, candidates[0])
         # a mixed schedule (B for some microbatches, I + W for others) is a point of the split space,
         # its B an I with its W right after, so that space's bounds hold for it
         placement, split = template.placement, template.split_backward
@@ -1075,6 +1095,7 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
     has no proven bound (reported as 0, gap unknown)."""
     results: list[SearchResult] = []
     unsearched = []
+    least: InfeasibleError | None = None  # the member whose memory minimum is the smallest
     for k, member in enumerate(FAMILY_MEMBERS):
         member_space = replace(space, placement=member)
         if results and too_late(options, spec, member_space):
@@ -1085,10 +1106,14 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
             results.append(search(spec, member_space, options.share(len(FAMILY_MEMBERS) - k)))
         except (InfeasibleError, ScheduleError) as error:
             options.note(f"skipped placement={member}: {error}")
+            if isinstance(error, InfeasibleError) and error.minimum is not None \
+                    and (least is None or least.minimum is None or error.minimum < least.minimum):
+                least = error
     if not results:
-        raise InfeasibleError(
-            f"no placement of {space.describe()} admits p = {spec.devices}, m = {spec.microbatches} under the memory limit"
-        )
+        reason = f"no placement of {space.describe()} admits p = {spec.devices}, m = {spec.microbatches} under the memory limit"
+        if least is not None:
+            reason += f"; the least demanding: {least.reason}"
+        raise InfeasibleError(reason, minimum=None if least is None else least.minimum)
     found = [r for r in results if r.step_time is not None]
     best = min(found, key=lambda r: r.step_time or 0.0) if found else results[0]
     bound = 0.0 if unsearched else min(r.bound for r in results)
