@@ -28,17 +28,21 @@ GREEDY = "greedy"
 
 
 def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], split: bool, name: str = GREEDY) -> Schedule | None:
-    """The greedy list schedule (see the module docstring), or None when the placement has replicas
-    or the cap admits no progress."""
-    if any(len(holders) != 1 for holders in placement):
-        return None
+    """The greedy list schedule (see the module docstring), or None when the cap admits no progress.
+
+    With replicas (the bidirectional placement) every microbatch takes the first route (replica 0),
+    a schedule only a space with free directions holds; the persistent state of every stage a device
+    holds, replicas included, still counts against its cap."""
+    route = tuple((holders[0],) for holders in placement)
+    replicated = route != placement
     stages, m, p = len(placement), instance.microbatches, instance.devices
-    device = {s: placement[s][0] for s in range(stages)}
+    device = {s: route[s][0] for s in range(stages)}
     ops = required_ops(stages, m, split)
     grad = Kind.I if split else Kind.B
     free_kind = freeing_kind(split)
     bytes_mode = instance.memory_unit == "bytes"
     held = stages_by_device(placement, p)
+    on_route = stages_by_device(route, p)
     cap = [float("inf")] * p
     if instance.memory_limit is not None:
         for d in range(p):
@@ -49,8 +53,8 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
     # (looped and V placements): without it, new microbatches could fill the cap and starve the
     # in-flight ones, a deadlock
     reserved = [0.0] * p
-    first_stage = {d: on_d[0] for d, on_d in enumerate(held) if on_d}
-    route_size = {d: sum(instance.costs[s].activation_bytes for s in on_d) for d, on_d in enumerate(held) if on_d}
+    first_stage = {d: on_d[0] for d, on_d in enumerate(on_route) if on_d}
+    route_size = {d: sum(instance.costs[s].activation_bytes for s in on_d) for d, on_d in enumerate(on_route) if on_d}
     deps = {op: dependencies(op, stages, split) for op in ops}
     end: dict[Op, float] = {}
     remaining = {op: len(deps[op]) for op in ops}
@@ -128,4 +132,4 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
         try_start(d, now)
     if sum(len(o) for o in orders) != len(ops):
         return None
-    return Schedule(name, p, m, placement, tuple(tuple(o) for o in orders))
+    return Schedule(name, p, m, placement, tuple(tuple(o) for o in orders), replica_of=(0,) * m if replicated else ())

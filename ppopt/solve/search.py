@@ -269,7 +269,9 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         return any(c.fits for c in candidates)
 
     placement = placement_of(space, devices)
-    greedy_applies = not space.fixed and space.order == "free" and placement is not None
+    # with replicas, the greedy schedule sends every microbatch down one route: free directions only
+    greedy_applies = not space.fixed and space.order == "free" and placement is not None \
+        and (all(len(h) == 1 for h in placement) or (space.placement == "bidirectional" and space.directions == "free"))
 
     def another() -> bool:
         """Whether to try one more handcrafted schedule: while the time left covers it, or, while none
