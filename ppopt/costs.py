@@ -66,7 +66,9 @@ Op durations
 Parameters per block
     ``P_lin`` + biases + norms. GELU models follow Megatron GPT (biases on every linear layer,
     LayerNorm with scale and shift): ``P_lin + (2h + 2rh) + f + h + 4h`` = 12h² + 13h for plain GPT.
-    SwiGLU models follow LLaMA (no biases, RMSNorm with a scale only): ``P_lin + 2h``.
+    SwiGLU models follow LLaMA (no biases, RMSNorm with a scale only): ``P_lin + 2h``. Under tensor
+    parallelism the norms and the row-parallel biases stay whole on every rank
+    (:func:`layer_params_per_rank`).
     The first stage holds the embedding (V·h, plus s·h learned position embeddings when
     ``model.learned_position_embeddings``); the last stage holds the output projection (V·h)
     also when ``tie_embeddings`` and there are several stages: Megatron-LM keeps a synchronised
@@ -104,6 +106,8 @@ __all__ = [
     "layer_forward_flops",
     "layer_linear_params",
     "layer_param_count",
+    "layer_params_per_rank",
+    "layer_replicated_params",
     "link_between",
     "logits_forward_flops",
     "microbatch_size",
@@ -263,6 +267,22 @@ def layer_param_count(model: ModelConfig) -> int | float:
     if model.activation == "swiglu":
         return layer_linear_params(model) + 2 * h
     return layer_linear_params(model) + (2 * h + 2 * _kv_width(model)) + f + h + 4 * h
+
+
+def layer_replicated_params(model: ModelConfig) -> int:
+    """Parameters of one block that every tensor-parallel rank holds whole: the norms' (4h for two
+    LayerNorms with scale and shift, 2h for two RMSNorms) and the biases added after a row-parallel
+    layer's all-reduce (attention output and second MLP matrix, 2h, GELU models only) (Shoeybi et
+    al. 2019, "Megatron-LM", Section 3: only the matrices and the column-parallel biases are split)."""
+    h = model.hidden_size
+    return 2 * h if model.activation == "swiglu" else 4 * h + 2 * h
+
+
+def layer_params_per_rank(model: ModelConfig, tp: int) -> float:
+    """Parameters of one block on each of ``tp`` tensor-parallel ranks: the split ones over ``tp``,
+    plus the replicated ones (:func:`layer_replicated_params`) whole."""
+    replicated = layer_replicated_params(model)
+    return (layer_param_count(model) - replicated) / tp + replicated
 
 
 def layer_forward_flops(model: ModelConfig, batch: int) -> float:

@@ -79,13 +79,16 @@ Embedding and output layer
     2·b·s·h·V/t FLOPs (vocabulary-parallel), and the loss reads and writes them (2·b·s·V·e/t).
 
 Data parallelism and the optimizer
-    Each stage's d replicas all-reduce their fp16/bf16 gradients, ``param_count/t · e`` bytes, by a
+    Each stage's d replicas all-reduce their fp16/bf16 gradients, ``param_count · e`` bytes, by a
     ring over d ranks (a distributed optimizer's reduce-scatter + all-gather move the same volume).
     The optimizer step is memory-bound: it reads and writes the GPU's parameter state once,
     ``2 · state bytes`` (as :func:`ppopt.simulate.simulate`'s optimizer step); with a distributed
-    optimizer each rank updates 1/d of it. Persistent bytes per GPU: ``param_count/t`` times
-    ``bytes_per_param_state`` (16 for mixed-precision Adam), or, with the distributed optimizer,
-    ``2e + (bytes_per_param_state - 2e)/d`` (Rajbhandari et al. 2020, "ZeRO", stage 1).
+    optimizer each rank updates 1/d of it. ``param_count`` is one GPU's: the weight matrices, the
+    embedding and the column-parallel biases split by t, the norms and the row-parallel biases whole
+    on every rank (:func:`ppopt.costs.layer_params_per_rank`). Persistent bytes per GPU:
+    ``param_count`` times ``bytes_per_param_state`` (16 for mixed-precision Adam), or, with the
+    distributed optimizer, ``2e + (bytes_per_param_state - 2e)/d`` (Rajbhandari et al. 2020, "ZeRO",
+    stage 1).
 
     By default the all-reduce starts after the pipeline (no gradient bucketing, as in the measured
     runs). With ``overlap_gradient_sync`` it is bucketed and overlapped with the backward of the
@@ -128,7 +131,7 @@ from ppopt.costs import (
     elementwise_traffic_bytes,
     layer_forward_flops,
     layer_linear_params,
-    layer_param_count,
+    layer_params_per_rank,
     partition_layers,
     stored_activation_bytes_per_layer,
     work_time_s,
@@ -541,7 +544,7 @@ def job_work(job: Job) -> JobWork:
     weight_flops = 2.0 * b * s * layer_linear_params(model) / t  # = f_gemm - core
     scores = _activation_parts(model, b)[2]
     elementwise = stored_activation_bytes_per_layer(model, b, t, job.sequence_parallel, "none")
-    operands = layer_param_count(model) / t * e  # a block's weights, read (F, I) or gradient written (W)
+    operands = layer_params_per_rank(model, t) * e  # a block's weights, read (F, I) or gradient written (W)
     if system.op_accounting == "kernels":
         traffic_f, traffic_i, traffic_w = (*elementwise_traffic_bytes(model, b, t, job.sequence_parallel), 0.0)
         traffic_core = elementwise_traffic_bytes(model, b, t, job.sequence_parallel, core_only=True)[0]
@@ -580,7 +583,7 @@ def job_work(job: Job) -> JobWork:
     fw, iw, ww, sync, opt, params, store, work_bytes, persistent = [], [], [], [], [], [], [], [], []
     for index, n in enumerate(layers):
         f, i, w = n * forward, n * input_grad, n * weight
-        count = n * layer_param_count(model) / t
+        count = n * layer_params_per_rank(model, t)
         kept, extra = n * stored, working
         if index == 0:  # embedding: gather rows (vocabulary-parallel: all-reduce them), scatter their gradient
             f = f + Work(memory_bytes=rows) + tp_ar

@@ -79,6 +79,19 @@ def test_data_parallel_gradient_allreduce():
     assert work.gradient_sync[0].intra_bytes == pytest.approx(work.param_count[0] * 2)
 
 
+def test_norms_and_row_parallel_biases_are_whole_on_every_tensor_parallel_rank():
+    # GPT block, h = 1024: 12h² + 13h parameters, of which the two LayerNorms (4h) and the biases of
+    # the attention output and the second MLP matrix (2h) are replicated: at t = 8 a rank holds
+    # (12·1024² + 7·1024)/8 + 6·1024 = 1,572,864 + 896 + 6,144 = 1,579,904 per block.
+    work = job_work(Job(GPT, SYSTEM, tp=8, pp=4, micro_batch=1))
+    assert work.param_count[1] == 1_579_904  # a middle stage: one block, nothing else
+    assert work.persistent_bytes[1] == 16 * 1_579_904
+    # Llama-style (RMSNorm scale only, no biases): only the norms, 2h, stay whole
+    llama = GPT.model_copy(update={"activation": "swiglu", "ffn_hidden_size": 2816})
+    whole = job_work(Job(llama, SYSTEM, pp=4, micro_batch=1)).param_count[1]
+    assert job_work(Job(llama, SYSTEM, tp=8, pp=4, micro_batch=1)).param_count[1] == (whole - 2048) / 8 + 2048
+
+
 def test_distributed_optimizer_shards_the_optimizer_state():
     plain = job_work(Job(GPT, SYSTEM, dp=4, micro_batch=1))
     sharded = job_work(Job(GPT, SYSTEM, dp=4, micro_batch=1, distributed_optimizer=True))

@@ -340,12 +340,15 @@ def test_job_and_plan_print_huge_values_in_significant_digits(tmp_path):
 
 
 def test_plan_says_by_how_much_the_closest_job_misses_a_limit_it_rounds_to():
-    """Llama 3 8B on 8 H100s: the closest job over the 80 GB limit needs 80.0039 GB, which two
-    decimals print as the limit itself; the line now gives its need in full digits."""
+    """Llama 3 8B on 8 H100s, a limit 1,000 bytes below what the closest job over 80 GB needs: two
+    decimals print the need as the limit itself (80.0039 GB once read "needs 80.00 GB" under a limit
+    of 80.00 GB); the line gives the need in full digits."""
     flags = ("plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--search", "0", "-q",
              "--schedule", "1f1b")
-    data = json.loads(run(*flags, "--json").stdout)
+    closest = json.loads(run(*flags, "--json").stdout)["closest_over"]["peak_memory_bytes"]
+    tight = (*flags, "--memory-limit", f"{closest - 1000:.0f}")
+    data = json.loads(run(*tight, "--json").stdout)
     needs, limit = data["closest_over"]["peak_memory_bytes"], data["memory_limit_bytes"]
-    assert needs > limit and f"{needs / 1e9:.2f}" == f"{limit / 1e9:.2f}"  # the case this test is about
-    line = run(*flags).output.splitlines()[1]
+    assert needs == closest and f"{needs / 1e9:.2f}" == f"{limit / 1e9:.2f}"  # the case this test is about
+    line = run(*tight).output.splitlines()[1]
     assert f"needs {needs / 1e9:.12g} GB" in line, line
