@@ -77,6 +77,11 @@ Embedding and output layer
     Stage 0 gathers b·s·h·e embedding rows (plus one all-reduce of them under tensor parallelism:
     Megatron's vocabulary-parallel embedding); the last stage computes the logits,
     2·b·s·h·V/t FLOPs (vocabulary-parallel), and the loss reads and writes them (2·b·s·V·e/t).
+    The logits layer's input enters the tensor-parallel region, so its gradient is all-reduced in
+    the last stage's I (Shoeybi et al. 2019, Section 3, the f operator; with sequence parallelism an
+    all-gather in F and a reduce-scatter in I). With tied embeddings on several devices, the first
+    and the last stage all-reduce the word embedding's gradient, V·h·e/t bytes, once per step after
+    the data-parallel all-reduce (:func:`_embedding_allreduce_work`).
 
 Data parallelism and the optimizer
     Each stage's d replicas all-reduce their fp16/bf16 gradients, ``param_count · e`` bytes, by a
@@ -443,6 +448,20 @@ def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, sy
     return Work(inter_bytes=volume * _nic_users(system, users), inter_hops=2.0 * (ranks - 1))
 
 
+def _embedding_allreduce_work(job: Job, num_bytes: float) -> Work:
+    """All-reduce of the tied word embedding's gradient, ``num_bytes`` per GPU, between the GPU of
+    the first stage and its peer of the last stage (two ranks: ``num_bytes`` each way, two link
+    latencies), after the data-parallel all-reduce (Megatron-LM's ``finalize_model_grads``). Every
+    GPU of those stages does it at once, so across nodes it shares the NIC as a pipeline message
+    does."""
+    system = job.system
+    per_node = stages_per_node(job)
+    if job.device_of(0) // per_node == job.device_of(job.stages - 1) // per_node:
+        return Work(intra_bytes=num_bytes, intra_hops=2.0)
+    users = _nic_users(system, min(job.tp * job.dp, system.devices_per_node))
+    return Work(inter_bytes=num_bytes * users, inter_hops=2.0)
+
+
 def stages_per_node(job: Job) -> int:
     """Pipeline stages whose GPUs share one node: devices_per_node / (t·d), at least 1."""
     return max(1, job.system.devices_per_node // (job.tp * job.dp))
@@ -593,6 +612,9 @@ def job_work(job: Job) -> JobWork:
             # F writes the logits and the loss reads them back (2 passes); I reads the kept softmax,
             # W the logits' gradient (one pass each)
             f, i, w = f + output + Work(memory_bytes=logits_bytes), i + output, w + output
+            # the output layer's input enters the tensor-parallel region: all-reduce of its gradient
+            # in I, or with sequence parallelism an all-gather in F and a reduce-scatter in I
+            f, i = (f + 0.5 * tp_ar, i + 0.5 * tp_ar) if job.sequence_parallel else (f, i + tp_ar)
             kept += logits_bytes
             extra += logits_bytes  # their gradient, while the backward runs
             if index != 0 or not model.tie_embeddings:  # own matrix, or Megatron's synchronised copy
@@ -607,6 +629,9 @@ def job_work(job: Job) -> JobWork:
         sync.append(ring_allreduce_work(count * e, job.dp, job.tp * job.dp, job.tp, system))
         opt.append(Work(memory_bytes=2 * count * bps * optimizer_share, ops=1.0))
 
+    if model.tie_embeddings and last > 0 and job.device_of(0) != job.device_of(last):
+        embedding = _embedding_allreduce_work(job, v * h / t * e)
+        sync[0], sync[last] = sync[0] + embedding, sync[last] + embedding
     message = _message_work(job, rows / t)
     if t > 1 and not job.sequence_parallel:  # the receiver all-gathers the scattered activation
         gather = 0.5 * ring_allreduce_work(rows, t, t, 1, system)

@@ -92,6 +92,29 @@ def test_norms_and_row_parallel_biases_are_whole_on_every_tensor_parallel_rank()
     assert job_work(Job(llama, SYSTEM, tp=8, pp=4, micro_batch=1)).param_count[1] == (whole - 2048) / 8 + 2048
 
 
+def test_the_output_layer_all_reduces_its_input_gradient_over_the_tensor_parallel_group():
+    # t = 2, p = 2: two blocks per stage, b·s·h·e = 2 MiB per all-reduce, ring 2·(1/2)·2 MiB = 2 MiB.
+    # The last stage's I: two all-reduces per block (4 x 2 MiB) and the output layer's (2 MiB): 10 MiB
+    # (the first stage's I: 8 MiB and the all-gather of the received gradient, (1/2)·2 MiB: 9 MiB).
+    work = job_work(Job(GPT, SYSTEM, tp=2, pp=2, micro_batch=1))
+    assert work.input_grad[1].intra_bytes == 10 * 2**20
+    assert work.input_grad[0].intra_bytes == 9 * 2**20
+    # with sequence parallelism: an all-gather (1 MiB) in F and a reduce-scatter (1 MiB) in I instead
+    sp = job_work(Job(GPT, SYSTEM, tp=2, pp=2, micro_batch=1, sequence_parallel=True))
+    assert sp.input_grad[1].intra_bytes == 9 * 2**20
+    assert sp.forward[1].intra_bytes == 9 * 2**20  # 4 x 2 MiB in the blocks, 1 MiB before the logits
+
+
+def test_tied_embeddings_all_reduce_their_gradient_between_the_first_and_last_stage():
+    # p = 2, t = d = 1 on one node: V·h·2 = 102,926,336 bytes each way over NVLink (100 GB/s), two
+    # latencies of 1 µs: 0.00102926336 + 2e-6 s, the whole gradient synchronisation.
+    tied = evaluate_job(Job(GPT, SYSTEM, pp=2, micro_batch=1))
+    assert tied.gradient_sync_s == pytest.approx(VH * 2 / 100e9 + 2e-6)
+    untied = evaluate_job(Job(GPT.model_copy(update={"tie_embeddings": False}), SYSTEM, pp=2, micro_batch=1))
+    assert untied.gradient_sync_s == 0
+    assert evaluate_job(Job(GPT, SYSTEM, pp=1, micro_batch=1)).gradient_sync_s == 0  # one copy only
+
+
 def test_distributed_optimizer_shards_the_optimizer_state():
     plain = job_work(Job(GPT, SYSTEM, dp=4, micro_batch=1))
     sharded = job_work(Job(GPT, SYSTEM, dp=4, micro_batch=1, distributed_optimizer=True))
@@ -213,12 +236,14 @@ def test_chimera_job_persistent_memory_and_gradient_sync():
     # p = 4: device 0 holds stage 0 (blocks + embedding) and the up pipeline's stage 3 (block + its
     # V·h copy), each replica in full: (2P + 2·V·h)·16 = 2,049,900,544 bytes; device 1 holds stages 1
     # and 2: 2P·16. With d = 2 (a ring over 2 GPUs of one node: bytes/100 GB/s + 2 hops of 1 µs each)
-    # device 0 all-reduces both its stages' fp16 gradients one after the other:
-    # 2·((P + V·h)·2 / 100e9 + 2e-6) = 0.00252637568 s.
+    # device 0 all-reduces both its stages' fp16 gradients one after the other, and the tied
+    # embedding's with device 3 once per pipeline (its stage 0 pairs with the down pipeline's last
+    # stage on device 3, its up-pipeline stage 3 with the up pipeline's stage 0 there), V·h·2 bytes
+    # each over NVLink: 2·((P + V·h)·2 / 100e9 + 2e-6) + 2·(V·h·2 / 100e9 + 2e-6) = 0.0046289024 s.
     job = Job(GPT, SYSTEM, pp=4, dp=2, micro_batch=1, global_batch=8, schedule="chimera")
     result = evaluate_job(job)
     assert result.simulation.persistent_bytes == ((2 * P + 2 * VH) * 16, 2 * P * 16, 2 * P * 16, (2 * P + 2 * VH) * 16)
-    assert result.gradient_sync_s == pytest.approx(2 * ((P + VH) * 2 / 100e9 + 2e-6))
+    assert result.gradient_sync_s == pytest.approx(2 * ((P + VH) * 2 / 100e9 + 2e-6) + 2 * (VH * 2 / 100e9 + 2e-6))
 
 
 def test_job_schedules_and_their_options():
