@@ -447,3 +447,14 @@ def test_sizing_shares_a_placement_s_work_exactly():
         request = PlanRequest(LLAMA8, H100, 8, global_batch=8, schedules=SCHEDULES, recompute=("selective",), split=split)
         for job in enumerate_jobs(request):
             assert _shared_work(job) == job_work(job), describe(job)
+
+
+def test_plan_with_a_deterministic_time_says_it_is_reproducible_and_is():
+    flags = ("plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--schedule", "1f1b", "--top", "2",
+             "--search", "2", "--deterministic-time", "0.5", "--json")
+    first, second = (CliRunner().invoke(main, flags) for _ in range(2))
+    assert first.exit_code == 0, first.output
+    assert first.stderr.strip().splitlines()[-1] == "note: reproducible: seed 0, one worker, every step within its deterministic time"
+    assert json.loads(first.stdout) == json.loads(second.stdout)
+    bad = CliRunner().invoke(main, [*flags[:-3], "--deterministic-time", "0"])
+    assert bad.exit_code == 1 and "--deterministic-time" in bad.stderr

@@ -447,3 +447,17 @@ def check_plot(ctx: click.Context, param: click.Parameter, path: str | None) -> 
         except PpoptError as error:
             raise click.BadParameter(error.reason) from None
     return path
+
+
+def say_whether_reproducible(solve: solve_options.SolveOptions) -> None:
+    """With ``--deterministic-time``, one line on stderr: whether another run with the same flags gives
+    the same result (one worker, and the wall-clock budget never decided: :attr:`ppopt.solve.options.SolveOptions.cuts`)."""
+    if solve.deterministic_time is None:
+        return
+    if solve.workers > 1:
+        click.echo(f"note: not reproducible: {solve.workers} CP-SAT workers race each other; use --workers 1", err=True)
+    elif solve.cuts:
+        click.echo(f"note: not reproducible: the time limit decided before the deterministic time ({solve.cuts[0]}); "
+                   "give a longer --time-limit or a smaller --deterministic-time", err=True)
+    elif solve.progress is not None:
+        click.echo(f"note: reproducible: seed {solve.seed}, one worker, every step within its deterministic time", err=True)

@@ -9,7 +9,15 @@ import click
 
 from ppopt.cli import main, startup_s
 from ppopt.cli.measured import _table
-from ppopt.cli.options import check_output, check_plot, emit_json, format_option, json_option, parse_amount
+from ppopt.cli.options import (
+    check_output,
+    check_plot,
+    emit_json,
+    format_option,
+    json_option,
+    parse_amount,
+    say_whether_reproducible,
+)
 from ppopt.job import SCHEDULES
 from ppopt.plan import DEFAULT_SCHEDULES
 
@@ -70,6 +78,9 @@ def _rate(value: float) -> str:
               help="Search the schedules of this many best jobs with CP-SAT (0: no search).")
 @click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True, help="Seconds for the whole command.")
 @click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed.")
+@click.option("--deterministic-time", type=float, default=None,
+              help="CP-SAT's deterministic time for each schedule search (see `ppopt search --help`): with it, a "
+                   "plan the time limit does not cut is reproducible (a note says which).")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel evaluations (local processes; CPUs of a local Ray).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where evaluations run.")
 @click.option("--address", default=None, help="Ray cluster address (--executor ray).")
@@ -81,8 +92,8 @@ def _rate(value: float) -> str:
 @format_option
 @json_option
 def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_per_stage, recompute, schedules, micro_batches,
-                 overlap_grad_sync, candidates, search_top, time_limit, seed, jobs, executor, address, quiet, plot_path,
-                 torch_csv, fmt, as_json) -> None:
+                 overlap_grad_sync, candidates, search_top, time_limit, seed, deterministic_time, jobs, executor, address,
+                 quiet, plot_path, torch_csv, fmt, as_json) -> None:
     """The fastest tensor x pipeline x data parallel layout, micro batch size, recomputation mode and
     pipeline schedule of a training job under a per-GPU memory limit.
 
@@ -96,7 +107,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     from ppopt.plan import PlanRequest
     from ppopt.solve.options import SolveOptions
 
-    options = SolveOptions(time_limit_s=time_limit, seed=seed,
+    options = SolveOptions(time_limit_s=time_limit, seed=seed, deterministic_time=deterministic_time,
                            progress=None if quiet else (lambda line: click.echo(line, err=True))).start(startup_s())
     if top < 1:
         raise ConfigError(f"must be at least 1, got {top}", field="top")
@@ -134,11 +145,12 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
         _write_torch_csv(plans[0], searches[0], torch_csv)
     if as_json:
         emit_json([_json(p, s, top) for p, s in zip(plans, searches)] if candidates is not None else _json(plans[0], searches[0], top))
-        return
-    for k, (p, s) in enumerate(zip(plans, searches)):
-        if k and fmt != "csv":
-            click.echo("")
-        _print(p, s, top, fmt, header=k == 0)
+    else:
+        for k, (p, s) in enumerate(zip(plans, searches)):
+            if k and fmt != "csv":
+                click.echo("")
+            _print(p, s, top, fmt, header=k == 0)
+    say_whether_reproducible(options)
 
 
 def _candidate_groups(path: str, system):

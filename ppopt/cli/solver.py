@@ -19,6 +19,7 @@ from ppopt.cli.options import (
     parse_amount,
     refuse_other_modes_flags,
     refuse_unused_options,
+    say_whether_reproducible,
     schedule_options,
     system_options,
     unit_options,
@@ -44,7 +45,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int):
         spec, solve = _requests(params)
         _check_size(spec, params, solve.time_limit_s, built(params), held)
         result = command(spec=spec, solve=solve, **params)
-        _say_whether_reproducible(solve)
+        say_whether_reproducible(solve)
         return result
 
     for option in reversed(
@@ -127,20 +128,6 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
         raise ConfigError(f"{time_limit_s:g} s is too short for {what} ({ops:,} ops): building, simulating and printing "
                           f"{what_work} at that size takes up to {math.ceil(least)} s; give at least that",
                           field="time_limit_s")
-
-
-def _say_whether_reproducible(solve: SolveOptions) -> None:
-    """With ``--deterministic-time``, one line on stderr: whether another run with the same flags gives
-    the same result (one worker, and the wall-clock budget never decided: :attr:`SolveOptions.cuts`)."""
-    if solve.deterministic_time is None:
-        return
-    if solve.workers > 1:
-        click.echo(f"note: not reproducible: {solve.workers} CP-SAT workers race each other; use --workers 1", err=True)
-    elif solve.cuts:
-        click.echo(f"note: not reproducible: the time limit decided before the deterministic time ({solve.cuts[0]}); "
-                   "give a longer --time-limit or a smaller --deterministic-time", err=True)
-    elif solve.progress is not None:
-        click.echo(f"note: reproducible: seed {solve.seed}, one worker, every step within its deterministic time", err=True)
 
 
 def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
