@@ -199,9 +199,13 @@ def _to_end(schedule: Schedule, starts: dict[Op, int], timing: Timing, successor
     return to_end
 
 
-def _window_model(schedule: Schedule, starts: dict[Op, int], timing: Timing, free: set[Op], successors, to_end, horizon: int):
+def _window_model(schedule: Schedule, starts: dict[Op, int], timing: Timing, free: dict[Op, None], successors, to_end,
+                  horizon: int):
     """CP-SAT model of the free ops alone: everything before them fixed, everything after kept in
-    order behind them (its longest path to the end charged to the objective)."""
+    order behind them (its longest path to the end charged to the objective). ``free`` is ordered (a
+    dict used as an ordered set): the model's variables follow its order, and a set's order would
+    follow the process's string hashes, so the same seed would give different schedules from one
+    process to the next."""
     model = cp_model.CpModel()
     opens = {d: min((starts[f] for f in order if f in free), default=horizon) for d, order in enumerate(schedule.orders)}
     free_from: dict[int, int] = {}  # device -> end of its last fixed op before the window
@@ -290,7 +294,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
         else:
             first = 0 if anchor == "start" else max(0, best - width)
             anchored[anchor] = min(len(ops), int(anchored[anchor] * GROWTH))  # larger next time, unless it improves
-        free = {op for op in ops if first <= starts[op] < first + width}
+        free = dict.fromkeys(op for op in ops if first <= starts[op] < first + width)
         step += 1
         if not free:
             continue
