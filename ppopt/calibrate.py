@@ -222,7 +222,7 @@ def stack(rows: list[Measured]) -> _Stacked:
         input_grad=_stack([w.input_grad for w in works], width),
         weight_grad=_stack([w.weight_grad for w in works], width),
         messages=_stack([(2 * sum(w.messages, Work()),) for w in works], 1),
-        sync=_stack([w.gradient_sync for w in works], width),
+        sync=_stack([w.step_sync for w in works], width),
         optimizer=_stack([w.optimizer for w in works], width),
         microbatches=np.array([r.job.microbatches for r in rows], dtype=float),
         measured_s=np.array([r.measured_s for r in rows]),

@@ -493,6 +493,8 @@ class JobWork:
     messages: tuple[Work, ...]
     """One stage-to-stage message per boundary (p - 1)."""
     gradient_sync: tuple[Work, ...]
+    """The data-parallel all-reduce of each stage's gradients (overlapped with the last backward
+    under ``overlap_gradient_sync``)."""
     optimizer: tuple[Work, ...]
     layers: tuple[int, ...]
     param_count: tuple[float, ...]
@@ -503,11 +505,19 @@ class JobWork:
     """Transient bytes while one microbatch's backward runs (recomputed block, logits)."""
     persistent_bytes: tuple[float, ...]
     send_bytes: float
+    embedding_sync: tuple[Work, ...] = ()
+    """The tied word embedding's gradient all-reduce, on the first and the last stage, after the
+    data-parallel one (never overlapped); empty when there is none."""
 
     @property
     def backward(self) -> tuple[Work, ...]:
         """B = I + W of every stage."""
         return tuple(i + w for i, w in zip(self.input_grad, self.weight_grad))
+
+    @property
+    def step_sync(self) -> tuple[Work, ...]:
+        """Every stage's collectives after the pipeline: data-parallel, then the tied embedding's."""
+        return tuple(g + e for g, e in zip(self.gradient_sync, self.embedding_sync or (Work(),) * len(self.gradient_sync)))
 
 
 BLOCK_KERNELS = (13, 15, 4)
@@ -629,9 +639,11 @@ def job_work(job: Job) -> JobWork:
         sync.append(ring_allreduce_work(count * e, job.dp, job.tp * job.dp, job.tp, system))
         opt.append(Work(memory_bytes=2 * count * bps * optimizer_share, ops=1.0))
 
-    if model.tie_embeddings and last > 0 and job.device_of(0) != job.device_of(last):
+    embedding_sync: tuple[Work, ...] = ()
+    if model.tie_embeddings and last > 0 and not set(job.stage_devices[0]) & set(job.stage_devices[last]):
+        # (a device holding both, as V shapes, Chimera's and DualPipe's replicas do, sums them locally)
         embedding = _embedding_allreduce_work(job, v * h / t * e)
-        sync[0], sync[last] = sync[0] + embedding, sync[last] + embedding
+        embedding_sync = tuple(embedding if k in (0, last) else Work() for k in range(job.stages))
     message = _message_work(job, rows / t)
     if t > 1 and not job.sequence_parallel:  # the receiver all-gathers the scattered activation
         gather = 0.5 * ring_allreduce_work(rows, t, t, 1, system)
@@ -640,7 +652,7 @@ def job_work(job: Job) -> JobWork:
     per_node = stages_per_node(job)
     messages = tuple(message[job.device_of(k) // per_node != job.device_of(k + 1) // per_node] for k in range(last))
     return JobWork(tuple(fw), tuple(iw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
-                   tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t)
+                   tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t, embedding_sync)
 
 
 def _message_work(job: Job, num_bytes: float) -> tuple[Work, Work]:
@@ -749,6 +761,8 @@ def evaluate_job(job: Job) -> JobResult:
     syncs = [float(work_time_s(w, system)) for w in work.gradient_sync]
     if job.overlap_gradient_sync:
         syncs = [max(0.0, s - c.backward_s) for s, c in zip(syncs, costs.stages)]
+    embedding = [float(work_time_s(w, system)) for w in work.embedding_sync] or [0.0] * len(syncs)
+    syncs = [s + e for s, e in zip(syncs, embedding)]  # after the data-parallel one: never overlapped
     optimizers = [float(work_time_s(w, system)) for w in work.optimizer]
     sync = max(sum(syncs[k] for k in stages) for stages in held)
     optimizer = max(sum(optimizers[k] for k in stages) for stages in held)
