@@ -3,6 +3,8 @@ holds it, and no looser limit with a worse schedule or a lower bound than a tigh
 
 import math
 
+import pytest
+
 from ppopt.solve import gap as gapping
 from ppopt.solve.gap import NOT_SEARCHED, FrontierPoint, frontier
 from ppopt.solve.instance import InstanceSpec
@@ -69,19 +71,25 @@ def test_a_default_frontier_is_monotone():
 def test_a_limit_given_twice_is_one_point_and_one_share_of_the_budget(monkeypatch):
     """Limits [3, 2, 3]: two searches under limits (2, then 3) after the unlimited one, so the budget
     is split three ways, not four: the unlimited search gets a third of the deterministic time (10 of
-    30), the limit 2 half of it (15), the limit 3 all of it (30; the share of a budget that every
-    earlier search may have left unspent). The duplicate took a quarter (7.5) before."""
+    30), the limit 2 half of what is left, the limit 3 all of what is left then. (The duplicate took a
+    quarter, 7.5, before; and each search's share used to ignore what the earlier ones had spent, so
+    the three could get 10 + 15 + 30.)"""
     searches = []
     search = gapping.search
 
     def recorded(spec, space, options):
-        searches.append((spec.memory_limit, options.deterministic_time))
+        searches.append((spec.memory_limit, options.deterministic_time, options.work.spent))
         return search(spec, space, options)
 
     monkeypatch.setattr(gapping, "search", recorded)
     spec = InstanceSpec(4, 8, UnitCosts(1.0, 2.0, None, 1.0))
-    result = frontier(spec, parse_space("placement=linear"), [3, 2, 3], SolveOptions(20, deterministic_time=30.0))
-    assert searches == [(None, 10.0), (2, 15.0), (3, 30.0)]
+    options = SolveOptions(20, deterministic_time=30.0).start()
+    result = frontier(spec, parse_space("placement=linear"), [3, 2, 3], options)
+    assert [limit for limit, _, _ in searches] == [None, 2, 3]
+    (_, first, _), (_, second, spent_second), (_, third, spent_third) = searches
+    assert first == 10.0
+    assert second == pytest.approx((30.0 - spent_second) / 2) and third == pytest.approx(30.0 - spent_third)
+    assert options.work.spent <= 30.0
     assert [point.memory_limit for point in result.points] == [2, 3]
 
 

@@ -79,8 +79,8 @@ def _rate(value: float) -> str:
 @click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True, help="Seconds for the whole command.")
 @click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed.")
 @click.option("--deterministic-time", type=float, default=None,
-              help="CP-SAT's deterministic time for each schedule search (see `ppopt search --help`): with it, a "
-                   "plan the time limit does not cut is reproducible (a note says which).")
+              help="A budget of CP-SAT deterministic time for the schedule searches (see `ppopt search --help`): "
+                   "with it, a plan the time limit does not cut is reproducible (a note says which).")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel evaluations (local processes; CPUs of a local Ray).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where evaluations run.")
 @click.option("--address", default=None, help="Ray cluster address (--executor ray).")

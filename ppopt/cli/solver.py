@@ -58,8 +58,8 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int):
             click.option("--workers", type=int, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible)."),
             click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
             click.option("--deterministic-time", type=float, default=None,
-                         help="CP-SAT's deterministic time (its machine-independent work count, about seconds) for "
-                              "the main solve; the other phases get shares of it as of the time limit. With one "
+                         help="A budget of CP-SAT deterministic time (its machine-independent count of work, about "
+                              "seconds of search) for the whole command, shared out like the time limit. With one "
                               "worker, a run that the time limit does not cut is reproducible (a note says which)."),
             click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
                          help=f"cp: one CP-SAT solve (at most {CP_MAX_OPS} ops); lns: large-neighbourhood search from the "

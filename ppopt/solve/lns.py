@@ -21,8 +21,8 @@ Every neighbourhood model is a restriction of the full one, so every schedule fo
 Reproducible: neighbourhoods come from ``random.Random(seed)`` and each solve is limited by
 CP-SAT's *deterministic* time (:data:`STEP_DETERMINISTIC_S`), so with one worker the same seed
 gives the same sequence of schedules; the command's wall-clock budget only decides how many steps
-run (:class:`ppopt.solve.options.SolveOptions`; with ``deterministic_time`` set, the total
-deterministic time decides, so the result is the same on any machine).
+run (:class:`ppopt.solve.options.SolveOptions`; with ``deterministic_time`` set, what is left of it
+decides, each step charged at least :data:`STEP_FLOOR_S`, so the result is the same on any machine).
 Only placements where every stage has one device (linear, looped, V, zig-zag) are supported.
 
 **Windows of time, alone** (:func:`improve_windows`, for large instances whose devices hold one
@@ -123,10 +123,9 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
     microbatches = 1 + max(op.microbatch for op in built.ops)
     best = _makespan(built, starts)
     size, failures, step, improvements, when = TARGET_FREE, 0, 0, 0, None
-    deterministic_left = options.deterministic_time
     reserve = RESERVE_SHARE * options.time_limit_s  # for reading the best back, validating and simulating it
     building = 0.0  # wall time the last neighbourhood model took to build
-    while best > 0 and (deterministic_left is None or deterministic_left > 0) \
+    while best > 0 and (deterministic_left := options.deterministic_left()) != 0 \
             and options.allows(reserve + 2 * building, "the large-neighbourhood search stopped"):
         free = _neighbourhood(rng, step, built, starts, size, microbatches)
         built_at = time.monotonic()
@@ -142,8 +141,7 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
         solver.parameters.max_deterministic_time = dt
         solver.parameters.cp_model_presolve = False  # the frozen chains leave little to presolve, at a high cost
         code = options.run(solver, model)
-        if deterministic_left is not None:
-            deterministic_left -= max(solver.deterministic_time, STEP_FLOOR_S)
+        options.charge(STEP_FLOOR_S - solver.deterministic_time)  # every step costs at least the floor
         step += 1
         found = round(solver.objective_value) if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
         if found is not None:
@@ -278,12 +276,11 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
     step_began, solve_s = None, 0.0
     size, failures, step, improvements, when = TARGET_FREE, 0, 0, 0, None
     reserve = RESERVE_SHARE * options.time_limit_s
-    deterministic_left = options.deterministic_time
     anchored = {"end": TARGET_FREE, "start": TARGET_FREE}  # free ops of the windows at the two ends
     while True:
         if step_began is not None:
             outside = max(outside, time.monotonic() - step_began - solve_s)
-        if (deterministic_left is not None and deterministic_left <= 0) \
+        if (deterministic_left := options.deterministic_left()) == 0 \
                 or not options.allows(reserve + outside, "the window search stopped"):
             break
         step_began, solve_s = time.monotonic(), 0.0
@@ -308,8 +305,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
         solve_began = time.monotonic()
         code = options.run(solver, model)
         solve_s = time.monotonic() - solve_began
-        if deterministic_left is not None:
-            deterministic_left -= max(solver.deterministic_time, STEP_FLOOR_S)
+        options.charge(STEP_FLOOR_S - solver.deterministic_time)  # every step costs at least the floor
         changed = None
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             moved = {op: solver.value(start[op]) for op in free}

@@ -7,8 +7,10 @@ time that remains, and a request whose budget is spent stops building further st
 it has (the hint, with its status).
 
 A wall-clock budget makes a search depend on the machine and its load: where CP-SAT stops, how many
-neighbourhoods run, which phase is skipped. With ``deterministic_time`` set, every CP-SAT call also
-stops at a share of CP-SAT's deterministic time (its count of work, machine-independent), and with one
+neighbourhoods run, which phase is skipped. With ``deterministic_time`` set, the request also has a
+budget of CP-SAT's deterministic time (its count of work, machine-independent), shared out like the
+wall-clock one (:meth:`SolveOptions.share` divides what is left of it); every CP-SAT call stops at what
+is left of its share, and the work each call did is counted once for all (:class:`SpentWork`). With one
 worker the same seed then gives the same result, as long as the wall-clock budget never decides
 first. Every place where it does is recorded in :attr:`SolveOptions.cuts` (:meth:`SolveOptions.allows`,
 :attr:`SolveOptions.expired`, :meth:`SolveOptions.run`), so a command can say whether its result is
@@ -80,6 +82,13 @@ READBACK_SHARE = 0.1
 its answer back, validating and simulating it, and printing the report."""
 
 
+@dataclass
+class SpentWork:
+    """CP-SAT deterministic time spent by a request so far (one object shared by its options)."""
+
+    spent: float = 0.0
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """Solver settings shared by search, gap and frontier (validated on construction).
@@ -89,13 +98,16 @@ class SolveOptions:
         workers: CP-SAT workers, 1..MAX_WORKERS (1 is reproducible with ``deterministic_time``).
         seed: CP-SAT random seed.
         progress: called with one line per incumbent and step, or None.
-        deterministic_time: CP-SAT's deterministic time limit per solve (reproducible runs), or None.
+        deterministic_time: CP-SAT deterministic time of the whole request (reproducible runs), or
+            None; derived options (:meth:`share`) hold their share of what is left.
         dominance: add the microbatch-order dominance rule (:mod:`ppopt.solve.model`).
         deadline: ``time.monotonic()`` value at which the budget ends; set by :meth:`start`.
         method: one of :data:`METHODS`.
         cuts: where the wall-clock budget decided (a phase skipped, a loop or a CP-SAT call stopped
             before its deterministic limit), one short description each; shared by every options
             derived from these (:meth:`start`, :meth:`share`, :meth:`reserve`).
+        work: the deterministic time spent so far by every CP-SAT call of the request (shared
+            likewise), and ``work_from`` its value when these options' budget began.
     """
 
     time_limit_s: float = 60.0
@@ -107,6 +119,8 @@ class SolveOptions:
     deadline: float | None = None
     method: str = "auto"
     cuts: list[str] = field(default_factory=list, compare=False, repr=False)
+    work: SpentWork = field(default_factory=SpentWork, compare=False, repr=False)
+    work_from: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.time_limit_s, bool) or not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
@@ -123,10 +137,12 @@ class SolveOptions:
 
     def start(self, spent_s: float = 0.0) -> SolveOptions:
         """These options with the deadline fixed now, less ``spent_s`` seconds of the budget already
-        spent (e.g. a command's start-up); unchanged when already started."""
+        spent (e.g. a command's start-up); unchanged when already started. Starting begins a request:
+        its own record of cuts and of deterministic time spent, so that options used as a template
+        for several requests give each the whole budget."""
         if self.deadline is not None:
             return self
-        return replace(self, deadline=time.monotonic() + self.time_limit_s - spent_s)
+        return replace(self, deadline=time.monotonic() + self.time_limit_s - spent_s, cuts=[], work=SpentWork(), work_from=0.0)
 
     def remaining_s(self) -> float:
         """Seconds left before the deadline (the whole budget when not started), never negative."""
@@ -154,6 +170,7 @@ class SolveOptions:
         from ortools.sat.python import cp_model
 
         code = solver.solve(model, callback)
+        self.work.spent += solver.deterministic_time
         settled = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
         if not settled and solver.deterministic_time < solver.parameters.max_deterministic_time:
             self.cuts.append(f"a CP-SAT solve stopped after {solver.wall_time:.3g} s of wall time")
@@ -165,8 +182,19 @@ class SolveOptions:
         started = self.start()
         assert started.deadline is not None
         slice_end = time.monotonic() + started.remaining_s() / max(parts, 1)
-        dt = None if self.deterministic_time is None else self.deterministic_time / max(parts, 1)
-        return replace(started, deadline=min(slice_end, started.deadline), deterministic_time=dt)
+        left = self.deterministic_left()
+        dt = None if left is None else left / max(parts, 1)
+        return replace(started, deadline=min(slice_end, started.deadline), deterministic_time=dt, work_from=self.work.spent)
+
+    def deterministic_left(self) -> float | None:
+        """What is left of these options' deterministic time (None without one), never negative."""
+        if self.deterministic_time is None:
+            return None
+        return max(0.0, self.deterministic_time - (self.work.spent - self.work_from))
+
+    def charge(self, units: float) -> None:
+        """Count ``units`` of deterministic time as spent (work a solve does not count itself)."""
+        self.work.spent += max(0.0, units)
 
     def reserve(self, seconds: float) -> SolveOptions:
         """These options (started) ending ``seconds`` earlier, never before now: the budget of a step
@@ -194,6 +222,7 @@ class SolveOptions:
             if self.workers > 1:  # the portfolio's LP workers set their own level: full solvers without LP only
                 solver.parameters.subsolvers.extend(NO_LP_SUBSOLVERS)
         solver.parameters.random_seed = self.seed
-        if self.deterministic_time is not None:
-            solver.parameters.max_deterministic_time = self.deterministic_time
+        left = self.deterministic_left()
+        if left is not None:
+            solver.parameters.max_deterministic_time = left
         return solver

@@ -24,7 +24,7 @@ A spec (``configs/studies/paper.toml`` is the full example)::
     microbatches = [8]
     memory_limits = ["none", 4]                # live activations of a 1/p share per device, or "none"
     time_limit_s = 10
-    deterministic_time = 5                     # CP-SAT deterministic limit: makes reruns reproducible
+    deterministic_time = 5                     # CP-SAT deterministic time of each solver point: reruns reproduce
     max_ops = 400                              # skip points whose schedule has more ops
     forward = 1.0                              # unit-mode durations, slots per 1/p model share
     backward = 2.0
