@@ -459,5 +459,5 @@ def say_whether_reproducible(solve: solve_options.SolveOptions) -> None:
     elif solve.cuts:
         click.echo(f"note: not reproducible: the time limit decided before the deterministic time ({solve.cuts[0]}); "
                    "give a longer --time-limit or a smaller --deterministic-time", err=True)
-    elif solve.progress is not None:
+    else:  # printed with --quiet too: it is the answer to a question the flag asked, not progress
         click.echo(f"note: reproducible: seed {solve.seed}, one worker, every step within its deterministic time", err=True)

@@ -9,8 +9,8 @@ scheduler fills that room. Each device, whenever it is free, starts the first re
 3. a forward, lowest microbatch first (then lowest stage); a microbatch is admitted to a device
    (its forward on the device's first stage) only if all its activations on that device fit.
 
-It only needs a fixed placement with one device per stage; times are the instance's (seconds or
-slots), delays are the instance's point-to-point times. The result is an order; the simulator and
+It needs a fixed placement; with replicas (the bidirectional placement) it uses the first route
+only. Times are the instance's (seconds or slots), delays are the instance's point-to-point times. The result is an order; the simulator and
 the solver time it as any other schedule.
 """
 

@@ -262,8 +262,8 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         fits = limit is None or max(memory_use(sim, instance)) <= limit * (1 + 1e-12)
         candidates.append(Candidate(schedule.name, schedule, sim, fits))
 
-    def affordable(s_per_op: float) -> bool:
-        return options.allows(ops * (s_per_op + SCHEDULE_S_PER_OP), "a hint not built")
+    def affordable(s_per_op: float) -> bool:  # a check only: a hint left out is recorded where it is
+        return options.remaining_s() >= ops * (s_per_op + SCHEDULE_S_PER_OP)
 
     def fitting() -> bool:
         return any(c.fits for c in candidates)
@@ -283,19 +283,23 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     if first is not None:
         add(first)
         _phase(options, began, f"hint {first.name}")
-    while (room := another()) and (schedule := next(generated, None)) is not None:
+    # a fixed space has one schedule; otherwise the next one is generated only when there is room,
+    # since generating it can take seconds (so a space whose schedules are all tried may count a cut)
+    while not space.fixed and (room := another()) and (schedule := next(generated, None)) is not None:
         add(schedule)
         _phase(options, began, f"hint {schedule.name}")
-    if not room:
+    if not space.fixed and not room:
+        options.cuts.append("a handcrafted hint not built")
         options.note("time limit: no further handcrafted hints tried")
     if greedy_applies:
         assert placement is not None
-        if affordable(GREEDY_S_PER_OP) or not fitting():
+        if not fitting() or affordable(GREEDY_S_PER_OP):
             greedy = greedy_schedule(instance, placement, space.split_backward)
             if greedy is not None:
                 add(greedy)
                 _phase(options, began, f"hint {greedy.name}")
         else:
+            options.cuts.append("the greedy hint not built")
             options.note("time limit: greedy hint skipped")
     candidates.sort(key=lambda c: (not c.fits, c.simulation.step_time_s))
     return instance, candidates
@@ -645,8 +649,9 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
         and instance.stages == instance.devices
     ops = setup.ops
     small = ops <= AUTO_CP_OPS
-    if not linear or setup.split or ticked is None or options.expired or (small and instance.devices < 3) or \
-            (setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower):
+    if not linear or setup.split or ticked is None or (small and instance.devices < 3) or \
+            (setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower) \
+            or options.expired:  # last: a spent budget counts as a cut only when the bound was wanted
         return setup
     assert placement is not None
     cap = _cap_of_stage(instance, placement)
