@@ -93,6 +93,8 @@ def test_rows_are_written_with_inputs_hash_and_metrics(reference):
     assert {r["split"] for r in evaluate if r["schedule"] == "chimera-asym"} == {"1:2", "1:1"}
     # gpipe and 1f1b share one search per memory limit; gpipe (4 live) is over a 2-activation limit at m = 4
     assert all(r["status"] == "ok" and r["solver_status"] == "optimal" for r in gap)
+    # proven within their deterministic time, long before the time limit: nothing cut, so a rerun repeats them
+    assert all(r["solver_cut"] is None for r in gap)
     over = [r for r in gap if r["memory_limit"] == 2.0 and r["schedule"] == "gpipe"]
     assert over[0]["solver_fits"] is False and over[0]["gap"] is None
     assert all(r["gap"] is not None and r["gap"] >= 0 for r in gap if r["solver_fits"])
@@ -517,3 +519,29 @@ def test_a_sweep_started_off_the_main_thread_runs_without_the_sigterm_handler(tm
     (result,) = results
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "rows.csv").exists()
+
+
+def test_a_solver_point_the_time_limit_cuts_says_so(tmp_path):
+    """p = 8, m = 24, a cap of 8, one-slot messages, 2 s against a deterministic time of 100: the
+    clock ends some phase of the search first (the steady-state one gets an eighth of the 2 s), and
+    the row names where, since a rerun may then differ."""
+    spec = """schedules = ["1f1b"]
+devices = [2]
+microbatches = [2]
+models = ["study"]
+systems = ["mid-mid"]
+global_batch = 8
+
+[solver]
+schedules = ["1f1b"]
+devices = [8]
+microbatches = [24]
+memory_limits = [8]
+comm = 1.0
+time_limit_s = 2
+deterministic_time = 100
+"""
+    result = run_sweep(load_spec(write_spec(tmp_path, spec)), tmp_path / "out")
+    rows = [r for r in read_rows(tmp_path / "out" / "rows.jsonl").values() if r["kind"] == "gap"]
+    assert result.computed >= 1 and len(rows) == 1
+    assert rows[0]["solver_cut"] and "wall time" in rows[0]["solver_cut"]
