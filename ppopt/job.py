@@ -81,7 +81,7 @@ Embedding and output layer
     the last stage's I (Shoeybi et al. 2019, Section 3, the f operator; with sequence parallelism an
     all-gather in F and a reduce-scatter in I). With tied embeddings on several devices, the first
     and the last stage all-reduce the word embedding's gradient, V·h·e/t bytes, once per step after
-    the data-parallel all-reduce (:func:`_embedding_allreduce_work`).
+    the data-parallel all-reduce.
 
 Data parallelism and the optimizer
     Each stage's d replicas all-reduce their fp16/bf16 gradients, ``param_count · e`` bytes, by a
@@ -448,20 +448,6 @@ def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, sy
     return Work(inter_bytes=volume * _nic_users(system, users), inter_hops=2.0 * (ranks - 1))
 
 
-def _embedding_allreduce_work(job: Job, num_bytes: float) -> Work:
-    """All-reduce of the tied word embedding's gradient, ``num_bytes`` per GPU, between the GPU of
-    the first stage and its peer of the last stage (two ranks: ``num_bytes`` each way, two link
-    latencies), after the data-parallel all-reduce (Megatron-LM's ``finalize_model_grads``). Every
-    GPU of those stages does it at once, so across nodes it shares the NIC as a pipeline message
-    does."""
-    system = job.system
-    per_node = stages_per_node(job)
-    if job.device_of(0) // per_node == job.device_of(job.stages - 1) // per_node:
-        return Work(intra_bytes=num_bytes, intra_hops=2.0)
-    users = _nic_users(system, min(job.tp * job.dp, system.devices_per_node))
-    return Work(inter_bytes=num_bytes * users, inter_hops=2.0)
-
-
 def stages_per_node(job: Job) -> int:
     """Pipeline stages whose GPUs share one node: devices_per_node / (t·d), at least 1."""
     return max(1, job.system.devices_per_node // (job.tp * job.dp))
@@ -505,9 +491,9 @@ class JobWork:
     """Transient bytes while one microbatch's backward runs (recomputed block, logits)."""
     persistent_bytes: tuple[float, ...]
     send_bytes: float
-    embedding_sync: tuple[Work, ...] = ()
-    """The tied word embedding's gradient all-reduce, on the first and the last stage, after the
-    data-parallel one (never overlapped); empty when there is none."""
+    embedding_sync: tuple[Work, ...]
+    """The tied word embedding's gradient all-reduce, on the first and the last stage (zero work on
+    the others, and on all when there is none), after the data-parallel one: never overlapped."""
 
     @property
     def backward(self) -> tuple[Work, ...]:
@@ -517,7 +503,7 @@ class JobWork:
     @property
     def step_sync(self) -> tuple[Work, ...]:
         """Every stage's collectives after the pipeline: data-parallel, then the tied embedding's."""
-        return tuple(g + e for g, e in zip(self.gradient_sync, self.embedding_sync or (Work(),) * len(self.gradient_sync)))
+        return tuple(g + e for g, e in zip(self.gradient_sync, self.embedding_sync))
 
 
 BLOCK_KERNELS = (13, 15, 4)
@@ -639,17 +625,22 @@ def job_work(job: Job) -> JobWork:
         sync.append(ring_allreduce_work(count * e, job.dp, job.tp * job.dp, job.tp, system))
         opt.append(Work(memory_bytes=2 * count * bps * optimizer_share, ops=1.0))
 
-    embedding_sync: tuple[Work, ...] = ()
-    if model.tie_embeddings and last > 0 and not set(job.stage_devices[0]) & set(job.stage_devices[last]):
-        # (a device holding both, as V shapes, Chimera's and DualPipe's replicas do, sums them locally)
-        embedding = _embedding_allreduce_work(job, v * h / t * e)
-        embedding_sync = tuple(embedding if k in (0, last) else Work() for k in range(job.stages))
     message = _message_work(job, rows / t)
+    per_node = stages_per_node(job)
+    embedding = Work()
+    # tied word embedding: the first and the last stage all-reduce its gradient, V·h·e/t bytes per GPU,
+    # after the data-parallel all-reduce (Megatron-LM's finalize_model_grads); a ring of two ranks is
+    # two steps of half of it each way, every GPU of the stage at once (so across nodes they share the
+    # NIC as a stage-to-stage message does). A device holding both copies (V shapes; Chimera's and
+    # DualPipe's replicas) sums them locally.
+    if model.tie_embeddings and last > 0 and not set(job.stage_devices[0]) & set(job.stage_devices[last]):
+        crossing = job.device_of(0) // per_node != job.device_of(last) // per_node
+        embedding = _message_work(job, v * h / t * e / 2)[crossing] * 2
+    embedding_sync = tuple(embedding if k in (0, last) else Work() for k in range(job.stages))
     if t > 1 and not job.sequence_parallel:  # the receiver all-gathers the scattered activation
         gather = 0.5 * ring_allreduce_work(rows, t, t, 1, system)
         fw = [f + gather if k > 0 else f for k, f in enumerate(fw)]
         iw = [i + gather if k < last else i for k, i in enumerate(iw)]
-    per_node = stages_per_node(job)
     messages = tuple(message[job.device_of(k) // per_node != job.device_of(k + 1) // per_node] for k in range(last))
     return JobWork(tuple(fw), tuple(iw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
                    tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t, embedding_sync)
@@ -761,8 +752,7 @@ def evaluate_job(job: Job) -> JobResult:
     syncs = [float(work_time_s(w, system)) for w in work.gradient_sync]
     if job.overlap_gradient_sync:
         syncs = [max(0.0, s - c.backward_s) for s, c in zip(syncs, costs.stages)]
-    embedding = [float(work_time_s(w, system)) for w in work.embedding_sync] or [0.0] * len(syncs)
-    syncs = [s + e for s, e in zip(syncs, embedding)]  # after the data-parallel one: never overlapped
+    syncs = [s + float(work_time_s(w, system)) for s, w in zip(syncs, work.embedding_sync)]  # never overlapped
     optimizers = [float(work_time_s(w, system)) for w in work.optimizer]
     sync = max(sum(syncs[k] for k in stages) for stages in held)
     optimizer = max(sum(optimizers[k] for k in stages) for stages in held)

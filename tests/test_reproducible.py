@@ -61,6 +61,18 @@ def test_a_solve_stopped_by_the_wall_clock_is_a_cut_and_one_stopped_by_its_deter
     assert code in (cp_model.FEASIBLE, cp_model.UNKNOWN)
     assert solver.deterministic_time >= 0.05
     assert deterministic.cuts == []
+    assert deterministic.work.spent == solver.deterministic_time  # every solve's work is counted
+
+
+def test_a_share_of_the_deterministic_budget_is_a_share_of_what_is_left():
+    options = SolveOptions(60, deterministic_time=10.0).start()
+    options.charge(4.0)
+    first = options.share(2)
+    assert first.deterministic_time == 3.0  # (10 - 4) / 2
+    first.charge(1.0)
+    assert first.deterministic_left() == 2.0 and options.deterministic_left() == 5.0
+    assert options.share(1).deterministic_time == 5.0
+    assert options.solver().parameters.max_deterministic_time == 5.0
 
 
 def test_a_proven_solve_is_never_a_cut():

@@ -184,11 +184,9 @@ def frontier(
         limits = sorted(set(limits))  # a limit given twice is one point
     free = search(spec.with_limit(None), space, options.share(1 + len(limits) if limits is not None else 2))
     instance = spec.with_limit(None).instance(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None)
-    minimum, _ = minimum_memory(instance, space, placement_of(space, devices))
+    minimum, _ = minimum_memory(instance, space, placement_of(space, devices), free.simulation if space.fixed else None)
     points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted]
     free_peak = _peak(instance, free.simulation) if free.simulation else None
-    if space.fixed and free_peak is not None:  # a fixed order has one peak per device, whatever its timing
-        minimum = max(minimum, free_peak)
     if limits is None:
         top = max([p for _, p, _ in points_handcrafted] + [free_peak if free_peak is not None else minimum])
         limits = default_limits(minimum, top, instance.memory_unit)

@@ -160,8 +160,12 @@ class SolveOptions:
         answer skips or stops) is recorded as a cut (:attr:`cuts`)."""
         if self.remaining_s() > seconds:
             return True
-        self.cuts.append(what)
+        self.cut(what)
         return False
+
+    def cut(self, what: str) -> None:
+        """Record that the wall-clock budget decided: ``what`` was skipped or stopped (:attr:`cuts`)."""
+        self.cuts.append(what)
 
     def run(self, solver: cp_model.CpSolver, model: cp_model.CpModel,
             callback: cp_model.CpSolverSolutionCallback | None = None) -> cp_model.CpSolverStatus:
@@ -173,7 +177,7 @@ class SolveOptions:
         self.work.spent += solver.deterministic_time
         settled = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
         if not settled and solver.deterministic_time < solver.parameters.max_deterministic_time:
-            self.cuts.append(f"a CP-SAT solve stopped after {solver.wall_time:.3g} s of wall time")
+            self.cut(f"a CP-SAT solve stopped after {solver.wall_time:.3g} s of wall time")
         return code
 
     def share(self, parts: int) -> SolveOptions:
@@ -182,9 +186,9 @@ class SolveOptions:
         started = self.start()
         assert started.deadline is not None
         slice_end = time.monotonic() + started.remaining_s() / max(parts, 1)
-        left = self.deterministic_left()
+        left = started.deterministic_left()
         dt = None if left is None else left / max(parts, 1)
-        return replace(started, deadline=min(slice_end, started.deadline), deterministic_time=dt, work_from=self.work.spent)
+        return replace(started, deadline=min(slice_end, started.deadline), deterministic_time=dt, work_from=started.work.spent)
 
     def deterministic_left(self) -> float | None:
         """What is left of these options' deterministic time (None without one), never negative."""

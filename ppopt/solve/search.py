@@ -117,8 +117,12 @@ def _durations_s(instance: Instance) -> Callable[[int, Kind], float]:
     return lambda stage, kind: op_duration_s(Op(stage, kind, 0), instance.costs)
 
 
-def minimum_memory(instance: Instance, space: Space, placement) -> tuple[float, str]:
+def minimum_memory(instance: Instance, space: Space, placement, fixed: Simulation | None = None) -> tuple[float, str]:
     """The least per-device memory limit any schedule of the space can meet, and why.
+
+    ``fixed``: the simulation of the one schedule of a ``fixed:NAME`` space. Its order is fixed on
+    every device, and a device's live activations change only at its own ops, so every timing of
+    that order has the same peaks: its worst device's peak is the minimum.
 
     One microbatch at a time still keeps, on each device, the persistent state of its stages plus
     the activations of all its stages on that microbatch's route (an activation of a lower stage
@@ -128,6 +132,10 @@ def minimum_memory(instance: Instance, space: Space, placement) -> tuple[float, 
     ceil(S/p) of the S stages, all live for one microbatch: at least the sum of the ceil(S/p)
     smallest stage needs (exact when the stages are alike).
     """
+    if fixed is not None:
+        use = memory_use(fixed, instance)
+        device = max(range(len(use)), key=use.__getitem__)
+        return use[device], f"device {device}'s peak, which the fixed order has at any timing"
     costs = instance.costs
     bytes_mode = instance.memory_unit == "bytes"
     persistent = [c.persistent_bytes if bytes_mode else 0.0 for c in costs.stages]
@@ -289,7 +297,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         add(schedule)
         _phase(options, began, f"hint {schedule.name}")
     if not space.fixed and not room:
-        options.cuts.append("a handcrafted hint not built")
+        options.cut("a handcrafted hint not built")
         options.note("time limit: no further handcrafted hints tried")
     if greedy_applies:
         assert placement is not None
@@ -299,7 +307,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
                 add(greedy)
                 _phase(options, began, f"hint {greedy.name}")
         else:
-            options.cuts.append("the greedy hint not built")
+            options.cut("the greedy hint not built")
             options.note("time limit: greedy hint skipped")
     candidates.sort(key=lambda c: (not c.fits, c.simulation.step_time_s))
     return instance, candidates
@@ -443,35 +451,18 @@ def _check(spec: InstanceSpec, space: Space) -> None:
         )
 
 
-def _require_memory(instance: Instance, space: Space, placement) -> None:
-    """Raise InfeasibleError when the memory limit is below what any schedule of the space needs."""
-    if instance.memory_limit is None:
+def _require_memory(instance: Instance, space: Space, placement, fixed: Simulation | None = None) -> None:
+    """Raise InfeasibleError when the memory limit is below what any schedule of the space needs
+    (:func:`minimum_memory`; ``fixed``: the simulation of a fixed space's schedule)."""
+    limit = instance.memory_limit
+    if limit is None:
         return
-    need, why = minimum_memory(instance, space, placement)
-    if instance.memory_limit < need * (1 - 1e-12):
-        raise _below_minimum(instance, need, f"any schedule of {space.describe()} needs ({why})")
-
-
-def _below_minimum(instance: Instance, need: float, what: str) -> InfeasibleError:
-    """The error for a memory limit below ``need`` (the instance's memory unit), ``what`` saying who
-    needs it and why."""
-    assert instance.memory_limit is not None
-    unit = instance.memory_unit
-    return InfeasibleError(f"memory limit {_format_amount(instance.memory_limit, unit)} is below the minimum "
-                           f"{_format_amount(need, unit, least=True)} {what}", minimum=need)
-
-
-def _require_fixed_memory(instance: Instance, space: Space, fixed: Candidate) -> None:
-    """Raise InfeasibleError when the fixed schedule of ``fixed:NAME`` is over the memory limit.
-
-    Its order is fixed on every device, and a device's live activations change only at its own ops,
-    so every timing of that order has the same peaks: the schedule's own peak is the minimum."""
-    if fixed.fits or instance.memory_limit is None:
-        return
-    use = memory_use(fixed.simulation, instance)
-    device = max(range(len(use)), key=use.__getitem__)
-    raise _below_minimum(instance, use[device], f"{space.describe()} needs (its order fixes every device's peak; "
-                                                f"device {device}'s is the largest)")
+    need, why = minimum_memory(instance, space, placement, fixed)
+    if limit < need * (1 - 1e-12):
+        unit = instance.memory_unit
+        raise InfeasibleError(f"memory limit {_format_amount(limit, unit)} is below the minimum "
+                              f"{_format_amount(need, unit, least=True)} any schedule of {space.describe()} needs ({why})",
+                              minimum=need)
 
 
 def analytic_bounds(instance: Instance, placement, split: bool, even: bool = True, ticked=None,
@@ -515,13 +506,12 @@ def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions, began: flo
     placement: tuple[tuple[int, ...], ...] | None
     if space.fixed:
         assert template is not None
-        _require_fixed_memory(instance, space, candidates[0])
         # a mixed schedule (B for some microbatches, I + W for others) is a point of the split space,
         # its B an I with its W right after, so that space's bounds hold for it
         placement, split = template.placement, template.split_backward
     else:
         placement, split = placement_of(space, spec.devices), space.split_backward
-    _require_memory(instance, space, placement)
+    _require_memory(instance, space, placement, candidates[0].simulation if space.fixed else None)
     ticks = _ticks(instance)
     tick, tick_duration, tick_delay, rounding = ticks
     even = not (space.placement == "bidirectional" and space.directions == "free")
@@ -1102,7 +1092,7 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
     has no proven bound (reported as 0, gap unknown)."""
     results: list[SearchResult] = []
     unsearched = []
-    least: InfeasibleError | None = None  # the member whose memory minimum is the smallest
+    least: tuple[float, str] | None = None  # the smallest member memory minimum, and its refusal
     for k, member in enumerate(FAMILY_MEMBERS):
         member_space = replace(space, placement=member)
         if results and too_late(options, spec, member_space):
@@ -1113,14 +1103,14 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
             results.append(search(spec, member_space, options.share(len(FAMILY_MEMBERS) - k)))
         except (InfeasibleError, ScheduleError) as error:
             options.note(f"skipped placement={member}: {error}")
-            if isinstance(error, InfeasibleError) and error.minimum is not None \
-                    and (least is None or least.minimum is None or error.minimum < least.minimum):
-                least = error
+            minimum = error.minimum if isinstance(error, InfeasibleError) else None
+            if minimum is not None and (least is None or minimum < least[0]):
+                least = minimum, error.reason
     if not results:
         reason = f"no placement of {space.describe()} admits p = {spec.devices}, m = {spec.microbatches} under the memory limit"
         if least is not None:
-            reason += f"; the least demanding: {least.reason}"
-        raise InfeasibleError(reason, minimum=None if least is None else least.minimum)
+            reason += f"; the least demanding: {least[1]}"
+        raise InfeasibleError(reason, minimum=None if least is None else least[0])
     found = [r for r in results if r.step_time is not None]
     best = min(found, key=lambda r: r.step_time or 0.0) if found else results[0]
     bound = 0.0 if unsearched else min(r.bound for r in results)
