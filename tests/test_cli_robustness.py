@@ -189,6 +189,8 @@ def test_command_line_json_goes_through_the_strict_helper(monkeypatch):
         (["list", "--format", "x"], "'x' is not one of 'text', 'markdown', 'csv'", "ppopt list"),
         (["export", "-s", "1f1b", "-p", "2", "-m", "2", "--format", "gif", "-o", "x.gif"], "'gif' is not one of", "ppopt export"),
         (["export", "-s", "1f1b", "-p", "2", "-m", "2"], "Missing option '--output'", "ppopt export"),
+        (["table", "-s", "1f1b", "-p", "4"], "missing --microbatches (needed with --schedule)", "ppopt table"),
+        (["evaluate", "-s", "1f1b"], "missing --devices and --microbatches", "ppopt evaluate"),
         (["nonsense"], "No such command 'nonsense'", "ppopt"),
         (["--bogus"], "No such option '--bogus'", "ppopt"),
     ],

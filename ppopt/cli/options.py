@@ -252,10 +252,11 @@ def refuse_other_modes_flags(unit: bool, params: dict) -> None:
 
 
 def require_size(devices, microbatches) -> None:
-    """--devices and --microbatches are needed unless a schedule file gives them."""
+    """--devices and --microbatches are needed unless a schedule file gives them: a missing one is a
+    usage error, like any missing required option."""
     missing = [flag for flag, value in (("--devices", devices), ("--microbatches", microbatches)) if value is None]
     if missing:
-        raise ConfigError(f"missing {' and '.join(missing)} (needed with --schedule)")
+        raise click.UsageError(f"missing {' and '.join(missing)} (needed with --schedule)", click.get_current_context())
 
 _BYTES = re.compile(r"^\s*([0-9.eE+-]+)\s*([KMGT]i?B|B)?\s*$")
 _FACTORS = {None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
