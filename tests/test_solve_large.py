@@ -36,6 +36,18 @@ def test_lns_is_reproducible_and_improves_on_its_hint():
     assert max(first.simulation.peak_activation_bytes) <= 7 + 1e-9
 
 
+def test_search_progress_speaks_the_instance_unit():
+    """The search's progress lines give times in the user's unit, never the solver's ticks or a float's
+    last digits: the window search's improvements (p = 7, m = 21, as above) and the closing line."""
+    lines: list[str] = []
+    options = SolveOptions(60, method="lns", seed=3, deterministic_time=0.5, progress=lines.append)
+    result = search(_spec(7, 21, cap=7), parse_space("placement=linear"), options)
+    improvements = [line for line in lines if "lns step" in line]
+    assert improvements and all(line.endswith("ops free)") and " slots (" in line for line in improvements)
+    assert not any("ticks" in line for line in lines)
+    assert lines[-1].endswith(f"step {result.step_time:.6g} slots, bound {result.bound:.6g} slots")
+
+
 def test_method_is_checked():
     with pytest.raises(ConfigError) as error:
         SolveOptions(method="annealing")

@@ -101,6 +101,14 @@ def _neighbourhood(rng: random.Random, step: int, built: Built, starts: dict[Op,
     return {op for op in built.ops if first <= starts[op] < first + width}
 
 
+Shown = Callable[[int], str]
+"""Writes a makespan given in ticks for a progress line."""
+
+
+def _in_ticks(ticks: int) -> str:
+    return f"{ticks} ticks"
+
+
 def _restricted(built: Built, starts: dict[Op, int], free: set[Op], device_of, best: int) -> cp_model.CpModel:
     """A copy of the model with frozen ops kept in their incumbent order and makespan <= best."""
     model = built.model.clone()
@@ -115,9 +123,10 @@ def _restricted(built: Built, starts: dict[Op, int], free: set[Op], device_of, b
     return model
 
 
-def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOptions) -> Improved:
+def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOptions, shown: Shown = _in_ticks) -> Improved:
     """Large-neighbourhood search from ``starts`` (ticks, a feasible schedule of ``built``) until the
-    budget of ``options`` is spent (see the module docstring). ``device_of(op)`` is the op's device."""
+    budget of ``options`` is spent (see the module docstring). ``device_of(op)`` is the op's device;
+    ``shown(ticks)`` writes a makespan in the progress lines (in the user's unit)."""
     began = time.monotonic()
     rng = random.Random(options.seed)
     microbatches = 1 + max(op.microbatch for op in built.ops)
@@ -151,7 +160,7 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
         if found is not None and found < best:
             best, failures, improvements = found, 0, improvements + 1
             when = time.monotonic() - began
-            options.note(f"[{when:7.2f}s] lns step {step}: makespan {best} ticks ({len(free)} ops free)")
+            options.note(f"[{when:7.2f}s] lns step {step}: makespan {shown(best)} ({len(free)} ops free)")
         else:
             failures += 1
             if failures >= PATIENCE:
@@ -257,8 +266,10 @@ def _window_model(schedule: Schedule, starts: dict[Op, int], timing: Timing, fre
     return model, start
 
 
-def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -> tuple[Schedule, Improved]:
-    """Large-neighbourhood search by windows of time re-solved alone (see the module docstring)."""
+def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions,
+                    shown: Shown = _in_ticks) -> tuple[Schedule, Improved]:
+    """Large-neighbourhood search by windows of time re-solved alone (see the module docstring);
+    ``shown`` as in :func:`improve`."""
     began = time.monotonic()
     rng = random.Random(options.seed)
     ops = [op for order in schedule.orders for op in order]
@@ -331,7 +342,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions) -
             schedule, starts, best = changed
             to_end = _to_end(schedule, starts, timing, successors)
             failures, improvements, when = 0, improvements + 1, time.monotonic() - began
-            options.note(f"[{when:7.2f}s] lns step {step}: makespan {best} ticks ({len(free)} ops free)")
+            options.note(f"[{when:7.2f}s] lns step {step}: makespan {shown(best)} ({len(free)} ops free)")
         else:
             if changed is not None:
                 schedule, starts = changed[0], changed[1]

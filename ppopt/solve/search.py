@@ -405,6 +405,10 @@ class _Setup:
         """Ops of every schedule of the space (:func:`_op_count`)."""
         return _op_count(self.instance.stages, self.instance.microbatches, self.split)
 
+    def shown(self, ticks: float) -> str:
+        """``ticks`` in the instance's unit, for a progress line (``695 slots``, ``352.8 s``)."""
+        return f"{ticks * self.tick:.6g} {self.instance.time_unit}"
+
 
 @dataclass
 class _Solved:
@@ -571,7 +575,7 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     if found is None:
         return setup
     schedule, pattern = found
-    options.note(f"steady state: {pattern.k} microbatches every {pattern.period * setup.tick:.6g} {instance.time_unit}"
+    options.note(f"steady state: {_every(setup, pattern)}"
                  + (" (the rate bound: optimal)" if pattern.optimal else ""))
     sim = simulate(validate(schedule), instance.costs, instance.system)
     limit = instance.memory_limit
@@ -653,32 +657,36 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     if small and block is not None:  # instead of the reduced problem of all m microbatches (BLOCK_SHARE)
         ticks = max(lower, block_bound(chain, instance.microbatches, block, options.share(BLOCK_SHARE),
                                        MEETING_PAIRS, ends, core=False))
-        options.note(f"block bound: {ticks * setup.tick:.6g} {instance.time_unit}")
+        options.note(f"block bound: {setup.shown(ticks)}")
     else:
         budget = options.share(RELAXATION_SHARE[ops > AUTO_LNS_OPS])
         if block is not None:
             lower = max(lower, block_bound(chain, instance.microbatches, block, budget.share(2), MEETING_PAIRS, ends,
                                            core=False))
-            options.note(f"block bound: {lower * setup.tick:.6g} {instance.time_unit}")
+            options.note(f"block bound: {setup.shown(lower)}")
         tail = TAIL_ROUNDS * caps[0] if caps[0] is not None else instance.microbatches
         if not small and tail < instance.microbatches:
             lower = max(lower, tail_bound(chain, instance.microbatches, tail, budget.share(2)))
-            options.note(f"tail bound: {lower * setup.tick:.6g} {instance.time_unit}")
+            options.note(f"tail bound: {setup.shown(lower)}")
         ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, budget,
                                  lower, MEETING_PAIRS if small else 0, ends if small else None)
-        options.note(f"reduced-problem bound: {ticks * setup.tick:.6g} {instance.time_unit}")
+        options.note(f"reduced-problem bound: {setup.shown(ticks)}")
     if ticks <= setup.lower:
         return setup
     return replace(setup, lower=ticks, analytic=replace(setup.analytic, relaxation=ticks * setup.tick))
+
+
+def _every(setup: _Setup, pattern: Pattern) -> str:
+    """``4 microbatches every 18 slots``: a steady-state pattern's rate in the instance's unit."""
+    return f"{pattern.k} microbatch{'es' if pattern.k != 1 else ''} every {setup.shown(pattern.period)}"
 
 
 def _describe(setup: _Setup) -> str | None:
     pattern = setup.pattern
     if pattern is None:
         return None
-    unit = setup.instance.time_unit
-    return (f"{pattern.k} microbatches every {pattern.period * setup.tick:.6g} {unit} "
-            f"(rate bound {pattern.rate_bound * setup.tick:.6g} {unit}{': optimal' if pattern.optimal else ''})")
+    return (f"{_every(setup, pattern)} "
+            f"(rate bound {setup.shown(pattern.rate_bound)}{': optimal' if pattern.optimal else ''})")
 
 
 def _lns_applies(setup: _Setup) -> bool:
@@ -718,11 +726,11 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
         return best, from_solver
     frame = Frame(setup.tick, end, min(setup.lower, end))
     built = build_model(setup.instance, setup.space, frame, best.schedule, best.starts, options.dominance)
-    options.note(f"large-neighbourhood search from {end * setup.tick:.6g} {setup.instance.time_unit}")
+    options.note(f"large-neighbourhood search from {setup.shown(end)}")
     placement = setup.placement
-    improved = improve(built, start, lambda op: placement[op.stage][0], options)
+    improved = improve(built, start, lambda op: placement[op.stage][0], options, setup.shown)
     options.note(f"large-neighbourhood search: {improved.steps} steps, {improved.improvements} improvements, "
-                 f"makespan {improved.makespan * setup.tick:.6g} {setup.instance.time_unit}")
+                 f"makespan {setup.shown(improved.makespan)}")
     if improved.proven:
         best = replace(best, status="optimal", solver_bound=improved.makespan * setup.tick)
     if improved.makespan >= end:
@@ -783,9 +791,9 @@ def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: S
         setup.split,
     )
     options.note(f"large-neighbourhood search (windows of time) from {best.simulation.step_time_s:.6g} {setup.instance.time_unit}")
-    schedule, improved = improve_windows(best.schedule, timing, options)
+    schedule, improved = improve_windows(best.schedule, timing, options, setup.shown)
     options.note(f"large-neighbourhood search: {improved.steps} steps, {improved.improvements} improvements, "
-                 f"makespan {improved.makespan * setup.tick:.6g} {setup.instance.time_unit}")
+                 f"makespan {setup.shown(improved.makespan)}")
     if improved.improvements == 0:
         return best, from_solver
     found = validate(replace(schedule, name="search", options={"space": setup.space.describe()}))
@@ -904,7 +912,7 @@ def _unhinted_dive(setup: _Setup, built: Built, options: SolveOptions, began: fl
     fitting_end = setup.hint_end if setup.hint is not None and setup.hint.fits else None
     if dive.found and (fitting_end is None or solver.objective_value < fitting_end - 0.5):
         if not dive.proven:
-            options.note(f"unhinted dive: {solver.objective_value * setup.tick:.6g} {setup.instance.time_unit}, "
+            options.note(f"unhinted dive: {setup.shown(solver.objective_value)}, "
                          "the hint of the main solve")
         rehint(built, built.model, {op: solver.value(built.start[op]) for op in built.ops}, round(solver.objective_value))
     return dive
@@ -953,7 +961,7 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     solver = options.solver(len(built.ops))
     code = options.run(solver, built.model)
     status = STATUS.get(code, "unknown")
-    options.note(f"peak memory at step <= {cap * setup.tick:.6g} {setup.instance.time_unit}: {status}")
+    options.note(f"peak memory at step <= {setup.shown(cap)}: {status}")
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return replace(best, memory_status=status)
     found = validate(_to_schedule(built, solver, best.schedule, setup.instance, setup.space))
@@ -1009,7 +1017,7 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
     if gap is not None and gap <= 1e-9 and status == "feasible":
         status = "optimal"
     unit, hint = setup.instance.time_unit, setup.hint
-    options.note(f"[{wall:7.2f}s] {status}: step {step if step is not None else '-'} {unit}, bound {bound:.6g} {unit}"
+    options.note(f"[{wall:7.2f}s] {status}: step {f'{step:.6g}' if step is not None else '-'} {unit}, bound {bound:.6g} {unit}"
                  + (f" ({best.note})" if best.note else ""))
     return SearchResult(
         status=status,
