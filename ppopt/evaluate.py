@@ -138,7 +138,8 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
                  parallel: Parallelism | None = None, progress: Callable[[int, int], None] | None = None,
                  **options: object) -> tuple[list[Evaluation], dict[str, str]]:
     """Evaluate every registered schedule that applies to (p, m); also return why the others don't.
-    ``progress(done, total)`` is called after each schedule, if given."""
+    ``progress(done, total)`` is called after each schedule, if given. Raises
+    :class:`~ppopt.errors.ScheduleError` when none applies (every one too large, say)."""
     require_positive(devices, microbatches)  # otherwise every schedule would just be "skipped"
     results, skipped = [], {}
     every = names()
@@ -153,6 +154,10 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
             skipped[name] = error.reason
         if progress is not None:
             progress(done, len(every))
+    if not results:
+        first = next(iter(skipped))
+        others = f"; {len(skipped) - 1} more skipped" if len(skipped) > 1 else ""
+        raise ScheduleError(f"no schedule applies at p = {devices}, m = {microbatches} ({first}: {skipped[first]}{others})")
     return results, skipped
 
 

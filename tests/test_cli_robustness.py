@@ -400,3 +400,20 @@ def test_an_empty_output_name_is_named_as_such(tmp_path, monkeypatch, args, flag
     line = one_error_line(run(*args))
     assert line.startswith(f"error: Invalid value for {flag}: cannot write {args[-1]!r}: empty file name")
     assert sorted(tmp_path.iterdir()) == []
+
+
+# -- every schedule skipped: one error line, not a traceback or an empty report ----------------------
+
+
+@pytest.mark.parametrize("args", [
+    ["evaluate", "-s", "all", "-p", 64, "-m", 100_000],
+    ["evaluate", "-s", "all", "-p", 64, "-m", 100_000, "--json"],
+    ["compare", "-p", 2000, "-m", 4096, "--model", "study", "--system", "mid-mid"],
+])
+def test_a_request_every_schedule_skips_is_one_error(args):
+    """Every family is over the op limit here (the smallest, GPipe, makes 12.8 million ops at
+    p = 64, m = 100,000): the reason of the first and a count of the others, exit 1."""
+    line = one_error_line(run(*args))
+    p, m = args[args.index("-p") + 1], args[args.index("-m") + 1]
+    assert line.startswith(f"error: no schedule applies at p = {p}, m = {m} (gpipe: schedule too large")
+    assert line.endswith("; 13 more skipped)")
