@@ -72,18 +72,21 @@ def list_schedule(devices: int, microbatches: int, waves: int) -> tuple[tuple[Op
         if not waiting[op]:
             heapq.heappush(ready[placement[op.stage][0]], (_priority(op), op))
     orders: list[list[Op]] = [[] for _ in range(p)]
-    while any(ready):  # one iteration = one slot
+    busy = {d for d in range(p) if ready[d]}  # devices with a ready op: a slot visits only these
+    while busy:  # one iteration = one slot
         ran = []
-        for d in range(p):
-            if ready[d]:
-                op = heapq.heappop(ready[d])[1]
-                orders[d].append(op)
-                ran.append(op)
+        for d in sorted(busy):
+            op = heapq.heappop(ready[d])[1]
+            orders[d].append(op)
+            ran.append(op)
+        busy = {d for d in busy if ready[d]}
         for op in ran:  # their successors become ready for the next slot
             for nxt in successors[op]:
                 waiting[nxt] -= 1
                 if not waiting[nxt]:
-                    heapq.heappush(ready[placement[nxt.stage][0]], (_priority(nxt), nxt))
+                    device = placement[nxt.stage][0]
+                    heapq.heappush(ready[device], (_priority(nxt), nxt))
+                    busy.add(device)
     assert sum(map(len, orders)) == len(ops), "Hanayo list schedule left ops unscheduled"
     return tuple(tuple(order) for order in orders)
 

@@ -62,21 +62,22 @@ def block(devices: int) -> dict[tuple[int, Kind], int]:
 
 
 def _with_weight_grads(timed: dict[int, Op]) -> list[Op]:
-    """A device's F and I ops by time, each W in the first free slot after its I (first come first served)."""
+    """A device's F and I ops by time, each W in the first free slot after its I (first come first
+    served). Only the gaps between timed ops are visited, so the work grows with the ops, not with
+    the slots (a device of a long V spans about 6p slots)."""
     order: list[Op] = []
     pending: deque[Op] = deque()
-    last = max(timed)
-    slot = 0
-    while slot <= last or pending:
-        op = timed.get(slot)
-        if op is not None:
-            order.append(op)
-            if op.kind is Kind.I:
-                pending.append(op)
-        elif pending:
+    previous = -1
+    for slot in sorted(timed):
+        for _ in range(min(len(pending), slot - previous - 1)):  # the free slots before this op
             done = pending.popleft()
             order.append(Op(done.stage, Kind.W, done.microbatch))
-        slot += 1
+        op = timed[slot]
+        order.append(op)
+        if op.kind is Kind.I:
+            pending.append(op)
+        previous = slot
+    order.extend(Op(done.stage, Kind.W, done.microbatch) for done in pending)
     return order
 
 
