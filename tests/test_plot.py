@@ -268,3 +268,36 @@ def test_search_refuses_a_picture_too_large_before_searching(tmp_path, monkeypat
         1, "error: a picture of 41,600 ops takes minutes to draw and cannot be read; it draws at most 40,000: export "
            "torch-csv or chrome-trace instead, or fewer microbatches\n")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, ops", [
+    (["table", "-s", "1f1b", "-p", "64", "-m", "1000"], "128,000"),
+    (["evaluate", "-s", "1f1b", "-p", "64", "-m", "1000"], "128,000"),
+    # every family stacked: at most the sum of their sizes (828,352 ops at 64 x 256)
+    (["compare", "-p", "64", "-m", "256", "--model", "study", "--system", "mid-mid"], "up to 828,352"),
+])
+def test_table_evaluate_and_compare_refuse_a_picture_too_large_before_the_work(tmp_path, monkeypatch, args, ops):
+    """These printed the whole report first (table, evaluate) or drew for minutes (compare)."""
+    import ppopt.evaluate as evaluating
+    import ppopt.table as tables
+
+    monkeypatch.setattr(tables, "build_table", lambda *a, **k: pytest.fail("built the table"))
+    monkeypatch.setattr(evaluating, "evaluate_schedule", lambda *a, **k: pytest.fail("evaluated"))
+    monkeypatch.setattr(evaluating, "evaluate_all", lambda *a, **k: pytest.fail("evaluated"))
+    result = CliRunner().invoke(main, [*args, "--plot", str(tmp_path / "x.png")])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (f"error: a picture of {ops} ops takes minutes to draw and cannot be read; it draws at most "
+                             "40,000: export torch-csv or chrome-trace instead, or fewer microbatches\n")
+    assert not list(tmp_path.iterdir())
+
+
+def test_plot_compare_refuses_panels_over_the_drawable_size_together(tmp_path):
+    """Each panel alone is drawable; stacked they are not (2 x 20,480 ops of 1F1B at 16 x 640)."""
+    from ppopt.report.plot import plot_compare
+
+    table = build_table(generate("1f1b", 16, 640))
+    end = {op: table.end(op) for op in table.start}
+    panel = ("1f1b", table.schedule, table.start, end)
+    with pytest.raises(ScheduleError, match="a picture of 40,960 ops"):
+        plot_compare([panel, panel], tmp_path / "x.png")
+    assert not list(tmp_path.iterdir())

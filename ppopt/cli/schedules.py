@@ -49,7 +49,10 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, u
     from ppopt.report.text import grid, table_summary
     from ppopt.table import build_table
 
-    table = build_table(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), units)
+    schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+    if plot:
+        _check_picture(schedule)
+    table = build_table(schedule, units)
     if as_json:
         emit_json(table_json(table))
         if plot:
@@ -60,6 +63,13 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, u
                                     table.schedule.stages))
     if plot:
         _plot_table(table, plot)
+
+
+def _check_picture(schedule) -> None:
+    """Refuse a picture too large to draw before the work that would make it."""
+    from ppopt.report.plot import check_picture_size
+
+    check_picture_size(sum(len(order) for order in schedule.orders))
 
 
 def _plot_table(table, path) -> None:
@@ -170,6 +180,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         if name is not None and model_config is not None and devices is not None:
             _check_layers(name, devices, options, model_config.num_layers)
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+        if plot:
+            _check_picture(schedule)
         result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
                                    parallel=parallel, **options)
         results = [result]
@@ -215,6 +227,13 @@ def compare_command(devices, microbatches, units, options, model, system, global
         compare_with_preset(devices, microbatches, options, costs, as_json, fmt)
         return
     model_config, system_config = _presets(model, system, required=True)
+    if plot:  # every applicable schedule is drawn: at most the sum of every family's size
+        from ppopt.generators import get, names
+        from ppopt.report.plot import check_picture_size
+
+        require_size(devices, microbatches)
+        sizes = [get(n).ops(devices, microbatches, get(n).taken(options)) for n in names()]
+        check_picture_size(sum(size or 0 for size in sizes), "up to")
     results, skipped = _evaluate_all_with_progress("compare", devices, microbatches, units, model_config, system_config,
                                                    global_batch, parallel, options)
     for schedule, reason in skipped.items():

@@ -359,12 +359,14 @@ MAX_PICTURE_OPS = 40_000
 many the boxes are too small to read."""
 
 
-def check_picture_size(ops: int) -> None:
+def check_picture_size(ops: int, what: str = "") -> None:
     """ScheduleError for a picture of more than :data:`MAX_PICTURE_OPS` ops, before any drawing (one
-    of 131,072 ops took minutes); commands check the size they will draw before the work that makes it."""
+    of 131,072 ops took minutes); commands check the size they will draw before the work that makes it.
+    ``what`` qualifies the count in the message (``up to``, for an upper bound)."""
     if ops > MAX_PICTURE_OPS:
-        raise ScheduleError(f"a picture of {ops:,} ops takes minutes to draw and cannot be read; it draws at most "
-                            f"{MAX_PICTURE_OPS:,}: export torch-csv or chrome-trace instead, or fewer microbatches")
+        raise ScheduleError(f"a picture of {what + ' ' if what else ''}{ops:,} ops takes minutes to draw and cannot be "
+                            f"read; it draws at most {MAX_PICTURE_OPS:,}: export torch-csv or chrome-trace instead, "
+                            "or fewer microbatches")
 
 
 def plot_schedule(schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], path: str | os.PathLike,
@@ -484,6 +486,8 @@ def plot_compare(
     memory_unit: str = "activations",
 ) -> Path:
     """Several timed schedules (:class:`Panel`, or tuples of its fields) stacked on a shared time
-    axis, each with its step time in its title and, with ``memory``, its memory panel."""
+    axis, each with its step time in its title and, with ``memory``, its memory panel; together at
+    most :data:`MAX_PICTURE_OPS` ops (:func:`check_picture_size`)."""
+    check_picture_size(sum(len(Panel(*item).start) for item in items))
     fmt = picture_format(path)
     return _save(compare_figure(items, title, time_unit, memory, memory_unit), path, fmt)
