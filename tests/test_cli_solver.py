@@ -215,3 +215,19 @@ def test_the_frontier_of_a_fixed_schedule_starts_at_its_own_peak():
     data = json.loads(result.stdout)
     assert [p["memory_limit"] for p in data["points"]] == [4]
     assert data["points"][0]["status"] == "optimal"
+
+
+@pytest.mark.parametrize("space, flag", [("placement=bidirectional", "--csv"), ("fixed:chimera", "--csv"),
+                                         ("fixed:dualpipe", "--run")])
+def test_search_refuses_torch_outputs_of_a_replicated_space_before_searching(tmp_path, monkeypatch, space, flag):
+    """Chimera's and DualPipe's weight replicas put a stage on two ranks, which PyTorch's CSV and
+    runtime cannot hold: the CSV used to be refused only after the whole search, with no output written."""
+    import ppopt.solve.search as searching
+
+    monkeypatch.setattr(searching, "search", lambda *a, **k: pytest.fail("searched"))
+    extra = [flag, tmp_path / "x.csv"] if flag == "--csv" else [flag]
+    result = run("search", "--unit", "-p", 4, "-m", 8, "--space", space, *extra, "--trace", tmp_path / "t.json")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: {flag}: space {space}") and result.stderr.endswith(
+        "places each stage on two ranks, and PyTorch's schedule CSV and runtime hold one rank per stage\n")
+    assert not list(tmp_path.iterdir())

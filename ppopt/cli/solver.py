@@ -154,6 +154,18 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     return spec, solve
 
 
+def _refuse_replicas_for_torch(space, csv_path, run_it) -> None:
+    """PyTorch's schedule CSV and runtime hold one rank per stage: a space whose schedules place a
+    stage on two ranks (Chimera's weight replicas) is refused with --csv or --run before searching."""
+    from ppopt.errors import ConfigError
+    from ppopt.generators import REGISTRY
+
+    replicated = space.placement == "bidirectional" if space.fixed is None else not REGISTRY[space.fixed].torch
+    if replicated and (csv_path or run_it):
+        raise ConfigError(f"space {space.describe()} places each stage on two ranks, and PyTorch's schedule CSV and "
+                          "runtime hold one rank per stage", field="csv_path" if csv_path else "run_it")
+
+
 @main.command("search")
 @solver_options()
 @click.option("--space", default="placement=linear", show_default=True, help="Search space, e.g. placement=linear,backward=split or fixed:1f1b (see README).")
@@ -175,6 +187,7 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
 
         raise ConfigError("prints the run's table; give --run without --json (or use --csv and `ppopt run FILE --json`)", field="run_it")
     searched = parse_space(space, **options)
+    _refuse_replicas_for_torch(searched, csv_path, run_it)
     if plot:  # the picture's size is known before the search that makes it
         from ppopt.report.plot import check_picture_size
         from ppopt.solve.search import space_ops
