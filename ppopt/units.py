@@ -24,16 +24,20 @@ MAX_SLOTS = 1e6
 """Largest duration or delay of the unit model, slots: a million forwards per op is far beyond any
 real ratio, and it keeps every table's length and its tick count (printed as figures) readable."""
 
+MIN_SLOTS = 1e-6
+"""Smallest non-zero duration or delay, slots: the table layer takes durations as fractions with
+denominators up to 10^6 (:mod:`ppopt.table`), so anything shorter would become 0."""
+
 
 @dataclass(frozen=True)
 class UnitCosts:
     """Op durations of a 1/p model share, in slots (see the module docstring).
 
     Attributes:
-        forward: F, slots (> 0, at most :data:`MAX_SLOTS`).
-        backward: full backward B = I + W, slots (> 0, at most :data:`MAX_SLOTS`).
-        weight: W, slots, between 0 and ``backward``; None means ``backward / 2``.
-        comm: point-to-point message delay between devices, slots (>= 0, at most :data:`MAX_SLOTS`).
+        forward: F, slots (:data:`MIN_SLOTS` to :data:`MAX_SLOTS`).
+        backward: full backward B = I + W, slots (:data:`MIN_SLOTS` to :data:`MAX_SLOTS`).
+        weight: W, slots, 0 or :data:`MIN_SLOTS` to ``backward``; None means ``backward / 2``.
+        comm: point-to-point message delay between devices, slots (0 or :data:`MIN_SLOTS` to :data:`MAX_SLOTS`).
     """
 
     forward: float = 1.0
@@ -53,6 +57,12 @@ class UnitCosts:
                 raise ConfigError(f"must be at most {MAX_SLOTS:,.0f} slots, got {getattr(self, name):g}", field=name)
         if self.weight is not None and not (math.isfinite(self.weight) and 0 <= self.weight <= self.backward):
             raise ConfigError(f"must lie between 0 and backward ({self.backward:g}), got {self.weight}", field="weight")
+        for name in ("forward", "backward", "comm", "weight"):
+            value = getattr(self, name)
+            if value is not None and 0 < value < MIN_SLOTS:
+                raise ConfigError(f"must be 0 or at least {MIN_SLOTS:g} slots (the tables' resolution), got {value:g}"
+                                  if name in ("comm", "weight") else
+                                  f"must be at least {MIN_SLOTS:g} slots (the tables' resolution), got {value:g}", field=name)
 
     @property
     def weight_slots(self) -> float:

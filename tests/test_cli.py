@@ -87,6 +87,11 @@ def test_evaluate_all_reports_skipped_schedules_on_stderr():
         (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--backward", "0"], "--backward: must be a finite number > 0"),
         (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--comm", "1e300"], "--comm: must be at most 1,000,000 slots, got 1e+300"),
         (["evaluate", "-s", "1f1b", "-p", "4", "-m", "4", "--forward", "2e6"], "--forward: must be at most 1,000,000 slots"),
+        # below the tables' resolution of 1e-6 slot a duration became 0 (F ops drawn with no width)
+        (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--forward", "1e-7"],
+         "--forward: must be at least 1e-06 slots (the tables' resolution), got 1e-07"),
+        (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--comm", "1e-9"], "--comm: must be 0 or at least 1e-06 slots"),
+        (["table", "-s", "zb-h1", "-p", "4", "-m", "4", "--weight", "1e-8"], "--weight: must be 0 or at least 1e-06 slots"),
         (["import", "x.csv", "--weight", "-1"], "--weight: must lie between 0 and backward"),
         (["evaluate", "-s", "chimera-asym", "-p", "4", "-m", "4", "--split", "1:x"], "--split"),
         (["evaluate", "-s", "all", "-p", "-2", "-m", "4"], "--devices: must be >= 1"),
