@@ -417,3 +417,28 @@ def test_a_request_every_schedule_skips_is_one_error(args):
     p, m = args[args.index("-p") + 1], args[args.index("-m") + 1]
     assert line.startswith(f"error: no schedule applies at p = {p}, m = {m} (gpipe: schedule too large")
     assert line.endswith("; 13 more skipped)")
+
+
+# -- Ctrl-C stops a search at once ------------------------------------------------------------------
+
+
+def test_ctrl_c_during_a_search_aborts_the_command():
+    """CP-SAT's own SIGINT handler ended only the running solve, so the search went on to its time
+    limit, printed a result and exited 0. Now the command stops: no result, `aborted`, exit 1."""
+    import signal
+
+    args = [sys.executable, "-m", "ppopt", "search", "-p", "16", "-m", "300", "--unit", "--memory-limit", "6",
+            "--comm", "1", "--time-limit", "60", "--no-grid"]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert child.stderr is not None
+        first = child.stderr.readline()  # the search has started (its first progress line)
+        assert first, "the search printed no progress"
+        threading.Event().wait(1.0)  # well inside a CP-SAT solve
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert (child.returncode, out) == (1, "")
+    assert err.splitlines()[-1] == "aborted"

@@ -10,6 +10,7 @@ as one line on stderr:
   write to standard output: <reason>`` for stdout (a full disk, ``> /dev/full``). A reader that
   closes the pipe early (``| head -1``) ends the command quietly with status 1.
 
+Ctrl-C prints ``aborted``, exit status 1, also during a CP-SAT solve (:mod:`ppopt.solve.interrupt`).
 ``--help`` and ``--version`` exit 0. No traceback is printed for anything a user can cause.
 """
 
@@ -110,6 +111,10 @@ class _Cli(click.Group):
             return super().main(args, prog_name, complete_var, False, **extra)
         if sys.stdout is None:  # started without one (`>&-`): writing it is an error, not a no-op
             sys.stdout = io.TextIOWrapper(_ClosedStdout(), write_through=True)
+        if _FROM_COMMAND_LINE:
+            from ppopt.solve.interrupt import install
+
+            install()  # Ctrl-C stops a running CP-SAT solve and the command (`aborted`, exit 1)
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
             sys.stdout.flush()

@@ -173,7 +173,10 @@ class SolveOptions:
         limit: unproven, before its deterministic limit (CP-SAT's status code is returned)."""
         from ortools.sat.python import cp_model
 
-        code = solver.solve(model, callback)
+        from ppopt.solve.interrupt import stoppable
+
+        with stoppable(solver):  # Ctrl-C ends the command, not only this solve
+            code = solver.solve(model, callback)
         self.work.spent += solver.deterministic_time
         settled = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
         if not settled and solver.deterministic_time < solver.parameters.max_deterministic_time:
