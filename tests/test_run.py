@@ -107,6 +107,43 @@ def test_a_killed_rank_ends_every_rank_with_one_line(tmp_path):
     assert all(process.exitcode is not None for process in started)
 
 
+def test_the_timeout_counts_from_the_first_rank_s_start(tmp_path, monkeypatch):
+    """Starting 16 ranks takes seconds, and the deadline used to start only once all were running
+    (`--timeout 3` finished after 9 s). Ranks that take the whole budget to start end the run before
+    the next one starts. No real process: each fake rank takes 0.2 s to start and never finishes."""
+    pytest.importorskip("torch.distributed.pipelining")  # the launcher imports the worker
+    import time
+
+    import ppopt.run.launcher as launcher
+
+    started = []
+
+    class SlowRank:
+        exitcode = None
+
+        def __init__(self, **kwargs):
+            self.pid = len(started)
+
+        def start(self):
+            time.sleep(0.2)
+            started.append(self)
+
+        def kill(self):
+            self.exitcode = -9
+
+        def join(self):
+            pass
+
+    class Context:
+        Process = SlowRank
+
+    monkeypatch.setattr(launcher, "_context", Context)
+    spec = RunSpec((), 4, TINY, timeout_s=0.1)
+    with pytest.raises(RunError, match=r"did not finish within 0.1 s \(--timeout\); stopped all ranks"):
+        launcher.launch(spec)
+    assert len(started) == 1 and started[0].exitcode == -9
+
+
 def test_a_deadlocking_or_malformed_csv_is_refused_before_any_process_starts(tmp_path, monkeypatch):
     import ppopt.run.launcher as launcher
 

@@ -3,7 +3,7 @@
 Every rank joins a gloo process group on 127.0.0.1 only (``MASTER_ADDR=127.0.0.1``, a free port
 found by binding port 0 on 127.0.0.1). The launcher polls the processes: when one exits with an
 error (or is killed), it kills the others at once and raises :class:`~ppopt.run.RunError` with one
-line naming that rank and its last message; when the whole run exceeds ``spec.timeout_s``, it kills
+line naming that rank and its last message; when the whole run (from the first rank's start) exceeds ``spec.timeout_s``, it kills
 every rank and says so. Nothing is left running.
 """
 
@@ -78,6 +78,7 @@ def launch(spec: RunSpec, on_started: Callable[[list], None] | None = None) -> l
     """
     from ppopt.run.worker import child
 
+    deadline = time.monotonic() + spec.timeout_s  # the whole run: starting the ranks (seconds at p = 16) too
     context = _context()
     with tempfile.TemporaryDirectory(prefix="ppopt-run-") as tmp:
         folder = Path(tmp)
@@ -88,9 +89,11 @@ def launch(spec: RunSpec, on_started: Callable[[list], None] | None = None) -> l
                 process = context.Process(target=child, args=(spec_json(spec), rank, _environment(spec, port, rank), tmp), daemon=True)
                 process.start()
                 processes.append(process)
+                if time.monotonic() > deadline:
+                    raise _timed_out(spec.timeout_s)
             if on_started is not None:
                 on_started(processes)
-            _wait(processes, spec.timeout_s, folder)
+            _wait(processes, deadline, spec.timeout_s, folder)
         finally:
             for process in processes:
                 if process.exitcode is None:
@@ -100,8 +103,12 @@ def launch(spec: RunSpec, on_started: Callable[[list], None] | None = None) -> l
         return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in range(spec.devices)]
 
 
-def _wait(processes: list, timeout_s: float, folder: Path) -> None:
-    deadline = time.monotonic() + timeout_s
+def _timed_out(timeout_s: float) -> RunError:
+    return RunError(f"the ranks did not finish within {timeout_s:g} s (--timeout); stopped all ranks")
+
+
+def _wait(processes: list, deadline: float, timeout_s: float, folder: Path) -> None:
+    """Poll the ranks until all have finished, one has failed, or ``deadline`` (monotonic) passes."""
     while True:
         codes = [process.exitcode for process in processes]
         failed = next((r for r, code in enumerate(codes) if code not in (None, 0)), None)
@@ -113,5 +120,5 @@ def _wait(processes: list, timeout_s: float, folder: Path) -> None:
         if all(code == 0 for code in codes):
             return
         if time.monotonic() > deadline:
-            raise RunError(f"the ranks did not finish within {timeout_s:g} s (--timeout); stopped all ranks")
+            raise _timed_out(timeout_s)
         time.sleep(0.02)
