@@ -29,23 +29,31 @@ class ScheduleValidationError(ScheduleError):
         self.details = details
 
 
-def order_grid(schedule: Schedule, mark: tuple[int, int] | None = None, limit: int = 24) -> str:
+def order_grid(schedule: Schedule, mark: tuple[int, int] | None = None, limit: int = 24, devices: int = 9) -> str:
     """The per-device op order as text, one row per device; ``mark=(device, index)`` is bracketed.
 
-    Long rows are cut to ``limit`` cells around the marked one.
+    Long rows are cut to ``limit`` cells around the marked one, and at most ``devices`` rows are
+    shown, centred on the marked device (a file of 64 ranks gave 64 lines after the error); a last
+    line counts the devices left out.
     """
     lo = 0
     if mark is not None:
         lo = max(0, mark[1] - limit // 2)
+    count = len(schedule.orders)
+    first = 0 if mark is None else max(0, min(mark[0] - devices // 2, count - devices))
+    shown = range(first, min(count, first + devices))
     rows = []
-    for d, order in enumerate(schedule.orders):
+    for d in shown:
         cells = []
+        order = schedule.orders[d]
         for i, op in enumerate(order[lo : lo + limit], start=lo):
             text = str(op)
             cells.append(f">{text}<" if mark == (d, i) else f" {text} ")
         prefix = "... " if lo > 0 else ""
         suffix = " ..." if len(order) > lo + limit else ""
         rows.append(f"device {d}: {prefix}{''.join(f'{c:>8}' for c in cells)}{suffix}")
+    if len(shown) < count:
+        rows.append(f"({count - len(shown)} more devices not shown)")
     return "\n".join(rows)
 
 

@@ -46,6 +46,19 @@ def test_duplicate_op_is_marked_in_the_grid():
     assert "\n" not in str(error.value)
 
 
+def test_the_grid_shows_nine_devices_around_the_fault():
+    """At 64 devices the grid after the error line was 64 lines: now the marked device, four on
+    each side and a count of the others."""
+    schedule = generate("1f1b", 64, 4)
+    order = schedule.orders[30]
+    broken = _replace_order(schedule, 30, (order[-1],) + order[:-1])  # 30B3 first
+    with pytest.raises(ScheduleValidationError, match="op 30B3 runs before its dependency 30F3") as error:
+        validate(broken)
+    rows = error.value.details.splitlines()
+    assert [row.split(":")[0] for row in rows[:-1]] == [f"device {d}" for d in range(26, 35)]
+    assert ">30B3<" in rows[4] and rows[-1] == "(55 more devices not shown)"
+
+
 def test_op_on_wrong_device_is_rejected():
     schedule = generate("gpipe", 2, 1)
     broken = dataclasses.replace(schedule, orders=(schedule.orders[0] + (Op(1, Kind.F, 0),), schedule.orders[1][1:]))
