@@ -230,7 +230,7 @@ def microbatch_size(model: ModelConfig, microbatches: int, global_batch: int | N
     """
     batch = model.global_batch_size if global_batch is None else global_batch
     if batch < 1:
-        raise ConfigError(f"global batch must be positive, got {batch}")
+        raise ConfigError(f"must be positive, got {batch}", field="global_batch")
     if microbatches < 1:
         raise ConfigError(f"microbatches must be positive, got {microbatches}")
     if microbatches > batch:

@@ -405,6 +405,10 @@ class Parallelism:
         batch = global_batch
         if batch is None:
             batch = model.global_batch_size if self.micro_batch is None else self.micro_batch * microbatches * self.dp
+            most = MODEL_LIMITS["global_batch_size"]
+            if self.micro_batch is not None and batch > most:
+                raise ConfigError(f"{self.micro_batch} x {microbatches} microbatches x {self.dp} replicas makes a global "
+                                  f"batch of {batch} sequences, more than {most}", field="micro_batch")
         micro, left = divmod(batch, microbatches * self.dp)
         if left or micro < 1:
             raise ConfigError(f"global batch {batch} does not split into {microbatches} microbatches x {self.dp} replicas",
