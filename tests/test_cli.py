@@ -93,6 +93,8 @@ def test_evaluate_all_reports_skipped_schedules_on_stderr():
         (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--comm", "1e-9"], "--comm: must be 0 or at least 1e-06 slots"),
         (["table", "-s", "zb-h1", "-p", "4", "-m", "4", "--weight", "1e-8"], "--weight: must be 0 or at least 1e-06 slots"),
         (["import", "x.csv", "--weight", "-1"], "--weight: must lie between 0 and backward"),
+        (["search", "--unit", "-p", "4", "-m", "8", "--space", "fixed:"], "--space: fixed:NAME needs a schedule: unknown schedule ''"),
+        (["frontier", "--unit", "-p", "4", "-m", "8", "--limits", ""], "--limits: must list at least one memory limit"),
         # the global batch a micro batch makes is the micro batch's error, not the flag not given
         (["evaluate", "-s", "1f1b", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid", "--micro-batch",
           "1000000000"], "--micro-batch: 1000000000 x 4 microbatches x 1 replicas makes a global batch of 4000000000"),

@@ -79,6 +79,18 @@ def test_every_system_preset_loads(path):
     assert by_name.name == path.stem
 
 
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_a_preset_file_with_a_byte_order_mark_loads_as_without(tmp_path, suffix):
+    """Some Windows editors start UTF-8 files with a byte-order mark; TOML's parser called it an
+    invalid statement at line 1 (the CSV readers already skipped it)."""
+    original = SYSTEM_FILES[0]
+    system = load_system(original)
+    text = original.read_text() if suffix == ".toml" else json.dumps(system.model_dump(mode="json"))
+    marked = tmp_path / f"marked{suffix}"
+    marked.write_text("\ufeff" + text, encoding="utf-8")
+    assert load_system(marked) == system
+
+
 def test_list_presets_sorted_and_complete():
     assert list_models() == sorted(p.stem for p in MODEL_FILES)
     assert list_systems() == sorted(p.stem for p in SYSTEM_FILES)

@@ -276,6 +276,8 @@ def frontier_command(spec, solve, options, space, limits, as_json, fmt):
 
     if spec.memory_limit is not None:
         raise ConfigError("frontier sweeps memory limits itself: use --limits, not --memory-limit", field="memory_limit")
+    if limits is not None and not limits.strip():
+        raise ConfigError("must list at least one memory limit (leave it out for the default range)", field="limits")
     values = [parse_amount(x.strip(), spec.unit_mode, "--limits") for x in limits.split(",")] if limits else None
     result = frontier(spec, parse_space(space, **options), values, solve)
     if as_json:

@@ -148,7 +148,9 @@ def parse_data(text: str, toml: bool = False) -> Any:
     """``text`` parsed as TOML or JSON. Every problem is a :class:`ValueError` (a
     ``TOMLDecodeError`` or ``JSONDecodeError``), including input nested deeper than the parser's
     recursion allows (``[[[...]]]`` a thousand levels deep: a ``RecursionError`` inside the parser)
-    and, in JSON, a key given twice in one object (TOML refuses it itself)."""
+    and, in JSON, a key given twice in one object (TOML refuses it itself). A leading UTF-8
+    byte-order mark (some Windows editors write one) is skipped, as the CSV readers do."""
+    text = text.removeprefix("\ufeff")
     try:
         return tomllib.loads(text) if toml else json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:

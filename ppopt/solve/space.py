@@ -96,8 +96,11 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
     """
     spec = spec.strip()
     if spec.startswith("fixed:"):
-        name = spec.removeprefix("fixed:")
-        get(name)  # raises for an unknown schedule
+        name = spec.removeprefix("fixed:").strip()
+        try:
+            get(name)
+        except ScheduleError as error:
+            raise ScheduleError(f"fixed:NAME needs a schedule: {error.reason}", field="space") from None
         options = {k: v for k, v in schedule_options.items() if v is not None}
         return Space(fixed=name, fixed_options=options, order="fixed")
     if not spec:
