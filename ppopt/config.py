@@ -520,6 +520,9 @@ def validation_message(error: ValidationError, prefix: str = "") -> str:
         field = ".".join([prefix] * bool(prefix) + [str(part) for part in item["loc"]])
         message = _one_line(item["msg"]).removeprefix("Value error, ")
         kind = item["type"]
+        value = item.get("input")
+        if isinstance(value, float) and not math.isfinite(value):  # pydantic says "should be >= 1" for nan
+            message = f"must be a finite number, got {value}"
         if kind == "extra_forbidden":
             parts.append(f"unknown field '{field}'")
         elif kind == "missing":

@@ -91,6 +91,17 @@ def test_a_preset_file_with_a_byte_order_mark_loads_as_without(tmp_path, suffix)
     assert load_system(marked) == system
 
 
+def test_a_nan_in_a_preset_is_called_not_finite(tmp_path):
+    """Pydantic's own message for nan against a lower bound was 'Input should be greater than or
+    equal to 1', true but not the reason."""
+    text = "\n".join("peak_flops = nan" if line.startswith("peak_flops =") else line
+                     for line in SYSTEM_FILES[0].read_text().splitlines())
+    path = tmp_path / "nan.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"field 'peak_flops': must be a finite number, got nan$"):
+        load_system(path)
+
+
 def test_list_presets_sorted_and_complete():
     assert list_models() == sorted(p.stem for p in MODEL_FILES)
     assert list_systems() == sorted(p.stem for p in SYSTEM_FILES)
