@@ -463,6 +463,15 @@ def test_calibrate_writes_only_a_toml_name(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_profile_writes_only_a_json_name(tmp_path):
+    """The cost preset is JSON and `--costs` reads it as such: x.toml got JSON inside, without a word."""
+    result = cli("profile", "-p", 2, "-m", 2, "-o", tmp_path / "x.toml")
+    assert result.exit_code == 1
+    assert result.output == (f"error: Invalid value for '--output' / '-o': {tmp_path / 'x.toml'}: the cost preset is "
+                             "JSON: give a name ending in .json (see 'ppopt profile --help')\n")
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("fmt, name", [("torch-csv", "x.png"), ("chrome-trace", "x.svg"), ("torch-csv", "x.PNG")])
 def test_export_refuses_text_into_a_picture_name(tmp_path, fmt, name):
     result = cli("export", "-s", "1f1b", "-p", 2, "-m", 4, "--unit", "--format", fmt, "-o", tmp_path / name)

@@ -14,11 +14,11 @@ from ppopt.accuracy import GROUP_KEYS
 from ppopt.cli import main
 from ppopt.cli.options import (
     ProgressBar,
-    check_output,
     check_plot,
     emit_json,
     format_option,
     json_option,
+    output_ending_in,
     refuse_unused_options,
 )
 from ppopt.job import SCHEDULES as JOB_SCHEDULES
@@ -123,19 +123,10 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
         click.echo("\n".join(_summary_lines(accuracy, len(data))))
 
 
-def check_output_toml(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
-    """A writable path (:func:`check_output`) ending in ``.toml``: the calibrated system is written as
-    TOML, and a system file is read by its suffix (a ``.json`` one as JSON)."""
-    path = check_output(ctx, param, path)
-    if path is not None and not path.lower().endswith(".toml"):
-        raise click.BadParameter(f"{path}: the calibrated system is TOML: give a name ending in .toml")
-    return path
-
-
 @main.command("calibrate")
 @click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--system", default="a100-vtrain", show_default=True, help="Base system preset or file.")
-@click.option("--output", "-o", required=True, callback=check_output_toml, type=click.Path(dir_okay=False), help="Calibrated system .toml to write.")
+@click.option("--output", "-o", required=True, callback=output_ending_in(".toml", "the calibrated system is TOML"), type=click.Path(dir_okay=False), help="Calibrated system .toml to write.")
 @click.option("--name", default=None, help="Name of the calibrated system [default: the output file's stem].")
 @json_option
 def calibrate_command(data, system, output, name, as_json) -> None:

@@ -371,6 +371,20 @@ def check_output(ctx: click.Context, param: click.Parameter, path: str | None) -
     return check_output_or_stdout(ctx, param, path)
 
 
+def output_ending_in(suffix: str, why: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """A callback like :func:`check_output` that also wants a name ending in ``suffix``: a file the
+    command writes in one format, and that ppopt reads back by its suffix (a calibrated system is
+    TOML, a cost preset JSON)."""
+
+    def check(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+        path = check_output(ctx, param, path)
+        if path is not None and not path.lower().endswith(suffix):
+            raise click.BadParameter(f"{path}: {why}: give a name ending in {suffix}")
+        return path
+
+    return check
+
+
 def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
     """:func:`check_output` for an option whose ``-`` writes to standard output instead of a file."""
     if path is None or path == "-":

@@ -7,7 +7,7 @@ import functools
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import check_output, emit_json, json_option
+from ppopt.cli.options import emit_json, json_option, output_ending_in
 from ppopt.units import UnitCosts
 
 
@@ -186,7 +186,8 @@ def _compare(schedules, results, settings, presets):
 @click.option("--microbatches", "-m", type=int, default=4, show_default=True, help="Microbatches per step.")
 @click.option("--chunks", "-v", type=int, default=1, show_default=True, help="Stages per rank: 1 (1f1b, zb-h1) or 2 (interleaved-1f1b, zb-v).")
 @run_options
-@click.option("--output", "-o", required=True, callback=check_output, help="Cost preset file to write (.json).")
+@click.option("--output", "-o", required=True, callback=output_ending_in(".json", "the cost preset is JSON"),
+              help="Cost preset file to write (.json).")
 @json_option
 def profile_command(devices, microbatches, chunks, settings, output, as_json) -> None:
     """Measure F, B, I, W per stage and the message time of the tiny GPT here; write a cost preset."""
