@@ -136,13 +136,15 @@ def test_evaluate_flattens_each_schedule_once_and_shares_it(monkeypatch):
 
 
 def test_the_formula_length_keeps_a_tiny_forward():
-    """1F1B at p = 4, m = 8: (m + p - 1)(F + B) = 11 (F + B). With F = 1e-7 slots the length is
-    11 · (1e-7 + 2) = 22.0000011 (it was 0: F had been rounded to a millionth's multiple), and a
-    decimal F keeps its value exactly: F = 0.1, B = 0.2 gives 3.3."""
-    from ppopt.formula import formula
-    from ppopt.units import UnitCosts
+    """1F1B at p = 4, m = 8: (m + p - 1)(F + B) = 11 (F + B). With the smallest forward the unit
+    model takes, F = 1e-6 slots, the length is 11 · (1e-6 + 2) = 22.000011 in the formula and the
+    table alike, and a decimal F keeps its value exactly: F = 0.1, B = 0.2 gives 3.3. (Below 1e-6
+    the table's resolution, a forward is refused: tests/test_cli.py.)"""
+    from ppopt.units import MIN_SLOTS
 
-    tiny = formula("1f1b", 4, 8, UnitCosts(forward=1e-7, backward=2.0))
-    assert tiny is not None and tiny.length == pytest.approx(22.0000011, rel=1e-12)
+    units = UnitCosts(forward=MIN_SLOTS, backward=2.0)
+    tiny = formula("1f1b", 4, 8, units)
+    assert tiny is not None and tiny.length == pytest.approx(22.000011, rel=1e-12)
+    assert table_of("1f1b", 4, 8, units).length == pytest.approx(22.000011, rel=1e-12)
     tenth = formula("1f1b", 4, 8, UnitCosts(forward=0.1, backward=0.2))
     assert tenth is not None and tenth.length == pytest.approx(3.3, rel=1e-15)
