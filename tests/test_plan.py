@@ -458,3 +458,32 @@ def test_plan_with_a_deterministic_time_says_it_is_reproducible_and_is():
     assert json.loads(first.stdout) == json.loads(second.stdout)
     bad = CliRunner().invoke(main, [*flags[:-3], "--deterministic-time", "0"])
     assert bad.exit_code == 1 and "--deterministic-time" in bad.stderr
+
+
+def test_plan_keeps_the_executor_s_closing_time_in_its_budget(monkeypatch):
+    """Shutting down a local Ray took 1.5 s after the last result, so `plan --executor ray
+    --time-limit 8` ran 9.4 s. The evaluations now end that much before the deadline."""
+    import ppopt.cli.plan as cli_plan
+    import ppopt.plan
+    import ppopt.sweep
+    from ppopt.sweep.executors import RAY_SHUTDOWN_S, Executor
+
+    class SlowToClose(Executor):
+        closing_s = RAY_SHUTDOWN_S
+
+        def map_unordered(self, fn, items):
+            return map(fn, items)
+
+    deadlines = []
+    real_plan = ppopt.plan.plan
+
+    def recording_plan(request, run, progress, options, listed):
+        deadlines.append(options.deadline)
+        return real_plan(request, run, progress, options, listed)
+
+    monkeypatch.setattr(ppopt.sweep, "make_executor", lambda *a: SlowToClose())
+    monkeypatch.setattr(ppopt.plan, "plan", recording_plan)
+    options = SolveOptions(60).start()
+    request = PlanRequest(LLAMA8, H100, 8, global_batch=16)
+    cli_plan._run_plan(request, None, 2, "local", None, True, options)
+    assert deadlines == [pytest.approx(options.deadline - RAY_SHUTDOWN_S, abs=1e-6)]

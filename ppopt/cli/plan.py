@@ -215,8 +215,8 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options):
     progress = PlanProgress(phases.generating, phases.sizing, phases.simulating) if phases else None
     try:
         if jobs > 1 or executor != "local" or address is not None:  # make_executor refuses an address without ray
-            with make_executor(executor, jobs, address) as pool:
-                result = plan(request, pool.map_unordered, progress, options, listed)
+            with make_executor(executor, jobs, address) as pool:  # its closing counts in the budget too
+                result = plan(request, pool.map_unordered, progress, options.reserve(pool.closing_s), listed)
         else:
             result = plan(request, None, progress, options, listed)
     finally:
