@@ -121,13 +121,29 @@ def search_job(row: PlanRow, memory_limit: float | None, options: SolveOptions) 
 
 
 
+def searched_steps(steps: list[float], searches: list[list[JobSearch]]) -> tuple[list[float], list[JobSearch | None]]:
+    """Each job's step (``steps``, fastest first) once the first ``len(searches)`` jobs take their
+    best searched schedule where it is faster, and that search (None: the handcrafted schedule stays)."""
+    new = list(steps)
+    chosen: list[JobSearch | None] = [None] * len(steps)
+    for k, found in enumerate(searches):
+        for tried in found:
+            if tried.best_step_s is not None and tried.best_step_s < new[k]:
+                new[k], chosen[k] = tried.best_step_s, tried
+    return new, chosen
+
+
 def ranking_changes(steps: list[float], searches: list[list[JobSearch]]) -> list[tuple[int, int]]:
     """(old rank, new rank), 1-based, of the jobs whose rank changes when the first
     ``len(searches)`` jobs (of ``steps``, fastest first) take their best searched step."""
-    new = list(steps)
-    for k, found in enumerate(searches):
-        best = [s.best_step_s for s in found if s.best_step_s is not None]
-        if best:
-            new[k] = min(new[k], min(best))
+    new, _ = searched_steps(steps, searches)
     order = sorted(range(len(new)), key=lambda k: (new[k], k))
     return [(old + 1, rank + 1) for rank, old in enumerate(order) if old != rank]
+
+
+def first_after_search(steps: list[float], searches: list[list[JobSearch]]) -> tuple[int, JobSearch | None]:
+    """The index of the fastest job once the searched schedules count (the new #1 of
+    :func:`ranking_changes`), and the search whose schedule it runs (None: its handcrafted one)."""
+    new, chosen = searched_steps(steps, searches)
+    first = min(range(len(new)), key=lambda k: (new[k], k))
+    return first, chosen[first]

@@ -36,7 +36,7 @@ from ppopt.plan import (
     sizing_ops,
     torchtitan_stages,
 )
-from ppopt.plan_search import JobSearch, job_spec, ranking_changes
+from ppopt.plan_search import JobSearch, first_after_search, job_spec, ranking_changes
 from ppopt.report.plan_plot import pareto_front
 from ppopt.simulate import simulate
 from ppopt.solve.options import SolveOptions
@@ -252,6 +252,21 @@ def test_ranking_changes_when_a_searched_schedule_overtakes():
     # the second job's schedule beats the first's: they swap; an unsearched third stays
     assert ranking_changes(steps, [found(10.0), found(9.5)]) == [(2, 1), (1, 2)]
     assert ranking_changes(steps, [found(None), found(None), found(9.0)]) == [(3, 1), (1, 2), (2, 3)]
+
+
+def test_the_first_after_the_search_is_the_new_number_one_with_its_searched_schedule():
+    """The stage split and --torch-csv used to describe the old #1 (its handcrafted or searched
+    schedule) even when the search had made the second job #1."""
+    job = Job(LLAMA8, H100)
+    schedule = generate("1f1b", 2, 2)
+
+    def found(*bests):
+        return [JobSearch(job, f"space {k}", 0.0, best, 0.0, None, "feasible", schedule) for k, best in enumerate(bests)]
+
+    steps = [10.0, 10.5, 11.0]
+    assert first_after_search(steps, [found(10.2), found(9.8, 9.5)]) == (1, found(9.8, 9.5)[1])
+    assert first_after_search(steps, [found(9.9), found(9.95)]) == (0, found(9.9)[0])
+    assert first_after_search(steps, [found(None, 10.1), found(None)]) == (0, None)  # handcrafted stays
 
 
 def test_a_space_too_large_is_refused_before_any_work(monkeypatch):

@@ -244,8 +244,16 @@ def _ranking(result, searches) -> list[tuple[int, int]]:
     return ranking_changes([r.step_time_s for r in result.rows], searches)
 
 
-def _first_split(result):
-    job = result.rows[0].job
+def _first(result, searches):
+    """The plan's #1 once the searched schedules count: its row and the search it runs (or None)."""
+    from ppopt.plan_search import first_after_search
+
+    index, search = first_after_search([r.step_time_s for r in result.rows], searches)
+    return result.rows[index], search
+
+
+def _first_split(result, searches):
+    job = _first(result, searches)[0].job
     counts = job.stage_layers
     from ppopt.plan import megatron_layout, torchtitan_stages
 
@@ -293,9 +301,9 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
         moves = _ranking(result, searches)
         click.echo("ranking with the searched schedules: " + (
             "unchanged" if not moves else ", ".join(f"#{old} -> #{new}" for old, new in moves)))
-    counts, megatron, titan = _first_split(result)
+    counts, megatron, titan = _first_split(result, searches)
     if len(counts) > 1:
-        click.echo(f"stage split of #1: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
+        click.echo(f"stage split of #1{' (after the search)' if _ranking(result, searches) else ''}: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
 
 
@@ -326,7 +334,7 @@ def _compact_titan(stages: list[list[str]]) -> str:
 
 def _json(result, searches, top: int) -> dict:
     request = result.request
-    counts, megatron, titan = _first_split(result)
+    counts, megatron, titan = _first_split(result, searches)
     moves = _ranking(result, searches)
 
     def row(r):
@@ -358,15 +366,13 @@ def _json(result, searches, top: int) -> dict:
 
 
 def _write_torch_csv(result, searches, path: str) -> None:
+    """The plan's #1 after the search as PyTorch's schedule CSV: its searched schedule when that is
+    faster than its handcrafted one (which may make another job #1)."""
     from ppopt.generators import generate
     from ppopt.io.torch_csv import write_torch_csv
 
-    job = result.rows[0].job
-    schedule = generate(job.schedule, job.pp, job.microbatches, **job.schedule_options)
-    found = [s for s in (searches[0] if searches else []) if s.schedule is not None and s.best_step_s is not None]
-    if found:
-        best = min(found, key=lambda s: s.best_step_s)
-        if best.best_step_s is not None and best.best_step_s < result.rows[0].step_time_s - 1e-12 and best.schedule is not None:
-            schedule = best.schedule
+    row, search = _first(result, searches)
+    job = row.job
+    schedule = search.schedule if search is not None and search.schedule is not None else \
+        generate(job.schedule, job.pp, job.microbatches, **job.schedule_options)
     write_torch_csv(schedule, path)
-
