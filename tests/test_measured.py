@@ -352,3 +352,38 @@ def test_plan_says_by_how_much_the_closest_job_misses_a_limit_it_rounds_to():
     assert needs == closest and f"{needs / 1e9:.2f}" == f"{limit / 1e9:.2f}"  # the case this test is about
     line = run(*tight).output.splitlines()[1]
     assert f"needs {needs / 1e9:.12g} GB" in line, line
+
+
+def test_calibrate_reports_its_base_and_the_parameters_at_their_bounds(tmp_path):
+    """A user judges a fit by what it improves on: calibrate prints the base system's MAPE on the same
+    rows (what `validate` gives for the base) and which fitted parameters sit at a bound."""
+    rows = tmp_path / "rows.csv"
+    rows.write_text("".join(Path(MULTI).read_text().splitlines(keepends=True)[:13]))  # header + 12 rows
+    out = tmp_path / "fit.toml"
+    result = run("calibrate", str(rows), "--system", "a100-vtrain", "-o", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["base_system"] == "a100-vtrain"
+    assert report["base_mape"] == pytest.approx(validate_json("a100-vtrain", str(rows))["summary"]["mape"], rel=1e-12)
+    assert report["fit_mape"] == pytest.approx(validate_json(str(out), str(rows))["summary"]["mape"], rel=1e-12)
+    for name, where in report["at_bounds"].items():  # "at high 0.8": the value is that bound
+        assert report["values"][name] == pytest.approx(float(where.split()[-1]), rel=2e-3)
+    text = run("calibrate", str(rows), "--system", "a100-vtrain", "-o", str(out)).stdout
+    assert f"base system a100-vtrain on the same rows: MAPE {100 * report['base_mape']:.2f} %" in text
+
+
+def test_columns_the_model_does_not_read_get_a_note(tmp_path):
+    """A user's own runs may say `recompute` or `schedule`: the rows are still modelled as the
+    shipped runs (full recomputation, 1F1B), which the note says; the predictions do not change."""
+    lines = Path(MULTI).read_text().splitlines()[:5]
+    extra = tmp_path / "extra.csv"
+    extra.write_text("\n".join([lines[0] + ",recompute,schedule"] + [line + ",none,zb-v" for line in lines[1:]]) + "\n")
+    plain = tmp_path / "plain.csv"
+    plain.write_text("\n".join(lines) + "\n")
+    noted = run("validate", str(extra), "--json")
+    assert noted.exit_code == 0, noted.output
+    assert noted.stderr.startswith(f"note: {extra}: columns 'recompute', 'schedule' are not read: each row is a GPT-style")
+    assert "full recomputation, 1F1B" in noted.stderr
+    quiet = run("validate", str(plain), "--json")
+    assert quiet.stderr == ""
+    assert [r["predicted_s"] for r in json.loads(noted.stdout)["rows"]] == [r["predicted_s"] for r in json.loads(quiet.stdout)["rows"]]

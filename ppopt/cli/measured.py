@@ -78,11 +78,15 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
 
     Prints each row's job, measured and predicted step time and relative error, then the MAPE,
     median, 95th percentile and worst error and the Spearman rank correlation within each model.
+    Each row is a GPT-style model trained by Megatron-DeepSpeed as in data/measured (GELU MLP of 4h,
+    learned positions, vocabulary 50,257 unless a 'vocabulary size' column says otherwise, no flash
+    attention, full recomputation, 1F1B); other columns are ignored, with a note.
     """
     from ppopt.accuracy import group_errors, validate_file
     from ppopt.config import load_system
 
     accuracy = validate_file(list(data), load_system(system))
+    _note_unused_columns(data)
     groups = group_errors(accuracy.rows, list(by)) if by else []
     if plot_path:
         from ppopt.errors import ConfigError
@@ -133,7 +137,9 @@ def calibrate_command(data, system, output, name, as_json) -> None:
     """Fit the base system's efficiencies and latencies to the measured rows of DATA.
 
     At most eight system parameters (ppopt.calibrate.PARAMETERS), no per-row or per-model ones;
-    minimises the MAPE; deterministic. Writes a system file that --system accepts.
+    minimises the MAPE; deterministic. Writes a system file that --system accepts, and prints the
+    fitted values (those at a bound of their range marked), the fit's error and the base system's on
+    the same rows. Rows are modelled as in `ppopt validate` (see its help).
     """
     from pathlib import Path
 
@@ -150,6 +156,7 @@ def calibrate_command(data, system, output, name, as_json) -> None:
         raise ConfigError(f"its stem, the system's name by default, {problem}; give --name", field="output")
     base = load_system(system)
     rows, unmodelled = read_rows(list(data), base)  # sizes checked before the fit
+    _note_unused_columns(data)
     if not rows:
         raise ConfigError("no row to calibrate on (every row is outside the model)")
     bar = ProgressBar(f"calibrate: {len(rows)} rows, fits")
@@ -162,19 +169,50 @@ def calibrate_command(data, system, output, name, as_json) -> None:
     fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows, fitted.parameters)
     atomic_write_text(output, system_toml(fitted, base.name, [Path(p).name for p in data]))
     on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
+    on_base = summarize(predict_rows([r.on(base) for r in rows]), unmodelled)
     if len(rows) <= len(fitted.values):  # as many parameters as rows: the fit can match them whatever the model
         click.echo(f"note: {len(rows)} row(s) for {len(fitted.values)} fitted parameters: the fit is underdetermined, "
                    "and its error on these rows says nothing of other jobs", err=True)
+    if on_fit.mape >= on_base.mape:
+        click.echo(f"note: the calibrated system ({100 * on_fit.mape:.2f} %) predicts these rows no better than its base "
+                   f"{base.name} ({100 * on_base.mape:.2f} %); keep the base, or calibrate on more rows", err=True)
+    at_bounds = _at_bounds(fitted)
     if as_json:
-        emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "output": output, "summary": on_fit.summary()})
+        emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "base_system": base.name, "base_mape": on_base.mape,
+                   "at_bounds": at_bounds, "output": output, "summary": on_fit.summary()})
         return
     descriptions = {p.name: p for p in fitted.parameters}
-    click.echo(_table(["parameter", "value", "meaning"],
-                      [[k, f"{v:.4g}", descriptions[k].description] for k, v in fitted.values.items()], "text"))
+    click.echo(_table(["parameter", "value", "bound", "meaning"],
+                      [[k, f"{v:.4g}", at_bounds.get(k, ""), descriptions[k].description] for k, v in fitted.values.items()],
+                      "text"))
     click.echo("")
     click.echo("fit on the calibration rows (simulated):")
     click.echo("\n".join(_summary_lines(on_fit, len(data))))
+    click.echo(f"base system {base.name} on the same rows: MAPE {100 * on_base.mape:.2f} %")
     click.echo(f"wrote {output}")
+
+
+def _note_unused_columns(files) -> None:
+    """A note on stderr for each file with columns the rows' model does not read."""
+    from ppopt.io.measured import ASSUMED, unused_columns
+
+    for path in files:
+        if unused := unused_columns(path):
+            click.echo(f"note: {path}: columns {', '.join(repr(c) for c in unused)} are not read: {ASSUMED}", err=True)
+
+
+def _at_bounds(fitted) -> dict[str, str]:
+    """The fitted parameters that sit at a bound of their range (within 0.1 %), ``low`` or ``high``:
+    the data would have pushed them further, so the bound, an assumption, shapes the fit."""
+    at = {}
+    for parameter in fitted.parameters:
+        value = fitted.values.get(parameter.name)
+        if value is None:
+            continue
+        for side, bound in (("low", parameter.low), ("high", parameter.high)):
+            if abs(value - bound) <= 1e-3 * abs(bound):
+                at[parameter.name] = f"at {side} {bound:.4g}"
+    return at
 
 
 @main.command("job")

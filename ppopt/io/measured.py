@@ -37,7 +37,7 @@ from ppopt.job import Job
 MEASURED_BYTES = 256 * 2**20
 """The largest measured-data CSV read, in bytes (the shipped files are under 1 MB)."""
 
-__all__ = ["COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "gpt_model", "read_measured"]
+__all__ = ["ASSUMED", "COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "gpt_model", "read_measured", "unused_columns"]
 
 PARAMETERS = "Parameters (billion)"
 TIME = "iteration time (ms)"
@@ -68,6 +68,22 @@ MIN_TIME_MS = 1e-3
 """The shortest iteration time of a row (1 µs), milliseconds."""
 MAX_TIME_MS = 1e12
 """The longest iteration time of a row (about 32 years), milliseconds."""
+
+
+ASSUMED = ("each row is a GPT-style model trained by Megatron-DeepSpeed as in data/measured: GELU MLP of 4h, "
+           "learned position embeddings, vocabulary 50,257 (or a 'vocabulary size' column), no flash attention, "
+           "full recomputation, 1F1B")
+"""What a row's job is, beyond its columns (the commands' help and their note on ignored columns say it)."""
+
+
+def unused_columns(source: str | os.PathLike[str]) -> list[str]:
+    """Header names of the CSV ``source`` that :func:`read_measured` does not read (a run's schedule
+    or recomputation mode, say): the rows are modelled as :data:`ASSUMED` whatever they say. Call
+    after :func:`read_measured` has accepted the file."""
+    header = next(csv_records(read_text_bounded(Path(source), MEASURED_BYTES, "utf-8-sig"), str(source), MeasuredDataError),
+                  (1, []))[1]
+    known = {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN}
+    return [cell.strip() for cell in header if cell.strip() and cell.strip() not in known]
 
 
 class MeasuredDataError(ConfigError):
