@@ -231,3 +231,9 @@ def test_search_refuses_torch_outputs_of_a_replicated_space_before_searching(tmp
     assert result.stderr.startswith(f"error: {flag}: space {space}") and result.stderr.endswith(
         "places each stage on two ranks, and PyTorch's schedule CSV and runtime hold one rank per stage\n")
     assert not list(tmp_path.iterdir())
+
+
+def test_frontier_s_help_does_not_offer_the_memory_limit_it_refuses():
+    assert "--memory-limit" in run("search", "--help").output
+    assert "--memory-limit" not in run("frontier", "--help").output
+    assert "--limits" in run("frontier", "--help").output

@@ -502,3 +502,23 @@ def test_plan_keeps_the_executor_s_closing_time_in_its_budget(monkeypatch):
     request = PlanRequest(LLAMA8, H100, 8, global_batch=16)
     cli_plan._run_plan(request, None, 2, "local", None, True, options)
     assert deadlines == [pytest.approx(options.deadline - RAY_SHUTDOWN_S, abs=1e-6)]
+
+
+def test_the_printed_job_command_predicts_the_plan_s_first_job():
+    """`ppopt job` defaults sequence parallelism and the distributed optimizer to off, which every
+    plan job with t > 1 and d > 1 uses: plan's #1 re-run as printed came out at 155 GB instead of 80.
+    The command plan prints now gives the same step and peak as the plan."""
+    import shlex
+
+    result = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100",
+                                       "--global-batch", "32", "--search", "0", "-q", "--json"])
+    assert result.exit_code == 0, result.output
+    planned = json.loads(result.stdout)
+    command = shlex.split(planned["job_command"])
+    assert command[:2] == ["ppopt", "job"] and "--sequence-parallel" in command and "--distributed-optimizer" in command
+    again = CliRunner().invoke(main, [*command[1:], "--json"])
+    assert again.exit_code == 0, again.output
+    job = json.loads(again.stdout)
+    first = planned["top"][0]
+    assert job["step_time_s"] == pytest.approx(first["step_time_s"], rel=1e-12)
+    assert job["peak_memory_bytes"] == pytest.approx(first["peak_memory_bytes"], rel=1e-12)

@@ -301,10 +301,27 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
         moves = _ranking(result, searches)
         click.echo("ranking with the searched schedules: " + (
             "unchanged" if not moves else ", ".join(f"#{old} -> #{new}" for old, new in moves)))
+    click.echo(f"#1 as a ppopt job (its handcrafted schedule): {_job_command(_first(result, searches)[0].job)}")
     counts, megatron, titan = _first_split(result, searches)
     if len(counts) > 1:
         click.echo(f"stage split of #1{' (after the search)' if _ranking(result, searches) else ''}: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
+
+
+def _job_command(job) -> str:
+    """The `ppopt job` command that predicts ``job`` with its handcrafted schedule: every option
+    the plan set, sequence parallelism and the distributed optimizer included (job's defaults are off)."""
+    options = [f"--model {job.model.name}", f"--system {job.system.name}", f"--tp {job.tp}", f"--pp {job.pp}",
+               f"--dp {job.dp}", f"--micro-batch {job.micro_batch}"]
+    options += [f"--global-batch {job.global_batch}"] if job.global_batch is not None else []
+    options += [f"--recompute {job.recompute}", f"--schedule {job.schedule}"]
+    options += [f"--{name} {value}" for name, value in job.schedule_options.items()]
+    options += [flag for flag, on in (("--sequence-parallel", job.sequence_parallel),
+                                      ("--distributed-optimizer", job.distributed_optimizer),
+                                      ("--overlap-grad-sync", job.overlap_gradient_sync)) if on]
+    if job.layers is not None:
+        options.append(f"--layers-per-stage {','.join(map(str, job.layers))}")
+    return "ppopt job " + " ".join(options)
 
 
 def _counts(counts: tuple[int, ...]) -> str:
@@ -362,6 +379,7 @@ def _json(result, searches, top: int) -> dict:
                    for k, found in enumerate(searches) for s in found],
         "ranking_changes": [{"from": old, "to": new} for old, new in moves],
         "split": {"layers_per_stage": list(counts), "megatron_layout": megatron, "torchtitan_module_fqns_per_model_part": titan},
+        "job_command": _job_command(_first(result, searches)[0].job),
     }
 
 

@@ -28,18 +28,19 @@ from ppopt.solve.instance import InstanceSpec
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, MAX_WORKERS, METHODS, SolveOptions
 
 
-def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 1):
+def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 1, memory_limit: bool = True):
     """Flags every solver command shares; they reach the command as ``spec`` (an
     :class:`~ppopt.solve.instance.InstanceSpec`, memory limit included) and ``solve`` (started
     :class:`~ppopt.solve.options.SolveOptions`), besides ``options`` (the schedule options).
 
     ``built(params)``: how many schedules the command builds at the least, from its own parameters,
     and ``held``: how many it holds at once (a search counting as one), for the size checks of
-    :func:`_check_size`."""
-    return functools.partial(_with_solver_options, built=built, held=held)
+    :func:`_check_size`. ``memory_limit`` False hides ``--memory-limit`` from the help (a command
+    that sweeps limits itself, and refuses it)."""
+    return functools.partial(_with_solver_options, built=built, held=held, memory_limit=memory_limit)
 
 
-def _with_solver_options(command, built: Callable[[dict], int], held: int):
+def _with_solver_options(command, built: Callable[[dict], int], held: int, memory_limit: bool):
     @functools.wraps(command)
     def wrapper(**params):
         spec, solve = _requests(params)
@@ -50,7 +51,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int):
 
     for option in reversed(
         [
-            click.option("--memory-limit", default=None,
+            click.option("--memory-limit", default=None, hidden=not memory_limit,
                          help="Per device: live activations of a 1/p model share (unit mode; fractions count chunk "
                               "activations, which are p/S each) or bytes, e.g. 60GiB."),
             click.option("--time-limit", type=float, default=60.0, show_default=True,
@@ -262,7 +263,7 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
 
 
 @main.command("frontier")
-@solver_options(built=lambda params: 2, held=2)  # keeps the search without a limit, then one per limit
+@solver_options(built=lambda params: 2, held=2, memory_limit=False)  # keeps the search without a limit, then one per limit
 @click.option("--space", default="placement=linear", show_default=True, help="Search space (see `ppopt search`).")
 @click.option("--limits", default=None, help="Comma-separated memory limits [default: from the minimum to the largest handcrafted peak].")
 @json_option
