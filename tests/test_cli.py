@@ -95,6 +95,9 @@ def test_evaluate_all_reports_skipped_schedules_on_stderr():
         (["import", "x.csv", "--weight", "-1"], "--weight: must lie between 0 and backward"),
         (["search", "--unit", "-p", "4", "-m", "8", "--space", "fixed:"], "--space: fixed:NAME needs a schedule: unknown schedule ''"),
         (["frontier", "--unit", "-p", "4", "-m", "8", "--limits", ""], "--limits: must list at least one memory limit"),
+        # modelled mode reads a bare number as bytes: 80 meant 80 GB ("no job fits 0.00 GB")
+        (["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--memory-limit", "80"],
+         "--memory-limit '80' would be 80 bytes: give a unit, e.g. 80GB or 80GiB"),
         # the global batch a micro batch makes is the micro batch's error, not the flag not given
         (["evaluate", "-s", "1f1b", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid", "--micro-batch",
           "1000000000"], "--micro-batch: 1000000000 x 4 microbatches x 1 replicas makes a global batch of 4000000000"),

@@ -277,7 +277,14 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
         raise ConfigError(f"{flag} must be a number, got {text!r}") from None
     if not (value > 0 and math.isfinite(value)):
         raise ConfigError(f"{flag} must be positive, got {text!r}")
+    if not unit_mode and match.group(2) is None and value < BARE_BYTES_AT_LEAST:
+        raise ConfigError(f"{flag} {text!r} would be {value:g} bytes: give a unit, e.g. {text.strip()}GB or {text.strip()}GiB")
     return value
+
+
+BARE_BYTES_AT_LEAST = 2**20
+"""A memory limit given as a bare number of bytes must be at least this many (1 MiB): below it no job
+fits, and ``--memory-limit 80`` meant 80 GB."""
 
 
 PRETTY_JSON_BYTES = 1 << 20
