@@ -168,7 +168,7 @@ def test_ray_gives_the_same_rows(reference, tmp_path):
 
 def test_ray_missing_is_a_one_line_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(ConfigError, match=r"^executor: ray needs ray: pip install 'ppopt\[ray\]'$"):
+    with pytest.raises(ConfigError, match=r"^executor: ray needs ray: pip install 'ray>=2.9' \(ppopt's ray extra\)$"):
         make_executor("ray")
 
 

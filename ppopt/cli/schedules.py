@@ -41,7 +41,7 @@ def list_command(as_json: bool, fmt: str) -> None:
 
 @main.command("table")
 @schedule_options()
-@click.option("--plot", callback=check_plot, default=None, help="Also draw the table as a Gantt picture (.png or .svg; needs ppopt[plot]).")
+@click.option("--plot", callback=check_plot, default=None, help="Also draw the table as a Gantt picture (.png or .svg; needs matplotlib).")
 @json_option
 def table_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, plot, as_json) -> None:
     """Print a schedule's unit-slot table: rows are devices, columns are slots."""

@@ -19,7 +19,7 @@ with its step time in its title and its own memory panel.
 Times are any unit: table slots (``build_table``'s ``start`` and ``end``) or simulated seconds
 (``Simulation.start_s`` / ``end_s``, drawn in ms when the step is shorter than a second).
 
-matplotlib is an optional dependency (``pip install 'ppopt[plot]'``), imported only when drawing.
+matplotlib is an optional dependency (the ``plot`` extra: ``pip install 'matplotlib>=3.8'``), imported only when drawing.
 The figures are built with matplotlib's object API (``matplotlib.figure.Figure``, Agg canvas), never
 through ``pyplot``, so drawing changes no global backend or state. Files are written atomically.
 """
@@ -82,7 +82,7 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ScheduleError("needs matplotlib: pip install 'ppopt[plot]'", field="plot") from None
+        raise ScheduleError("needs matplotlib: pip install 'matplotlib>=3.8' (ppopt's plot extra)", field="plot") from None
 
 
 def new_figure():

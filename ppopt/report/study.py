@@ -7,7 +7,7 @@ claims (Barley et al., ISPDC 2026) checked against the numbers. Every number in 
 computed from the rows (:mod:`ppopt.sweep.study` computes the claims); the claim numbers are also
 written to ``claims.json`` so they can be checked against ``rows.csv``.
 
-Figures (:mod:`ppopt.report.study_figures`) need matplotlib (``pip install 'ppopt[plot]'``); without
+Figures (:mod:`ppopt.report.study_figures`) need matplotlib (``pip install 'matplotlib>=3.8'``); without
 it the report is written without figures and says so.
 """
 
@@ -343,7 +343,7 @@ def write_report(loaded: LoadedSpec, rows: Iterable[dict], output: str | Path, f
     data = StudyData.from_rows(loaded, rows)
     found = claims(data)
     drawn = write_figures(data, output / "figures") if figures else None
-    reason = "they were turned off (--no-figures)" if not figures else "matplotlib is not installed (`pip install 'ppopt[plot]'`)"
+    reason = "they were turned off (--no-figures)" if not figures else "matplotlib is not installed (`pip install 'matplotlib>=3.8'`)"
     write_json(found, output / "claims.json", indent=2, sort_keys=True)
     path = output / "report.md"
     atomic_write_text(path, render(loaded, data, found, drawn, note, reason) + "\n")

@@ -14,7 +14,7 @@ local machine and closes the loop between prediction and measurement:
   :class:`~ppopt.costs.Costs` (a cost preset file, :mod:`ppopt.io.cost_preset`) for the simulator;
 * :mod:`ppopt.run.compare`  measured step time next to the simulator's prediction.
 
-torch is an optional dependency (``pip install 'ppopt[run]'``); it is imported only inside the
+torch is an optional dependency (the ``run`` extra); it is imported only inside the
 worker processes and by :func:`require_torch`.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ppopt.errors import PpoptError
 
-INSTALL_HINT = "this command needs PyTorch: pip install 'torch>=2.8' (or pip install 'ppopt[run]')"
+INSTALL_HINT = "this command needs PyTorch: pip install 'torch>=2.8' (ppopt's run extra)"
 
 
 class RunError(PpoptError):

@@ -13,7 +13,7 @@ sorts rows itself, so the executor never changes what is written.
   died (``kill -9`` included). No polling, no platform-specific call.
 - :class:`RayExecutor` ``(address=None, num_cpus=None)``: one Ray task per item. Connects to the
   Ray cluster at ``address``, uses an already initialised Ray, or starts a local one (``num_cpus``);
-  it shuts down only a Ray it started. ``ray`` is optional: ``pip install 'ppopt[ray]'``. Workers of a
+  it shuts down only a Ray it started. ``ray`` is optional (the ``ray`` extra): ``pip install 'ray>=2.9'``. Workers of a
   remote cluster must be able to import ``ppopt`` (install it there, or use a Ray runtime_env).
 
 Use executors as context managers: leaving the block cancels items not yet started.
@@ -138,7 +138,7 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise ConfigError("ray needs ray: pip install 'ppopt[ray]'", field="executor") from None
+        raise ConfigError("ray needs ray: pip install 'ray>=2.9' (ppopt's ray extra)", field="executor") from None
     return ray
 
 
