@@ -237,3 +237,11 @@ def test_json_output_is_indented_when_small_and_compact_when_large(monkeypatch):
     monkeypatch.setattr(options, "PRETTY_JSON_BYTES", 100)
     compact = run("table", "-s", "1f1b", "-p", 2, "-m", 4, "--json").output
     assert len(compact.splitlines()) == 1 and json.loads(compact) == json.loads(pretty)
+
+
+def test_the_footnote_says_the_closed_forms_leave_out_messages():
+    """With --comm every table is longer than its closed form, which has no messages: the footnote
+    pointed to the README's formula-vs-table section, which is about something else."""
+    result = run("evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--comm", 1)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[-1] == "* the table differs from the closed form, which leaves out the messages (comm = 1 slots)"
