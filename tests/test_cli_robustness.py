@@ -191,6 +191,9 @@ def test_command_line_json_goes_through_the_strict_helper(monkeypatch):
         (["export", "-s", "1f1b", "-p", "2", "-m", "2"], "Missing option '--output'", "ppopt export"),
         (["table", "-s", "1f1b", "-p", "4"], "missing --microbatches (needed with --schedule)", "ppopt table"),
         (["evaluate", "-s", "1f1b"], "missing --devices and --microbatches", "ppopt evaluate"),
+        # a second --schedule used to replace the first without a word
+        (["evaluate", "-s", "1f1b", "-s", "zb-h1", "-p", "4", "-m", "8"], "given 2 times (1f1b, zb-h1): give one schedule",
+         "ppopt evaluate"),
         (["nonsense"], "No such command 'nonsense'", "ppopt"),
         (["--bogus"], "No such option '--bogus'", "ppopt"),
     ],

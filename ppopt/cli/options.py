@@ -32,6 +32,14 @@ def _compose(options: list[Callable]) -> Callable:
     return decorate
 
 
+def _one_schedule(ctx: click.Context, param: click.Parameter, names: tuple[str, ...]) -> str | None:
+    """``--schedule`` once: a second one used to replace the first without a word."""
+    if len(names) > 1:
+        raise click.BadParameter(f"given {len(names)} times ({', '.join(names)}): give one schedule "
+                                 "(`evaluate -s all` or `compare` cover them all, `gap -s A -s B` several)")
+    return names[0] if names else None
+
+
 def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: bool = False) -> Callable:
     """Devices, microbatches and the schedule options; they reach the command as ``options``.
 
@@ -53,7 +61,8 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
     if unit_costs:
         options.append(unit_cost_options())
     if name:
-        options.insert(0, click.option("--schedule", "-s", "name", default=None, help="Schedule name (see `ppopt list`)" + (", or 'all'." if all_schedules else ".")))
+        options.insert(0, click.option("--schedule", "-s", "name", multiple=True, callback=_one_schedule,
+                                       help="Schedule name (see `ppopt list`)" + (", or 'all'." if all_schedules else ".")))
         options.insert(1, click.option("--schedule-file", default=None, help="A PyTorch schedule CSV to use instead of --schedule."))
         options.insert(2, click.option("--legacy-backward", is_flag=True, help="--schedule-file uses the old spelling: BW full backward, B input backward."))
 
