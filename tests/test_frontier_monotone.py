@@ -106,3 +106,15 @@ def test_a_handcrafted_schedule_dominated_by_another_is_off_the_frontier():
     result = frontier(spec, parse_space("placement=v,backward=split"), None, SolveOptions(60))
     on = {name: (peak, step, on) for name, peak, step, on in result.handcrafted}
     assert on["zb-v"] == (3, 19, True) and on["dualpipev+split"] == (3.5, 19, False)
+
+
+def test_every_handcrafted_peak_is_a_default_limit():
+    """V space, p = 3, m = 6, no messages: DualPipeV holds 3.5 activations, off the one-activation
+    grid; its peak is searched too, so "on the frontier" compares it with a search at that peak."""
+    spec = InstanceSpec(3, 6, UnitCosts(1, 2, None, 0.0))
+    result = frontier(spec, parse_space("placement=v,backward=split"), options=SolveOptions(20, deterministic_time=5.0))
+    limits = [point.memory_limit for point in result.points]
+    peaks = {name: peak for name, peak, _, _ in result.handcrafted}
+    assert peaks["dualpipev+split"] == 3.5
+    assert limits == [1, 2, 3, 3.5]
+    assert all(any(abs(limit - peak) < 1e-9 for limit in limits) for peak in peaks.values())

@@ -177,6 +177,9 @@ def frontier(
     their schedules and bounds (:func:`_monotone`), so no looser limit shows a longer step. A handcrafted schedule is on the frontier
     when no schedule known (a searched point's, the unlimited search's, another handcrafted one)
     dominates it: none needs no more memory and takes no longer, and is better in one of the two.
+    The default limits include every handcrafted peak, so each is judged against a search at its
+    own peak (with an even grid alone, 1F1B at 38.8 GiB was called on the frontier while a search at
+    40 GiB found a faster schedule within the same peak).
     """
     options = (options or SolveOptions()).start()
     devices = spec.devices
@@ -187,9 +190,12 @@ def frontier(
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices), free.simulation if space.fixed else None)
     points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted]
     free_peak = _peak(instance, free.simulation) if free.simulation else None
-    if limits is None:
+    if limits is None:  # the even grid, and every handcrafted schedule's own peak: "on the frontier" is judged there
         top = max([p for _, p, _ in points_handcrafted] + [free_peak if free_peak is not None else minimum])
-        limits = default_limits(minimum, top, instance.memory_unit)
+        grid = default_limits(minimum, top, instance.memory_unit)
+        peaks = [p for _, p, _ in points_handcrafted if p >= minimum * (1 - 1e-12)]
+        limits = sorted(grid + [p for p in peaks if all(abs(p - g) > 1e-9 * max(1.0, g) for g in grid)])
+        limits = [v for k, v in enumerate(limits) if k == 0 or v - limits[k - 1] > 1e-9 * max(1.0, v)]
     free_point = None if free_peak is None or free.step_time is None else FrontierPoint(math.nan, free.status, free.step_time,
                                                                                         free.bound, free_peak)
     ordered = sorted(limits)
