@@ -237,3 +237,17 @@ def test_frontier_s_help_does_not_offer_the_memory_limit_it_refuses():
     assert "--memory-limit" in run("search", "--help").output
     assert "--memory-limit" not in run("frontier", "--help").output
     assert "--limits" in run("frontier", "--help").output
+
+
+def test_gap_explains_optimal_rows_whose_best_is_above_the_bound():
+    """With real durations the solver proves optimality in rounded-down ticks, so best found can sit
+    above the bound on an 'optimal' row; the report says why. In unit mode ticks are exact: no note."""
+    modelled = run("gap", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 32,
+                   "-s", "dualpipe", "-q", "--time-limit", 30)
+    assert modelled.exit_code == 0, modelled.output
+    row = next(line for line in modelled.stdout.splitlines() if line.startswith("dualpipe "))
+    best, bound = (float(cell) for cell in row.split()[3:6:2])
+    assert "optimal" in row and best > bound
+    assert modelled.stdout.rstrip().endswith("the rounding is what lies between them (README: Solver ticks)")
+    unit = run("gap", "-p", 4, "-m", 8, "--unit", "-s", "dualpipe", "-q")
+    assert "integer ticks" not in unit.stdout

@@ -153,7 +153,10 @@ def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "tex
     ]
     header = f"p = {devices}, m = {microbatches}; times in {'slots' if unit == 'slots' else 'seconds'}; memory: {report.memory_semantics}"
     table = render_table(("schedule", "step", "best found", "bound", "gap", "status", "note", "space of the bound"), rows, fmt)
-    return with_context([header, "gap = (schedule - bound) / bound, bound valid for every schedule of the space", ""], table, [], fmt)
+    rounded = any(r.status == "optimal" and r.best is not None and r.best > r.bound * (1 + 1e-9) for r in report.rows)
+    after = ["", "optimal: proven in the solver's integer ticks (durations rounded down); where best found is above the "
+                 "bound, the rounding is what lies between them (README: Solver ticks)"] if rounded else []
+    return with_context([header, "gap = (schedule - bound) / bound, bound valid for every schedule of the space", ""], table, after, fmt)
 
 
 def frontier_json(result: Frontier) -> dict:
