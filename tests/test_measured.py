@@ -134,7 +134,10 @@ def test_validate_formats():
     markdown = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--format", "markdown")
     assert markdown.output.startswith("| line | model | job |")
     csv = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--format", "csv")
-    assert csv.output.splitlines()[0] == "line,model,job,measured ms,predicted ms,error,peak GB"
+    assert csv.output.splitlines()[0] == "line,model,job,measured ms,predicted ms,error %,peak GB"
+    for line in csv.output.splitlines()[1:]:  # bare numbers: the error is a percentage of the measured time
+        measured, predicted, error = (float(cell) for cell in line.split(",")[3:6])
+        assert error == pytest.approx(100 * (predicted - measured) / measured, abs=0.01)
     assert len(csv.output.splitlines()) == 42
 
 

@@ -84,6 +84,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
     """
     from ppopt.accuracy import group_errors, validate_file
     from ppopt.config import load_system
+    from ppopt.report.text import percent, percent_header
 
     accuracy = validate_file(list(data), load_system(system))
     _note_unused_columns(data)
@@ -109,9 +110,9 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
                            for g in groups]} if by else {}),
         })
         return
-    header = ["line", "model", "job", "measured ms", "predicted ms", "error", "peak GB"]
+    header = ["line", "model", "job", "measured ms", "predicted ms", percent_header("error", fmt), "peak GB"]
     rows = [[_where(r.source, r.line, len(data)), r.model, r.job, f"{1e3 * r.measured_s:.1f}", f"{1e3 * r.predicted_s:.1f}",
-             f"{100 * r.error:+.1f} %", f"{r.peak_memory_bytes / 1e9:.1f}"] for r in accuracy.rows]
+             percent(r.error, fmt, signed=True), f"{r.peak_memory_bytes / 1e9:.1f}"] for r in accuracy.rows]
     click.echo(_table(header, rows, fmt))
     if accuracy.unmodelled:
         click.echo("")
@@ -119,9 +120,9 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
                           [[_where(u.source, u.line, len(data)), u.label, f"{1e3 * u.measured_s:.1f}", u.reason] for u in accuracy.unmodelled], fmt))
     if groups:
         click.echo("")
-        click.echo(_table([" ".join(by), "rows", "mean error", "MAPE", "worst"],
-                          [[g.label, str(g.rows), f"{100 * g.mean_error:+.1f} %", f"{100 * g.mape:.1f} %", f"{100 * g.worst:.1f} %"]
-                           for g in groups], fmt))
+        click.echo(_table([" ".join(by), "rows", *(percent_header(h, fmt) for h in ("mean error", "MAPE", "worst"))],
+                          [[g.label, str(g.rows), percent(g.mean_error, fmt, signed=True), percent(g.mape, fmt),
+                            percent(g.worst, fmt)] for g in groups], fmt))
     if fmt != "csv":
         click.echo("")
         click.echo("\n".join(_summary_lines(accuracy, len(data))))

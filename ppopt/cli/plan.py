@@ -262,12 +262,14 @@ def _first_split(result, searches):
 
 def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
     from ppopt.plan import describe
+    from ppopt.report.text import percent, percent_header
 
     request = result.request
     evaluated = len(result.rows)
-    columns = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", "MFU", "peak GB", "bound by"]
+    columns = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", percent_header("MFU", fmt), "peak GB",
+               "bound by"]
     rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label, _counts(r.job.stage_layers),
-             _seconds(r.step_time_s), _rate(r.tokens_per_s), f"{100 * r.mfu:.1f} %", _gb(r.memory.peak_bytes), r.memory.bound()]
+             _seconds(r.step_time_s), _rate(r.tokens_per_s), percent(r.mfu, fmt), _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
         text = _table(["model", *columns], [[request.model.name, *row] for row in rows], fmt)

@@ -200,6 +200,19 @@ LARGEST_FIXED = 1e12
 """From this magnitude on, :func:`fixed` prints significant digits (a 1e300 value would be 300 digits)."""
 
 
+def percent(value: float, fmt: str, signed: bool = False, decimals: int = 1) -> str:
+    """A fraction as a percentage: ``+1.5 %`` in text and markdown, the bare number (one more
+    decimal, no sign or ``%``) in CSV, whose header names the unit (:func:`percent_header`)."""
+    if fmt == "csv":
+        return f"{100 * value:.{decimals + 1}f}"
+    return f"{100 * value:{'+' if signed else ''}.{decimals}f} %"
+
+
+def percent_header(name: str, fmt: str) -> str:
+    """``name``, with `` %`` in CSV, where :func:`percent` writes bare numbers."""
+    return f"{name} %" if fmt == "csv" else name
+
+
 def fixed(value: float, decimals: int, width: int = 0) -> str:
     """``value`` with ``decimals`` decimals, right-aligned in ``width``; from :data:`LARGEST_FIXED`
     on, four significant digits instead."""
