@@ -144,10 +144,10 @@ def minimum_memory(instance: Instance, space: Space, placement, fixed: Simulatio
         each = sorted(persistent[s] + act[s] for s in range(len(act)))
         k = -(-len(act) // instance.devices)
         if sum(each[:k]) > each[-1]:
-            return sum(each[:k]), (f"some device holds {k} of the {len(act)} stages, each with its persistent state "
-                                   "and one microbatch's activation")
+            return sum(each[:k]), (f"some device holds {k} of the {len(act)} stages, each with "
+                                   f"{'its persistent state and ' if bytes_mode else ''}one microbatch's activation")
         s = max(range(len(act)), key=lambda s: persistent[s] + act[s])
-        return each[-1], f"stage {s} needs its persistent state plus one activation"
+        return each[-1], f"stage {s} needs {'its persistent state plus ' if bytes_mode else ''}one activation"
     routes = range(max(len(p) for p in placement))
     need_on = [[0.0] * instance.devices for _ in routes]  # [route][device]: activations of one microbatch
     for s, devices in enumerate(placement):
@@ -163,8 +163,9 @@ def minimum_memory(instance: Instance, space: Space, placement, fixed: Simulatio
         need, d = min(worst_device(need_on[r].__getitem__) for r in routes)
     else:  # every route is taken: each device's worst route
         need, d = worst_device(lambda d: max(need_on[r][d] for r in routes))
-    return need, f"device {d}: persistent state of stages {held[d]} plus one microbatch's activations" + (
-        " on the route that needs least" if free and len(routes) > 1 else "")
+    what = f"persistent state of stages {held[d]} plus one microbatch's activations" if bytes_mode else \
+        f"one microbatch's activations of stages {held[d]}"  # unit mode counts activations only
+    return need, f"device {d}: {what}" + (" on the route that needs least" if free and len(routes) > 1 else "")
 
 
 def _format_amount(value: float, unit: str, least: bool = False) -> str:
@@ -464,9 +465,11 @@ def _require_memory(instance: Instance, space: Space, placement, fixed: Simulati
     need, why = minimum_memory(instance, space, placement, fixed)
     if limit < need * (1 - 1e-12):
         unit = instance.memory_unit
+        hint = ("; less per device with --tp, --recompute, a smaller --micro-batch (or --global-batch), or "
+                "--distributed-optimizer with --dp" if unit == "bytes" else "")
         raise InfeasibleError(f"memory limit {_format_amount(limit, unit)} is below the minimum "
-                              f"{_format_amount(need, unit, least=True)} any schedule of {space.describe()} needs ({why})",
-                              minimum=need)
+                              f"{_format_amount(need, unit, least=True)} any schedule of {space.describe()} needs ({why})"
+                              f"{hint}", minimum=need)
 
 
 def analytic_bounds(instance: Instance, placement, split: bool, even: bool = True, ticked=None,
