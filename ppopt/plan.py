@@ -608,12 +608,18 @@ def model_flops_per_step(job: Job) -> float:
     return 3.0 * forward * job.batch
 
 
+def throughput(job: Job, step_time_s: float) -> tuple[float, float]:
+    """Tokens per second and model FLOPs utilisation (:func:`model_flops_per_step` over the GPUs'
+    peak FLOP/s for the step) of ``job`` at a step of ``step_time_s`` seconds."""
+    tokens = job.batch * job.model.seq_length / step_time_s
+    return tokens, model_flops_per_step(job) / (step_time_s * job.gpus * job.system.peak_flops)
+
+
 def evaluate_row(job: Job) -> PlanRow:
     """Simulate ``job`` (a module-level function, so the sweep executors can run it)."""
     result = evaluate_job(job)
     step = result.step_time_s
-    tokens = job.batch * job.model.seq_length / step
-    mfu = model_flops_per_step(job) / (step * job.gpus * job.system.peak_flops)
+    tokens, mfu = throughput(job, step)
     return PlanRow(job, step, result.pipeline_s, result.gradient_sync_s, result.optimizer_s, tokens, mfu, memory_of(job))
 
 

@@ -522,3 +522,5 @@ def test_the_printed_job_command_predicts_the_plan_s_first_job():
     first = planned["top"][0]
     assert job["step_time_s"] == pytest.approx(first["step_time_s"], rel=1e-12)
     assert job["peak_memory_bytes"] == pytest.approx(first["peak_memory_bytes"], rel=1e-12)
+    assert (job["tokens_per_s"], job["mfu"]) == pytest.approx((first["tokens_per_s"], first["mfu"]), rel=1e-12)
+    assert (job["tp"], job["pp"], job["dp"], job["schedule"]) == (first["tp"], first["pp"], first["dp"], first["schedule"])

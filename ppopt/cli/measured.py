@@ -244,6 +244,7 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     from ppopt.config import load_model, load_system
     from ppopt.errors import ConfigError
     from ppopt.job import Job, evaluate_job
+    from ppopt.plan import throughput
     from ppopt.report.text import fixed
 
     if global_batch is not None and global_batch < 1:
@@ -264,10 +265,15 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
               distributed_optimizer=distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
               layers=layers, **{name: value for name, value in given.items() if value is not None})
     result = evaluate_job(job)
+    tokens, mfu = throughput(job, result.step_time_s)
     figures = {
-        "job": job.describe(), "gpus": job.gpus, "microbatches": job.microbatches, "layers_per_stage": list(job.stage_layers),
+        "job": job.describe(), "model": job.model.name, "system": job.system.name, "tp": job.tp, "pp": job.pp, "dp": job.dp,
+        "micro_batch": job.micro_batch, "global_batch": job.batch, "recompute": job.recompute, "schedule": job.schedule,
+        "schedule_options": job.schedule_options, "sequence_parallel": job.sequence_parallel,
+        "distributed_optimizer": job.distributed_optimizer, "gpus": job.gpus, "microbatches": job.microbatches,
+        "layers_per_stage": list(job.stage_layers),
         "step_time_s": result.step_time_s, "pipeline_s": result.pipeline_s, "gradient_sync_s": result.gradient_sync_s,
-        "optimizer_s": result.optimizer_s, "peak_memory_bytes": result.peak_memory_bytes,
+        "optimizer_s": result.optimizer_s, "tokens_per_s": tokens, "mfu": mfu, "peak_memory_bytes": result.peak_memory_bytes,
         "fits_memory": result.peak_memory_bytes <= job.system.memory_capacity_bytes,
     }
     if as_json:
@@ -278,6 +284,7 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     for label, seconds in (("step       ", result.step_time_s), ("  pipeline ", result.pipeline_s),
                            ("  grad sync", result.gradient_sync_s), ("  optimizer", result.optimizer_s)):
         click.echo(f"{label} {fixed(1e3 * seconds, 1, 10)} ms")
+    click.echo(f"throughput  {tokens:,.0f} tokens/s, MFU {100 * mfu:.1f} %")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
     click.echo(f"peak memory {fixed(result.peak_memory_bytes / 1e9, 1, 10)} GB per GPU "
                f"({fits} in {fixed(job.system.memory_capacity_bytes / 1e9, 0)} GB)")
