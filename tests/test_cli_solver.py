@@ -251,3 +251,11 @@ def test_gap_explains_optimal_rows_whose_best_is_above_the_bound():
     assert modelled.stdout.rstrip().endswith("the rounding is what lies between them (README: Solver ticks)")
     unit = run("gap", "-p", 4, "-m", 8, "--unit", "-s", "dualpipe", "-q")
     assert "integer ticks" not in unit.stdout
+
+
+def test_a_byte_limit_is_echoed_in_the_unit_the_user_gave():
+    """--memory-limit 78GiB came back as '8.375e+10 bytes'; GiB first now, the bytes beside."""
+    result = run("search", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 32,
+                 "--memory-limit", "78GiB", "-q", "--no-grid")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1].startswith("memory: at most 78 GiB (8.375e+10 bytes) per device: persistent")

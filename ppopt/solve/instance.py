@@ -101,7 +101,8 @@ class Instance:
                 "an activation lives from the start of its F to the end of its B (W when backward is split)"
             )
         return (
-            f"at most {self.memory_limit:.4g} bytes per device: persistent weights, gradients and optimizer state "
+            f"at most {self.memory_limit / 2**30:.4g} GiB ({self.memory_limit:.4g} bytes) per device: persistent weights, "
+            "gradients and optimizer state "
             "of the stages it holds, plus activations live from the start of F to the end of B (W when split)"
         )
 
