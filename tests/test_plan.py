@@ -504,14 +504,24 @@ def test_plan_keeps_the_executor_s_closing_time_in_its_budget(monkeypatch):
     assert deadlines == [pytest.approx(options.deadline - RAY_SHUTDOWN_S, abs=1e-6)]
 
 
-def test_the_printed_job_command_predicts_the_plan_s_first_job():
+@pytest.mark.parametrize("model, extra", [
+    ("llama3-8b", []),
+    ("file", []),  # a model file whose own name is no preset, in a folder with a space: the path, quoted
+    ("llama3-8b", ["--schedule", "chimera-asym", "--layers-per-stage", "balanced"]),  # layers, not the split too
+])
+def test_the_printed_job_command_predicts_the_plan_s_first_job(tmp_path, model, extra):
     """`ppopt job` defaults sequence parallelism and the distributed optimizer to off, which every
     plan job with t > 1 and d > 1 uses: plan's #1 re-run as printed came out at 155 GB instead of 80.
     The command plan prints now gives the same step and peak as the plan."""
     import shlex
 
-    result = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100",
-                                       "--global-batch", "32", "--search", "0", "-q", "--json"])
+    if model == "file":
+        folder = tmp_path / "my models"
+        folder.mkdir()
+        model = str(folder / "mine.toml")
+        Path(model).write_text((Path(__file__).resolve().parent.parent / "models" / "llama3-8b.toml").read_text().replace('name = "llama3-8b"', 'name = "mine-8b"'))
+    result = CliRunner().invoke(main, ["plan", "--model", model, "--gpus", "8", "--system", "dgx-h100",
+                                       "--global-batch", "32", "--search", "0", "-q", "--json", *extra])
     assert result.exit_code == 0, result.output
     planned = json.loads(result.stdout)
     command = shlex.split(planned["job_command"])

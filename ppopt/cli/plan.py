@@ -144,12 +144,13 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     if torch_csv:
         _write_torch_csv(plans[0], searches[0], torch_csv)
     if as_json:
-        emit_json([_json(p, s, top) for p, s in zip(plans, searches)] if candidates is not None else _json(plans[0], searches[0], top))
+        emit_json([_json(p, s, top, None) for p, s in zip(plans, searches)] if candidates is not None
+                  else _json(plans[0], searches[0], top, (model, system)))
     else:
         for k, (p, s) in enumerate(zip(plans, searches)):
             if k and fmt != "csv":
                 click.echo("")
-            _print(p, s, top, fmt, header=k == 0)
+            _print(p, s, top, fmt, header=k == 0, rerun=None if candidates is not None else (model, system))
     say_whether_reproducible(options)
 
 
@@ -260,7 +261,9 @@ def _first_split(result, searches):
     return counts, megatron_layout(counts), torchtitan_stages(counts)
 
 
-def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
+def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tuple[str, str] | None = None) -> None:
+    """The plan as text; ``rerun``: the --model and --system given, for the `ppopt job` line (None
+    with --candidates, whose models are not presets a command can name)."""
     from ppopt.plan import describe
     from ppopt.report.text import percent, percent_header
 
@@ -303,21 +306,26 @@ def _print(result, searches, top: int, fmt: str, header: bool = True) -> None:
         moves = _ranking(result, searches)
         click.echo("ranking with the searched schedules: " + (
             "unchanged" if not moves else ", ".join(f"#{old} -> #{new}" for old, new in moves)))
-    click.echo(f"#1 as a ppopt job (its handcrafted schedule): {_job_command(_first(result, searches)[0].job)}")
+    if rerun is not None:
+        click.echo(f"#1 as a ppopt job (its handcrafted schedule): {_job_command(_first(result, searches)[0].job, *rerun)}")
     counts, megatron, titan = _first_split(result, searches)
     if len(counts) > 1:
         click.echo(f"stage split of #1{' (after the search)' if _ranking(result, searches) else ''}: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
 
 
-def _job_command(job) -> str:
-    """The `ppopt job` command that predicts ``job`` with its handcrafted schedule: every option
-    the plan set, sequence parallelism and the distributed optimizer included (job's defaults are off)."""
-    options = [f"--model {job.model.name}", f"--system {job.system.name}", f"--tp {job.tp}", f"--pp {job.pp}",
+def _job_command(job, model: str, system: str) -> str:
+    """The `ppopt job` command that predicts ``job`` with its handcrafted schedule: the --model and
+    --system as the user gave them (quoted for a shell), and every option the plan set, sequence
+    parallelism and the distributed optimizer included (job's defaults are off)."""
+    import shlex
+
+    options = [f"--model {shlex.quote(model)}", f"--system {shlex.quote(system)}", f"--tp {job.tp}", f"--pp {job.pp}",
                f"--dp {job.dp}", f"--micro-batch {job.micro_batch}"]
     options += [f"--global-batch {job.global_batch}"] if job.global_batch is not None else []
     options += [f"--recompute {job.recompute}", f"--schedule {job.schedule}"]
-    options += [f"--{name} {value}" for name, value in job.schedule_options.items()]
+    options += [f"--{name} {shlex.quote(str(value))}" for name, value in job.schedule_options.items()
+                if not (name == "split" and job.layers is not None)]  # given layers replace the split
     options += [flag for flag, on in (("--sequence-parallel", job.sequence_parallel),
                                       ("--distributed-optimizer", job.distributed_optimizer),
                                       ("--overlap-grad-sync", job.overlap_gradient_sync)) if on]
@@ -351,7 +359,7 @@ def _compact_titan(stages: list[list[str]]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def _json(result, searches, top: int) -> dict:
+def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
     request = result.request
     counts, megatron, titan = _first_split(result, searches)
     moves = _ranking(result, searches)
@@ -381,7 +389,7 @@ def _json(result, searches, top: int) -> dict:
                    for k, found in enumerate(searches) for s in found],
         "ranking_changes": [{"from": old, "to": new} for old, new in moves],
         "split": {"layers_per_stage": list(counts), "megatron_layout": megatron, "torchtitan_module_fqns_per_model_part": titan},
-        "job_command": _job_command(_first(result, searches)[0].job),
+        "job_command": None if rerun is None else _job_command(_first(result, searches)[0].job, *rerun),
     }
 
 
