@@ -92,6 +92,10 @@ def test_evaluate_all_reports_skipped_schedules_on_stderr():
          "--forward: must be at least 1e-06 slots (the tables' resolution), got 1e-07"),
         (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--comm", "1e-9"], "--comm: must be 0 or at least 1e-06 slots"),
         (["table", "-s", "zb-h1", "-p", "4", "-m", "4", "--weight", "1e-8"], "--weight: must be 0 or at least 1e-06 slots"),
+        # and the parts worked out from them: I = B - W, W = B / 2
+        (["table", "-s", "zb-h1", "-p", "4", "-m", "4", "--backward", "1", "--weight", "0.9999996"],
+         "--weight: gives I = backward - weight = 4e-07 slots, under the tables' resolution of 1e-06"),
+        (["table", "-s", "zb-h1", "-p", "4", "-m", "4", "--backward", "1.5e-6"], "--backward: gives W = backward / 2 = 7.5e-07 slots"),
         (["import", "x.csv", "--weight", "-1"], "--weight: must lie between 0 and backward"),
         (["search", "--unit", "-p", "4", "-m", "8", "--space", "fixed:"], "--space: fixed:NAME needs a schedule: unknown schedule ''"),
         (["frontier", "--unit", "-p", "4", "-m", "8", "--limits", ""], "--limits: must list at least one memory limit"),
