@@ -273,7 +273,7 @@ def test_search_refuses_a_picture_too_large_before_searching(tmp_path, monkeypat
 @pytest.mark.parametrize("args, ops", [
     (["table", "-s", "1f1b", "-p", "64", "-m", "1000"], "128,000"),
     (["evaluate", "-s", "1f1b", "-p", "64", "-m", "1000"], "128,000"),
-    # every family stacked: at most the sum of their sizes (828,352 ops at 64 x 256)
+    # every family together is over ten times the limit (828,352 ops at 64 x 256): refused before evaluating
     (["compare", "-p", "64", "-m", "256", "--model", "study", "--system", "mid-mid"], "up to 828,352"),
 ])
 def test_table_evaluate_and_compare_refuse_a_picture_too_large_before_the_work(tmp_path, monkeypatch, args, ops):
@@ -289,6 +289,22 @@ def test_table_evaluate_and_compare_refuse_a_picture_too_large_before_the_work(t
     assert result.stderr == (f"error: a picture of {ops} ops takes minutes to draw and cannot be read; it draws at most "
                              "40,000: export torch-csv or chrome-trace instead, or fewer microbatches\n")
     assert not list(tmp_path.iterdir())
+
+
+def test_compare_counts_only_the_schedules_that_apply(tmp_path):
+    """At 16 x 64 every family applies, 51,760 ops in all: under ten times the limit, so the count is
+    checked after evaluating, and refused before any report. At 8 x 100 interleaved and Chimera do
+    not apply: the 33,736 ops of those that do are drawable, where the sum over every family (40,136)
+    was refused."""
+    from ppopt.cli.schedules import _picture_ops
+    from ppopt.generators import REGISTRY
+
+    result = CliRunner().invoke(main, ["compare", "-p", "16", "-m", "64", "--model", "study", "--system", "mid-mid",
+                                       "--plot", str(tmp_path / "x.png")])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr.startswith("error: a picture of 51,760 ops takes minutes to draw")
+    applying = [n for n in REGISTRY if n not in ("interleaved-1f1b", "chimera", "chimera-asym")]
+    assert _picture_ops(8, 100, {}, list(REGISTRY)) == 40_136 and _picture_ops(8, 100, {}, applying) == 33_736
 
 
 def test_plot_compare_refuses_panels_over_the_drawable_size_together(tmp_path):

@@ -72,6 +72,19 @@ def _check_picture(schedule) -> None:
     check_picture_size(sum(len(order) for order in schedule.orders))
 
 
+PICTURE_PRECHECK = 10
+"""``compare --plot`` refuses before evaluating when every family together makes this many times the
+drawable ops: the schedules that apply could not be drawn whichever they are (sizing what applies
+means evaluating, seconds at such sizes). Below it, the exact count is checked after evaluating."""
+
+
+def _picture_ops(devices: int, microbatches: int, options: dict, families) -> int:
+    """Ops of ``families``' schedules at (p, m) together (:meth:`ppopt.generators.Family.ops`)."""
+    from ppopt.generators import get
+
+    return sum(get(n).ops(devices, microbatches, get(n).taken(options)) or 0 for n in families)
+
+
 def _plot_table(table, path) -> None:
     from ppopt.report.plot import default_title, plot_schedule
 
@@ -227,15 +240,17 @@ def compare_command(devices, microbatches, units, options, model, system, global
         compare_with_preset(devices, microbatches, options, costs, as_json, fmt)
         return
     model_config, system_config = _presets(model, system, required=True)
-    if plot:  # every applicable schedule is drawn: at most the sum of every family's size
-        from ppopt.generators import get, names
-        from ppopt.report.plot import check_picture_size
+    if plot:  # every applicable schedule is drawn: far over the limit even if most did not apply, refused now
+        from ppopt.report.plot import MAX_PICTURE_OPS, check_picture_size
 
         require_size(devices, microbatches)
-        sizes = [get(n).ops(devices, microbatches, get(n).taken(options)) for n in names()]
-        check_picture_size(sum(size or 0 for size in sizes), "up to")
+        every = _picture_ops(devices, microbatches, options, list(REGISTRY))
+        if every > PICTURE_PRECHECK * MAX_PICTURE_OPS:
+            check_picture_size(every, "up to")
     results, skipped = _evaluate_all_with_progress("compare", devices, microbatches, units, model_config, system_config,
                                                    global_batch, parallel, options)
+    if plot:  # exactly what will be drawn, before the report
+        check_picture_size(_picture_ops(devices, microbatches, options, [r.schedule for r in results]))
     for schedule, reason in skipped.items():
         click.echo(f"skipped {schedule}: {reason}", err=True)
     ranking = rank_layers(results)
