@@ -29,18 +29,21 @@ class ScheduleValidationError(ScheduleError):
         self.details = details
 
 
-def order_grid(schedule: Schedule, mark: tuple[int, int] | None = None, limit: int = 24, devices: int = 9) -> str:
+def order_grid(schedule: Schedule, mark: tuple[int, int] | None = None, limit: int = 24, devices: int = 9,
+               centre: int | None = None) -> str:
     """The per-device op order as text, one row per device; ``mark=(device, index)`` is bracketed.
 
     Long rows are cut to ``limit`` cells around the marked one, and at most ``devices`` rows are
-    shown, centred on the marked device (a file of 64 ranks gave 64 lines after the error); a last
-    line counts the devices left out.
+    shown, centred on the marked device, else on ``centre`` (the device a missing op belongs on),
+    else from device 0 (a file of 64 ranks gave 64 lines after the error); a last line counts the
+    devices left out.
     """
     lo = 0
     if mark is not None:
         lo = max(0, mark[1] - limit // 2)
     count = len(schedule.orders)
-    first = 0 if mark is None else max(0, min(mark[0] - devices // 2, count - devices))
+    middle = mark[0] if mark is not None else centre
+    first = 0 if middle is None else max(0, min(middle - devices // 2, count - devices))
     shown = range(first, min(count, first + devices))
     rows = []
     for d in shown:
@@ -61,8 +64,8 @@ def _position(schedule: Schedule) -> dict[Op, tuple[int, int]]:
     return {op: (d, i) for d, order in enumerate(schedule.orders) for i, op in enumerate(order)}
 
 
-def _fail(schedule: Schedule, message: str, mark: tuple[int, int] | None = None) -> None:
-    raise ScheduleValidationError(message, order_grid(schedule, mark))
+def _fail(schedule: Schedule, message: str, mark: tuple[int, int] | None = None, centre: int | None = None) -> None:
+    raise ScheduleValidationError(message, order_grid(schedule, mark, centre=centre))
 
 
 def _check_placement(schedule: Schedule) -> None:
@@ -114,7 +117,8 @@ def _check_complete(schedule: Schedule) -> None:
                         f"{stray_w.microbatch} (its backward is not split)", position[stray_w])
     for op in required_ops(schedule.stages, schedule.microbatches, split):
         if op not in counts:
-            _fail(schedule, f"op {op} is missing (stage {op.stage}, microbatch {op.microbatch}, kind {op.kind})")
+            _fail(schedule, f"op {op} is missing (stage {op.stage}, microbatch {op.microbatch}, kind {op.kind})",
+                  centre=schedule.device_of(op))
 
 
 def _check_local_order(schedule: Schedule) -> None:

@@ -57,6 +57,11 @@ def test_the_grid_shows_nine_devices_around_the_fault():
     rows = error.value.details.splitlines()
     assert [row.split(":")[0] for row in rows[:-1]] == [f"device {d}" for d in range(26, 35)]
     assert ">30B3<" in rows[4] and rows[-1] == "(55 more devices not shown)"
+    # a missing op marks no cell: the grid is centred on the device it belongs on
+    order = schedule.orders[40]
+    with pytest.raises(ScheduleValidationError, match="op 40B3 is missing") as error:
+        validate(_replace_order(schedule, 40, order[:-1]))
+    assert [row.split(":")[0] for row in error.value.details.splitlines()[:-1]] == [f"device {d}" for d in range(36, 45)]
 
 
 def test_op_on_wrong_device_is_rejected():
