@@ -293,6 +293,8 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_any_rank_starts(no_la
            "vocab 64, float32), more than the 1.00 GB this machine has available\n")
     result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--hidden", 1000000000, "--heads", 1)
     assert result.exit_code == 1 and result.output.startswith("error: the run needs about 1.54e+12 GB of memory (2 ranks x ")
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--micro-batch", 0)
+    assert result.output == "error: --micro-batch: must be >= 1, got 0\n"  # the flag's current name
     for flag in ("--micro-batch", "--microbatch-size"):  # the name of every other command, and the former one
         result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, flag, 100000000, "--no-check")
         assert result.exit_code == 1 and result.output.startswith("error: the run needs about 148,000 GB of memory (2 ranks x 73,800 GB: the parameters and gradients, and ")

@@ -48,11 +48,12 @@ def startup_s() -> float:
 
 
 def flag_for(field: str, command: click.Command | None) -> str:
-    """The flag of ``command`` that sets ``field`` (``--chunks`` for ``chunks``), or ``field`` itself."""
+    """The flag of ``command`` that sets ``field`` (``--chunks`` for ``chunks``), or ``field`` itself:
+    the first long name declared (``--micro-batch`` before its former ``--microbatch-size``)."""
     name = FIELD_FLAGS.get(field, field)
     for param in command.params if command is not None else ():
         if param.name == name and isinstance(param, click.Option):
-            return max(param.opts, key=len)
+            return next((opt for opt in param.opts if opt.startswith("--")), max(param.opts, key=len))
     return field
 
 
