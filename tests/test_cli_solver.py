@@ -259,3 +259,15 @@ def test_a_byte_limit_is_echoed_in_the_unit_the_user_gave():
                  "--memory-limit", "78GiB", "-q", "--no-grid")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[1].startswith("memory: at most 78 GiB (8.375e+10 bytes) per device: persistent")
+
+
+def test_gap_csv_gives_the_gap_as_a_bare_percentage():
+    """The gap column read "25.64%" in CSV, text a spreadsheet does not take as a number."""
+    import csv
+    import io
+
+    result = run("gap", "-p", 4, "-m", 8, "--unit", "--comm", 1, "-s", "1f1b", "--format", "csv", "-q")
+    assert result.exit_code == 0, result.output
+    row = next(csv.DictReader(io.StringIO(result.stdout)))
+    step, bound = float(row["step"]), float(row["bound"])
+    assert float(row["gap %"]) == pytest.approx(100 * (step - bound) / bound, abs=1e-3)

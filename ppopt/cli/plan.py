@@ -310,7 +310,8 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
         click.echo(f"#1 as a ppopt job (its handcrafted schedule): {_job_command(_first(result, searches)[0].job, *rerun)}")
     counts, megatron, titan = _first_split(result, searches)
     if len(counts) > 1:
-        click.echo(f"stage split of #1{' (after the search)' if _ranking(result, searches) else ''}: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
+        moved = _first(result, searches)[0] is not result.rows[0]  # another job is first once searched
+        click.echo(f"stage split of #1{' (after the search)' if moved else ''}: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
 
 
