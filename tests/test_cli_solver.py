@@ -222,6 +222,8 @@ def test_the_frontier_of_a_fixed_schedule_starts_at_its_own_peak():
 def test_search_refuses_torch_outputs_of_a_replicated_space_before_searching(tmp_path, monkeypatch, space, flag):
     """Chimera's and DualPipe's weight replicas put a stage on two ranks, which PyTorch's CSV and
     runtime cannot hold: the CSV used to be refused only after the whole search, with no output written."""
+    import ppopt.plan_search  # noqa: F401  (these bind `search` when first imported: not to the stand-in)
+    import ppopt.solve.gap  # noqa: F401
     import ppopt.solve.search as searching
 
     monkeypatch.setattr(searching, "search", lambda *a, **k: pytest.fail("searched"))

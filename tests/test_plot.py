@@ -259,6 +259,8 @@ def test_a_picture_over_the_drawable_size_is_refused_before_simulating(tmp_path,
 
 def test_search_refuses_a_picture_too_large_before_searching(tmp_path, monkeypatch):
     """8 x 2,600 is 41,600 ops: the picture was refused only after the search (and before the trace)."""
+    import ppopt.plan_search  # noqa: F401  (these bind `search` when first imported: not to the stand-in)
+    import ppopt.solve.gap  # noqa: F401
     import ppopt.solve.search as searching
 
     monkeypatch.setattr(searching, "search", lambda *a, **k: pytest.fail("searched"))
