@@ -45,7 +45,7 @@ from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import search
 from ppopt.solve.space import family_space
 
-__all__ = ["JobInstanceSpec", "JobSearch", "job_spec", "ranking_changes", "search_job"]
+__all__ = ["JobInstanceSpec", "JobSearch", "first_after_search", "job_spec", "ranking_changes", "search_job", "searched_steps"]
 
 @dataclass(frozen=True)
 class JobInstanceSpec(InstanceSpec):

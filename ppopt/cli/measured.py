@@ -204,7 +204,8 @@ def _note_unused_columns(files) -> None:
 
 def _at_bounds(fitted) -> dict[str, str]:
     """The fitted parameters that sit at a bound of their range (within 0.1 %), ``low`` or ``high``:
-    the data would have pushed them further, so the bound, an assumption, shapes the fit."""
+    the data may have pushed them further, so the bound, an assumption, shapes the fit (for a parameter
+    chosen from a few values, the saturation exponent, it is its smallest or largest choice)."""
     at = {}
     for parameter in fitted.parameters:
         value = fitted.values.get(parameter.name)
