@@ -534,3 +534,20 @@ def test_the_printed_job_command_predicts_the_plan_s_first_job(tmp_path, model, 
     assert job["peak_memory_bytes"] == pytest.approx(first["peak_memory_bytes"], rel=1e-12)
     assert (job["tokens_per_s"], job["mfu"]) == pytest.approx((first["tokens_per_s"], first["mfu"]), rel=1e-12)
     assert (job["tp"], job["pp"], job["dp"], job["schedule"]) == (first["tp"], first["pp"], first["dp"], first["schedule"])
+
+
+def test_a_first_job_that_fills_the_gpu_gets_a_note(capsys):
+    """The default limit is the whole GPU, and the model leaves out the CUDA context and NCCL's
+    buffers: a first job within 2 % of it (Llama 3 70B's #1 on 64 H100s uses 99.6 %) gets a note."""
+    from types import SimpleNamespace
+
+    from ppopt.cli.plan import _note_no_headroom
+
+    def plan_with(peak):
+        row = SimpleNamespace(job=Job(LLAMA8, H100), memory=SimpleNamespace(peak_bytes=peak))
+        return SimpleNamespace(rows=[row], request=SimpleNamespace(limit=80e9))
+
+    _note_no_headroom([plan_with(79.7e9)])
+    assert capsys.readouterr().err.startswith("note: #1 (t1 p1 d1 b1 m256 1f1b) uses 99.6 % of the GPU's memory")
+    _note_no_headroom([plan_with(78.3e9)])
+    assert capsys.readouterr().err == ""

@@ -151,7 +151,25 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
             if k and fmt != "csv":
                 click.echo("")
             _print(p, s, top, fmt, header=k == 0, rerun=None if candidates is not None else (model, system))
+    if memory_limit is None:
+        _note_no_headroom(plans)
     say_whether_reproducible(options)
+
+
+HEADROOM = 0.02
+"""With the default limit (all of the GPU's memory), a first job within this share of it gets a note."""
+
+
+def _note_no_headroom(plans) -> None:
+    """A note on stderr when a plan's first job fills the GPU's memory to within :data:`HEADROOM`: the
+    model counts weights, gradients, optimizer state and activations, not the CUDA context, NCCL's
+    buffers or the allocator's fragmentation, which take some GB on a real GPU."""
+    for result in plans:
+        row, limit = result.rows[0], result.request.limit
+        if limit is not None and row.memory.peak_bytes >= (1 - HEADROOM) * limit:
+            click.echo(f"note: #1 ({row.job.describe()} {row.job.schedule_label}) uses {100 * row.memory.peak_bytes / limit:.1f} % "
+                       "of the GPU's memory, and the model does not count the CUDA context, NCCL buffers or fragmentation: "
+                       "give --memory-limit a few GB under the GPU's to keep room", err=True)
 
 
 def _candidate_groups(path: str, system):
