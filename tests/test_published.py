@@ -104,3 +104,20 @@ def test_the_command_prints_every_run_and_refuses_bad_input_in_one_line(tmp_path
                           ([str(bad_tp)], "tp.csv: line 2: tp: tensor parallelism 5 does not divide")):
         result = CliRunner().invoke(main, ["published", *(argv if argv[0].endswith(".csv") else [str(TABLE), *argv])])
         assert result.exit_code == 1 and result.output.count("\n") == 1 and message in result.output, result.output
+
+
+def test_the_csv_has_one_number_per_cell():
+    """Each system's cell read "3.8 s (+6.3 %, b = 8)" in CSV; now the step, the error (a bare
+    percentage of the published step) and the micro batch are columns of their own."""
+    import csv
+    import io
+
+    result = CliRunner().invoke(main, ["published", str(TABLE), "--system", "dgx-a100", "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 10
+    for row in rows:
+        if row["dgx-a100 step s"]:
+            published, predicted = float(row["published step s"]), float(row["dgx-a100 step s"])
+            assert float(row["dgx-a100 error %"]) == pytest.approx(100 * (predicted - published) / published, abs=0.05)
+            assert int(row["dgx-a100 micro batch"]) in (1, 2, 4, 8)

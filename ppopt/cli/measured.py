@@ -341,6 +341,19 @@ def published_command(data, systems, fmt, as_json) -> None:
             return "does not fit"
         return f"{prediction.result.step_time_s:.1f} s ({100 * prediction.error:+.1f} %, b = {prediction.result.job.micro_batch})"
 
+    if fmt == "csv":  # one value per cell, numbers bare: the unit in the header
+        def cells(prediction) -> list[str]:
+            result = prediction.result
+            if result is None:
+                return ["", "", ""]
+            return [f"{result.step_time_s:.4g}", f"{100 * prediction.error:.2f}", str(result.job.micro_batch)]
+
+        header = ["parameters (billion)", "GPUs", "t", "p", "d", "published step s",
+                  *(f"{name} {what}" for name in predicted for what in ("step s", "error %", "micro batch"))]
+        rows = [[f"{run.parameters_billion:g}", str(run.gpus), str(run.tp), str(run.pp), str(run.dp), f"{run.step_time_s:.4g}",
+                 *(c for found in predicted.values() for c in cells(found[k]))] for k, run in enumerate(runs)]
+        click.echo(_table(header, rows, fmt))
+        return
     header = ["model", "GPUs (t × p × d)", "published step", *predicted]
     rows = [[f"{run.parameters_billion:g}B", f"{run.gpus:,} ({run.tp} × {run.pp} × {run.dp})", f"{run.step_time_s:.1f} s",
              *(cell(found[k]) for found in predicted.values())] for k, run in enumerate(runs)]
