@@ -47,6 +47,13 @@ def peak_memory_cell(result: Evaluation) -> str:
     return gib(max(result.simulation.peak_memory_bytes)) + mark
 
 
+def _capacity(capacity_bytes: float) -> str:
+    """A GPU's memory in GiB, with the GB it is sold as when that is the round figure (80 GB is
+    74.51 GiB: seen alone it looked like a wrong preset)."""
+    whole_gb = capacity_bytes % 1e9 == 0 and capacity_bytes % 2**30 != 0
+    return f"{gib(capacity_bytes)} ({capacity_bytes / 1e9:g} GB)" if whole_gb else gib(capacity_bytes)
+
+
 def memory_footnotes(results: Sequence[Evaluation]) -> list[str]:
     """One footnote line per result over the memory capacity, naming the device and the excess."""
     lines = []
@@ -54,7 +61,7 @@ def memory_footnotes(results: Sequence[Evaluation]) -> list[str]:
         over = r.memory_over
         if over is not None:
             lines.append(f"{OVER_MEMORY} {r.schedule}: device {over.device} peaks at {gib(over.peak_bytes)}, "
-                         f"{gib(over.excess_bytes)} over the system's {gib(over.capacity_bytes)} per device")
+                         f"{gib(over.excess_bytes)} over the system's {_capacity(over.capacity_bytes)} per device")
     return [""] + lines if lines else []
 
 
