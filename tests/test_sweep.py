@@ -116,6 +116,23 @@ def test_rerun_skips_every_point(reference, tmp_path):
     assert (out / "rows.csv").read_text() == (reference.output / "rows.csv").read_text()
 
 
+def test_lines_that_are_not_rows_are_counted_and_their_points_run_again(reference, tmp_path):
+    """A hand-edited rows.jsonl: lines that are no row were ignored without a word. The rerun now
+    names them, computes the points they replaced, and ends with the reference CSV."""
+    from ppopt.cli.sweep import summary_text
+
+    out = tmp_path / "out"
+    loaded = load_spec(write_spec(tmp_path))
+    run_sweep(loaded, out)
+    data = (out / "rows.jsonl").read_text().splitlines(keepends=True)
+    (out / "rows.jsonl").write_text("".join(data[:2]) + "garbage\n[1]\n" + '{"hash": 5}\n' + "".join(data[3:]))
+    resumed = run_sweep(loaded, out)
+    assert resumed.unreadable == (3, 4, 5) and resumed.missing == 0
+    assert resumed.computed == (1 if json.loads(data[2])["status"] == "ok" else 0)
+    assert "3 unreadable line(s) of rows.jsonl ignored (line 3, 4, 5), their points run again" in summary_text(resumed)
+    assert (out / "rows.csv").read_text() == (reference.output / "rows.csv").read_text()
+
+
 def test_interrupted_and_torn_run_resumes_to_the_same_csv(reference, tmp_path):
     out = tmp_path / "out"
     loaded = load_spec(write_spec(tmp_path))

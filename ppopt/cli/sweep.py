@@ -57,6 +57,10 @@ def summary_text(result) -> str:
     else:
         head = (f"{s['points']} points: {s['computed']} computed, {s['reused']} already in rows.jsonl, "
                 f"{s['skipped']} skipped (not applicable), {s['missing']} missing")
+    lines = s["unreadable_lines"]
+    if lines:
+        shown = ", ".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
+        head += f"; {len(lines)} unreadable line(s) of rows.jsonl ignored (line {shown}), their points run again"
     return f"{head}; {s['wall_time_s']:.1f} s\nrows: {result.output / 'rows.csv'}"
 
 

@@ -163,10 +163,10 @@ def _run_gap(item: GapItem) -> list[dict]:
 # --------------------------------------------------------------------------------------------------
 
 
-def read_rows(path: Path, repair: bool = False) -> dict[str, dict]:
+def read_rows(path: Path, repair: bool = False, unreadable: list[int] | None = None) -> dict[str, dict]:
     """Rows of ``rows.jsonl`` by hash (first occurrence wins). A last line without its newline (a
     torn write) is ignored, and with ``repair`` cut off the file so appending starts on a clean line;
-    any other unreadable line is ignored."""
+    any other unreadable line is ignored, and its number (1-based) appended to ``unreadable``."""
     rows: dict[str, dict] = {}
     try:
         data = path.read_bytes()
@@ -180,13 +180,15 @@ def read_rows(path: Path, repair: bool = False) -> dict[str, dict]:
             handle.truncate(end)
             handle.flush()
             os.fsync(handle.fileno())
-    for line in data[:end].splitlines():
+    for number, line in enumerate(data[:end].splitlines(), 1):
         try:
             row = parse_data(line.decode())
         except ValueError:  # not JSON (a torn or foreign line), not UTF-8
-            continue
+            row = None
         if isinstance(row, dict) and isinstance(row.get("hash"), str):
             rows.setdefault(row["hash"], row)
+        elif unreadable is not None and line.strip():
+            unreadable.append(number)
     return rows
 
 
@@ -286,11 +288,14 @@ class SweepResult:
     wall_time_s: float
     rows: tuple[dict, ...]
     """The spec's rows present so far, in point order."""
+    unreadable: tuple[int, ...] = ()
+    """Lines of rows.jsonl that are not a row (edited by hand, say): ignored, their points run again."""
 
     def summary(self) -> dict:
         return {
             "output": str(self.output), "points": self.points, "computed": self.computed, "reused": self.reused,
             "skipped": self.skipped, "missing": self.missing, "wall_time_s": self.wall_time_s,
+            "unreadable_lines": list(self.unreadable),
         }
 
 
@@ -330,7 +335,8 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     items = [i for i in expand(loaded) if ("gap" if isinstance(i, GapItem) else "evaluate") in kinds]
     order = {h: n for n, h in enumerate(h for item in items for h in item.hashes)}
     rows_path = out / "rows.jsonl"
-    existing = read_rows(rows_path, repair=True)
+    unreadable: list[int] = []
+    existing = read_rows(rows_path, repair=True, unreadable=unreadable)
     before = {h for h in order if h in existing}
     pending = [item for item in items if not all(h in existing for h in item.hashes)]
     # longest first keeps a pool's workers busy to the end (the order of rows.jsonl does not matter)
@@ -366,4 +372,5 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
         missing=len(order) - len(present),
         wall_time_s=time.monotonic() - began,
         rows=tuple(present),
+        unreadable=tuple(unreadable),
     )
