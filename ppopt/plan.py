@@ -400,9 +400,11 @@ class Memory:
     """Transient bytes of one backward (recomputed block, logits)."""
 
     def bound(self) -> str:
-        """What bounds the peak, e.g. ``weights (stage 0)`` or ``activations (stage 3)``."""
+        """What bounds the peak and on which GPU of the pipeline, e.g. ``weights (pipeline rank 0)`` or
+        ``activations (pipeline rank 3)`` (Megatron's term: "stage" would be ambiguous with the
+        schedule's stages, two per GPU in a V)."""
         what = "weights" if self.persistent_bytes >= self.activation_bytes + self.working_bytes else "activations"
-        return f"{what} (stage {self.stage})"
+        return f"{what} (pipeline rank {self.stage})"
 
 
 @lru_cache(maxsize=4096)
