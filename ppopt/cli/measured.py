@@ -316,6 +316,7 @@ def published_command(data, systems, fmt, as_json) -> None:
     from ppopt.io.published import read_published
     from ppopt.ir import check_total_size
     from ppopt.published import predictions, simulated_ops
+    from ppopt.report.text import percent
 
     chosen = [load_system(name) for name in systems or PUBLISHED_SYSTEMS]
     runs = read_published(data)
@@ -346,7 +347,7 @@ def published_command(data, systems, fmt, as_json) -> None:
             result = prediction.result
             if result is None:
                 return ["", "", ""]
-            return [f"{result.step_time_s:.4g}", f"{100 * prediction.error:.2f}", str(result.job.micro_batch)]
+            return [f"{result.step_time_s:.4g}", percent(prediction.error, fmt), str(result.job.micro_batch)]
 
         header = ["parameters (billion)", "GPUs", "t", "p", "d", "published step s",
                   *(f"{name} {what}" for name in predicted for what in ("step s", "error %", "micro batch"))]

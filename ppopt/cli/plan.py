@@ -271,8 +271,8 @@ def _first(result, searches):
     return result.rows[index], search
 
 
-def _first_split(result, searches):
-    job = _first(result, searches)[0].job
+def _split(job):
+    """A job's layers per stage, as Megatron's layout string and torchtitan's per-stage modules."""
     counts = job.stage_layers
     from ppopt.plan import megatron_layout, torchtitan_stages
 
@@ -324,11 +324,12 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
         moves = _ranking(result, searches)
         click.echo("ranking with the searched schedules: " + (
             "unchanged" if not moves else ", ".join(f"#{old} -> #{new}" for old, new in moves)))
+    first = _first(result, searches)[0]
     if rerun is not None:
-        click.echo(f"#1 as a ppopt job (its handcrafted schedule): {_job_command(_first(result, searches)[0].job, *rerun)}")
-    counts, megatron, titan = _first_split(result, searches)
+        click.echo(f"#1 as a ppopt job (its handcrafted schedule): {_job_command(first.job, *rerun)}")
+    counts, megatron, titan = _split(first.job)
     if len(counts) > 1:
-        moved = _first(result, searches)[0] is not result.rows[0]  # another job is first once searched
+        moved = first is not result.rows[0]  # another job is first once searched
         click.echo(f"stage split of #1{' (after the search)' if moved else ''}: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
 
@@ -380,7 +381,8 @@ def _compact_titan(stages: list[list[str]]) -> str:
 
 def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
     request = result.request
-    counts, megatron, titan = _first_split(result, searches)
+    first = _first(result, searches)[0]
+    counts, megatron, titan = _split(first.job)
     moves = _ranking(result, searches)
 
     def row(r):
@@ -408,7 +410,7 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
                    for k, found in enumerate(searches) for s in found],
         "ranking_changes": [{"from": old, "to": new} for old, new in moves],
         "split": {"layers_per_stage": list(counts), "megatron_layout": megatron, "torchtitan_module_fqns_per_model_part": titan},
-        "job_command": None if rerun is None else _job_command(_first(result, searches)[0].job, *rerun),
+        "job_command": None if rerun is None else _job_command(first.job, *rerun),
     }
 
 

@@ -80,10 +80,14 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_measured` does not read (a run's schedule
     or recomputation mode, say): the rows are modelled as :data:`ASSUMED` whatever they say. Call
     after :func:`read_measured` has accepted the file."""
-    header = next(csv_records(read_text_bounded(Path(source), MEASURED_BYTES, "utf-8-sig"), str(source), MeasuredDataError),
-                  (1, []))[1]
+    header = _header(csv_records(read_text_bounded(Path(source), MEASURED_BYTES, "utf-8-sig"), str(source), MeasuredDataError))
     known = {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN}
-    return [cell.strip() for cell in header if cell.strip() and cell.strip() not in known]
+    return [cell for cell in header if cell and cell not in known]
+
+
+def _header(records) -> list[str]:
+    """The header row of a measured-data CSV (its first record), names stripped."""
+    return [cell.strip() for cell in next(records, (1, []))[1]]
 
 
 class MeasuredDataError(ConfigError):
@@ -154,7 +158,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
     except UnicodeDecodeError as error:
         raise MeasuredDataError(f"{name}: not UTF-8 text ({error.reason})") from error
     records = csv_records(text, name, MeasuredDataError)
-    header = [cell.strip() for cell in next(records, (1, []))[1]]
+    header = _header(records)
     if not header or header == [""]:
         raise MeasuredDataError(f"{name}: empty file (expected a header row)")
     check_header(header, name, MeasuredDataError)

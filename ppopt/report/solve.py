@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ppopt.report.text import gib, per_device, render_table, seconds, timeline_grid, with_context
+from ppopt.report.text import gib, per_device, percent, percent_header, render_table, seconds, timeline_grid, with_context
 from ppopt.solve.gap import Frontier, GapReport
 from ppopt.solve.greedy import GREEDY
 from ppopt.solve.periodic import PERIODIC
@@ -146,16 +146,14 @@ def gap_json(report: GapReport) -> dict:
 
 def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "text") -> str:
     unit = report.time_unit
-    def gap_cell(gap: float | None) -> str:  # a bare percentage in CSV, whose header says so
-        return _pct(gap) if fmt != "csv" or gap is None else f"{100 * gap:.3f}"
-
     rows = [
-        (r.schedule, _amount(r.step_time, unit), _amount(r.best, unit), _amount(r.bound, unit), gap_cell(r.gap),
+        (r.schedule, _amount(r.step_time, unit), _amount(r.best, unit), _amount(r.bound, unit),
+         _pct(r.gap) if fmt != "csv" or r.gap is None else percent(r.gap, fmt, decimals=2),
          r.status, "" if r.fits else "over the memory limit", r.space)
         for r in report.rows
     ]
     header = f"p = {devices}, m = {microbatches}; times in {'slots' if unit == 'slots' else 'seconds'}; memory: {report.memory_semantics}"
-    table = render_table(("schedule", "step", "best found", "bound", "gap %" if fmt == "csv" else "gap", "status", "note",
+    table = render_table(("schedule", "step", "best found", "bound", percent_header("gap", fmt), "status", "note",
                           "space of the bound"), rows, fmt)
     rounded = any(r.status == "optimal" and r.best is not None and r.best > r.bound * (1 + 1e-9) for r in report.rows)
     after = ["", "optimal: proven in the solver's integer ticks (durations rounded down); where best found is above the "

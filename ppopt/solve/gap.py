@@ -192,10 +192,9 @@ def frontier(
     free_peak = _peak(instance, free.simulation) if free.simulation else None
     if limits is None:  # the even grid, and every handcrafted schedule's own peak: "on the frontier" is judged there
         top = max([p for _, p, _ in points_handcrafted] + [free_peak if free_peak is not None else minimum])
-        grid = default_limits(minimum, top, instance.memory_unit)
-        peaks = [p for _, p, _ in points_handcrafted if p >= minimum * (1 - 1e-12)]
-        limits = sorted(grid + [p for p in peaks if all(abs(p - g) > 1e-9 * max(1.0, g) for g in grid)])
-        limits = [v for k, v in enumerate(limits) if k == 0 or v - limits[k - 1] > 1e-9 * max(1.0, v)]
+        merged = sorted(default_limits(minimum, top, instance.memory_unit)
+                        + [p for _, p, _ in points_handcrafted if p >= minimum * (1 - 1e-12)])
+        limits = [v for k, v in enumerate(merged) if k == 0 or v - merged[k - 1] > 1e-9 * max(1.0, v)]  # once each
     free_point = None if free_peak is None or free.step_time is None else FrontierPoint(math.nan, free.status, free.step_time,
                                                                                         free.bound, free_peak)
     ordered = sorted(limits)

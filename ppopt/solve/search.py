@@ -465,8 +465,8 @@ def _require_memory(instance: Instance, space: Space, placement, fixed: Simulati
     need, why = minimum_memory(instance, space, placement, fixed)
     if limit < need * (1 - 1e-12):
         unit = instance.memory_unit
-        hint = ("; less per device with --tp, --recompute, a smaller --micro-batch (or --global-batch), or "
-                "--distributed-optimizer with --dp" if unit == "bytes" else "")
+        hint = ("; more tensor parallelism, recomputation, a smaller micro batch, or a distributed optimizer over "
+                "data-parallel replicas need less per device" if unit == "bytes" else "")
         raise InfeasibleError(f"memory limit {_format_amount(limit, unit)} is below the minimum "
                               f"{_format_amount(need, unit, least=True)} any schedule of {space.describe()} needs ({why})"
                               f"{hint}", minimum=need)
