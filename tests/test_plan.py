@@ -551,3 +551,14 @@ def test_a_first_job_that_fills_the_gpu_gets_a_note(capsys):
     assert capsys.readouterr().err.startswith("note: #1 (t1 p1 d1 b1 m256 1f1b) uses 99.6 % of the GPU's memory")
     _note_no_headroom([plan_with(78.3e9)])
     assert capsys.readouterr().err == ""
+
+
+def test_a_ray_this_command_starts_has_its_shutdown_to_keep_and_a_local_pool_none():
+    """What the plan keeps for closing (above) comes from the executor: a local Ray it starts takes
+    seconds to shut down, a process pool's closing is part of its normal work."""
+    pytest.importorskip("ray")
+    from ppopt.sweep.executors import RAY_SHUTDOWN_S, LocalExecutor, make_executor
+
+    assert LocalExecutor(1).closing_s == 0 and LocalExecutor(2).closing_s == 0
+    with make_executor("ray", 1, None) as pool:
+        assert pool.closing_s == RAY_SHUTDOWN_S

@@ -116,8 +116,7 @@ def test_the_csv_has_one_number_per_cell():
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert len(rows) == 10
-    for row in rows:
-        if row["dgx-a100 step s"]:
-            published, predicted = float(row["published step s"]), float(row["dgx-a100 step s"])
-            assert float(row["dgx-a100 error %"]) == pytest.approx(100 * (predicted - published) / published, abs=0.05)
-            assert int(row["dgx-a100 micro batch"]) in (1, 2, 4, 8)
+    for row in rows:  # every run fits on dgx-a100 (tests above): every cell holds a number
+        published, predicted = float(row["published step s"]), float(row["dgx-a100 step s"])
+        assert float(row["dgx-a100 error %"]) == pytest.approx(100 * (predicted - published) / published, abs=0.05)
+        assert int(row["dgx-a100 micro batch"]) in (1, 2, 4, 8)

@@ -169,7 +169,11 @@ def test_hints_built_on_a_spent_budget_are_not_counted_as_cut():
     from ppopt.units import UnitCosts
 
     for space, limit in (("fixed:1f1b", None), ("placement=linear", 1)):
+        spec = InstanceSpec(4, 8, UnitCosts(1, 2, None, 1), memory_limit=limit)
+        _, with_time = _candidates(spec, parse_space(space), SolveOptions(60).start())
         options = SolveOptions(60).start()
         spent = replace(options, deadline=time.monotonic() - 1)  # the same record of cuts
-        _, candidates = _candidates(InstanceSpec(4, 8, UnitCosts(1, 2, None, 1), memory_limit=limit), parse_space(space), spent)
-        assert candidates and options.cuts == [], (space, options.cuts)
+        _, candidates = _candidates(spec, parse_space(space), spent)
+        assert [c.name for c in candidates] == [c.name for c in with_time], space  # all of them were built
+        assert len(candidates) == (1 if space.startswith("fixed:") else 5)
+        assert options.cuts == [], (space, options.cuts)
