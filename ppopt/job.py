@@ -402,6 +402,15 @@ class Parallelism:
             global_batch: int | None = None) -> Job:
         """The job whose pipeline has one stage per entry of ``layers`` and ``microbatches``
         microbatches per step. ConfigError (naming the field) when the batch does not split."""
+        batch, micro = self.batch_split(model, microbatches, global_batch)
+        return Job(model, system, tp=self.tp, pp=len(layers), dp=self.dp, micro_batch=micro, global_batch=batch,
+                   recompute=self.recompute, sequence_parallel=self.sequence_parallel,
+                   distributed_optimizer=self.distributed_optimizer, layers=tuple(layers))
+
+    def batch_split(self, model: ModelConfig, microbatches: int, global_batch: int | None = None) -> tuple[int, int]:
+        """(global batch, sequences per microbatch) of a step of ``microbatches`` microbatches per
+        replica: ``global_batch``, else micro_batch·m·d, else the model's. ConfigError (naming the
+        field) when the batch does not split into m·d microbatches of equal size."""
         batch = global_batch
         if batch is None:
             batch = model.global_batch_size if self.micro_batch is None else self.micro_batch * microbatches * self.dp
@@ -416,9 +425,18 @@ class Parallelism:
         if self.micro_batch is not None and self.micro_batch != micro:
             raise ConfigError(f"{self.micro_batch} x {microbatches} microbatches x {self.dp} replicas differs from the "
                               f"global batch {batch}", field="micro_batch")
-        return Job(model, system, tp=self.tp, pp=len(layers), dp=self.dp, micro_batch=micro, global_batch=batch,
-                   recompute=self.recompute, sequence_parallel=self.sequence_parallel,
-                   distributed_optimizer=self.distributed_optimizer, layers=tuple(layers))
+        return batch, micro
+
+    def summary(self, model: ModelConfig, system: SystemConfig, microbatches: int, global_batch: int | None = None) -> str:
+        """What a modelled command simulates, in one line: model, system, the batch split (so a
+        micro batch taken from the model's global batch is visible) and the job fields."""
+        batch, micro = self.batch_split(model, microbatches, global_batch)
+        replicas = f" per replica (global batch {batch} over {self.dp} replicas)" if self.dp > 1 else f" (global batch {batch})"
+        extras = "".join(label for flag, label in ((self.sequence_parallel, ", sequence parallel"),
+                                                   (self.distributed_optimizer, ", distributed optimizer")) if flag)
+        return (f"simulated: {model.name} on {system.name}, {microbatches} microbatches of {micro} sequences x "
+                f"{model.seq_length:,} tokens{replicas}, t{self.tp} d{self.dp}, "
+                f"recompute {self.recompute}{extras}")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -260,7 +260,8 @@ def test_a_byte_limit_is_echoed_in_the_unit_the_user_gave():
     result = run("search", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 32,
                  "--memory-limit", "78GiB", "-q", "--no-grid")
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[1].startswith("memory: at most 78 GiB (8.375e+10 bytes) per device: persistent")
+    memory = next(line for line in result.stdout.splitlines() if line.startswith("memory: "))
+    assert memory.startswith("memory: at most 78 GiB (8.375e+10 bytes) per device: persistent")
 
 
 def test_gap_csv_gives_the_gap_as_a_bare_percentage():

@@ -113,3 +113,25 @@ def test_a_job_too_large_to_schedule_names_the_global_batch():
     assert (result.exit_code, result.output) == (
         1, "error: --global-batch: schedule too large: 1 stages, 1,073,741,824 microbatches (1,073,741,824 sequences / "
            "(1 x 1 replicas)) make 2,147,483,648 ops (stages x microbatches x kinds); the limit is 10,000,000 ops\n")
+
+
+def test_modelled_reports_say_which_batch_split_they_simulated():
+    """Without --micro-batch the micro batch is the model's global batch over m·d, which can be
+    large (llama3-8b: 256 sequences / 8 = 32 per microbatch): every modelled text report names it."""
+    plain = ["-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100"]
+    batch = load_model("llama3-8b").global_batch_size
+    expected = f"simulated: llama3-8b on dgx-h100, 8 microbatches of {batch // 8} sequences x 8,192 tokens (global batch {batch})"
+    solver = ["--time-limit", "5", "--workers", "1"]
+    for args in (["evaluate", "-s", "1f1b", *plain], ["evaluate", "-s", "all", *plain], ["compare", *plain],
+                 ["search", *plain, *solver, "--no-grid"], ["gap", "-s", "1f1b", *plain, *solver],
+                 ["frontier", *plain, *solver, "--limits", "1000GiB"]):
+        result = run(*args)
+        assert result.exit_code == 0, (args, result.output)
+        assert expected + ", t1 d1, recompute none\n" in result.output, args
+    # with the job fields: b = 2 per replica, 2·8·2 = 32 sequences in all (BASE's global batch)
+    result = run("evaluate", "-s", "1f1b", *BASE, *JOB, "--sequence-parallel")
+    assert ("8 microbatches of 2 sequences x 8,192 tokens per replica (global batch 32 over 2 replicas), t2 d2, "
+            "recompute selective, sequence parallel\n") in result.output
+    # nothing is simulated in unit mode, and CSV stays a bare table
+    assert "simulated:" not in run("evaluate", "-s", "1f1b", "-p", "4", "-m", "8").output
+    assert "simulated:" not in run("gap", "-s", "1f1b", *plain, *solver, "--format", "csv").output

@@ -202,7 +202,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         payload = [evaluation_json(r, units) for r in results]
         emit_json(payload if name == "all" else payload[0])
     else:
-        click.echo(evaluation_text(results, units, fmt))
+        context = None if model_config is None else parallel.summary(model_config, system_config, results[0].microbatches, global_batch)
+        click.echo(evaluation_text(results, units, fmt, context))
     if name != "all" and (plot or trace):
         simulation = results[0].simulation
         if simulation is not None:
@@ -257,7 +258,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
     if as_json:
         emit_json(compare_json(results, ranking, units))
     else:
-        click.echo(compare_text(results, ranking, units, f"model {model_config.name} on system {system_config.name}", fmt))
+        click.echo(compare_text(results, ranking, units, parallel.summary(model_config, system_config, microbatches, global_batch), fmt))
     if plot:
         from ppopt.evaluate import schedule_costs
         from ppopt.report.plot import Panel, plot_compare, simulated_transfers

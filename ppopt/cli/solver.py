@@ -198,6 +198,7 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
     if as_json:
         emit_json(search_json(result))
     else:
+        _echo_simulated(spec)
         click.echo(search_text(result, grid, colour=True))
     if result.schedule is not None and (csv_path or plot or trace):
         _write_outputs(result, spec, csv_path, plot, trace)
@@ -205,6 +206,15 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         from ppopt.cli.run import run_found
 
         run_found(result.schedule, result.simulation.start_s)
+
+
+def _echo_simulated(spec, fmt: str = "text") -> None:
+    """The modelled job a text report is about, in one line above it (none in unit mode or CSV)."""
+    if spec.unit_mode or fmt == "csv":
+        return
+    from ppopt.job import Parallelism
+
+    click.echo((spec.parallel or Parallelism()).summary(spec.model, spec.system, spec.microbatches, spec.global_batch))
 
 
 def _write_outputs(result, spec, csv_path, plot, trace) -> None:
@@ -259,6 +269,7 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
     if as_json:
         emit_json(gap_json(report))
     else:
+        _echo_simulated(spec, fmt)
         click.echo(gap_text(report, spec.devices, spec.microbatches, fmt))
 
 
@@ -284,4 +295,5 @@ def frontier_command(spec, solve, options, space, limits, as_json, fmt):
     if as_json:
         emit_json(frontier_json(result))
     else:
+        _echo_simulated(spec, fmt)
         click.echo(frontier_text(result, fmt))

@@ -140,8 +140,9 @@ def closed_form_cell(f: Formula | None, text: str) -> str:
     return text if f.valid else f"n/a ({f.outside})"
 
 
-def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = "text") -> str:
-    """Formula and table metrics side by side (and simulation metrics when present), one row per schedule."""
+def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = "text", context: str | None = None) -> str:
+    """Formula and table metrics side by side (and simulation metrics when present), one row per
+    schedule; ``context`` (what was simulated) goes under the header."""
     rows = []
     simulated = all(r.simulation is not None for r in results)
     for r in results:
@@ -171,7 +172,7 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
                 "some differ without them too (see README: formula vs table)")
     after = ["", note] if any(row[2].endswith("*") for row in rows) else []
     after += memory_footnotes(results)
-    return with_context([_header(results, units), ""], table, after, fmt)
+    return with_context([_header(results, units), *([context] if context else []), ""], table, after, fmt)
 
 
 def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCosts, context: str, fmt: str = "text") -> str:
