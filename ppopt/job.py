@@ -427,6 +427,14 @@ class Parallelism:
                               f"global batch {batch}", field="micro_batch")
         return batch, micro
 
+    def summary_json(self, model: ModelConfig, system: SystemConfig, microbatches: int, global_batch: int | None = None) -> dict:
+        """:meth:`summary`'s fields for ``--json`` output (``micro_batch`` in sequences per microbatch)."""
+        batch, micro = self.batch_split(model, microbatches, global_batch)
+        return {"model": model.name, "system": system.name, "microbatches": microbatches, "micro_batch": micro,
+                "global_batch": batch, "seq_length": model.seq_length, "tp": self.tp, "dp": self.dp,
+                "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
+                "distributed_optimizer": self.distributed_optimizer}
+
     def summary(self, model: ModelConfig, system: SystemConfig, microbatches: int, global_batch: int | None = None) -> str:
         """What a modelled command simulates, in one line: model, system, the batch split (so a
         micro batch taken from the model's global batch is visible) and the job fields."""

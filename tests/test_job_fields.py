@@ -135,3 +135,22 @@ def test_modelled_reports_say_which_batch_split_they_simulated():
     # nothing is simulated in unit mode, and CSV stays a bare table
     assert "simulated:" not in run("evaluate", "-s", "1f1b", "-p", "4", "-m", "8").output
     assert "simulated:" not in run("gap", "-s", "1f1b", *plain, *solver, "--format", "csv").output
+
+
+def test_modelled_json_names_the_job_it_simulated():
+    """The `simulated:` line's fields in --json: in each simulated row of evaluate and compare, at the
+    top of the solver commands' output (null in unit mode)."""
+    plain = ["-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "2", "--dp", "2",
+             "--micro-batch", "4"]
+    expected = {"model": "llama3-8b", "system": "dgx-h100", "microbatches": 8, "micro_batch": 4, "global_batch": 4 * 8 * 2,
+                "seq_length": load_model("llama3-8b").seq_length, "tp": 2, "dp": 2, "recompute": "none",
+                "sequence_parallel": False, "distributed_optimizer": False}
+    one = json.loads(run("evaluate", "-s", "1f1b", *plain, "--json").output)
+    assert one["simulation"]["job"] == expected
+    for row in json.loads(run("compare", *plain, "--json").output):
+        assert row["simulation"]["job"] == expected
+    solver = ["--time-limit", "5", "--workers", "1", "--json", "-q"]
+    assert json.loads(run("search", *plain, *solver).output)["job"] == expected
+    assert json.loads(run("gap", "-s", "1f1b", *plain, *solver).output)["job"] == expected
+    assert json.loads(run("search", "-p", "4", "-m", "8", "--unit", *solver).output)["job"] is None
+    assert "simulation" not in json.loads(run("evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--json").output)

@@ -200,6 +200,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         results = [result]
     if as_json:
         payload = [evaluation_json(r, units) for r in results]
+        if model_config is not None:
+            _add_simulated_job(payload, parallel.summary_json(model_config, system_config, results[0].microbatches, global_batch))
         emit_json(payload if name == "all" else payload[0])
     else:
         context = None if model_config is None else parallel.summary(model_config, system_config, results[0].microbatches, global_batch)
@@ -216,6 +218,13 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             from ppopt.table import build_table
 
             _plot_table(build_table(schedule, units), plot)
+
+
+def _add_simulated_job(rows: list[dict], job: dict) -> None:
+    """Each simulated row's ``simulation`` names the job it ran (the text reports' ``simulated:`` line)."""
+    for row in rows:
+        if row.get("simulation") is not None:
+            row["simulation"]["job"] = job
 
 
 @main.command("compare")
@@ -256,7 +265,9 @@ def compare_command(devices, microbatches, units, options, model, system, global
         click.echo(f"skipped {schedule}: {reason}", err=True)
     ranking = rank_layers(results)
     if as_json:
-        emit_json(compare_json(results, ranking, units))
+        payload = compare_json(results, ranking, units)
+        _add_simulated_job(payload, parallel.summary_json(model_config, system_config, microbatches, global_batch))
+        emit_json(payload)
     else:
         click.echo(compare_text(results, ranking, units, parallel.summary(model_config, system_config, microbatches, global_batch), fmt))
     if plot:

@@ -196,7 +196,7 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         check_picture_size(space_ops(spec, searched))
     result = search(spec, searched, solve, minimize_memory=minimize_memory)
     if as_json:
-        emit_json(search_json(result))
+        emit_json(search_json(result) | {"job": _simulated_json(spec)})
     else:
         _echo_simulated(spec)
         click.echo(search_text(result, grid, colour=True))
@@ -215,6 +215,15 @@ def _echo_simulated(spec, fmt: str = "text") -> None:
     from ppopt.job import Parallelism
 
     click.echo((spec.parallel or Parallelism()).summary(spec.model, spec.system, spec.microbatches, spec.global_batch))
+
+
+def _simulated_json(spec) -> dict | None:
+    """The modelled job of a solver command for ``--json`` (None in unit mode)."""
+    if spec.unit_mode:
+        return None
+    from ppopt.job import Parallelism
+
+    return (spec.parallel or Parallelism()).summary_json(spec.model, spec.system, spec.microbatches, spec.global_batch)
 
 
 def _write_outputs(result, spec, csv_path, plot, trace) -> None:
@@ -267,7 +276,7 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
     for name, reason in report.skipped.items():
         click.echo(f"skipped {name}: {reason}", err=True)
     if as_json:
-        emit_json(gap_json(report))
+        emit_json(gap_json(report) | {"job": _simulated_json(spec)})
     else:
         _echo_simulated(spec, fmt)
         click.echo(gap_text(report, spec.devices, spec.microbatches, fmt))
@@ -293,7 +302,7 @@ def frontier_command(spec, solve, options, space, limits, as_json, fmt):
     values = [parse_amount(x.strip(), spec.unit_mode, "--limits") for x in limits.split(",")] if limits else None
     result = frontier(spec, parse_space(space, **options), values, solve)
     if as_json:
-        emit_json(frontier_json(result))
+        emit_json(frontier_json(result) | {"job": _simulated_json(spec)})
     else:
         _echo_simulated(spec, fmt)
         click.echo(frontier_text(result, fmt))
