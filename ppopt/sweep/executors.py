@@ -157,6 +157,8 @@ class RayExecutor(Executor):
                 options["address"] = address
             elif num_cpus:
                 options["num_cpus"] = num_cpus
+            if not address:  # ppopt's own local cluster: Ray's notice that it turned token auth on is noise here
+                logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             try:
                 self.ray.init(**options)
             except Exception as error:  # ray raises ConnectionError, RuntimeError, ...: report one line
