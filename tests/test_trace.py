@@ -122,3 +122,38 @@ def test_cli_export_chrome_trace(tmp_path):
     assert sum(e["ph"] == "X" and e["tid"] == 0 for e in trace["traceEvents"]) == 4 * 4 * 3
     result = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", "2", "-m", "2", "--format", "chrome-trace", "-o", "-"])
     assert result.exit_code == 0 and json.loads(result.output)["traceEvents"]
+
+
+def test_a_trace_too_large_is_refused_before_the_work(tmp_path, monkeypatch):
+    """1F1B at 4 x 600,000 (4.8 million ops, under the schedule limit) built its trace for 90 s and
+    died of a MemoryError traceback; every command that writes a trace now refuses it first, in one
+    line, and leaves no file (the limit is lowered here so the check is cheap to reach)."""
+    import ppopt.report.trace as trace
+
+    monkeypatch.setattr(trace, "MAX_TRACE_OPS", 63)  # 1f1b at p = 4, m = 8 has 64 ops
+    out = tmp_path / "t.json"
+    commands = [
+        ["export", "-s", "1f1b", "-p", "4", "-m", "8", "--format", "chrome-trace", "-o", str(out)],
+        ["evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--trace", str(out)],
+        ["search", "--unit", "-p", "4", "-m", "8", "--trace", str(out), "--time-limit", "5"],
+    ]
+    for args in commands:
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert "error: a trace of 64 ops would take gigabytes" in result.output and "at most 63" in result.output
+        assert not out.exists()
+    monkeypatch.setattr(trace, "MAX_TRACE_OPS", 64)  # at the limit it is written
+    assert CliRunner().invoke(main, commands[0]).exit_code == 0 and out.exists()
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch):
+    """A request that a size check misses and that exhausts memory ends in one line, not a traceback."""
+    import ppopt.evaluate
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(ppopt.evaluate, "evaluate_schedule", exhausted)
+    result = CliRunner().invoke(main, ["evaluate", "-s", "1f1b", "-p", "2", "-m", "2"], standalone_mode=True)
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("error: out of memory") and "Traceback" not in result.output

@@ -132,6 +132,10 @@ class _Cli(click.Group):
         except click.Abort:
             click.echo("aborted", err=True)
             code = 1
+        except MemoryError:  # a size check missed a request: still one line, not a traceback
+            click.echo("error: out of memory: the request needs more memory than this machine has; "
+                       "use fewer devices or microbatches", err=True)
+            code = 1
         except OSError as error:
             code = _stdout_failed(error)
         code = code if isinstance(code, int) else 0

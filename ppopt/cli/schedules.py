@@ -195,6 +195,10 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
         if plot:
             _check_picture(schedule)
+        if trace:
+            from ppopt.report.trace import check_trace_size
+
+            check_trace_size(sum(len(order) for order in schedule.orders))
         result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
                                    parallel=parallel, **options)
         results = [result]

@@ -189,11 +189,16 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         raise ConfigError("prints the run's table; give --run without --json (or use --csv and `ppopt run FILE --json`)", field="run_it")
     searched = parse_space(space, **options)
     _refuse_replicas_for_torch(searched, csv_path, run_it)
-    if plot:  # the picture's size is known before the search that makes it
+    if plot or trace:  # the picture's and the trace's size is known before the search that makes them
         from ppopt.report.plot import check_picture_size
+        from ppopt.report.trace import check_trace_size
         from ppopt.solve.search import space_ops
 
-        check_picture_size(space_ops(spec, searched))
+        ops = space_ops(spec, searched)
+        if plot:
+            check_picture_size(ops)
+        if trace:
+            check_trace_size(ops)
     result = search(spec, searched, solve, minimize_memory=minimize_memory)
     if as_json:
         emit_json(search_json(result) | {"job": _simulated_json(spec)})
