@@ -17,7 +17,7 @@ from ppopt.costs import Costs, partition_layers, stage_costs
 from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import Flat
 from ppopt.formula import Formula, formula
-from ppopt.generators import generate, get, names
+from ppopt.generators import generate, get, names, too_many_stages
 from ppopt.generators.common import require_positive
 from ppopt.ir import MAX_OPS, Schedule, check_total_size
 from ppopt.job import Parallelism, job_costs, job_work, simulate_pipeline
@@ -148,7 +148,10 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
     check_total_size(sum(size for size in sizes if size is not None and size <= MAX_OPS),
                      f"the {len(every)} schedules at p = {devices}, m = {microbatches}")
     for done, name in enumerate(every, 1):
+        too_many = None if model is None else too_many_stages(name, devices, options, model.num_layers)
         try:
+            if too_many is not None:
+                raise ScheduleError(too_many)
             results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))
         except ScheduleError as error:
             skipped[name] = error.reason

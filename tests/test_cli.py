@@ -250,3 +250,28 @@ def test_the_footnote_says_the_closed_forms_leave_out_messages():
     assert result.exit_code == 0
     assert result.stdout.splitlines()[-1] == ("* the table differs from the closed form, which leaves out the messages "
                                               "(comm = 1 slots); some differ without them too (see README: formula vs table)")
+
+
+def test_schedules_with_more_stages_than_layers_are_skipped_not_fatal(tmp_path):
+    """On a 4-layer model at p = 4 the families of two stages per device (8 stages) cannot be
+    costed: `evaluate -s all`, `compare` and `gap` failed whole on them ("cannot split 4 layers
+    over 8 stages"); now they skip those families with the reason and report the others."""
+    from pathlib import Path
+
+    preset = (Path(__file__).resolve().parents[1] / "models" / "llama3-8b.toml").read_text()
+    model = tmp_path / "four.toml"
+    model.write_text(preset.replace('name = "llama3-8b"', 'name = "four"').replace("num_layers = 32", "num_layers = 4"))
+    common = ["-p", 4, "-m", 8, "--model", model, "--system", "dgx-h100"]
+    two_per_device = [n for n in names() if n not in ("gpipe", "1f1b", "chimera", "chimera-asym", "zb-h1", "zb-h2", "dualpipe")]
+    for args in (["evaluate", "-s", "all", *common], ["compare", *common],
+                 ["gap", *common, "-s", "1f1b", "-s", "zb-v", "--time-limit", 10, "-q"]):
+        result = run(*args)
+        assert result.exit_code == 0, (args, result.output)
+        assert "skipped zb-v: 8 stages (4 devices x 2 under zb-v) exceed the model's 4 layers" in result.output
+        assert "1f1b" in result.stdout
+    evaluated = run("evaluate", "-s", "all", *common)
+    for name in two_per_device:
+        assert f"skipped {name}: 8 stages" in evaluated.output
+    alone = run("evaluate", "-s", "interleaved-1f1b", *common)
+    assert alone.exit_code == 1
+    assert alone.output == "error: --devices: 8 stages (4 devices x 2 under interleaved-1f1b) exceed the model's 4 layers\n"

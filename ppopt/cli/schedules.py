@@ -139,13 +139,11 @@ def _evaluate_all_with_progress(command, devices, microbatches, units, model, sy
 def _check_layers(name: str, devices: int, options: dict, layers: int) -> None:
     """A schedule with more stages than the model has layers, refused before its table is built
     (hanayo with 100,000 waves took 20 s to reach the same error)."""
-    from ppopt.costs import partition_layers
-    from ppopt.generators import get
+    from ppopt.errors import ConfigError
+    from ppopt.generators import too_many_stages
 
-    family = get(name)
-    per_device = family.chunks(family.taken(options))
-    if isinstance(per_device, int) and not isinstance(per_device, bool) and per_device >= 1:
-        partition_layers(layers, devices * per_device)
+    if (reason := too_many_stages(name, devices, options, layers)) is not None:
+        raise ConfigError(reason, field="devices")
 
 
 @main.command("evaluate")

@@ -263,6 +263,18 @@ def get(name: str) -> Family:
         raise ScheduleError(f"unknown schedule {name!r} (known: {', '.join(REGISTRY)})") from None
 
 
+def too_many_stages(name: str, devices: int, options: Mapping[str, object], layers: int) -> str | None:
+    """Why family ``name`` on ``devices`` devices cannot hold a model of ``layers`` blocks (every
+    stage needs one): its stage count exceeds them. None when it can, or when the options are left
+    for the generator to refuse."""
+    family = get(name)
+    per_device = family.chunks(family.taken(options))
+    if isinstance(per_device, int) and not isinstance(per_device, bool) and per_device >= 1 and devices * per_device > layers:
+        return (f"{devices * per_device} stages ({devices} devices x {per_device} under {name}) exceed the model's "
+                f"{layers} layers")
+    return None
+
+
 def generate(name: str, devices: int, microbatches: int, **options: object) -> Schedule:
     """Build schedule ``name`` for ``devices`` x ``microbatches``.
 

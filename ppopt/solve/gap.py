@@ -13,8 +13,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ppopt.config import ModelConfig
 from ppopt.errors import InfeasibleError, ScheduleError
-from ppopt.generators import generate, names
+from ppopt.generators import generate, names, too_many_stages
 from ppopt.simulate import simulate
 from ppopt.solve import options as solve_options
 from ppopt.solve.instance import Instance, InstanceSpec
@@ -95,7 +96,11 @@ def gap_report(
     for done, name in enumerate(wanted, 1):
         if time.monotonic() - began >= solve_options.PROGRESS_AFTER_S:  # long only at hundreds of thousands of ops
             options.note(f"gap: simulating {name} ({done}/{len(wanted)})")
+        model = spec.model
+        too_many = None if not isinstance(model, ModelConfig) else too_many_stages(name, devices, schedule_options, model.num_layers)
         try:
+            if too_many is not None:
+                raise ScheduleError(too_many)
             schedule = validate(generate(name, devices, microbatches, **schedule_options))
         except ScheduleError as error:
             skipped[name] = error.reason
