@@ -562,3 +562,24 @@ deterministic_time = 100
     rows = [r for r in read_rows(tmp_path / "out" / "rows.jsonl").values() if r["kind"] == "gap"]
     assert result.computed >= 1 and len(rows) == 1
     assert rows[0]["solver_cut"] and "wall time" in rows[0]["solver_cut"]
+
+
+def test_a_sweep_of_too_many_points_is_refused_before_they_are_counted(tmp_path, monkeypatch):
+    """1..499 devices x 1..4,999 microbatches x every schedule x 3 models x 2 systems (209 million
+    points) counted its ops point by point for minutes, printing nothing; the number of points is
+    a product, checked first."""
+    import ppopt.sweep.spec as sweep_spec
+    from ppopt.generators import Family, names
+
+    spec_text = (f"schedules = \"all\"\ndevices = {list(range(1, 500))}\nmicrobatches = {list(range(1, 5000))}\n"
+                 'models = ["llama3-8b", "study", "llama3-70b"]\nsystems = ["dgx-h100", "mid-mid"]\n')
+    huge = write_spec(tmp_path, spec_text, name="huge.toml")
+    points = 499 * 4999 * len(names()) * 3 * 2  # one option combination per family: no [options] table
+    monkeypatch.setattr(Family, "ops", lambda *a, **k: pytest.fail("ops counted before the points"))
+    for command in (["sweep", str(huge), "-o", str(tmp_path / "out"), "-q"],
+                    ["study", "--spec", str(huge), "-o", str(tmp_path / "out"), "-q"]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 1, result.output
+        assert result.output == (f"error: sweep too large: {points:,} points; the limit is {sweep_spec.MAX_SWEEP_POINTS:,}: "
+                                 "split the spec into several sweeps\n")
+        assert not (tmp_path / "out").exists()

@@ -419,6 +419,11 @@ MAX_SWEEP_OPS = 2_000_000_000
 """Most ops (stages x microbatches x kinds, summed over the evaluation points) one sweep simulates:
 hours of work on one core. A larger spec is refused before the first point; split it."""
 
+MAX_SWEEP_POINTS = 250_000
+"""Most evaluation points one sweep holds, checked before its ops are counted (a spec of 1..499
+devices x 1..4,999 microbatches, 35 million points, spent minutes in that count alone); at a
+few milliseconds per point, hours of work."""
+
 MAX_SWEEP_SEARCH_S = 86_400.0
 """Most solver time (searches x their time limit) one sweep spends: a day."""
 
@@ -428,16 +433,20 @@ def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> None:
     :data:`MAX_SWEEP_OPS` ops or, when ``searches_run``, whose searches to more than
     :data:`MAX_SWEEP_SEARCH_S` seconds (every (p, m, limit, schedule) counted once, an upper bound
     of the searches run)."""
-    points = ops = 0
-    for devices, microbatches in itertools.product(spec.devices, spec.microbatches):
-        for name in spec.schedule_names():
-            family = get(name)
-            for combo in _option_combos(name, spec.options):
-                size = family.ops(devices, microbatches, family.taken({k: v for k, v in combo.items() if v is not None}))
-                points += 1
-                ops += min(size or 0, MAX_OPS)  # a schedule over MAX_OPS is refused by its point, not run
+    combos = {name: list(_option_combos(name, spec.options)) for name in spec.schedule_names()}
     models_systems = len(spec.models) * len(spec.systems)
-    ops, points = ops * models_systems, points * models_systems
+    points = len(spec.devices) * len(spec.microbatches) * sum(map(len, combos.values())) * models_systems
+    if points > MAX_SWEEP_POINTS:
+        raise ConfigError(f"sweep too large: {points:,} points; the limit is {MAX_SWEEP_POINTS:,}: split the spec into "
+                          "several sweeps")
+    ops = 0
+    for devices, microbatches in itertools.product(spec.devices, spec.microbatches):
+        for name, name_combos in combos.items():
+            family = get(name)
+            for combo in name_combos:
+                size = family.ops(devices, microbatches, family.taken({k: v for k, v in combo.items() if v is not None}))
+                ops += min(size or 0, MAX_OPS)  # a schedule over MAX_OPS is refused by its point, not run
+    ops *= models_systems
     if ops > MAX_SWEEP_OPS:
         raise ConfigError(f"sweep too large: {points:,} points make {ops:,} ops to simulate (stages x microbatches x "
                           f"kinds, summed); the limit is {MAX_SWEEP_OPS:,}: split the spec into several sweeps")
