@@ -302,3 +302,33 @@ def test_compare_ranks_the_schedules_with_a_cost_preset(tmp_path):
     assert steps["1f1b"] == pytest.approx(15.0) and steps["zb-h1"] == pytest.approx(13.0)
     assert "zb-v" not in steps and "interleaved-1f1b" not in steps  # 4 stages: not in a 2-stage preset
     assert list(steps).index("zb-h1") < list(steps).index("1f1b")
+
+
+def test_search_runs_a_schedule_with_more_stages_than_the_default_layers():
+    """V at p = 3 has 6 stages, `ppopt run`'s default model 4 layers: search --run searched, wrote
+    its CSV, then failed on "at least 6 layers", a flag search does not have. It now runs the
+    schedule with one block per stage."""
+    pytest.importorskip("torch.distributed.pipelining")
+    result = cli("search", "-p", 3, "-m", 3, "--unit", "--space", "placement=v,backward=split", "-q", "--no-grid", "--run",
+                 "--time-limit", 20)
+    assert result.exit_code == 0, result.output
+    assert "local ranks (gloo, 127.0.0.1), 6 layers" in result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("search "))
+    assert "equal (max abs" in row
+
+
+def test_search_run_without_torch_is_refused_before_the_search(tmp_path, monkeypatch):
+    """Without torch, search --run searched and overwrote --csv before saying torch was missing."""
+    import ppopt.run
+    import ppopt.solve.search
+
+    def missing() -> None:
+        raise RunError("needs PyTorch")
+
+    monkeypatch.setattr(ppopt.run, "require_torch", missing)
+    monkeypatch.setattr(ppopt.solve.search, "search", lambda *a, **k: pytest.fail("searched first"))
+    kept = tmp_path / "kept.csv"
+    kept.write_text("before\n")
+    result = cli("search", "-p", 2, "-m", 2, "--unit", "--run", "--csv", kept)
+    assert (result.exit_code, result.output) == (1, "error: needs PyTorch\n")
+    assert kept.read_text() == "before\n"

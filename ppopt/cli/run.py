@@ -241,18 +241,22 @@ def evaluate_with_preset(schedule, costs_file, as_json) -> None:
 
 def run_found(schedule, start) -> None:
     """`ppopt search --run`: the schedule found, ordered by its simulated start times (as `--csv`
-    writes it), run with the default model and settings of `ppopt run`; the table on stdout."""
+    writes it), run with the default settings of `ppopt run` and its default model, given one
+    block per stage where the schedule has more stages than that model has layers (search has no
+    --layers); the table on stdout."""
     from ppopt.io.torch_csv import format_torch_csv, parse_torch_csv
     from ppopt.report.run import run_text
     from ppopt.run import require_torch
     from ppopt.run.execute import check_run, refuse_unrunnable, run_schedules
-    from ppopt.run.spec import RunSpec
+    from ppopt.run.spec import ModelSize, RunSpec
 
     refuse_unrunnable(schedule)  # before the CSV round trip, which would drop what it cannot run
     ordered = parse_torch_csv(format_torch_csv(schedule, start), "search")
-    settings = check_run([ordered], RunSpec((), ordered.devices))
+    model = ModelSize(layers=max(ModelSize().layers, ordered.stages))
+    settings = check_run([ordered], RunSpec((), ordered.devices, model=model))
     require_torch()
-    click.echo(f"running the schedule found on {ordered.devices} local ranks (gloo, 127.0.0.1)", err=True)
+    click.echo(f"running the schedule found on {ordered.devices} local ranks (gloo, 127.0.0.1), {model.layers} layers",
+               err=True)
     results, _ = run_schedules([ordered], settings)
     click.echo(run_text(results, settings))
     if results[0].check is not None and not results[0].check["ok"]:

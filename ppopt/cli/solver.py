@@ -189,6 +189,10 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         raise ConfigError("prints the run's table; give --run without --json (or use --csv and `ppopt run FILE --json`)", field="run_it")
     searched = parse_space(space, **options)
     _refuse_replicas_for_torch(searched, csv_path, run_it)
+    if run_it:  # before the search and its outputs, not after them
+        from ppopt.run import require_torch
+
+        require_torch()
     if plot or trace:  # the picture's and the trace's size is known before the search that makes them
         from ppopt.report.plot import check_picture_size
         from ppopt.report.trace import check_trace_size
