@@ -304,7 +304,7 @@ def test_the_search_result_has_no_period_bound_without_a_cap():
     (["search", "-p", "4", "-m", "8", "--unit", "--global-batch", "8"],
      "error: --global-batch: needs --model and --system (unit mode has no sequences)"),
     (["search", "-p", "4", "-m", "8", "--costs", "preset.json", "--global-batch", "8"],  # a cost preset is unit mode
-     "error: --global-batch: needs --model and --system (unit mode has no sequences)"),
+     "error: --global-batch: does not apply with --costs: the measured durations are those of the preset's microbatches"),
     (["search", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--forward", "2"],
      "error: --forward: is a unit-mode duration: with --model and --system the durations come from the cost model"),
     (["gap", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--comm", "1"],

@@ -109,7 +109,7 @@ def system_options(required: bool = False) -> Callable:
         @functools.wraps(command)
         def wrapper(**kwargs):
             if kwargs["global_batch"] is not None and kwargs["model"] is None:
-                raise ConfigError("needs --model and --system (unit mode has no sequences)", field="global_batch")
+                refuse_other_modes_flags(True, {"costs": kwargs.get("costs"), "global_batch": kwargs["global_batch"]})
             return command(**kwargs)
 
         return _compose(options)(wrapper)
@@ -256,8 +256,12 @@ def refuse_other_modes_flags(unit: bool, params: dict) -> None:
                 reason = ("--costs gives the durations" if params.get("costs") is not None
                           else "with --model and --system the durations come from the cost model")
                 raise ConfigError(f"is a unit-mode duration: {reason}", field=name)
-    if (unit or params.get("costs") is not None) and params.get("global_batch") is not None:
-        raise ConfigError("needs --model and --system (unit mode has no sequences)", field="global_batch")
+    if params.get("global_batch") is not None:
+        if params.get("costs") is not None:
+            raise ConfigError("does not apply with --costs: the measured durations are those of the preset's microbatches",
+                              field="global_batch")
+        if unit:
+            raise ConfigError("needs --model and --system (unit mode has no sequences)", field="global_batch")
 
 
 def require_size(devices, microbatches) -> None:
