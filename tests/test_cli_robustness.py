@@ -411,11 +411,12 @@ def test_an_empty_output_name_is_named_as_such(tmp_path, monkeypatch, args, flag
 @pytest.mark.parametrize("args", [
     ["evaluate", "-s", "all", "-p", 64, "-m", 100_000],
     ["evaluate", "-s", "all", "-p", 64, "-m", 100_000, "--json"],
-    ["compare", "-p", 2000, "-m", 4096, "--model", "study", "--system", "mid-mid"],
+    ["compare", "-p", 128, "-m", 100_000, "--model", "study", "--system", "mid-mid"],
 ])
 def test_a_request_every_schedule_skips_is_one_error(args):
     """Every family is over the op limit here (the smallest, GPipe, makes 12.8 million ops at
-    p = 64, m = 100,000): the reason of the first and a count of the others, exit 1."""
+    p = 64, m = 100,000; with the study's 128 layers at p = 128 those of two stages per device are
+    skipped for their 256 stages): the reason of the first and a count of the others, exit 1."""
     line = one_error_line(run(*args))
     p, m = args[args.index("-p") + 1], args[args.index("-m") + 1]
     assert line.startswith(f"error: no schedule applies at p = {p}, m = {m} (gpipe: schedule too large")
@@ -451,3 +452,42 @@ def test_ctrl_c_during_a_search_aborts_the_command():
         child.kill()
     assert (child.returncode, out) == (1, "")
     assert err.splitlines()[-1] == "aborted"
+
+
+@pytest.mark.parametrize("command, first, second", [
+    (["search", "--unit", "-p", 4, "-m", 8, "-q", "--no-grid"], "--csv", "--trace"),
+    (["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--model", "study", "--system", "mid-mid"], "--plot", "--trace"),
+])
+def test_outputs_of_one_command_are_written_all_or_none(tmp_path, command, first, second):
+    """`search --csv k.csv --trace X`, where X cannot be written (a full disk), replaced k.csv and
+    then failed; the outputs of one command now replace their files together or not at all."""
+    kept = tmp_path / ("kept.png" if first == "--plot" else "kept.csv")
+    kept.write_text("previous\n")
+    result = run(*command, first, kept, second, "/dev/full")
+    assert one_error_line(result) == "error: cannot write /dev/full: No space left on device"
+    assert kept.read_text() == "previous\n"
+    assert [p.name for p in tmp_path.iterdir()] == [kept.name]  # no temporary file left behind
+    trace = tmp_path / "t.json"
+    result = run(*command, first, kept, second, trace)
+    assert result.exit_code == 0, result.output
+    assert kept.read_bytes() != b"previous\n" and json.loads(trace.read_text())["traceEvents"]
+    assert f"wrote {kept}" in result.output and f"wrote {trace}" in result.output
+
+
+def test_an_output_group_replaces_its_files_only_when_it_ends_well(tmp_path):
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("old a\n")
+    with pytest.raises(RuntimeError), ppopt.io.output_group():
+        atomic_write_text(first, "new a\n")
+        atomic_write_text(second, "new b\n")
+        assert first.read_text() == "old a\n" and not second.exists()  # staged until the group ends
+        raise RuntimeError("a later step failed")
+    assert first.read_text() == "old a\n" and sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+    with ppopt.io.output_group():
+        atomic_write_text(first, "new a\n")
+        with ppopt.io.output_group():  # an inner group belongs to the outer one
+            atomic_write_text(second, "new b\n")
+        assert not second.exists()
+    assert (first.read_text(), second.read_text()) == ("new a\n", "new b\n")
+    atomic_write_text(first, "at once\n")  # outside a group: replaced at once
+    assert first.read_text() == "at once\n"

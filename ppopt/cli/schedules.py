@@ -100,7 +100,6 @@ def _plot_simulation(schedule, simulation, costs, path) -> None:
                   title=f"{default_title(schedule)}, simulated step {simulation.step_time_s:.4g} s", time_unit="s",
                   activation_size=lambda stage: costs.stages[stage].activation_bytes, memory_unit="bytes",
                   transfers=simulated_transfers(simulation))
-    click.echo(f"wrote {path}", err=True)
 
 
 def _write_trace(schedule, simulation, costs, path) -> None:
@@ -108,7 +107,6 @@ def _write_trace(schedule, simulation, costs, path) -> None:
     from ppopt.report.trace import chrome_trace
 
     write_json(chrome_trace(schedule, simulation, costs), path)
-    click.echo(f"wrote {path}", err=True)
 
 
 def _presets(model, system, required: bool = False):
@@ -212,11 +210,17 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     if name != "all" and (plot or trace):
         simulation = results[0].simulation
         if simulation is not None:
+            from ppopt.io import output_group
+
             stage_table = schedule_costs(schedule, model_config, system_config, global_batch, parallel)
-            if plot:
-                _plot_simulation(schedule, simulation, stage_table, plot)
-            if trace:
-                _write_trace(schedule, simulation, stage_table, trace)
+            with output_group():  # both or neither
+                if plot:
+                    _plot_simulation(schedule, simulation, stage_table, plot)
+                if trace:
+                    _write_trace(schedule, simulation, stage_table, trace)
+            for path in (plot, trace):
+                if path:
+                    click.echo(f"wrote {path}", err=True)
         elif plot:
             from ppopt.table import build_table
 

@@ -237,6 +237,16 @@ def _simulated_json(spec) -> dict | None:
 
 def _write_outputs(result, spec, csv_path, plot, trace) -> None:
     """The schedule found as CSV (ordered by simulated start), picture and trace."""
+    from ppopt.io import output_group
+
+    with output_group():  # all or none: a full disk at the trace leaves the CSV as it was
+        _write_each_output(result, spec, csv_path, plot, trace)
+    for path in (csv_path, plot, trace):
+        if path:
+            click.echo(f"wrote {path}", err=True)
+
+
+def _write_each_output(result, spec, csv_path, plot, trace) -> None:
     schedule, simulation = result.schedule, result.simulation
     instance = spec.instance(schedule.stages, schedule.stage_weights)
     costs = instance.costs
@@ -245,7 +255,6 @@ def _write_outputs(result, spec, csv_path, plot, trace) -> None:
         from ppopt.io.torch_csv import write_torch_csv
 
         write_torch_csv(schedule, csv_path, simulation.start_s)
-        click.echo(f"wrote {csv_path}", err=True)
     if plot:
         from ppopt.report.plot import plot_schedule, simulated_transfers
 
@@ -255,13 +264,11 @@ def _write_outputs(result, spec, csv_path, plot, trace) -> None:
                       time_unit=unit, activation_size=lambda stage: costs.stages[stage].activation_bytes,
                       memory_unit=instance.memory_unit, memory_base=simulation.persistent_bytes if in_bytes else None,
                       memory_limit=instance.memory_limit, transfers=simulated_transfers(simulation))
-        click.echo(f"wrote {plot}", err=True)
     if trace:
         from ppopt.io import write_json
         from ppopt.report.trace import chrome_trace
 
         write_json(chrome_trace(schedule, simulation, costs, time_unit=unit), trace)
-        click.echo(f"wrote {trace}", err=True)
 
 
 @main.command("gap")

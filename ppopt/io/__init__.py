@@ -15,6 +15,9 @@ Every file ppopt writes goes through :func:`atomic_writer` (or :func:`atomic_wri
 * Anything else that can be opened for writing (a character device such as ``/dev/null`` or
   ``/dev/stdout``, a FIFO) is written directly, never replaced: renaming over it would turn a
   device into a regular file.
+* Several outputs of one command are written all or none inside :func:`output_group`: each
+  regular file is completed as its temporary file, and they replace their targets together when
+  the group ends without an error (a device or FIFO is still written at once).
 * A directory and an empty file name are refused. Every failure (a missing directory, no
   permission, ``ENOSPC`` on a full disk or ``/dev/full``) is a :class:`PpoptError`
   ``cannot write PATH: <reason>``.
@@ -192,6 +195,38 @@ def read_text_bounded(path: str | os.PathLike, limit: int, encoding: str = "utf-
     return b"".join(chunks).decode(encoding)
 
 
+_STAGED: list[tuple[str, Path, Path]] | None = None
+"""Inside :func:`output_group`: (temporary file, final path, path as given) of each completed output."""
+
+
+@contextlib.contextmanager
+def output_group() -> Iterator[None]:
+    """Write a command's outputs all or none (``--csv X --trace Y``: a full disk at Y used to leave
+    X replaced). Regular files written inside stay temporary files next to their targets until the
+    block ends; then they replace their targets, or, when it raised, they are removed. A group
+    inside a group belongs to the outer one."""
+    global _STAGED
+    if _STAGED is not None:
+        yield
+        return
+    _STAGED = []
+    try:
+        yield
+        staged = list(_STAGED)
+        while staged:
+            temp, final, target = staged[0]
+            try:
+                os.replace(temp, final)
+            except OSError as error:
+                raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
+            staged.pop(0)
+    finally:
+        for temp, _, _ in _STAGED if _STAGED is not None else ():
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+        _STAGED = None
+
+
 def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
     """Call ``write(file)`` on a binary file for ``path``; see the module docstring for how.
 
@@ -238,7 +273,10 @@ def _write_by_rename(target: Path, write: Callable[[BinaryIO], object], mode: in
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temp, mode if mode is not None else 0o666 & ~_umask())  # mkstemp makes 0600 files
-        os.replace(temp, final)
+        if _STAGED is not None:  # in an output group: replaced with the others at its end
+            _STAGED.append((temp, final, target))
+        else:
+            os.replace(temp, final)
     except BaseException as error:
         with contextlib.suppress(OSError):
             os.unlink(temp)
