@@ -399,3 +399,15 @@ def test_written_files_get_the_usual_permissions(tmp_path):
     finally:
         os.umask(mask)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_more_lines_than_ops_is_refused_before_the_rows_are_split(monkeypatch):
+    """10,000,001 one-action rows (a 100 MB file) were split and parsed for 40 to 60 s and 5 GB
+    before the op limit refused them: one row per rank, and a schedule has no more ranks than ops,
+    so the line count refuses them first (the limit is lowered here to keep the text small)."""
+    import ppopt.io.torch_csv as torch_csv
+
+    monkeypatch.setattr(torch_csv, "MAX_OPS", 4)
+    monkeypatch.setattr(torch_csv, "_rows", lambda *a: pytest.fail("the rows were split"))
+    with pytest.raises(ScheduleError, match="^big: 5 lines: more rank rows than the 4 ops a schedule may hold$"):
+        torch_csv.parse_torch_csv("0F0\n" * 5, "big")

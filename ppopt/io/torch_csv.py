@@ -230,6 +230,9 @@ def _rows(text: str, name: str) -> list[_Line]:
 
 
 def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
+    lines = text.count("\n") + (not text.endswith("\n"))
+    if lines > MAX_OPS:  # one row per rank, and no schedule has more ranks than ops: refused before splitting
+        raise ScheduleError(f"{name}: {lines:,} lines: more rank rows than the {MAX_OPS:,} ops a schedule may hold")
     rows = _rows(text, name)
     while rows and not any(cell.strip() for cell in _cells(rows[-1])):
         rows.pop()
