@@ -93,7 +93,7 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["gap", *UNIT, "-s", "nope"], "unknown schedule 'nope'"),
         # Every named schedule undefined or infeasible: an error, not an empty table with exit 0.
         (["gap", "-p", "3", "-m", "6", "--unit", "-s", "dualpipe"], "no schedule to report at p = 3, m = 6 (dualpipe: dualpipe needs an even"),
-        (["gap", "-p", "2", "-m", "2", "--unit", "--memory-limit", "0.5", "-s", "1f1b"], "(1f1b: memory limit 0.5 activations is below the minimum 1"),
+        (["gap", "-p", "2", "-m", "2", "--unit", "--memory-limit", "0.5", "-s", "1f1b"], "no schedule fits the memory limit (the least need is that of 1f1b): memory limit 0.5 activations is below the minimum 1"),
         # Over the op limit: refused before any placement or model is built (no hang).
         (["search", "-p", "10000000", "-m", "2", "--unit"], "10000000 devices, 2 microbatches make 40,000,000 ops"),
         (["frontier", "-p", "2", "-m", str(10**20), "--unit"], "the limit is 10,000,000 ops"),
@@ -177,9 +177,9 @@ def test_the_minimum_a_refusal_names_is_accepted_when_passed_back():
     flags = ["search", "-p", "4", "-m", "8", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "32"]
     refused = run(*flags, "--memory-limit", "20GiB")
     assert refused.exit_code == 1
-    found = re.search(r"below the minimum (\d+) bytes \(([\d.]+) GiB\)", refused.stderr)
+    found = re.search(r"below the minimum ([\d.]+) GiB \((\d+) bytes\)", refused.stderr)
     assert found, refused.stderr
-    for limit in (found[1], found[2] + "GiB"):
+    for limit in (found[2], found[1] + "GiB"):
         result = run(*flags, "--memory-limit", limit, "--time-limit", "2", "-q")
         assert result.exit_code == 0 and "below the minimum" not in result.output, (limit, result.output)
 
@@ -203,7 +203,8 @@ def test_the_named_minimum_memory_is_met_by_a_schedule(flags, least):
     the refusal of a smaller limit names it."""
     refused = run("search", *flags, "--memory-limit", "0.1" if "--unit" in flags else "1GiB")
     error = refused.stderr.strip().splitlines()[-1]  # after the progress lines
-    assert refused.exit_code == 1 and error.startswith("error: ") and f"below the minimum {least} " in error, refused.stderr
+    named = error.split("below the minimum ")[1].split(" any schedule")[0]  # "4 activations", "716.651 GiB (769497497600 bytes)"
+    assert refused.exit_code == 1 and error.startswith("error: ") and least in named.replace("(", " ").split(), refused.stderr
     found = run("search", *flags, "--memory-limit", least, "--time-limit", "5", "-q", "--json")
     assert found.exit_code == 0, found.output
     assert json.loads(found.stdout)["status"] in ("optimal", "feasible")
@@ -274,3 +275,18 @@ def test_gap_csv_gives_the_gap_as_a_bare_percentage():
     row = next(csv.DictReader(io.StringIO(result.stdout)))
     step, bound = float(row["step"]), float(row["bound"])
     assert float(row["gap %"]) == pytest.approx(100 * (step - bound) / bound, abs=1e-3)
+
+
+def test_gap_under_a_limit_no_schedule_meets_is_one_short_error():
+    """Every family's space refused the limit, and gap printed their 14 reasons on one line of
+    5,678 characters; now one reason, the least minimum's, with the families that share it."""
+    result = run("gap", "--model", "llama3-8b", "--system", "dgx-a100", "-p", 4, "-m", 8, "--memory-limit", "60GiB")
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 700
+    assert lines[0].startswith("error: no schedule fits the memory limit (the least need is that of gpipe, 1f1b, ")
+    assert "memory limit 60.000 GiB (6.44245e+10 bytes) is below the minimum " in lines[0]
+    minimum = float(lines[0].split("the minimum ")[1].split(" GiB")[0])
+    accepted = run("gap", "--model", "llama3-8b", "--system", "dgx-a100", "-p", 4, "-m", 8, "-s", "1f1b",
+                   "--memory-limit", f"{minimum}GiB", "--time-limit", 10, "-q")
+    assert accepted.exit_code == 0, accepted.output  # the minimum, passed back, is accepted

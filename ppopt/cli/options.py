@@ -288,7 +288,9 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
         value = float(match.group(1)) * _FACTORS[match.group(2)]
     except ValueError:
         raise ConfigError(f"{flag} must be a number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
+    if not math.isfinite(value):
+        raise ConfigError(f"{flag} must be a finite amount, got {text!r} (beyond the largest number)")
+    if not value > 0:
         raise ConfigError(f"{flag} must be positive, got {text!r}")
     if not unit_mode and match.group(2) is None and value < BARE_BYTES_AT_LEAST:
         raise ConfigError(f"{flag} {text!r} would be {value:g} bytes: give a unit, e.g. {text.strip()}GB or {text.strip()}GiB")

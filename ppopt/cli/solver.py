@@ -286,6 +286,8 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
     if schedules:  # each name known, and every option taken by one of them
         refuse_unused_options(schedules, options)
     report = gap_report(spec, options, schedules or None, solve)
+    if (infeasible := report.infeasible_for_all()) is not None:
+        raise infeasible
     if not report.rows:  # every schedule skipped: an empty table would read as a result
         reasons = "; ".join(f"{name}: {reason}" for name, reason in report.skipped.items())
         raise ConfigError(f"no schedule to report at p = {spec.devices}, m = {spec.microbatches} ({reasons})")

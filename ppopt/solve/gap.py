@@ -8,6 +8,7 @@ is valid for every schedule of that space under the same memory limit.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -56,6 +57,21 @@ class GapReport:
     skipped: dict[str, str]
     time_unit: str
     memory_semantics: str
+    infeasible: dict[str, InfeasibleError] = dataclasses.field(default_factory=dict)
+    """The schedules skipped because the memory limit is below what their space needs, and why."""
+
+    def infeasible_for_all(self) -> InfeasibleError | None:
+        """When the memory limit left no schedule to report: one error naming the least minimum over
+        their spaces and the schedules that share it (one reason each made a line of kilobytes)."""
+        if self.rows or not self.infeasible or set(self.infeasible) != set(self.skipped):
+            return None
+        def need(error: InfeasibleError) -> float:
+            return math.inf if error.minimum is None else error.minimum
+
+        least = min(self.infeasible.values(), key=need)
+        names = [name for name, error in self.infeasible.items() if need(error) <= need(least) * (1 + 1e-12)]
+        return InfeasibleError(f"no schedule fits the memory limit (the least need is that of {', '.join(names)}): "
+                               f"{least.reason}", field=least.field, minimum=least.minimum)
 
 
 NOT_SEARCHED = "skipped (time limit)"
@@ -89,7 +105,7 @@ def gap_report(
     devices, microbatches = spec.devices, spec.microbatches
     # each schedule is simulated and let go before the next is generated (at hundreds of thousands
     # of ops a schedule with its simulation holds a gigabyte): only its figures stay
-    simulated, skipped = [], {}
+    simulated, skipped, infeasible = [], {}, {}
     semantics, unit = "", ""
     wanted = list(schedules or names())
     began = time.monotonic()
@@ -123,6 +139,7 @@ def gap_report(
                 result = search(spec, searched(spec, space), options.share(len(keys) - keys.index(key)))
             except InfeasibleError as error:
                 skipped[name] = error.reason
+                infeasible[name] = error
                 continue
             # the figures the rows need; the schedules and simulations would hold gigabytes at scale
             searches[key] = replace(result, schedule=None, simulation=None, handcrafted=())
@@ -131,7 +148,7 @@ def gap_report(
         # a schedule over the limit is not in the space, so the bound says nothing about it
         gap = relative_gap(step, bound) if fits else None
         rows.append(GapRow(name, space.describe(), step, peak, fits, result.step_time, bound, gap, result.status))
-    return GapReport(tuple(rows), searches, skipped, unit, semantics)
+    return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible)
 
 
 @dataclass(frozen=True)

@@ -171,10 +171,10 @@ def minimum_memory(instance: Instance, space: Space, placement, fixed: Simulatio
 def _format_amount(value: float, unit: str, least: bool = False) -> str:
     """A memory amount; ``least``: a minimum, rounded *up* (whole bytes, GiB to the next thousandth)
     so that the figure passed back as ``--memory-limit`` is accepted."""
-    if unit == "bytes":
+    if unit == "bytes":  # GiB first, as the limit is usually given (`60GiB`)
         if least:
-            return f"{math.ceil(value)} bytes ({math.ceil(value / 2**30 * 1000) / 1000:.3f} GiB)"
-        return f"{value:.6g} bytes ({value / 2**30:.3f} GiB)"
+            return f"{math.ceil(value / 2**30 * 1000) / 1000:.3f} GiB ({math.ceil(value)} bytes)"
+        return f"{value / 2**30:.3f} GiB ({value:.6g} bytes)"
     return f"{value:.12g} {unit}" if least else f"{value:g} {unit}"
 
 
