@@ -491,3 +491,28 @@ def test_an_output_group_replaces_its_files_only_when_it_ends_well(tmp_path):
     assert (first.read_text(), second.read_text()) == ("new a\n", "new b\n")
     atomic_write_text(first, "at once\n")  # outside a group: replaced at once
     assert first.read_text() == "at once\n"
+
+
+def test_messages_say_what_is_actually_wrong(tmp_path, monkeypatch):
+    """Each of these named another problem than the one the input has (found by an audit)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cal.toml").write_text("")
+    (tmp_path / "empty.csv").write_text("")
+    cases = [
+        (["study", "--spec", "/dev/zero", "-o", "out"], "error: /dev/zero: cannot read spec (not a text file: NUL byte at byte 0)"),
+        (["table", "-s", "1f1b", "-p", 2, "-m", 2, "--plot", "picture"],
+         "error: Invalid value for '--plot': cannot draw to picture: the name needs a picture suffix, .png or .svg "
+         "(see 'ppopt table --help')"),
+        (["evaluate", "-s", "all", "-p", 2, "-m", 2, "--plot", "e.png"],
+         "error: --plot draws one schedule: give --schedule NAME (or use `ppopt compare --plot`)"),
+        (["evaluate", "-s", "all", "-p", 2, "-m", 2, "--model", "study", "--system", "mid-mid", "--trace", "e.json"],
+         "error: --trace writes one schedule's step: give --schedule NAME"),
+        (["calibrate", "empty.csv", "-o", "cal.toml/x.toml"],
+         "error: Invalid value for '--output' / '-o': cannot write cal.toml/x.toml: cal.toml is a file, not a directory "
+         "(see 'ppopt calibrate --help')"),
+        (["published", "empty.csv"], "error: empty.csv: empty file (expected a header row)"),
+    ]
+    for args, line in cases:
+        result = run(*args)
+        assert result.exit_code == 1, (args, result.output)
+        assert one_error_line(result) == line, args

@@ -426,7 +426,8 @@ def _check_writable(ctx: click.Context, param: click.Parameter, path: str) -> No
     if target.is_dir():
         raise click.BadParameter(f"cannot write {path}: it is a directory")
     if not folder.is_dir():
-        raise click.BadParameter(f"cannot write {path}: no directory {folder}")
+        problem = f"{folder} is a file, not a directory" if folder.exists() else f"no directory {folder}"
+        raise click.BadParameter(f"cannot write {path}: {problem}")
     if not os.access(folder, os.W_OK):
         raise click.BadParameter(f"cannot write {path}: directory {folder} is not writable")
     if not target.exists() or target.is_file():  # a file goes in via a temporary one in its directory: try one

@@ -180,7 +180,9 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 
         check_inputs(name, schedule_file, legacy_backward)
         if plot or trace:
-            raise ConfigError("--plot and --trace draw one schedule: give --schedule NAME (or use `ppopt compare --plot`)")
+            flag = "--plot" if plot else "--trace"
+            raise ConfigError(f"{flag} draws one schedule: give --schedule NAME (or use `ppopt compare --plot`)" if plot
+                              else f"{flag} writes one schedule's step: give --schedule NAME")
         require_size(devices, microbatches)
         results, skipped = _evaluate_all_with_progress("evaluate", devices, microbatches, units, model_config, system_config,
                                                        global_batch, parallel, options)

@@ -103,8 +103,9 @@ def picture_format(path: str | os.PathLike) -> str:
     """The matplotlib format of a picture path (its .png or .svg suffix); ScheduleError otherwise."""
     suffix = Path(path).suffix.lower()
     if suffix not in SUFFIXES:
-        shown = f"'{suffix}'" if suffix else "no suffix"
-        raise ScheduleError(f"cannot draw to {Path(path).name}: {shown} is not a picture format (use .png or .svg)")
+        if not suffix:
+            raise ScheduleError(f"cannot draw to {Path(path).name}: the name needs a picture suffix, .png or .svg")
+        raise ScheduleError(f"cannot draw to {Path(path).name}: '{suffix}' is not a picture format (use .png or .svg)")
     return SUFFIXES[suffix]
 
 

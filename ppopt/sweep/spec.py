@@ -227,7 +227,7 @@ def spec_dirs() -> tuple[Path, ...]:
 def resolve_spec(name_or_path: str | os.PathLike) -> Path:
     """A spec file: an existing path, or the stem of a file in :func:`spec_dirs` (e.g. ``paper``)."""
     path = Path(name_or_path)
-    if path.is_file():
+    if path.exists() and not path.is_dir():  # a device or FIFO too: its reader says what is wrong with it
         return path
     for directory in spec_dirs():
         candidate = directory / f"{os.fspath(name_or_path)}.toml"
