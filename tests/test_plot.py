@@ -199,7 +199,7 @@ def test_bad_suffix_is_an_error_naming_it(tmp_path, bad):
     with pytest.raises(ScheduleError) as caught:
         plot_schedule(schedule, *table_times(schedule), tmp_path / bad)
     suffix = os.path.splitext(bad)[1]
-    assert (f"'{suffix}'" if suffix else "no suffix") in str(caught.value) and ".png or .svg" in str(caught.value)
+    assert (f"'{suffix}'" if suffix else "needs a picture suffix") in str(caught.value) and ".png or .svg" in str(caught.value)
     assert os.listdir(tmp_path) == []
 
 
