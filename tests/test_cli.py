@@ -275,3 +275,24 @@ def test_schedules_with_more_stages_than_layers_are_skipped_not_fatal(tmp_path):
     alone = run("evaluate", "-s", "interleaved-1f1b", *common)
     assert alone.exit_code == 1
     assert alone.output == "error: --devices: 8 stages (4 devices x 2 under interleaved-1f1b) exceed the model's 4 layers\n"
+
+
+def test_csv_tables_carry_their_marks_in_columns_not_in_cells():
+    """CSV is printed bare, without the footnotes that explain `!`, `#` and `*`: those marks sat in
+    the cells ("dualpipe !", "1490 GiB #"); CSV has yes/no columns for them instead."""
+    import csv
+    import io
+
+    common = ["-p", 4, "-m", 8, "--model", "study", "--system", "fast-slow", "--format", "csv"]
+    compared = list(csv.DictReader(io.StringIO(run("compare", *common).stdout)))
+    evaluated = list(csv.DictReader(io.StringIO(run("evaluate", "-s", "all", *common).stdout)))
+    text = run("compare", *common[:-2]).stdout
+    for row in compared:
+        flagged = f"{row['schedule']} !" in text
+        assert row["rank changes"] == ("yes" if flagged else "no")
+        assert row["over memory"] == "yes" and not row["peak memory"].endswith("#")  # 27 TiB per device
+    for row in evaluated:
+        assert not row["bubble table"].endswith("*") and not row["sim peak memory"].endswith("#")
+        differs = row["bubble formula"] not in ("-", row["bubble table"]) and not row["bubble formula"].startswith("n/a")
+        assert row["table differs from formula"] == ("yes" if differs else "no"), row["schedule"]
+    assert {row["table differs from formula"] for row in evaluated} == {"yes", "no"}

@@ -40,11 +40,16 @@ OVER_MEMORY = "#"
 """Marks a peak memory above the system's memory per device."""
 
 
-def peak_memory_cell(result: Evaluation) -> str:
-    """The worst-device peak memory, marked when it exceeds the system's memory."""
+def peak_memory_cell(result: Evaluation, fmt: str = "text") -> str:
+    """The worst-device peak memory, marked when it exceeds the system's memory (not in CSV, which
+    has no footnotes: its ``over memory`` column says it)."""
     assert result.simulation is not None
-    mark = f" {OVER_MEMORY}" if result.memory_over is not None else ""
+    mark = f" {OVER_MEMORY}" if result.memory_over is not None and fmt != "csv" else ""
     return gib(max(result.simulation.peak_memory_bytes)) + mark
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 def _capacity(capacity_bytes: float) -> str:
@@ -148,6 +153,8 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
     for r in results:
         f, t = r.formula, r.table
         differs = "" if f is None or not f.valid or abs(f.bubble_ratio - t.bubble_ratio) < 1e-12 else " *"
+        csv_marks = [_yes(bool(differs))]
+        differs = "" if fmt == "csv" else differs  # CSV has no footnotes: a column says it
         row = [
             r.schedule,
             closed_form_cell(f, "" if f is None else f"{f.bubble_ratio:.4f}"),
@@ -160,11 +167,14 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
         ]
         sim = r.simulation
         if simulated and sim is not None:
-            row += [seconds(sim.step_time_s), f"{sim.idle_ratio:.4f}", peak_memory_cell(r)]
-        rows.append(row)
+            row += [seconds(sim.step_time_s), f"{sim.idle_ratio:.4f}", peak_memory_cell(r, fmt)]
+            csv_marks.append(_yes(r.memory_over is not None))
+        rows.append(row + csv_marks if fmt == "csv" else row)
     headers = ["schedule", "bubble formula", "bubble table", "length formula", "length table", "peak act. formula", "peak act. table", "weights"]
     if simulated:
         headers += ["sim step", "sim idle", "sim peak memory"]
+    if fmt == "csv":
+        headers += ["table differs from formula", *(["over memory"] if simulated else [])]
     table = render_table(headers, rows, fmt)
     note = "* the table differs from the closed form (see README: formula vs table)"
     if units.comm > 0:  # the closed forms have no messages: with --comm every table is longer than its form
@@ -185,19 +195,22 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
         f, sim = r.formula, r.simulation
         assert sim is not None, "compare evaluates the simulation layer"
         rank = ranking.formula.get(r.schedule)
+        flips = r.schedule in ranking.flips
         rows.append(
             (
-                r.schedule + (" !" if r.schedule in ranking.flips else ""),
+                r.schedule + (" !" if flips and fmt != "csv" else ""),
                 closed_form_cell(f, f"{rank}  ({f.bubble_ratio:.4f})" if f is not None else ""),
                 f"{ranking.table[r.schedule]}  ({r.table.bubble_ratio:.4f})",
                 f"{ranking.simulation[r.schedule]}  ({seconds(sim.step_time_s, digits)})",
                 f"{sim.idle_ratio:.4f}",
                 gib(max(sim.peak_activation_bytes)),
-                peak_memory_cell(r),
+                peak_memory_cell(r, fmt),
+                *((_yes(flips), _yes(r.memory_over is not None)) if fmt == "csv" else ()),
             )
         )
     table = render_table(
-        ("schedule", "formula rank (bubble)", "table rank (bubble)", "simulated rank (step)", "idle", "peak activations", "peak memory"),
+        ("schedule", "formula rank (bubble)", "table rank (bubble)", "simulated rank (step)", "idle", "peak activations", "peak memory",
+         *(("rank changes", "over memory") if fmt == "csv" else ())),
         rows,
         fmt,
     )
