@@ -516,3 +516,29 @@ def test_messages_say_what_is_actually_wrong(tmp_path, monkeypatch):
         result = run(*args)
         assert result.exit_code == 1, (args, result.output)
         assert one_error_line(result) == line, args
+
+
+@pytest.mark.parametrize("args, flag, name", [
+    (["search", "--unit", "-p", 4, "-m", 8], "--csv", "a.png"),
+    (["search", "--unit", "-p", 4, "-m", 8], "--trace", "t.csv"),
+    (["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--model", "study", "--system", "mid-mid"], "--trace", "t.svg"),
+    (["plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100"], "--torch-csv", "s.json"),
+])
+def test_an_output_named_as_another_format_is_refused_before_any_work(tmp_path, monkeypatch, args, flag, name):
+    """`search --csv a.png` wrote a CSV into a.png: flags swapped, most likely. A name with another
+    of ppopt's output suffixes is refused; any other name is the user's to choose."""
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(run(*args, flag, name))
+    assert line.startswith(f"error: Invalid value for '{flag}': {name} looks like ") and "give a name ending in" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_name_ending_in_a_slash_is_refused(tmp_path, monkeypatch):
+    """`export -o out.csv/` wrote a file out.csv and exited 0."""
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(run("export", "-s", "1f1b", "-p", 2, "-m", 3, "-o", "out.csv/"))
+    assert line == ("error: Invalid value for '--output' / '-o': cannot write out.csv/: a name ending in '/' is a "
+                    "directory; give a file name (see 'ppopt export --help')")
+    assert list(tmp_path.iterdir()) == []
+    assert run("search", "--unit", "-p", 4, "-m", 8, "-q", "--no-grid", "--csv", "found.txt").exit_code == 0
+    assert (tmp_path / "found.txt").read_text().startswith("0F0,")  # a name of the user's own: written

@@ -407,12 +407,33 @@ def output_ending_in(suffix: str, why: str) -> Callable[[click.Context, click.Pa
     return check
 
 
+OUTPUT_SUFFIXES = {".csv": "a CSV", ".json": "a JSON", ".png": "a picture", ".svg": "a picture", ".toml": "a TOML"}
+"""The suffixes of ppopt's outputs, and what each names."""
+
+
+def output_not_named_as(suffix: str, what: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """A callback like :func:`check_output` that refuses a name ending in another output's suffix
+    (``--csv a.png``, ``--trace t.csv``: flags swapped, most likely); any other name is the user's."""
+
+    def check(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+        path = check_output(ctx, param, path)
+        other = None if path is None else Path(path).suffix.lower()
+        if other in OUTPUT_SUFFIXES and other != suffix:
+            raise click.BadParameter(f"{path} looks like {OUTPUT_SUFFIXES[other]} file's name, but this writes {what}: "
+                                     f"give a name ending in {suffix} (or any name without one of ppopt's suffixes)")
+        return path
+
+    return check
+
+
 def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
     """:func:`check_output` for an option whose ``-`` writes to standard output instead of a file."""
     if path is None or path == "-":
         return path
     if not path:
         raise click.BadParameter("cannot write '': empty file name")
+    if path.endswith(("/", os.sep)):  # `out.csv/` would write out.csv
+        raise click.BadParameter(f"cannot write {path}: a name ending in '/' is a directory; give a file name")
     try:
         _check_writable(ctx, param, path)
     except OSError as error:  # a name too long to look up, ...

@@ -10,11 +10,11 @@ import click
 from ppopt.cli import main, startup_s
 from ppopt.cli.measured import _table
 from ppopt.cli.options import (
-    check_output,
     check_plot,
     emit_json,
     format_option,
     json_option,
+    output_not_named_as,
     parse_amount,
     say_whether_reproducible,
 )
@@ -87,7 +87,7 @@ def _rate(value: float) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("--plot", "plot_path", callback=check_plot, type=click.Path(dir_okay=False), default=None,
               help="Also draw step time vs per-GPU memory of every evaluated job (.png or .svg).")
-@click.option("--torch-csv", "torch_csv", callback=check_output, type=click.Path(dir_okay=False), default=None,
+@click.option("--torch-csv", "torch_csv", callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), type=click.Path(dir_okay=False), default=None,
               help="Write the first job's schedule (the searched one when it is faster) as a PyTorch schedule CSV.")
 @format_option
 @json_option

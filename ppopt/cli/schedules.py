@@ -7,12 +7,12 @@ import click
 from ppopt.cli import main
 from ppopt.cli.options import (
     ProgressBar,
-    check_output,
     check_plot,
     emit_json,
     format_option,
     job_options,
     json_option,
+    output_not_named_as,
     require_size,
     resolve_schedule,
     schedule_options,
@@ -149,7 +149,7 @@ def _check_layers(name: str, devices: int, options: dict, layers: int) -> None:
 @system_options()
 @job_options()
 @click.option("--plot", callback=check_plot, default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
-@click.option("--trace", callback=check_output, default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
+@click.option("--trace", callback=output_not_named_as(".json", "a Chrome trace (JSON)"), default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
 @click.option("--costs", default=None, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @json_option
 @format_option
