@@ -196,6 +196,13 @@ def test_command_line_json_goes_through_the_strict_helper(monkeypatch):
          "ppopt evaluate"),
         (["nonsense"], "No such command 'nonsense'", "ppopt"),
         (["--bogus"], "No such option '--bogus'", "ppopt"),
+        # missing or conflicting options named in ppopt's own words: usage errors too
+        (["table"], "give exactly one of --schedule NAME and --schedule-file FILE.csv", "ppopt table"),
+        (["export", "-o", "x.csv"], "give exactly one of --schedule NAME and --schedule-file FILE.csv", "ppopt export"),
+        (["evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--model", "study"], "give both --model and --system",
+         "ppopt evaluate"),
+        (["study", "--quick", "--spec", "paper", "-o", "x"], "give --quick or --spec, not both", "ppopt study"),
+        (["run"], "give schedule CSV files and/or --schedule NAME", "ppopt run"),
     ],
 )
 def test_usage_errors_are_one_line_with_a_help_hint(args, message, command):

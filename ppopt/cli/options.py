@@ -212,7 +212,7 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
 def check_inputs(name: str | None, schedule_file: str | None, legacy_backward: bool) -> None:
     """Exactly one of --schedule and --schedule-file; --legacy-backward only with a file."""
     if (name is None) == (schedule_file is None):
-        raise ConfigError("give exactly one of --schedule NAME and --schedule-file FILE.csv")
+        raise click.UsageError("give exactly one of --schedule NAME and --schedule-file FILE.csv", click.get_current_context())
     if legacy_backward and schedule_file is None:
         raise ConfigError("only applies to --schedule-file (how the file spells its backward ops)", field="legacy_backward")
 

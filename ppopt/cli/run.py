@@ -55,7 +55,7 @@ def _schedules(files, names, devices, microbatches, chunks):
     from ppopt.validate import validate
 
     if not files and not names:
-        raise ConfigError("give schedule CSV files and/or --schedule NAME")
+        raise click.UsageError("give schedule CSV files and/or --schedule NAME", click.get_current_context())
     if names:  # each name known, and --chunks taken by one of them
         refuse_unused_options(tuple(names), {"chunks": chunks})
     else:  # each file gives its own sizes

@@ -112,10 +112,10 @@ def _write_trace(schedule, simulation, costs, path) -> None:
 def _presets(model, system, required: bool = False):
     """Load --model and --system (both or neither)."""
     from ppopt.config import load_model, load_system
-    from ppopt.errors import ConfigError
 
     if (model is None) != (system is None) or (required and model is None):
-        raise ConfigError("give both --model and --system" + (" (the simulation layer needs them)" if required else ""))
+        raise click.UsageError("give both --model and --system" + (" (the simulation layer needs them)" if required else ""),
+                               click.get_current_context())
     if model is None:
         return None, None
     return load_model(model), load_system(system)

@@ -93,12 +93,11 @@ def sweep_command(spec, output, jobs, executor, address, quiet, as_json) -> None
 def study_command(output, jobs, executor, address, quiet, quick, spec_path, no_solver, no_figures, as_json) -> None:
     """Run the paper's study (Barley et al., ISPDC 2026, plus ppopt's schedules and solver gaps)
     and write report.md with figures, rankings, gaps and the paper's claims checked on the data."""
-    from ppopt.errors import ConfigError
     from ppopt.report.study import write_report
     from ppopt.sweep import load_spec, resolve_spec
 
     if quick and spec_path:
-        raise ConfigError("give --quick or --spec, not both")
+        raise click.UsageError("give --quick or --spec, not both", click.get_current_context())
     loaded = load_spec(resolve_spec(spec_path or ("quick" if quick else "paper")))
     kinds = ("evaluate",) if no_solver else ("evaluate", "gap")
     result = _run(loaded, output, executor, jobs, address, quiet, kinds)
