@@ -133,8 +133,9 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
 @click.option("--system", default="a100-vtrain", show_default=True, help="Base system preset or file.")
 @click.option("--output", "-o", required=True, callback=output_ending_in(".toml", "the calibrated system is TOML"), type=click.Path(dir_okay=False), help="Calibrated system .toml to write.")
 @click.option("--name", default=None, help="Name of the calibrated system [default: the output file's stem].")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @json_option
-def calibrate_command(data, system, output, name, as_json) -> None:
+def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     """Fit the base system's efficiencies and latencies to the measured rows of DATA.
 
     At most eight system parameters (ppopt.calibrate.PARAMETERS), no per-row or per-model ones;
@@ -160,11 +161,12 @@ def calibrate_command(data, system, output, name, as_json) -> None:
     _note_unused_columns(data)
     if not rows:
         raise ConfigError("no row to calibrate on (every row is outside the model)")
-    bar = ProgressBar(f"calibrate: {len(rows)} rows, fits")
+    bar = None if quiet else ProgressBar(f"calibrate: {len(rows)} rows, fits")
     try:
         fitted = calibrate(rows, base, progress=bar)
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
     calibrated = fitted.system.model_copy(update={"name": name or Path(output).stem,
                                                   "description": f"{base.name} calibrated on {len(rows)} measured rows"})
     fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows, fitted.parameters)
