@@ -442,7 +442,8 @@ class Parallelism:
         replicas = f" per replica (global batch {batch} over {self.dp} replicas)" if self.dp > 1 else f" (global batch {batch})"
         extras = "".join(label for flag, label in ((self.sequence_parallel, ", sequence parallel"),
                                                    (self.distributed_optimizer, ", distributed optimizer")) if flag)
-        return (f"simulated: {model.name} on {system.name}, {microbatches} microbatches of {micro} sequences x "
+        return (f"simulated: {model.name} on {system.name}, {microbatches} microbatches of {micro} "
+                f"sequence{'s' if micro != 1 else ''} x "
                 f"{model.seq_length:,} tokens{replicas}, t{self.tp} d{self.dp}, "
                 f"recompute {self.recompute}{extras}")
 

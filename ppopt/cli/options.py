@@ -243,6 +243,13 @@ UNIT_FLAGS = ("forward", "backward", "weight", "comm")
 """The unit model's flags (:func:`ppopt.cli.options.unit_cost_options`)."""
 
 
+def require_model_and_system(model: str | None, system: str | None, required: bool = False) -> None:
+    """--model and --system come together (and, when ``required``, always): a usage error otherwise."""
+    if (model is None) != (system is None) or (required and model is None):
+        raise click.UsageError("give both --model and --system" + (" (the simulation layer needs them)" if required else ""),
+                               click.get_current_context())
+
+
 def refuse_other_modes_flags(unit: bool, params: dict) -> None:
     """A flag the chosen mode would ignore is an error: the unit model's durations with a model and
     a system (their durations come from the cost model) or a cost preset (``params["costs"]``), a

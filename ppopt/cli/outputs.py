@@ -11,8 +11,10 @@ from ppopt.cli.options import (
     Phases,
     check_output_or_stdout,
     emit_json,
+    job_options,
     json_option,
     refuse_other_modes_flags,
+    require_model_and_system,
     resolve_schedule,
     schedule_options,
     system_options,
@@ -51,15 +53,17 @@ def _export_format(fmt: str | None, output: str) -> str:
 @schedule_options(name=True, unit_costs=False)
 @unit_options()
 @system_options()
+@job_options()
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default=None,
               help="torch-csv (PyTorch schedule CSV), chrome-trace (Perfetto JSON), png or svg (Gantt picture) "
                    "[default: from the --output suffix].")
 @click.option("--output", "-o", required=True, callback=check_output_or_stdout, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
 def export_command(name, schedule_file, legacy_backward, devices, microbatches, options, unit, units, model, system,
-                   global_batch, fmt, output) -> None:
+                   global_batch, parallel, fmt, output) -> None:
     """Write a schedule, simulated, as a PyTorch schedule CSV, a Chrome trace or a Gantt picture.
 
-    The step is simulated in unit mode (slots) unless --model and --system are given. The CSV lists
+    The step is simulated in unit mode (slots) unless --model and --system are given (with the job
+    fields, as in evaluate; the simulated job is named on stderr). The CSV lists
     each rank's actions ordered by simulated start time; the trace and the picture show the
     simulated timeline with its communication and live activations.
     """
@@ -68,6 +72,8 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     from ppopt.solve.instance import InstanceSpec
 
     fmt = _export_format(fmt, output)
+    if not unit:
+        require_model_and_system(model, system)
     unit = unit or (model is None and system is None)
     refuse_other_modes_flags(unit, {"model": model, "system": system, "global_batch": global_batch})
     phases = Phases("export")
@@ -83,12 +89,14 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
         check_trace_size(sum(len(order) for order in schedule.orders))
     devices, microbatches = schedule.devices, schedule.microbatches
     spec = InstanceSpec(devices, microbatches, units=units if unit else None, model=model, system=system,
-                           global_batch=global_batch)
+                        global_batch=global_batch, parallel=parallel)
     if fmt == "torch-csv":
         format_torch_csv(schedule)  # refuses replicated stages before simulating
     instance = spec.instance(schedule.stages, schedule.stage_weights)
     simulation = simulate(schedule, instance.costs, instance.system)
     phases.done("simulated")
+    if not unit:
+        click.echo(parallel.summary(spec.model, spec.system, microbatches, global_batch), err=True)
     unit_name = "slots" if unit else "s"
 
     if fmt == "torch-csv":

@@ -13,6 +13,7 @@ from ppopt.cli.options import (
     job_options,
     json_option,
     output_not_named_as,
+    require_model_and_system,
     require_size,
     resolve_schedule,
     schedule_options,
@@ -113,9 +114,7 @@ def _presets(model, system, required: bool = False):
     """Load --model and --system (both or neither)."""
     from ppopt.config import load_model, load_system
 
-    if (model is None) != (system is None) or (required and model is None):
-        raise click.UsageError("give both --model and --system" + (" (the simulation layer needs them)" if required else ""),
-                               click.get_current_context())
+    require_model_and_system(model, system, required)
     if model is None:
         return None, None
     return load_model(model), load_system(system)
