@@ -327,9 +327,13 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
         moves = _ranking(result, searches)
         click.echo("ranking with the searched schedules: " + (
             "unchanged" if not moves else ", ".join(f"#{old} -> #{new}" for old, new in moves)))
-    first = _first(result, searches)[0]
-    if rerun is not None:
-        click.echo(f"#1 as a ppopt job (its handcrafted schedule): {_job_command(first.job, *rerun)}")
+    first, searched = _first(result, searches)
+    if rerun is not None:  # `ppopt job` times handcrafted schedules: the table's #1 is the one it reproduces
+        click.echo(f"#1 as a ppopt job: {_job_command(result.rows[0].job, *rerun)}")
+        if searched is not None:
+            rank = result.rows.index(first) + 1
+            click.echo(f"  faster after the search: #{rank} with its searched schedule ({searched.best_step_s:.3f} s), "
+                       "which `ppopt job` cannot time; --torch-csv writes it")
     counts, megatron, titan = _split(first.job)
     if len(counts) > 1:
         moved = first is not result.rows[0]  # another job is first once searched
@@ -413,7 +417,7 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
                    for k, found in enumerate(searches) for s in found],
         "ranking_changes": [{"from": old, "to": new} for old, new in moves],
         "split": {"layers_per_stage": list(counts), "megatron_layout": megatron, "torchtitan_module_fqns_per_model_part": titan},
-        "job_command": None if rerun is None else _job_command(first.job, *rerun),
+        "job_command": None if rerun is None else _job_command(result.rows[0].job, *rerun),
     }
 
 
