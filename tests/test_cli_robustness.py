@@ -549,3 +549,11 @@ def test_an_output_name_ending_in_a_slash_is_refused(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
     assert run("search", "--unit", "-p", 4, "-m", 8, "-q", "--no-grid", "--csv", "found.txt").exit_code == 0
     assert (tmp_path / "found.txt").read_text().startswith("0F0,")  # a name of the user's own: written
+
+
+@pytest.mark.parametrize("command", [["evaluate", "-s", "1f1b"], ["compare"], ["search"], ["gap"], ["frontier"],
+                                     ["export", "-s", "1f1b", "-o", "x.csv"]])
+def test_a_model_without_a_system_is_the_same_usage_error_everywhere(command):
+    """search, gap, frontier and export named `--unit`, a flag the user had not given."""
+    line = one_error_line(run(*command, "-p", 2, "-m", 2, "--model", "study"))
+    assert line == f"error: give both --model and --system (see 'ppopt {command[0]} --help')"

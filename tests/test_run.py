@@ -338,11 +338,12 @@ def test_search_run_without_torch_is_refused_before_the_search(tmp_path, monkeyp
                                    ["--distributed-optimizer"], ["--micro-batch", 7], ["--forward", 3], ["--global-batch", 8]])
 def test_flags_a_cost_preset_would_ignore_are_refused(tmp_path, flags):
     """evaluate and compare with --costs took the job fields and the unit model's durations and
-    printed the same result as without them; search and gap refused them."""
+    printed the same result as without them; search, gap and frontier refused the job fields as
+    "need --model and --system, not unit mode", which is not what is wrong with --costs."""
     path = tmp_path / "costs.json"
     write_cost_preset(path, _costs(), None, {})
     field = flags[0]
-    for command in (["evaluate", "-s", "1f1b"], ["compare"]):
+    for command in (["evaluate", "-s", "1f1b"], ["compare"], ["search"], ["gap"], ["frontier"]):
         result = cli(*command, "-p", 2, "-m", 4, "--costs", path, *flags)
         assert result.exit_code == 1, result.output
         assert result.output.startswith(f"error: {field}: ") and "--costs" in result.output

@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 
@@ -108,6 +108,8 @@ def system_options(required: bool = False) -> Callable:
     def decorate(command: Callable) -> Callable:
         @functools.wraps(command)
         def wrapper(**kwargs):
+            if not kwargs.get("unit") and kwargs.get("costs") is None:  # those refuse a model as the other mode
+                require_model_and_system(kwargs["model"], kwargs["system"])
             if kwargs["global_batch"] is not None and kwargs["model"] is None:
                 refuse_other_modes_flags(True, {"costs": kwargs.get("costs"), "global_batch": kwargs["global_batch"]})
             return command(**kwargs)
@@ -241,6 +243,15 @@ def refuse_unused_options(name: str | None | tuple[str, ...], options: dict) -> 
 
 UNIT_FLAGS = ("forward", "backward", "weight", "comm")
 """The unit model's flags (:func:`ppopt.cli.options.unit_cost_options`)."""
+
+
+def refuse_with_preset(parallel: Any, global_batch: int | None) -> None:
+    """--costs gives measured durations: a unit-model duration, a global batch or a job field
+    (``parallel``, a :class:`ppopt.job.Parallelism`) would be ignored, so each is refused."""
+    refuse_other_modes_flags(False, {"costs": True, "global_batch": global_batch})
+    if parallel is not None and not parallel.is_default:
+        raise ConfigError("does not apply with --costs: a measured cost preset already holds its job's parallelism "
+                          "and recomputation", field=parallel.first_set)
 
 
 def require_model_and_system(model: str | None, system: str | None, required: bool = False) -> None:

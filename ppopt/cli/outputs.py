@@ -14,7 +14,6 @@ from ppopt.cli.options import (
     job_options,
     json_option,
     refuse_other_modes_flags,
-    require_model_and_system,
     resolve_schedule,
     schedule_options,
     system_options,
@@ -72,8 +71,6 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     from ppopt.solve.instance import InstanceSpec
 
     fmt = _export_format(fmt, output)
-    if not unit:
-        require_model_and_system(model, system)
     unit = unit or (model is None and system is None)
     refuse_other_modes_flags(unit, {"model": model, "system": system, "global_batch": global_batch})
     phases = Phases("export")

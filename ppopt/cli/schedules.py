@@ -13,6 +13,7 @@ from ppopt.cli.options import (
     job_options,
     json_option,
     output_not_named_as,
+    refuse_with_preset,
     require_model_and_system,
     require_size,
     resolve_schedule,
@@ -167,7 +168,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 
         if model or system or plot or trace or name == "all":
             raise ConfigError("takes one schedule and replaces --model/--system (no --plot, --trace)", field="costs")
-        _refuse_with_preset(parallel, global_batch)
+        refuse_with_preset(parallel, global_batch)
         evaluate_with_preset(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), costs, as_json)
         return
 
@@ -228,18 +229,6 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             _plot_table(build_table(schedule, units), plot)
 
 
-def _refuse_with_preset(parallel, global_batch) -> None:
-    """--costs gives measured durations: a unit-model duration, a global batch or a job field
-    would be ignored, so each is refused."""
-    from ppopt.cli.options import refuse_other_modes_flags
-    from ppopt.errors import ConfigError
-
-    refuse_other_modes_flags(False, {"costs": True, "global_batch": global_batch})
-    if not parallel.is_default:
-        raise ConfigError("does not apply with --costs: a measured cost preset already holds its job's parallelism "
-                          "and recomputation", field=parallel.first_set)
-
-
 def _add_simulated_job(rows: list[dict], job: dict) -> None:
     """Each simulated row's ``simulation`` names the job it ran (the text reports' ``simulated:`` line)."""
     for row in rows:
@@ -267,7 +256,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
 
         if model or system or plot:
             raise ConfigError("replaces --model/--system (no --plot)", field="costs")
-        _refuse_with_preset(parallel, global_batch)
+        refuse_with_preset(parallel, global_batch)
         compare_with_preset(devices, microbatches, options, costs, as_json, fmt)
         return
     model_config, system_config = _presets(model, system, required=True)

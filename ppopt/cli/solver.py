@@ -19,6 +19,7 @@ from ppopt.cli.options import (
     parse_amount,
     refuse_other_modes_flags,
     refuse_unused_options,
+    refuse_with_preset,
     say_whether_reproducible,
     schedule_options,
     system_options,
@@ -146,6 +147,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     if costs is not None:
         from ppopt.cli.run import preset_units
 
+        refuse_with_preset(params.get("parallel"), params.get("global_batch"))
         unit, units = True, preset_units(costs, params)
     spec = InstanceSpec(
         params.pop("devices"), params.pop("microbatches"), units=units if unit else None,
