@@ -290,3 +290,13 @@ def test_gap_under_a_limit_no_schedule_meets_is_one_short_error():
     accepted = run("gap", "--model", "llama3-8b", "--system", "dgx-a100", "-p", 4, "-m", 8, "-s", "1f1b",
                    "--memory-limit", f"{minimum}GiB", "--time-limit", 10, "-q")
     assert accepted.exit_code == 0, accepted.output  # the minimum, passed back, is accepted
+
+
+def test_gap_under_a_limit_no_schedule_meets_names_the_families_skipped_otherwise():
+    """At p = 3 Chimera and DualPipe are undefined (odd p): their other reasons sent gap back to the
+    kilobytes-long line; they are now counted and named after the one memory reason."""
+    result = run("gap", "-p", 3, "-m", 6, "--unit", "--memory-limit", 0.5)
+    line = result.output.strip()
+    assert result.exit_code == 1 and "\n" not in line and len(line) < 500
+    assert line.startswith("error: no schedule fits the memory limit (the least need is that of gpipe, 1f1b, ")
+    assert line.endswith("; 3 more skipped for other reasons (chimera, chimera-asym, dualpipe)")

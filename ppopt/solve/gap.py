@@ -63,15 +63,17 @@ class GapReport:
     def infeasible_for_all(self) -> InfeasibleError | None:
         """When the memory limit left no schedule to report: one error naming the least minimum over
         their spaces and the schedules that share it (one reason each made a line of kilobytes)."""
-        if self.rows or not self.infeasible or set(self.infeasible) != set(self.skipped):
+        if self.rows or not self.infeasible:
             return None
+        others = [name for name in self.skipped if name not in self.infeasible]
         def need(error: InfeasibleError) -> float:
             return math.inf if error.minimum is None else error.minimum
 
         least = min(self.infeasible.values(), key=need)
         names = [name for name, error in self.infeasible.items() if need(error) <= need(least) * (1 + 1e-12)]
+        also = f"; {len(others)} more skipped for other reasons ({', '.join(others)})" if others else ""
         return InfeasibleError(f"no schedule fits the memory limit (the least need is that of {', '.join(names)}): "
-                               f"{least.reason}", field=least.field, minimum=least.minimum)
+                               f"{least.reason}{also}", field=least.field, minimum=least.minimum)
 
 
 NOT_SEARCHED = "skipped (time limit)"
