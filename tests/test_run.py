@@ -347,3 +347,16 @@ def test_flags_a_cost_preset_would_ignore_are_refused(tmp_path, flags):
         result = cli(*command, "-p", 2, "-m", 4, "--costs", path, *flags)
         assert result.exit_code == 1, result.output
         assert result.output.startswith(f"error: {field}: ") and "--costs" in result.output
+
+
+def test_search_run_of_too_many_ranks_is_refused_before_the_search(tmp_path, monkeypatch):
+    """`search -p 65 --run --csv k.csv` searched, wrote k.csv, then refused the 65 ranks."""
+    import ppopt.run
+    import ppopt.solve.search
+
+    monkeypatch.setattr(ppopt.run, "require_torch", lambda: None)  # the refusal does not depend on torch
+    monkeypatch.setattr(ppopt.solve.search, "search", lambda *a, **k: pytest.fail("searched first"))
+    result = cli("search", "-p", 65, "-m", 2, "--unit", "--run", "--csv", tmp_path / "k.csv")
+    assert (result.exit_code, result.output) == (
+        1, "error: --devices: must be from 1 to 64 ranks (processes on this machine), got 65\n")
+    assert not (tmp_path / "k.csv").exists()

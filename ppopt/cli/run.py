@@ -239,6 +239,28 @@ def evaluate_with_preset(schedule, costs_file, as_json) -> None:
                    f"idle ratio {simulation.idle_ratio:.4f}")
 
 
+def run_model(stages: int):
+    """`ppopt run`'s default model, with one block per stage where a schedule has more stages than
+    its layers (``search --run`` has no --layers)."""
+    from ppopt.run.spec import ModelSize
+
+    return ModelSize(layers=max(ModelSize().layers, stages))
+
+
+def check_run_before_search(devices: int, microbatches: int, stages: int) -> None:
+    """`ppopt search --run`: what can refuse the run, checked before the search and its outputs
+    (PyTorch, the rank count, the model's sizes, this machine's memory)."""
+    from ppopt.run import require_torch
+    from ppopt.run.execute import check_memory
+    from ppopt.run.spec import RunSpec
+
+    require_torch()
+    settings = RunSpec((), devices, model=run_model(stages))
+    settings.model.check(stages)
+    settings.check_values()
+    check_memory(devices, microbatches, settings)
+
+
 def run_found(schedule, start) -> None:
     """`ppopt search --run`: the schedule found, ordered by its simulated start times (as `--csv`
     writes it), run with the default settings of `ppopt run` and its default model, given one
@@ -248,11 +270,11 @@ def run_found(schedule, start) -> None:
     from ppopt.report.run import run_text
     from ppopt.run import require_torch
     from ppopt.run.execute import check_run, refuse_unrunnable, run_schedules
-    from ppopt.run.spec import ModelSize, RunSpec
+    from ppopt.run.spec import RunSpec
 
     refuse_unrunnable(schedule)  # before the CSV round trip, which would drop what it cannot run
     ordered = parse_torch_csv(format_torch_csv(schedule, start), "search")
-    model = ModelSize(layers=max(ModelSize().layers, ordered.stages))
+    model = run_model(ordered.stages)
     settings = check_run([ordered], RunSpec((), ordered.devices, model=model))
     require_torch()
     click.echo(f"running the schedule found on {ordered.devices} local ranks (gloo, 127.0.0.1), {model.layers} layers",

@@ -192,9 +192,10 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
     searched = parse_space(space, **options)
     _refuse_replicas_for_torch(searched, csv_path, run_it)
     if run_it:  # before the search and its outputs, not after them
-        from ppopt.run import require_torch
+        from ppopt.cli.run import check_run_before_search
+        from ppopt.solve.space import stage_count
 
-        require_torch()
+        check_run_before_search(spec.devices, spec.microbatches, stage_count(searched, spec.devices))
     if plot or trace:  # the picture's and the trace's size is known before the search that makes them
         from ppopt.report.plot import check_picture_size
         from ppopt.report.trace import check_trace_size
