@@ -541,11 +541,15 @@ def test_an_output_named_as_another_format_is_refused_before_any_work(tmp_path, 
 
 
 def test_an_output_name_ending_in_a_slash_is_refused(tmp_path, monkeypatch):
-    """`export -o out.csv/` wrote a file out.csv and exited 0."""
+    """`export -o out.csv/` (and `out.csv/.`) wrote a file out.csv and exited 0."""
     monkeypatch.chdir(tmp_path)
-    line = one_error_line(run("export", "-s", "1f1b", "-p", 2, "-m", 3, "-o", "out.csv/"))
-    assert line == ("error: Invalid value for '--output' / '-o': cannot write out.csv/: a name ending in '/' is a "
-                    "directory; give a file name (see 'ppopt export --help')")
+    for name in ("out.csv/", "out.csv/."):
+        line = one_error_line(run("export", "-s", "1f1b", "-p", 2, "-m", 3, "-o", name))
+        assert line == (f"error: Invalid value for '--output' / '-o': cannot write {name}: it names a directory; give a "
+                        "file name (see 'ppopt export --help')")
+    assert list(tmp_path.iterdir()) == []
+    line = one_error_line(run("export", "-s", "1f1b", "-p", 2, "-m", 3, "--format", "chrome-trace", "-o", "t.csv"))
+    assert line == "error: --format chrome-trace writes a .json file, but --output 't.csv' looks like a CSV file's name"
     assert list(tmp_path.iterdir()) == []
     assert run("search", "--unit", "-p", 4, "-m", 8, "-q", "--no-grid", "--csv", "found.txt").exit_code == 0
     assert (tmp_path / "found.txt").read_text().startswith("0F0,")  # a name of the user's own: written

@@ -83,8 +83,8 @@ class _Cli(click.Group):
     """Every error a user can cause becomes one ``error:`` line on stderr and exit status 1.
 
     :meth:`invoke` turns a :class:`PpoptError` into its line (with the flag the field maps to);
-    :meth:`main` does the same for click's usage errors and for a standard output that cannot be
-    written.
+    :meth:`main` does the same for click's usage errors, for a standard output that cannot be
+    written and for a MemoryError (a request a size check missed).
     """
 
     def invoke(self, ctx: click.Context):
@@ -133,8 +133,8 @@ class _Cli(click.Group):
             click.echo("aborted", err=True)
             code = 1
         except MemoryError:  # a size check missed a request: still one line, not a traceback
-            click.echo("error: out of memory: the request needs more memory than this machine has; "
-                       "use fewer devices or microbatches", err=True)
+            click.echo("error: out of memory: the request needs more memory than this machine has; make it smaller",
+                       err=True)
             code = 1
         except OSError as error:
             code = _stdout_failed(error)

@@ -450,8 +450,8 @@ def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str
         return path
     if not path:
         raise click.BadParameter("cannot write '': empty file name")
-    if path.endswith(("/", os.sep)):  # `out.csv/` would write out.csv
-        raise click.BadParameter(f"cannot write {path}: a name ending in '/' is a directory; give a file name")
+    if path.endswith(("/", os.sep)) or Path(path).name != os.path.basename(path):  # `out.csv/`, `out.csv/.` wrote out.csv
+        raise click.BadParameter(f"cannot write {path}: it names a directory; give a file name")
     try:
         _check_writable(ctx, param, path)
     except OSError as error:  # a name too long to look up, ...

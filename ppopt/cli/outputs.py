@@ -8,6 +8,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import (
+    OUTPUT_SUFFIXES,
     Phases,
     check_output_or_stdout,
     emit_json,
@@ -43,6 +44,9 @@ def _export_format(fmt: str | None, output: str) -> str:
         raise ConfigError(f"--format {fmt} writes a {FORMATS[fmt]} file, but --output is {output!r}")
     if fmt not in ("png", "svg") and suffix in (FORMATS["png"], FORMATS["svg"]):
         raise ConfigError(f"--format {fmt} writes text ({FORMATS[fmt]}), but --output {output!r} names a picture")
+    if suffix in OUTPUT_SUFFIXES and suffix != FORMATS[fmt]:  # `--format chrome-trace -o t.csv`: as search refuses it
+        raise ConfigError(f"--format {fmt} writes a {FORMATS[fmt]} file, but --output {output!r} looks like "
+                          f"{OUTPUT_SUFFIXES[suffix]} file's name")
     if output == "-" and fmt in ("png", "svg"):
         raise ConfigError(f"--format {fmt} needs a file: --output - (stdout) is for torch-csv and chrome-trace")
     return fmt

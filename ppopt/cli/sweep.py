@@ -19,7 +19,7 @@ def executor_options(command):
             click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel jobs (local processes; CPUs of a local Ray)."),
             click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where points run."),
             click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray]."),
-            click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr."),
+            click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
         ]
     ):
         command = option(command)
