@@ -144,9 +144,11 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
     results, skipped = [], {}
     every = names()
     # every result is kept for the report: their sum, not each schedule alone, is what must fit
-    sizes = [get(name).ops(devices, microbatches, get(name).taken(options)) for name in every]
+    # (without the families skipped for more stages than the model has layers)
+    sized = every if model is None else [n for n in every if too_many_stages(n, devices, options, model.num_layers) is None]
+    sizes = [get(name).ops(devices, microbatches, get(name).taken(options)) for name in sized]
     check_total_size(sum(size for size in sizes if size is not None and size <= MAX_OPS),
-                     f"the {len(every)} schedules at p = {devices}, m = {microbatches}")
+                     f"the {len(sized)} schedules at p = {devices}, m = {microbatches}")
     for done, name in enumerate(every, 1):
         too_many = None if model is None else too_many_stages(name, devices, options, model.num_layers)
         try:

@@ -296,3 +296,16 @@ def test_csv_tables_carry_their_marks_in_columns_not_in_cells():
         differs = row["bubble formula"] not in ("-", row["bubble table"]) and not row["bubble formula"].startswith("n/a")
         assert row["table differs from formula"] == ("yes" if differs else "no"), row["schedule"]
     assert {row["table differs from formula"] for row in evaluated} == {"yes", "no"}
+
+
+def test_evaluate_all_sizes_only_the_families_it_can_cost(monkeypatch):
+    """The total-size check of `evaluate -s all` counted the families then skipped for having more
+    stages than the model has layers, so it could refuse a request whose other schedules fit."""
+    import ppopt.evaluate
+
+    counted = []
+    monkeypatch.setattr(ppopt.evaluate, "check_total_size", lambda total, label: counted.append(label))
+    result = run("evaluate", "-s", "all", "-p", 32, "-m", 64, "--model", "llama3-8b", "--system", "dgx-h100")
+    assert result.exit_code == 0, result.output
+    skipped = result.output.count("exceed the model's 32 layers")
+    assert skipped == 7 and counted == [f"the {len(names()) - skipped} schedules at p = 32, m = 64"]

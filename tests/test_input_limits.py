@@ -596,7 +596,7 @@ def test_more_stages_than_layers_is_refused_before_the_table_is_built(monkeypatc
     monkeypatch.setattr(schedules, "resolve_schedule", lambda *a, **k: pytest.fail("the table was built"))
     result = cli("evaluate", "-s", "hanayo", "-p", 2, "-m", 4, "--waves", 100000, "--model", "llama3-8b", "--system", "dgx-h100")
     assert (result.exit_code, result.output) == (
-        1, "error: --devices: 400000 stages (2 devices x 200000 under hanayo) exceed the model's 32 layers\n")
+        1, "error: --waves: 400000 stages (2 devices x 200000 under hanayo) exceed the model's 32 layers\n")
 
 
 def test_a_json_key_given_twice_is_refused(tmp_path):

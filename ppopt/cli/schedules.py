@@ -138,10 +138,11 @@ def _check_layers(name: str, devices: int, options: dict, layers: int) -> None:
     """A schedule with more stages than the model has layers, refused before its table is built
     (hanayo with 100,000 waves took 20 s to reach the same error)."""
     from ppopt.errors import ConfigError
-    from ppopt.generators import too_many_stages
+    from ppopt.generators import get, too_many_stages
 
     if (reason := too_many_stages(name, devices, options, layers)) is not None:
-        raise ConfigError(reason, field="devices")
+        given = [option for option in ("waves", "chunks") if options.get(option) is not None and option in get(name).options]
+        raise ConfigError(reason, field=given[0] if given else "devices")  # the flag that made the stages
 
 
 @main.command("evaluate")
