@@ -437,7 +437,8 @@ class Parallelism:
 
     def summary(self, model: ModelConfig, system: SystemConfig, microbatches: int, global_batch: int | None = None) -> str:
         """What a modelled command simulates, in one line: model, system, the batch split (so a
-        micro batch taken from the model's global batch is visible) and the job fields."""
+        micro batch taken from the model's global batch is visible), the job fields, and that its
+        times are the pipeline's (the step `ppopt job` and `ppopt plan` print is longer)."""
         batch, micro = self.batch_split(model, microbatches, global_batch)
         replicas = f" per replica (global batch {batch} over {self.dp} replicas)" if self.dp > 1 else f" (global batch {batch})"
         extras = "".join(label for flag, label in ((self.sequence_parallel, ", sequence parallel"),
@@ -445,7 +446,8 @@ class Parallelism:
         return (f"simulated: {model.name} on {system.name}, {microbatches} microbatches of {micro} "
                 f"sequence{'s' if micro != 1 else ''} x "
                 f"{model.seq_length:,} tokens{replicas}, t{self.tp} d{self.dp}, "
-                f"recompute {self.recompute}{extras}")
+                f"recompute {self.recompute}{extras}; times are the pipeline's (`ppopt job` adds the gradient "
+                "all-reduce and the optimizer step)")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -127,11 +127,12 @@ def test_modelled_reports_say_which_batch_split_they_simulated():
                  ["frontier", *plain, *solver, "--limits", "1000GiB"]):
         result = run(*args)
         assert result.exit_code == 0, (args, result.output)
-        assert expected + ", t1 d1, recompute none\n" in result.output, args
+        assert expected + ", t1 d1, recompute none; times are the pipeline's" in result.output, args
     # with the job fields: b = 2 per replica, 2·8·2 = 32 sequences in all (BASE's global batch)
     result = run("evaluate", "-s", "1f1b", *BASE, *JOB, "--sequence-parallel")
     assert ("8 microbatches of 2 sequences x 8,192 tokens per replica (global batch 32 over 2 replicas), t2 d2, "
-            "recompute selective, sequence parallel\n") in result.output
+            "recompute selective, sequence parallel; times are the pipeline's (`ppopt job` adds the gradient all-reduce "
+            "and the optimizer step)\n") in result.output
     # nothing is simulated in unit mode, and CSV stays a bare table
     assert "simulated:" not in run("evaluate", "-s", "1f1b", "-p", "4", "-m", "8").output
     assert "simulated:" not in run("gap", "-s", "1f1b", *plain, *solver, "--format", "csv").output

@@ -210,8 +210,7 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
     if as_json:
         emit_json(search_json(result) | {"job": _simulated_json(spec)})
     else:
-        _echo_simulated(spec)
-        click.echo(search_text(result, grid, colour=True))
+        click.echo(search_text(result, grid, colour=True, context=_simulated(spec)))
     if result.schedule is not None and (csv_path or plot or trace):
         _write_outputs(result, spec, csv_path, plot, trace)
     if run_it and result.schedule is not None:
@@ -220,13 +219,13 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         run_found(result.schedule, result.simulation.start_s)
 
 
-def _echo_simulated(spec, fmt: str = "text") -> None:
-    """The modelled job a text report is about, in one line above it (none in unit mode or CSV)."""
-    if spec.unit_mode or fmt == "csv":
-        return
+def _simulated(spec) -> str | None:
+    """The modelled job a text report is about, in one line under its header (None in unit mode)."""
+    if spec.unit_mode:
+        return None
     from ppopt.job import Parallelism
 
-    click.echo((spec.parallel or Parallelism()).summary(spec.model, spec.system, spec.microbatches, spec.global_batch))
+    return (spec.parallel or Parallelism()).summary(spec.model, spec.system, spec.microbatches, spec.global_batch)
 
 
 def _simulated_json(spec) -> dict | None:
@@ -299,8 +298,7 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
     if as_json:
         emit_json(gap_json(report) | {"job": _simulated_json(spec)})
     else:
-        _echo_simulated(spec, fmt)
-        click.echo(gap_text(report, spec.devices, spec.microbatches, fmt))
+        click.echo(gap_text(report, spec.devices, spec.microbatches, fmt, _simulated(spec)))
 
 
 @main.command("frontier")
@@ -325,5 +323,4 @@ def frontier_command(spec, solve, options, space, limits, as_json, fmt):
     if as_json:
         emit_json(frontier_json(result) | {"job": _simulated_json(spec)})
     else:
-        _echo_simulated(spec, fmt)
-        click.echo(frontier_text(result, fmt))
+        click.echo(frontier_text(result, fmt, _simulated(spec)))

@@ -89,9 +89,10 @@ def search_json(result: SearchResult) -> dict:
     }
 
 
-def search_text(result: SearchResult, show_grid: bool = True, colour: bool = False) -> str:
+def search_text(result: SearchResult, show_grid: bool = True, colour: bool = False, context: str | None = None) -> str:
+    """The search's report; ``context`` (what a modelled search simulated) goes under its header."""
     unit = result.time_unit
-    lines = [f"space: {result.space}", f"memory: {result.memory_semantics}", ""]
+    lines = [f"space: {result.space}", f"memory: {result.memory_semantics}", *([context] if context else []), ""]
     if result.schedule is not None and result.simulation is not None and show_grid:
         sim = result.simulation
         lines += [timeline_grid(result.schedule, sim.start_s, sim.end_s, colour=colour), ""]
@@ -144,7 +145,7 @@ def gap_json(report: GapReport) -> dict:
     }
 
 
-def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "text") -> str:
+def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "text", context: str | None = None) -> str:
     unit = report.time_unit
     rows = [
         (r.schedule, _amount(r.step_time, unit), _amount(r.best, unit), _amount(r.bound, unit),
@@ -158,7 +159,8 @@ def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "tex
     rounded = any(r.status == "optimal" and r.best is not None and r.best > r.bound * (1 + 1e-9) for r in report.rows)
     after = ["", "optimal: proven in the solver's integer ticks (durations rounded down); where best found is above the "
                  "bound, the rounding is what lies between them (README: Solver ticks)"] if rounded else []
-    return with_context([header, "gap = (schedule - bound) / bound, bound valid for every schedule of the space", ""], table, after, fmt)
+    return with_context([header, *([context] if context else []),
+                         "gap = (schedule - bound) / bound, bound valid for every schedule of the space", ""], table, after, fmt)
 
 
 def frontier_json(result: Frontier) -> dict:
@@ -178,7 +180,7 @@ def frontier_json(result: Frontier) -> dict:
     }
 
 
-def frontier_text(result: Frontier, fmt: str = "text") -> str:
+def frontier_text(result: Frontier, fmt: str = "text", context: str | None = None) -> str:
     t, m = result.time_unit, result.memory_unit
     points = render_table(
         ("memory limit", "best step", "bound", "status", "peak used"),
@@ -193,4 +195,5 @@ def frontier_text(result: Frontier, fmt: str = "text") -> str:
     unit_note = f"times in {'slots' if t == 'slots' else 'seconds'}, memory in {'live activations' if m == 'activations' else 'GiB'}"
     if fmt == "csv":
         return points + "\n\n" + hand
-    return "\n".join([f"space: {result.space}; {unit_note}; minimum memory {_amount(result.minimum, m)}", "", points, "", hand])
+    return "\n".join([f"space: {result.space}; {unit_note}; minimum memory {_amount(result.minimum, m)}",
+                      *([context] if context else []), "", points, "", hand])
