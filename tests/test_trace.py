@@ -130,8 +130,18 @@ def test_a_trace_too_large_is_refused_before_the_work(tmp_path, monkeypatch):
     line, and leaves no file (the limit is lowered here so the check is cheap to reach)."""
     import ppopt.report.trace as trace
 
+    import ppopt.evaluate
+    import ppopt.plan_search  # noqa: F401  (these bind the patched names when first imported: not to the stand-ins)
+    import ppopt.run.compare  # noqa: F401
+    import ppopt.simulate
+    import ppopt.solve.gap  # noqa: F401
+    import ppopt.solve.search
+
     monkeypatch.setattr(trace, "MAX_TRACE_OPS", 63)  # 1f1b at p = 4, m = 8 has 64 ops
     out = tmp_path / "t.json"
+    unsized = lambda *a, **k: pytest.fail("the work ran before the trace was sized")  # noqa: E731
+    for module, name in ((ppopt.simulate, "simulate"), (ppopt.evaluate, "evaluate_schedule"), (ppopt.solve.search, "search")):
+        monkeypatch.setattr(module, name, unsized)
     commands = [
         ["export", "-s", "1f1b", "-p", "4", "-m", "8", "--format", "chrome-trace", "-o", str(out)],
         ["evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--trace", str(out)],
@@ -142,7 +152,8 @@ def test_a_trace_too_large_is_refused_before_the_work(tmp_path, monkeypatch):
         assert result.exit_code == 1, (args, result.output)
         assert "error: a trace of 64 ops would take gigabytes" in result.output and "at most 63" in result.output
         assert not out.exists()
-    monkeypatch.setattr(trace, "MAX_TRACE_OPS", 64)  # at the limit it is written
+    monkeypatch.undo()  # the real work, at the limit: written
+    monkeypatch.setattr(trace, "MAX_TRACE_OPS", 64)
     assert CliRunner().invoke(main, commands[0]).exit_code == 0 and out.exists()
 
 
