@@ -128,10 +128,9 @@ def test_a_trace_too_large_is_refused_before_the_work(tmp_path, monkeypatch):
     """1F1B at 4 x 600,000 (4.8 million ops, under the schedule limit) built its trace for 90 s and
     died of a MemoryError traceback; every command that writes a trace now refuses it first, in one
     line, and leaves no file (the limit is lowered here so the check is cheap to reach)."""
-    import ppopt.report.trace as trace
-
     import ppopt.evaluate
     import ppopt.plan_search  # noqa: F401  (these bind the patched names when first imported: not to the stand-ins)
+    import ppopt.report.trace as trace
     import ppopt.run.compare  # noqa: F401
     import ppopt.simulate
     import ppopt.solve.gap  # noqa: F401
