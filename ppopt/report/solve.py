@@ -102,7 +102,7 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
     lines.append(f"status     {result.status}")
     lines.append(f"step time  {_amount(result.step_time, unit)}{u} (best from {where})")
     lines.append(
-        f"bound      {_amount(result.bound, unit)}{u} (solver {_amount(result.solver_bound, unit)}, "
+        f"bound      {_amount(result.bound, unit)}{u} (solver {_amount(result.solver_bound or None, unit)}, "  # 0: none
         f"analytic {_amount(result.analytic.best, unit)})"
     )
     lines.append(f"gap        {_pct(result.gap)}")

@@ -102,6 +102,9 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
         except ScheduleError as error:
             raise ScheduleError(f"fixed:NAME needs a schedule: {error.reason}", field="space") from None
         options = {k: v for k, v in schedule_options.items() if v is not None}
+        for key in options:  # an option the schedule does not take would be ignored
+            if key not in get(name).options:
+                raise ScheduleError(f"{name} does not take it (fixed:{name})", field=key)
         return Space(fixed=name, fixed_options=options, order="fixed")
     if not spec:
         raise ScheduleError("empty space spec (e.g. placement=linear,backward=split)", field="space")
@@ -141,10 +144,13 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
         if schedule_options.get(key) is not None:  # the flag, likewise
             raise ScheduleError(f"only applies to a space with placement={' or '.join(used_by)} (this one's is "
                                 f"{placement_given})", field=key)
-    # --chunks, --waves and --split fill in what the spec leaves out
+    # --chunks, --waves and --split fill in what the spec leaves out (and may not contradict it)
     for key in ("chunks", "waves"):
-        if key not in values and schedule_options.get(key) is not None:
-            values[key] = _positive_int(str(schedule_options[key]), field=key)
+        flag = schedule_options.get(key)
+        if flag is not None and key in values and _positive_int(str(flag), field=key) != values[key]:
+            raise ScheduleError(f"{flag} contradicts the space's {key}={values[key]}: give one of them", field=key)
+        if key not in values and flag is not None:
+            values[key] = _positive_int(str(flag), field=key)
     if "split" not in values and schedule_options.get("split") is not None:
         values["split"] = parse_split(schedule_options["split"])
     if values.get("directions") == "free" and values.get("placement") != "bidirectional":
