@@ -291,11 +291,11 @@ def test_greedy_hint_fills_the_room_1f1b_leaves_under_delays():
 def test_schedule_flags_fill_what_the_space_leaves_out():
     assert parse_space("placement=looped", chunks=3).chunks == 3
     assert parse_space("placement=looped,chunks=4", chunks=4).chunks == 4
-    with pytest.raises(ScheduleError, match="^3 contradicts the space's chunks=4") as contradicted:
+    with pytest.raises(ScheduleError, match="3 contradicts the space's chunks=4: give one of them") as contradicted:
         parse_space("placement=looped,chunks=4", chunks=3)  # the spec won, silently
     assert contradicted.value.field == "chunks"
     assert parse_space("fixed:interleaved-1f1b", chunks=3).fixed_options == {"chunks": 3}
-    with pytest.raises(ScheduleError, match=r"^1f1b does not take it \(fixed:1f1b\)") as untaken:
+    with pytest.raises(ScheduleError, match=r"1f1b does not take it \(fixed:1f1b\)") as untaken:
         parse_space("fixed:1f1b", chunks=3)  # accepted and ignored
     assert untaken.value.field == "chunks"
     assert parse_space("placement=zigzag", waves=2).waves == 2
