@@ -429,8 +429,8 @@ MAX_SWEEP_SEARCH_S = 86_400.0
 
 
 def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> None:
-    """Refuse, before any item is built, a spec whose evaluation points add up to more than
-    :data:`MAX_SWEEP_OPS` ops or, when ``searches_run``, whose searches to more than
+    """Refuse, before any item is built, a spec of more than :data:`MAX_SWEEP_POINTS` evaluation
+    points (a product, checked first), whose points add up to more than :data:`MAX_SWEEP_OPS` ops or, when ``searches_run``, whose searches to more than
     :data:`MAX_SWEEP_SEARCH_S` seconds (every (p, m, limit, schedule) counted once, an upper bound
     of the searches run)."""
     combos = {name: list(_option_combos(name, spec.options)) for name in spec.schedule_names()}
