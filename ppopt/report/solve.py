@@ -92,7 +92,9 @@ def search_json(result: SearchResult) -> dict:
 def search_text(result: SearchResult, show_grid: bool = True, colour: bool = False, context: str | None = None) -> str:
     """The search's report; ``context`` (what a modelled search simulated) goes under its header."""
     unit = result.time_unit
-    lines = [f"space: {result.space}", f"memory: {result.memory_semantics}", *([context] if context else []), ""]
+    members = (" (the best of linear, looped, v and zigzag; the replicated placement is searched with "
+               "placement=bidirectional)" if "placement=family" in result.space else "")
+    lines = [f"space: {result.space}{members}", f"memory: {result.memory_semantics}", *([context] if context else []), ""]
     if result.schedule is not None and result.simulation is not None and show_grid:
         sim = result.simulation
         lines += [timeline_grid(result.schedule, sim.start_s, sim.end_s, colour=colour), ""]
