@@ -580,6 +580,25 @@ def test_a_sweep_of_too_many_points_is_refused_before_they_are_counted(tmp_path,
                     ["study", "--spec", str(huge), "-o", str(tmp_path / "out"), "-q"]):
         result = CliRunner().invoke(main, command)
         assert result.exit_code == 1, result.output
-        assert result.output == (f"error: sweep too large: {points:,} points; the limit is {sweep_spec.MAX_SWEEP_POINTS:,}: "
-                                 "split the spec into several sweeps\n")
+        assert result.output == (f"error: sweep too large: {points:,} points before its filters; the limit is "
+                                 f"{sweep_spec.MAX_SWEEP_POINTS:,} points, {sweep_spec.MAX_SWEEP_UNFILTERED:,} before "
+                                 "filters: split the spec into several sweeps\n")
         assert not (tmp_path / "out").exists()
+
+
+def test_the_point_limit_counts_the_points_the_filters_keep(tmp_path, monkeypatch):
+    """A spec of 256,000 listed points whose filters keep 25,600 was refused as 256,000 points: the
+    filtered combinations are not points."""
+    import ppopt.sweep.spec as sweep_spec
+
+    systems = ["dgx-h100", "mid-mid", "fast-fast", "slow-slow", "mid-slow", "fast-slow", "slow-fast", "mid-fast",
+               "fast-mid", "slow-mid"]
+    text = (f'schedules = ["gpipe", "1f1b", "zb-h1", "zb-v"]\ndevices = {list(range(1, 9))}\n'
+            f'microbatches = {list(range(1, 201))}\nmodels = ["llama3-8b", "study", "llama3-70b", "gpt3-175b"]\n'
+            f"systems = {systems}\n")
+    text += "".join(f'[filters.{name}]\nsystems = ["dgx-h100"]\n' for name in ("gpipe", "1f1b", "zb-h1", "zb-v"))
+    spec = load_spec(write_spec(tmp_path, text, name="filtered.toml")).spec
+    check_sweep_size(spec, searches_run=False)  # 8 x 200 x 4 x 4 x 1 = 25,600 points kept
+    monkeypatch.setattr(sweep_spec, "MAX_SWEEP_POINTS", 25_599)
+    with pytest.raises(ConfigError, match="^sweep too large: 25,600 points; the limit is 25,599"):
+        check_sweep_size(spec, searches_run=False)

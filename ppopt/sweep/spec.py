@@ -420,9 +420,13 @@ MAX_SWEEP_OPS = 2_000_000_000
 hours of work on one core. A larger spec is refused before the first point; split it."""
 
 MAX_SWEEP_POINTS = 250_000
-"""Most evaluation points one sweep holds, checked before its ops are counted (a spec of 1..499
-devices x 1..4,999 microbatches, 35 million points, spent minutes in that count alone); at a
-few milliseconds per point, hours of work."""
+"""Most evaluation points one sweep holds (after its filters); at a few milliseconds per point,
+hours of work."""
+
+MAX_SWEEP_UNFILTERED = 10 * MAX_SWEEP_POINTS
+"""Most points a spec may list before its filters: counting what the filters keep goes point by
+point (a spec of 1..499 devices x 1..4,999 microbatches, 209 million points, spent minutes in that
+count), so a product above this is refused at once."""
 
 MAX_SWEEP_SEARCH_S = 86_400.0
 """Most solver time (searches x their time limit) one sweep spends: a day."""
@@ -430,12 +434,18 @@ MAX_SWEEP_SEARCH_S = 86_400.0
 
 def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> None:
     """Refuse, before any item is built, a spec of more than :data:`MAX_SWEEP_POINTS` evaluation
-    points (a product, checked first), whose points add up to more than :data:`MAX_SWEEP_OPS` ops or, when ``searches_run``, whose searches to more than
+    points after its filters (:data:`MAX_SWEEP_UNFILTERED` before them, a product, checked first), whose points add up to more than :data:`MAX_SWEEP_OPS` ops or, when ``searches_run``, whose searches to more than
     :data:`MAX_SWEEP_SEARCH_S` seconds (every (p, m, limit, schedule) counted once, an upper bound
     of the searches run)."""
     combos = {name: list(_option_combos(name, spec.options)) for name in spec.schedule_names()}
     models_systems = len(spec.models) * len(spec.systems)
-    points = len(spec.devices) * len(spec.microbatches) * sum(map(len, combos.values())) * models_systems
+    listed = len(spec.devices) * len(spec.microbatches) * sum(map(len, combos.values())) * models_systems
+    if listed > MAX_SWEEP_UNFILTERED:
+        raise ConfigError(f"sweep too large: {listed:,} points before its filters; the limit is {MAX_SWEEP_POINTS:,} "
+                          f"points, {MAX_SWEEP_UNFILTERED:,} before filters: split the spec into several sweeps")
+    points = sum(len(combos[name]) for model, system in itertools.product(spec.models, spec.systems)
+                 for devices, microbatches in itertools.product(spec.devices, spec.microbatches)
+                 for name in combos if _applies(spec, name, devices, microbatches, model, system))
     if points > MAX_SWEEP_POINTS:
         raise ConfigError(f"sweep too large: {points:,} points; the limit is {MAX_SWEEP_POINTS:,}: split the spec into "
                           "several sweeps")
