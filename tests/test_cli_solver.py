@@ -73,7 +73,7 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["search", *UNIT, "--space", "placement=diagonal"], "space key 'placement' must be one of"),
         (["search", *UNIT, "--space", "fixed:zb-x"], "unknown schedule 'zb-x'"),
         (["search", *UNIT, "--memory-limit", "4GiB"], "--memory-limit must be a number of live activations"),
-        (["search", "-p", "4", "-m", "8"], "--unit: give unit mode, or both a model and a system"),
+        (["search", "-p", "4", "-m", "8"], "give --unit, --costs FILE, or --model and --system (see 'ppopt search --help')"),
         (["search", "-p", "4", "-m", "8", "--model", "nope", "--system", "mid-mid"], "unknown model preset 'nope'"),
         (["search", "-p", "4", "-m", "8", "--unit", "--comm", "-1"], "--comm: must be a finite number >= 0"),
         (["search", *UNIT, "--workers", "0"], "--workers: must be an integer from 1 to 64"),

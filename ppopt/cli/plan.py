@@ -130,7 +130,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     else:
         missing = [flag for flag, value in (("--model", model), ("--gpus", gpus)) if value is None]
         if missing:
-            raise ConfigError(f"missing {' and '.join(missing)} (or give --candidates)")
+            raise click.UsageError(f"missing {' and '.join(missing)} (or give --candidates)", click.get_current_context())
         requests = [(PlanRequest(load_model(model), system_config, gpus, global_batch, **common), None)]
 
     if search_top:  # the solver's imports (about 0.3 s) before the budget may end, not after

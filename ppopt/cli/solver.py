@@ -142,6 +142,8 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
                          None if quiet else (lambda line: click.echo(line, err=True)),
                          deterministic_time=params.pop("deterministic_time"), method=params.pop("method")).start(startup_s())
     unit, units = params.pop("unit"), params.pop("units")
+    if not unit and params.get("model") is None and params.get("costs") is None:  # no mode given: a usage error
+        raise click.UsageError("give --unit, --costs FILE, or --model and --system", click.get_current_context())
     refuse_other_modes_flags(unit, params)
     costs = params.pop("costs")
     if costs is not None:
@@ -291,7 +293,8 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
     if (infeasible := report.infeasible_for_all()) is not None:
         raise infeasible
     if not report.rows:  # every schedule skipped: an empty table would read as a result
-        reasons = "; ".join(f"{name}: {reason}" for name, reason in report.skipped.items())
+        first, *rest = report.skipped.items()  # as evaluate -s all says it: the first reason and a count
+        reasons = f"{first[0]}: {first[1]}" + (f"; {len(rest)} more skipped" if rest else "")
         raise ConfigError(f"no schedule to report at p = {spec.devices}, m = {spec.microbatches} ({reasons})")
     for name, reason in report.skipped.items():
         click.echo(f"skipped {name}: {reason}", err=True)
