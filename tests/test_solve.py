@@ -295,6 +295,10 @@ def test_schedule_flags_fill_what_the_space_leaves_out():
         parse_space("placement=looped,chunks=4", chunks=3)  # the spec won, silently
     assert contradicted.value.field == "chunks"
     assert parse_space("fixed:interleaved-1f1b", chunks=3).fixed_options == {"chunks": 3}
+    assert parse_space("placement=bidirectional,split=1:3", split="1:3").split == (1.0, 3.0)
+    with pytest.raises(ScheduleError, match="1:2 contradicts the space's split") as split:
+        parse_space("placement=bidirectional,split=1:1", split="1:2")
+    assert split.value.field == "split"
     with pytest.raises(ScheduleError, match=r"1f1b does not take it \(fixed:1f1b\)") as untaken:
         parse_space("fixed:1f1b", chunks=3)  # accepted and ignored
     assert untaken.value.field == "chunks"

@@ -139,8 +139,12 @@ def test_a_trace_too_large_is_refused_before_the_work(tmp_path, monkeypatch):
     monkeypatch.setattr(trace, "MAX_TRACE_OPS", 63)  # 1f1b at p = 4, m = 8 has 64 ops
     out = tmp_path / "t.json"
     unsized = lambda *a, **k: pytest.fail("the work ran before the trace was sized")  # noqa: E731
-    for module, name in ((ppopt.simulate, "simulate"), (ppopt.evaluate, "evaluate_schedule"), (ppopt.solve.search, "search")):
-        monkeypatch.setattr(module, name, unsized)
+    import ppopt.cli.outputs
+    import ppopt.cli.schedules
+
+    for module, name in ((ppopt.simulate, "simulate"), (ppopt.evaluate, "evaluate_schedule"), (ppopt.solve.search, "search"),
+                         (ppopt.cli.outputs, "resolve_schedule"), (ppopt.cli.schedules, "resolve_schedule")):
+        monkeypatch.setattr(module, name, unsized)  # a named schedule is sized before it is even built
     commands = [
         ["export", "-s", "1f1b", "-p", "4", "-m", "8", "--format", "chrome-trace", "-o", str(out)],
         ["evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "dgx-h100", "--trace", str(out)],

@@ -78,6 +78,11 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     unit = unit or (model is None and system is None)
     refuse_other_modes_flags(unit, {"model": model, "system": system, "global_batch": global_batch})
     phases = Phases("export")
+    if fmt == "chrome-trace" and name is not None and devices and microbatches:  # sized before the schedule is built
+        from ppopt.generators import get
+        from ppopt.report.trace import check_trace_size
+
+        check_trace_size(get(name).ops(devices, microbatches, get(name).taken(options)) or 0)
     schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
     phases.done("schedule built")
     if fmt in ("png", "svg"):  # before simulating what could never be drawn

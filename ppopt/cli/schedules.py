@@ -192,6 +192,11 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     else:
         if name is not None and model_config is not None and devices is not None:
             _check_layers(name, devices, options, model_config.num_layers)
+        if trace and name is not None and devices and microbatches:  # sized before the schedule is built
+            from ppopt.generators import get
+            from ppopt.report.trace import check_trace_size
+
+            check_trace_size(get(name).ops(devices, microbatches, get(name).taken(options)) or 0)
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
         if plot:
             _check_picture(schedule)

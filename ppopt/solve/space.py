@@ -151,8 +151,11 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
             raise ScheduleError(f"{flag} contradicts the space's {key}={values[key]}: give one of them", field=key)
         if key not in values and flag is not None:
             values[key] = _positive_int(str(flag), field=key)
-    if "split" not in values and schedule_options.get("split") is not None:
-        values["split"] = parse_split(schedule_options["split"])
+    if schedule_options.get("split") is not None:
+        flag_split = parse_split(schedule_options["split"])
+        if "split" in values and flag_split != values["split"]:
+            raise ScheduleError(f"{schedule_options['split']} contradicts the space's split: give one of them", field="split")
+        values["split"] = flag_split
     if values.get("directions") == "free" and values.get("placement") != "bidirectional":
         raise ScheduleError("space key 'directions' needs placement=bidirectional", field="space")
     return Space(**values)  # type: ignore[arg-type]
