@@ -561,3 +561,26 @@ def test_a_model_without_a_system_is_the_same_usage_error_everywhere(command):
     """search, gap, frontier and export named `--unit`, a flag the user had not given."""
     line = one_error_line(run(*command, "-p", 2, "-m", 2, "--model", "study"))
     assert line == f"error: give both --model and --system (see 'ppopt {command[0]} --help')"
+
+
+def test_more_stages_than_layers_names_the_flag_in_every_command(tmp_path):
+    """search, frontier and export said "cannot split 4 layers over 8 stages" and named no flag;
+    evaluate and job named one. Each names the flag that made the stages now, before any work."""
+    preset = (Path(__file__).resolve().parents[1] / "models" / "llama3-8b.toml").read_text()
+    model = tmp_path / "four.toml"
+    model.write_text(preset.replace('name = "llama3-8b"', 'name = "four"').replace("num_layers = 32", "num_layers = 4"))
+    common = ["-p", 4, "-m", 8, "--model", model, "--system", "dgx-h100"]
+    cases = [
+        (["search", *common, "--space", "placement=v"],
+         "error: --space: 8 stages (placement=v,backward=full,order=free on 4 devices) exceed the model's 4 layers"),
+        (["frontier", *common, "--space", "placement=looped"],
+         "error: --space: 8 stages (placement=looped,chunks=2,backward=full,order=free on 4 devices) exceed the model's 4 layers"),
+        (["search", *common, "--space", "fixed:zb-v"], "error: --space: 8 stages (4 devices x 2 under zb-v) exceed the model's 4 layers"),
+        (["export", "-s", "zb-v", *common, "-o", tmp_path / "z.csv"],
+         "error: --devices: 8 stages (4 devices x 2 under zb-v) exceed the model's 4 layers"),
+        (["evaluate", "-s", "interleaved-1f1b", "--chunks", 3, *common],
+         "error: --chunks: 12 stages (4 devices x 3 under interleaved-1f1b) exceed the model's 4 layers"),
+    ]
+    for args, line in cases:
+        assert one_error_line(run(*args)) == line, args
+    assert not (tmp_path / "z.csv").exists()

@@ -10,6 +10,7 @@ from ppopt.cli import main
 from ppopt.cli.options import (
     OUTPUT_SUFFIXES,
     Phases,
+    check_layers,
     check_output_or_stdout,
     emit_json,
     job_options,
@@ -78,6 +79,10 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     unit = unit or (model is None and system is None)
     refuse_other_modes_flags(unit, {"model": model, "system": system, "global_batch": global_batch})
     phases = Phases("export")
+    if name is not None and devices and not unit:  # more stages than layers: named before the schedule is built
+        from ppopt.config import load_model
+
+        check_layers(name, devices, options, load_model(model).num_layers)
     if fmt == "chrome-trace" and name is not None and devices and microbatches:  # sized before the schedule is built
         from ppopt.generators import get
         from ppopt.report.trace import check_trace_size

@@ -7,6 +7,7 @@ import click
 from ppopt.cli import main
 from ppopt.cli.options import (
     ProgressBar,
+    check_layers,
     check_plot,
     emit_json,
     format_option,
@@ -134,17 +135,6 @@ def _evaluate_all_with_progress(command, devices, microbatches, units, model, sy
         bar.close()
 
 
-def _check_layers(name: str, devices: int, options: dict, layers: int) -> None:
-    """A schedule with more stages than the model has layers, refused before its table is built
-    (hanayo with 100,000 waves took 20 s to reach the same error)."""
-    from ppopt.errors import ConfigError
-    from ppopt.generators import get, too_many_stages
-
-    if (reason := too_many_stages(name, devices, options, layers)) is not None:
-        given = [option for option in ("waves", "chunks") if options.get(option) is not None and option in get(name).options]
-        raise ConfigError(reason, field=given[0] if given else "devices")  # the flag that made the stages
-
-
 @main.command("evaluate")
 @schedule_options(all_schedules=True)
 @system_options()
@@ -191,7 +181,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             click.echo(f"skipped {skipped_name}: {reason}", err=True)
     else:
         if name is not None and model_config is not None and devices is not None:
-            _check_layers(name, devices, options, model_config.num_layers)
+            check_layers(name, devices, options, model_config.num_layers)
         if trace and name is not None and devices and microbatches:  # sized before the schedule is built
             from ppopt.generators import get
             from ppopt.report.trace import check_trace_size

@@ -192,6 +192,7 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
 
         raise ConfigError("prints the run's table; give --run without --json (or use --csv and `ppopt run FILE --json`)", field="run_it")
     searched = parse_space(space, **options)
+    _check_space_layers(spec, searched)
     _refuse_replicas_for_torch(searched, csv_path, run_it)
     if run_it:  # before the search and its outputs, not after them
         from ppopt.cli.run import check_run_before_search
@@ -219,6 +220,26 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         from ppopt.cli.run import run_found
 
         run_found(result.schedule, result.simulation.start_s)
+
+
+def _check_space_layers(spec, space) -> None:
+    """A modelled space with more stages than the model has layers, named before the search (the
+    instance's own error named no flag)."""
+    from ppopt.errors import ConfigError
+    from ppopt.generators import too_many_stages
+    from ppopt.solve.space import stage_count
+
+    if spec.unit_mode or (space.fixed is None and space.placement in ("any", "family")):  # those choose their stages
+        return
+    layers = spec.model.num_layers
+    if space.fixed is not None:
+        if (reason := too_many_stages(space.fixed, spec.devices, space.fixed_options, layers)) is not None:
+            raise ConfigError(reason, field="space")
+        return
+    stages = stage_count(space, spec.devices)
+    if stages > layers:
+        raise ConfigError(f"{stages} stages ({space.describe()} on {spec.devices} devices) exceed the model's {layers} "
+                          "layers", field="space")
 
 
 def _simulated(spec) -> str | None:
@@ -322,7 +343,9 @@ def frontier_command(spec, solve, options, space, limits, as_json, fmt):
     if limits is not None and not limits.strip():
         raise ConfigError("must list at least one memory limit (leave it out for the default range)", field="limits")
     values = [parse_amount(x.strip(), spec.unit_mode, "--limits") for x in limits.split(",")] if limits else None
-    result = frontier(spec, parse_space(space, **options), values, solve)
+    searched = parse_space(space, **options)
+    _check_space_layers(spec, searched)
+    result = frontier(spec, searched, values, solve)
     if as_json:
         emit_json(frontier_json(result) | {"job": _simulated_json(spec)})
     else:
