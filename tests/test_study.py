@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from ppopt.cli import main
+from ppopt.errors import PpoptError
 from ppopt.evaluate import evaluate
 from ppopt.report.study import write_report
 from ppopt.sweep import expand, load_spec, resolve_spec
@@ -285,3 +286,19 @@ def test_rows_and_report_mark_peaks_over_the_system_memory(study):
     # the study model (128 blocks of width 4096) on S = 4 without tensor parallelism fits nowhere
     assert marked == len(evaluated(rows)) and baseline
     assert "# over the memory of a `mid-slow` device" in section
+
+
+def test_a_report_that_cannot_be_written_leaves_the_earlier_one_whole(study, tmp_path):
+    """report.md, claims.json and the figures are written all or none: a report that could not be
+    written (here: a link to a full device) left new figures and claims beside the old report."""
+    out, _, _, _ = study
+    target = tmp_path / "again"
+    target.mkdir()
+    (target / "claims.json").write_text("earlier\n")
+    (target / "report.md").symlink_to("/dev/full")
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    with pytest.raises(PpoptError, match="No space left on device"):
+        write_report(load_spec(out.parent / "study.toml"), rows, target)
+    assert (target / "claims.json").read_text() == "earlier\n"
+    assert not any((target / "figures").glob("*.png"))
+    assert sorted(p.name for p in target.iterdir() if p.name != "figures") == ["claims.json", "report.md"]

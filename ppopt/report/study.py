@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ppopt.io import atomic_write_text, write_json
+from ppopt.io import atomic_write_text, output_group, write_json
 from ppopt.report.evaluation import OVER_MEMORY
 from ppopt.report.study_figures import GiB, write_figures
 from ppopt.report.text import render_table
@@ -338,13 +338,16 @@ def _gap_section(data: StudyData) -> list[str]:
 
 
 def write_report(loaded: LoadedSpec, rows: Iterable[dict], output: str | Path, figures: bool = True, note: str = "") -> Path:
-    """Write ``report.md``, ``claims.json`` and (with matplotlib) ``figures/*.png`` into ``output``."""
+    """Write ``report.md``, ``claims.json`` and (with matplotlib) ``figures/*.png`` into ``output``,
+    all or none (:func:`ppopt.io.output_group`: a report that cannot be written leaves the figures
+    and claims of an earlier run in place)."""
     output = Path(output)
     data = StudyData.from_rows(loaded, rows)
     found = claims(data)
-    drawn = write_figures(data, output / "figures") if figures else None
     reason = "they were turned off (--no-figures)" if not figures else "matplotlib is not installed (`pip install 'matplotlib>=3.8'`)"
-    write_json(found, output / "claims.json", indent=2, sort_keys=True)
     path = output / "report.md"
-    atomic_write_text(path, render(loaded, data, found, drawn, note, reason) + "\n")
+    with output_group():
+        drawn = write_figures(data, output / "figures") if figures else None
+        write_json(found, output / "claims.json", indent=2, sort_keys=True)
+        atomic_write_text(path, render(loaded, data, found, drawn, note, reason) + "\n")
     return path
