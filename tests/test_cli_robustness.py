@@ -584,3 +584,13 @@ def test_more_stages_than_layers_names_the_flag_in_every_command(tmp_path):
     for args, line in cases:
         assert one_error_line(run(*args)) == line, args
     assert not (tmp_path / "z.csv").exists()
+
+
+def test_a_dash_is_no_results_directory(tmp_path, monkeypatch):
+    """`sweep SPEC -o -` made a directory named '-'."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text('schedules = ["1f1b"]\ndevices = [2]\nmicrobatches = [2]\nmodels = ["study"]\n'
+                                     'systems = ["mid-mid"]\n')
+    line = one_error_line(run("sweep", "s.toml", "-o", "-"))
+    assert line.startswith("error: Invalid value for '--output' / '-o': '-' (standard output) cannot hold a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]

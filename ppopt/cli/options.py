@@ -510,6 +510,8 @@ def check_output_dir(ctx: click.Context, param: click.Parameter, path: str | Non
         return path
     if not path:
         raise click.BadParameter("empty directory name")
+    if path == "-":  # standard output is no directory: `-` would be created as one
+        raise click.BadParameter("'-' (standard output) cannot hold a directory of results: give a directory name")
     target = Path(path)
     try:
         if target.exists() and not target.is_dir():
