@@ -284,6 +284,7 @@ def test_calibrate_shows_its_fits_on_stderr(tmp_path):
     assert result.exit_code == 0
     assert f"calibrate: 41 rows, fits [{'#' * 28}] {fits}/{fits}" in result.stderr
     assert "fits [" not in result.stdout
+    assert f"wrote {tmp_path / 'fit.toml'}" in result.stderr and "wrote" not in result.stdout  # stdout: the report
     quiet = run("calibrate", MULTI, "--system", "a100-vtrain", "-o", str(tmp_path / "quiet.toml"), "-q")
     assert quiet.exit_code == 0 and "fits [" not in quiet.stderr  # -q, as sweep and plan take it
     fit = (tmp_path / "fit.toml").read_text().replace("# fit:", "# quiet:").replace('name = "fit"', 'name = "quiet"')

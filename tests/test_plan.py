@@ -186,7 +186,8 @@ def test_plan_command_searches_exports_and_plots(tmp_path):
                  "--recompute", "full", "--schedule", "1f1b", "--schedule", "zb-h1", "--search", 1, "--time-limit", 2,
                  "--layers-per-stage", "balanced", "-q", "--torch-csv", csv_path, "--plot", png, "--json")
     assert result.exit_code == 0, result.output
-    got = json.loads(result.output)
+    got = json.loads(result.stdout)
+    assert f"wrote {png}" in result.stderr and f"wrote {csv_path}" in result.stderr  # on stderr, as every command
     assert got["search"] and all(s["best_step_s"] is None or s["best_step_s"] <= s["handcrafted_step_s"] + 1e-9
                                  for s in got["search"])
     assert all(s["bound_step_s"] is None or s["bound_step_s"] <= s["best_step_s"] + 1e-9 for s in got["search"])

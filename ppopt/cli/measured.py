@@ -97,6 +97,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
             raise ConfigError(f"no row to plot: all {len(accuracy.unmodelled)} are outside the model "
                               "(run without --plot to see why)", field="plot_path")
         plot_accuracy(accuracy, plot_path)
+        click.echo(f"wrote {plot_path}", err=True)
     if as_json:
         emit_json({
             "summary": accuracy.summary(),
@@ -192,7 +193,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     click.echo("fit on the calibration rows (simulated):")
     click.echo("\n".join(_summary_lines(on_fit, len(data))))
     click.echo(f"base system {base.name} on the same rows: MAPE {100 * on_base.mape:.2f} %")
-    click.echo(f"wrote {output}")
+    click.echo(f"wrote {output}", err=True)  # on stderr, as every command says it
 
 
 def _note_unused_columns(files) -> None:

@@ -146,6 +146,9 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
             plot_plan(plans, plot_path)
         if torch_csv:
             _write_torch_csv(plans[0], searches[0], torch_csv)
+    for path in (plot_path, torch_csv):
+        if path:
+            click.echo(f"wrote {path}", err=True)
     if as_json:
         emit_json([_json(p, s, top, None) for p, s in zip(plans, searches)] if candidates is not None
                   else _json(plans[0], searches[0], top, (model, system)))
