@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -9,7 +10,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -263,6 +264,27 @@ def check_layers(name: str, devices: int, options: dict, layers: int) -> None:
     if (reason := too_many_stages(name, devices, options, layers)) is not None:
         given = [option for option in ("waves", "chunks") if options.get(option) is not None and option in get(name).options]
         raise ConfigError(reason, field=given[0] if given else "devices")  # the flag that made the stages
+
+
+def family_ops(devices: int, microbatches: int, options: dict, families) -> int:
+    """Ops of ``families``' schedules at (p, m) together (:meth:`ppopt.generators.Family.ops`), known
+    before any is built: what a picture or a trace of them would hold."""
+    from ppopt.generators import get
+
+    return sum(get(n).ops(devices, microbatches, get(n).taken(options)) or 0 for n in families)
+
+
+@contextlib.contextmanager
+def written_together(*paths: str | None) -> Iterator[None]:
+    """Write a command's output files inside the block all or none (:func:`ppopt.io.output_group`),
+    then say on stderr which were written."""
+    from ppopt.io import output_group
+
+    with output_group():
+        yield
+    for path in paths:
+        if path:
+            click.echo(f"wrote {path}", err=True)
 
 
 def require_model_and_system(model: str | None, system: str | None, required: bool = False) -> None:

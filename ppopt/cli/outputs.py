@@ -13,6 +13,7 @@ from ppopt.cli.options import (
     check_layers,
     check_output_or_stdout,
     emit_json,
+    family_ops,
     job_options,
     json_option,
     refuse_other_modes_flags,
@@ -84,10 +85,9 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
 
         check_layers(name, devices, options, load_model(model).num_layers)
     if fmt == "chrome-trace" and name is not None and devices and microbatches:  # sized before the schedule is built
-        from ppopt.generators import get
         from ppopt.report.trace import check_trace_size
 
-        check_trace_size(get(name).ops(devices, microbatches, get(name).taken(options)) or 0)
+        check_trace_size(family_ops(devices, microbatches, options, [name]))
     schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
     phases.done("schedule built")
     if fmt in ("png", "svg"):  # before simulating what could never be drawn

@@ -17,6 +17,7 @@ from ppopt.cli.options import (
     output_not_named_as,
     parse_amount,
     say_whether_reproducible,
+    written_together,
 )
 from ppopt.job import SCHEDULES
 from ppopt.plan import DEFAULT_SCHEDULES
@@ -137,18 +138,13 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
         import ppopt.plan_search  # noqa: F401
     plans = [_run_plan(request, listed, jobs, executor, address, quiet, options) for request, listed in requests]
     searches = [_search(p, search_top, options) for p in plans]
-    from ppopt.io import output_group
-
-    with output_group():  # both or neither
+    with written_together(plot_path, torch_csv):
         if plot_path:
             from ppopt.report.plan_plot import plot_plan
 
             plot_plan(plans, plot_path)
         if torch_csv:
             _write_torch_csv(plans[0], searches[0], torch_csv)
-    for path in (plot_path, torch_csv):
-        if path:
-            click.echo(f"wrote {path}", err=True)
     if as_json:
         emit_json([_json(p, s, top, None) for p, s in zip(plans, searches)] if candidates is not None
                   else _json(plans[0], searches[0], top, (model, system)))

@@ -10,6 +10,7 @@ from ppopt.cli.options import (
     check_layers,
     check_plot,
     emit_json,
+    family_ops,
     format_option,
     job_options,
     json_option,
@@ -20,6 +21,7 @@ from ppopt.cli.options import (
     resolve_schedule,
     schedule_options,
     system_options,
+    written_together,
 )
 from ppopt.generators import REGISTRY
 
@@ -79,13 +81,6 @@ PICTURE_PRECHECK = 10
 """``compare --plot`` refuses before evaluating when every family together makes this many times the
 drawable ops: the schedules that apply could not be drawn whichever they are (sizing what applies
 means evaluating, seconds at such sizes). Below it, the exact count is checked after evaluating."""
-
-
-def _picture_ops(devices: int, microbatches: int, options: dict, families) -> int:
-    """Ops of ``families``' schedules at (p, m) together (:meth:`ppopt.generators.Family.ops`)."""
-    from ppopt.generators import get
-
-    return sum(get(n).ops(devices, microbatches, get(n).taken(options)) or 0 for n in families)
 
 
 def _plot_table(table, path) -> None:
@@ -170,10 +165,10 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         from ppopt.cli.options import check_inputs
 
         check_inputs(name, schedule_file, legacy_backward)
-        if plot or trace:
-            flag = "--plot" if plot else "--trace"
-            raise ConfigError(f"{flag} draws one schedule: give --schedule NAME (or use `ppopt compare --plot`)" if plot
-                              else f"{flag} writes one schedule's step: give --schedule NAME")
+        if plot:
+            raise ConfigError("--plot draws one schedule: give --schedule NAME (or use `ppopt compare --plot`)")
+        if trace:
+            raise ConfigError("--trace writes one schedule's step: give --schedule NAME")
         require_size(devices, microbatches)
         results, skipped = _evaluate_all_with_progress("evaluate", devices, microbatches, units, model_config, system_config,
                                                        global_batch, parallel, options)
@@ -183,10 +178,9 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         if name is not None and model_config is not None and devices is not None:
             check_layers(name, devices, options, model_config.num_layers)
         if trace and name is not None and devices and microbatches:  # sized before the schedule is built
-            from ppopt.generators import get
             from ppopt.report.trace import check_trace_size
 
-            check_trace_size(get(name).ops(devices, microbatches, get(name).taken(options)) or 0)
+            check_trace_size(family_ops(devices, microbatches, options, [name]))
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
         if plot:
             _check_picture(schedule)
@@ -208,17 +202,12 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     if name != "all" and (plot or trace):
         simulation = results[0].simulation
         if simulation is not None:
-            from ppopt.io import output_group
-
             stage_table = schedule_costs(schedule, model_config, system_config, global_batch, parallel)
-            with output_group():  # both or neither
+            with written_together(plot, trace):
                 if plot:
                     _plot_simulation(schedule, simulation, stage_table, plot)
                 if trace:
                     _write_trace(schedule, simulation, stage_table, trace)
-            for path in (plot, trace):
-                if path:
-                    click.echo(f"wrote {path}", err=True)
         elif plot:
             from ppopt.table import build_table
 
@@ -260,13 +249,13 @@ def compare_command(devices, microbatches, units, options, model, system, global
         from ppopt.report.plot import MAX_PICTURE_OPS, check_picture_size
 
         require_size(devices, microbatches)
-        every = _picture_ops(devices, microbatches, options, list(REGISTRY))
+        every = family_ops(devices, microbatches, options, list(REGISTRY))
         if every > PICTURE_PRECHECK * MAX_PICTURE_OPS:
             check_picture_size(every, "up to")
     results, skipped = _evaluate_all_with_progress("compare", devices, microbatches, units, model_config, system_config,
                                                    global_batch, parallel, options)
     if plot:  # exactly what will be drawn, before the report
-        check_picture_size(_picture_ops(devices, microbatches, options, [r.schedule for r in results]))
+        check_picture_size(family_ops(devices, microbatches, options, [r.schedule for r in results]))
     for schedule, reason in skipped.items():
         click.echo(f"skipped {schedule}: {reason}", err=True)
     ranking = rank_layers(results)

@@ -24,6 +24,7 @@ from ppopt.cli.options import (
     schedule_options,
     system_options,
     unit_options,
+    written_together,
 )
 from ppopt.solve.instance import InstanceSpec
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, MAX_WORKERS, METHODS, SolveOptions
@@ -262,13 +263,8 @@ def _simulated_json(spec) -> dict | None:
 
 def _write_outputs(result, spec, csv_path, plot, trace) -> None:
     """The schedule found as CSV (ordered by simulated start), picture and trace."""
-    from ppopt.io import output_group
-
-    with output_group():  # all or none: a full disk at the trace leaves the CSV as it was
+    with written_together(csv_path, plot, trace):  # a full disk at the trace leaves the CSV as it was
         _write_each_output(result, spec, csv_path, plot, trace)
-    for path in (csv_path, plot, trace):
-        if path:
-            click.echo(f"wrote {path}", err=True)
 
 
 def _write_each_output(result, spec, csv_path, plot, trace) -> None:
