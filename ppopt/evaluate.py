@@ -145,25 +145,29 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
     every = names()
     # every result is kept for the report: their sum, not each schedule alone, is what must fit
     # (without the families skipped for more stages than the model has layers)
-    sized = every if model is None else [n for n in every if too_many_stages(n, devices, options, model.num_layers) is None]
+    too_many = {} if model is None else {n: why for n in every if (why := too_many_stages(n, devices, options, model.num_layers))}
+    sized = [name for name in every if name not in too_many]
     sizes = [get(name).ops(devices, microbatches, get(name).taken(options)) for name in sized]
     check_total_size(sum(size for size in sizes if size is not None and size <= MAX_OPS),
                      f"the {len(sized)} schedules at p = {devices}, m = {microbatches}")
     for done, name in enumerate(every, 1):
-        too_many = None if model is None else too_many_stages(name, devices, options, model.num_layers)
         try:
-            if too_many is not None:
-                raise ScheduleError(too_many)
+            if name in too_many:
+                raise ScheduleError(too_many[name])
             results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))
         except ScheduleError as error:
             skipped[name] = error.reason
         if progress is not None:
             progress(done, len(every))
     if not results:
-        first = next(iter(skipped))
-        others = f"; {len(skipped) - 1} more skipped" if len(skipped) > 1 else ""
-        raise ScheduleError(f"no schedule applies at p = {devices}, m = {microbatches} ({first}: {skipped[first]}{others})")
+        raise ScheduleError(f"no schedule applies at p = {devices}, m = {microbatches} ({skipped_reasons(skipped)})")
     return results, skipped
+
+
+def skipped_reasons(skipped: dict[str, str]) -> str:
+    """Why nothing applied, short: the first schedule's reason and a count of the others."""
+    (first, reason), *rest = skipped.items()
+    return f"{first}: {reason}" + (f"; {len(rest)} more skipped" if rest else "")
 
 
 def table_of(name: str, devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, **options: object) -> Table:

@@ -436,18 +436,22 @@ class Parallelism:
                 "distributed_optimizer": self.distributed_optimizer}
 
     def summary(self, model: ModelConfig, system: SystemConfig, microbatches: int, global_batch: int | None = None) -> str:
-        """What a modelled command simulates, in one line: model, system, the batch split (so a
-        micro batch taken from the model's global batch is visible), the job fields, and that its
-        times are the pipeline's (the step `ppopt job` and `ppopt plan` print is longer)."""
-        batch, micro = self.batch_split(model, microbatches, global_batch)
-        replicas = f" per replica (global batch {batch} over {self.dp} replicas)" if self.dp > 1 else f" (global batch {batch})"
-        extras = "".join(label for flag, label in ((self.sequence_parallel, ", sequence parallel"),
-                                                   (self.distributed_optimizer, ", distributed optimizer")) if flag)
-        return (f"simulated: {model.name} on {system.name}, {microbatches} microbatches of {micro} "
-                f"sequence{'s' if micro != 1 else ''} x "
-                f"{model.seq_length:,} tokens{replicas}, t{self.tp} d{self.dp}, "
-                f"recompute {self.recompute}{extras}; times are the pipeline's (`ppopt job` adds the gradient "
-                "all-reduce and the optimizer step)")
+        """What a modelled command simulates, in one line (:func:`summary_line` of :meth:`summary_json`)."""
+        return summary_line(self.summary_json(model, system, microbatches, global_batch))
+
+
+def summary_line(job: dict) -> str:
+    """:meth:`Parallelism.summary_json` in one line: model, system, the batch split (so a micro batch
+    taken from the model's global batch is visible), the job fields, and that its times are the
+    pipeline's (the step `ppopt job` and `ppopt plan` print is longer)."""
+    batch, micro, dp = job["global_batch"], job["micro_batch"], job["dp"]
+    replicas = f" per replica (global batch {batch} over {dp} replicas)" if dp > 1 else f" (global batch {batch})"
+    extras = "".join(label for key, label in (("sequence_parallel", ", sequence parallel"),
+                                              ("distributed_optimizer", ", distributed optimizer")) if job[key])
+    return (f"simulated: {job['model']} on {job['system']}, {job['microbatches']} microbatches of {micro} "
+            f"sequence{'s' if micro != 1 else ''} x {job['seq_length']:,} tokens{replicas}, t{job['tp']} d{dp}, "
+            f"recompute {job['recompute']}{extras}; times are the pipeline's (`ppopt job` adds the gradient "
+            "all-reduce and the optimizer step)")
 
 
 # --------------------------------------------------------------------------------------------------

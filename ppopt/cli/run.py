@@ -251,14 +251,11 @@ def check_run_before_search(devices: int, microbatches: int, stages: int) -> Non
     """`ppopt search --run`: what can refuse the run, checked before the search and its outputs
     (PyTorch, the rank count, the model's sizes, this machine's memory)."""
     from ppopt.run import require_torch
-    from ppopt.run.execute import check_memory
+    from ppopt.run.execute import check_sizes
     from ppopt.run.spec import RunSpec
 
     require_torch()
-    settings = RunSpec((), devices, model=run_model(stages))
-    settings.model.check(stages)
-    settings.check_values()
-    check_memory(devices, microbatches, settings)
+    check_sizes(RunSpec((), devices, model=run_model(stages)), [stages], microbatches)
 
 
 def run_found(schedule, start) -> None:

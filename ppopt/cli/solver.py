@@ -245,11 +245,10 @@ def _check_space_layers(spec, space) -> None:
 
 def _simulated(spec) -> str | None:
     """The modelled job a text report is about, in one line under its header (None in unit mode)."""
-    if spec.unit_mode:
-        return None
-    from ppopt.job import Parallelism
+    from ppopt.job import summary_line
 
-    return (spec.parallel or Parallelism()).summary(spec.model, spec.system, spec.microbatches, spec.global_batch)
+    job = _simulated_json(spec)
+    return None if job is None else summary_line(job)
 
 
 def _simulated_json(spec) -> dict | None:
@@ -310,9 +309,10 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
     if (infeasible := report.infeasible_for_all()) is not None:
         raise infeasible
     if not report.rows:  # every schedule skipped: an empty table would read as a result
-        first, *rest = report.skipped.items()  # as evaluate -s all says it: the first reason and a count
-        reasons = f"{first[0]}: {first[1]}" + (f"; {len(rest)} more skipped" if rest else "")
-        raise ConfigError(f"no schedule to report at p = {spec.devices}, m = {spec.microbatches} ({reasons})")
+        from ppopt.evaluate import skipped_reasons
+
+        raise ConfigError(f"no schedule to report at p = {spec.devices}, m = {spec.microbatches} "
+                          f"({skipped_reasons(report.skipped)})")
     for name, reason in report.skipped.items():
         click.echo(f"skipped {name}: {reason}", err=True)
     if as_json:

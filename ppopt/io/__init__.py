@@ -209,22 +209,20 @@ def output_group() -> Iterator[None]:
     if _STAGED is not None:
         yield
         return
-    _STAGED = []
+    staged: list[tuple[str, Path, Path]] = []
+    _STAGED = staged
     try:
         yield
-        staged = list(_STAGED)
-        while staged:
-            temp, final, target = staged[0]
+        for temp, final, target in staged:
             try:
                 os.replace(temp, final)
             except OSError as error:
                 raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
-            staged.pop(0)
     finally:
-        for temp, _, _ in _STAGED if _STAGED is not None else ():
+        _STAGED = None
+        for temp, _, _ in staged:  # the ones not moved into place (a moved one is no longer there)
             with contextlib.suppress(OSError):
                 os.unlink(temp)
-        _STAGED = None
 
 
 def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:

@@ -114,11 +114,17 @@ def check_run(schedules: Sequence[Schedule], settings: RunSpec) -> RunSpec:
     for schedule in schedules:
         refuse_unrunnable(schedule)
     spec = dataclasses.replace(settings, devices=devices.pop(), jobs=())
-    for schedule in schedules:
-        spec.model.check(schedule.stages)
-    spec.check_values()
-    check_memory(spec.devices, max(s.microbatches for s in schedules), spec)
+    check_sizes(spec, [s.stages for s in schedules], max(s.microbatches for s in schedules))
     return spec
+
+
+def check_sizes(settings: RunSpec, stages: Sequence[int], microbatches: int) -> None:
+    """The settings of a run of ``settings.devices`` ranks, schedules of ``stages`` stages and up to
+    ``microbatches`` microbatches: a block per stage, the settings' values, this machine's memory."""
+    for count in stages:
+        settings.model.check(count)
+    settings.check_values()
+    check_memory(settings.devices, microbatches, settings)
 
 
 def run_schedules(schedules: Sequence[Schedule], settings: RunSpec) -> tuple[list[JobResult], dict | None]:

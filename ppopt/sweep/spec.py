@@ -443,20 +443,21 @@ def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> None:
     if listed > MAX_SWEEP_UNFILTERED:
         raise ConfigError(f"sweep too large: {listed:,} points before its filters; the limit is {MAX_SWEEP_POINTS:,} "
                           f"points, {MAX_SWEEP_UNFILTERED:,} before filters: split the spec into several sweeps")
-    points = sum(len(combos[name]) for model, system in itertools.product(spec.models, spec.systems)
-                 for devices, microbatches in itertools.product(spec.devices, spec.microbatches)
-                 for name in combos if _applies(spec, name, devices, microbatches, model, system))
+    points = ops = 0  # over the points the filters keep
+    pairs = list(itertools.product(spec.models, spec.systems))
+    for devices, microbatches in itertools.product(spec.devices, spec.microbatches):
+        for name, name_combos in combos.items():
+            kept = sum(_applies(spec, name, devices, microbatches, model, system) for model, system in pairs)
+            if not kept:
+                continue
+            family = get(name)
+            sizes = (family.ops(devices, microbatches, family.taken({k: v for k, v in c.items() if v is not None}))
+                     for c in name_combos)
+            points += kept * len(name_combos)
+            ops += kept * sum(min(size or 0, MAX_OPS) for size in sizes)  # a schedule over MAX_OPS is refused by its point
     if points > MAX_SWEEP_POINTS:
         raise ConfigError(f"sweep too large: {points:,} points; the limit is {MAX_SWEEP_POINTS:,}: split the spec into "
                           "several sweeps")
-    ops = 0
-    for devices, microbatches in itertools.product(spec.devices, spec.microbatches):
-        for name, name_combos in combos.items():
-            family = get(name)
-            for combo in name_combos:
-                size = family.ops(devices, microbatches, family.taken({k: v for k, v in combo.items() if v is not None}))
-                ops += min(size or 0, MAX_OPS)  # a schedule over MAX_OPS is refused by its point, not run
-    ops *= models_systems
     if ops > MAX_SWEEP_OPS:
         raise ConfigError(f"sweep too large: {points:,} points make {ops:,} ops to simulate (stages x microbatches x "
                           f"kinds, summed); the limit is {MAX_SWEEP_OPS:,}: split the spec into several sweeps")
