@@ -464,6 +464,8 @@ def test_ctrl_c_during_a_search_aborts_the_command():
 @pytest.mark.parametrize("command, first, second", [
     (["search", "--unit", "-p", 4, "-m", 8, "-q", "--no-grid"], "--csv", "--trace"),
     (["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--model", "study", "--system", "mid-mid"], "--plot", "--trace"),
+    (["plan", "--model", "llama3-8b", "--gpus", 4, "--system", "dgx-h100", "--global-batch", 8, "--search", 0, "-q"],
+     "--plot", "--torch-csv"),
 ])
 def test_outputs_of_one_command_are_written_all_or_none(tmp_path, command, first, second):
     """`search --csv k.csv --trace X`, where X cannot be written (a full disk), replaced k.csv and
@@ -474,11 +476,13 @@ def test_outputs_of_one_command_are_written_all_or_none(tmp_path, command, first
     assert one_error_line(result) == "error: cannot write /dev/full: No space left on device"
     assert kept.read_text() == "previous\n"
     assert [p.name for p in tmp_path.iterdir()] == [kept.name]  # no temporary file left behind
-    trace = tmp_path / "t.json"
-    result = run(*command, first, kept, second, trace)
+    other = tmp_path / ("s.csv" if second == "--torch-csv" else "t.json")
+    result = run(*command, first, kept, second, other)
     assert result.exit_code == 0, result.output
-    assert kept.read_bytes() != b"previous\n" and json.loads(trace.read_text())["traceEvents"]
-    assert f"wrote {kept}" in result.output and f"wrote {trace}" in result.output
+    assert kept.read_bytes() != b"previous\n" and other.stat().st_size > 0
+    if second == "--trace":
+        assert json.loads(other.read_text())["traceEvents"]
+    assert f"wrote {kept}" in result.output and f"wrote {other}" in result.output
 
 
 def test_an_output_group_replaces_its_files_only_when_it_ends_well(tmp_path):
