@@ -298,7 +298,7 @@ def test_compare_counts_only_the_schedules_that_apply(tmp_path):
     checked after evaluating, and refused before any report. At 8 x 100 interleaved and Chimera do
     not apply: the 33,736 ops of those that do are drawable, where the sum over every family (40,136)
     was refused."""
-    from ppopt.cli.schedules import _picture_ops
+    from ppopt.cli.options import family_ops
     from ppopt.generators import REGISTRY
 
     result = CliRunner().invoke(main, ["compare", "-p", "16", "-m", "64", "--model", "study", "--system", "mid-mid",
@@ -306,7 +306,7 @@ def test_compare_counts_only_the_schedules_that_apply(tmp_path):
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr.startswith("error: a picture of 51,760 ops takes minutes to draw")
     applying = [n for n in REGISTRY if n not in ("interleaved-1f1b", "chimera", "chimera-asym")]
-    assert _picture_ops(8, 100, {}, list(REGISTRY)) == 40_136 and _picture_ops(8, 100, {}, applying) == 33_736
+    assert family_ops(8, 100, {}, list(REGISTRY)) == 40_136 and family_ops(8, 100, {}, applying) == 33_736
 
 
 def test_plot_compare_refuses_panels_over_the_drawable_size_together(tmp_path):
