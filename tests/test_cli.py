@@ -188,11 +188,17 @@ def test_evaluate_all_shows_progress_only_for_large_requests(monkeypatch):
     large = CliRunner().invoke(main, ["evaluate", "-s", "all", "-p", "4", "-m", "8"])
     assert large.exit_code == 0 and large.stdout == small.stdout
     assert f"evaluate: schedules [{'#' * 28}] {len(names())}/{len(names())}" in large.stderr
+    quiet = CliRunner().invoke(main, ["evaluate", "-s", "all", "-p", "4", "-m", "8", "-q"])
+    assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, small.stdout, "")
+    model = ["--model", "study", "--system", "mid-mid"]
+    loud, hushed = (CliRunner().invoke(main, ["compare", "-p", "4", "-m", "8", *model, *flag]) for flag in ([], ["-q"]))
+    assert "compare: schedules [" in loud.stderr and "compare: schedules" not in hushed.stderr
+    assert hushed.exit_code == 0 and hushed.stdout == loud.stdout
 
 
 def test_export_and_import_report_their_phases_only_when_long(tmp_path, monkeypatch):
     """Millions of ops take seconds per phase: once a command has run PROGRESS_AFTER_S, each phase
-    is a line on stderr; quick runs print only what they wrote."""
+    is a line on stderr (none with -q); quick runs print only what they wrote."""
     import ppopt.solve.options as shared
 
     path = tmp_path / "s.csv"
@@ -205,6 +211,10 @@ def test_export_and_import_report_their_phases_only_when_long(tmp_path, monkeypa
     read = CliRunner().invoke(main, ["import", str(path)])
     assert [line.split(" (")[0] for line in read.stderr.splitlines()] == [
         f"import {path}: read and validated", f"import {path}: table built"]
+    hushed = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", str(path), "-q"])
+    assert hushed.exit_code == 0 and hushed.stderr == f"wrote {path} (torch-csv: 1f1b, p=2, m=2)\n"
+    read_quietly = CliRunner().invoke(main, ["import", str(path), "-q"])
+    assert (read_quietly.exit_code, read_quietly.stderr, read_quietly.stdout) == (0, "", read.stdout)
 
 
 def test_a_table_of_chunks_says_its_peaks_count_chunks():

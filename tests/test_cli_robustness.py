@@ -598,3 +598,23 @@ def test_a_dash_is_no_results_directory(tmp_path, monkeypatch):
     line = one_error_line(run("sweep", "s.toml", "-o", "-"))
     assert line.startswith("error: Invalid value for '--output' / '-o': '-' (standard output) cannot hold a directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["evaluate", "-s", "1f1b", "-p", "2", "-m", "4", "-p", "3"], "--devices/-p/--pp is given 2 times"),
+    (["search", "-p", "2", "-m", "4", "--unit", "--time-limit", "5", "--time-limit", "6", "--time-limit", "7"],
+     "--time-limit is given 3 times"),
+    (["evaluate", "-s", "1f1b", "-p", "2", "-m", "4", "--json", "--json"], "--json is given 2 times"),
+])
+def test_an_option_that_takes_one_value_is_refused_when_repeated(args, flag):
+    """click keeps the last of ``-p 2 -p 3`` without a word, so a user who meant the first gets
+    another job: refused in one line that names the option."""
+    line = one_error_line(run(*args))
+    assert flag in line and "give it once" in line
+
+
+def test_repeatable_options_still_repeat():
+    """Options declared repeatable (gap's -s) take every value given."""
+    result = run("gap", "-p", "4", "-m", "8", "--unit", "-s", "1f1b", "-s", "gpipe", "--time-limit", "5", "-q", "--json")
+    assert result.exit_code == 0, result.output
+    assert {row["schedule"] for row in json.loads(result.stdout)["schedules"]} == {"1f1b", "gpipe"}

@@ -13,6 +13,13 @@ from ppopt.io.torch_csv import read_torch_csv
 UNIT = ["-p", "4", "-m", "8", "--unit", "--backward", "2", "--comm", "1", "--time-limit", "30", "-q"]
 
 
+def unit_with(flag, value):
+    """UNIT with ``flag``'s value replaced (an option that takes one value may be given once)."""
+    args = list(UNIT)
+    args[args.index(flag) + 1] = value
+    return args
+
+
 def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
@@ -78,11 +85,11 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["search", "-p", "4", "-m", "8", "--unit", "--comm", "-1"], "--comm: must be a finite number >= 0"),
         (["search", *UNIT, "--workers", "0"], "--workers: must be an integer from 1 to 64"),
         (["search", *UNIT, "--workers", "100000"], "--workers: must be an integer from 1 to 64"),
-        (["search", *UNIT, "--time-limit", "nan"], "--time-limit: must be a finite number of seconds > 0, got nan"),
-        (["search", *UNIT, "--time-limit", "inf"], "--time-limit: must be a finite number of seconds > 0, got inf"),
-        (["gap", *UNIT, "--time-limit", "0"], "--time-limit: must be a finite number of seconds > 0"),
-        (["frontier", *UNIT, "--time-limit", "-1"], "--time-limit: must be a finite number of seconds > 0"),
-        (["search", *UNIT, "--backward", "0"], "--backward: must be a finite number > 0"),
+        (["search", *unit_with("--time-limit", "nan")], "--time-limit: must be a finite number of seconds > 0, got nan"),
+        (["search", *unit_with("--time-limit", "inf")], "--time-limit: must be a finite number of seconds > 0, got inf"),
+        (["gap", *unit_with("--time-limit", "0")], "--time-limit: must be a finite number of seconds > 0"),
+        (["frontier", *unit_with("--time-limit", "-1")], "--time-limit: must be a finite number of seconds > 0"),
+        (["search", *unit_with("--backward", "0")], "--backward: must be a finite number > 0"),
         (["search", *UNIT, "--weight", "3"], "--weight: must lie between 0 and backward (2)"),
         (["search", "-p", "4", "-m", "8", "--unit", "--model", "llama3-8b", "--system", "dgx-h100"], "--unit: give either"),
         (["search", "-p", "4", "-m", "8", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "32",

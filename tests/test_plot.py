@@ -302,7 +302,7 @@ def test_compare_counts_only_the_schedules_that_apply(tmp_path):
     from ppopt.generators import REGISTRY
 
     result = CliRunner().invoke(main, ["compare", "-p", "16", "-m", "64", "--model", "study", "--system", "mid-mid",
-                                       "--plot", str(tmp_path / "x.png")])
+                                       "--plot", str(tmp_path / "x.png"), "-q"])
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr.startswith("error: a picture of 51,760 ops takes minutes to draw")
     applying = [n for n in REGISTRY if n not in ("interleaved-1f1b", "chimera", "chimera-asym")]

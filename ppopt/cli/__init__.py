@@ -79,13 +79,41 @@ def _one_line(text: str) -> str:
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
+class _Command(click.Command):
+    """A command whose options that take one value may be given once: click keeps the last of
+    ``-p 2 -p 3`` silently, so a user who meant one of them gets the other. Options declared
+    ``multiple`` (or counted) repeat as they are meant to."""
+
+    def make_parser(self, ctx: click.Context):
+        parser = super().make_parser(ctx)
+        parse = parser.parse_args
+
+        def parse_once(args: list[str]):
+            opts, rest, order = parse(args)
+            given: dict[str, int] = {}
+            for param in order:
+                if isinstance(param, click.Option) and not param.multiple and not param.count and param.name:
+                    given[param.name] = given.get(param.name, 0) + 1
+            repeated = [param for param in self.params if given.get(param.name or "", 0) > 1]
+            if repeated and not ctx.resilient_parsing:
+                names = "/".join(repeated[0].opts + repeated[0].secondary_opts)
+                raise click.UsageError(f"{names} is given {given[repeated[0].name or '']} times; give it once", ctx)
+            return opts, rest, order
+
+        parser.parse_args = parse_once  # type: ignore[method-assign]
+        return parser
+
+
 class _Cli(click.Group):
     """Every error a user can cause becomes one ``error:`` line on stderr and exit status 1.
 
     :meth:`invoke` turns a :class:`PpoptError` into its line (with the flag the field maps to);
     :meth:`main` does the same for click's usage errors, for a standard output that cannot be
-    written and for a MemoryError (a request a size check missed).
+    written and for a MemoryError (a request a size check missed). Its commands are
+    :class:`_Command`: an option that takes one value is refused when given twice.
     """
+
+    command_class = _Command
 
     def invoke(self, ctx: click.Context):
         try:

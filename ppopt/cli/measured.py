@@ -19,6 +19,7 @@ from ppopt.cli.options import (
     format_option,
     json_option,
     output_ending_in,
+    quiet_option,
     refuse_unused_options,
 )
 from ppopt.job import SCHEDULES as JOB_SCHEDULES
@@ -134,7 +135,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
 @click.option("--system", default="a100-vtrain", show_default=True, help="Base system preset or file.")
 @click.option("--output", "-o", required=True, callback=output_ending_in(".toml", "the calibrated system is TOML"), type=click.Path(dir_okay=False), help="Calibrated system .toml to write.")
 @click.option("--name", default=None, help="Name of the calibrated system [default: the output file's stem].")
-@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@quiet_option
 @json_option
 def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     """Fit the base system's efficiencies and latencies to the measured rows of DATA.

@@ -185,6 +185,7 @@ def unit_options() -> Callable:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 format_option = click.option(
     "--format", "fmt", type=click.Choice(["text", "markdown", "csv"]), default="text", show_default=True,
     help="Layout of the tables (ignored with --json).",
@@ -372,14 +373,14 @@ class Phases:
     """Progress by phases on stderr for a command that is long only at large sizes (reading or
     writing millions of ops): after each phase, once the command has run
     :data:`ppopt.solve.options.PROGRESS_AFTER_S`,
-    a line ``LABEL: WHAT HAPPENED (T s since the start)``."""
+    a line ``LABEL: WHAT HAPPENED (T s since the start)``; none when ``quiet``."""
 
-    def __init__(self, label: str):
-        self.label, self.began = label, time.monotonic()
+    def __init__(self, label: str, quiet: bool = False):
+        self.label, self.began, self.quiet = label, time.monotonic(), quiet
 
     def done(self, phase: str) -> None:
         elapsed = time.monotonic() - self.began
-        if elapsed >= solve_options.PROGRESS_AFTER_S:
+        if elapsed >= solve_options.PROGRESS_AFTER_S and not self.quiet:
             click.echo(f"{self.label}: {phase} ({elapsed:.1f} s)", err=True)
 
 

@@ -16,6 +16,7 @@ from ppopt.cli.options import (
     family_ops,
     job_options,
     json_option,
+    quiet_option,
     refuse_other_modes_flags,
     resolve_schedule,
     schedule_options,
@@ -63,8 +64,9 @@ def _export_format(fmt: str | None, output: str) -> str:
               help="torch-csv (PyTorch schedule CSV), chrome-trace (Perfetto JSON), png or svg (Gantt picture) "
                    "[default: from the --output suffix].")
 @click.option("--output", "-o", required=True, callback=check_output_or_stdout, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
+@quiet_option
 def export_command(name, schedule_file, legacy_backward, devices, microbatches, options, unit, units, model, system,
-                   global_batch, parallel, fmt, output) -> None:
+                   global_batch, parallel, fmt, output, quiet) -> None:
     """Write a schedule, simulated, as a PyTorch schedule CSV, a Chrome trace or a Gantt picture.
 
     The step is simulated in unit mode (slots) unless --model and --system are given (with the job
@@ -79,7 +81,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     fmt = _export_format(fmt, output)
     unit = unit or (model is None and system is None)
     refuse_other_modes_flags(unit, {"model": model, "system": system, "global_batch": global_batch})
-    phases = Phases("export")
+    phases = Phases("export", quiet)
     if name is not None and devices and not unit:  # more stages than layers: named before the schedule is built
         from ppopt.config import load_model
 
@@ -153,13 +155,14 @@ def _emit_text(output: str, text: str) -> None:
               help="Old PyTorch spelling (torch <= 2.5): BW is a full backward, B the input backward (when W is used).")
 @unit_cost_options()
 @json_option
-def import_command(file: str, legacy_backward: bool, units, as_json: bool) -> None:
+@quiet_option
+def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet: bool) -> None:
     """Read a PyTorch schedule CSV, validate it, and print its unit-slot table and metrics."""
     from ppopt.io.torch_csv import read_torch_csv_file
     from ppopt.report.text import grid, table_summary
     from ppopt.table import build_table, table_metrics
 
-    phases = Phases(f"import {file}")
+    phases = Phases(f"import {file}", quiet)
     schedule = read_torch_csv_file(file, legacy_backward=legacy_backward)
     phases.done("read and validated")
     table = build_table(schedule, units)

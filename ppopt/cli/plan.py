@@ -16,6 +16,7 @@ from ppopt.cli.options import (
     json_option,
     output_not_named_as,
     parse_amount,
+    quiet_option,
     say_whether_reproducible,
     written_together,
 )
@@ -85,7 +86,7 @@ def _rate(value: float) -> str:
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel evaluations (local processes; CPUs of a local Ray).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where evaluations run.")
 @click.option("--address", default=None, help="Ray cluster address (--executor ray).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@quiet_option
 @click.option("--plot", "plot_path", callback=check_plot, type=click.Path(dir_okay=False), default=None,
               help="Also draw step time vs per-GPU memory of every evaluated job (.png or .svg).")
 @click.option("--torch-csv", "torch_csv", callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), type=click.Path(dir_okay=False), default=None,

@@ -15,6 +15,7 @@ from ppopt.cli.options import (
     job_options,
     json_option,
     output_not_named_as,
+    quiet_option,
     refuse_with_preset,
     require_model_and_system,
     require_size,
@@ -117,17 +118,21 @@ def _presets(model, system, required: bool = False):
     return load_model(model), load_system(system)
 
 
-def _evaluate_all_with_progress(command, devices, microbatches, units, model, system, global_batch, parallel, options):
+def _evaluate_all_with_progress(command, devices, microbatches, units, model, system, global_batch, parallel, options,
+                                quiet=False):
     """:func:`ppopt.evaluate.evaluate_all`, with a progress bar on stderr once it has run
-    :data:`~ppopt.solve.options.PROGRESS_AFTER_S` (51 s for every schedule at 524,288 ops on 2 cores)."""
+    :data:`~ppopt.solve.options.PROGRESS_AFTER_S` (51 s for every schedule at 524,288 ops on 2 cores),
+    unless ``quiet``."""
     from ppopt.evaluate import evaluate_all
     from ppopt.solve import options as solve_options
 
-    bar = ProgressBar(f"{command}: schedules", after_s=solve_options.PROGRESS_AFTER_S)
+    bar = None if quiet else ProgressBar(f"{command}: schedules", after_s=solve_options.PROGRESS_AFTER_S)
     try:
         return evaluate_all(devices, microbatches, units, model, system, global_batch, parallel, progress=bar, **options)
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
+
 
 
 @main.command("evaluate")
@@ -139,8 +144,9 @@ def _evaluate_all_with_progress(command, devices, microbatches, units, model, sy
 @click.option("--costs", default=None, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @json_option
 @format_option
+@quiet_option
 def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, model, system,
-                     global_batch, parallel, plot, trace, costs, as_json, fmt) -> None:
+                     global_batch, parallel, plot, trace, costs, as_json, fmt, quiet) -> None:
     """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'.
 
     Lengths are in unit slots for every schedule: a slot is one forward of a 1/p model share, B = I + W
@@ -171,7 +177,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             raise ConfigError("--trace writes one schedule's step: give --schedule NAME")
         require_size(devices, microbatches)
         results, skipped = _evaluate_all_with_progress("evaluate", devices, microbatches, units, model_config, system_config,
-                                                       global_batch, parallel, options)
+                                                       global_batch, parallel, options, quiet)
         for skipped_name, reason in skipped.items():
             click.echo(f"skipped {skipped_name}: {reason}", err=True)
     else:
@@ -229,7 +235,9 @@ def _add_simulated_job(rows: list[dict], job: dict) -> None:
 @click.option("--costs", default=None, help="Rank by simulation with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @json_option
 @format_option
-def compare_command(devices, microbatches, units, options, model, system, global_batch, parallel, plot, costs, as_json, fmt) -> None:
+@quiet_option
+def compare_command(devices, microbatches, units, options, model, system, global_batch, parallel, plot, costs, as_json, fmt,
+                    quiet) -> None:
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import rank_layers
     from ppopt.generators import generate
@@ -253,7 +261,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
         if every > PICTURE_PRECHECK * MAX_PICTURE_OPS:
             check_picture_size(every, "up to")
     results, skipped = _evaluate_all_with_progress("compare", devices, microbatches, units, model_config, system_config,
-                                                   global_batch, parallel, options)
+                                                   global_batch, parallel, options, quiet)
     if plot:  # exactly what will be drawn, before the report
         check_picture_size(family_ops(devices, microbatches, options, [r.schedule for r in results]))
     for schedule, reason in skipped.items():

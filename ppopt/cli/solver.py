@@ -17,6 +17,7 @@ from ppopt.cli.options import (
     json_option,
     output_not_named_as,
     parse_amount,
+    quiet_option,
     refuse_other_modes_flags,
     refuse_unused_options,
     refuse_with_preset,
@@ -69,7 +70,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
                               f"best hint (one device per stage). auto: cp up to {AUTO_CP_OPS} ops; cp, then lns, up to "
                               f"{AUTO_LNS_OPS}; above, lns (on the linear placement with a full backward up to {CP_MAX_OPS} "
                               "ops, cp for the rest if lns found nothing in a third of the time)."),
-            click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
+            quiet_option,
             click.option("--costs", default=None,
                          help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time."),
         ]

@@ -8,7 +8,7 @@ import threading
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import ProgressBar, check_output_dir, emit_json, json_option
+from ppopt.cli.options import ProgressBar, check_output_dir, emit_json, json_option, quiet_option
 
 
 def executor_options(command):
@@ -19,7 +19,7 @@ def executor_options(command):
             click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel jobs (local processes; CPUs of a local Ray)."),
             click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where points run."),
             click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray]."),
-            click.option("--quiet", "-q", is_flag=True, help="No progress on stderr."),
+            quiet_option,
         ]
     ):
         command = option(command)
