@@ -569,7 +569,8 @@ def test_a_model_without_a_system_is_the_same_usage_error_everywhere(command):
 
 def test_more_stages_than_layers_names_the_flag_in_every_command(tmp_path):
     """search, frontier and export said "cannot split 4 layers over 8 stages" and named no flag;
-    evaluate and job named one. Each names the flag that made the stages now, before any work."""
+    evaluate and job named one. Each names the flag that made the stages now, before any work.
+    placement=family, whose members have p to 2p stages, failed whole when one did not fit."""
     preset = (Path(__file__).resolve().parents[1] / "models" / "llama3-8b.toml").read_text()
     model = tmp_path / "four.toml"
     model.write_text(preset.replace('name = "llama3-8b"', 'name = "four"').replace("num_layers = 32", "num_layers = 4"))
@@ -584,10 +585,22 @@ def test_more_stages_than_layers_names_the_flag_in_every_command(tmp_path):
          "error: --devices: 8 stages (4 devices x 2 under zb-v) exceed the model's 4 layers"),
         (["evaluate", "-s", "interleaved-1f1b", "--chunks", 3, *common],
          "error: --chunks: 12 stages (4 devices x 3 under interleaved-1f1b) exceed the model's 4 layers"),
+        (["search", *common, "--space", "placement=any"],
+         "error: --space: 8 stages (placement=any,chunks=2,backward=full,order=free on 4 devices) exceed the model's 4 layers"),
+        (["search", *common[:1], 5, *common[2:], "--space", "placement=family"],
+         "error: --space: every placement of placement=family,backward=full,order=free has at least 5 stages on 5 devices, "
+         "more than the model's 4 layers"),
     ]
     for args, line in cases:
         assert one_error_line(run(*args)) == line, args
     assert not (tmp_path / "z.csv").exists()
+    # placement=family searches the members that fit: on 4 devices only the linear one (4 stages) does
+    family = run("search", *common, "--space", "placement=family", "--time-limit", 10, "--json")
+    assert family.exit_code == 0, family.output
+    for member in ("looped", "v", "zigzag"):
+        assert f"skipped placement={member}: its 8 stages exceed the model's 4 layers" in family.stderr
+    linear = run("search", *common, "--space", "placement=linear", "--time-limit", 10, "--json")
+    assert json.loads(family.stdout)["step_time_s"] == json.loads(linear.stdout)["step_time_s"]
 
 
 def test_a_dash_is_no_results_directory(tmp_path, monkeypatch):

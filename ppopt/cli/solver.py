@@ -231,12 +231,17 @@ def _check_space_layers(spec, space) -> None:
     from ppopt.generators import too_many_stages
     from ppopt.solve.space import stage_count
 
-    if spec.unit_mode or (space.fixed is None and space.placement in ("any", "family")):  # those choose their stages
+    if spec.unit_mode:
         return
     layers = spec.model.num_layers
     if space.fixed is not None:
         if (reason := too_many_stages(space.fixed, spec.devices, space.fixed_options, layers)) is not None:
             raise ConfigError(reason, field="space")
+        return
+    if space.placement == "family":  # it skips its members with too many stages; the linear one has the fewest, p
+        if spec.devices > layers:
+            raise ConfigError(f"every placement of {space.describe()} has at least {spec.devices} stages on {spec.devices} "
+                              f"devices, more than the model's {layers} layers", field="space")
         return
     stages = stage_count(space, spec.devices)
     if stages > layers:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields, replace
 
 from ortools.sat.python import cp_model
 
+from ppopt.config import ModelConfig
 from ppopt.errors import InfeasibleError, ScheduleError
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import split_weights, stages_by_device
@@ -1096,16 +1097,26 @@ def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None
     return cap
 
 
+def _model_layers(spec: InstanceSpec) -> int | None:
+    """The modelled instance's layers (None in unit mode)."""
+    return spec.model.num_layers if isinstance(spec.model, ModelConfig) else None
+
+
 def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> SearchResult:
     """``placement=family``: search each member placement in turn, each with an equal share of the
     time left; the best schedule wins and the bound is the smallest member bound (the optimum over a
     union). Members not reached within the time limit (:func:`too_late`) are skipped; the union then
-    has no proven bound (reported as 0, gap unknown)."""
+    has no proven bound (reported as 0, gap unknown). With a model, members with more stages than
+    it has layers are skipped (the union is then over the others), each with a note."""
     results: list[SearchResult] = []
     unsearched = []
     least: tuple[float, str] | None = None  # the smallest member memory minimum, and its refusal
     for k, member in enumerate(FAMILY_MEMBERS):
         member_space = replace(space, placement=member)
+        stages, layers = stage_count(member_space, spec.devices), _model_layers(spec)
+        if layers is not None and stages > layers:
+            options.note(f"skipped placement={member}: its {stages} stages exceed the model's {layers} layers")
+            continue
         if results and too_late(options, spec, member_space):
             options.note(f"skipped placement={member}: time limit reached")
             unsearched.append(member)
