@@ -631,3 +631,29 @@ def test_repeatable_options_still_repeat():
     result = run("gap", "-p", "4", "-m", "8", "--unit", "-s", "1f1b", "-s", "gpipe", "--time-limit", "5", "-q", "--json")
     assert result.exit_code == 0, result.output
     assert {row["schedule"] for row in json.loads(result.stdout)["schedules"]} == {"1f1b", "gpipe"}
+
+
+def test_an_output_never_replaces_an_input(tmp_path):
+    """`plan --candidates c.csv --torch-csv c.csv` replaced the measured data with a schedule,
+    `search --costs c.json --trace c.json` the cost preset with a trace, and `calibrate --system
+    base.toml -o base.toml` the base system: refused before any work, the input
+    left as it was."""
+    root = Path(__file__).resolve().parents[1]
+    data = tmp_path / "rows.csv"
+    data.write_bytes((root / "data" / "measured" / "vtrain-multi-node-small.csv").read_bytes())
+    base = tmp_path / "base.toml"
+    base.write_bytes((root / "configs" / "a100-vtrain.toml").read_bytes())
+    preset = tmp_path / "costs.json"
+    preset.write_text("{}")  # refused before it is read
+    before = data.read_bytes(), base.read_bytes()
+    cases = [
+        (["plan", "--candidates", data, "--system", "a100-vtrain", "--search", "0", "-q", "--torch-csv", data],
+         f"--torch-csv {data} is also the --candidates input"),
+        (["calibrate", data, "--system", base, "-o", base, "-q"], f"--output {base} is also the --system input"),
+        (["search", "-p", 2, "-m", 4, "--costs", preset, "--trace", preset, "--time-limit", 5],
+         f"--trace {preset} is also the --costs input"),
+    ]
+    for args, reason in cases:
+        line = one_error_line(run(*args))
+        assert reason in line, line
+    assert (data.read_bytes(), base.read_bytes(), preset.read_text()) == (*before, "{}")

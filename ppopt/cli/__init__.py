@@ -103,6 +103,31 @@ class _Command(click.Command):
         parser.parse_args = parse_once  # type: ignore[method-assign]
         return parser
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        if not ctx.resilient_parsing:
+            _refuse_output_over_input(ctx, self)
+        return rest
+
+
+def _refuse_output_over_input(ctx: click.Context, command: click.Command) -> None:
+    """An output option naming a file the command also reads (``plan --candidates c.csv
+    --torch-csv c.csv``, ``search --costs c.json --trace c.json``): the output would replace the
+    input. The outputs' callbacks have registered their files (:func:`ppopt.cli.options.check_output`)."""
+    written: dict[str, str] = ctx.meta.get("ppopt.outputs", {})
+    if not written:
+        return
+    for param in command.params:
+        value = ctx.params.get(param.name or "")
+        for path in value if isinstance(value, (tuple, list)) else (value,):
+            if not isinstance(path, str) or not path or path == "-" or not os.path.isfile(path):
+                continue
+            flag = param.opts[0] if isinstance(param, click.Option) else (param.name or "").upper()
+            written_by = written.get(os.path.realpath(path))
+            if written_by is not None and written_by != flag:
+                raise click.UsageError(f"{written_by} {path} is also the {flag} input: the output would replace it; "
+                                       "give the output another name", ctx)
+
 
 class _Cli(click.Group):
     """Every error a user can cause becomes one ``error:`` line on stderr and exit status 1.
