@@ -318,3 +318,16 @@ def test_a_family_search_names_the_placements_it_covers():
     assert first.startswith("space: placement=family,") and "(the best of linear, looped, v and zigzag;" in first
     linear = run("search", "--unit", "-p", 4, "-m", 8, "--time-limit", 5, "-q", "--no-grid")
     assert "the best of" not in linear.stdout
+
+
+def test_a_family_search_reports_the_parts_of_its_own_bound():
+    """placement=family's bound is its weakest member's (here v or zigzag, unproven at 42.5), but
+    the solver, analytic and period bounds beside it were the winning linear member's (46, 46, 45):
+    bounds above the one they make up. Every part shown is now at most the bound."""
+    result = run("search", "-p", 4, "-m", 8, "--unit", "--comm", 1, "--memory-limit", 4, "--space", "placement=family",
+                 "--time-limit", 100, "--deterministic-time", 0.3, "--seed", 1, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    parts = [data["solver_bound_s"], *data["analytic_bounds_s"].values(), data["period_bound_s"] or 0.0]
+    assert max(parts) <= data["bound_s"] < data["step_time_s"]
+    assert data["bound_s"] in parts

@@ -1135,10 +1135,18 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
         raise InfeasibleError(reason, minimum=None if least is None else least[0])
     found = [r for r in results if r.step_time is not None]
     best = min(found, key=lambda r: r.step_time or 0.0) if found else results[0]
-    bound = 0.0 if unsearched else min(r.bound for r in results)
+    # the union's bound is its weakest member's, and so are the parts shown beside it (solver,
+    # analytic, period): the winner's would claim its placement's bound for every placement
+    weakest = min(results, key=lambda r: r.bound)
+    bound = 0.0 if unsearched else weakest.bound
+    solver_bound = 0.0 if unsearched else weakest.solver_bound
+    analytic = Bounds(0.0, 0.0, 0.0) if unsearched else weakest.analytic
+    period_bound = None if unsearched else weakest.period_bound
     gap = relative_gap(best.step_time, bound)
     status = best.status if gap is not None and gap <= 1e-9 else ("feasible" if found else "unknown")
     note = f"time limit reached before placements {', '.join(unsearched)}" if unsearched else best.note
     return replace(best, space=space.describe(), bound=bound, gap=gap, status=status, note=note,
+                   solver_bound=solver_bound, analytic=analytic, period_bound=period_bound,
+                   period=None if period_bound is None else weakest.period,
                    handcrafted=tuple(c for r in results for c in r.handcrafted),
                    wall_time_s=sum(r.wall_time_s for r in results))
