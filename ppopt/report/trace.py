@@ -42,10 +42,12 @@ from ppopt.simulate import Simulation
 
 __all__ = ["MAX_TRACE_OPS", "TRACE_TIME_SCALE", "check_trace_size", "chrome_trace"]
 
-MAX_TRACE_OPS = 1_000_000
-"""The most ops a trace holds. Each op takes about 4 KB while the trace is built and 0.56 KB of
-JSON (1F1B at 4 x 200,000, 1.6 million ops: 6.7 GB of memory, 97 s, a 900 MB file on this project's
-2-core machine), and Perfetto's UI loads a JSON trace into the browser's memory."""
+MAX_TRACE_OPS = 500_000
+"""The most ops a trace holds, so that an export finishes within about a minute. Each op takes
+about 5 KB while the trace is built and 0.6–0.7 KB of JSON, and the time grows a little faster than
+the ops: on this project's 2-core machine `export -s 1f1b` to a trace took 53 s, 2.6 GB and wrote
+350 MB at 64 x 4,096 (524,288 ops), and at 100 x 5,000 (1,000,000 ops, the former limit) it was
+still running after 90 s with 4.2 GB. Perfetto's UI loads a JSON trace into the browser's memory."""
 
 
 def check_trace_size(ops: int) -> None:
