@@ -602,3 +602,27 @@ def test_the_point_limit_counts_the_points_the_filters_keep(tmp_path, monkeypatc
     monkeypatch.setattr(sweep_spec, "MAX_SWEEP_POINTS", 25_599)
     with pytest.raises(ConfigError, match="^sweep too large: 25,600 points; the limit is 25,599"):
         check_sweep_size(spec, searches_run=False)
+
+
+def test_a_spec_without_backward_uses_the_unit_model_of_every_command(tmp_path):
+    """A spec's table layer took B = 1 by default while every command (and its own [solver]) takes
+    B = 2: one sweep gave 1F1B at p = 4, m = 8 two lengths. Now its row has evaluate's length."""
+    spec = write_spec(tmp_path, 'schedules = ["1f1b"]\ndevices = [4]\nmicrobatches = [8]\nmodels = ["study"]\n'
+                                'systems = ["mid-mid"]\n')
+    run_sweep(load_spec(spec), tmp_path / "out")
+    (row,) = read_rows(tmp_path / "out" / "rows.jsonl").values()
+    evaluated = json.loads(CliRunner().invoke(main, ["evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--json"]).stdout)
+    assert row["backward"] == evaluated["unit_model"]["backward"] == 2
+    assert row["table_length"] == evaluated["table"]["length"] == 33
+
+
+def test_a_solver_point_over_max_ops_is_a_skipped_row_that_says_why(tmp_path):
+    """A [solver] point over max_ops left no row and no count ("0 skipped"): the user could not
+    tell it from a point never asked for. It is a skipped row now, with the reason."""
+    spec = write_spec(tmp_path, 'schedules = ["1f1b"]\ndevices = [8]\nmicrobatches = [8]\nmodels = ["study"]\n'
+                                'systems = ["mid-mid"]\n[solver]\ndevices = [8]\nmicrobatches = [128, 8]\ntime_limit_s = 5\n')
+    result = run_sweep(load_spec(spec), tmp_path / "out")
+    gaps = {row["microbatches"]: row for row in read_rows(tmp_path / "out" / "rows.jsonl").values() if row["kind"] == "gap"}
+    assert gaps[128]["status"] == "skipped" and gaps[128]["reason"] == "2048 ops, over the [solver] max_ops of 1000"
+    assert gaps[8]["status"] == "ok" and gaps[8]["gap"] is not None
+    assert (result.points, result.skipped) == (3, 1)

@@ -131,6 +131,10 @@ def _run_gap(item: GapItem) -> list[dict]:
     for inputs in item.inputs:
         options.update({k: inputs[k] for k in ("chunks", "waves", "split") if inputs[k] is not None})
     rows = [{"hash": h, "status": "ok", "reason": None, **inputs} for h, inputs in zip(item.hashes, item.inputs)]
+    if first.get("skip_reason"):  # over the spec's max_ops: a point, not a search
+        for row in rows:
+            row.update(status="skipped", reason=row.pop("skip_reason"))
+        return rows
     try:
         units = UnitCosts(first["unit_forward"], first["unit_backward"], first["unit_weight"], first["unit_comm"])
         spec = InstanceSpec(first["devices"], first["microbatches"], units, memory_limit=first["memory_limit"])

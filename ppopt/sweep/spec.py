@@ -9,7 +9,7 @@ A spec (``configs/studies/paper.toml`` is the full example)::
     models = ["study"]                         # presets or .toml/.json files (relative to the spec)
     systems = ["mid-mid", "fast-slow"]
     global_batch = 256                         # optional: default is each model's global_batch_size
-    backward = 1                               # slot length of a full backward B in the table layer
+    backward = 2                               # slot length of a full backward B in the table layer (default 2)
 
     [options]                                  # schedule options; a list sweeps them
     chunks = 2                                 # interleaved-1f1b
@@ -25,7 +25,7 @@ A spec (``configs/studies/paper.toml`` is the full example)::
     memory_limits = ["none", 4]                # live activations of a 1/p share per device, or "none"
     time_limit_s = 10
     deterministic_time = 5                     # CP-SAT deterministic time of each solver point: reruns reproduce
-    max_ops = 400                              # skip points whose schedule has more ops
+    max_ops = 400                              # not searched over this many ops (row: skipped, why)
     forward = 1.0                              # unit-mode durations, slots per 1/p model share
     backward = 2.0
     comm = 0.0
@@ -197,7 +197,7 @@ class SweepSpec(_Strict):
     models: list[NonEmptyStr] = Field(min_length=1)
     systems: list[NonEmptyStr] = Field(min_length=1)
     global_batch: Annotated[int, Field(ge=1, le=MODEL_LIMITS["global_batch_size"])] | None = None
-    backward: PositiveInt = 1
+    backward: PositiveInt = 2  # F = 1, B = 2 as in every other command (the paper's study sets 1)
     options: Options = Options()
     filters: dict[str, Filter] = {}
     solver: SolverSpec | None = None
@@ -520,9 +520,8 @@ def _gap_items(spec: SweepSpec) -> list[GapItem]:
                     continue
                 for combo in _option_combos(name, spec.options):
                     ops = _op_count(name, devices, microbatches, combo)
-                    if ops is not None and ops > solver.max_ops:
-                        continue
                     space = family_space(name, {k: v for k, v in combo.items() if v is not None}).describe()
+                    too_large = ops is not None and ops > solver.max_ops
                     inputs = {
                         "kind": "gap", "schedule": name, "devices": devices, "microbatches": microbatches, **combo,
                         "memory_limit": None if limit == "none" else float(limit),
@@ -530,8 +529,12 @@ def _gap_items(spec: SweepSpec) -> list[GapItem]:
                         "unit_comm": solver.comm, "time_limit_s": solver.time_limit_s,
                         "deterministic_time": solver.deterministic_time, "seed": solver.seed,
                     }
+                    if too_large:  # a point still: its row says why it was not searched
+                        inputs["skip_reason"] = f"{ops} ops, over the [solver] max_ops of {solver.max_ops}"
+                        space = f"over max_ops: {space}"
                     groups.setdefault(space, []).append(inputs)
-            for group in groups.values():
-                cost = 1e9 + solver.time_limit_s  # searches first: they are the long items
+            for space, group in groups.items():
+                too_large = space.startswith("over max_ops")
+                cost = 0.0 if too_large else 1e9 + solver.time_limit_s  # searches first: they are the long items
                 items.append(GapItem(tuple(group), tuple(point_hash(i) for i in group), cost))
     return items
