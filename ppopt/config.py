@@ -487,7 +487,8 @@ def _read(path: Path) -> dict[str, Any]:
     except OSError as error:
         raise ConfigError(f"{where}: cannot read file ({error.strerror or error})") from error
     except ValueError as error:  # not TOML or JSON, not UTF-8
-        raise ConfigError(f"{where}: not valid {path.suffix.lstrip('.').upper()}: "
+        read_as = "JSON" if path.suffix.lower() == ".json" else "TOML"  # what parse_data tried, whatever the suffix
+        raise ConfigError(f"{where}: not valid {read_as}: "
                           f"{_one_line(str(error))}") from error
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: top level must be a table/object of fields")

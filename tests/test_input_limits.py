@@ -620,3 +620,11 @@ def test_a_global_batch_without_a_model_is_refused_by_every_command(command):
     """evaluate and compare ignored it in unit mode (the solver commands and export refused it)."""
     result = cli(*command, "-p", 4, "-m", 8, "--global-batch", 8)
     assert (result.exit_code, result.output) == (1, "error: --global-batch: needs --model and --system (unit mode has no sequences)\n")
+
+
+def test_a_preset_file_is_named_as_the_format_it_was_read_in(tmp_path):
+    """A model file named .csv was read as TOML, but the error said "not valid CSV"."""
+    path = tmp_path / "model.csv"
+    path.write_text("a,b\n1,2\n")
+    result = CliRunner().invoke(main, ["job", "--model", str(path), "--system", "dgx-a100"])
+    assert result.exit_code == 1 and f"{path.name}: not valid TOML: " in result.output, result.output
