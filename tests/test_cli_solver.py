@@ -331,3 +331,12 @@ def test_a_family_search_reports_the_parts_of_its_own_bound():
     parts = [data["solver_bound_s"], *data["analytic_bounds_s"].values(), data["period_bound_s"] or 0.0]
     assert max(parts) <= data["bound_s"] < data["step_time_s"]
     assert data["bound_s"] in parts
+
+
+def test_the_least_time_limit_named_is_one_the_command_takes():
+    """The refusal named 1 s (rounded up) while 0.001 s was taken: the figure it names is accepted."""
+    refused = run("search", "-p", 4, "-m", 4, "--unit", "--time-limit", "1e-300", "-q")
+    least = re.search(r"takes up to ([0-9.e+-]+) s; give at least that", refused.stderr)
+    assert refused.exit_code == 1 and least is not None, refused.stderr
+    assert float(least.group(1)) < 1
+    assert run("search", "-p", 4, "-m", 4, "--unit", "--time-limit", least.group(1), "-q").exit_code == 0

@@ -130,7 +130,8 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
     if time_limit_s < least:
         what_work = "one schedule" if schedules == 1 else f"the {schedules} schedules this command builds"
         raise ConfigError(f"{time_limit_s:g} s is too short for {what} ({ops:,} ops): building, simulating and printing "
-                          f"{what_work} at that size takes up to {math.ceil(least)} s; give at least that",
+                          f"{what_work} at that size takes up to {math.ceil(least) if least >= 10 else f'{least:.2g}'} s; "
+                          "give at least that",
                           field="time_limit_s")
 
 
