@@ -120,3 +120,11 @@ def test_the_csv_has_one_number_per_cell():
         published, predicted = float(row["published step s"]), float(row["dgx-a100 step s"])
         assert float(row["dgx-a100 error %"]) == pytest.approx(100 * (predicted - published) / published, abs=0.05)
         assert int(row["dgx-a100 micro batch"]) in (1, 2, 4, 8)
+
+
+def test_trailing_blank_rows_are_skipped_as_validate_skips_them(runs, tmp_path):
+    """A line of spaces or of empty cells at the end (a spreadsheet's export) was refused as 'not a
+    number'; `validate` skipped such rows. Both skip them now."""
+    padded = tmp_path / "table.csv"
+    padded.write_text(TABLE.read_text() + "   \n" + "," * 8 + "\n")
+    assert read_published(padded) == runs

@@ -72,7 +72,7 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
         raise ConfigError(f"{name}: missing column '{missing[0]}'")
     runs = []
     for line, cells in records:
-        if not cells:  # a blank line
+        if not any(cell.strip() for cell in cells):  # a blank line, or one of empty cells
             continue
         if any(cell.strip() for cell in cells[len(header):]):
             raise ConfigError(f"{name}: line {line}: {len(cells)} cells, but the header names {len(header)} columns")
