@@ -65,7 +65,7 @@ class UnitCosts:
                                   f"must be at least {MIN_SLOTS:g} slots (the tables' resolution), got {value:g}", field=name)
         for part, value in (("W = backward / 2", self.weight_slots), ("I = backward - weight", self.backward - self.weight_slots)):
             if 0 < value < MIN_SLOTS:
-                raise ConfigError(f"gives {part} = {value:g} slots, under the tables' resolution of {MIN_SLOTS:g}: "
+                raise ConfigError(f"gives {part} = {value:.10g} slots, under the tables' resolution of {MIN_SLOTS:g}: "
                                   "make it 0 or at least that", field="weight" if self.weight is not None else "backward")
 
     @property
