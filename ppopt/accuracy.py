@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ppopt.config import SystemConfig
-from ppopt.io.measured import Measured, Unmodelled, read_measured
+from ppopt.io.measured import Measured, MeasuredDataError, Unmodelled, read_measured
 from ppopt.ir import check_total_size
 from ppopt.job import evaluate_job
 
@@ -194,6 +194,11 @@ def read_rows(paths: list[str | os.PathLike[str]] | str | os.PathLike[str],
     (:func:`ppopt.io.measured.read_measured`), sizes checked (:func:`check_rows_size`)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    seen: dict[str, int] = {}
+    for index, path in enumerate(paths):  # a file given twice would weigh every row of it twice in the statistics
+        first = seen.setdefault(os.path.realpath(path), index)
+        if first != index:
+            raise MeasuredDataError(f"{path} is given twice (as {paths[first]}): give each data file once")
     rows: list[Measured] = []
     unmodelled: list[Unmodelled] = []
     for path in paths:

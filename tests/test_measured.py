@@ -406,3 +406,14 @@ def test_columns_the_model_does_not_read_get_a_note(tmp_path):
     quiet = run("validate", str(plain), "--json")
     assert quiet.stderr == ""
     assert [r["predicted_s"] for r in json.loads(noted.stdout)["rows"]] == [r["predicted_s"] for r in json.loads(quiet.stdout)["rows"]]
+
+
+def test_a_data_file_given_twice_is_refused():
+    """`validate X.csv X.csv` weighed every row twice in the MAPE and the correlations."""
+    from ppopt.accuracy import read_rows
+    from ppopt.config import load_system
+    from ppopt.io.measured import MeasuredDataError
+
+    path = str(Path(__file__).resolve().parents[1] / "data" / "measured" / "vtrain-multi-node-small.csv")
+    with pytest.raises(MeasuredDataError, match="is given twice"):
+        read_rows([path, path], load_system("a100-vtrain"))
