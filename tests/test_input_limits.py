@@ -628,3 +628,17 @@ def test_a_preset_file_is_named_as_the_format_it_was_read_in(tmp_path):
     path.write_text("a,b\n1,2\n")
     result = CliRunner().invoke(main, ["job", "--model", str(path), "--system", "dgx-a100"])
     assert result.exit_code == 1 and f"{path.name}: not valid TOML: " in result.output, result.output
+
+
+def test_a_cost_preset_with_an_unknown_field_is_refused(tmp_path):
+    """A misspelt field of a cost preset was ignored (a missing optional value taken as its default),
+    where model and system files refuse it; a preset `ppopt profile` writes still reads."""
+    path = _preset(tmp_path)
+    assert cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path).exit_code == 0
+    for where in ("top", "stage"):
+        data = json.loads(path.read_text())
+        (data if where == "top" else data["stages"][1])["extra"] = 1
+        path.write_text(json.dumps(data))
+        result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path)
+        prefix = f"error: --costs: {path}: " + ("" if where == "top" else "stage 1: ")
+        assert result.exit_code == 1 and result.output.startswith(prefix + "unknown field 'extra'"), result.output

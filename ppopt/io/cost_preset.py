@@ -47,6 +47,9 @@ MAX_BYTES = 1e18
 MAX_COUNT = 2**30
 """The largest ``layers``, ``microbatch_size`` and ``microbatches`` of a cost preset."""
 _COUNTS = ("layers",)
+TOP_LEVEL_KEYS = frozenset({"format", "microbatch_size", "microbatches", "stages", "link", "measured"})
+"""The fields of a cost preset file (module doc); any other is refused."""
+
 _SECONDS = ("forward_s", "backward_s", "input_grad_s", "weight_grad_s")
 
 
@@ -94,6 +97,9 @@ def read_cost_preset_file(path: str | os.PathLike) -> tuple[Costs, LinkConfig | 
     def fail(reason: str) -> ConfigError:
         return ConfigError(f"{path}: {reason}", field="costs")
 
+    unknown = sorted(set(data) - TOP_LEVEL_KEYS)
+    if unknown:  # a misspelt field would be ignored, as a model or system file refuses it
+        raise fail(f"unknown field '{unknown[0]}' (the fields: {', '.join(sorted(TOP_LEVEL_KEYS))})")
     stages = data.get("stages")
     if not isinstance(stages, list) or not stages:
         raise fail("'stages' must be a non-empty list of stage objects")
@@ -106,7 +112,10 @@ def read_cost_preset_file(path: str | os.PathLike) -> tuple[Costs, LinkConfig | 
         missing = [name for name in required if name not in stage]
         if missing:
             raise fail(f"stage {i}: missing field '{missing[0]}'")
-        values = {name: stage[name] for name in names if name in stage}  # other keys are ignored
+        unknown = sorted(set(stage) - set(names))
+        if unknown:
+            raise fail(f"stage {i}: unknown field '{unknown[0]}' (the fields of a stage: {', '.join(names)})")
+        values = {name: stage[name] for name in names if name in stage}
         for key, value in values.items():
             if (problem := _problem(key, value)) is not None:
                 raise fail(f"stage {i}: {key} {problem}")
