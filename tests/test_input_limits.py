@@ -635,8 +635,9 @@ def test_a_cost_preset_with_an_unknown_field_is_refused(tmp_path):
     where model and system files refuse it; a preset `ppopt profile` writes still reads."""
     path = _preset(tmp_path)
     assert cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path).exit_code == 0
+    written = path.read_text()
     for where in ("top", "stage"):
-        data = json.loads(path.read_text())
+        data = json.loads(written)
         (data if where == "top" else data["stages"][1])["extra"] = 1
         path.write_text(json.dumps(data))
         result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path)
