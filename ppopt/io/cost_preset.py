@@ -20,7 +20,8 @@ measured in different runs); ``link`` is optional (communication free without it
 Limits (:func:`read_cost_preset`): ``layers``, ``microbatch_size`` and ``microbatches`` are
 positive integers of at most :data:`MAX_COUNT`; every other stage field is a number between 0 and
 its maximum, :data:`MAX_OP_S` for the durations, :data:`MAX_BYTES` for the byte counts and
-``param_count``, so that every simulated time and memory stays a finite number.
+``param_count``, so that every simulated time and memory stays a finite number. A field not
+named above, at the top or in a stage, is refused (a misspelt optional field would be ignored).
 """
 
 from __future__ import annotations
