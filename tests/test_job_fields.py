@@ -174,3 +174,16 @@ def test_export_simulates_the_job_as_evaluate_does(tmp_path):
     assert plain.exit_code == 0 and json.loads((tmp_path / "plain.json").read_text()) != json.loads(exported.read_text())
     half = run("export", "-s", "zb-v", "-p", "4", "-m", "8", "--model", "llama3-8b", "-o", str(tmp_path / "half.json"))
     assert (half.exit_code, half.output) == (1, "error: give both --model and --system (see 'ppopt export --help')\n")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["job", "--model", "llama3-8b", "--system", "dgx-a100", "--pp", 4, "--sequence-parallel"],
+     "error: --sequence-parallel: splits activations over the tensor-parallel ranks, and t = 1"),
+    (["evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-a100", "--distributed-optimizer"],
+     "error: --distributed-optimizer: shards the optimizer state over the data-parallel replicas, and d = 1"),
+])
+def test_a_job_flag_with_no_group_to_act_on_is_refused(args, line):
+    """--sequence-parallel at t = 1 and --distributed-optimizer at d = 1 changed nothing but were
+    shown in the job's label as if they had."""
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 1 and result.output.startswith(line), result.output

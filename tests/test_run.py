@@ -334,8 +334,8 @@ def test_search_run_without_torch_is_refused_before_the_search(tmp_path, monkeyp
     assert kept.read_text() == "before\n"
 
 
-@pytest.mark.parametrize("flags", [["--tp", 4], ["--dp", 2], ["--recompute", "full"], ["--sequence-parallel"],
-                                   ["--distributed-optimizer"], ["--micro-batch", 7], ["--forward", 3], ["--global-batch", 8]])
+@pytest.mark.parametrize("flags", [["--tp", 4], ["--dp", 2], ["--recompute", "full"], ["--tp", 2, "--sequence-parallel"],
+                                   ["--dp", 2, "--distributed-optimizer"], ["--micro-batch", 7], ["--forward", 3], ["--global-batch", 8]])
 def test_flags_a_cost_preset_would_ignore_are_refused(tmp_path, flags):
     """evaluate and compare with --costs took the job fields and the unit model's durations and
     printed the same result as without them; search, gap and frontier refused the job fields as

@@ -20,6 +20,7 @@ from ppopt.cli.options import (
     json_option,
     output_ending_in,
     quiet_option,
+    refuse_idle_job_flags,
     refuse_unused_options,
 )
 from ppopt.job import SCHEDULES as JOB_SCHEDULES
@@ -256,6 +257,7 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
         raise ConfigError(f"must be positive, got {global_batch}", field="global_batch")
     given = {"chunks": chunks, "waves": waves, "split": split}
     refuse_unused_options(schedule, given)
+    refuse_idle_job_flags(tp, dp, sequence_parallel, distributed_optimizer)
     layers = None
     if layers_per_stage is not None:
         if split is not None:  # the split only sets the default layer counts

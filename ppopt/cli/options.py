@@ -140,12 +140,26 @@ def job_options() -> Callable:
         def wrapper(tp, dp, micro_batch, recompute, sequence_parallel, distributed_optimizer, **kwargs):
             from ppopt.job import Parallelism
 
+            refuse_idle_job_flags(tp, dp, sequence_parallel, distributed_optimizer)
             kwargs["parallel"] = Parallelism(tp, dp, micro_batch, recompute, sequence_parallel, distributed_optimizer)
             return command(**kwargs)
 
         return _compose(options)(wrapper)
 
     return decorate
+
+
+def refuse_idle_job_flags(tp: int, dp: int, sequence_parallel: bool, distributed_optimizer: bool) -> None:
+    """``--sequence-parallel`` at t = 1 and ``--distributed-optimizer`` at d = 1 change nothing (there is
+    no group to split over) but would be shown in the job's label as if they did: refused."""
+    from ppopt.errors import ConfigError
+
+    if sequence_parallel and tp == 1:
+        raise ConfigError("splits activations over the tensor-parallel ranks, and t = 1: give --tp > 1 or leave it out",
+                          field="sequence_parallel")
+    if distributed_optimizer and dp == 1:
+        raise ConfigError("shards the optimizer state over the data-parallel replicas, and d = 1: give --dp > 1 or "
+                          "leave it out", field="distributed_optimizer")
 
 
 def unit_cost_options() -> Callable:
