@@ -617,13 +617,16 @@ def test_a_dash_is_no_results_directory(tmp_path, monkeypatch):
     (["evaluate", "-s", "1f1b", "-p", "2", "-m", "4", "-p", "3"], "--devices/-p/--pp is given 2 times"),
     (["search", "-p", "2", "-m", "4", "--unit", "--time-limit", "5", "--time-limit", "6", "--time-limit", "7"],
      "--time-limit is given 3 times"),
-    (["evaluate", "-s", "1f1b", "-p", "2", "-m", "4", "--json", "--json"], "--json is given 2 times"),
+    (["search", "-p", "2", "-m", "4", "--unit", "--grid", "--no-grid"], "--grid/--no-grid is given 2 times"),
 ])
 def test_an_option_that_takes_one_value_is_refused_when_repeated(args, flag):
     """click keeps the last of ``-p 2 -p 3`` without a word, so a user who meant the first gets
-    another job: refused in one line that names the option."""
+    another job: refused in one line that names the option. A plain flag given twice means the
+    same as once, and is taken."""
     line = one_error_line(run(*args))
     assert flag in line and "give it once" in line
+    twice = run("evaluate", "-s", "1f1b", "-p", "2", "-m", "4", "--json", "--json")
+    assert twice.exit_code == 0 and twice.stdout == run("evaluate", "-s", "1f1b", "-p", "2", "-m", "4", "--json").stdout
 
 
 def test_repeatable_options_still_repeat():

@@ -81,8 +81,9 @@ def _one_line(text: str) -> str:
 
 class _Command(click.Command):
     """A command whose options that take one value may be given once: click keeps the last of
-    ``-p 2 -p 3`` silently, so a user who meant one of them gets the other. Options declared
-    ``multiple`` (or counted) repeat as they are meant to."""
+    ``-p 2 -p 3`` (or of ``--grid --no-grid``) silently, so a user who meant one of them gets the
+    other. Options declared ``multiple`` (or counted) repeat as they are meant to, and a plain flag
+    (``-q -q``) means the same however often it is given."""
 
     def make_parser(self, ctx: click.Context):
         parser = super().make_parser(ctx)
@@ -92,7 +93,8 @@ class _Command(click.Command):
             opts, rest, order = parse(args)
             given: dict[str, int] = {}
             for param in order:
-                if isinstance(param, click.Option) and not param.multiple and not param.count and param.name:
+                plain_flag = isinstance(param, click.Option) and param.is_flag and not param.secondary_opts
+                if isinstance(param, click.Option) and not param.multiple and not param.count and not plain_flag and param.name:
                     given[param.name] = given.get(param.name, 0) + 1
             repeated = [param for param in self.params if given.get(param.name or "", 0) > 1]
             if repeated and not ctx.resilient_parsing:
