@@ -95,6 +95,9 @@ def test_evaluate_all_reports_skipped_schedules_on_stderr():
         # and the parts worked out from them: I = B - W, W = B / 2
         (["table", "-s", "zb-h1", "-p", "4", "-m", "4", "--backward", "1", "--weight", "0.9999996"],
          "--weight: gives I = backward - weight = 4e-07 slots, under the tables' resolution of 1e-06"),
+        # just under the resolution, not shown rounded to it ("= 1e-06 slots, under ... of 1e-06")
+        (["table", "-s", "zb-h1", "-p", "4", "-m", "8", "--weight", "1.999999"],
+         "--weight: gives I = backward - weight = 9.999999999e-07 slots, under the tables' resolution of 1e-06"),
         (["table", "-s", "zb-h1", "-p", "4", "-m", "4", "--backward", "1.5e-6"], "--backward: gives W = backward / 2 = 7.5e-07 slots"),
         (["import", "x.csv", "--weight", "-1"], "--weight: must lie between 0 and backward"),
         (["search", "--unit", "-p", "4", "-m", "8", "--space", "fixed:"], "--space: fixed:NAME needs a schedule: unknown schedule ''"),

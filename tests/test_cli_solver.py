@@ -6,6 +6,8 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ppopt.cli import main
 from ppopt.io.torch_csv import read_torch_csv
@@ -340,3 +342,13 @@ def test_the_least_time_limit_named_is_one_the_command_takes():
     assert refused.exit_code == 1 and least is not None, refused.stderr
     assert float(least.group(1)) < 1
     assert run("search", "-p", 4, "-m", 4, "--unit", "--time-limit", least.group(1), "-q").exit_code == 0
+
+
+@given(st.floats(min_value=1e-9, max_value=1e5, allow_nan=False, allow_infinity=False))
+def test_a_least_time_shown_is_never_below_it(seconds):
+    """The figure a refusal names must itself be accepted: rounded up, never down (5.64 s was
+    shown as 5.6 by two significant digits), and within a tenth (or a second) of the truth."""
+    from ppopt.cli.solver import _rounded_up
+
+    shown = float(_rounded_up(seconds))
+    assert seconds <= shown <= max(seconds * 1.1, seconds + 1)

@@ -23,6 +23,7 @@ import io
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,16 +91,12 @@ class _Command(click.Command):
         parse = parser.parse_args
 
         def parse_once(args: list[str]):
-            opts, rest, order = parse(args)
-            given: dict[str, int] = {}
-            for param in order:
-                plain_flag = isinstance(param, click.Option) and param.is_flag and not param.secondary_opts
-                if isinstance(param, click.Option) and not param.multiple and not param.count and not plain_flag and param.name:
-                    given[param.name] = given.get(param.name, 0) + 1
-            repeated = [param for param in self.params if given.get(param.name or "", 0) > 1]
-            if repeated and not ctx.resilient_parsing:
-                names = "/".join(repeated[0].opts + repeated[0].secondary_opts)
-                raise click.UsageError(f"{names} is given {given[repeated[0].name or '']} times; give it once", ctx)
+            opts, rest, order = parse(args)  # order: each option once per time it was given
+            given = Counter(param for param in order if _takes_one_value(param))
+            repeated = next((param for param, times in given.items() if times > 1), None)
+            if repeated is not None and not ctx.resilient_parsing:
+                names = "/".join(repeated.opts + repeated.secondary_opts)
+                raise click.UsageError(f"{names} is given {given[repeated]} times; give it once", ctx)
             return opts, rest, order
 
         parser.parse_args = parse_once  # type: ignore[method-assign]
@@ -110,6 +107,14 @@ class _Command(click.Command):
         if not ctx.resilient_parsing:
             _refuse_output_over_input(ctx, self)
         return rest
+
+
+def _takes_one_value(param: click.Parameter) -> bool:
+    """An option whose repetition would silently drop a value: not repeatable, not counted, and
+    not a plain flag (``-q -q`` is ``-q``); a flag pair (``--grid/--no-grid``) counts."""
+    if not isinstance(param, click.Option) or param.multiple or param.count:
+        return False
+    return not (param.is_flag and not param.secondary_opts)
 
 
 def _refuse_output_over_input(ctx: click.Context, command: click.Command) -> None:

@@ -130,9 +130,19 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
     if time_limit_s < least:
         what_work = "one schedule" if schedules == 1 else f"the {schedules} schedules this command builds"
         raise ConfigError(f"{time_limit_s:g} s is too short for {what} ({ops:,} ops): building, simulating and printing "
-                          f"{what_work} at that size takes up to {math.ceil(least) if least >= 10 else f'{least:.2g}'} s; "
-                          "give at least that",
+                          f"{what_work} at that size takes up to {_rounded_up(least)} s; give at least that",
                           field="time_limit_s")
+
+
+def _rounded_up(seconds: float) -> str:
+    """``seconds`` shown so that the figure is never below it: whole seconds from 10 s, else two
+    significant digits rounded up (0.000834 -> 0.00084)."""
+    if seconds >= 10:
+        return str(math.ceil(seconds))
+    from decimal import ROUND_CEILING, Decimal
+
+    exact = Decimal(repr(seconds))
+    return f"{exact.quantize(Decimal(1).scaleb(exact.adjusted() - 1), rounding=ROUND_CEILING).normalize():f}"
 
 
 def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:

@@ -514,7 +514,7 @@ def _gap_items(spec: SweepSpec) -> list[GapItem]:
     microbatch_list = solver.microbatches or spec.microbatches
     for devices, microbatches in itertools.product(devices_list, microbatch_list):
         for limit in solver.memory_limits:
-            groups: dict[str, list[dict]] = {}
+            groups: dict[tuple[str, bool], list[dict]] = {}  # by family space, and whether over max_ops
             for name in spec.solver_schedule_names():
                 if not _applies(spec, name, devices, microbatches):
                     continue
@@ -531,10 +531,8 @@ def _gap_items(spec: SweepSpec) -> list[GapItem]:
                     }
                     if too_large:  # a point still: its row says why it was not searched
                         inputs["skip_reason"] = f"{ops} ops, over the [solver] max_ops of {solver.max_ops}"
-                        space = f"over max_ops: {space}"
-                    groups.setdefault(space, []).append(inputs)
-            for space, group in groups.items():
-                too_large = space.startswith("over max_ops")
+                    groups.setdefault((space, too_large), []).append(inputs)
+            for (_, too_large), group in groups.items():
                 cost = 0.0 if too_large else 1e9 + solver.time_limit_s  # searches first: they are the long items
                 items.append(GapItem(tuple(group), tuple(point_hash(i) for i in group), cost))
     return items
