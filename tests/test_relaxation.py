@@ -13,7 +13,16 @@ from ppopt.solve.greedy import greedy_schedule
 from ppopt.solve.instance import unit_instance
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.periodic import period_bound, periodic_schedule
-from ppopt.solve.relaxation import Chain, block_bound, chain_with_blocks, kept_sets, relaxation_bound, tail_bound
+from ppopt.solve.relaxation import (
+    Chain,
+    block_bound,
+    block_cuts,
+    chain_with_blocks,
+    cut_sizes,
+    kept_sets,
+    relaxation_bound,
+    tail_bound,
+)
 from ppopt.solve.search import _block_size, analytic_bounds
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
@@ -224,3 +233,47 @@ def test_tail_bound_beats_the_period_bound_and_stays_below_every_schedule():
         simulation = simulate(validate(schedule), instance.costs, instance.system)
         assert max(simulation.peak_activation_bytes) <= p + 1e-9
         assert bound <= simulation.step_time_s + 1e-9, schedule.name
+
+
+def test_cut_sizes_run_from_a_quarter_round_past_the_cap_to_two_rounds():
+    assert cut_sizes(16) == [20, 24, 28, 32]
+    assert cut_sizes(3) == [4, 5, 6]
+    assert cut_sizes(1) == [2]
+
+
+def test_a_block_that_waits_raises_the_bound_by_hand():
+    """p = 3, cap 3, one-slot messages (F = 1, B = 2). A microbatch's round trip from device 0 is
+    3 + 6 + 4 = 13 slots, so the chain puts F_0(i + 3) at least 13 after F_0(i). Blocks of 4, 5 and 6
+    microbatches take at least 26, 29 and 33 slots (the proven optima of those instances): two rounds,
+    plus one slot per microbatch past the first of the second round, plus one wait in the block of 6.
+    At m = 9 the two ends alone give 45 (F_0(6) >= 26, then a block of 3: 19); the cut of 6 puts
+    F_0(8) at least 33 after F_0(0), then microbatch 8's round trip: 46. The optimum is 47."""
+    p, cap, m = 3, 3, 9
+    duration, delay = _unit(1)
+    chain = Chain(p, duration, delay, [cap] * p)
+    cuts = block_cuts(chain, cut_sizes(cap), SolveOptions(30).start())
+    assert cuts == {n: _optimum(unit_instance(p, n, p, UnitCosts(1, 2, None, 1), memory_limit=cap), "placement=linear")
+                    for n in (4, 5, 6)} == {4: 26, 5: 29, 6: 33}
+    ends = [(0, p - 1)]
+    plain = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(30).start(), sets=ends)
+    with_cuts = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(30).start(), sets=ends, cuts=cuts)
+    optimum = _optimum(unit_instance(p, m, p, UnitCosts(1, 2, None, 1), memory_limit=cap), "placement=linear")
+    assert (plain, with_cuts, optimum) == (45, 46, 47)
+
+
+@settings(max_examples=10, deadline=None)
+@given(p=st.integers(2, 4), cap=st.integers(1, 3), extra_microbatches=st.integers(1, 4), comm=st.sampled_from([0, 1, 2]),
+       extra=st.integers(0, 2), every=st.booleans())
+def test_block_cuts_stay_below_the_proven_optimum(p, cap, extra_microbatches, comm, extra, every):
+    """With the cuts of blocks of up to two rounds (a heavier last stage too), the reduced problem of the
+    two ends, or of every device, never exceeds the proven optimum; with every device kept and time to
+    finish, it is the optimum."""
+    m = 2 * cap + extra_microbatches
+    instance, chain = _heavier_last_stage(p, m, cap, comm, extra)
+    cuts = block_cuts(chain, cut_sizes(cap), SolveOptions(30).start())
+    sets = [tuple(range(p))] if every else [(0, p - 1)]
+    bound = relaxation_bound(m, p, chain.duration, chain.delay, chain.caps, SolveOptions(30).start(), sets=sets, cuts=cuts)
+    optimum = _optimum(instance, "placement=linear", 1000)
+    assert bound <= optimum
+    if every:
+        assert bound == optimum

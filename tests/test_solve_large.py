@@ -203,3 +203,15 @@ def test_auto_keeps_the_windows_when_the_whole_model_would_not_be_built_in_time(
     full_solves, windows = _record_solves(monkeypatch, module), _fruitless_windows(monkeypatch, module)
     search(_spec(7, 21, cap=7), parse_space("placement=linear"), SolveOptions(20, deterministic_time=1.0))
     assert full_solves == [False] and len(windows) == 2
+
+
+def test_auto_bounds_with_block_cuts_after_its_solve():
+    """p = 8, m = 96, cap 8, one-slot messages (1,536 ops, so ``auto`` runs cp+lns): after the solve
+    the bound comes from the whole chain with the cuts of blocks of 10 to 16 microbatches. It beats the one-machine bound and stays
+    below the schedule found. Deterministic time limits keep the outcome independent of the load."""
+    notes: list[str] = []
+    result = search(_spec(8, 96, cap=8), parse_space("placement=linear"),
+                    SolveOptions(120, deterministic_time=4.0, progress=notes.append))
+    (cuts,) = [note.removeprefix("block cuts: ") for note in notes if note.startswith("block cuts: ")]
+    assert [int(part.split()[0]) for part in cuts.split(", ")] == [10, 12, 14, 16]
+    assert result.analytic.one_machine < result.analytic.relaxation == result.bound <= result.step_time

@@ -30,9 +30,9 @@ from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model, rehint
-from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, Progress, SolveOptions
+from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, READBACK_SHARE, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
-from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, relaxation_bound, tail_bound
+from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, block_cuts, cut_sizes, relaxation_bound, tail_bound
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, largest_stage_count, placement_of, size_key, stage_count
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
 from ppopt.table import earliest_starts
@@ -635,6 +635,64 @@ def _block_size(microbatches: int, cap: int | None) -> int | None:
     return n if n >= TAIL_ROUNDS * cap else None
 
 
+def _cut_later(setup: _Setup, chain: Chain) -> bool:
+    """Whether the bound comes from the block cuts after the solve (:func:`_with_block_cuts`), not
+    from the reduced problems before it: where the cuts apply and ``auto`` picks ``cp+lns``."""
+    return _cuts_apply(setup.ops, chain.devices, setup.instance.microbatches, chain.caps[0]) and _lns_applies(setup)
+
+
+def _cuts_apply(ops: int, devices: int, microbatches: int, cap: int | None) -> bool:
+    """Block cuts (:func:`ppopt.solve.relaxation.block_cuts`) replace the reduced problems between
+    :data:`ppopt.solve.options.AUTO_CP_OPS` and :data:`ppopt.solve.options.AUTO_LNS_OPS` ops under a
+    cap, when more than two rounds of it run (m > 2K): there one core-based solve of the whole chain
+    with them gets further than the reduced problems. Measured with one worker and a 60 s command
+    (unit costs, one-slot messages, cap p): 365 slots at 16 x 64 where the reduced problems reach
+    362, 485 at 8 x 96 (a 20 s command) where they reach 482. Larger chains' blocks are not proven
+    within a share of a minute (p = 32: the block of 33 microbatches stays unproven after 20 s)."""
+    return cap is not None and AUTO_CP_OPS < ops <= AUTO_LNS_OPS and microbatches > 2 * cap and devices >= 3
+
+
+def _chain(setup: _Setup) -> Chain | None:
+    """The chain the reduced problems see (:class:`ppopt.solve.relaxation.Chain`, ticks): only for the
+    linear placement (stage s alone on device s) with full backward and ticked costs, else None."""
+    placement, ticked, instance = setup.placement, setup.ticked, setup.instance
+    linear = placement is not None and placement == tuple((s,) for s in range(instance.devices)) \
+        and instance.stages == instance.devices
+    if not linear or setup.split or ticked is None:
+        return None
+    assert placement is not None
+    cap = _cap_of_stage(instance, placement)
+    caps = [None if (c := cap(s)) is None else max(1, math.floor(c + 1e-9)) for s in range(instance.devices)]
+    return Chain(instance.devices, ticked[0], ticked[1], caps)
+
+
+def _hint_meets_bound(setup: _Setup) -> bool:
+    return setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower
+
+
+def _with_block_cuts(setup: _Setup, options: SolveOptions) -> _Setup:
+    """The setup with the bound of one core-based CP-SAT solve of the whole chain with block cuts
+    (:func:`ppopt.solve.relaxation.block_cuts`, half of ``options`` for the cuts' small problems),
+    where they apply (:func:`_cut_later`). ``auto`` runs it after its CP-SAT solve, in the time the
+    window search would get: at 16 x 64 the solve's last improvement comes 11 to 21 s into its 25 s
+    and the window search found nothing in any of four 60 s runs, while the bound's time taken before
+    the solve cost it slots (seed 0: 376 and 374 with a half and a third of the time before it, 372
+    with the bound after it)."""
+    chain = _chain(setup)
+    if chain is None or not _cut_later(setup, chain) or _hint_meets_bound(setup) or options.expired:
+        return setup
+    cap = chain.caps[0]
+    assert cap is not None
+    cuts = block_cuts(chain, cut_sizes(cap), options.share(2))
+    options.note("block cuts: " + ", ".join(f"{n} microbatches {setup.shown(t)}" for n, t in cuts.items()))
+    ticks = relaxation_bound(setup.instance.microbatches, chain.devices, chain.duration, chain.delay, chain.caps, options,
+                             setup.lower, sets=[tuple(range(chain.devices))], cuts=cuts)
+    options.note(f"bound with the block cuts: {setup.shown(ticks)}")
+    if ticks <= setup.lower:
+        return setup
+    return replace(setup, lower=ticks, analytic=replace(setup.analytic, relaxation=ticks * setup.tick))
+
+
 def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     """The setup with the reduced-problem bound (linear placement, full backward) in its analytic
     bounds and its lower bound in ticks, unless the hint already meets the bound. Up to
@@ -642,20 +700,14 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     the reduced problems of more devices, only the two ends with their meetings are solved. Above,
     half of the share first goes to the tail bound (:func:`ppopt.solve.relaxation.tail_bound`), whose
     small reduced problems are proven optimal, so the bound holds its level on a loaded machine."""
-    placement, ticked, instance = setup.placement, setup.ticked, setup.instance
-    linear = placement is not None and placement == tuple((s,) for s in range(instance.devices)) \
-        and instance.stages == instance.devices
-    ops = setup.ops
+    instance, ops = setup.instance, setup.ops
     small = ops <= AUTO_CP_OPS
-    if not linear or setup.split or ticked is None or (small and instance.devices < 3) or \
-            (setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower) \
-            or options.expired:  # last: a spent budget counts as a cut only when the bound was wanted
-        return setup
-    assert placement is not None
-    cap = _cap_of_stage(instance, placement)
-    caps = [None if (c := cap(s)) is None else max(1, math.floor(c + 1e-9)) for s in range(instance.devices)]
-    lower = setup.lower
-    chain = Chain(instance.devices, ticked[0], ticked[1], caps)
+    chain = _chain(setup)
+    if chain is None or (small and instance.devices < 3) or _hint_meets_bound(setup) or _cut_later(setup, chain) \
+            or options.expired:
+        return setup  # last: a spent budget counts as a cut only when the bound was wanted
+    assert setup.ticked is not None
+    ticked, caps, lower = setup.ticked, chain.caps, setup.lower
     ends = [(0, instance.devices - 1)]
     block = _block_size(instance.microbatches, caps[0])
     if small and block is not None:  # instead of the reduced problem of all m microbatches (BLOCK_SHARE)
@@ -1001,6 +1053,8 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     solved = _solve(setup, main.share(2) if method == "cp+lns" else main, minimize_memory,
                     full=method not in ("lns", "lns+cp"))
     best, from_solver = _pick(setup, solved)
+    if method == "cp+lns" and best.status != "optimal":  # the bound takes the windows' time (_with_block_cuts)
+        setup = _with_block_cuts(setup, main.reserve(READBACK_SHARE * main.remaining_s()))
     if method == "lns+cp" and best.status != "optimal":
         best, from_solver = _windows_then_cp(setup, best, from_solver, main, minimize_memory)
     elif method != "cp" and best.status != "optimal":
