@@ -92,7 +92,7 @@ from typing import Any
 import numpy as np
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
-from ppopt.errors import ConfigError
+from ppopt.errors import ConfigError, counted
 from ppopt.ir import Kind
 from ppopt.units import UnitCosts
 
@@ -235,7 +235,7 @@ def microbatch_size(model: ModelConfig, microbatches: int, global_batch: int | N
         raise ConfigError(f"microbatches must be positive, got {microbatches}")
     if microbatches > batch:
         raise ConfigError(f"{microbatches} microbatches exceed the global batch of "
-                          f"{batch} sequences")
+                          f"{counted(batch, 'sequence')}")
     if batch % microbatches:
         raise ConfigError(f"global batch of {batch} sequences is not divisible by "
                           f"{microbatches} microbatches")

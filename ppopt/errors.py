@@ -43,3 +43,11 @@ class InfeasibleError(PpoptError):
     def __init__(self, reason: str, *, field: str | None = None, minimum: float | None = None):
         super().__init__(reason, field=field)
         self.minimum = minimum
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun`` for a message, with thousands separators and the plural when the count
+    is not 1 (es after ch, sh, s and x): ``1 sequence``, ``2 sequences``, ``1,024 microbatches``."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count:,} {noun}{'es' if noun.endswith(('ch', 'sh', 's', 'x')) else 's'}"

@@ -141,7 +141,7 @@ from ppopt.costs import (
     stored_activation_bytes_per_layer,
     work_time_s,
 )
-from ppopt.errors import ConfigError, ScheduleError
+from ppopt.errors import ConfigError, ScheduleError, counted
 from ppopt.flat import Flat
 from ppopt.generators import get, names
 from ppopt.ir import Schedule, check_size
@@ -296,14 +296,14 @@ class Job:
                                   f"layers, got {','.join(map(str, counts))}", field="layers_per_stage")
         per_replica, left = divmod(self.batch, self.dp)
         if left:  # the replicas cannot share the batch, whatever the micro batch
-            raise ConfigError(f"{self.dp} data-parallel replicas do not share the global batch of {self.batch} sequences "
+            raise ConfigError(f"{self.dp} data-parallel replicas do not share the global batch of {counted(self.batch, 'sequence')} "
                               "evenly", field="dp")
         if per_replica % self.micro_batch:
             raise ConfigError(f"micro batch {self.micro_batch} does not divide the global batch per replica "
-                              f"({self.batch} sequences / {self.dp} replicas)", field="micro_batch")
+                              f"({counted(self.batch, 'sequence')} / {counted(self.dp, 'replica')})", field="micro_batch")
         try:  # the schedule's size, named by the batch that sets it (F and B of every stage and microbatch at least)
-            check_size(2 * self.stages * self.microbatches, f"{self.stages} stages, {self.microbatches:,} microbatches "
-                       f"({self.batch:,} sequences / ({self.micro_batch} x {self.dp} replicas))")
+            check_size(2 * self.stages * self.microbatches, f"{counted(self.stages, 'stage')}, {counted(self.microbatches, 'microbatch')} "
+                       f"({counted(self.batch, 'sequence')} / ({self.micro_batch} x {counted(self.dp, 'replica')}))")
         except ScheduleError as error:
             raise ConfigError(error.reason, field="global_batch") from None
 
@@ -417,7 +417,7 @@ class Parallelism:
             most = MODEL_LIMITS["global_batch_size"]
             if self.micro_batch is not None and batch > most:
                 raise ConfigError(f"{self.micro_batch} x {microbatches} microbatches x {self.dp} replicas makes a global "
-                                  f"batch of {batch} sequences, more than {most}", field="micro_batch")
+                                  f"batch of {counted(batch, 'sequence')}, more than {most}", field="micro_batch")
         micro, left = divmod(batch, microbatches * self.dp)
         if left or micro < 1:
             raise ConfigError(f"global batch {batch} does not split into {microbatches} microbatches x {self.dp} replicas",

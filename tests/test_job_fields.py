@@ -111,8 +111,8 @@ def test_a_job_too_large_to_schedule_names_the_global_batch():
     was reported against --schedule (1f1b "is not defined"), which the user had not given."""
     result = run("job", "--model", "llama3-8b", "--system", "a100-vtrain", "--global-batch", str(2**30))
     assert (result.exit_code, result.output) == (
-        1, "error: --global-batch: schedule too large: 1 stages, 1,073,741,824 microbatches (1,073,741,824 sequences / "
-           "(1 x 1 replicas)) make 2,147,483,648 ops (stages x microbatches x kinds); the limit is 10,000,000 ops\n")
+        1, "error: --global-batch: schedule too large: 1 stage, 1,073,741,824 microbatches (1,073,741,824 sequences / "
+           "(1 x 1 replica)) make 2,147,483,648 ops (stages x microbatches x kinds); the limit is 10,000,000 ops\n")
 
 
 def test_modelled_reports_say_which_batch_split_they_simulated():
@@ -187,3 +187,14 @@ def test_a_job_flag_with_no_group_to_act_on_is_refused(args, line):
     shown in the job's label as if they had."""
     result = CliRunner().invoke(main, [str(a) for a in args])
     assert result.exit_code == 1 and result.output.startswith(line), result.output
+
+
+def test_messages_count_in_the_singular_for_one():
+    """A global batch of one sequence is one sequence, not "1 sequences"; counts keep their separators."""
+    from ppopt.errors import counted
+
+    assert [counted(1, "sequence"), counted(2, "sequence"), counted(1024, "microbatch"), counted(1, "microbatch")] == [
+        "1 sequence", "2 sequences", "1,024 microbatches", "1 microbatch"]
+    result = run("evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--model", "llama3-8b", "--system", "dgx-a100",
+                 "--global-batch", "1")
+    assert (result.exit_code, result.output) == (1, "error: 2 microbatches exceed the global batch of 1 sequence\n")
