@@ -635,10 +635,11 @@ def _block_size(microbatches: int, cap: int | None) -> int | None:
     return n if n >= TAIL_ROUNDS * cap else None
 
 
-def _cut_later(setup: _Setup, chain: Chain) -> bool:
+def _cut_later(setup: _Setup, chain: Chain, method: str) -> bool:
     """Whether the bound comes from the block cuts after the solve (:func:`_with_block_cuts`), not
-    from the reduced problems before it: where the cuts apply and ``auto`` picks ``cp+lns``."""
-    return _cuts_apply(setup.ops, chain.devices, setup.instance.microbatches, chain.caps[0]) and _lns_applies(setup)
+    from the reduced problems before it: where the cuts apply and the method is ``cp+lns`` (what
+    ``auto`` picks there)."""
+    return method == "cp+lns" and _cuts_apply(setup.ops, chain.devices, setup.instance.microbatches, chain.caps[0])
 
 
 def _cuts_apply(ops: int, devices: int, microbatches: int, cap: int | None) -> bool:
@@ -670,7 +671,7 @@ def _hint_meets_bound(setup: _Setup) -> bool:
     return setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower
 
 
-def _with_block_cuts(setup: _Setup, options: SolveOptions) -> _Setup:
+def _with_block_cuts(setup: _Setup, options: SolveOptions, method: str) -> _Setup:
     """The setup with the bound of one core-based CP-SAT solve of the whole chain with block cuts
     (:func:`ppopt.solve.relaxation.block_cuts`, half of ``options`` for the cuts' small problems),
     where they apply (:func:`_cut_later`). ``auto`` runs it after its CP-SAT solve, in the time the
@@ -679,7 +680,7 @@ def _with_block_cuts(setup: _Setup, options: SolveOptions) -> _Setup:
     the solve cost it slots (seed 0: 376 and 374 with a half and a third of the time before it, 372
     with the bound after it)."""
     chain = _chain(setup)
-    if chain is None or not _cut_later(setup, chain) or _hint_meets_bound(setup) or options.expired:
+    if chain is None or not _cut_later(setup, chain, method) or _hint_meets_bound(setup) or options.expired:
         return setup
     cap = chain.caps[0]
     assert cap is not None
@@ -693,7 +694,7 @@ def _with_block_cuts(setup: _Setup, options: SolveOptions) -> _Setup:
     return replace(setup, lower=ticks, analytic=replace(setup.analytic, relaxation=ticks * setup.tick))
 
 
-def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
+def _with_relaxation(setup: _Setup, options: SolveOptions, method: str) -> _Setup:
     """The setup with the reduced-problem bound (linear placement, full backward) in its analytic
     bounds and its lower bound in ticks, unless the hint already meets the bound. Up to
     :data:`AUTO_CP_OPS` ops, where one CP-SAT solve of the whole problem bounds at least as well as
@@ -703,8 +704,8 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     instance, ops = setup.instance, setup.ops
     small = ops <= AUTO_CP_OPS
     chain = _chain(setup)
-    if chain is None or (small and instance.devices < 3) or _hint_meets_bound(setup) or _cut_later(setup, chain) \
-            or options.expired:
+    if chain is None or (small and instance.devices < 3) or _hint_meets_bound(setup) \
+            or _cut_later(setup, chain, method) or options.expired:
         return setup  # last: a spent budget counts as a cut only when the bound was wanted
     assert setup.ticked is not None
     ticked, caps, lower = setup.ticked, chain.caps, setup.lower
@@ -1046,15 +1047,16 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     _check(spec, space)
     began = time.monotonic()
     options = options.reserve(space_ops(spec, space) * REPORT_S_PER_OP)  # the grid's printing comes after
-    setup = _with_relaxation(_with_periodic(_prepare(spec, space, options, began), options), options)
+    setup = _with_periodic(_prepare(spec, space, options, began), options)
     method = _method(setup, options.method)
+    setup = _with_relaxation(setup, options, method)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
     solved = _solve(setup, main.share(2) if method == "cp+lns" else main, minimize_memory,
                     full=method not in ("lns", "lns+cp"))
     best, from_solver = _pick(setup, solved)
-    if method == "cp+lns" and best.status != "optimal":  # the bound takes the windows' time (_with_block_cuts)
-        setup = _with_block_cuts(setup, main.reserve(READBACK_SHARE * main.remaining_s()))
+    if best.status != "optimal":  # under cp+lns, the block cuts take the windows' time (_with_block_cuts)
+        setup = _with_block_cuts(setup, main.reserve(READBACK_SHARE * main.remaining_s()), method)
     if method == "lns+cp" and best.status != "optimal":
         best, from_solver = _windows_then_cp(setup, best, from_solver, main, minimize_memory)
     elif method != "cp" and best.status != "optimal":
