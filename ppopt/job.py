@@ -416,15 +416,16 @@ class Parallelism:
             batch = model.global_batch_size if self.micro_batch is None else self.micro_batch * microbatches * self.dp
             most = MODEL_LIMITS["global_batch_size"]
             if self.micro_batch is not None and batch > most:
-                raise ConfigError(f"{self.micro_batch} x {microbatches} microbatches x {self.dp} replicas makes a global "
-                                  f"batch of {counted(batch, 'sequence')}, more than {most}", field="micro_batch")
+                raise ConfigError(f"{self.micro_batch} x {counted(microbatches, 'microbatch')} x {counted(self.dp, 'replica')} "
+                                  f"makes a global batch of {counted(batch, 'sequence')}, more than {most:,}", field="micro_batch")
         micro, left = divmod(batch, microbatches * self.dp)
         if left or micro < 1:
-            raise ConfigError(f"global batch {batch} does not split into {microbatches} microbatches x {self.dp} replicas",
+            raise ConfigError(f"global batch {batch} does not split into {counted(microbatches, 'microbatch')} x "
+                              f"{counted(self.dp, 'replica')}",
                               field="global_batch")
         if self.micro_batch is not None and self.micro_batch != micro:
-            raise ConfigError(f"{self.micro_batch} x {microbatches} microbatches x {self.dp} replicas differs from the "
-                              f"global batch {batch}", field="micro_batch")
+            raise ConfigError(f"{self.micro_batch} x {counted(microbatches, 'microbatch')} x {counted(self.dp, 'replica')} "
+                              f"differs from the global batch {batch}", field="micro_batch")
         return batch, micro
 
     def summary_json(self, model: ModelConfig, system: SystemConfig, microbatches: int, global_batch: int | None = None) -> dict:

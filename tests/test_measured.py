@@ -265,7 +265,7 @@ def test_job_command_reports_the_step_and_memory():
 def test_job_command_names_the_flag_of_a_bad_layout():
     result = run("job", "--model", "gpt3-175b", "--system", "a100-vtrain", "--dp", "5")  # 1,536 sequences over 5
     assert (result.exit_code, result.output) == (
-        1, "error: --dp: 5 data-parallel replicas do not share the global batch of 1536 sequences evenly\n")
+        1, "error: --dp: 5 data-parallel replicas do not share the global batch of 1,536 sequences evenly\n")
     result = run("job", "--model", "gpt3-175b", "--system", "a100-vtrain", "--micro-batch", "5")
     assert result.exit_code == 1 and result.output.startswith("error: --micro-batch: micro batch 5 does not divide")
     for command in (["job"], ["evaluate", "-s", "1f1b", "-p", "4", "-m", "8"]):
