@@ -211,7 +211,7 @@ def test_auto_bounds_with_block_cuts_after_its_solve():
     below the schedule found. Deterministic time limits keep the outcome independent of the load."""
     notes: list[str] = []
     result = search(_spec(8, 96, cap=8), parse_space("placement=linear"),
-                    SolveOptions(120, deterministic_time=4.0, progress=notes.append))
+                    SolveOptions(120, deterministic_time=2.0, progress=notes.append))
     (cuts,) = [note.removeprefix("block cuts: ") for note in notes if note.startswith("block cuts: ")]
     assert [int(part.split()[0]) for part in cuts.split(", ")] == [10, 12, 14, 16]
     assert result.analytic.one_machine < result.analytic.relaxation == result.bound <= result.step_time
@@ -222,7 +222,7 @@ def test_an_explicit_method_keeps_the_reduced_problems_where_auto_would_cut():
     search's time), so the bound comes from the reduced problems before the solve, as before them."""
     notes: list[str] = []
     result = search(_spec(8, 96, cap=8), parse_space("placement=linear"),
-                    SolveOptions(120, deterministic_time=2.0, method="cp", progress=notes.append))
+                    SolveOptions(120, deterministic_time=1.0, method="cp", progress=notes.append))
     assert any(note.startswith("reduced-problem bound: ") for note in notes)
     assert not any(note.startswith("block cuts: ") for note in notes)
     assert result.analytic.one_machine < result.bound <= result.step_time
