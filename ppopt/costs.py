@@ -234,11 +234,11 @@ def microbatch_size(model: ModelConfig, microbatches: int, global_batch: int | N
     if microbatches < 1:
         raise ConfigError(f"microbatches must be positive, got {microbatches}")
     if microbatches > batch:
-        raise ConfigError(f"{microbatches} microbatches exceed the global batch of "
+        raise ConfigError(f"{counted(microbatches, 'microbatch')} exceed the global batch of "
                           f"{counted(batch, 'sequence')}")
     if batch % microbatches:
-        raise ConfigError(f"global batch of {batch} sequences is not divisible by "
-                          f"{microbatches} microbatches")
+        raise ConfigError(f"global batch of {counted(batch, 'sequence')} is not divisible by "
+                          f"{counted(microbatches, 'microbatch')}")
     return batch // microbatches
 
 

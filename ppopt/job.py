@@ -449,8 +449,8 @@ def summary_line(job: dict) -> str:
     replicas = f" per replica (global batch {batch} over {dp} replicas)" if dp > 1 else f" (global batch {batch})"
     extras = "".join(label for key, label in (("sequence_parallel", ", sequence parallel"),
                                               ("distributed_optimizer", ", distributed optimizer")) if job[key])
-    return (f"simulated: {job['model']} on {job['system']}, {job['microbatches']} microbatches of {micro} "
-            f"sequence{'s' if micro != 1 else ''} x {job['seq_length']:,} tokens{replicas}, t{job['tp']} d{dp}, "
+    return (f"simulated: {job['model']} on {job['system']}, {counted(job['microbatches'], 'microbatch')} of "
+            f"{counted(micro, 'sequence')} x {job['seq_length']:,} tokens{replicas}, t{job['tp']} d{dp}, "
             f"recompute {job['recompute']}{extras}; times are the pipeline's (`ppopt job` adds the gradient "
             "all-reduce and the optimizer step)")
 

@@ -237,6 +237,9 @@ def test_tail_bound_beats_the_period_bound_and_stays_below_every_schedule():
 
 def test_cut_sizes_run_from_a_quarter_round_past_the_cap_to_two_rounds():
     assert cut_sizes(16) == [20, 24, 28, 32]
+    assert cut_sizes(9) == [12, 14, 16, 18]  # quarters rounded up, two rounds always the last
+    assert cut_sizes(10) == [13, 15, 18, 20]
+    assert cut_sizes(5) == [7, 8, 9, 10]
     assert cut_sizes(3) == [4, 5, 6]
     assert cut_sizes(1) == [2]
 
@@ -256,7 +259,7 @@ def test_a_block_that_waits_raises_the_bound_by_hand():
                     for n in (4, 5, 6)} == {4: 26, 5: 29, 6: 33}
     ends = [(0, p - 1)]
     plain = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(30).start(), sets=ends)
-    with_cuts = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(30).start(), sets=ends, cuts=cuts)
+    with_cuts = relaxation_bound(m, p, duration, delay, [cap] * p, SolveOptions(30).start(), sets=ends, blocks=cuts)
     optimum = _optimum(unit_instance(p, m, p, UnitCosts(1, 2, None, 1), memory_limit=cap), "placement=linear")
     assert (plain, with_cuts, optimum) == (45, 46, 47)
 
@@ -272,7 +275,7 @@ def test_block_cuts_stay_below_the_proven_optimum(p, cap, extra_microbatches, co
     instance, chain = _heavier_last_stage(p, m, cap, comm, extra)
     cuts = block_cuts(chain, cut_sizes(cap), SolveOptions(30).start())
     sets = [tuple(range(p))] if every else [(0, p - 1)]
-    bound = relaxation_bound(m, p, chain.duration, chain.delay, chain.caps, SolveOptions(30).start(), sets=sets, cuts=cuts)
+    bound = relaxation_bound(m, p, chain.duration, chain.delay, chain.caps, SolveOptions(30).start(), sets=sets, blocks=cuts)
     optimum = _optimum(instance, "placement=linear", 1000)
     assert bound <= optimum
     if every:

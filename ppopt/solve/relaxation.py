@@ -111,7 +111,7 @@ def reduced_model(
     lower: int = 0,
     pairs: int = 0,
     last_forward: bool = False,
-    cuts: Mapping[int, int] | None = None,
+    blocks: Mapping[int, int] | None = None,
 ) -> cp_model.CpModel:
     """The reduced problem of the module docstring over the ``kept`` devices (sorted), minimising the step,
     with the step at least ``lower`` (a known lower bound of the full problem: the optimum of the full
@@ -164,21 +164,21 @@ def reduced_model(
                             forward_lag(a, s) + f[s] + backward_lag(s, a), backward_lag(c, s) + b[s] + forward_lag(s, c))
     for i in range(microbatches):
         model.add(bwd[top, i] >= fwd[top, i] + f[top] + round_trip)
-    if cuts and kept[0] == 0:
-        add_block_cuts(model, [fwd[0, i] for i in range(microbatches)], [bwd[0, i] for i in range(microbatches)], b[0], cuts)
+    if blocks and kept[0] == 0:
+        add_block_cuts(model, [fwd[0, i] for i in range(microbatches)], [bwd[0, i] for i in range(microbatches)], b[0], blocks)
     model.minimize(fwd[kept[0], microbatches - 1] if last_forward else step)
     return model
 
 
 def add_block_cuts(model: cp_model.CpModel, forwards: Sequence, backwards: Sequence, backward: int,
-                   cuts: Mapping[int, int]) -> None:
-    """For every block of n consecutive microbatches i..i+n-1 with a lower bound L(n) in ``cuts``
+                   blocks: Mapping[int, int]) -> None:
+    """For every block of n consecutive microbatches i..i+n-1 with a lower bound L(n) in ``blocks``
     (ticks): the end of device 0's backward of microbatch i + n - 1 (its start + ``backward``) at least
     L(n) after the start of its forward of microbatch i (``forwards`` and ``backwards``: device 0's
     start variables in microbatch order). Valid for every schedule that runs microbatches in order
     when L(n) is at most the optimum of the n-microbatch problem (the block argument of
     :func:`tail_bound`)."""
-    for n, least in cuts.items():
+    for n, least in blocks.items():
         for i in range(len(forwards) - n + 1):
             model.add(backwards[i + n - 1] + backward - forwards[i] >= least)
 
@@ -206,7 +206,7 @@ def relaxation_bound(
     pairs: int = 0,
     sets: Sequence[tuple[int, ...]] | None = None,
     core: bool = True,
-    cuts: Mapping[int, int] | None = None,
+    blocks: Mapping[int, int] | None = None,
 ) -> int:
     """The best CP-SAT bound (ticks) over the reduced problems of ``sets`` (default :func:`kept_sets`),
     solved one after another within ``options``' budget (and its deterministic time per solve, if set:
@@ -218,12 +218,12 @@ def relaxation_bound(
     furthest on problems too large to prove; without it, CP-SAT's default search, which proves the
     small ones much sooner (the two ends of llama3-70b's chain, 31 microbatches, meetings two apart:
     optimal in 5 to 9 s, where the core-based mode reaches 88.16 of its 88.78 s in 20 s).
-    ``cuts`` (block size -> ticks, :func:`block_cuts`) go into every reduced model."""
+    ``blocks`` (block size -> least ticks, :func:`block_cuts`) go into every reduced model as cuts."""
     best = lower
     for kept in kept_sets(devices) if sets is None else sets:
         if 2 * len(kept) * microbatches > MAX_KEPT_OPS or options.expired:
             break
-        model = reduced_model(microbatches, devices, kept, duration, delay, caps, best, pairs, cuts=cuts)
+        model = reduced_model(microbatches, devices, kept, duration, delay, caps, best, pairs, blocks=blocks)
         solver = options.solver()  # the time that remains, and the deterministic limit per solve if any
         solver.parameters.max_time_in_seconds = max(0.01, options.remaining_s())
         solver.parameters.optimize_with_core = core
@@ -344,15 +344,14 @@ def block_bound(chain: Chain, microbatches: int, block: int, options: SolveOptio
 
 
 def cut_sizes(cap: int) -> list[int]:
-    """The block sizes :func:`block_cuts` solves under device 0's cap K: a quarter of a round apart
-    from K + K/4 to 2K (K + 1 to 2K when K < 4). Up to K microbatches the cap does not bind and a
+    """The block sizes :func:`block_cuts` solves under device 0's cap K: K plus a quarter, a half,
+    three quarters and all of a round, each rounded up to at least one (K = 3: 4, 5, 6). Up to K microbatches the cap does not bind and a
     block's optimum is the one-machine bound the model already implies; past one round the meetings
     of two rounds make a block wait, which is what the cuts carry. Measured at p = 16, K = 16, one-slot
     messages (F = 1, B = 2): blocks of 17 to 32 microbatches are proven optimal in 1 to 4.5 s each,
     and with the cuts of 20, 24, 28 and 32 the core-based solve of all 64 microbatches reaches 365 slots
     in 10.5 s, with all sixteen sizes 366 in 22 s, with none 362."""
-    step = max(1, cap // 4)
-    return sorted({min(2 * cap, cap + step * k) for k in range(1, cap // step + 1)})
+    return sorted({cap + max(1, math.ceil(k * cap / 4)) for k in range(1, 5)})
 
 
 def block_cuts(chain: Chain, sizes: Sequence[int], options: SolveOptions) -> dict[int, int]:
@@ -372,11 +371,11 @@ def block_cuts(chain: Chain, sizes: Sequence[int], options: SolveOptions) -> dic
         if share.expired or 2 * devices * n > MAX_KEPT_OPS:
             break
         lower = max(cuts.values(), default=0)
-        model = reduced_model(n, devices, every, chain.duration, chain.delay, chain.caps, lower, cuts=cuts)
+        model = reduced_model(n, devices, every, chain.duration, chain.delay, chain.caps, lower, blocks=cuts)
         solver = share.solver()
         solver.parameters.max_time_in_seconds = max(0.01, share.remaining_s())
         code = share.run(solver, model)
-        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
-            break
+        # the whole chain with valid cuts always has a schedule (one microbatch at a time)
+        assert code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN), solver.status_name(code)
         cuts[n] = max(lower, math.floor(solver.best_objective_bound + 1e-6))
     return cuts

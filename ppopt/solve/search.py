@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields, replace
 from ortools.sat.python import cp_model
 
 from ppopt.config import ModelConfig
-from ppopt.errors import InfeasibleError, ScheduleError
+from ppopt.errors import InfeasibleError, ScheduleError, counted
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import split_weights, stages_by_device
 from ppopt.simulate import Simulation, op_duration_s, simulate
@@ -635,25 +635,41 @@ def _block_size(microbatches: int, cap: int | None) -> int | None:
     return n if n >= TAIL_ROUNDS * cap else None
 
 
-def _cut_later(setup: _Setup, chain: Chain, method: str) -> bool:
-    """Whether the bound comes from the block cuts after the solve (:func:`_with_block_cuts`), not
-    from the reduced problems before it: where the cuts apply and the method is ``cp+lns`` (what
-    ``auto`` picks there)."""
-    return method == "cp+lns" and _cuts_apply(setup.ops, chain.devices, setup.instance.microbatches, chain.caps[0])
+BLOCK_CUTS_RESERVE_S = 1.0
+"""Seconds the block cuts' bound leaves at the end of the budget (at least; or :data:`READBACK_SHARE`
+of what is left): it is the command's last CP-SAT work, and a core-based solve can overrun its
+limit by a fraction of a second."""
+BLOCK_CUTS_MIN_S = 15.0
+"""Least time (s) left after ``cp+lns``'s CP-SAT solve for the block cuts to take it from the
+large-neighbourhood search (:func:`_with_block_cuts`). Measured at 16 x 64 (cap 16, one-slot
+messages, one worker): the four blocks' solves take about 12 s on an idle core; with a 10 s command
+they get about 2 s, prove none (the block of 32 microbatches reaches 190 of its 205 slots) and the
+bound stays below the reduced problems' own."""
+
+
+def _bound_after_solve(setup: _Setup, options: SolveOptions) -> bool:
+    """Whether the block cuts (:func:`_with_block_cuts`) take the time left after ``cp+lns``'s solve:
+    where they apply (:func:`_cuts_apply`), the hint does not meet the bound and at least
+    :data:`BLOCK_CUTS_MIN_S` remain."""
+    chain = _relaxation_chain(setup)
+    return chain is not None and _cuts_apply(setup.ops, chain.devices, setup.instance.microbatches, chain.caps[0]) \
+        and not _hint_meets_bound(setup) and options.remaining_s() >= BLOCK_CUTS_MIN_S
 
 
 def _cuts_apply(ops: int, devices: int, microbatches: int, cap: int | None) -> bool:
-    """Block cuts (:func:`ppopt.solve.relaxation.block_cuts`) replace the reduced problems between
-    :data:`ppopt.solve.options.AUTO_CP_OPS` and :data:`ppopt.solve.options.AUTO_LNS_OPS` ops under a
-    cap, when more than two rounds of it run (m > 2K): there one core-based solve of the whole chain
-    with them gets further than the reduced problems. Measured with one worker and a 60 s command
-    (unit costs, one-slot messages, cap p): 365 slots at 16 x 64 where the reduced problems reach
-    362, 485 at 8 x 96 (a 20 s command) where they reach 482. Larger chains' blocks are not proven
-    within a share of a minute (p = 32: the block of 33 microbatches stays unproven after 20 s)."""
+    """Block cuts (:func:`ppopt.solve.relaxation.block_cuts`) apply to a chain of at least 3 devices
+    (linear placement, full backward, :func:`_relaxation_chain`) between
+    :data:`ppopt.solve.options.AUTO_CP_OPS` and :data:`ppopt.solve.options.AUTO_LNS_OPS` ops, where
+    ``auto`` runs ``cp+lns``, under a cap K on device 0 with more than two rounds of it (m > 2K).
+    There one core-based solve of the whole chain with them gets further than the reduced problems:
+    measured with one worker and a 60 s command (unit costs, one-slot messages, cap p), 365 slots at
+    16 x 64 where the reduced problems reach 362, and 485 at 8 x 96 (a 20 s command) where they reach
+    482. Above AUTO_LNS_OPS the whole chain is too large for a share of a minute, and at p = 32 the
+    blocks of 33 to 40 microbatches are not proven within 20 s each."""
     return cap is not None and AUTO_CP_OPS < ops <= AUTO_LNS_OPS and microbatches > 2 * cap and devices >= 3
 
 
-def _chain(setup: _Setup) -> Chain | None:
+def _relaxation_chain(setup: _Setup) -> Chain | None:
     """The chain the reduced problems see (:class:`ppopt.solve.relaxation.Chain`, ticks): only for the
     linear placement (stage s alone on device s) with full backward and ticked costs, else None."""
     placement, ticked, instance = setup.placement, setup.ticked, setup.instance
@@ -668,33 +684,30 @@ def _chain(setup: _Setup) -> Chain | None:
 
 
 def _hint_meets_bound(setup: _Setup) -> bool:
+    """Whether the hint fits and already meets the lower bound (ticks): no bound can do better."""
     return setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower
 
 
-def _with_block_cuts(setup: _Setup, options: SolveOptions, method: str) -> _Setup:
+def _with_block_cuts(setup: _Setup, options: SolveOptions) -> _Setup:
     """The setup with the bound of one core-based CP-SAT solve of the whole chain with block cuts
-    (:func:`ppopt.solve.relaxation.block_cuts`, half of ``options`` for the cuts' small problems),
-    where they apply (:func:`_cut_later`). ``auto`` runs it after its CP-SAT solve, in the time the
-    window search would get: at 16 x 64 the solve's last improvement comes 11 to 21 s into its 25 s
-    and the window search found nothing in any of four 60 s runs, while the bound's time taken before
-    the solve cost it slots (seed 0: 376 and 374 with a half and a third of the time before it, 372
-    with the bound after it)."""
-    chain = _chain(setup)
-    if chain is None or not _cut_later(setup, chain, method) or _hint_meets_bound(setup) or options.expired:
-        return setup
-    cap = chain.caps[0]
-    assert cap is not None
-    cuts = block_cuts(chain, cut_sizes(cap), options.share(2))
-    options.note("block cuts: " + ", ".join(f"{n} microbatches {setup.shown(t)}" for n, t in cuts.items()))
+    (:func:`ppopt.solve.relaxation.block_cuts`, in half of ``options``), when it beats the bound so
+    far. ``search`` runs it after ``cp+lns``'s solve, in the large-neighbourhood search's time
+    (:func:`_bound_after_solve`): at 16 x 64 the solve's last improvement comes 11 to 21 s into its
+    25 s and the large-neighbourhood search found nothing in any of four 60 s runs."""
+    chain = _relaxation_chain(setup)
+    assert chain is not None and chain.caps[0] is not None
+    cuts = block_cuts(chain, cut_sizes(chain.caps[0]), options.share(2))
+    if cuts:
+        options.note("block cuts: " + ", ".join(f"{n} microbatches {setup.shown(t)}" for n, t in cuts.items()))
     ticks = relaxation_bound(setup.instance.microbatches, chain.devices, chain.duration, chain.delay, chain.caps, options,
-                             setup.lower, sets=[tuple(range(chain.devices))], cuts=cuts)
+                             setup.lower, sets=[tuple(range(chain.devices))], blocks=cuts)
     options.note(f"bound with the block cuts: {setup.shown(ticks)}")
     if ticks <= setup.lower:
         return setup
     return replace(setup, lower=ticks, analytic=replace(setup.analytic, relaxation=ticks * setup.tick))
 
 
-def _with_relaxation(setup: _Setup, options: SolveOptions, method: str) -> _Setup:
+def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     """The setup with the reduced-problem bound (linear placement, full backward) in its analytic
     bounds and its lower bound in ticks, unless the hint already meets the bound. Up to
     :data:`AUTO_CP_OPS` ops, where one CP-SAT solve of the whole problem bounds at least as well as
@@ -703,9 +716,8 @@ def _with_relaxation(setup: _Setup, options: SolveOptions, method: str) -> _Setu
     small reduced problems are proven optimal, so the bound holds its level on a loaded machine."""
     instance, ops = setup.instance, setup.ops
     small = ops <= AUTO_CP_OPS
-    chain = _chain(setup)
-    if chain is None or (small and instance.devices < 3) or _hint_meets_bound(setup) \
-            or _cut_later(setup, chain, method) or options.expired:
+    chain = _relaxation_chain(setup)
+    if chain is None or (small and instance.devices < 3) or _hint_meets_bound(setup) or options.expired:
         return setup  # last: a spent budget counts as a cut only when the bound was wanted
     assert setup.ticked is not None
     ticked, caps, lower = setup.ticked, chain.caps, setup.lower
@@ -735,7 +747,7 @@ def _with_relaxation(setup: _Setup, options: SolveOptions, method: str) -> _Setu
 
 def _every(setup: _Setup, pattern: Pattern) -> str:
     """``4 microbatches every 18 slots``: a steady-state pattern's rate in the instance's unit."""
-    return f"{pattern.k} microbatch{'es' if pattern.k != 1 else ''} every {setup.shown(pattern.period)}"
+    return f"{counted(pattern.k, 'microbatch')} every {setup.shown(pattern.period)}"
 
 
 def _describe(setup: _Setup) -> str | None:
@@ -1049,17 +1061,18 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     options = options.reserve(space_ops(spec, space) * REPORT_S_PER_OP)  # the grid's printing comes after
     setup = _with_periodic(_prepare(spec, space, options, began), options)
     method = _method(setup, options.method)
-    setup = _with_relaxation(setup, options, method)
+    setup = _with_relaxation(setup, options)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
     solved = _solve(setup, main.share(2) if method == "cp+lns" else main, minimize_memory,
                     full=method not in ("lns", "lns+cp"))
     best, from_solver = _pick(setup, solved)
-    if best.status != "optimal":  # under cp+lns, the block cuts take the windows' time (_with_block_cuts)
-        setup = _with_block_cuts(setup, main.reserve(READBACK_SHARE * main.remaining_s()), method)
+    cutting = method == "cp+lns" and best.status != "optimal" and _bound_after_solve(setup, main)
+    if cutting:  # in the large-neighbourhood search's time (BLOCK_CUTS_MIN_S)
+        setup = _with_block_cuts(setup, main.reserve(max(BLOCK_CUTS_RESERVE_S, READBACK_SHARE * main.remaining_s())))
     if method == "lns+cp" and best.status != "optimal":
         best, from_solver = _windows_then_cp(setup, best, from_solver, main, minimize_memory)
-    elif method != "cp" and best.status != "optimal":
+    elif method != "cp" and best.status != "optimal" and not cutting:
         best, from_solver = _improve(setup, best, from_solver, main)
     if minimize_memory:
         best = _lower_peak(setup, best, options)
