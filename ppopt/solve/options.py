@@ -46,7 +46,9 @@ METHODS = ("auto", "cp", "lns")
 """How a search looks for schedules: ``cp`` one CP-SAT solve of the whole space; ``lns`` the
 large-neighbourhood search from the best hint (:mod:`ppopt.solve.lns`); ``auto`` picks by size: one
 CP-SAT solve up to :data:`AUTO_CP_OPS` ops, a CP-SAT solve with half the budget then the
-large-neighbourhood search from the best schedule so far up to :data:`AUTO_LNS_OPS` ops, and the
+large-neighbourhood search from the best schedule so far up to :data:`AUTO_LNS_OPS` ops (or, on a
+chain where block cuts apply, their bound in its time: :func:`ppopt.solve.search._bound_after_solve`),
+and the
 large-neighbourhood search above; on the linear placement with a full backward (where it is the
 window search) it gets a third of the time left, followed by one CP-SAT solve of the whole model
 when it found nothing shorter than the hint (:func:`ppopt.solve.search._windows_then_cp`)."""
