@@ -650,10 +650,10 @@ bound stays below the reduced problems' own."""
 def _bound_after_solve(setup: _Setup, options: SolveOptions) -> bool:
     """Whether the block cuts (:func:`_with_block_cuts`) take the time left after ``cp+lns``'s solve:
     where they apply (:func:`_cuts_apply`), the hint does not meet the bound and at least
-    :data:`BLOCK_CUTS_MIN_S` remain."""
+    :data:`BLOCK_CUTS_MIN_S` remain (when fewer do, the clock decided: a cut of ``options``)."""
     chain = _relaxation_chain(setup)
     return chain is not None and _cuts_apply(setup.ops, chain.devices, setup.instance.microbatches, chain.caps[0]) \
-        and not _hint_meets_bound(setup) and options.remaining_s() >= BLOCK_CUTS_MIN_S
+        and not _hint_meets_bound(setup) and options.allows(BLOCK_CUTS_MIN_S, "the block cuts skipped")
 
 
 def _cuts_apply(ops: int, devices: int, microbatches: int, cap: int | None) -> bool:
