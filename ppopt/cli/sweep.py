@@ -96,9 +96,9 @@ def study_command(output, jobs, executor, address, quiet, quick, spec_path, no_s
     from ppopt.report.study import write_report
     from ppopt.sweep import load_spec, resolve_spec
 
-    if quick and spec_path:
+    if quick and spec_path is not None:
         raise click.UsageError("give --quick or --spec, not both", click.get_current_context())
-    loaded = load_spec(resolve_spec(spec_path or ("quick" if quick else "paper")))
+    loaded = load_spec(resolve_spec(("quick" if quick else "paper") if spec_path is None else spec_path))
     kinds = ("evaluate",) if no_solver else ("evaluate", "gap")
     result = _run(loaded, output, executor, jobs, address, quiet, kinds)
     note = "" if not result.missing else f"*Incomplete: {result.missing} of {result.points} points are missing.*"

@@ -224,8 +224,15 @@ def spec_dirs() -> tuple[Path, ...]:
     return (_REPO_ROOT / "configs" / "studies", _PACKAGE_DIR / "presets" / "configs" / "studies")
 
 
+def _check_named(name_or_path: str | os.PathLike) -> None:
+    """Refuse an empty spec name: ``Path("")`` is the current directory, which would be named "."."""
+    if not os.fspath(name_or_path).strip():
+        raise ConfigError("the spec file name is empty")
+
+
 def resolve_spec(name_or_path: str | os.PathLike) -> Path:
     """A spec file: an existing path, or the stem of a file in :func:`spec_dirs` (e.g. ``paper``)."""
+    _check_named(name_or_path)
     path = Path(name_or_path)
     if path.exists() and not path.is_dir():  # a device or FIFO too: its reader says what is wrong with it
         return path
@@ -275,6 +282,7 @@ class LoadedSpec:
 
 def load_spec(path: str | os.PathLike) -> LoadedSpec:
     """Read, validate and resolve a spec file; every problem is a one-line :class:`ConfigError`."""
+    _check_named(path)
     path = Path(path)
     where = display_path(path)
     try:
