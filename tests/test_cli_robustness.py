@@ -522,8 +522,8 @@ def test_messages_say_what_is_actually_wrong(tmp_path, monkeypatch):
          "error: Invalid value for '--output' / '-o': cannot write cal.toml/x.toml: cal.toml is a file, not a directory "
          "(see 'ppopt calibrate --help')"),
         (["published", "empty.csv"], "error: empty.csv: empty file (expected a header row)"),
-        (["sweep", ""], "error: the spec file name is empty"),  # was ".: cannot read spec (Is a directory)"
-        (["study", "--spec", "", "-o", "out"], "error: the spec file name is empty"),  # ran the paper's study
+        (["sweep", ""], "error: empty file name: give a study spec (a .toml file, or a name such as paper)"),  # was ".: cannot read spec (Is a directory)"
+        (["study", "--spec", "", "-o", "out"], "error: empty file name: give a study spec (a .toml file, or a name such as paper)"),  # ran the paper's study
     ]
     for args, line in cases:
         result = run(*args)

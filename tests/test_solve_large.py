@@ -214,6 +214,9 @@ def test_auto_bounds_with_block_cuts_after_its_solve():
                     SolveOptions(120, deterministic_time=2.0, progress=notes.append))
     (cuts,) = [note.removeprefix("block cuts: ") for note in notes if note.startswith("block cuts: ")]
     assert [int(part.split()[0]) for part in cuts.split(", ")] == [10, 12, 14, 16]
+    (before,) = [note for note in notes if note.startswith("reduced-problem bound: ")]  # still runs first
+    assert int(before.split()[-2]) <= result.bound
+    assert not any(note.startswith("large-neighbourhood search") for note in notes)  # the cuts took its time
     assert result.analytic.one_machine < result.analytic.relaxation == result.bound <= result.step_time
 
 
@@ -225,4 +228,18 @@ def test_an_explicit_method_keeps_the_reduced_problems_where_auto_would_cut():
                     SolveOptions(120, deterministic_time=1.0, method="cp", progress=notes.append))
     assert any(note.startswith("reduced-problem bound: ") for note in notes)
     assert not any(note.startswith("block cuts: ") for note in notes)
+    assert result.analytic.one_machine < result.bound <= result.step_time
+
+
+def test_a_short_budget_keeps_the_large_neighbourhood_search_instead_of_the_block_cuts():
+    """The same instance in 10 s: fewer than BLOCK_CUTS_MIN_S are left after the solve, so the search
+    runs as without the cuts (reduced problems, CP-SAT, then the large-neighbourhood search), and the
+    skipped cuts are recorded as a decision of the clock."""
+    notes: list[str] = []
+    options = SolveOptions(10, progress=notes.append).start()
+    result = search(_spec(8, 96, cap=8), parse_space("placement=linear"), options)
+    assert any(note.startswith("reduced-problem bound: ") for note in notes)
+    assert any(note.startswith("large-neighbourhood search") for note in notes)
+    assert not any(note.startswith("block cuts: ") for note in notes)
+    assert "the block cuts skipped" in options.cuts
     assert result.analytic.one_machine < result.bound <= result.step_time

@@ -550,11 +550,14 @@ def _op_count(stages: int, microbatches: int, split: bool) -> int:
     return stages * microbatches * (3 if split else 2)
 
 
+def _linear(setup: _Setup) -> bool:
+    """Stage s alone on device s, for every device."""
+    return setup.placement == tuple((s,) for s in range(setup.instance.devices))
+
+
 def _periodic_applies(setup: _Setup) -> bool:
     """The steady-state search covers the linear placement with full backward."""
-    placement = setup.placement
-    return placement is not None and not setup.space.fixed and setup.space.order == "free" and not setup.split \
-        and placement == tuple((s,) for s in range(setup.instance.devices))
+    return not setup.space.fixed and setup.space.order == "free" and not setup.split and _linear(setup)
 
 
 def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
@@ -647,13 +650,15 @@ they get about 2 s, prove none (the block of 32 microbatches reaches 190 of its 
 bound stays below the reduced problems' own."""
 
 
-def _bound_after_solve(setup: _Setup, options: SolveOptions) -> bool:
-    """Whether the block cuts (:func:`_with_block_cuts`) take the time left after ``cp+lns``'s solve:
-    where they apply (:func:`_cuts_apply`), the hint does not meet the bound and at least
-    :data:`BLOCK_CUTS_MIN_S` remain (when fewer do, the clock decided: a cut of ``options``)."""
+def _block_cut_chain(setup: _Setup, options: SolveOptions) -> Chain | None:
+    """The chain whose block cuts (:func:`_with_block_cuts`) take the time left after ``cp+lns``'s
+    solve, or None: where they apply (:func:`_cuts_apply`), the hint does not meet the bound and at
+    least :data:`BLOCK_CUTS_MIN_S` remain (when fewer do, the clock decided: a cut of ``options``)."""
     chain = _relaxation_chain(setup)
-    return chain is not None and _cuts_apply(setup.ops, chain.devices, setup.instance.microbatches, chain.caps[0]) \
-        and not _hint_meets_bound(setup) and options.allows(BLOCK_CUTS_MIN_S, "the block cuts skipped")
+    if chain is None or not _cuts_apply(setup.ops, chain.devices, setup.instance.microbatches, chain.caps[0]) \
+            or _hint_meets_bound(setup) or not options.allows(BLOCK_CUTS_MIN_S, "the block cuts skipped"):
+        return None
+    return chain
 
 
 def _cuts_apply(ops: int, devices: int, microbatches: int, cap: int | None) -> bool:
@@ -673,9 +678,7 @@ def _relaxation_chain(setup: _Setup) -> Chain | None:
     """The chain the reduced problems see (:class:`ppopt.solve.relaxation.Chain`, ticks): only for the
     linear placement (stage s alone on device s) with full backward and ticked costs, else None."""
     placement, ticked, instance = setup.placement, setup.ticked, setup.instance
-    linear = placement is not None and placement == tuple((s,) for s in range(instance.devices)) \
-        and instance.stages == instance.devices
-    if not linear or setup.split or ticked is None:
+    if not _linear(setup) or setup.split or ticked is None:
         return None
     assert placement is not None
     cap = _cap_of_stage(instance, placement)
@@ -688,14 +691,13 @@ def _hint_meets_bound(setup: _Setup) -> bool:
     return setup.hint_end is not None and setup.hint is not None and setup.hint.fits and setup.hint_end <= setup.lower
 
 
-def _with_block_cuts(setup: _Setup, options: SolveOptions) -> _Setup:
+def _with_block_cuts(setup: _Setup, chain: Chain, options: SolveOptions) -> _Setup:
     """The setup with the bound of one core-based CP-SAT solve of the whole chain with block cuts
     (:func:`ppopt.solve.relaxation.block_cuts`, in half of ``options``), when it beats the bound so
     far. ``search`` runs it after ``cp+lns``'s solve, in the large-neighbourhood search's time
-    (:func:`_bound_after_solve`): at 16 x 64 the solve's last improvement comes 11 to 21 s into its
+    (:func:`_block_cut_chain`): at 16 x 64 the solve's last improvement comes 11 to 21 s into its
     25 s and the large-neighbourhood search found nothing in any of four 60 s runs."""
-    chain = _relaxation_chain(setup)
-    assert chain is not None and chain.caps[0] is not None
+    assert chain.caps[0] is not None
     cuts = block_cuts(chain, cut_sizes(chain.caps[0]), options.share(2))
     if cuts:
         options.note("block cuts: " + ", ".join(f"{n} microbatches {setup.shown(t)}" for n, t in cuts.items()))
@@ -880,8 +882,7 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
     """The makespan solve, skipped when the hint meets the analytic bound or the budget is spent
     (or, with ``full`` False, left to the large-neighbourhood search)."""
     hint, space, unit = setup.hint, setup.space, setup.instance.time_unit
-    if hint is not None and hint.fits and not space.fixed and not minimize_memory and setup.hint_end is not None \
-            and setup.hint_end <= setup.lower:
+    if hint is not None and _hint_meets_bound(setup) and not space.fixed and not minimize_memory:
         options.note(f"hint {hint.name} meets the analytic bound {setup.analytic.best:.6g} {unit}: optimal without search")
         return _Solved("optimal", setup.lower * setup.tick)
     if not full:
@@ -1067,12 +1068,12 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     solved = _solve(setup, main.share(2) if method == "cp+lns" else main, minimize_memory,
                     full=method not in ("lns", "lns+cp"))
     best, from_solver = _pick(setup, solved)
-    cutting = method == "cp+lns" and best.status != "optimal" and _bound_after_solve(setup, main)
-    if cutting:  # in the large-neighbourhood search's time (BLOCK_CUTS_MIN_S)
-        setup = _with_block_cuts(setup, main.reserve(max(BLOCK_CUTS_RESERVE_S, READBACK_SHARE * main.remaining_s())))
+    chain = _block_cut_chain(setup, main) if method == "cp+lns" and best.status != "optimal" else None
+    if chain is not None:  # in the large-neighbourhood search's time (BLOCK_CUTS_MIN_S)
+        setup = _with_block_cuts(setup, chain, main.reserve(max(BLOCK_CUTS_RESERVE_S, READBACK_SHARE * main.remaining_s())))
     if method == "lns+cp" and best.status != "optimal":
         best, from_solver = _windows_then_cp(setup, best, from_solver, main, minimize_memory)
-    elif method != "cp" and best.status != "optimal" and not cutting:
+    elif method != "cp" and best.status != "optimal" and chain is None:
         best, from_solver = _improve(setup, best, from_solver, main)
     if minimize_memory:
         best = _lower_peak(setup, best, options)

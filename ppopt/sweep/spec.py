@@ -73,7 +73,7 @@ from pydantic import (
 from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, load_model, load_system
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
-from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded
+from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded, require_file_name
 from ppopt.ir import MAX_OPS
 from ppopt.units import UnitCosts
 
@@ -224,15 +224,12 @@ def spec_dirs() -> tuple[Path, ...]:
     return (_REPO_ROOT / "configs" / "studies", _PACKAGE_DIR / "presets" / "configs" / "studies")
 
 
-def _check_named(name_or_path: str | os.PathLike) -> None:
-    """Refuse an empty spec name: ``Path("")`` is the current directory, which would be named "."."""
-    if not os.fspath(name_or_path).strip():
-        raise ConfigError("the spec file name is empty")
+SPEC_WANTED = "a study spec (a .toml file, or a name such as paper)"
 
 
 def resolve_spec(name_or_path: str | os.PathLike) -> Path:
     """A spec file: an existing path, or the stem of a file in :func:`spec_dirs` (e.g. ``paper``)."""
-    _check_named(name_or_path)
+    require_file_name(name_or_path, SPEC_WANTED, ConfigError)
     path = Path(name_or_path)
     if path.exists() and not path.is_dir():  # a device or FIFO too: its reader says what is wrong with it
         return path
@@ -282,7 +279,7 @@ class LoadedSpec:
 
 def load_spec(path: str | os.PathLike) -> LoadedSpec:
     """Read, validate and resolve a spec file; every problem is a one-line :class:`ConfigError`."""
-    _check_named(path)
+    require_file_name(path, SPEC_WANTED, ConfigError)
     path = Path(path)
     where = display_path(path)
     try:
