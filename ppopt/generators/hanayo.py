@@ -32,11 +32,10 @@ of p) with F = B = 1, and only there.
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
 
 from ppopt.errors import ScheduleError
 from ppopt.generators.common import require_positive
-from ppopt.ir import Kind, Op, Schedule, dependencies, required_ops
+from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import zigzag_placement
 
 
@@ -46,49 +45,64 @@ def require_waves(waves: object) -> int:
     return waves
 
 
-def _priority(op: Op) -> tuple[int, int, int]:
-    """Smaller runs first: backward before forward; B by (microbatch, latest chunk), F by (microbatch, chunk)."""
-    if op.kind is Kind.B:
-        return (0, op.microbatch, -op.stage)
-    return (1, op.microbatch, op.stage)
-
-
 def list_schedule(devices: int, microbatches: int, waves: int) -> tuple[tuple[Op, ...], ...]:
-    """Per-device op orders from the unit-slot list-scheduling simulation (module docstring)."""
+    """Per-device op orders from the unit-slot list-scheduling simulation (module docstring).
+
+    Ops are integers, their keys in the priority order: B(s, i) is i·S + (S-1-s) and F(s, i) is
+    (m + i)·S + s, with S = 2W·p stages, so a device's heap of keys pops backward before forward,
+    lowest microbatch first, then the latest chunk for B and the earliest for F. Dependencies
+    are counted per op (F(s, i) waits for F(s-1, i), and F(0, i) for B(0, i-p); B(s, i) waits for
+    F(s, i) and B(s+1, i)), so no op graph is built."""
     p, m = devices, microbatches
     stages = 2 * waves * p
-    placement = zigzag_placement(p, waves)
-    ops = required_ops(stages, m, split_backward=False)
-    preds = {op: list(dependencies(op, stages, split_backward=False)) for op in ops}
-    for i in range(p, m):  # at most p microbatches in flight
-        preds[Op(0, Kind.F, i)].append(Op(0, Kind.B, i - p))
-    successors: dict[Op, list[Op]] = defaultdict(list)
-    for op, deps in preds.items():
-        for dep in deps:
-            successors[dep].append(op)
-    waiting = {op: len(deps) for op, deps in preds.items()}
-    ready: list[list[tuple[tuple[int, int, int], Op]]] = [[] for _ in range(p)]
-    for op in ops:
-        if not waiting[op]:
-            heapq.heappush(ready[placement[op.stage][0]], (_priority(op), op))
+    device_of = [holders[0] for holders in zigzag_placement(p, waves)]
+    backward_keys = m * stages  # keys below are backwards
+    waiting_f = [(1 if s else 0) + (1 if not s and i >= p else 0) for s in range(stages) for i in range(m)]
+    waiting_b = [2 if s < stages - 1 else 1 for s in range(stages) for _ in range(m)]
+    ready: list[list[int]] = [[] for _ in range(p)]
+    for i in range(min(p, m)):
+        heapq.heappush(ready[device_of[0]], backward_keys + i * stages)
     orders: list[list[Op]] = [[] for _ in range(p)]
-    busy = {d for d in range(p) if ready[d]}  # devices with a ready op: a slot visits only these
+    busy = {device_of[0]}  # devices with a ready op: a slot visits only these
     while busy:  # one iteration = one slot
-        ran = []
-        for d in sorted(busy):
-            op = heapq.heappop(ready[d])[1]
-            orders[d].append(op)
-            ran.append(op)
+        ran: list[tuple[bool, int, int]] = []
+        for d in busy:
+            key = heapq.heappop(ready[d])
+            if key < backward_keys:
+                i, s = divmod(key, stages)
+                s = stages - 1 - s
+                orders[d].append(Op(s, Kind.B, i))
+                ran.append((True, s, i))
+            else:
+                i, s = divmod(key - backward_keys, stages)
+                orders[d].append(Op(s, Kind.F, i))
+                ran.append((False, s, i))
         busy = {d for d in busy if ready[d]}
-        for op in ran:  # their successors become ready for the next slot
-            for nxt in successors[op]:
-                waiting[nxt] -= 1
-                if not waiting[nxt]:
-                    device = placement[nxt.stage][0]
-                    heapq.heappush(ready[device], (_priority(nxt), nxt))
-                    busy.add(device)
-    assert sum(map(len, orders)) == len(ops), "Hanayo list schedule left ops unscheduled"
+        for is_backward, s, i in ran:  # their successors become ready for the next slot
+            if is_backward:
+                if s:
+                    waiting_b[(s - 1) * m + i] -= 1
+                    if not waiting_b[(s - 1) * m + i]:
+                        _push(ready, busy, device_of[s - 1], i * stages + stages - s)
+                elif i + p < m:  # a microbatch leaves: the next may enter (at most p in flight)
+                    waiting_f[i + p] -= 1
+                    if not waiting_f[i + p]:
+                        _push(ready, busy, device_of[0], backward_keys + (i + p) * stages)
+            else:
+                if s < stages - 1:
+                    waiting_f[(s + 1) * m + i] -= 1
+                    if not waiting_f[(s + 1) * m + i]:
+                        _push(ready, busy, device_of[s + 1], backward_keys + i * stages + s + 1)
+                waiting_b[s * m + i] -= 1
+                if not waiting_b[s * m + i]:
+                    _push(ready, busy, device_of[s], i * stages + stages - 1 - s)
+    assert sum(map(len, orders)) == 2 * stages * m, "Hanayo list schedule left ops unscheduled"
     return tuple(tuple(order) for order in orders)
+
+
+def _push(ready: list[list[int]], busy: set[int], device: int, key: int) -> None:
+    heapq.heappush(ready[device], key)
+    busy.add(device)
 
 
 def hanayo(devices: int, microbatches: int, waves: int = 1) -> Schedule:
