@@ -333,6 +333,9 @@ def test_a_spent_budget_reports_the_hint_without_solving(monkeypatch):
     assert [row.step_time for row in report.rows] == [49, 41] and all(row.gap is None for row in report.rows)
     points = frontier(unit(4, 8, comm=1), parse_space("placement=linear"), [2, 4], spent).points
     assert [point.status for point in points] == [NOT_SEARCHED, NOT_SEARCHED]
+    # in a split-backward space the families built for it come first (GPipe split was the first hint)
+    split = search(unit(4, 8, comm=1), parse_space("placement=linear,backward=split"), spent)
+    assert split.hint == "zb-h1" and [c.name for c in split.handcrafted] == ["zb-h1"]
     family = search(unit(4, 8, comm=1), parse_space("placement=family"), spent)
     assert family.step_time is not None and family.gap is None  # the unsearched placements leave no bound
     assert family.note == "time limit reached before placements looped, v, zigzag"
