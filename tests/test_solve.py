@@ -473,10 +473,10 @@ def test_ops_shorter_than_a_tick_keep_their_dependency_order(space):
 
 
 def test_best_found_in_a_space_counts_its_handcrafted_schedules(monkeypatch):
-    """A search short of time may return its first hint; a handcrafted schedule of the space that fits
-    is a point of it all the same, so the gap table's best found is never longer than it, and one that
-    meets the bound proves the space's optimum (64 x 4,096: the search returned 1F1B split's 12,410
-    slots beside ZB-H1's 12,350, the bound, with the status feasible)."""
+    """A search short of time builds few hints; a handcrafted schedule of the space that fits is a point
+    of it all the same, so the gap table's best found is never longer than it, and one that meets the
+    bound proves the space's optimum (64 x 4,096, split space: the search reported 12,410 slots,
+    feasible, beside ZB-H1's 12,350, the bound)."""
     from ppopt.solve import gap as gap_module
 
     real = gap_module.search

@@ -132,7 +132,7 @@ def gap_report(
         del schedule, simulation
     keys = list(dict.fromkeys(searched(spec, space).describe() for _, space, _, _, _ in simulated))
     # a handcrafted schedule that fits is a point of its space: the best found there is never longer
-    # (a search short of time may return its first hint, 64 x 4,096: 1F1B split, 12,410 slots, where
+    # (a search short of time builds few hints: 12,410 slots at 64 x 4,096 in the split space, where
     # ZB-H1 takes 12,350), and one that meets the bound proves the space's optimum
     known: dict[str, float] = {}
     for _, space, step, _, fits in simulated:

@@ -240,7 +240,8 @@ def handcrafted_in(space: Space, devices: int, microbatches: int) -> Iterator[Sc
     if space.placement == "family":
         names = tuple(n for member in FAMILY_MEMBERS for n in hint_names(member))
     # the families built for the space's backward first: a caller short of time may take only the
-    # first (64 x 4,096 split: 1F1B split took 12,410 slots, ZB-H1 12,350)
+    # first (64 x 4,096, split space: GPipe split came first, and the search reported 12,410 slots where
+    # ZB-H1, never built in its time, takes 12,350)
     names = tuple(sorted(names, key=lambda n: (REGISTRY[n].kinds == 3) != space.split_backward))
     options: dict[str, object] = {"chunks": space.chunks, "waves": space.waves}
     if space.split:
