@@ -173,6 +173,8 @@ def test_a_short_budget_keeps_the_first_hint_and_skips_the_others(monkeypatch):
     assert len(everything.handcrafted) > 1
     notes: list[str] = []
     monkeypatch.setattr(searching, "SCHEDULE_S_PER_OP", 1.0)
+    # GPipe's 39 slots meet the analytic bound here, which skips the greedy hint for another reason
+    monkeypatch.setattr(searching, "_meets_cheap_bound", lambda *args: False)
     short = searching.search(spec, space, SolveOptions(10, progress=notes.append))
     assert [c.name for c in short.handcrafted] == [next(handcrafted_in(space, 4, 8)).name]
     assert "time limit: no further handcrafted hints tried" in notes

@@ -494,3 +494,18 @@ def test_best_found_in_a_space_counts_its_handcrafted_schedules(monkeypatch):
     # GPipe is over the limit, so it is not a point of the space
     capped = gap_report(unit(4, 8, comm=1, limit=4), {}, ["1f1b", "gpipe"], options).rows
     assert [(row.best, row.bound, row.status) for row in capped] == [(49, 46, "feasible"), (49, 46, "feasible")]
+
+
+def test_no_greedy_hint_once_a_handcrafted_one_meets_the_analytic_bound():
+    """No messages, no limit: 1F1B's (m + p - 1)(F + B) = 33 slots at p = 4, m = 8 is the load bound of
+    the linear space, so no greedy hint is built (it took 23 s of a 44 s search at 64 x 4,096, split,
+    where ZB-H1 meets the bound); with one-slot messages and a cap of 4, 1F1B's 49 is above the bound
+    and the greedy hint (46) is built and wins."""
+    notes: list[str] = []
+    optimal = search(unit(4, 8), parse_space("placement=linear"), SolveOptions(10, progress=notes.append))
+    assert optimal.status == "optimal" and optimal.step_time == 33 and optimal.hint == "gpipe"
+    assert "greedy hint skipped: a handcrafted one meets the analytic bound" in notes
+    notes.clear()
+    capped = search(unit(4, 8, comm=1, limit=4), parse_space("placement=linear"), SolveOptions(10, progress=notes.append))
+    assert capped.hint == "greedy" and capped.hint_step_time == 46
+    assert not any("greedy hint skipped" in line for line in notes)
