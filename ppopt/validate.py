@@ -178,7 +178,8 @@ def validated(schedule: Schedule | Flat) -> Flat:
 
     The flat form is kept with the schedule object (which is immutable), so validating the same
     schedule again, or handing it to the table layer or the simulator after validating it, costs
-    nothing. A schedule over :data:`ppopt.ir.MAX_OPS` ops is refused before anything is allocated.
+    nothing. It refers back to the schedule, so a loop that builds schedules and lets them go calls
+    :func:`forget_flat` on each once done with it. A schedule over :data:`ppopt.ir.MAX_OPS` ops is refused before anything is allocated.
     """
     if isinstance(schedule, Flat):
         return schedule

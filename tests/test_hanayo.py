@@ -12,9 +12,11 @@ from ppopt.errors import ScheduleError
 from ppopt.formula import formula
 from ppopt.generators import generate
 from ppopt.generators.hanayo import hanayo, hanayo_formula, zigzag_placement
+from ppopt.ir import Kind, Op
 from ppopt.table import build_table
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
+from tests.test_zb_h2 import assert_list_scheduled
 
 F_EQUALS_B = UnitCosts(backward=1)
 
@@ -137,3 +139,19 @@ def test_bad_waves(waves):
     assert raised.value.field == "waves"
     with pytest.raises(ScheduleError, match="^waves: "):
         hanayo_formula(4, 4, 1, waves)
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(1, 5), m=st.integers(1, 12), waves=st.sampled_from([1, 2]))
+def test_order_is_the_list_schedule_of_the_module(p, m, waves):
+    """Each slot, each device runs its ready op of highest priority: a backward before any forward, B by
+    lowest microbatch then latest chunk, F by lowest microbatch then earliest chunk; microbatch i >= p
+    enters chunk 0 only once B of chunk 0 of microbatch i - p is done (at most p in flight)."""
+    def key(op):
+        return (0, op.microbatch, -op.stage) if op.kind is Kind.B else (1, op.microbatch, op.stage)
+
+    def in_flight(op):
+        return (Op(0, Kind.B, op.microbatch - p),) if op.kind is Kind.F and op.stage == 0 and op.microbatch >= p else ()
+
+    assert_list_scheduled(hanayo(p, m, waves), F_EQUALS_B, lambda device, ready, ran: min(ready, key=key, default=None),
+                          in_flight)

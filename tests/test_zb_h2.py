@@ -6,6 +6,8 @@ from hypothesis import strategies as st
 
 from ppopt.evaluate import evaluate
 from ppopt.generators import generate
+from ppopt.ir import Kind, dependencies
+from ppopt.table import build_table
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
 
@@ -68,3 +70,39 @@ def test_out_of_reach_forms_name_the_least_m():
     e = evaluate("zb-h2", 4, 5, UnitCosts(backward=3))
     assert e.formula is not None and e.formula.outside == "m < 5.5"
     assert evaluate("zb-h2", 4, 8, UnitCosts(backward=6)).formula.outside == "needs I <= 2F"
+
+
+def assert_list_scheduled(schedule, units, pick, extra_deps=lambda op: ()):
+    """The schedule's unit-slot table is the list schedule its module describes: in every slot every
+    device runs ``pick(device, ready ops, ops it ran before)``, or idles when that is None, where an op is
+    ready once its dependencies (``ppopt.ir.dependencies`` and ``extra_deps``) ended by that slot. Every
+    op must last as long as every other (``units``; a slot of the list schedule is that long). Checks the
+    generator's rule, not its code."""
+    table = build_table(schedule, units)
+    (length,) = set(table.used_durations.values())
+    start, end = table.start, table.ends
+    for device, order in enumerate(schedule.orders):
+        at = {start[op]: op for op in order}
+        for slot in (k * length for k in range(round(table.length / length))):
+            ran = [op for op in order if start[op] < slot]
+            ready = [op for op in order if start[op] >= slot
+                     and all(end[dep] <= slot for dep in (*dependencies(op, schedule.stages, schedule.split_backward), *extra_deps(op)))]
+            assert at.get(slot) == pick(device, ready, ran), (device, slot)
+
+
+@settings(max_examples=30, deadline=None)
+@given(p=st.integers(1, 6), m=st.integers(1, 14))
+def test_order_is_the_list_schedule_of_the_module(p, m):
+    """Each slot, each device runs its lowest ready I; else its lowest ready F while it holds fewer than
+    min(m, 2p - 1) activations (F to W); else its lowest ready W; else it idles."""
+    cap = min(m, 2 * p - 1)
+
+    def pick(device, ready, ran):
+        live = sum(op.kind is Kind.F for op in ran) - sum(op.kind is Kind.W for op in ran)
+        for kind in (Kind.I, Kind.F, Kind.W):
+            of_kind = [op for op in ready if op.kind is kind]
+            if of_kind and (kind is not Kind.F or live < cap):
+                return min(of_kind, key=lambda op: op.microbatch)
+        return None
+
+    assert_list_scheduled(generate("zb-h2", p, m), UnitCosts(), pick)

@@ -130,18 +130,17 @@ def gap_report(
         simulated.append((name, family_space(name, schedule_options), simulation.step_time_s, peak, _fits(instance, peak)))
         forget_flat(schedule)  # the flat form refers back to the schedule: without this, a cycle kept both
         del schedule, simulation
-    keys = list(dict.fromkeys(searched(spec, space).describe() for _, space, _, _, _ in simulated))
+    row_keys = [searched(spec, space).describe() for _, space, _, _, _ in simulated]
+    keys = list(dict.fromkeys(row_keys))
     # a handcrafted schedule that fits is a point of its space: the best found there is never longer
     # (a search short of time builds few hints: 12,410 slots at 64 x 4,096 in the split space, where
     # ZB-H1 takes 12,350), and one that meets the bound proves the space's optimum
     known: dict[str, float] = {}
-    for _, space, step, _, fits in simulated:
+    for key, (_, _, step, _, fits) in zip(row_keys, simulated):
         if fits:
-            key = searched(spec, space).describe()
             known[key] = min(known.get(key, math.inf), step)
     rows, searches = [], {}
-    for name, space, step, peak, fits in simulated:
-        key = searched(spec, space).describe()
+    for key, (name, space, step, peak, fits) in zip(row_keys, simulated):
         if key not in searches and too_late(options, spec, searched(spec, space)):  # no further searches once the budget is spent
             rows.append(GapRow(name, space.describe(), step, peak, fits, None, math.nan, None, NOT_SEARCHED))
             continue

@@ -317,6 +317,11 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     return instance, candidates
 
 
+def _even(space: Space) -> bool:
+    """Whether the space's replicas split the microbatches evenly (all but free directions)."""
+    return not (space.placement == "bidirectional" and space.directions == "free")
+
+
 def _meets_cheap_bound(instance: Instance, placement, space: Space, candidates: list[Candidate]) -> bool:
     """Whether a fitting candidate's step already meets the analytic bounds without the graph bounds
     (milliseconds at 524,288 ops): then it is optimal, and no greedy hint can beat it (the greedy one
@@ -324,8 +329,7 @@ def _meets_cheap_bound(instance: Instance, placement, space: Space, candidates: 
     steps = [c.simulation.step_time_s for c in candidates if c.fits]
     if not steps:
         return False
-    even = not (space.placement == "bidirectional" and space.directions == "free")
-    bound = analytic_bounds(instance, placement, space.split_backward, even, graph_bounds=False).best
+    bound = analytic_bounds(instance, placement, space.split_backward, _even(space), graph_bounds=False).best
     return min(steps) <= bound * (1 + 1e-9)
 
 
@@ -536,8 +540,7 @@ def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions, began: flo
     _require_memory(instance, space, placement, candidates[0].simulation if space.fixed else None)
     ticks = _ticks(instance)
     tick, tick_duration, tick_delay, rounding = ticks
-    even = not (space.placement == "bidirectional" and space.directions == "free")
-    analytic, analytic_ticks = _both_bounds(instance, placement, split, even, ticks, options)
+    analytic, analytic_ticks = _both_bounds(instance, placement, split, _even(space), ticks, options)
     _phase(options, began, f"analytic bounds: {analytic.best:.6g} {instance.time_unit}")
     hint = candidates[0] if candidates else None
     hint_starts, hint_end = _ticked(hint.schedule, tick_duration, tick_delay) if hint else (None, None)
