@@ -498,7 +498,7 @@ def test_best_found_in_a_space_counts_its_handcrafted_schedules(monkeypatch):
 
 def test_no_greedy_hint_once_a_handcrafted_one_meets_the_analytic_bound():
     """No messages, no limit: 1F1B's (m + p - 1)(F + B) = 33 slots at p = 4, m = 8 is the load bound of
-    the linear space, so no greedy hint is built (it took 23 s of a 44 s search at 64 x 4,096, split,
+    the linear space, so no greedy hint is built (it took about 15 of a 30 s search at 64 x 4,096, split,
     where ZB-H1 meets the bound); with one-slot messages and a cap of 4, 1F1B's 49 is above the bound
     and the greedy hint (46) is built and wins."""
     notes: list[str] = []

@@ -325,7 +325,7 @@ def _even(space: Space) -> bool:
 def _meets_cheap_bound(instance: Instance, placement, space: Space, candidates: list[Candidate]) -> bool:
     """Whether a fitting candidate's step already meets the analytic bounds without the graph bounds
     (milliseconds at 524,288 ops): then it is optimal, and no greedy hint can beat it (the greedy one
-    took 23 s of a 44 s search at 64 x 4,096 in the split space, where ZB-H1 meets the load bound)."""
+    took about 15 of a 30 s search at 64 x 4,096 in the split space, where ZB-H1 meets the load bound)."""
     steps = [c.simulation.step_time_s for c in candidates if c.fits]
     if not steps:
         return False
