@@ -219,7 +219,9 @@ def frontier(
     devices = spec.devices
     if limits is not None:
         limits = sorted(set(limits))  # a limit given twice is one point
-    free = search(spec.with_limit(None), space, options.share(1 + len(limits) if limits is not None else 2))
+    # the frontier lists every handcrafted schedule, so the unlimited search builds them all
+    free = search(spec.with_limit(None), space,
+                  replace(options.share(1 + len(limits) if limits is not None else 2), every_hint=True))
     instance = spec.with_limit(None).instance(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None)
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices), free.simulation if space.fixed else None)
     points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted]

@@ -104,6 +104,8 @@ class SolveOptions:
         dominance: add the microbatch-order dominance rule (:mod:`ppopt.solve.model`).
         deadline: ``time.monotonic()`` value at which the budget ends; set by :meth:`start`.
         method: one of :data:`METHODS`.
+        every_hint: build every handcrafted schedule of the space as a hint, even after one is proven
+            optimal by the analytic bound (``frontier`` lists them all; ``search`` stops there).
         cuts: where the wall-clock budget decided (a phase skipped, a loop or a CP-SAT call stopped
             before its deterministic limit), one short description each; shared by every options
             derived from these (:meth:`start`, :meth:`share`, :meth:`reserve`).
@@ -119,6 +121,7 @@ class SolveOptions:
     dominance: bool = True
     deadline: float | None = None
     method: str = "auto"
+    every_hint: bool = False
     cuts: list[str] = field(default_factory=list, compare=False, repr=False)
     work: SpentWork = field(default_factory=SpentWork, compare=False, repr=False)
     work_from: float = 0.0

@@ -252,7 +252,8 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     end with no schedule at all; but when the time left covers the greedy one and not a further
     handcrafted one before it, the greedy one comes next (at p = 64, m = 4,096 under 16 activations
     the handcrafted ones, none fitting, took 20 s of a 30 s budget). With less time still, the
-    handcrafted ones go first, each cheaper than the greedy one.
+    handcrafted ones go first, each cheaper than the greedy one. Once a fitting one meets the analytic
+    bound (:func:`_meets_cheap_bound`) no further hint is built, unless ``options.every_hint``.
     ``began``: when the search started (``time.monotonic()``; None: now), for the progress lines
     (:func:`_phase`)."""
     began = time.monotonic() if began is None else began
@@ -290,20 +291,34 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
             return affordable(SCHEDULE_S_PER_OP) or not fitting()
         return affordable(SCHEDULE_S_PER_OP + GREEDY_S_PER_OP) or not affordable(GREEDY_S_PER_OP)
 
-    if first is not None:
-        add(first)
-        _phase(options, began, f"hint {first.name}")
-    # a fixed space has one schedule; otherwise the next one is generated only when there is room,
-    # since generating it can take seconds (so a space whose schedules are all tried may count a cut)
-    while not space.fixed and (room := another()) and (schedule := next(generated, None)) is not None:
+    optimal = False  # whether a fitting candidate meets the analytic bound (then no hint can beat it)
+
+    def add_hint(schedule: Schedule) -> None:
+        nonlocal optimal
         add(schedule)
         _phase(options, began, f"hint {schedule.name}")
+        optimal = not space.fixed and placement is not None and _meets_cheap_bound(instance, placement, space, candidates)
+
+    if first is not None:
+        add_hint(first)
+    # a fixed space has one schedule; otherwise the next one is generated only when there is room,
+    # since generating it can take seconds (so a space whose schedules are all tried may count a cut)
+    room, exhausted = True, False
+    while not space.fixed and not (optimal and not options.every_hint) and (room := another()):
+        schedule = next(generated, None)
+        if schedule is None:
+            exhausted = True
+            break
+        add_hint(schedule)
     if not space.fixed and not room:
         options.cut("a handcrafted hint not built")
         options.note("time limit: no further handcrafted hints tried")
+    elif optimal and not (space.fixed or exhausted or options.every_hint):
+        best = min((c for c in candidates if c.fits), key=lambda c: c.simulation.step_time_s)
+        options.note(f"no further handcrafted hints built: {best.name} meets the analytic bound")
     if greedy_applies:
         assert placement is not None
-        if _meets_cheap_bound(instance, placement, space, candidates):
+        if optimal:
             options.note("greedy hint skipped: a handcrafted one meets the analytic bound")
         elif not fitting() or affordable(GREEDY_S_PER_OP):
             greedy = greedy_schedule(instance, placement, space.split_backward)
@@ -324,8 +339,9 @@ def _even(space: Space) -> bool:
 
 def _meets_cheap_bound(instance: Instance, placement, space: Space, candidates: list[Candidate]) -> bool:
     """Whether a fitting candidate's step already meets the analytic bounds without the graph bounds
-    (milliseconds at 524,288 ops): then it is optimal, and no greedy hint can beat it (the greedy one
-    took about 15 of a 30 s search at 64 x 4,096 in the split space, where ZB-H1 meets the load bound)."""
+    (milliseconds at 524,288 ops): then it is optimal, and no further hint can beat it (at 64 x 4,096
+    in the split space, where ZB-H1 meets the load bound, the greedy hint took about 15 of a 30 s
+    search and the other handcrafted ones 11 s of what was left)."""
     steps = [c.simulation.step_time_s for c in candidates if c.fits]
     if not steps:
         return False
