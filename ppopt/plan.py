@@ -4,7 +4,8 @@
 recomputation mode and pipeline schedule trains this model fastest on N GPUs without running out
 of memory?" by enumerating every valid :class:`ppopt.job.Job` (:func:`enumerate_jobs`), dropping
 those whose per-GPU peak memory exceeds the limit (:func:`memory_of`, no simulation needed), and
-predicting the step of the others with :func:`ppopt.job.evaluate_job`.
+predicting the step of the others with :func:`ppopt.job.evaluate_job`, those estimated fastest
+first (:func:`best_first`), so that a budget ending early leaves out the slowest.
 
 The space (:func:`layouts`, :func:`enumerate_jobs`)
     * t·p·d = N; t ≤ devices_per_node (tensor parallelism stays in a node) and Megatron can split
@@ -62,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig
-from ppopt.costs import Costs, layer_forward_flops, logits_forward_flops
+from ppopt.costs import Costs, layer_forward_flops, logits_forward_flops, work_time_s
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.generators import get
 from ppopt.ir import FREEING_KINDS, MAX_OPS, Kind
@@ -82,8 +83,8 @@ from ppopt.job import (
 from ppopt.solve.options import SolveOptions
 
 __all__ = [
-    "MAX_JOBS", "Memory", "Plan", "PlanProgress", "PlanRequest", "PlanRow", "balanced_layers", "count_jobs", "describe", "enumerate_jobs",
-    "evaluate_row", "layouts", "live_microbatches", "megatron_layout", "memory_of", "out_of_time", "plan", "torchtitan_stages",
+    "MAX_JOBS", "Memory", "Plan", "PlanProgress", "PlanRequest", "PlanRow", "balanced_layers", "best_first", "count_jobs", "describe",
+    "enumerate_jobs", "evaluate_row", "group_estimate", "layouts", "live_microbatches", "megatron_layout", "memory_of", "out_of_time", "plan", "step_estimate", "torchtitan_stages",
 ]
 
 MAX_JOBS = 200_000
@@ -746,6 +747,7 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
             f"{memory.peak_bytes / 1e9:.2f} GB ({describe(job)}, {memory.bound()})",
             field="memory_limit_bytes")
     rows: list[PlanRow] = []
+    fitting = best_first(fitting, budget)
     results = (map_unordered or (lambda fn, items: map(fn, items)))(evaluate_row, _until(fitting, budget))
     for row in results:
         rows.append(row)
@@ -753,6 +755,52 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
             progress.simulating(len(rows), len(fitting))
     rows.sort(key=lambda r: (r.step_time_s, r.memory.peak_bytes, describe(r.job)))
     return Plan(request, tuple(rows), total, over, closest, len(fitting) - len(rows))
+
+
+def step_estimate(job: Job) -> float:
+    """An optimistic step time of ``job``, seconds, to choose what to simulate first (not a bound):
+    the busiest device's forward and backward work for its share of the m microbatches, as if the
+    schedule had no bubble, plus the largest gradient all-reduces and optimizer step of a device
+    (of every stage it holds), as :func:`ppopt.job.evaluate_job` adds them. Without the bubble, the groups of the best jobs come
+    first: of the default plans of llama3-8b on 8 GPUs, llama3-70b on 64 and gpt3-175b on 1,024
+    (global batch 1,536), every top-10 job's group starts within the first 25, 19 and 218 jobs of
+    677, 817 and 2,925; with 1F1B's bubble, (p − 1)/m of the work, within 106, 44 and 696."""
+    work = _shared_work(job)
+    stages = job_costs(job, work).stages
+    syncs = [float(work_time_s(w, job.system)) for w in work.step_sync]
+    optimizers = [float(work_time_s(w, job.system)) for w in work.optimizer]
+    load, sync, optimizer = ([0.0] * job.pp for _ in range(3))
+    for k, devices in enumerate(job.stage_devices):
+        for d in devices:  # a replicated stage (Chimera, DualPipe) runs half the microbatches on each
+            load[d] += (stages[k].forward_s + stages[k].backward_s) * job.microbatches / len(devices)
+            sync[d] += syncs[k]
+            optimizer[d] += optimizers[k]
+    return max(load) + max(sync) + max(optimizer)
+
+
+def best_first(jobs: list[Job], budget: SolveOptions | None = None) -> list[Job]:
+    """``jobs`` in the order to simulate them: grouped by layout, micro batch and recomputation,
+    the groups by :func:`group_estimate`, smallest first (jobs of a group keep their order). A
+    budget that ends before every job is simulated then leaves out the groups expected to be
+    slowest, not the last ones enumerated. One estimate per group (a few milliseconds at p = 32;
+    the simulations take tens); unsorted if the budget is spent."""
+    estimates: dict[tuple, float] = {}
+    for job in jobs:
+        if _group(job) not in estimates:
+            if budget is not None and budget.expired:
+                return jobs
+            estimates[_group(job)] = group_estimate(job)
+    return sorted(jobs, key=lambda job: estimates[_group(job)])
+
+
+def _group(job: Job) -> tuple:
+    return job.tp, job.pp, job.dp, job.micro_batch, job.recompute
+
+
+def group_estimate(job: Job) -> float:
+    """The :func:`step_estimate` of ``job``'s layout, micro batch and recomputation under 1F1B with
+    the even split, the same for every job of the group."""
+    return step_estimate(replace(job, schedule="1f1b", layers=None))
 
 
 def describe(job: Job) -> str:

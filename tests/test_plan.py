@@ -23,17 +23,21 @@ from ppopt.plan import (
     PlanProgress,
     PlanRequest,
     _divisors,
+    _group,
     _shared_work,
     balanced_layers,
+    best_first,
     count_jobs,
     describe,
     enumerate_jobs,
+    group_estimate,
     layouts,
     live_microbatches,
     megatron_layout,
     memory_of,
     plan,
     sizing_ops,
+    step_estimate,
     torchtitan_stages,
 )
 from ppopt.plan_search import JobSearch, first_after_search, job_spec, ranking_changes
@@ -457,6 +461,52 @@ def test_plan_command_out_of_time_prints_one_error_line_and_no_table(clock, monk
     assert result.stderr == (f"error: --time-limit: no job evaluated within 5 s: sizing the {total} jobs took the budget "
                              f"(20 sized, {total - 20} not sized); give more time or narrow the space "
                              "(--schedule, --recompute, --micro-batch)\n")
+
+
+def test_the_step_estimate_is_the_busiest_device_s_work_plus_the_syncs():
+    """1F1B, one stage per device: m (F + B) of the slowest stage, plus the gradient all-reduce and
+    optimizer step that evaluate_job adds (computed there independently); below the simulated step,
+    which has a bubble. Chimera: each stage's two replicas run m/2 microbatches each, and a device
+    holds two stages."""
+    job = Job(LLAMA8, H100, tp=2, pp=4, dp=2, micro_batch=1, global_batch=32, recompute="selective")
+    slowest = max(s.forward_s + s.backward_s for s in job_costs(job).stages)
+    result = evaluate_job(job)
+    assert result.gradient_sync_s > 0 and result.optimizer_s > 0
+    assert step_estimate(job) == pytest.approx(16 * slowest + result.gradient_sync_s + result.optimizer_s)
+    assert step_estimate(job) < result.step_time_s
+    chimera = replace(job, schedule="chimera")
+    stages = job_costs(chimera).stages
+    work = [s.forward_s + s.backward_s for s in stages]
+    assert chimera.stage_devices == ((0, 3), (1, 2), (2, 1), (3, 0))
+    loads = [8 * (work[d] + work[3 - d]) for d in range(4)]
+    chimera_result = evaluate_job(chimera)
+    assert step_estimate(chimera) == pytest.approx(max(loads) + chimera_result.gradient_sync_s + chimera_result.optimizer_s)
+
+
+def test_a_budget_ending_mid_simulation_leaves_out_the_jobs_estimated_slowest(clock):
+    """Jobs are simulated by groups (layout, micro batch, recomputation) in the order of their
+    estimated step, so the budget leaves out the groups expected to be slowest: here the plan's
+    best job is simulated even when the budget ends a third of the way through."""
+    everything = plan(SMALL)
+    cut = len(everything.rows) // 3
+
+    def simulating(done, total):
+        if done == cut:
+            clock.jump()
+
+    result = plan(SMALL, progress=PlanProgress(simulating=simulating), budget=SolveOptions(5).start())
+    assert len(result.rows) == cut and result.unevaluated == len(everything.rows) - cut
+    simulated = {describe(r.job) for r in result.rows}
+    left_out = [r.job for r in everything.rows if describe(r.job) not in simulated]
+    estimate = {_group(r.job): group_estimate(r.job) for r in everything.rows}
+    assert all(group_estimate(r.job) == estimate[_group(r.job)] for r in everything.rows)  # one per group
+    assert max(estimate[_group(r.job)] for r in result.rows) <= min(estimate[_group(j)] for j in left_out)
+    assert describe(everything.rows[0].job) in simulated
+    # the order itself: groups whole, by estimate; a job's place in the plan's rows is unchanged
+    order = best_first([r.job for r in everything.rows])
+    groups = [_group(j) for j in order]
+    assert [estimate[g] for g in groups] == sorted(estimate[g] for g in groups)
+    assert len({g for g in groups}) == sum(1 for a, b in zip([None] + groups, groups) if a != b)
 
 
 def test_sizing_shares_a_placement_s_work_exactly():

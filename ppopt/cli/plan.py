@@ -310,7 +310,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
         line += f" (closest: {describe(job)} needs {needs} GB, {memory.bound()})"
     line += f", {evaluated} evaluated"
     if result.unevaluated:
-        line += f", {result.unevaluated} not evaluated (time limit)"
+        line += f", {result.unevaluated} not evaluated (time limit; those estimated slowest)"
     click.echo(line)
     click.echo(_table(columns, rows, fmt))
     if searches:
