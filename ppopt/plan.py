@@ -680,7 +680,7 @@ def _with_split(job: Job, request: PlanRequest) -> Job | None:
 
 
 def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: PlanProgress | None = None,
-         budget: SolveOptions | None = None, jobs: list[Job] | None = None) -> Plan:
+         budget: SolveOptions | None = None, jobs: list[Job] | None = None, keep_share: float = 0.0) -> Plan:
     """Enumerate, filter by memory and evaluate the request's jobs (module doc).
 
     ``jobs`` replaces the enumeration (e.g. the jobs a measured-data file lists). ``map_unordered(fn,
@@ -688,7 +688,9 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     reports each phase. ``budget`` (started :class:`~ppopt.solve.options.SolveOptions`) bounds
     every phase by its deadline: generating the schedules, sizing and evaluating the jobs; jobs
     left when it passes are not sized (``unsized``) or not evaluated (``unevaluated``), and a job
-    left unsized leaves every job unevaluated (``rows`` empty, :meth:`Plan.spent` says why).
+    left unsized leaves every job unevaluated (``rows`` empty, :meth:`Plan.spent` says why). The
+    evaluations leave ``keep_share`` of the time left when they begin to what the caller does next
+    (after the first one). Jobs are evaluated best first (:func:`best_first`).
     Raises InfeasibleError naming ``gpus`` when no layout exists, ConfigError when the space exceeds
     :data:`MAX_JOBS`, InfeasibleError naming the least memory any job needs when none fits the
     limit, and InfeasibleError naming ``time_limit_s`` when the budget ends before the jobs'
@@ -748,7 +750,9 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
             field="memory_limit_bytes")
     rows: list[PlanRow] = []
     fitting = best_first(fitting, budget)
-    results = (map_unordered or (lambda fn, items: map(fn, items)))(evaluate_row, _until(fitting, budget))
+    kept = budget.reserve(keep_share * budget.remaining_s()) if budget is not None and keep_share > 0 else None
+    evaluating = _until(fitting, budget, kept)
+    results = (map_unordered or (lambda fn, items: map(fn, items)))(evaluate_row, evaluating)
     for row in results:
         rows.append(row)
         if progress.simulating:
@@ -808,9 +812,10 @@ def describe(job: Job) -> str:
     return f"{job.describe()} {job.recompute} {job.schedule_label}"
 
 
-def _until(jobs: Iterable[Job], budget: SolveOptions | None) -> Iterator[Job]:
-    """``jobs`` until the budget's deadline passes (one clock read per job: a job takes far longer)."""
-    for job in jobs:
-        if budget is not None and budget.expired:
+def _until(jobs: Iterable[Job], budget: SolveOptions | None, after_first: SolveOptions | None = None) -> Iterator[Job]:
+    """``jobs`` until the budget's deadline passes, or from the second job on, ``after_first``'s
+    (an earlier one) does (one clock read per job: a job takes far longer)."""
+    for k, job in enumerate(jobs):
+        if budget is not None and budget.expired or k and after_first is not None and after_first.expired:
             return
         yield job

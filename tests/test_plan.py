@@ -509,6 +509,44 @@ def test_a_budget_ending_mid_simulation_leaves_out_the_jobs_estimated_slowest(cl
     assert len({g for g in groups}) == sum(1 for a, b in zip([None] + groups, groups) if a != b)
 
 
+def test_the_simulations_leave_their_share_of_the_time_after_the_first_job(clock):
+    """Keeping a quarter of the 40 s left when they begin (the clock stands still until then), the
+    simulations stop once fewer than 10 s are left, but never before the first job; the whole
+    budget still bounds the first."""
+    def simulating(done, total):
+        if done == 2:
+            clock.now += 30.5  # 9.5 s left: below the 10 s kept
+    clock.now = 20.0
+    budget = SolveOptions(60).start(20.0)  # 20 s spent before: 40 s left
+    result = plan(SMALL, progress=PlanProgress(simulating=simulating), budget=budget, keep_share=0.25)
+    assert len(result.rows) == 2 and result.unevaluated > 0
+    clock.now = 0.0
+    result = plan(SMALL, progress=PlanProgress(simulating=simulating), budget=SolveOptions(60).start(), keep_share=0.25)
+    assert len(result.rows) == len(plan(SMALL).rows)  # 29.5 s left of the 60: above the 15 s kept
+    clock.now = 0.0
+    spent = SolveOptions(60).start()
+    clock.now = 61.0
+    with pytest.raises(InfeasibleError, match="no job evaluated"):
+        plan(SMALL, budget=spent, keep_share=0.25)
+
+
+def test_the_command_keeps_a_quarter_of_the_simulations_time_for_the_searches(monkeypatch):
+    import ppopt.plan as planning
+
+    kept = []
+
+    def recording(*args, **kwargs):
+        kept.append(args[5] if len(args) > 5 else kwargs.get("keep_share", 0.0))
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(planning, "plan", recording)
+    flags = ["plan", "--model", "llama3-8b", "--gpus", 8, "--global-batch", 16, "--system", "dgx-h100", "-q",
+             "--time-limit", 40, "--schedule", "1f1b"]
+    assert run(*flags, "--search", 0).exit_code == 0
+    assert run(*flags, "--search", 1).exit_code == 0
+    assert kept == [0.0, 0.25]
+
+
 def test_sizing_shares_a_placement_s_work_exactly():
     # every family (chimera-asym's uneven default split included) and every split: the work the
     # sizing shares between the families of one placement is each job's own
@@ -546,9 +584,9 @@ def test_plan_keeps_the_executor_s_closing_time_in_its_budget(monkeypatch):
     deadlines = []
     real_plan = ppopt.plan.plan
 
-    def recording_plan(request, run, progress, options, listed):
+    def recording_plan(request, run, progress, options, listed, keep_share=0.0):
         deadlines.append(options.deadline)
-        return real_plan(request, run, progress, options, listed)
+        return real_plan(request, run, progress, options, listed, keep_share)
 
     monkeypatch.setattr(ppopt.sweep, "make_executor", lambda *a: SlowToClose())
     monkeypatch.setattr(ppopt.plan, "plan", recording_plan)
