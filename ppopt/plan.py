@@ -83,8 +83,9 @@ from ppopt.job import (
 from ppopt.solve.options import SolveOptions
 
 __all__ = [
-    "MAX_JOBS", "Memory", "Plan", "PlanProgress", "PlanRequest", "PlanRow", "balanced_layers", "best_first", "count_jobs", "describe",
-    "enumerate_jobs", "evaluate_row", "group_estimate", "layouts", "live_microbatches", "megatron_layout", "memory_of", "out_of_time", "plan", "step_estimate", "torchtitan_stages",
+    "MAX_JOBS", "Memory", "Plan", "PlanProgress", "PlanRequest", "PlanRow", "balanced_layers", "best_first", "count_jobs",
+    "describe", "enumerate_jobs", "evaluate_row", "group_estimate", "layouts", "live_microbatches", "megatron_layout",
+    "memory_of", "out_of_time", "plan", "step_estimate", "torchtitan_stages",
 ]
 
 MAX_JOBS = 200_000
@@ -765,10 +766,12 @@ def step_estimate(job: Job) -> float:
     """An optimistic step time of ``job``, seconds, to choose what to simulate first (not a bound):
     the busiest device's forward and backward work for its share of the m microbatches, as if the
     schedule had no bubble, plus the largest gradient all-reduces and optimizer step of a device
-    (of every stage it holds), as :func:`ppopt.job.evaluate_job` adds them. Without the bubble, the groups of the best jobs come
-    first: of the default plans of llama3-8b on 8 GPUs, llama3-70b on 64 and gpt3-175b on 1,024
-    (global batch 1,536), every top-10 job's group starts within the first 25, 19 and 218 jobs of
-    677, 817 and 2,925; with 1F1B's bubble, (p − 1)/m of the work, within 106, 44 and 696."""
+    (of every stage it holds), as :func:`ppopt.job.evaluate_job` adds them.
+
+    Without the bubble, the groups of the best jobs come first: of the default plans of llama3-8b
+    on 8 GPUs, llama3-70b on 64 and gpt3-175b on 1,024 (global batch 1,536), every top-10 job's
+    group starts within the first 25, 19 and 218 jobs of 677, 817 and 2,925; with 1F1B's bubble,
+    (p − 1)/m of the work, within 106, 44 and 696."""
     work = _shared_work(job)
     stages = job_costs(job, work).stages
     syncs = [float(work_time_s(w, job.system)) for w in work.step_sync]
@@ -816,6 +819,6 @@ def _until(jobs: Iterable[Job], budget: SolveOptions | None, after_first: SolveO
     """``jobs`` until the budget's deadline passes, or from the second job on, ``after_first``'s
     (an earlier one) does (one clock read per job: a job takes far longer)."""
     for k, job in enumerate(jobs):
-        if budget is not None and budget.expired or k and after_first is not None and after_first.expired:
+        if (budget is not None and budget.expired) or (k > 0 and after_first is not None and after_first.expired):
             return
         yield job
