@@ -690,8 +690,7 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     every phase by its deadline: generating the schedules, sizing and evaluating the jobs; jobs
     left when it passes are not sized (``unsized``) or not evaluated (``unevaluated``), and a job
     left unsized leaves every job unevaluated (``rows`` empty, :meth:`Plan.spent` says why). The
-    evaluations leave ``keep_share`` of the time left when they begin to what the caller does next
-    (after the first one). Jobs are evaluated best first (:func:`best_first`).
+    evaluations leave ``keep_share`` of the time left when they begin to what the caller does next. Jobs are evaluated best first (:func:`best_first`).
     Raises InfeasibleError naming ``gpus`` when no layout exists, ConfigError when the space exceeds
     :data:`MAX_JOBS`, InfeasibleError naming the least memory any job needs when none fits the
     limit, and InfeasibleError naming ``time_limit_s`` when the budget ends before the jobs'
@@ -751,8 +750,9 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
             field="memory_limit_bytes")
     rows: list[PlanRow] = []
     fitting = best_first(fitting, budget)
-    kept = budget.reserve(keep_share * budget.remaining_s()) if budget is not None and keep_share > 0 else None
-    evaluating = _until(fitting, budget, kept)
+    # the share kept begins when the simulations do, so the first one always has time
+    simulating = budget.reserve(keep_share * budget.remaining_s()) if budget is not None and keep_share > 0 else budget
+    evaluating = _until(fitting, simulating)
     results = (map_unordered or (lambda fn, items: map(fn, items)))(evaluate_row, evaluating)
     for row in results:
         rows.append(row)
@@ -815,10 +815,9 @@ def describe(job: Job) -> str:
     return f"{job.describe()} {job.recompute} {job.schedule_label}"
 
 
-def _until(jobs: Iterable[Job], budget: SolveOptions | None, after_first: SolveOptions | None = None) -> Iterator[Job]:
-    """``jobs`` until the budget's deadline passes, or from the second job on, ``after_first``'s
-    (an earlier one) does (one clock read per job: a job takes far longer)."""
-    for k, job in enumerate(jobs):
-        if (budget is not None and budget.expired) or (k > 0 and after_first is not None and after_first.expired):
+def _until(jobs: Iterable[Job], budget: SolveOptions | None) -> Iterator[Job]:
+    """``jobs`` until the budget's deadline passes (one clock read per job: a job takes far longer)."""
+    for job in jobs:
+        if budget is not None and budget.expired:
             return
         yield job

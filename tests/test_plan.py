@@ -509,10 +509,10 @@ def test_a_budget_ending_mid_simulation_leaves_out_the_jobs_estimated_slowest(cl
     assert len({g for g in groups}) == sum(1 for a, b in zip([None] + groups, groups) if a != b)
 
 
-def test_the_simulations_leave_their_share_of_the_time_after_the_first_job(clock):
+def test_the_simulations_leave_their_share_of_the_time(clock):
     """Keeping a quarter of the 40 s left when they begin (the clock stands still until then), the
-    simulations stop once fewer than 10 s are left, but never before the first job; the whole
-    budget still bounds the first."""
+    simulations stop once fewer than 10 s are left; with 60 s left they keep 15 s; a budget spent
+    before them evaluates nothing."""
     def simulating(done, total):
         if done == 2:
             clock.now += 30.5  # 9.5 s left: below the 10 s kept

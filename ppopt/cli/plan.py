@@ -163,8 +163,8 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
 
 SEARCH_SHARE = 0.25
 """Share of the time left after sizing that the plan's simulations leave to the schedule searches
-(``--search K`` > 0; at least one job is simulated while the budget lasts). Without it, where the
-simulations took the whole budget (gpt3-175b on 1,024 GPUs at 60 s), every search was skipped."""
+(``--search K`` > 0). Without it, where the simulations took the whole budget (gpt3-175b on 1,024
+GPUs at 60 s), every search was skipped."""
 
 HEADROOM = 0.02
 """With the default limit (all of the GPU's memory), a first job within this share of it gets a note."""
