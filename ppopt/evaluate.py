@@ -24,7 +24,7 @@ from ppopt.job import Parallelism, job_costs, job_work, simulate_pipeline
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
 from ppopt.units import UnitCosts
-from ppopt.validate import forget_flat, validated
+from ppopt.validate import validated
 
 DEFAULT_UNITS = UnitCosts()
 
@@ -131,10 +131,7 @@ def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFA
              parallel: Parallelism | None = None, **options: object) -> Evaluation:
     """Generate schedule ``name`` and evaluate it (see :func:`evaluate_schedule`)."""
     schedule = generate(name, devices, microbatches, **options)
-    try:
-        return evaluate_schedule(schedule, units, model, system, global_batch, True, parallel, **cast(dict[str, Any], options))
-    finally:
-        forget_flat(schedule)  # the schedule is this function's own: free it now, not at a full collection
+    return evaluate_schedule(schedule, units, model, system, global_batch, True, parallel, **cast(dict[str, Any], options))
 
 
 def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None,

@@ -14,6 +14,7 @@ offending op and mark it in the grid; they hash ops and are slower, but run on f
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import fields
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import Flat, Unflattenable, flatten
@@ -178,15 +179,17 @@ def validated(schedule: Schedule | Flat) -> Flat:
 
     The flat form is kept with the schedule object (which is immutable), so validating the same
     schedule again, or handing it to the table layer or the simulator after validating it, costs
-    nothing. It refers back to the schedule, so a loop that builds schedules and lets them go calls
-    :func:`forget_flat` on each once done with it. A schedule over :data:`ppopt.ir.MAX_OPS` ops is
+    nothing. What is kept is the flat form without its ``schedule`` field (:func:`_kept`): a flat
+    form refers to its schedule, and keeping that way back too made a reference cycle, which held
+    every schedule `evaluate -s all` built in memory until a full garbage collection (2.21 GB at
+    64 x 2,048 in unit mode, against 0.40 GB). A schedule over :data:`ppopt.ir.MAX_OPS` ops is
     refused before anything is allocated.
     """
     if isinstance(schedule, Flat):
         return schedule
     known = schedule.__dict__.get(_FLAT)
     if known is not None:
-        return known
+        return Flat(schedule, **known)
     try:
         check_size(schedule.stages * schedule.microbatches * 2, f"{schedule.stages} stages x {schedule.microbatches} microbatches")
     except ScheduleError as error:
@@ -201,7 +204,7 @@ def validated(schedule: Schedule | Flat) -> Flat:
         except Exception:  # noqa: BLE001  (the detailed checks tripped over it: report the screen's finding)
             pass
         raise ScheduleValidationError(f"invalid schedule: {problem}", order_grid(schedule)) from None
-    schedule.__dict__[_FLAT] = flat  # a schedule is immutable: flatten it once (see Schedule.__getstate__)
+    schedule.__dict__[_FLAT] = _kept(flat)  # a schedule is immutable: flatten it once (see Schedule.__getstate__)
     return flat
 
 
@@ -209,14 +212,9 @@ _FLAT = "_flat"
 """Where :func:`validated` keeps a schedule's flat form, in the schedule's own ``__dict__``."""
 
 
-def forget_flat(schedule: Schedule) -> None:
-    """Drop the flat form :func:`validated` keeps with ``schedule``, once nothing will ask for it again.
-
-    The flat form refers back to its schedule, a reference cycle, so without this a schedule that goes
-    out of use stays in memory, ops and all, until one of the garbage collector's rare full passes.
-    `benchmarks/evaluate_all.py` at 64 x 2,048 (unit mode): `evaluate -s all` peaked at 2.21 GB over the
-    14 schedules, against 0.40 GB when each schedule's flat form is dropped after use."""
-    schedule.__dict__.pop(_FLAT, None)
+def _kept(flat: Flat) -> dict[str, object]:
+    """``flat``'s fields but its schedule: what a schedule keeps of its flat form, with no way back to it."""
+    return {f.name: getattr(flat, f.name) for f in fields(flat) if f.name != "schedule"}
 
 
 def explain(schedule: Schedule) -> None:

@@ -190,16 +190,23 @@ def test_v_families_against_the_proven_bound_of_their_space(name, limit, step):
 
 
 def test_evaluate_leaves_no_reference_cycle(family):
-    """evaluate() drops the flat form it kept with its own schedule: the flat form refers back to the
-    schedule, and the cycle kept every op of every schedule `evaluate -s all` had seen in memory until
-    a full garbage collection (2 GB at 64 x 2,048). With the collector off, nothing is left for it."""
+    """The flat form validated() keeps with a schedule has no way back to it: when it had, the cycle kept
+    every op of every schedule `evaluate -s all` had seen in memory until a full garbage collection
+    (2 GB at 64 x 2,048). With the collector off, nothing is left for it."""
     import gc
+
+    from ppopt.validate import validated
 
     gc.collect()
     gc.disable()
     try:
         evaluate(family.name, P, M)
         left = gc.collect()
+        schedule = generate(family.name, P, M)
+        first, again = validated(schedule), validated(schedule)
+        assert again.schedule is schedule and again.order is first.order  # kept: not flattened twice
+        del schedule, first, again
+        left_by_validated = gc.collect()
     finally:
         gc.enable()
-    assert left == 0
+    assert left == 0 and left_by_validated == 0

@@ -23,7 +23,7 @@ from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import SearchResult, memory_use, minimum_memory, relative_gap, search, too_late
 from ppopt.solve.space import Space, family_space, placement_of, stage_count
-from ppopt.validate import forget_flat, validate
+from ppopt.validate import validate
 
 
 def searched(spec: InstanceSpec, space: Space) -> Space:
@@ -128,7 +128,6 @@ def gap_report(
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = _peak(instance, simulation)
         simulated.append((name, family_space(name, schedule_options), simulation.step_time_s, peak, _fits(instance, peak)))
-        forget_flat(schedule)  # the flat form refers back to the schedule: without this, a cycle kept both
         del schedule, simulation
     row_keys = [searched(spec, space).describe() for _, space, _, _, _ in simulated]
     keys = list(dict.fromkeys(row_keys))
