@@ -509,3 +509,28 @@ def test_no_greedy_hint_once_a_handcrafted_one_meets_the_analytic_bound():
     capped = search(unit(4, 8, comm=1, limit=4), parse_space("placement=linear"), SolveOptions(10, progress=notes.append))
     assert capped.hint == "greedy" and capped.hint_step_time == 46
     assert not any("greedy hint skipped" in line for line in notes)
+
+
+@pytest.mark.parametrize("spec, space", [
+    (unit(4, 8, comm=1.0), "placement=v,backward=split,order=free"),
+    (InstanceSpec(16, 32, model="llama3-8b", system="dgx-h100"), "placement=linear,order=free"),  # two nodes
+    (InstanceSpec(8, 16, model="llama3-8b", system="dgx-h100"), "placement=bidirectional,backward=split,order=free"),
+    (InstanceSpec(4, 16, model="llama3-8b", system="dgx-a100", memory_limit=60e9), "placement=v,backward=split,order=free"),
+])
+def test_hint_timing_in_ticks_matches_the_general_layout(spec, space):
+    """The search times its hints on the flat form with per-(stage, kind) durations and
+    per-(stage, devices) delays; the general earliest-start layout, asked op by op, agrees on every
+    start and on the makespan, for every hint of unit and modelled spaces (delays differ by link)."""
+    from ppopt.solve.search import _candidates, _ticked, _ticks
+    from ppopt.table import earliest_starts
+
+    instance, candidates = _candidates(spec, parse_space(space), SolveOptions(every_hint=True))
+    _, duration, delay, _ = _ticks(instance)
+    assert len(candidates) >= 2
+    for candidate in candidates:
+        schedule = candidate.schedule
+        general = earliest_starts(schedule, lambda op: duration(op.stage, op.kind),
+                                  lambda dep, op, device=schedule.device_of: delay(dep.stage, device(dep), device(op)))
+        starts, end = _ticked(schedule, duration, delay)
+        assert starts == {op: int(t) for op, t in general.items()}
+        assert end == max(t + duration(op.stage, op.kind) for op, t in general.items())

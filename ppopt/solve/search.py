@@ -17,10 +17,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from ppopt.config import ModelConfig
 from ppopt.errors import InfeasibleError, ScheduleError, counted
+from ppopt.flat import KIND_CODE
+from ppopt.flat import earliest_starts as flat_earliest_starts
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import split_weights, stages_by_device
 from ppopt.simulate import Simulation, op_duration_s, simulate
@@ -35,8 +38,7 @@ from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_sched
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, block_cuts, cut_sizes, relaxation_bound, tail_bound
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, largest_stage_count, placement_of, size_key, stage_count
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
-from ppopt.table import earliest_starts
-from ppopt.validate import validate
+from ppopt.validate import validate, validated
 
 STATUS = {
     cp_model.OPTIMAL: "optimal",
@@ -1172,14 +1174,29 @@ def _ticks(instance: Instance):
 
 
 def _ticked(schedule: Schedule, tick_duration, tick_delay) -> tuple[dict[Op, int], int]:
-    """Earliest start (ticks) of every op of ``schedule`` in its order, and the makespan."""
-    starts = earliest_starts(
-        schedule,
-        lambda op: tick_duration(op.stage, op.kind),
-        lambda dep, op: tick_delay(dep.stage, schedule.device_of(dep), schedule.device_of(op)),
-    )
-    ticked = {op: int(t) for op, t in starts.items()}
-    return ticked, max(t + tick_duration(op.stage, op.kind) for op, t in ticked.items())
+    """Earliest start (ticks) of every op of ``schedule`` in its order, and the makespan.
+
+    Laid out on the schedule's flat form, with each duration looked up once per (stage, kind) and
+    each delay once per (stage, sending device, receiving device): calling both per op took 31 s of
+    a 38 s search setup at 64 x 4,096 in the split space."""
+    flat = validated(schedule)
+    columns = flat.columns
+    per_stage_kind = np.zeros(4 * schedule.stages, np.int64)
+    for s in range(schedule.stages):
+        for kind in Kind:
+            per_stage_kind[4 * s + KIND_CODE[kind]] = tick_duration(s, kind)
+    duration = per_stage_kind[columns.stage_kind]
+    delay = np.zeros(flat.size, np.int64)
+    has_input = columns.wait >= 0
+    sender = columns.wait[has_input]
+    devices = len(schedule.orders)
+    key = (columns.stage[sender] * devices + columns.dev[sender]) * devices + columns.dev[has_input]
+    distinct, which = np.unique(key, return_inverse=True)
+    by_key = [tick_delay(int(k) // devices**2, int(k) // devices % devices, int(k) % devices) for k in distinct]
+    delay[has_input] = np.array(by_key, np.int64)[which]
+    starts = flat_earliest_starts(flat, duration.tolist(), delay.tolist())
+    end = int((np.array(starts, np.int64) + duration).max()) if starts else 0
+    return dict(zip(flat.ops, starts)), end
 
 
 def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None]:
