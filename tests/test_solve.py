@@ -534,3 +534,21 @@ def test_hint_timing_in_ticks_matches_the_general_layout(spec, space):
         starts, end = _ticked(schedule, duration, delay)
         assert starts == {op: int(t) for op, t in general.items()}
         assert end == max(t + duration(op.stage, op.kind) for op, t in general.items())
+
+
+def test_an_optimal_hint_keeps_the_steady_state_pattern_without_its_schedule(monkeypatch):
+    """No memory limit: GPipe meets the analytic bound, so the steady-state schedule cannot win and is
+    not composed, while its pattern is still reported; under a cap the hint is above the bound and
+    the schedule is composed (and simulated) as a candidate."""
+    import ppopt.solve.search as searching
+
+    built = []
+    original = searching.composed
+    monkeypatch.setattr(searching, "composed", lambda *args: built.append(args) or original(*args))
+    free = run(unit(4, 16), "placement=linear,order=free", time_limit_s=10)
+    assert free.status == "optimal" and free.hint == "gpipe"
+    assert free.period is not None and "every" in free.period
+    assert built == []
+    capped = run(unit(4, 16, comm=1.0, limit=4), "placement=linear,order=free", time_limit_s=10)
+    assert capped.period is not None
+    assert len(built) == 1

@@ -131,12 +131,35 @@ def periodic_schedule(
     module docstring), with its pattern; None when no period within :data:`MAX_TRIES` of the rate
     bound admits one, or the budget runs out. ``duration``/``delay`` in ticks (stage, kind) and
     (stage sending, device a, device b); ``caps[s]`` activations of stage s fit on device s."""
-    p, m = devices, microbatches
+    pattern = periodic_pattern(devices, microbatches, duration, delay, caps, options)
+    if pattern is None:
+        return None
+    return composed(pattern, devices, microbatches, duration, delay), pattern
+
+
+def _stage_offsets(devices: int, duration: Callable[[int, Kind], int], delay: Callable[[int, int, int], int]):
+    """Forward and backward durations per stage, and a_s, b_s (:func:`_offsets`), in ticks."""
+    p = devices
     forward = [duration(s, Kind.F) for s in range(p)]
     backward = [duration(s, Kind.B) for s in range(p)]
     up = [delay(s, s, s + 1) for s in range(p - 1)]
     down = [0] + [delay(s, s, s - 1) for s in range(1, p)]
     a, b = _offsets(p, forward, backward, up, down)
+    return forward, backward, a, b
+
+
+def periodic_pattern(
+    devices: int,
+    microbatches: int,
+    duration: Callable[[int, Kind], int],
+    delay: Callable[[int, int, int], int],
+    caps: list[int | None],
+    options: SolveOptions,
+) -> Pattern | None:
+    """The pattern of :func:`periodic_schedule` alone (arguments as there), without composing the
+    schedule: what a search whose hint is already optimal still reports."""
+    p, m = devices, microbatches
+    forward, backward, a, b = _stage_offsets(p, duration, delay)
     known = [c for c in caps if c is not None]
     k = min(min(known, default=p), MAX_PATTERN, m)
     if k < 1:
@@ -157,16 +180,24 @@ def periodic_schedule(
         return None
     if offsets is None:
         return None
-    entry = [offsets[i % k] + (i // k) * period for i in range(m)]
+    step = offsets[last] + (m - 1) // k * period + lives[0]
+    return Pattern(k, period, tuple(offsets), rate, step)
+
+
+def composed(pattern: Pattern, devices: int, microbatches: int, duration: Callable[[int, Kind], int],
+             delay: Callable[[int, int, int], int]) -> Schedule:
+    """The schedule of ``pattern`` for ``microbatches``: microbatch i enters at offset i mod k plus
+    i // k periods, and each device runs its ops in the order of their no-wait start times."""
+    p, m, k = devices, microbatches, pattern.k
+    _, _, a, b = _stage_offsets(p, duration, delay)
+    entry = [pattern.offsets[i % k] + (i // k) * pattern.period for i in range(m)]
     timed: list[list[tuple[int, int, Op]]] = [[] for _ in range(p)]
     for i in range(m):  # F before B at one tick: ops shorter than a tick last 0 ticks
         for s in range(p):
             timed[s].append((entry[i] + a[s], 0, Op(s, Kind.F, i)))
             timed[s].append((entry[i] + b[s], 1, Op(s, Kind.B, i)))
     orders = tuple(tuple(op for *_, op in sorted(ops)) for ops in timed)
-    step = entry[-1] + lives[0]
-    schedule = Schedule(PERIODIC, p, m, tuple((s,) for s in range(p)), orders)
-    return schedule, Pattern(k, period, tuple(offsets), rate, step)
+    return Schedule(PERIODIC, p, m, tuple((s,) for s in range(p)), orders)
 
 
 def period_bound(microbatches: int, duration: Callable[[int, Kind], float], delay: Callable[[int, int, int], float],

@@ -34,7 +34,7 @@ from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model, rehint
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, READBACK_SHARE, Progress, SolveOptions
-from ppopt.solve.periodic import PERIODIC, Pattern, period_bound, periodic_schedule
+from ppopt.solve.periodic import PERIODIC, Pattern, composed, period_bound, periodic_pattern
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, block_cuts, cut_sizes, relaxation_bound, tail_bound
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, largest_stage_count, placement_of, size_key, stage_count
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
@@ -598,7 +598,9 @@ def _periodic_applies(setup: _Setup) -> bool:
 def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     """The setup with the steady-state search's schedule among the candidates (and as the hint when
     it is the best), its pattern, and the period bound (:mod:`ppopt.solve.periodic`). The search
-    gets at most an eighth of the time left."""
+    gets at most an eighth of the time left. When the hint already meets the analytic bound, only
+    the pattern is found (for the report): composing, simulating and timing its schedule took 5.5 s
+    of a 14 s search at 64 x 4,096 whose GPipe hint was optimal."""
     ticked = setup.ticked
     if not _periodic_applies(setup) or ticked is None:
         return setup
@@ -613,12 +615,14 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
         return setup
     tick_duration, tick_delay = ticked
     tick_caps = [None if c is None else math.floor(c + 1e-9) for c in caps]
-    found = periodic_schedule(instance.devices, instance.microbatches, tick_duration, tick_delay, tick_caps, options.share(8))
-    if found is None:
+    pattern = periodic_pattern(instance.devices, instance.microbatches, tick_duration, tick_delay, tick_caps, options.share(8))
+    if pattern is None:
         return setup
-    schedule, pattern = found
     options.note(f"steady state: {_every(setup, pattern)}"
                  + (" (the rate bound: optimal)" if pattern.optimal else ""))
+    if _hint_meets_bound(setup):  # no schedule beats the hint: the pattern is reported, its schedule not built
+        return replace(setup, pattern=pattern)
+    schedule = composed(pattern, instance.devices, instance.microbatches, tick_duration, tick_delay)
     sim = simulate(validate(schedule), instance.costs, instance.system)
     limit = instance.memory_limit
     fits = limit is None or max(memory_use(sim, instance)) <= limit * (1 + 1e-12)
