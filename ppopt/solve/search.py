@@ -183,8 +183,9 @@ def _format_amount(value: float, unit: str, least: bool = False) -> str:
 
 SCHEDULE_S_PER_OP = 1.5e-5
 """Wall time one candidate schedule costs per op, generously: generating, validating, simulating it
-and timing it in ticks (seconds; measured on 2 cores at p = 64, m = 4,096, 524,288 ops: 1F1B about
-4 s, of which the ticks 2.5 s; the ZB-H2 generator alone takes 4 s more)."""
+and timing it in ticks (seconds; measured on 2 cores at p = 64, m = 4,096, load 1: 1F1B 1.7 s for
+524,288 ops, of which the ticks 0.4 s; DualPipeV 8.3 s for 1,054,688 ops, 7.9 µs per op, the most of
+five families; twice that leaves room for a loaded machine)."""
 GREEDY_S_PER_OP = 2.5e-5
 """Wall time the greedy hint (:mod:`ppopt.solve.greedy`) costs per op, generously (seconds; 9 s at
 524,288 ops on 2 cores)."""
