@@ -12,6 +12,7 @@ bound (in rounded-down ticks, so valid for the real problem) and the analytic bo
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -1170,10 +1171,12 @@ def _ticks(instance: Instance):
     # every delay of every pair of devices is one of these pairs' (a list of S x p^2 delays took 30 s at p = 300)
     values += [instance.comm(s, a, b) for s in range(instance.stages) for a, b in instance.link_pairs()]
     tick = resolution(values)
+    # both are asked millions of times per search (every op of every hint, every window step) for a
+    # few hundred distinct arguments: each is worked out once
     return (
         tick,
-        lambda s, k: to_ticks(duration(s, k), tick),
-        lambda s, a, b: to_ticks(instance.comm(s, a, b), tick),
+        functools.cache(lambda s, k: to_ticks(duration(s, k), tick)),
+        functools.lru_cache(maxsize=1 << 16)(lambda s, a, b: to_ticks(instance.comm(s, a, b), tick)),
         rounding_cost(values, tick),
     )
 
