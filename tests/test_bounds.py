@@ -14,7 +14,7 @@ from ppopt.solve.heads import jackson
 from ppopt.solve.instance import unit_instance
 from ppopt.solve.model import Frame, build_model
 from ppopt.solve.options import SolveOptions
-from ppopt.solve.periodic import period_bound, periodic_schedule
+from ppopt.solve.periodic import composed, period_bound, periodic_pattern
 from ppopt.solve.search import analytic_bounds
 from ppopt.solve.space import parse_space, with_backward
 from ppopt.units import UnitCosts
@@ -123,7 +123,9 @@ def test_periodic_pattern_meets_the_rate_bound_and_composes_for_any_m():
     for m in (5, 8, 13):
         instance = unit_instance(4, m, 4, UnitCosts(1, 2, None, 1), memory_limit=4)
         duration = lambda s, k: int({Kind.F: 1, Kind.B: 2}[k])  # noqa: E731
-        schedule, pattern = periodic_schedule(4, m, duration, lambda s, a, b: 1, [4] * 4, SolveOptions(10).start())
+        pattern = periodic_pattern(4, m, duration, lambda s, a, b: 1, [4] * 4, SolveOptions(10).start())
+        assert pattern is not None
+        schedule = composed(pattern, 4, m, duration, lambda s, a, b: 1)
         assert (pattern.k, pattern.period, pattern.rate_bound) == (4, 18, 18) and pattern.optimal
         simulation = simulate(validate(schedule), instance.costs, instance.system)
         assert simulation.step_time_s == pattern.step
@@ -156,8 +158,9 @@ def test_period_bound_at_least_the_chain_and_below_every_schedule(p, extra, cap,
     assert bound >= ((m - 1) % cap) * 1 + ((m - 1) // cap + 1) * life
     schedules = [generate("1f1b", p, m), generate("gpipe", p, m)]
     greedy = greedy_schedule(instance, placement("linear", p), False)
-    found = periodic_schedule(p, m, lambda s, k: int(_unit_duration(s, k)), lambda s, a, b: comm, [cap] * p, SolveOptions(5).start())
-    schedules += [s for s in (greedy, found[0] if found else None) if s is not None]
+    ticks, delay = (lambda s, k: int(_unit_duration(s, k))), (lambda s, a, b: comm)
+    pattern = periodic_pattern(p, m, ticks, delay, [cap] * p, SolveOptions(5).start())
+    schedules += [s for s in (greedy, composed(pattern, p, m, ticks, delay) if pattern else None) if s is not None]
     for schedule in schedules:
         simulation = simulate(validate(schedule), instance.costs, instance.system)
         if max(simulation.peak_activation_bytes) > cap + 1e-9:

@@ -12,7 +12,7 @@ from ppopt.simulate import simulate
 from ppopt.solve.greedy import greedy_schedule
 from ppopt.solve.instance import unit_instance
 from ppopt.solve.options import SolveOptions
-from ppopt.solve.periodic import period_bound, periodic_schedule
+from ppopt.solve.periodic import composed, period_bound, periodic_pattern
 from ppopt.solve.relaxation import (
     Chain,
     block_bound,
@@ -225,9 +225,9 @@ def test_tail_bound_beats_the_period_bound_and_stays_below_every_schedule():
     options = SolveOptions(600, deterministic_time=2.0).start()
     bound = tail_bound(Chain(p, duration, delay, [p] * p), m, 2 * p, options)
     period = period_bound(m, lambda s, k: float(duration(s, k)), lambda s, a, b: 1.0, [float(p)] * p)
-    found = periodic_schedule(p, m, duration, delay, [p] * p, options)
+    pattern = periodic_pattern(p, m, duration, delay, [p] * p, options)
     schedules = [generate("1f1b", p, m), greedy_schedule(instance, placement("linear", p), False),
-                 found[0] if found else None]
+                 composed(pattern, p, m, duration, delay) if pattern else None]
     assert bound > period
     for schedule in filter(None, schedules):
         simulation = simulate(validate(schedule), instance.costs, instance.system)

@@ -119,24 +119,6 @@ def _solve_period(k: int, period: int, a, b, forward, backward, caps, last: int,
     return [solver.value(v) for v in t]
 
 
-def periodic_schedule(
-    devices: int,
-    microbatches: int,
-    duration: Callable[[int, Kind], int],
-    delay: Callable[[int, int, int], int],
-    caps: list[int | None],
-    options: SolveOptions,
-) -> tuple[Schedule, Pattern] | None:
-    """The best periodic no-wait schedule for the linear placement with full backward (see the
-    module docstring), with its pattern; None when no period within :data:`MAX_TRIES` of the rate
-    bound admits one, or the budget runs out. ``duration``/``delay`` in ticks (stage, kind) and
-    (stage sending, device a, device b); ``caps[s]`` activations of stage s fit on device s."""
-    pattern = periodic_pattern(devices, microbatches, duration, delay, caps, options)
-    if pattern is None:
-        return None
-    return composed(pattern, devices, microbatches, duration, delay), pattern
-
-
 def _stage_offsets(devices: int, duration: Callable[[int, Kind], int], delay: Callable[[int, int, int], int]):
     """Forward and backward durations per stage, and a_s, b_s (:func:`_offsets`), in ticks."""
     p = devices
@@ -156,8 +138,11 @@ def periodic_pattern(
     caps: list[int | None],
     options: SolveOptions,
 ) -> Pattern | None:
-    """The pattern of :func:`periodic_schedule` alone (arguments as there), without composing the
-    schedule: what a search whose hint is already optimal still reports."""
+    """The best periodic no-wait pattern for the linear placement with full backward (see the module
+    docstring); None when no period within :data:`MAX_TRIES` of the rate bound admits one, or the
+    budget runs out. ``duration``/``delay`` in ticks (stage, kind) and (stage sending, device a,
+    device b); ``caps[s]`` activations of stage s fit on device s. :func:`composed` builds its
+    schedule for m microbatches: a search whose hint is already optimal reports the pattern only."""
     p, m = devices, microbatches
     forward, backward, a, b = _stage_offsets(p, duration, delay)
     known = [c for c in caps if c is not None]
