@@ -552,3 +552,18 @@ def test_an_optimal_hint_keeps_the_steady_state_pattern_without_its_schedule(mon
     capped = run(unit(4, 16, comm=1.0, limit=4), "placement=linear,order=free", time_limit_s=10)
     assert capped.period is not None
     assert len(built) == 1
+
+
+def test_a_solve_short_of_time_for_its_size_gets_no_linear_relaxation():
+    """CP-SAT's one worker does not watch the time limit while it builds and first solves the linear
+    relaxation (seconds at thousands of ops), so a solve whose budget is below LP_S_PER_OP per op
+    runs without it; from NO_LP_OPS ops on, never with it."""
+    from ppopt.solve.options import LP_S_PER_OP, NO_LP_OPS, READBACK_SHARE
+
+    ops = 8192
+    enough = SolveOptions(2 * ops * LP_S_PER_OP / (1 - READBACK_SHARE)).start()  # twice what it needs
+    short = SolveOptions(0.5 * ops * LP_S_PER_OP / (1 - READBACK_SHARE)).start()  # half of it
+    assert enough.solver(ops).parameters.linearization_level != 0
+    assert short.solver(ops).parameters.linearization_level == 0
+    assert short.solver(ops // 4).parameters.linearization_level != 0
+    assert SolveOptions(600).start().solver(NO_LP_OPS).parameters.linearization_level == 0
