@@ -151,15 +151,18 @@ def test_auto_keeps_the_window_search_when_it_shortens_the_hint(monkeypatch):
 
 def test_models_from_no_lp_ops_are_solved_without_the_linear_relaxation():
     """CP-SAT's one worker loads the linear relaxation of a 65,536-op model for about 90 s without
-    watching the time limit (options.NO_LP_OPS): from that size on it is switched off, below it kept."""
+    watching the time limit (options.NO_LP_OPS): from that size on it is switched off, below it kept
+    (given the time options.LP_S_PER_OP asks for: 600 s covers it)."""
     from ppopt.solve.options import NO_LP_OPS, NO_LP_SUBSOLVERS
 
-    default = SolveOptions(10).start().solver().parameters.linearization_level
-    assert SolveOptions(10).start().solver(NO_LP_OPS - 1).parameters.linearization_level == default == 1
-    assert SolveOptions(10).start().solver(NO_LP_OPS).parameters.linearization_level == 0
+    default = SolveOptions(600).start().solver().parameters.linearization_level
+    assert SolveOptions(600).start().solver(NO_LP_OPS - 1).parameters.linearization_level == default == 1
+    assert SolveOptions(600).start().solver(NO_LP_OPS).parameters.linearization_level == 0
     # with several workers the portfolio's LP workers are left out too
-    assert list(SolveOptions(10, workers=2).start().solver(NO_LP_OPS).parameters.subsolvers) == list(NO_LP_SUBSOLVERS)
-    assert not SolveOptions(10, workers=2).start().solver(NO_LP_OPS - 1).parameters.subsolvers
+    assert list(SolveOptions(600, workers=2).start().solver(NO_LP_OPS).parameters.subsolvers) == list(NO_LP_SUBSOLVERS)
+    assert not SolveOptions(600, workers=2).start().solver(NO_LP_OPS - 1).parameters.subsolvers
+    # a short budget leaves them out below NO_LP_OPS as well
+    assert list(SolveOptions(10, workers=2).start().solver(NO_LP_OPS - 1).parameters.subsolvers) == list(NO_LP_SUBSOLVERS)
 
 
 def test_cp_above_cp_max_ops_is_refused_before_any_work():
