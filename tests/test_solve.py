@@ -566,4 +566,6 @@ def test_a_solve_short_of_time_for_its_size_gets_no_linear_relaxation():
     assert enough.solver(ops).parameters.linearization_level != 0
     assert short.solver(ops).parameters.linearization_level == 0
     assert short.solver(ops // 4).parameters.linearization_level != 0
+    # the clock decided, so a reproducibility claim must not be made (the CLI's note reads the cuts)
+    assert enough.cuts == [] and len(short.cuts) == 1 and "linear relaxation" in short.cuts[0]
     assert SolveOptions(600).start().solver(NO_LP_OPS).parameters.linearization_level == 0
