@@ -7,8 +7,8 @@ for every family, one process each; their times summed and their peaks' largest.
 schedules in one process does the same work, so it should take about the sum and peak about the
 largest single one: more means one schedule's memory outlives its evaluation (before e2bcc47,
 each schedule's flat form, kept with it by ``ppopt.validate.validated``, referred back to it, and
-the cycle kept it alive until a full garbage collection). Every process pays Python's and ppopt's start-up, timed alone as ``ppopt --version`` and
-subtracted from each time (once from the single command's, once per command from the baseline's).
+the cycle kept it alive until a full garbage collection). Every process pays Python's and ppopt's
+start-up, timed alone as ``ppopt --version`` and subtracted from each time (once from the single command's, once per command from the baseline's).
 The load average is printed first, since the machine may be shared.
 
 Run from the repository root: ``python benchmarks/evaluate_all.py [-p P] [-m M]`` (default 64 x 2,048).

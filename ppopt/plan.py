@@ -689,8 +689,9 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     reports each phase. ``budget`` (started :class:`~ppopt.solve.options.SolveOptions`) bounds
     every phase by its deadline: generating the schedules, sizing and evaluating the jobs; jobs
     left when it passes are not sized (``unsized``) or not evaluated (``unevaluated``), and a job
-    left unsized leaves every job unevaluated (``rows`` empty, :meth:`Plan.spent` says why). The
-    evaluations leave ``keep_share`` of the time left when they begin to what the caller does next. Jobs are evaluated best first (:func:`best_first`).
+    left unsized leaves every job unevaluated (``rows`` empty, :meth:`Plan.spent` says why). Jobs
+    are evaluated best first (:func:`best_first`), and the evaluations leave ``keep_share`` of the
+    time left when they begin to what the caller does next.
     Raises InfeasibleError naming ``gpus`` when no layout exists, ConfigError when the space exceeds
     :data:`MAX_JOBS`, InfeasibleError naming the least memory any job needs when none fits the
     limit, and InfeasibleError naming ``time_limit_s`` when the budget ends before the jobs'

@@ -531,6 +531,7 @@ def test_the_simulations_leave_their_share_of_the_time(clock):
 
 
 def test_the_command_keeps_a_quarter_of_the_simulations_time_for_the_searches(monkeypatch):
+    """`plan --search K` with K > 0 passes SEARCH_SHARE to the plan; `--search 0` keeps nothing back."""
     import ppopt.plan as planning
 
     kept = []

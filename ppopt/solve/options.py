@@ -238,9 +238,10 @@ class SolveOptions:
         budget = (1 - READBACK_SHARE) * self.remaining_s()
         solver.parameters.max_time_in_seconds = budget
         solver.parameters.num_workers = self.workers
-        if ops < NO_LP_OPS and budget < LP_S_PER_OP * ops:  # the clock decided: a run with more time may differ
+        short = budget < LP_S_PER_OP * ops
+        if short and ops < NO_LP_OPS:  # the clock decided: a run with more time may differ
             self.cut(f"a CP-SAT solve of {ops:,} ops without its linear relaxation, {budget:.3g} s left")
-        if ops >= NO_LP_OPS or budget < LP_S_PER_OP * ops:
+        if short or ops >= NO_LP_OPS:
             solver.parameters.linearization_level = 0
             if self.workers > 1:  # the portfolio's LP workers set their own level: full solvers without LP only
                 solver.parameters.subsolvers.extend(NO_LP_SUBSOLVERS)
