@@ -496,6 +496,31 @@ def test_best_found_in_a_space_counts_its_handcrafted_schedules(monkeypatch):
     assert [(row.best, row.bound, row.status) for row in capped] == [(49, 46, "feasible"), (49, 46, "feasible")]
 
 
+def test_gap_searches_no_space_a_handcrafted_schedule_already_solves(monkeypatch):
+    """A fitting handcrafted schedule that meets its space's analytic bound is that space's optimum,
+    so gap runs no search there (at 64 x 4,096 the searches of five such spaces spent 35 s rebuilding
+    their hints) and the spaces left share the budget."""
+    from ppopt.solve import gap as gap_module
+
+    real, searched = gap_module.search, []
+
+    def recorded(spec, space, options, **kwargs):
+        searched.append((space.describe(), options.remaining_s()))
+        return real(spec, space, options, **kwargs)
+
+    monkeypatch.setattr(gap_module, "search", recorded)
+    # no messages, no limit: 1F1B's and GPipe's (m + p - 1)(F + B) = 11 x 3 = 33 slots is the load bound
+    rows = gap_report(unit(4, 8), {}, ["1f1b", "gpipe"], SolveOptions(30, deterministic_time=DET)).rows
+    assert searched == []
+    assert [(row.step_time, row.best, row.bound, row.gap, row.status) for row in rows] == [(33, 33, 33, 0.0, "optimal")] * 2
+    # Hanayo's 33 slots is above its space's bound, so that space is searched, alone: with the whole
+    # 30 s, not half of it (the search proves 28.5 slots)
+    rows = gap_report(unit(4, 8), {}, ["1f1b", "hanayo"], SolveOptions(30, deterministic_time=DET)).rows
+    assert [space for space, _ in searched] == ["placement=zigzag,waves=1,backward=full,order=free"]
+    assert searched[0][1] > 20
+    assert [(row.step_time, row.bound, row.status) for row in rows] == [(33, 33, "optimal"), (33, 28.5, "optimal")]
+
+
 def test_no_greedy_hint_once_a_handcrafted_one_meets_the_analytic_bound():
     """No messages, no limit: 1F1B's (m + p - 1)(F + B) = 33 slots at p = 4, m = 8 is the load bound of
     the linear space, so no greedy hint is built (it took about 15 of a 30 s search at 64 x 4,096, split,

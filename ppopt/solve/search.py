@@ -341,16 +341,25 @@ def _even(space: Space) -> bool:
     return not (space.placement == "bidirectional" and space.directions == "free")
 
 
+def cheap_bound(instance: Instance, placement, space: Space) -> float:
+    """The analytic bound of ``space`` on ``instance`` without the graph bounds: milliseconds even at
+    524,288 ops, so a caller can ask it before building any hint."""
+    return analytic_bounds(instance, placement, space.split_backward, _even(space), graph_bounds=False).best
+
+
+def space_instance(spec: InstanceSpec, space: Space) -> Instance:
+    """The instance a search of the (not fixed) ``space`` works on: its stage count, with the layer
+    split of an asymmetric placement (the weights its handcrafted member, chimera-asym, carries)."""
+    return spec.instance(stage_count(space, spec.devices), split_weights(spec.devices, space.split) if space.split else None)
+
+
 def _meets_cheap_bound(instance: Instance, placement, space: Space, candidates: list[Candidate]) -> bool:
     """Whether a fitting candidate's step already meets the analytic bounds without the graph bounds
-    (milliseconds at 524,288 ops): then it is optimal, and no further hint can beat it (at 64 x 4,096
+    (:func:`cheap_bound`): then it is optimal, and no further hint can beat it (at 64 x 4,096
     in the split space, where ZB-H1 meets the load bound, the greedy hint took about 15 of a 30 s
     search and the other handcrafted ones 11 s of what was left)."""
     steps = [c.simulation.step_time_s for c in candidates if c.fits]
-    if not steps:
-        return False
-    bound = analytic_bounds(instance, placement, space.split_backward, _even(space), graph_bounds=False).best
-    return min(steps) <= bound * (1 + 1e-9)
+    return bool(steps) and min(steps) <= cheap_bound(instance, placement, space) * (1 + 1e-9)
 
 
 def relative_gap(step: float | None, bound: float) -> float | None:
