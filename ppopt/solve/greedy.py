@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 
-from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind, required_ops
+from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import stages_by_device
 from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
@@ -32,14 +32,18 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
 
     With replicas (the bidirectional placement) every microbatch takes the first route (replica 0),
     a schedule only a space with free directions holds; the persistent state of every stage a device
-    holds, replicas included, still counts against its cap."""
+    holds, replicas included, still counts against its cap.
+
+    Ops are numbered ``(row · stages + stage) · m + microbatch``, row 0 the forwards, 1 the gradient
+    ops (B, or I when split), 2 the W ops: every table below is a list indexed by (row, stage), so
+    the event loop hashes no op (it ran at about 20 µs per op with :class:`~ppopt.ir.Op` keys)."""
     route = tuple((holders[0],) for holders in placement)
     replicated = route != placement
     stages, m, p = len(placement), instance.microbatches, instance.devices
-    device = {s: route[s][0] for s in range(stages)}
-    ops = required_ops(stages, m, split)
+    device = [route[s][0] for s in range(stages)]
     grad = Kind.I if split else Kind.B
-    free_kind = freeing_kind(split)
+    kinds = (Kind.F, grad, Kind.W) if split else (Kind.F, grad)
+    free_row = len(kinds) - 1  # the row whose op frees the activation: W when split, else B
     bytes_mode = instance.memory_unit == "bytes"
     held = stages_by_device(placement, p)
     on_route = stages_by_device(route, p)
@@ -48,88 +52,108 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
         for d in range(p):
             persistent = sum(instance.costs[s].persistent_bytes for s in held[d]) if bytes_mode else 0.0
             cap[d] = instance.memory_limit - persistent
+    size = [instance.costs[s].activation_bytes for s in range(stages)]
     live = [0.0] * p
     # memory a device reserves, when it admits a microbatch, for that microbatch's later stages on it
     # (looped and V placements): without it, new microbatches could fill the cap and starve the
     # in-flight ones, a deadlock
     reserved = [0.0] * p
-    first_stage = {d: on_d[0] for d, on_d in enumerate(on_route) if on_d}
-    route_size = {d: sum(instance.costs[s].activation_bytes for s in on_d) for d, on_d in enumerate(on_route) if on_d}
-    deps = {op: dependencies(op, stages, split) for op in ops}
-    end: dict[Op, float] = {}
-    remaining = {op: len(deps[op]) for op in ops}
-    # per device, the ops whose inputs are done: (ready time, priority, op) until that time has come,
-    # then (priority, op) in one of two heaps: forwards that admit a microbatch, and the others (all
+    first_stage = [on_d[0] if on_d else -1 for on_d in on_route]
+    route_size = [sum(size[s] for s in on_d) for on_d in on_route]
+    rows = len(kinds)
+    duration = [op_duration_s(Op(s, kind, 0), instance.costs) for kind in kinds for s in range(stages)]
+    row_stage = [(r, s) for r in range(rows) for s in range(stages)]
+
+    def successors(r: int, s: int) -> list[tuple[int, int]]:
+        """The (row, stage) of the ops that wait for op (r, s) of the same microbatch (module
+        :func:`ppopt.ir.dependencies`, inverted), in the order of their stages (ties at one time
+        are then woken as :func:`ppopt.ir.required_ops` lists them): F(s) feeds its own gradient op
+        and F(s+1); a gradient op feeds the one below and, split, its W."""
+        if r == 0:
+            return [(1, s)] + ([(0, s + 1)] if s < stages - 1 else [])
+        if r == 1:
+            return ([(1, s - 1)] if s > 0 else []) + ([(2, s)] if split else [])
+        return []
+
+    # per (row, stage): its successors' (row · stages + stage, delay from here to their device)
+    follow = [[(r2 * stages + s2, instance.comm(s, device[s], device[s2])) for r2, s2 in successors(r, s)]
+              for r, s in row_stage]
+    waits = [0 if r == 0 and s == 0 else 1 if r in (0, 2) or s == stages - 1 else 2 for r, s in row_stage]
+    # the order key (rank, microbatch, stage) as one integer: gradient ops first (the highest stage
+    # first), then W, then forwards, each lowest microbatch first
+    rank_of = [2, 0, 1]
+    key_base = [rank_of[r] * m * stages + (stages - 1 - s if r == 1 else s) for r, s in row_stage]
+    remaining = [waits[rs] for rs in range(rows * stages) for _ in range(m)]
+    ready_at = [0.0] * (rows * stages * m)  # latest arrival of an op's inputs so far
+    # per device, the ops whose inputs are done: (ready time, key, op) until that time has come,
+    # then (key, op) in one of two heaps: forwards that admit a microbatch, and the others (all
     # admissions wait for the same memory, so one check covers the whole first heap)
-    pending: list[list[tuple[float, tuple, Op]]] = [[] for _ in range(p)]
-    admitting: list[list[tuple[tuple, Op]]] = [[] for _ in range(p)]
-    others: list[list[tuple[tuple, Op]]] = [[] for _ in range(p)]
-
-    def priority(op: Op) -> tuple:
-        rank = 0 if op.kind is grad else 1 if op.kind is Kind.W else 2
-        return (rank, op.microbatch, -op.stage if rank == 0 else op.stage)
-
-    def admits(op: Op) -> bool:
-        return op.kind is Kind.F and op.stage == first_stage[device[op.stage]]
-
-    for op in ops:
-        if remaining[op] == 0:
-            heapq.heappush(pending[device[op.stage]], (0.0, priority(op), op))
-    successors: dict[Op, list[Op]] = {op: [] for op in ops}
-    for op in ops:
-        for dep in deps[op]:
-            successors[dep].append(op)
-    orders: list[list[Op]] = [[] for _ in range(p)]
+    pending: list[list[tuple[float, int, int]]] = [[] for _ in range(p)]
+    admitting: list[list[tuple[int, int]]] = [[] for _ in range(p)]
+    others: list[list[tuple[int, int]]] = [[] for _ in range(p)]
+    admits = [r == 0 and s == first_stage[device[s]] for r, s in row_stage]
+    for i in range(m):  # F(0, i) waits for nothing
+        heapq.heappush(pending[device[0]], (0.0, key_base[0] + i * stages, i))
+    orders: list[list[int]] = [[] for _ in range(p)]
     free_at = [0.0] * p
-    events: list[tuple[float, int, int, Op | None]] = []  # (time, sequence, device, completed op or None: a wake-up)
+    events: list[tuple[float, int, int, int]] = []  # (time, sequence, device, completed op or -1: a wake-up)
     sequence = 0
-
-    def push(time: float, d: int, op: Op | None) -> None:
-        nonlocal sequence
-        heapq.heappush(events, (time, sequence, d, op))
-        sequence += 1
+    push, pop = heapq.heappush, heapq.heappop
 
     def try_start(d: int, now: float) -> None:
         """Start device d's first ready op by priority, if d is free: O(log n) per op."""
+        nonlocal sequence
         if free_at[d] > now:
             return
-        while pending[d] and pending[d][0][0] <= now:
-            _, key, op = heapq.heappop(pending[d])
-            heapq.heappush(admitting[d] if admits(op) else others[d], (key, op))
+        waiting, admit, other = pending[d], admitting[d], others[d]
+        while waiting and waiting[0][0] <= now:
+            _, key, op = pop(waiting)
+            push(admit if admits[op // m] else other, (key, op))
         room = live[d] + reserved[d] + route_size[d] <= cap[d] * (1 + 1e-12)
-        heap = others[d]  # the heap whose head goes first: an admission only when there is room
-        if room and admitting[d] and (not heap or admitting[d][0] < heap[0]):
-            heap = admitting[d]
+        heap = other  # the heap whose head goes first: an admission only when there is room
+        if room and admit and (not heap or admit[0] < heap[0]):
+            heap = admit
         if not heap:
             return
-        _, op = heapq.heappop(heap)
-        size = instance.costs[op.stage].activation_bytes
-        if heap is admitting[d]:
-            reserved[d] += route_size[d] - size
-        elif op.kind is Kind.F:
-            reserved[d] -= size
-        if op.kind is Kind.F:
-            live[d] += size
-        free_at[d] = now + op_duration_s(op, instance.costs)
+        _, op = pop(heap)
+        rs = op // m
+        r, s = row_stage[rs]
+        if heap is admit:
+            reserved[d] += route_size[d] - size[s]
+        elif r == 0:
+            reserved[d] -= size[s]
+        if r == 0:
+            live[d] += size[s]
+        free_at[d] = now + duration[rs]
         orders[d].append(op)
-        push(free_at[d], d, op)
+        push(events, (free_at[d], sequence, d, op))
+        sequence += 1
 
     for d in range(p):
-        push(0.0, d, None)
+        push(events, (0.0, sequence, d, -1))
+        sequence += 1
     while events:
-        now, _, d, done = heapq.heappop(events)
-        if done is not None:
-            end[done] = now
-            if done.kind is free_kind:
-                live[d] -= instance.costs[done.stage].activation_bytes
-            for nxt in successors[done]:
+        now, _, d, done = pop(events)
+        if done >= 0:
+            rs, i = divmod(done, m)
+            r, s = row_stage[rs]
+            if r == free_row:
+                live[d] -= size[s]
+            for nxt_rs, delay in follow[rs]:
+                nxt = nxt_rs * m + i
+                arrival = now + delay
+                if arrival > ready_at[nxt]:
+                    ready_at[nxt] = arrival
                 remaining[nxt] -= 1
                 if remaining[nxt] == 0:
-                    target = device[nxt.stage]
-                    ready = max(end[dep] + instance.comm(dep.stage, device[dep.stage], target) for dep in deps[nxt])
-                    heapq.heappush(pending[target], (ready, priority(nxt), nxt))
-                    push(ready, target, None)
+                    target = device[nxt_rs % stages]
+                    ready = ready_at[nxt]
+                    push(pending[target], (ready, key_base[nxt_rs] + i * stages, nxt))
+                    push(events, (ready, sequence, target, -1))
+                    sequence += 1
         try_start(d, now)
-    if sum(len(o) for o in orders) != len(ops):
+    if sum(len(o) for o in orders) != rows * stages * m:
         return None
-    return Schedule(name, p, m, placement, tuple(tuple(o) for o in orders), replica_of=(0,) * m if replicated else ())
+    ops = [Op(s, kinds[r], i) for r, s in row_stage for i in range(m)]
+    return Schedule(name, p, m, placement, tuple(tuple(ops[k] for k in order) for order in orders),
+                    replica_of=(0,) * m if replicated else ())

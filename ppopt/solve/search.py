@@ -187,9 +187,10 @@ SCHEDULE_S_PER_OP = 1.5e-5
 and timing it in ticks (seconds; measured on 2 cores at p = 64, m = 4,096, load 1: 1F1B 1.7 s for
 524,288 ops, of which the ticks 0.4 s; DualPipeV 8.3 s for 1,054,688 ops, 7.9 µs per op, the most of
 five families; twice that leaves room for a loaded machine)."""
-GREEDY_S_PER_OP = 2.5e-5
-"""Wall time the greedy hint (:mod:`ppopt.solve.greedy`) costs per op, generously (seconds; 9 s at
-524,288 ops on 2 cores)."""
+GREEDY_S_PER_OP = 1.2e-5
+"""Wall time the greedy hint (:mod:`ppopt.solve.greedy`) costs per op, generously (seconds; measured
+on 2 cores at p = 64, m = 4,096, load 0.3 to 1: 6.7 to 8.0 µs per op, 3.5 s for the linear
+placement under a cap of 64, 12.6 s for the V placement's 1.57 M ops)."""
 REPORT_S_PER_OP = 1e-5
 """Wall time per op of what follows a search in a command, generously: printing the schedule's grid
 (2.7 s at 524,288 ops on 2 cores) and freeing its objects at exit. :func:`search` ends this much
