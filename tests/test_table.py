@@ -95,6 +95,31 @@ def test_text_grid_of_a_huge_table_is_cut_to_a_window(monkeypatch):
     assert lines[0].startswith("device 0 | F0 F1 F2 F3")
 
 
+@pytest.mark.parametrize("name", ["1f1b", "zb-v", "chimera"])
+def test_cut_timeline_grid_is_the_full_grids_first_columns(monkeypatch, name):
+    """A simulated schedule's grid cut to a window shows exactly the first columns of the uncut grid:
+    only the ops that start in the window become spans, and an op running past its edge is drawn up
+    to the edge (one-slot messages, so ops do not start at every column)."""
+    import ppopt.report.text
+    from ppopt.generators import generate
+    from ppopt.report.text import timeline_grid
+    from ppopt.simulate import simulate
+    from ppopt.solve.instance import InstanceSpec
+
+    schedule = generate(name, 4, 8)
+    instance = InstanceSpec(4, 8, UnitCosts(1.0, 2.0, 1.0 if name == "zb-v" else None, 1.0)).instance(schedule.stages)
+    simulation = simulate(schedule, instance.costs, instance.system)
+    full = timeline_grid(schedule, *simulation.op_times()).splitlines()
+    monkeypatch.setattr(ppopt.report.text, "MAX_GRID_CELLS", 4 * 13)
+    cut = timeline_grid(schedule, *simulation.op_times()).splitlines()
+    assert len(cut) == 5 and cut[-1].startswith("(grid cut to devices 0..3 of 4 and columns 0..12 of ")
+    width = max(len(cell) for line in cut[:4] for cell in line.split(" | ")[1].split())
+    for shown, whole in zip(cut[:4], full):
+        label, cells = whole.split(" | ")
+        first = " ".join(f"{c:<{width}}" for c in cells.split()[:13]).rstrip()
+        assert shown == f"{label} | {first}"
+
+
 def test_generate_refuses_schedules_over_the_size_limit_before_building():
     from ppopt.generators import generate
 

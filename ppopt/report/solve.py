@@ -97,7 +97,7 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
     lines = [f"space: {result.space}{members}", f"memory: {result.memory_semantics}", *([context] if context else []), ""]
     if result.schedule is not None and result.simulation is not None and show_grid:
         sim = result.simulation
-        lines += [timeline_grid(result.schedule, sim.start_s, sim.end_s, colour=colour), ""]
+        lines += [timeline_grid(result.schedule, *sim.op_times(), colour=colour), ""]
     own = result.hint in (GREEDY, PERIODIC)  # ppopt's own hints, not handcrafted schedules
     where = "solver" if result.from_solver else (f"ppopt's {result.hint} schedule" if own else f"handcrafted {result.hint}")
     u = " slots" if unit == "slots" else ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from ppopt.ir import Op, Schedule
 from ppopt.table import Table
@@ -50,17 +50,26 @@ MAX_GRID_DEVICES = 64
 
 
 def timeline_grid(
-    schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], idle: str = ".", colour: bool = False
+    schedule: Schedule, ops: Sequence[Op], devices: Sequence[int], starts: Sequence[float], ends: Sequence[float],
+    idle: str = ".", colour: bool = False,
 ) -> str:
     """A timed schedule as text: one row per device, one column per slot of the shortest op's length.
 
-    An op shows its label in its first column and ``-`` in the following ones; idle columns show
-    ``idle``. Times are rounded to the nearest column. ``colour`` adds ANSI colours per op kind
-    (click.echo drops them when the output is not a terminal). A grid over :data:`MAX_GRID_CELLS`
-    cells is cut to its first :data:`MAX_GRID_DEVICES` devices and as many columns as fit, and a
-    last line says so (nothing of size devices x length is allocated).
+    ``ops`` run on ``devices`` from ``starts`` to ``ends`` (parallel sequences, e.g.
+    :meth:`ppopt.simulate.Simulation.op_times`). An op shows its label in its first column and ``-``
+    in the following ones; idle columns show ``idle``. Times are rounded to the nearest column.
+    ``colour`` adds ANSI colours per op kind (click.echo drops them when the output is not a
+    terminal). A grid over :data:`MAX_GRID_CELLS` cells is cut to its first :data:`MAX_GRID_DEVICES`
+    devices and as many columns as fit, and a last line says so (nothing of size devices x length is
+    allocated, and only the ops that start in the drawn columns become spans).
     """
-    return draw_spans(schedule, [(op, schedule.device_of(op), t, end[op]) for op, t in start.items()], idle, colour)
+    slot = min((e - t for t, e in zip(starts, ends) if e > t), default=1.0)
+    length = max((round(t / slot) + max(1, round((e - t) / slot)) for t, e in zip(starts, ends)), default=0)
+    shown = length
+    if schedule.devices * length > MAX_GRID_CELLS:
+        shown = max(1, MAX_GRID_CELLS // min(schedule.devices, MAX_GRID_DEVICES))
+    spans = [(op, d, t, e) for op, d, t, e in zip(ops, devices, starts, ends) if round(t / slot) < shown]
+    return draw_spans(schedule, spans, idle, colour, slot=slot, length=length)
 
 
 def draw_spans(
