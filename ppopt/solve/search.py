@@ -265,10 +265,8 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     devices = spec.devices
     generated = handcrafted_in(space, devices, spec.microbatches)
     first = next(generated, None)
-    weights = first.stage_weights if first is not None else None
-    if space.split and first is None:
-        weights = split_weights(devices, space.split)
-    instance = spec.instance(stage_count(space, devices) if first is None or not space.fixed else first.stages, weights)
+    # a fixed space is its schedule's; a free one has the space's stages (and split: space_instance)
+    instance = spec.instance(first.stages, first.stage_weights) if space.fixed and first is not None else space_instance(spec, space)
     ops = _op_count(instance.stages, instance.microbatches, space.split_backward)
     limit = instance.memory_limit
     candidates = []
