@@ -36,6 +36,41 @@ def test_lns_is_reproducible_and_improves_on_its_hint():
     assert max(first.simulation.peak_activation_bytes) <= 7 + 1e-9
 
 
+def test_lns_steps_keep_presolve_on_models_too_large_to_load_without_it(monkeypatch):
+    """Without presolve CP-SAT loads a neighbourhood's model (a copy of the whole one) without
+    watching its time limit: 24 s at 32,768 ops, so a 60 s search ran 132 s. From PRESOLVE_OPS ops
+    every step keeps presolve, which does; below it, steps skip it. The same search (p = 7, m = 21:
+    294 ops) on either side of the threshold."""
+    import ppopt.solve.lns as lns
+    from ppopt.solve.options import SolveOptions as Options
+
+    seen: list[bool] = []
+    inside = [False]  # the solves of the neighbourhood search only, not the search's others
+    real_run, real_improve = Options.run, lns.improve
+
+    def run(self, solver, model, callback=None):
+        if inside[0]:
+            seen.append(solver.parameters.cp_model_presolve)
+        return real_run(self, solver, model, callback)
+
+    def improve(*args, **kwargs):
+        inside[0] = True
+        try:
+            return real_improve(*args, **kwargs)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(Options, "run", run)
+    monkeypatch.setattr("ppopt.solve.search.improve", improve)
+    options = SolveOptions(60, method="lns", seed=3, deterministic_time=0.2)
+    search(_spec(7, 21, cap=7), parse_space("placement=linear"), options)
+    assert seen and not any(seen)
+    seen.clear()
+    monkeypatch.setattr(lns, "PRESOLVE_OPS", 294)
+    search(_spec(7, 21, cap=7), parse_space("placement=linear"), options)
+    assert seen and all(seen)
+
+
 def test_search_progress_speaks_the_instance_unit():
     """The search's progress lines give times in the user's unit, never the solver's ticks or a float's
     last digits: the window search's improvements (p = 7, m = 21, as above) and the closing line."""

@@ -50,7 +50,7 @@ from ortools.sat.python import cp_model
 from ppopt.errors import ScheduleError
 from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind
 from ppopt.solve.model import Built, rehint
-from ppopt.solve.options import SolveOptions
+from ppopt.solve.options import AUTO_LNS_OPS, SolveOptions
 from ppopt.table import earliest_starts
 
 TARGET_FREE = 240
@@ -68,6 +68,13 @@ ANCHORS = ("end", "start", None, None)
 """Where the windows of time of :func:`improve_windows` lie, step after step: at the end of the step
 (the cool-down), at its start (the warm-up), or anywhere (None). The two ends are where a schedule
 with an optimal steady state still loses time; their windows grow after each failure."""
+PRESOLVE_OPS = AUTO_LNS_OPS
+"""From this many ops (the whole model's) a neighbourhood's solve keeps CP-SAT's presolve. Without
+it CP-SAT loads the model before its search without watching the time limit: 24 s at 32,768 ops
+(32 x 256, looped placement), so that a 60 s search ran 132 s, and at 16,384 ops a step started
+with 0.5 s left took 28 s (a 30 s search ran 56 s). With presolve the same searches ended after
+57 and 28.5 s. Below this size (the linear placement's model-based search; above it that placement
+uses the window search) the steps are short and presolve costs more than it gives."""
 STEP_DETERMINISTIC_S = 2.0
 """CP-SAT deterministic time per neighbourhood (a fraction of a second to a few seconds of wall time)."""
 
@@ -142,13 +149,15 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
         building = time.monotonic() - built_at
         if not options.allows(reserve, "the large-neighbourhood search stopped"):
             break
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = options.workers
+        # a copy of the whole model: its linear relaxation follows the rule of a solve of it (options.solver)
+        solver = options.solver(len(built.ops))
         solver.parameters.random_seed = options.seed + step
         solver.parameters.max_time_in_seconds = options.remaining_s() - reserve
         dt = STEP_DETERMINISTIC_S if deterministic_left is None else min(STEP_DETERMINISTIC_S, deterministic_left)
         solver.parameters.max_deterministic_time = dt
-        solver.parameters.cp_model_presolve = False  # the frozen chains leave little to presolve, at a high cost
+        # the frozen chains leave little to presolve, at a high cost; but without presolve CP-SAT loads
+        # a large model without watching its time limit (PRESOLVE_OPS)
+        solver.parameters.cp_model_presolve = len(built.ops) >= PRESOLVE_OPS
         code = options.run(solver, model)
         options.charge(STEP_FLOOR_S - solver.deterministic_time)  # every step costs at least the floor
         step += 1
