@@ -262,9 +262,9 @@ class Simulation:
         return max(self.peak_memory_bytes, default=0.0)
 
     def op_times(self) -> tuple[Sequence[Op], Sequence[int], Sequence[float], Sequence[float]]:
-        """Every op with its device, start and end (seconds), as four parallel sequences: what
-        :attr:`start_s` and :attr:`end_s` hold, without building dictionaries keyed by op (a second
-        at hundreds of thousands of ops)."""
+        """Every op with its device, start and end (the costs' unit: seconds, or slots in unit mode),
+        as four parallel sequences: what :attr:`start_s` and :attr:`end_s` hold, without building
+        dictionaries keyed by op (a second at hundreds of thousands of ops)."""
         flat = self._run.prepared.flat
         return flat.ops, flat.dev, self._run.start, self._run.end
 
