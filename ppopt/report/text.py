@@ -35,11 +35,9 @@ def grid(table: Table, idle: str = ".", colour: bool = False) -> str:
     """The unit-slot table as text (see :func:`timeline_grid`)."""
     slot = min((d for d in table.used_durations.values() if d > 0), default=1)
     length = round(table.length / slot)
-    devices = table.schedule.devices
-    if devices * length > MAX_GRID_CELLS:  # only the ops in the drawn window become spans
-        devices = min(devices, MAX_GRID_DEVICES)
-        return draw_spans(table.schedule, table.spans(devices, max(1, MAX_GRID_CELLS // devices) * slot), idle, colour,
-                          slot=slot, length=length)
+    devices, shown = drawn(table.schedule.devices, length)
+    if (devices, shown) != (table.schedule.devices, length):  # cut: only the ops in the drawn window become spans
+        return draw_spans(table.schedule, table.spans(devices, shown * slot), idle, colour, slot=slot, length=length)
     return draw_spans(table.schedule, table.spans(), idle, colour, slot=slot)
 
 
@@ -47,6 +45,15 @@ MAX_GRID_CELLS = 250_000
 """Most cells a text grid draws; a larger timeline is cut to its first devices and columns, with a note."""
 MAX_GRID_DEVICES = 64
 """Most device rows a cut text grid keeps."""
+
+
+def drawn(devices: int, length: int) -> tuple[int, int]:
+    """The device rows and columns a grid of ``devices`` x ``length`` cells draws: all of them, or,
+    over :data:`MAX_GRID_CELLS`, the first :data:`MAX_GRID_DEVICES` devices and the columns that fit."""
+    if devices * length <= MAX_GRID_CELLS:
+        return devices, length
+    devices = min(devices, MAX_GRID_DEVICES)
+    return devices, min(length, max(1, MAX_GRID_CELLS // devices))
 
 
 def timeline_grid(
@@ -65,9 +72,7 @@ def timeline_grid(
     """
     slot = min((e - t for t, e in zip(starts, ends) if e > t), default=1.0)
     length = max((round(t / slot) + max(1, round((e - t) / slot)) for t, e in zip(starts, ends)), default=0)
-    shown = length
-    if schedule.devices * length > MAX_GRID_CELLS:
-        shown = max(1, MAX_GRID_CELLS // min(schedule.devices, MAX_GRID_DEVICES))
+    _, shown = drawn(schedule.devices, length)
     spans = [(op, d, t, e) for op, d, t, e in zip(ops, devices, starts, ends) if round(t / slot) < shown]
     return draw_spans(schedule, spans, idle, colour, slot=slot, length=length)
 
@@ -88,10 +93,9 @@ def draw_spans(
     placed = [(op, d, round(t / slot), max(1, round((e - t) / slot))) for op, d, t, e in spans]
     if length is None:
         length = max((first + width for _, _, first, width in placed), default=0)
-    devices, note = schedule.devices, ""
-    if devices * length > MAX_GRID_CELLS:
-        devices = min(devices, MAX_GRID_DEVICES)
-        shown = min(length, max(1, MAX_GRID_CELLS // devices))
+    devices, shown = drawn(schedule.devices, length)
+    note = ""
+    if (devices, shown) != (schedule.devices, length):
         note = (f"(grid cut to devices 0..{devices - 1} of {schedule.devices} and columns 0..{shown - 1} of {length}: "
                 f"{schedule.devices * length:,} cells are over the {MAX_GRID_CELLS:,} drawn)")
         length = shown

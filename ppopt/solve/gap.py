@@ -128,10 +128,13 @@ def gap_report(
         semantics, unit = instance.memory_semantics(), instance.time_unit
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = _peak(instance, simulation)
-        space = family_space(name, schedule_options)
-        simulated.append((name, space, simulation.step_time_s, peak, _fits(instance, peak)))
+        space, step, fits = family_space(name, schedule_options), simulation.step_time_s, _fits(instance, peak)
+        simulated.append((name, space, step, peak, fits))
         del schedule, simulation
-        _settle(spec, searched(spec, space), name, simulated[-1][2] if simulated[-1][4] else None, settled, options)
+        key = searched(spec, space).describe()
+        if fits and key not in settled and (bound := _bound_met(spec, searched(spec, space), step)) is not None:
+            settled[key] = bound
+            options.note(f"{name} meets the analytic bound {bound:g} {unit} of {key}: optimal without search")
     row_keys = [searched(spec, space).describe() for _, space, _, _, _ in simulated]
     keys = list(dict.fromkeys(row_keys))
     pending = [key for key in keys if key not in settled]  # the spaces a search must bound
@@ -171,22 +174,16 @@ def gap_report(
     return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible)
 
 
-def _settle(spec: InstanceSpec, space: Space, name: str, step: float | None, settled: dict[str, float],
-            options: SolveOptions) -> None:
-    """Record in ``settled`` (space description -> bound) that ``space`` needs no search when a
-    handcrafted schedule of it that fits (``name``, of step ``step``; None: it does not fit) meets its analytic bound
-    (:func:`ppopt.solve.search.cheap_bound`, milliseconds): that step is the space's optimum. A search
-    would only build the same schedule again (at 64 x 4,096 the searches of the five spaces settled
-    so spent 35 s rebuilding their hints), so its share of the budget goes to the spaces left."""
-    key = space.describe()
+def _bound_met(spec: InstanceSpec, space: Space, step: float) -> float | None:
+    """The analytic bound of ``space`` (:func:`ppopt.solve.search.cheap_bound`, milliseconds) when a
+    schedule of it that fits, of step ``step``, meets it, else None. That step is then the space's
+    optimum and a search would only build the same schedule again (at 64 x 4,096 the searches of the
+    five spaces settled so spent 35 s rebuilding their hints), so the spaces left get its time."""
     placement = placement_of(space, spec.devices)
-    if step is None or key in settled or space.fixed or placement is None:
-        return
-    instance = space_instance(spec, space)
-    bound = cheap_bound(instance, placement, space)
-    if step <= bound * (1 + 1e-9):
-        settled[key] = bound
-        options.note(f"{name} meets the analytic bound {bound:g} {instance.time_unit} of {key}: optimal without search")
+    if space.fixed or placement is None:
+        return None
+    bound = cheap_bound(space_instance(spec, space), placement, space)
+    return bound if step <= bound * (1 + 1e-9) else None
 
 
 @dataclass(frozen=True)

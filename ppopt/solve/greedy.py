@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 
-from ppopt.ir import Kind, Op, Schedule
+from ppopt.ir import Kind, Op, Schedule, dependencies
 from ppopt.placement import stages_by_device
 from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
@@ -64,21 +64,19 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
     duration = [op_duration_s(Op(s, kind, 0), instance.costs) for kind in kinds for s in range(stages)]
     row_stage = [(r, s) for r in range(rows) for s in range(stages)]
 
-    def successors(r: int, s: int) -> list[tuple[int, int]]:
-        """The (row, stage) of the ops that wait for op (r, s) of the same microbatch (module
-        :func:`ppopt.ir.dependencies`, inverted), in the order of their stages (ties at one time
-        are then woken as :func:`ppopt.ir.required_ops` lists them): F(s) feeds its own gradient op
-        and F(s+1); a gradient op feeds the one below and, split, its W."""
-        if r == 0:
-            return [(1, s)] + ([(0, s + 1)] if s < stages - 1 else [])
-        if r == 1:
-            return ([(1, s - 1)] if s > 0 else []) + ([(2, s)] if split else [])
-        return []
-
-    # per (row, stage): its successors' (row · stages + stage, delay from here to their device)
-    follow = [[(r2 * stages + s2, instance.comm(s, device[s], device[s2])) for r2, s2 in successors(r, s)]
-              for r, s in row_stage]
-    waits = [0 if r == 0 and s == 0 else 1 if r in (0, 2) or s == stages - 1 else 2 for r, s in row_stage]
+    # per (row, stage): its successors' (row · stages + stage, delay from here to their device) and
+    # how many inputs it waits for, from ppopt.ir.dependencies of microbatch 0 (every microbatch's
+    # are the same), inverted in required_ops' order (stage, then kind), so that ops ready at one
+    # time are woken in that order
+    row_of = {kind: r for r, kind in enumerate(kinds)}
+    follow: list[list[tuple[int, float]]] = [[] for _ in row_stage]
+    waits = [0] * len(row_stage)
+    for s in range(stages):
+        for r, kind in enumerate(kinds):
+            for dep in dependencies(Op(s, kind, 0), stages, split):
+                follow[row_of[dep.kind] * stages + dep.stage].append(
+                    (r * stages + s, instance.comm(dep.stage, device[dep.stage], device[s])))
+                waits[r * stages + s] += 1
     # the order key (rank, microbatch, stage) as one integer: gradient ops first (the highest stage
     # first), then W, then forwards, each lowest microbatch first
     rank_of = [2, 0, 1]

@@ -149,8 +149,7 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
         building = time.monotonic() - built_at
         if not options.allows(reserve, "the large-neighbourhood search stopped"):
             break
-        # a copy of the whole model: its linear relaxation follows the rule of a solve of it (options.solver)
-        solver = options.solver(len(built.ops))
+        solver = options.solver(len(built.ops))  # a copy of the whole model: its relaxation by the rule of a solve of it
         solver.parameters.random_seed = options.seed + step
         solver.parameters.max_time_in_seconds = options.remaining_s() - reserve
         dt = STEP_DETERMINISTIC_S if deterministic_left is None else min(STEP_DETERMINISTIC_S, deterministic_left)
@@ -316,8 +315,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions,
         if not free:
             continue
         model, start = _window_model(schedule, starts, timing, free, successors, to_end, best)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = options.workers
+        solver = options.solver(len(free))  # the linear relaxation by the rule of a solve of its size
         solver.parameters.random_seed = options.seed + step
         solver.parameters.max_time_in_seconds = max(0.01, options.remaining_s() - reserve - outside)
         dt = STEP_DETERMINISTIC_S if deterministic_left is None else min(STEP_DETERMINISTIC_S, deterministic_left)
