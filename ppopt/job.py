@@ -285,6 +285,10 @@ class Job:
                 parse_split(self.split)
             except ScheduleError as error:
                 raise ConfigError(error.reason, field="split") from None
+            try:  # before anything weighs the stages by the split (p = 1 has no halves)
+                split_weights(self.pp, self.split)
+            except ScheduleError as error:
+                raise ConfigError(f"{self.schedule} is not defined for {self.pp} devices: {error.reason}", field="schedule") from None
         if self.stages > self.model.num_layers:
             raise ConfigError(f"{self.stages} stages ({self.pp} devices x {self.stages // self.pp} under {self.schedule}) "
                               f"exceed the model's {self.model.num_layers} layers", field="pp")

@@ -92,12 +92,23 @@ def parse_split(split: object) -> tuple[float, float]:
         raise error from None
     if not (0 < a < math.inf and 0 < b < math.inf):
         raise error
+    if min(_shares(a, b)) <= 0.0:  # 1e308:1e-308: one side's share of the layers rounds to nothing
+        raise ScheduleError(f"the parts of {split!r} are too far apart: one side would get no layers", field="split")
     return a, b
+
+
+def _shares(a: float, b: float) -> tuple[float, float]:
+    """A/(A+B) and B/(A+B), computed from the ratios so that A + B cannot overflow (1e308:1e308)."""
+    return 1.0 / (1.0 + b / a), 1.0 / (1.0 + a / b)
 
 
 def split_weights(devices: int, split: object = (1, 2)) -> tuple[float, ...]:
     """Stage weights for an A:B split: stages 0..p/2-1 share A/(A+B), stages p/2..p-1 share B/(A+B)."""
     a, b = parse_split(split)
+    if devices < 2 or devices % 2:
+        raise ScheduleError(f"an A:B split of the layers between the pipeline's halves needs an even number of "
+                            f"devices, got {devices}", field="devices")
     half = devices // 2
-    first, second = a / (a + b) / half, b / (a + b) / half
+    share_a, share_b = _shares(a, b)
+    first, second = share_a / half, share_b / half
     return tuple(first if s < half else second for s in range(devices))
