@@ -263,6 +263,9 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
         (("time_limit_s = 20", "time_limit_s = 20\nweight = 3.0"), "key 'solver.weight': must lie between 0 and backward (2)"),
         (('memory_limits = ["none", 2]', "memory_limits = []"), "key 'solver.memory_limits': List should have at least 1 item"),
         (("global_batch = 64", "global_batch = 4611686018427387904"), "key 'global_batch': Input should be less than or equal to 1073741824"),
+        # inf passed PositiveFloat and then broke the spec's strict-JSON hash with a traceback
+        (("deterministic_time = 1", "deterministic_time = inf"), "key 'solver.deterministic_time': Input should be a finite number"),
+        (('memory_limits = ["none", 2]', 'memory_limits = ["none", inf]'), "key 'solver.memory_limits.1'"),
     ],
 )
 def test_malformed_spec_is_a_one_line_error_naming_the_key(tmp_path, change, key):
@@ -361,7 +364,7 @@ def test_sweep_where_nothing_applies_says_so(tmp_path):
     again = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "-q"])
     assert again.exit_code == 0
     first = again.output.splitlines()[0]
-    assert first.startswith("1 points, none applicable: all 1 skipped") and "computed" not in first
+    assert first.startswith("1 point, none applicable: all 1 skipped") and "computed" not in first
 
 
 def test_a_second_sweep_into_a_locked_directory_refuses(tmp_path):

@@ -86,7 +86,8 @@ NonEmptyStr = Annotated[str, Field(min_length=1)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are no spec value: a spec is hashed as strict JSON (canonical_json)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _unique(values: list, key: str) -> list:
