@@ -13,6 +13,7 @@ from ppopt.accuracy import spearman
 from ppopt.calibrate import closed_form_step_s, stack
 from ppopt.cli import main
 from ppopt.config import load_system
+from ppopt.errors import ConfigError
 from ppopt.io.measured import read_measured
 from ppopt.job import evaluate_job
 from tests.test_published import assert_within_ceilings
@@ -244,6 +245,18 @@ def test_a_vocabulary_column_sets_the_models_vocabulary(tmp_path):
     (given,), _ = read_measured(larger, system)
     assert (default.job.model.vocab_size, given.job.model.vocab_size) == (50257, 128256)
     assert evaluate_job(given.job).step_time_s > evaluate_job(default.job).step_time_s
+
+
+def test_blank_lines_before_the_header_are_skipped_and_lines_keep_their_numbers(tmp_path):
+    # The first record was taken as the header, so a file starting with a blank line was called empty.
+    row = "8,32,4,1024,16,24,1024,2,2,2,219.7"
+    path = tmp_path / "blank.csv"
+    path.write_text(f"\n\n{HEADER}\n{row}\n")
+    (measured,), unmodelled = read_measured(path, load_system("a100-vtrain"))
+    assert measured.line == 4 and unmodelled == []
+    (tmp_path / "blank_only.csv").write_text("\n \n")
+    with pytest.raises(ConfigError, match="empty file"):
+        read_measured(tmp_path / "blank_only.csv", load_system("a100-vtrain"))
 
 
 def test_calibrate_refuses_a_missing_file(tmp_path):

@@ -86,8 +86,11 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
 
 
 def _header(records) -> list[str]:
-    """The header row of a measured-data CSV (its first record), names stripped."""
-    return [cell.strip() for cell in next(records, (1, []))[1]]
+    """The header row of a measured-data CSV (its first record that is not blank), names stripped."""
+    for _, cells in records:
+        if any(cell.strip() for cell in cells):
+            return [cell.strip() for cell in cells]
+    return []
 
 
 class MeasuredDataError(ConfigError):
