@@ -234,9 +234,11 @@ def _defined(schedule: str, devices: int, microbatches: int, options: tuple[tupl
 
 def _none_defined(request: PlanRequest) -> str:
     """Why the request has no job: each family's refusal on the layout with the most microbatches
-    (b = 1; the most devices among equals)."""
-    t, p, d = max(layouts(request), key=lambda layout: (request.batch // layout[2], layout[1]))
-    m = request.batch // d
+    (the smallest micro batch asked for that divides its batch per replica, b = 1 when none is
+    asked for; the most devices among equals)."""
+    sizes = sorted(set(request.micro_batches or [1]))
+    choices = [(request.batch // d // b, p) for _, p, d in layouts(request) for b in sizes if (request.batch // d) % b == 0]
+    m, p = max(choices, default=(request.batch, 1))
     reasons = [_refusal(name, p, m) or f"{name}'s stages exceed the layers" for name in request.schedules]
     reasons = [reason if reason.startswith(name) else f"{name}: {reason}" for name, reason in zip(request.schedules, reasons)]
     return f"no job of the schedules {', '.join(request.schedules)} is defined on {request.gpus} GPUs; at p = {p}, " \
