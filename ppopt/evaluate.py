@@ -129,7 +129,11 @@ def evaluate_schedule(
 
 def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None,
              parallel: Parallelism | None = None, **options: object) -> Evaluation:
-    """Generate schedule ``name`` and evaluate it (see :func:`evaluate_schedule`)."""
+    """Generate schedule ``name`` and evaluate it (see :func:`evaluate_schedule`). With a model, a
+    family with more stages than the model has layers is refused before its schedule is built (at
+    p = 1,024, m = 4,096 building Chimera's took 85 s before the simulator refused it)."""
+    if model is not None and (why := too_many_stages(name, devices, options, model.num_layers)):
+        raise ScheduleError(why)
     schedule = generate(name, devices, microbatches, **options)
     return evaluate_schedule(schedule, units, model, system, global_batch, True, parallel, **cast(dict[str, Any], options))
 
@@ -151,9 +155,7 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
     check_total_size(sum(size for size in sizes if size is not None and size <= MAX_OPS),
                      f"the {len(sized)} schedules at p = {devices}, m = {microbatches}")
     for done, name in enumerate(every, 1):
-        try:
-            if name in too_many:
-                raise ScheduleError(too_many[name])
+        try:  # evaluate refuses the families of too_many before building them
             results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))
         except ScheduleError as error:
             skipped[name] = error.reason

@@ -662,3 +662,31 @@ def test_an_output_never_replaces_an_input(tmp_path):
         line = one_error_line(run(*args))
         assert reason in line, line
     assert (data.read_bytes(), base.read_bytes(), preset.read_text()) == (*before, "{}")
+
+
+def test_second_audit_inputs_are_one_line_naming_the_real_problem(tmp_path, monkeypatch):
+    """Found by a fuzzing audit: a traceback (chimera-asym on one device: a ZeroDivisionError in
+    the split's weights), an error naming no flag (a split whose parts are 1e308 apart), and a
+    reason that was false (plan with --micro-batch blamed the layers; dualpipe needs an even m)."""
+    monkeypatch.chdir(tmp_path)
+    cases = [
+        (["job", "--model", "llama3-8b", "--system", "dgx-a100", "--schedule", "chimera-asym"],
+         "error: --schedule: chimera-asym is not defined for 1 devices: an A:B split of the layers between the "
+         "pipeline's halves needs an even number of devices, got 1"),
+        (["evaluate", "-s", "chimera-asym", "-p", 2, "-m", 2, "--split", "1e308:1e-308", "--model", "study", "--system", "mid-mid"],
+         "error: --split: the parts of '1e308:1e-308' are too far apart: one side would get no layers"),
+        (["plan", "-q", "--model", "llama3-8b", "--system", "dgx-a100", "--gpus", 2, "--schedule", "dualpipe",
+          "--micro-batch", 256, "--search", 0],
+         "error: --schedule: no job of the schedules dualpipe is defined on 2 GPUs; at p = 2, m = 1: dualpipe needs an "
+         "even number of microbatches (half enter from each end), got 1"),
+    ]
+    for args, line in cases:
+        result = run(*args)
+        assert result.exit_code == 1, (args, result.output)
+        assert one_error_line(result) == line, args
+    # parts that are each finite but whose sum overflows still split evenly
+    result = run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--pp", 2, "--schedule", "chimera-asym",
+                 "--split", "1e308:1e308")
+    even = run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--pp", 2, "--schedule", "chimera-asym", "--split", "1:1")
+    assert result.exit_code == 0 and even.exit_code == 0
+    assert result.stdout.splitlines()[1:] == even.stdout.splitlines()[1:]

@@ -249,7 +249,7 @@ def test_a_study_where_nothing_applies_says_so(tmp_path):
     spec.write_text('schedules = ["chimera"]\ndevices = [3]\nmicrobatches = [4]\nmodels = ["study"]\nsystems = ["mid-mid"]\n')
     result = CliRunner().invoke(main, ["study", "--spec", str(spec), "-o", str(tmp_path / "out"), "-q"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("1 points, none applicable: all 1 skipped")
+    assert result.output.startswith("1 point, none applicable: all 1 skipped")
     report = (tmp_path / "out" / "report.md").read_text()
     assert "0 evaluated points, 0 solver rows, 1 skipped points" in report
     assert ("No figures: no point of the grid has a simulated row" in report) == HAS_MATPLOTLIB

@@ -9,6 +9,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import ProgressBar, check_output_dir, emit_json, json_option, quiet_option
+from ppopt.errors import counted
 
 
 def executor_options(command):
@@ -52,10 +53,10 @@ def summary_text(result) -> str:
     """The run in one line (counts add up to the points), then where the rows are."""
     s = result.summary()
     if s["points"] and s["skipped"] == s["points"]:
-        head = (f"{s['points']} points, none applicable: all {s['skipped']} skipped (the generator or solver refused them; "
+        head = (f"{counted(s['points'], 'point')}, none applicable: all {s['skipped']} skipped (the generator or solver refused them; "
                 f"reasons in rows.csv)")
     else:
-        head = (f"{s['points']} points: {s['computed']} computed, {s['reused']} already in rows.jsonl, "
+        head = (f"{counted(s['points'], 'point')}: {s['computed']} computed, {s['reused']} already in rows.jsonl, "
                 f"{s['skipped']} skipped (not applicable), {s['missing']} missing")
     lines = s["unreadable_lines"]
     if lines:
