@@ -198,8 +198,8 @@ def partition_layers(
     if num_layers < 1 or stages < 1:
         raise ConfigError(f"need positive num_layers and stages, got {num_layers} and {stages}")
     if stages > num_layers:
-        raise ConfigError(f"cannot split {num_layers} layers over {stages} stages "
-                          "(every stage needs at least one layer)")
+        raise ConfigError(f"cannot split {counted(num_layers, 'layer')} over {counted(stages, 'stage')} "
+                          "(every stage needs at least one layer)", field="model")
     if weights is None:
         weights = [1.0] * stages
     weights = [float(w) for w in weights]

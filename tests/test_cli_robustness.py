@@ -684,6 +684,12 @@ def test_second_audit_inputs_are_one_line_naming_the_real_problem(tmp_path, monk
         result = run(*args)
         assert result.exit_code == 1, (args, result.output)
         assert one_error_line(result) == line, args
+    # a schedule file with more stages than the model's layers named no flag
+    (tmp_path / "tiny.toml").write_text('name = "tiny"\nnum_layers = 1\nhidden_size = 64\nffn_hidden_size = 256\n'
+                                        'num_attention_heads = 2\nvocab_size = 128\nseq_length = 32\nglobal_batch_size = 8\n')
+    assert run("export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", "two.csv").exit_code == 0
+    line = one_error_line(run("evaluate", "--schedule-file", "two.csv", "--model", "tiny.toml", "--system", "dgx-a100"))
+    assert line == "error: --model: cannot split 1 layer over 2 stages (every stage needs at least one layer)"
     # parts that are each finite but whose sum overflows still split evenly
     result = run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--pp", 2, "--schedule", "chimera-asym",
                  "--split", "1e308:1e308")
