@@ -186,7 +186,7 @@ def placement(schedule: str, devices: int, options: tuple[tuple[str, object], ..
     try:
         placed = placement_of(family_space(schedule, dict(options)), devices)
     except ScheduleError as error:
-        raise ConfigError(f"{schedule} is not defined for {devices} devices: {error.reason}", field="schedule") from None
+        raise ConfigError(f"{schedule} is not defined for {counted(devices, 'device')}: {error.reason}", field="schedule") from None
     assert placed is not None  # a family's space fixes its placement
     return placed
 
@@ -288,7 +288,7 @@ class Job:
             try:  # before anything weighs the stages by the split (p = 1 has no halves)
                 split_weights(self.pp, self.split)
             except ScheduleError as error:
-                raise ConfigError(f"{self.schedule} is not defined for {self.pp} devices: {error.reason}", field="schedule") from None
+                raise ConfigError(f"{self.schedule} is not defined for {counted(self.pp, 'device')}: {error.reason}", field="schedule") from None
         if self.stages > self.model.num_layers:
             raise ConfigError(f"{self.stages} stages ({self.pp} devices x {self.stages // self.pp} under {self.schedule}) "
                               f"exceed the model's {self.model.num_layers} layers", field="pp")
@@ -742,7 +742,7 @@ def _prepared(schedule: str, devices: int, microbatches: int, options: tuple[tup
     try:
         return prepare(generate(schedule, devices, microbatches, **dict(options)))
     except ScheduleError as error:
-        raise ConfigError(f"{schedule} is not defined for {devices} devices and {microbatches} microbatches: {error.reason}",
+        raise ConfigError(f"{schedule} is not defined for {counted(devices, 'device')} and {counted(microbatches, 'microbatch')}: {error.reason}",
                           field="schedule") from None
 
 

@@ -671,7 +671,7 @@ def test_second_audit_inputs_are_one_line_naming_the_real_problem(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     cases = [
         (["job", "--model", "llama3-8b", "--system", "dgx-a100", "--schedule", "chimera-asym"],
-         "error: --schedule: chimera-asym is not defined for 1 devices: an A:B split of the layers between the "
+         "error: --schedule: chimera-asym is not defined for 1 device: an A:B split of the layers between the "
          "pipeline's halves needs an even number of devices, got 1"),
         (["evaluate", "-s", "chimera-asym", "-p", 2, "-m", 2, "--split", "1e308:1e-308", "--model", "study", "--system", "mid-mid"],
          "error: --split: the parts of '1e308:1e-308' are too far apart: one side would get no layers"),
