@@ -690,6 +690,10 @@ def test_second_audit_inputs_are_one_line_naming_the_real_problem(tmp_path, monk
     assert run("export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", "two.csv").exit_code == 0
     line = one_error_line(run("evaluate", "--schedule-file", "two.csv", "--model", "tiny.toml", "--system", "dgx-a100"))
     assert line == "error: --model: cannot split 1 layer over 2 stages (every stage needs at least one layer)"
+    # a global batch beyond the limit was called indivisible by m
+    line = one_error_line(run("evaluate", "-s", "1f1b", "-p", 2, "-m", 8, "--model", "study", "--system", "mid-mid",
+                              "--global-batch", "99999999999999999999"))
+    assert line == "error: --global-batch: must be a positive integer of at most 1073741824, got 99999999999999999999"
     # parts that are each finite but whose sum overflows still split evenly
     result = run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--pp", 2, "--schedule", "chimera-asym",
                  "--split", "1e308:1e308")

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 import click
 
+from ppopt.config import MODEL_LIMITS
 from ppopt.errors import ConfigError
 from ppopt.generators import OPTIONS
 from ppopt.solve import options as solve_options
@@ -113,6 +114,9 @@ def system_options(required: bool = False) -> Callable:
                 require_model_and_system(kwargs["model"], kwargs["system"])
             if kwargs["global_batch"] is not None and kwargs["model"] is None:
                 refuse_other_modes_flags(True, {"costs": kwargs.get("costs"), "global_batch": kwargs["global_batch"]})
+            most = MODEL_LIMITS["global_batch_size"]  # first, so that a huge batch is not called indivisible by m
+            if kwargs["global_batch"] is not None and kwargs["global_batch"] > most:
+                raise ConfigError(f"must be a positive integer of at most {most}, got {kwargs['global_batch']}", field="global_batch")
             return command(**kwargs)
 
         return _compose(options)(wrapper)
