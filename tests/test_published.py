@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,15 @@ def test_trailing_blank_rows_are_skipped_as_validate_skips_them(runs, tmp_path):
     padded = tmp_path / "table.csv"
     padded.write_text(TABLE.read_text() + "   \n" + "," * 8 + "\n")
     assert read_published(padded) == runs
+
+
+def test_blank_lines_before_the_header_are_skipped(tmp_path):
+    """The first record was taken as the header, so a file starting with a blank line was missing
+    every column; the measured-data reader shares the same header helper."""
+    padded = tmp_path / "padded.csv"
+    padded.write_text("\n \n" + TABLE.read_text(encoding="utf-8-sig"))
+    # the same runs, each on its own line of the file: two lines further down
+    assert read_published(padded) == [replace(run, line=run.line + 2) for run in read_published(TABLE)]
+    (tmp_path / "blank.csv").write_text("\n\n")
+    with pytest.raises(ConfigError, match="empty file"):
+        read_published(tmp_path / "blank.csv")

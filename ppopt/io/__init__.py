@@ -137,6 +137,15 @@ def csv_records(text: str, name: str, error: type[PpoptError]) -> Iterator[tuple
         start = reader.line_num + 1
 
 
+def header_row(records: Iterator[tuple[int, list[str]]]) -> list[str]:
+    """The header of a CSV read by :func:`csv_records`: its first record that is not blank (blank
+    lines before it are skipped), names stripped; [] for a file of blank lines only."""
+    for _, cells in records:
+        if any(cell.strip() for cell in cells):
+            return [cell.strip() for cell in cells]
+    return []
+
+
 def check_header(header: list[str], name: str, error: type[PpoptError]) -> None:
     """Raise ``error`` for a column named twice in ``header`` (which of the two cells to read would
     be a guess); empty names (trailing commas) may repeat."""

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from ppopt.config import ModelConfig, SystemConfig, validation_message
 from ppopt.errors import ConfigError
-from ppopt.io import check_header, csv_records, decimal_float, decimal_int, read_text_bounded, require_file_name, shown
+from ppopt.io import check_header, csv_records, decimal_float, decimal_int, header_row, read_text_bounded, require_file_name, shown
 from ppopt.job import Job
 
 MEASURED_BYTES = 256 * 2**20
@@ -80,17 +80,9 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_measured` does not read (a run's schedule
     or recomputation mode, say): the rows are modelled as :data:`ASSUMED` whatever they say. Call
     after :func:`read_measured` has accepted the file."""
-    header = _header(csv_records(read_text_bounded(Path(source), MEASURED_BYTES, "utf-8-sig"), str(source), MeasuredDataError))
+    header = header_row(csv_records(read_text_bounded(Path(source), MEASURED_BYTES, "utf-8-sig"), str(source), MeasuredDataError))
     known = {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN}
     return [cell for cell in header if cell and cell not in known]
-
-
-def _header(records) -> list[str]:
-    """The header row of a measured-data CSV (its first record that is not blank), names stripped."""
-    for _, cells in records:
-        if any(cell.strip() for cell in cells):
-            return [cell.strip() for cell in cells]
-    return []
 
 
 class MeasuredDataError(ConfigError):
@@ -161,7 +153,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
     except UnicodeDecodeError as error:
         raise MeasuredDataError(f"{name}: not UTF-8 text ({error.reason})") from error
     records = csv_records(text, name, MeasuredDataError)
-    header = _header(records)
+    header = header_row(records)
     if not header or header == [""]:
         raise MeasuredDataError(f"{name}: empty file (expected a header row)")
     check_header(header, name, MeasuredDataError)

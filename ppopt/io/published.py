@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ppopt.config import MODEL_LIMITS
 from ppopt.errors import ConfigError
-from ppopt.io import check_header, csv_records, decimal_float, read_text_bounded, require_file_name, shown
+from ppopt.io import check_header, csv_records, decimal_float, header_row, read_text_bounded, require_file_name, shown
 from ppopt.published import PublishedRun
 
 __all__ = ["COLUMNS", "read_published"]
@@ -63,8 +63,8 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     except OSError as error:
         raise ConfigError(f"{name}: cannot read file ({error.strerror or error})") from error
     records = csv_records(text, name, ConfigError)
-    header = next(records, (1, []))[1]
-    if not header:
+    header = header_row(records)
+    if not header or header == [""]:
         raise ConfigError(f"{name}: empty file (expected a header row)")
     check_header(header, name, ConfigError)
     missing = [column for column in COLUMNS if column not in header]
