@@ -233,13 +233,13 @@ def microbatch_size(model: ModelConfig, microbatches: int, global_batch: int | N
         raise ConfigError(f"must be positive, got {batch}", field="global_batch")
     if microbatches < 1:
         raise ConfigError(f"microbatches must be positive, got {microbatches}")
-    # named by the microbatches' flag; the fix may as well be another --global-batch, so say so
+    # named by the microbatches' field; the fix may as well be another global batch, so say so
     if microbatches > batch:
         raise ConfigError(f"{counted(microbatches, 'microbatch')} exceed the global batch of "
-                          f"{counted(batch, 'sequence')} (give fewer, or a larger --global-batch)", field="microbatches")
+                          f"{counted(batch, 'sequence')} (give fewer, or a larger global batch)", field="microbatches")
     if batch % microbatches:
         raise ConfigError(f"global batch of {counted(batch, 'sequence')} is not divisible by "
-                          f"{counted(microbatches, 'microbatch')} (give a divisor, or another --global-batch)",
+                          f"{counted(microbatches, 'microbatch')} (give a divisor, or another global batch)",
                           field="microbatches")
     return batch // microbatches
 

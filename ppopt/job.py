@@ -145,7 +145,7 @@ from ppopt.errors import ConfigError, ScheduleError, counted
 from ppopt.flat import Flat
 from ppopt.generators import get, names
 from ppopt.ir import Schedule, check_size
-from ppopt.placement import Placement, parse_split, split_weights
+from ppopt.placement import Placement, split_weights
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
 
 __all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job", "job_costs", "job_schedule", "job_work", "pipeline_system", "simulate_pipeline",
@@ -281,14 +281,13 @@ class Job:
         if (layout := node_layout_reason(self.tp, self.dp, self.tp * self.pp * self.dp, self.system.devices_per_node)):
             raise ConfigError(layout[0], field=layout[1])
         if "split" in self.schedule_options:
-            try:
-                parse_split(self.split)
-            except ScheduleError as error:
-                raise ConfigError(error.reason, field="split") from None
-            try:  # before anything weighs the stages by the split (p = 1 has no halves)
+            try:  # the split's text, and its halves (p = 1 has none), before anything weighs the stages by it
                 split_weights(self.pp, self.split)
             except ScheduleError as error:
-                raise ConfigError(f"{self.schedule} is not defined for {counted(self.pp, 'device')}: {error.reason}", field="schedule") from None
+                if error.field == "split":
+                    raise ConfigError(error.reason, field="split") from None
+                raise ConfigError(f"{self.schedule} is not defined for {counted(self.pp, 'device')}: {error.reason}",
+                                  field="schedule") from None
         if self.stages > self.model.num_layers:
             raise ConfigError(f"{self.stages} stages ({self.pp} devices x {self.stages // self.pp} under {self.schedule}) "
                               f"exceed the model's {self.model.num_layers} layers", field="pp")

@@ -198,7 +198,7 @@ def test_messages_count_in_the_singular_for_one():
     result = run("evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--model", "llama3-8b", "--system", "dgx-a100",
                  "--global-batch", "1")
     assert (result.exit_code, result.output) == (
-        1, "error: --microbatches: 2 microbatches exceed the global batch of 1 sequence (give fewer, or a larger --global-batch)\n")
+        1, "error: --microbatches: 2 microbatches exceed the global batch of 1 sequence (give fewer, or a larger global batch)\n")
     result = run("evaluate", "-s", "1f1b", "-p", "3", "-m", "5", "--model", "llama3-8b", "--system", "dgx-a100")
     assert result.output == ("error: --microbatches: global batch of 256 sequences is not divisible by 5 microbatches "
-                             "(give a divisor, or another --global-batch)\n")
+                             "(give a divisor, or another global batch)\n")

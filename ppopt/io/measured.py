@@ -154,7 +154,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
         raise MeasuredDataError(f"{name}: not UTF-8 text ({error.reason})") from error
     records = csv_records(text, name, MeasuredDataError)
     header = header_row(records)
-    if not header or header == [""]:
+    if not header:
         raise MeasuredDataError(f"{name}: empty file (expected a header row)")
     check_header(header, name, MeasuredDataError)
     for column in [*COLUMNS, TIME]:

@@ -64,7 +64,7 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
         raise ConfigError(f"{name}: cannot read file ({error.strerror or error})") from error
     records = csv_records(text, name, ConfigError)
     header = header_row(records)
-    if not header or header == [""]:
+    if not header:
         raise ConfigError(f"{name}: empty file (expected a header row)")
     check_header(header, name, ConfigError)
     missing = [column for column in COLUMNS if column not in header]

@@ -70,11 +70,16 @@ def timeline_grid(
     devices and as many columns as fit, and a last line says so (nothing of size devices x length is
     allocated, and only the ops that start in the drawn columns become spans).
     """
-    slot = min((e - t for t, e in zip(starts, ends) if e > t), default=1.0)
+    slot = _column_width(starts, ends)
     length = max((round(t / slot) + max(1, round((e - t) / slot)) for t, e in zip(starts, ends)), default=0)
     _, shown = drawn(schedule.devices, length)
     spans = [(op, d, t, e) for op, d, t, e in zip(ops, devices, starts, ends) if round(t / slot) < shown]
     return draw_spans(schedule, spans, idle, colour, slot=slot, length=length)
+
+
+def _column_width(starts: Sequence[float], ends: Sequence[float]) -> float:
+    """A text grid's column: the shortest op's length (1 when no op takes time)."""
+    return min((e - t for t, e in zip(starts, ends) if e > t), default=1.0)
 
 
 def draw_spans(
@@ -89,7 +94,7 @@ def draw_spans(
     ``length`` (columns of the whole timeline) default to those of the spans; give them when the
     spans are only the part of a larger timeline that will be drawn."""
     if slot is None:
-        slot = min((e - t for _, _, t, e in spans if e > t), default=1.0)
+        slot = _column_width([t for _, _, t, _ in spans], [e for _, _, _, e in spans])
     placed = [(op, d, round(t / slot), max(1, round((e - t) / slot))) for op, d, t, e in spans]
     if length is None:
         length = max((first + width for _, _, first, width in placed), default=0)

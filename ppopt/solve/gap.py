@@ -131,8 +131,9 @@ def gap_report(
         space, step, fits = family_space(name, schedule_options), simulation.step_time_s, _fits(instance, peak)
         simulated.append((name, space, step, peak, fits))
         del schedule, simulation
-        key = searched(spec, space).describe()
-        if fits and key not in settled and (bound := _bound_met(spec, searched(spec, space), step)) is not None:
+        target = searched(spec, space)
+        key = target.describe()
+        if fits and key not in settled and (bound := _bound_met(spec, target, step)) is not None:
             settled[key] = bound
             options.note(f"{name} meets the analytic bound {bound:g} {unit} of {key}: optimal without search")
     row_keys = [searched(spec, space).describe() for _, space, _, _, _ in simulated]
