@@ -1,42 +1,66 @@
-"""Time ``ppopt table --json`` end to end at 2 million ops (1F1B, p = 1, m = 1,000,000), as printed
-now (compact above :data:`ppopt.cli.options.PRETTY_JSON_BYTES`) against the baseline, the same
-command printing indented JSON (what it did before; forced here with ``PRETTY_JSON_BYTES`` raised),
-in the same run. Each is a whole command in a fresh process, from parsing the flags (schedule
-generation, validation, table) to the last byte written to a file; the load average is printed
-first. Run from the repository root: ``python benchmarks/json_output.py``.
+"""Time ppopt's two largest JSON outputs end to end, with orjson (now) and with the standard
+library's encoder (the baseline, what ppopt used before), alternating, in the same run:
+
+* ``ppopt table -s 1f1b -p 1 -m 1000000 --json`` (2 million ops, printed compact to a file);
+* ``ppopt export -s 1f1b -p 60 -m 4096 --unit --format chrome-trace`` (491,520 ops, just under
+  :data:`ppopt.report.trace.MAX_TRACE_OPS`), the trace's events built with the garbage collector
+  paused now and running in the baseline, as before.
+
+Each run is a whole command in a fresh process, from parsing the flags (schedule generation,
+validation, table or simulation, JSON encoding) to the last byte written. The baseline is the same
+code with :func:`ppopt.io.stdlib_json_bytes` in place of :func:`ppopt.io.json_bytes`. Prints the
+load average before and after, each run's wall time and the bytes written. Run from the repository
+root: ``python benchmarks/json_output.py [--repeat N]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 import tempfile
 import time
 
-COMMAND = ["table", "-s", "1f1b", "-p", "1", "-m", "1000000", "--json"]
-RUN = ("import sys, ppopt.cli.options as options\n"
-       "if sys.argv[1] == 'indented': options.PRETTY_JSON_BYTES = float('inf')\n"
+COMMANDS = {
+    "table --json, 2 million ops": ["table", "-s", "1f1b", "-p", "1", "-m", "1000000", "--json"],
+    "chrome trace, 491,520 ops": ["export", "-s", "1f1b", "-p", "60", "-m", "4096", "--unit", "--format",
+                                  "chrome-trace", "-q", "-o", "-"],
+}
+RUN = ("import contextlib, sys, ppopt.io, ppopt.report.trace\n"
+       "if sys.argv[1] == 'baseline':\n"
+       "    ppopt.io.json_bytes = ppopt.io.stdlib_json_bytes\n"
+       "    ppopt.report.trace.paused_gc = contextlib.nullcontext\n"
        "from ppopt.cli import main\n"
        "main(sys.argv[2:])\n")
+LABELS = {"baseline": "baseline (standard library)", "now": "now (orjson)"}
 
 
-def timed(mode: str) -> tuple[float, int]:
+def timed(mode: str, command: list[str]) -> tuple[float, int]:
     """Wall seconds of one whole command in ``mode`` and the bytes it printed."""
     with tempfile.TemporaryFile() as out:
         began = time.monotonic()
-        subprocess.run([sys.executable, "-c", RUN, mode, *COMMAND], stdout=out, check=True)
+        subprocess.run([sys.executable, "-c", RUN, mode, *command], stdout=out, check=True)
         seconds = time.monotonic() - began
         return seconds, out.tell()
 
 
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    for mode in ("indented", "compact"):
-        seconds, size = timed(mode)
-        label = "baseline, indented JSON" if mode == "indented" else "now, compact above 1 MB"
-        print(f"{label}: {seconds:.1f} s end to end, {size / 1e6:.0f} MB printed")
-    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each mode per command, alternating (default 2)")
+    args = parser.parse_args()
+    print(f"load average at start: {load()} on {os.cpu_count()} cores")
+    for name, command in COMMANDS.items():
+        print(f"{name}: ppopt {' '.join(command)}")
+        for _ in range(args.repeat):
+            for mode in ("baseline", "now"):
+                seconds, size = timed(mode, command)
+                print(f"  {LABELS[mode]}: {seconds:.1f} s end to end, {size / 1e6:.0f} MB", flush=True)
+    print(f"load average at end: {load()}")
 
 
 if __name__ == "__main__":

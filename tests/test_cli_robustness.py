@@ -10,13 +10,16 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 import ppopt.io
 from ppopt.cli import main
 from ppopt.errors import PpoptError
-from ppopt.io import atomic_write_text, json_text, write_json
+from ppopt.io import atomic_write_text, json_bytes, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_DEV_FULL = os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)
@@ -158,15 +161,35 @@ def test_a_closed_pipe_ends_quietly():
 
 
 def test_json_is_strict_and_names_the_non_finite_number(tmp_path):
-    assert json_text({"a": [1, None]}) == '{"a": [1, null]}'
+    assert json_bytes({"a": [1, None]}) == b'{"a":[1,null]}'
     with pytest.raises(PpoptError, match=r"non-finite number inf at a\[1\]"):
-        json_text({"a": [1, float("inf")]})
+        json_bytes({"a": [1, float("inf")]})
     with pytest.raises(PpoptError, match="non-finite number nan at top level"):
-        json_text(float("nan"))
+        json_bytes(float("nan"))
+    with pytest.raises(PpoptError, match=r"non-finite number nan at x\.y\[2\]"):
+        json_bytes({"x": {"y": [None, 1.5, np.float32("nan")]}})
+    with pytest.raises(PpoptError, match=r"non-finite number inf at big\[1\]"):  # the standard library's path
+        json_bytes({"big": [2**70, float("inf")]})
     target = tmp_path / "x.json"
     with pytest.raises(PpoptError, match=r"non-finite number -inf at \[0\]\.b"):
         write_json([{"b": float("-inf")}], target)
     assert not target.exists()
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(JSON_VALUES, st.booleans(), st.booleans())
+def test_json_reads_back_as_written_and_as_the_standard_library_writes_it(value, pretty, sort_keys):
+    data = json_bytes(value, pretty=pretty, sort_keys=sort_keys)
+    assert json.loads(data) == value
+    standard = json.dumps(value, indent=2 if pretty else None, sort_keys=sort_keys, allow_nan=False)
+    assert (b"\n" in data) == (pretty and "\n" in standard)
 
 
 def test_command_line_json_goes_through_the_strict_helper(monkeypatch):

@@ -115,12 +115,12 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     if fmt == "torch-csv":
         _emit_text(output, format_torch_csv(schedule, simulation.start_s))
     elif fmt == "chrome-trace":
-        from ppopt.io import json_text, write_json
+        from ppopt.io import json_bytes, write_json
         from ppopt.report.trace import chrome_trace
 
         trace = chrome_trace(schedule, simulation, instance.costs, time_unit=unit_name)
         if output == "-":
-            click.echo(json_text(trace))
+            click.echo(json_bytes(trace))
         else:
             write_json(trace, output)
     else:

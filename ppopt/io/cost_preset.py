@@ -67,7 +67,7 @@ def cost_preset_json(costs: Costs, link: LinkConfig | None, measured: dict) -> d
 
 def write_cost_preset(path: str | os.PathLike, costs: Costs, link: LinkConfig | None, measured: dict) -> Path:
     """Write the preset atomically (:func:`ppopt.io.write_json`)."""
-    return write_json(cost_preset_json(costs, link, measured), path, indent=2)
+    return write_json(cost_preset_json(costs, link, measured), path, pretty=True)
 
 
 def read_cost_preset(path: str | os.PathLike) -> tuple[Costs, LinkConfig | None]:

@@ -348,6 +348,6 @@ def write_report(loaded: LoadedSpec, rows: Iterable[dict], output: str | Path, f
     path = output / "report.md"
     with output_group():
         drawn = write_figures(data, output / "figures") if figures else None
-        write_json(found, output / "claims.json", indent=2, sort_keys=True)
+        write_json(found, output / "claims.json", pretty=True, sort_keys=True)
         atomic_write_text(path, render(loaded, data, found, drawn, note, reason) + "\n")
     return path

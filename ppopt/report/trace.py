@@ -37,17 +37,18 @@ from typing import cast
 
 from ppopt.costs import Costs
 from ppopt.errors import ScheduleError
+from ppopt.flat import paused_gc
 from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
 from ppopt.simulate import Simulation
 
 __all__ = ["MAX_TRACE_OPS", "TRACE_TIME_SCALE", "check_trace_size", "chrome_trace"]
 
 MAX_TRACE_OPS = 500_000
-"""The most ops a trace holds, so that an export finishes within about a minute. Each op takes
-about 5 KB while the trace is built and 0.6–0.7 KB of JSON, and the time grows a little faster than
-the ops: on this project's 2-core machine `export -s 1f1b` to a trace took 53 s, 2.6 GB and wrote
-350 MB at 64 x 4,096 (524,288 ops), and at 100 x 5,000 (1,000,000 ops, the former limit) it was
-still running after 90 s with 4.2 GB. Perfetto's UI loads a JSON trace into the browser's memory."""
+"""The most ops a trace holds, so that an export finishes within about half a minute and a few GB.
+Each op takes about 5 KB while the trace is built and about 0.6 KB of JSON: on this project's 2-core
+machine `export -s 1f1b --unit` to a trace at 60 x 4,096 (491,520 ops) took 19.5 s and 2.3 GB and
+wrote 285 MB (`benchmarks/json_output.py`). Perfetto's UI loads a JSON trace into the browser's
+memory."""
 
 
 def check_trace_size(ops: int) -> None:
@@ -116,18 +117,26 @@ def chrome_trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_
     if time_unit not in TRACE_TIME_SCALE:
         raise ValueError(f"time_unit must be one of {', '.join(TRACE_TIME_SCALE)}, got {time_unit!r}")
     check_trace_size(sum(len(order) for order in schedule.orders))
+    with paused_gc():  # millions of small dicts, no cycles: the collector would only walk them
+        return _trace(schedule, simulation, costs, time_unit)
+
+
+def _trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_unit: str) -> dict:
     scale = TRACE_TIME_SCALE[time_unit]
     p = schedule.devices
     events: list[dict] = []
 
+    name = {op: str(op) for op in schedule.ops()}  # each op's action string, made once (an op is named up to 3 times)
+    letter = {kind: kind.value for kind in Kind}
     partner = {a: b for f, b in schedule.overlapped for a, b in ((f, b), (b, f))}
     for event in simulation.events("compute"):
         op = cast(Op, event.what)
-        args: dict[str, object] = {"stage": op.stage, "microbatch": op.microbatch, "kind": op.kind.value}
+        kind = letter[op.kind]
+        args: dict[str, object] = {"stage": op.stage, "microbatch": op.microbatch, "kind": kind}
         if op in partner:
-            args["overlapped_with"] = str(partner[op])
+            args["overlapped_with"] = name[partner[op]]
         events.append(
-            {"name": str(op), "cat": op.kind.value, "ph": "X", "pid": event.where, "tid": COMPUTE_TID,
+            {"name": name[op], "cat": kind, "ph": "X", "pid": event.where, "tid": COMPUTE_TID,
              "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale, "args": args}
         )
     for event in simulation.events("optimizer"):
@@ -143,10 +152,10 @@ def chrome_trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_
         sender, receiver = cast(tuple[Op, Op], event.what)
         source, destination = cast(tuple[int, int], event.where)
         slice_ = {
-            "name": f"send {sender}→{receiver}", "cat": "transfer", "ph": "X", "pid": source,
+            "name": f"send {name[sender]}→{name[receiver]}", "cat": "transfer", "ph": "X", "pid": source,
             "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
             "args": {"from_device": source, "to_device": destination, "bytes": event.bytes,
-                     "sending_op": str(sender), "receiving_op": str(receiver),
+                     "sending_op": name[sender], "receiving_op": name[receiver],
                      "arrival": event.end_s * scale},
         }
         message: dict[str, float] = {"id": flow_id, "start": event.start_s * scale, "receiver": destination,

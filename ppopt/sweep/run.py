@@ -347,7 +347,7 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     pending.sort(key=lambda item: -item.cost)
     if max_items is not None:
         pending = pending[:max_items]
-    write_json(loaded.spec.model_dump(mode="json"), out / "spec.json", indent=2, sort_keys=True)
+    write_json(loaded.spec.model_dump(mode="json"), out / "spec.json", pretty=True, sort_keys=True)
 
     total = sum(len(i.hashes) for i in pending)
     done = 0
