@@ -141,3 +141,19 @@ def test_blank_lines_before_the_header_are_skipped(tmp_path):
     (tmp_path / "blank.csv").write_text("\n\n")
     with pytest.raises(ConfigError, match="empty file"):
         read_published(tmp_path / "blank.csv")
+
+
+def test_columns_published_does_not_read_get_a_note_as_in_validate(tmp_path):
+    """A user's table may say each run's micro batch or schedule: the runs are still predicted as
+    the command's help says (fastest micro batch that fits, 1F1B), which the note says, and the
+    predictions do not change. The shipped table gets no note."""
+    lines = TABLE.read_text(encoding="utf-8-sig").splitlines()
+    extra = tmp_path / "extra.csv"
+    extra.write_text("\n".join([lines[0] + ",micro batch,schedule"] + [line + ",1,gpipe" for line in lines[1:]]) + "\n")
+    noted = CliRunner().invoke(main, ["published", str(extra), "--system", "dgx-a100", "--json"])
+    assert noted.exit_code == 0, noted.output
+    assert noted.stderr.startswith(f"note: {extra}: columns 'micro batch', 'schedule' are not read: ")
+    assert "fastest micro batch" in noted.stderr and "1F1B" in noted.stderr
+    plain = CliRunner().invoke(main, ["published", str(TABLE), "--system", "dgx-a100", "--json"])
+    assert plain.stderr == ""
+    assert json.loads(noted.stdout)["summary"] == json.loads(plain.stdout)["summary"]

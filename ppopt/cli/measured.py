@@ -198,13 +198,15 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     click.echo(f"wrote {output}", err=True)  # on stderr, as every command says it
 
 
-def _note_unused_columns(files) -> None:
-    """A note on stderr for each file with columns the rows' model does not read."""
-    from ppopt.io.measured import ASSUMED, unused_columns
+def _note_unused_columns(files, unused_columns=None, assumed: str | None = None) -> None:
+    """A note on stderr for each file with columns the command does not read (``unused_columns``
+    finds them; default: those of measured data, whose rows are modelled as ``assumed``)."""
+    from ppopt.io import measured
 
     for path in files:
-        if unused := unused_columns(path):
-            click.echo(f"note: {path}: columns {', '.join(repr(c) for c in unused)} are not read: {ASSUMED}", err=True)
+        if unused := (unused_columns or measured.unused_columns)(path):
+            click.echo(f"note: {path}: columns {', '.join(repr(c) for c in unused)} are not read: {assumed or measured.ASSUMED}",
+                       err=True)
 
 
 def _at_bounds(fitted) -> dict[str, str]:
@@ -319,13 +321,14 @@ def published_command(data, systems, fmt, as_json) -> None:
     worst error per system. See data/published/README.md."""
     from ppopt.config import load_system
     from ppopt.errors import ConfigError
-    from ppopt.io.published import read_published
+    from ppopt.io.published import ASSUMED, read_published, unused_columns
     from ppopt.ir import check_total_size
     from ppopt.published import predictions, simulated_ops
     from ppopt.report.text import percent
 
     chosen = [load_system(name) for name in systems or PUBLISHED_SYSTEMS]
     runs = read_published(data)
+    _note_unused_columns([data], unused_columns, ASSUMED)
     check_total_size(simulated_ops(runs) * len(chosen), f"{len(runs)} runs on {len(chosen)} systems")
     try:
         predicted = {system.name: predictions(runs, system) for system in chosen}

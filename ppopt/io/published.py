@@ -17,7 +17,7 @@ from ppopt.errors import ConfigError
 from ppopt.io import check_header, csv_records, decimal_float, header_row, read_text_bounded, require_file_name, shown
 from ppopt.published import PublishedRun
 
-__all__ = ["COLUMNS", "read_published"]
+__all__ = ["ASSUMED", "COLUMNS", "read_published", "unused_columns"]
 
 PUBLISHED_BYTES = 2**20
 """The largest table read, in bytes (the shipped one is under 1 kB)."""
@@ -35,6 +35,10 @@ COLUMNS = {
 }
 """Columns (data/published/README.md) -> field names; every cell is a positive number, the counts
 whole numbers."""
+
+ASSUMED = ("each run is predicted at the fastest micro batch of 1, 2, 4 and 8 that fits, with 1F1B and full "
+           "recomputation, whatever other columns say")
+"""What ``ppopt published`` assumes beyond the columns it reads (its note on ignored columns says it)."""
 
 MAX_GPUS = 2**24
 """The most GPUs of a run (the largest published runs use about 2**15)."""
@@ -103,3 +107,11 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     if not runs:
         raise ConfigError(f"{name}: no data rows")
     return runs
+
+
+def unused_columns(source: str | os.PathLike[str]) -> list[str]:
+    """Header names of the CSV ``source`` that :func:`read_published` does not read (a run's micro
+    batch, say: the runs are predicted as :data:`ASSUMED`). Call after :func:`read_published` has
+    accepted the file."""
+    text = read_text_bounded(Path(source), PUBLISHED_BYTES, "utf-8-sig")
+    return [cell for cell in header_row(csv_records(text, str(source), ConfigError)) if cell and cell not in COLUMNS]
