@@ -160,6 +160,20 @@ def test_a_closed_pipe_ends_quietly():
     assert stderr == b""
 
 
+@pytest.mark.parametrize("args", [["table", "-s", "1f1b", "-p", "40", "-m", "1024", "--json"],
+                                  ["export", "-s", "1f1b", "-p", "40", "-m", "256", "--unit", "--format", "chrome-trace", "-o", "-"]])
+def test_a_reader_that_leaves_mid_output_is_not_a_success(args):
+    """Megabytes printed in one write to a pipe whose reader leaves after a few bytes: the write
+    returned short and Python's buffered stdout dropped the rest silently, so the command exited 0
+    with its output cut. Each write now completes or fails, and the closed pipe ends it quietly with 1."""
+    process = ppopt_process(args, subprocess.PIPE)
+    assert process.stdout.read(10) == b'{"schedule' if args[0] == "table" else b'{"traceEve'
+    process.stdout.close()
+    stderr = process.stderr.read()
+    process.wait(timeout=120)
+    assert (process.returncode, stderr) == (1, b"")
+
+
 def test_json_is_strict_and_names_the_non_finite_number(tmp_path):
     assert json_bytes({"a": [1, None]}) == b'{"a":[1,null]}'
     with pytest.raises(PpoptError, match=r"non-finite number inf at a\[1\]"):

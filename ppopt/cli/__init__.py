@@ -173,6 +173,8 @@ class _Cli(click.Group):
             return super().main(args, prog_name, complete_var, False, **extra)
         if sys.stdout is None:  # started without one (`>&-`): writing it is an error, not a no-op
             sys.stdout = io.TextIOWrapper(_ClosedStdout(), write_through=True)
+        elif _FROM_COMMAND_LINE:
+            _complete_stdout()
         if _FROM_COMMAND_LINE:
             from ppopt.solve.interrupt import install
 
@@ -223,6 +225,49 @@ class _ClosedStdout(io.RawIOBase):
 
     def write(self, data) -> int:
         raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+
+class _WholeWrites(io.RawIOBase):
+    """A file descriptor whose every write is complete or fails.
+
+    A write of megabytes (a JSON result or a trace on standard output) can return short when the
+    reader leaves part-way (``| head``) or the disk fills, and Python's buffered standard output then
+    drops the rest without an error: the command would exit 0 with its output cut. Writing until
+    every byte is out makes the next ``os.write`` raise (``EPIPE``, ``ENOSPC``), which the CLI
+    reports (:func:`_stdout_failed`)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:  # the text grid's colours follow it
+        return os.isatty(self._fd)
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            done += os.write(self._fd, view[done:])
+        return done
+
+
+def _complete_stdout() -> None:
+    """Standard output through :class:`_WholeWrites`, with the same encoding and line buffering
+    (when it is a real file descriptor; the original object stays as ``sys.__stdout__``)."""
+    stdout = sys.stdout
+    try:
+        fd = stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file descriptor: nothing to complete
+        return
+    stdout.flush()
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_WholeWrites(fd)), encoding=stdout.encoding,
+                                  errors=stdout.errors, line_buffering=stdout.line_buffering)
 
 
 def _stdout_failed(error: OSError) -> int:
