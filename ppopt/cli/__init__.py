@@ -267,7 +267,7 @@ def _complete_stdout() -> None:
         return
     stdout.flush()
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(_WholeWrites(fd)), encoding=stdout.encoding,
-                                  errors=stdout.errors, line_buffering=stdout.line_buffering)
+                                  errors=stdout.errors, line_buffering=bool(stdout.line_buffering))
 
 
 def _stdout_failed(error: OSError) -> int:
