@@ -184,6 +184,8 @@ def test_json_is_strict_and_names_the_non_finite_number(tmp_path):
         json_bytes({"x": {"y": [None, 1.5, np.float32("nan")]}})
     with pytest.raises(PpoptError, match=r"non-finite number inf at big\[1\]"):  # the standard library's path
         json_bytes({"big": [2**70, float("inf")]})
+    with pytest.raises(PpoptError, match=r"non-finite number nan at a\[1\]\[0\]"):  # orjson writes arrays too
+        json_bytes({"a": [None, np.array([np.nan, 1.0])]})
     target = tmp_path / "x.json"
     with pytest.raises(PpoptError, match=r"non-finite number -inf at \[0\]\.b"):
         write_json([{"b": float("-inf")}], target)

@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import orjson
 
 from ppopt.errors import PpoptError
@@ -374,9 +375,11 @@ def _jsonable(value: object) -> object:
 
 
 def _plain(value: object) -> object:
-    """``value`` with dataclasses as dicts (for locating a non-finite number)."""
+    """``value`` with dataclasses as dicts and numpy arrays as lists (for locating a non-finite number)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
     return value
 
 
