@@ -122,6 +122,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
         from ppopt.report.trace import chrome_trace
 
         trace = chrome_trace(schedule, simulation, instance.costs, time_unit=unit_name)
+        phases.done("trace built")
         if output == "-":
             click.echo(json_bytes(trace))
         else:
