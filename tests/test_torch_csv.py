@@ -3,6 +3,7 @@
 
 import csv
 import io
+import json
 import os
 import threading
 
@@ -411,3 +412,33 @@ def test_more_lines_than_ops_is_refused_before_the_rows_are_split(monkeypatch):
     monkeypatch.setattr(torch_csv, "_rows", lambda *a: pytest.fail("the rows were split"))
     with pytest.raises(ScheduleError, match="^big: 5 lines: more rank rows than the 4 ops a schedule may hold$"):
         torch_csv.parse_torch_csv("0F0\n" * 5, "big")
+
+
+def test_a_schedule_piped_from_export_reads_as_its_file_does(tmp_path):
+    """`-` for `import` and `--schedule-file` is standard input, as `-o -` is standard output for
+    `export`: a schedule piped from one process to another evaluates as the same file does. In real
+    processes, since standard input is read by file descriptor; NUL bytes there are refused in one line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+
+    def ppopt(*args, stdin=None):
+        return subprocess.run([sys.executable, "-m", "ppopt", *args], input=stdin, capture_output=True, env=env,
+                              cwd=tmp_path, timeout=120)
+
+    exported = ppopt("export", "-s", "zb-h1", "-p", "4", "-m", "8", "-o", "-")
+    assert exported.returncode == 0, exported.stderr
+    (tmp_path / "zb.csv").write_bytes(exported.stdout)
+    args = ["evaluate", "-p", "4", "-m", "8", "--json", "--schedule-file"]
+    piped, filed = ppopt(*args, "-", stdin=exported.stdout), ppopt(*args, "zb.csv")
+    assert piped.returncode == filed.returncode == 0, piped.stderr
+    piped_json, filed_json = json.loads(piped.stdout), json.loads(filed.stdout)
+    assert piped_json.pop("schedule") == "torch-csv" and filed_json.pop("schedule") == "zb"
+    assert piped_json == filed_json
+    imported = ppopt("import", "-", stdin=exported.stdout)
+    assert imported.returncode == 0 and imported.stdout.startswith(b"torch-csv: 4 devices, 4 stages, 8 microbatches")
+    refused = ppopt("import", "-", stdin=b"\0" * 100)
+    assert (refused.returncode, refused.stderr) == (1, b"error: standard input: cannot read: not a text file: NUL byte at byte 0\n")

@@ -65,7 +65,7 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
     if name:
         options.insert(0, click.option("--schedule", "-s", "name", multiple=True, callback=_one_schedule,
                                        help="Schedule name (see `ppopt list`)" + (", or 'all'." if all_schedules else ".")))
-        options.insert(1, click.option("--schedule-file", default=None, help="A PyTorch schedule CSV to use instead of --schedule."))
+        options.insert(1, click.option("--schedule-file", default=None, help="A PyTorch schedule CSV to use instead of --schedule ('-': standard input)."))
         options.insert(2, click.option("--legacy-backward", is_flag=True, help="--schedule-file uses the old spelling: BW full backward, B input backward."))
 
     def decorate(command: Callable) -> Callable:

@@ -161,7 +161,8 @@ def _emit_text(output: str, text: str) -> None:
 @json_option
 @quiet_option
 def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet: bool) -> None:
-    """Read a PyTorch schedule CSV, validate it, and print its unit-slot table and metrics."""
+    """Read a PyTorch schedule CSV (FILE; '-': standard input), validate it, and print its unit-slot
+    table and metrics."""
     from ppopt.io.torch_csv import read_torch_csv_file
     from ppopt.report.text import grid, table_summary
     from ppopt.table import build_table, table_metrics
@@ -187,9 +188,11 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
                       "peak_activations": list(metrics.peak_activations)},
         })
         return
+    from ppopt.errors import counted
+
     click.echo(
-        f"{schedule.name}: {schedule.devices} devices, {schedule.stages} stages, {schedule.microbatches} microbatches, "
-        f"{'split (I, W)' if split else 'full (B)'} backward\n"
+        f"{schedule.name}: {counted(schedule.devices, 'device')}, {counted(schedule.stages, 'stage')}, "
+        f"{counted(schedule.microbatches, 'microbatch')}, {'split (I, W)' if split else 'full (B)'} backward\n"
     )
     click.echo(grid(table, colour=True))
     click.echo("\n" + table_summary(metrics.length, metrics.bubble_ratio, metrics.peak_activations, schedule.devices,

@@ -46,6 +46,7 @@ import numbers
 import os
 import re
 import stat
+import sys
 import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Iterator
@@ -58,7 +59,7 @@ import orjson
 from ppopt.errors import PpoptError
 
 __all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "csv_problem", "json_bytes",
-           "parse_data", "read_text_bounded", "shown", "write_json"]
+           "parse_data", "read_stdin_bounded", "read_text_bounded", "shown", "write_json"]
 
 CONFIG_BYTES = 64 * 2**20
 """The largest model, system or spec file read, in bytes (real ones are a few kB)."""
@@ -191,21 +192,41 @@ def read_text_bounded(path: str | os.PathLike, limit: int, encoding: str = "utf-
     (not text: ``/dev/zero``) as soon as it is read. ``why`` is appended to the size message (e.g.
     what the limit derives from). Decoding errors raise :class:`UnicodeDecodeError`.
     """
-    limit_text = f"the limit is {limit:,} bytes{f' ({why})' if why else ''}"
     with open(path, "rb") as file:
-        status = os.fstat(file.fileno())
-        if stat.S_ISREG(status.st_mode) and status.st_size > limit:
-            raise OSError(errno.EFBIG, f"file too large: {status.st_size:,} bytes; {limit_text}")
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := file.read(_CHUNK):
-            nul = chunk.find(b"\0")
-            if nul >= 0:
-                raise OSError(errno.EINVAL, f"not a text file: NUL byte at byte {size + nul:,}")
-            size += len(chunk)
-            if size > limit:
-                raise OSError(errno.EFBIG, f"input too large: over {limit:,} bytes read; {limit_text}")
-            chunks.append(chunk)
+        return _read_bounded(file, limit, encoding, why)
+
+
+def read_stdin_bounded(limit: int, encoding: str = "utf-8", why: str = "") -> str:
+    """:func:`read_text_bounded` of standard input (left open; a stream without a file descriptor,
+    as a test runner's, is read through its buffer). OSError when there is none (``<&-``)."""
+    if sys.stdin is None:
+        raise OSError(errno.EBADF, "there is no standard input")
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):
+        return _read_bounded(sys.stdin.buffer, limit, encoding, why)
+    with open(fd, "rb", closefd=False) as file:
+        return _read_bounded(file, limit, encoding, why)
+
+
+def _read_bounded(file: BinaryIO, limit: int, encoding: str, why: str) -> str:
+    limit_text = f"the limit is {limit:,} bytes{f' ({why})' if why else ''}"
+    try:
+        status: os.stat_result | None = os.fstat(file.fileno())
+    except (AttributeError, OSError, ValueError):  # a stream without a file descriptor: no size to check first
+        status = None
+    if status is not None and stat.S_ISREG(status.st_mode) and status.st_size > limit:
+        raise OSError(errno.EFBIG, f"file too large: {status.st_size:,} bytes; {limit_text}")
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := file.read(_CHUNK):
+        nul = chunk.find(b"\0")
+        if nul >= 0:
+            raise OSError(errno.EINVAL, f"not a text file: NUL byte at byte {size + nul:,}")
+        size += len(chunk)
+        if size > limit:
+            raise OSError(errno.EFBIG, f"input too large: over {limit:,} bytes read; {limit_text}")
+        chunks.append(chunk)
     return b"".join(chunks).decode(encoding)
 
 

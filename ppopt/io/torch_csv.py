@@ -66,7 +66,7 @@ import numpy as np
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.io import atomic_write_text, csv_records, read_text_bounded, require_file_name, shown
+from ppopt.io import atomic_write_text, csv_records, read_stdin_bounded, read_text_bounded, require_file_name, shown
 from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, ops_of, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
 
@@ -396,7 +396,14 @@ _ACTION_WORD = re.compile(r"\b\d+[FBIW]\d+\b")
 def read_torch_csv_file(name: str, legacy_backward: bool = False) -> Schedule:
     """:func:`read_torch_csv` of the file ``name`` as a command line gives it: always a file name,
     whatever its characters (a comma too), and an empty name is a ScheduleError (``Path("")`` would
-    be the current directory)."""
+    be the current directory). ``-`` is standard input (``ppopt export -o - | ppopt import -``),
+    read within the same limits; the schedule is then named ``torch-csv``."""
+    if name == "-":
+        try:
+            text = read_stdin_bounded(MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ScheduleError(f"standard input: cannot read: {getattr(error, 'strerror', None) or error}") from None
+        return parse_torch_csv(text, "torch-csv", legacy_backward)
     require_file_name(name, "a PyTorch schedule CSV file", ScheduleError)
     return read_torch_csv(Path(name), legacy_backward)
 
