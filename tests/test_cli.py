@@ -323,3 +323,23 @@ def test_evaluate_all_sizes_only_the_families_it_can_cost(monkeypatch):
     assert result.exit_code == 0, result.output
     skipped = result.output.count("exceed the model's 32 layers")
     assert skipped == 7 and counted == [f"the {len(names()) - skipped} schedules at p = 32, m = 64"]
+
+
+def test_shell_completion_offers_presets_and_schedules():
+    """`eval "$(_PPOPT_COMPLETE=bash_source ppopt)"` completes preset and schedule names (and a file
+    once the word looks like a path); `all` only where the option takes it."""
+    from click.shell_completion import ShellComplete
+
+    from ppopt.config import list_models, list_systems
+    from ppopt.generators import names
+
+    def values(args, incomplete):
+        items = ShellComplete(main, {}, "ppopt", "_PPOPT_COMPLETE").get_completions(args, incomplete)
+        return [(item.type, item.value) for item in items]
+
+    assert values(["evaluate", "-s"], "zb") == [("plain", n) for n in names() if n.startswith("zb")] != []
+    assert ("plain", "all") in values(["evaluate", "-s"], "") and ("plain", "all") not in values(["gap", "-s"], "")
+    assert values(["evaluate", "--model"], "") == [("plain", n) for n in list_models()]
+    assert values(["plan", "--system"], "dgx") == [("plain", n) for n in list_systems() if n.startswith("dgx")] != []
+    assert values(["published", "x.csv", "--system"], "a100") != []
+    assert values(["job", "--model"], "./my") == [("file", "./my")]

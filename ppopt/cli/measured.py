@@ -15,6 +15,8 @@ from ppopt.cli import main
 from ppopt.cli.options import (
     ProgressBar,
     check_plot,
+    complete_model,
+    complete_system,
     emit_json,
     format_option,
     json_option,
@@ -67,7 +69,7 @@ def _summary_lines(accuracy, files: int = 1) -> list[str]:
 
 @main.command("validate")
 @click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--system", default=DEFAULT_SYSTEM, show_default=True, help="System preset name or .toml/.json file.")
+@click.option("--system", default=DEFAULT_SYSTEM, show_default=True, shell_complete=complete_system, help="System preset name or .toml/.json file.")
 @click.option("--plot", "plot_path", callback=check_plot, type=click.Path(dir_okay=False), default=None,
               help="Also write predicted vs measured (log-log, one colour per model, ±10 % band) to this image.")
 @click.option("--by", "by", multiple=True, type=click.Choice(list(GROUP_KEYS)),
@@ -133,7 +135,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
 
 @main.command("calibrate")
 @click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--system", default="a100-vtrain", show_default=True, help="Base system preset or file.")
+@click.option("--system", default="a100-vtrain", show_default=True, shell_complete=complete_system, help="Base system preset or file.")
 @click.option("--output", "-o", required=True, callback=output_ending_in(".toml", "the calibrated system is TOML"), type=click.Path(dir_okay=False), help="Calibrated system .toml to write.")
 @click.option("--name", default=None, help="Name of the calibrated system [default: the output file's stem].")
 @quiet_option
@@ -225,8 +227,8 @@ def _at_bounds(fitted) -> dict[str, str]:
 
 
 @main.command("job")
-@click.option("--model", required=True, help="Model preset name (see models/) or a .toml/.json file.")
-@click.option("--system", required=True, help="System preset name (see configs/) or a .toml/.json file.")
+@click.option("--model", required=True, shell_complete=complete_model, help="Model preset name (see models/) or a .toml/.json file.")
+@click.option("--system", required=True, shell_complete=complete_system, help="System preset name (see configs/) or a .toml/.json file.")
 @click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree t.")
 @click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages p.")
@@ -309,7 +311,7 @@ def _prediction_json(prediction) -> dict | None:
 
 @main.command("published")
 @click.argument("data", type=click.Path(dir_okay=False))
-@click.option("--system", "systems", multiple=True,
+@click.option("--system", "systems", multiple=True, shell_complete=complete_system,
               help=f"System preset name or file (repeatable) [default: {' and '.join(PUBLISHED_SYSTEMS)}].")
 @format_option
 @json_option

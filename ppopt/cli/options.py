@@ -64,7 +64,7 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
         options.append(unit_cost_options())
     if name:
         options.insert(0, click.option("--schedule", "-s", "name", multiple=True, callback=_one_schedule,
-                                       help="Schedule name (see `ppopt list`)" + (", or 'all'." if all_schedules else ".")))
+                                       shell_complete=complete_schedule_or_all if all_schedules else complete_schedule, help="Schedule name (see `ppopt list`)" + (", or 'all'." if all_schedules else ".")))
         options.insert(1, click.option("--schedule-file", default=None, help="A PyTorch schedule CSV to use instead of --schedule ('-': standard input)."))
         options.insert(2, click.option("--legacy-backward", is_flag=True, help="--schedule-file uses the old spelling: BW full backward, B input backward."))
 
@@ -98,12 +98,57 @@ def _check_option_values(options: dict) -> None:
             raise ConfigError(error.reason, field="split") from None
 
 
+def _completion(names: Callable[[], list[str]], files: bool) -> Callable[[click.Context, click.Parameter, str], list]:
+    """A ``shell_complete`` callback: the ``names`` that start with what was typed, and, when
+    ``files``, file names too once it looks like a path (a ``/`` or a ``.`` in it)."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+        from click.shell_completion import CompletionItem
+
+        items = [CompletionItem(name) for name in names() if name.startswith(incomplete)]
+        if files and ("/" in incomplete or "." in incomplete):
+            items.append(CompletionItem(incomplete, type="file"))
+        return items
+
+    return complete
+
+
+def _model_names() -> list[str]:
+    from ppopt.config import list_models
+
+    return list_models()
+
+
+def _system_names() -> list[str]:
+    from ppopt.config import list_systems
+
+    return list_systems()
+
+
+def _schedule_names() -> list[str]:
+    from ppopt.generators import names
+
+    return names()
+
+
+complete_model = _completion(_model_names, files=True)
+"""Shell completion of ``--model``: the model presets, or a file."""
+complete_system = _completion(_system_names, files=True)
+"""Shell completion of ``--system``: the system presets, or a file."""
+complete_schedule = _completion(_schedule_names, files=False)
+"""Shell completion of ``--schedule``: the schedule families."""
+complete_schedule_or_all = _completion(lambda: [*_schedule_names(), "all"], files=False)
+"""Shell completion of a ``--schedule`` that also takes ``all``."""
+
+
 def system_options(required: bool = False) -> Callable:
     """``--model`` / ``--system`` / ``--global-batch``: the cost model of a model on a system. A
     global batch without a model is refused for every command: unit mode has no sequences."""
     options = [
-        click.option("--model", default=None, required=required, help="Model preset name (see models/) or a .toml/.json file."),
-        click.option("--system", default=None, required=required, help="System preset name (see configs/) or a .toml/.json file."),
+        click.option("--model", default=None, required=required, shell_complete=complete_model,
+                     help="Model preset name (see models/) or a .toml/.json file."),
+        click.option("--system", default=None, required=required, shell_complete=complete_system,
+                     help="System preset name (see configs/) or a .toml/.json file."),
         click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size]."),
     ]
 

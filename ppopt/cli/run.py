@@ -7,7 +7,7 @@ import functools
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import emit_json, json_option, output_ending_in
+from ppopt.cli.options import complete_schedule, emit_json, json_option, output_ending_in
 from ppopt.units import UnitCosts
 
 
@@ -78,7 +78,7 @@ def _schedules(files, names, devices, microbatches, chunks):
 
 @main.command("run")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
-@click.option("--schedule", "-s", "names", multiple=True, help="A schedule by name (repeatable), with -p and -m.")
+@click.option("--schedule", "-s", "names", multiple=True, shell_complete=complete_schedule, help="A schedule by name (repeatable), with -p and -m.")
 @click.option("--devices", "-p", "--pp", "devices", type=int, default=None, help="Ranks (with --schedule).")
 @click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule).")
 @click.option("--chunks", "-v", type=int, default=None, help="Chunks per rank for interleaved-1f1b and looped-bfs [default: 2].")

@@ -11,6 +11,7 @@ import click
 from ppopt.cli import main, startup_s
 from ppopt.cli.options import (
     check_plot,
+    complete_schedule,
     emit_json,
     format_option,
     job_options,
@@ -310,7 +311,7 @@ def _write_each_output(result, spec, csv_path, plot, trace) -> None:
 
 @main.command("gap")
 @solver_options(built=_gap_builds, held=2)  # holds a search and the schedule it simulates
-@click.option("--schedule", "-s", "schedules", multiple=True, help="Only these schedules (repeatable) [default: all applicable].")
+@click.option("--schedule", "-s", "schedules", multiple=True, shell_complete=complete_schedule, help="Only these schedules (repeatable) [default: all applicable].")
 @json_option
 @format_option
 def gap_command(spec, solve, options, schedules, as_json, fmt):
