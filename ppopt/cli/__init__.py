@@ -246,8 +246,8 @@ class _WholeWrites(io.RawIOBase):
     def fileno(self) -> int:
         return self._fd
 
-    def isatty(self) -> bool:  # the text grid's colours follow it
-        return os.isatty(self._fd)
+    def isatty(self) -> bool:
+        return False  # a terminal is not wrapped (:func:`_complete_stdout`)
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
@@ -258,12 +258,16 @@ class _WholeWrites(io.RawIOBase):
 
 
 def _complete_stdout() -> None:
-    """Standard output through :class:`_WholeWrites`, with the same encoding and line buffering
-    (when it is a real file descriptor; the original object stays as ``sys.__stdout__``)."""
+    """Standard output through :class:`_WholeWrites`, with the same encoding and line buffering,
+    when it is a pipe or a file (the original object stays as ``sys.__stdout__``). A terminal keeps
+    Python's own stream: nothing large is cut there, and on Windows its console writer is not a
+    plain file descriptor."""
     stdout = sys.stdout
     try:
         fd = stdout.fileno()
     except (AttributeError, OSError, ValueError):  # not a file descriptor: nothing to complete
+        return
+    if os.isatty(fd):
         return
     stdout.flush()
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(_WholeWrites(fd)), encoding=stdout.encoding,
