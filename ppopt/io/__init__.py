@@ -1,8 +1,9 @@
 """File input and output: the project's one file writer, its one JSON encoder, and the interchange formats.
 
 Every text file ppopt reads (model, system and spec files, measured CSVs, schedule CSVs) goes
-through :func:`read_text_bounded`: read in chunks up to a byte limit, so a device or pipe that
-never ends (``/dev/zero``, ``yes |``) is refused in one line instead of filling memory.
+through :func:`read_text_bounded` (a schedule CSV given as ``-``, standard input, through
+:func:`read_stdin_bounded`): read in chunks up to a byte limit, so a device or pipe that never ends
+(``/dev/zero``, ``yes |``) is refused in one line instead of filling memory.
 
 Every file ppopt writes goes through :func:`atomic_writer` (or :func:`atomic_write_text`,
 :func:`atomic_write_bytes`, :func:`write_json`):
