@@ -91,7 +91,7 @@ from typing import Any
 
 import numpy as np
 
-from ppopt.config import LinkConfig, ModelConfig, SystemConfig
+from ppopt.config import MODEL_LIMITS, LinkConfig, ModelConfig, SystemConfig
 from ppopt.errors import ConfigError, counted
 from ppopt.ir import Kind
 from ppopt.units import UnitCosts
@@ -231,6 +231,9 @@ def microbatch_size(model: ModelConfig, microbatches: int, global_batch: int | N
     batch = model.global_batch_size if global_batch is None else global_batch
     if batch < 1:
         raise ConfigError(f"must be positive, got {batch}", field="global_batch")
+    most = MODEL_LIMITS["global_batch_size"]  # before divisibility: 10**20 is too large, not indivisible
+    if batch > most:
+        raise ConfigError(f"must be a positive integer of at most {most}, got {batch}", field="global_batch")
     if microbatches < 1:
         raise ConfigError(f"microbatches must be positive, got {microbatches}")
     # named by the microbatches' field; the fix may as well be another global batch, so say so

@@ -88,10 +88,11 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
     """
     from ppopt.accuracy import group_errors, validate_file
     from ppopt.config import load_system
+    from ppopt.io.measured import ASSUMED, unused_columns
     from ppopt.report.text import percent, percent_header
 
     accuracy = validate_file(list(data), load_system(system))
-    _note_unused_columns(data)
+    _note_unused_columns(data, unused_columns, ASSUMED)
     groups = group_errors(accuracy.rows, list(by)) if by else []
     if plot_path:
         from ppopt.errors import ConfigError
@@ -155,6 +156,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     from ppopt.config import load_system, name_problem
     from ppopt.errors import ConfigError
     from ppopt.io import atomic_write_text
+    from ppopt.io.measured import ASSUMED, unused_columns
 
     # The name is written into the file (and its header comment): refused before the fit, as a file's would be.
     if name is not None and (problem := name_problem(name)) is not None:
@@ -163,7 +165,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
         raise ConfigError(f"its stem, the system's name by default, {problem}; give --name", field="output")
     base = load_system(system)
     rows, unmodelled = read_rows(list(data), base)  # sizes checked before the fit
-    _note_unused_columns(data)
+    _note_unused_columns(data, unused_columns, ASSUMED)
     if not rows:
         raise ConfigError("no row to calibrate on (every row is outside the model)")
     bar = None if quiet else ProgressBar(f"calibrate: {len(rows)} rows, fits")
@@ -200,15 +202,12 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     click.echo(f"wrote {output}", err=True)  # on stderr, as every command says it
 
 
-def _note_unused_columns(files, unused_columns=None, assumed: str | None = None) -> None:
+def _note_unused_columns(files, unused_columns, assumed: str) -> None:
     """A note on stderr for each file with columns the command does not read (``unused_columns``
-    finds them; default: those of measured data, whose rows are modelled as ``assumed``)."""
-    from ppopt.io import measured
-
+    finds them; ``assumed`` says what the rows are taken to be instead)."""
     for path in files:
-        if unused := (unused_columns or measured.unused_columns)(path):
-            click.echo(f"note: {path}: columns {', '.join(repr(c) for c in unused)} are not read: {assumed or measured.ASSUMED}",
-                       err=True)
+        if unused := unused_columns(path):
+            click.echo(f"note: {path}: columns {', '.join(repr(c) for c in unused)} are not read: {assumed}", err=True)
 
 
 def _at_bounds(fitted) -> dict[str, str]:

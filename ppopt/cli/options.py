@@ -16,9 +16,9 @@ from typing import Any, TextIO
 
 import click
 
-from ppopt.config import MODEL_LIMITS
+from ppopt.config import list_models, list_systems
 from ppopt.errors import ConfigError
-from ppopt.generators import OPTIONS
+from ppopt.generators import OPTIONS, names
 from ppopt.solve import options as solve_options
 from ppopt.units import UnitCosts
 
@@ -98,14 +98,14 @@ def _check_option_values(options: dict) -> None:
             raise ConfigError(error.reason, field="split") from None
 
 
-def _completion(names: Callable[[], list[str]], files: bool) -> Callable[[click.Context, click.Parameter, str], list]:
-    """A ``shell_complete`` callback: the ``names`` that start with what was typed, and, when
+def _completion(choices: Callable[[], list[str]], files: bool) -> Callable[[click.Context, click.Parameter, str], list]:
+    """A ``shell_complete`` callback: the ``choices`` that start with what was typed, and, when
     ``files``, file names too once it looks like a path (a ``/`` or a ``.`` in it)."""
 
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
         from click.shell_completion import CompletionItem
 
-        items = [CompletionItem(name) for name in names() if name.startswith(incomplete)]
+        items = [CompletionItem(name) for name in choices() if name.startswith(incomplete)]
         if files and ("/" in incomplete or "." in incomplete):
             items.append(CompletionItem(incomplete, type="file"))
         return items
@@ -113,31 +113,13 @@ def _completion(names: Callable[[], list[str]], files: bool) -> Callable[[click.
     return complete
 
 
-def _model_names() -> list[str]:
-    from ppopt.config import list_models
-
-    return list_models()
-
-
-def _system_names() -> list[str]:
-    from ppopt.config import list_systems
-
-    return list_systems()
-
-
-def _schedule_names() -> list[str]:
-    from ppopt.generators import names
-
-    return names()
-
-
-complete_model = _completion(_model_names, files=True)
+complete_model = _completion(list_models, files=True)
 """Shell completion of ``--model``: the model presets, or a file."""
-complete_system = _completion(_system_names, files=True)
+complete_system = _completion(list_systems, files=True)
 """Shell completion of ``--system``: the system presets, or a file."""
-complete_schedule = _completion(_schedule_names, files=False)
+complete_schedule = _completion(names, files=False)
 """Shell completion of ``--schedule``: the schedule families."""
-complete_schedule_or_all = _completion(lambda: [*_schedule_names(), "all"], files=False)
+complete_schedule_or_all = _completion(lambda: [*names(), "all"], files=False)
 """Shell completion of a ``--schedule`` that also takes ``all``."""
 
 
@@ -159,9 +141,6 @@ def system_options(required: bool = False) -> Callable:
                 require_model_and_system(kwargs["model"], kwargs["system"])
             if kwargs["global_batch"] is not None and kwargs["model"] is None:
                 refuse_other_modes_flags(True, {"costs": kwargs.get("costs"), "global_batch": kwargs["global_batch"]})
-            most = MODEL_LIMITS["global_batch_size"]  # first, so that a huge batch is not called indivisible by m
-            if kwargs["global_batch"] is not None and kwargs["global_batch"] > most:
-                raise ConfigError(f"must be a positive integer of at most {most}, got {kwargs['global_batch']}", field="global_batch")
             return command(**kwargs)
 
         return _compose(options)(wrapper)
