@@ -65,6 +65,14 @@ def _position(schedule: Schedule) -> dict[Op, tuple[int, int]]:
     return {op: (d, i) for d, order in enumerate(schedule.orders) for i, op in enumerate(order)}
 
 
+def _second_place(schedule: Schedule, op: Op) -> tuple[int, int]:
+    """Where ``op`` appears the second time, reading device by device (the first repeat: what a
+    file reader names)."""
+    places = ((d, i) for d, order in enumerate(schedule.orders) for i, other in enumerate(order) if other == op)
+    next(places)
+    return next(places)
+
+
 def _fail(schedule: Schedule, message: str, mark: tuple[int, int] | None = None, centre: int | None = None) -> None:
     raise ScheduleValidationError(message, order_grid(schedule, mark, centre=centre))
 
@@ -106,7 +114,7 @@ def _check_complete(schedule: Schedule) -> None:
     position = _position(schedule)
     for op, n in counts.items():
         if n > 1:
-            _fail(schedule, f"op {op} appears {n} times", position[op])
+            _fail(schedule, f"op {op} appears {n} times", _second_place(schedule, op))
     split = schedule.split_pairs
     both = next((op for op in counts if op.kind is Kind.B and (op.stage, op.microbatch) in split), None)
     if both is not None:

@@ -46,6 +46,19 @@ def test_duplicate_op_is_marked_in_the_grid():
     assert "\n" not in str(error.value)
 
 
+def test_a_repeated_op_is_marked_at_its_first_repeat():
+    """Three copies of 0F0: the mark is on the second (the cell a file reader's message names), not
+    on the last."""
+    schedule = generate("gpipe", 2, 2)
+    extra = (Op(0, Kind.F, 0),) * 2
+    broken = _replace_order(schedule, 0, schedule.orders[0][:1] + extra + schedule.orders[0][1:])
+    with pytest.raises(ScheduleValidationError) as error:
+        validate(broken)
+    assert "op 0F0 appears 3 times" in str(error.value)
+    marked = error.value.details.splitlines()[0].split()
+    assert marked[2:5] == ["0F0", ">0F0<", "0F0"]
+
+
 def test_the_grid_shows_nine_devices_around_the_fault():
     """At 64 devices the grid after the error line was 64 lines: now the marked device, four on
     each side and a count of the others."""
