@@ -64,6 +64,14 @@ class PublishedRun:
         return self.gpus // (self.tp * self.pp)
 
     @property
+    def dimensions_parameters_billion(self) -> float:
+        """Parameters (billions) that the dimensions give, as Narayanan et al. 2021 count them (§5.1):
+        ``12 l h² (1 + 13/(12h) + (V + s)/(12 l h))``: four h × h and two h × 4h weight matrices per
+        layer with their biases and layer norms, the token and position embeddings."""
+        layers, h = self.layers, self.hidden
+        return 12 * layers * h**2 * (1 + 13 / (12 * h) + (VOCABULARY + SEQUENCE) / (12 * layers * h)) / 1e9
+
+    @property
     def step_time_s(self) -> float:
         """Seconds per step implied by the achieved throughput (:func:`megatron_flops_per_step`)."""
         flops = megatron_flops_per_step(self.global_batch, SEQUENCE, self.layers, self.hidden, VOCABULARY)

@@ -304,19 +304,20 @@ def test_calibrate_shows_its_fits_on_stderr(tmp_path):
     assert (tmp_path / "quiet.toml").read_text() == fit  # the same fit
 
 
-def test_validate_with_no_modellable_row_reports_nulls_and_plots_nothing(tmp_path):
-    """One row whose t = 2 does not divide 17 heads: --json failed on a NaN MAPE ("not valid JSON"),
-    and --plot drew an empty picture titled "MAPE nan"."""
+def test_validate_with_no_modellable_row_is_refused_with_the_reason(tmp_path):
+    """One row whose t = 2 does not divide 17 heads: --json printed a summary of nulls with exit 0,
+    a table printed "MAPE -" with exit 0 (it read as a result), and --plot drew an empty picture
+    titled "MAPE nan". Each is now one line naming the row and why, exit 1, nothing written."""
     path = tmp_path / "heads.csv"
     path.write_text(Path(SINGLE).read_text().splitlines()[0] + "\n2,16,8,1024,17,24,1024,2,1,1,372\n")
-    result = run("validate", str(path), "--json")
-    assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)["summary"]
-    assert (summary["rows"], summary["unmodelled"], summary["mape"], summary["p95"]) == (0, 1, None, None)
-    plotted = run("validate", str(path), "--plot", str(tmp_path / "h.png"))
-    assert (plotted.exit_code, plotted.output) == (
-        1, "error: --plot: no row to plot: all 1 are outside the model (run without --plot to see why)\n")
+    for extra in ([], ["--json"], ["--plot", str(tmp_path / "h.png")]):
+        result = run("validate", str(path), *extra)
+        assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+        assert result.output.startswith(f"error: no row can be predicted: {path.name}, line 2: "), result.output
+        assert "heads" in result.output
     assert not (tmp_path / "h.png").exists()
+    path.write_text(path.read_text() + "2,16,8,1024,17,24,1024,2,1,1,372\n")
+    assert "(and 1 more rows outside the model)" in run("validate", str(path)).output
 
 
 def test_calibrate_on_fewer_rows_than_parameters_says_the_fit_is_underdetermined(tmp_path):

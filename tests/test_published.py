@@ -87,6 +87,13 @@ def test_a_bad_cell_names_its_line_and_column(tmp_path):
     bad.write_text("\n".join([lines[0], lines[5].replace(",512,1536,", ",500,1536,")]) + "\n")
     with pytest.raises(ConfigError, match=r"line 2, column 'GPUs': 500 is not a multiple of t x p = 16"):
         read_published(bad)
+    # an empty cell and a short row are a missing value, as validate says (no Python value shown)
+    bad.write_text("\n".join([lines[0], lines[1].replace(",137", ",")]) + "\n")
+    with pytest.raises(ConfigError, match=r"line 2, column 'teraFLOP/s per GPU': missing value$"):
+        read_published(bad)
+    bad.write_text("\n".join([lines[0], lines[1].rsplit(",", 3)[0]]) + "\n")
+    with pytest.raises(ConfigError, match=r"line 2, column '[^']+': missing value$"):
+        read_published(bad)
 
 
 def test_the_command_prints_every_run_and_refuses_bad_input_in_one_line(tmp_path):
@@ -105,6 +112,27 @@ def test_the_command_prints_every_run_and_refuses_bad_input_in_one_line(tmp_path
                           ([str(bad_tp)], "tp.csv: line 2: tp: tensor parallelism 5 does not divide")):
         result = CliRunner().invoke(main, ["published", *(argv if argv[0].endswith(".csv") else [str(TABLE), *argv])])
         assert result.exit_code == 1 and result.output.count("\n") == 1 and message in result.output, result.output
+
+
+def test_a_table_where_nothing_fits_is_refused_and_an_odd_label_gets_a_note(tmp_path):
+    """1008B on 32 GPUs (t = 8, p = 4) fits no system: the table said "does not fit" and "MAPE -"
+    with exit 0. A parameter count of 999 for the 1.7B model's dimensions (1.65 billion by the
+    paper's count) was printed as "999B" without a word."""
+    header = TABLE.read_text().splitlines()[0]
+    crowded = tmp_path / "crowded.csv"
+    crowded.write_text(f"{header}\n1008,160,25600,128,8,4,32,1536,163\n")
+    refused = CliRunner().invoke(main, ["published", str(crowded), "--system", "dgx-a100"])
+    assert refused.exit_code == 1 and refused.output.count("\n") == 1, refused.output
+    assert "no run fits in the memory of dgx-a100 at a micro batch of 1, 2, 4, 8 (line 2: 1008B on 32 GPUs" in refused.output
+    labelled = tmp_path / "labelled.csv"
+    labelled.write_text(f"{header}\n999,24,2304,24,1,1,32,512,137\n")
+    noted = CliRunner().invoke(main, ["published", str(labelled), "--system", "dgx-a100"])
+    assert noted.exit_code == 0, noted.output
+    assert f"note: {labelled}: line 2: 'parameters (billion)' says 999, but the layers and hidden size give 1.65 billion" \
+        in noted.stderr
+    assert "999B" in noted.stdout
+    plain = CliRunner().invoke(main, ["published", str(TABLE), "--system", "dgx-a100"])
+    assert plain.stderr == ""
 
 
 def test_the_csv_has_one_number_per_cell():

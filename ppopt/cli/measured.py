@@ -93,14 +93,17 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
 
     accuracy = validate_file(list(data), load_system(system))
     _note_unused_columns(data, unused_columns, ASSUMED)
+    if not accuracy.rows:  # a report of no prediction, "MAPE -", would read as a result
+        from ppopt.errors import ConfigError
+
+        first = accuracy.unmodelled[0]
+        more = len(accuracy.unmodelled) - 1
+        raise ConfigError(f"no row can be predicted: {first.source}, line {first.line}: {first.reason}"
+                          + (f" (and {more} more rows outside the model)" if more else ""))
     groups = group_errors(accuracy.rows, list(by)) if by else []
     if plot_path:
-        from ppopt.errors import ConfigError
         from ppopt.report.accuracy_plot import plot_accuracy
 
-        if not accuracy.rows:  # an empty picture titled "MAPE nan" would read as a result
-            raise ConfigError(f"no row to plot: all {len(accuracy.unmodelled)} are outside the model "
-                              "(run without --plot to see why)", field="plot_path")
         plot_accuracy(accuracy, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
     if as_json:
@@ -308,6 +311,11 @@ def _prediction_json(prediction) -> dict | None:
     return {"predicted_s": result.step_time_s, "error": prediction.error, "micro_batch": result.job.micro_batch}
 
 
+PARAMETERS_LABEL_FACTOR = 1.25
+"""A published run's parameter count more than this factor from its dimensions' gets a note (the
+shipped table's labels lie within 3 % of theirs)."""
+
+
 @main.command("published")
 @click.argument("data", type=click.Path(dir_okay=False))
 @click.option("--system", "systems", multiple=True, shell_complete=complete_system,
@@ -324,7 +332,7 @@ def published_command(data, systems, fmt, as_json) -> None:
     from ppopt.errors import ConfigError
     from ppopt.io.published import ASSUMED, read_published, unused_columns
     from ppopt.ir import check_total_size
-    from ppopt.published import predictions, simulated_ops
+    from ppopt.published import MICRO_BATCHES, predictions, simulated_ops
     from ppopt.report.text import percent
 
     chosen = [load_system(name) for name in systems or PUBLISHED_SYSTEMS]
@@ -335,6 +343,16 @@ def published_command(data, systems, fmt, as_json) -> None:
         predicted = {system.name: predictions(runs, system) for system in chosen}
     except ConfigError as error:
         raise ConfigError(f"{data}: {error}") from error
+    if all(p.result is None for found in predicted.values() for p in found):  # "MAPE -" would read as a result
+        raise ConfigError(f"{data}: no run fits in the memory of {' or '.join(system.name for system in chosen)} at a micro batch "
+                          f"of {', '.join(map(str, MICRO_BATCHES))} (line {runs[0].line}: {runs[0].parameters_billion:g}B "
+                          f"on {runs[0].gpus} GPUs, t = {runs[0].tp}, p = {runs[0].pp})")
+    for run in runs:
+        counted = run.dimensions_parameters_billion
+        if not 1 / PARAMETERS_LABEL_FACTOR <= run.parameters_billion / counted <= PARAMETERS_LABEL_FACTOR:
+            click.echo(f"note: {data}: line {run.line}: 'parameters (billion)' says {run.parameters_billion:g}, but the "
+                       f"layers and hidden size give {counted:.3g} billion (Narayanan et al. 2021, §5.1); the "
+                       "prediction follows the dimensions, the label is only printed", err=True)
     errors = {name: [abs(p.error) for p in found if p.error is not None] for name, found in predicted.items()}
     summary = {name: {"mape": sum(e) / len(e) if e else None, "worst": max(e) if e else None} for name, e in errors.items()}
     if as_json:

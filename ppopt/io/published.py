@@ -84,8 +84,10 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
         values: dict[str, float] = {}
         for column, short in COLUMNS.items():
             cell = row.get(column)
+            if cell is None or not cell.strip():  # a short row, or an empty cell
+                raise ConfigError(f"{name}: line {line}, column '{column}': missing value")
             try:
-                values[short] = decimal_float((cell or "").strip())
+                values[short] = decimal_float(cell.strip())
             except ValueError:
                 raise ConfigError(f"{name}: line {line}, column '{column}': not a number: {shown(cell)}") from None
             if not values[short] > 0:
