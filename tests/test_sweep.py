@@ -501,6 +501,42 @@ def test_an_empty_schedule_list_is_refused_unless_the_solver_has_schedules(tmp_p
     assert loaded.spec.schedule_names() == [] and loaded.spec.solver_schedule_names() == ["gpipe", "1f1b", "zb-h1"]
 
 
+def test_counts_that_every_point_would_refuse_are_refused_when_the_spec_is_read(tmp_path):
+    """devices = [99999999999] (every schedule over the op limit) and global_batch = 7 with 8
+    microbatches (no microbatch size) each swept 'none applicable: all skipped' with exit 0 and a
+    directory made; both are now refused naming the key, before any directory exists. (A list of
+    microbatch counts of which only some split the global batch stays a sweep whose rows say why
+    the others are skipped.)"""
+    evaluation_only = SPEC.split("[solver]")[0]
+    huge = evaluation_only.replace("devices = [3, 4]", "devices = [3, 99999999999]")
+    with pytest.raises(ConfigError, match=r"key 'devices': 99999999999 makes every schedule larger than the limit of "
+                                          r"10,000,000 ops \(at least 2 x 99999999999 x 4 microbatches"):
+        load_spec(write_spec(tmp_path, huge, "huge.toml"))
+    many = evaluation_only.replace("microbatches = [4, 8]", "microbatches = [4, 2000000]")
+    with pytest.raises(ConfigError, match=r"key 'microbatches': 2000000 makes every schedule larger"):
+        load_spec(write_spec(tmp_path, many, "many.toml"))
+    indivisible = evaluation_only.replace("global_batch = 64", "global_batch = 7")
+    result = CliRunner().invoke(main, ["sweep", str(write_spec(tmp_path, indivisible, "seven.toml")), "-o",
+                                       str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert "key 'microbatches': no count splits the global batch: global batch of 7 sequences is not divisible by 4 " \
+           "microbatches" in result.output
+    assert not (tmp_path / "out").exists()
+    # with the solver's points using the same counts (no microbatches of its own) they stay
+    shared = indivisible + "[solver]\nschedules = [\"1f1b\"]\ndevices = [2]\ntime_limit_s = 5\n"
+    assert load_spec(write_spec(tmp_path, shared, "shared.toml")).spec.microbatches == [4, 8]
+
+
+def test_a_fractional_backward_is_a_unit_duration_as_on_the_command_line(tmp_path):
+    """backward = 1.5 was refused ('Input should be a valid integer') where --backward 1.5 works;
+    an integer keeps its type, so the points' hashes of existing specs are unchanged."""
+    evaluation_only = SPEC.split("[solver]")[0]
+    fractional = load_spec(write_spec(tmp_path, "backward = 1.5\n" + evaluation_only, "half.toml"))
+    assert fractional.spec.backward == 1.5
+    whole = load_spec(write_spec(tmp_path, "backward = 3\n" + evaluation_only, "whole.toml"))
+    assert type(whole.spec.backward) is int and whole.spec.backward == 3
+
+
 def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_rows_csv_is_written(tmp_path, monkeypatch):
     """`kill` or `timeout` sends SIGTERM, whose default action ended the process without rows.csv;
     the sweep now winds down as on Ctrl-C: the rows computed so far are in rows.csv, exit 1."""

@@ -71,6 +71,7 @@ from pydantic import (
 )
 
 from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, load_model, load_system
+from ppopt.costs import microbatch_size
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
 from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded, require_file_name
@@ -198,7 +199,9 @@ class SweepSpec(_Strict):
     models: list[NonEmptyStr] = Field(min_length=1)
     systems: list[NonEmptyStr] = Field(min_length=1)
     global_batch: Annotated[int, Field(ge=1, le=MODEL_LIMITS["global_batch_size"])] | None = None
-    backward: PositiveInt = 2  # F = 1, B = 2 as in every other command (the paper's study sets 1)
+    # F = 1, B = 2 as in every other command (the paper's study sets 1); an int stays an int, so the
+    # points' hashes (and rows.jsonl's reuse) are those of specs written before fractions were allowed
+    backward: PositiveInt | PositiveFloat = 2
     options: Options = Options()
     filters: dict[str, Filter] = {}
     solver: SolverSpec | None = None
@@ -333,6 +336,12 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
         UnitCosts(backward=float(spec.backward))
     except ConfigError as error:
         raise fail("backward", error.reason) from None
+    fewest = {"devices": min(spec.devices), "microbatches": min(spec.microbatches)}
+    for key, other in (("devices", "microbatches"), ("microbatches", "devices")):
+        for value in getattr(spec, key):
+            if 2 * value * fewest[other] > MAX_OPS:
+                raise fail(key, f"{value} makes every schedule larger than the limit of {MAX_OPS:,} ops (at least "
+                                f"2 x {value} x {fewest[other]} {other}: a forward and a backward per stage and microbatch)")
     if spec.solver is not None:
         s = spec.solver
         try:  # the unit model's own ranges (weight at most backward too)
@@ -355,6 +364,17 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
             systems[name] = load_system(_relative(name, path))
         except ConfigError as error:
             raise fail(f"systems.{index}", str(error)) from None
+    if spec.solver is None or spec.solver.microbatches is not None:  # else unit-mode points use them too
+        # no count that a model's global batch splits into: every point skipped, "none applicable"
+        reasons = []
+        for microbatches, model in itertools.product(spec.microbatches, models.values()):
+            try:
+                microbatch_size(model, microbatches, spec.global_batch)
+                break
+            except ConfigError as error:
+                reasons.append(error.reason)
+        else:
+            raise fail("microbatches", f"no count splits the global batch: {reasons[0]}")
     return LoadedSpec(path, path.stem, spec, models, systems)
 
 
