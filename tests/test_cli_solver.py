@@ -270,6 +270,31 @@ def test_search_refuses_torch_outputs_of_a_replicated_space_before_searching(tmp
     assert not list(tmp_path.iterdir())
 
 
+def test_a_frontier_of_limits_all_below_the_minimum_is_refused_naming_it(monkeypatch):
+    """--limits 0.5 (the minimum is 1 activation) printed one row "infeasible" with exit 0, as
+    80 GiB did where every schedule needs 14 TiB. Refused now, naming the minimum, before any search
+    of a free space; a fixed space's minimum is its schedule's peak (4 for 1F1B at p = 4). A limit
+    below the minimum among others stays a row."""
+    import ppopt.solve.gap as gap
+
+    searched = []
+    real = gap.search
+    monkeypatch.setattr(gap, "search", lambda *a, **k: searched.append(1) or real(*a, **k))
+    result = run("frontier", "-p", "4", "-m", "4", "--unit", "--time-limit", "5", "-q", "--limits", "0.5")
+    assert (result.exit_code, result.stderr.count("\n")) == (1, 1), result.output
+    assert result.stderr.startswith("error: --limits: the limit is below the minimum 1 activations any schedule of "
+                                    "placement=linear,backward=full,order=free needs (device 3: ")
+    assert not searched
+    modelled = run("frontier", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid", "--time-limit", "5", "-q",
+                   "--limits", "80GiB,90GiB")
+    assert modelled.exit_code == 1 and "error: --limits: all 2 limits are below the minimum 14012.151 GiB" in modelled.stderr
+    fixed = run("frontier", "-p", "4", "-m", "4", "--unit", "--time-limit", "5", "-q", "--space", "fixed:1f1b", "--limits", "3")
+    assert fixed.exit_code == 1 and "the limit is below the minimum 4 activations any schedule of fixed:1f1b" in fixed.stderr
+    mixed = run("frontier", "-p", "4", "-m", "4", "--unit", "--time-limit", "5", "-q", "--limits", "0.5,2", "--json")
+    assert mixed.exit_code == 0, mixed.output
+    assert [p["status"] for p in json.loads(mixed.stdout)["points"]] == ["infeasible", "optimal"]
+
+
 def test_frontier_s_help_does_not_offer_the_memory_limit_it_refuses():
     assert "--memory-limit" in run("search", "--help").output
     assert "--memory-limit" not in run("frontier", "--help").output

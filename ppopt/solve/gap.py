@@ -21,7 +21,17 @@ from ppopt.simulate import simulate
 from ppopt.solve import options as solve_options
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
-from ppopt.solve.search import SearchResult, cheap_bound, memory_use, minimum_memory, relative_gap, search, space_instance, too_late
+from ppopt.solve.search import (
+    SearchResult,
+    cheap_bound,
+    format_amount,
+    memory_use,
+    minimum_memory,
+    relative_gap,
+    search,
+    space_instance,
+    too_late,
+)
 from ppopt.solve.space import Space, family_space, placement_of, stage_count
 from ppopt.validate import validate
 
@@ -218,6 +228,16 @@ def default_limits(minimum: float, maximum: float, unit: str, count: int = 6) ->
     return [minimum + (maximum - minimum) * k / (count - 1) for k in range(count)]
 
 
+def _refuse_limits_below(limits: Sequence[float], minimum: float, why: str, space: Space, unit: str) -> None:
+    """Raise InfeasibleError, naming the minimum, when every limit asked for is below what any
+    schedule of the space needs (a frontier of "infeasible" rows, exit 0, read as a result); a limit
+    below it among others stays an "infeasible" point."""
+    if all(limit < minimum * (1 - 1e-12) for limit in limits):
+        which = "the limit is" if len(limits) == 1 else f"all {len(limits)} limits are"
+        raise InfeasibleError(f"{which} below the minimum {format_amount(minimum, unit, least=True)} any schedule of "
+                              f"{space.describe()} needs{f' ({why})' if why else ''}", field="limits", minimum=minimum)
+
+
 def frontier(
     spec: InstanceSpec,
     space: Space,
@@ -243,11 +263,16 @@ def frontier(
     devices = spec.devices
     if limits is not None:
         limits = sorted(set(limits))  # a limit given twice is one point
+        if not space.fixed:  # before any search (a fixed space's minimum needs its schedule simulated)
+            early = space_instance(spec.with_limit(None), space)
+            _refuse_limits_below(limits, *minimum_memory(early, space, placement_of(space, devices)), space, early.memory_unit)
     # the frontier lists every handcrafted schedule, so the unlimited search builds them all
     free = search(spec.with_limit(None), space,
                   replace(options.share(1 + len(limits) if limits is not None else 2), every_hint=True))
     instance = spec.with_limit(None).instance(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None)
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices), free.simulation if space.fixed else None)
+    if limits is not None and space.fixed:
+        _refuse_limits_below(limits, minimum, "", space, instance.memory_unit)
     points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted]
     free_peak = _peak(instance, free.simulation) if free.simulation else None
     if limits is None:  # the even grid, and every handcrafted schedule's own peak: "on the frontier" is judged there

@@ -172,7 +172,7 @@ def minimum_memory(instance: Instance, space: Space, placement, fixed: Simulatio
     return need, f"device {d}: {what}" + (" on the route that needs least" if free and len(routes) > 1 else "")
 
 
-def _format_amount(value: float, unit: str, least: bool = False) -> str:
+def format_amount(value: float, unit: str, least: bool = False) -> str:
     """A memory amount; ``least``: a minimum, rounded *up* (whole bytes, GiB to the next thousandth)
     so that the figure passed back as ``--memory-limit`` is accepted."""
     if unit == "bytes":  # GiB first, as the limit is usually given (`60GiB`)
@@ -514,8 +514,8 @@ def _require_memory(instance: Instance, space: Space, placement, fixed: Simulati
         unit = instance.memory_unit
         hint = ("; more tensor parallelism, recomputation, a smaller micro batch, or a distributed optimizer over "
                 "data-parallel replicas need less per device" if unit == "bytes" else "")
-        raise InfeasibleError(f"memory limit {_format_amount(limit, unit)} is below the minimum "
-                              f"{_format_amount(need, unit, least=True)} any schedule of {space.describe()} needs ({why})"
+        raise InfeasibleError(f"memory limit {format_amount(limit, unit)} is below the minimum "
+                              f"{format_amount(need, unit, least=True)} any schedule of {space.describe()} needs ({why})"
                               f"{hint}", minimum=need)
 
 
