@@ -247,9 +247,12 @@ def test_cli_export_pictures(tmp_path):
 
 def test_a_picture_over_the_drawable_size_is_refused_before_simulating(tmp_path, monkeypatch):
     """1F1B at 64 x 1,024 is 131,072 ops: drawing took minutes. Refused in one line, nothing written."""
+    import ppopt.cli.outputs
     import ppopt.simulate as simulating
 
     monkeypatch.setattr(simulating, "simulate", lambda *a, **k: pytest.fail("simulated"))  # export imports it when run
+    # a named schedule is sized from (p, m) before it is built (4 s at 1,000 x 1,000)
+    monkeypatch.setattr(ppopt.cli.outputs, "resolve_schedule", lambda *a, **k: pytest.fail("built the schedule"))
     result = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", "64", "-m", "1024", "-o", str(tmp_path / "x.png")])
     assert (result.exit_code, result.output) == (
         1, "error: a picture of 131,072 ops takes minutes to draw and cannot be read; it draws at most 40,000: export "
@@ -279,11 +282,14 @@ def test_search_refuses_a_picture_too_large_before_searching(tmp_path, monkeypat
     (["compare", "-p", "64", "-m", "256", "--model", "study", "--system", "mid-mid"], "up to 828,352"),
 ])
 def test_table_evaluate_and_compare_refuse_a_picture_too_large_before_the_work(tmp_path, monkeypatch, args, ops):
-    """These printed the whole report first (table, evaluate) or drew for minutes (compare)."""
+    """These printed the whole report first (table, evaluate) or drew for minutes (compare); a named
+    schedule is now sized before it is even built."""
+    import ppopt.cli.schedules
     import ppopt.evaluate as evaluating
     import ppopt.table as tables
 
     monkeypatch.setattr(tables, "build_table", lambda *a, **k: pytest.fail("built the table"))
+    monkeypatch.setattr(ppopt.cli.schedules, "resolve_schedule", lambda *a, **k: pytest.fail("built the schedule"))
     monkeypatch.setattr(evaluating, "evaluate_schedule", lambda *a, **k: pytest.fail("evaluated"))
     monkeypatch.setattr(evaluating, "evaluate_all", lambda *a, **k: pytest.fail("evaluated"))
     result = CliRunner().invoke(main, [*args, "--plot", str(tmp_path / "x.png")])

@@ -317,6 +317,24 @@ def family_ops(devices: int, microbatches: int, options: dict, families) -> int:
     return sum(get(n).ops(devices, microbatches, get(n).taken(options)) or 0 for n in families)
 
 
+def size_outputs_first(name: str | None, devices: int | None, microbatches: int | None, options: dict, picture: bool = False,
+                       trace: bool = False) -> None:
+    """Refuse a picture or a trace of the named schedule too large to write before it is built
+    (seconds at millions of ops): its op count is known from (p, m) (:func:`family_ops`). A schedule
+    read from a file is sized once read."""
+    if name is None or not devices or not microbatches or not (picture or trace):
+        return
+    ops = family_ops(devices, microbatches, options, [name])
+    if picture:
+        from ppopt.report.plot import check_picture_size
+
+        check_picture_size(ops)
+    if trace:
+        from ppopt.report.trace import check_trace_size
+
+        check_trace_size(ops)
+
+
 @contextlib.contextmanager
 def written_together(*paths: str | None) -> Iterator[None]:
     """Write a command's output files inside the block all or none (:func:`ppopt.io.output_group`),

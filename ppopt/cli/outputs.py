@@ -13,13 +13,13 @@ from ppopt.cli.options import (
     check_layers,
     check_output_or_stdout,
     emit_json,
-    family_ops,
     job_options,
     json_option,
     quiet_option,
     refuse_other_modes_flags,
     resolve_schedule,
     schedule_options,
+    size_outputs_first,
     system_options,
     unit_cost_options,
     unit_options,
@@ -89,10 +89,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
         from ppopt.config import load_model
 
         check_layers(name, devices, options, load_model(model).num_layers)
-    if fmt == "chrome-trace" and name is not None and devices and microbatches:  # sized before the schedule is built
-        from ppopt.report.trace import check_trace_size
-
-        check_trace_size(family_ops(devices, microbatches, options, [name]))
+    size_outputs_first(name, devices, microbatches, options, picture=fmt in ("png", "svg"), trace=fmt == "chrome-trace")
     schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
     phases.done("schedule built")
     if fmt in ("png", "svg"):  # before simulating what could never be drawn

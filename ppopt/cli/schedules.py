@@ -21,6 +21,7 @@ from ppopt.cli.options import (
     require_size,
     resolve_schedule,
     schedule_options,
+    size_outputs_first,
     system_options,
     written_together,
 )
@@ -55,6 +56,7 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, u
     from ppopt.report.text import grid, table_summary
     from ppopt.table import build_table
 
+    size_outputs_first(name, devices, microbatches, options, picture=bool(plot))
     schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
     if plot:
         _check_picture(schedule)
@@ -183,10 +185,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     else:
         if name is not None and model_config is not None and devices is not None:
             check_layers(name, devices, options, model_config.num_layers)
-        if trace and name is not None and devices and microbatches:  # sized before the schedule is built
-            from ppopt.report.trace import check_trace_size
-
-            check_trace_size(family_ops(devices, microbatches, options, [name]))
+        size_outputs_first(name, devices, microbatches, options, picture=bool(plot), trace=bool(trace))
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
         if plot:
             _check_picture(schedule)
