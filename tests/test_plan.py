@@ -184,6 +184,21 @@ def test_candidates_rank_first_a_job_within_10_percent_of_the_measured_best():
         assert measured[key][first] <= 1.10 * best, (key, first, measured[key][first], best)
 
 
+def test_a_torch_csv_no_planned_schedule_can_fill_is_refused_before_the_plan(tmp_path, monkeypatch):
+    """With Chimera and DualPipe alone (each places a stage on two ranks) the whole plan ran, then
+    --torch-csv failed; refused now before any job is enumerated, nothing written."""
+    import ppopt.plan as planning
+
+    monkeypatch.setattr(planning, "plan", lambda *a, **k: pytest.fail("planned"))
+    result = run("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--schedule", "chimera",
+                 "--schedule", "dualpipe", "-q", "--torch-csv", tmp_path / "x.csv")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == ("error: --torch-csv: none of the schedules planned (chimera, dualpipe) fits PyTorch's "
+                             "schedule CSV, which holds one rank per stage (see `ppopt list`); add one that does, such "
+                             "as 1f1b\n")
+    assert not list(tmp_path.iterdir())
+
+
 def test_plan_command_searches_exports_and_plots(tmp_path):
     csv_path, png = tmp_path / "best.csv", tmp_path / "plan.png"
     result = run("plan", "--model", "llama3-8b", "--gpus", 4, "--system", "dgx-h100", "--global-batch", 8,

@@ -125,6 +125,13 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     common = dict(memory_limit_bytes=limit, split=split, recompute=tuple(recompute) or ("none", "selective", "full"),
                   schedules=SCHEDULES if "all" in schedules else tuple(schedules) or DEFAULT_SCHEDULES, micro_batches=tuple(micro_batches) or None,
                   overlap_gradient_sync=overlap_grad_sync)
+    if torch_csv:  # none can be written: refused now, not after the plan
+        from ppopt.generators import REGISTRY
+
+        if not any(REGISTRY[name].torch for name in common["schedules"] if name in REGISTRY):
+            raise ConfigError(f"none of the schedules planned ({', '.join(common['schedules'])}) fits PyTorch's schedule "
+                              "CSV, which holds one rank per stage (see `ppopt list`); add one that does, such as 1f1b",
+                              field="torch_csv")
     if candidates is not None:  # '' too: the reader names an empty file name
         if model or gpus or global_batch:
             raise ConfigError("gives the model, GPUs and global batch of each job; drop --model, --gpus and --global-batch",
