@@ -119,8 +119,11 @@ def test_profile_microbatches_its_schedules_cannot_take_are_refused_before_any_r
 
 
 @pytest.mark.parametrize("command", [("run", "-s", "1f1b", "-m", 4), ("profile", "-o", "x.json")])
-def test_more_ranks_than_the_limit_are_refused_before_any_rank_starts(no_launch, command):
-    _refused(cli(*command, "-p", 65, "--layers", 65),
+@pytest.mark.parametrize("layers", [(), ("--layers", 65)])
+def test_more_ranks_than_the_limit_are_refused_before_any_rank_starts(no_launch, command, layers):
+    """Without --layers (4 by default) the error named --layers ("at least 65 layers"), a flag not
+    given, while the bound is the rank count's."""
+    _refused(cli(*command, "-p", 65, *layers),
              "error: --devices: must be from 1 to 64 ranks (processes on this machine), got 65\n")
 
 

@@ -121,9 +121,9 @@ def check_run(schedules: Sequence[Schedule], settings: RunSpec) -> RunSpec:
 def check_sizes(settings: RunSpec, stages: Sequence[int], microbatches: int) -> None:
     """The settings of a run of ``settings.devices`` ranks, schedules of ``stages`` stages and up to
     ``microbatches`` microbatches: a block per stage, the settings' values, this machine's memory."""
+    settings.check_values()  # the rank count before the layers its stages need
     for count in stages:
         settings.model.check(count)
-    settings.check_values()
     check_memory(settings.devices, microbatches, settings)
 
 

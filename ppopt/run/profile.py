@@ -43,8 +43,8 @@ def check_profile(devices: int, chunks: int, settings: RunSpec, microbatches: in
         raise ConfigError(f"must be 1 or 2 stages per rank, got {chunks}", field="chunks")
     if devices < 2:
         raise ConfigError(f"profiling a message needs at least 2 ranks, got {devices}", field="devices")
+    dataclasses.replace(settings, devices=devices).check_values()  # the rank count before the layers it needs
     settings.model.check(devices * chunks)
-    dataclasses.replace(settings, devices=devices).check_values()
     if microbatches is not None:
         _schedules(devices, microbatches, chunks)
         check_memory(devices, microbatches, dataclasses.replace(settings, check=False))

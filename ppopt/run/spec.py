@@ -146,11 +146,11 @@ class RunSpec:
         the CLI's parameter names; ``devices`` is the rank count, 0 until a run sets it): the model
         sizes of each job, at most :data:`MAX_DEVICES` ranks, :data:`MAX_STEPS` steps,
         :data:`MAX_THREADS` threads, a seed in :data:`SEED_RANGE`, the dtype and the timeout."""
-        for job in self.jobs:
-            self.model.check(job.stages)
-        if not 1 <= self.devices <= MAX_DEVICES:
+        if not 1 <= self.devices <= MAX_DEVICES:  # first: a stage count over it is this limit, not one of layers
             raise ConfigError(f"must be from 1 to {MAX_DEVICES} ranks (processes on this machine), got {self.devices}",
                               field="devices")
+        for job in self.jobs:
+            self.model.check(job.stages)
         for field, least in (("steps", 1), ("warmup", 0), ("p2p_repeats", 0)):
             value = getattr(self, field)
             if value < least:
