@@ -106,7 +106,7 @@ def test_frontier_is_monotone_and_places_handcrafted():
         # Over the op limit: refused before any placement or model is built (no hang).
         (["search", "-p", "10000000", "-m", "2", "--unit"], "10000000 devices, 2 microbatches make 40,000,000 ops"),
         (["frontier", "-p", "2", "-m", str(10**20), "--unit"], "the limit is 10,000,000 ops"),
-        (["gap", "-p", "2", "-m", "2", "--waves", "10000000", "--unit"], "2 devices x 20000000 stages, 2 microbatches"),
+        (["gap", "-p", "2", "-m", "2", "--waves", "10000000", "--unit"], "2 devices x 20000000 stages each, 2 microbatches"),
         # Under the op limit but over the solver's (about 3.4 KB of memory per op): no out-of-memory.
         (["search", "-p", "64", "-m", "16384", "--unit", "--time-limit", "1000"],
          "--microbatches: search too large: 64 devices, 16384 microbatches make 2,097,152 ops (stages x microbatches x "

@@ -37,27 +37,27 @@ TOO_MANY = "8 microbatches make 6,400,000 ops (stages x microbatches x kinds); t
 
 @pytest.mark.parametrize("args, line", [
     (["search", *SMALL, "--space", "placement=looped,chunks=100000"],
-     f"error: --space: search too large: 4 devices x 100000 stages (chunks=100000), {TOO_MANY} and takes at most 2,058,823 ops"),
+     f"error: --space: search too large: 4 devices x 100000 stages each (chunks=100000), {TOO_MANY} and takes at most 2,058,823 ops"),
     (["search", *SMALL, "--chunks", "100000", "--space", "placement=looped"],
-     f"error: --space: search too large: 4 devices x 100000 stages (chunks=100000), {TOO_MANY} and takes at most 2,058,823 ops"),
+     f"error: --space: search too large: 4 devices x 100000 stages each (chunks=100000), {TOO_MANY} and takes at most 2,058,823 ops"),
     (["frontier", *SMALL, "--space", "placement=looped,chunks=100000"],
-     "error: --space: search too large: 4 devices x 100000 stages (chunks=100000), 8 microbatches make 6,400,000 ops "
+     "error: --space: search too large: 4 devices x 100000 stages each (chunks=100000), 8 microbatches make 6,400,000 ops "
      "(stages x microbatches x kinds); this command holds about 4,500 bytes per op and takes at most 1,555,555 ops"),
     (["search", *SMALL, "--space", "placement=looped,chunks=1000000000"],
-     "error: --space: schedule too large: 4 devices x 1000000000 stages (chunks=1000000000), 8 microbatches make "
+     "error: --space: schedule too large: 4 devices x 1000000000 stages each (chunks=1000000000), 8 microbatches make "
      "64,000,000,000 ops (stages x microbatches x kinds); the limit is 10,000,000 ops"),
     (["frontier", *SMALL, "--space", "placement=looped,chunks=1000000000"],
-     "error: --space: schedule too large: 4 devices x 1000000000 stages (chunks=1000000000), 8 microbatches make "
+     "error: --space: schedule too large: 4 devices x 1000000000 stages each (chunks=1000000000), 8 microbatches make "
      "64,000,000,000 ops (stages x microbatches x kinds); the limit is 10,000,000 ops"),
     (["search", *SMALL, "--space", "placement=zigzag,waves=1000000000"],
-     "error: --space: schedule too large: 4 devices x 2000000000 stages (waves=1000000000), 8 microbatches make "
+     "error: --space: schedule too large: 4 devices x 2000000000 stages each (waves=1000000000), 8 microbatches make "
      "128,000,000,000 ops (stages x microbatches x kinds); the limit is 10,000,000 ops"),
     (["search", *SMALL, "--space", "placement=family,waves=1000000000"],
-     "error: --space: schedule too large: 4 devices x 2000000000 stages (waves=1000000000), 8 microbatches make "
+     "error: --space: schedule too large: 4 devices x 2000000000 stages each (waves=1000000000), 8 microbatches make "
      "128,000,000,000 ops (stages x microbatches x kinds); the limit is 10,000,000 ops"),
     # a split backward makes three ops per stage and microbatch: over what 5 s can build
     (["search", *SMALL, "--space", "placement=looped,chunks=10000,backward=split"],
-     "error: --time-limit: 5 s is too short for 4 devices x 10000 stages (chunks=10000), 8 microbatches (960,000 ops): "
+     "error: --time-limit: 5 s is too short for 4 devices x 10000 stages each (chunks=10000), 8 microbatches (960,000 ops): "
      "building, simulating and printing one schedule at that size takes up to 24 s; give at least that"),
 ])
 def test_chunks_and_waves_in_the_space_are_refused_before_any_placement_is_built(monkeypatch, args, line):

@@ -115,7 +115,7 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
 
     per_device, kinds, key = _planned_size(spec, params)
     ops = spec.devices * per_device * spec.microbatches * kinds
-    what = (f"{spec.devices} devices{f' x {per_device} stages' if per_device > 1 else ''}{f' ({key})' if key else ''}, "
+    what = (f"{spec.devices} devices{f' x {per_device} stages each' if per_device > 1 else ''}{f' ({key})' if key else ''}, "
             f"{spec.microbatches} microbatches")
     try:
         check_size(ops, what)
