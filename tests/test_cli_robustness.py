@@ -684,7 +684,7 @@ def test_repeatable_options_still_repeat():
     assert {row["schedule"] for row in json.loads(result.stdout)["schedules"]} == {"1f1b", "gpipe"}
 
 
-def test_an_output_never_replaces_an_input(tmp_path):
+def test_an_output_never_replaces_an_input(tmp_path, monkeypatch):
     """`plan --candidates c.csv --torch-csv c.csv` replaced the measured data with a schedule,
     `search --costs c.json --trace c.json` the cost preset with a trace, and `calibrate --system
     base.toml -o base.toml` the base system: refused before any work, the input
@@ -699,14 +699,19 @@ def test_an_output_never_replaces_an_input(tmp_path):
     before = data.read_bytes(), base.read_bytes()
     cases = [
         (["plan", "--candidates", data, "--system", "a100-vtrain", "--search", "0", "-q", "--torch-csv", data],
-         f"--torch-csv {data} is also the --candidates input"),
-        (["calibrate", data, "--system", base, "-o", base, "-q"], f"--output {base} is also the --system input"),
+         f"--torch-csv would replace the --candidates input {data}"),
+        (["calibrate", data, "--system", base, "-o", base, "-q"], f"--output would replace the --system input {base}"),
         (["search", "-p", 2, "-m", 4, "--costs", preset, "--trace", preset, "--time-limit", 5],
-         f"--trace {preset} is also the --costs input"),
+         f"--trace would replace the --costs input {preset}"),
     ]
     for args, reason in cases:
         line = one_error_line(run(*args))
         assert reason in line, line
+    # spelled differently, each path is named as it was given for its own flag (the input's spelling
+    # was shown as the output's)
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(run("calibrate", data, "--system", "./base.toml", "-o", "base.toml", "-q"))
+    assert "--output would replace the --system input ./base.toml" in line, line
     assert (data.read_bytes(), base.read_bytes(), preset.read_text()) == (*before, "{}")
 
 

@@ -132,8 +132,8 @@ def _refuse_output_over_input(ctx: click.Context, command: click.Command) -> Non
             flag = param.opts[0] if isinstance(param, click.Option) else (param.name or "").upper()
             written_by = written.get(os.path.realpath(path))
             if written_by is not None and written_by != flag:
-                raise click.UsageError(f"{written_by} {path} is also the {flag} input: the output would replace it; "
-                                       "give the output another name", ctx)
+                raise click.UsageError(f"{written_by} would replace the {flag} input {path}: give the output another name",
+                                       ctx)
 
 
 class _Cli(click.Group):
