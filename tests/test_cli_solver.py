@@ -114,6 +114,10 @@ def test_frontier_is_monotone_and_places_handcrafted():
         # gap holds a search and one more schedule at once, so its limit is lower than search's
         (["gap", "-p", "64", "-m", "12288", "--unit", "--time-limit", "100000"],
          "this command holds about 4,500 bytes per op and takes at most 1,555,555 ops"),
+        # a batch that does not split is named before the time is weighed (the time was named first, and
+        # once given, the batch)
+        (["gap", "-p", "32", "-m", "512", "--model", "study", "--system", "mid-mid", "--time-limit", "5"],
+         "--microbatches: 512 microbatches exceed the global batch of 256 sequences"),
     ],
 )
 def test_bad_solver_input_is_one_line_and_exit_1(args, reason):

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
-from ppopt.costs import Costs, link_between, partition_layers, stage_costs, transfer_time_s, unit_costs
+from ppopt.costs import Costs, link_between, microbatch_size, partition_layers, stage_costs, transfer_time_s, unit_costs
 from ppopt.errors import ConfigError
 from ppopt.job import Parallelism, job_costs, job_work, pipeline_system
 from ppopt.units import UnitCosts
@@ -176,6 +176,8 @@ class InstanceSpec:
         if self.units is not None and self.parallel is not None and not self.parallel.is_default:
             raise ConfigError("tensor/data parallelism and recomputation need --model and --system, not unit mode",
                               field=self.parallel.first_set)
+        if isinstance(self.model, ModelConfig) and (self.parallel is None or self.parallel.is_default):
+            microbatch_size(self.model, self.microbatches, self.global_batch)  # now, before sizes and time are weighed
 
     @property
     def unit_mode(self) -> bool:
