@@ -187,8 +187,9 @@ class ModelConfig(_Strict):
     """A decoder-only transformer trained with pipeline parallelism only.
 
     ``hidden_size`` need not be a multiple of ``num_attention_heads``: the study model of Barley et
-    al. (hidden 4096, 80 heads) is not, and none of the cost formulas needs an integral head size.
-    ``num_kv_heads`` (grouped-query attention) must divide ``num_attention_heads``.
+    al. (hidden 4096, 80 heads) is not, and none of the cost formulas needs an integral head size;
+    but there are at most ``hidden_size`` heads. ``num_kv_heads`` (grouped-query attention) must
+    divide ``num_attention_heads``.
     """
 
     name: Name
@@ -253,6 +254,9 @@ class ModelConfig(_Strict):
                 f"num_kv_heads ({self.num_kv_heads}) must divide "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
+        if self.num_attention_heads > self.hidden_size:  # the a·s² attention tensors would grow without a head to fill
+            raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be at most hidden_size "
+                             f"({self.hidden_size}): each head needs at least one dimension")
         return self
 
     @property

@@ -271,6 +271,12 @@ def test_bad_activation_and_heads(tmp_path):
     assert "field 'activation'" in message
     message = _error(load_model, _write(tmp_path, "bad.toml", VALID_MODEL + "num_kv_heads = 3\n"))
     assert "num_kv_heads (3) must divide num_attention_heads (4)" in message
+    # more heads than dimensions (99,999 heads of 4,096) was accepted, its a·s² attention tensors
+    # priced as if real; 64 heads of 64 dimensions (one each) stay a model
+    wide = VALID_MODEL.replace("num_attention_heads = 4", "num_attention_heads = 65")
+    message = _error(load_model, _write(tmp_path, "bad.toml", wide))
+    assert "num_attention_heads (65) must be at most hidden_size (64): each head needs at least one dimension" in message
+    assert load_model(_write(tmp_path, "ok.toml", wide.replace("= 65", "= 64"))).num_attention_heads == 64
 
 
 def test_syntax_errors_are_one_line(tmp_path):
