@@ -115,6 +115,10 @@ def _earliest_starts_graph(
 
 
 
+MAX_COLUMNS_PER_OP = 4
+"""Most text-grid columns the shortest op spans (:attr:`Table.column`)."""
+
+
 @dataclass(frozen=True, eq=False)
 class Table:
     """A schedule laid out in unit slots (module docstring); build it with :func:`build_table`.
@@ -170,6 +174,20 @@ class Table:
         """Last slot + 1 of every op (slots, an int when whole)."""
         ticks, kinds = self.ticks, self.flat.kind
         return dict(zip(self.flat.ops, self._all_slots([t + ticks[k] for t, k in zip(self.start_ticks, kinds)])))
+
+    @cached_property
+    def column(self) -> int | float:
+        """The widest text-grid column (slots) that every op's start and length fill a whole number
+        of: the greatest common divisor of the used durations and every start (ticks). The shortest
+        op's length when starts fall on its multiples; narrower when messages of a fraction of a slot
+        put starts in between (a column of one slot drew an F at 1.5 and a B at 2.5 in one cell), down
+        to :data:`MAX_COLUMNS_PER_OP` columns for the shortest op."""
+        widths = [w for w in (self.ticks[KIND_CODE[kind]] for kind in _used_kinds(self.flat)) if w > 0]
+        shortest = min(widths, default=1)
+        column = math.gcd(shortest, *widths, *self.start_ticks) or 1
+        # durations such as 2.27 slots make the exact column a hundredth of a slot: then one column per
+        # shortest op, each time rounded to the nearest column (as a simulated step is drawn)
+        return self._slots(column if shortest <= MAX_COLUMNS_PER_OP * column else shortest)
 
     def spans(self, devices: int | None = None, before: float | None = None) -> list[tuple[Op, int, int | float, int | float]]:
         """``(op, device, start, end)`` of every op, slots, by flat id (no per-op dictionary); only

@@ -173,3 +173,21 @@ def test_the_formula_length_keeps_a_tiny_forward():
     assert table_of("1f1b", 4, 8, units).length == pytest.approx(22.000011, rel=1e-12)
     tenth = formula("1f1b", 4, 8, UnitCosts(forward=0.1, backward=0.2))
     assert tenth is not None and tenth.length == pytest.approx(3.3, rel=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(["gpipe", "1f1b", "zb-h1", "interleaved-1f1b"]), comm=st.sampled_from([0.5, 0.25, 0.75, 1.5]),
+       p=st.integers(2, 4))
+def test_the_text_grid_draws_every_op_at_its_start_when_messages_take_part_of_a_slot(name, comm, p):
+    """With one-slot columns, --comm 0.5 put 1F0 at 1.5 and 1B0 at 2.5 into one cell: the F vanished
+    and the B was drawn half a slot early. Each op now starts its own column at exactly its start."""
+    from ppopt.report.text import grid
+
+    options = {"chunks": 2} if name == "interleaved-1f1b" else {}
+    table = table_of(name, p, 2 * p, UnitCosts(comm=comm), **options)
+    column = table.column
+    rows = [line.split("|", 1)[1].split() for line in grid(table).splitlines() if line.startswith("device")]
+    drawn = {(d, c) for d, row in enumerate(rows) for c, cell in enumerate(row) if cell not in (".", "-")}
+    starts = {(device, start / column) for _, device, start, _ in table.spans()}
+    assert len(starts) == len(table.spans())  # one column per op start
+    assert {(d, float(c)) for d, c in drawn} == starts

@@ -32,8 +32,9 @@ KIND_COLOURS = {"F": "blue", "B": "red", "I": "yellow", "W": "green"}
 
 
 def grid(table: Table, idle: str = ".", colour: bool = False) -> str:
-    """The unit-slot table as text (see :func:`timeline_grid`)."""
-    slot = min((d for d in table.used_durations.values() if d > 0), default=1)
+    """The unit-slot table as text (see :func:`timeline_grid`), one column per :attr:`Table.column`
+    (every op lands exactly on its columns)."""
+    slot = table.column
     length = round(table.length / slot)
     devices, shown = drawn(table.schedule.devices, length)
     if (devices, shown) != (table.schedule.devices, length):  # cut: only the ops in the drawn window become spans
