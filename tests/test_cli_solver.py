@@ -336,8 +336,32 @@ def test_gap_csv_gives_the_gap_as_a_bare_percentage():
     result = run("gap", "-p", 4, "-m", 8, "--unit", "--comm", 1, "-s", "1f1b", "--format", "csv", "-q")
     assert result.exit_code == 0, result.output
     row = next(csv.DictReader(io.StringIO(result.stdout)))
-    step, bound = float(row["step"]), float(row["bound"])
+    step, bound = float(row["step slots"]), float(row["bound slots"])
     assert float(row["gap %"]) == pytest.approx(100 * (step - bound) / bound, abs=1e-3)
+
+
+def test_gap_and_frontier_csv_are_one_table_of_bare_numbers_with_units_in_the_header():
+    """Modelled, the cells read "2.914 s" and "60 GiB" (units glued on, unlike unit mode's bare
+    numbers), and frontier's CSV was two tables a blank line apart, which no CSV reader takes."""
+    import csv
+    import io
+
+    modelled = ["--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "8", "-p", "4", "-m", "8",
+                "--time-limit", "5", "-q", "--format", "csv"]
+    gap = run("gap", *modelled, "-s", "1f1b")
+    assert gap.exit_code == 0, gap.output
+    (row,) = csv.DictReader(io.StringIO(gap.stdout))
+    assert float(row["step s"]) >= float(row["bound s"]) > 0
+    limits = run("frontier", *modelled, "--limits", "60GiB,90GiB")
+    assert limits.exit_code == 0, limits.output
+    rows = list(csv.DictReader(io.StringIO(limits.stdout)))
+    assert "" not in limits.stdout.splitlines()
+    searched = [r for r in rows if r["row"] == "searched"]
+    assert [float(r["memory limit GiB"]) for r in searched] == [60, 90]
+    assert all(float(r["peak memory GiB"]) <= float(r["memory limit GiB"]) for r in searched if r["peak memory GiB"])
+    handcrafted = [r for r in rows if r["row"] == "handcrafted"]
+    assert handcrafted and all(r["schedule"] and r["on the frontier"] in ("yes", "no") and float(r["step s"]) > 0
+                               for r in handcrafted)
 
 
 def test_gap_under_a_limit_no_schedule_meets_is_one_short_error():

@@ -29,6 +29,25 @@ def _amount(value: float | None, unit: str) -> str:
     return f"{value:.4g}"
 
 
+CSV_UNITS = {"s": "s", "slots": "slots", "bytes": "GiB", "activations": "activations"}
+"""The unit a CSV column's header names for each time or memory unit (its cells are bare numbers)."""
+
+
+def _cell(value: float | None, unit: str, fmt: str) -> str:
+    """A time or memory amount as a cell: text with its unit (:func:`_amount`), or in CSV a bare
+    number in the header's unit (:data:`CSV_UNITS`; bytes as GiB), empty for none."""
+    if fmt != "csv":
+        return _amount(value, unit)
+    if value is None or not math.isfinite(value):
+        return ""
+    return f"{value / 2**30 if unit == 'bytes' else value:.6g}"
+
+
+def _header(name: str, unit: str, fmt: str) -> str:
+    """A column header, with the unit of its cells in CSV (text cells carry their own)."""
+    return f"{name} {CSV_UNITS.get(unit, unit)}" if fmt == "csv" else name
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}"
 
@@ -150,14 +169,14 @@ def gap_json(report: GapReport) -> dict:
 def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "text", context: str | None = None) -> str:
     unit = report.time_unit
     rows = [
-        (r.schedule, _amount(r.step_time, unit), _amount(r.best, unit), _amount(r.bound, unit),
+        (r.schedule, _cell(r.step_time, unit, fmt), _cell(r.best, unit, fmt), _cell(r.bound, unit, fmt),
          _pct(r.gap) if fmt != "csv" or r.gap is None else percent(r.gap, fmt, decimals=2),
          r.status, "" if r.fits else "over the memory limit", r.space)
         for r in report.rows
     ]
     header = f"p = {devices}, m = {microbatches}; times in {'slots' if unit == 'slots' else 'seconds'}; memory: {report.memory_semantics}"
-    table = render_table(("schedule", "step", "best found", "bound", percent_header("gap", fmt), "status", "note",
-                          "space of the bound"), rows, fmt)
+    table = render_table(("schedule", _header("step", unit, fmt), _header("best found", unit, fmt), _header("bound", unit, fmt),
+                          percent_header("gap", fmt), "status", "note", "space of the bound"), rows, fmt)
     rounded = any(r.status == "optimal" and r.best is not None and r.best > r.bound * (1 + 1e-9) for r in report.rows)
     after = ["", "optimal: proven in the solver's integer ticks (durations rounded down); where best found is above the "
                  "bound, the rounding is what lies between them (README: Solver ticks)"] if rounded else []
@@ -184,6 +203,13 @@ def frontier_json(result: Frontier) -> dict:
 
 def frontier_text(result: Frontier, fmt: str = "text", context: str | None = None) -> str:
     t, m = result.time_unit, result.memory_unit
+    if fmt == "csv":  # one table: the searched points and the handcrafted schedules, a row kind apart
+        rows = [("searched", "", _cell(p.memory_limit, m, fmt), _cell(p.step_time, t, fmt), _cell(p.bound, t, fmt), p.status,
+                 _cell(p.peak_memory, m, fmt), "") for p in result.points]
+        rows += [("handcrafted", name, "", _cell(step, t, fmt), "", "", _cell(peak, m, fmt), "yes" if on else "no")
+                 for name, peak, step, on in result.handcrafted]
+        return render_table(("row", "schedule", _header("memory limit", m, fmt), _header("step", t, fmt),
+                             _header("bound", t, fmt), "status", _header("peak memory", m, fmt), "on the frontier"), rows, fmt)
     points = render_table(
         ("memory limit", "best step", "bound", "status", "peak used"),
         [(_amount(p.memory_limit, m), _amount(p.step_time, t), _amount(p.bound, t), p.status, _amount(p.peak_memory, m)) for p in result.points],
@@ -195,7 +221,5 @@ def frontier_text(result: Frontier, fmt: str = "text", context: str | None = Non
         fmt,
     )
     unit_note = f"times in {'slots' if t == 'slots' else 'seconds'}, memory in {'live activations' if m == 'activations' else 'GiB'}"
-    if fmt == "csv":
-        return points + "\n\n" + hand
     return "\n".join([f"space: {result.space}; {unit_note}; minimum memory {_amount(result.minimum, m)}",
                       *([context] if context else []), "", points, "", hand])
