@@ -44,8 +44,11 @@ def peak_memory_cell(result: Evaluation, fmt: str = "text") -> str:
     """The worst-device peak memory, marked when it exceeds the system's memory (not in CSV, which
     has no footnotes: its ``over memory`` column says it)."""
     assert result.simulation is not None
-    mark = f" {OVER_MEMORY}" if result.memory_over is not None and fmt != "csv" else ""
-    return gib(max(result.simulation.peak_memory_bytes)) + mark
+    peak = max(result.simulation.peak_memory_bytes)
+    if fmt == "csv":  # a bare number: the header says GiB
+        return f"{peak / 2**30:.6g}"
+    mark = f" {OVER_MEMORY}" if result.memory_over is not None else ""
+    return gib(peak) + mark
 
 
 def _yes(flag: bool) -> str:
@@ -138,11 +141,12 @@ def _header(results: Sequence[Evaluation], units: UnitCosts) -> str:
             "peak act. in stage-chunk activations (1/S of the model each)")
 
 
-def closed_form_cell(f: Formula | None, text: str) -> str:
-    """``text`` (a closed-form value), "n/a (reason)" outside the forms' range, "-" without forms."""
-    if f is None:
-        return "-"
-    return text if f.valid else f"n/a ({f.outside})"
+def closed_form_cell(f: Formula | None, text: str, fmt: str = "text") -> str:
+    """``text`` (a closed-form value), "n/a (reason)" outside the forms' range, "-" without forms;
+    in CSV an empty cell for either (a cell of a numeric column holds a number or nothing)."""
+    if f is None or not f.valid:
+        return "" if fmt == "csv" else "-" if f is None else f"n/a ({f.outside})"
+    return text
 
 
 def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = "text", context: str | None = None) -> str:
@@ -157,22 +161,23 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
         differs = "" if fmt == "csv" else differs  # CSV has no footnotes: a column says it
         row = [
             r.schedule,
-            closed_form_cell(f, "" if f is None else f"{f.bubble_ratio:.4f}"),
+            closed_form_cell(f, "" if f is None else f"{f.bubble_ratio:.4f}", fmt),
             f"{t.bubble_ratio:.4f}{differs}",
-            closed_form_cell(f, "" if f is None else f"{f.length:g}"),
+            closed_form_cell(f, "" if f is None else f"{f.length:g}", fmt),
             f"{t.length:g}",
-            closed_form_cell(f, "" if f is None else per_device(f.peak_activations)),
-            per_device(t.peak_activations),
-            "-" if f is None else per_device(f.weight_copies),
+            closed_form_cell(f, "" if f is None else per_device(f.peak_activations, fmt), fmt),
+            per_device(t.peak_activations, fmt),
+            ("" if fmt == "csv" else "-") if f is None else per_device(f.weight_copies, fmt),
         ]
         sim = r.simulation
         if simulated and sim is not None:
-            row += [seconds(sim.step_time_s), f"{sim.idle_ratio:.4f}", peak_memory_cell(r, fmt)]
+            step = f"{sim.step_time_s:.6g}" if fmt == "csv" else seconds(sim.step_time_s)
+            row += [step, f"{sim.idle_ratio:.4f}", peak_memory_cell(r, fmt)]
             csv_marks.append(_yes(r.memory_over is not None))
         rows.append(row + csv_marks if fmt == "csv" else row)
     headers = ["schedule", "bubble formula", "bubble table", "length formula", "length table", "peak act. formula", "peak act. table", "weights"]
     if simulated:
-        headers += ["sim step", "sim idle", "sim peak memory"]
+        headers += ["sim step s", "sim idle", "sim peak memory GiB"] if fmt == "csv" else ["sim step", "sim idle", "sim peak memory"]
     if fmt == "csv":
         headers += ["table differs from formula", *(["over memory"] if simulated else [])]
     table = render_table(headers, rows, fmt)
@@ -190,30 +195,36 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
     order = sorted(results, key=lambda r: (ranking.simulation.get(r.schedule, 0), r.schedule))
     steps = [r.simulation.step_time_s for r in order if r.simulation is not None]
     digits = distinct_digits(steps, len({ranking.simulation.get(r.schedule) for r in order}))
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in order:
         f, sim = r.formula, r.simulation
         assert sim is not None, "compare evaluates the simulation layer"
         rank = ranking.formula.get(r.schedule)
         flips = r.schedule in ranking.flips
+        if fmt == "csv":  # one number per cell: each rank beside its value, units in the header
+            formula_cells = ("", "") if f is None or not f.valid else (str(rank), f"{f.bubble_ratio:.4f}")
+            rows.append((r.schedule, *formula_cells, str(ranking.table[r.schedule]), f"{r.table.bubble_ratio:.4f}",
+                         str(ranking.simulation[r.schedule]), f"{sim.step_time_s:.6g}", f"{sim.idle_ratio:.4f}",
+                         f"{max(sim.peak_activation_bytes) / 2**30:.6g}", peak_memory_cell(r, fmt), _yes(flips),
+                         _yes(r.memory_over is not None)))
+            continue
         rows.append(
             (
-                r.schedule + (" !" if flips and fmt != "csv" else ""),
+                r.schedule + (" !" if flips else ""),
                 closed_form_cell(f, f"{rank}  ({f.bubble_ratio:.4f})" if f is not None else ""),
                 f"{ranking.table[r.schedule]}  ({r.table.bubble_ratio:.4f})",
                 f"{ranking.simulation[r.schedule]}  ({seconds(sim.step_time_s, digits)})",
                 f"{sim.idle_ratio:.4f}",
                 gib(max(sim.peak_activation_bytes)),
                 peak_memory_cell(r, fmt),
-                *((_yes(flips), _yes(r.memory_over is not None)) if fmt == "csv" else ()),
             )
         )
-    table = render_table(
-        ("schedule", "formula rank (bubble)", "table rank (bubble)", "simulated rank (step)", "idle", "peak activations", "peak memory",
-         *(("rank changes", "over memory") if fmt == "csv" else ())),
-        rows,
-        fmt,
-    )
+    headers: tuple[str, ...] = ("schedule", "formula rank (bubble)", "table rank (bubble)", "simulated rank (step)", "idle",
+                                "peak activations", "peak memory")
+    if fmt == "csv":
+        headers = ("schedule", "formula rank", "formula bubble", "table rank", "table bubble", "simulated rank", "step s",
+                   "idle", "peak activations GiB", "peak memory GiB", "rank changes", "over memory")
+    table = render_table(headers, rows, fmt)
     after = ["", f"! rank changes between layers: {', '.join(ranking.flips)}"] if ranking.flips else []
     after += memory_footnotes(order)
     return with_context([_header(results, units), context, ""], table, after, fmt)

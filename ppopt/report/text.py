@@ -182,9 +182,12 @@ def aligned(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in text_rows)])
 
 
-def per_device(values: Sequence[float]) -> str:
-    """Per-device values compactly: ``4,3,2,1``; all-equal lists as ``8 (all)``."""
+def per_device(values: Sequence[float], fmt: str = "text") -> str:
+    """Per-device values compactly: ``4,3,2,1``; all-equal lists as ``8 (all)`` (in CSV every value,
+    separated by ``;``, as a sweep's rows.csv writes lists, so that a cell holds numbers only)."""
     text = [f"{v:g}" for v in values]
+    if fmt == "csv":
+        return ";".join(text)
     if len(set(text)) == 1 and len(text) > 1:
         return f"{text[0]} (all)"
     return ",".join(text)
