@@ -135,7 +135,7 @@ def test_validate_formats():
     markdown = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--format", "markdown")
     assert markdown.output.startswith("| line | model | job |")
     csv = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--format", "csv")
-    assert csv.output.splitlines()[0] == "line,model,job,measured ms,predicted ms,error %,peak GB"
+    assert csv.output.splitlines()[0] == "line,model,job,measured ms,predicted ms,error %,peak GB,not modelled because"
     for line in csv.output.splitlines()[1:]:  # bare numbers: the error is a percentage of the measured time
         measured, predicted, error = (float(cell) for cell in line.split(",")[3:6])
         assert error == pytest.approx(100 * (predicted - measured) / measured, abs=0.01)
@@ -431,3 +431,25 @@ def test_a_data_file_given_twice_is_refused():
     path = str(Path(__file__).resolve().parents[1] / "data" / "measured" / "vtrain-multi-node-small.csv")
     with pytest.raises(MeasuredDataError, match="is given twice"):
         read_rows([path, path], load_system("a100-vtrain"))
+
+
+def test_validate_csv_is_one_table(tmp_path):
+    """The rows outside the model and the --by groups came after the rows as more tables, a blank
+    line apart, which no CSV reader takes as one file. CSV is now one table: every row, those outside
+    the model with the reason in a last column; with --by, the groups alone."""
+    import csv
+    import io
+
+    path = tmp_path / "rows.csv"
+    lines = Path(SINGLE).read_text().splitlines()
+    path.write_text("\n".join([*lines[:3], "2,16,8,1024,17,24,1024,2,1,1,372"]) + "\n")  # t = 2 does not divide 17 heads
+    table = run("validate", str(path), "--format", "csv")
+    assert table.exit_code == 0 and "" not in table.stdout.splitlines(), table.output
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert len(rows) == 3 and [bool(r["not modelled because"]) for r in rows] == [False, False, True]
+    assert all(float(r["predicted ms"]) > 0 for r in rows[:2]) and rows[2]["predicted ms"] == ""
+    assert "heads" in rows[2]["not modelled because"] and float(rows[2]["measured ms"]) == 372
+    grouped = run("validate", MULTI, "--by", "tp", "--format", "csv")
+    groups = list(csv.DictReader(io.StringIO(grouped.stdout)))
+    assert grouped.exit_code == 0 and "" not in grouped.stdout.splitlines()
+    assert sum(int(g["rows"]) for g in groups) == len(Path(MULTI).read_text().splitlines()) - 1

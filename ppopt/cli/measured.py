@@ -119,9 +119,20 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
                            for g in groups]} if by else {}),
         })
         return
+    group_header = [" ".join(by), "rows", *(percent_header(h, fmt) for h in ("mean error", "MAPE", "worst"))]
+    group_rows = [[g.label, str(g.rows), percent(g.mean_error, fmt, signed=True), percent(g.mape, fmt), percent(g.worst, fmt)]
+                  for g in groups]
     header = ["line", "model", "job", "measured ms", "predicted ms", percent_header("error", fmt), "peak GB"]
     rows = [[_where(r.source, r.line, len(data)), r.model, r.job, f"{1e3 * r.measured_s:.1f}", f"{1e3 * r.predicted_s:.1f}",
              percent(r.error, fmt, signed=True), f"{r.peak_memory_bytes / 1e9:.1f}"] for r in accuracy.rows]
+    if fmt == "csv":  # one table: the groups when asked for, else every row, those outside the model with the reason
+        if groups:
+            click.echo(_table(group_header, group_rows, fmt))
+            return
+        rows = [[*row, ""] for row in rows] + [[_where(u.source, u.line, len(data)), u.label, "", f"{1e3 * u.measured_s:.1f}",
+                                                "", "", "", u.reason] for u in accuracy.unmodelled]
+        click.echo(_table([*header, "not modelled because"], rows, fmt))
+        return
     click.echo(_table(header, rows, fmt))
     if accuracy.unmodelled:
         click.echo("")
@@ -129,12 +140,9 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
                           [[_where(u.source, u.line, len(data)), u.label, f"{1e3 * u.measured_s:.1f}", u.reason] for u in accuracy.unmodelled], fmt))
     if groups:
         click.echo("")
-        click.echo(_table([" ".join(by), "rows", *(percent_header(h, fmt) for h in ("mean error", "MAPE", "worst"))],
-                          [[g.label, str(g.rows), percent(g.mean_error, fmt, signed=True), percent(g.mape, fmt),
-                            percent(g.worst, fmt)] for g in groups], fmt))
-    if fmt != "csv":
-        click.echo("")
-        click.echo("\n".join(_summary_lines(accuracy, len(data))))
+        click.echo(_table(group_header, group_rows, fmt))
+    click.echo("")
+    click.echo("\n".join(_summary_lines(accuracy, len(data))))
 
 
 @main.command("calibrate")
