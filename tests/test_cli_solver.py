@@ -78,7 +78,7 @@ def test_frontier_is_monotone_and_places_handcrafted():
 @pytest.mark.parametrize(
     "args, reason",
     [
-        (["search", *UNIT, "--memory-limit", "0.5"], "below the minimum 1 activations"),
+        (["search", *UNIT, "--memory-limit", "0.5"], "below the minimum 1 activation"),
         (["search", *UNIT, "--space", "placement=diagonal"], "space key 'placement' must be one of"),
         (["search", *UNIT, "--space", "fixed:zb-x"], "unknown schedule 'zb-x'"),
         (["search", *UNIT, "--memory-limit", "4GiB"], "--memory-limit must be a number of live activations"),
@@ -286,7 +286,7 @@ def test_a_frontier_of_limits_all_below_the_minimum_is_refused_naming_it(monkeyp
     monkeypatch.setattr(gap, "search", lambda *a, **k: searched.append(1) or real(*a, **k))
     result = run("frontier", "-p", "4", "-m", "4", "--unit", "--time-limit", "5", "-q", "--limits", "0.5")
     assert (result.exit_code, result.stderr.count("\n")) == (1, 1), result.output
-    assert result.stderr.startswith("error: --limits: the limit is below the minimum 1 activations any schedule of "
+    assert result.stderr.startswith("error: --limits: the limit is below the minimum 1 activation any schedule of "
                                     "placement=linear,backward=full,order=free needs (device 3: ")
     assert not searched
     modelled = run("frontier", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid", "--time-limit", "5", "-q",

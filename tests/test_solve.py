@@ -165,7 +165,7 @@ def test_same_seed_reproduces_a_run_stopped_before_optimality():
 
 def test_memory_limit_below_minimum_names_the_minimum():
     # two chunks of half a share each: one microbatch keeps both alive on a device
-    with pytest.raises(InfeasibleError, match=r"memory limit 0.75 activations is below the minimum 1 activations"):
+    with pytest.raises(InfeasibleError, match=r"memory limit 0.75 activations is below the minimum 1 activation"):
         run(unit(2, 4, limit=0.75), "placement=looped,chunks=2")
 
 

@@ -179,6 +179,8 @@ def format_amount(value: float, unit: str, least: bool = False) -> str:
         if least:
             return f"{math.ceil(value / 2**30 * 1000) / 1000:.3f} GiB ({math.ceil(value)} bytes)"
         return f"{value / 2**30:.3f} GiB ({value:.6g} bytes)"
+    if unit == "activations" and value == 1:
+        unit = "activation"
     return f"{value:.12g} {unit}" if least else f"{value:g} {unit}"
 
 
