@@ -62,6 +62,8 @@ def test_gap_json_lists_each_handcrafted_schedule():
     assert rows["1f1b"]["step_time_s"] == 49 and rows["1f1b"]["bound_s"] == 46
     assert rows["1f1b"]["gap"] == pytest.approx(3 / 46)
     assert "live activations" in data["memory_semantics"]
+    # the unit of each row's peak_memory, as frontier --json gives it (gap gave none)
+    assert data["memory_unit"] == "activations" and rows["1f1b"]["peak_memory"] <= 4
 
 
 def test_frontier_is_monotone_and_places_handcrafted():

@@ -156,6 +156,7 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
 def gap_json(report: GapReport) -> dict:
     return {
         "time_unit": report.time_unit,
+        "memory_unit": report.memory_unit,
         "memory_semantics": report.memory_semantics,
         "schedules": [
             {"schedule": r.schedule, "space": r.space, "step_time_s": r.step_time, "peak_memory": r.peak_memory, "fits": r.fits,

@@ -69,6 +69,8 @@ class GapReport:
     memory_semantics: str
     infeasible: dict[str, InfeasibleError] = dataclasses.field(default_factory=dict)
     """The schedules skipped because the memory limit is below what their space needs, and why."""
+    memory_unit: str = ""
+    """The unit of ``peak_memory`` in the rows: ``"bytes"`` or ``"activations"`` (unit mode)."""
 
     def infeasible_for_all(self) -> InfeasibleError | None:
         """When the memory limit left no schedule to report: one error naming the least minimum over
@@ -119,7 +121,7 @@ def gap_report(
     # of ops a schedule with its simulation holds a gigabyte): only its figures stay
     simulated, skipped, infeasible = [], {}, {}
     settled: dict[str, float] = {}  # spaces a handcrafted schedule proves the optimum of: their bounds
-    semantics, unit = "", ""
+    semantics, unit, memory_unit = "", "", ""
     wanted = list(schedules or names())
     began = time.monotonic()
     for done, name in enumerate(wanted, 1):
@@ -135,7 +137,7 @@ def gap_report(
             skipped[name] = error.reason
             continue
         instance = spec.instance(schedule.stages, schedule.stage_weights)
-        semantics, unit = instance.memory_semantics(), instance.time_unit
+        semantics, unit, memory_unit = instance.memory_semantics(), instance.time_unit, instance.memory_unit
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = _peak(instance, simulation)
         space, step, fits = family_space(name, schedule_options), simulation.step_time_s, _fits(instance, peak)
@@ -182,7 +184,7 @@ def gap_report(
         best = min(known.get(key, math.inf), math.inf if result.step_time is None else result.step_time)
         status = "optimal" if best <= bound * (1 + 1e-9) else result.status
         rows.append(GapRow(name, space.describe(), step, peak, fits, None if best == math.inf else best, bound, gap, status))
-    return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible)
+    return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible, memory_unit)
 
 
 def _bound_met(spec: InstanceSpec, space: Space, step: float) -> float | None:
