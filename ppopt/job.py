@@ -422,10 +422,10 @@ class Parallelism:
                 raise ConfigError(f"{self.micro_batch} x {counted(microbatches, 'microbatch')} x {counted(self.dp, 'replica')} "
                                   f"makes a global batch of {counted(batch, 'sequence')}, more than {most:,}", field="micro_batch")
         micro, left = divmod(batch, microbatches * self.dp)
-        if left or micro < 1:
-            raise ConfigError(f"global batch {batch} does not split into {counted(microbatches, 'microbatch')} x "
-                              f"{counted(self.dp, 'replica')}",
-                              field="global_batch")
+        if left or micro < 1:  # named as costs.microbatch_size names it without replicas: by the microbatches
+            raise ConfigError(f"global batch of {counted(batch, 'sequence')} does not split into "
+                              f"{counted(microbatches, 'microbatch')} x {counted(self.dp, 'replica')} (give another "
+                              "count, data-parallel degree or global batch)", field="microbatches")
         if self.micro_batch is not None and self.micro_batch != micro:
             raise ConfigError(f"{self.micro_batch} x {counted(microbatches, 'microbatch')} x {counted(self.dp, 'replica')} "
                               f"differs from the global batch {batch}", field="micro_batch")

@@ -202,3 +202,16 @@ def test_messages_count_in_the_singular_for_one():
     result = run("evaluate", "-s", "1f1b", "-p", "3", "-m", "5", "--model", "llama3-8b", "--system", "dgx-a100")
     assert result.output == ("error: --microbatches: global batch of 256 sequences is not divisible by 5 microbatches "
                              "(give a divisor, or another global batch)\n")
+
+
+def test_a_batch_that_does_not_split_is_named_by_the_microbatches_with_or_without_replicas():
+    """--dp 3 blamed --global-batch for 256 sequences not splitting into 4 x 3, where the same
+    problem without replicas (--global-batch 6, 4 microbatches) blamed --microbatches: one field for
+    one problem now, with the three ways out."""
+    common = ["evaluate", "-s", "1f1b", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid"]
+    with_replicas = CliRunner().invoke(main, [*common, "--dp", "3"])
+    assert (with_replicas.exit_code, with_replicas.output) == (
+        1, "error: --microbatches: global batch of 256 sequences does not split into 4 microbatches x 3 replicas "
+           "(give another count, data-parallel degree or global batch)\n")
+    without = CliRunner().invoke(main, [*common, "--global-batch", "6"])
+    assert without.exit_code == 1 and without.output.startswith("error: --microbatches: global batch of 6 sequences")
