@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppopt.config import SystemConfig
+from ppopt.config import ModelConfig, SystemConfig
+from ppopt.costs import layer_param_count
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.io.measured import gpt_model
 from ppopt.job import Job, JobResult, evaluate_job
@@ -64,12 +65,19 @@ class PublishedRun:
         return self.gpus // (self.tp * self.pp)
 
     @property
+    def model(self) -> ModelConfig:
+        """The run's GPT model, as Megatron trains it (sequence, vocabulary: the paper's §5.1)."""
+        return gpt_model({"hidden": self.hidden, "heads": self.heads, "layers": self.layers, "seq": SEQUENCE,
+                          "global_batch": self.global_batch, "vocabulary": VOCABULARY})
+
+    @property
     def dimensions_parameters_billion(self) -> float:
-        """Parameters (billions) that the dimensions give, as Narayanan et al. 2021 count them (§5.1):
-        ``12 l h² (1 + 13/(12h) + (V + s)/(12 l h))``: four h × h and two h × 4h weight matrices per
-        layer with their biases and layer norms, the token and position embeddings."""
-        layers, h = self.layers, self.hidden
-        return 12 * layers * h**2 * (1 + 13 / (12 * h) + (VOCABULARY + SEQUENCE) / (12 * layers * h)) / 1e9
+        """Parameters (billions) of :attr:`model`: its blocks (:func:`ppopt.costs.layer_param_count`,
+        12h² + 13h each) and the token and position embeddings, (V + s)·h, the output layer tied to
+        the first. Narayanan et al. 2021 (§5.1) count the table's parameters this way."""
+        model = self.model
+        embeddings = (model.vocab_size + model.seq_length) * model.hidden_size
+        return (model.num_layers * layer_param_count(model) + embeddings) / 1e9
 
     @property
     def step_time_s(self) -> float:
@@ -79,9 +87,7 @@ class PublishedRun:
 
     def job(self, system: SystemConfig, micro_batch: int) -> Job:
         """The run as a ppopt job on ``system``: full recomputation, 1F1B, ``micro_batch`` sequences."""
-        model = gpt_model({"hidden": self.hidden, "heads": self.heads, "layers": self.layers, "seq": SEQUENCE,
-                           "global_batch": self.global_batch, "vocabulary": VOCABULARY})
-        return Job(model, system, tp=self.tp, pp=self.pp, dp=self.dp, micro_batch=micro_batch,
+        return Job(self.model, system, tp=self.tp, pp=self.pp, dp=self.dp, micro_batch=micro_batch,
                    global_batch=self.global_batch, recompute="full")
 
 

@@ -120,6 +120,8 @@ def test_frontier_is_monotone_and_places_handcrafted():
         # once given, the batch)
         (["gap", "-p", "32", "-m", "512", "--model", "study", "--system", "mid-mid", "--time-limit", "5"],
          "--microbatches: 512 microbatches exceed the global batch of 256 sequences"),
+        (["gap", "-p", "32", "-m", "512", "--model", "study", "--system", "mid-mid", "--dp", "3", "--time-limit", "5"],
+         "--microbatches: global batch of 256 sequences does not split into 512 microbatches x 3 replicas"),
     ],
 )
 def test_bad_solver_input_is_one_line_and_exit_1(args, reason):

@@ -267,7 +267,8 @@ def frontier(
         limits = sorted(set(limits))  # a limit given twice is one point
         if not space.fixed:  # before any search (a fixed space's minimum needs its schedule simulated)
             early = space_instance(spec.with_limit(None), space)
-            _refuse_limits_below(limits, *minimum_memory(early, space, placement_of(space, devices)), space, early.memory_unit)
+            least, why = minimum_memory(early, space, placement_of(space, devices))
+            _refuse_limits_below(limits, least, why, space, early.memory_unit)
     # the frontier lists every handcrafted schedule, so the unlimited search builds them all
     free = search(spec.with_limit(None), space,
                   replace(options.share(1 + len(limits) if limits is not None else 2), every_hint=True))

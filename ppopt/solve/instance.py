@@ -176,8 +176,11 @@ class InstanceSpec:
         if self.units is not None and self.parallel is not None and not self.parallel.is_default:
             raise ConfigError("tensor/data parallelism and recomputation need --model and --system, not unit mode",
                               field=self.parallel.first_set)
-        if isinstance(self.model, ModelConfig) and (self.parallel is None or self.parallel.is_default):
-            microbatch_size(self.model, self.microbatches, self.global_batch)  # now, before sizes and time are weighed
+        if isinstance(self.model, ModelConfig):  # the batch split now, before sizes and time are weighed
+            if self.parallel is None or self.parallel.is_default:
+                microbatch_size(self.model, self.microbatches, self.global_batch)
+            else:
+                self.parallel.batch_split(self.model, self.microbatches, self.global_batch)
 
     @property
     def unit_mode(self) -> bool:
