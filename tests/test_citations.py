@@ -14,7 +14,7 @@ FORBIDDEN = re.compile("|".join([
     r"\.\./" + "shared",
     "shared" + "/reference",
     "project's " + "(domain )?reference",
-    r"\b[Ii]ssue " + r"\d",  # the tracker the work came from: not in the repository
+    r"\b[Ii]ssue " + r"(\d|\")",  # the tracker the work came from, by number or title: not in the repository
     r"\bthe " + "issue's",
 ]))
 

@@ -118,8 +118,8 @@ def test_the_calibration_objective_agrees_with_the_simulator():
     rows = read_measured(MULTI, system)[0] + read_measured(SINGLE, system)[0][::20]
     closed = closed_form_step_s(stack(rows), system)
     simulated = [evaluate_job(r.job).step_time_s for r in rows]
-    # 1F1B with heterogeneous end stages: the closed form is within 5 % of the simulated step
-    assert max(abs(c - s) / s for c, s in zip(closed, simulated)) < 0.05
+    # 1F1B with heterogeneous end stages: the closed form is within 4 % of the simulated step (README)
+    assert max(abs(c - s) / s for c, s in zip(closed, simulated)) < 0.04
 
 
 def test_spearman_by_hand():

@@ -28,7 +28,7 @@ def published_json(*systems: str) -> dict:
 
 def assert_within_ceilings(report: dict, system: str) -> None:
     """Every run predicted (some micro batch fits), MAPE <= 8 % (the upper end of what published
-    simulators report on their own data, issue "Predictions that match measured training runs"),
+    simulators report on their own data: README, How accurate is ppopt?),
     and no run off by more than 10 %."""
     errors = [run["predictions"][system] and run["predictions"][system]["error"] for run in report["runs"]]
     assert len(errors) == 10 and None not in errors, "a run fits in no micro batch size"

@@ -19,10 +19,10 @@ from ppopt.cli.options import (
     complete_system,
     emit_json,
     format_option,
+    job_options,
     json_option,
     output_ending_in,
     quiet_option,
-    refuse_idle_job_flags,
     refuse_unused_options,
 )
 from ppopt.job import SCHEDULES as JOB_SCHEDULES
@@ -240,14 +240,8 @@ def _at_bounds(fitted) -> dict[str, str]:
 @click.option("--model", required=True, shell_complete=complete_model, help="Model preset name (see models/) or a .toml/.json file.")
 @click.option("--system", required=True, shell_complete=complete_system, help="System preset name (see configs/) or a .toml/.json file.")
 @click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree t.")
 @click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages p.")
-@click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree d.")
-@click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per microbatch.")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True,
-              help="Activation recomputation (Korthikanti et al. 2022).")
-@click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (activations split by t).")
-@click.option("--distributed-optimizer", is_flag=True, help="Shard the optimizer state across the d replicas.")
+@job_options(microbatches_given=False)
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--schedule", type=click.Choice(list(JOB_SCHEDULES)), default="1f1b", show_default=True,
               help="Pipeline schedule family.")
@@ -257,8 +251,8 @@ def _at_bounds(fitted) -> dict[str, str]:
 @click.option("--layers-per-stage", "layers_per_stage", default=None,
               help="Layers of each stage, e.g. 7,8,8,7 (as ppopt plan prints) [default: even, the remainder first].")
 @json_option
-def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute, sequence_parallel,
-                distributed_optimizer, overlap_grad_sync, schedule, chunks, waves, split, layers_per_stage, as_json) -> None:
+def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, schedule, chunks, waves, split,
+                layers_per_stage, as_json) -> None:
     """Predict one training step of a 3D-parallel job (t·p·d GPUs): pipeline, gradient
     all-reduce, optimizer step and per-GPU peak memory."""
     from ppopt.config import load_model, load_system
@@ -271,7 +265,6 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
         raise ConfigError(f"must be positive, got {global_batch}", field="global_batch")
     given = {"chunks": chunks, "waves": waves, "split": split}
     refuse_unused_options(schedule, given)
-    refuse_idle_job_flags(tp, dp, sequence_parallel, distributed_optimizer)
     layers = None
     if layers_per_stage is not None:
         if split is not None:  # the split only sets the default layer counts
@@ -281,9 +274,9 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
             layers = tuple(int(x) for x in layers_per_stage.split(","))
         except ValueError:
             raise ConfigError(f"must be counts like 7,8,8,7, got {layers_per_stage!r}", field="layers_per_stage") from None
-    job = Job(load_model(model), load_system(system), tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
-              global_batch=global_batch, recompute=recompute, sequence_parallel=sequence_parallel,
-              distributed_optimizer=distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
+    job = Job(load_model(model), load_system(system), tp=parallel.tp, pp=pp, dp=parallel.dp, micro_batch=parallel.micro_batch,
+              global_batch=global_batch, recompute=parallel.recompute, sequence_parallel=parallel.sequence_parallel,
+              distributed_optimizer=parallel.distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
               layers=layers, **{name: value for name, value in given.items() if value is not None})
     result = evaluate_job(job)
     tokens, mfu = throughput(job, result.step_time_s)
@@ -300,8 +293,9 @@ def job_command(model, system, global_batch, tp, pp, dp, micro_batch, recompute,
     if as_json:
         emit_json(figures)
         return
-    click.echo(f"{job.model.name} on {job.gpus} x {job.system.name}: {job.describe()} ({job.schedule_label}, recompute {recompute}"
-               f"{', sequence parallel' if sequence_parallel else ''}{', distributed optimizer' if distributed_optimizer else ''})")
+    click.echo(f"{job.model.name} on {job.gpus} x {job.system.name}: {job.describe()} ({job.schedule_label}, recompute {job.recompute}"
+               f"{', sequence parallel' if job.sequence_parallel else ''}"
+               f"{', distributed optimizer' if job.distributed_optimizer else ''})")
     for label, seconds in (("step       ", result.step_time_s), ("  pipeline ", result.pipeline_s),
                            ("  grad sync", result.gradient_sync_s), ("  optimizer", result.optimizer_s)):
         click.echo(f"{label} {fixed(1e3 * seconds, 1, 10)} ms")

@@ -148,15 +148,22 @@ def system_options(required: bool = False) -> Callable:
     return decorate
 
 
-def job_options() -> Callable:
+def job_options(microbatches_given: bool = True) -> Callable:
     """``--tp/--dp/--micro-batch/--recompute/--sequence-parallel/--distributed-optimizer``: the job
     fields of a modelled command, reaching it as ``parallel`` (:class:`ppopt.job.Parallelism`; the
-    defaults are pure pipeline parallelism, today's behaviour)."""
+    defaults are pure pipeline parallelism, today's behaviour). Without ``microbatches_given``
+    (``ppopt job``, where b and d set m) the micro batch defaults to one sequence."""
+    needs = " (needs --model/--system)" if microbatches_given else ""
+    micro_batch = (click.option("--micro-batch", type=int, default=None,
+                                help="Sequences per microbatch [default: global batch / (m·d)]; sets the global batch when that "
+                                     "is not given.")
+                   if microbatches_given else
+                   click.option("--micro-batch", type=int, default=1, show_default=True,
+                                help="Sequences per microbatch (m = global batch / (b·d))."))
     options = [
-        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree t (needs --model/--system)."),
-        click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree d (needs --model/--system)."),
-        click.option("--micro-batch", type=int, default=None,
-                     help="Sequences per microbatch [default: global batch / (m·d)]; sets the global batch when that is not given."),
+        click.option("--tp", type=int, default=1, show_default=True, help=f"Tensor-parallel degree t{needs}."),
+        click.option("--dp", type=int, default=1, show_default=True, help=f"Data-parallel degree d{needs}."),
+        micro_batch,
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True,
                      help="Activation recomputation (Korthikanti et al. 2022)."),
         click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (activations split by t)."),
