@@ -25,7 +25,12 @@ def test_list_names_every_schedule():
     assert result.exit_code == 0
     for name in names():
         assert name in result.output
-    assert [row["schedule"] for row in json.loads(run("list", "--json").output)] == names()
+    listed = json.loads(run("list", "--json").output)
+    assert [row["schedule"] for row in listed] == names()
+    # the JSON says what the text says: a family without rules takes any p, m (GPipe), one with
+    # rules names them (Chimera's two pipelines need an even p)
+    rules = {row["schedule"]: row["rules"] for row in listed}
+    assert rules["gpipe"] == "any p, m" and "p even" in rules["chimera"]
 
 
 def test_table_prints_the_grid():

@@ -39,7 +39,7 @@ def list_command(as_json: bool, fmt: str) -> None:
     from ppopt.report.text import render_table
 
     rows = [
-        (g.name, ", ".join(f"--{o}" for o in g.options) or "-", g.rules or "any p, m",
+        (g.name, ", ".join(f"--{o}" for o in g.options) or "-", g.rules,
          g.closed_forms.holds if g.closed_forms else f"none ({g.no_closed_forms})", "yes" if g.torch else "no", g.summary)
         for g in REGISTRY.values()
     ]

@@ -115,7 +115,7 @@ class Family:
     closed_forms: ClosedForms | None
     no_closed_forms: str = ""
     options: tuple[str, ...] = ()
-    rules: str = ""
+    rules: str = "any p, m"  # the sizes the generator accepts, in words
     chunks: Callable[[Mapping[str, object]], object] = _one
     kinds: int = 2
     split_pairs: Callable[[int, int], int] | None = None
