@@ -173,11 +173,36 @@ def test_validate_groups_the_errors_by_job_fields():
     assert table == ["t1", "t2", "t4", "t8", "t16"]  # sorted by t, not by first appearance
 
 
-def test_validate_plot(tmp_path):
+def test_validate_plot(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.collections import PathCollection
+
+    import ppopt.report.accuracy_plot as accuracy_plot
+    from tests.test_plot import PNG_MAGIC
+
+    figures = []  # the Figures the command draws, kept to check what they show (as tests/test_plot.py does)
+    new_figure = accuracy_plot.new_figure
+
+    def keeping():
+        make = new_figure()
+        return lambda **options: figures.append(make(**options)) or figures[-1]
+
+    monkeypatch.setattr(accuracy_plot, "new_figure", keeping)
     path = tmp_path / "v.png"
     result = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--plot", str(path))
     assert result.exit_code == 0, result.output
-    assert path.stat().st_size > 1000
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    report = json.loads(run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--json").output)
+    (figure,) = figures
+    (axes,) = figure.axes
+    # one point per measured row at (measured, predicted), one colour per model, on log-log axes
+    scatters = [c for c in axes.collections if isinstance(c, PathCollection)]
+    assert len(scatters) == len({row["model"] for row in report["rows"]})
+    drawn = sorted((float(x), float(y)) for c in scatters for x, y in c.get_offsets())
+    rows = sorted((row["measured_s"], row["predicted_s"]) for row in report["rows"])
+    assert [t for point in drawn for t in point] == pytest.approx([t for point in rows for t in point])
+    assert (axes.get_xscale(), axes.get_yscale()) == ("log", "log")
+    assert axes.get_title().endswith(f"MAPE {100 * report['summary']['mape']:.1f} % over {len(report['rows'])} rows")
 
 
 HEADER = "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)"

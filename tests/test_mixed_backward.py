@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ppopt.errors import ScheduleError
 from ppopt.generators import generate
 from ppopt.io.torch_csv import format_torch_csv, read_torch_csv
 from ppopt.ir import Kind, Op, Schedule, parse_action
@@ -17,6 +16,7 @@ from ppopt.table import build_table
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
 from tests.test_simulate import unit_stage_costs
+from tests.test_validate import outside_rules
 
 
 def _ops(text: str) -> tuple[Op, ...]:
@@ -75,19 +75,18 @@ def _split_some(schedule: Schedule, chosen: set[tuple[int, int]]) -> Schedule:
     return dataclasses.replace(schedule, orders=orders)
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("name", ["1f1b", "gpipe", "interleaved-1f1b", "chimera"])  # each checked: see below
+@settings(max_examples=10, deadline=None)
 @given(
-    name=st.sampled_from(["1f1b", "gpipe", "interleaved", "chimera"]),
     p=st.sampled_from([2, 4]),
     m=st.integers(1, 6),
     backward=st.sampled_from([1.0, 2.0, 3.0]),
     data=st.data(),
 )
 def test_mixing_kinds_keeps_table_and_simulator_equal(name, p, m, backward, data):
-    try:
-        plain = generate(name, p, m)
-    except ScheduleError:
-        return  # (p, m) outside the generator's rules
+    # interleaved-1f1b and chimera need m a multiple of p; hypothesis fails if assume rejects every example
+    assume(not outside_rules(name, p, m))
+    plain = generate(name, p, m)  # a size within the family's rules is never refused
     pairs = [(s, mb) for s in range(plain.stages) for mb in range(m)]
     chosen = set(data.draw(st.lists(st.sampled_from(pairs), unique=True)))
     schedule = validate(_split_some(plain, chosen))

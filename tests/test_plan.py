@@ -199,7 +199,16 @@ def test_a_torch_csv_no_planned_schedule_can_fill_is_refused_before_the_plan(tmp
     assert not list(tmp_path.iterdir())
 
 
-def test_plan_command_searches_exports_and_plots(tmp_path):
+def test_plan_command_searches_exports_and_plots(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.collections import PathCollection
+
+    import ppopt.report.plan_plot as plan_plot
+    from tests.test_plot import PNG_MAGIC
+
+    figures = []  # the Figure the command saves, kept to check what it shows (as tests/test_plot.py does)
+    save = plan_plot._save
+    monkeypatch.setattr(plan_plot, "_save", lambda fig, path, fmt: figures.append(fig) or save(fig, path, fmt))
     csv_path, png = tmp_path / "best.csv", tmp_path / "plan.png"
     result = run("plan", "--model", "llama3-8b", "--gpus", 4, "--system", "dgx-h100", "--global-batch", 8,
                  "--recompute", "full", "--schedule", "1f1b", "--schedule", "zb-h1", "--search", 1, "--time-limit", 2,
@@ -210,7 +219,15 @@ def test_plan_command_searches_exports_and_plots(tmp_path):
     assert got["search"] and all(s["best_step_s"] is None or s["best_step_s"] <= s["handcrafted_step_s"] + 1e-9
                                  for s in got["search"])
     assert all(s["bound_step_s"] is None or s["bound_step_s"] <= s["best_step_s"] + 1e-9 for s in got["search"])
-    assert png.stat().st_size > 0
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    (figure,) = figures
+    (ax,) = figure.axes  # one plan, one panel
+    jobs, front = (c.get_offsets() for c in ax.collections if isinstance(c, PathCollection))
+    assert len(jobs) == got["evaluated"] and ax.get_title().endswith(f"{got['evaluated']} jobs evaluated, {got['over_limit']} over the limit")
+    # the fastest job is the front's last point (least step time, most memory), at the best job's values
+    best = got["top"][0]
+    assert tuple(front[-1]) == pytest.approx((best["peak_memory_bytes"] / 1e9, best["step_time_s"]))
+    assert [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"] == [got["memory_limit_bytes"] / 1e9]
     first = got["top"][0]
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
     from test_torch_csv import _MockStage

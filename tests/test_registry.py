@@ -13,9 +13,11 @@ from ppopt.errors import ScheduleError
 from ppopt.evaluate import evaluate, evaluate_all, rank_layers
 from ppopt.generators import REGISTRY, ClosedForms, Family, generate
 from ppopt.io.torch_csv import read_torch_csv
+from ppopt.ir import parse_action
 from ppopt.report.evaluation import compare_json, evaluation_text
 from ppopt.solve.gap import family_space
 from ppopt.solve.space import handcrafted_in, placement_of
+from ppopt.table import build_table
 from ppopt.units import UnitCosts
 
 # a small instance every family accepts: p even (chimera), m a multiple of p, m >= 2p - 1 (zb-v's forms)
@@ -48,17 +50,36 @@ def test_entry_is_complete(family):
 def test_table_and_evaluate(family):
     table = run("table", "-s", family.name, "-p", P, "-m", M, "--json")
     assert table.exit_code == 0, table.output
-    assert json.loads(table.stdout)["schedule"] == family.name
+    data = json.loads(table.stdout)
+    assert data["schedule"] == family.name
+    schedule = generate(family.name, P, M)
+    # the table lists the generator's ops in its order, each device's row, and every op lasts its
+    # kind's unit duration (F = 1, B = 2, I = W = 1 slot of a 1/p share, so a chunk op is scaled by p/S)
+    assert [[cell["op"] for cell in row] for row in data["ops"]] == [[str(op) for op in order] for order in schedule.orders]
+    scale = P / schedule.stages
+    assert data["durations"] == {"F": scale, "B": 2 * scale, "I": scale, "W": scale}
+    assert all(cell["end"] - cell["start"] == data["durations"][parse_action(cell["op"]).kind.value]
+               for row in data["ops"] for cell in row)
+    assert data["length"] == max(cell["end"] for row in data["ops"] for cell in row)
     result = run("evaluate", "-s", family.name, "-p", P, "-m", M, "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
+    assert data["table"]["length"] == json.loads(table.stdout)["length"]
     assert (data["formula"] is None) == (family.closed_forms is None)
 
 
 def test_compare_ranks_every_family():
     result = run("compare", "-p", P, "-m", M, "--model", "study", "--system", "dgx-a100", "--json")
     assert result.exit_code == 0, result.output
-    assert {row["schedule"] for row in json.loads(result.stdout)} == set(REGISTRY)
+    rows = json.loads(result.stdout)
+    assert {row["schedule"] for row in rows} == set(REGISTRY)
+    # competition ranking ("1, 2, 2, 4"): a family's rank is 1 + the number of families strictly
+    # better, by table bubble ratio and by simulated step time
+    ratios = [row["table"]["bubble_ratio"] for row in rows]
+    steps = [row["simulation"]["step_time_s"] for row in rows]
+    for row in rows:
+        assert row["rank"]["table"] == 1 + sum(r < row["table"]["bubble_ratio"] - 1e-9 for r in ratios)
+        assert row["rank"]["simulation"] == 1 + sum(s < row["simulation"]["step_time_s"] * (1 - 1e-9) for s in steps)
 
 
 def test_gap_against_its_own_space(family):
@@ -66,7 +87,16 @@ def test_gap_against_its_own_space(family):
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)["schedules"]
     assert row["schedule"] == family.name and row["space"] == family_space(family.name, {}).describe()
-    assert row["gap"] is not None and row["gap"] >= 0
+    # the step is the family's own table length at the default units; the space holds the family's
+    # schedule, so nothing better than it need be found, and the bound is a lower bound of the space
+    step = row["step_time_s"]
+    assert step == build_table(generate(family.name, P, M)).length
+    assert row["bound_s"] <= row["best_found_s"] <= step
+    assert row["gap"] == pytest.approx(step / row["bound_s"] - 1)
+    if family.name in ("1f1b", "gpipe"):
+        # (m + p - 1)(F + B) = (4 + 2 - 1)(1 + 2) = 15, and no linear schedule is shorter: device p - 1
+        # starts after p - 1 forwards, works m(F + B), and its last backward crosses p - 1 devices more
+        assert step == row["bound_s"] == (M + P - 1) * (1 + 2) and row["status"] == "optimal"
 
 
 def test_frontier_places_the_family_in_its_space(family):

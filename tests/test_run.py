@@ -65,7 +65,13 @@ def ran4(tmp_path_factory):
 def _assert_equal_to_reference(result, devices):
     check = result.check
     assert check["ok"], check["mismatches"]
-    assert check["max_abs_error"] <= check["atol"] + 1e-6 and check["rtol"] == 1e-9
+    # the promise: every gradient element within 1e-12 + 1e-9·|g_ref| of the reference (allclose in
+    # float64, ppopt.run.spec.TOLERANCES). The largest absolute difference within the absolute part
+    # alone meets it for every element, whatever |g_ref| (summation order leaves about 1e-16 here).
+    # max_rel_error is not the promise: it divides by max(|g_ref|, atol), so a gradient near 1e-9 with
+    # a 1e-16 difference makes it about 1e-7.
+    assert (check["rtol"], check["atol"]) == (1e-9, 1e-12)
+    assert check["max_abs_error"] <= 1e-12
     # every parameter of the model was compared (the closed form of ModelSize.stage_parameters)
 
     assert check["elements"] == sum(TINY.stage_parameters(result.stages))

@@ -386,6 +386,16 @@ def test_ppopt_reads_what_pytorch_writes(tmp_path):
             s: r for r, actions in pytorch.pipeline_order.items() for a in actions if a is not None
             for s in ([a.stage_index] if a.sub_actions is None else [x.stage_index for x in a.sub_actions])
         }
+        # each rank's compute actions in PyTorch's order, idle steps (None) dropped and an
+        # OVERLAP_F_B group taken as its sub-actions, one by one; the groups are the overlapped pairs
+        computed = {rank: [a for a in actions if a is not None] for rank, actions in pytorch.pipeline_order.items()}
+        assert {d: [str(op) for op in order] for d, order in enumerate(schedule.orders)} == {
+            rank: [str(x) for a in actions for x in (a.sub_actions or (a,))] for rank, actions in computed.items()
+        }
+        assert {(str(f), str(b)) for f, b in schedule.overlapped} == {
+            tuple(map(str, a.sub_actions)) for actions in computed.values() for a in actions if a.sub_actions
+        }
+        assert bool(schedule.overlapped) == (cls is schedules.ScheduleDualPipeV)
 
 
 def test_written_files_get_the_usual_permissions(tmp_path):
