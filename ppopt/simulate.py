@@ -268,6 +268,12 @@ class Simulation:
         flat = self._run.prepared.flat
         return flat.ops, flat.dev, self._run.start, self._run.end
 
+    def device_starts(self) -> list[Sequence[float]]:
+        """Start times, one list per device in that device's order (the ops are numbered device after
+        device, :mod:`ppopt.flat`): :attr:`start_s` without the dictionary."""
+        start = self._run.start
+        return [start[ids.start:ids.stop] for ids in self._run.prepared.flat.orders]
+
     @cached_property
     def start_s(self) -> dict[Op, float]:
         """Start time of every op."""

@@ -17,6 +17,9 @@ from ppopt.errors import ScheduleError
 from ppopt.generators import generate, names
 from ppopt.io.torch_csv import format_torch_csv, parse_torch_csv, read_torch_csv, write_torch_csv
 from ppopt.ir import Kind
+from ppopt.simulate import simulate
+from ppopt.solve.instance import unit_instance
+from ppopt.units import UnitCosts
 from ppopt.validate import ScheduleValidationError
 
 ROUND_TRIPS = [
@@ -82,6 +85,21 @@ def test_write_orders_by_start_times():
     del missing[order[0]]
     with pytest.raises(ScheduleError, match="no start time for op 0F0"):
         format_torch_csv(schedule, missing)
+    per_device = [[start[op] for op in d] for d in schedule.orders]  # the same times, in each device's order
+    assert format_torch_csv(schedule, per_device) == text
+    with pytest.raises(ScheduleError, match=r"start times for \[4, 3\] ops per device, the schedule has \[4, 4\]"):
+        format_torch_csv(schedule, [per_device[0], per_device[1][:3]])
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zb-v", "dualpipev", "interleaved-1f1b"])
+def test_simulated_start_times_per_device_are_those_by_op(name):
+    """export and search --csv pass the simulation's start times per device (no dictionary keyed by
+    op): each device's list is its ops' start times in its order, with one-slot messages."""
+    schedule = generate(name, 4, 8)
+    instance = unit_instance(4, 8, schedule.stages, UnitCosts(comm=1))
+    simulation = simulate(schedule, instance.costs, instance.system)
+    by_op = simulation.start_s
+    assert simulation.device_starts() == [[by_op[op] for op in order] for order in schedule.orders]
 
 
 def test_write_to_an_open_file_and_read_from_text_and_file_objects():

@@ -77,7 +77,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     each rank's actions ordered by simulated start time; the trace and the picture show the
     simulated timeline with its communication and live activations.
     """
-    from ppopt.io.torch_csv import format_torch_csv
+    from ppopt.io.torch_csv import format_torch_csv, refuse_replicas
     from ppopt.simulate import simulate
     from ppopt.solve.instance import InstanceSpec
 
@@ -104,7 +104,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     spec = InstanceSpec(devices, microbatches, units=units if unit else None, model=model, system=system,
                         global_batch=global_batch, parallel=parallel)
     if fmt == "torch-csv":
-        format_torch_csv(schedule)  # refuses replicated stages before simulating
+        refuse_replicas(schedule)  # before simulating
     instance = spec.instance(schedule.stages, schedule.stage_weights)
     simulation = simulate(schedule, instance.costs, instance.system)
     phases.done("simulated")
@@ -113,7 +113,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     unit_name = "slots" if unit else "s"
 
     if fmt == "torch-csv":
-        _emit_text(output, format_torch_csv(schedule, simulation.start_s))
+        _emit_text(output, format_torch_csv(schedule, simulation.device_starts()))
     elif fmt == "chrome-trace":
         from ppopt.io import json_bytes, write_json
         from ppopt.report.trace import chrome_trace

@@ -292,7 +292,7 @@ def _write_each_output(result, spec, csv_path, plot, trace) -> None:
     if csv_path:
         from ppopt.io.torch_csv import write_torch_csv
 
-        write_torch_csv(schedule, csv_path, simulation.start_s)
+        write_torch_csv(schedule, csv_path, simulation.device_starts())
     if plot:
         from ppopt.report.plot import plot_schedule, simulated_transfers
 

@@ -52,13 +52,13 @@ file is written atomically.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
+import operator
 import os
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import IO
 
@@ -70,7 +70,7 @@ from ppopt.io import atomic_write_text, csv_records, read_stdin_bounded, read_te
 from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, ops_of, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
 
-__all__ = ["COMM_ACTIONS", "format_torch_csv", "parse_torch_csv", "read_torch_csv", "write_torch_csv"]
+__all__ = ["COMM_ACTIONS", "format_torch_csv", "parse_torch_csv", "read_torch_csv", "refuse_replicas", "write_torch_csv"]
 
 COMM_ACTIONS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD")
 """Runtime (non-compute) action types of ``compute_comms`` files; skipped when reading."""
@@ -437,7 +437,9 @@ MAX_BYTES = 32 * MAX_OPS
 cell such as ``12I4095,`` is under 16; the rest leaves room for communication cells)."""
 
 
-def _refuse_replicas(schedule: Schedule) -> None:
+def refuse_replicas(schedule: Schedule) -> None:
+    """Refuse a schedule with replicated stages (Chimera, DualPipe): PyTorch's CSV holds one rank
+    per stage."""
     for s, holders in enumerate(schedule.placement):
         if len(set(holders)) > 1:
             ranks = ", ".join(str(d) for d in holders[:-1]) + f" and {holders[-1]}"
@@ -446,18 +448,35 @@ def _refuse_replicas(schedule: Schedule) -> None:
             )
 
 
-def format_torch_csv(schedule: Schedule, start: Mapping[Op, float] | None = None) -> str:
+StartTimes = Mapping[Op, float] | Sequence[Sequence[float]]
+"""Start times of a schedule's ops: by op, or one sequence per device in that device's order (what
+:meth:`ppopt.simulate.Simulation.device_starts` gives without a dictionary keyed by op, seconds at
+millions of ops)."""
+
+
+def _device_times(schedule: Schedule, start: StartTimes) -> list[Sequence[float]]:
+    if not isinstance(start, Mapping):
+        if len(start) != schedule.devices or any(len(t) != len(o) for t, o in zip(start, schedule.orders)):
+            raise ScheduleError(f"start times for {[len(t) for t in start]} ops per device, the schedule has "
+                                f"{[len(o) for o in schedule.orders]}")
+        return list(start)
+    times: list[Sequence[float]] = []
+    for d, order in enumerate(schedule.orders):
+        try:
+            times.append([start[op] for op in order])
+        except KeyError as absent:
+            raise ScheduleError(f"no start time for op {absent.args[0]} on device {d}") from None
+    return times
+
+
+def format_torch_csv(schedule: Schedule, start: StartTimes | None = None) -> str:
     """The CSV text of ``schedule`` (see :func:`write_torch_csv`)."""
-    _refuse_replicas(schedule)
+    refuse_replicas(schedule)
     rows = list(schedule.orders)
     if start is not None:
         moved = False
-        for d, order in enumerate(schedule.orders):
-            try:
-                times = [start[op] for op in order]
-            except KeyError as absent:
-                raise ScheduleError(f"no start time for op {absent.args[0]} on device {d}") from None
-            if any(b < a for a, b in zip(times, times[1:])):  # sort by start time; ties keep the order
+        for d, (order, times) in enumerate(zip(schedule.orders, _device_times(schedule, start))):
+            if any(map(operator.gt, times, islice(times, 1, None))):  # sort by start time; ties keep the order
                 rows[d] = tuple(order[i] for i in sorted(range(len(order)), key=times.__getitem__))
                 moved = True
         if moved:
@@ -466,31 +485,34 @@ def format_torch_csv(schedule: Schedule, start: Mapping[Op, float] | None = None
                 validate(reordered)
             except ScheduleValidationError as error:
                 raise ScheduleValidationError(f"ordering {schedule.name} by the given start times: {error}", error.details) from None
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
     together = dict(schedule.overlapped)  # F -> the B overlapped with it
+    letter = {kind: kind.value for kind in Kind}
+    lines = []
     for order in rows:
-        cells, i = [], 0
-        while i < len(order):
-            op = order[i]
-            if together.get(op) is not None and i + 1 < len(order) and order[i + 1] == together[op]:
-                cells.append(f"({op};{order[i + 1]})OVERLAP_F_B")
-                i += 2
-            else:
-                cells.append(str(op))
-                i += 1
-        writer.writerow(cells)
-    return buffer.getvalue()
+        if not together:  # str(op), written out: a call per op is a third of the time at millions of ops
+            cells = [f"{s}{letter[k]}{mb}" for s, k, mb in order]
+        else:
+            cells, i = [], 0
+            while i < len(order):
+                op = order[i]
+                if together.get(op) is not None and i + 1 < len(order) and order[i + 1] == together[op]:
+                    cells.append(f"({op};{order[i + 1]})OVERLAP_F_B")
+                    i += 2
+                else:
+                    cells.append(str(op))
+                    i += 1
+        lines.append(",".join(cells))  # no cell holds a comma, quote or line break: nothing to quote
+    return "\n".join(lines) + "\n"
 
 
 def write_torch_csv(
     schedule: Schedule,
     path_or_file: str | os.PathLike | IO[str],
-    start: Mapping[Op, float] | None = None,
+    start: StartTimes | None = None,
 ) -> None:
     """Write ``schedule`` as a PyTorch schedule CSV (``compute_only`` format).
 
-    One row per device with its ops in order; with ``start`` (simulated or solver start times),
+    One row per device with its ops in order; with ``start`` (simulated or solver start times, by op or per device: :data:`StartTimes`),
     each device's ops sorted by start time (ties keep the schedule's order). A path is written
     atomically; an open text file is written as is. Raises :class:`ScheduleError` for a schedule
     with replicated stages, which the format cannot hold.
