@@ -16,6 +16,7 @@ from ppopt.solve.search import search
 from ppopt.solve.space import FAMILY_MEMBERS, parse_space
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
+from tests.test_plan import _Clock
 
 DET = 5.0  # deterministic time limit: reproducible on any machine
 
@@ -341,11 +342,20 @@ def test_a_spent_budget_reports_the_hint_without_solving(monkeypatch):
     assert family.note == "time limit reached before placements looped, v, zigzag"
 
 
-def test_the_budget_is_shared_by_the_steps_of_a_request():
+@pytest.fixture
+def clock(monkeypatch):
+    fake = _Clock()
+    monkeypatch.setattr("ppopt.solve.options.time", fake)
+    return fake
+
+
+def test_the_budget_is_shared_by_the_steps_of_a_request(clock):
     options = SolveOptions(10).start()
     first = options.share(4)
-    assert first.deadline <= options.deadline and first.remaining_s() == pytest.approx(2.5, abs=0.1)
-    assert options.share(1).deadline == pytest.approx(options.deadline)
+    assert options.deadline == 10 and first.deadline == first.remaining_s() == 10 / 4
+    clock.now = 4.0  # 6 s left: an equal share of what remains, never past the request's deadline
+    assert options.share(3).deadline == 4.0 + 6 / 3
+    assert options.share(1).deadline == options.deadline
     assert SolveOptions(10, deterministic_time=8).share(4).deterministic_time == 2
     assert options.start() is options  # the deadline is fixed once
 
@@ -514,10 +524,13 @@ def test_gap_searches_no_space_a_handcrafted_schedule_already_solves(monkeypatch
     assert searched == []
     assert [(row.step_time, row.best, row.bound, row.gap, row.status) for row in rows] == [(33, 33, 33, 0.0, "optimal")] * 2
     # Hanayo's 33 slots is above its space's bound, so that space is searched, alone: with the whole
-    # 30 s, not half of it (the search proves 28.5 slots)
+    # 30 s, not half of it (time stands still here, so the share is exact whatever the simulations
+    # took; the search proves 28.5 slots)
+    clock = _Clock()
+    monkeypatch.setattr("ppopt.solve.options.time", clock)
     rows = gap_report(unit(4, 8), {}, ["1f1b", "hanayo"], SolveOptions(30, deterministic_time=DET)).rows
     assert [space for space, _ in searched] == ["placement=zigzag,waves=1,backward=full,order=free"]
-    assert searched[0][1] > 20
+    assert searched[0][1] == 30
     assert [(row.step_time, row.bound, row.status) for row in rows] == [(33, 33, "optimal"), (33, 28.5, "optimal")]
 
 
