@@ -115,15 +115,30 @@ def test_formula_equals_table_at_multiples_of_p(p, m, waves):
 
 # Where the table and the formula part: B = 2 (the order is built for F = B), m < p (one
 # microbatch's critical path 2W·p(1+b) exceeds the formula's length), m not a multiple of p.
+# Lengths in chunk-op slots (F = 1, B = b per chunk):
+# - m < p, F = B = 1: every microbatch is in flight from the start. Microbatch 0 comes first everywhere and
+#   reaches rank p-1 at slot p-1; rank p-1 holds the consecutive chunks p-1 and p (the first turn of the
+#   zig-zag) and runs both forwards of microbatches 0..m-1, lowest first, back to back: the last ends at
+#   p - 1 + 2m. Microbatch m-1 then runs its other 2Wp - p - 1 forwards and its 2Wp backwards without
+#   waiting: 4Wp + 2m - 2 (test_fewer_microbatches_than_devices_queue_at_the_first_turn checks it widely).
+# - m = p + 1, F = B = 1: microbatch 0's round trip, 2·2Wp ops back to back (it comes first everywhere);
+#   microbatch p enters when it ends (at most p in flight: F of chunk 0 waits for B of chunk 0 of
+#   microbatch 0) and runs its own 2·2Wp without waiting: 8Wp.
+# - p = 4, m = 12, W = 1, B = 2 (F = B's order laid out with B = 2): microbatch 0's 8 forwards and its
+#   backwards down to chunk 1, 8 + 7·2 = 22; rank 1 then runs B of chunk 6 of microbatch 3, whose backwards
+#   go down to chunk 0, 7·2: 36. Rank 0 then runs F of chunk 0 of microbatch 7 (it enters once B of chunk 0
+#   of microbatch 3 is done) and F of chunk 7 of microbatch 4, 1 + 1, whose backwards go down to chunk 1,
+#   7·2, where rank 1 takes microbatch 7's B of chunk 6 down to chunk 0, 7·2: 30 per round of 4 microbatches,
+#   twice more: 36 + 2·30 = 96.
 PINNED = {  # (p, m, waves, backward): table length in chunk-op slots (1/(2W) slot); the formula's in the comment
     (4, 4, 1, 2): 36,  # formula 33 = 3(2·4+3); table 6Wm + 4(p-1)
     (8, 8, 1, 2): 76,  # formula 69
     (4, 4, 2, 2): 60,  # formula 57
     (8, 8, 2, 2): 124,  # formula 117
-    (4, 12, 1, 2): 96,  # formula 81
-    (8, 4, 1, 1): 38,  # formula 30 (m < p)
-    (4, 2, 2, 1): 34,  # formula 22 (m < p)
-    (4, 5, 1, 1): 32,  # formula 26 (m not a multiple of p)
+    (4, 12, 1, 2): 8 + 7 * 2 + 7 * 2 + 2 * (1 + 1 + 7 * 2 + 7 * 2),  # 96, formula 81
+    (8, 4, 1, 1): 4 * 1 * 8 + 2 * 4 - 2,  # 38, formula 30 (m < p)
+    (4, 2, 2, 1): 4 * 2 * 4 + 2 * 2 - 2,  # 34, formula 22 (m < p)
+    (4, 5, 1, 1): 8 * 1 * 4,  # 32, formula 26 (m not a multiple of p)
 }
 
 
@@ -137,6 +152,15 @@ def test_table_is_longer_than_the_formula_elsewhere(key):
     assert table.bubble_ratio > f.bubble_ratio
     if m == p:
         assert 2 * waves * table.length == 3 * 2 * waves * m + 4 * (p - 1)
+
+
+@pytest.mark.parametrize("waves", [1, 2])
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8])
+def test_fewer_microbatches_than_devices_queue_at_the_first_turn(p, waves):
+    """F = B = 1, chunk-op slots: 4Wp + 2m - 2 for m < p, 8Wp for m = p + 1 (derived above PINNED)."""
+    for m in range(1, p):
+        assert 2 * waves * build_table(hanayo(p, m, waves), F_EQUALS_B).length == 4 * waves * p + 2 * m - 2
+    assert 2 * waves * build_table(hanayo(p, p + 1, waves), F_EQUALS_B).length == 8 * waves * p
 
 
 def test_deterministic_and_registered():
