@@ -10,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ppopt.cli import main
+from ppopt.config import load_model, load_system
+from ppopt.costs import partition_layers, stage_costs
 from ppopt.io.torch_csv import read_torch_csv
 
 UNIT = ["-p", "4", "-m", "8", "--unit", "--backward", "2", "--comm", "1", "--time-limit", "30", "-q"]
@@ -26,6 +28,23 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def stage_memory(model, system, stages, microbatches, global_batch=None):
+    """Per stage of the model split evenly into ``stages``: (persistent bytes, one microbatch's
+    activation bytes), from the cost model."""
+    model, system = load_model(model), load_system(system)
+    costs = stage_costs(model, system, partition_layers(model.num_layers, stages), microbatches, global_batch)
+    return [c.persistent_bytes for c in costs.stages], [c.activation_bytes for c in costs.stages]
+
+
+def least_bidirectional_free_bytes():
+    """llama3-70b on dgx-h100, p = 4, m = 8, 32 sequences, bidirectional placement: device d holds
+    stages d and 3 - d (the persistent state of both). One microbatch at a time down either route
+    puts the activation of stage d on one of that pair's devices and stage 3 - d's on the other, so
+    either route needs the pair's persistent state plus the larger of its two activations."""
+    persistent, act = stage_memory("llama3-70b", "dgx-h100", 4, 8, 32)
+    return math.ceil(max(persistent[d] + persistent[3 - d] + max(act[d], act[3 - d]) for d in (0, 1)))
+
+
 def test_search_json_keys_and_outputs(tmp_path):
     csv, trace, png, svg = (tmp_path / name for name in ("found.csv", "found.json", "found.png", "found.svg"))
     result = run("search", *UNIT, "--memory-limit", "4", "--json", "--csv", csv, "--trace", trace, "--plot", png)
@@ -38,6 +57,7 @@ def test_search_json_keys_and_outputs(tmp_path):
     assert data["gap"] == 0
     assert data["time_unit"] == "slots"
     one_f_one_b = next(h for h in data["handcrafted"] if h["schedule"] == "1f1b")
+    # 1F1B's 49 slots with one-slot messages: its critical path, written out in tests/test_solve.py
     assert one_f_one_b["step_time_s"] == 49 and one_f_one_b["gap"] == pytest.approx(3 / 46)
     # the exported CSV reads back to the schedule found
     schedule = read_torch_csv(csv)
@@ -59,7 +79,7 @@ def test_gap_json_lists_each_handcrafted_schedule():
     data = json.loads(result.stdout)
     rows = {row["schedule"]: row for row in data["schedules"]}
     assert set(rows) == {"1f1b", "zb-h1"}
-    assert rows["1f1b"]["step_time_s"] == 49 and rows["1f1b"]["bound_s"] == 46
+    assert rows["1f1b"]["step_time_s"] == 49 and rows["1f1b"]["bound_s"] == 46  # 49: tests/test_solve.py
     assert rows["1f1b"]["gap"] == pytest.approx(3 / 46)
     assert "live activations" in data["memory_semantics"]
     # the unit of each row's peak_memory, as frontier --json gives it (gap gave none)
@@ -233,7 +253,7 @@ def test_the_minimum_a_refusal_names_is_accepted_when_passed_back():
     # on device 0 or 3, which both hold the persistent state of stages 0 and 3 (taking each device's
     # least route on its own named 708.8 GiB, which no schedule meets)
     (["-p", "4", "-m", "8", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "32",
-      "--space", "placement=bidirectional,directions=free"], "769497497600"),
+      "--space", "placement=bidirectional,directions=free"], str(least_bidirectional_free_bytes())),
     # a fixed order has one peak per device whatever its timing: 1F1B's device 0 holds p = 4 (the
     # generic minimum of 1 used to be named, and limits 1 to 3 were accepted, then "infeasible")
     (["-p", "4", "-m", "8", "--unit", "--space", "fixed:1f1b"], "4"),
@@ -295,7 +315,12 @@ def test_a_frontier_of_limits_all_below_the_minimum_is_refused_naming_it(monkeyp
     assert not searched
     modelled = run("frontier", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid", "--time-limit", "5", "-q",
                    "--limits", "80GiB,90GiB")
-    assert modelled.exit_code == 1 and "error: --limits: all 2 limits are below the minimum 14012.151 GiB" in modelled.stderr
+    # linear placement: device d holds stage d, its persistent state and one microbatch's activation;
+    # the minimum is named rounded up to the next thousandth of a GiB
+    persistent, act = stage_memory("study", "mid-mid", 4, 4)
+    least = max(map(sum, zip(persistent, act))) / 2**30
+    assert modelled.exit_code == 1, modelled.output
+    assert f"error: --limits: all 2 limits are below the minimum {math.ceil(least * 1000) / 1000:.3f} GiB" in modelled.stderr
     fixed = run("frontier", "-p", "4", "-m", "4", "--unit", "--time-limit", "5", "-q", "--space", "fixed:1f1b", "--limits", "3")
     assert fixed.exit_code == 1 and "the limit is below the minimum 4 activations any schedule of fixed:1f1b" in fixed.stderr
     mixed = run("frontier", "-p", "4", "-m", "4", "--unit", "--time-limit", "5", "-q", "--limits", "0.5,2", "--json")

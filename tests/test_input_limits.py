@@ -285,21 +285,43 @@ def no_launch(monkeypatch):
     monkeypatch.setattr(execute, "available_memory_bytes", lambda: 10**9, raising=False)
 
 
+def assert_needs(output, size, check=True):
+    """``output`` refuses a run of 2 ranks and 4 microbatches of the model ``size`` (float32), naming
+    what it needs in GB to 3 significant digits (in full below a million GB): 2 x one rank's bytes
+    (RunSpec.rank_memory_bytes, the formula of ppopt.run.spec's module doc, checked in
+    test_the_memory_estimate_counts_the_model_s_parameters_and_lets_small_runs_through), and one rank's."""
+    from ppopt.run.spec import RunSpec
+
+    def shown(count):  # every amount here is at least 100 GB: no decimals below a million
+        gb = float(f"{count / 1e9:.3g}")
+        return f"{gb:,.0f}" if gb < 1e6 else f"{gb:.3g}"
+
+    rank = RunSpec((), 2, size, check=check).rank_memory_bytes(4)
+    assert output.startswith(f"error: the run needs about {shown(2 * rank)} GB of memory (2 ranks x {shown(rank)} GB: "), output
+
+
 def test_a_run_that_cannot_fit_in_memory_is_refused_before_any_rank_starts(no_launch):
+    from ppopt.run.spec import ModelSize
+
     result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--sequence", 100000000)
-    assert (result.exit_code, result.output) == (
-        1, "error: the run needs about 18,600 GB of memory (2 ranks x 9,280 GB: the parameters and gradients of the model "
-           "and its reference copy, and the activations of 4 microbatches of 2 x 100000000 tokens, layers 4, hidden 32, "
-           "vocab 64, float32), more than the 1.00 GB this machine has available\n")
+    assert result.exit_code == 1 and result.output.endswith(
+        " GB: the parameters and gradients of the model and its reference copy, and the activations of 4 microbatches "
+        "of 2 x 100000000 tokens, layers 4, hidden 32, vocab 64, float32), more than the 1.00 GB this machine has "
+        "available\n")  # 10^9 bytes available
+    assert_needs(result.output, ModelSize(sequence=100000000))  # 18,600 GB
     result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--hidden", 1000000000, "--heads", 1)
-    assert result.exit_code == 1 and result.output.startswith("error: the run needs about 1.54e+12 GB of memory (2 ranks x ")
+    assert result.exit_code == 1
+    assert_needs(result.output, ModelSize(hidden=1000000000, heads=1))
     result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--micro-batch", 0)
     assert result.output == "error: --micro-batch: must be >= 1, got 0\n"  # the flag's current name
     for flag in ("--micro-batch", "--microbatch-size"):  # the name of every other command, and the former one
         result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, flag, 100000000, "--no-check")
-        assert result.exit_code == 1 and result.output.startswith("error: the run needs about 148,000 GB of memory (2 ranks x 73,800 GB: the parameters and gradients, and ")
+        assert result.exit_code == 1 and " GB: the parameters and gradients, and " in result.output
+        assert_needs(result.output, ModelSize(microbatch_size=100000000), check=False)  # 148,000 GB
+    # a profile keeps no reference copy: as the run with --no-check
     result = cli("profile", "-p", 2, "-m", 4, "--sequence", 100000000, "-o", "x.json")
-    assert result.exit_code == 1 and result.output.startswith("error: the run needs about 18,500 GB of memory (2 ranks x ")
+    assert result.exit_code == 1
+    assert_needs(result.output, ModelSize(sequence=100000000), check=False)  # 18,500 GB
     result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--hidden", 2**31)
     assert (result.exit_code, result.output) == (1, "error: --hidden: must be at most 1073741824, got 2147483648\n")
 
@@ -310,6 +332,8 @@ def test_the_memory_estimate_counts_the_model_s_parameters_and_lets_small_runs_t
 
     size = ModelSize(layers=5, hidden=24, heads=3, sequence=7, microbatch_size=1, vocab=11)
     assert size.parameters() == sum(size.stage_parameters(3))
+    # 5 blocks of 12h² + 13h, token and position embeddings, final norm and head (ModelSize.stage_parameters)
+    assert size.parameters() == 5 * (12 * 24**2 + 13 * 24) + 11 * 24 + 7 * 24 + 2 * 24 + 24 * 11 + 11
     spec = RunSpec((), 2, size, dtype="float64")
     tokens = 4 * 7
     assert spec.rank_memory_bytes(4) == 4 * size.parameters() * 8 + 16 * tokens + tokens * (5 * 20 * 24 + 4 * 24 + 3 * 11) * 8

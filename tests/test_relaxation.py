@@ -109,7 +109,16 @@ def test_backward_lag_counts_the_backwards_between_the_kept_devices():
 def test_meetings_on_the_dropped_device_reach_the_optimum():
     """p = 3, m = 6, cap 3, one-slot messages, devices 0 and 2 kept: as pure lags, device 1 lets the
     reduced problem reach 32; the meetings of F(j) and B(i) there (j - i = 1, 2) give 33, the optimum
-    CP-SAT proves for the full problem."""
+    CP-SAT proves for the full problem.
+
+    The 32 by hand (F = 1, B = 2; F_2(i) >= F_0(i) + 4, two forwards and two messages; B_0(i) >= B_2(i)
+    + 6, B_2, a message, B_1 and a message; B_2(i) >= F_2(i) + 1). At least 32: device 2 runs F_2(0),
+    F_2(1) and B_2(0), all from slot 4, before B_2(1), so B_2(1) >= 4 + 1 + 1 + 2 = 8 and B_0(1) ends at
+    least 8 + 6 + 2 = 16; the cap holds F_0(4) until then, so F_2(4) >= 20; device 2 then runs F_2(4),
+    F_2(5) and B_2(4) before B_2(5): B_2(5) >= 20 + 4 = 24, and B_0(5) ends at least 24 + 6 + 2 = 32.
+    At most 32: F_0 = 0, 1, 2, 13, 16, 19, F_2 = 4, 7, 10, 17, 20, 23, B_2 = 5, 8, 11, 18, 21, 24 and B_0 =
+    11, 14, 17, 24, 27, 30 meet every constraint (F_0(i + 3) at the end of B_0(i), no overlap on either
+    device): B_0(5) ends at 32, and B_2(5) at 26, 6 before it."""
     p, m, cap = 3, 6, 3
     duration, delay = _unit(1)
     ends = [(0, p - 1)]

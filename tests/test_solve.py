@@ -16,6 +16,7 @@ from ppopt.solve.search import search
 from ppopt.solve.space import FAMILY_MEMBERS, parse_space
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
+from tests.test_plan import _Clock
 
 DET = 5.0  # deterministic time limit: reproducible on any machine
 
@@ -323,7 +324,14 @@ def test_a_spent_budget_reports_the_hint_without_solving(monkeypatch):
     result = search(unit(4, 8, comm=1, limit=4), parse_space("placement=linear"), spent)
     assert result.status == "feasible" and not result.from_solver
     # the first hint that fits (1F1B, 49 slots) is reported; with no time left no other is built
-    # (the greedy one, 46 slots, is what a search with time finds first)
+    # (the greedy one, 46 slots, is what a search with time finds first). 1F1B's 49 at p = 4, m = 8,
+    # F = 1, B = 2, one-slot messages is its critical path, 18 + 15 + 16:
+    # - microbatch 0's round trip, 4 F + 4 B + 6 messages = 4 + 8 + 6 = 18 (B0 on device 0 ends at 18);
+    # - device 0 runs F4 right after B0 (its steady state), F4 goes down to device 3 and its backward
+    #   back up to device 1: 4 F + 3 B + 5 messages = 4 + 6 + 5 = 15 (B4 on device 1 ends at 33);
+    # - device 1 runs F7 right after B4, F7 goes down to device 3 and its backward back up to device 0:
+    #   3 F + 4 B + 5 messages = 3 + 8 + 5 = 16, so B7 on device 0 ends at 49.
+    # ZB-H1's 41 (F = I = W = 1) is its critical path, written out in tests/test_zb_h2.py.
     assert result.hint == "1f1b" and result.step_time == result.hint_step_time == 49
     assert "time limit reached before the solve" in result.note
     lowered = search(unit(4, 8, comm=1, limit=4), parse_space("placement=linear"), spent, minimize_memory=True)
@@ -341,11 +349,20 @@ def test_a_spent_budget_reports_the_hint_without_solving(monkeypatch):
     assert family.note == "time limit reached before placements looped, v, zigzag"
 
 
-def test_the_budget_is_shared_by_the_steps_of_a_request():
+@pytest.fixture
+def clock(monkeypatch):
+    fake = _Clock()
+    monkeypatch.setattr("ppopt.solve.options.time", fake)
+    return fake
+
+
+def test_the_budget_is_shared_by_the_steps_of_a_request(clock):
     options = SolveOptions(10).start()
     first = options.share(4)
-    assert first.deadline <= options.deadline and first.remaining_s() == pytest.approx(2.5, abs=0.1)
-    assert options.share(1).deadline == pytest.approx(options.deadline)
+    assert options.deadline == 10 and first.deadline == first.remaining_s() == 10 / 4
+    clock.now = 4.0  # 6 s left: an equal share of what remains, never past the request's deadline
+    assert options.share(3).deadline == 4.0 + 6 / 3
+    assert options.share(1).deadline == options.deadline
     assert SolveOptions(10, deterministic_time=8).share(4).deterministic_time == 2
     assert options.start() is options  # the deadline is fixed once
 
@@ -514,11 +531,17 @@ def test_gap_searches_no_space_a_handcrafted_schedule_already_solves(monkeypatch
     assert searched == []
     assert [(row.step_time, row.best, row.bound, row.gap, row.status) for row in rows] == [(33, 33, 33, 0.0, "optimal")] * 2
     # Hanayo's 33 slots is above its space's bound, so that space is searched, alone: with the whole
-    # 30 s, not half of it (the search proves 28.5 slots)
+    # 30 s, not half of it (time stands still here, so the share is exact whatever the simulations took).
+    # The bound 28.5 is device 3's load: it holds chunks 3 and 4 of the zig-zag's 8 (F = 1/2, B = 1 each),
+    # 8 microbatches x 2 chunks x 1.5 = 24 slots of work; its first op, F of chunk 3, waits for the
+    # forwards of chunks 0-2 (1.5), and after its last, a B of chunk 3, the backwards of chunks 2-0 run
+    # on devices 2-0 (3): 1.5 + 24 + 3 = 28.5, which the search meets ("optimal": best = bound).
+    clock = _Clock()
+    monkeypatch.setattr("ppopt.solve.options.time", clock)
     rows = gap_report(unit(4, 8), {}, ["1f1b", "hanayo"], SolveOptions(30, deterministic_time=DET)).rows
     assert [space for space, _ in searched] == ["placement=zigzag,waves=1,backward=full,order=free"]
-    assert searched[0][1] > 20
-    assert [(row.step_time, row.bound, row.status) for row in rows] == [(33, 33, "optimal"), (33, 28.5, "optimal")]
+    assert searched[0][1] == 30
+    assert [(row.step_time, row.bound, row.status) for row in rows] == [(33, 33, "optimal"), (33, 1.5 + 24 + 3, "optimal")]
 
 
 def test_no_greedy_hint_once_a_handcrafted_one_meets_the_analytic_bound():

@@ -282,6 +282,13 @@ def test_the_period_bound_matches_its_definition():
 
 # ---- 5. a period bound of 0 says nothing ------------------------------------------------------------
 
+# The period bound at p = 4, m = 8, F = 1, B = 2, no messages, a cap of 3 (ppopt.solve.periodic.period_bound,
+# checked term by term in test_the_period_bound_matches_its_definition): an activation on device 0 lives at
+# least l = 4F + 4B = 12 slots, so F_0(6) starts at least 2l = 24 after time 0; microbatches 6 and 7 reach
+# device 3 no earlier than 3F = 3 slots later and run there one after the other, 2(F + B) = 6, and the last
+# gradient needs 3B = 6 slots to come down to device 0: 24 + 3 + 6 + 6 = 39.
+PERIOD_BOUND_CAP_3 = 2 * (4 * 1 + 4 * 2) + 3 * 1 + 2 * (1 + 2) + 3 * 2
+
 def test_no_period_bound_is_printed_without_a_memory_limit():
     result = invoke("search", *SMALL, "--no-grid")
     assert result.exit_code == 0, result.output
@@ -290,14 +297,14 @@ def test_no_period_bound_is_printed_without_a_memory_limit():
     data = json.loads(invoke("search", *SMALL, "--json").stdout)
     assert data["period_bound_s"] is None
     limited = invoke("search", *SMALL, "--no-grid", "--memory-limit", "3")
-    assert "; period bound for m = 8: 39 slots" in limited.stdout
+    assert f"; period bound for m = 8: {PERIOD_BOUND_CAP_3} slots" in limited.stdout
 
 
 def test_the_search_result_has_no_period_bound_without_a_cap():
     result = searching.search(unit(4, 8), parse_space("placement=linear"), SolveOptions(10))
     assert result.period is not None and result.period_bound is None
     capped = searching.search(unit(4, 8, limit=3), parse_space("placement=linear"), SolveOptions(10))
-    assert capped.period_bound == 39
+    assert capped.period_bound == PERIOD_BOUND_CAP_3
 
 
 

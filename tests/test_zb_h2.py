@@ -33,12 +33,22 @@ def test_peak_is_the_papers_2p_minus_1():
     assert evaluate("zb-h1", p, m).table.peak_activations == (4, 4, 4, 4)
 
 
-@pytest.mark.parametrize("comm, h1, h2", [(0, 27, 27), (1, 41, 31)])
+# p = 4, m = 8, F = I = W = 1, one-slot messages (c): each length is the critical path of its table.
+# ZB-H1, 14 + 2 + 4 + 5 + 2 + 6 + 7 + 1 = 41:
+#   microbatch 0 down and up, 4 F + 4 I + 6 c = 14 (I0 on device 0 ends at 14); device 0 then runs W0
+#   and F4 (2); F4 goes to device 2, c F c F (4); device 2 runs I3 right after F4, and I3 goes up to
+#   device 0, I c I c I (5: ends at 25); device 0 runs W3 and F7 (2); F7 goes down to device 3, c F c F
+#   c F (6); I7 comes back up to device 0, I c I c I c I (7: ends at 40); W7 on device 0 (1).
+# ZB-H2, 7 + 3 + 6 + 1 + 6 + 8 = 31:
+#   microbatch 0's forwards down to device 3, 4 F + 3 c = 7; device 3 runs I0, F1, I1 (3); I1 goes up
+#   to device 0, c I c I c I (6: ends at 16); device 0 runs F7 right after I1 (1); F7 goes down to
+#   device 3, c F c F c F (6: ends at 23); device 3 then runs I7 and its W1..W7 (8).
+@pytest.mark.parametrize("comm, h1, h2", [(0, 27, 27), (1, 14 + 2 + 4 + 5 + 2 + 6 + 7 + 1, 7 + 3 + 6 + 1 + 6 + 8)])
 def test_extra_warm_up_hides_communication(comm, h1, h2):
     """p = 4, m = 8: with no delay both meet the bound 3m + p - 1 = 27 slots; with one slot of delay
     per transfer ZB-H1's I chain waits (41) while ZB-H2's extra in-flight forwards keep devices busy
-    (31). Hand check of the lower bound with delay: device 3 starts at 3 + 3·1 (three transfers) = 6
-    and has 24 slots of work, so no schedule is under 30."""
+    (31; both critical paths are written out above). Hand check of the lower bound with delay: device 3
+    starts at 3 + 3·1 (three transfers) = 6 and has 24 slots of work, so no schedule is under 30."""
     units = UnitCosts(comm=comm)
     assert evaluate("zb-h1", 4, 8, units).table.length == h1
     assert evaluate("zb-h2", 4, 8, units).table.length == h2
