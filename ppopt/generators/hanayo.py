@@ -127,7 +127,7 @@ def hanayo_formula(devices: int, microbatches: int, backward: int = 1, waves: in
       multiple of p. It does not for m < p (one microbatch's critical path, 2W·p·(1+b) slots, is
       longer), for other m not a multiple of p, nor with B = 2 (the order is built for F = B): at
       m = p the table's length is then 6W·m + 4(p-1) instead of 3(2W·m+p-1), and the gap grows for
-      larger multiples of p (tests/test_hanayo.py pins values).
+      larger multiples of p (tests/test_hanayo.py derives the lengths it checks).
     - length (1+b)(2W·m+p-1) = busy 2W·m(1+b) per device over (1 - bubble).
     - peak live activations, counted in chunks (each 1/(2W·p) of the model): **no closed form**. The
       paper gives none for its own order, and this module's order comes from a list-scheduling
@@ -135,8 +135,8 @@ def hanayo_formula(devices: int, microbatches: int, backward: int = 1, waves: in
       microbatches are in flight (the cap of the module docstring) and each holds at most one
       activation per chunk of rank r, so every rank holds at most 2W·p. The value reported here is
       the construction's *measured* count, (2W-1)p + 1 + r on rank r for m >= p (it reaches the
-      bound on rank p-1); tests/test_hanayo.py pins the measurement and checks the bound, and the
-      ``source`` says so. It is not evidence that the table is right.
+      bound on rank p-1); tests/test_hanayo.py derives the peaks of three small cases by hand and
+      checks the bound on more, and the ``source`` says so. It is not evidence that the table is right.
     - weight copies: 1 per device (2W chunks of 1/(2W·p) of the model each).
     """
     from ppopt.formula import Formula

@@ -20,7 +20,8 @@ ops and six slots of work per device, the repetition interval):
 
 Measured (p = 1..12, m = 1..3p+2, validated): the peak live chunk activations is at most
 2·((p+4)//3) (chunks are half a stage), exactly that once m >= p, i.e. the paper's (p+4)//3
-microbatches; at p = 8, m = 32 the bubble is 0.123 against 1F1B's 0.179 (tests/test_v_min.py).
+microbatches; at p = 8, m = 32 the length is 109.5 slots, a bubble of 1 - 96/109.5 = 0.123, against 1F1B's 0.179
+(tests/test_v_min.py derives the length).
 
 Closed forms: none. The paper states the bubble only approximately (~2p/3m at F = B = W) and the
 memory per microbatch count of the first device; the test asserts the memory statement exactly.
