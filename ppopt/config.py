@@ -289,7 +289,7 @@ class LinkConfig(_Strict):
 class SystemConfig(_Strict):
     """One accelerator type and the links between devices.
 
-    Compute follows a roofline with efficiencies (Barley et al.):
+    Compute follows a roofline with efficiencies (Barley et al., ISPDC 2026):
     ``t = max(FLOPs / (peak_flops * compute_efficiency) + compute_latency_s,
     bytes / (memory_bandwidth_bytes_per_s * memory_efficiency) + memory_latency_s)``.
 

@@ -15,8 +15,9 @@ FLOPs (one multiply-add = 2 FLOPs; only matrix multiplications are counted)
         F_layer = 2·b·s·P_lin + 4·b·s²·h
 
     where 4·b·s²·h is the attention core (Q·Kᵀ and scores·V, 2·b·s²·h each). For plain GPT
-    (r = 1, GELU, f = 4h): P_lin = 12h², F_layer = 24·b·s·h² + 4·b·s²·h (Narayanan et al. 2021).
-    The output layer (logits) costs 2·b·s·h·V; the embedding lookup is treated as free.
+    (r = 1, GELU, f = 4h): P_lin = 12h², F_layer = 24·b·s·h² + 4·b·s²·h (Narayanan et al.,
+    "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC 2021,
+    Section 5.1). The output layer (logits) costs 2·b·s·h·V; the embedding lookup is treated as free.
 
 Backward split (I = input gradient, W = weight gradient)
     Each weight matrix costs its forward FLOPs once for dX (I) and once for dWeight (W). The
@@ -76,7 +77,8 @@ Parameters per block
     ``LanguageModule.setup_embeddings_and_output_layer``); with one stage the matrix is held once.
 
 Communication
-    Hockney: ``t = V / BW + L``; messages between neighbouring stages carry b·s·h·e bytes
+    Hockney (1994, "The communication challenge for MPP: Intel Paragon and Meiko CS-2", Parallel
+    Computing 20(3)): ``t = bytes / BW + L``; messages between neighbouring stages carry b·s·h·e bytes
     (activations forward, activation gradients backward). Replicated stages (Chimera) all-reduce
     their weight gradients, ``param_count·e`` bytes, with a ring all-reduce.
 """
@@ -123,7 +125,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StageCost:
-    """Costs of one pipeline stage (model chunk) for one microbatch. Seconds and bytes."""
+    """Costs of one pipeline stage (model chunk) for one microbatch. Seconds and bytes (slots and
+    activation units when built by :func:`unit_costs`)."""
 
     layers: int
     """Transformer blocks in this stage."""
@@ -485,11 +488,12 @@ def work_time_s(work: Work, system: SystemConfig) -> Any:
 
     With ``C = (gemm_flops + k^n·gemm_units) / (peak_flops·compute_efficiency)`` (a GEMM of size g
     runs at ``compute_efficiency / (1 + (k/g)^n)`` of peak, k = ``gemm_half_saturation_flops``,
-    n = ``gemm_saturation_exponent``; k = 0 gives plain FLOPs / achieved peak) and
+    n = ``gemm_saturation_exponent``: ppopt's own empirical curve, fitted by :mod:`ppopt.calibrate`,
+    not taken from the literature; k = 0 gives plain FLOPs / achieved peak) and
     ``M(x) = x / (memory_bandwidth_bytes_per_s·memory_efficiency)``, the compute part is, by
     ``system.op_time_rule``:
 
-    * ``roofline`` (Barley et al.; the paper's method): ``max(C + L_c, M(memory_bytes +
+    * ``roofline`` (Barley et al., ISPDC 2026; the paper's method): ``max(C + L_c, M(memory_bytes +
       operand_bytes) + L_m)`` for an op with any compute or memory work, 0 otherwise: every op
       (F, I or W of one stage and microbatch) pays the latencies once;
     * ``additive``: ``max(G, kernels·kernel_host_s) + ops·L_c`` with the GPU time
@@ -497,7 +501,7 @@ def work_time_s(work: Work, system: SystemConfig) -> Any:
       elementwise kernels and the op's collectives X (below) run one after the other on the GPU's
       stream, while the host launches the op's kernels ahead of them (asynchronous execution:
       Paszke et al., "PyTorch: An Imperative Style, High-Performance Deep Learning Library",
-      NeurIPS 2019, Section 5.3), so the op lasts the longer of the two; the latency L_c is paid
+      NeurIPS 2019, Section 5.2), so the op lasts the longer of the two; the latency L_c is paid
       per kernel sequence (F and B of a stage once each). With ``kernel_host_s = 0`` (the default)
       this is ``G + ops·L_c``.
 
@@ -649,7 +653,8 @@ def allreduce_time_s(num_bytes: float, link: LinkConfig, participants: int = 2) 
     """Ring all-reduce of ``num_bytes`` over ``participants`` devices joined by ``link``.
 
     ``2(n-1)/n · bytes / bandwidth + 2(n-1) · latency`` (reduce-scatter then all-gather, each
-    n-1 steps of bytes/n). For 2 participants: bytes / bandwidth + 2 · latency. One participant
+    n-1 steps of bytes/n; Patarasuk and Yuan 2009, "Bandwidth optimal all-reduce algorithms for
+    clusters of workstations"), seconds. For 2 participants: bytes / bandwidth + 2 · latency. One participant
     or zero bytes costs 0.
     """
     if num_bytes < 0:

@@ -12,9 +12,11 @@ runs of ``data/measured`` use none) and the optimizer step follow it.
 
 Work and time
     Every cost is first expressed as :class:`Work` (FLOPs, bytes, counts), and :func:`work_time_s`
-    turns work into seconds with the system's parameters, linearly in their reciprocals. The
-    calibration (:mod:`ppopt.calibrate`) relies on that: it evaluates the same work under many
-    candidate systems without rebuilding it.
+    turns work into seconds with the system's parameters. Under the ``additive`` op-time rule (the
+    calibrated presets) the time is linear in the parameters' reciprocals, which the calibration
+    (:mod:`ppopt.calibrate`) relies on: it evaluates the same work under many candidate systems
+    without rebuilding it. Under the default ``roofline`` rule an op takes the longer of its
+    compute and its memory time instead (:func:`ppopt.costs.work_time_s`). The additive rule:
 
     ``time = (gemm_flops + k^n·gemm_units) / (peak_flops·compute_efficiency)
     + memory_bytes / (memory_bandwidth·memory_efficiency) + ops·compute_latency_s
@@ -55,7 +57,9 @@ Per block and microbatch of b sequences on one of t ranks (s sequence, h hidden,
       attention and the MLP) and two in the backward (Shoeybi et al. 2019, Figure 4: the f and g
       operators), ring all-reduce ``2(t-1)/t · bytes / bandwidth + 2(t-1)·latency``. Sequence
       parallelism replaces each by a reduce-scatter and an all-gather of the same total volume
-      (Korthikanti et al. 2022, Section 4.2.2), so it changes only the activation bytes.
+      (Korthikanti et al. 2022, Section 4.2.2): the same collective volume per block. It splits
+      the activations and the norms' and dropouts' elementwise traffic by t, and a pipeline
+      message, already split, needs no all-gather on arrival (see the sections below).
     * Recomputation (Korthikanti et al. 2022, Sections 4.1 and 5): ``selective`` recomputes the
       attention core (4·b·s²·h/t FLOPs and the score tensors' traffic) in the backward and does not
       store the scores; ``full`` stores each block's input only and re-runs the whole forward,
@@ -87,8 +91,9 @@ Data parallelism and the optimizer
     Each stage's d replicas all-reduce their fp16/bf16 gradients, ``param_count · e`` bytes, by a
     ring over d ranks (a distributed optimizer's reduce-scatter + all-gather move the same volume).
     The optimizer step is memory-bound: it reads and writes the GPU's parameter state once,
-    ``2 · state bytes`` (as :func:`ppopt.simulate.simulate`'s optimizer step); with a distributed
-    optimizer each rank updates 1/d of it. ``param_count`` is one GPU's: the weight matrices, the
+    ``2 · state bytes``; with a distributed optimizer each rank updates its 1/d shard of the
+    optimizer state, ``2 · state bytes / d``. (:func:`ppopt.simulate.simulate`'s optimizer step,
+    for the pure pipeline model, moves twice the persistent bytes.) ``param_count`` is one GPU's: the weight matrices, the
     embedding and the column-parallel biases split by t, the norms and the row-parallel biases whole
     on every rank (:func:`ppopt.costs.layer_params_per_rank`). Persistent bytes per GPU:
     ``param_count`` times ``bytes_per_param_state`` (16 for mixed-precision Adam), or, with the
@@ -523,15 +528,18 @@ class JobWork:
     """The data-parallel all-reduce of each stage's gradients (overlapped with the last backward
     under ``overlap_gradient_sync``)."""
     optimizer: tuple[Work, ...]
+    """The optimizer step of each stage's GPU."""
     layers: tuple[int, ...]
     param_count: tuple[float, ...]
     """Parameters per GPU of each stage."""
     stored_bytes: tuple[float, ...]
-    """Activation bytes stored per microbatch."""
+    """Activation bytes stored per microbatch, per GPU of each stage."""
     working_bytes: tuple[float, ...]
-    """Transient bytes while one microbatch's backward runs (recomputed block, logits)."""
+    """Transient bytes per GPU while one microbatch's backward runs (recomputed block, logits)."""
     persistent_bytes: tuple[float, ...]
+    """Weights, gradients and optimizer state per GPU of each stage, bytes."""
     send_bytes: float
+    """Bytes of one stage-to-stage message per tensor-parallel rank."""
     embedding_sync: tuple[Work, ...]
     """The tied word embedding's gradient all-reduce, on the first and the last stage (zero work on
     the others, and on all when there is none), after the data-parallel one: never overlapped."""

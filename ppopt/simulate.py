@@ -19,8 +19,9 @@ Point-to-point communication
     (:func:`ppopt.costs.transfer_time_s`). Two stages on the same device communicate for free.
 
     Links are **serialised, per direction, with no cross-pair congestion**: there is one directed
-    link per ordered (source device, destination device) pair; messages on the same directed link go
-    one at a time, first come first served in the order they become ready; the two directions of a
+    link per ordered (source device, destination device) pair; messages on the same directed link
+    take turns, first come first served in the order they become ready, each holding the link for
+    its ``bytes / bandwidth`` (the latency of one overlaps the next one's transfer); the two directions of a
     pair and different pairs never slow each other down (no shared switches, NICs or topology).
     Ties: at the same ready time, point-to-point messages go before an all-reduce, messages among
     themselves in their sender's order (a link has one sender), all-reduces by stage. Link
@@ -239,17 +240,23 @@ class _Run(NamedTuple):
 class Simulation:
     """The result of :func:`simulate`. Per-device tuples are indexed by device.
 
-    ``timeline``, ``start_s`` and ``end_s`` are built on first access.
+    ``timeline``, ``start_s`` and ``end_s`` are built on first access. Times are in the costs'
+    unit (seconds; slots with unit costs), memory in theirs (bytes; activation units with unit
+    costs).
     """
 
     step_time_s: float
+    """From the first op's start to the last op's (or optimizer step's) end."""
     idle_ratio: float
     """1 − Σ busy_s / (devices · step_time_s)."""
     busy_s: tuple[float, ...]
     """Compute (and optimizer) time per device."""
     peak_activation_bytes: tuple[float, ...]
+    """Largest sum of live activations per device."""
     persistent_bytes: tuple[float, ...]
+    """Weights, gradients and optimizer state per device."""
     peak_memory_bytes: tuple[float, ...]
+    """persistent + peak activation per device."""
     _run: _Run = field(repr=False, compare=False)
 
     @property
@@ -313,12 +320,13 @@ def _durations(stage: StageCost) -> tuple[float, float, float, float]:
 
 
 def op_duration_s(op: Op, costs: Costs) -> float:
-    """Compute time of ``op`` from its stage's costs."""
+    """Compute time of ``op`` from its stage's costs, in the costs' unit (seconds, or slots)."""
     return _durations(costs.stages[op.stage])[_CODE[op.kind]]
 
 
 def busy_s(schedule: Schedule, costs: Costs) -> tuple[float, ...]:
-    """Compute time per device: the sum of its ops' durations (without an optimizer step)."""
+    """Compute time per device: the sum of its ops' durations (without an optimizer step), in the
+    costs' unit (seconds, or slots)."""
     table = [_durations(c) for c in costs.stages]
     return tuple(float(sum(table[op.stage][_CODE[op.kind]] for op in order)) for order in schedule.orders)
 

@@ -1,6 +1,7 @@
 """The idealized table layer: a schedule laid out in unit time slots, and the metrics read from it.
 
-Units (:mod:`ppopt.units`): a slot is one forward of a 1/p share of the model; op durations come from
+Units (:mod:`ppopt.units`): a slot is one forward of a 1/p share of the model at the default
+``forward = 1``; op durations come from
 :class:`~ppopt.units.UnitCosts` (default F = 1, B = 2, I = W = 1 slots), scaled by p/S for a schedule
 with S stages on p devices, so an interleaved schedule with v chunks per device has ops of 1/v of
 those figures and its length is comparable with 1F1B's. Each op starts as soon as its data

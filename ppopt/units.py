@@ -1,6 +1,7 @@
 """The unit model: op durations in slots, one meaning for every command and layer.
 
-A *slot* is the time of one forward pass of a 1/p share of the model (p = devices). A full backward
+A *slot* is the unit every duration here is given in; at the default ``forward = 1`` it is the
+time of one forward pass of a 1/p share of the model (p = devices). A full backward
 B lasts ``backward`` slots, split into a weight-gradient part W of ``weight`` slots (default B/2) and
 an input-gradient part I of ``backward - weight``. The default B = 2 (so I = W = F = 1) is the
 convention of Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024, §2), where B = I + W and

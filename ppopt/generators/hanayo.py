@@ -120,7 +120,8 @@ def hanayo_formula(devices: int, microbatches: int, backward: int = 1, waves: in
 
     - bubble ratio (p-1)/(2W·m+p-1): the interleaved-style form for 2W chunks per device, attributed
       to Hanayo (Z. Liu, S. Cheng, H. Zhou, Y. You, "Hanayo: Harnessing Wave-like Pipeline Parallelism
-      for Enhanced Large Model Training Efficiency", SC'23) but *unverified* against the paper's text. With this placement it is a lower bound for any b: rank p-1 cannot start before
+      for Enhanced Large Model Training Efficiency", SC'23) but *unverified* against the paper's text:
+      what this module relies on is its own proof. With this placement it is a lower bound for any b: rank p-1 cannot start before
       slot p-1, and after its last op (a B of chunk p-1, its lowest chunk) p-1 more backwards run in
       sequence on the ranks below, so it idles at least (p-1)(1+b) slots. This module's table
       attains the bound exactly at F = B = 1 for m = p (the paper's regime) and for any m that is a

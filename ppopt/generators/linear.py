@@ -1,7 +1,8 @@
 """GPipe and 1F1B: stage r on device r, one stage per device.
 
 - GPipe (Huang et al. 2019): every device runs all forwards, then all backwards.
-- 1F1B / PipeDream-Flush (Narayanan et al. 2021): device r runs min(p - r - 1, m) warm-up forwards,
+- 1F1B / PipeDream-Flush (Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML
+  2021, Section 3; bubble (p - 1)/m: Narayanan et al., SC 2021, Section 2.2.1): device r runs min(p - r - 1, m) warm-up forwards,
   then alternates one forward and one backward, then drains the remaining backwards.
 """
 

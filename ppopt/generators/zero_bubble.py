@@ -76,7 +76,8 @@ def zb_h1(devices: int, microbatches: int) -> Schedule:
 
 
 def zb_h1_formula(devices: int, microbatches: int, backward: float = 2):
-    """Qi et al. 2024 §2.1: (p-1)(F+I-W) idle slots per device, peak p per device.
+    """Qi et al. 2024 §2.1: (p-1)(F+I-W) idle slots per device, peak min(m, p) per device (p for
+    the m >= p the generator accepts).
 
     In chunk-op slots with F = 1 and B = I + W = ``backward`` split evenly (I = W = b/2, so F + I - W
     = 1): length m(1+b) + p - 1 (3m + p - 1 at the paper's I = W = F), bubble (p-1)/length.

@@ -63,6 +63,9 @@ class Shape:
 
 @dataclass(frozen=True)
 class Bounds:
+    """Lower bounds on the step time, in the unit of the durations they were computed from
+    (seconds, slots or ticks); each is proven in the docstring of the function that computes it."""
+
     critical_path: float
     device_load: float
     memory: float

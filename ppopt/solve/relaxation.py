@@ -44,8 +44,8 @@ the reduced problem, which is at most the reduced optimum, so it is a valid boun
 solve stops early. With all devices kept this is the full problem (the search's
 own model); with the two end devices only it is about the round-trip/one-machine bound; each device
 added tightens it, since the queueing of the microbatches on the middle devices shifts the times at
-which gradients come back to the first device (Brucker, "Scheduling Algorithms", 5th ed., 2007,
-section 2.4, for relaxations of a shop problem by removing machines).
+which gradients come back to the first device (dropping machines of a shop problem relaxes it: every constraint of the reduced problem is one
+of the full problem's).
 
 **Block cuts.** A reduced model can also carry, for a few block sizes n, a lower bound L(n) on the
 optimum of n microbatches alone: then B_0(i + n - 1) ends at least L(n) after F_0(i) starts, for
