@@ -81,12 +81,12 @@ def test_trace_of_a_four_device_step_with_communication(name, p, m, comm):
         slices.sort()
         assert all(a_end <= b_start + 1e-9 for (_, a_end), (b_start, _) in zip(slices, slices[1:]))
 
-    # live activation counters peak at the simulator's peaks
+    # live activation counters peak at the simulator's peaks; unit costs count activations, not bytes
     for d in range(p):
-        levels = [e["args"]["bytes"] for e in events if e["ph"] == "C" and e["pid"] == d]
+        levels = [e["args"]["activations"] for e in events if e["ph"] == "C" and e["pid"] == d]
         assert levels[-1] == 0 and min(levels) >= 0  # all freed by the end of the step
         assert max(levels) == pytest.approx(simulation.peak_activation_bytes[d])
-        assert all(e["name"] == "live activation bytes" for e in events if e["ph"] == "C")
+        assert all(e["name"] == "live activations (1/p model shares)" for e in events if e["ph"] == "C")
 
 
 def test_allreduces_of_replicated_stages_are_on_the_comm_threads():
@@ -105,6 +105,8 @@ def test_modelled_step_is_in_microseconds(tmp_path):
     events = trace["traceEvents"]
     assert max(e["ts"] + e.get("dur", 0) for e in events) == pytest.approx(simulation.step_time_s * 1e6)
     assert sum(e["name"] == "optimizer" for e in events) == 4
+    counters = [e for e in events if e["ph"] == "C"]  # a modelled step counts bytes
+    assert counters and all(e["name"] == "live activation bytes" and set(e["args"]) == {"bytes"} for e in counters)
     path = write_json(trace, tmp_path / "trace.json")
     assert json.loads(path.read_text())["otherData"]["schedule"] == "1f1b"
 

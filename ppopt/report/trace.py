@@ -20,7 +20,8 @@
   arrival time itself is the send slice's end and is in its ``args``);
 * one complete event per all-reduce (replicated stages, Chimera) on the comm thread of each
   replica device;
-* a counter (``ph: "C"``) "live activation bytes" per device, updated at every F start and every
+* a counter (``ph: "C"``) "live activation bytes" per device ("live activations (1/p model
+  shares)" in unit mode, where the simulator counts activations, not bytes), updated at every F start and every
   end of an op that frees activations (B, or W when backward is split), a release counted before
   an allocation at the same instant (the simulator's convention), so its maximum is
   ``simulation.peak_activation_bytes``.
@@ -77,7 +78,13 @@ def _lanes(intervals: Iterable[tuple[float, float]]) -> list[int]:
     return lanes
 
 
-def _activation_counters(schedule: Schedule, simulation: Simulation, costs: Costs, scale: float) -> list[dict]:
+COUNTER_NAMES = {"s": ("live activation bytes", "bytes"), "slots": ("live activations (1/p model shares)", "activations")}
+"""The activation counter's name and argument per time unit: unit costs count activations of a 1/p
+share of the model (a chunk of a multi-stage device is a fraction of one), not bytes."""
+
+
+def _activation_counters(schedule: Schedule, simulation: Simulation, costs: Costs, scale: float, time_unit: str) -> list[dict]:
+    name, key = COUNTER_NAMES[time_unit]
     changes: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
     for op in schedule.ops():
         size = costs.stages[op.stage].activation_bytes
@@ -95,8 +102,7 @@ def _activation_counters(schedule: Schedule, simulation: Simulation, costs: Cost
             values[t] = live
         for t, level in values.items():
             events.append(
-                {"name": "live activation bytes", "ph": "C", "pid": device, "tid": COMPUTE_TID,
-                 "ts": t * scale, "args": {"bytes": level}}
+                {"name": name, "ph": "C", "pid": device, "tid": COMPUTE_TID, "ts": t * scale, "args": {key: level}}
             )
     return events
 
@@ -185,7 +191,7 @@ def _trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_unit: 
                 events.append({"name": "message", "cat": "transfer", "ph": "f", "bp": "e", "id": link_flow["id"],
                                "pid": link_flow["receiver"], "tid": COMPUTE_TID, "ts": link_flow["head"]})
 
-    events += _activation_counters(schedule, simulation, costs, scale)
+    events += _activation_counters(schedule, simulation, costs, scale, time_unit)
     events.sort(key=lambda e: e["ts"])
 
     metadata: list[dict] = []
