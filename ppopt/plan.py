@@ -762,6 +762,10 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
         rows.append(row)
         if progress.simulating:
             progress.simulating(len(rows), len(fitting))
+        if simulating is not None and simulating.expired:
+            break
+    if hasattr(results, "close"):  # a pool's generator: cancel its queued jobs now, not at garbage collection
+        results.close()
     rows.sort(key=lambda r: (r.step_time_s, r.memory.peak_bytes, describe(r.job)))
     return Plan(request, tuple(rows), total, over, closest, len(fitting) - len(rows))
 

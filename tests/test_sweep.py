@@ -167,6 +167,25 @@ def test_two_local_jobs_give_the_same_rows(reference, tmp_path):
     assert list(result.rows) == expected
 
 
+def test_a_pool_draws_its_items_as_workers_free_up():
+    """ppopt plan hands the pool a generator that stops at the budget's deadline: the pool must draw
+    items when they are due (a window of 4 per worker), not list them all first, which let
+    plan -j 2 evaluate every job whatever the time limit."""
+    drawn = []
+
+    def items():
+        for i in range(1000):
+            drawn.append(i)
+            yield -i
+
+    with LocalExecutor(2) as pool:
+        results = pool.map_unordered(abs, items())
+        got = [next(results) for _ in range(3)]
+        results.close()
+    assert len(set(got)) == 3 and set(got) <= set(drawn)  # abs(-i) = i: results of items drawn, each once
+    assert len(drawn) <= 3 + 4 * 2  # the window plus one refill per result taken
+
+
 def test_ray_gives_the_same_rows(reference, tmp_path):
     pytest.importorskip("ray")
     from ppopt.sweep import RayExecutor

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain, islice
 from typing import Any
 
 from ppopt.errors import ConfigError
@@ -97,11 +98,19 @@ class LocalExecutor(Executor):
         self._pool = None
 
     def map_unordered(self, fn, items):
-        items = list(items)
-        if self.jobs == 1 or len(items) <= 1:
-            for item in items:
+        # items are drawn only as workers free up: a caller's generator that stops at a deadline
+        # (ppopt plan's budget) is then asked when each item is due, not all at once up front
+        queue = iter(items)
+        if self.jobs == 1:
+            for item in queue:
                 yield fn(item)
             return
+        first = list(islice(queue, 2))
+        if len(first) <= 1:
+            for item in first:
+                yield fn(item)
+            return
+        queue = chain(first, queue)
         import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -110,7 +119,6 @@ class LocalExecutor(Executor):
                                              initializer=_die_with_parent)
         # a bounded window of submitted items: cancelling on exit stays cheap, memory stays flat
         window = 4 * self.jobs
-        queue = iter(items)
         running = set()
         try:
             for item in queue:
@@ -169,12 +177,19 @@ class RayExecutor(Executor):
     def map_unordered(self, fn, items):
         ray = self.ray
         remote = ray.remote(num_cpus=1, max_retries=0)(fn)
-        pending = [remote.remote(item) for item in items]
+        # a window of tasks in flight, refilled as they finish (as the local pool does): items are
+        # drawn from the caller when due, so one that stops at a deadline is honoured
+        window = 4 * max(1, int(ray.cluster_resources().get("CPU", 1)))
+        queue = iter(items)
+        pending = [remote.remote(item) for item in islice(queue, window)]
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
                     yield ray.get(ref)
+                    following = next(queue, None)
+                    if following is not None:
+                        pending.append(remote.remote(following))
         finally:
             for ref in pending:
                 ray.cancel(ref)
