@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ppopt.cli import main
 from ppopt.config import load_model, load_system
 from ppopt.costs import partition_layers, stage_costs
+from ppopt.errors import InfeasibleError
 from ppopt.io.torch_csv import read_torch_csv
 
 UNIT = ["-p", "4", "-m", "8", "--unit", "--backward", "2", "--comm", "1", "--time-limit", "30", "-q"]
@@ -459,3 +460,29 @@ def test_a_least_time_shown_is_never_below_it(seconds):
 
     shown = float(_rounded_up(seconds))
     assert seconds <= shown <= max(seconds * 1.1, seconds + 1)
+
+
+@pytest.mark.parametrize("outputs", [(), ("--plot", "x.png"), ("--trace", "x.json"), ("--plot", "x.png", "--trace", "x.json")])
+def test_search_leaves_its_outputs_their_time_within_the_limit(monkeypatch, tmp_path, outputs):
+    """--time-limit is the whole command's budget: a picture (about a millisecond per op, plus
+    matplotlib's start) or a trace is made after the search, so the search ends that much earlier.
+    The search is replaced by one that records its deadline on a still fake clock."""
+    from ppopt.report.plot import picture_time_s
+    from ppopt.report.trace import trace_time_s
+    from tests.test_plan import _Clock
+
+    monkeypatch.setattr("ppopt.solve.options.time", _Clock())
+    seen = []
+
+    def search(spec, space, options, minimize_memory=False):
+        seen.append(options.remaining_s())
+        raise InfeasibleError("recorded", field="memory_limit")
+
+    monkeypatch.setattr("ppopt.solve.search.search", search)
+    monkeypatch.chdir(tmp_path)
+    result = run("search", "--unit", "-p", 4, "-m", 8, "--memory-limit", 4, "--time-limit", 100, *outputs)
+    assert result.exit_code == 1 and "recorded" in result.output
+    ops = 4 * 8 * 2  # the linear space with full backwards: an F and a B per stage and microbatch
+    kept = (picture_time_s(ops) if "--plot" in outputs else 0.0) + (trace_time_s(ops) if "--trace" in outputs else 0.0)
+    assert seen == [pytest.approx(100 - kept)]
+    assert not list(tmp_path.iterdir())  # nothing written

@@ -113,6 +113,10 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
 
     options = SolveOptions(time_limit_s=time_limit, seed=seed, deterministic_time=deterministic_time,
                            progress=None if quiet else (lambda line: click.echo(line, err=True))).start(startup_s())
+    if plot_path:  # the time limit covers the whole command: keep the picture's drawing
+        from ppopt.report.plot import PICTURE_FIXED_S
+
+        options = options.reserve(PICTURE_FIXED_S)
     if top < 1:
         raise ConfigError(f"must be at least 1, got {top}", field="top")
     if search_top < 0:

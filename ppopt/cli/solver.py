@@ -214,8 +214,8 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
 
         check_run_before_search(spec.devices, spec.microbatches, stage_count(searched, spec.devices))
     if plot or trace:  # the picture's and the trace's size is known before the search that makes them
-        from ppopt.report.plot import check_picture_size
-        from ppopt.report.trace import check_trace_size
+        from ppopt.report.plot import check_picture_size, picture_time_s
+        from ppopt.report.trace import check_trace_size, trace_time_s
         from ppopt.solve.search import space_ops
 
         ops = space_ops(spec, searched)
@@ -223,6 +223,8 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
             check_picture_size(ops)
         if trace:
             check_trace_size(ops)
+        # the time limit covers the whole command: the search leaves the outputs their time
+        solve = solve.reserve((picture_time_s(ops) if plot else 0.0) + (trace_time_s(ops) if trace else 0.0))
     result = search(spec, searched, solve, minimize_memory=minimize_memory)
     if as_json:
         emit_json(search_json(result) | {"job": _simulated_json(spec)})

@@ -37,7 +37,7 @@ from ppopt.io import atomic_write_bytes
 from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
 
 __all__ = [
-    "KIND_COLORS", "MAX_PICTURE_OPS", "Panel", "Transfer", "check_picture_size", "compare_figure", "default_title", "device_style", "live_curves", "plot_compare",
+    "KIND_COLORS", "MAX_PICTURE_OPS", "Panel", "Transfer", "check_picture_size", "compare_figure", "picture_time_s", "default_title", "device_style", "live_curves", "plot_compare",
     "plot_schedule", "schedule_figure", "simulated_transfers",
 ]
 
@@ -358,6 +358,20 @@ MAX_PICTURE_OPS = 40_000
 """The most ops a schedule picture draws: each takes about 0.8 ms (32,768 ops, 1F1B at 16 x 1,024:
 25 s for a PNG, 27 s and 14 MB for an SVG, on this project's 2-core machine), and well before this
 many the boxes are too small to read."""
+
+
+PICTURE_FIXED_S = 2.0
+"""Wall time of any picture before its ops, generously: importing matplotlib, laying out and saving
+the figure (a 1F1B of 512 ops: 1.8 s as a whole command on this project's 2-core machine)."""
+PICTURE_S_PER_OP = 1.2e-3
+"""Wall time per op of a schedule picture, generously (1F1B at 16 x 128, 4,096 ops: 6.3 s as a whole
+command; at 32 x 512, 32,768 ops: 37.8 s; :data:`MAX_PICTURE_OPS` cites 0.8 ms on an idle machine)."""
+
+
+def picture_time_s(ops: int) -> float:
+    """Seconds a picture of ``ops`` ops may take to draw and write: what a command with a time limit
+    keeps for it after its search."""
+    return PICTURE_FIXED_S + PICTURE_S_PER_OP * ops
 
 
 def check_picture_size(ops: int, what: str = "") -> None:

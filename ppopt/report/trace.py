@@ -42,7 +42,7 @@ from ppopt.flat import paused_gc
 from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
 from ppopt.simulate import Simulation
 
-__all__ = ["MAX_TRACE_OPS", "TRACE_TIME_SCALE", "check_trace_size", "chrome_trace"]
+__all__ = ["MAX_TRACE_OPS", "TRACE_TIME_SCALE", "check_trace_size", "chrome_trace", "trace_time_s"]
 
 MAX_TRACE_OPS = 500_000
 """The most ops a trace holds, so that an export finishes within about half a minute and a few GB.
@@ -50,6 +50,17 @@ Each op takes about 5 KB while the trace is built and about 0.6 KB of JSON: on t
 machine `export -s 1f1b --unit` to a trace at 60 x 4,096 (491,520 ops) took 19.5 s and 2.3 GB and
 wrote 285 MB (`benchmarks/json_output.py`). Perfetto's UI loads a JSON trace into the browser's
 memory."""
+
+
+TRACE_S_PER_OP = 5e-5
+"""Wall time per op of building and writing a trace, generously (19.5 s at 491,520 ops, see
+:data:`MAX_TRACE_OPS`: 4e-5 s)."""
+
+
+def trace_time_s(ops: int) -> float:
+    """Seconds a trace of ``ops`` ops may take to build and write: what a command with a time limit
+    keeps for it after its search."""
+    return TRACE_S_PER_OP * ops
 
 
 def check_trace_size(ops: int) -> None:
