@@ -1,6 +1,8 @@
 """The CP-SAT explorer: known optima, bound ordering, fixed points, dominance without loss."""
 
 import math
+import re
+import threading
 import time
 from dataclasses import replace
 
@@ -617,3 +619,25 @@ def test_a_solve_short_of_time_for_its_size_gets_no_linear_relaxation():
     # the clock decided, so a reproducibility claim must not be made (the CLI's note reads the cuts)
     assert enough.cuts == [] and len(short.cuts) == 1 and "linear relaxation" in short.cuts[0]
     assert SolveOptions(600).start().solver(NO_LP_OPS).parameters.linearization_level == 0
+
+
+def test_a_long_solve_says_it_is_still_solving(monkeypatch):
+    """CP-SAT reports nothing until it finds a solution: SolveOptions.run prints a line every
+    HEARTBEAT_S meanwhile, so a long solve does not look like a hang (and none without progress)."""
+
+    monkeypatch.setattr("ppopt.solve.options.HEARTBEAT_S", 0.01)
+    lines, heard = [], threading.Event()
+
+    def progress(line):
+        lines.append(line)
+        heard.set()
+
+    options = SolveOptions(100, progress=progress).start()
+    with options._heartbeat():
+        assert heard.wait(30)  # an event, not a timing: the first beat arrives
+    count = len(lines)
+    assert re.fullmatch(r"\[ *\d+\.\d\ds\] still solving", lines[0])
+    threading.Event().wait(0.05)
+    assert len(lines) == count  # the beats stop with the block
+    with SolveOptions(100).start()._heartbeat():  # no progress wanted: no thread, nothing printed
+        pass

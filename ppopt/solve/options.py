@@ -19,9 +19,11 @@ reproducible.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str], None]
 
+HEARTBEAT_S = 10.0
+"""Seconds between the "still solving" lines of a CP-SAT solve (:meth:`SolveOptions.run`)."""
 PROGRESS_AFTER_S = 1.0
 """Work that is long only at large sizes reports progress once it has run this long (seconds), so
 quick runs print none: the CLI's bars and phase lines (:mod:`ppopt.cli.options`) and ``gap``'s
@@ -187,13 +191,38 @@ class SolveOptions:
 
         from ppopt.solve.interrupt import stoppable
 
-        with stoppable(solver):  # Ctrl-C ends the command, not only this solve
+        with stoppable(solver), self._heartbeat():  # Ctrl-C ends the command, not only this solve
             code = solver.solve(model, callback)
         self.work.spent += solver.deterministic_time
         settled = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
         if not settled and solver.deterministic_time < solver.parameters.max_deterministic_time:
             self.cut(f"a CP-SAT solve stopped after {solver.wall_time:.3g} s of wall time")
         return code
+
+    @contextlib.contextmanager
+    def _heartbeat(self) -> Iterator[None]:
+        """Inside the block, a progress line every :data:`HEARTBEAT_S` seconds: CP-SAT reports
+        nothing until it finds a solution, and a long solve without one would look like a hang. (A
+        thread: it beats while the solve releases Python's lock, which CP-SAT does for most of a
+        solve but not all of it, so a beat may come late.)"""
+        if self.progress is None:
+            yield
+            return
+        done = threading.Event()
+        began = time.monotonic()
+
+        def beat() -> None:
+            while not done.wait(HEARTBEAT_S):
+                assert self.progress is not None
+                self.progress(f"[{time.monotonic() - began:7.2f}s] still solving")
+
+        thread = threading.Thread(target=beat, name="ppopt-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def share(self, parts: int) -> SolveOptions:
         """Options for the next of ``parts`` steps run one after another: an equal share of what
