@@ -211,7 +211,7 @@ def test_plan_command_searches_exports_and_plots(tmp_path, monkeypatch):
     monkeypatch.setattr(plan_plot, "_save", lambda fig, path, fmt: figures.append(fig) or save(fig, path, fmt))
     csv_path, png = tmp_path / "best.csv", tmp_path / "plan.png"
     result = run("plan", "--model", "llama3-8b", "--gpus", 4, "--system", "dgx-h100", "--global-batch", 8,
-                 "--recompute", "full", "--schedule", "1f1b", "--schedule", "zb-h1", "--search", 1, "--time-limit", 2,
+                 "--recompute", "full", "--schedule", "1f1b", "--schedule", "zb-h1", "--search", 1, "--time-limit", 4,
                  "--layers-per-stage", "balanced", "-q", "--torch-csv", csv_path, "--plot", png, "--json")
     assert result.exit_code == 0, result.output
     got = json.loads(result.stdout)
