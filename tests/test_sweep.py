@@ -272,6 +272,13 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
         (('split = ["1:2", "1:1"]', 'split = []'), "key 'options.split': an empty list sweeps nothing"),
         (('schedules = ["gpipe", "1f1b", "zb-h1"]', "schedules = []"), "key 'solver.schedules': an empty list sweeps nothing"),
         (("[filters.hanayo]", "[filters.hanayoo]"), "key 'filters.hanayoo': unknown schedule"),
+        # an empty list left out would mean every value: refused, not read as "all"
+        (("devices = [2]", "devices = []"), "key 'solver.devices': an empty list: give at least one value"),
+        (("microbatches_equal_devices = true", "devices = []"), "key 'filters.hanayo.devices': an empty list"),
+        # a filter that keeps none of the sweep's points (the sweep has 3 and 4 devices)
+        (("microbatches_equal_devices = true", "devices = [8]"), "key 'filters.hanayo': keeps no point of the sweep"),
+        (("microbatches_equal_devices = true", "microbatches_equal_devices = true\nmicrobatches = [8]\ndevices = [3]"),
+         "key 'filters.hanayo': keeps no point"),
         (("microbatches_equal_devices = true", "microbatches_equal_devices = 1"), "key 'filters.hanayo.microbatches_equal_devices'"),
         (("microbatches = [4, 8]", "microbatches = [4, 4]"), "key 'microbatches': duplicate value"),
         (('memory_limits = ["none", 2]', 'memory_limits = ["unlimited"]'), "key 'solver.memory_limits.0'"),

@@ -32,9 +32,14 @@ __all__ = ["Executor", "LocalExecutor", "RayExecutor", "make_executor", "max_loc
 
 
 def _die_with_parent() -> None:
-    """Pool initializer: end this worker as soon as the process that started it is gone."""
+    """Pool initializer: end this worker as soon as the process that started it is gone, and end it
+    quietly on Ctrl-C (the terminal sends it to every process of the group: the parent reports
+    ``aborted``; each worker printed its own KeyboardInterrupt traceback)."""
     import multiprocessing
+    import signal
     import threading
+
+    signal.signal(signal.SIGINT, lambda *_: os._exit(1))
 
     parent = multiprocessing.parent_process()
     if parent is None or parent.sentinel is None:

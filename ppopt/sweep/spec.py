@@ -124,6 +124,17 @@ class Filter(_Strict):
             return False
         return not (self.microbatches_multiple_of_devices and microbatches % devices)
 
+    def keeps_any(self, spec: SweepSpec) -> bool:
+        """Whether some point of ``spec`` passes (the lists compared as sets; the (p, m) pairs walked
+        only among the values kept, for the two conditions that relate them)."""
+        def kept(mine: list | None, theirs: list) -> list:
+            return list(theirs) if mine is None else [v for v in theirs if v in set(mine)]
+
+        devices, microbatches = kept(self.devices, spec.devices), kept(self.microbatches, spec.microbatches)
+        if not (devices and microbatches and kept(self.models, spec.models) and kept(self.systems, spec.systems)):
+            return False
+        return any(self.keeps(p, m) for p, m in itertools.product(devices, microbatches))
+
 
 class Options(_Strict):
     """Schedule options (see ``ppopt list``); a list sweeps the values. Unset: the generator's default."""
@@ -323,7 +334,13 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
                 _unique(chosen, key)
             except ValueError as error:
                 raise fail(key, str(error)) from None
-    for name in spec.filters:
+    empty = [(f"solver.{key}", getattr(spec.solver, key)) for key in ("devices", "microbatches")] if spec.solver else []
+    empty += [(f"filters.{name}.{key}", getattr(rule, key)) for name, rule in spec.filters.items()
+              for key in ("devices", "microbatches", "models", "systems")]
+    for key, values in empty:
+        if values is not None and not values:  # left out means every value; empty would silently mean the same
+            raise fail(key, "an empty list: give at least one value, or leave the key out")
+    for name, rule in spec.filters.items():
         if name not in REGISTRY:
             raise fail(f"filters.{name}", f"unknown schedule '{name}' (known: {known})")
     for option in OPTIONS:
@@ -342,6 +359,10 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
             if 2 * value * fewest[other] > MAX_OPS:
                 raise fail(key, f"{value} makes every schedule larger than the limit of {MAX_OPS:,} ops (at least "
                                 f"2 x {value} x {fewest[other]} {other}: a forward and a backward per stage and microbatch)")
+    for name, rule in spec.filters.items():
+        if not rule.keeps_any(spec):
+            raise fail(f"filters.{name}", "keeps no point of the sweep (its values are not among the sweep's): "
+                                          "drop the schedule from schedules instead")
     if spec.solver is not None:
         s = spec.solver
         try:  # the unit model's own ranges (weight at most backward too)
