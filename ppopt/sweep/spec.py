@@ -340,7 +340,7 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
     for key, values in empty:
         if values is not None and not values:  # left out means every value; empty would silently mean the same
             raise fail(key, "an empty list: give at least one value, or leave the key out")
-    for name, rule in spec.filters.items():
+    for name in spec.filters:
         if name not in REGISTRY:
             raise fail(f"filters.{name}", f"unknown schedule '{name}' (known: {known})")
     for option in OPTIONS:
