@@ -637,6 +637,11 @@ def test_a_json_key_given_twice_is_refused(tmp_path):
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", costs)
     assert (result.exit_code, result.output) == (
         1, f"error: --costs: {costs}: not a readable JSON file (key 'format' is given twice)\n")
+    toml = tmp_path / "dup.toml"  # tomllib names the line only; the key is named too
+    toml.write_text("peak_flops = 1.0\n" + (ROOT / "configs" / "dgx-a100.toml").read_text())
+    result = cli("evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", toml)
+    assert result.exit_code == 1 and result.output.startswith(f"error: {toml}: not valid TOML: key 'peak_flops' is given "
+                                                              "twice (Cannot overwrite a value (at line ")
 
 
 @pytest.mark.parametrize("command", [["evaluate", "-s", "1f1b"], ["compare"], ["export", "-s", "1f1b", "-o", os.devnull]])

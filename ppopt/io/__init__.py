@@ -174,6 +174,22 @@ def parse_data(text: str, toml: bool = False) -> Any:
         return tomllib.loads(text) if toml else json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(_named_overwrite(str(error), text)) from None
+
+
+_OVERWRITE = re.compile(r"Cannot overwrite a value \(at line (\d+), column \d+\)")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_.\-\"' ]+?)\s*=")
+
+
+def _named_overwrite(message: str, text: str) -> str:
+    """tomllib's message for a key given twice names the line only: add the key (as written)."""
+    found = _OVERWRITE.fullmatch(message)
+    lines = text.splitlines()
+    if found is None or not 0 < int(found[1]) <= len(lines):
+        return message
+    key = _KEY.match(lines[int(found[1]) - 1])
+    return f"key {shown(key[1])} is given twice ({message})" if key else message
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
