@@ -39,8 +39,8 @@ Stage splits (:func:`balanced_layers`)
     carries the embedding and the last stage the output layer and loss, so equal counts are not
     balanced. A stage's time and memory are taken as linear in its layer count, T_k(n) = n·L + E_k,
     read off two probe jobs (exact under the additive op-time rule; under the roofline rule or a
-    host launch time, a maximum of linear terms, so the line through the probes approximates it); the smallest achievable max_k T_k is found by bisection over the candidate
-    values. Counts may also be given explicitly (``(7, 8, 8, 7)``). Counts are per schedule
+    host launch time, a maximum of linear terms, so the line through the probes approximates it);
+    the smallest achievable max_k T_k is found by bisection over the candidate values. Counts may also be given explicitly (``(7, 8, 8, 7)``). Counts are per schedule
     stage: a job with S = v·p stages (chunks, a V, waves; Chimera's p) takes S of them, so explicit
     counts go to every job with that many stages, and ``balanced`` gives S counts; where a device
     holds several stages their memory adds up, so there the limit is checked on the split job
