@@ -38,7 +38,8 @@ def run_options(command):
         click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True,
                      help="Parameter and activation type (float64 makes the gradient check tight)."),
         click.option("--timeout", type=float, default=120.0, show_default=True,
-                     help="Seconds for every process group operation and for the run from the launch of its ranks (starting Python and torch comes before)."),
+                     help="Seconds for every process group operation and for the run, from the launch of its ranks "
+                          "(starting Python and torch comes before)."),
     ]):
         wrapper = option(wrapper)
     return wrapper

@@ -512,8 +512,8 @@ def write_torch_csv(
 ) -> None:
     """Write ``schedule`` as a PyTorch schedule CSV (``compute_only`` format).
 
-    One row per device with its ops in order; with ``start`` (simulated or solver start times, by op or per device: :data:`StartTimes`),
-    each device's ops sorted by start time (ties keep the schedule's order). A path is written
+    One row per device with its ops in order; with ``start`` (simulated or solver start times, by
+    op or per device: :data:`StartTimes`), each device's ops sorted by start time (ties keep the schedule's order). A path is written
     atomically; an open text file is written as is. Raises :class:`ScheduleError` for a schedule
     with replicated stages, which the format cannot hold.
     """
