@@ -4,6 +4,7 @@ stdout, usage errors, non-finite JSON, options a schedule would ignore."""
 import errno
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -752,3 +753,15 @@ def test_second_audit_inputs_are_one_line_naming_the_real_problem(tmp_path, monk
     even = run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--pp", 2, "--schedule", "chimera-asym", "--split", "1:1")
     assert result.exit_code == 0 and even.exit_code == 0
     assert result.stdout.splitlines()[1:] == even.stdout.splitlines()[1:]
+
+
+def test_a_time_limit_shorter_than_the_start_up_is_refused_naming_it():
+    """--time-limit counts from ppopt's imports, which take a good part of a second: a limit that the
+    start-up alone uses up is refused with the least limit, start-up included (0.01 s was accepted
+    and the command took 1.35 s)."""
+    process = ppopt_process(["search", "--unit", "-p", "4", "-m", "8", "--time-limit", "0.01"], subprocess.PIPE)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1 and stdout == b""
+    line = stderr.decode()
+    assert line.count("\n") == 1 and line.startswith("error: --time-limit: 0.01 s is too short for 4 devices, 8 microbatches")
+    assert re.search(r"takes up to [\d.]+ s, the command's start-up \([\d.e-]+ s\) included; give at least that", line)

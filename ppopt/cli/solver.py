@@ -127,11 +127,13 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
                           f"at most {max_search_ops(held):,} ops", field="space" if key else "microbatches")
     if spec.memory_limit is not None:  # the first handcrafted hint may not fit: one more until one does
         schedules += 1
-    least = schedules * minimum_time_s(ops)
+    started = startup_s()  # the budget counts from the imports (0 when not run from the command line)
+    least = started + schedules * minimum_time_s(ops)
     if time_limit_s < least:
         what_work = "one schedule" if schedules == 1 else f"the {schedules} schedules this command builds"
+        start_up = f", the command's start-up ({started:.2g} s) included" if started else ""
         raise ConfigError(f"{time_limit_s:g} s is too short for {what} ({ops:,} ops): building, simulating and printing "
-                          f"{what_work} at that size takes up to {_rounded_up(least)} s; give at least that",
+                          f"{what_work} at that size takes up to {_rounded_up(least)} s{start_up}; give at least that",
                           field="time_limit_s")
 
 
