@@ -1,5 +1,6 @@
 """The CP-SAT explorer: known optima, bound ordering, fixed points, dominance without loss."""
 
+import contextlib
 import math
 import re
 import threading
@@ -641,3 +642,19 @@ def test_a_long_solve_says_it_is_still_solving(monkeypatch):
     assert len(lines) == count  # the beats stop with the block
     with SolveOptions(100).start()._heartbeat():  # no progress wanted: no thread, nothing printed
         pass
+    # and every solve runs inside it (SolveOptions.run is the one way the project calls CP-SAT)
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    model.minimize(model.new_int_var(0, 3, "x"))
+    entered = []
+
+    @contextlib.contextmanager
+    def recorded(self):
+        entered.append(self)
+        yield
+
+    monkeypatch.setattr(SolveOptions, "_heartbeat", recorded)
+    options = SolveOptions(100, progress=progress).start()
+    assert options.run(options.solver(), model) == cp_model.OPTIMAL
+    assert entered == [options]

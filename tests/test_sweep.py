@@ -273,8 +273,8 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
         (('schedules = ["gpipe", "1f1b", "zb-h1"]', "schedules = []"), "key 'solver.schedules': an empty list sweeps nothing"),
         (("[filters.hanayo]", "[filters.hanayoo]"), "key 'filters.hanayoo': unknown schedule"),
         # an empty list left out would mean every value: refused, not read as "all"
-        (("devices = [2]", "devices = []"), "key 'solver.devices': an empty list: give at least one value"),
-        (("microbatches_equal_devices = true", "devices = []"), "key 'filters.hanayo.devices': an empty list"),
+        (("devices = [2]", "devices = []"), "key 'solver.devices': List should have at least 1 item"),
+        (("microbatches_equal_devices = true", "devices = []"), "key 'filters.hanayo.devices': List should have at least 1 item"),
         # a filter that keeps none of the sweep's points (the sweep has 3 and 4 devices)
         (("microbatches_equal_devices = true", "devices = [8]"), "key 'filters.hanayo': keeps no point of the sweep"),
         (("microbatches_equal_devices = true", "microbatches_equal_devices = true\nmicrobatches = [8]\ndevices = [3]"),

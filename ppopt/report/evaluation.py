@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ppopt.evaluate import Evaluation, Ranking
 from ppopt.formula import Formula
-from ppopt.report.text import distinct_digits, gib, per_device, render_table, seconds, with_context
+from ppopt.report.text import csv_gib, csv_number, distinct_digits, gib, per_device, render_table, seconds, with_context
 from ppopt.simulate import Simulation
 from ppopt.table import Table
 from ppopt.units import UnitCosts
@@ -46,7 +46,7 @@ def peak_memory_cell(result: Evaluation, fmt: str = "text") -> str:
     assert result.simulation is not None
     peak = max(result.simulation.peak_memory_bytes)
     if fmt == "csv":  # a bare number: the header says GiB
-        return f"{peak / 2**30:.6g}"
+        return csv_gib(peak)
     mark = f" {OVER_MEMORY}" if result.memory_over is not None else ""
     return gib(peak) + mark
 
@@ -171,7 +171,7 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
         ]
         sim = r.simulation
         if simulated and sim is not None:
-            step = f"{sim.step_time_s:.6g}" if fmt == "csv" else seconds(sim.step_time_s)
+            step = csv_number(sim.step_time_s) if fmt == "csv" else seconds(sim.step_time_s)
             row += [step, f"{sim.idle_ratio:.4f}", peak_memory_cell(r, fmt)]
             csv_marks.append(_yes(r.memory_over is not None))
         rows.append(row + csv_marks if fmt == "csv" else row)
@@ -204,8 +204,8 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
         if fmt == "csv":  # one number per cell: each rank beside its value, units in the header
             formula_cells = ("", "") if f is None or not f.valid else (str(rank), f"{f.bubble_ratio:.4f}")
             rows.append((r.schedule, *formula_cells, str(ranking.table[r.schedule]), f"{r.table.bubble_ratio:.4f}",
-                         str(ranking.simulation[r.schedule]), f"{sim.step_time_s:.6g}", f"{sim.idle_ratio:.4f}",
-                         f"{max(sim.peak_activation_bytes) / 2**30:.6g}", peak_memory_cell(r, fmt), _yes(flips),
+                         str(ranking.simulation[r.schedule]), csv_number(sim.step_time_s), f"{sim.idle_ratio:.4f}",
+                         csv_gib(max(sim.peak_activation_bytes)), peak_memory_cell(r, fmt), _yes(flips),
                          _yes(r.memory_over is not None)))
             continue
         rows.append(

@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import math
 
-from ppopt.report.text import gib, per_device, percent, percent_header, render_table, seconds, timeline_grid, with_context
+from ppopt.report.text import (
+    csv_gib,
+    csv_number,
+    gib,
+    per_device,
+    percent,
+    percent_header,
+    render_table,
+    seconds,
+    timeline_grid,
+    with_context,
+)
 from ppopt.solve.gap import Frontier, GapReport
 from ppopt.solve.greedy import GREEDY
 from ppopt.solve.periodic import PERIODIC
@@ -40,7 +51,7 @@ def _cell(value: float | None, unit: str, fmt: str) -> str:
         return _amount(value, unit)
     if value is None or not math.isfinite(value):
         return ""
-    return f"{value / 2**30 if unit == 'bytes' else value:.6g}"
+    return csv_gib(value) if unit == "bytes" else csv_number(value)
 
 
 def _header(name: str, unit: str, fmt: str) -> str:

@@ -244,3 +244,13 @@ def fixed(value: float, decimals: int, width: int = 0) -> str:
 def gib(value: float) -> str:
     """Bytes as GiB with four significant digits."""
     return f"{value / 2**30:.4g} GiB"
+
+
+def csv_number(value: float) -> str:
+    """A bare number for a CSV cell, six significant digits (the column's header names the unit)."""
+    return f"{value:.6g}"
+
+
+def csv_gib(value: float) -> str:
+    """Bytes as a bare number of GiB for a CSV cell (:func:`csv_number`; the header says GiB)."""
+    return csv_number(value / 2**30)

@@ -84,6 +84,10 @@ _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+Counts = Annotated[list[PositiveInt], Field(min_length=1)]
+"""A list of positive counts, at least one: an optional one left out means every value, so an
+empty one is refused rather than read the same way."""
+Names = Annotated[list[NonEmptyStr], Field(min_length=1)]
 
 
 class _Strict(BaseModel):
@@ -104,10 +108,10 @@ def _unique(values: list, key: str) -> list:
 class Filter(_Strict):
     """Which points of one schedule to keep: every condition given must hold."""
 
-    devices: list[PositiveInt] | None = None
-    microbatches: list[PositiveInt] | None = None
-    models: list[NonEmptyStr] | None = None
-    systems: list[NonEmptyStr] | None = None
+    devices: Counts | None = None
+    microbatches: Counts | None = None
+    models: Names | None = None
+    systems: Names | None = None
     microbatches_equal_devices: StrictBool = False
     microbatches_multiple_of_devices: StrictBool = False
 
@@ -128,7 +132,7 @@ class Filter(_Strict):
         """Whether some point of ``spec`` passes (the lists compared as sets; the (p, m) pairs walked
         only among the values kept, for the two conditions that relate them)."""
         def kept(mine: list | None, theirs: list) -> list:
-            return list(theirs) if mine is None else [v for v in theirs if v in set(mine)]
+            return list(theirs) if mine is None else [v for v in theirs if v in mine]
 
         devices, microbatches = kept(self.devices, spec.devices), kept(self.microbatches, spec.microbatches)
         if not (devices and microbatches and kept(self.models, spec.models) and kept(self.systems, spec.systems)):
@@ -185,9 +189,9 @@ class SolverSpec(_Strict):
 
     schedules: list[NonEmptyStr] | Literal["all"] | None = None
     """Default: the sweep's schedules."""
-    devices: list[PositiveInt] | None = None
+    devices: Counts | None = None
     """Default: the sweep's devices."""
-    microbatches: list[PositiveInt] | None = None
+    microbatches: Counts | None = None
     """Default: the sweep's microbatches."""
     memory_limits: list[PositiveFloat | Literal["none"]] = Field(default=["none"], min_length=1)
     time_limit_s: PositiveFloat = 10.0
@@ -334,12 +338,6 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
                 _unique(chosen, key)
             except ValueError as error:
                 raise fail(key, str(error)) from None
-    empty = [(f"solver.{key}", getattr(spec.solver, key)) for key in ("devices", "microbatches")] if spec.solver else []
-    empty += [(f"filters.{name}.{key}", getattr(rule, key)) for name, rule in spec.filters.items()
-              for key in ("devices", "microbatches", "models", "systems")]
-    for key, values in empty:
-        if values is not None and not values:  # left out means every value; empty would silently mean the same
-            raise fail(key, "an empty list: give at least one value, or leave the key out")
     for name in spec.filters:
         if name not in REGISTRY:
             raise fail(f"filters.{name}", f"unknown schedule '{name}' (known: {known})")
