@@ -580,6 +580,22 @@ def test_the_command_keeps_a_quarter_of_the_simulations_time_for_the_searches(mo
     assert kept == [0.0, 0.25]
 
 
+def test_plan_without_a_search_never_imports_the_solver():
+    """`--search 0` ends when its plan does: importing CP-SAT (and pandas through it, about 0.4 s)
+    after the plan had spent a 3 s budget made the command take 3.5 s. A fresh interpreter shows
+    which modules the command loaded."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom ppopt.cli import main\n"
+              "main(['plan', '--model', 'llama3-8b', '--gpus', '8', '--global-batch', '16', '--system', 'dgx-h100',"
+              " '-q', '--top', '1', '--schedule', '1f1b', '--search', '0'], standalone_mode=False)\n"
+              "print(sorted(m for m in ('ortools', 'ppopt.plan_search', 'ppopt.solve.search') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert "#1 as a ppopt job" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_sizing_shares_a_placement_s_work_exactly():
     # every family (chimera-asym's uneven default split included) and every split: the work the
     # sizing shares between the families of one placement is each job's own

@@ -271,7 +271,10 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_sha
 
 
 def _search(result, count: int, options):
-    """Search the first ``count`` jobs (each an equal share of the time left)."""
+    """Search the first ``count`` jobs (each an equal share of the time left); none without importing
+    the solver (0.4 s of CP-SAT's imports, past a budget the plan has spent)."""
+    if count == 0:
+        return []
     from ppopt.plan_search import search_job
 
     rows = result.rows[:count]
@@ -282,6 +285,8 @@ def _search(result, count: int, options):
 
 
 def _ranking(result, searches) -> list[tuple[int, int]]:
+    if not searches:
+        return []
     from ppopt.plan_search import ranking_changes
 
     return ranking_changes([r.step_time_s for r in result.rows], searches)
@@ -289,6 +294,8 @@ def _ranking(result, searches) -> list[tuple[int, int]]:
 
 def _first(result, searches):
     """The plan's #1 once the searched schedules count: its row and the search it runs (or None)."""
+    if not searches:
+        return result.rows[0], None
     from ppopt.plan_search import first_after_search
 
     index, search = first_after_search([r.step_time_s for r in result.rows], searches)
