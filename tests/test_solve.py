@@ -99,6 +99,24 @@ def test_with_communication_and_cap_p_the_solver_beats_1f1b_and_proves_it():
     assert row.gap > 0
 
 
+def test_the_report_says_when_the_solver_s_schedule_is_only_as_short_as_its_hint():
+    """A solver that returns a schedule of the hint's length did not beat the hint, and the step line
+    says so; one shorter by a slot, or the hint itself, is reported without the remark."""
+    from ppopt.report.solve import search_text
+
+    result = run(unit(4, 8, backward=2, comm=1, limit=4), "placement=linear")
+    hint = result.hint_step_time
+    assert hint is not None
+
+    def step_line(**changes):
+        return next(line for line in search_text(replace(result, **changes), show_grid=False).splitlines()
+                    if line.startswith("step time"))
+
+    assert step_line(from_solver=True, step_time=hint).endswith("(best from solver, as long as the hint)")
+    assert step_line(from_solver=True, step_time=hint - 1).endswith("(best from solver)")
+    assert "as long as" not in step_line(from_solver=False, step_time=hint)
+
+
 @pytest.mark.parametrize("name", names())
 @pytest.mark.parametrize("comm", [0.0, 1.0])
 def test_fixed_mode_reproduces_each_generator_exactly(name, comm):

@@ -119,6 +119,12 @@ def search_json(result: SearchResult) -> dict:
     }
 
 
+def _ties_the_hint(result: SearchResult) -> bool:
+    """Whether the step found is the hint's, to rounding (1e-9 relative)."""
+    found, hint = result.step_time, result.hint_step_time
+    return found is not None and hint is not None and abs(found - hint) <= 1e-9 * max(1.0, abs(hint))
+
+
 def search_text(result: SearchResult, show_grid: bool = True, colour: bool = False, context: str | None = None) -> str:
     """The search's report; ``context`` (what a modelled search simulated) goes under its header."""
     unit = result.time_unit
@@ -130,6 +136,8 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         lines += [timeline_grid(result.schedule, *sim.op_times(), colour=colour), ""]
     own = result.hint in (GREEDY, PERIODIC)  # ppopt's own hints, not handcrafted schedules
     where = "solver" if result.from_solver else (f"ppopt's {result.hint} schedule" if own else f"handcrafted {result.hint}")
+    if result.from_solver and _ties_the_hint(result):  # the solver's own schedule, but no shorter than its hint
+        where += ", as long as the hint"
     u = " slots" if unit == "slots" else ""
     lines.append(f"status     {result.status}")
     lines.append(f"step time  {_amount(result.step_time, unit)}{u} (best from {where})")
