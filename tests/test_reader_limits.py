@@ -236,3 +236,21 @@ def test_plan_with_an_empty_candidates_name_says_so():
         1, "error: --candidates: empty file name: give a measured-data CSV file\n")
     assert cli("plan", "--candidates", "/nonexistent.csv", "--system", "a100-vtrain") == (
         1, "error: --candidates: /nonexistent.csv: cannot read file (No such file or directory)\n")
+
+
+# -- bytes that are not UTF-8 ---------------------------------------------------------------------
+
+
+def test_a_data_file_that_is_not_utf8_is_one_line_in_every_command_that_reads_one(tmp_path):
+    """A CSV saved in another encoding (here a Latin-1 'é' in a header name) is refused in one line
+    naming the file, by the measured-data commands and by `published`, which printed a traceback."""
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(HEADER.replace("# GPUs", "# GPUs (\xe9t\xe9)").encode("latin-1") + b"\n" + ROW.encode() + b"\n")
+    commands = [*measured_commands(path, tmp_path), (["published", path], "")]
+    for args, flag in commands:
+        code, output = cli(*args)
+        assert code == 1, (args, output)
+        assert output == f"error: {flag}{path}: not UTF-8 text (invalid continuation byte)\n", args
+    assert not (tmp_path / "cal.toml").exists()  # calibrate wrote nothing
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        read_published(path)

@@ -60,7 +60,7 @@ import orjson
 from ppopt.errors import PpoptError
 
 __all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "csv_problem", "json_bytes",
-           "parse_data", "read_stdin_bounded", "read_text_bounded", "shown", "write_json"]
+           "parse_data", "read_csv_table", "read_stdin_bounded", "read_text_bounded", "shown", "write_json"]
 
 CONFIG_BYTES = 64 * 2**20
 """The largest model, system or spec file read, in bytes (real ones are a few kB)."""
@@ -161,6 +161,26 @@ def check_header(header: list[str], name: str, error: type[PpoptError]) -> None:
         if column.strip() and first.setdefault(column, position) != position:
             raise error(f"{name}: line 1, column {shown(column)}: named twice in the header "
                         f"(columns {first[column] + 1} and {position + 1})")
+
+
+def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError]) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    """The header (:func:`header_row`) and the records after it (:func:`csv_records`) of the CSV data
+    file ``path``, read as UTF-8 (a byte-order mark allowed) up to ``limit`` bytes. Raises ``error``
+    in one line naming the file: unreadable, not UTF-8 text, no header row, or a column named
+    twice (:func:`check_header`)."""
+    name = str(path)
+    try:
+        text = read_text_bounded(path, limit, "utf-8-sig")
+    except OSError as problem:
+        raise error(f"{name}: cannot read file ({problem.strerror or problem})") from problem
+    except UnicodeDecodeError as problem:
+        raise error(f"{name}: not UTF-8 text ({problem.reason})") from problem
+    records = csv_records(text, name, error)
+    header = header_row(records)
+    if not header:
+        raise error(f"{name}: empty file (expected a header row)")
+    check_header(header, name, error)
+    return header, records
 
 
 def parse_data(text: str, toml: bool = False) -> Any:

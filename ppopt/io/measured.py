@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from ppopt.config import ModelConfig, SystemConfig, validation_message
 from ppopt.errors import ConfigError
-from ppopt.io import check_header, csv_records, decimal_float, decimal_int, header_row, read_text_bounded, require_file_name, shown
+from ppopt.io import decimal_float, decimal_int, read_csv_table, require_file_name, shown
 from ppopt.job import Job
 
 MEASURED_BYTES = 256 * 2**20
@@ -80,7 +80,7 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_measured` does not read (a run's schedule
     or recomputation mode, say): the rows are modelled as :data:`ASSUMED` whatever they say. Call
     after :func:`read_measured` has accepted the file."""
-    header = header_row(csv_records(read_text_bounded(Path(source), MEASURED_BYTES, "utf-8-sig"), str(source), MeasuredDataError))
+    header, _ = read_csv_table(Path(source), MEASURED_BYTES, MeasuredDataError)
     known = {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN}
     return [cell for cell in header if cell and cell not in known]
 
@@ -146,17 +146,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
     require_file_name(source, "a measured-data CSV file", MeasuredDataError)
     path = Path(source)
     name = str(source)
-    try:
-        text = read_text_bounded(path, MEASURED_BYTES, "utf-8-sig")
-    except OSError as error:
-        raise MeasuredDataError(f"{name}: cannot read file ({error.strerror or error})") from error
-    except UnicodeDecodeError as error:
-        raise MeasuredDataError(f"{name}: not UTF-8 text ({error.reason})") from error
-    records = csv_records(text, name, MeasuredDataError)
-    header = header_row(records)
-    if not header:
-        raise MeasuredDataError(f"{name}: empty file (expected a header row)")
-    check_header(header, name, MeasuredDataError)
+    header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError)
     for column in [*COLUMNS, TIME]:
         if column not in header:
             raise MeasuredDataError(f"{name}: missing column '{column}'")

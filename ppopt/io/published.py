@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ppopt.config import MODEL_LIMITS
 from ppopt.errors import ConfigError
-from ppopt.io import check_header, csv_records, decimal_float, header_row, read_text_bounded, require_file_name, shown
+from ppopt.io import decimal_float, read_csv_table, require_file_name, shown
 from ppopt.published import PublishedRun
 
 __all__ = ["ASSUMED", "COLUMNS", "read_published", "unused_columns"]
@@ -62,15 +62,7 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     and column of a missing or bad cell, or of a layout whose t·p does not divide the GPUs."""
     require_file_name(source, "a published-throughput CSV file", ConfigError)
     name = str(source)
-    try:
-        text = read_text_bounded(Path(source), PUBLISHED_BYTES, "utf-8-sig")
-    except OSError as error:
-        raise ConfigError(f"{name}: cannot read file ({error.strerror or error})") from error
-    records = csv_records(text, name, ConfigError)
-    header = header_row(records)
-    if not header:
-        raise ConfigError(f"{name}: empty file (expected a header row)")
-    check_header(header, name, ConfigError)
+    header, records = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError)
     missing = [column for column in COLUMNS if column not in header]
     if missing:
         raise ConfigError(f"{name}: missing column '{missing[0]}'")
@@ -115,5 +107,5 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_published` does not read (a run's micro
     batch, say: the runs are predicted as :data:`ASSUMED`). Call after :func:`read_published` has
     accepted the file."""
-    text = read_text_bounded(Path(source), PUBLISHED_BYTES, "utf-8-sig")
-    return [cell for cell in header_row(csv_records(text, str(source), ConfigError)) if cell and cell not in COLUMNS]
+    header, _ = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError)
+    return [cell for cell in header if cell and cell not in COLUMNS]
