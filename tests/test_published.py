@@ -185,3 +185,25 @@ def test_columns_published_does_not_read_get_a_note_as_in_validate(tmp_path):
     plain = CliRunner().invoke(main, ["published", str(TABLE), "--system", "dgx-a100", "--json"])
     assert plain.stderr == ""
     assert json.loads(noted.stdout)["summary"] == json.loads(plain.stdout)["summary"]
+
+
+def test_a_pipe_in_a_system_name_is_escaped_in_markdown_as_other_tables_escape_it(tmp_path):
+    """The markdown of validate, published and plan (their own table writer) left a '|' in a cell
+    or a header as it was, so a system named "dgx|a100" added a column to the header; the other
+    commands' tables escaped it in cells. They share one writer now, which escapes headers too."""
+    system = tmp_path / "pipe.toml"
+    system.write_text((TABLE.parent.parent.parent / "configs" / "dgx-a100.toml").read_text().replace(
+        'name = "dgx-a100"', 'name = "dgx|a100"'))
+    result = CliRunner().invoke(main, ["published", str(TABLE), "--system", str(system), "--format", "markdown"])
+    assert result.exit_code == 0, result.output
+    header, rule, *rows = result.stdout.split("\n\n")[0].splitlines()
+    assert header == "| model | GPUs (t × p × d) | published step | dgx\\|a100 |"
+    assert rule == "|---|---|---|---|"
+    assert all(row.replace("\\|", "").count("|") == 5 for row in rows)
+
+
+def test_markdown_headers_are_escaped_like_cells():
+    from ppopt.report.text import render_table
+
+    assert render_table(["a|b", "c"], [["x|y", "z"]], "markdown").splitlines() == [
+        "| a\\|b | c |", "|---|---|", "| x\\|y | z |"]

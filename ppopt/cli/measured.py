@@ -4,8 +4,6 @@ throughput of large runs)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 
 import click
@@ -37,16 +35,12 @@ def _pct(value: float | None) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]], fmt: str) -> str:
-    if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
-        return buffer.getvalue().rstrip("\n")
-    if fmt == "markdown":
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        return "\n".join(lines)
+    """A table of validate, published, calibrate and plan: CSV and markdown as every command writes
+    them (:func:`ppopt.report.text.render_table`, which escapes a '|'); text without a header rule."""
+    if fmt != "text":
+        from ppopt.report.text import render_table
+
+        return render_table(header, rows, fmt)
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
     return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows])
 

@@ -159,9 +159,9 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], fmt: 
         writer.writerow(headers)
         writer.writerows([[str(c) for c in row] for row in rows])
         return buffer.getvalue().rstrip("\n")
-    if fmt == "markdown":
+    if fmt == "markdown":  # a '|' in a header or a cell (a system's name, a file's) would add a column
         escape = lambda cell: str(cell).replace("|", "\\|")  # noqa: E731
-        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        lines = ["| " + " | ".join(escape(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
         lines += ["| " + " | ".join(escape(c) for c in row) + " |" for row in rows]
         return "\n".join(lines)
     return aligned(headers, rows)
