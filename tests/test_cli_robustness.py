@@ -355,6 +355,12 @@ def test_an_endless_input_is_refused_at_once(tmp_path, args, reason):
           "-o", "{missing}/fit.toml"], "'--output' / '-o'"),
         (["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", "{missing}/x.csv"], "'--output' / '-o'"),
         (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--torch-csv", "{missing}/x.csv"], "'--torch-csv'"),
+        # these four said click's "File '...' is a directory." where the others say "cannot write ...: it is a directory"
+        (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--torch-csv", "{dir}"], "'--torch-csv'"),
+        (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--plot", "{dir}"], "'--plot'"),
+        (["validate", str(ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"), "--plot", "{dir}"], "'--plot'"),
+        (["calibrate", str(ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"), "--system", "a100-vtrain",
+          "-o", "{dir}"], "'--output' / '-o'"),
     ],
 )
 def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, args, flag):

@@ -89,9 +89,9 @@ def _rate(value: float) -> str:
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where evaluations run.")
 @click.option("--address", default=None, help="Ray cluster address (--executor ray).")
 @quiet_option
-@click.option("--plot", "plot_path", callback=check_plot, type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", callback=check_plot, default=None,
               help="Also draw step time vs per-GPU memory of every evaluated job (.png or .svg).")
-@click.option("--torch-csv", "torch_csv", callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), type=click.Path(dir_okay=False), default=None,
+@click.option("--torch-csv", "torch_csv", callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None,
               help="Write the first job's schedule (the searched one when it is faster) as a PyTorch schedule CSV.")
 @format_option
 @json_option
