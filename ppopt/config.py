@@ -62,7 +62,7 @@ from pydantic import (
 )
 
 from ppopt.errors import ConfigError
-from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded
+from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded
 
 __all__ = [
     "MAX_BYTES_PER_PARAM_STATE",
@@ -490,7 +490,9 @@ def _read(path: Path) -> dict[str, Any]:
         data = parse_data(text, toml=path.suffix.lower() != ".json")
     except OSError as error:
         raise ConfigError(f"{where}: cannot read file ({error.strerror or error})") from error
-    except ValueError as error:  # not TOML or JSON, not UTF-8
+    except UnicodeDecodeError as error:
+        raise ConfigError(not_utf8(where, error)) from None
+    except ValueError as error:  # not TOML or JSON
         read_as = "JSON" if path.suffix.lower() == ".json" else "TOML"  # what parse_data tried, whatever the suffix
         raise ConfigError(f"{where}: not valid {read_as}: "
                           f"{_one_line(str(error))}") from error

@@ -254,3 +254,29 @@ def test_a_data_file_that_is_not_utf8_is_one_line_in_every_command_that_reads_on
     assert not (tmp_path / "cal.toml").exists()  # calibrate wrote nothing
     with pytest.raises(ConfigError, match="not UTF-8 text"):
         read_published(path)
+
+
+def test_every_other_reader_says_the_same_of_a_file_that_is_not_utf8(tmp_path):
+    """The twins of the CSV readers above said it each their own way, with Python's codec message
+    ("cannot read: 'utf-8' codec can't decode byte 0xe9 in position 4: ...", "not valid TOML: 'utf-8'
+    codec ..."): a PyTorch schedule CSV (import, table, run), a model or system file, a sweep or study
+    spec and a cost preset now give the same line as the data files."""
+    latin1 = "name = \"\xe9t\xe9\"\n".encode("latin-1")
+    files = {suffix: tmp_path / f"latin1{suffix}" for suffix in (".csv", ".toml", ".json")}
+    for path in files.values():
+        path.write_bytes(latin1)
+    csv_file, toml_file, json_file = (str(files[s]) for s in (".csv", ".toml", ".json"))
+    commands = [
+        (["import", csv_file], csv_file, ""),
+        (["table", "--schedule-file", csv_file], csv_file, ""),
+        (["run", csv_file], csv_file, ""),
+        (["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--model", toml_file, "--system", "mid-mid"], toml_file, ""),
+        (["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--model", "study", "--system", json_file], json_file, ""),
+        (["sweep", toml_file, "-o", tmp_path / "out"], toml_file, ""),
+        (["study", "--spec", toml_file, "-o", tmp_path / "out"], toml_file, ""),
+        (["search", "-p", 2, "-m", 2, "--costs", json_file], json_file, "--costs: "),
+    ]
+    for args, path, flag in commands:
+        code, output = cli(*args)
+        assert (code, output) == (1, f"error: {flag}{path}: not UTF-8 text (invalid continuation byte)\n"), args
+    assert not (tmp_path / "out").exists()

@@ -60,7 +60,7 @@ import orjson
 from ppopt.errors import PpoptError
 
 __all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "csv_problem", "json_bytes",
-           "parse_data", "read_csv_table", "read_stdin_bounded", "read_text_bounded", "shown", "write_json"]
+           "not_utf8", "parse_data", "read_csv_table", "read_stdin_bounded", "read_text_bounded", "shown", "write_json"]
 
 CONFIG_BYTES = 64 * 2**20
 """The largest model, system or spec file read, in bytes (real ones are a few kB)."""
@@ -163,6 +163,12 @@ def check_header(header: list[str], name: str, error: type[PpoptError]) -> None:
                         f"(columns {first[column] + 1} and {position + 1})")
 
 
+def not_utf8(name: str, problem: UnicodeDecodeError) -> str:
+    """The one-line reason every reader gives for a file that is not UTF-8 text (one saved in
+    Latin-1, say): ``NAME: not UTF-8 text (invalid continuation byte)``."""
+    return f"{name}: not UTF-8 text ({problem.reason})"
+
+
 def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError]) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
     """The header (:func:`header_row`) and the records after it (:func:`csv_records`) of the CSV data
     file ``path``, read as UTF-8 (a byte-order mark allowed) up to ``limit`` bytes. Raises ``error``
@@ -174,7 +180,7 @@ def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError])
     except OSError as problem:
         raise error(f"{name}: cannot read file ({problem.strerror or problem})") from problem
     except UnicodeDecodeError as problem:
-        raise error(f"{name}: not UTF-8 text ({problem.reason})") from problem
+        raise error(not_utf8(name, problem)) from problem
     records = csv_records(text, name, error)
     header = header_row(records)
     if not header:

@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from ppopt.config import LinkConfig, validation_message
 from ppopt.costs import Costs, StageCost
 from ppopt.errors import ConfigError
-from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded, require_file_name, write_json
+from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded, require_file_name, write_json
 
 FORMAT = "ppopt-costs/1"
 
@@ -90,7 +90,9 @@ def read_cost_preset_file(path: str | os.PathLike) -> tuple[Costs, LinkConfig | 
         raise ConfigError(f"{path}: is a directory, not a cost preset file (.json)", field="costs") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot read file ({error.strerror or error})", field="costs") from None
-    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+    except UnicodeDecodeError as error:
+        raise ConfigError(not_utf8(str(path), error), field="costs") from None
+    except ValueError as error:  # JSONDecodeError
         raise ConfigError(f"{path}: not a readable JSON file ({' '.join(str(error).split())})", field="costs") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{path}: not a ppopt cost preset (expected \"format\": \"{FORMAT}\"; write one with `ppopt profile`)", field="costs")

@@ -66,7 +66,15 @@ import numpy as np
 
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.io import atomic_write_text, csv_records, read_stdin_bounded, read_text_bounded, require_file_name, shown
+from ppopt.io import (
+    atomic_write_text,
+    csv_records,
+    not_utf8,
+    read_stdin_bounded,
+    read_text_bounded,
+    require_file_name,
+    shown,
+)
 from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, ops_of, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
 
@@ -401,8 +409,10 @@ def read_torch_csv_file(name: str, legacy_backward: bool = False) -> Schedule:
     if name == "-":
         try:
             text = read_stdin_bounded(MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops")
-        except (OSError, UnicodeDecodeError) as error:
-            raise ScheduleError(f"standard input: cannot read: {getattr(error, 'strerror', None) or error}") from None
+        except UnicodeDecodeError as error:
+            raise ScheduleError(not_utf8("standard input", error)) from None
+        except OSError as error:
+            raise ScheduleError(f"standard input: cannot read: {error.strerror or error}") from None
         return parse_torch_csv(text, "torch-csv", legacy_backward)
     require_file_name(name, "a PyTorch schedule CSV file", ScheduleError)
     return read_torch_csv(Path(name), legacy_backward)
@@ -427,8 +437,10 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
         text = read_text_bounded(path, MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops")
     except FileNotFoundError:
         raise ScheduleError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ScheduleError(f"{path}: cannot read: {getattr(error, 'strerror', None) or error}") from None
+    except UnicodeDecodeError as error:
+        raise ScheduleError(not_utf8(str(path), error)) from None
+    except OSError as error:
+        raise ScheduleError(f"{path}: cannot read: {error.strerror or error}") from None
     return parse_torch_csv(text, path.stem, legacy_backward)
 
 

@@ -74,7 +74,7 @@ from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, 
 from ppopt.costs import microbatch_size
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
-from ppopt.io import CONFIG_BYTES, parse_data, read_text_bounded, require_file_name
+from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded, require_file_name
 from ppopt.ir import MAX_OPS
 from ppopt.units import UnitCosts
 
@@ -305,7 +305,9 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
         data = parse_data(read_text_bounded(path, CONFIG_BYTES), toml=True)
     except OSError as error:
         raise ConfigError(f"{where}: cannot read spec ({error.strerror or error})") from None
-    except ValueError as error:  # not TOML, not UTF-8
+    except UnicodeDecodeError as error:
+        raise ConfigError(not_utf8(where, error)) from None
+    except ValueError as error:  # not TOML
         raise ConfigError(f"{where}: not valid TOML: {' '.join(str(error).split())}") from None
     return load_spec_data(data, path)
 
