@@ -85,8 +85,8 @@ def test_evaluate_all_reports_skipped_schedules_on_stderr():
 @pytest.mark.parametrize(
     "args, reason",
     [
-        (["evaluate", "-s", "1f1b", "-p", "0", "-m", "4"], "--devices: must be >= 1, got 0"),
-        (["evaluate", "-s", "1f1b", "-p", "4", "-m", "0"], "--microbatches: must be >= 1, got 0"),
+        (["evaluate", "-s", "1f1b", "-p", "0", "-m", "4"], "--devices: must be an integer >= 1, got 0"),
+        (["evaluate", "-s", "1f1b", "-p", "4", "-m", "0"], "--microbatches: must be an integer >= 1, got 0"),
         (["evaluate", "-s", "nope", "-p", "4", "-m", "4"], "unknown schedule 'nope'"),
         (["evaluate", "-s", "chimera", "-p", "3", "-m", "3"], "even number of devices"),
         (["table", "-s", "1f1b", "-p", "4", "-m", "4", "--backward", "0"], "--backward: must be a finite number > 0"),
@@ -116,7 +116,7 @@ def test_evaluate_all_reports_skipped_schedules_on_stderr():
         (["evaluate", "-s", "1f1b", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid", "--global-batch", "0"],
          "--global-batch: must be positive, got 0"),
         (["evaluate", "-s", "chimera-asym", "-p", "4", "-m", "4", "--split", "1:x"], "--split"),
-        (["evaluate", "-s", "all", "-p", "-2", "-m", "4"], "--devices: must be >= 1"),
+        (["evaluate", "-s", "all", "-p", "-2", "-m", "4"], "--devices: must be an integer >= 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_1(args, reason):

@@ -240,3 +240,24 @@ def test_evaluate_leaves_no_reference_cycle(family):
     finally:
         gc.enable()
     assert left == 0 and left_by_validated == 0
+
+
+@pytest.mark.parametrize("family", list(REGISTRY))
+@pytest.mark.parametrize("field, devices, microbatches", [
+    ("devices", 0, 4), ("microbatches", 4, -2), ("devices", True, 4), ("devices", 4.0, 4), ("devices", "4", 4),
+    ("microbatches", 4, True), ("microbatches", 4, 8.0),
+])
+def test_every_generator_checks_p_and_m_as_it_checks_its_options(family, field, devices, microbatches):
+    """--chunks and --waves refuse True and 1.5 ("must be an integer >= 1"); p and m were only
+    compared with 1, so generate('1f1b', True, 4) built a schedule, 4.0 devices a TypeError
+    traceback (or, for dualpipev, 'the minimum is m = 8.0'), and '4' a TypeError."""
+    value = devices if field == "devices" else microbatches
+    with pytest.raises(ScheduleError) as raised:
+        generate(family, devices, microbatches)
+    assert (raised.value.field, raised.value.reason) == (field, f"must be an integer >= 1, got {value!r}")
+
+
+def test_numpy_counts_are_still_taken():
+    import numpy as np
+
+    assert generate("1f1b", np.int64(2), np.int64(3)).devices == 2

@@ -105,8 +105,8 @@ def test_the_thread_limit_itself_reaches_the_ranks(launched):
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (("-m", 0), "error: --microbatches: must be >= 1, got 0\n"),
-    (("-m", -3), "error: --microbatches: must be >= 1, got -3\n"),
+    (("-m", 0), "error: --microbatches: must be an integer >= 1, got 0\n"),
+    (("-m", -3), "error: --microbatches: must be an integer >= 1, got -3\n"),
     (("-m", 1), "error: --microbatches: zb-h1 needs microbatches >= devices (m >= p), got m = 1 < p = 2\n"),
     (("-m", 1, "-v", 2), "error: --microbatches: interleaved-1f1b needs microbatches to be a multiple of devices (2), got 1\n"),
     (("-m", 3, "-v", 2), "error: --microbatches: interleaved-1f1b needs microbatches to be a multiple of devices (2), got 3\n"),

@@ -4,6 +4,7 @@ repetition of a building block."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from numbers import Integral
 
 from ppopt.errors import ScheduleError
 from ppopt.ir import Kind, Op
@@ -11,10 +12,12 @@ from ppopt.placement import Placement
 
 
 def require_positive(devices: int, microbatches: int) -> None:
-    if devices < 1:
-        raise ScheduleError(f"must be >= 1, got {devices}", field="devices")
-    if microbatches < 1:
-        raise ScheduleError(f"must be >= 1, got {microbatches}", field="microbatches")
+    """p and m as every generator takes them, checked as the schedule options (chunks, waves) are and
+    as the solver's instances word it: an integer >= 1 (not True, not 4.0, which built a schedule
+    or failed with a TypeError)."""
+    for field, value in (("devices", devices), ("microbatches", microbatches)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:  # numpy's too
+            raise ScheduleError(f"must be an integer >= 1, got {value!r}", field=field)
 
 
 def require_even_devices(name: str, devices: int) -> None:
