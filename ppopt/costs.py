@@ -226,17 +226,22 @@ def partition_layers(
     return tuple(counts)
 
 
+def check_global_batch(global_batch: int | None) -> None:
+    """A global batch given by a user (``--global-batch``, a field of a job or a plan request): an
+    integer from 1 to the model's limit (:data:`ppopt.config.MODEL_LIMITS`), refused in the same
+    words by every command; None (the model's own) passes."""
+    most = MODEL_LIMITS["global_batch_size"]
+    if global_batch is not None and (isinstance(global_batch, bool) or not 1 <= global_batch <= most):
+        raise ConfigError(f"must be a positive integer of at most {most}, got {global_batch!r}", field="global_batch")
+
+
 def microbatch_size(model: ModelConfig, microbatches: int, global_batch: int | None = None) -> int:
     """Sequences per microbatch: global batch / microbatches, which must divide exactly.
 
     ``global_batch`` defaults to ``model.global_batch_size``. Raises ConfigError otherwise.
     """
+    check_global_batch(global_batch)  # before divisibility: 10**20 is too large, not indivisible
     batch = model.global_batch_size if global_batch is None else global_batch
-    if batch < 1:
-        raise ConfigError(f"must be positive, got {batch}", field="global_batch")
-    most = MODEL_LIMITS["global_batch_size"]  # before divisibility: 10**20 is too large, not indivisible
-    if batch > most:
-        raise ConfigError(f"must be a positive integer of at most {most}, got {batch}", field="global_batch")
     if microbatches < 1:
         raise ConfigError(f"microbatches must be positive, got {microbatches}")
     # named by the microbatches' field; the fix may as well be another global batch, so say so

@@ -138,6 +138,7 @@ from ppopt.costs import (
     Work,
     _activation_parts,
     _kv_width,
+    check_global_batch,
     elementwise_traffic_bytes,
     layer_forward_flops,
     layer_linear_params,
@@ -270,9 +271,7 @@ class Job:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
-        most = MODEL_LIMITS["global_batch_size"]  # the model's limit: keeps every count finite (ppopt.config)
-        if self.global_batch is not None and not 1 <= self.global_batch <= most:
-            raise ConfigError(f"must be a positive integer of at most {most}, got {self.global_batch!r}", field="global_batch")
+        check_global_batch(self.global_batch)  # the model's limit: keeps every count finite (ppopt.config)
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"unsupported for a job: {self.schedule!r} (supported: {', '.join(SCHEDULES)})", field="schedule")
         if self.recompute not in RECOMPUTE_MODES:

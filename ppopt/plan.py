@@ -63,8 +63,8 @@ from typing import Any
 
 import numpy as np
 
-from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig
-from ppopt.costs import Costs, layer_forward_flops, logits_forward_flops, work_time_s
+from ppopt.config import ModelConfig, SystemConfig
+from ppopt.costs import Costs, check_global_batch, layer_forward_flops, logits_forward_flops, work_time_s
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.generators import get
 from ppopt.ir import FREEING_KINDS, MAX_OPS, Kind
@@ -135,8 +135,7 @@ class PlanRequest:
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
             raise ConfigError(f"must be a positive integer, got {self.gpus!r}", field="gpus")
-        if self.global_batch is not None and self.global_batch < 1:
-            raise ConfigError(f"must be a positive integer, got {self.global_batch}", field="global_batch")
+        check_global_batch(self.global_batch)
         limit = self.memory_limit_bytes
         if limit is not None and not (math.isfinite(limit) and limit > 0):
             raise ConfigError(f"must be a positive number of bytes, got {limit}", field="memory_limit_bytes")
@@ -153,8 +152,6 @@ class PlanRequest:
             bad = [b for b in self.micro_batches if not b >= 1]
             if bad or not self.micro_batches:
                 raise ConfigError(f"must be positive integers, got {', '.join(map(str, bad)) or 'none'}", field="micro_batches")
-        if self.global_batch is not None and self.global_batch > MODEL_LIMITS["global_batch_size"]:
-            raise ConfigError(f"must be at most {MODEL_LIMITS['global_batch_size']}, got {self.global_batch}", field="global_batch")
 
     @property
     def batch(self) -> int:

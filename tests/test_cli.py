@@ -114,7 +114,7 @@ def test_evaluate_all_reports_skipped_schedules_on_stderr():
         (["evaluate", "-s", "1f1b", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid", "--micro-batch",
           "1000000000"], "--micro-batch: 1000000000 x 4 microbatches x 1 replica makes a global batch of 4,000,000,000 sequences, more than 1,073,741,824"),
         (["evaluate", "-s", "1f1b", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid", "--global-batch", "0"],
-         "--global-batch: must be positive, got 0"),
+         "--global-batch: must be a positive integer of at most 1073741824, got 0"),
         (["evaluate", "-s", "chimera-asym", "-p", "4", "-m", "4", "--split", "1:x"], "--split"),
         (["evaluate", "-s", "all", "-p", "-2", "-m", "4"], "--devices: must be an integer >= 1"),
     ],

@@ -430,7 +430,22 @@ def test_a_global_batch_beyond_the_limit_is_refused():
     assert (result.exit_code, result.output) == (
         1, "error: --global-batch: must be a positive integer of at most 1073741824, got 100000000000000000000\n")
     result = cli("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--global-batch", 10**20, "-q")
-    assert (result.exit_code, result.output) == (1, "error: --global-batch: must be at most 1073741824, got 100000000000000000000\n")
+    assert (result.exit_code, result.output) == (
+        1, "error: --global-batch: must be a positive integer of at most 1073741824, got 100000000000000000000\n")
+
+
+@pytest.mark.parametrize("command", [
+    ["evaluate", "-s", "1f1b", "-p", 2, "-m", 2], ["compare", "-p", 2, "-m", 2], ["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", "-"],
+    ["search", "-p", 2, "-m", 2, "--time-limit", 5], ["job"], ["plan", "--gpus", 8, "--search", 0, "-q"],
+], ids=lambda command: command[0])
+@pytest.mark.parametrize("value", [0, -3, 10**20])
+def test_every_command_refuses_a_global_batch_in_the_same_words(command, value):
+    """--global-batch 0 read "must be positive" (evaluate, compare, job), "must be an integer >= 1"
+    (export and the solver commands) or "must be a positive integer" (plan), and plan's upper bound
+    "must be at most ...": one check now words them all."""
+    result = cli(*command, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", value)
+    assert (result.exit_code, result.output) == (
+        1, f"error: --global-batch: must be a positive integer of at most 1073741824, got {value}\n")
 
 
 DEEP = 5000

@@ -251,7 +251,7 @@ def test_plan_command_searches_exports_and_plots(tmp_path, monkeypatch):
     (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--global-batch", 10**9],
      "sequences per replica are too many to plan every micro batch size of; give --micro-batch"),
     (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--global-batch", 10**20],
-     "--global-batch: must be at most 1073741824, got 100000000000000000000"),
+     "--global-batch: must be a positive integer of at most 1073741824, got 100000000000000000000"),
 ])
 def test_bad_input_is_one_line_and_exit_1(args, message):
     result = run("plan", *args, "-q", "--search", 0)

@@ -250,13 +250,13 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     """Predict one training step of a 3D-parallel job (t·p·d GPUs): pipeline, gradient
     all-reduce, optimizer step and per-GPU peak memory."""
     from ppopt.config import load_model, load_system
+    from ppopt.costs import check_global_batch
     from ppopt.errors import ConfigError
     from ppopt.job import Job, evaluate_job
     from ppopt.plan import throughput
     from ppopt.report.text import fixed
 
-    if global_batch is not None and global_batch < 1:
-        raise ConfigError(f"must be positive, got {global_batch}", field="global_batch")
+    check_global_batch(global_batch)
     given = {"chunks": chunks, "waves": waves, "split": split}
     refuse_unused_options(schedule, given)
     layers = None

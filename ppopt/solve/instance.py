@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
-from ppopt.costs import Costs, link_between, microbatch_size, partition_layers, stage_costs, transfer_time_s, unit_costs
+from ppopt.costs import Costs, check_global_batch, link_between, microbatch_size, partition_layers, stage_costs, transfer_time_s, unit_costs
 from ppopt.errors import ConfigError
 from ppopt.job import Parallelism, job_costs, job_work, pipeline_system
 from ppopt.units import UnitCosts
@@ -171,8 +171,7 @@ class InstanceSpec:
         limit = self.memory_limit
         if limit is not None and (isinstance(limit, bool) or not (math.isfinite(limit) and limit > 0)):
             raise ConfigError(f"must be a finite number > 0, got {limit}", field="memory_limit")
-        if self.global_batch is not None and self.global_batch < 1:
-            raise ConfigError(f"must be an integer >= 1, got {self.global_batch}", field="global_batch")
+        check_global_batch(self.global_batch)
         if self.units is not None and self.parallel is not None and not self.parallel.is_default:
             raise ConfigError("tensor/data parallelism and recomputation need --model and --system, not unit mode",
                               field=self.parallel.first_set)
