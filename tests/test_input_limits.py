@@ -687,3 +687,15 @@ def test_a_cost_preset_with_an_unknown_field_is_refused(tmp_path):
         result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path)
         prefix = f"error: --costs: {path}: " + ("" if where == "top" else "stage 1: ")
         assert result.exit_code == 1 and result.output.startswith(prefix + "unknown field 'extra'"), result.output
+
+
+@pytest.mark.parametrize("command", [
+    ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--search", 0],
+    ["sweep", ROOT / "configs" / "studies" / "quick.toml"], ["study", "--quick"],
+], ids=lambda command: command[0])
+@pytest.mark.parametrize("value", [0, -2])
+def test_every_command_with_jobs_refuses_fewer_than_one_in_the_same_words(tmp_path, command, value):
+    """plan said "must be at least 1" where sweep and study (the executors' own check) say "must be >= 1"."""
+    result = cli(*command, "--jobs", value, "-q", *(["-o", tmp_path / "out"] if command[0] != "plan" else []))
+    assert (result.exit_code, result.output) == (1, f"error: --jobs: must be >= 1, got {value}\n")
+    assert not (tmp_path / "out").exists()

@@ -121,8 +121,8 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
         raise ConfigError(f"must be at least 1, got {top}", field="top")
     if search_top < 0:
         raise ConfigError(f"must be 0 or more, got {search_top}", field="search_top")
-    if jobs < 1:
-        raise ConfigError(f"must be at least 1, got {jobs}", field="jobs")
+    if jobs < 1:  # worded as sweep and study (ppopt.sweep.executors) word it
+        raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
     limit = parse_amount(memory_limit, unit_mode=False)
     split = _parse_split(layers_per_stage)
     system_config = load_system(system)
