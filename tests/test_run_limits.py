@@ -187,3 +187,19 @@ def test_a_schedule_file_with_too_many_ranks_names_the_file(no_launch, tmp_path)
     path = tmp_path / "big.csv"
     assert cli("export", "-s", "1f1b", "-p", 65, "-m", 1, "-o", path).exit_code == 0
     _refused(cli("run", path, "--layers", 65), f"error: {path}: 65 ranks; a run takes at most 64 (processes on this machine)\n")
+
+
+# 6. -q, as every other command that prints progress takes it ----------------------------------------
+
+
+@pytest.mark.parametrize("command, progress", [
+    (RUN, "running 1 schedule(s) on 2 local ranks (gloo, 127.0.0.1)\n"),
+    (("profile", "-o", "cost.json"), "profiling 2 stages on 2 local ranks (gloo, 127.0.0.1)\n"),
+])
+def test_run_and_profile_take_quiet_as_the_other_commands_do(launched, tmp_path, monkeypatch, command, progress):
+    """run and profile printed their progress line with no way to silence it: -q was refused as an
+    unknown option, where import, export, evaluate, search, plan, sweep and calibrate take it."""
+    monkeypatch.chdir(tmp_path)
+    _refused(cli(*command), progress + "error: not started\n")
+    _refused(cli(*command, "-q"), "error: not started\n")
+    _refused(cli(*command, "--quiet"), "error: not started\n")

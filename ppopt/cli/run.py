@@ -7,7 +7,7 @@ import functools
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import complete_schedule, emit_json, json_option, output_ending_in
+from ppopt.cli.options import complete_schedule, emit_json, json_option, output_ending_in, quiet_option
 from ppopt.units import UnitCosts
 
 
@@ -89,7 +89,8 @@ def _schedules(files, names, devices, microbatches, chunks):
 @click.option("--compare", "with_compare", is_flag=True, help="Also predict each step time from measured op costs and give the error.")
 @click.option("--costs", default=None, help="With --compare: a cost preset from `ppopt profile` [default: profile now].")
 @json_option
-def run_command(files, names, devices, microbatches, chunks, settings, check, with_compare, costs, as_json) -> None:
+@quiet_option
+def run_command(files, names, devices, microbatches, chunks, settings, check, with_compare, costs, as_json, quiet) -> None:
     """Execute schedules in PyTorch's pipelining runtime on local ranks (gloo on 127.0.0.1):
     step and op times, and the gradients checked against the model without pipelining."""
     import dataclasses
@@ -107,9 +108,10 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
     if with_compare and not costs:
         _check_profiles(schedules, settings)
     require_torch()
-    click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
+    if not quiet:
+        click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
     results, _ = run_schedules(schedules, settings)
-    comparisons = _compare(schedules, results, settings, presets) if with_compare else None
+    comparisons = _compare(schedules, results, settings, presets, quiet) if with_compare else None
     if as_json:
         emit_json(run_json(results, settings, comparisons))
     else:
@@ -164,7 +166,7 @@ def _check_profiles(schedules, settings) -> None:
                               "give --costs FILE from `ppopt profile`", field="with_compare") from None
 
 
-def _compare(schedules, results, settings, presets):
+def _compare(schedules, results, settings, presets, quiet=False):
     """Each schedule's measured step next to the prediction from ``presets`` (or a profile measured now)."""
     from ppopt.run.compare import compare
 
@@ -174,7 +176,8 @@ def _compare(schedules, results, settings, presets):
         presets = {}
         devices, microbatches, counts = _profile_sizes(schedules)
         for stages in counts:
-            click.echo(f"profiling {stages} stages on {devices} ranks", err=True)
+            if not quiet:
+                click.echo(f"profiling {stages} stages on {devices} ranks", err=True)
             measured = profile(devices, microbatches, stages // devices, settings)
             presets[stages] = (measured.costs, measured.link)
     from ppopt.run.profile import costs_from_ops
@@ -191,7 +194,8 @@ def _compare(schedules, results, settings, presets):
 @click.option("--output", "-o", required=True, callback=output_ending_in(".json", "the cost preset is JSON"),
               help="Cost preset file to write (.json).")
 @json_option
-def profile_command(devices, microbatches, chunks, settings, output, as_json) -> None:
+@quiet_option
+def profile_command(devices, microbatches, chunks, settings, output, as_json, quiet) -> None:
     """Measure F, B, I, W per stage and the message time of the tiny GPT here; write a cost preset."""
     import os
 
@@ -202,7 +206,8 @@ def profile_command(devices, microbatches, chunks, settings, output, as_json) ->
 
     check_profile(devices, chunks, settings, microbatches)
     require_torch()
-    click.echo(f"profiling {devices * chunks} stages on {devices} local ranks (gloo, 127.0.0.1)", err=True)
+    if not quiet:
+        click.echo(f"profiling {devices * chunks} stages on {devices} local ranks (gloo, 127.0.0.1)", err=True)
     measured = profile(devices, microbatches, chunks, settings)
     about = {"tool": "ppopt profile", "devices": devices, "microbatches": microbatches, "chunks": chunks,
              "threads": settings.threads, "dtype": settings.dtype, "model": dataclasses_dict(settings.model),
