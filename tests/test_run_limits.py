@@ -203,3 +203,11 @@ def test_run_and_profile_take_quiet_as_the_other_commands_do(launched, tmp_path,
     _refused(cli(*command), progress + "error: not started\n")
     _refused(cli(*command, "-q"), "error: not started\n")
     _refused(cli(*command, "--quiet"), "error: not started\n")
+
+
+def test_run_refuses_chunks_below_one_as_evaluate_does(no_launch):
+    """run passed --chunks 0 to the generator ("must be an integer >= 1 (model chunks per device)");
+    evaluate, table, export and the solver commands check it first, in their own words."""
+    expected = "error: --chunks: must be a positive integer, got 0\n"
+    _refused(cli("evaluate", "-s", "interleaved-1f1b", "-p", 2, "-m", 4, "--chunks", 0), expected)
+    _refused(cli("run", "-s", "interleaved-1f1b", "-p", 2, "-m", 4, "--chunks", 0), expected)

@@ -72,7 +72,7 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
         @functools.wraps(command)
         def wrapper(chunks, waves, split, **kwargs):
             kwargs["options"] = {"chunks": chunks, "waves": waves, "split": split}
-            _check_option_values(kwargs["options"])
+            check_option_values(kwargs["options"])
             return command(**kwargs)
 
         return _compose(options)(wrapper)
@@ -80,7 +80,7 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
     return decorate
 
 
-def _check_option_values(options: dict) -> None:
+def check_option_values(options: dict) -> None:
     """Refuse a schedule option value no schedule takes (a count below 1, a split that is not two
     positive numbers) before any schedule is tried: over several schedules (``-s all``,
     ``compare``, ``gap``) each would have been skipped with the reason, and the command ended well."""

@@ -47,7 +47,7 @@ def run_options(command):
 
 def _schedules(files, names, devices, microbatches, chunks):
     """The schedules given, validated before any process starts (files by ppopt's CSV reader)."""
-    from ppopt.cli.options import refuse_unused_options, require_size
+    from ppopt.cli.options import check_option_values, refuse_unused_options, require_size
     from ppopt.errors import ConfigError
     from ppopt.generators import generate, get
     from ppopt.io.torch_csv import read_torch_csv_file
@@ -57,8 +57,9 @@ def _schedules(files, names, devices, microbatches, chunks):
 
     if not files and not names:
         raise click.UsageError("give schedule CSV files and/or --schedule NAME", click.get_current_context())
-    if names:  # each name known, and --chunks taken by one of them
+    if names:  # each name known, and --chunks taken by one of them and checked as evaluate checks it
         refuse_unused_options(tuple(names), {"chunks": chunks})
+        check_option_values({"chunks": chunks})
     else:  # each file gives its own sizes
         for flag, value in (("devices", devices), ("microbatches", microbatches), ("chunks", chunks)):
             if value is not None:
