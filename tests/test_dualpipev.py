@@ -70,3 +70,29 @@ def test_valid_and_table_equals_simulator(p, extra, backward):
     sim = simulate(schedule, unit_stage_costs(schedule, unit))  # no system: overlap share 0
     assert sim.step_time_s == pytest.approx(table.length)
     assert sim.peak_activation_bytes == tuple(float(x) for x in table.peak_activations)
+
+
+def test_split_pairs_in_closed_form_match_the_schedules():
+    """The count the size check uses is the generated schedules' own, at every small size."""
+    from ppopt.generators.dualpipe import split_pairs as dualpipe_pairs
+    from ppopt.generators.dualpipev import split_pairs
+
+    for p in range(1, 9):
+        assert split_pairs(p, 2 * p) == len(generate("dualpipev", p, 2 * p).split_pairs), p
+    for p in range(1, 500):  # the loop it replaces
+        h = [(r + 1) // 2 for r in range(p)]
+        assert split_pairs(p, 1) == sum(2 * (p - r - 1) + 2 * (r + 1 - h[r]) - (r % 2 == 0) for r in range(p)), p
+    for p in (2, 4, 6, 8):
+        assert dualpipe_pairs(p, 2 * p) == len(generate("dualpipe", p, 2 * p).split_pairs), p
+
+
+@pytest.mark.parametrize("name", ["dualpipev", "dualpipe", "gpipe"])
+def test_a_huge_pipeline_is_refused_at_once_as_every_family_refuses_it(name):
+    """dualpipe(v)'s op count looped over the p devices: `evaluate -s dualpipev -p 1000000000 -m 8`
+    ran for minutes before the size check that refuses `-s gpipe` at the same p in a moment."""
+    import time
+
+    began = time.monotonic()
+    with pytest.raises(ScheduleError, match="schedule too large"):
+        generate(name, 10**8, 8)  # 24 s before
+    assert time.monotonic() - began < 1

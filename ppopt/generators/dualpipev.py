@@ -105,13 +105,13 @@ def device_order(p: int, m: int, r: int) -> tuple[list[Op], list[tuple[Op, Op]]]
 def split_pairs(devices: int, microbatches: int) -> int:
     """How many (stage, microbatch) pairs run I then W (the others run one B), from the phases above:
     per device, p-r-1 in phase 3, the second half of phase 6 (from step h = (r+1)//2: 2(r+1-h) on
-    odd devices, 2(r+1-h) - 1 on even ones), and all p-r-1 of phase 7. Independent of m."""
+    odd devices, 2(r+1-h) - 1 on even ones), and all p-r-1 of phase 7. Independent of m.
+
+    Summed in closed form (r + 1 - h is ceil((r+1)/2), whose sum over r < p is floor((p+1)²/4); the
+    even devices are ceil(p/2)): the families' op counts (:meth:`ppopt.generators.Family.ops`) are
+    what refuses an oversized request at once, and a loop over p devices took minutes at p = 10⁹."""
     p = devices
-    total = 0
-    for r in range(p):
-        h = (r + 1) // 2
-        total += 2 * (p - r - 1) + 2 * (r + 1 - h) - (r % 2 == 0)
-    return total
+    return p * (p - 1) + 2 * ((p + 1) ** 2 // 4) - (p + 1) // 2
 
 
 def dualpipev(devices: int, microbatches: int) -> Schedule:
