@@ -257,6 +257,29 @@ def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
     assert result.exit_code == 1 and result.output.startswith("error: --costs: takes one schedule")
 
 
+def test_evaluate_and_compare_with_a_cost_preset_write_csv_and_markdown_as_without_one(tmp_path):
+    """With --costs, compare's CSV began with its context line and held "15 s" in the step cell, and
+    evaluate ignored --format; without --costs both write one table of bare numbers in CSV (the unit
+    in the header) and markdown tables."""
+    import csv
+    import io
+
+    path = tmp_path / "costs.json"
+    write_cost_preset(path, _costs(), None, {})
+    evaluated = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--format", "csv")
+    assert evaluated.exit_code == 0, evaluated.output
+    assert list(csv.reader(io.StringIO(evaluated.stdout))) == [["schedule", "step s", "idle ratio"], ["1f1b", "15", "0.2000"]]
+    compared = cli("compare", "-p", 2, "-m", 4, "--costs", path, "--format", "csv")
+    assert compared.exit_code == 0, compared.output
+    rows = list(csv.reader(io.StringIO(compared.stdout)))
+    assert rows[0] == ["rank", "schedule", "step s", "idle ratio"]
+    assert ["1f1b", "15"] in [row[1:3] for row in rows[1:]] and all(float(row[2]) > 0 for row in rows[1:])
+    markdown = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--format", "markdown")
+    assert markdown.stdout.splitlines()[1:] == ["| schedule | step | idle ratio |", "|---|---|---|", "| 1f1b | 15 s | 0.2000 |"]
+    text = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path)
+    assert text.stdout == f"1f1b: simulated with the measured costs of {path}: step 15 s, idle ratio 0.2000\n"
+
+
 def test_search_runs_the_schedule_it_found():
     pytest.importorskip("torch.distributed.pipelining")
     result = cli("search", "-p", 2, "-m", 2, "--unit", "--space", "placement=linear,backward=split", "-q", "--no-grid",

@@ -228,7 +228,7 @@ def dataclasses_dict(value) -> dict:
     return dataclasses.asdict(value)
 
 
-def evaluate_with_preset(schedule, costs_file, as_json) -> None:
+def evaluate_with_preset(schedule, costs_file, as_json, fmt="text") -> None:
     """`ppopt evaluate --costs FILE`: the schedule simulated with a measured cost preset and its link."""
     from ppopt.io.cost_preset import read_cost_preset
     from ppopt.report.evaluation import timeline_json
@@ -241,9 +241,12 @@ def evaluate_with_preset(schedule, costs_file, as_json) -> None:
     simulation = simulate(schedule, costs, link=link)
     if as_json:
         emit_json({"schedule": schedule.name, "costs": str(costs_file), "simulated": timeline_json(simulation)})
-    else:
+    elif fmt == "text":
         click.echo(f"{schedule.name}: simulated with the measured costs of {costs_file}: step {seconds(simulation.step_time_s)}, "
                    f"idle ratio {simulation.idle_ratio:.4f}")
+    else:  # --format markdown or csv: a table, as evaluate writes without --costs
+        click.echo(_preset_table(f"simulated with the measured costs of {costs_file}",
+                                 [[schedule.name, simulation.step_time_s, simulation.idle_ratio]], ["schedule"], fmt))
 
 
 def run_model(stages: int):
@@ -324,7 +327,6 @@ def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt
     from ppopt.errors import ConfigError, ScheduleError
     from ppopt.generators import generate, get, names
     from ppopt.io.cost_preset import read_cost_preset
-    from ppopt.report.text import render_table, seconds
     from ppopt.simulate import simulate
 
     costs, link = read_cost_preset(costs_file)
@@ -350,6 +352,17 @@ def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt
     if as_json:
         emit_json([{"schedule": n, "step_time_s": t, "idle_ratio": i} for t, i, n in rows])
     else:
-        click.echo(f"simulated with the measured costs of {costs_file}, p = {devices}, m = {microbatches}")
-        click.echo(render_table(["rank", "schedule", "step", "idle ratio"],
-                                [[r + 1, n, seconds(t), f"{i:.4f}"] for r, (t, i, n) in enumerate(rows)], fmt))
+        click.echo(_preset_table(f"simulated with the measured costs of {costs_file}, p = {devices}, m = {microbatches}",
+                                 [[str(r + 1), n, t, i] for r, (t, i, n) in enumerate(rows)], ["rank", "schedule"], fmt))
+
+
+def _preset_table(context: str, rows: list[list], columns: list[str], fmt: str) -> str:
+    """The simulations of ``evaluate --costs`` and ``compare --costs`` (rows ending in step seconds
+    and idle ratio) as the other tables are written: a context line except in CSV, whose cells are
+    bare numbers under a header naming the unit (:func:`ppopt.report.text.csv_number`)."""
+    from ppopt.report.text import csv_number, render_table, seconds, with_context
+
+    step = (lambda t: csv_number(t)) if fmt == "csv" else seconds  # noqa: E731
+    cells = [[*row[:-2], step(row[-2]), f"{row[-1]:.4f}"] for row in rows]
+    table = render_table([*columns, "step s" if fmt == "csv" else "step", "idle ratio"], cells, fmt)
+    return with_context([context], table, [], fmt)

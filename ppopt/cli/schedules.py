@@ -163,7 +163,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         if model or system or plot or trace or name == "all":
             raise ConfigError("takes one schedule and replaces --model/--system (no --plot, --trace)", field="costs")
         refuse_with_preset(parallel, global_batch)
-        evaluate_with_preset(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), costs, as_json)
+        evaluate_with_preset(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), costs, as_json,
+                             fmt)
         return
 
     model_config, system_config = _presets(model, system)
