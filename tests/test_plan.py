@@ -199,6 +199,23 @@ def test_a_torch_csv_no_planned_schedule_can_fill_is_refused_before_the_plan(tmp
     assert not list(tmp_path.iterdir())
 
 
+def test_a_torch_csv_the_first_job_cannot_fill_names_the_flag_after_the_plan_is_printed(tmp_path):
+    """With 1f1b and DualPipe planned, DualPipe can be #1: --torch-csv then failed with the writer's
+    bare error, no flag named, and the plan computed and never printed (search and evaluate print
+    their report before writing their files). Now the plan is printed, then the flag's error;
+    nothing is written (the picture neither: outputs are all or none)."""
+    csv_path, png = tmp_path / "x.csv", tmp_path / "x.png"
+    result = run("plan", "--model", "llama3-70b", "--gpus", 64, "--system", "dgx-a100", "--schedule", "dualpipe",
+                 "--schedule", "1f1b", "--recompute", "full", "--micro-batch", 1, "--search", 0, "--time-limit", 20, "-q",
+                 "--torch-csv", csv_path, "--plot", png)
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[3].split()[:5] == ["1", "t2", "p8", "d4", "b1"] and "dualpipe" in result.stdout.splitlines()[3]
+    assert result.stderr == ("error: --torch-csv: cannot write #1 (t2 p8 d4 b1 m64): PyTorch's schedule CSV holds one rank "
+                             "per stage; dualpipe places stage 0 on ranks 0 and 7; keep to the --schedule families "
+                             "`ppopt list` marks 'torch csv yes', or leave --torch-csv out\n")
+    assert not list(tmp_path.iterdir())
+
+
 def test_plan_command_searches_exports_and_plots(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from matplotlib.collections import PathCollection

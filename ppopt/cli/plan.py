@@ -154,13 +154,6 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     keep_share = SEARCH_SHARE if search_top else 0.0
     plans = [_run_plan(request, listed, jobs, executor, address, quiet, options, keep_share) for request, listed in requests]
     searches = [_search(p, search_top, options) for p in plans]
-    with written_together(plot_path, torch_csv):
-        if plot_path:
-            from ppopt.report.plan_plot import plot_plan
-
-            plot_plan(plans, plot_path)
-        if torch_csv:
-            _write_torch_csv(plans[0], searches[0], torch_csv)
     if as_json:
         emit_json([_json(p, s, top, None) for p, s in zip(plans, searches)] if candidates is not None
                   else _json(plans[0], searches[0], top, (model, system)))
@@ -169,6 +162,13 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
             if k and fmt != "csv":
                 click.echo("")
             _print(p, s, top, fmt, header=k == 0, rerun=None if candidates is not None else (model, system))
+    with written_together(plot_path, torch_csv):  # after the report, as search and evaluate write theirs
+        if plot_path:
+            from ppopt.report.plan_plot import plot_plan
+
+            plot_plan(plans, plot_path)
+        if torch_csv:
+            _write_torch_csv(plans[0], searches[0], torch_csv)
     if memory_limit is None:
         _note_no_headroom(plans)
     say_whether_reproducible(options)
@@ -452,11 +452,17 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
 def _write_torch_csv(result, searches, path: str) -> None:
     """The plan's #1 after the search as PyTorch's schedule CSV: its searched schedule when that is
     faster than its handcrafted one (which may make another job #1)."""
+    from ppopt.errors import ConfigError, ScheduleError
     from ppopt.generators import generate
-    from ppopt.io.torch_csv import write_torch_csv
+    from ppopt.io.torch_csv import refuse_replicas, write_torch_csv
 
     row, search = _first(result, searches)
     job = row.job
     schedule = search.schedule if search is not None and search.schedule is not None else \
         generate(job.schedule, job.pp, job.microbatches, **job.schedule_options)
+    try:
+        refuse_replicas(schedule)
+    except ScheduleError as error:  # named by the flag, with what to do (the plan is printed above)
+        raise ConfigError(f"cannot write #1 ({job.describe()}): {error.reason}; keep to the --schedule families "
+                          "`ppopt list` marks 'torch csv yes', or leave --torch-csv out", field="torch_csv") from None
     write_torch_csv(schedule, path)
