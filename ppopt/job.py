@@ -269,7 +269,7 @@ class Job:
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "micro_batch"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # as Parallelism refuses True
                 raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
         check_global_batch(self.global_batch)  # the model's limit: keeps every count finite (ppopt.config)
         if self.schedule not in SCHEDULES:

@@ -215,3 +215,18 @@ def test_a_batch_that_does_not_split_is_named_by_the_microbatches_with_or_withou
            "(give another count, data-parallel degree or global batch)\n")
     without = CliRunner().invoke(main, [*common, "--global-batch", "6"])
     assert without.exit_code == 1 and without.output.startswith("error: --microbatches: global batch of 6 sequences")
+
+
+@pytest.mark.parametrize("field", ["tp", "pp", "dp", "micro_batch"])
+def test_a_job_refuses_true_as_a_degree_as_its_parallelism_does(field):
+    """Parallelism(tp=True) was refused ("must be a positive integer, got True") and Job's chunks
+    and waves too, but Job(tp=True) was taken as t = 1."""
+    from ppopt.errors import ConfigError
+
+    sizes = {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 1} | {field: True}
+    with pytest.raises(ConfigError) as raised:
+        Job(load_model("llama3-8b"), load_system("dgx-a100"), **sizes)
+    assert (raised.value.field, raised.value.reason) == (field, "must be a positive integer, got True")
+    if field != "pp":
+        with pytest.raises(ConfigError, match="must be a positive integer, got True"):
+            Parallelism(**{field: True})
