@@ -691,3 +691,25 @@ def test_a_solver_point_over_max_ops_is_a_skipped_row_that_says_why(tmp_path):
     assert gaps[128]["status"] == "skipped" and gaps[128]["reason"] == "2048 ops, over the [solver] max_ops of 1000"
     assert gaps[8]["status"] == "ok" and gaps[8]["gap"] is not None
     assert (result.points, result.skipped) == (3, 1)
+
+
+def test_sweep_finds_a_spec_by_name_as_study_does(tmp_path, monkeypatch):
+    """`sweep ''` says "give a study spec (a .toml file, or a name such as paper)", and study --spec
+    takes names, but `sweep quick` said "quick: cannot read spec (No such file or directory)"; a
+    missing file is now named in study's words too."""
+    import ppopt.cli.sweep as sweep_cli
+
+    class Loaded(Exception):
+        """Raised with the spec the command loaded, instead of running its points."""
+
+    def stop(spec, *args):
+        raise Loaded(spec)
+
+    monkeypatch.setattr(sweep_cli, "_run", stop)
+    with pytest.raises(Loaded) as loaded:
+        CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out")], catch_exceptions=False)
+    assert loaded.value.args[0].path.resolve() == ROOT / "configs" / "studies" / "quick.toml"
+    missing = str(tmp_path / "nothing.toml")
+    for args in (["sweep", missing], ["study", "--spec", missing]):
+        result = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "out")])
+        assert (result.exit_code, result.output) == (1, f"error: {missing}: no such spec file\n"), args

@@ -70,14 +70,15 @@ def summary_text(result) -> str:
 @executor_options
 @json_option
 def sweep_command(spec, output, jobs, executor, address, quiet, as_json) -> None:
-    """Evaluate every point of a sweep SPEC (.toml) into rows.jsonl and rows.csv; reruns resume.
+    """Evaluate every point of a sweep SPEC (.toml, or a spec of configs/studies by name, such as
+    quick) into rows.jsonl and rows.csv; reruns resume.
 
     A spec lists schedules, devices, microbatches, models, systems and options, and optionally a
     [solver] table for optimality gaps; see configs/studies/paper.toml and the README.
     """
-    from ppopt.sweep import load_spec
+    from ppopt.sweep import load_spec, resolve_spec
 
-    result = _run(load_spec(spec), output, executor, jobs, address, quiet)
+    result = _run(load_spec(resolve_spec(spec)), output, executor, jobs, address, quiet)  # as study --spec finds it
     if as_json:
         emit_json(result.summary())
     else:
