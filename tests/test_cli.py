@@ -185,6 +185,16 @@ def test_pp_names_the_devices_as_in_the_job_command():
     assert by_pp != json.loads(run("evaluate", "-s", "1f1b", "-p", 4, "-m", 7, "--json").output)
 
 
+def test_job_takes_the_short_flags_of_the_schedule_commands():
+    """-s, -p and -v mean --schedule, --pp and --chunks in `job` as in evaluate and search, so a
+    command line moves between them; `job -s` was "No such option"."""
+    base = ["job", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", 2, "--json"]
+    long = json.loads(run(*base, "--schedule", "interleaved-1f1b", "--pp", 4, "--chunks", 2).output)
+    short = json.loads(run(*base, "-s", "interleaved-1f1b", "-p", 4, "-v", 2).output)
+    assert short == long
+    assert short != json.loads(run(*base, "-s", "interleaved-1f1b", "-p", 4, "-v", 4).output)
+
+
 def test_evaluate_all_shows_progress_only_for_large_requests(monkeypatch):
     """Evaluating every schedule at hundreds of thousands of ops takes up to a minute: a bar on
     stderr once it has run PROGRESS_AFTER_S (ending at every schedule done); quick runs print none."""
