@@ -42,7 +42,6 @@ from ppopt.placement import stages_by_device
 from ppopt.plan import PlanRow
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
-from ppopt.solve.search import search
 from ppopt.solve.space import family_space
 
 __all__ = ["JobInstanceSpec", "JobSearch", "first_after_search", "job_spec", "ranking_changes", "search_job", "searched_steps"]
@@ -96,6 +95,8 @@ def search_job(row: PlanRow, memory_limit: float | None, options: SolveOptions) 
     """Search the planned job's family space and, when wider, the split-backward space (module doc), each
     with an equal share of ``options``' remaining time. A space the budget does not reach, or whose
     search fails, is reported with its status and no bound."""
+    from ppopt.solve.search import search  # CP-SAT's imports (0.4 s) only for a search: a plan ranks without them
+
     job, handcrafted_step_s = row.job, row.step_time_s
     spec = job_spec(job, memory_limit)
     fixed = row.step_time_s - row.pipeline_s

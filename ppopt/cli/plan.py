@@ -148,8 +148,8 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
             raise click.UsageError(f"missing {' and '.join(missing)} (or give --candidates)", click.get_current_context())
         requests = [(PlanRequest(load_model(model), system_config, gpus, global_batch, **common), None)]
 
-    if search_top:  # the solver's imports (about 0.3 s) before the budget may end, not after
-        import ppopt.plan_search  # noqa: F401
+    if search_top:  # the solver's imports (about 0.4 s) before the budget may end, not after
+        import ppopt.solve.search  # noqa: F401
     # the simulations leave the searches a share of the time (those left out are estimated slowest)
     keep_share = SEARCH_SHARE if search_top else 0.0
     plans = [_run_plan(request, listed, jobs, executor, address, quiet, options, keep_share) for request, listed in requests]
@@ -271,10 +271,7 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_sha
 
 
 def _search(result, count: int, options):
-    """Search the first ``count`` jobs (each an equal share of the time left); none without importing
-    the solver (0.4 s of CP-SAT's imports, past a budget the plan has spent)."""
-    if count == 0:
-        return []
+    """Search the first ``count`` jobs (each an equal share of the time left)."""
     from ppopt.plan_search import search_job
 
     rows = result.rows[:count]
@@ -285,8 +282,6 @@ def _search(result, count: int, options):
 
 
 def _ranking(result, searches) -> list[tuple[int, int]]:
-    if not searches:
-        return []
     from ppopt.plan_search import ranking_changes
 
     return ranking_changes([r.step_time_s for r in result.rows], searches)
@@ -294,8 +289,6 @@ def _ranking(result, searches) -> list[tuple[int, int]]:
 
 def _first(result, searches):
     """The plan's #1 once the searched schedules count: its row and the search it runs (or None)."""
-    if not searches:
-        return result.rows[0], None
     from ppopt.plan_search import first_after_search
 
     index, search = first_after_search([r.step_time_s for r in result.rows], searches)
