@@ -362,7 +362,7 @@ def _preset_table(context: str, rows: list[list], columns: list[str], fmt: str) 
     bare numbers under a header naming the unit (:func:`ppopt.report.text.csv_number`)."""
     from ppopt.report.text import csv_number, render_table, seconds, with_context
 
-    step = (lambda t: csv_number(t)) if fmt == "csv" else seconds  # noqa: E731
+    step = csv_number if fmt == "csv" else seconds
     cells = [[*row[:-2], step(row[-2]), f"{row[-1]:.4f}"] for row in rows]
     table = render_table([*columns, "step s" if fmt == "csv" else "step", "idle ratio"], cells, fmt)
     return with_context([context], table, [], fmt)
