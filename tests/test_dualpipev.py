@@ -89,10 +89,8 @@ def test_split_pairs_in_closed_form_match_the_schedules():
 @pytest.mark.parametrize("name", ["dualpipev", "dualpipe", "gpipe"])
 def test_a_huge_pipeline_is_refused_at_once_as_every_family_refuses_it(name):
     """dualpipe(v)'s op count looped over the p devices: `evaluate -s dualpipev -p 1000000000 -m 8`
-    ran for minutes before the size check that refuses `-s gpipe` at the same p in a moment."""
-    import time
-
-    began = time.monotonic()
+    ran for minutes before the size check that refuses `-s gpipe` at the same p in a moment. At
+    p = 10**30 a loop over the devices would never end; the closed form answers at once (no timing
+    asserted: the old code does not finish)."""
     with pytest.raises(ScheduleError, match="schedule too large"):
-        generate(name, 10**8, 8)  # 24 s before
-    assert time.monotonic() - began < 1
+        generate(name, 10**30, 8)
