@@ -196,12 +196,12 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             check_trace_size(sum(len(order) for order in schedule.orders))
         result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
                                    parallel=parallel, **options)
-        results = [result]
+        results, skipped = [result], {}
     if as_json:
         payload = [evaluation_json(r, units) for r in results]
         if model_config is not None:
             _add_simulated_job(payload, parallel.summary_json(model_config, system_config, results[0].microbatches, global_batch))
-        emit_json(payload if name == "all" else payload[0])
+        emit_json(payload + _skipped_json(skipped) if name == "all" else payload[0])
     else:
         context = None if model_config is None else parallel.summary(model_config, system_config, results[0].microbatches, global_batch)
         click.echo(evaluation_text(results, units, fmt, context))
@@ -218,6 +218,12 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             from ppopt.table import build_table
 
             _plot_table(build_table(schedule, units), plot)
+
+
+def _skipped_json(skipped: dict[str, str]) -> list[dict]:
+    """The families that did not apply, after the evaluated rows, so a JSON reader sees every family
+    the text report's stderr names: ``{"schedule": name, "skipped": reason}``."""
+    return [{"schedule": name, "skipped": reason} for name, reason in skipped.items()]
 
 
 def _add_simulated_job(rows: list[dict], job: dict) -> None:
@@ -270,7 +276,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
     if as_json:
         payload = compare_json(results, ranking, units)
         _add_simulated_job(payload, parallel.summary_json(model_config, system_config, microbatches, global_batch))
-        emit_json(payload)
+        emit_json(payload + _skipped_json(skipped))
     else:
         click.echo(compare_text(results, ranking, units, parallel.summary(model_config, system_config, microbatches, global_batch), fmt))
     if plot:
