@@ -165,6 +165,26 @@ def test_a_deadlocking_or_malformed_csv_is_refused_before_any_process_starts(tmp
     assert result.exit_code == 1 and result.output.startswith("error: bad: row 0 (rank 0, line 1), cell 1: unknown action '0X0'")
 
 
+def test_a_schedule_given_twice_runs_once(tmp_path, monkeypatch):
+    import ppopt.run.execute as execute
+
+    class Stop(Exception):
+        """Stands for the launch of the ranks, which this test does not need."""
+
+    def capture(schedules, spec):
+        ran.extend(schedules)
+        raise Stop
+
+    ran: list = []
+    monkeypatch.setattr(execute, "run_schedules", capture)
+    monkeypatch.setattr("ppopt.run.require_torch", lambda: None)
+    csv = tmp_path / "a.csv"
+    csv.write_text("0F0,0B0\n1F0,1B0\n")
+    result = cli("run", "-s", "1f1b", "-s", "gpipe", "-s", "1f1b", csv, csv, "-p", 2, "-m", 2, "-q")
+    assert isinstance(result.exception, Stop)
+    assert [s.name for s in ran] == ["a", "1f1b", "gpipe"]
+
+
 def test_replicated_stages_and_bad_sizes_are_refused_in_one_line():
     result = cli("run", "-s", "chimera", "-p", 4, "-m", 4)
     assert result.exit_code == 1
