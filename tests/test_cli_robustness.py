@@ -564,7 +564,7 @@ def test_messages_say_what_is_actually_wrong(tmp_path, monkeypatch):
     (tmp_path / "cal.toml").write_text("")
     (tmp_path / "empty.csv").write_text("")
     cases = [
-        (["study", "--spec", "/dev/zero", "-o", "out"], "error: /dev/zero: cannot read spec (not a text file: NUL byte at byte 0)"),
+        (["study", "--spec", "/dev/zero", "-o", "out"], "error: /dev/zero: cannot read file (not a text file: NUL byte at byte 0)"),
         (["table", "-s", "1f1b", "-p", 2, "-m", 2, "--plot", "picture"],
          "error: Invalid value for '--plot': cannot draw to picture: the name needs a picture suffix, .png or .svg "
          "(see 'ppopt table --help')"),
@@ -771,3 +771,23 @@ def test_a_time_limit_shorter_than_the_start_up_is_refused_naming_it():
     line = stderr.decode()
     assert line.count("\n") == 1 and line.startswith("error: --time-limit: 0.01 s is too short for 4 devices, 8 microbatches")
     assert re.search(r"takes up to [\d.]+ s, the command's start-up \([\d.e-]+ s\) included; give at least that", line)
+
+
+@pytest.mark.parametrize("args, what", [
+    (["import", "{d}"], "a PyTorch schedule CSV file"),
+    (["table", "--schedule-file", "{d}"], "a PyTorch schedule CSV file"),
+    (["run", "{d}"], "a PyTorch schedule CSV file"),
+    (["validate", "{d}", "--system", "a100-vtrain"], "a measured-data CSV file"),
+    (["calibrate", "{d}", "-o", "{d}/out.toml"], "a measured-data CSV file"),
+    (["plan", "--candidates", "{d}", "--system", "a100-vtrain"], "a measured-data CSV file"),
+    (["published", "{d}"], "a published-throughput CSV file"),
+    (["evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--costs", "{d}"], "a cost preset file (.json)"),
+    (["sweep", "{d}"], "a study spec (a .toml file, or a name such as paper)"),
+    (["evaluate", "-s", "1f1b", "-p", "2", "-m", "2", "--model", "{d}", "--system", "dgx-h100"], "a model file (.toml or .json)"),
+])
+def test_every_reader_names_a_directory_given_as_its_input_in_the_same_words(tmp_path, args, what):
+    """Some said click's "Invalid value for 'DATA...': File '...' is a directory.", some "cannot
+    read: Is a directory", some "no such spec file"; every reader now says what it wanted."""
+    line = one_error_line(run(*[a.format(d=tmp_path) for a in args]))
+    assert line.endswith(f"{tmp_path}: is a directory, not {what}"), line
+    assert list(tmp_path.iterdir()) == []

@@ -235,7 +235,7 @@ def test_plan_with_an_empty_candidates_name_says_so():
     assert cli("plan", "--candidates", "", "--system", "a100-vtrain") == (
         1, "error: --candidates: empty file name: give a measured-data CSV file\n")
     assert cli("plan", "--candidates", "/nonexistent.csv", "--system", "a100-vtrain") == (
-        1, "error: --candidates: /nonexistent.csv: cannot read file (No such file or directory)\n")
+        1, "error: --candidates: /nonexistent.csv: no such file\n")
 
 
 # -- bytes that are not UTF-8 ---------------------------------------------------------------------

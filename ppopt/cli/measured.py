@@ -62,7 +62,7 @@ def _summary_lines(accuracy, files: int = 1) -> list[str]:
 
 
 @main.command("validate")
-@click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("data", nargs=-1, required=True, type=click.Path())
 @click.option("--system", default=DEFAULT_SYSTEM, show_default=True, shell_complete=complete_system, help="System preset name or .toml/.json file.")
 @click.option("--plot", "plot_path", callback=check_plot, default=None,
               help="Also write predicted vs measured (log-log, one colour per model, ±10 % band) to this image.")
@@ -140,7 +140,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
 
 
 @main.command("calibrate")
-@click.argument("data", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("data", nargs=-1, required=True, type=click.Path())
 @click.option("--system", default="a100-vtrain", show_default=True, shell_complete=complete_system, help="Base system preset or file.")
 @click.option("--output", "-o", required=True, callback=output_ending_in(".toml", "the calibrated system is TOML"), help="Calibrated system .toml to write.")
 @click.option("--name", default=None, help="Name of the calibrated system [default: the output file's stem].")
@@ -313,7 +313,7 @@ shipped table's labels lie within 3 % of theirs)."""
 
 
 @main.command("published")
-@click.argument("data", type=click.Path(dir_okay=False))
+@click.argument("data", type=click.Path())
 @click.option("--system", "systems", multiple=True, shell_complete=complete_system,
               help=f"System preset name or file (repeatable) [default: {' and '.join(PUBLISHED_SYSTEMS)}].")
 @format_option

@@ -76,7 +76,7 @@ def _rate(value: float) -> str:
                    "waves, but chimera-asym, whose A:B layer split --layers-per-stage covers; 'all' adds it].")
 @click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
-@click.option("--candidates", type=click.Path(dir_okay=False), default=None,
+@click.option("--candidates", type=click.Path(), default=None,
               help="Rank only the jobs this measured-data CSV lists (columns of data/measured), per model.")
 @click.option("--search", "search_top", type=int, default=3, show_default=True,
               help="Search the schedules of this many best jobs with CP-SAT (0: no search).")

@@ -80,7 +80,7 @@ def _schedules(files, names, devices, microbatches, chunks):
 
 
 @main.command("run")
-@click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, type=click.Path())
 @click.option("--schedule", "-s", "names", multiple=True, shell_complete=complete_schedule, help="A schedule by name (repeatable), with -p and -m.")
 @click.option("--devices", "-p", "--pp", "devices", type=int, default=None, help="Ranks (with --schedule).")
 @click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule).")

@@ -66,7 +66,7 @@ def summary_text(result) -> str:
 
 
 @main.command("sweep")
-@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("spec", type=click.Path())
 @executor_options
 @json_option
 def sweep_command(spec, output, jobs, executor, address, quiet, as_json) -> None:
@@ -88,7 +88,7 @@ def sweep_command(spec, output, jobs, executor, address, quiet, as_json) -> None
 @main.command("study")
 @executor_options
 @click.option("--quick", is_flag=True, help="The reduced grid (configs/studies/quick.toml) instead of paper.toml.")
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None, help="Another study spec [default: paper.toml].")
+@click.option("--spec", "spec_path", type=click.Path(), default=None, help="Another study spec [default: paper.toml].")
 @click.option("--no-solver", is_flag=True, help="Skip the solver points (simulation layers only).")
 @click.option("--no-figures", is_flag=True, help="Write the report without figures.")
 @json_option

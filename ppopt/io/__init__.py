@@ -60,7 +60,8 @@ import orjson
 from ppopt.errors import PpoptError
 
 __all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "csv_problem", "json_bytes",
-           "not_utf8", "parse_data", "read_csv_table", "read_stdin_bounded", "read_text_bounded", "shown", "write_json"]
+           "not_utf8", "parse_data", "read_csv_table", "read_stdin_bounded", "read_text_bounded", "shown", "unreadable",
+           "write_json"]
 
 CONFIG_BYTES = 64 * 2**20
 """The largest model, system or spec file read, in bytes (real ones are a few kB)."""
@@ -169,16 +170,28 @@ def not_utf8(name: str, problem: UnicodeDecodeError) -> str:
     return f"{name}: not UTF-8 text ({problem.reason})"
 
 
-def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError]) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+def unreadable(name: str, problem: OSError, what: str) -> str:
+    """The one-line reason every reader gives for a file it cannot open: ``NAME: no such file``,
+    ``NAME: is a directory, not WHAT`` (``what`` as "a cost preset file (.json)") or
+    ``NAME: cannot read file (Permission denied)``."""
+    if isinstance(problem, FileNotFoundError):
+        return f"{name}: no such file"
+    if isinstance(problem, IsADirectoryError):
+        return f"{name}: is a directory, not {what}"
+    return f"{name}: cannot read file ({problem.strerror or problem})"
+
+
+def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError],
+                   what: str) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
     """The header (:func:`header_row`) and the records after it (:func:`csv_records`) of the CSV data
-    file ``path``, read as UTF-8 (a byte-order mark allowed) up to ``limit`` bytes. Raises ``error``
-    in one line naming the file: unreadable, not UTF-8 text, no header row, or a column named
-    twice (:func:`check_header`)."""
+    file ``path`` (``what``, as "a measured-data CSV file"), read as UTF-8 (a byte-order mark allowed)
+    up to ``limit`` bytes. Raises ``error`` in one line naming the file: unreadable
+    (:func:`unreadable`), not UTF-8 text, no header row, or a column named twice (:func:`check_header`)."""
     name = str(path)
     try:
         text = read_text_bounded(path, limit, "utf-8-sig")
     except OSError as problem:
-        raise error(f"{name}: cannot read file ({problem.strerror or problem})") from problem
+        raise error(unreadable(name, problem, what)) from problem
     except UnicodeDecodeError as problem:
         raise error(not_utf8(name, problem)) from problem
     records = csv_records(text, name, error)

@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from ppopt.config import LinkConfig, validation_message
 from ppopt.costs import Costs, StageCost
 from ppopt.errors import ConfigError
-from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded, require_file_name, write_json
+from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded, require_file_name, unreadable, write_json
 
 FORMAT = "ppopt-costs/1"
 
@@ -84,12 +84,8 @@ def read_cost_preset_file(path: str | os.PathLike) -> tuple[Costs, LinkConfig | 
     path = Path(path)
     try:
         data = parse_data(read_text_bounded(path, CONFIG_BYTES))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file", field="costs") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a cost preset file (.json)", field="costs") from None
     except OSError as error:
-        raise ConfigError(f"{path}: cannot read file ({error.strerror or error})", field="costs") from None
+        raise ConfigError(unreadable(str(path), error, "a cost preset file (.json)"), field="costs") from None
     except UnicodeDecodeError as error:
         raise ConfigError(not_utf8(str(path), error), field="costs") from None
     except ValueError as error:  # JSONDecodeError

@@ -64,6 +64,9 @@ MODEL_COLUMNS = {"num_layers": "# layers", "hidden_size": "hidden size", "num_at
                  "seq_length": "sequence length", "global_batch_size": "global batch", "vocab_size": VOCABULARY_COLUMN}
 """The column of each :class:`ppopt.config.ModelConfig` field :func:`gpt_model` fills from a row."""
 
+MEASURED_FILE = "a measured-data CSV file"
+"""What a measured-data file is, in the readers' messages (:func:`ppopt.io.unreadable`)."""
+
 MIN_TIME_MS = 1e-3
 """The shortest iteration time of a row (1 µs), milliseconds."""
 MAX_TIME_MS = 1e12
@@ -80,7 +83,7 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_measured` does not read (a run's schedule
     or recomputation mode, say): the rows are modelled as :data:`ASSUMED` whatever they say. Call
     after :func:`read_measured` has accepted the file."""
-    header, _ = read_csv_table(Path(source), MEASURED_BYTES, MeasuredDataError)
+    header, _ = read_csv_table(Path(source), MEASURED_BYTES, MeasuredDataError, MEASURED_FILE)
     known = {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN}
     return [cell for cell in header if cell and cell not in known]
 
@@ -143,10 +146,10 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
     MeasuredDataError for a missing column, a non-numeric or non-positive cell, t·p·d different
     from the GPU count, or a micro batch that does not divide the global batch per replica.
     """
-    require_file_name(source, "a measured-data CSV file", MeasuredDataError)
+    require_file_name(source, MEASURED_FILE, MeasuredDataError)
     path = Path(source)
     name = str(source)
-    header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError)
+    header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError, MEASURED_FILE)
     for column in [*COLUMNS, TIME]:
         if column not in header:
             raise MeasuredDataError(f"{name}: missing column '{column}'")

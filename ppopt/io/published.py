@@ -19,6 +19,9 @@ from ppopt.published import PublishedRun
 
 __all__ = ["ASSUMED", "COLUMNS", "read_published", "unused_columns"]
 
+PUBLISHED_FILE = "a published-throughput CSV file"
+"""What the file is, in the readers' messages (:func:`ppopt.io.unreadable`)."""
+
 PUBLISHED_BYTES = 2**20
 """The largest table read, in bytes (the shipped one is under 1 kB)."""
 
@@ -60,9 +63,9 @@ dense peak is 312 teraFLOP/s); a model has between one parameter and 10**18."""
 def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     """Read the table (``data/published/megatron-lm-2021.csv``). Raises ConfigError naming the line
     and column of a missing or bad cell, or of a layout whose t·p does not divide the GPUs."""
-    require_file_name(source, "a published-throughput CSV file", ConfigError)
+    require_file_name(source, PUBLISHED_FILE, ConfigError)
     name = str(source)
-    header, records = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError)
+    header, records = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError, PUBLISHED_FILE)
     missing = [column for column in COLUMNS if column not in header]
     if missing:
         raise ConfigError(f"{name}: missing column '{missing[0]}'")
@@ -107,5 +110,5 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_published` does not read (a run's micro
     batch, say: the runs are predicted as :data:`ASSUMED`). Call after :func:`read_published` has
     accepted the file."""
-    header, _ = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError)
+    header, _ = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError, PUBLISHED_FILE)
     return [cell for cell in header if cell and cell not in COLUMNS]

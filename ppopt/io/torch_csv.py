@@ -74,6 +74,7 @@ from ppopt.io import (
     read_text_bounded,
     require_file_name,
     shown,
+    unreadable,
 )
 from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, ops_of, parse_action
 from ppopt.validate import ScheduleValidationError, validate, validated
@@ -431,18 +432,19 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
         return parse_torch_csv(path_or_text.read(), name, legacy_backward)
     if isinstance(path_or_text, str) and ("\n" in path_or_text or "," in path_or_text):
         return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
-    require_file_name(path_or_text, "a PyTorch schedule CSV file", ScheduleError)
+    require_file_name(path_or_text, TORCH_CSV_FILE, ScheduleError)
     path = Path(path_or_text)
     try:
         text = read_text_bounded(path, MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops")
-    except FileNotFoundError:
-        raise ScheduleError(f"{path}: no such file") from None
     except UnicodeDecodeError as error:
         raise ScheduleError(not_utf8(str(path), error)) from None
     except OSError as error:
-        raise ScheduleError(f"{path}: cannot read: {error.strerror or error}") from None
+        raise ScheduleError(unreadable(str(path), error, TORCH_CSV_FILE)) from None
     return parse_torch_csv(text, path.stem, legacy_backward)
 
+
+TORCH_CSV_FILE = "a PyTorch schedule CSV file"
+"""What a schedule file is, in the reader's messages (:func:`ppopt.io.unreadable`)."""
 
 MAX_BYTES = 32 * MAX_OPS
 """The largest CSV read, in bytes: :data:`ppopt.ir.MAX_OPS` actions of up to 32 bytes each (a compute

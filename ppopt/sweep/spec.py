@@ -74,7 +74,7 @@ from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, 
 from ppopt.costs import microbatch_size
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
-from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded, require_file_name
+from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded, require_file_name, unreadable
 from ppopt.ir import MAX_OPS
 from ppopt.units import UnitCosts
 
@@ -256,6 +256,8 @@ def resolve_spec(name_or_path: str | os.PathLike) -> Path:
         candidate = directory / f"{os.fspath(name_or_path)}.toml"
         if candidate.is_file():
             return candidate
+    if path.is_dir():  # after the presets: a folder named like one in the current directory does not hide it
+        raise ConfigError(f"{os.fspath(name_or_path)}: is a directory, not {SPEC_WANTED}")
     raise ConfigError(f"{os.fspath(name_or_path)}: no such spec file")
 
 
@@ -304,7 +306,7 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
     try:
         data = parse_data(read_text_bounded(path, CONFIG_BYTES), toml=True)
     except OSError as error:
-        raise ConfigError(f"{where}: cannot read spec ({error.strerror or error})") from None
+        raise ConfigError(unreadable(where, error, SPEC_WANTED)) from None
     except UnicodeDecodeError as error:
         raise ConfigError(not_utf8(where, error)) from None
     except ValueError as error:  # not TOML
