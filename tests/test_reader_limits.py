@@ -74,7 +74,7 @@ def test_a_quoted_field_over_the_csv_limit_in_a_schedule_csv_is_one_line(tmp_pat
     path = tmp_path / "sched.csv"
     path.write_text('0F0,0B0\n1F0,"' + "x" * 200_000 + '"\n')
     for args in schedule_commands(path):
-        assert cli(*args) == (1, f"error: sched: line 2: a field is longer than {LIMIT:,} characters\n"), args
+        assert cli(*args) == (1, f"error: {path}: line 2: a field is longer than {LIMIT:,} characters\n"), args
 
 
 def test_a_carriage_return_inside_an_unquoted_field_is_one_line(tmp_path):
@@ -85,7 +85,7 @@ def test_a_carriage_return_inside_an_unquoted_field_is_one_line(tmp_path):
     schedule = tmp_path / "sched.csv"
     schedule.write_text("0F0,0B0\n1F0\r,1B0\n", newline="")
     for args in schedule_commands(schedule):
-        assert cli(*args) == (1, f"error: sched: line 2: {reason}\n"), args
+        assert cli(*args) == (1, f"error: {schedule}: line 2: {reason}\n"), args
 
 
 def test_any_other_csv_error_is_named_as_unreadable_csv():
@@ -153,11 +153,11 @@ def test_a_schedule_index_must_be_ascii_digits_of_sensible_length(tmp_path):
     arabic = tmp_path / "arabic.csv"
     arabic.write_text("0F٠,0B٠\n1F٠,1B٠\n")  # numpy and int() read these: a traceback, or stage 0
     for args in schedule_commands(arabic):
-        assert cli(*args) == (1, "error: arabic: row 0 (rank 0, line 1), cell 0: unknown action '0F٠' "
+        assert cli(*args) == (1, f"error: {arabic}: row 0 (rank 0, line 1), cell 0: unknown action '0F٠' "
                                  "(expected <stage><F|I|W|B><microbatch>, e.g. 3F12)\n"), args
     digits = tmp_path / "digits.csv"
     digits.write_text(f"0F0,0B0\n1F0,1B{'1' * 5000}\n")  # over int()'s 4,300 digits: a ValueError traceback
-    assert cli("import", digits) == (1, f"error: digits: row 1 (rank 1, line 2), cell 1: action {shown('1B' + '1' * 5000)} "
+    assert cli("import", digits) == (1, f"error: {digits}: row 1 (rank 1, line 2), cell 1: action {shown('1B' + '1' * 5000)} "
                                         "has an index of more than 40 digits\n")
 
 
@@ -204,7 +204,7 @@ def test_a_huge_bad_cell_is_quoted_cut_short(tmp_path):
     schedule = tmp_path / "sched.csv"
     schedule.write_text(f"0F0,0B0\n{'x' * 1_000_000}\n")  # no quotes: split without csv, so no limit
     for args in schedule_commands(schedule):
-        assert cli(*args) == (1, f"error: sched: row 1 (rank 1, line 2), cell 0: unknown action {shown('x' * 1_000_000)} "
+        assert cli(*args) == (1, f"error: {schedule}: row 1 (rank 1, line 2), cell 0: unknown action {shown('x' * 1_000_000)} "
                                  "(expected <stage><F|I|W|B><microbatch>, e.g. 3F12)\n"), args
     with pytest.raises(ScheduleError) as caught:
         parse_torch_csv(f"0F0,({'x' * 50_000})OVERLAP\n", "group")

@@ -158,11 +158,11 @@ def test_a_deadlocking_or_malformed_csv_is_refused_before_any_process_starts(tmp
     dead.write_text("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n")
     result = cli("run", dead)
     assert result.exit_code == 1
-    assert result.output.splitlines()[0] == "error: dead: deadlock: device 0 waits at 0B0 for 1B0; device 1 waits at 1F1 for 0F1 (at row 0 (rank 0, line 1), cell 1)"
+    assert result.output.splitlines()[0] == f"error: {dead}: deadlock: device 0 waits at 0B0 for 1B0; device 1 waits at 1F1 for 0F1 (at row 0 (rank 0, line 1), cell 1)"
     bad = tmp_path / "bad.csv"
     bad.write_text("0F0,0X0\n")
     result = cli("run", bad)
-    assert result.exit_code == 1 and result.output.startswith("error: bad: row 0 (rank 0, line 1), cell 1: unknown action '0X0'")
+    assert result.exit_code == 1 and result.output.startswith(f"error: {bad}: row 0 (rank 0, line 1), cell 1: unknown action '0X0'")
 
 
 def test_a_schedule_given_twice_runs_once(tmp_path, monkeypatch):

@@ -249,7 +249,7 @@ def test_validation_errors_carry_the_file_name_the_place_and_the_grid(tmp_path):
     path.write_text("0B0,0F0\n")
     with pytest.raises(ScheduleValidationError) as caught:
         read_torch_csv(path)
-    assert str(caught.value).startswith("broken: op 0B0 runs before its dependency 0F0")
+    assert str(caught.value).startswith(f"{path}: op 0B0 runs before its dependency 0F0")  # the path as given, not its stem
     assert "row 0 (rank 0, line 1), cell 0" in str(caught.value)
     assert ">0B0<" in caught.value.details
     with pytest.raises(ScheduleError, match="no such file"):
@@ -328,7 +328,7 @@ def test_cli_errors_are_one_line_with_exit_status_1(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("0F0,0BW0\n")
     result = run("import", bad)
-    assert result.exit_code == 1 and result.output.startswith("error: bad: row 0 (rank 0, line 1), cell 1: 'BW'")
+    assert result.exit_code == 1 and result.output.startswith(f"error: {bad}: row 0 (rank 0, line 1), cell 1: 'BW'")
     assert run("import", bad, "--legacy-backward").exit_code == 0
     result = run("import", tmp_path / "absent.csv")
     assert result.exit_code == 1 and "no such file" in result.output
@@ -469,4 +469,4 @@ def test_a_schedule_piped_from_export_reads_as_its_file_does(tmp_path):
     imported = ppopt("import", "-", stdin=exported.stdout)
     assert imported.returncode == 0 and imported.stdout.startswith(b"torch-csv: 4 devices, 4 stages, 8 microbatches")
     refused = ppopt("import", "-", stdin=b"\0" * 100)
-    assert (refused.returncode, refused.stderr) == (1, b"error: standard input: cannot read: not a text file: NUL byte at byte 0\n")
+    assert (refused.returncode, refused.stderr) == (1, b"error: standard input: cannot read (not a text file: NUL byte at byte 0)\n")

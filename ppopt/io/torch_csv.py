@@ -36,7 +36,7 @@ Reading (:func:`read_torch_csv`)
       bytes (a pipe or device such as ``/dev/zero`` is read up to that limit, and refused at its
       first NUL byte). The schedule is then checked by
       :func:`ppopt.validate.validate`.
-    * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file name.
+    * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file as given (its path; the schedule itself is named by the stem).
       Positions are **0-based**, like PyTorch's ``Rank r, step s``: "row 2 (rank 2, line 3),
       cell 5" is the sixth cell of the file's third line. Validation errors keep their order grid
       in ``.details``. A cell quoted in a message is cut to 40 characters; a line the ``csv`` module
@@ -215,14 +215,15 @@ def _parse_row_cells(row: list[str], r: int, name: str) -> _Row:
     return out
 
 
-def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = False) -> Schedule:
-    """Parse the text of a PyTorch schedule CSV into a validated :class:`Schedule` named ``name``.
+def parse_torch_csv(text: str, name: str = "torch-csv", legacy_backward: bool = False, where: str | None = None) -> Schedule:
+    """Parse the text of a PyTorch schedule CSV into a validated :class:`Schedule` named ``name``;
+    its errors begin with ``where`` (the file as the user gave it) or, without it, with ``name``.
 
     See the module docstring for the format, the legacy spelling, the indexing of stages and
     microbatches and the error positions.
     """
     with paused_gc():
-        return _parse(text, name, legacy_backward)
+        return _parse(text, name, legacy_backward, name if where is None else where)
 
 
 def _rows(text: str, name: str) -> list[_Line]:
@@ -238,21 +239,22 @@ def _rows(text: str, name: str) -> list[_Line]:
     return lines
 
 
-def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
+def _parse(text: str, name: str, legacy_backward: bool, where: str) -> Schedule:
+    """The schedule ``name`` the text describes; every error begins with ``where`` (the file's path)."""
     lines = text.count("\n") + (not text.endswith("\n"))
     if lines > MAX_OPS:  # one row per rank, and no schedule has more ranks than ops: refused before splitting
-        raise ScheduleError(f"{name}: {lines:,} lines: more rank rows than the {MAX_OPS:,} ops a schedule may hold")
-    rows = _rows(text, name)
+        raise ScheduleError(f"{where}: {lines:,} lines: more rank rows than the {MAX_OPS:,} ops a schedule may hold")
+    rows = _rows(text, where)
     while rows and not any(cell.strip() for cell in _cells(rows[-1])):
         rows.pop()
     if not rows:
-        raise ScheduleError(f"{name}: empty file: no rank rows (a PyTorch schedule CSV has one row of actions per rank)")
+        raise ScheduleError(f"{where}: empty file: no rank rows (a PyTorch schedule CSV has one row of actions per rank)")
 
     # First pass: the compute actions of every cell, as written.
-    parsed = _parse_rows(rows, name)
+    parsed = _parse_rows(rows, where)
     codes = set().union(*(set(p[2]) for p in parsed))
     if not codes:
-        raise ScheduleError(f"{name}: no compute action in the file (expected cells such as 0F0, 0B0)")
+        raise ScheduleError(f"{where}: no compute action in the file (expected cells such as 0F0, 0B0)")
 
     # Second pass: kinds (legacy spelling).
     kinds: dict[str, Kind] = {}
@@ -261,7 +263,7 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
             kinds[code] = _kinds(code, legacy_backward, "W" in codes)
         except _CellError as error:
             r, c = next((r, p[0][i]) for r, p in enumerate(parsed) for i, x in enumerate(p[2]) if x == code)
-            raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
+            raise ScheduleError(f"{where}: {_where(r, c)}: {error}") from None
     split = any(kind in (Kind.I, Kind.W) for kind in kinds.values())
 
     # Placement: each stage on the one rank whose row holds it; stages 0..S-1 all present.
@@ -275,13 +277,13 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
             c0 = parsed[first][0][parsed[first][1].index(stage)]
             c = cells[stages.index(stage)]
             raise ScheduleError(
-                f"{name}: stage {stage} is on two ranks: {_where(first, c0)} and {_where(r, c)} "
+                f"{where}: stage {stage} is on two ranks: {_where(first, c0)} and {_where(r, c)} "
                 "(each stage must be on exactly one rank)"
             )
         holder.update(dict.fromkeys(distinct, r))
     if max(holder) >= len(holder):
         missing = next(s for s in range(len(holder)) if s not in holder)
-        raise ScheduleError(f"{name}: stage {missing} appears in no row, but stages up to {max(holder)} do")
+        raise ScheduleError(f"{where}: stage {missing} appears in no row, but stages up to {max(holder)} do")
     stage_count = len(holder)
 
     # Microbatches: indexed by the file's own indices, which must be 0..M-1 for its M distinct ones.
@@ -292,12 +294,12 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
         cells, stages, written, mbs = parsed[r]
         gap = next(x for x in range(microbatches) if x not in indices)
         raise ScheduleValidationError(
-            f"{name}: {_where(r, cells[i])}: action {stages[i]}{written[i]}{mbs[i]} names microbatch {mbs[i]}, but the "
+            f"{where}: {_where(r, cells[i])}: action {stages[i]}{written[i]}{mbs[i]} names microbatch {mbs[i]}, but the "
             f"file names {microbatches} distinct microbatch(es), so they must be 0..{microbatches - 1} "
             f"(microbatch {gap} appears nowhere)"
         )
     check_size(stage_count * microbatches * (3 if split else 2),
-               f"{name}: {stage_count} stages x {microbatches} microbatches")
+               f"{where}: {stage_count} stages x {microbatches} microbatches")
 
     orders = tuple(tuple(ops_of(stages, map(kinds.__getitem__, written), mbs)) for _, stages, written, mbs in parsed)
     schedule = Schedule(
@@ -312,7 +314,7 @@ def _parse(text: str, name: str, legacy_backward: bool) -> Schedule:
         validated(schedule)
         return schedule
     except ScheduleValidationError as error:
-        raise _located(error, name, parsed, kinds) from None
+        raise _located(error, where, parsed, kinds) from None
 
 
 def _overlapped(parsed: list[_Row], orders: tuple[tuple[Op, ...], ...]) -> tuple[tuple[Op, Op], ...]:
@@ -413,9 +415,9 @@ def read_torch_csv_file(name: str, legacy_backward: bool = False) -> Schedule:
         except UnicodeDecodeError as error:
             raise ScheduleError(not_utf8("standard input", error)) from None
         except OSError as error:
-            raise ScheduleError(f"standard input: cannot read: {error.strerror or error}") from None
+            raise ScheduleError(f"standard input: cannot read ({error.strerror or error})") from None
         return parse_torch_csv(text, "torch-csv", legacy_backward)
-    require_file_name(name, "a PyTorch schedule CSV file", ScheduleError)
+    require_file_name(name, TORCH_CSV_FILE, ScheduleError)
     return read_torch_csv(Path(name), legacy_backward)
 
 
@@ -440,7 +442,7 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
         raise ScheduleError(not_utf8(str(path), error)) from None
     except OSError as error:
         raise ScheduleError(unreadable(str(path), error, TORCH_CSV_FILE)) from None
-    return parse_torch_csv(text, path.stem, legacy_backward)
+    return parse_torch_csv(text, path.stem, legacy_backward, where=str(path))
 
 
 TORCH_CSV_FILE = "a PyTorch schedule CSV file"
