@@ -6,9 +6,27 @@ IMPORTED_AT = time.monotonic()
 """When this package was first imported (``time.monotonic()`` seconds): the start of a command's
 budget, so that ``--time-limit`` covers the imports too (:func:`ppopt.cli.startup_s`)."""
 
-from ppopt.generators import generate  # noqa: E402  (after IMPORTED_AT, which must come first)
-from ppopt.ir import Kind, Op, Schedule  # noqa: E402  (after IMPORTED_AT, which must come first)
-from ppopt.validate import validate  # noqa: E402  (after IMPORTED_AT, which must come first)
+from typing import TYPE_CHECKING, Any  # noqa: E402  (after IMPORTED_AT, which must come first)
+
+if TYPE_CHECKING:
+    from ppopt.generators import generate
+    from ppopt.ir import Kind, Op, Schedule
+    from ppopt.validate import validate
 
 __all__ = ["Kind", "Op", "Schedule", "generate", "validate"]
 __version__ = "0.1.0"
+
+_HOMES = {"Kind": "ppopt.ir", "Op": "ppopt.ir", "Schedule": "ppopt.ir", "generate": "ppopt.generators",
+          "validate": "ppopt.validate"}
+"""The module of each name above. They are imported on first use, so that ``import ppopt`` (which
+every ``ppopt.x`` import runs first) is quick: the command line's entry point and the run's fork
+server need the package before they can install their Ctrl-C handling (:mod:`ppopt.entry`)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``ppopt.generate`` and the rest of ``__all__``, imported from their modules when first used."""
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'ppopt' has no attribute {name!r}")

@@ -1,3 +1,3 @@
-from ppopt.cli import main
+from ppopt.entry import main
 
 main()

@@ -791,3 +791,23 @@ def test_every_reader_names_a_directory_given_as_its_input_in_the_same_words(tmp
     line = one_error_line(run(*[a.format(d=tmp_path) for a in args]))
     assert line.endswith(f"{tmp_path}: is a directory, not {what}"), line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_while_the_command_line_is_imported_prints_aborted(monkeypatch, capsys):
+    """Importing ppopt.cli takes about half a second; Ctrl-C then printed a traceback of the import,
+    since the command's own handling was not in place yet. The console script's entry catches it."""
+    import importlib.abc
+
+    from ppopt.entry import main as entry
+
+    class Interrupted(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "ppopt.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "ppopt.cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Interrupted(), *sys.meta_path])
+    with pytest.raises(SystemExit) as exited:
+        entry()
+    assert exited.value.code == 1 and capsys.readouterr().err == "\naborted\n"

@@ -113,6 +113,69 @@ def test_a_killed_rank_ends_every_rank_with_one_line(tmp_path):
     assert all(process.exitcode is not None for process in started)
 
 
+def test_ctrl_c_while_the_ranks_start_prints_only_aborted():
+    """Ctrl-C reaches every process of the command. The fork server, importing torch, printed
+    torch's traceback under ``aborted``, and a rank forked after the launcher had removed its folder
+    printed a FileNotFoundError traceback. Sent here as soon as the launch begins (while the server
+    imports torch) to the whole process group, as a terminal does."""
+    pytest.importorskip("torch.distributed.pipelining")
+    import subprocess
+
+    command = [sys.executable, "-m", "ppopt", "run", "-s", "1f1b", "-p", "2", "-m", "2", "--steps", "1", "--no-check"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    assert process.stderr is not None
+    first = process.stderr.readline()  # "running 1 schedule(s) ...": the launch starts now
+    _wait_for_the_fork_server(session=process.pid)
+    os.killpg(process.pid, signal.SIGINT)
+    _, rest = process.communicate(timeout=120)
+    assert first.startswith(b"running 1 schedule(s) on 2 local ranks")
+    assert (process.returncode, rest) == (1, b"\naborted\n")  # the line break ends the terminal's ^C, as click does
+
+
+def _wait_for_the_fork_server(session: int) -> None:
+    """Return once a process of ``session`` runs multiprocessing's fork server (it then imports
+    torch for seconds); fail after 60 s, skip where /proc does not list processes."""
+    import time
+    from pathlib import Path
+
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("needs /proc to find the fork server")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[3]) == session and b"forkserver" in (stat.parent / "cmdline").read_bytes():
+                    return
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+        time.sleep(0.01)
+    pytest.fail("no fork server started within 60 s")
+
+
+def test_a_rank_whose_folder_is_gone_ends_without_a_word(tmp_path):
+    """The launcher removes its folder when it gives up (Ctrl-C); a rank the fork server starts
+    after that exits with status 1 and writes nothing (the traceback went to the terminal)."""
+    pytest.importorskip("torch.distributed.pipelining")
+    import multiprocessing
+
+    from ppopt.run.worker import child
+
+    error_file = tmp_path / "stderr.txt"
+    context = multiprocessing.get_context("spawn")
+    process = context.Process(target=_child_with_stderr_in, args=(child, str(error_file), str(tmp_path / "gone")))
+    process.start()
+    process.join(timeout=120)
+    assert process.exitcode == 1 and error_file.read_text() == ""
+
+
+def _child_with_stderr_in(child, path, out_dir):
+    """:func:`ppopt.run.worker.child` with this process's stderr in ``path`` (to read back)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(descriptor, 2)
+    child("{}", 0, {}, out_dir)
+
+
 def test_the_timeout_counts_from_the_first_rank_s_start(tmp_path, monkeypatch):
     """Starting 16 ranks takes seconds, and the deadline used to start only once all were running
     (`--timeout 3` finished after 9 s). Ranks that take the whole budget to start end the run before

@@ -46,10 +46,27 @@ def _environment(spec: RunSpec, port: int, rank: int) -> dict[str, str]:
 
 def _context() -> multiprocessing.context.ForkServerContext:
     """Ranks are forked from a server process that imported torch once (``forkserver`` with the
-    worker preloaded): starting P ranks then costs one ``import torch``, not P."""
+    worker preloaded): starting P ranks then costs one ``import torch``, not P. The server and its
+    ranks ignore Ctrl-C (:mod:`ppopt.run.forkserver`); this process stops them."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["ppopt.run.worker"])
+    context.set_forkserver_preload(["ppopt.run.forkserver"])
+    _start_server_ignoring_ctrl_c()
     return context
+
+
+def _start_server_ignoring_ctrl_c() -> None:
+    """Start the fork server (if it is not running) with SIGINT ignored, which the new interpreter
+    inherits and keeps (CPython installs its KeyboardInterrupt handler only over the default
+    action): Ctrl-C during the server's own start, before :mod:`ppopt.run.forkserver` runs, printed
+    a traceback too. Only the spawn is covered, a few milliseconds; the server's import of torch,
+    which the first rank's start waits for, is not, so this process still takes Ctrl-C then."""
+    import multiprocessing.forkserver
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _last_line(path: Path) -> str:

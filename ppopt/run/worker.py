@@ -200,8 +200,13 @@ def _run_job(spec: RunSpec, job: Job, rank: int, dtype: torch.dtype, device: tor
 
 def child(spec_text: str, rank: int, environment: dict[str, str], out_dir: str) -> None:
     """A rank's process (started by the launcher): its stderr goes to ``OUT_DIR/rank<R>.err``, its
-    result to ``OUT_DIR/rank<R>.json``; any failure is one line ``rank R: <reason>`` and exit status 1."""
-    errors = os.open(Path(out_dir) / f"rank{rank}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    result to ``OUT_DIR/rank<R>.json``; any failure is one line ``rank R: <reason>`` and exit status 1.
+    Without ``OUT_DIR`` the launcher has already given up the run (interrupted while this rank was
+    being started, it removed the folder): the rank ends at once, status 1, without a word."""
+    try:
+        errors = os.open(Path(out_dir) / f"rank{rank}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:
+        os._exit(1)
     os.dup2(errors, 2)
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     os.environ.update(environment)
