@@ -811,3 +811,23 @@ def test_ctrl_c_while_the_command_line_is_imported_prints_aborted(monkeypatch, c
     with pytest.raises(SystemExit) as exited:
         entry()
     assert exited.value.code == 1 and capsys.readouterr().err == "\naborted\n"
+
+
+def test_the_budget_counts_from_the_process_start(monkeypatch):
+    """`--time-limit` covers the interpreter's start too: ``startup_s`` counts from the process's
+    start (Linux's /proc/self/stat), which came before ppopt's import in this process, and never
+    less than the time since the import; from Python (not the command line) it is 0."""
+    import time
+
+    import ppopt
+    from ppopt.cli import process_age_s, startup_s
+
+    assert startup_s() == 0.0
+    monkeypatch.setattr("ppopt.cli._FROM_COMMAND_LINE", True)
+    since_import = time.monotonic() - ppopt.IMPORTED_AT
+    counted = startup_s()
+    assert counted >= since_import
+    age = process_age_s()
+    if age is None:
+        pytest.skip("the system does not give the process's start time")
+    assert since_import <= age < time.clock_gettime(time.CLOCK_BOOTTIME)  # started before the import, after the boot
