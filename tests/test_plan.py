@@ -35,6 +35,7 @@ from ppopt.plan import (
     live_microbatches,
     megatron_layout,
     memory_of,
+    out_of_time,
     plan,
     sizing_ops,
     step_estimate,
@@ -510,6 +511,52 @@ def test_plan_command_out_of_time_prints_one_error_line_and_no_table(clock, monk
     assert result.stderr == (f"error: --time-limit: no job evaluated within 5 s: sizing the {total} jobs took the budget "
                              f"(20 sized, {total - 20} not sized); give more time or narrow the space "
                              "(--schedule, --recompute, --micro-batch)\n")
+
+
+@pytest.mark.parametrize("seconds_per_job, gives_up", [(0.01, True), (0.002, False)])
+def test_sizing_that_cannot_end_in_time_gives_up_early_and_says_when_it_would_end(monkeypatch, seconds_per_job, gives_up):
+    """Each job takes ``seconds_per_job`` to size (a fake clock): 1,212 jobs at 0.01 s need 12.1 s of
+    a 5 s budget. Sizing used to run until the budget ended; now it checks every 16 jobs, and the
+    first check with a rate resting on a second is at 112 jobs, 1.12 s in: the rest, 1,100 x 0.01 =
+    11 s, is over twice the 3.88 s left, so it stops, saying sizing would end about 1.12 + 11 =
+    12.1 s into the budget. At 0.002 s a job (2.4 s in all) it sizes every job."""
+    clock = _Clock()
+    monkeypatch.setattr("ppopt.solve.options.time", clock)
+    monkeypatch.setattr("ppopt.plan.time", clock)
+
+    def sizing(done, total):
+        clock.now += seconds_per_job
+
+    result = plan(SMALL, progress=PlanProgress(sizing=sizing), budget=SolveOptions(5).start())
+    total = count_jobs(SMALL)
+    if not gives_up:
+        assert result.unsized == 0 and result.sizing_foreseen is None and result.rows
+        return
+    assert result.rows == () and result.unsized == total - 112
+    assert result.spent() == f"sizing the {total} jobs would end about {total * seconds_per_job:.1f} s into it at the rate so far (112 sized in 1.1 s)"
+    assert out_of_time(SolveOptions(5), result.spent(), foreseen=True).reason.startswith("no job would be evaluated within 5 s: sizing")
+
+
+def test_generating_that_cannot_end_in_time_gives_up_early(monkeypatch):
+    """Every schedule generated to size the jobs takes 0.1 s here (a fake clock), far more than the
+    10 s budget allows for all 348 of them: generation stops before the budget ends and says when it
+    would have ended, later than the budget."""
+    import re
+
+    clock = _Clock()
+    monkeypatch.setattr("ppopt.solve.options.time", clock)
+
+    def generating(done, total):
+        clock.now += 0.1
+
+    with pytest.raises(InfeasibleError) as error:
+        plan(SMALL, progress=PlanProgress(generating=generating), budget=SolveOptions(10).start())
+    found = re.fullmatch(r"no job would be evaluated within 10 s: generating the schedules that size the jobs would end about "
+                         r"([0-9.]+) s into it at the rate so far \((\d+) of (\d+) distinct schedules in ([0-9.]+) s\); .*",
+                         error.value.reason)
+    assert found, error.value.reason
+    ends, done, total, took = float(found[1]), int(found[2]), int(found[3]), float(found[4])
+    assert took < 10 < ends and 0 < done < total and took == pytest.approx(0.1 * done, abs=0.05)
 
 
 def test_the_step_estimate_is_the_busiest_device_s_work_plus_the_syncs():

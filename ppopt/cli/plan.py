@@ -266,7 +266,7 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_sha
         if phases is not None:
             phases.close()
     if not result.rows:
-        raise out_of_time(options, result.spent())
+        raise out_of_time(options, result.spent(), foreseen=result.sizing_foreseen is not None)
     return result
 
 
