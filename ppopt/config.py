@@ -62,7 +62,7 @@ from pydantic import (
 )
 
 from ppopt.errors import ConfigError
-from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded
+from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded, unreadable
 
 __all__ = [
     "MAX_BYTES_PER_PARAM_STATE",
@@ -457,10 +457,15 @@ def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind:
         raise ConfigError(f"empty file name: give a {kind} preset name or a .toml/.json file")
     path = Path(text)
     looks_like_path = path.suffix.lower() in _SUFFIXES or os.sep in text or "/" in text
-    if path.is_dir():
-        raise ConfigError(f"{text}: is a directory, not a {kind} file (.toml or .json)")
-    if path.exists():
+    try:
+        if path.is_dir():
+            raise ConfigError(f"{text}: is a directory, not a {kind} file (.toml or .json)")
+        os.stat(path)  # what is wrong with a path that exists and cannot be followed: a loop of links, a name too long
         return path
+    except FileNotFoundError:
+        pass  # a preset name, or a missing file
+    except OSError as error:
+        raise ConfigError(unreadable(text, error, f"a {kind} file (.toml or .json)")) from None
     if path.is_symlink():
         raise ConfigError(f"{text}: no such file (a broken symbolic link to {os.readlink(path)})")
     if looks_like_path:

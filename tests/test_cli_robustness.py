@@ -831,3 +831,38 @@ def test_the_budget_counts_from_the_process_start(monkeypatch):
     if age is None:
         pytest.skip("the system does not give the process's start time")
     assert since_import <= age < time.clock_gettime(time.CLOCK_BOOTTIME)  # started before the import, after the boot
+
+
+@pytest.mark.parametrize("args", [
+    ["evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", "{name}.toml"],
+    ["evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--model", "{name}", "--system", "dgx-a100"],
+    ["sweep", "{name}.toml"],
+    ["study", "--spec", "{name}.toml"],
+    ["validate", str(Path(__file__).parents[1] / "data" / "measured" / "vtrain-multi-node-small.csv"), "--system", "{name}"],
+])
+def test_a_preset_or_spec_name_too_long_for_a_file_is_one_line(args):
+    """Over 255 bytes the system refuses the name (ENAMETOOLONG), which the preset and spec readers
+    let through as a traceback: every other reader said "cannot read file (File name too long)"."""
+    name = "x" * 300
+    line = one_error_line(run(*[a.format(name=name) for a in args]))
+    assert line.startswith(f"error: {name}") and line.endswith(": cannot read file (File name too long)"), line
+
+
+def test_a_loop_of_links_is_not_called_a_broken_link(tmp_path):
+    """A model file or spec that links to itself through another link read as "no such file (a
+    broken symbolic link to l2.toml)" or "no such spec file"; it exists, and cannot be followed."""
+    (tmp_path / "l1.toml").symlink_to(tmp_path / "l2.toml")
+    (tmp_path / "l2.toml").symlink_to(tmp_path / "l1.toml")
+    loop = str(tmp_path / "l1.toml")
+    for args in (["evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--model", "llama3-8b", "--system", loop], ["sweep", loop]):
+        assert one_error_line(run(*args)) == f"error: {loop}: cannot read file (Too many levels of symbolic links)"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--model", "a\nb", "--system", "dgx-a100"],
+     "error: unknown model preset 'a\\nb' (known: gpt3-175b, llama3-70b, llama3-8b, study)"),
+    (["import", "x\ty\r.csv"], "error: x\\ty\\r.csv: no such file"),
+])
+def test_a_control_character_in_a_name_keeps_the_error_on_one_line(args, line):
+    """A line break in a preset or file name used to split the error in two lines; it is escaped."""
+    assert one_error_line(run(*args)) == line

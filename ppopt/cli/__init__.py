@@ -75,10 +75,20 @@ def flag_for(field: str, command: click.Command | None) -> str:
 
 
 def error_line(error: PpoptError, command: click.Command | None) -> str:
-    """``error: <flag>: <reason>`` when the error names a field the command has a flag for."""
+    """``error: <flag>: <reason>`` when the error names a field the command has a flag for; one line
+    whatever the reason quotes (:func:`escaped`)."""
     if error.field:
-        return f"error: {flag_for(error.field, command)}: {error.reason}"
-    return f"error: {error}"
+        return escaped(f"error: {flag_for(error.field, command)}: {error.reason}")
+    return escaped(f"error: {error}")
+
+
+def escaped(text: str) -> str:
+    """``text`` with each character that is not printable (a line break or another control
+    character in a file or preset name the user gave) written as its Python escape, ``\\n``: such a
+    name split the error line in two."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def usage_line(error: click.UsageError) -> str:

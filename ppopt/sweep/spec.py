@@ -48,6 +48,7 @@ carry a digest of their contents, so editing a preset gives new points instead o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -250,12 +251,19 @@ def resolve_spec(name_or_path: str | os.PathLike) -> Path:
     """A spec file: an existing path, or the stem of a file in :func:`spec_dirs` (e.g. ``paper``)."""
     require_file_name(name_or_path, SPEC_WANTED, ConfigError)
     path = Path(name_or_path)
-    if path.exists() and not path.is_dir():  # a device or FIFO too: its reader says what is wrong with it
-        return path
+    try:
+        if not path.is_dir():
+            os.stat(path)  # a device or FIFO too: its reader says what is wrong with it
+            return path
+    except FileNotFoundError:
+        pass  # a spec's name, or a missing file
+    except OSError as error:  # a loop of links, a name too long
+        raise ConfigError(unreadable(os.fspath(name_or_path), error, SPEC_WANTED)) from None
     for directory in spec_dirs():
         candidate = directory / f"{os.fspath(name_or_path)}.toml"
-        if candidate.is_file():
-            return candidate
+        with contextlib.suppress(OSError):  # a name that is too long with the suffix names no spec
+            if candidate.is_file():
+                return candidate
     if path.is_dir():  # after the presets: a folder named like one in the current directory does not hide it
         raise ConfigError(f"{os.fspath(name_or_path)}: is a directory, not {SPEC_WANTED}")
     raise ConfigError(f"{os.fspath(name_or_path)}: no such spec file")
