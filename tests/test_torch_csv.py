@@ -470,3 +470,5 @@ def test_a_schedule_piped_from_export_reads_as_its_file_does(tmp_path):
     assert imported.returncode == 0 and imported.stdout.startswith(b"torch-csv: 4 devices, 4 stages, 8 microbatches")
     refused = ppopt("import", "-", stdin=b"\0" * 100)
     assert (refused.returncode, refused.stderr) == (1, b"error: standard input: cannot read (not a text file: NUL byte at byte 0)\n")
+    malformed = ppopt("import", "-", stdin=b"0F0,0X0\n")  # its errors are standard input's too, not "torch-csv"'s
+    assert malformed.returncode == 1 and malformed.stderr.startswith(b"error: standard input: row 0 (rank 0, line 1), cell 1: ")

@@ -416,7 +416,7 @@ def read_torch_csv_file(name: str, legacy_backward: bool = False) -> Schedule:
             raise ScheduleError(not_utf8("standard input", error)) from None
         except OSError as error:
             raise ScheduleError(f"standard input: cannot read ({error.strerror or error})") from None
-        return parse_torch_csv(text, "torch-csv", legacy_backward)
+        return parse_torch_csv(text, "torch-csv", legacy_backward, where="standard input")
     require_file_name(name, TORCH_CSV_FILE, ScheduleError)
     return read_torch_csv(Path(name), legacy_backward)
 
