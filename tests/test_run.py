@@ -132,6 +132,19 @@ def test_ctrl_c_while_the_ranks_start_prints_only_aborted():
     assert (process.returncode, rest) == (1, b"\naborted\n")  # the line break ends the terminal's ^C, as click does
 
 
+def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):
+    """The fork server's socket folder (``pymp-*``) stayed behind after every run: the command line
+    ended the process at once, before multiprocessing's own clean-up at the interpreter's exit."""
+    pytest.importorskip("torch.distributed.pipelining")
+    import subprocess
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    command = [sys.executable, "-m", "ppopt", "run", "-s", "1f1b", "-p", "2", "-m", "2", "--steps", "1", "-q"]
+    finished = subprocess.run(command, capture_output=True, env=env, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def _wait_for_the_fork_server(session: int) -> None:
     """Return once a process of ``session`` runs multiprocessing's fork server (it then imports
     torch for seconds); fail after 60 s, skip where /proc does not list processes."""

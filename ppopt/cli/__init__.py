@@ -227,9 +227,17 @@ class _Cli(click.Group):
         except OSError as error:
             code = _stdout_failed(error)
         code = code if isinstance(code, int) else 0
-        if _FROM_COMMAND_LINE:
+        if _FROM_COMMAND_LINE and not _started_fork_server():
             _exit_now(code)
         sys.exit(code)
+
+
+def _started_fork_server() -> bool:
+    """Whether this command started the run's fork server (``run``, ``profile``): its process then
+    ends through the interpreter's exit, which removes the server's socket folder (``/tmp/pymp-*``,
+    multiprocessing's own clean-up); :func:`_exit_now` left one behind after every run."""
+    launcher = sys.modules.get("ppopt.run.launcher")
+    return bool(getattr(launcher, "started_fork_server", False))
 
 
 def _exit_now(code: int) -> None:
