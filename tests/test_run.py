@@ -120,12 +120,14 @@ def test_ctrl_c_while_the_ranks_start_prints_only_aborted():
     imports torch) to the whole process group, as a terminal does."""
     pytest.importorskip("torch.distributed.pipelining")
     import subprocess
+    import time
 
     command = [sys.executable, "-m", "ppopt", "run", "-s", "1f1b", "-p", "2", "-m", "2", "--steps", "1", "--no-check"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     assert process.stderr is not None
     first = process.stderr.readline()  # "running 1 schedule(s) ...": the launch starts now
     _wait_for_the_fork_server(session=process.pid)
+    time.sleep(0.2)  # past the milliseconds in which the launcher ignores Ctrl-C to spawn the server; it imports torch for seconds
     os.killpg(process.pid, signal.SIGINT)
     _, rest = process.communicate(timeout=120)
     assert first.startswith(b"running 1 schedule(s) on 2 local ranks")

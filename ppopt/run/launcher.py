@@ -50,7 +50,7 @@ def _context() -> multiprocessing.context.ForkServerContext:
     ranks ignore Ctrl-C (:mod:`ppopt.run.forkserver`); this process stops them."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["ppopt.run.forkserver"])
-    _start_server_ignoring_ctrl_c()
+    _start_server_without_ctrl_c()
     return context
 
 
@@ -59,21 +59,22 @@ started_fork_server = False
 interpreter, whose exit removes the server's socket folder: :func:`ppopt.cli._started_fork_server`)."""
 
 
-def _start_server_ignoring_ctrl_c() -> None:
+def _start_server_without_ctrl_c() -> None:
     """Start the fork server (if it is not running) with SIGINT ignored, which the new interpreter
     inherits and keeps (CPython installs its KeyboardInterrupt handler only over the default
     action): Ctrl-C during the server's own start, before :mod:`ppopt.run.forkserver` runs, printed
-    a traceback too. Only the spawn is covered, a few milliseconds; the server's import of torch,
-    which the first rank's start waits for, is not, so this process still takes Ctrl-C then."""
+    a traceback too. The disposition is the whole process's, so this process ignores Ctrl-C while it
+    spawns the server, a few milliseconds, and a Ctrl-C within them is lost (blocking SIGINT instead
+    does not keep it: Linux hands it to another thread, of torch's, which ignores it)."""
     import multiprocessing.forkserver
 
     global started_fork_server
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         multiprocessing.forkserver.ensure_running()
         started_fork_server = True
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, handler)
 
 
 def _last_line(path: Path) -> str:
