@@ -409,7 +409,7 @@ def test_export_writes_a_dash_to_stdout(tmp_path, monkeypatch):
 def test_a_picture_path_without_a_picture_suffix_is_refused_before_the_report(tmp_path, command):
     result = run(*command, "--plot", tmp_path / "steps.pdf")
     line = one_error_line(result)
-    assert "cannot draw to steps.pdf: '.pdf' is not a picture format (use .png or .svg)" in line
+    assert f"cannot draw to {tmp_path / 'steps.pdf'}: '.pdf' is not a picture format (use .png or .svg)" in line  # the path as given
     assert result.stdout == ""
     assert sorted(tmp_path.iterdir()) == []
 

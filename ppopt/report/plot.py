@@ -104,8 +104,8 @@ def picture_format(path: str | os.PathLike) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in SUFFIXES:
         if not suffix:
-            raise ScheduleError(f"cannot draw to {Path(path).name}: the name needs a picture suffix, .png or .svg")
-        raise ScheduleError(f"cannot draw to {Path(path).name}: '{suffix}' is not a picture format (use .png or .svg)")
+            raise ScheduleError(f"cannot draw to {path}: the name needs a picture suffix, .png or .svg")
+        raise ScheduleError(f"cannot draw to {path}: '{suffix}' is not a picture format (use .png or .svg)")
     return SUFFIXES[suffix]
 
 
