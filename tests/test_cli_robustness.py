@@ -866,3 +866,18 @@ def test_a_loop_of_links_is_not_called_a_broken_link(tmp_path):
 def test_a_control_character_in_a_name_keeps_the_error_on_one_line(args, line):
     """A line break in a preset or file name used to split the error in two lines; it is escaped."""
     assert one_error_line(run(*args)) == line
+
+
+def test_search_says_when_its_schedule_exceeds_the_gpu_s_memory():
+    """Without --memory-limit the search is not bound by the GPU's memory: llama3-8b on 4 A100s
+    (8 microbatches of its default global batch) peaks at about 2.7 TB on the last device, which
+    the report printed as optimal without a word, where `evaluate` marks it. It now says so."""
+    text = run("search", "--model", "llama3-8b", "--system", "dgx-a100", "-p", 4, "-m", 8, "--time-limit", 20).stdout
+    lines = [line for line in text.splitlines() if line.startswith("memory ")]
+    assert len(lines) == 1 and "over the system's 74.51 GiB (80 GB) per device; give --memory-limit" in lines[0], text
+    evaluated = run("evaluate", "-s", "gpipe", "--model", "llama3-8b", "--system", "dgx-a100", "-p", 4, "-m", 8).stdout
+    device = lines[0].split()[2]
+    assert f"gpipe: device {device} peaks at" in evaluated  # the same device evaluate names for the same schedule
+    fitting = run("search", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", 8, "-p", 4, "-m", 8, "--global-batch", 8,
+                  "--time-limit", 20).stdout  # one sequence per microbatch, eight-way tensor parallel: 29 GiB at most
+    assert "step time" in fitting and not any(line.startswith("memory ") for line in fitting.splitlines())

@@ -231,7 +231,8 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
     if as_json:
         emit_json(search_json(result) | {"job": _simulated_json(spec)})
     else:
-        click.echo(search_text(result, grid, colour=True, context=_simulated(spec)))
+        capacity = None if spec.unit_mode else spec.system.memory_capacity_bytes
+        click.echo(search_text(result, grid, colour=True, context=_simulated(spec), capacity_bytes=capacity))
     if result.schedule is not None and (csv_path or plot or trace):
         _write_outputs(result, spec, csv_path, plot, trace)
     if run_it and result.schedule is not None:

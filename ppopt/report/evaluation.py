@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppopt.evaluate import Evaluation, Ranking
+from ppopt.evaluate import Evaluation, MemoryOver, Ranking
 from ppopt.formula import Formula
 from ppopt.report.text import csv_gib, csv_number, distinct_digits, gib, per_device, render_table, seconds, with_context
 from ppopt.simulate import Simulation
@@ -62,14 +62,19 @@ def _capacity(capacity_bytes: float) -> str:
     return f"{gib(capacity_bytes)} ({capacity_bytes / 1e9:g} GB)" if whole_gb else gib(capacity_bytes)
 
 
+def over_memory_text(over: MemoryOver) -> str:
+    """``device D peaks at X GiB, Y GiB over the system's Z GiB per device``."""
+    return (f"device {over.device} peaks at {gib(over.peak_bytes)}, {gib(over.excess_bytes)} over the system's "
+            f"{_capacity(over.capacity_bytes)} per device")
+
+
 def memory_footnotes(results: Sequence[Evaluation]) -> list[str]:
     """One footnote line per result over the memory capacity, naming the device and the excess."""
     lines = []
     for r in results:
         over = r.memory_over
         if over is not None:
-            lines.append(f"{OVER_MEMORY} {r.schedule}: device {over.device} peaks at {gib(over.peak_bytes)}, "
-                         f"{gib(over.excess_bytes)} over the system's {_capacity(over.capacity_bytes)} per device")
+            lines.append(f"{OVER_MEMORY} {r.schedule}: {over_memory_text(over)}")
     return [""] + lines if lines else []
 
 

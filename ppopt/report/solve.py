@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from ppopt.evaluate import memory_over
+from ppopt.report.evaluation import over_memory_text
 from ppopt.report.text import (
     csv_gib,
     csv_number,
@@ -125,7 +127,8 @@ def _ties_the_hint(result: SearchResult) -> bool:
     return found is not None and hint is not None and abs(found - hint) <= 1e-9 * max(1.0, abs(hint))
 
 
-def search_text(result: SearchResult, show_grid: bool = True, colour: bool = False, context: str | None = None) -> str:
+def search_text(result: SearchResult, show_grid: bool = True, colour: bool = False, context: str | None = None,
+                capacity_bytes: float | None = None) -> str:
     """The search's report; ``context`` (what a modelled search simulated) goes under its header."""
     unit = result.time_unit
     members = (" (the best of linear, looped, v and zigzag; the replicated placement is searched with "
@@ -158,6 +161,9 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         memory = per_device(sim.peak_activation_bytes) if unit == "slots" else per_device([round(b / 2**30, 2) for b in sim.peak_memory_bytes]) + " GiB"
         label = "peak live activations" if unit == "slots" else "peak memory"
         lines.append(f"simulated  idle ratio {sim.idle_ratio:.4f}; {label} per device {memory}")
+        over = None if capacity_bytes is None or unit == "slots" else memory_over(sim.peak_memory_bytes, capacity_bytes)
+        if over is not None:  # the GPU's memory is no limit of the search (``--memory-limit`` is): said, as evaluate says it
+            lines.append(f"memory     {over_memory_text(over)}; give --memory-limit to search within it")
     if result.memory_status is not None and result.peak_memory is None:
         lines.append(f"peak       - (memory solve: {result.memory_status})")
     elif result.memory_status is not None and result.peak_memory is not None:
