@@ -881,3 +881,11 @@ def test_search_says_when_its_schedule_exceeds_the_gpu_s_memory():
     fitting = run("search", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", 8, "-p", 4, "-m", 8, "--global-batch", 8,
                   "--time-limit", 20).stdout  # one sequence per microbatch, eight-way tensor parallel: 29 GiB at most
     assert "step time" in fitting and not any(line.startswith("memory ") for line in fitting.splitlines())
+
+
+def test_unit_mode_with_a_model_is_named_before_the_memory_limit_is_read():
+    """`--unit --model M --memory-limit 20GiB` said the limit must be a number of live activations:
+    the limit was read in the unit mode's unit before the clash of modes was found."""
+    for command in ("search", "gap"):
+        result = run(command, "--unit", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-a100", "--memory-limit", "20GiB")
+        assert one_error_line(result) == "error: --unit: give either unit mode or a model and a system, not both"
