@@ -889,3 +889,12 @@ def test_unit_mode_with_a_model_is_named_before_the_memory_limit_is_read():
     for command in ("search", "gap"):
         result = run(command, "--unit", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-a100", "--memory-limit", "20GiB")
         assert one_error_line(result) == "error: --unit: give either unit mode or a model and a system, not both"
+
+
+def test_a_sweep_folder_that_cannot_be_made_names_the_flag():
+    """/proc exists and is a directory, so --output passes its check, and only making the folder
+    fails: the line said "cannot create /proc/foo: ..." without naming --output."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs /proc")
+    assert one_error_line(run("sweep", "quick", "-o", "/proc/ppopt-sweep", "-q")) == (
+        "error: --output: cannot create /proc/ppopt-sweep: No such file or directory")

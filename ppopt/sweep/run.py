@@ -260,7 +260,7 @@ def locked(directory: Path) -> Iterator[None]:
     try:
         fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
-        raise PpoptError(f"cannot create {directory / LOCK_NAME}: {error.strerror or error}") from None
+        raise PpoptError(f"cannot create {directory / LOCK_NAME}: {error.strerror or error}", field="output") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -329,7 +329,7 @@ def run_sweep(
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise PpoptError(f"cannot create {out}: {error.strerror or error}") from None
+        raise PpoptError(f"cannot create {out}: {error.strerror or error}", field="output") from None
     with locked(out):
         return _run_locked(loaded, out, executor or LocalExecutor(1), progress, max_items, kinds, began)
 
