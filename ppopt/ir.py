@@ -219,8 +219,14 @@ def dependencies(op: Op, stages: int, split_backward: Split) -> tuple[Op, ...]:
 
 def required_ops(stages: int, microbatches: int, split_backward: Split) -> list[Op]:
     """Every op a complete training step needs, in (stage, kind, microbatch) order."""
+    return list(iter_required_ops(stages, microbatches, split_backward))
+
+
+def iter_required_ops(stages: int, microbatches: int, split_backward: Split) -> Iterator[Op]:
+    """:func:`required_ops` one at a time: the search for a missing op stops at the first (a file of
+    500,000 forwards and no backward built all 1.5 million first, 3 s)."""
     kinds = (Kind.F, Kind.B, Kind.I, Kind.W)
-    return [Op(s, k, m) for s in range(stages) for k in kinds for m in range(microbatches)
-            if k is Kind.F or (k is Kind.B) != is_split(split_backward, s, m)]
+    return (Op(s, k, m) for s in range(stages) for k in kinds for m in range(microbatches)
+            if k is Kind.F or (k is Kind.B) != is_split(split_backward, s, m))
 
 

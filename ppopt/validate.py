@@ -19,7 +19,7 @@ from dataclasses import fields
 from ppopt.errors import ScheduleError
 from ppopt.flat import Flat, Unflattenable, flatten
 from ppopt.graph import topological_order
-from ppopt.ir import Kind, Op, Schedule, check_size, dependencies, required_ops
+from ppopt.ir import Kind, Op, Schedule, check_size, dependencies, iter_required_ops
 
 
 class ScheduleValidationError(ScheduleError):
@@ -124,7 +124,7 @@ def _check_complete(schedule: Schedule) -> None:
     if stray_w is not None:
         _fail(schedule, f"op {stray_w} is a weight-gradient W, but stage {stray_w.stage} has no I for microbatch "
                         f"{stray_w.microbatch} (its backward is not split)", position[stray_w])
-    for op in required_ops(schedule.stages, schedule.microbatches, split):
+    for op in iter_required_ops(schedule.stages, schedule.microbatches, split):
         if op not in counts:
             _fail(schedule, f"op {op} is missing (stage {op.stage}, microbatch {op.microbatch}, kind {op.kind})",
                   centre=schedule.device_of(op))
