@@ -898,3 +898,15 @@ def test_a_sweep_folder_that_cannot_be_made_names_the_flag():
         pytest.skip("needs /proc")
     assert one_error_line(run("sweep", "quick", "-o", "/proc/ppopt-sweep", "-q")) == (
         "error: --output: cannot create /proc/ppopt-sweep: No such file or directory")
+
+
+def test_an_output_that_is_a_loop_of_links_is_refused_before_the_work(tmp_path, monkeypatch):
+    """calibrate fitted for seconds, then could not write through l1 -> l2 -> l1; it is refused first."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "l1.toml").symlink_to("l2.toml")
+    (tmp_path / "l2.toml").symlink_to("l1.toml")
+    monkeypatch.setattr("ppopt.calibrate.calibrate", lambda *a, **k: pytest.fail("the fit ran"), raising=False)
+    data = Path(__file__).parents[1] / "data" / "measured" / "vtrain-multi-node-small.csv"
+    line = one_error_line(run("calibrate", data, "-o", "l1.toml"))
+    assert line == ("error: Invalid value for '--output' / '-o': cannot write l1.toml: Too many levels of symbolic links "
+                    "(see 'ppopt calibrate --help')")

@@ -562,6 +562,9 @@ def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str
 def _check_writable(ctx: click.Context, param: click.Parameter, path: str) -> None:
     target = Path(path)
     folder = target.parent
+    if target.is_symlink():  # a loop of links reads as missing, and its write failed only after the work
+        with contextlib.suppress(FileNotFoundError):  # a link to a file still to be made is written through
+            os.stat(target)
     if target.is_dir():
         raise click.BadParameter(f"cannot write {path}: it is a directory")
     if not folder.is_dir():
