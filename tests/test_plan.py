@@ -559,6 +559,23 @@ def test_generating_that_cannot_end_in_time_gives_up_early(monkeypatch):
     assert took < 10 < ends and 0 < done < total and took == pytest.approx(0.1 * done, abs=0.05)
 
 
+def test_an_executor_that_takes_the_budget_to_start_is_named(clock, monkeypatch):
+    """Starting Ray can take seconds; when that spent the budget, the line blamed the generation of
+    the schedules ("0 of 616 distinct schedules"). A stand-in executor spends it here."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def slow_to_start(kind, jobs, address):
+        clock.jump()
+        yield pytest.fail  # its map is never used: the budget is spent
+
+    monkeypatch.setattr("ppopt.sweep.make_executor", slow_to_start)
+    result = run("plan", "--model", "llama3-8b", "--gpus", 8, "--global-batch", 16, "--system", "dgx-h100", "-q",
+                 "--time-limit", 5, "-j", 2)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.startswith("error: --time-limit: no job evaluated within 5 s: starting the local executor took the budget (")
+
+
 def test_the_step_estimate_is_the_busiest_device_s_work_plus_the_syncs():
     """1F1B, one stage per device: m (F + B) of the slowest stage, plus the gradient all-reduce and
     optimizer step that evaluate_job adds (computed there independently); below the simulated step,

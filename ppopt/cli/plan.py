@@ -3,6 +3,7 @@ limit (:mod:`ppopt.plan`), then a CP-SAT search of the best few jobs' schedules 
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import click
@@ -258,7 +259,11 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_sha
     progress = PlanProgress(phases.generating, phases.sizing, phases.simulating) if phases else None
     try:
         if jobs > 1 or executor != "local" or address is not None:  # make_executor refuses an address without ray
+            starting = time.monotonic()
             with make_executor(executor, jobs, address) as pool:  # its closing counts in the budget too
+                if options.expired:  # starting Ray can take seconds: say so, not "generating took the budget"
+                    raise out_of_time(options, f"starting the {executor} executor took the budget "
+                                               f"({time.monotonic() - starting:.1f} s)")
                 result = plan(request, pool.map_unordered, progress, options.reserve(pool.closing_s), listed, keep_share)
         else:
             result = plan(request, None, progress, options, listed, keep_share)
