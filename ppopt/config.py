@@ -62,7 +62,7 @@ from pydantic import (
 )
 
 from ppopt.errors import ConfigError
-from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded, unreadable
+from ppopt.io import CONFIG_BYTES, is_a_directory, not_utf8, parse_data, read_text_bounded, unreadable
 
 __all__ = [
     "MAX_BYTES_PER_PARAM_STATE",
@@ -459,7 +459,7 @@ def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind:
     looks_like_path = path.suffix.lower() in _SUFFIXES or os.sep in text or "/" in text
     try:
         if path.is_dir():
-            raise ConfigError(f"{text}: is a directory, not a {kind} file (.toml or .json)")
+            raise ConfigError(is_a_directory(text, f"a {kind} file (.toml or .json)"))
         os.stat(path)  # what is wrong with a path that exists and cannot be followed: a loop of links, a name too long
         return path
     except FileNotFoundError:

@@ -347,9 +347,9 @@ def _generate(request: PlanRequest, budget: SolveOptions | None, progress: Progr
             left = budget.remaining_s()
             needed = _foreseen_s(ops_done, total_ops, began - left, left)
             if needed is not None:  # the command's time so far (imports included) and the rest of this phase
-                raise out_of_time(budget, f"generating the schedules that size the jobs would end about "
-                                          f"{budget.time_limit_s - left + needed:.1f} s into it at the rate so far ({done} of "
-                                          f"{len(keys)} distinct schedules in {began - left:.1f} s)", foreseen=True)
+                raise out_of_time(budget, _would_end("generating the schedules that size the jobs", budget.time_limit_s - left + needed,
+                                                     f"{done} of {len(keys)} distinct schedules in {began - left:.1f} s"),
+                                  foreseen=True)
             if left <= 0 or (ops_done and ops * (began - left) / ops_done > left):
                 raise out_of_time(budget, f"generating the schedules that size the jobs took the budget ({done} of "
                                           f"{len(keys)} distinct schedules)")
@@ -655,12 +655,15 @@ class Plan:
         """Where the budget went when no job was evaluated (for :func:`out_of_time`)."""
         sized = self.enumerated - self.unsized
         if self.sizing_foreseen is not None:
-            elapsed, needed = self.sizing_foreseen
-            return (f"sizing the {self.enumerated} jobs would end about {needed:.1f} s into it at the rate so far "
-                    f"({sized} sized in {elapsed:.1f} s)")
+            elapsed, ends = self.sizing_foreseen
+            return _would_end(f"sizing the {self.enumerated} jobs", ends, f"{sized} sized in {elapsed:.1f} s")
         if self.unsized:
             return f"sizing the {self.enumerated} jobs took the budget ({sized} sized, {self.unsized} not sized)"
         return f"sizing the {self.enumerated} jobs took the budget ({self.unevaluated} within the memory limit, none evaluated)"
+
+    def out_of_time(self, budget: SolveOptions) -> InfeasibleError:
+        """The error of this plan when no job was evaluated within ``budget`` (:func:`out_of_time`)."""
+        return out_of_time(budget, self.spent(), foreseen=self.sizing_foreseen is not None)
 
 
 @dataclass(frozen=True)
@@ -687,6 +690,12 @@ would need, once at their rate so far the rest would take this many times the ti
 given 2 s for 20 s of sizing used to spend the 2 s first). The margin keeps a rate that varies
 from giving up on a phase that would have ended in time: llama3-70b on 64 GPUs, the first 5 % of
 its schedules (0.4 s) foretold 2.6 s for the rest of its generation, which took 1.6 s."""
+
+
+def _would_end(phase: str, ends_s: float, progress: str) -> str:
+    """Where a phase that gave up early (:data:`FORESIGHT_MARGIN`) would have ended, ``ends_s``
+    seconds into the budget, and how far it got (``progress``)."""
+    return f"{phase} would end about {ends_s:.1f} s into it at the rate so far ({progress})"
 
 
 def _foreseen_s(done: float, total: float, elapsed_s: float, left_s: float) -> float | None:

@@ -35,7 +35,6 @@ from ppopt.plan import (
     live_microbatches,
     megatron_layout,
     memory_of,
-    out_of_time,
     plan,
     sizing_ops,
     step_estimate,
@@ -534,7 +533,8 @@ def test_sizing_that_cannot_end_in_time_gives_up_early_and_says_when_it_would_en
         return
     assert result.rows == () and result.unsized == total - 112
     assert result.spent() == f"sizing the {total} jobs would end about {total * seconds_per_job:.1f} s into it at the rate so far (112 sized in 1.1 s)"
-    assert out_of_time(SolveOptions(5), result.spent(), foreseen=True).reason.startswith("no job would be evaluated within 5 s: sizing")
+    assert result.out_of_time(SolveOptions(5)).reason == (f"no job would be evaluated within 5 s: {result.spent()}; give more time or "
+                                                          "narrow the space (--schedule, --recompute, --micro-batch)")
 
 
 def test_generating_that_cannot_end_in_time_gives_up_early(monkeypatch):

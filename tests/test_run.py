@@ -114,10 +114,10 @@ def test_a_killed_rank_ends_every_rank_with_one_line(tmp_path):
 
 
 def test_ctrl_c_while_the_ranks_start_prints_only_aborted():
-    """Ctrl-C reaches every process of the command. The fork server, importing torch, printed
-    torch's traceback under ``aborted``, and a rank forked after the launcher had removed its folder
-    printed a FileNotFoundError traceback. Sent here as soon as the launch begins (while the server
-    imports torch) to the whole process group, as a terminal does."""
+    """Ctrl-C reaches every process of the command. The fork server, starting and importing torch,
+    printed torch's traceback under ``aborted``, and a rank forked after the launcher had removed its
+    folder printed a FileNotFoundError traceback. Sent here to the whole process group, as a terminal
+    does, just after the server appears (while it imports torch)."""
     pytest.importorskip("torch.distributed.pipelining")
     import subprocess
     import time

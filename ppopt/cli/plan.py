@@ -271,7 +271,7 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_sha
         if phases is not None:
             phases.close()
     if not result.rows:
-        raise out_of_time(options, result.spent(), foreseen=result.sizing_foreseen is not None)
+        raise result.out_of_time(options)
     return result
 
 

@@ -155,7 +155,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     lasts --backward slots, chunk ops scale by p/S (so 1f1b at p = m = 8 is 45 slots)."""
     from ppopt.errors import ConfigError
     from ppopt.evaluate import evaluate_schedule, schedule_costs
-    from ppopt.report.evaluation import evaluation_json, evaluation_text
+    from ppopt.report.evaluation import evaluation_json, evaluation_text, skipped_json
 
     if costs is not None:
         from ppopt.cli.run import evaluate_with_preset
@@ -201,7 +201,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         payload = [evaluation_json(r, units) for r in results]
         if model_config is not None:
             _add_simulated_job(payload, parallel.summary_json(model_config, system_config, results[0].microbatches, global_batch))
-        emit_json(payload + _skipped_json(skipped) if name == "all" else payload[0])
+        emit_json(payload + skipped_json(skipped) if name == "all" else payload[0])
     else:
         context = None if model_config is None else parallel.summary(model_config, system_config, results[0].microbatches, global_batch)
         click.echo(evaluation_text(results, units, fmt, context))
@@ -218,12 +218,6 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             from ppopt.table import build_table
 
             _plot_table(build_table(schedule, units), plot)
-
-
-def _skipped_json(skipped: dict[str, str]) -> list[dict]:
-    """The families that did not apply, after the evaluated rows, so a JSON reader sees every family
-    the text report's stderr names: ``{"schedule": name, "skipped": reason}``."""
-    return [{"schedule": name, "skipped": reason} for name, reason in skipped.items()]
 
 
 def _add_simulated_job(rows: list[dict], job: dict) -> None:
@@ -247,7 +241,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import rank_layers
     from ppopt.generators import generate
-    from ppopt.report.evaluation import compare_json, compare_text
+    from ppopt.report.evaluation import compare_json, compare_text, skipped_json
 
     if costs is not None:
         from ppopt.cli.run import compare_with_preset
@@ -276,7 +270,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
     if as_json:
         payload = compare_json(results, ranking, units)
         _add_simulated_job(payload, parallel.summary_json(model_config, system_config, microbatches, global_batch))
-        emit_json(payload + _skipped_json(skipped))
+        emit_json(payload + skipped_json(skipped))
     else:
         click.echo(compare_text(results, ranking, units, parallel.summary(model_config, system_config, microbatches, global_batch), fmt))
     if plot:

@@ -59,9 +59,9 @@ import orjson
 
 from ppopt.errors import PpoptError
 
-__all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "csv_problem", "json_bytes",
-           "not_utf8", "parse_data", "read_csv_table", "read_stdin_bounded", "read_text_bounded", "shown", "unreadable",
-           "write_json"]
+__all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "csv_problem", "is_a_directory",
+           "json_bytes", "not_utf8", "parse_data", "read_csv_table", "read_stdin_bounded", "read_text_bounded", "shown",
+           "unreadable", "write_json"]
 
 CONFIG_BYTES = 64 * 2**20
 """The largest model, system or spec file read, in bytes (real ones are a few kB)."""
@@ -177,8 +177,14 @@ def unreadable(name: str, problem: OSError, what: str) -> str:
     if isinstance(problem, FileNotFoundError):
         return f"{name}: no such file"
     if isinstance(problem, IsADirectoryError):
-        return f"{name}: is a directory, not {what}"
+        return is_a_directory(name, what)
     return f"{name}: cannot read file ({problem.strerror or problem})"
+
+
+def is_a_directory(name: str, what: str) -> str:
+    """The reason for a directory given where ``what`` (a file, as "a model file (.toml or .json)") was
+    wanted: ``NAME: is a directory, not WHAT``, in every reader (:func:`unreadable`)."""
+    return f"{name}: is a directory, not {what}"
 
 
 def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError],

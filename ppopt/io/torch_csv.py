@@ -36,7 +36,8 @@ Reading (:func:`read_torch_csv`)
       bytes (a pipe or device such as ``/dev/zero`` is read up to that limit, and refused at its
       first NUL byte). The schedule is then checked by
       :func:`ppopt.validate.validate`.
-    * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file as given (its path; the schedule itself is named by the stem).
+    * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file as given
+      (its path, or "standard input"; the schedule itself is named by the file's stem).
       Positions are **0-based**, like PyTorch's ``Rank r, step s``: "row 2 (rank 2, line 3),
       cell 5" is the sixth cell of the file's third line. Validation errors keep their order grid
       in ``.details``. A cell quoted in a message is cut to 40 characters; a line the ``csv`` module

@@ -78,6 +78,13 @@ def memory_footnotes(results: Sequence[Evaluation]) -> list[str]:
     return [""] + lines if lines else []
 
 
+def skipped_json(skipped: dict[str, str]) -> list[dict]:
+    """The families that did not apply, to follow the evaluated rows of ``evaluate -s all --json`` and
+    ``compare --json``, so a JSON reader sees every family stderr names: ``{"schedule": name,
+    "skipped": reason}``."""
+    return [{"schedule": name, "skipped": reason} for name, reason in skipped.items()]
+
+
 def table_json(table: Table) -> dict:
     """The JSON object of one unit-slot table (``ppopt table --json``; keys as in the README).
 

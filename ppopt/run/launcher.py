@@ -47,9 +47,9 @@ def _environment(spec: RunSpec, port: int, rank: int) -> dict[str, str]:
 def _context() -> multiprocessing.context.ForkServerContext:
     """Ranks are forked from a server process that imported torch once (``forkserver`` with the
     worker preloaded): starting P ranks then costs one ``import torch``, not P. The server and its
-    ranks ignore Ctrl-C (:mod:`ppopt.run.forkserver`); this process stops them."""
+    ranks ignore Ctrl-C (:func:`_start_server_without_ctrl_c`); this process stops them."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["ppopt.run.forkserver"])
+    context.set_forkserver_preload(["ppopt.run.worker"])
     _start_server_without_ctrl_c()
     return context
 
@@ -62,8 +62,8 @@ interpreter, whose exit removes the server's socket folder: :func:`ppopt.cli._st
 def _start_server_without_ctrl_c() -> None:
     """Start the fork server (if it is not running) with SIGINT ignored, which the new interpreter
     inherits and keeps (CPython installs its KeyboardInterrupt handler only over the default
-    action): Ctrl-C during the server's own start, before :mod:`ppopt.run.forkserver` runs, printed
-    a traceback too. The disposition is the whole process's, so this process ignores Ctrl-C while it
+    action), and so do the ranks it forks: Ctrl-C while the server started and imported torch
+    (seconds) printed torch's traceback under the command's ``aborted``. The disposition is the whole process's, so this process ignores Ctrl-C while it
     spawns the server, a few milliseconds, and a Ctrl-C within them is lost (blocking SIGINT instead
     does not keep it: Linux hands it to another thread, of torch's, which ignores it)."""
     import multiprocessing.forkserver

@@ -75,7 +75,7 @@ from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, 
 from ppopt.costs import microbatch_size
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
-from ppopt.io import CONFIG_BYTES, not_utf8, parse_data, read_text_bounded, require_file_name, unreadable
+from ppopt.io import CONFIG_BYTES, is_a_directory, not_utf8, parse_data, read_text_bounded, require_file_name, unreadable
 from ppopt.ir import MAX_OPS
 from ppopt.units import UnitCosts
 
@@ -265,7 +265,7 @@ def resolve_spec(name_or_path: str | os.PathLike) -> Path:
             if candidate.is_file():
                 return candidate
     if path.is_dir():  # after the presets: a folder named like one in the current directory does not hide it
-        raise ConfigError(f"{os.fspath(name_or_path)}: is a directory, not {SPEC_WANTED}")
+        raise ConfigError(is_a_directory(os.fspath(name_or_path), SPEC_WANTED))
     raise ConfigError(f"{os.fspath(name_or_path)}: no such spec file")
 
 
