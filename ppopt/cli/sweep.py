@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
+import time
 
 import click
 
-from ppopt.cli import main
+from ppopt.cli import main, startup_s
 from ppopt.cli.options import ProgressBar, check_output_dir, emit_json, json_option, quiet_option
-from ppopt.errors import counted
+from ppopt.errors import ConfigError, counted
 
 
 def executor_options(command):
@@ -20,6 +22,9 @@ def executor_options(command):
             click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel jobs (local processes; CPUs of a local Ray)."),
             click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where points run."),
             click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray]."),
+            click.option("--time-limit", type=float, default=None,
+                         help="Seconds for the whole command; the points not computed by then are left for the next run, "
+                              "which resumes [default: no limit]."),
             quiet_option,
         ]
     ):
@@ -27,7 +32,24 @@ def executor_options(command):
     return command
 
 
-def _run(loaded, output, executor, jobs, address, quiet, kinds=("evaluate", "gap")):
+REPORT_S = 1.0
+"""Seconds ``study --time-limit`` keeps for writing report.md without figures (0.04 s for the paper's study)."""
+
+FIGURES_S = 8.0
+"""Seconds it keeps for the figures besides (5.5 s for the paper's study on this project's 2-core machine)."""
+
+
+def deadline_of(time_limit: float | None, reserve_s: float = 0.0) -> float | None:
+    """The ``time.monotonic()`` value at which a ``--time-limit`` counted from the process's start
+    ends, less ``reserve_s`` kept for the work after the sweep; None without a limit."""
+    if time_limit is None:
+        return None
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        raise ConfigError(f"must be a finite number of seconds > 0, got {time_limit}", field="time_limit")
+    return time.monotonic() + time_limit - startup_s() - reserve_s
+
+
+def _run(loaded, output, executor, jobs, address, quiet, deadline, kinds=("evaluate", "gap")):
     from ppopt.sweep import make_executor, run_sweep
 
     bar = None if quiet else ProgressBar(f"sweep {loaded.name}")
@@ -35,7 +57,7 @@ def _run(loaded, output, executor, jobs, address, quiet, kinds=("evaluate", "gap
     previous = signal.signal(signal.SIGTERM, _stop) if main_thread else None  # `kill`, `timeout`: as Ctrl-C
     try:
         with make_executor(executor, jobs, address) as pool:
-            return run_sweep(loaded, output, pool, progress=bar, kinds=kinds)
+            return run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline)
     finally:
         if main_thread:  # None: a handler not set from Python, which cannot be restored; the default then
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
@@ -62,14 +84,20 @@ def summary_text(result) -> str:
     if lines:
         shown = ", ".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
         head += f"; {len(lines)} unreadable line(s) of rows.jsonl ignored (line {shown}), their points run again"
-    return f"{head}; {s['wall_time_s']:.1f} s\nrows: {result.output / 'rows.csv'}"
+    text = f"{head}; {s['wall_time_s']:.1f} s\nrows: {result.output / 'rows.csv'}"
+    if result.time_limit_reached:
+        text += f"\ntime limit reached: rerun the same command to compute the {result.missing} missing"
+        if result.search_s:
+            text += (f"; the searches among them start only with {math.ceil(result.search_s)} s left (the spec's "
+                     "time_limit_s and a margin): give a --time-limit above that")
+    return text
 
 
 @main.command("sweep")
 @click.argument("spec", type=click.Path())
 @executor_options
 @json_option
-def sweep_command(spec, output, jobs, executor, address, quiet, as_json) -> None:
+def sweep_command(spec, output, jobs, executor, address, time_limit, quiet, as_json) -> None:
     """Evaluate every point of a sweep SPEC (.toml, or a spec of configs/studies by name, such as
     quick) into rows.jsonl and rows.csv; reruns resume.
 
@@ -78,7 +106,8 @@ def sweep_command(spec, output, jobs, executor, address, quiet, as_json) -> None
     """
     from ppopt.sweep import load_spec, resolve_spec
 
-    result = _run(load_spec(resolve_spec(spec)), output, executor, jobs, address, quiet)  # as study --spec finds it
+    deadline = deadline_of(time_limit)
+    result = _run(load_spec(resolve_spec(spec)), output, executor, jobs, address, quiet, deadline)  # as study --spec finds it
     if as_json:
         emit_json(result.summary())
     else:
@@ -92,7 +121,7 @@ def sweep_command(spec, output, jobs, executor, address, quiet, as_json) -> None
 @click.option("--no-solver", is_flag=True, help="Skip the solver points (simulation layers only).")
 @click.option("--no-figures", is_flag=True, help="Write the report without figures.")
 @json_option
-def study_command(output, jobs, executor, address, quiet, quick, spec_path, no_solver, no_figures, as_json) -> None:
+def study_command(output, jobs, executor, address, time_limit, quiet, quick, spec_path, no_solver, no_figures, as_json) -> None:
     """Run the paper's study (Barley et al., ISPDC 2026, plus ppopt's schedules and solver gaps)
     and write report.md with figures, rankings, gaps and the paper's claims checked on the data."""
     from ppopt.report.study import write_report
@@ -100,9 +129,10 @@ def study_command(output, jobs, executor, address, quiet, quick, spec_path, no_s
 
     if quick and spec_path is not None:
         raise click.UsageError("give --quick or --spec, not both", click.get_current_context())
+    deadline = deadline_of(time_limit, REPORT_S if no_figures else REPORT_S + FIGURES_S)
     loaded = load_spec(resolve_spec(("quick" if quick else "paper") if spec_path is None else spec_path))
     kinds = ("evaluate",) if no_solver else ("evaluate", "gap")
-    result = _run(loaded, output, executor, jobs, address, quiet, kinds)
+    result = _run(loaded, output, executor, jobs, address, quiet, deadline, kinds)
     note = "" if not result.missing else f"*Incomplete: {result.missing} of {result.points} points are missing.*"
     report = write_report(loaded, result.rows, result.output, figures=not no_figures, note=note)
     if as_json:

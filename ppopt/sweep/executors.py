@@ -16,7 +16,8 @@ sorts rows itself, so the executor never changes what is written.
   it shuts down only a Ray it started. ``ray`` is optional (the ``ray`` extra): ``pip install 'ray>=2.9'``. Workers of a
   remote cluster must be able to import ``ppopt`` (install it there, or use a Ray runtime_env).
 
-Use executors as context managers: leaving the block cancels items not yet started.
+Use executors as context managers: leaving the block cancels items not yet started. ``abort()``
+also stops the items running (a deadline reached).
 """
 
 from __future__ import annotations
@@ -87,10 +88,15 @@ class Executor:
     def close(self) -> None:
         pass
 
+    def abort(self) -> None:
+        """Stop the items still running, their results unwanted; :meth:`close` follows."""
+
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:  # SIGTERM, a deadline, an error: the items still running are not wanted
+            self.abort()
         self.close()
 
 
@@ -145,6 +151,14 @@ class LocalExecutor(Executor):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def abort(self) -> None:
+        """Terminate the pool's workers (``shutdown`` would wait for their items to end), then close."""
+        if self._pool is not None:
+            # the pool's own record of its workers: Python 3.11's pool has no public way to stop them
+            for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+                process.terminate()
+            self.close()
 
 
 def _import_ray():

@@ -16,6 +16,14 @@ duplicate rows. On a platform without ``fcntl`` the lock is not taken.
 Counts add up: ``points = computed + reused + skipped + missing``, where ``computed`` and ``reused``
 count the rows with a result (this run's and earlier runs') and ``skipped`` the points the generator
 or the solver refused (their rows say why), whichever run wrote them.
+
+A deadline (``time.monotonic()`` value; the CLI's ``--time-limit``) bounds the whole run: a search
+point starts only while its own time limit still fits before the deadline (its row must be the one
+an unhurried run writes, so it is never given less), and at the deadline a ``SIGALRM`` stops
+whatever still runs, as Ctrl-C would: pool workers are terminated, the rows finished so far stay in
+``rows.jsonl``, ``rows.csv`` is written, and the points not computed count as missing, for the next
+run to resume. A row being appended, or a search running in this process (which cannot be
+interrupted cleanly), is finished first.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ import io
 import json
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -36,7 +46,8 @@ from ppopt.io import atomic_write_text, parse_data, write_json
 from ppopt.sweep.executors import Executor, LocalExecutor
 from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, check_sweep_size, expand
 
-__all__ = ["COLUMNS", "LOCK_NAME", "Progress", "SweepResult", "read_rows", "run_item", "run_sweep", "rows_csv"]
+__all__ = ["COLUMNS", "LOCK_NAME", "Progress", "SweepResult", "TimeLimitReached", "read_rows", "run_item", "run_sweep",
+           "rows_csv"]
 
 #: The lock file a running sweep holds in its output directory.
 LOCK_NAME = "sweep.lock"
@@ -74,8 +85,36 @@ def _finite(value: float | None) -> float | None:
 def run_item(item: EvalItem | GapItem) -> list[dict]:
     """The rows of one work item (one for an evaluation point, one per schedule for a gap group)."""
     if isinstance(item, GapItem):
-        return _run_gap(item)
+        with _uninterrupted():  # a CP-SAT solve in this process finishes (it honours its own time limit)
+            return _run_gap(item)
     return [_run_eval(item)]
+
+
+SEARCH_MARGIN = 1.05
+"""A search point's run may exceed its own time limit by this factor (model building and read-back:
+``gap`` returns within its limit plus 5 %)."""
+
+SEARCH_START_S = 1.0
+"""Seconds a search point may take beyond that (a pool worker's imports)."""
+
+
+CSV_S_PER_ROW = 2e-4
+"""Seconds per row to write rows.csv at the end of a run, generously (a sweep of 250,000 points
+writes it in about 10 s on this project's 2-core machine)."""
+
+
+def csv_seconds(rows: int) -> float:
+    """Seconds a run keeps before its deadline for writing rows.csv."""
+    return 0.05 + CSV_S_PER_ROW * rows
+
+
+def item_seconds(item: EvalItem | GapItem) -> float:
+    """Seconds to keep before the deadline to start ``item``: a search its time limit with
+    :data:`SEARCH_MARGIN` and :data:`SEARCH_START_S`; an evaluation nothing, as the deadline
+    interrupts it (it has no time limit of its own to honour)."""
+    if isinstance(item, GapItem) and item.cost:  # cost 0: over max_ops, a row saying so, no search
+        return SEARCH_START_S + SEARCH_MARGIN * item.inputs[0]["time_limit_s"]
+    return 0.0
 
 
 def _run_eval(item: EvalItem) -> dict:
@@ -163,6 +202,85 @@ def _run_gap(item: GapItem) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------------
+# The deadline
+# --------------------------------------------------------------------------------------------------
+
+
+class TimeLimitReached(BaseException):
+    """Raised in the main thread at a sweep's deadline. Not an :class:`Exception`, so that no
+    handler of a point's own errors takes it; it unwinds the run as Ctrl-C does."""
+
+
+class _Alarm:
+    """The deadline's ``SIGALRM`` (main thread only): raises :class:`TimeLimitReached` when it
+    rings, or, inside :func:`_uninterrupted`, once the item's rows are written."""
+
+    def __init__(self) -> None:
+        self.rang = False
+        self.holding = 0
+
+    def ring(self, signum, frame) -> None:
+        self.rang = True
+        if not self.holding:
+            raise TimeLimitReached
+
+
+_ALARM: _Alarm | None = None
+"""The running sweep's alarm, in the process that set it (pool workers have none)."""
+
+
+@contextlib.contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """A section the alarm must not cut (a row being appended, a CP-SAT solve in this process): a
+    ring inside it is kept for :func:`_stop_if_rang`."""
+    alarm = _ALARM
+    if alarm is None:
+        yield
+        return
+    alarm.holding += 1
+    try:
+        yield
+    finally:
+        alarm.holding -= 1
+
+
+def _stop_if_rang() -> None:
+    """Raise :class:`TimeLimitReached` if the alarm rang inside an :func:`_uninterrupted` section."""
+    if _ALARM is not None and _ALARM.rang:
+        raise TimeLimitReached
+
+
+@contextlib.contextmanager
+def _alarm_at(deadline: float | None) -> Iterator[None]:
+    """``SIGALRM`` at ``deadline`` for the block (when there is one and this is the main thread,
+    the only one that may set a handler); cleared, with the previous handler restored, after it."""
+    global _ALARM
+    if deadline is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    alarm = _Alarm()
+    previous = signal.signal(signal.SIGALRM, alarm.ring)
+    _ALARM = alarm
+    try:
+        signal.setitimer(signal.ITIMER_REAL, max(deadline - time.monotonic(), 1e-3))
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _ALARM = None
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _due(items: list[EvalItem | GapItem], deadline: float | None, left: list[EvalItem | GapItem]) -> Iterator[EvalItem | GapItem]:
+    """``items`` drawn one by one as workers free up; those that cannot finish before ``deadline``
+    (:func:`item_seconds`) go to ``left`` instead."""
+    for item in items:
+        if deadline is not None and time.monotonic() + item_seconds(item) > deadline:
+            left.append(item)
+            continue
+        yield item
+
+
+# --------------------------------------------------------------------------------------------------
 # rows.jsonl
 # --------------------------------------------------------------------------------------------------
 
@@ -209,10 +327,11 @@ class _Appender:
 
     def write(self, row: dict) -> None:
         data = _row_line(row)
-        written = os.write(self.fd, data)
-        while written < len(data):  # rare partial write (signal, full pipe): finish the line
-            written += os.write(self.fd, data[written:])
-        os.fsync(self.fd)
+        with _uninterrupted():  # the deadline never tears a line
+            written = os.write(self.fd, data)
+            while written < len(data):  # rare partial write (signal, full pipe): finish the line
+                written += os.write(self.fd, data[written:])
+            os.fsync(self.fd)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -294,12 +413,16 @@ class SweepResult:
     """The spec's rows present so far, in point order."""
     unreadable: tuple[int, ...] = ()
     """Lines of rows.jsonl that are not a row (edited by hand, say): ignored, their points run again."""
+    time_limit_reached: bool = False
+    """Whether the deadline left points missing (not started, or stopped)."""
+    search_s: float = 0.0
+    """Seconds before the deadline a search left out needed to start (:func:`item_seconds`), 0 if none was."""
 
     def summary(self) -> dict:
         return {
             "output": str(self.output), "points": self.points, "computed": self.computed, "reused": self.reused,
             "skipped": self.skipped, "missing": self.missing, "wall_time_s": self.wall_time_s,
-            "unreadable_lines": list(self.unreadable),
+            "unreadable_lines": list(self.unreadable), "time_limit_reached": self.time_limit_reached,
         }
 
 
@@ -314,14 +437,16 @@ def run_sweep(
     progress: Progress | None = None,
     max_items: int | None = None,
     kinds: tuple[str, ...] = ("evaluate", "gap"),
+    deadline: float | None = None,
 ) -> SweepResult:
     """Run (or resume) the sweep of ``loaded`` into ``output`` (default ``out/<spec stem>``).
 
     ``progress(done, total)`` is called after every finished work item with the rows done and to do
     in this run (the CLI draws it as a bar on stderr); ``max_items`` stops after that many work items
     (tests use it to simulate an interruption); ``kinds`` restricts the points to evaluation
-    (``"evaluate"``) or solver (``"gap"``) points. Raises :class:`PpoptError` if another sweep holds
-    the output directory.
+    (``"evaluate"``) or solver (``"gap"``) points; ``deadline`` (a ``time.monotonic()`` value) ends
+    the run then, the points not computed left missing (see the module docstring). Raises
+    :class:`PpoptError` if another sweep holds the output directory.
     """
     began = time.monotonic()
     check_sweep_size(loaded.spec, "gap" in kinds)  # before the output directory is made
@@ -331,11 +456,11 @@ def run_sweep(
     except OSError as error:
         raise PpoptError(f"cannot create {out}: {error.strerror or error}", field="output") from None
     with locked(out):
-        return _run_locked(loaded, out, executor or LocalExecutor(1), progress, max_items, kinds, began)
+        return _run_locked(loaded, out, executor or LocalExecutor(1), progress, max_items, kinds, began, deadline)
 
 
 def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Progress | None, max_items: int | None,
-                kinds: tuple[str, ...], began: float) -> SweepResult:
+                kinds: tuple[str, ...], began: float, deadline: float | None) -> SweepResult:
     items = [i for i in expand(loaded) if ("gap" if isinstance(i, GapItem) else "evaluate") in kinds]
     order = {h: n for n, h in enumerate(h for item in items for h in item.hashes)}
     rows_path = out / "rows.jsonl"
@@ -353,15 +478,24 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     done = 0
     appender = _Appender(rows_path)
     present: list[dict] = []
+    left: list[EvalItem | GapItem] = []
+    stopped = False
+    # what follows the last item (stopping the workers, rows.csv) is kept out of the budget
+    stop_at = None if deadline is None else deadline - executor.closing_s - csv_seconds(len(order))
     try:
-        for rows in executor.map_unordered(run_item, pending):
-            for row in rows:
-                if row["hash"] not in existing:
-                    appender.write(row)
-                    existing[row["hash"]] = row
-            done += len(rows)
-            if progress is not None:
-                progress(done, total)
+        with _alarm_at(stop_at):
+            for rows in executor.map_unordered(run_item, _due(pending, stop_at, left)):
+                for row in rows:
+                    if row["hash"] not in existing:
+                        appender.write(row)
+                        existing[row["hash"]] = row
+                done += len(rows)
+                if progress is not None:
+                    progress(done, total)
+                _stop_if_rang()
+    except TimeLimitReached:
+        stopped = True
+        executor.abort()  # the items still running: their rows would come after the deadline
     finally:
         appender.close()
         present = sorted((r for h, r in existing.items() if h in order), key=lambda r: order[r["hash"]])
@@ -377,4 +511,6 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
         wall_time_s=time.monotonic() - began,
         rows=tuple(present),
         unreadable=tuple(unreadable),
+        time_limit_reached=(stopped or bool(left)) and len(present) < len(order),
+        search_s=max(map(item_seconds, left), default=0.0),
     )

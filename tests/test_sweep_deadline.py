@@ -1,0 +1,141 @@
+"""A sweep's time limit: points that cannot finish are not started, running ones are stopped at the
+deadline, the rows so far are kept whole and a rerun resumes to the rows of an unhurried run."""
+
+import json
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.sweep import LocalExecutor, load_spec, read_rows, run_sweep
+from ppopt.sweep.run import TimeLimitReached, _alarm_at, _stop_if_rang, _uninterrupted, item_seconds
+from ppopt.sweep.spec import expand
+
+SMALL = """
+schedules = ["gpipe", "1f1b"]
+devices = [2, 4]
+microbatches = [4, 8]
+models = ["study"]
+systems = ["mid-mid"]
+global_batch = 64
+
+[solver]
+schedules = ["1f1b"]
+devices = [2]
+microbatches = [4]
+memory_limits = ["none"]
+time_limit_s = 20
+deterministic_time = 1
+"""
+
+# one point of 64 x 2,048 with two chunks per device: about 260,000 ops, seconds to evaluate
+LONG = """
+schedules = ["interleaved-1f1b"]
+devices = [64]
+microbatches = [2048]
+models = ["study"]
+systems = ["mid-mid"]
+global_batch = 4096
+
+[options]
+chunks = 2
+"""
+
+
+def spec(tmp_path: Path, text: str):
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return load_spec(path)
+
+
+def test_a_search_starts_only_when_its_own_time_limit_fits(tmp_path):
+    """The evaluation points run; the search (time_limit_s 20) does not start with 5 s left, as it
+    would have to stop early and write a row an unhurried run would not."""
+    loaded = spec(tmp_path, SMALL)
+    result = run_sweep(loaded, tmp_path / "out", deadline=time.monotonic() + 5.0)
+    assert result.time_limit_reached
+    assert result.missing == 1 and result.computed == 8  # 2 schedules x 2 x 2 evaluations; 1 search row
+    assert all(r["kind"] == "evaluate" for r in result.rows)
+    search = [item for item in expand(loaded) if item_seconds(item)]
+    assert len(search) == 1 and result.search_s == item_seconds(search[0]) > 20
+    resumed = run_sweep(loaded, tmp_path / "out")
+    assert resumed.missing == 0 and not resumed.time_limit_reached and resumed.reused == 8
+
+
+def test_the_deadline_stops_a_running_evaluation_and_keeps_the_files_whole(tmp_path):
+    loaded = spec(tmp_path, LONG)
+    out = tmp_path / "out"
+    result = run_sweep(loaded, out, deadline=time.monotonic() + 0.3)
+    assert result.time_limit_reached and result.missing == 1 and result.rows == ()
+    assert (out / "rows.jsonl").read_bytes() == b""  # nothing half-written
+    assert (out / "rows.csv").read_text().count("\n") == 1  # the header: rows.csv is written on the way out
+
+
+def test_a_pool_is_stopped_at_the_deadline(tmp_path):
+    loaded = spec(tmp_path, LONG.replace("[2048]", "[1024, 2048]"))
+    with LocalExecutor(2) as pool:
+        result = run_sweep(loaded, tmp_path / "out", pool, deadline=time.monotonic() + 0.5)
+    assert result.time_limit_reached and result.missing == 2
+    assert multiprocessing.active_children() == []  # the workers were terminated, not waited for
+
+
+def test_without_a_deadline_nothing_changes(tmp_path):
+    result = run_sweep(spec(tmp_path, SMALL.split("[solver]")[0]), tmp_path / "out")
+    assert result.missing == 0 and not result.time_limit_reached and result.search_s == 0
+    assert len(read_rows(tmp_path / "out" / "rows.jsonl")) == 8
+
+
+def test_the_alarm_waits_for_an_uninterrupted_section():
+    """A row being appended or a search in this process is finished; the stop follows it."""
+    with _alarm_at(time.monotonic() + 0.05):
+        with _uninterrupted():
+            time.sleep(0.3)  # the alarm rings in here and is held
+        with pytest.raises(TimeLimitReached):
+            _stop_if_rang()
+    _stop_if_rang()  # no alarm after the block
+
+
+def test_the_alarm_interrupts_outside_such_a_section():
+    with pytest.raises(TimeLimitReached), _alarm_at(time.monotonic() + 0.05):
+        time.sleep(5)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_bad_time_limit_is_one_line(tmp_path, value):
+    result = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", value])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: --time-limit: must be a finite number of seconds > 0, got {float(value)}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_says_what_is_left_and_how_to_run_it(tmp_path):
+    """The quick study's searches take 20 s each: a 10 s limit computes its evaluation points and
+    says what the searches need."""
+    result = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "10", "-q", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["time_limit_reached"] and summary["missing"] == 9 and summary["computed"] == 90  # the 9 rows of searches
+    text = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "10", "-q"]).output
+    assert "time limit reached: rerun the same command to compute the 9 missing; the searches among them start only with 22 s left" in text
+
+
+def test_a_study_out_of_time_still_writes_its_report_and_says_it_is_incomplete(tmp_path):
+    result = CliRunner().invoke(main, ["study", "--quick", "--no-figures", "-o", str(tmp_path / "out"), "--time-limit", "6", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "time limit reached" in result.output
+    assert "*Incomplete: 9 of 99 points are missing.*" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_leaving_a_pool_on_an_error_stops_its_running_items():
+    """SIGTERM (turned into KeyboardInterrupt), a deadline or an error leaves the pool's block: its
+    running items are terminated, where they used to be waited for (a minute here)."""
+    began = time.monotonic()
+    with pytest.raises(RuntimeError), LocalExecutor(2) as pool:
+        results = pool.map_unordered(time.sleep, [0, 60, 60])
+        next(results)  # the first item is done; the others are running
+        raise RuntimeError("stop")
+    assert time.monotonic() - began < 30  # not the 60 s of the running items
+    assert multiprocessing.active_children() == []
