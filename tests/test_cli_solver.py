@@ -57,6 +57,8 @@ def test_search_json_keys_and_outputs(tmp_path):
     assert data["step_time_s"] == data["bound_s"] == 46
     assert data["gap"] == 0
     assert data["time_unit"] == "slots"
+    # unit mode counts activations (of a 1/p model share), not bytes, under the simulation's memory keys
+    assert data["memory_unit"] == "activations" and max(data["simulation"]["peak_activation_bytes"]) == 4
     one_f_one_b = next(h for h in data["handcrafted"] if h["schedule"] == "1f1b")
     # 1F1B's 49 slots with one-slot messages: its critical path, written out in tests/test_solve.py
     assert one_f_one_b["step_time_s"] == 49 and one_f_one_b["gap"] == pytest.approx(3 / 46)
@@ -270,7 +272,9 @@ def test_the_named_minimum_memory_is_met_by_a_schedule(flags, least):
     assert refused.exit_code == 1 and error.startswith("error: ") and least in named.replace("(", " ").split(), refused.stderr
     found = run("search", *flags, "--memory-limit", least, "--time-limit", "5", "-q", "--json")
     assert found.exit_code == 0, found.output
-    assert json.loads(found.stdout)["status"] in ("optimal", "feasible")
+    data = json.loads(found.stdout)
+    assert data["status"] in ("optimal", "feasible")
+    assert data["memory_unit"] == ("activations" if "--unit" in flags else "bytes")
 
 
 def test_the_frontier_of_a_fixed_schedule_starts_at_its_own_peak():

@@ -72,6 +72,7 @@ def search_json(result: SearchResult) -> dict:
         "status": result.status,
         "space": result.space,
         "time_unit": result.time_unit,
+        "memory_unit": result.memory_unit,
         "step_time_s": _num(result.step_time),
         "bound_s": _num(result.bound),
         "gap": result.gap,

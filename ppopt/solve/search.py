@@ -94,6 +94,7 @@ class SearchResult:
     rounding_cost: float = 0.0  # at most this share of the step is lost to rounding times down to ticks (inf: unbounded)
     period: str | None = None  # the steady-state pattern found (linear placement, full backward), described
     period_bound: float | None = None  # the period-based bound for this m (instance unit), valid for every schedule; None without a cap
+    memory_unit: str = "bytes"  # of peak_memory and the simulation's memory: "activations" (1/p model shares) in unit mode
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -1170,6 +1171,7 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         rounding_cost=setup.rounding,
         period=_describe(setup),
         period_bound=setup.period_bound,
+        memory_unit=setup.instance.memory_unit,
     )
 
 
