@@ -59,6 +59,7 @@ def test_search_json_keys_and_outputs(tmp_path):
     assert data["time_unit"] == "slots"
     # unit mode counts activations (of a 1/p model share), not bytes, under the simulation's memory keys
     assert data["memory_unit"] == "activations" and max(data["simulation"]["peak_activation_bytes"]) == 4
+    assert (data["devices"], data["microbatches"]) == (4, 8)  # from -p and -m: unit mode has no job to say them
     one_f_one_b = next(h for h in data["handcrafted"] if h["schedule"] == "1f1b")
     # 1F1B's 49 slots with one-slot messages: its critical path, written out in tests/test_solve.py
     assert one_f_one_b["step_time_s"] == 49 and one_f_one_b["gap"] == pytest.approx(3 / 46)
@@ -87,6 +88,7 @@ def test_gap_json_lists_each_handcrafted_schedule():
     assert "live activations" in data["memory_semantics"]
     # the unit of each row's peak_memory, as frontier --json gives it (gap gave none)
     assert data["memory_unit"] == "activations" and rows["1f1b"]["peak_memory"] <= 4
+    assert (data["devices"], data["microbatches"]) == (4, 8)
 
 
 def test_frontier_is_monotone_and_places_handcrafted():
@@ -94,6 +96,7 @@ def test_frontier_is_monotone_and_places_handcrafted():
                  "placement=linear,backward=split", "--limits", "1,2,4,8", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
+    assert (data["devices"], data["microbatches"]) == (4, 8)
     steps = [p["step_time_s"] for p in data["points"]]
     assert steps == sorted(steps, reverse=True)
     assert all(p["status"] == "optimal" for p in data["points"])

@@ -233,7 +233,7 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         solve = solve.reserve((picture_time_s(ops) if plot else 0.0) + (trace_time_s(ops) if trace else 0.0))
     result = search(spec, searched, solve, minimize_memory=minimize_memory)
     if as_json:
-        emit_json(search_json(result) | {"job": _simulated_json(spec)})
+        emit_json(search_json(result) | _request_json(spec))
     else:
         capacity = None if spec.unit_mode else spec.system.memory_capacity_bytes
         click.echo(search_text(result, grid, colour=True, context=_simulated(spec), capacity_bytes=capacity))
@@ -276,6 +276,12 @@ def _simulated(spec) -> str | None:
 
     job = _simulated_json(spec)
     return None if job is None else summary_line(job)
+
+
+def _request_json(spec) -> dict:
+    """What a solver command's ``--json`` says of its request: the devices and microbatches (the
+    names ``evaluate`` uses) and the modelled job."""
+    return {"devices": spec.devices, "microbatches": spec.microbatches, "job": _simulated_json(spec)}
 
 
 def _simulated_json(spec) -> dict | None:
@@ -343,7 +349,7 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
     for name, reason in report.skipped.items():
         click.echo(f"skipped {name}: {reason}", err=True)
     if as_json:
-        emit_json(gap_json(report) | {"job": _simulated_json(spec)})
+        emit_json(gap_json(report) | _request_json(spec))
     else:
         click.echo(gap_text(report, spec.devices, spec.microbatches, fmt, _simulated(spec)))
 
@@ -370,6 +376,6 @@ def frontier_command(spec, solve, options, space, limits, as_json, fmt):
     _check_space_layers(spec, searched)
     result = frontier(spec, searched, values, solve)
     if as_json:
-        emit_json(frontier_json(result) | {"job": _simulated_json(spec)})
+        emit_json(frontier_json(result) | _request_json(spec))
     else:
         click.echo(frontier_text(result, fmt, _simulated(spec)))
