@@ -439,7 +439,7 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
         "search": [{"rank": k + 1, "job": s.job.describe(), "schedule": s.job.schedule, "space": s.space,
                     "handcrafted_step_s": s.handcrafted_step_s, "best_step_s": s.best_step_s,
                     "bound_step_s": s.bound_step_s if s.best_step_s is not None else None,
-                    "gap": s.gap, "status": s.status, "note": s.note}
+                    "gap": s.gap, "status": s.status, "note": s.note or None}  # null when none, as search --json
                    for k, found in enumerate(searches) for s in found],
         "ranking_changes": [{"from": old, "to": new} for old, new in moves],
         "split": {"layers_per_stage": list(counts), "megatron_layout": megatron, "torchtitan_module_fqns_per_model_part": titan},
