@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from ppopt.cli import main
 from ppopt.costs import Costs, StageCost
 from ppopt.errors import ConfigError
-from ppopt.generators import generate
+from ppopt.generators import generate, names
 from ppopt.io.cost_preset import read_cost_preset, write_cost_preset
 from ppopt.io.torch_csv import read_torch_csv
 from ppopt.run import INSTALL_HINT, RunError
@@ -424,11 +424,16 @@ def test_compare_ranks_the_schedules_with_a_cost_preset(tmp_path):
     write_cost_preset(path, _costs(), None, {})  # F = I = W = 1, B = 2, free messages
     result = cli("compare", "-p", 2, "-m", 4, "--costs", path, "--json")
     assert result.exit_code == 0, result.output
-    steps = {row["schedule"]: row["step_time_s"] for row in json.loads(result.stdout)}
+    rows = json.loads(result.stdout)
+    steps = {row["schedule"]: row["step_time_s"] for row in rows if "skipped" not in row}
     # 1F1B: (m + p - 1)(F + B) = 15; ZB-H1 (Qi et al. 2024, §3.1): m(F + B) + (p - 1)(F + I - W) = 13
     assert steps["1f1b"] == pytest.approx(15.0) and steps["zb-h1"] == pytest.approx(13.0)
     assert "zb-v" not in steps and "interleaved-1f1b" not in steps  # 4 stages: not in a 2-stage preset
     assert list(steps).index("zb-h1") < list(steps).index("1f1b")
+    # the families skipped follow the ranking, with the reason stderr gives, as in compare --json
+    skipped = {row["schedule"]: row["skipped"] for row in rows if "skipped" in row}
+    assert skipped["zb-v"] == "4 stages, the cost preset describes 2" and f"skipped zb-v: {skipped['zb-v']}" in result.stderr
+    assert set(steps) | set(skipped) == set(names())
 
 
 def test_search_runs_a_schedule_with_more_stages_than_the_default_layers():

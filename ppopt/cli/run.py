@@ -350,8 +350,10 @@ def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt
     for name, reason in skipped.items():
         click.echo(f"skipped {name}: {reason}", err=True)
     rows.sort()
-    if as_json:
-        emit_json([{"schedule": n, "step_time_s": t, "idle_ratio": i} for t, i, n in rows])
+    if as_json:  # the families skipped follow, as in compare --json
+        from ppopt.report.evaluation import skipped_json
+
+        emit_json([{"schedule": n, "step_time_s": t, "idle_ratio": i} for t, i, n in rows] + skipped_json(skipped))
     else:
         click.echo(_preset_table(f"simulated with the measured costs of {costs_file}, p = {devices}, m = {microbatches}",
                                  [[str(r + 1), n, t, i] for r, (t, i, n) in enumerate(rows)], ["rank", "schedule"], fmt))
