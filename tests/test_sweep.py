@@ -713,3 +713,15 @@ def test_sweep_finds_a_spec_by_name_as_study_does(tmp_path, monkeypatch):
     for args in (["sweep", missing], ["study", "--spec", missing]):
         result = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "out")])
         assert (result.exit_code, result.output) == (1, f"error: {missing}: no such spec file\n"), args
+
+
+def test_expanding_one_kind_of_point_gives_the_items_of_that_kind(tmp_path):
+    """`study --no-solver` builds no search items (each generates the schedules it searches)."""
+    from ppopt.sweep.spec import EvalItem, GapItem, expand
+
+    loaded = load_spec(write_spec(tmp_path))
+    every = expand(loaded)
+    evaluations, searches = expand(loaded, ("evaluate",)), expand(loaded, ("gap",))
+    assert [i.hashes for i in evaluations] == [i.hashes for i in every if isinstance(i, EvalItem)]
+    assert [i.hashes for i in searches] == [i.hashes for i in every if isinstance(i, GapItem)]
+    assert evaluations and searches

@@ -461,7 +461,7 @@ def run_sweep(
 
 def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Progress | None, max_items: int | None,
                 kinds: tuple[str, ...], began: float, deadline: float | None) -> SweepResult:
-    items = [i for i in expand(loaded) if ("gap" if isinstance(i, GapItem) else "evaluate") in kinds]
+    items = expand(loaded, kinds)
     order = {h: n for n, h in enumerate(h for item in items for h in item.hashes)}
     rows_path = out / "rows.jsonl"
     unreadable: list[int] = []

@@ -528,9 +528,9 @@ def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> None:
                               f"{MAX_SWEEP_SEARCH_S / 3600:.0f} h: split the spec or lower time_limit_s")
 
 
-def expand(loaded: LoadedSpec) -> list[EvalItem | GapItem]:
-    """The spec's work items in point order (the order rows appear in ``rows.csv``); callers check
-    the sizes first (:func:`check_sweep_size`)."""
+def expand(loaded: LoadedSpec, kinds: tuple[str, ...] = ("evaluate", "gap")) -> list[EvalItem | GapItem]:
+    """The spec's work items of ``kinds`` (``"evaluate"``, ``"gap"``) in point order (the order rows
+    appear in ``rows.csv``); callers check the sizes first (:func:`check_sweep_size`)."""
     spec = loaded.spec
     items: list[EvalItem | GapItem] = []
     for model_name, system_name in itertools.product(spec.models, spec.systems):
@@ -538,7 +538,7 @@ def expand(loaded: LoadedSpec) -> list[EvalItem | GapItem]:
         model_digest, system_digest = config_digest(model), config_digest(system)
         global_batch = spec.global_batch or model.global_batch_size
         for devices, microbatches in itertools.product(spec.devices, spec.microbatches):
-            for name in spec.schedule_names():
+            for name in spec.schedule_names() if "evaluate" in kinds else ():
                 if not _applies(spec, name, devices, microbatches, model_name, system_name):
                     continue
                 for combo in _option_combos(name, spec.options):
@@ -548,7 +548,7 @@ def expand(loaded: LoadedSpec) -> list[EvalItem | GapItem]:
                         "system_digest": system_digest, "global_batch": global_batch, "backward": spec.backward,
                     }
                     items.append(EvalItem(inputs, point_hash(inputs), model, system, float(devices * microbatches)))
-    if spec.solver is not None:
+    if spec.solver is not None and "gap" in kinds:  # building them generates every schedule searched
         items += _gap_items(spec)
     return items
 
