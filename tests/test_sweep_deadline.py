@@ -139,3 +139,22 @@ def test_leaving_a_pool_on_an_error_stops_its_running_items():
         raise RuntimeError("stop")
     assert time.monotonic() - began < 30  # not the 60 s of the running items
     assert multiprocessing.active_children() == []
+
+
+def test_an_executor_whose_start_takes_the_budget_is_named(tmp_path, monkeypatch):
+    """A local Ray takes seconds to start, and its start cannot be cut short: when the time limit
+    leaves points missing, the note says how much of it the start took."""
+    import ppopt.sweep as sweep
+
+    def slow_start(kind, jobs, address):
+        time.sleep(1.2)
+        return LocalExecutor(1)
+
+    monkeypatch.setattr(sweep, "make_executor", slow_start)
+    result = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "10", "-q",
+                                       "--executor", "ray"])
+    assert result.exit_code == 0, result.output
+    assert "time limit reached" in result.stdout  # the quick spec's searches need 22 s
+    note = result.stderr.strip().splitlines()[-1]
+    assert note.startswith("note: starting Ray took ") and note.endswith(" s of the time limit")
+    assert float(note.split(" took ")[1].split()[0]) >= 1.2

@@ -39,6 +39,10 @@ FIGURES_S = 8.0
 """Seconds it keeps for the figures besides (5.5 s for the paper's study on this project's 2-core machine)."""
 
 
+EXECUTOR_NOTE_S = 1.0
+"""An executor's start this long or longer is named when the time limit leaves points missing."""
+
+
 def deadline_of(time_limit: float | None, reserve_s: float = 0.0) -> float | None:
     """The ``time.monotonic()`` value at which a ``--time-limit`` counted from the process's start
     ends, less ``reserve_s`` kept for the work after the sweep; None without a limit."""
@@ -56,8 +60,17 @@ def _run(loaded, output, executor, jobs, address, quiet, deadline, kinds=("evalu
     main_thread = threading.current_thread() is threading.main_thread()  # only it may set a handler
     previous = signal.signal(signal.SIGTERM, _stop) if main_thread else None  # `kill`, `timeout`: as Ctrl-C
     try:
+        began = time.monotonic()
         with make_executor(executor, jobs, address) as pool:
-            return run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline)
+            started_s = time.monotonic() - began
+            result = run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline)
+        if result.time_limit_reached and started_s >= EXECUTOR_NOTE_S:  # Ray's start cannot be cut short
+            if bar is not None:
+                bar.close()
+                bar = None
+            what = "Ray" if executor == "ray" else "the worker processes"
+            click.echo(f"note: starting {what} took {started_s:.1f} s of the time limit", err=True)
+        return result
     finally:
         if main_thread:  # None: a handler not set from Python, which cannot be restored; the default then
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
