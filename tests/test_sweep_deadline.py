@@ -103,6 +103,14 @@ def test_the_alarm_interrupts_outside_such_a_section():
         time.sleep(5)
 
 
+def test_a_time_limit_beyond_any_sweep_is_no_limit(tmp_path):
+    """The system timer takes no 1e308 s; no sweep within the size limits runs 116 days anyway."""
+    result = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "1e308", "-q",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["missing"] == 0
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
 def test_a_bad_time_limit_is_one_line(tmp_path, value):
     result = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", value])

@@ -250,12 +250,18 @@ def _stop_if_rang() -> None:
         raise TimeLimitReached
 
 
+MAX_ALARM_S = 1e7
+"""A deadline further off than this (116 days) sets no alarm: no sweep within the size limits runs
+that long, and the system timer takes no such value (``--time-limit 1e308``)."""
+
+
 @contextlib.contextmanager
 def _alarm_at(deadline: float | None) -> Iterator[None]:
     """``SIGALRM`` at ``deadline`` for the block (when there is one and this is the main thread,
     the only one that may set a handler); cleared, with the previous handler restored, after it."""
     global _ALARM
-    if deadline is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+    if (deadline is None or deadline - time.monotonic() >= MAX_ALARM_S or threading.current_thread() is not threading.main_thread()
+            or not hasattr(signal, "setitimer")):
         yield
         return
     alarm = _Alarm()
