@@ -98,9 +98,9 @@ SEARCH_START_S = 1.0
 """Seconds a search point may take beyond that (a pool worker's imports)."""
 
 
-CSV_S_PER_ROW = 2e-4
-"""Seconds per row to write rows.csv at the end of a run, generously (a sweep of 250,000 points
-writes it in about 10 s on this project's 2-core machine)."""
+CSV_S_PER_ROW = 1e-4
+"""Seconds per row to write rows.csv at the end of a run, twice what was measured: 250,000 rows of
+the paper study's points (142 MB) took 11.2 s on this project's 2-core machine, at load 1.5."""
 
 
 def csv_seconds(rows: int) -> float:
