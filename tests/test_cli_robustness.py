@@ -911,3 +911,19 @@ def test_an_output_that_is_a_loop_of_links_is_refused_before_the_work(tmp_path, 
     line = one_error_line(run("calibrate", data, "-o", "l1.toml"))
     assert line == ("error: Invalid value for '--output' / '-o': cannot write l1.toml: Too many levels of symbolic links "
                     "(see 'ppopt calibrate --help')")
+
+
+def test_a_command_that_ends_at_once_releases_its_process_pools_semaphores(tmp_path):
+    """The command line ends with os._exit (ppopt.cli._exit_now), which skipped the finalizers that
+    unlink multiprocessing's semaphores: after a pool was aborted (SIGTERM during `sweep -j 2`) the
+    resource tracker, which outlives the process and shares its stderr, warned of them as leaked."""
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import multiprocessing\n"
+        "import ppopt.cli\n"
+        "if __name__ == '__main__':\n"
+        "    queue = multiprocessing.get_context('spawn').Queue()  # its semaphores are tracked, as a pool's are\n"
+        "    ppopt.cli._exit_now(0)\n")
+    # stderr reaches its end when the tracker, which inherits it, has ended too
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")

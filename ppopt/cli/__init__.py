@@ -248,6 +248,11 @@ def _exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:  # a process pool's semaphores, left registered when it was aborted (SIGTERM during
+        # `sweep -j 2`): unlinked now, or the resource tracker warns of them as leaked
+        with contextlib.suppress(Exception):
+            util._run_finalizers(0)
     os._exit(code)
 
 

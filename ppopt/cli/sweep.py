@@ -43,17 +43,22 @@ EXECUTOR_NOTE_S = 1.0
 """An executor's start this long or longer is named when the time limit leaves points missing."""
 
 
-def deadline_of(time_limit: float | None, reserve_s: float = 0.0) -> float | None:
+def deadline_of(time_limit: float | None, reserve_s: float = 0.0, kept_for: str = "") -> float | None:
     """The ``time.monotonic()`` value at which a ``--time-limit`` counted from the process's start
-    ends, less ``reserve_s`` kept for the work after the sweep; None without a limit."""
+    ends, less ``reserve_s`` kept for ``kept_for`` after the sweep; None without a limit."""
     if time_limit is None:
         return None
     if not (math.isfinite(time_limit) and time_limit > 0):
         raise ConfigError(f"must be a finite number of seconds > 0, got {time_limit}", field="time_limit")
-    return time.monotonic() + time_limit - startup_s() - reserve_s
+    deadline = time.monotonic() + time_limit - startup_s() - reserve_s
+    if reserve_s and deadline <= time.monotonic():
+        raise ConfigError(f"{time_limit:g} s leaves nothing for the points once {reserve_s:g} s are kept for {kept_for}",
+                          field="time_limit")
+    return deadline
 
 
-def _run(loaded, output, executor, jobs, address, quiet, deadline, kinds=("evaluate", "gap")):
+def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, kinds=("evaluate", "gap")):
+    """The sweep, and the --time-limit that would let its searches left out run (None if none was)."""
     from ppopt.sweep import make_executor, run_sweep
 
     bar = None if quiet else ProgressBar(f"sweep {loaded.name}")
@@ -62,15 +67,18 @@ def _run(loaded, output, executor, jobs, address, quiet, deadline, kinds=("evalu
     try:
         began = time.monotonic()
         with make_executor(executor, jobs, address) as pool:
-            started_s = time.monotonic() - began
+            run_start = time.monotonic()
+            started_s = run_start - began
             result = run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline)
+        # the time spent before the run and kept after it (report, figures), plus what the run needs
+        needed = None if not result.search_s else time_limit - (deadline - run_start) + result.search_s
         if result.time_limit_reached and started_s >= EXECUTOR_NOTE_S:  # Ray's start cannot be cut short
             if bar is not None:
                 bar.close()
                 bar = None
             what = "Ray" if executor == "ray" else "the worker processes"
             click.echo(f"note: starting {what} took {started_s:.1f} s of the time limit", err=True)
-        return result
+        return result, needed
     finally:
         if main_thread:  # None: a handler not set from Python, which cannot be restored; the default then
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
@@ -84,8 +92,9 @@ def _stop(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def summary_text(result) -> str:
-    """The run in one line (counts add up to the points), then where the rows are."""
+def summary_text(result, needed_s: float | None = None) -> str:
+    """The run in one line (counts add up to the points), then where the rows are; with
+    ``needed_s``, the time limit its searches left out need."""
     s = result.summary()
     if s["points"] and s["skipped"] == s["points"]:
         head = (f"{counted(s['points'], 'point')}, none applicable: all {s['skipped']} skipped (the generator or solver refused them; "
@@ -100,9 +109,9 @@ def summary_text(result) -> str:
     text = f"{head}; {s['wall_time_s']:.1f} s\nrows: {result.output / 'rows.csv'}"
     if result.time_limit_reached:
         text += f"\ntime limit reached: rerun the same command to compute the {result.missing} missing"
-        if result.search_s:
-            text += (f"; the searches among them start only with {math.ceil(result.search_s)} s left (the spec's "
-                     "time_limit_s and a margin): give a --time-limit above that")
+        if needed_s:
+            text += (f"; the searches among them need a --time-limit of {math.ceil(needed_s)} s or more (the spec's "
+                     "time_limit_s with a margin, and the rest of the command)")
     return text
 
 
@@ -120,11 +129,12 @@ def sweep_command(spec, output, jobs, executor, address, time_limit, quiet, as_j
     from ppopt.sweep import load_spec, resolve_spec
 
     deadline = deadline_of(time_limit)
-    result = _run(load_spec(resolve_spec(spec)), output, executor, jobs, address, quiet, deadline)  # as study --spec finds it
+    result, needed = _run(load_spec(resolve_spec(spec)), output, executor, jobs, address, quiet, deadline,  # as study --spec finds it
+                          time_limit)
     if as_json:
         emit_json(result.summary())
     else:
-        click.echo(summary_text(result))
+        click.echo(summary_text(result, needed))
 
 
 @main.command("study")
@@ -142,13 +152,14 @@ def study_command(output, jobs, executor, address, time_limit, quiet, quick, spe
 
     if quick and spec_path is not None:
         raise click.UsageError("give --quick or --spec, not both", click.get_current_context())
-    deadline = deadline_of(time_limit, REPORT_S if no_figures else REPORT_S + FIGURES_S)
+    reserve = REPORT_S if no_figures else REPORT_S + FIGURES_S
+    deadline = deadline_of(time_limit, reserve, "report.md" if no_figures else "report.md and its figures (--no-figures keeps 1 s)")
     loaded = load_spec(resolve_spec(("quick" if quick else "paper") if spec_path is None else spec_path))
     kinds = ("evaluate",) if no_solver else ("evaluate", "gap")
-    result = _run(loaded, output, executor, jobs, address, quiet, deadline, kinds)
+    result, needed = _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, kinds)
     note = "" if not result.missing else f"*Incomplete: {result.missing} of {result.points} points are missing.*"
     report = write_report(loaded, result.rows, result.output, figures=not no_figures, note=note)
     if as_json:
         emit_json({**result.summary(), "report": str(report)})
     else:
-        click.echo(summary_text(result) + f"\nreport: {report}")
+        click.echo(summary_text(result, needed) + f"\nreport: {report}")

@@ -16,20 +16,31 @@ sorts rows itself, so the executor never changes what is written.
   it shuts down only a Ray it started. ``ray`` is optional (the ``ray`` extra): ``pip install 'ray>=2.9'``. Workers of a
   remote cluster must be able to import ``ppopt`` (install it there, or use a Ray runtime_env).
 
-Use executors as context managers: leaving the block cancels items not yet started. ``abort()``
-also stops the items running (a deadline reached).
+Use executors as context managers: leaving the block cancels items not yet started; leaving it on
+an exception (Ctrl-C, SIGTERM, a deadline) also stops the items running (``abort()``).
+
+``map_unordered(fn, items, deadline)`` raises :class:`TimeLimitReached` at ``deadline`` (a
+``time.monotonic()`` value): a pool or Ray waits for results no longer than that, and an item run
+in this process is interrupted by a ``SIGALRM`` (:func:`alarm_at`), except inside an
+:func:`uninterrupted` section. With a deadline, items are drawn only when a worker is free to start
+them, so a caller's check that an item fits in the time left is made when it starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
 from typing import Any
 
 from ppopt.errors import ConfigError
 
-__all__ = ["Executor", "LocalExecutor", "RayExecutor", "make_executor", "max_local_jobs"]
+__all__ = ["Executor", "LocalExecutor", "RayExecutor", "TimeLimitReached", "alarm_at", "make_executor", "max_local_jobs",
+           "uninterrupted"]
 
 
 def _die_with_parent() -> None:
@@ -54,6 +65,88 @@ def _die_with_parent() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="ppopt-parent-watch", daemon=True).start()
+
+
+class TimeLimitReached(BaseException):
+    """A deadline passed (:meth:`Executor.map_unordered`). Not an :class:`Exception`, so that no
+    handler of an item's own errors takes it; it unwinds the caller as Ctrl-C does."""
+
+
+class _Alarm:
+    """A ``SIGALRM`` that raises :class:`TimeLimitReached`, or, inside :func:`uninterrupted`,
+    records that it rang (:func:`alarm_rang`)."""
+
+    def __init__(self) -> None:
+        self.rang = False
+        self.holding = 0
+
+    def ring(self, signum, frame) -> None:
+        self.rang = True
+        if not self.holding:
+            raise TimeLimitReached
+
+
+_ALARM: _Alarm | None = None
+"""The alarm armed in this process, if any (pool workers and Ray tasks have none)."""
+
+MAX_ALARM_S = 1e7
+"""A deadline further off than this (116 days) arms no alarm: the system timer takes no such value
+(``--time-limit 1e308``), and nothing within ppopt's size limits runs that long."""
+
+
+@contextlib.contextmanager
+def alarm_at(deadline: float | None) -> Iterator[None]:
+    """Raise :class:`TimeLimitReached` in the block at ``deadline`` (at once if it has passed). Armed
+    only in the main thread (the only one that may set a handler) and for a deadline within
+    :data:`MAX_ALARM_S`; the previous handler is restored after the block."""
+    global _ALARM
+    if deadline is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeLimitReached
+    if left >= MAX_ALARM_S:
+        yield
+        return
+    alarm, outer = _Alarm(), _ALARM
+    previous = signal.signal(signal.SIGALRM, alarm.ring)
+    _ALARM = alarm
+    try:
+        signal.setitimer(signal.ITIMER_REAL, left)
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _ALARM = outer
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """A section the alarm must not cut (a CP-SAT solve, which cannot be stopped cleanly from a
+    signal handler and honours its own time limit): a ring inside it is only recorded."""
+    alarm = _ALARM
+    if alarm is None:
+        yield
+        return
+    alarm.holding += 1
+    try:
+        yield
+    finally:
+        alarm.holding -= 1
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds to ``deadline`` (never negative), or None without one: a wait's timeout."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _run_here(fn: Callable[[Any], Any], items: Iterable[Any], deadline: float | None) -> Iterator[Any]:
+    """``fn`` over ``items`` in this process, each call interrupted at ``deadline``."""
+    for item in items:
+        with alarm_at(deadline):
+            result = fn(item)
+        yield result
 
 
 def max_local_jobs() -> int:
@@ -82,7 +175,7 @@ class Executor:
 
     closing_s = 0.0
 
-    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any], deadline: float | None = None) -> Iterator[Any]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -108,18 +201,16 @@ class LocalExecutor(Executor):
         self.jobs = jobs
         self._pool = None
 
-    def map_unordered(self, fn, items):
+    def map_unordered(self, fn, items, deadline=None):
         # items are drawn only as workers free up: a caller's generator that stops at a deadline
         # (ppopt plan's budget) is then asked when each item is due, not all at once up front
         queue = iter(items)
         if self.jobs == 1:
-            for item in queue:
-                yield fn(item)
+            yield from _run_here(fn, queue, deadline)
             return
         first = list(islice(queue, 2))
         if len(first) <= 1:
-            for item in first:
-                yield fn(item)
+            yield from _run_here(fn, first, deadline)
             return
         queue = chain(first, queue)
         import multiprocessing
@@ -128,8 +219,9 @@ class LocalExecutor(Executor):
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_die_with_parent)
-        # a bounded window of submitted items: cancelling on exit stays cheap, memory stays flat
-        window = 4 * self.jobs
+        # a bounded window of submitted items: cancelling on exit stays cheap, memory stays flat; with
+        # a deadline, one per worker, so that an item is drawn when it starts
+        window = self.jobs if deadline is not None else 4 * self.jobs
         running = set()
         try:
             for item in queue:
@@ -137,15 +229,20 @@ class LocalExecutor(Executor):
                 if len(running) >= window:
                     break
             while running:
-                done, running = wait(running, return_when=FIRST_COMPLETED)
+                done, running = wait(running, timeout=_left(deadline), return_when=FIRST_COMPLETED)
+                if not done:
+                    raise TimeLimitReached
                 for future in done:
                     yield future.result()
                     following = next(queue, None)
                     if following is not None:
                         running.add(self._pool.submit(fn, following))
-        finally:
+        except GeneratorExit:  # the caller stopped drawing: the items queued are not needed
             for future in running:
                 future.cancel()
+            raise
+        # on any other exception the caller aborts: cancelling the queued futures first would race
+        # with the pool marking them broken when its workers are terminated (InvalidStateError)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -193,17 +290,22 @@ class RayExecutor(Executor):
             self.started = True
             self.closing_s = RAY_SHUTDOWN_S
 
-    def map_unordered(self, fn, items):
+    def map_unordered(self, fn, items, deadline=None):
         ray = self.ray
         remote = ray.remote(num_cpus=1, max_retries=0)(fn)
         # a window of tasks in flight, refilled as they finish (as the local pool does): items are
         # drawn from the caller when due, so one that stops at a deadline is honoured
-        window = 4 * max(1, int(ray.cluster_resources().get("CPU", 1)))
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        window = cpus if deadline is not None else 4 * cpus
         queue = iter(items)
         pending = [remote.remote(item) for item in islice(queue, window)]
+        stopped = False
         try:
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
+                done, pending = ray.wait(pending, num_returns=1, timeout=_left(deadline))
+                if not done:
+                    stopped = True
+                    raise TimeLimitReached
                 for ref in done:
                     yield ray.get(ref)
                     following = next(queue, None)
@@ -211,7 +313,7 @@ class RayExecutor(Executor):
                         pending.append(remote.remote(following))
         finally:
             for ref in pending:
-                ray.cancel(ref)
+                ray.cancel(ref, force=stopped)  # at a deadline a running task is ended, not asked to stop
 
     def close(self) -> None:
         if self.started and self.ray.is_initialized():

@@ -489,11 +489,11 @@ MAX_SWEEP_SEARCH_S = 86_400.0
 """Most solver time (searches x their time limit) one sweep spends: a day."""
 
 
-def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> None:
+def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> int:
     """Refuse, before any item is built, a spec of more than :data:`MAX_SWEEP_POINTS` evaluation
     points after its filters (:data:`MAX_SWEEP_UNFILTERED` before them, a product, checked first), whose points add up to more than :data:`MAX_SWEEP_OPS` ops or, when ``searches_run``, whose searches to more than
     :data:`MAX_SWEEP_SEARCH_S` seconds (every (p, m, limit, schedule) counted once, an upper bound
-    of the searches run)."""
+    of the searches run). Returns the number of evaluation points."""
     combos = {name: list(_option_combos(name, spec.options)) for name in spec.schedule_names()}
     models_systems = len(spec.models) * len(spec.systems)
     listed = len(spec.devices) * len(spec.microbatches) * sum(map(len, combos.values())) * models_systems
@@ -526,6 +526,7 @@ def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> None:
             raise ConfigError(f"sweep too large: up to {searches:,} searches of {solver.time_limit_s:g} s make "
                               f"{searches * solver.time_limit_s / 3600:,.0f} h of solver time; the limit is "
                               f"{MAX_SWEEP_SEARCH_S / 3600:.0f} h: split the spec or lower time_limit_s")
+    return points
 
 
 def expand(loaded: LoadedSpec, kinds: tuple[str, ...] = ("evaluate", "gap")) -> list[EvalItem | GapItem]:
