@@ -73,8 +73,8 @@ class TimeLimitReached(BaseException):
 
 
 class _Alarm:
-    """A ``SIGALRM`` that raises :class:`TimeLimitReached`, or, inside :func:`uninterrupted`,
-    records that it rang (:func:`alarm_rang`)."""
+    """A ``SIGALRM`` that raises :class:`TimeLimitReached`, or, inside :func:`uninterrupted`, only
+    records that it rang: the caller then starts no further item, as the deadline has passed."""
 
     def __init__(self) -> None:
         self.rang = False
