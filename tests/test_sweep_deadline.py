@@ -3,6 +3,7 @@ deadline, the rows so far are kept whole and a rerun resumes to the rows of an u
 
 import json
 import multiprocessing
+import os
 import time
 from pathlib import Path
 
@@ -230,3 +231,32 @@ def test_a_signal_while_rows_csv_is_written_acts_after_it(tmp_path, monkeypatch)
         run_sweep(spec(tmp_path, SMALL.split("[solver]")[0]), tmp_path / "out")
     written = (tmp_path / "out" / "rows.csv").read_text().splitlines()
     assert len(written) == 1 + 8  # the header and every row
+
+
+def test_a_worker_that_dies_is_one_error_line_not_a_broken_pool_traceback():
+    with pytest.raises(PpoptError) as error, LocalExecutor(2) as pool:
+        list(pool.map_unordered(os._exit, [3, 3]))  # each item ends its worker, as the OOM killer would
+    assert error.value.field == "jobs" and "ended abruptly" in error.value.reason
+
+
+def test_workers_of_a_parent_that_ignores_ctrl_c_ignore_it_too(tmp_path):
+    """A background job of a script ignores SIGINT; a Ctrl-C to its process group ended its pool's
+    workers, and the job failed on its broken pool."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "ignoring.py"
+    script.write_text(
+        "import signal, time\n"
+        "from ppopt.sweep import LocalExecutor\n"
+        "if __name__ == '__main__':\n"
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "    with LocalExecutor(2) as pool:\n"
+        "        print(len(list(pool.map_unordered(time.sleep, [3, 3]))))\n")
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    time.sleep(2)  # the workers are sleeping in their items
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert (process.returncode, out.strip(), err) == (0, "2", "")

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
 from typing import Any
 
-from ppopt.errors import ConfigError
+from ppopt.errors import ConfigError, PpoptError
 
 __all__ = ["Executor", "LocalExecutor", "RayExecutor", "TimeLimitReached", "alarm_at", "make_executor", "max_local_jobs",
            "uninterrupted"]
@@ -46,12 +46,15 @@ __all__ = ["Executor", "LocalExecutor", "RayExecutor", "TimeLimitReached", "alar
 def _die_with_parent() -> None:
     """Pool initializer: end this worker as soon as the process that started it is gone, and end it
     quietly on Ctrl-C (the terminal sends it to every process of the group: the parent reports
-    ``aborted``; each worker printed its own KeyboardInterrupt traceback)."""
+    ``aborted``; each worker printed its own KeyboardInterrupt traceback). A parent that ignores
+    Ctrl-C (a background job of a script) passes that on, and its workers keep ignoring it: they
+    used to end, and the parent then failed on its broken pool."""
     import multiprocessing
     import signal
     import threading
 
-    signal.signal(signal.SIGINT, lambda *_: os._exit(1))
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, lambda *_: os._exit(1))
 
     parent = multiprocessing.parent_process()
     if parent is None or parent.sentinel is None:
@@ -215,6 +218,7 @@ class LocalExecutor(Executor):
         queue = chain(first, queue)
         import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+        from concurrent.futures.process import BrokenProcessPool
 
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
@@ -233,7 +237,13 @@ class LocalExecutor(Executor):
                 if not done:
                     raise TimeLimitReached
                 for future in done:
-                    yield future.result()
+                    try:
+                        result = future.result()
+                    except BrokenProcessPool:
+                        raise PpoptError(f"one of the {self.jobs} worker processes ended abruptly (killed, or out of memory); "
+                                         "the items running were lost (a sweep keeps the rows written: rerun it)",
+                                         field="jobs") from None
+                    yield result
                     following = next(queue, None)
                     if following is not None:
                         running.add(self._pool.submit(fn, following))
