@@ -227,17 +227,9 @@ class _Cli(click.Group):
         except OSError as error:
             code = _stdout_failed(error)
         code = code if isinstance(code, int) else 0
-        if _FROM_COMMAND_LINE and not _started_fork_server():
+        if _FROM_COMMAND_LINE:
             _exit_now(code)
         sys.exit(code)
-
-
-def _started_fork_server() -> bool:
-    """Whether this command started the run's fork server (``run``, ``profile``): its process then
-    ends through the interpreter's exit, which removes the server's socket folder (``/tmp/pymp-*``,
-    multiprocessing's own clean-up); :func:`_exit_now` left one behind after every run."""
-    launcher = sys.modules.get("ppopt.run.launcher")
-    return bool(getattr(launcher, "started_fork_server", False))
 
 
 def _exit_now(code: int) -> None:
@@ -249,10 +241,11 @@ def _exit_now(code: int) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     util = sys.modules.get("multiprocessing.util")
-    if util is not None:  # a process pool's semaphores, left registered when it was aborted (SIGTERM during
-        # `sweep -j 2`): unlinked now, or the resource tracker warns of them as leaked
+    if util is not None:  # multiprocessing's own clean-up at exit, which os._exit skips: a process pool's
+        # semaphores (the resource tracker warned of them as leaked after an aborted pool, SIGTERM during
+        # `sweep -j 2`) and the fork server's socket folder (/tmp/pymp-*, left after every `run`)
         with contextlib.suppress(Exception):
-            util._run_finalizers(0)
+            util._run_finalizers()
     os._exit(code)
 
 

@@ -46,10 +46,11 @@ EXECUTOR_NOTE_S = 1.0
 def deadline_of(time_limit: float | None, reserve_s: float = 0.0, kept_for: str = "") -> float | None:
     """The ``time.monotonic()`` value at which a ``--time-limit`` counted from the process's start
     ends, less ``reserve_s`` kept for ``kept_for`` after the sweep; None without a limit."""
+    from ppopt.solve.options import check_time_limit
+
     if time_limit is None:
         return None
-    if not (math.isfinite(time_limit) and time_limit > 0):
-        raise ConfigError(f"must be a finite number of seconds > 0, got {time_limit}", field="time_limit")
+    check_time_limit(time_limit, "time_limit")
     deadline = time.monotonic() + time_limit - startup_s() - reserve_s
     if reserve_s and deadline <= time.monotonic():
         raise ConfigError(f"{time_limit:g} s leaves nothing for the points once {reserve_s:g} s are kept for {kept_for}",

@@ -54,11 +54,6 @@ def _context() -> multiprocessing.context.ForkServerContext:
     return context
 
 
-started_fork_server = False
-"""Whether this process has started the fork server (the command line then exits through the
-interpreter, whose exit removes the server's socket folder: :func:`ppopt.cli._started_fork_server`)."""
-
-
 def _start_server_without_ctrl_c() -> None:
     """Start the fork server (if it is not running) with SIGINT ignored, which the new interpreter
     inherits and keeps (CPython installs its KeyboardInterrupt handler only over the default
@@ -68,11 +63,9 @@ def _start_server_without_ctrl_c() -> None:
     does not keep it: Linux hands it to another thread, of torch's, which ignores it)."""
     import multiprocessing.forkserver
 
-    global started_fork_server
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         multiprocessing.forkserver.ensure_running()
-        started_fork_server = True
     finally:
         signal.signal(signal.SIGINT, handler)
 

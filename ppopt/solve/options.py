@@ -102,6 +102,12 @@ class SpentWork:
     spent: float = 0.0
 
 
+def check_time_limit(seconds: float, field: str) -> None:
+    """ConfigError on ``field`` unless ``seconds`` is a finite number > 0: every command's time limit."""
+    if isinstance(seconds, bool) or not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(f"must be a finite number of seconds > 0, got {seconds}", field=field)
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """Solver settings shared by search, gap and frontier (validated on construction).
@@ -139,8 +145,7 @@ class SolveOptions:
     work_from: float = 0.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.time_limit_s, bool) or not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
-            raise ConfigError(f"must be a finite number of seconds > 0, got {self.time_limit_s}", field="time_limit_s")
+        check_time_limit(self.time_limit_s, "time_limit_s")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
             raise ConfigError(f"must be an integer from 1 to {MAX_WORKERS}, got {self.workers}", field="workers")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:

@@ -76,15 +76,13 @@ class TimeLimitReached(BaseException):
 
 
 class _Alarm:
-    """A ``SIGALRM`` that raises :class:`TimeLimitReached`, or, inside :func:`uninterrupted`, only
-    records that it rang: the caller then starts no further item, as the deadline has passed."""
+    """A ``SIGALRM`` that raises :class:`TimeLimitReached`, except inside :func:`uninterrupted`:
+    the item then ends by itself, and the caller starts no further one, the deadline having passed."""
 
     def __init__(self) -> None:
-        self.rang = False
         self.holding = 0
 
     def ring(self, signum, frame) -> None:
-        self.rang = True
         if not self.holding:
             raise TimeLimitReached
 
@@ -127,7 +125,7 @@ def alarm_at(deadline: float | None) -> Iterator[None]:
 @contextlib.contextmanager
 def uninterrupted() -> Iterator[None]:
     """A section the alarm must not cut (a CP-SAT solve, which cannot be stopped cleanly from a
-    signal handler and honours its own time limit): a ring inside it is only recorded."""
+    signal handler and honours its own time limit): a ring inside it is let pass."""
     alarm = _ALARM
     if alarm is None:
         yield
