@@ -82,7 +82,7 @@ def test_a_pool_is_stopped_at_the_deadline(tmp_path):
     with LocalExecutor(2) as pool:
         result = run_sweep(loaded, tmp_path / "out", pool, deadline=time.monotonic() + 0.5)
     assert result.time_limit_reached and result.missing == 2
-    assert multiprocessing.active_children() == []  # the workers were terminated, not waited for
+    assert multiprocessing.active_children() == []  # no worker left behind
 
 
 def test_without_a_deadline_nothing_changes(tmp_path):
@@ -95,7 +95,7 @@ def test_the_alarm_waits_for_an_uninterrupted_section():
     """A search in this process (CP-SAT cannot be stopped cleanly from a signal handler) runs to
     its own time limit; the points after it are then left for the next run."""
     with alarm_at(time.monotonic() + 0.05), uninterrupted():
-        time.sleep(0.3)  # the alarm rings in here and is only recorded
+        time.sleep(0.3)  # the alarm rings in here and is let pass
     with pytest.raises(TimeLimitReached), alarm_at(time.monotonic() - 1):
         pass  # a deadline already past stops at once
 
