@@ -46,8 +46,7 @@ from ppopt.io import atomic_write_text, parse_data, write_json
 from ppopt.sweep.executors import Executor, LocalExecutor, TimeLimitReached, uninterrupted
 from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, check_sweep_size, expand
 
-__all__ = ["COLUMNS", "LOCK_NAME", "Progress", "SweepResult", "TimeLimitReached", "read_rows", "run_item", "run_sweep",
-           "rows_csv"]
+__all__ = ["COLUMNS", "LOCK_NAME", "Progress", "SweepResult", "read_rows", "run_item", "run_sweep", "rows_csv"]
 
 #: The lock file a running sweep holds in its output directory.
 LOCK_NAME = "sweep.lock"
@@ -409,15 +408,16 @@ def run_sweep(
     """
     began = time.monotonic()
     points = check_sweep_size(loaded.spec, "gap" in kinds)  # before the output directory is made
+    executor = executor or LocalExecutor(1)
     if deadline is not None:
-        _check_deadline(points, deadline, (executor or LocalExecutor(1)).closing_s)
+        _check_deadline(points, deadline, executor.closing_s)
     out = Path(output) if output is not None else default_output(loaded)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise PpoptError(f"cannot create {out}: {error.strerror or error}", field="output") from None
     with locked(out):
-        return _run_locked(loaded, out, executor or LocalExecutor(1), progress, max_items, kinds, began, deadline)
+        return _run_locked(loaded, out, executor, progress, max_items, kinds, began, deadline)
 
 
 LIST_S_PER_POINT = 6e-5
@@ -464,7 +464,8 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     stopped = False
     # what follows the last item (stopping the workers, rows.csv) is kept out of the budget
     started = time.monotonic()
-    stop_at = None if deadline is None else deadline - executor.closing_s - csv_seconds(len(order))
+    after_s = executor.closing_s + csv_seconds(len(order))
+    stop_at = None if deadline is None else deadline - after_s
     try:
         for rows in executor.map_unordered(run_item, _due(pending, stop_at, left), stop_at):
             for row in rows:
@@ -483,6 +484,7 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
         with _signals_held():  # a Ctrl-C or SIGTERM now (at the deadline, say) acts once rows.csv is written
             atomic_write_text(out / "rows.csv", rows_csv(present))
     ok = [r["hash"] for r in present if r.get("status") != "skipped"]
+    longest_left = max(map(item_seconds, left), default=0.0)  # the longest search not started
     return SweepResult(
         output=out,
         points=len(order),
@@ -495,5 +497,5 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
         unreadable=tuple(unreadable),
         time_limit_reached=(stopped or bool(left)) and len(present) < len(order),
         # from the run's start: listing and rows.jsonl so far, the search, then rows.csv and closing
-        search_s=(started - began) + max(map(item_seconds, left)) + executor.closing_s + csv_seconds(len(order)) if any(map(item_seconds, left)) else 0.0,
+        search_s=(started - began) + longest_left + after_s if longest_left else 0.0,
     )
