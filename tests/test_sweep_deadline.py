@@ -155,17 +155,19 @@ def test_a_bad_time_limit_is_one_line(tmp_path, value):
 
 def test_the_cli_says_what_is_left_and_how_to_run_it(tmp_path):
     """The quick study's searches take 20 s each: a 10 s limit computes its evaluation points and
-    says what the searches need."""
+    says the limit under which none of the searches runs; the quick study's nine searches end in
+    well under a second each, so there that limit is enough for all of them."""
     result = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "10", "-q", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     assert summary["time_limit_reached"] and summary["missing"] == 9 and summary["computed"] == 90  # the 9 rows of searches
     text = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "10", "-q"]).output
-    head = "time limit reached: rerun the same command to compute the 9 missing; the searches among them need a --time-limit of "
-    assert head in text
+    head = "time limit reached: rerun the same command to compute the 9 missing; a --time-limit under "
+    assert head in text and "runs none of the searches among them" in text
     needed = int(text.split(head)[1].split()[0])
     assert 22 <= needed <= 30  # 20 s, 5 % and 1 s of margin, the listing and rows.csv
-    assert run_sweep_with_limit(tmp_path / "enough", needed).missing == 0  # and that limit is enough
+    assert run_sweep_with_limit(tmp_path / "out", needed - 2).missing == 9  # under it, no search starts
+    assert run_sweep_with_limit(tmp_path / "enough", needed).missing == 0  # and here that limit is enough
 
 
 def test_a_study_out_of_time_still_writes_its_report_and_says_it_is_incomplete(tmp_path):

@@ -95,7 +95,9 @@ def _stop(signum, frame) -> None:
 
 def summary_text(result, needed_s: float | None = None) -> str:
     """The run in one line (counts add up to the points), then where the rows are; with
-    ``needed_s``, the time limit its searches left out need."""
+    ``needed_s``, the time limit below which a rerun starts none of its searches left out (a
+    necessary figure, not a sufficient one: every search checks its own time limit against what is
+    left when it is due, after the points before it)."""
     s = result.summary()
     if s["points"] and s["skipped"] == s["points"]:
         head = (f"{counted(s['points'], 'point')}, none applicable: all {s['skipped']} skipped (the generator or solver refused them; "
@@ -111,8 +113,8 @@ def summary_text(result, needed_s: float | None = None) -> str:
     if result.time_limit_reached:
         text += f"\ntime limit reached: rerun the same command to compute the {result.missing} missing"
         if needed_s:
-            text += (f"; the searches among them need a --time-limit of {math.ceil(needed_s)} s or more (the spec's "
-                     "time_limit_s with a margin, and the rest of the command)")
+            text += (f"; a --time-limit under {math.ceil(needed_s)} s runs none of the searches among them (each starts "
+                     "only while the spec's time_limit_s, with a margin, is left; the more there are, the more they need)")
     return text
 
 
