@@ -105,7 +105,8 @@ class SpentWork:
 def check_time_limit(seconds: float, field: str) -> None:
     """ConfigError on ``field`` unless ``seconds`` is a finite number > 0: every command's time limit."""
     if isinstance(seconds, bool) or not (math.isfinite(seconds) and seconds > 0):
-        raise ConfigError(f"must be a finite number of seconds > 0, got {seconds}", field=field)
+        shown = "a number too large to represent (inf)" if seconds == math.inf else f"{seconds}"
+        raise ConfigError(f"must be a finite number of seconds > 0, got {shown}", field=field)
 
 
 @dataclass(frozen=True)
