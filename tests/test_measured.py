@@ -171,6 +171,10 @@ def test_validate_groups_the_errors_by_job_fields():
     text = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--by", "tp").output
     table = [line.split()[0] for line in text.splitlines() if line[:1] == "t" and line.split()[0][1:].isdigit()]
     assert table == ["t1", "t2", "t4", "t8", "t16"]  # sorted by t, not by first appearance
+    # a field given twice groups once, not by "model model"
+    twice = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--json", "--by", "model", "--by", "tp", "--by", "model")
+    assert twice.exit_code == 0, twice.output
+    assert json.loads(twice.output)["groups"] == report["groups"]
 
 
 def test_validate_plot(tmp_path, monkeypatch):

@@ -785,3 +785,16 @@ def test_a_ray_this_command_starts_has_its_shutdown_to_keep_and_a_local_pool_non
     assert LocalExecutor(1).closing_s == 0 and LocalExecutor(2).closing_s == 0
     with make_executor("ray", 1, None) as pool:
         assert pool.closing_s == RAY_SHUTDOWN_S
+
+
+def test_a_value_given_twice_is_planned_once():
+    """--recompute full --recompute full (or a repeated --schedule or --micro-batch) plans each job
+    once: the same job count and the same ranking as the value given once, with no row repeated."""
+    base = ["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--gpus", 8, "--search", 0, "-q", "--json"]
+    once = run(*base, "--recompute", "full", "--schedule", "1f1b", "--micro-batch", 1)
+    twice = run(*base, "--recompute", "full", "--recompute", "full", "--schedule", "1f1b", "--schedule", "1f1b",
+                "--micro-batch", 1, "--micro-batch", 1)
+    assert once.exit_code == 0 and twice.exit_code == 0, once.output + twice.output
+    assert json.loads(twice.output) == json.loads(once.output)
+    jobs = [row["job"] for row in json.loads(once.output)["top"]]
+    assert len(jobs) == len(set(jobs)) > 1
