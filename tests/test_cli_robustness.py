@@ -578,6 +578,9 @@ def test_messages_say_what_is_actually_wrong(tmp_path, monkeypatch):
         (["published", "empty.csv"], "error: empty.csv: empty file (expected a header row)"),
         (["sweep", ""], "error: empty file name: give a study spec (a .toml file, or a name such as paper)"),  # was ".: cannot read spec (Is a directory)"
         (["study", "--spec", "", "-o", "out"], "error: empty file name: give a study spec (a .toml file, or a name such as paper)"),  # ran the paper's study
+        # pointed to 'ppopt --help', which does not list the command's options
+        (["table", "-s"], "error: Option '-s' requires an argument. (see 'ppopt table --help')"),
+        (["job", "--model"], "error: Option '--model' requires an argument. (see 'ppopt job --help')"),
     ]
     for args, line in cases:
         result = run(*args)

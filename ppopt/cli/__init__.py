@@ -117,7 +117,11 @@ class _Command(click.Command):
         parse = parser.parse_args
 
         def parse_once(args: list[str]):
-            opts, rest, order = parse(args)  # order: each option once per time it was given
+            try:
+                opts, rest, order = parse(args)  # order: each option once per time it was given
+            except click.UsageError as error:  # "-s requires an argument" comes without its command
+                error.ctx = error.ctx or ctx
+                raise
             given = Counter(param for param in order if _takes_one_value(param))
             repeated = next((param for param, times in given.items() if times > 1), None)
             if repeated is not None and not ctx.resilient_parsing:
