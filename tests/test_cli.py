@@ -123,7 +123,10 @@ def test_json_of_every_family_names_the_skipped_ones_with_their_reason(command):
         (["frontier", "--unit", "-p", "4", "-m", "8", "--limits", ""], "--limits: must list at least one memory limit"),
         # modelled mode reads a bare number as bytes: 80 meant 80 GB ("no job fits 0.00 GB")
         (["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--memory-limit", "80"],
-         "--memory-limit '80' would be 80 bytes: give a unit, e.g. 80GB or 80GiB"),
+         "--memory-limit: '80' would be 80 bytes: give a unit, e.g. 80GB or 80GiB"),
+        (["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--memory-limit", "80gb"],
+         "--memory-limit: must be bytes, e.g. 60GiB or 6.4e10 (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '80gb'"),
+        (["search", "--unit", "-p", "4", "-m", "8", "--memory-limit", "-1"], "--memory-limit: must be positive, got '-1'"),
         # the global batch a micro batch makes is the micro batch's error, not the flag not given
         (["evaluate", "-s", "1f1b", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid", "--micro-batch",
           "1000000000"], "--micro-batch: 1000000000 x 4 microbatches x 1 replica makes a global batch of 4,000,000,000 sequences, more than 1,073,741,824"),

@@ -109,7 +109,7 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["search", *UNIT, "--memory-limit", "0.5"], "below the minimum 1 activation"),
         (["search", *UNIT, "--space", "placement=diagonal"], "space key 'placement' must be one of"),
         (["search", *UNIT, "--space", "fixed:zb-x"], "unknown schedule 'zb-x'"),
-        (["search", *UNIT, "--memory-limit", "4GiB"], "--memory-limit must be a number of live activations"),
+        (["search", *UNIT, "--memory-limit", "4GiB"], "--memory-limit: must be a number of live activations"),
         (["search", "-p", "4", "-m", "8"], "give --unit, --costs FILE, or --model and --system (see 'ppopt search --help')"),
         (["search", "-p", "4", "-m", "8", "--model", "nope", "--system", "mid-mid"], "unknown model preset 'nope'"),
         (["search", "-p", "4", "-m", "8", "--unit", "--comm", "-1"], "--comm: must be a finite number >= 0"),
@@ -126,7 +126,7 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["search", "-p", "4", "-m", "8", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "32",
           "--memory-limit", "20GiB"], "below the minimum"),
         (["frontier", *UNIT, "--memory-limit", "3"], "--memory-limit: frontier sweeps memory limits itself: use --limits"),
-        (["frontier", *UNIT, "--limits", "1,x"], "--limits must be a number of live activations, got 'x'"),
+        (["frontier", *UNIT, "--limits", "1,x"], "--limits: must be a number of live activations, got 'x'"),
         (["search", *UNIT, "--space", "placement=looped", "--chunks", "0"], "--chunks: must be a positive integer"),
         (["gap", *UNIT, "-s", "nope"], "unknown schedule 'nope'"),
         # Every named schedule undefined or infeasible: an error, not an empty table with exit 0.

@@ -401,18 +401,19 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
         return None
     match = _BYTES.match(text)
     if not match or (unit_mode and match.group(2)):
-        what = "a number of live activations" if unit_mode else "bytes, e.g. 60GiB or 6.4e10"
-        raise ConfigError(f"{flag} must be {what}, got {text!r}")
+        what = "a number of live activations" if unit_mode else \
+            f"bytes, e.g. 60GiB or 6.4e10 (units: {', '.join(unit for unit in _FACTORS if unit)})"
+        raise ConfigError(f"{flag}: must be {what}, got {text!r}")
     try:
         value = float(match.group(1)) * _FACTORS[match.group(2)]
     except ValueError:
-        raise ConfigError(f"{flag} must be a number, got {text!r}") from None
+        raise ConfigError(f"{flag}: must be a number, got {text!r}") from None
     if not math.isfinite(value):
-        raise ConfigError(f"{flag} must be a finite amount, got {text!r} (beyond the largest number)")
+        raise ConfigError(f"{flag}: must be a finite amount, got {text!r} (beyond the largest number)")
     if not value > 0:
-        raise ConfigError(f"{flag} must be positive, got {text!r}")
+        raise ConfigError(f"{flag}: must be positive, got {text!r}")
     if not unit_mode and match.group(2) is None and value < BARE_BYTES_AT_LEAST:
-        raise ConfigError(f"{flag} {text!r} would be {value:g} bytes: give a unit, e.g. {text.strip()}GB or {text.strip()}GiB")
+        raise ConfigError(f"{flag}: {text!r} would be {value:g} bytes: give a unit, e.g. {text.strip()}GB or {text.strip()}GiB")
     return value
 
 
