@@ -120,14 +120,14 @@ def test_a_published_throughput_outside_its_range_is_refused(tmp_path, value):
     path = _csv_with(PUBLISHED, tmp_path / "pub.csv", "teraFLOP/s per GPU", value, rows=10)
     result = cli("published", path)
     assert (result.exit_code, result.output) == (
-        1, f"error: {path}: line 2, column 'teraFLOP/s per GPU': must lie between 1e-06 and 1e+06, got '{value}'\n")
+        1, f"error: {path}: line 2, column 'teraFLOP/s per GPU': must lie between 1e-06 and 1,000,000, got '{value}'\n")
 
 
 def test_a_published_size_beyond_the_model_limits_is_refused(tmp_path):
     path = _csv_with(PUBLISHED, tmp_path / "pub.csv", "hidden size", "1e300", rows=10)
     result = cli("published", path)
     assert (result.exit_code, result.output) == (
-        1, f"error: {path}: line 2, column 'hidden size': must lie between 1 and 1.67772e+07, got '1e300'\n")
+        1, f"error: {path}: line 2, column 'hidden size': must lie between 1 and 16,777,216, got '1e300'\n")
 
 
 # --------------------------------------------------------------------------------------------------

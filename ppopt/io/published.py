@@ -60,6 +60,12 @@ LIMITS: dict[str, tuple[float, float]] = {
 dense peak is 312 teraFLOP/s); a model has between one parameter and 10**18."""
 
 
+def _plain(limit: float) -> str:
+    """A limit as a user types it: whole numbers with thousands separators (1,073,741,824, not
+    1.07374e+09), others as ``:g``."""
+    return f"{int(limit):,}" if limit == int(limit) else f"{limit:g}"
+
+
 def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     """Read the table (``data/published/megatron-lm-2021.csv``). Raises ConfigError naming the line
     and column of a missing or bad cell, or of a layout whose t·p does not divide the GPUs."""
@@ -89,7 +95,7 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
                 raise ConfigError(f"{name}: line {line}, column '{column}': must be positive")
             least, most = LIMITS[short]
             if not least <= values[short] <= most:
-                raise ConfigError(f"{name}: line {line}, column '{column}': must lie between {least:g} and {most:g}, "
+                raise ConfigError(f"{name}: line {line}, column '{column}': must lie between {_plain(least)} and {_plain(most)}, "
                                   f"got {shown(cell)}")
         counts = {key: int(values[key]) for key in ("heads", "hidden", "layers", "tp", "pp", "gpus", "global_batch")}
         for column, short in COLUMNS.items():
