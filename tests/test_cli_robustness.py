@@ -581,6 +581,11 @@ def test_messages_say_what_is_actually_wrong(tmp_path, monkeypatch):
         # pointed to 'ppopt --help', which does not list the command's options
         (["table", "-s"], "error: Option '-s' requires an argument. (see 'ppopt table --help')"),
         (["job", "--model"], "error: Option '--model' requires an argument. (see 'ppopt job --help')"),
+        # said "(no --plot)" when no --plot was given
+        (["compare", "-p", 4, "-m", 8, "--costs", "c.json", "--model", "llama3-8b", "--system", "dgx-a100"],
+         "error: --costs: replaces --model/--system: give one or the other"),
+        (["evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--costs", "c.json", "--trace", "t.json"], "error: --costs: does not take --trace"),
+        (["evaluate", "-s", "all", "-p", 4, "-m", 8, "--costs", "c.json"], "error: --costs: takes one schedule, not -s all"),
     ]
     for args, line in cases:
         result = run(*args)

@@ -352,7 +352,7 @@ def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["simulated"]["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--model", "study")
-    assert result.exit_code == 1 and result.output.startswith("error: --costs: takes one schedule")
+    assert result.exit_code == 1 and result.output.startswith("error: --costs: replaces --model/--system")
 
 
 def test_evaluate_and_compare_with_a_cost_preset_write_csv_and_markdown_as_without_one(tmp_path):

@@ -160,8 +160,9 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     if costs is not None:
         from ppopt.cli.run import evaluate_with_preset
 
-        if model or system or plot or trace or name == "all":
-            raise ConfigError("takes one schedule and replaces --model/--system (no --plot, --trace)", field="costs")
+        conflict = _with_costs(model, system, ("--plot", plot), ("--trace", trace))
+        if conflict or name == "all":
+            raise ConfigError(conflict or "takes one schedule, not -s all", field="costs")
         refuse_with_preset(parallel, global_batch)
         evaluate_with_preset(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), costs, as_json,
                              fmt)
@@ -247,8 +248,9 @@ def compare_command(devices, microbatches, units, options, model, system, global
         from ppopt.cli.run import compare_with_preset
         from ppopt.errors import ConfigError
 
-        if model or system or plot:
-            raise ConfigError("replaces --model/--system (no --plot)", field="costs")
+        conflict = _with_costs(model, system, ("--plot", plot))
+        if conflict:
+            raise ConfigError(conflict, field="costs")
         refuse_with_preset(parallel, global_batch)
         compare_with_preset(devices, microbatches, options, costs, as_json, fmt)
         return
@@ -287,3 +289,12 @@ def compare_command(devices, microbatches, units, options, model, system, global
         plot_compare(panels, plot, title=f"p = {devices}, m = {microbatches}, {model_config.name} on {system_config.name}",
                      time_unit="s", memory_unit="bytes")
         click.echo(f"wrote {plot}", err=True)
+
+
+def _with_costs(model, system, *flags: tuple[str, object]) -> str | None:
+    """Why --costs cannot go with the other options given (None: it can): it replaces --model and
+    --system, and the named ``flags`` (name, value) do not apply with it."""
+    if model or system:
+        return "replaces --model/--system: give one or the other"
+    given = [name for name, value in flags if value]
+    return f"does not take {' or '.join(given)}" if given else None
