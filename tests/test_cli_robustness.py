@@ -563,7 +563,12 @@ def test_messages_say_what_is_actually_wrong(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cal.toml").write_text("")
     (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "m5.csv").write_text("0F0,0F1,0F2,0F3,0F4,0B0,0B1,0B2,0B3,0B4\n")  # one rank, 5 microbatches
     cases = [
+        # blamed --microbatches, which a schedule file sets
+        (["evaluate", "--schedule-file", "m5.csv", "--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", 8],
+         "error: --global-batch: global batch of 8 sequences is not divisible by 5 microbatches, and m5.csv sets the "
+         "microbatches: give another global batch"),
         (["study", "--spec", "/dev/zero", "-o", "out"], "error: /dev/zero: cannot read file (not a text file: NUL byte at byte 0)"),
         (["table", "-s", "1f1b", "-p", 2, "-m", 2, "--plot", "picture"],
          "error: Invalid value for '--plot': cannot draw to picture: the name needs a picture suffix, .png or .svg "

@@ -195,8 +195,14 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             from ppopt.report.trace import check_trace_size
 
             check_trace_size(sum(len(order) for order in schedule.orders))
-        result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
-                                   parallel=parallel, **options)
+        try:
+            result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
+                                       parallel=parallel, **options)
+        except ConfigError as error:  # the file set the microbatches, not --microbatches: name the file
+            if schedule_file is None or error.field != "microbatches":
+                raise
+            what = error.reason.rsplit(" (give", 1)[0]  # the library's hint offers other microbatches too
+            raise ConfigError(f"{what}, and {schedule_file} sets the microbatches: give another global batch", field="global_batch") from None
         results, skipped = [result], {}
     if as_json:
         payload = [evaluation_json(r, units) for r in results]
