@@ -290,7 +290,7 @@ def test_a_schedule_file_takes_no_schedule_option(tmp_path):
     csv = tmp_path / "s.csv"
     csv.write_text("0F0,0B0\n1F0,1B0\n")
     line = one_error_line(run("table", "--schedule-file", csv, "--waves", 2))
-    assert line == "error: --waves: a --schedule-file does not take it (only hanayo)"
+    assert line == "error: --waves: a --schedule-file sets it itself; only generated schedules take it (hanayo)"
 
 
 @pytest.mark.parametrize(

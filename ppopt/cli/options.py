@@ -287,8 +287,9 @@ def refuse_unused_options(name: str | None | tuple[str, ...], options: dict) -> 
     for option, value in options.items():
         if value is not None and option not in takes:
             users = ", ".join(g.name for g in REGISTRY.values() if option in g.options)
-            what = (f"schedule {name} does not take it" if isinstance(name, str) else
-                    "a --schedule-file does not take it" if name is None else "none of the schedules given takes it")
+            if name is None:  # the file's rows already hold every chunk and wave
+                raise ConfigError(f"a --schedule-file sets it itself; only generated schedules take it ({users})", field=option)
+            what = f"schedule {name} does not take it" if isinstance(name, str) else "none of the schedules given takes it"
             raise ConfigError(f"{what} (only {users})", field=option)
 
 

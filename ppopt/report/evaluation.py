@@ -149,7 +149,8 @@ def units_text(units: UnitCosts) -> str:
 
 def _header(results: Sequence[Evaluation], units: UnitCosts) -> str:
     p, m = results[0].devices, results[0].microbatches
-    return (f"p = {p} devices, m = {m} microbatches; lengths in {units_text(units)}; bubble = idle / total; "
+    devices, microbatches = ("device" if p == 1 else "devices"), ("microbatch" if m == 1 else "microbatches")
+    return (f"p = {p} {devices}, m = {m} {microbatches}; lengths in {units_text(units)}; bubble = idle / total; "
             "peak act. in stage-chunk activations (1/S of the model each)")
 
 
