@@ -24,14 +24,18 @@ from ppopt.placement import linear_placement  # noqa: F401  (re-exported: the pl
 from ppopt.placement import stages_by_device as placement_stages_by_device
 
 MAX_OPS = 10_000_000
-"""The largest schedule ppopt builds or reads, in ops (stages x microbatches x op kinds): about 1 GB
-of memory and seconds of work per layer. Generators and the CSV reader refuse larger ones up front."""
+"""The largest schedule ppopt builds or reads, in ops (stages x microbatches x op kinds). Generators
+and the CSV reader refuse larger ones up front. At the limit a command takes about half a minute and
+4 to 5.5 GB on this project's 2-core machine: 1F1B at p = 4, m = 1,250,000 took 32 s and 4.2 GB
+with ``table``, 35 s and 5.5 GB with ``export`` to CSV, 31 s and 4.7 GB with ``import`` of that CSV."""
 
 
 MAX_TOTAL_OPS = 30_000_000
 """The most ops one command simulates over all the schedules of its input (``validate``,
-``calibrate`` and ``published``: one or a few jobs per row): about a minute at the 0.5 million ops
-per second the simulator reaches on 2 cores (1F1B at p = 64, m = 4,096: 0.99 s)."""
+``calibrate`` and ``published``: one or a few jobs per row; ``evaluate -s all``): about a minute at
+the 0.5 million ops per second the simulator reaches on 2 cores (1F1B at p = 64, m = 4,096: 0.99 s).
+``evaluate -s all -p 4 -m 140000`` (28 million ops, with its tables and formulas) took 81 s and
+1.4 GB, with a progress bar on stderr."""
 
 
 def check_total_size(ops: int, what: str) -> None:
