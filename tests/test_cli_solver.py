@@ -472,7 +472,7 @@ def test_a_least_time_shown_is_never_below_it(seconds):
 
 @pytest.mark.parametrize("outputs", [(), ("--plot", "x.png"), ("--trace", "x.json"), ("--plot", "x.png", "--trace", "x.json")])
 def test_search_leaves_its_outputs_their_time_within_the_limit(monkeypatch, tmp_path, outputs):
-    """--time-limit is the whole command's budget: a picture (about a millisecond per op, plus
+    """--time-limit is the whole command's budget: a picture (under half a millisecond per op, plus
     matplotlib's start) or a trace is made after the search, so the search ends that much earlier.
     The search is replaced by one that records its deadline on a still fake clock."""
     from ppopt.report.plot import picture_time_s

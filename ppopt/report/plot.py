@@ -167,26 +167,32 @@ def live_curves(
 
 
 def _draw_gantt(ax, schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], factor: float) -> set:
-    """The op boxes on ``ax``; returns the (kind, secondary) pairs drawn, for the legend."""
+    """The op boxes on ``ax``, as two collections (plain, and hatched for the secondary ops: a
+    collection has one hatch); returns the (kind, secondary) pairs drawn, for the legend.
+
+    One collection instead of a patch per op: matplotlib updates the data limits of every patch
+    added and draws each as its own path, which made ``compare --plot`` of 14 schedules at
+    p = 4, m = 32 take 18 s (``benchmarks/plot_bench.py``)."""
+    from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
 
     p = schedule.devices
     drawn = set()
     height = 0.8
+    boxes: dict[bool, list] = {False: [], True: []}
     for op, t0 in start.items():
         device = schedule.device_of(op)
         width = (end[op] - t0) * factor
         secondary = _secondary(schedule, op, device)
         base = KIND_COLORS[op.kind]
         face = _lighten(base) if secondary else base
-        ax.add_patch(
-            Rectangle(
-                (t0 * factor, device - height / 2), width, height,
-                facecolor=face, edgecolor=base if secondary else "white",
-                linewidth=0.6, hatch="///" if secondary else None,
-            )
-        )
+        boxes[secondary].append(Rectangle((t0 * factor, device - height / 2), width, height, facecolor=face,
+                                          edgecolor=base if secondary else "white", linewidth=0.6))
         drawn.add((op.kind, secondary))
+    for secondary, rectangles in boxes.items():
+        if rectangles:
+            ax.add_collection(PatchCollection(rectangles, match_original=True, hatch="///" if secondary else None,
+                                              gid="boxes"), autolim=False)
     ax.set_ylim(p - 0.5, -0.5)  # device 0 on top
     ax.set_yticks(range(p))
     ax.set_yticklabels([f"device {d}" for d in range(p)])
@@ -355,17 +361,19 @@ def schedule_figure(
 
 
 MAX_PICTURE_OPS = 40_000
-"""The most ops a schedule picture draws: each takes about 0.8 ms (32,768 ops, 1F1B at 16 x 1,024:
-25 s for a PNG, 27 s and 14 MB for an SVG, on this project's 2-core machine), and well before this
-many the boxes are too small to read."""
+"""The most ops a schedule picture draws: well before this many the boxes are too small to read.
+With the boxes drawn as collections, 1F1B at 16 x 1,024 (32,768 ops) took 6 s as a whole ``table
+--plot`` command to PNG on this project's 2-core machine (34 to 40 s with a patch per op before);
+ZB-V at 16 x 256 (24,576 ops, half of them hatched) 8.2 s and 5.3 MB to SVG (``benchmarks/plot_bench.py``)."""
 
 
 PICTURE_FIXED_S = 2.0
 """Wall time of any picture before its ops, generously: importing matplotlib, laying out and saving
-the figure (a 1F1B of 512 ops: 1.8 s as a whole command on this project's 2-core machine)."""
-PICTURE_S_PER_OP = 1.2e-3
-"""Wall time per op of a schedule picture, generously (1F1B at 16 x 128, 4,096 ops: 6.3 s as a whole
-command; at 32 x 512, 32,768 ops: 37.8 s; :data:`MAX_PICTURE_OPS` cites 0.8 ms on an idle machine)."""
+the figure (1F1B at 16 x 16, 512 ops: 1.8 s as a whole command on this project's 2-core machine)."""
+PICTURE_S_PER_OP = 0.4e-3
+"""Wall time per op of a schedule picture, generously (whole ``table --plot`` commands, 1F1B at
+16 x 128, 4,096 ops: 2.0 s; at 16 x 512: 3.2 s; at 16 x 1,024: 6 s; ZB-V at 16 x 256 to SVG: 8.2 s,
+against 11.8 s estimated)."""
 
 
 def picture_time_s(ops: int) -> float:
@@ -375,11 +383,11 @@ def picture_time_s(ops: int) -> float:
 
 
 def check_picture_size(ops: int, what: str = "") -> None:
-    """ScheduleError for a picture of more than :data:`MAX_PICTURE_OPS` ops, before any drawing (one
-    of 131,072 ops took minutes); commands check the size they will draw before the work that makes it.
+    """ScheduleError for a picture of more than :data:`MAX_PICTURE_OPS` ops, before any drawing (its
+    boxes would be too small to read, and its time and memory grow with the ops); commands check the size they will draw before the work that makes it.
     ``what`` qualifies the count in the message (``up to``, for an upper bound)."""
     if ops > MAX_PICTURE_OPS:
-        raise ScheduleError(f"a picture of {what + ' ' if what else ''}{ops:,} ops takes minutes to draw and cannot be "
+        raise ScheduleError(f"a picture of {what + ' ' if what else ''}{ops:,} ops would have boxes too small to "
                             f"read; it draws at most {MAX_PICTURE_OPS:,}: export torch-csv or chrome-trace instead, "
                             "or fewer microbatches")
 
