@@ -482,3 +482,24 @@ def test_validate_csv_is_one_table(tmp_path):
     groups = list(csv.DictReader(io.StringIO(grouped.stdout)))
     assert grouped.exit_code == 0 and "" not in grouped.stdout.splitlines()
     assert sum(int(g["rows"]) for g in groups) == len(Path(MULTI).read_text().splitlines()) - 1
+
+
+def test_data_from_standard_input_gives_the_report_of_the_file():
+    """'-' reads the data from standard input, as `import -` reads a schedule: validate (which reads
+    the file twice, its rows and then its unused columns), published and plan --candidates give what
+    the file gives, and a problem names "standard input"."""
+    text = Path(MULTI).read_text()
+    from_file = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--json")
+    piped = CliRunner().invoke(main, ["validate", "-", "--system", "a100-vtrain-calibrated", "--json"], input=text)
+    assert from_file.exit_code == 0 and piped.exit_code == 0, piped.output
+    rows = json.loads(piped.output)["rows"]
+    assert len(rows) == 41 and [r["error"] for r in rows] == [r["error"] for r in json.loads(from_file.output)["rows"]]
+    published = Path(PUBLISHED).read_text()
+    assert CliRunner().invoke(main, ["published", "-", "--json"], input=published).output == \
+        run("published", str(PUBLISHED), "--json").output
+    plan = ["plan", "--system", "a100-vtrain-calibrated", "--search", "0", "-q", "--json", "--candidates"]
+    assert CliRunner().invoke(main, [*plan, "-"], input=text).output == run(*plan, MULTI).output
+    bad = CliRunner().invoke(main, ["validate", "-"], input="a,b\n1,2\n")
+    assert (bad.exit_code, bad.output) == (1, "error: standard input: missing column '# GPUs'\n")
+    empty = CliRunner().invoke(main, ["calibrate", "-", "-o", "x.toml"], input="")
+    assert (empty.exit_code, empty.output) == (1, "error: standard input: empty file (expected a header row)\n")

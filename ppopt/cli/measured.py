@@ -72,7 +72,7 @@ def _summary_lines(accuracy, files: int = 1) -> list[str]:
 @format_option
 @json_option
 def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
-    """Predict every measured row of DATA (.csv, the format of data/measured) and compare.
+    """Predict every measured row of DATA (.csv, the format of data/measured; '-': standard input) and compare.
 
     Prints each row's job, measured and predicted step time and relative error, then the MAPE,
     median, 95th percentile and worst error and the Spearman rank correlation within each model.
@@ -147,7 +147,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
 @quiet_option
 @json_option
 def calibrate_command(data, system, output, name, quiet, as_json) -> None:
-    """Fit the base system's efficiencies and latencies to the measured rows of DATA.
+    """Fit the base system's efficiencies and latencies to the measured rows of DATA ('-': standard input).
 
     At most eight system parameters (ppopt.calibrate.PARAMETERS), no per-row or per-model ones;
     minimises the MAPE; deterministic. Writes a system file that --system accepts, and prints the
@@ -319,7 +319,7 @@ shipped table's labels lie within 3 % of theirs)."""
 @format_option
 @json_option
 def published_command(data, systems, fmt, as_json) -> None:
-    """Predict published runs (DATA: .csv, the format of data/published) and compare their step times.
+    """Predict published runs (DATA: .csv, the format of data/published; '-': standard input) and compare their step times.
 
     Each run is predicted with the fastest micro batch size of 1, 2, 4 and 8 that fits in the
     system's memory (the table does not give it), 1F1B and full recomputation; then the MAPE and

@@ -78,7 +78,7 @@ def _rate(value: float) -> str:
 @click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--candidates", type=click.Path(), default=None,
-              help="Rank only the jobs this measured-data CSV lists (columns of data/measured), per model.")
+              help="Rank only the jobs this measured-data CSV lists (columns of data/measured; '-': standard input), per model.")
 @click.option("--search", "search_top", type=int, default=3, show_default=True,
               help="Search the schedules of this many best jobs with CP-SAT (0: no search).")
 @click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True, help="Seconds for the whole command.")

@@ -193,9 +193,9 @@ def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError],
     file ``path`` (``what``, as "a measured-data CSV file"), read as UTF-8 (a byte-order mark allowed)
     up to ``limit`` bytes. Raises ``error`` in one line naming the file: unreadable
     (:func:`unreadable`), not UTF-8 text, no header row, or a column named twice (:func:`check_header`)."""
-    name = str(path)
+    name = source_name(path)
     try:
-        text = read_text_bounded(path, limit, "utf-8-sig")
+        text = _stdin_once(limit) if os.fspath(path) == "-" else read_text_bounded(path, limit, "utf-8-sig")
     except OSError as problem:
         raise error(unreadable(name, problem, what)) from problem
     except UnicodeDecodeError as problem:
@@ -206,6 +206,25 @@ def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError],
         raise error(f"{name}: empty file (expected a header row)")
     check_header(header, name, error)
     return header, records
+
+
+def source_name(path: str | os.PathLike) -> str:
+    """How messages name a data file: its path, or "standard input" for ``-``."""
+    return "standard input" if os.fspath(path) == "-" else str(path)
+
+
+_STDIN_READ: list = []
+"""The standard input stream :func:`_stdin_once` read and its text, as ``[stream, text]``."""
+
+
+def _stdin_once(limit: int) -> str:
+    """The text of standard input (UTF-8, a byte-order mark allowed), read once per stream: the CSV
+    readers read a data file twice (its rows, then its header for the columns it does not use), and
+    ``validate - -`` names it twice. Holding the stream keeps its identity unique, so a new stream
+    (a test runner's next command) is read afresh."""
+    if not _STDIN_READ or _STDIN_READ[0] is not sys.stdin:
+        _STDIN_READ[:] = [sys.stdin, read_stdin_bounded(limit, "utf-8-sig")]
+    return _STDIN_READ[1]
 
 
 def parse_data(text: str, toml: bool = False) -> Any:

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from ppopt.config import ModelConfig, SystemConfig, validation_message
 from ppopt.errors import ConfigError
-from ppopt.io import decimal_float, decimal_int, read_csv_table, require_file_name, shown
+from ppopt.io import decimal_float, decimal_int, read_csv_table, require_file_name, shown, source_name
 from ppopt.job import Job
 
 MEASURED_BYTES = 256 * 2**20
@@ -148,7 +148,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
     """
     require_file_name(source, MEASURED_FILE, MeasuredDataError)
     path = Path(source)
-    name = str(source)
+    name = source_name(source)
     header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError, MEASURED_FILE)
     for column in [*COLUMNS, TIME]:
         if column not in header:

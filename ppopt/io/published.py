@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ppopt.config import MODEL_LIMITS
 from ppopt.errors import ConfigError
-from ppopt.io import decimal_float, read_csv_table, require_file_name, shown
+from ppopt.io import decimal_float, read_csv_table, require_file_name, shown, source_name
 from ppopt.published import PublishedRun
 
 __all__ = ["ASSUMED", "COLUMNS", "read_published", "unused_columns"]
@@ -70,7 +70,7 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     """Read the table (``data/published/megatron-lm-2021.csv``). Raises ConfigError naming the line
     and column of a missing or bad cell, or of a layout whose t·p does not divide the GPUs."""
     require_file_name(source, PUBLISHED_FILE, ConfigError)
-    name = str(source)
+    name = source_name(source)
     header, records = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError, PUBLISHED_FILE)
     missing = [column for column in COLUMNS if column not in header]
     if missing:
