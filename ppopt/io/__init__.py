@@ -219,9 +219,9 @@ _STDIN_READ: list = []
 
 def _stdin_once(limit: int) -> str:
     """The text of standard input (UTF-8, a byte-order mark allowed), read once per stream: the CSV
-    readers read a data file twice (its rows, then its header for the columns it does not use), and
-    ``validate - -`` names it twice. Holding the stream keeps its identity unique, so a new stream
-    (a test runner's next command) is read afresh."""
+    readers read a data file twice (its rows, then its header for the columns it does not use).
+    Holding the stream keeps its identity unique, so a new stream (a test runner's next command) is
+    read afresh."""
     if not _STDIN_READ or _STDIN_READ[0] is not sys.stdin:
         _STDIN_READ[:] = [sys.stdin, read_stdin_bounded(limit, "utf-8-sig")]
     return _STDIN_READ[1]

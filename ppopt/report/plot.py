@@ -364,7 +364,8 @@ MAX_PICTURE_OPS = 40_000
 """The most ops a schedule picture draws: well before this many the boxes are too small to read.
 With the boxes drawn as collections, 1F1B at 16 x 1,024 (32,768 ops) took 6 s as a whole ``table
 --plot`` command to PNG on this project's 2-core machine (34 to 40 s with a patch per op before);
-ZB-V at 16 x 256 (24,576 ops, half of them hatched) 8.2 s and 5.3 MB to SVG (``benchmarks/plot_bench.py``)."""
+ZB-V at 16 x 256 (24,576 ops, half of them hatched) 8.2 s and 5.3 MB to SVG. ``benchmarks/plot_bench.py``
+times the PNG beside the patch-per-op baseline."""
 
 
 PICTURE_FIXED_S = 2.0
