@@ -15,12 +15,14 @@ root: ``python benchmarks/json_output.py [--repeat N]``.
 
 from __future__ import annotations
 
-import argparse
-import os
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from alternating import run_alternating  # noqa: E402
 
 COMMANDS = {
     "table --json, 2 million ops": ["table", "-s", "1f1b", "-p", "1", "-m", "1000000", "--json"],
@@ -45,22 +47,8 @@ def timed(mode: str, command: list[str]) -> tuple[float, int]:
         return seconds, out.tell()
 
 
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=2, help="runs of each mode per command, alternating (default 2)")
-    args = parser.parse_args()
-    print(f"load average at start: {load()} on {os.cpu_count()} cores")
-    for name, command in COMMANDS.items():
-        print(f"{name}: ppopt {' '.join(command)}")
-        for _ in range(args.repeat):
-            for mode in ("baseline", "now"):
-                seconds, size = timed(mode, command)
-                print(f"  {LABELS[mode]}: {seconds:.1f} s end to end, {size / 1e6:.0f} MB", flush=True)
-    print(f"load average at end: {load()}")
+    run_alternating(__doc__.splitlines()[0], COMMANDS, LABELS, "", timed)
 
 
 if __name__ == "__main__":

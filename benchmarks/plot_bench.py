@@ -15,13 +15,15 @@ root: ``python benchmarks/plot_bench.py [--repeat N]``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from alternating import run_alternating  # noqa: E402
 
 COMMANDS = {
     "compare --plot, 14 schedules, 3,372 ops": ["compare", "--model", "llama3-8b", "--system", "dgx-a100", "-p", "4", "-m",
@@ -43,7 +45,7 @@ def baseline_gantt(ax, schedule, start, end, factor) -> set:
     """The op boxes as ppopt drew them before: one Rectangle patch per op, added one at a time."""
     from matplotlib.patches import Rectangle
 
-    from ppopt.report.plot import KIND_COLORS, _lighten, _secondary
+    from ppopt.report.plot import KIND_COLORS, _lighten, _secondary, _style_gantt
 
     drawn = set()
     height = 0.8
@@ -55,17 +57,7 @@ def baseline_gantt(ax, schedule, start, end, factor) -> set:
                                facecolor=_lighten(base) if secondary else base, edgecolor=base if secondary else "white",
                                linewidth=0.6, hatch="///" if secondary else None))
         drawn.add((op.kind, secondary))
-    p = schedule.devices
-    ax.set_ylim(p - 0.5, -0.5)
-    ax.set_yticks(range(p))
-    ax.set_yticklabels([f"device {d}" for d in range(p)])
-    length = max(end.values(), default=1.0) * factor
-    ax.set_xlim(0, length if length > 0 else 1)
-    ax.tick_params(axis="y", length=0)
-    for spine in ("top", "right", "left"):
-        ax.spines[spine].set_visible(False)
-    ax.grid(axis="x", color="0.88", linewidth=0.6)
-    ax.set_axisbelow(True)
+    _style_gantt(ax, schedule.devices, end, factor)
     return drawn
 
 
@@ -80,22 +72,8 @@ def timed(mode: str, command: list[str]) -> tuple[float, int]:
         return time.monotonic() - began, os.path.getsize(picture)
 
 
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=2, help="runs of each mode per command, alternating (default 2)")
-    args = parser.parse_args()
-    print(f"load average at start: {load()} on {os.cpu_count()} cores")
-    for name, command in COMMANDS.items():
-        print(f"{name}: ppopt {' '.join(command)} --plot FILE.png")
-        for _ in range(args.repeat):
-            for mode in ("baseline", "now"):
-                seconds, size = timed(mode, command)
-                print(f"  {LABELS[mode]}: {seconds:.1f} s end to end, {size / 1e6:.2f} MB", flush=True)
-    print(f"load average at end: {load()}")
+    run_alternating(__doc__.splitlines()[0], COMMANDS, LABELS, " --plot FILE.png", timed)
 
 
 if __name__ == "__main__":

@@ -176,7 +176,6 @@ def _draw_gantt(ax, schedule: Schedule, start: Mapping[Op, float], end: Mapping[
     from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
 
-    p = schedule.devices
     drawn = set()
     height = 0.8
     boxes: dict[bool, list] = {False: [], True: []}
@@ -193,9 +192,15 @@ def _draw_gantt(ax, schedule: Schedule, start: Mapping[Op, float], end: Mapping[
         if rectangles:
             ax.add_collection(PatchCollection(rectangles, match_original=True, hatch="///" if secondary else None,
                                               gid="boxes"), autolim=False)
-    ax.set_ylim(p - 0.5, -0.5)  # device 0 on top
-    ax.set_yticks(range(p))
-    ax.set_yticklabels([f"device {d}" for d in range(p)])
+    _style_gantt(ax, schedule.devices, end, factor)
+    return drawn
+
+
+def _style_gantt(ax, devices: int, end: Mapping[Op, float], factor: float) -> None:
+    """The Gantt chart's axes: a row per device (device 0 on top), time from 0 to the last end."""
+    ax.set_ylim(devices - 0.5, -0.5)  # device 0 on top
+    ax.set_yticks(range(devices))
+    ax.set_yticklabels([f"device {d}" for d in range(devices)])
     length = max(end.values(), default=1.0) * factor
     ax.set_xlim(0, length if length > 0 else 1)
     ax.tick_params(axis="y", length=0)
@@ -203,7 +208,6 @@ def _draw_gantt(ax, schedule: Schedule, start: Mapping[Op, float], end: Mapping[
         ax.spines[spine].set_visible(False)
     ax.grid(axis="x", color="0.88", linewidth=0.6)
     ax.set_axisbelow(True)
-    return drawn
 
 
 def _label_boxes(fig, ax, schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op, float], factor: float) -> None:
