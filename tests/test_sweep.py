@@ -256,6 +256,13 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
     table = list(csv.DictReader(io.StringIO((out / "rows.csv").read_text())))
     assert {r["system"] for r in table if r["kind"] == "evaluate"} == {"mid-mid"}
     assert len(lines(out / "rows.jsonl")) == reference.points
+    # the rows of the earlier spec's other points are counted and said to be kept outside rows.csv
+    assert result.other_rows == reference.points - result.points > 0
+    from ppopt.cli.sweep import summary_text
+
+    assert (f"rows.jsonl also holds {result.other_rows:,} rows of points outside this spec (an earlier spec's: kept, "
+            "not in rows.csv)") in summary_text(result)
+    assert reference.other_rows == 0 and "outside this spec" not in summary_text(reference)
 
 
 @pytest.mark.parametrize(

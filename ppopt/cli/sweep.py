@@ -109,6 +109,9 @@ def summary_text(result, needed_s: float | None = None) -> str:
     if lines:
         shown = ", ".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
         head += f"; {len(lines)} unreadable line(s) of rows.jsonl ignored (line {shown}), their points run again"
+    if s["other_rows"]:
+        head += (f"; rows.jsonl also holds {counted(s['other_rows'], 'row')} of points outside this spec (an earlier spec's: "
+                 "kept, not in rows.csv)")
     text = f"{head}; {s['wall_time_s']:.1f} s\nrows: {result.output / 'rows.csv'}"
     if result.time_limit_reached:
         text += f"\ntime limit reached: rerun the same command to compute the {result.missing} missing"

@@ -375,12 +375,16 @@ class SweepResult:
     search_s: float = 0.0
     """Seconds from the run's start a deadline must leave for a search left out to run (listing the
     points, the search with its margin, rows.csv and closing), 0 if none was left out."""
+    other_rows: int = 0
+    """Rows of rows.jsonl that are no point of this spec (an earlier spec's, written to the same
+    directory): kept there, and reused if a spec names their points again, but not in rows.csv."""
 
     def summary(self) -> dict:
         return {
             "output": str(self.output), "points": self.points, "computed": self.computed, "reused": self.reused,
             "skipped": self.skipped, "missing": self.missing, "wall_time_s": self.wall_time_s,
             "unreadable_lines": list(self.unreadable), "time_limit_reached": self.time_limit_reached,
+            "other_rows": self.other_rows,
         }
 
 
@@ -498,4 +502,5 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
         time_limit_reached=(stopped or bool(left)) and len(present) < len(order),
         # from the run's start: listing and rows.jsonl so far, the search, then rows.csv and closing
         search_s=(started - began) + longest_left + after_s if longest_left else 0.0,
+        other_rows=sum(h not in order for h in existing),
     )
