@@ -8,6 +8,7 @@ simulator then share.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -138,12 +139,22 @@ def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFA
     return evaluate_schedule(schedule, units, model, system, global_batch, True, parallel, **cast(dict[str, Any], options))
 
 
+EVALUATE_S_PER_OP = 4.5e-6
+"""Seconds per op to evaluate a schedule (generate, validate, table, formula and, with a model,
+simulate), with a margin: every schedule at p = 32, m = 1,024 (1.64 million ops in all) took 4.5 s
+as a whole ``evaluate -s all`` command in unit mode and 6.1 s with the study model on mid-mid, and
+at p = 4, m = 140,000 (28 million ops) 81 s in unit mode, on this project's 2-core machine (2.7,
+3.7 and 2.9 microseconds per op)."""
+
+
 def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None,
                  parallel: Parallelism | None = None, progress: Callable[[int, int], None] | None = None,
-                 **options: object) -> tuple[list[Evaluation], dict[str, str]]:
+                 deadline: float | None = None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
     """Evaluate every registered schedule that applies to (p, m); also return why the others don't.
-    ``progress(done, total)`` is called after each schedule, if given. Raises
-    :class:`~ppopt.errors.ScheduleError` when none applies (every one too large, say)."""
+    ``progress(done, total)`` is called after each schedule, if given. With a ``deadline`` (a
+    ``time.monotonic()`` value), a schedule whose estimated time (:data:`EVALUATE_S_PER_OP` per op)
+    no longer fits before it is skipped with that reason. Raises :class:`~ppopt.errors.ScheduleError`
+    when none applies (every one too large, say), naming the time limit when it left out every one."""
     require_positive(devices, microbatches)  # otherwise every schedule would just be "skipped"
     results, skipped = [], {}
     every = names()
@@ -154,13 +165,25 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
     sizes = [get(name).ops(devices, microbatches, get(name).taken(options)) for name in sized]
     check_total_size(sum(size for size in sizes if size is not None and size <= MAX_OPS),
                      f"the {len(sized)} schedules at p = {devices}, m = {microbatches}")
+    size_of = dict(zip(sized, sizes))
+    late: dict[str, float] = {}  # the schedules the deadline left out, with their estimated seconds
     for done, name in enumerate(every, 1):
-        try:  # evaluate refuses the families of too_many before building them
-            results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))
-        except ScheduleError as error:
-            skipped[name] = error.reason
+        size = size_of.get(name)
+        needed = EVALUATE_S_PER_OP * size if size is not None and size <= MAX_OPS else 0.0
+        if deadline is not None and needed and time.monotonic() + needed > deadline:
+            late[name] = needed
+            skipped[name] = f"time limit: about {needed:.1f} s to evaluate, {max(0.0, deadline - time.monotonic()):.1f} s left"
+        else:
+            try:  # evaluate refuses the families of too_many before building them
+                results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))
+            except ScheduleError as error:
+                skipped[name] = error.reason
         if progress is not None:
             progress(done, len(every))
+    if not results and late:
+        quickest = min(late, key=late.__getitem__)
+        raise ScheduleError(f"no schedule evaluated within the time limit: the quickest, {quickest}, needs about "
+                            f"{late[quickest]:.1f} s", field="time_limit")
     if not results:
         raise ScheduleError(f"no schedule applies at p = {devices}, m = {microbatches} ({skipped_reasons(skipped)})")
     return results, skipped

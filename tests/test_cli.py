@@ -404,3 +404,38 @@ def test_shell_completion_offers_presets_and_schedules():
     assert values(["plan", "--system"], "dgx") == [("plain", n) for n in list_systems() if n.startswith("dgx")] != []
     assert values(["published", "x.csv", "--system"], "a100") != []
     assert values(["job", "--model"], "./my") == [("file", "./my")]
+
+
+def test_evaluate_all_leaves_out_the_schedules_a_deadline_cannot_fit(monkeypatch):
+    """With a deadline, a schedule is evaluated only while its estimated time (EVALUATE_S_PER_OP per
+    op) fits before it. At one second per op and 80 s left, at p = 4, m = 8 the families of at most
+    80 ops (one F and one B per stage: 64) run; those with split backwards (96) or chunks (128, 192)
+    are skipped with the time limit as their reason."""
+    import time
+
+    import ppopt.evaluate as evaluating
+    from ppopt.generators import get
+
+    monkeypatch.setattr(evaluating, "EVALUATE_S_PER_OP", 1.0)
+    results, skipped = evaluating.evaluate_all(4, 8, deadline=time.monotonic() + 80)
+    ops = {name: get(name).ops(4, 8, {}) for name in names()}
+    assert {r.schedule for r in results} == {name for name, size in ops.items() if size is not None and size <= 80 and name not in skipped}
+    assert len(results) >= 3
+    late = {name for name, reason in skipped.items() if reason.startswith("time limit: about ")}
+    assert late == {name for name, size in ops.items() if size is not None and size > 80}
+    assert late >= {"zb-h1", "zb-v", "interleaved-1f1b"}
+    with pytest.raises(evaluating.ScheduleError, match="no schedule evaluated within the time limit: the quickest, gpipe, needs about 64.0 s"):
+        evaluating.evaluate_all(4, 8, deadline=time.monotonic())
+
+
+@pytest.mark.parametrize("args, line", [
+    # one schedule: refused before it is built, from its op count
+    (["evaluate", "-s", "1f1b", "-p", 4, "-m", 1000000, "--time-limit", 5],
+     "error: --time-limit: too short for 1f1b: about 36.0 s to evaluate its 8,000,000 ops, "),
+    (["compare", "-p", 4, "-m", 8, "--model", "study", "--system", "mid-mid", "--time-limit", 1e-9],
+     "error: --time-limit: no schedule evaluated within the time limit: the quickest, "),
+    (["evaluate", "-s", "all", "-p", 4, "-m", 8, "--time-limit", 0], "error: --time-limit: must be a finite number of seconds > 0"),
+])
+def test_evaluate_and_compare_refuse_a_time_limit_too_short_in_one_line(args, line):
+    result = run(*args)
+    assert result.exit_code == 1 and result.output.startswith(line) and result.output.count("\n") == 1, result.output

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import click
 
 from ppopt.cli import main
@@ -121,19 +124,41 @@ def _presets(model, system, required: bool = False):
 
 
 def _evaluate_all_with_progress(command, devices, microbatches, units, model, system, global_batch, parallel, options,
-                                quiet=False):
-    """:func:`ppopt.evaluate.evaluate_all`, with a progress bar on stderr once it has run
-    :data:`~ppopt.solve.options.PROGRESS_AFTER_S` (51 s for every schedule at 524,288 ops on 2 cores),
-    unless ``quiet``."""
+                                quiet=False, deadline=None):
+    """:func:`ppopt.evaluate.evaluate_all` (with ``deadline``, from ``--time-limit``), with a progress
+    bar on stderr once it has run :data:`~ppopt.solve.options.PROGRESS_AFTER_S` (51 s for every
+    schedule at 524,288 ops on 2 cores), unless ``quiet``."""
     from ppopt.evaluate import evaluate_all
     from ppopt.solve import options as solve_options
 
     bar = None if quiet else ProgressBar(f"{command}: schedules", after_s=solve_options.PROGRESS_AFTER_S)
     try:
-        return evaluate_all(devices, microbatches, units, model, system, global_batch, parallel, progress=bar, **options)
+        return evaluate_all(devices, microbatches, units, model, system, global_batch, parallel, progress=bar, deadline=deadline,
+                            **options)
     finally:
         if bar is not None:
             bar.close()
+
+
+def time_limit_option(what: str) -> Callable:
+    """``--time-limit SECONDS`` of evaluate and compare: the whole command's budget (default none)."""
+    return click.option("--time-limit", type=float, default=None,
+                        help=f"Seconds for the whole command (default: none): {what} whose estimated time no longer "
+                             "fits are skipped, with that reason.")
+
+
+def _check_one_in_time(name: str, ops: int, deadline: float | None, plot: bool, trace: bool) -> None:
+    """ConfigError when evaluating one schedule of ``ops`` ops (and drawing or tracing it) is
+    estimated not to fit before ``deadline``."""
+    from ppopt.errors import ConfigError
+    from ppopt.evaluate import EVALUATE_S_PER_OP
+    from ppopt.report.plot import picture_time_s
+    from ppopt.report.trace import trace_time_s
+
+    needed = EVALUATE_S_PER_OP * ops + (picture_time_s(ops) if plot else 0.0) + (trace_time_s(ops) if trace else 0.0)
+    if deadline is not None and time.monotonic() + needed > deadline:
+        raise ConfigError(f"too short for {name}: about {needed:.1f} s to evaluate{' and write' if plot or trace else ''} "
+                          f"its {ops:,} ops, {max(0.0, deadline - time.monotonic()):.1f} s left", field="time_limit")
 
 
 
@@ -144,11 +169,12 @@ def _evaluate_all_with_progress(command, devices, microbatches, units, model, sy
 @click.option("--plot", callback=check_plot, default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
 @click.option("--trace", callback=output_not_named_as(".json", "a Chrome trace (JSON)"), default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
 @click.option("--costs", default=None, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
+@time_limit_option("with --schedule all, the schedules")
 @json_option
 @format_option
 @quiet_option
 def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, model, system,
-                     global_batch, parallel, plot, trace, costs, as_json, fmt, quiet) -> None:
+                     global_batch, parallel, plot, trace, costs, time_limit, as_json, fmt, quiet) -> None:
     """Formula vs table (and, with --model and --system, simulated) metrics for one schedule or 'all'.
 
     Lengths are in unit slots for every schedule: a slot is one forward of a 1/p model share, B = I + W
@@ -168,7 +194,10 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
                              fmt)
         return
 
+    from ppopt.cli.sweep import deadline_of
+
     model_config, system_config = _presets(model, system)
+    deadline = deadline_of(time_limit)
     if trace and model_config is None:
         raise ConfigError("--trace needs --model and --system (for a unit-slot trace use `ppopt export --format chrome-trace`)")
     if name == "all":
@@ -181,14 +210,18 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             raise ConfigError("--trace writes one schedule's step: give --schedule NAME")
         require_size(devices, microbatches)
         results, skipped = _evaluate_all_with_progress("evaluate", devices, microbatches, units, model_config, system_config,
-                                                       global_batch, parallel, options, quiet)
+                                                       global_batch, parallel, options, quiet, deadline)
         for skipped_name, reason in skipped.items():
             click.echo(f"skipped {skipped_name}: {reason}", err=True)
     else:
         if name is not None and model_config is not None and devices is not None:
             check_layers(name, devices, options, model_config.num_layers)
         size_outputs_first(name, devices, microbatches, options, picture=bool(plot), trace=bool(trace))
+        if name is not None and devices and microbatches:  # known before it is built
+            _check_one_in_time(name, family_ops(devices, microbatches, options, [name]), deadline, bool(plot), bool(trace))
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+        if name is None:  # read from a file: sized once read
+            _check_one_in_time(schedule.name, sum(len(order) for order in schedule.orders), deadline, bool(plot), bool(trace))
         if plot:
             _check_picture(schedule)
         if trace:
@@ -240,11 +273,12 @@ def _add_simulated_job(rows: list[dict], job: dict) -> None:
 @job_options()
 @click.option("--plot", callback=check_plot, default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg.")
 @click.option("--costs", default=None, help="Rank by simulation with a measured cost preset from `ppopt profile` instead of --model/--system.")
+@time_limit_option("the schedules")
 @json_option
 @format_option
 @quiet_option
-def compare_command(devices, microbatches, units, options, model, system, global_batch, parallel, plot, costs, as_json, fmt,
-                    quiet) -> None:
+def compare_command(devices, microbatches, units, options, model, system, global_batch, parallel, plot, costs, time_limit, as_json,
+                    fmt, quiet) -> None:
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import rank_layers
     from ppopt.generators import generate
@@ -268,8 +302,16 @@ def compare_command(devices, microbatches, units, options, model, system, global
         every = family_ops(devices, microbatches, options, list(REGISTRY))
         if every > PICTURE_PRECHECK * MAX_PICTURE_OPS:
             check_picture_size(every, "up to")
+    deadline = None
+    if time_limit is not None:
+        from ppopt.cli.sweep import deadline_of
+        from ppopt.report.plot import MAX_PICTURE_OPS, picture_time_s
+
+        require_size(devices, microbatches)
+        drawn = min(family_ops(devices, microbatches, options, list(REGISTRY)), MAX_PICTURE_OPS) if plot else 0
+        deadline = deadline_of(time_limit, picture_time_s(drawn) if plot else 0.0, "the picture")
     results, skipped = _evaluate_all_with_progress("compare", devices, microbatches, units, model_config, system_config,
-                                                   global_batch, parallel, options, quiet)
+                                                   global_batch, parallel, options, quiet, deadline)
     if plot:  # exactly what will be drawn, before the report
         check_picture_size(family_ops(devices, microbatches, options, [r.schedule for r in results]))
     for schedule, reason in skipped.items():
