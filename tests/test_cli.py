@@ -435,6 +435,9 @@ def test_evaluate_all_leaves_out_the_schedules_a_deadline_cannot_fit(monkeypatch
     (["compare", "-p", 4, "-m", 8, "--model", "study", "--system", "mid-mid", "--time-limit", 1e-9],
      "error: --time-limit: no schedule evaluated within the time limit: the quickest, "),
     (["evaluate", "-s", "all", "-p", 4, "-m", 8, "--time-limit", 0], "error: --time-limit: must be a finite number of seconds > 0"),
+    # the stacked picture of up to 14 schedules, 1,632 ops at p = 4, m = 8: 2 s + 13 x 0.6 s + 1,632 x 0.4 ms = 10.45 s
+    (["compare", "-p", 4, "-m", 8, "--model", "study", "--system", "mid-mid", "--plot", "c.png", "--time-limit", 5],
+     "error: --time-limit: 5 s leaves nothing for the schedules once 10.5 s are kept for the picture"),
 ])
 def test_evaluate_and_compare_refuse_a_time_limit_too_short_in_one_line(args, line):
     result = run(*args)

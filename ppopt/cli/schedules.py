@@ -309,7 +309,8 @@ def compare_command(devices, microbatches, units, options, model, system, global
 
         require_size(devices, microbatches)
         drawn = min(family_ops(devices, microbatches, options, list(REGISTRY)), MAX_PICTURE_OPS) if plot else 0
-        deadline = deadline_of(time_limit, picture_time_s(drawn) if plot else 0.0, "the picture")
+        deadline = deadline_of(time_limit, picture_time_s(drawn, len(REGISTRY)) if plot else 0.0, "the picture",
+                               "the schedules")
     results, skipped = _evaluate_all_with_progress("compare", devices, microbatches, units, model_config, system_config,
                                                    global_batch, parallel, options, quiet, deadline)
     if plot:  # exactly what will be drawn, before the report

@@ -43,9 +43,10 @@ EXECUTOR_NOTE_S = 1.0
 """An executor's start this long or longer is named when the time limit leaves points missing."""
 
 
-def deadline_of(time_limit: float | None, reserve_s: float = 0.0, kept_for: str = "") -> float | None:
+def deadline_of(time_limit: float | None, reserve_s: float = 0.0, kept_for: str = "", work: str = "the points") -> float | None:
     """The ``time.monotonic()`` value at which a ``--time-limit`` counted from the process's start
-    ends, less ``reserve_s`` kept for ``kept_for`` after the sweep; None without a limit."""
+    ends, less ``reserve_s`` kept for ``kept_for`` after the ``work`` (a sweep's points, say); None
+    without a limit."""
     from ppopt.solve.options import check_time_limit
 
     if time_limit is None:
@@ -53,7 +54,7 @@ def deadline_of(time_limit: float | None, reserve_s: float = 0.0, kept_for: str 
     check_time_limit(time_limit, "time_limit")
     deadline = time.monotonic() + time_limit - startup_s() - reserve_s
     if reserve_s and deadline <= time.monotonic():
-        raise ConfigError(f"{time_limit:g} s leaves nothing for the points once {reserve_s:g} s are kept for {kept_for}",
+        raise ConfigError(f"{time_limit:g} s leaves nothing for {work} once {reserve_s:.3g} s are kept for {kept_for}",
                           field="time_limit")
     return deadline
 

@@ -381,10 +381,17 @@ PICTURE_S_PER_OP = 0.4e-3
 against 11.8 s estimated)."""
 
 
-def picture_time_s(ops: int) -> float:
-    """Seconds a picture of ``ops`` ops may take to draw and write: what a command with a time limit
-    keeps for it after its search."""
-    return PICTURE_FIXED_S + PICTURE_S_PER_OP * ops
+COMPARE_PANEL_S = 0.6
+"""Wall time of each further schedule a :func:`plot_compare` picture stacks (its Gantt and memory
+axes, laid out, labelled and drawn), generously: ``compare --plot`` of 14 schedules at p = 4, m = 8
+(llama3-8b on dgx-a100, 920 ops) took 8.8 s as a whole command against 0.6 s without the picture,
+about 0.48 s per schedule after the first."""
+
+
+def picture_time_s(ops: int, schedules: int = 1) -> float:
+    """Seconds a picture of ``ops`` ops over ``schedules`` stacked schedules may take to draw and
+    write: what a command with a time limit keeps for it after its search or its evaluations."""
+    return PICTURE_FIXED_S + COMPARE_PANEL_S * max(0, schedules - 1) + PICTURE_S_PER_OP * ops
 
 
 def check_picture_size(ops: int, what: str = "") -> None:
