@@ -161,7 +161,6 @@ def _check_one_in_time(name: str, ops: int, deadline: float | None, plot: bool, 
                           f"its {ops:,} ops, {max(0.0, deadline - time.monotonic()):.1f} s left", field="time_limit")
 
 
-
 @main.command("evaluate")
 @schedule_options(all_schedules=True)
 @system_options()
@@ -179,10 +178,12 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 
     Lengths are in unit slots for every schedule: a slot is one forward of a 1/p model share, B = I + W
     lasts --backward slots, chunk ops scale by p/S (so 1f1b at p = m = 8 is 45 slots)."""
+    from ppopt.cli.sweep import deadline_of
     from ppopt.errors import ConfigError
     from ppopt.evaluate import evaluate_schedule, schedule_costs
     from ppopt.report.evaluation import evaluation_json, evaluation_text, skipped_json
 
+    deadline = deadline_of(time_limit)  # checked first, though a cost preset's one simulation does not need it
     if costs is not None:
         from ppopt.cli.run import evaluate_with_preset
 
@@ -194,10 +195,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
                              fmt)
         return
 
-    from ppopt.cli.sweep import deadline_of
-
     model_config, system_config = _presets(model, system)
-    deadline = deadline_of(time_limit)
     if trace and model_config is None:
         raise ConfigError("--trace needs --model and --system (for a unit-slot trace use `ppopt export --format chrome-trace`)")
     if name == "all":
@@ -282,6 +280,10 @@ def compare_command(devices, microbatches, units, options, model, system, global
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import rank_layers
     from ppopt.generators import generate
+    from ppopt.solve.options import check_time_limit
+
+    if time_limit is not None:  # checked first, though a cost preset's simulations do not need it
+        check_time_limit(time_limit, "time_limit")
     from ppopt.report.evaluation import compare_json, compare_text, skipped_json
 
     if costs is not None:
