@@ -705,6 +705,22 @@ def test_repeatable_options_still_repeat():
     assert {row["schedule"] for row in json.loads(result.stdout)["schedules"]} == {"1f1b", "gpipe"}
 
 
+def test_a_repeatable_option_given_one_value_twice_takes_it_once():
+    """Every command's repeatable option merges a repeated value (compared once converted, so
+    --micro-batch 1 and 01 are one), keeping the order of first appearance: published ran and
+    printed a system twice, plan planned every job twice."""
+    published = ["published", str(Path(__file__).resolve().parents[1] / "data" / "published" / "megatron-lm-2021.csv"), "--json"]
+    once = run(*published, "--system", "dgx-a100")
+    twice = run(*published, "--system", "dgx-a100", "--system", "dgx-a100")
+    assert once.exit_code == 0 and twice.stdout == once.stdout
+    plan = ["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--gpus", 8, "--search", 0, "-q", "--json",
+            "--recompute", "full", "--schedule", "1f1b"]
+    assert run(*plan, "--micro-batch", 1, "--micro-batch", "01", "--micro-batch", 2).stdout == \
+        run(*plan, "--micro-batch", 1, "--micro-batch", 2).stdout
+    gap = run("gap", "-p", "4", "-m", "8", "--unit", "-s", "gpipe", "-s", "1f1b", "-s", "gpipe", "--time-limit", "5", "-q", "--json")
+    assert [row["schedule"] for row in json.loads(gap.stdout)["schedules"]] == ["gpipe", "1f1b"]
+
+
 def test_an_output_never_replaces_an_input(tmp_path, monkeypatch):
     """`plan --candidates c.csv --torch-csv c.csv` replaced the measured data with a schedule,
     `search --costs c.json --trace c.json` the cost preset with a trace, and `calibrate --system

@@ -71,8 +71,12 @@ def test_every_generator_draws_one_box_per_op_and_one_line_per_device(name):
     schedule = generate(name, P, M)
     fig = schedule_figure(schedule, *table_times(schedule))
     gantt, memory = fig.axes[:2]
-    boxes = [box for collection in gantt.collections if collection.get_gid() == "boxes" for box in collection.get_paths()]
-    assert len(boxes) == sum(len(order) for order in schedule.orders)
+    collections = [collection for collection in gantt.collections if collection.get_gid() == "boxes"]
+    assert sum(len(collection.get_paths()) for collection in collections) == sum(len(order) for order in schedule.orders)
+    # the ops of a later chunk or of the up direction are the hatched ones, and only they
+    secondary = sum(plot._secondary(schedule, op, schedule.device_of(op)) for order in schedule.orders for op in order)
+    assert sum(len(c.get_paths()) for c in collections if c.get_hatch() == "///") == secondary
+    assert all(c.get_hatch() in ("///", None) for c in collections)
     assert len(device_lines(memory)) == P
     assert transfer_segments(gantt) == []  # a table has no messages
 

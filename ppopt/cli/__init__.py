@@ -136,7 +136,19 @@ class _Command(click.Command):
         rest = super().parse_args(ctx, args)
         if not ctx.resilient_parsing:
             _refuse_output_over_input(ctx, self)
+            _merge_repeated_values(ctx, self)
         return rest
+
+
+def _merge_repeated_values(ctx: click.Context, command: click.Command) -> None:
+    """A repeatable option given one value twice (``gap -s 1f1b -s 1f1b``, ``plan --recompute full
+    --recompute full``, ``validate --by model --by model``) means it once, kept at its first place:
+    the commands would otherwise run, plan or print it twice. Values are compared once converted
+    (``--micro-batch 1 --micro-batch 01`` is one)."""
+    for param in command.params:
+        value = ctx.params.get(param.name or "")
+        if isinstance(param, click.Option) and param.multiple and isinstance(value, tuple):
+            ctx.params[param.name or ""] = tuple(dict.fromkeys(value))
 
 
 def _takes_one_value(param: click.Parameter) -> bool:

@@ -94,7 +94,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
         more = len(accuracy.unmodelled) - 1
         raise ConfigError(f"no row can be predicted: {first.source}, line {first.line}: {first.reason}"
                           + (f" (and {more} more rows outside the model)" if more else ""))
-    groups = group_errors(accuracy.rows, list(dict.fromkeys(by))) if by else []  # --by model --by model: one column
+    groups = group_errors(accuracy.rows, list(by)) if by else []
     if plot_path:
         from ppopt.report.accuracy_plot import plot_accuracy
 

@@ -317,6 +317,22 @@ def check_layers(name: str, devices: int, options: dict, layers: int) -> None:
         raise ConfigError(reason, field=given[0] if given else "devices")  # the flag that made the stages
 
 
+def deadline_of(time_limit: float | None, reserve_s: float = 0.0, kept_for: str = "", work: str = "the points") -> float | None:
+    """The ``time.monotonic()`` value at which a ``--time-limit`` counted from the process's start
+    ends, less ``reserve_s`` kept for ``kept_for`` after the ``work`` (a sweep's points, say); None
+    without a limit."""
+    from ppopt.cli import startup_s
+
+    if time_limit is None:
+        return None
+    solve_options.check_time_limit(time_limit, "time_limit")
+    deadline = time.monotonic() + time_limit - startup_s() - reserve_s
+    if reserve_s and deadline <= time.monotonic():
+        raise ConfigError(f"{time_limit:g} s leaves nothing for {work} once {reserve_s:.3g} s are kept for {kept_for}",
+                          field="time_limit")
+    return deadline
+
+
 def family_ops(devices: int, microbatches: int, options: dict, families) -> int:
     """Ops of ``families``' schedules at (p, m) together (:meth:`ppopt.generators.Family.ops`), known
     before any is built: what a picture or a trace of them would hold."""

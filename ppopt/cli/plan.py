@@ -127,8 +127,6 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     limit = parse_amount(memory_limit, unit_mode=False)
     split = _parse_split(layers_per_stage)
     system_config = load_system(system)
-    # --recompute full --recompute full: planned once, as gap and run treat a repeated -s
-    recompute, schedules, micro_batches = (tuple(dict.fromkeys(values)) for values in (recompute, schedules, micro_batches))
     common = dict(memory_limit_bytes=limit, split=split, recompute=recompute or ("none", "selective", "full"),
                   schedules=SCHEDULES if "all" in schedules else schedules or DEFAULT_SCHEDULES, micro_batches=micro_batches or None,
                   overlap_gradient_sync=overlap_grad_sync)

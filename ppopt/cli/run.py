@@ -57,7 +57,7 @@ def _schedules(files, names, devices, microbatches, chunks):
 
     if not files and not names:
         raise click.UsageError("give schedule CSV files and/or --schedule NAME", click.get_current_context())
-    files, names = tuple(dict.fromkeys(files)), tuple(dict.fromkeys(names))  # -s 1f1b -s 1f1b: one run, not two
+    files = tuple(dict.fromkeys(files))  # the same file twice: one run, not two (-s is merged by the parser)
     if names:  # each name known, and --chunks taken by one of them and checked as evaluate checks it
         refuse_unused_options(tuple(names), {"chunks": chunks})
         check_option_values({"chunks": chunks})

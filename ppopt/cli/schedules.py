@@ -12,6 +12,7 @@ from ppopt.cli.options import (
     ProgressBar,
     check_layers,
     check_plot,
+    deadline_of,
     emit_json,
     family_ops,
     format_option,
@@ -178,7 +179,6 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 
     Lengths are in unit slots for every schedule: a slot is one forward of a 1/p model share, B = I + W
     lasts --backward slots, chunk ops scale by p/S (so 1f1b at p = m = 8 is 45 slots)."""
-    from ppopt.cli.sweep import deadline_of
     from ppopt.errors import ConfigError
     from ppopt.evaluate import evaluate_schedule, schedule_costs
     from ppopt.report.evaluation import evaluation_json, evaluation_text, skipped_json
@@ -280,10 +280,10 @@ def compare_command(devices, microbatches, units, options, model, system, global
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
     from ppopt.evaluate import rank_layers
     from ppopt.generators import generate
-    from ppopt.solve.options import check_time_limit
 
-    if time_limit is not None:  # checked first, though a cost preset's simulations do not need it
-        check_time_limit(time_limit, "time_limit")
+    # checked first, though a cost preset's simulations do not need it; a stacked picture keeps its time
+    deadline = deadline_of(time_limit, _stacked_picture_s(devices, microbatches, options) if plot else 0.0, "the picture",
+                           "the schedules")
     from ppopt.report.evaluation import compare_json, compare_text, skipped_json
 
     if costs is not None:
@@ -304,15 +304,6 @@ def compare_command(devices, microbatches, units, options, model, system, global
         every = family_ops(devices, microbatches, options, list(REGISTRY))
         if every > PICTURE_PRECHECK * MAX_PICTURE_OPS:
             check_picture_size(every, "up to")
-    deadline = None
-    if time_limit is not None:
-        from ppopt.cli.sweep import deadline_of
-        from ppopt.report.plot import MAX_PICTURE_OPS, picture_time_s
-
-        require_size(devices, microbatches)
-        drawn = min(family_ops(devices, microbatches, options, list(REGISTRY)), MAX_PICTURE_OPS) if plot else 0
-        deadline = deadline_of(time_limit, picture_time_s(drawn, len(REGISTRY)) if plot else 0.0, "the picture",
-                               "the schedules")
     results, skipped = _evaluate_all_with_progress("compare", devices, microbatches, units, model_config, system_config,
                                                    global_batch, parallel, options, quiet, deadline)
     if plot:  # exactly what will be drawn, before the report
@@ -340,6 +331,16 @@ def compare_command(devices, microbatches, units, options, model, system, global
         plot_compare(panels, plot, title=f"p = {devices}, m = {microbatches}, {model_config.name} on {system_config.name}",
                      time_unit="s", memory_unit="bytes")
         click.echo(f"wrote {plot}", err=True)
+
+
+def _stacked_picture_s(devices, microbatches, options) -> float:
+    """What ``compare --plot`` keeps for its picture: every family stacked, at most the ops a picture
+    draws (0 when -p or -m is missing, which is refused later)."""
+    from ppopt.report.plot import MAX_PICTURE_OPS, picture_time_s
+
+    if not devices or not microbatches:
+        return 0.0
+    return picture_time_s(min(family_ops(devices, microbatches, options, list(REGISTRY)), MAX_PICTURE_OPS), len(REGISTRY))
 
 
 def _with_costs(model, system, *flags: tuple[str, object]) -> str | None:

@@ -335,7 +335,6 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
     from ppopt.report.solve import gap_json, gap_text
     from ppopt.solve.gap import gap_report
 
-    schedules = tuple(dict.fromkeys(schedules))  # -s 1f1b -s 1f1b: one row
     if schedules:  # each name known, and every option taken by one of them
         refuse_unused_options(schedules, options)
     report = gap_report(spec, options, schedules or None, solve)

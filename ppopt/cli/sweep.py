@@ -9,9 +9,9 @@ import time
 
 import click
 
-from ppopt.cli import main, startup_s
-from ppopt.cli.options import ProgressBar, check_output_dir, emit_json, json_option, quiet_option
-from ppopt.errors import ConfigError, counted
+from ppopt.cli import main
+from ppopt.cli.options import ProgressBar, check_output_dir, deadline_of, emit_json, json_option, quiet_option
+from ppopt.errors import counted
 
 
 def executor_options(command):
@@ -41,22 +41,6 @@ FIGURES_S = 8.0
 
 EXECUTOR_NOTE_S = 1.0
 """An executor's start this long or longer is named when the time limit leaves points missing."""
-
-
-def deadline_of(time_limit: float | None, reserve_s: float = 0.0, kept_for: str = "", work: str = "the points") -> float | None:
-    """The ``time.monotonic()`` value at which a ``--time-limit`` counted from the process's start
-    ends, less ``reserve_s`` kept for ``kept_for`` after the ``work`` (a sweep's points, say); None
-    without a limit."""
-    from ppopt.solve.options import check_time_limit
-
-    if time_limit is None:
-        return None
-    check_time_limit(time_limit, "time_limit")
-    deadline = time.monotonic() + time_limit - startup_s() - reserve_s
-    if reserve_s and deadline <= time.monotonic():
-        raise ConfigError(f"{time_limit:g} s leaves nothing for {work} once {reserve_s:.3g} s are kept for {kept_for}",
-                          field="time_limit")
-    return deadline
 
 
 def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, kinds=("evaluate", "gap")):
