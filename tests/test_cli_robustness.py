@@ -707,8 +707,8 @@ def test_repeatable_options_still_repeat():
 
 def test_a_repeatable_option_given_one_value_twice_takes_it_once():
     """Every command's repeatable option merges a repeated value (compared once converted, so
-    --micro-batch 1 and 01 are one), keeping the order of first appearance: published ran and
-    printed a system twice, plan planned every job twice."""
+    --micro-batch 1 and 01 are one), keeping the order of first appearance: plan planned every job
+    twice; published and gap merged theirs each in its own way, now the parser's."""
     published = ["published", str(Path(__file__).resolve().parents[1] / "data" / "published" / "megatron-lm-2021.csv"), "--json"]
     once = run(*published, "--system", "dgx-a100")
     twice = run(*published, "--system", "dgx-a100", "--system", "dgx-a100")
