@@ -120,7 +120,8 @@ Placement (Megatron order: tensor parallel innermost, then data parallel, then p
     node (``inter_node_per = "node"``) the node's bandwidth is shared by the transfers of the node
     that cross at once: a ring gets ``k/devices_per_node`` of it when k of its members sit on the
     node (every GPU of the node takes part in one such ring at the same time), a pipeline message
-    ``1/min(t·d, devices_per_node)``. With one NIC per device each transfer has a device's own.
+    ``1/min(t·d, devices_per_node)``. With one NIC per device a pipeline message has its device's
+    own, and a ring the NICs of its k members on the node (:func:`ring_allreduce_work`).
 """
 
 from __future__ import annotations
@@ -479,8 +480,13 @@ def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, sy
     ``2(n-1)/n · bytes`` over the slowest link of the ring plus ``2(n-1)`` link latencies
     (Patarasuk and Yuan 2009, "Bandwidth optimal all-reduce algorithms for clusters of
     workstations"). The ring crosses nodes iff span > devices_per_node (placement in the module
-    doc); then its inter-node hop gets ``k/devices_per_node`` of a node's NIC, k = its members
-    on a node, with one NIC per node.
+    doc). Then its inter-node hops carry the volume over the network links of its k members on a
+    node: the collective library splits the data over several rings (channels) and lays them over
+    the NICs of the node's members, so the group gets k times a device's link with one NIC per
+    device, and ``k/devices_per_node`` of the node's NIC with one NIC per node (every GPU of a
+    node is in one such group, all crossing at once). Both are k device-links' worth on a node
+    whose NIC is the sum of its devices'. (A single ring through one NIC would take k times as
+    long: 8 times on a DGX node, whose one NIC per GPU exists to carry these collectives.)
     """
     if ranks <= 1 or num_bytes == 0:
         return Work()
@@ -489,8 +495,9 @@ def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, sy
     if span <= per_node:
         return Work(intra_bytes=volume, intra_hops=2.0 * (ranks - 1))
     members_on_node = max(1, per_node // stride) if stride <= per_node else 1
-    users = per_node // members_on_node
-    return Work(inter_bytes=volume * _nic_users(system, users), inter_hops=2.0 * (ranks - 1))
+    if system.inter_node_per == "node":
+        return Work(inter_bytes=volume * (per_node // members_on_node), inter_hops=2.0 * (ranks - 1))
+    return Work(inter_bytes=volume / members_on_node, inter_hops=2.0 * (ranks - 1))
 
 
 def stages_per_node(job: Job) -> int:

@@ -70,9 +70,14 @@ def test_data_parallel_gradient_allreduce():
     # d = 8 with t = 2 spans 16 GPUs: 4 members per node, 2 rings share the node's NIC: 2·(7/8)·G·2.
     across = ring_allreduce_work(g, 8, 16, 2, SYSTEM)
     assert across.inter_bytes == pytest.approx(2 * 7 / 8 * g * 2)
-    # one NIC per GPU: no sharing
+    # one NIC per GPU: the ring's channels spread over the NICs of its 4 members on the node, so its
+    # inter-node hops carry 2·(7/8)·G over 4 device links: 2·(7/8)·G / 4 in one device link's bytes
     per_gpu = SYSTEM.model_copy(update={"inter_node_per": "device"})
-    assert ring_allreduce_work(g, 8, 16, 2, per_gpu).inter_bytes == pytest.approx(2 * 7 / 8 * g)
+    assert ring_allreduce_work(g, 8, 16, 2, per_gpu).inter_bytes == pytest.approx(2 * 7 / 8 * g / 4)
+    # the same hardware either way: a node NIC of 8 device links gives the same time as 8 NICs of one
+    assert across.inter_bytes / 8 == pytest.approx(ring_allreduce_work(g, 8, 16, 2, per_gpu).inter_bytes)
+    # and with one member per node (t = 8, d = 2 on 8-GPU nodes) a single device link, as before
+    assert ring_allreduce_work(g, 2, 16, 8, per_gpu).inter_bytes == pytest.approx(2 * 1 / 2 * g)
     # in a job: d = 2, t = 1, p = 1 on one node -> the stage's fp16 gradients, 2·(1/2)·G
     job = Job(GPT, SYSTEM, tp=1, pp=1, dp=2, micro_batch=1)
     work = job_work(job)
