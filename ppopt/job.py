@@ -800,14 +800,23 @@ def simulate_pipeline(job: Job, schedule: Schedule | Flat | Prepared, work: JobW
     return costs, replace(simulation, peak_memory_bytes=tuple(map(sum, zip(simulation.peak_memory_bytes, working))))
 
 
+def _one_optimizer_step(stage_steps: Sequence[Work]) -> Work:
+    """The optimizer step of a GPU holding several stages: their memory traffic, as one op. A
+    fused optimizer updates all of a GPU's parameters in one pass (multi-tensor kernels), so the
+    fixed time per op is paid once per GPU, not once per stage it holds."""
+    total = sum(stage_steps, Work())
+    return replace(total, ops=min(total.ops, 1.0))
+
+
 def evaluate_job(job: Job) -> JobResult:
     """Predict one training step of ``job`` (see module doc).
 
     A device holding several stages (chunks, waves, Chimera's replicas) keeps the persistent
     state of every one, each replica in full, and its chunks' activations (the simulator counts
     both), and all-reduces the gradients of every stage it holds over its data-parallel group, one
-    after the other; Chimera's replica all-reduce is simulated. The step adds the slowest device's
-    all-reduces and optimizer step to the simulated pipeline."""
+    after the other; Chimera's replica all-reduce is simulated. Its optimizer step updates the
+    state of every stage it holds in one pass (:func:`_one_optimizer_step`). The step adds the
+    slowest device's all-reduces and optimizer step to the simulated pipeline."""
     work = job_work(job)
     prepared = job_schedule(job)
     costs, simulation = simulate_pipeline(job, prepared, work)
@@ -817,9 +826,8 @@ def evaluate_job(job: Job) -> JobResult:
     if job.overlap_gradient_sync:
         syncs = [max(0.0, s - c.backward_s) for s, c in zip(syncs, costs.stages)]
     syncs = [s + float(work_time_s(w, system)) for s, w in zip(syncs, work.embedding_sync)]  # never overlapped
-    optimizers = [float(work_time_s(w, system)) for w in work.optimizer]
     sync = max(sum(syncs[k] for k in stages) for stages in held)
-    optimizer = max(sum(optimizers[k] for k in stages) for stages in held)
+    optimizer = max(float(work_time_s(_one_optimizer_step([work.optimizer[k] for k in stages]), system)) for stages in held)
     peak = max(simulation.peak_memory_bytes)
     step = simulation.step_time_s + sync + optimizer
     if not math.isfinite(step):  # pragma: no cover - inputs are validated finite

@@ -336,3 +336,17 @@ def test_plan_enumerates_no_layout_split_unevenly_across_nodes():
     assert found and all(8 % (t * d) == 0 or (t * d) % 8 == 0 for t, _, d in found)
     assert (8, 2, 3) in found and (2, 2, 12) in found  # t·d = 24: three whole nodes per stage
     assert (2, 4, 6) not in found and (1, 16, 3) not in found  # t·d = 12 and 3 straddle
+
+
+def test_a_gpu_runs_one_optimizer_step_whatever_its_stage_count():
+    # Llama 3 8B over 4 GPUs holds 8 blocks per GPU as 2 chunks of 4 or 4 chunks of 2 (interleaved
+    # 1F1B); device 0 also holds the embedding either way. A fused optimizer updates a GPU's state in
+    # one pass, so the fixed time per op (dgx-a100: about 1.7 ms) counts once per GPU: the same
+    # optimizer time for both (per stage it would differ by 2 x that time).
+    model, system = load_model("llama3-8b"), load_system("dgx-a100")
+    two, four = (evaluate_job(Job(model, system, pp=4, micro_batch=1, global_batch=32, schedule="interleaved-1f1b",
+                                  chunks=v)) for v in (2, 4))
+    assert two.optimizer_s == pytest.approx(four.optimizer_s, rel=1e-12)
+    # and that time is one op over the GPU's whole state: the 1-stage 1F1B over the same 8 blocks + embedding
+    one = evaluate_job(Job(model, system, pp=4, micro_batch=1, global_batch=32, layers=(8, 8, 8, 8)))
+    assert one.optimizer_s == pytest.approx(two.optimizer_s, rel=1e-12)
