@@ -59,6 +59,14 @@ class Candidate:
     simulation: Simulation
     fits: bool  # meets the memory limit
 
+    @property
+    def rank(self) -> tuple[bool, float, float]:
+        """Sort key, best first: fitting ones, then the shorter step, then (between steps equal to 12
+        significant digits: sums of the same durations in another order differ in the last bit) the
+        lower worst-device peak, so that a tie goes to the schedule that needs less memory (GPipe and
+        1F1B tie without messages; a frontier point names the least memory its step needs)."""
+        return (not self.fits, float(f"{self.simulation.step_time_s:.12g}"), self.simulation.max_peak_memory_bytes)
+
 
 @dataclass(frozen=True)
 class SearchResult:
@@ -190,6 +198,12 @@ SCHEDULE_S_PER_OP = 1.5e-5
 and timing it in ticks (seconds; measured on 2 cores at p = 64, m = 4,096, load 1: 1F1B 1.7 s for
 524,288 ops, of which the ticks 0.4 s; DualPipeV 8.3 s for 1,054,688 ops, 7.9 µs per op, the most of
 five families; twice that leaves room for a loaded machine)."""
+TIE_HINT_SHARE = 0.1
+"""Once a hint meets the analytic bound, a further handcrafted hint is still built while it costs at
+most this share of the time left (:data:`SCHEDULE_S_PER_OP` per op), for a tie with less memory; at
+64 x 4,096 (a second or more per hint) the search stops at the first optimal one."""
+
+
 GREEDY_S_PER_OP = 1.2e-5
 """Wall time the greedy hint (:mod:`ppopt.solve.greedy`) costs per op, generously (seconds; measured
 on 2 cores at p = 64, m = 4,096, load 0.3 to 1: 6.7 to 8.0 µs per op, 3.5 s for the linear
@@ -261,7 +275,9 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     handcrafted one before it, the greedy one comes next (at p = 64, m = 4,096 under 16 activations
     the handcrafted ones, none fitting, took 20 s of a 30 s budget). With less time still, the
     handcrafted ones go first, each cheaper than the greedy one. Once a fitting one meets the analytic
-    bound (:func:`_meets_cheap_bound`) no further hint is built, unless ``options.every_hint``.
+    bound (:func:`_meets_cheap_bound`) no further hint is built, unless ``options.every_hint`` or
+    the next handcrafted one costs at most :data:`TIE_HINT_SHARE` of the time left (then a tie with less memory
+    wins: :attr:`Candidate.rank`).
     ``began``: when the search started (``time.monotonic()``; None: now), for the progress lines
     (:func:`_phase`)."""
     began = time.monotonic() if began is None else began
@@ -299,6 +315,12 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
 
     optimal = False  # whether a fitting candidate meets the analytic bound (then no hint can beat it)
 
+    def cheap() -> bool:
+        """Whether a further hint costs at most :data:`TIE_HINT_SHARE` of the time left: then one that
+        ties an optimal hint is built too, so that the tie goes to the one needing less memory
+        (:attr:`Candidate.rank`; GPipe and 1F1B tie without messages)."""
+        return ops * SCHEDULE_S_PER_OP <= TIE_HINT_SHARE * options.remaining_s()
+
     def add_hint(schedule: Schedule) -> None:
         nonlocal optimal
         add(schedule)
@@ -310,7 +332,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     # a fixed space has one schedule; otherwise the next one is generated only when there is room,
     # since generating it can take seconds (so a space whose schedules are all tried may count a cut)
     room, exhausted = True, False
-    while not space.fixed and not (optimal and not options.every_hint) and (room := another()):
+    while not space.fixed and not (optimal and not (options.every_hint or cheap())) and (room := another()):
         schedule = next(generated, None)
         if schedule is None:
             exhausted = True
@@ -320,7 +342,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         options.cut("a handcrafted hint not built")
         options.note("time limit: no further handcrafted hints tried")
     elif optimal and not (space.fixed or exhausted or options.every_hint):
-        best = min((c for c in candidates if c.fits), key=lambda c: c.simulation.step_time_s)
+        best = min((c for c in candidates if c.fits), key=lambda c: c.rank)
         options.note(f"no further handcrafted hints built: {best.name} meets the analytic bound")
     if greedy_applies:
         assert placement is not None
@@ -334,7 +356,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         else:
             options.cut("the greedy hint not built")
             options.note("time limit: greedy hint skipped")
-    candidates.sort(key=lambda c: (not c.fits, c.simulation.step_time_s))
+    candidates.sort(key=lambda c: c.rank)
     return instance, candidates
 
 
@@ -640,8 +662,7 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     limit = instance.memory_limit
     fits = limit is None or max(memory_use(sim, instance)) <= limit * (1 + 1e-12)
     candidate = Candidate(schedule.name, schedule, sim, fits)
-    setup = replace(setup, pattern=pattern, candidates=sorted([*setup.candidates, candidate],
-                                                              key=lambda c: (not c.fits, c.simulation.step_time_s)))
+    setup = replace(setup, pattern=pattern, candidates=sorted([*setup.candidates, candidate], key=lambda c: c.rank))
     hint = setup.hint
     if fits and (hint is None or not hint.fits or sim.step_time_s < hint.simulation.step_time_s - 1e-12):
         starts, end = _ticked(schedule, tick_duration, tick_delay)
