@@ -23,10 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ppopt.flat import Flat
 from ppopt.io.torch_csv import write_torch_csv
 from ppopt.ir import Schedule
 from ppopt.run import RunError, require_torch
 from ppopt.run.spec import Job, RunSpec
+from ppopt.validate import validated
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,53 @@ class JobResult:
 
 
 def refuse_unrunnable(schedule: Schedule) -> None:
-    """PyTorch's runtime places each stage on one rank: a replicated stage (Chimera) cannot run."""
+    """What PyTorch's runtime cannot run correctly, though ppopt's validator accepts it: a replicated
+    stage (Chimera: it places each stage on one rank), and messages taken out of the order they were
+    sent (:func:`out_of_order_message`)."""
     for s, holders in enumerate(schedule.placement):
         if len(set(holders)) > 1:
             raise RunError(f"{schedule.name}: PyTorch's runtime cannot run replicated stages "
                            f"(stage {s} is on ranks {', '.join(map(str, holders))}); it places each stage on one rank")
+    problem = out_of_order_message(validated(schedule))
+    if problem is not None:
+        raise RunError(f"{schedule.name}: {problem}")
+
+
+def out_of_order_message(flat: Flat) -> str | None:
+    """The first message from one stage to another that the receiving stage would take out of the
+    order it was sent, described; None when there is none.
+
+    PyTorch's pipelining runtime posts its sends and receives without a tag (the ``P2POp`` calls of
+    ``torch/distributed/pipelining/stage.py``), and the process group matches them in the order
+    they are posted. A stage that takes its neighbour's outputs in another order than they were sent
+    gets the activations (or gradients) of two microbatches, of the same shape, swapped: stage 1
+    running F1 before F0 against stage 0's F0, F1 passes ppopt's validator (every dependency holds)
+    and runs, and its gradients differ from the non-pipelined model's (measured with ``ppopt run``).
+    Each op's output goes to at most one op on another rank (``Flat.succ``), sent when the op ends
+    and taken when the consumer starts, so the check is that, for every pair of stages, the
+    consumers' positions in the receiver's order rise in the sender's order. (Messages between
+    different pairs of stages on the same two ranks, e.g. ZB-V's activations and gradients between
+    ranks 0 and 1, are not compared: ZB-V's orders take them in another order and run correctly.)"""
+    position = [0] * flat.size
+    for ids in flat.orders:
+        for k, i in enumerate(ids):
+            position[i] = k
+    last: dict[tuple[int, int], int] = {}  # (sending stage, receiving stage) -> the producer of the last one sent
+    for ids in flat.orders:
+        for i in ids:
+            j = flat.succ[i]
+            if j < 0:
+                continue
+            stream = (flat.stage[i], flat.stage[j])
+            before = last.get(stream)
+            if before is not None and position[j] < position[flat.succ[before]]:
+                sender, receiver = flat.dev[i], flat.dev[j]
+                return (f"rank {sender} sends the outputs of {flat.ops[before]} and then {flat.ops[i]} to rank {receiver}, "
+                        f"which takes them the other way round ({flat.ops[j]} before {flat.ops[flat.succ[before]]}); "
+                        f"PyTorch's runtime matches the messages between two stages in the order they are sent, so it "
+                        f"would swap them: reorder rank {receiver} to take them in the order rank {sender} sends them")
+            last[stream] = i
+    return None
 
 
 def available_memory_bytes() -> int | None:
