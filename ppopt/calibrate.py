@@ -326,6 +326,8 @@ class Calibration:
     rows: int
     parameters: tuple[Parameter, ...] = PARAMETERS
     """The fitted parameters (the fit model's)."""
+    kept: tuple[str, ...] = ()
+    """Those of them no row exercises (a link no row uses): not fitted, the base system's value."""
 
 
 def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, iterations: int = 600,
@@ -372,7 +374,8 @@ def _fit(stacked: _Stacked, base: SystemConfig, parameters: tuple[Parameter, ...
         z, best = nelder_mead(objective, z, step=1.0 / (attempt + 1), iterations=iterations)
     values = values_of(z)
     ordered = {p.name: values[p.name] for p in parameters}
-    return Calibration(apply(base, values), ordered, best, len(stacked.measured_s), parameters)
+    kept = tuple(p.name for p in parameters if p.name in _TERMS and p not in free)
+    return Calibration(apply(base, values), ordered, best, len(stacked.measured_s), parameters, kept)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -437,9 +440,13 @@ def system_toml(calibration: Calibration, base_name: str, sources: list[str]) ->
     for name, table in tables:
         key = f"{name}_efficiency"
         note = f"  # fitted: {calibration.values[key]:.4g} x the base bandwidth" if key in calibration.values else ""
+        if key in calibration.kept:
+            note = "  # not fitted: no row uses this link (the base system's value)"
         lines.append("")
         lines.append(f"[{name}]")
         latency = "  # fitted: latency per ring step or message" if f"{name}_latency_s" in calibration.values else ""
+        if f"{name}_latency_s" in calibration.kept:
+            latency = "  # not fitted: no row uses this link (the base system's value)"
         for field_name, value in table.items():
             comment = {"bandwidth_bytes_per_s": note, "latency_s": latency}.get(field_name, "")
             lines.append(f"{field_name} = {_toml_value(value)}{comment}")

@@ -503,3 +503,19 @@ def test_data_from_standard_input_gives_the_report_of_the_file():
     assert (bad.exit_code, bad.output) == (1, "error: standard input: missing column '# GPUs'\n")
     empty = CliRunner().invoke(main, ["calibrate", "-", "-o", "x.toml"], input="")
     assert (empty.exit_code, empty.output) == (1, "error: standard input: empty file (expected a header row)\n")
+
+
+def test_a_link_no_row_uses_is_reported_as_not_fitted(single_fit):
+    """The single-node rows never cross nodes, so the inter-node efficiency keeps the base system's
+    value (1: a100-vtrain's bandwidth as it is). It was printed as "at high 1" and written "fitted:
+    1 x the base bandwidth", as if the data had pushed it to its bound."""
+    text = Path(single_fit).read_text()
+    inter = text[text.index("[inter_node]"):]
+    assert "bandwidth_bytes_per_s = 100000000000.0  # not fitted: no row uses this link" in inter, inter
+    assert "# fitted:" not in inter.split("\n[", 1)[0]
+    result = run("calibrate", SINGLE, "--system", "a100-vtrain", "-o", str(Path(single_fit).with_name("again.toml")), "--json")
+    report = json.loads(result.stdout)
+    assert report["not_fitted"] == ["inter_node_efficiency"] and "inter_node_efficiency" not in report["at_bounds"]
+    # the rows that do cross nodes fit it: on all rows it is a fitted value inside its range
+    assert run("calibrate", SINGLE, MULTI, "--system", "a100-vtrain", "-o", str(Path(single_fit).with_name("all2.toml")),
+               "--json").stdout.count('"not_fitted": []') == 1

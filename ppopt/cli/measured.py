@@ -4,6 +4,7 @@ throughput of large runs)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import click
@@ -181,7 +182,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
             bar.close()
     calibrated = fitted.system.model_copy(update={"name": name or Path(output).stem,
                                                   "description": f"{base.name} calibrated on {len(rows)} measured rows"})
-    fitted = type(fitted)(calibrated, fitted.values, fitted.mape, fitted.rows, fitted.parameters)
+    fitted = dataclasses.replace(fitted, system=calibrated)
     atomic_write_text(output, system_toml(fitted, base.name, [Path(p).name for p in data]))
     on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
     on_base = summarize(predict_rows([r.on(base) for r in rows]), unmodelled)
@@ -194,11 +195,12 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     at_bounds = _at_bounds(fitted)
     if as_json:
         emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "base_system": base.name, "base_mape": on_base.mape,
-                   "at_bounds": at_bounds, "output": output, "summary": on_fit.summary()})
+                   "at_bounds": at_bounds, "not_fitted": list(fitted.kept), "output": output, "summary": on_fit.summary()})
         return
     descriptions = {p.name: p for p in fitted.parameters}
     click.echo(_table(["parameter", "value", "bound", "meaning"],
-                      [[k, f"{v:.4g}", at_bounds.get(k, ""), descriptions[k].description] for k, v in fitted.values.items()],
+                      [[k, f"{v:.4g}", "not fitted: no row uses this link" if k in fitted.kept else at_bounds.get(k, ""),
+                        descriptions[k].description] for k, v in fitted.values.items()],
                       "text"))
     click.echo("")
     click.echo("fit on the calibration rows (simulated):")
@@ -222,7 +224,7 @@ def _at_bounds(fitted) -> dict[str, str]:
     at = {}
     for parameter in fitted.parameters:
         value = fitted.values.get(parameter.name)
-        if value is None:
+        if value is None or parameter.name in fitted.kept:  # not fitted: the base value, wherever it lies
             continue
         for side, bound in (("low", parameter.low), ("high", parameter.high)):
             if abs(value - bound) <= 1e-3 * abs(bound):
