@@ -233,6 +233,7 @@ def test_hints_stop_at_one_that_meets_the_analytic_bound(monkeypatch):
     cheap = searching.search(spec, space, SolveOptions(10))
     assert sorted(c.name for c in cheap.handcrafted) == sorted(s.name for s in handcrafted_in(space, 4, 8))
     tied = [c for c in cheap.handcrafted if c.simulation.step_time_s == cheap.step_time]
+    assert len({c.simulation.max_peak_memory_bytes for c in tied}) > 1  # ZB-H1 (4 live) and ZB-H2 (7) tie at 27
     assert cheap.simulation.max_peak_memory_bytes == min(c.simulation.max_peak_memory_bytes for c in tied)
     monkeypatch.setattr(searching, "TIE_HINT_SHARE", 0.0)
     notes: list[str] = []

@@ -605,6 +605,18 @@ def test_hint_timing_in_ticks_matches_the_general_layout(spec, space):
         assert end == max(t + duration(op.stage, op.kind) for op, t in general.items())
 
 
+def test_a_frontier_point_names_the_least_memory_its_step_needs():
+    """p = 4, m = 8, no messages: GPipe (8 live activations) and 1F1B (4) both take the optimal 33 slots.
+    Every limit from 4 up is met by that step, and each point's peak is 1F1B's 4 (the point at 8 named
+    GPipe's 8 when a tie went to the first schedule built); GPipe is off the frontier."""
+    from ppopt.solve.gap import frontier
+
+    found = frontier(unit(4, 8), parse_space("placement=linear"), options=SolveOptions(10))
+    top = [pt for pt in found.points if pt.memory_limit >= 4]
+    assert top and all(pt.step_time == 33 and pt.peak_memory == 4 for pt in top), top
+    assert {name: on for name, _, _, on in found.handcrafted}["gpipe"] is False
+
+
 def test_an_optimal_hint_keeps_the_steady_state_pattern_without_its_schedule(monkeypatch):
     """No memory limit: GPipe meets the analytic bound (and 1F1B ties it with less memory, so it is the
     hint), so the steady-state schedule cannot win and is

@@ -2,7 +2,7 @@
 no torch in this process: the ranks import it).
 
 :func:`run_schedules` checks everything before any process starts (one device count, no replicated
-stage, model sizes, the ranks' memory against what this machine has available: :func:`check_memory`),
+stage, each stage's messages taken in the order they are sent (:func:`out_of_order_message`), model sizes, the ranks' memory against what this machine has available: :func:`check_memory`),
 writes each schedule as a PyTorch CSV (:func:`ppopt.io.torch_csv.write_torch_csv`) in a temporary
 folder, launches the ranks once for all schedules (:func:`ppopt.run.launcher.launch`) and returns
 one :class:`JobResult` per schedule.
