@@ -261,3 +261,36 @@ def test_numpy_counts_are_still_taken():
     import numpy as np
 
     assert generate("1f1b", np.int64(2), np.int64(3)).devices == 2
+
+
+@pytest.mark.parametrize("name", [n for n, f in REGISTRY.items() if f.closed_forms is not None and not f.closed_forms.table_exact])
+def test_a_family_said_to_differ_from_its_closed_forms_does_somewhere_inside_their_range(name):
+    """``ppopt list`` says where the table differs from the forms; the first point of a small grid
+    where they differ (inside the range, family's rules met) shows it is said for a reason, and the
+    direction ("longer", "shorter") is the one said."""
+    forms = REGISTRY[name].closed_forms
+    differing = []
+    for p in (2, 4, 6):
+        for m in (p, 2 * p, 3 * p):
+            for backward in (1.0, 2.0):
+                try:
+                    e = evaluate(name, p, m, UnitCosts(backward=backward))
+                except ScheduleError:
+                    continue  # outside the family's rules (e.g. dualpipe's m >= 2p)
+                if e.formula is not None and e.formula.valid and e.formula.length != e.table.length:
+                    differing.append(e.table.length - e.formula.length)
+    assert differing
+    said = forms.table_differs
+    assert all(d > 0 for d in differing) if "longer" in said else all(d < 0 for d in differing)
+    row = next(line for line in run("list").output.splitlines() if line.startswith(name + " "))
+    assert f"table {said}" in row
+
+
+def test_families_whose_table_equals_their_closed_forms_carry_no_table_note():
+    rows = run("list").output.splitlines()
+    for name, family in REGISTRY.items():
+        if family.closed_forms is not None and family.closed_forms.table_exact:
+            row = next(line for line in rows if line.startswith(name + " "))
+            assert f"{family.closed_forms.holds}  " in row and f"{family.closed_forms.holds}; table" not in row
+    data = json.loads(run("list", "--json").output)
+    assert {d["schedule"] for d in data if d["table_differs"]} == {n for n, f in REGISTRY.items() if f.closed_forms and not f.closed_forms.table_exact}

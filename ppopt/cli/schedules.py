@@ -44,7 +44,7 @@ def list_command(as_json: bool, fmt: str) -> None:
 
     rows = [
         (g.name, ", ".join(f"--{o}" for o in g.options) or "-", g.rules,
-         g.closed_forms.holds if g.closed_forms else f"none ({g.no_closed_forms})", "yes" if g.torch else "no", g.summary)
+         g.closed_forms.shown if g.closed_forms else f"none ({g.no_closed_forms})", "yes" if g.torch else "no", g.summary)
         for g in REGISTRY.values()
     ]
     click.echo(render_table(("schedule", "options", "rules", "closed forms hold", "torch csv", "summary"), rows, fmt))

@@ -75,15 +75,15 @@ class ClosedForms:
     (:mod:`ppopt.formula`), with ``weight`` = W/F as a keyword too when ``weight`` is True;
     ``outside(devices, microbatches, options)`` is None inside the range and
     otherwise the reason, as the user sees it after "n/a" (e.g. ``"m < 2p - 1"``): a value outside
-    its range is shown as such and never ranked. ``table_exact``: inside the range and at the default
-    units (F = 1, B = 2, I = W = 1), ppopt's own table equals the closed form (tests/test_registry.py
-    checks it); False when the forms are a paper's claim the construction does not meet everywhere
-    (see the module's docs).
+    its range is shown as such and never ranked. ``table_differs``: empty when, inside the range and at
+    the default units (F = 1, B = 2, I = W = 1), ppopt's own table equals the closed form
+    (tests/test_registry.py checks it); otherwise where it does not, in words (``ppopt list``), when the
+    forms are a paper's claim the construction does not meet everywhere (see the module's docs).
     """
 
     function: Callable[..., Formula]
     outside: Callable[[int, int, Mapping[str, object]], str | None] = _anywhere
-    table_exact: bool = True
+    table_differs: str = ""
     holds: str = "any p, m"  # the range in words (``ppopt list``), within the family's rules
     units_outside: Callable[[int, int, UnitCosts], str | None] = _any_units
     """Why the unit durations (``--forward``, ``--backward``, ``--weight``) are outside the range,
@@ -91,6 +91,15 @@ class ClosedForms:
     ppopt's tables: ZB-H1's and ZB-V's forms hold only at F = I = W, ZB-H2's where
     :func:`ppopt.generators.zb_h2.units_outside` says."""
     weight: bool = False
+
+    @property
+    def table_exact(self) -> bool:
+        return not self.table_differs
+
+    @property
+    def shown(self) -> str:
+        """The range, and where ppopt's table differs from the forms (``ppopt list``)."""
+        return self.holds if self.table_exact else f"{self.holds}; table {self.table_differs}"
 
 
 @dataclass(frozen=True)
@@ -141,7 +150,7 @@ class Family:
         forms = self.closed_forms
         return {
             "schedule": self.name, "summary": self.summary, "options": list(self.options), "rules": self.rules,
-            "closed_forms": None if forms is None else forms.holds, "no_closed_forms": self.no_closed_forms or None,
+            "closed_forms": None if forms is None else forms.holds, "table_differs": None if forms is None else forms.table_differs or None, "no_closed_forms": self.no_closed_forms or None,
             "space": self.space({}), "hints": list(self.hints), "torch_export": self.torch,
         }
 
@@ -175,6 +184,8 @@ def _hanayo_outside(devices: int, microbatches: int, options: Mapping[str, objec
     return "m not a multiple of p" if microbatches % devices else None
 
 
+_CHIMERA_TABLE = "can be longer beyond m = p (units concatenated) and unless F = B"
+
 REGISTRY: dict[str, Family] = {
     f.name: f
     for f in (
@@ -201,21 +212,21 @@ REGISTRY: dict[str, Family] = {
             "chimera", chimera.chimera,
             "bidirectional pipelines, two weight replicas (Li & Hoefler 2021), direct concatenation",
             _space("placement=bidirectional,directions=free"),
-            ClosedForms(chimera.chimera_formula, table_exact=False),
+            ClosedForms(chimera.chimera_formula, table_differs=_CHIMERA_TABLE),
             rules="p even, m a multiple of p", hints=("bidirectional",), torch=False,
         ),
         Family(
             "chimera-asym", chimera.chimera_asym,
             "Chimera with an uneven A:B layer split between the pipeline halves (the study's asymmetric placement)",
             lambda o: f"placement=bidirectional,directions=free,split={o.get('split') or '1:2'}",
-            ClosedForms(chimera.chimera_asym_formula, table_exact=False),
+            ClosedForms(chimera.chimera_asym_formula, table_differs=_CHIMERA_TABLE),
             options=("split",), rules="p even, m a multiple of p", torch=False,
         ),
         Family(
             "hanayo", hanayo.hanayo,
             "wave-like pipeline, 2W chunks per device on a zig-zag, no replicas (Liu et al. 2023)",
             lambda o: f"placement=zigzag,waves={o.get('waves') or OPTIONS['waves'][0]}",
-            ClosedForms(hanayo.hanayo_formula, _hanayo_outside, table_exact=False, holds="m a multiple of p"),
+            ClosedForms(hanayo.hanayo_formula, _hanayo_outside, table_differs="longer unless F = B", holds="m a multiple of p"),
             options=("waves",), rules="see the module docs for where it is defined",
             chunks=lambda o: _twice(o.get("waves", OPTIONS["waves"][0])), hints=("zigzag",),
         ),
@@ -246,7 +257,7 @@ REGISTRY: dict[str, Family] = {
         Family("dualpipe", dualpipe.dualpipe,
                "DeepSeek's DualPipe: two directions, weight replicas, overlapped F&B pairs, B then I+W (DeepSeek-AI 2024)",
                _space("placement=bidirectional,backward=split,directions=even"),
-               ClosedForms(dualpipe.dualpipe_formula, table_exact=False, weight=True),
+               ClosedForms(dualpipe.dualpipe_formula, table_differs="shorter for p > 2 (F&B runs as F then B)", weight=True),
                rules="p even, m even, m >= 2p", split_pairs=dualpipe.split_pairs, hints=("bidirectional",),
                torch=False),  # weight replicas: PyTorch's CSV and runtime hold one rank per stage
     )
