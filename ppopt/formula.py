@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ppopt.generators import get
-from ppopt.units import UnitCosts
+from ppopt.units import UnitCosts, as_given
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def formula(name: str, devices: int, microbatches: int, units: UnitCosts = UnitC
     closed = forms.function(devices, microbatches, units.backward / units.forward, **weight, **taken)
     chunks = family.chunks(taken)  # S / p, an int once the family accepted the options
     assert isinstance(chunks, int)
-    scale = Fraction(repr(float(units.forward))) / chunks  # the decimal the user gave: 0.1 is 1/10, 1e-7 is 1/10**7
+    scale = as_given(units.forward) / chunks  # 0.1 is 1/10, 1e-7 is 1/10**7
     length = Fraction(closed.length).limit_denominator(10**6) * scale
     outside = forms.outside(devices, microbatches, taken) or forms.units_outside(devices, microbatches, units)
     return replace(closed, length=length.numerator if length.denominator == 1 else float(length), outside=outside)

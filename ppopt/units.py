@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ppopt.errors import ConfigError
 from ppopt.ir import Kind
@@ -69,6 +70,12 @@ class UnitCosts:
                 raise ConfigError(f"gives {part} = {value:.10g} slots, under the tables' resolution of {MIN_SLOTS:g}: "
                                   "make it 0 or at least that", field="weight" if self.weight is not None else "backward")
 
+    def exact(self) -> tuple[Fraction, Fraction, Fraction]:
+        """F, B and W as the decimals the user gave (:func:`as_given`), W = B/2 exactly by default:
+        for comparisons such as I = W that binary floats would get wrong (0.9/2 vs 0.45)."""
+        backward = as_given(self.backward)
+        return as_given(self.forward), backward, backward / 2 if self.weight is None else as_given(self.weight)
+
     @property
     def weight_slots(self) -> float:
         """W of a 1/p model share, slots."""
@@ -84,3 +91,8 @@ class UnitCosts:
             Kind.I: (self.backward - w) * share,
             Kind.W: w * share,
         }
+
+
+def as_given(value: float) -> Fraction:
+    """The decimal a float was written as: 0.1 is 1/10 (``Fraction(0.1)`` is a binary neighbour of it)."""
+    return Fraction(repr(float(value)))

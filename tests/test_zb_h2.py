@@ -82,6 +82,19 @@ def test_out_of_reach_forms_name_the_least_m():
     assert evaluate("zb-h2", 4, 8, UnitCosts(backward=6)).formula.outside == "needs I <= 2F"
 
 
+@pytest.mark.parametrize("scale, backward", [(1, 3), (0.3, 0.9), (0.7, 2.1), (0.1, 0.3)])
+def test_the_range_reads_durations_as_the_decimals_given(scale, backward):
+    """F = 0.3, B = 0.9 is F = 1, B = 3 in other units: I = W = 1.5F, so at p = 3 the forms need
+    m >= 3 + 2·0.5 = 4 exactly and hold at m = 4, the table 18 forwards long. Read as binary floats,
+    (I - F)/F came out just above 1/2 and the forms were called out of range ("n/a (m < 4)")."""
+    units = UnitCosts(forward=scale, backward=backward)  # as typed: 3 * 0.1 is not the float 0.3
+    e = evaluate("zb-h2", 3, 4, units)
+    assert e.formula is not None and e.formula.valid, e.formula.outside
+    assert e.formula.length == pytest.approx(18 * scale) and e.table.length == pytest.approx(18 * scale)
+    assert evaluate("zb-h2", 5, 7, units).formula.valid
+    assert evaluate("zb-h2", 3, 3, units).formula.outside == "m < 4"
+
+
 def assert_list_scheduled(schedule, units, pick, extra_deps=lambda op: ()):
     """The schedule's unit-slot table is the list schedule its module describes: in every slot every
     device runs ``pick(device, ready ops, ops it ran before)``, or idles when that is None, where an op is

@@ -63,8 +63,8 @@ def _any_units(devices: int, microbatches: int, units: UnitCosts) -> str | None:
 
 def _equal_units(devices: int, microbatches: int, units: UnitCosts) -> str | None:
     """Qi et al. 2024 state ZB-H1's and ZB-V's forms at F = I = W (the default units)."""
-    even = units.weight_slots == units.backward / 2
-    return None if even and units.backward == 2 * units.forward else "needs F = I = W"
+    forward, backward, weight = units.exact()
+    return None if weight == backward / 2 and backward == 2 * forward else "needs F = I = W"
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,6 @@ I <= F that is the family's m >= p. Where the condition holds, the construction 
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 from ppopt.generators.common import require_positive
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import linear_placement
@@ -92,7 +90,7 @@ def zb_h2(devices: int, microbatches: int) -> Schedule:
 
 def units_outside(devices: int, microbatches: int, units: UnitCosts) -> str | None:
     """Why the closed forms are out of reach at these durations (module docs, "Range"), or None."""
-    forward, backward, weight = (Fraction(x) for x in (units.forward, units.backward, units.weight_slots))
+    forward, backward, weight = units.exact()
     if weight != backward / 2:
         return "needs I = W"
     p, grad = devices, backward - weight
