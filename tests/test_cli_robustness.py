@@ -613,6 +613,53 @@ def test_an_output_named_as_another_format_is_refused_before_any_work(tmp_path, 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, flag, name", [
+    (["search", "--unit", "-p", 4, "-m", 8], "--csv", "s.csv.gz"),
+    (["plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100"], "--torch-csv", "plan.csv.gz"),
+])
+def test_a_gz_name_for_an_output_never_compressed_is_refused(tmp_path, monkeypatch, args, flag, name):
+    """`search --csv s.csv.gz` wrote plain text under a gzip name (export refused the same name)."""
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(run(*args, flag, name))
+    assert line.startswith(f"error: Invalid value for '{flag}': {name} ends in .gz, but ") and "written uncompressed" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trace_named_gz_is_compressed_and_checked_by_the_suffix_before(tmp_path, monkeypatch):
+    """`evaluate --trace t.csv.gz` passed the check (its suffix was .gz) and wrote a gzip trace named
+    as a CSV; t.json.gz is the trace, compressed."""
+    import gzip
+
+    monkeypatch.chdir(tmp_path)
+    job = ["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--model", "study", "--system", "mid-mid", "-q"]
+    line = one_error_line(run(*job, "--trace", "t.csv.gz"))
+    assert line.startswith("error: Invalid value for '--trace': t.csv.gz looks like a CSV file's name")
+    assert list(tmp_path.iterdir()) == []
+    assert run(*job, "--trace", "t.json.gz").exit_code == 0
+    assert "traceEvents" in json.loads(gzip.decompress((tmp_path / "t.json.gz").read_bytes()))
+
+
+def test_a_read_only_output_file_is_refused_and_kept(tmp_path, monkeypatch):
+    """The file went in by rename, which asks the directory, not the file: a write-protected output
+    was replaced. os.access is consulted as the shell's redirection would be (root may write anyway,
+    so the test makes the file read-only to ppopt's check)."""
+    import ppopt.cli.options as options
+
+    monkeypatch.chdir(tmp_path)
+    kept = tmp_path / "ro.csv"
+    kept.write_text("old\n")
+    real = os.access
+    monkeypatch.setattr(options.os, "access", lambda path, mode: False if Path(path).resolve() == kept and mode == os.W_OK else real(path, mode))
+    line = one_error_line(run("export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", "ro.csv"))
+    assert line.startswith("error: Invalid value for '--output' / '-o': cannot write ro.csv: the file is read-only")
+    assert kept.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["ro.csv"]
+
+
+def test_a_picture_to_standard_output_says_it_needs_a_file():
+    assert one_error_line(run("export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", "-", "--format", "png")) == \
+        "error: --format png needs a file: --output - (stdout) is for torch-csv and chrome-trace"
+
+
 def test_an_output_name_ending_in_a_slash_is_refused(tmp_path, monkeypatch):
     """`export -o out.csv/` (and `out.csv/.`) wrote a file out.csv and exited 0."""
     monkeypatch.chdir(tmp_path)

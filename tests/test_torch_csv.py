@@ -306,6 +306,21 @@ def test_cli_export_then_import(tmp_path):
     assert set(payload["table"]) == {"length", "bubble_ratio", "peak_activations"}
 
 
+@pytest.mark.parametrize("name, kinds, said", [("1f1b", {"B"}, "full (B)"), ("zb-h1", {"I", "W"}, "split (I, W)"),
+                                               ("dualpipev", {"B", "I", "W"}, "mixed (B, and I, W)")])
+def test_import_names_the_backward_kinds_the_file_holds(tmp_path, name, kinds, said):
+    """DualPipeV's file holds full B actions beside I and W ones: "split" would misdescribe it."""
+    path = tmp_path / "s.csv"
+    write_torch_csv(generate(name, 2, 4), path)
+    held = {op.kind.value for order in read_torch_csv(path).orders for op in order} - {"F"}
+    assert held == kinds
+    assert f"microbatches, {said} backward" in run("import", path).output
+    import json
+
+    payload = json.loads(run("import", path, "--json").output)
+    assert payload["backward"] == said.split()[0] and payload["split_backward"] == ("I" in kinds)
+
+
 def test_cli_import_matches_the_table_command(tmp_path):
     path = tmp_path / "one.csv"
     write_torch_csv(generate("1f1b", 2, 2), path)

@@ -547,13 +547,21 @@ OUTPUT_SUFFIXES = {".csv": "a CSV", ".json": "a JSON", ".png": "a picture", ".sv
 """The suffixes of ppopt's outputs, and what each names."""
 
 
-def output_not_named_as(suffix: str, what: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+def output_not_named_as(suffix: str, what: str, compressed: bool = False) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
     """A callback like :func:`check_output` that refuses a name ending in another output's suffix
-    (``--csv a.png``, ``--trace t.csv``: flags swapped, most likely); any other name is the user's."""
+    (``--csv a.png``, ``--trace t.csv``: flags swapped, most likely); any other name is the user's.
+    ``compressed``: the output is written gzip-compressed under a name ending in ``.gz`` (a trace:
+    :func:`ppopt.io.write_json`), whose suffix is then the one before; otherwise ``.gz`` is refused,
+    since the file would not be compressed."""
 
     def check(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
         path = check_output(ctx, param, path)
-        other = None if path is None else Path(path).suffix.lower()
+        if path is None:
+            return None
+        name = path.lower()
+        if name.endswith(".gz") and not compressed:
+            raise click.BadParameter(f"{path} ends in .gz, but {what} is written uncompressed: give a name without .gz")
+        other = Path(name.removesuffix(".gz")).suffix
         if other in OUTPUT_SUFFIXES and other != suffix:
             raise click.BadParameter(f"{path} looks like {OUTPUT_SUFFIXES[other]} file's name, but this writes {what}: "
                                      f"give a name ending in {suffix} (or any name without one of ppopt's suffixes)")
@@ -590,6 +598,8 @@ def _check_writable(ctx: click.Context, param: click.Parameter, path: str) -> No
         raise click.BadParameter(f"cannot write {path}: {problem}")
     if not os.access(folder, os.W_OK):
         raise click.BadParameter(f"cannot write {path}: directory {folder} is not writable")
+    if target.is_file() and not os.access(target, os.W_OK):  # replacing it by rename would not ask the file
+        raise click.BadParameter(f"cannot write {path}: the file is read-only")
     if not target.exists() or target.is_file():  # a file goes in via a temporary one in its directory: try one
         try:
             with tempfile.NamedTemporaryFile(dir=folder, prefix=".ppopt-probe-"):

@@ -43,6 +43,8 @@ def _export_format(fmt: str | None, output: str) -> str:
                 f"cannot tell the format from {output!r}: give --format ({', '.join(FORMATS)}) "
                 "or an output ending in .csv, .json, .json.gz, .png or .svg"
             )
+    if output == "-" and fmt in ("png", "svg"):
+        raise ConfigError(f"--format {fmt} needs a file: --output - (stdout) is for torch-csv and chrome-trace")
     if compressed and fmt != "chrome-trace":
         raise ConfigError(f"--output {output!r} ends in .gz, but only a chrome-trace is written gzip-compressed "
                           f"(--format {fmt} writes a {FORMATS[fmt]} file)")
@@ -53,8 +55,6 @@ def _export_format(fmt: str | None, output: str) -> str:
     if suffix in OUTPUT_SUFFIXES and suffix != FORMATS[fmt]:  # `--format chrome-trace -o t.csv`: as search refuses it
         raise ConfigError(f"--format {fmt} writes a {FORMATS[fmt]} file, but --output {output!r} looks like "
                           f"{OUTPUT_SUFFIXES[suffix]} file's name")
-    if output == "-" and fmt in ("png", "svg"):
-        raise ConfigError(f"--format {fmt} needs a file: --output - (stdout) is for torch-csv and chrome-trace")
     return fmt
 
 
@@ -150,6 +150,9 @@ def _emit_text(output: str, text: str) -> None:
         atomic_write_text(output, text)
 
 
+BACKWARD_SHOWN = {"full": "full (B)", "split": "split (I, W)", "mixed": "mixed (B, and I, W)"}
+
+
 @main.command("import")
 @click.argument("file")
 @click.option("--legacy-backward", is_flag=True,
@@ -161,6 +164,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
     """Read a PyTorch schedule CSV (FILE; '-': standard input), validate it, and print its unit-slot
     table and metrics."""
     from ppopt.io.torch_csv import read_torch_csv_file
+    from ppopt.ir import Kind
     from ppopt.report.text import grid, table_summary
     from ppopt.table import build_table, table_metrics
 
@@ -170,7 +174,9 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
     table = build_table(schedule, units)
     metrics = table_metrics(table)
     phases.done("table built")
-    split = table.flat.split  # known from validation, without another pass over the ops
+    split = table.flat.split  # some backward split, known from validation
+    full = not split or any(op.kind is Kind.B for order in schedule.orders for op in order)
+    backward = "mixed" if split and full else "split" if split else "full"  # DualPipeV, ZB-H2 mix B with I, W
     if as_json:
         emit_json({
             "schedule": schedule.name,
@@ -179,6 +185,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
             "stages": schedule.stages,
             "microbatches": schedule.microbatches,
             "split_backward": split,
+            "backward": backward,
             "placement": [holders[0] for holders in schedule.placement],
             "orders": [[str(op) for op in order] for order in schedule.orders],
             "table": {"length": metrics.length, "bubble_ratio": metrics.bubble_ratio,
@@ -189,7 +196,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
 
     click.echo(
         f"{schedule.name}: {counted(schedule.devices, 'device')}, {counted(schedule.stages, 'stage')}, "
-        f"{counted(schedule.microbatches, 'microbatch')}, {'split (I, W)' if split else 'full (B)'} backward\n"
+        f"{counted(schedule.microbatches, 'microbatch')}, {BACKWARD_SHOWN[backward]} backward\n"
     )
     click.echo(grid(table, colour=True))
     click.echo("\n" + table_summary(metrics.length, metrics.bubble_ratio, metrics.peak_activations, schedule.devices,

@@ -167,7 +167,7 @@ def _check_one_in_time(name: str, ops: int, deadline: float | None, plot: bool, 
 @system_options()
 @job_options()
 @click.option("--plot", callback=check_plot, default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
-@click.option("--trace", callback=output_not_named_as(".json", "a Chrome trace (JSON)"), default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json; needs --model/--system).")
+@click.option("--trace", callback=output_not_named_as(".json", "a Chrome trace (JSON)", compressed=True), default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json, or .json.gz compressed; needs --model/--system).")
 @click.option("--costs", default=None, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @time_limit_option("one schedule that cannot fit is refused; with --schedule all, the schedules")
 @json_option
