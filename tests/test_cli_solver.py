@@ -3,6 +3,7 @@
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -351,18 +352,33 @@ def test_frontier_s_help_does_not_offer_the_memory_limit_it_refuses():
     assert "--limits" in run("frontier", "--help").output
 
 
-def test_gap_explains_optimal_rows_whose_best_is_above_the_bound():
-    """With real durations the solver proves optimality in rounded-down ticks, so best found can sit
-    above the bound on an 'optimal' row; the report says why. In unit mode ticks are exact: no note."""
-    modelled = run("gap", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 32,
-                   "-s", "dualpipe", "-q", "--time-limit", 30)
-    assert modelled.exit_code == 0, modelled.output
-    row = next(line for line in modelled.stdout.splitlines() if line.startswith("dualpipe "))
-    best, bound = (float(cell) for cell in row.split()[3:6:2])
-    assert "optimal" in row and best > bound
-    assert modelled.stdout.rstrip().endswith("the rounding is what lies between them (README: Solver ticks)")
-    unit = run("gap", "-p", 4, "-m", 8, "--unit", "-s", "dualpipe", "-q")
-    assert "integer ticks" not in unit.stdout
+def test_optimal_means_within_the_rounding_of_the_bound():
+    """The solver proves optimality in rounded-down ticks, so an optimal schedule's simulated step may
+    exceed the bound by the rounding cost, and no more: what the simulation adds beyond the model (the
+    replicas' gradient all-reduce of DualPipe, contention on a slow link) made 'optimal' rows 0.12 %
+    and 20 % above their bounds. Those are 'feasible' now, with the reason in the note."""
+    cases = [
+        ["-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 32,
+         "--space", "placement=bidirectional,backward=split,directions=even"],  # DualPipe's space: replica all-reduce
+        ["-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "fast-slow", "--micro-batch", 1],  # 13 ms messages, 3 ms forwards
+        ["-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--micro-batch", 1],
+    ]
+    statuses = []
+    for args in cases:
+        result = run("search", *args, "-q", "--time-limit", 20, "--workers", 1, "--json")
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        over = data["step_time_s"] / data["bound_s"] - 1
+        statuses.append(data["status"])
+        if data["status"] == "optimal":
+            assert over <= data["rounding_cost"] + 1e-9
+        else:
+            assert over > data["rounding_cost"] and "the simulation adds what the solver leaves out" in data["note"]
+    assert statuses == ["feasible", "feasible", "optimal"]
+    gap = run("gap", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 32,
+              "-s", "dualpipe", "-q", "--time-limit", 30)
+    row = next(line for line in gap.stdout.splitlines() if line.startswith("dualpipe "))
+    assert " feasible " in row and "integer ticks" not in gap.stdout
 
 
 def test_a_byte_limit_is_echoed_in_the_unit_the_user_gave():
@@ -502,3 +518,41 @@ def test_search_leaves_its_outputs_their_time_within_the_limit(monkeypatch, tmp_
     kept = (picture_time_s(ops) if "--plot" in outputs else 0.0) + (trace_time_s(ops) if "--trace" in outputs else 0.0)
     assert seen == [pytest.approx(100 - kept)]
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_schedules_whose_overlap_the_solver_does_not_model_are_kept_out_of_its_bounds(tmp_path):
+    """With overlap_f_b_share > 0 the simulator shortens DualPipeV's overlapped F&B pairs, which the
+    solver times as two ops: DualPipeV ran in 386.9 ms against a bound of 400.2 ms reported 'optimal'.
+    gap now skips it with the reason, a fixed space of it is refused, and the rest is unchanged."""
+    text = (Path(__file__).parents[1] / "configs" / "fast-slow.toml").read_text()
+    assert "overlap_f_b_share" not in text
+    system = tmp_path / "overlap.toml"
+    system.write_text(text.replace("overlap_comm_compute = true", "overlap_comm_compute = true\noverlap_f_b_share = 1.0"))
+    def job(on):
+        return ["-p", 2, "-m", 16, "--model", "llama3-8b", "--system", on, "--micro-batch", 1, "--time-limit", 10, "--workers", 1]
+
+    gap = run("gap", "-s", "dualpipev", "-s", "zb-v", *job(system), "--json")
+    assert gap.exit_code == 0, gap.output
+    data = json.loads(gap.stdout)
+    assert [r["schedule"] for r in data["schedules"]] == ["zb-v"]
+    assert "runs overlapped F&B pairs" in data["skipped"]["dualpipev"]
+    assert all(r["bound_s"] <= r["best_found_s"] <= r["step_time_s"] for r in data["schedules"])
+    fixed = run("search", "--space", "fixed:dualpipev", *job(system))
+    assert fixed.exit_code == 1
+    assert fixed.stderr.strip().splitlines()[-1].startswith("error: overlap_f_b_share: dualpipev runs overlapped F&B pairs")
+    plain = system.with_name("plain.toml")
+    plain.write_text(text)
+    assert run("search", "--space", "fixed:dualpipev", *job(plain), "-q").exit_code == 0
+
+
+def test_a_free_placement_takes_a_byte_limit():
+    """With the placement free, each device's persistent bytes depend on which stages it gets; the
+    capacity of its cumulative was a sum over the placement literals, which CP-SAT rejects: every
+    such search ended 'invalid' (exit 0, no schedule). The state is now an interval over the whole
+    horizon, present when the stage is on the device."""
+    job = ["-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--space", "placement=any", "--workers", 1, "-q", "--json"]
+    limited = json.loads(run("search", *job, "--memory-limit", "1200GiB", "--time-limit", 10).stdout)
+    assert limited["status"] in ("optimal", "feasible") and limited["step_time_s"] is not None
+    assert max(limited["simulation"]["peak_memory_bytes"]) <= 1200 * 2**30
+    least = json.loads(run("search", *job, "--minimize-memory", "--time-limit", 10).stdout)
+    assert least["status"] != "invalid" and "invalid" not in json.dumps(least)

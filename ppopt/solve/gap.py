@@ -22,11 +22,13 @@ from ppopt.solve import options as solve_options
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import (
+    OVERLAP_REFUSED,
     SearchResult,
     cheap_bound,
     format_amount,
     memory_use,
     minimum_memory,
+    overlap_outside_model,
     relative_gap,
     search,
     space_instance,
@@ -137,6 +139,9 @@ def gap_report(
             skipped[name] = error.reason
             continue
         instance = spec.instance(schedule.stages, schedule.stage_weights)
+        if overlap_outside_model(schedule, instance):
+            skipped[name] = "it " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share)
+            continue
         semantics, unit, memory_unit = instance.memory_semantics(), instance.time_unit, instance.memory_unit
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = _peak(instance, simulation)

@@ -364,9 +364,14 @@ class _Builder:
             nonzero = next((i for i, d in enumerate(scaled) if d > 0), None)
             self.memory_step = (sizes + persistent)[nonzero] / scaled[nonzero] if nonzero is not None else 1.0
         for d in range(self.p):
-            if self.placement is None:
+            lifetimes, weights = [], []
+            if self.placement is None:  # a stage's state is on d when it is: an interval over the whole horizon
                 held = list(range(self.stages))
-                room = ceiling - sum(kept[s] * self.on[s, d] for s in held)
+                room: cp_model.LinearExprT = ceiling  # a cumulative's capacity must be affine, not a sum over the free placement
+                for s in held:
+                    if kept[s] > 0:
+                        lifetimes.append(self.model.new_optional_fixed_size_interval_var(0, self.horizon, self.on[s, d], ""))
+                        weights.append(kept[s])
             else:
                 held = [s for s in range(self.stages) if d in self.placement[s]]
                 kept_here = sum(kept[s] for s in held)
@@ -374,7 +379,6 @@ class _Builder:
                 if not minimize_peak and self.single_stage(held) and demand[held[0]] > 0:  # then ceiling == capacity
                     self.add_memory_precedence(held[0], (capacity - kept_here) // demand[held[0]])
                     continue
-            lifetimes, weights = [], []
             for s in held:
                 for m in range(self.m):
                     present = self._presence(Op(s, Kind.F, m), d)
