@@ -462,6 +462,22 @@ def test_a_family_search_names_the_placements_it_covers():
     assert "the best of" not in linear.stdout
 
 
+def test_a_family_search_searches_one_stage_map_once():
+    """Zigzag with one wave puts stage s on device s and 2p-1-s, as the V does: the family search
+    spent a quarter of its budget on the same space twice. With two waves the maps differ."""
+    from dataclasses import replace
+
+    from ppopt.solve.space import parse_space, placement_of
+
+    one = parse_space("placement=family")
+    assert placement_of(replace(one, placement="v"), 4) == placement_of(replace(one, placement="zigzag"), 4)
+    result = run("search", "--unit", "-p", 4, "-m", 8, "--space", "placement=family", "--time-limit", 5, "--no-grid")
+    assert result.exit_code == 0, result.output
+    assert "skipped placement=zigzag: the same stage map as placement=v, searched once" in result.stderr
+    two = run("search", "--unit", "-p", 4, "-m", 8, "--space", "placement=family,waves=2", "--time-limit", 5, "--no-grid")
+    assert two.exit_code == 0 and "same stage map" not in two.stderr
+
+
 def test_a_family_search_reports_the_parts_of_its_own_bound():
     """placement=family's bound is its weakest member's (here v or zigzag, unproven at 42.5), but
     the solver, analytic and period bounds beside it were the winning linear member's (46, 46, 45):
@@ -556,3 +572,17 @@ def test_a_free_placement_takes_a_byte_limit():
     assert max(limited["simulation"]["peak_memory_bytes"]) <= 1200 * 2**30
     least = json.loads(run("search", *job, "--minimize-memory", "--time-limit", 10).stdout)
     assert least["status"] != "invalid" and "invalid" not in json.dumps(least)
+
+
+@pytest.mark.parametrize("args", [
+    ["-p", 4, "-m", 8, "--system", "dgx-h100", "--micro-batch", 1, "--memory-limit", "80GiB", "-s", "gpipe", "-s", "1f1b"],
+    ["-p", 2, "-m", 4, "--system", "slow-fast", "--micro-batch", 2, "-s", "1f1b"],
+])
+def test_gap_never_reports_a_bound_above_the_best_found(args):
+    """A space a handcrafted schedule settles took the analytic bound as summed, which came out one
+    float step above that schedule's step (gap 1.45e-16, bound_s > best_found_s in the JSON)."""
+    result = run("gap", "--model", "llama3-8b", *args, "-q", "--time-limit", 20, "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["schedules"]
+    assert rows and all(r["bound_s"] <= r["best_found_s"] for r in rows)
+    assert all(r["gap"] is None or r["gap"] >= 0 for r in rows)

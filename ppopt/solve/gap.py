@@ -28,6 +28,7 @@ from ppopt.solve.search import (
     format_amount,
     memory_use,
     minimum_memory,
+    never_above,
     overlap_outside_model,
     relative_gap,
     search,
@@ -166,7 +167,7 @@ def gap_report(
     rows, searches = [], {}
     for key, (name, space, step, peak, fits) in zip(row_keys, simulated):
         if key in settled:  # a handcrafted schedule meets the space's analytic bound: its optimum, no search
-            bound = settled[key]
+            bound = never_above(settled[key], known[key])
             gap = relative_gap(step, bound) if fits else None
             rows.append(GapRow(name, space.describe(), step, peak, fits, known[key], bound, gap, "optimal"))
             continue
@@ -183,10 +184,10 @@ def gap_report(
             # the figures the rows need; the schedules and simulations would hold gigabytes at scale
             searches[key] = replace(result, schedule=None, simulation=None, handcrafted=())
         result = searches[key]
-        bound = result.bound
+        best = min(known.get(key, math.inf), math.inf if result.step_time is None else result.step_time)
+        bound = never_above(result.bound, None if best == math.inf else best)
         # a schedule over the limit is not in the space, so the bound says nothing about it
         gap = relative_gap(step, bound) if fits else None
-        best = min(known.get(key, math.inf), math.inf if result.step_time is None else result.step_time)
         status = "optimal" if best <= bound * (1 + 1e-9) else result.status
         rows.append(GapRow(name, space.describe(), step, peak, fits, None if best == math.inf else best, bound, gap, status))
     return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible, memory_unit)

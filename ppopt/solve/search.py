@@ -401,6 +401,12 @@ def _meets_cheap_bound(instance: Instance, placement, space: Space, candidates: 
     return bool(steps) and min(steps) <= cheap_bound(instance, placement, space) * (1 + 1e-9)
 
 
+def never_above(bound: float, step: float | None) -> float:
+    """``bound``, or ``step`` where the bound lies above it by the last bits of two float sums (ticks
+    scaled back, seconds summed): a bound that a schedule meets is reported as its step."""
+    return step if step is not None and step < bound <= step * (1 + 1e-9) else bound
+
+
 def relative_gap(step: float | None, bound: float) -> float | None:
     """The optimality gap (step - bound) / bound, or None without a step or a finite positive bound."""
     if step is None or not (bound > 0 and math.isfinite(bound)):
@@ -1173,8 +1179,7 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
     status = best.status
     bound = max(best.solver_bound, setup.analytic.best, setup.period_bound or 0.0) if status != "infeasible" else math.inf
     step = best.simulation.step_time_s if best.simulation is not None else None
-    if step is not None and step < bound <= step * (1 + 1e-9):
-        bound = step  # the last bits of two float sums (ticks scaled back, seconds summed): never above the step
+    bound = never_above(bound, step)
     gap = relative_gap(step, bound)
     if gap is not None and gap <= 1e-9 and status == "feasible":
         status = "optimal"
@@ -1293,8 +1298,13 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
     results: list[SearchResult] = []
     unsearched = []
     least: tuple[float, str] | None = None  # the smallest member memory minimum, and its refusal
+    maps: dict[tuple, str] = {}  # stage -> devices maps already taken: zigzag with one wave is the V
     for k, member in enumerate(FAMILY_MEMBERS):
         member_space = replace(space, placement=member)
+        same = maps.setdefault(placement_of(member_space, spec.devices) or (member,), member)
+        if same != member:
+            options.note(f"skipped placement={member}: the same stage map as placement={same}, searched once")
+            continue
         stages, layers = stage_count(member_space, spec.devices), _model_layers(spec)
         if layers is not None and stages > layers:
             options.note(f"skipped placement={member}: its {stages} stages exceed the model's {layers} layers")
