@@ -127,6 +127,18 @@ def test_more_ranks_than_the_limit_are_refused_before_any_rank_starts(no_launch,
              "error: --devices: must be from 1 to 64 ranks (processes on this machine), got 65\n")
 
 
+def test_a_rank_count_over_the_limit_is_refused_before_a_schedule_is_built(no_launch, monkeypatch):
+    """-p 1000000 built and validated a million-rank 1F1B (30 s) before the rank limit refused it."""
+    import ppopt.generators
+
+    def never(*args, **kwargs):
+        raise AssertionError("a schedule was built")
+
+    monkeypatch.setattr(ppopt.generators, "generate", never)
+    _refused(cli("run", "-s", "1f1b", "-p", 1000000, "-m", 4),
+             "error: --devices: must be from 1 to 64 ranks (processes on this machine), got 1000000\n")
+
+
 @pytest.mark.parametrize("flag", ["--steps", "--warmup"])
 @pytest.mark.parametrize("command", [RUN, ("profile", "-o", "x.json")])
 def test_more_steps_than_the_limit_are_refused_before_any_rank_starts(no_launch, command, flag):

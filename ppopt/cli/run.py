@@ -52,7 +52,7 @@ def _schedules(files, names, devices, microbatches, chunks):
     from ppopt.generators import generate, get
     from ppopt.io.torch_csv import read_torch_csv_file
     from ppopt.run.execute import refuse_unrunnable
-    from ppopt.run.spec import MAX_DEVICES
+    from ppopt.run.spec import MAX_DEVICES, require_ranks
     from ppopt.validate import validate
 
     if not files and not names:
@@ -71,6 +71,7 @@ def _schedules(files, names, devices, microbatches, chunks):
             raise ConfigError(f"{file}: {schedule.devices} ranks; a run takes at most {MAX_DEVICES} (processes on this machine)")
     if names:
         require_size(devices, microbatches)
+        require_ranks(devices)  # before building a schedule of a million ranks (30 s)
         for name in names:
             options = {"chunks": chunks} if chunks is not None and "chunks" in get(name).options else {}
             schedules.append(validate(generate(name, devices, microbatches, **options)))

@@ -146,9 +146,7 @@ class RunSpec:
         the CLI's parameter names; ``devices`` is the rank count, 0 until a run sets it): the model
         sizes of each job, at most :data:`MAX_DEVICES` ranks, :data:`MAX_STEPS` steps,
         :data:`MAX_THREADS` threads, a seed in :data:`SEED_RANGE`, the dtype and the timeout."""
-        if not 1 <= self.devices <= MAX_DEVICES:  # first: a stage count over it is this limit, not one of layers
-            raise ConfigError(f"must be from 1 to {MAX_DEVICES} ranks (processes on this machine), got {self.devices}",
-                              field="devices")
+        require_ranks(self.devices)  # first: a stage count over it is this limit, not one of layers
         for job in self.jobs:
             self.model.check(job.stages)
         for field, least in (("steps", 1), ("warmup", 0), ("p2p_repeats", 0)):
@@ -189,3 +187,9 @@ def spec_from_json(text: str) -> RunSpec:
     data["model"] = ModelSize(**data["model"])
     data["jobs"] = tuple(Job(**job) for job in data["jobs"])
     return RunSpec(**data)
+
+
+def require_ranks(devices: int) -> None:
+    """A run's rank count: 1 to :data:`MAX_DEVICES` processes on this machine (field ``devices``)."""
+    if not 1 <= devices <= MAX_DEVICES:
+        raise ConfigError(f"must be from 1 to {MAX_DEVICES} ranks (processes on this machine), got {devices}", field="devices")
