@@ -129,6 +129,25 @@ def test_a_deadline_too_close_to_list_the_points_is_refused_before_any_work(tmp_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command", ["sweep", "plan"])
+def test_a_limit_that_starting_ray_would_use_up_is_refused_before_ray_starts(tmp_path, monkeypatch, command):
+    """A local Ray takes seconds to start (RAY_START_S): sweep and plan refused a 1 s limit only once it
+    had started, 5.9 to 7.9 s later."""
+    import ppopt.sweep.executors as executors
+
+    def never(*args, **kwargs):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(executors, "RayExecutor", never)
+    args = (["sweep", str(spec(tmp_path, SMALL).path), "-o", str(tmp_path / "out")] if command == "sweep" else
+            ["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100"])
+    result = CliRunner().invoke(main, [*args, "--executor", "ray", "--time-limit", "1", "-q"])
+    assert result.exit_code == 1, result.output
+    line = result.output.strip()
+    assert line.startswith("error: --time-limit: ") and f"at least {executors.RAY_START_S:.0f} s" in line
+    assert "Ray was started" not in result.output and not (tmp_path / "out").exists()
+
+
 def test_a_study_whose_limit_the_report_takes_is_refused(tmp_path):
     result = CliRunner().invoke(main, ["study", "--quick", "-o", str(tmp_path / "out"), "--time-limit", "8"])
     assert result.exit_code == 1

@@ -254,11 +254,15 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_sha
     evaluated (nothing is printed then)."""
     from ppopt.plan import PlanProgress, out_of_time, plan
     from ppopt.sweep import make_executor
+    from ppopt.sweep.executors import starting_s
 
     phases = None if quiet else _Phases(request.model.name)
     progress = PlanProgress(phases.generating, phases.sizing, phases.simulating) if phases else None
     try:
         if jobs > 1 or executor != "local" or address is not None:  # make_executor refuses an address without ray
+            least = starting_s(executor, address)
+            if least and options.remaining_s() <= least:  # refused before Ray starts, not after
+                raise out_of_time(options, f"starting the {executor} executor takes at least {least:.0f} s")
             starting = time.monotonic()
             with make_executor(executor, jobs, address) as pool:  # its closing counts in the budget too
                 if options.expired:  # starting Ray can take seconds: say so, not "generating took the budget"

@@ -46,6 +46,10 @@ EXECUTOR_NOTE_S = 1.0
 def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, kinds=("evaluate", "gap")):
     """The sweep, and the --time-limit that would let its searches left out run (None if none was)."""
     from ppopt.sweep import make_executor, run_sweep
+    from ppopt.sweep.run import check_deadline_before_start
+
+    if deadline is not None:
+        check_deadline_before_start(loaded, kinds, deadline, executor, address)
 
     bar = None if quiet else ProgressBar(f"sweep {loaded.name}")
     main_thread = threading.current_thread() is threading.main_thread()  # only it may set a handler

@@ -170,6 +170,18 @@ RAY_SHUTDOWN_S = 2.0
 1.5 s on this project's 2-core machine, after the last result (``plan --time-limit`` ran 18 % over)."""
 
 
+RAY_START_S = 3.0
+"""Seconds starting a local Ray takes at least: ``ray.init()`` took 3.0 to 3.9 s on this project's
+2-core machine. A time limit that this start and the run's kept time would use up is refused before
+Ray starts (:func:`starting_s`)."""
+
+
+def starting_s(kind: str, address: str | None) -> float:
+    """Seconds the executor ``kind`` takes at least to start: a local Ray's :data:`RAY_START_S`; 0
+    for the local pool and for a Ray cluster reached at ``address`` (no estimate)."""
+    return RAY_START_S if kind == "ray" and address is None else 0.0
+
+
 class Executor:
     """Runs ``fn`` over ``items``; results in completion order. ``closing_s``: seconds :meth:`close`
     may take, which a command with a time limit keeps for it."""

@@ -41,9 +41,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppopt.errors import PpoptError
+from ppopt.errors import PpoptError, counted
 from ppopt.io import atomic_write_text, parse_data, write_json
-from ppopt.sweep.executors import Executor, LocalExecutor, TimeLimitReached, uninterrupted
+from ppopt.sweep.executors import RAY_SHUTDOWN_S, Executor, LocalExecutor, TimeLimitReached, starting_s, uninterrupted
 from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, check_sweep_size, expand
 
 __all__ = ["COLUMNS", "LOCK_NAME", "Progress", "SweepResult", "read_rows", "run_item", "run_sweep", "rows_csv"]
@@ -436,13 +436,23 @@ def kept_seconds(points: int, closing_s: float) -> float:
     return LIST_S_PER_POINT * points + csv_seconds(points) + closing_s
 
 
-def _check_deadline(points: int, deadline: float, closing_s: float) -> None:
-    """Refuse a deadline that leaves no time for any point (a rerun would make no progress either)."""
+def _check_deadline(points: int, deadline: float, closing_s: float, starting_s: float = 0.0) -> None:
+    """Refuse a deadline that leaves no time for any point (a rerun would make no progress either);
+    ``starting_s``: what starting the executor will take first (:func:`ppopt.sweep.executors.starting_s`)."""
     left, kept = deadline - time.monotonic(), kept_seconds(points, closing_s)
-    if left <= kept:
-        raise PpoptError(f"{max(left, 0.0):.1f} s left cannot cover listing the sweep's {points:,} points and writing "
+    if left <= kept + starting_s:
+        start = f"starting Ray (at least {starting_s:.0f} s), " if starting_s else ""
+        raise PpoptError(f"{max(left, 0.0):.1f} s left cannot cover {start}listing the sweep's {counted(points, 'point')} and writing "
                          f"rows.csv (about {kept:.1f} s kept for them), and no point would run: give more, or split the spec",
                          field="time_limit")
+
+
+def check_deadline_before_start(loaded: LoadedSpec, kinds: tuple[str, ...], deadline: float, kind: str, address: str | None) -> None:
+    """:func:`run_sweep`'s deadline check, made before the executor ``kind`` starts (a local Ray
+    takes seconds to start, which a short limit refused only afterwards)."""
+    points = check_sweep_size(loaded.spec, "gap" in kinds)
+    closing = RAY_SHUTDOWN_S if kind == "ray" and address is None else 0.0
+    _check_deadline(points, deadline, closing, starting_s(kind, address))
 
 
 def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Progress | None, max_items: int | None,
