@@ -134,7 +134,10 @@ def test_frontier_is_monotone_and_places_handcrafted():
         (["gap", "-p", "3", "-m", "6", "--unit", "-s", "dualpipe"], "no schedule to report at p = 3, m = 6 (dualpipe: dualpipe needs an even"),
         (["gap", "-p", "2", "-m", "2", "--unit", "--memory-limit", "0.5", "-s", "1f1b"], "no schedule fits the memory limit (the least need is that of 1f1b): memory limit 0.5 activations is below the minimum 1"),
         # Over the op limit: refused before any placement or model is built (no hang).
-        (["search", "-p", "10000000", "-m", "2", "--unit"], "10000000 devices, 2 microbatches make 40,000,000 ops"),
+        (["search", "-p", "10000000", "-m", "2", "--unit"], "--devices: schedule too large: 10000000 devices, 2 microbatches make 40,000,000 ops"),
+        # the larger factor is named: the flag to lower (it named --microbatches for a million devices)
+        (["search", "-p", "1000000", "-m", "4", "--unit", "--time-limit", "5"], "--devices: search too large: 1000000 devices, 4 microbatches"),
+        (["search", "-p", "4", "-m", "10000000", "--unit"], "--microbatches: schedule too large: 4 devices, 10000000 microbatches"),
         (["frontier", "-p", "2", "-m", str(10**20), "--unit"], "the limit is 10,000,000 ops"),
         (["gap", "-p", "2", "-m", "2", "--waves", "10000000", "--unit"], "2 devices x 20000000 stages each, 2 microbatches"),
         # Under the op limit but over the solver's (about 3.4 KB of memory per op): no out-of-memory.

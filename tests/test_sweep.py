@@ -548,6 +548,10 @@ def test_counts_that_every_point_would_refuse_are_refused_when_the_spec_is_read(
     many = evaluation_only.replace("microbatches = [4, 8]", "microbatches = [4, 2000000]")
     with pytest.raises(ConfigError, match=r"key 'microbatches': 2000000 makes every schedule larger"):
         load_spec(write_spec(tmp_path, many, "many.toml"))
+    # both keys' values are over with the other's fewest: the outlier is named, not devices = 3
+    outlier = evaluation_only.replace("microbatches = [4, 8]", "microbatches = [1000000000]")
+    with pytest.raises(ConfigError, match=r"key 'microbatches': 1000000000 makes every schedule larger"):
+        load_spec(write_spec(tmp_path, outlier, "outlier.toml"))
     indivisible = evaluation_only.replace("global_batch = 64", "global_batch = 7")
     result = CliRunner().invoke(main, ["sweep", str(write_spec(tmp_path, indivisible, "seven.toml")), "-o",
                                        str(tmp_path / "out"), "-q"])

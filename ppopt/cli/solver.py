@@ -117,14 +117,15 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
     ops = spec.devices * per_device * spec.microbatches * kinds
     what = (f"{spec.devices} devices{f' x {per_device} stages each' if per_device > 1 else ''}{f' ({key})' if key else ''}, "
             f"{spec.microbatches} microbatches")
+    field = "space" if key else "devices" if spec.devices * per_device > spec.microbatches else "microbatches"  # the larger factor
     try:
         check_size(ops, what)
     except ScheduleError as error:
-        raise ScheduleError(error.reason, field="space" if key else None) from None
+        raise ScheduleError(error.reason, field=field) from None
     if ops > max_search_ops(held):
         raise ConfigError(f"search too large: {what} make {ops:,} ops (stages x microbatches x kinds); this command holds "
                           f"about {SEARCH_BYTES_PER_OP + (held - 1) * SCHEDULE_BYTES_PER_OP:,} bytes per op and takes "
-                          f"at most {max_search_ops(held):,} ops", field="space" if key else "microbatches")
+                          f"at most {max_search_ops(held):,} ops", field=field)
     if spec.memory_limit is not None:  # the first handcrafted hint may not fit: one more until one does
         schedules += 1
     started = startup_s()  # the budget counts from the imports (0 when not run from the command line)

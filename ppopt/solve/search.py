@@ -1301,13 +1301,13 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
     maps: dict[tuple, str] = {}  # stage -> devices maps already taken: zigzag with one wave is the V
     for k, member in enumerate(FAMILY_MEMBERS):
         member_space = replace(space, placement=member)
-        same = maps.setdefault(placement_of(member_space, spec.devices) or (member,), member)
-        if same != member:
-            options.note(f"skipped placement={member}: the same stage map as placement={same}, searched once")
-            continue
         stages, layers = stage_count(member_space, spec.devices), _model_layers(spec)
         if layers is not None and stages > layers:
             options.note(f"skipped placement={member}: its {stages} stages exceed the model's {layers} layers")
+            continue
+        same = maps.setdefault(placement_of(member_space, spec.devices) or (member,), member)
+        if same != member:
+            options.note(f"skipped placement={member}: the same stage map as placement={same}, searched once")
             continue
         if results and too_late(options, spec, member_space):
             options.note(f"skipped placement={member}: time limit reached")

@@ -364,11 +364,12 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
     except ConfigError as error:
         raise fail("backward", error.reason) from None
     fewest = {"devices": min(spec.devices), "microbatches": min(spec.microbatches)}
-    for key, other in (("devices", "microbatches"), ("microbatches", "devices")):
-        for value in getattr(spec, key):
-            if 2 * value * fewest[other] > MAX_OPS:
-                raise fail(key, f"{value} makes every schedule larger than the limit of {MAX_OPS:,} ops (at least "
-                                f"2 x {value} x {fewest[other]} {other}: a forward and a backward per stage and microbatch)")
+    over = [(value, key, other) for key, other in (("devices", "microbatches"), ("microbatches", "devices"))
+            for value in getattr(spec, key) if 2 * value * fewest[other] > MAX_OPS]
+    if over:  # the largest value is the one to blame (devices [4] with microbatches [10**9]: the 10**9)
+        value, key, other = max(over)
+        raise fail(key, f"{value} makes every schedule larger than the limit of {MAX_OPS:,} ops (at least "
+                        f"2 x {value} x {fewest[other]} {other}: a forward and a backward per stage and microbatch)")
     for name, rule in spec.filters.items():
         if not rule.keeps_any(spec):
             raise fail(f"filters.{name}", "keeps no point of the sweep (its values are not among the sweep's): "
