@@ -1,6 +1,7 @@
 """The CLI: real output, JSON keys, one-line errors with exit status 1, help text everywhere."""
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -250,6 +251,30 @@ def test_export_and_import_report_their_phases_only_when_long(tmp_path, monkeypa
     assert hushed.exit_code == 0 and hushed.stderr == f"wrote {path} (torch-csv: 1f1b, p=2, m=2)\n"
     read_quietly = CliRunner().invoke(main, ["import", str(path), "-q"])
     assert (read_quietly.exit_code, read_quietly.stderr, read_quietly.stdout) == (0, "", read.stdout)
+
+
+def test_one_long_step_says_it_is_still_working(monkeypatch, capsys):
+    """One simulation of millions of ops (`job` with a global batch of 410,000, `table -p 1000000`)
+    ran 15 to 31 s with nothing on stderr; a step that outlasts PROGRESS_AFTER_S now says so every
+    HEARTBEAT_S, and stops saying it when it ends. Quick steps and quiet commands print nothing."""
+    import time as clock
+
+    import ppopt.cli.options as options
+    import ppopt.solve.options as shared
+
+    monkeypatch.setattr(shared, "PROGRESS_AFTER_S", 0.05)
+    monkeypatch.setattr(options, "HEARTBEAT_S", 0.1)
+    with options.working("job t1 p8"):
+        clock.sleep(0.5)
+    lines = capsys.readouterr().err.splitlines()
+    assert 2 <= len(lines) <= 6 and all(re.fullmatch(r"job t1 p8: still working \(\d+ s\)", line) for line in lines)
+    clock.sleep(0.3)
+    assert capsys.readouterr().err == ""  # the thread ended with the step
+    with options.working("quick"):
+        pass
+    with options.working("hushed", quiet=True):
+        clock.sleep(0.3)
+    assert capsys.readouterr().err == ""
 
 
 def test_a_table_of_chunks_says_its_peaks_count_chunks():

@@ -23,6 +23,7 @@ from ppopt.cli.options import (
     output_ending_in,
     quiet_option,
     refuse_unused_options,
+    working,
 )
 from ppopt.job import SCHEDULES as JOB_SCHEDULES
 
@@ -86,7 +87,8 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
     from ppopt.io.measured import ASSUMED, unused_columns
     from ppopt.report.text import percent, percent_header
 
-    accuracy = validate_file(list(data), load_system(system))
+    with working("validate"):
+        accuracy = validate_file(list(data), load_system(system))
     _note_unused_columns(data, unused_columns, ASSUMED)
     if not accuracy.rows:  # a report of no prediction, "MAPE -", would read as a result
         from ppopt.errors import ConfigError
@@ -184,8 +186,9 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
                                                   "description": f"{base.name} calibrated on {len(rows)} measured rows"})
     fitted = dataclasses.replace(fitted, system=calibrated)
     atomic_write_text(output, system_toml(fitted, base.name, [Path(p).name for p in data]))
-    on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
-    on_base = summarize(predict_rows([r.on(base) for r in rows]), unmodelled)
+    with working("calibrate: the fit and the base system on the rows", quiet):
+        on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
+        on_base = summarize(predict_rows([r.on(base) for r in rows]), unmodelled)
     if len(rows) <= len(fitted.values):  # as many parameters as rows: the fit can match them whatever the model
         click.echo(f"note: {len(rows)} row(s) for {len(fitted.values)} fitted parameters: the fit is underdetermined, "
                    "and its error on these rows says nothing of other jobs", err=True)
@@ -274,7 +277,8 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
               global_batch=global_batch, recompute=parallel.recompute, sequence_parallel=parallel.sequence_parallel,
               distributed_optimizer=parallel.distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
               layers=layers, **{name: value for name, value in given.items() if value is not None})
-    result = evaluate_job(job)
+    with working(f"job {job.describe()}"):
+        result = evaluate_job(job)
     tokens, mfu = throughput(job, result.step_time_s)
     figures = {
         "job": job.describe(), "model": job.model.name, "system": job.system.name, "tp": job.tp, "pp": job.pp, "dp": job.dp,
@@ -338,7 +342,8 @@ def published_command(data, systems, fmt, as_json) -> None:
     _note_unused_columns([data], unused_columns, ASSUMED)
     check_total_size(simulated_ops(runs) * len(chosen), f"{len(runs)} runs on {len(chosen)} systems")
     try:
-        predicted = {system.name: predictions(runs, system) for system in chosen}
+        with working("published"):
+            predicted = {system.name: predictions(runs, system) for system in chosen}
     except ConfigError as error:
         raise ConfigError(f"{data}: {error}") from error
     if all(p.result is None for found in predicted.values() for p in found):  # "MAPE -" would read as a result

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -466,6 +467,36 @@ class Phases:
         elapsed = time.monotonic() - self.began
         if elapsed >= solve_options.PROGRESS_AFTER_S and not self.quiet:
             click.echo(f"{self.label}: {phase} ({elapsed:.1f} s)", err=True)
+
+
+HEARTBEAT_S = 5.0
+"""Seconds between the lines of :func:`working` once the first is out."""
+
+
+@contextlib.contextmanager
+def working(label: str, quiet: bool = False) -> Iterator[None]:
+    """Progress for one step whose length ppopt cannot divide (one simulation of millions of ops, one
+    measured row of a huge batch): a line ``LABEL: still working (T s)`` on stderr once it has run
+    :data:`ppopt.solve.options.PROGRESS_AFTER_S`, then every :data:`HEARTBEAT_S`, from a thread that
+    ends with the step; none when ``quiet`` or when the step is quick."""
+    if quiet:
+        yield
+        return
+    began, stop = time.monotonic(), threading.Event()
+
+    def beat() -> None:
+        wait = solve_options.PROGRESS_AFTER_S
+        while not stop.wait(wait):
+            click.echo(f"{label}: still working ({time.monotonic() - began:.0f} s)", err=True)
+            wait = HEARTBEAT_S
+
+    thread = threading.Thread(target=beat, name="ppopt-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 class ProgressBar:

@@ -27,6 +27,7 @@ from ppopt.cli.options import (
     schedule_options,
     size_outputs_first,
     system_options,
+    working,
     written_together,
 )
 from ppopt.generators import REGISTRY
@@ -61,10 +62,11 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, u
     from ppopt.table import build_table
 
     size_outputs_first(name, devices, microbatches, options, picture=bool(plot))
-    schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
-    if plot:
-        _check_picture(schedule)
-    table = build_table(schedule, units)
+    with working(f"table {name or schedule_file}"):
+        schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+        if plot:
+            _check_picture(schedule)
+        table = build_table(schedule, units)
     if as_json:
         emit_json(table_json(table))
         if plot:
@@ -217,7 +219,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         size_outputs_first(name, devices, microbatches, options, picture=bool(plot), trace=bool(trace))
         if name is not None and devices and microbatches:  # known before it is built
             _check_one_in_time(name, family_ops(devices, microbatches, options, [name]), deadline, bool(plot), bool(trace))
-        schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+        with working(f"evaluate {name or schedule_file}", quiet):
+            schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
         if name is None:  # read from a file: sized once read
             _check_one_in_time(schedule.name, sum(len(order) for order in schedule.orders), deadline, bool(plot), bool(trace))
         if plot:
@@ -227,8 +230,9 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
 
             check_trace_size(sum(len(order) for order in schedule.orders))
         try:
-            result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
-                                       parallel=parallel, **options)
+            with working(f"evaluate {schedule.name}", quiet):
+                result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
+                                           parallel=parallel, **options)
         except ConfigError as error:  # the file set the microbatches, not --microbatches: name the file
             if schedule_file is None or error.field != "microbatches":
                 raise

@@ -1305,14 +1305,15 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
         if layers is not None and stages > layers:
             options.note(f"skipped placement={member}: its {stages} stages exceed the model's {layers} layers")
             continue
-        same = maps.setdefault(placement_of(member_space, spec.devices) or (member,), member)
-        if same != member:
-            options.note(f"skipped placement={member}: the same stage map as placement={same}, searched once")
+        stage_map = placement_of(member_space, spec.devices) or (member,)
+        if stage_map in maps:
+            options.note(f"skipped placement={member}: the same stage map as placement={maps[stage_map]}, searched once")
             continue
         if results and too_late(options, spec, member_space):
             options.note(f"skipped placement={member}: time limit reached")
             unsearched.append(member)
             continue
+        maps[stage_map] = member
         try:
             results.append(search(spec, member_space, options.share(len(FAMILY_MEMBERS) - k)))
         except (InfeasibleError, ScheduleError) as error:
