@@ -256,14 +256,14 @@ def test_export_and_import_report_their_phases_only_when_long(tmp_path, monkeypa
 def test_one_long_step_says_it_is_still_working(monkeypatch, capsys):
     """One simulation of millions of ops (`job` with a global batch of 410,000, `table -p 1000000`)
     ran 15 to 31 s with nothing on stderr; a step that outlasts PROGRESS_AFTER_S now says so every
-    HEARTBEAT_S, and stops saying it when it ends. Quick steps and quiet commands print nothing."""
+    STILL_WORKING_S, and stops saying it when it ends. Quick steps and quiet commands print nothing."""
     import time as clock
 
     import ppopt.cli.options as options
     import ppopt.solve.options as shared
 
     monkeypatch.setattr(shared, "PROGRESS_AFTER_S", 0.05)
-    monkeypatch.setattr(options, "HEARTBEAT_S", 0.1)
+    monkeypatch.setattr(options, "STILL_WORKING_S", 0.1)
     with options.working("job t1 p8"):
         clock.sleep(0.5)
     lines = capsys.readouterr().err.splitlines()

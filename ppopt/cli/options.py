@@ -9,7 +9,6 @@ import os
 import re
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -469,7 +468,7 @@ class Phases:
             click.echo(f"{self.label}: {phase} ({elapsed:.1f} s)", err=True)
 
 
-HEARTBEAT_S = 5.0
+STILL_WORKING_S = 5.0
 """Seconds between the lines of :func:`working` once the first is out."""
 
 
@@ -477,26 +476,14 @@ HEARTBEAT_S = 5.0
 def working(label: str, quiet: bool = False) -> Iterator[None]:
     """Progress for one step whose length ppopt cannot divide (one simulation of millions of ops, one
     measured row of a huge batch): a line ``LABEL: still working (T s)`` on stderr once it has run
-    :data:`ppopt.solve.options.PROGRESS_AFTER_S`, then every :data:`HEARTBEAT_S`, from a thread that
-    ends with the step; none when ``quiet`` or when the step is quick."""
+    :data:`ppopt.solve.options.PROGRESS_AFTER_S`, then every :data:`STILL_WORKING_S`
+    (:func:`ppopt.solve.options.heartbeat`); none when ``quiet`` or when the step is quick."""
     if quiet:
         yield
         return
-    began, stop = time.monotonic(), threading.Event()
-
-    def beat() -> None:
-        wait = solve_options.PROGRESS_AFTER_S
-        while not stop.wait(wait):
-            click.echo(f"{label}: still working ({time.monotonic() - began:.0f} s)", err=True)
-            wait = HEARTBEAT_S
-
-    thread = threading.Thread(target=beat, name="ppopt-heartbeat", daemon=True)
-    thread.start()
-    try:
+    with solve_options.heartbeat(lambda elapsed: click.echo(f"{label}: still working ({elapsed:.0f} s)", err=True),
+                                 STILL_WORKING_S, first_s=solve_options.PROGRESS_AFTER_S):
         yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 class ProgressBar:

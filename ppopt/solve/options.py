@@ -211,24 +211,12 @@ class SolveOptions:
         nothing until it finds a solution, and a long solve without one would look like a hang. (A
         thread: it beats while the solve releases Python's lock, which CP-SAT does for most of a
         solve but not all of it, so a beat may come late.)"""
-        if self.progress is None:
+        progress = self.progress
+        if progress is None:
             yield
             return
-        done = threading.Event()
-        began = time.monotonic()
-
-        def beat() -> None:
-            while not done.wait(HEARTBEAT_S):
-                assert self.progress is not None
-                self.progress(f"[{time.monotonic() - began:7.2f}s] still solving")
-
-        thread = threading.Thread(target=beat, name="ppopt-heartbeat", daemon=True)
-        thread.start()
-        try:
+        with heartbeat(lambda elapsed: progress(f"[{elapsed:7.2f}s] still solving"), HEARTBEAT_S):
             yield
-        finally:
-            done.set()
-            thread.join()
 
     def share(self, parts: int) -> SolveOptions:
         """Options for the next of ``parts`` steps run one after another: an equal share of what
@@ -285,3 +273,25 @@ class SolveOptions:
         if left is not None:
             solver.parameters.max_deterministic_time = left
         return solver
+
+
+@contextlib.contextmanager
+def heartbeat(say: Callable[[float], None], every_s: float, first_s: float | None = None) -> Iterator[None]:
+    """While the block runs, ``say(seconds since it began)`` after ``first_s`` (default ``every_s``)
+    and then every ``every_s``, from a daemon thread that ends with the block: progress for one step
+    that reports nothing itself (a CP-SAT solve, one long simulation)."""
+    began, stop = time.monotonic(), threading.Event()
+
+    def beat() -> None:
+        wait = every_s if first_s is None else first_s
+        while not stop.wait(wait):
+            say(time.monotonic() - began)
+            wait = every_s
+
+    thread = threading.Thread(target=beat, name="ppopt-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
