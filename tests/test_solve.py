@@ -689,3 +689,18 @@ def test_a_long_solve_says_it_is_still_solving(monkeypatch):
     options = SolveOptions(100, progress=progress).start()
     assert options.run(options.solver(), model) == cp_model.OPTIMAL
     assert entered == [options]
+
+def test_a_model_cp_sat_rejects_is_an_error_not_a_result():
+    """A cumulative whose capacity summed placement literals was rejected by CP-SAT, and the search
+    printed 'status invalid' with exit 0; a rejected model is ppopt's bug and now ends the command."""
+    from ortools.sat.python import cp_model
+
+    from ppopt.errors import PpoptError
+
+    model = cp_model.CpModel()
+    a, b = model.new_bool_var("a"), model.new_bool_var("b")
+    start = model.new_int_var(0, 10, "s")
+    model.add_cumulative([model.new_fixed_size_interval_var(start, 2, "")], [1], 3 - a - b)
+    options = SolveOptions(100).start()
+    with pytest.raises(PpoptError, match=r"internal error: CP-SAT rejected ppopt's model \(.*must be affine"):
+        options.run(options.solver(), model)

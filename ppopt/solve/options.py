@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ppopt.errors import ConfigError
+from ppopt.errors import ConfigError, PpoptError
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -200,7 +200,10 @@ class SolveOptions:
         with stoppable(solver), self._heartbeat():  # Ctrl-C ends the command, not only this solve
             code = solver.solve(model, callback)
         self.work.spent += solver.deterministic_time
-        settled = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
+        if code == cp_model.MODEL_INVALID:  # ppopt's bug, never a result: a search reported 'invalid' and exited 0
+            reason = " ".join(model.validate().split())[:300]
+            raise PpoptError(f"internal error: CP-SAT rejected ppopt's model ({reason}); please report it with the command")
+        settled = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
         if not settled and solver.deterministic_time < solver.parameters.max_deterministic_time:
             self.cut(f"a CP-SAT solve stopped after {solver.wall_time:.3g} s of wall time")
         return code
