@@ -1,7 +1,6 @@
 """The CLI: real output, JSON keys, one-line errors with exit status 1, help text everywhere."""
 
 import json
-import re
 
 import pytest
 from click.testing import CliRunner
@@ -255,26 +254,53 @@ def test_export_and_import_report_their_phases_only_when_long(tmp_path, monkeypa
 
 def test_one_long_step_says_it_is_still_working(monkeypatch, capsys):
     """One simulation of millions of ops (`job` with a global batch of 410,000, `table -p 1000000`)
-    ran 15 to 31 s with nothing on stderr; a step that outlasts PROGRESS_AFTER_S now says so every
-    STILL_WORKING_S, and stops saying it when it ends. Quick steps and quiet commands print nothing."""
-    import time as clock
+    ran 15 to 31 s with nothing on stderr. The heartbeat waits PROGRESS_AFTER_S, then STILL_WORKING_S
+    between lines, and stops with the step; its waits are counted here with a stand-in event, not
+    timed."""
+    import contextlib
 
     import ppopt.cli.options as options
     import ppopt.solve.options as shared
 
-    monkeypatch.setattr(shared, "PROGRESS_AFTER_S", 0.05)
-    monkeypatch.setattr(options, "STILL_WORKING_S", 0.1)
-    with options.working("job t1 p8"):
-        clock.sleep(0.5)
-    lines = capsys.readouterr().err.splitlines()
-    assert 2 <= len(lines) <= 6 and all(re.fullmatch(r"job t1 p8: still working \(\d+ s\)", line) for line in lines)
-    clock.sleep(0.3)
-    assert capsys.readouterr().err == ""  # the thread ended with the step
-    with options.working("quick"):
+    class Event:  # returns "set" from its fourth wait on: three beats, whatever the clock says
+        def __init__(self):
+            self.waits = []
+
+        def wait(self, seconds):
+            self.waits.append(seconds)
+            return len(self.waits) > 3
+
+        def set(self):
+            pass
+
+    events = []
+    import threading
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(shared, "threading", SimpleNamespace(Event=lambda: events.append(Event()) or events[-1], Thread=threading.Thread))
+    said = []
+    with shared.heartbeat(said.append, 5.0, first_s=1.0):
         pass
+    assert events[0].waits == [1.0, 5.0, 5.0, 5.0] and len(said) == 3
+    monkeypatch.undo()
+
+    calls = []
+
+    @contextlib.contextmanager
+    def beats(say, every_s, first_s=None):
+        calls.append((every_s, first_s))
+        say(3.2)
+        say(8.4)
+        yield
+
+    monkeypatch.setattr(shared, "heartbeat", beats)
+    with options.working("job t1 p8"):
+        pass
+    assert capsys.readouterr().err == "job t1 p8: still working (3 s)\njob t1 p8: still working (8 s)\n"
+    assert calls == [(options.STILL_WORKING_S, shared.PROGRESS_AFTER_S)]
     with options.working("hushed", quiet=True):
-        clock.sleep(0.3)
-    assert capsys.readouterr().err == ""
+        pass
+    assert calls == [(options.STILL_WORKING_S, shared.PROGRESS_AFTER_S)] and capsys.readouterr().err == ""
 
 
 def test_a_table_of_chunks_says_its_peaks_count_chunks():

@@ -259,11 +259,21 @@ def test_usage_errors_are_one_line_with_a_help_hint(args, message, command):
     assert line.endswith(f"(see '{command} --help')")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], ["table", "--help"], []])
-def test_help_and_version_exit_0(args):
+@pytest.mark.parametrize("args, shown", [
+    (["--help"], "Commands:"), ([], "Commands:"), (["table", "--help"], "Print a schedule's unit-slot table"),
+])
+def test_help_and_version_exit_0(args, shown):
     result = run(*args)
-    assert result.exit_code == 0
-    assert result.stdout
+    assert result.exit_code == 0 and shown in result.stdout and result.stdout.lstrip().startswith("Usage:")
+    if shown == "Commands:":  # every registered command is listed
+        assert all(f"  {name} " in result.stdout for name in main.commands)
+
+
+def test_version_is_the_package_s():
+    from ppopt import __version__
+
+    result = run("--version")
+    assert result.exit_code == 0 and result.stdout.strip().endswith(f"version {__version__}")
 
 
 # -- defect 6: options a schedule would ignore; table's -s help; table --json ------------------------

@@ -243,7 +243,8 @@ def test_hints_stop_at_one_that_meets_the_analytic_bound(monkeypatch):
     notes: list[str] = []
     first = searching.search(spec, space, SolveOptions(10, progress=notes.append))
     name = next(handcrafted_in(space, 4, 8)).name
-    assert name.startswith("zb-") and first.status == "optimal" and first.step_time == first.bound == 27
+    # ZB-H1's length, Qi et al. 2024 §2.2: m(F + I + W) + (p - 1)(F + I - W) = 8·3 + 3·1 = 27 slots
+    assert name.startswith("zb-") and first.status == "optimal" and first.step_time == first.bound == 8 * 3 + 3 * 1
     assert [c.name for c in first.handcrafted] == [name]
     assert f"no further handcrafted hints built: {name} meets the analytic bound" in notes
     every = searching.search(spec, space, SolveOptions(10, every_hint=True))

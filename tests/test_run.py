@@ -120,18 +120,33 @@ def test_ctrl_c_while_the_ranks_start_prints_only_aborted():
     does, just after the server appears (while it imports torch)."""
     pytest.importorskip("torch.distributed.pipelining")
     import subprocess
-    import time
 
     command = [sys.executable, "-m", "ppopt", "run", "-s", "1f1b", "-p", "2", "-m", "2", "--steps", "1", "--no-check"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     assert process.stderr is not None
     first = process.stderr.readline()  # "running 1 schedule(s) ...": the launch starts now
     _wait_for_the_fork_server(session=process.pid)
-    time.sleep(0.2)  # past the milliseconds in which the launcher ignores Ctrl-C to spawn the server; it imports torch for seconds
+    _wait_until_ctrl_c_is_heard(process.pid)  # the launcher ignores it while it spawns the server; it imports torch for seconds
     os.killpg(process.pid, signal.SIGINT)
     _, rest = process.communicate(timeout=120)
     assert first.startswith(b"running 1 schedule(s) on 2 local ranks")
     assert (process.returncode, rest) == (1, b"\naborted\n")  # the line break ends the terminal's ^C, as click does
+
+
+def _wait_until_ctrl_c_is_heard(pid: int, timeout_s: float = 60.0) -> None:
+    """Until process ``pid`` no longer ignores SIGINT (Linux's /proc/PID/status, SigIgn: a hex mask,
+    bit n - 1 for signal n), so that a Ctrl-C sent now is not lost however loaded the machine."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/status") as file:
+            status = file.read()
+        ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+        if not ignored & (1 << (signal.SIGINT - 1)):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} ignored Ctrl-C for {timeout_s} s")
 
 
 def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):

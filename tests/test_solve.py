@@ -172,17 +172,18 @@ def test_bidirectional_free_directions_never_lose_to_even_directions():
 
 def test_same_seed_reproduces_a_run_stopped_before_optimality():
     """One worker and a deterministic time limit that stops the solve early: the same seed gives the
-    same schedule and objective; another seed another schedule (so the comparison can tell)."""
+    same schedule and objective; some other seed another schedule (so the comparison can tell: not
+    that any one seed must differ, which CP-SAT does not promise)."""
     spec = unit(6, 12, comm=1, limit=3)
 
     def stopped(seed):
         return run(spec, "placement=linear,backward=split", seed=seed, workers=1, deterministic_time=0.05, dominance=False)
 
-    first, second, other = stopped(1), stopped(1), stopped(2)
+    first, second = stopped(1), stopped(1)
     assert first.status == "feasible" and first.gap > 0  # stopped before proving optimality
     assert first.schedule.orders == second.schedule.orders
     assert first.solver_objective == second.solver_objective and first.bound == second.bound
-    assert other.schedule.orders != first.schedule.orders
+    assert any(stopped(seed).schedule.orders != first.schedule.orders for seed in (2, 3, 4, 5))
 
 
 def test_memory_limit_below_minimum_names_the_minimum():

@@ -272,15 +272,22 @@ def test_workers_of_a_parent_that_ignores_ctrl_c_ignore_it_too(tmp_path):
 
     script = tmp_path / "ignoring.py"
     script.write_text(
-        "import signal, time\n"
+        "import pathlib, signal, sys, time\n"
         "from ppopt.sweep import LocalExecutor\n"
+        "def item(marker):\n"
+        "    pathlib.Path(marker).touch()\n"
+        "    time.sleep(3)\n"
         "if __name__ == '__main__':\n"
         "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
         "    with LocalExecutor(2) as pool:\n"
-        "        print(len(list(pool.map_unordered(time.sleep, [3, 3]))))\n")
-    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    time.sleep(2)  # the workers are sleeping in their items
+        "        print(len(list(pool.map_unordered(item, sys.argv[1:]))))\n")
+    markers = [tmp_path / "a", tmp_path / "b"]
+    process = subprocess.Popen([sys.executable, str(script), *map(str, markers)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    waited = time.monotonic() + 60
+    while not all(m.exists() for m in markers) and time.monotonic() < waited:  # both workers are in their items
+        time.sleep(0.01)
+    assert all(m.exists() for m in markers), "the workers never started their items"
     os.killpg(process.pid, signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert (process.returncode, out.strip(), err) == (0, "2", "")
