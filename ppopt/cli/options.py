@@ -565,6 +565,14 @@ OUTPUT_SUFFIXES = {".csv": "a CSV", ".json": "a JSON", ".png": "a picture", ".sv
 """The suffixes of ppopt's outputs, and what each names."""
 
 
+def output_suffix(path: str) -> tuple[str, bool]:
+    """The suffix that names an output's format, lower case, and whether the name ends in ``.gz``
+    (then the suffix before it: ``t.json.gz`` is a compressed ``.json``)."""
+    name = path.lower()
+    compressed = name.endswith(".gz")
+    return Path(name.removesuffix(".gz")).suffix, compressed
+
+
 def output_not_named_as(suffix: str, what: str, compressed: bool = False) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
     """A callback like :func:`check_output` that refuses a name ending in another output's suffix
     (``--csv a.png``, ``--trace t.csv``: flags swapped, most likely); any other name is the user's.
@@ -576,10 +584,9 @@ def output_not_named_as(suffix: str, what: str, compressed: bool = False) -> Cal
         path = check_output(ctx, param, path)
         if path is None:
             return None
-        name = path.lower()
-        if name.endswith(".gz") and not compressed:
+        other, gzipped = output_suffix(path)
+        if gzipped and not compressed:
             raise click.BadParameter(f"{path} ends in .gz, but {what} is written uncompressed: give a name without .gz")
-        other = Path(name.removesuffix(".gz")).suffix
         if other in OUTPUT_SUFFIXES and other != suffix:
             raise click.BadParameter(f"{path} looks like {OUTPUT_SUFFIXES[other]} file's name, but this writes {what}: "
                                      f"give a name ending in {suffix} (or any name without one of ppopt's suffixes)")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from ppopt.cli import main
@@ -15,6 +13,7 @@ from ppopt.cli.options import (
     emit_json,
     job_options,
     json_option,
+    output_suffix,
     quiet_option,
     refuse_other_modes_flags,
     resolve_schedule,
@@ -32,8 +31,7 @@ FORMATS = {"torch-csv": ".csv", "chrome-trace": ".json", "png": ".png", "svg": "
 def _export_format(fmt: str | None, output: str) -> str:
     from ppopt.errors import ConfigError
 
-    compressed = output.lower().endswith(".gz")  # a gzip-compressed trace: `-o trace.json.gz`
-    suffix = Path(output[:-3] if compressed else output).suffix.lower()
+    suffix, compressed = output_suffix(output)  # a gzip-compressed trace: `-o trace.json.gz`
     if fmt is None and output == "-":
         return "torch-csv"
     if fmt is None:
@@ -164,7 +162,6 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
     """Read a PyTorch schedule CSV (FILE; '-': standard input), validate it, and print its unit-slot
     table and metrics."""
     from ppopt.io.torch_csv import read_torch_csv_file
-    from ppopt.ir import Kind
     from ppopt.report.text import grid, table_summary
     from ppopt.table import build_table, table_metrics
 
@@ -175,8 +172,8 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
     metrics = table_metrics(table)
     phases.done("table built")
     split = table.flat.split  # some backward split, known from validation
-    full = not split or any(op.kind is Kind.B for order in schedule.orders for op in order)
-    backward = "mixed" if split and full else "split" if split else "full"  # DualPipeV, ZB-H2 mix B with I, W
+    pairs = len(schedule.split_pairs) if split else 0  # DualPipeV and ZB-H2 split some, not all
+    backward = "full" if not split else "split" if pairs == schedule.stages * schedule.microbatches else "mixed"
     if as_json:
         emit_json({
             "schedule": schedule.name,

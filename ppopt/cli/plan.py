@@ -252,6 +252,7 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_sha
     """The plan of ``request`` within the budget ``options``, its simulations leaving ``keep_share``
     of the time left when they begin; the budget's error when it ended before any job was
     evaluated (nothing is printed then)."""
+    from ppopt.errors import ConfigError
     from ppopt.plan import PlanProgress, out_of_time, plan
     from ppopt.sweep import make_executor
     from ppopt.sweep.executors import starting_s
@@ -262,7 +263,8 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_sha
         if jobs > 1 or executor != "local" or address is not None:  # make_executor refuses an address without ray
             least = starting_s(executor, address)
             if least and options.remaining_s() <= least:  # refused before Ray starts, not after
-                raise out_of_time(options, f"starting the {executor} executor takes at least {least:.0f} s")
+                raise ConfigError(f"{options.remaining_s():.1f} s left cannot cover starting a local Ray (at least {least:.0f} s) "
+                                  "and any job: give more time, or --executor local", field="time_limit")
             starting = time.monotonic()
             with make_executor(executor, jobs, address) as pool:  # its closing counts in the budget too
                 if options.expired:  # starting Ray can take seconds: say so, not "generating took the budget"

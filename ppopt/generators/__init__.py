@@ -96,11 +96,6 @@ class ClosedForms:
     def table_exact(self) -> bool:
         return not self.table_differs
 
-    @property
-    def shown(self) -> str:
-        """The range, and where ppopt's table differs from the forms (``ppopt list``)."""
-        return self.holds if self.table_exact else f"{self.holds}; table {self.table_differs}"
-
 
 @dataclass(frozen=True)
 class Family:

@@ -333,11 +333,8 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
 
     def add_hint(schedule: Schedule) -> None:
         nonlocal optimal
-        if overlap_outside_model(schedule, instance):
-            if space.fixed:
-                raise ConfigError(f"{schedule.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="overlap_f_b_share")
-            options.note(f"hint {schedule.name} left out: it " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share))
-            return
+        if overlap_outside_model(schedule, instance):  # a fixed space's own (a relaxed one's hints run plain ops: with_backward)
+            raise ConfigError(f"{schedule.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="overlap_f_b_share")
         add(schedule)
         _phase(options, began, f"hint {schedule.name}")
         optimal = not space.fixed and placement is not None and _meets_cheap_bound(instance, placement, space, candidates)

@@ -208,9 +208,10 @@ def stage_count(space: Space, devices: int) -> int:
 
 def with_backward(schedule: Schedule, split: bool) -> Schedule:
     """The same order with backward split (each B becomes I then W) or merged (I becomes B, W dropped);
-    overlapped F&B pairs become two plain ops (the solver treats a pair as two ops)."""
+    overlapped F&B pairs become two plain ops (the solver treats a pair as two ops), so every hint of a
+    relaxed space is timed as the solver's model times it."""
     if not any(op.kind is (Kind.B if split else Kind.I) for op in schedule.ops()):
-        return schedule
+        return replace(schedule, overlapped=()) if schedule.overlapped else schedule
     orders = []
     for order in schedule.orders:
         new: list[Op] = []

@@ -451,7 +451,7 @@ def check_deadline_before_start(loaded: LoadedSpec, kinds: tuple[str, ...], dead
     """:func:`run_sweep`'s deadline check, made before the executor ``kind`` starts (a local Ray
     takes seconds to start, which a short limit refused only afterwards)."""
     points = check_sweep_size(loaded.spec, "gap" in kinds)
-    closing = RAY_SHUTDOWN_S if kind == "ray" and address is None else 0.0
+    closing = RAY_SHUTDOWN_S if kind == "ray" else 0.0  # as RayExecutor sets its closing_s once it starts Ray
     _check_deadline(points, deadline, closing, starting_s(kind, address))
 
 
