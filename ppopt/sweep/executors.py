@@ -171,8 +171,8 @@ RAY_SHUTDOWN_S = 2.0
 
 
 RAY_START_S = 3.0
-"""Seconds starting a local Ray takes at least: ``ray.init()`` took 3.0 to 3.9 s on this project's
-2-core machine. A time limit that this start and the run's kept time would use up is refused before
+"""Seconds starting a local Ray takes at least: ``make_executor("ray")`` (importing Ray and
+``ray.init()``, nothing else) took 3.0 and 3.9 s in two runs on this project's 2-core machine. A time limit that this start and the run's kept time would use up is refused before
 Ray starts (:func:`starting_s`)."""
 
 
