@@ -436,27 +436,12 @@ def test_sizing_ops_counts_each_distinct_schedule_once_by_hand():
 # --------------------------------------------------------------------------------------------------
 
 
-class _Clock:
-    """A fake ``time.monotonic`` for :mod:`ppopt.solve.options`: still until :meth:`jump`."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def monotonic(self):
-        return self.now
-
-    def jump(self):
-        self.now += 1e6
-
-
 SMALL = PlanRequest(LLAMA8, H100, 8, global_batch=16)
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    fake = _Clock()
-    monkeypatch.setattr("ppopt.solve.options.time", fake)
-    return fake
+def clock(still_clock):
+    return still_clock("ppopt.solve.options")
 
 
 def test_a_spent_budget_generates_nothing_and_says_so():
@@ -514,15 +499,13 @@ def test_plan_command_out_of_time_prints_one_error_line_and_no_table(clock, monk
 
 
 @pytest.mark.parametrize("seconds_per_job, gives_up", [(0.01, True), (0.002, False)])
-def test_sizing_that_cannot_end_in_time_gives_up_early_and_says_when_it_would_end(monkeypatch, seconds_per_job, gives_up):
+def test_sizing_that_cannot_end_in_time_gives_up_early_and_says_when_it_would_end(still_clock, seconds_per_job, gives_up):
     """Each job takes ``seconds_per_job`` to size (a fake clock): 1,212 jobs at 0.01 s need 12.1 s of
     a 5 s budget. Sizing used to run until the budget ended; now it checks every 16 jobs, and the
     first check with a rate resting on a second is at 112 jobs, 1.12 s in: the rest, 1,100 x 0.01 =
     11 s, is over twice the 3.88 s left, so it stops, saying sizing would end about 1.12 + 11 =
     12.1 s into the budget. At 0.002 s a job (2.4 s in all) it sizes every job."""
-    clock = _Clock()
-    monkeypatch.setattr("ppopt.solve.options.time", clock)
-    monkeypatch.setattr("ppopt.plan.time", clock)
+    clock = still_clock("ppopt.solve.options", "ppopt.plan")
 
     def sizing(done, total):
         clock.now += seconds_per_job
@@ -538,14 +521,13 @@ def test_sizing_that_cannot_end_in_time_gives_up_early_and_says_when_it_would_en
                                                           "narrow the space (--schedule, --recompute, --micro-batch)")
 
 
-def test_generating_that_cannot_end_in_time_gives_up_early(monkeypatch):
+def test_generating_that_cannot_end_in_time_gives_up_early(still_clock):
     """Every schedule generated to size the jobs takes 0.1 s here (a fake clock), far more than the
     10 s budget allows for all 348 of them: generation stops before the budget ends and says when it
     would have ended, later than the budget."""
     import re
 
-    clock = _Clock()
-    monkeypatch.setattr("ppopt.solve.options.time", clock)
+    clock = still_clock("ppopt.solve.options")
 
     def generating(done, total):
         clock.now += 0.1

@@ -54,11 +54,19 @@ def spec(tmp_path: Path, text: str):
     return load_spec(path)
 
 
-def test_a_search_starts_only_when_its_own_time_limit_fits(tmp_path):
+@pytest.fixture
+def clock(still_clock, monkeypatch):
+    """The sweep's clock stands still and its alarm is not armed: every evaluation point runs and a
+    search runs only if its time limit fits, whatever the machine's speed or load."""
+    monkeypatch.setattr("ppopt.sweep.executors.MAX_ALARM_S", 0.0)
+    return still_clock("ppopt.sweep.run", "ppopt.sweep.executors", "ppopt.cli.options", "ppopt.cli.sweep")
+
+
+def test_a_search_starts_only_when_its_own_time_limit_fits(tmp_path, clock):
     """The evaluation points run; the search (time_limit_s 20) does not start with 5 s left, as it
     would have to stop early and write a row an unhurried run would not."""
     loaded = spec(tmp_path, SMALL)
-    result = run_sweep(loaded, tmp_path / "out", deadline=time.monotonic() + 5.0)
+    result = run_sweep(loaded, tmp_path / "out", deadline=clock.now + 5.0)
     assert result.time_limit_reached
     assert result.missing == 1 and result.computed == 8  # 2 schedules x 2 x 2 evaluations; 1 search row
     assert all(r["kind"] == "evaluate" for r in result.rows)
@@ -68,7 +76,10 @@ def test_a_search_starts_only_when_its_own_time_limit_fits(tmp_path):
     assert resumed.missing == 0 and not resumed.time_limit_reached and resumed.reused == 8
 
 
-def test_the_deadline_stops_a_running_evaluation_and_keeps_the_files_whole(tmp_path):
+def test_the_deadline_stops_a_running_evaluation_and_keeps_the_files_whole(tmp_path, monkeypatch):
+    """The alarm at the deadline (a real one, 0.3 s away) stops an evaluation that would take a
+    minute, however fast the machine."""
+    monkeypatch.setattr("ppopt.sweep.run._run_eval", lambda item: time.sleep(60))
     loaded = spec(tmp_path, LONG)
     out = tmp_path / "out"
     result = run_sweep(loaded, out, deadline=time.monotonic() + 0.3)
@@ -173,7 +184,7 @@ def test_a_bad_time_limit_is_one_line(tmp_path, value, shown):
     assert not (tmp_path / "out").exists()
 
 
-def test_the_cli_says_what_is_left_and_how_to_run_it(tmp_path):
+def test_the_cli_says_what_is_left_and_how_to_run_it(tmp_path, clock):
     """The quick study's searches take 20 s each: a 10 s limit computes its evaluation points and
     says the limit under which none of the searches runs; the quick study's nine searches end in
     well under a second each, so there that limit is enough for all of them."""
@@ -186,11 +197,11 @@ def test_the_cli_says_what_is_left_and_how_to_run_it(tmp_path):
     assert head in text and "runs none of the searches among them" in text
     needed = int(text.split(head)[1].split()[0])
     assert 22 <= needed <= 30  # 20 s, 5 % and 1 s of margin, the listing and rows.csv
-    assert run_sweep_with_limit(tmp_path / "out", needed - 2).missing == 9  # under it, no search starts
-    assert run_sweep_with_limit(tmp_path / "enough", needed).missing == 0  # and here that limit is enough
+    assert run_sweep_with_limit(tmp_path / "out", clock.now + needed - 2).missing == 9  # under it, no search starts
+    assert run_sweep_with_limit(tmp_path / "enough", clock.now + needed).missing == 0  # and here that limit is enough
 
 
-def test_a_study_out_of_time_still_writes_its_report_and_says_it_is_incomplete(tmp_path):
+def test_a_study_out_of_time_still_writes_its_report_and_says_it_is_incomplete(tmp_path, clock):
     result = CliRunner().invoke(main, ["study", "--quick", "--no-figures", "-o", str(tmp_path / "out"), "--time-limit", "6", "-q"])
     assert result.exit_code == 0, result.output
     assert "time limit reached" in result.output
@@ -211,13 +222,13 @@ def test_leaving_a_pool_on_an_error_stops_its_running_items():
     assert multiprocessing.active_children() == []
 
 
-def test_an_executor_whose_start_takes_the_budget_is_named(tmp_path, monkeypatch):
+def test_an_executor_whose_start_takes_the_budget_is_named(tmp_path, monkeypatch, clock):
     """A local Ray takes seconds to start, and its start cannot be cut short: when the time limit
     leaves points missing, the note says how much of it the start took."""
     import ppopt.sweep as sweep
 
     def slow_start(kind, jobs, address):
-        time.sleep(1.2)
+        clock.jump(1.2)
         return LocalExecutor(1)
 
     monkeypatch.setattr(sweep, "make_executor", slow_start)
@@ -227,13 +238,13 @@ def test_an_executor_whose_start_takes_the_budget_is_named(tmp_path, monkeypatch
     assert "time limit reached" in result.stdout  # the quick spec's searches need 22 s
     note = result.stderr.strip().splitlines()[-1]
     assert note.startswith("note: starting Ray took ") and note.endswith(" s of the time limit")
-    assert float(note.split(" took ")[1].split()[0]) >= 1.2
+    assert float(note.split(" took ")[1].split()[0]) == 1.2
 
 
-def run_sweep_with_limit(out: Path, limit: float):
+def run_sweep_with_limit(out: Path, deadline: float):
     from ppopt.sweep import resolve_spec
 
-    return run_sweep(load_spec(resolve_spec("quick")), out, deadline=time.monotonic() + limit)
+    return run_sweep(load_spec(resolve_spec("quick")), out, deadline=deadline)
 
 
 def test_a_signal_while_rows_csv_is_written_acts_after_it(tmp_path, monkeypatch):
