@@ -205,8 +205,24 @@ def read_rows(paths: list[str | os.PathLike[str]] | str | os.PathLike[str],
         got, skipped = read_measured(path, system)
         rows += got
         unmodelled += skipped
+    _refuse_repeated_rows(rows, several_files=len(paths) > 1)
     check_rows_size(rows)
     return rows, unmodelled
+
+
+def _refuse_repeated_rows(rows: list[Measured], several_files: bool) -> None:
+    """Refuse a row that repeats an earlier one: the same job and the same step time, a copied line
+    or a file given twice under two names, which would weigh that measurement twice in the
+    statistics and the fit. A repeated run of a job (another measured time) is data, and kept."""
+    first: dict[tuple, Measured] = {}
+    for row in rows:
+        job = row.job
+        key = (row.model_key, job.model.vocab_size, job.tp, job.pp, job.dp, job.micro_batch, job.global_batch, row.measured_s)
+        earlier = first.setdefault(key, row)
+        if earlier is not row:
+            repeats = (f"{row.source}:{row.line} repeats {earlier.source}:{earlier.line}" if several_files else
+                       f"{row.source}: line {row.line} repeats line {earlier.line}")
+            raise MeasuredDataError(f"{repeats} (the same job and step time): give each measurement once")
 
 
 def validate_file(paths: list[str | os.PathLike[str]] | str | os.PathLike[str], system: SystemConfig) -> Accuracy:

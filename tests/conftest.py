@@ -43,3 +43,11 @@ def still_clock(monkeypatch):
         return clock
 
     return patch
+
+
+@pytest.fixture(autouse=True)
+def progress_only_when_asked(monkeypatch):
+    """Progress that appears once work has run ``PROGRESS_AFTER_S`` (phase lines, "still working")
+    depends on the machine's load; a test's output must not. Here it waits an hour, and a test of
+    progress lowers it itself (to 0, "as if it had taken long")."""
+    monkeypatch.setattr("ppopt.solve.options.PROGRESS_AFTER_S", 3600.0)

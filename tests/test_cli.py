@@ -25,7 +25,7 @@ def test_list_names_every_schedule():
     assert result.exit_code == 0
     for name in names():
         assert name in result.output
-    listed = json.loads(run("list", "--json").output)
+    listed = json.loads(run("list", "--json").stdout)
     assert [row["schedule"] for row in listed] == names()
     # the JSON says what the text says: a family without rules takes any p, m (GPipe), one with
     # rules names them (Chimera's two pipelines need an even p)
@@ -57,7 +57,7 @@ def test_table_uses_the_unit_model_defaults():
 def test_evaluate_json_has_the_documented_keys():
     result = run("evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--json")
     assert result.exit_code == 0
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["schedule"] == "1f1b" and data["devices"] == 4 and data["microbatches"] == 8
     assert data["formula"]["bubble_ratio"] == pytest.approx(3 / 11)
     assert data["table"]["bubble_ratio"] == pytest.approx(3 / 11)
@@ -68,7 +68,7 @@ def test_evaluate_json_has_the_documented_keys():
 def test_evaluate_all_lists_the_applicable_schedules():
     result = run("evaluate", "-s", "all", "-p", 4, "-m", 8, "--json")
     assert result.exit_code == 0
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert [row["schedule"] for row in data] == names()  # p = 4, m = 8 suits every schedule
     by_name = {row["schedule"]: row for row in data}
     # the default unit model F = I = W = 1: ZB-H1 takes m(F + I + W) + p - 1 = 27 slots, 3 of them idle per device
@@ -196,20 +196,20 @@ def test_evaluate_lengths_are_in_one_unit_for_every_schedule():
 
 def test_pp_names_the_devices_as_in_the_job_command():
     """`ppopt job` calls the pipeline degree --pp; the schedule commands take it beside -p/--devices."""
-    by_pp = json.loads(run("evaluate", "-s", "1f1b", "--pp", 5, "-m", 7, "--json").output)
-    by_p = json.loads(run("evaluate", "-s", "1f1b", "-p", 5, "-m", 7, "--json").output)
+    by_pp = json.loads(run("evaluate", "-s", "1f1b", "--pp", 5, "-m", 7, "--json").stdout)
+    by_p = json.loads(run("evaluate", "-s", "1f1b", "-p", 5, "-m", 7, "--json").stdout)
     assert by_pp == by_p
-    assert by_pp != json.loads(run("evaluate", "-s", "1f1b", "-p", 4, "-m", 7, "--json").output)
+    assert by_pp != json.loads(run("evaluate", "-s", "1f1b", "-p", 4, "-m", 7, "--json").stdout)
 
 
 def test_job_takes_the_short_flags_of_the_schedule_commands():
     """-s, -p and -v mean --schedule, --pp and --chunks in `job` as in evaluate and search, so a
     command line moves between them; `job -s` was "No such option"."""
     base = ["job", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", 2, "--json"]
-    long = json.loads(run(*base, "--schedule", "interleaved-1f1b", "--pp", 4, "--chunks", 2).output)
-    short = json.loads(run(*base, "-s", "interleaved-1f1b", "-p", 4, "-v", 2).output)
+    long = json.loads(run(*base, "--schedule", "interleaved-1f1b", "--pp", 4, "--chunks", 2).stdout)
+    short = json.loads(run(*base, "-s", "interleaved-1f1b", "-p", 4, "-v", 2).stdout)
     assert short == long
-    assert short != json.loads(run(*base, "-s", "interleaved-1f1b", "-p", 4, "-v", 4).output)
+    assert short != json.loads(run(*base, "-s", "interleaved-1f1b", "-p", 4, "-v", 4).stdout)
 
 
 def test_evaluate_all_shows_progress_only_for_large_requests(monkeypatch):
@@ -317,7 +317,7 @@ def test_compare_prints_different_steps_differently():
     """At p = 2, m = 8 (study on mid-mid) chimera-asym and dualpipe take 108.172 and 108.212 s: four
     digits printed both as 108.2 s under ranks 1 and 2; the column takes the digits that tell them apart."""
     text = run("compare", "-p", 2, "-m", 8, "--model", "study", "--system", "mid-mid").output
-    data = json.loads(run("compare", "-p", 2, "-m", 8, "--model", "study", "--system", "mid-mid", "--json").output)
+    data = json.loads(run("compare", "-p", 2, "-m", 8, "--model", "study", "--system", "mid-mid", "--json").stdout)
     steps = {row["schedule"]: row["simulation"]["step_time_s"] for row in data}
     assert steps["chimera-asym"] != steps["dualpipe"] and f"{steps['chimera-asym']:.4g}" == f"{steps['dualpipe']:.4g}"
     printed = {line.split()[0]: line.split("(")[-1].split(")")[0] for line in text.splitlines()

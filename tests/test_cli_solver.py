@@ -515,15 +515,14 @@ def test_a_least_time_shown_is_never_below_it(seconds):
 
 
 @pytest.mark.parametrize("outputs", [(), ("--plot", "x.png"), ("--trace", "x.json"), ("--plot", "x.png", "--trace", "x.json")])
-def test_search_leaves_its_outputs_their_time_within_the_limit(monkeypatch, tmp_path, outputs):
+def test_search_leaves_its_outputs_their_time_within_the_limit(monkeypatch, still_clock, tmp_path, outputs):
     """--time-limit is the whole command's budget: a picture (under half a millisecond per op, plus
     matplotlib's start) or a trace is made after the search, so the search ends that much earlier.
     The search is replaced by one that records its deadline on a still fake clock."""
     from ppopt.report.plot import picture_time_s
     from ppopt.report.trace import trace_time_s
-    from tests.test_plan import _Clock
 
-    monkeypatch.setattr("ppopt.solve.options.time", _Clock())
+    still_clock("ppopt.solve.options")
     seen = []
 
     def search(spec, space, options, minimize_memory=False):

@@ -165,7 +165,7 @@ def test_every_limit_at_once_still_gives_finite_numbers(tmp_path):
     result = cli("job", "--model", model, "--system", system, "--tp", 8, "--pp", 4, "--dp", 2, "--micro-batch", 4,
                  "--global-batch", 64, "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert math.isfinite(data["step_time_s"]) and data["step_time_s"] > 1e60
     assert math.isfinite(data["peak_memory_bytes"])
 

@@ -34,7 +34,7 @@ def test_evaluate_simulates_the_job_pipeline():
     # the simulated step is the pipeline part of `ppopt job` for the same job.
     result = run("evaluate", "-s", "1f1b", *BASE, *JOB, "--json")
     assert result.exit_code == 0, result.output
-    sim = json.loads(result.output)["simulation"]
+    sim = json.loads(result.stdout)["simulation"]
     job = Job(load_model("llama3-8b"), load_system("dgx-h100"), tp=2, pp=4, dp=2, micro_batch=2, global_batch=32,
               recompute="selective")
     predicted = evaluate_job(job)
@@ -57,15 +57,15 @@ def test_evaluate_and_job_report_the_same_peak(schedule, pp, microbatches, field
     assert evaluated.exit_code == 0, evaluated.output
     job = run("job", "--pp", str(pp), "--schedule", schedule, *common, "--json")
     assert job.exit_code == 0, job.output
-    simulation = json.loads(evaluated.output)["simulation"]
-    assert max(simulation["peak_memory_bytes"]) == pytest.approx(json.loads(job.output)["peak_memory_bytes"], rel=1e-12)
+    simulation = json.loads(evaluated.stdout)["simulation"]
+    assert max(simulation["peak_memory_bytes"]) == pytest.approx(json.loads(job.stdout)["peak_memory_bytes"], rel=1e-12)
 
 
 def test_micro_batch_sets_or_checks_the_global_batch():
     # no --global-batch: b·m·d = 2·8·2 = 32 sequences, the same job as above
     given = run("evaluate", "-s", "1f1b", *BASE[:-2], *JOB, "--micro-batch", "2", "--json")
     derived = run("evaluate", "-s", "1f1b", *BASE, *JOB, "--json")
-    assert json.loads(given.output)["simulation"] == json.loads(derived.output)["simulation"]
+    assert json.loads(given.stdout)["simulation"] == json.loads(derived.stdout)["simulation"]
     bad = run("evaluate", "-s", "1f1b", *BASE, *JOB, "--micro-batch", "4")
     assert bad.exit_code == 1 and bad.output.startswith("error: --micro-batch: 4 x 8 microbatches x 2 replicas")
 
@@ -87,9 +87,9 @@ def test_a_micro_batch_below_one_is_named_as_such():
 
 
 def test_compare_and_the_solver_take_the_job():
-    compared = json.loads(run("compare", *BASE, *JOB, "--json").output)
+    compared = json.loads(run("compare", *BASE, *JOB, "--json").stdout)
     one = next(r for r in compared if r["schedule"] == "1f1b")
-    evaluated = json.loads(run("evaluate", "-s", "1f1b", *BASE, *JOB, "--json").output)
+    evaluated = json.loads(run("evaluate", "-s", "1f1b", *BASE, *JOB, "--json").stdout)
     assert one["simulation"]["step_time_s"] == evaluated["simulation"]["step_time_s"]
     spec = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=32, parallel=Parallelism(2, 2, None, "selective"))
     instance = spec.instance(4)
@@ -146,15 +146,15 @@ def test_modelled_json_names_the_job_it_simulated():
     expected = {"model": "llama3-8b", "system": "dgx-h100", "microbatches": 8, "micro_batch": 4, "global_batch": 4 * 8 * 2,
                 "seq_length": load_model("llama3-8b").seq_length, "tp": 2, "dp": 2, "recompute": "none",
                 "sequence_parallel": False, "distributed_optimizer": False}
-    one = json.loads(run("evaluate", "-s", "1f1b", *plain, "--json").output)
+    one = json.loads(run("evaluate", "-s", "1f1b", *plain, "--json").stdout)
     assert one["simulation"]["job"] == expected
-    for row in json.loads(run("compare", *plain, "--json").output):
+    for row in json.loads(run("compare", *plain, "--json").stdout):
         assert row["simulation"]["job"] == expected
     solver = ["--time-limit", "5", "--workers", "1", "--json", "-q"]
-    assert json.loads(run("search", *plain, *solver).output)["job"] == expected
-    assert json.loads(run("gap", "-s", "1f1b", *plain, *solver).output)["job"] == expected
-    assert json.loads(run("search", "-p", "4", "-m", "8", "--unit", *solver).output)["job"] is None
-    assert "simulation" not in json.loads(run("evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--json").output)
+    assert json.loads(run("search", *plain, *solver).stdout)["job"] == expected
+    assert json.loads(run("gap", "-s", "1f1b", *plain, *solver).stdout)["job"] == expected
+    assert json.loads(run("search", "-p", "4", "-m", "8", "--unit", *solver).stdout)["job"] is None
+    assert "simulation" not in json.loads(run("evaluate", "-s", "1f1b", "-p", "4", "-m", "8", "--json").stdout)
 
 
 def test_export_simulates_the_job_as_evaluate_does(tmp_path):

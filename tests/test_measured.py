@@ -21,6 +21,8 @@ from tests.test_published import assert_within_ceilings
 DATA = Path(__file__).resolve().parent.parent / "data" / "measured"
 SINGLE = str(DATA / "vtrain-single-node.csv")
 MULTI = str(DATA / "vtrain-multi-node-small.csv")
+OUTSIDE = "8,16,8,1536,12,24,1024,8,1,1,372"
+"""A well-formed row of the single-node file's columns outside the model: t = 8 does not divide 12 heads."""
 PUBLISHED = Path(__file__).resolve().parent.parent / "data" / "published" / "megatron-lm-2021.csv"
 
 
@@ -48,7 +50,7 @@ def all_fit(tmp_path_factory) -> str:
 def validate_json(system: str, *files: str) -> dict:
     result = run("validate", *files, "--system", system, "--json")
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +68,7 @@ def test_calibrated_on_one_node_predicts_published_runs_on_thousands_of_gpus(sin
     # the fit. Same ceilings as for the presets in tests/test_published.py.
     result = run("published", str(PUBLISHED), "--system", single_fit, "--json")
     assert result.exit_code == 0, result.output
-    assert_within_ceilings(json.loads(result.output), load_system(single_fit).name)
+    assert_within_ceilings(json.loads(result.stdout), load_system(single_fit).name)
 
 
 def test_calibrated_on_all_rows_fits_them(all_fit):
@@ -127,6 +129,9 @@ def test_spearman_by_hand():
     assert spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
     # ranks x = 1,2,3 and y = 1,3,2: d² = 0 + 1 + 1 -> 1 - 6·2/(3·8) = 0.5
     assert spearman([1, 2, 3], [5, 9, 7]) == pytest.approx(0.5)
+    # ties take their mean rank, and rho is Pearson's r of the ranks: x ranks 1, 2.5, 2.5, 4 and y 1, 2, 3, 4;
+    # deviations from 2.5: x -1.5, 0, 0, 1.5 and y -1.5, -0.5, 0.5, 1.5 -> r = 4.5 / sqrt(4.5 · 5) = 0.9487
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(4.5 / (4.5 * 5) ** 0.5)
 
 
 def test_validate_formats():
@@ -157,7 +162,7 @@ def test_validate_groups_the_errors_by_job_fields():
     are those of its rows' own errors (mean signed, mean absolute, worst)."""
     result = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--json", "--by", "model", "--by", "tp")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     by_group: dict[str, list[float]] = {}
     for row in report["rows"]:
         by_group.setdefault(f"{row['model']} {row['job'].split()[0]}", []).append(row["error"])
@@ -174,7 +179,7 @@ def test_validate_groups_the_errors_by_job_fields():
     # a field given twice groups once, not by "model model"
     twice = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--json", "--by", "model", "--by", "tp", "--by", "model")
     assert twice.exit_code == 0, twice.output
-    assert json.loads(twice.output)["groups"] == report["groups"]
+    assert json.loads(twice.stdout)["groups"] == report["groups"]
 
 
 def test_validate_plot(tmp_path, monkeypatch):
@@ -196,7 +201,7 @@ def test_validate_plot(tmp_path, monkeypatch):
     result = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--plot", str(path))
     assert result.exit_code == 0, result.output
     assert path.read_bytes().startswith(PNG_MAGIC)
-    report = json.loads(run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--json").output)
+    report = json.loads(run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--json").stdout)
     (figure,) = figures
     (axes,) = figure.axes
     # one point per measured row at (measured, predicted), one colour per model, on log-log axes
@@ -240,7 +245,7 @@ def test_rows_too_many_ops_to_simulate_in_all_are_refused_before_any_work(tmp_pa
     from ppopt.ir import MAX_TOTAL_OPS
 
     path = tmp_path / "large.csv"
-    path.write_text(HEADER + "\n" + "64,70000,1,1024,16,64,1024,1,1,64,100\n" * 4)
+    path.write_text(HEADER + "\n" + "".join(f"64,70000,1,1024,16,64,1024,1,1,64,{100 + k}\n" for k in range(4)))
     out = tmp_path / "fit.toml"
     for argv in (["validate", str(path)], ["calibrate", str(path), "-o", str(out)]):
         result = CliRunner().invoke(main, argv)
@@ -254,7 +259,7 @@ def test_rows_outside_the_model_are_listed_with_the_reason(tmp_path):
     path = tmp_path / "odd.csv"
     path.write_text(f"{HEADER}\n8,32,4,1024,16,24,1024,2,2,2,219.7\n3,3,1,1536,16,4,1024,3,1,1,100\n")
     result = run("validate", str(path), "--system", "a100-vtrain", "--json")
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["summary"]["rows"] == 1
     assert data["unmodelled"] == [{"file": "odd.csv", "line": 3, "model": "h1536 a16 L4 s1024", "measured_s": 0.1,
                                    "reason": "tensor parallelism 3 does not divide the model's 16 query heads"}]
@@ -298,7 +303,7 @@ def test_job_command_reports_the_step_and_memory():
     result = run("job", "--model", "gpt3-175b", "--system", "a100-vtrain-calibrated", "--tp", "8", "--pp", "8", "--dp", "16",
                  "--recompute", "selective", "--sequence-parallel", "--distributed-optimizer", "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["gpus"] == 1024 and data["microbatches"] == 96
     assert data["step_time_s"] == pytest.approx(data["pipeline_s"] + data["gradient_sync_s"] + data["optimizer_s"])
     assert data["fits_memory"]
@@ -338,14 +343,14 @@ def test_validate_with_no_modellable_row_is_refused_with_the_reason(tmp_path):
     a table printed "MAPE -" with exit 0 (it read as a result), and --plot drew an empty picture
     titled "MAPE nan". Each is now one line naming the row and why, exit 1, nothing written."""
     path = tmp_path / "heads.csv"
-    path.write_text(Path(SINGLE).read_text().splitlines()[0] + "\n2,16,8,1024,17,24,1024,2,1,1,372\n")
+    path.write_text(Path(SINGLE).read_text().splitlines()[0] + "\n" + OUTSIDE + "\n")
     for extra in ([], ["--json"], ["--plot", str(tmp_path / "h.png")]):
         result = run("validate", str(path), *extra)
         assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
         assert result.output.startswith(f"error: no row can be predicted: {path.name}, line 2: "), result.output
         assert "heads" in result.output
     assert not (tmp_path / "h.png").exists()
-    path.write_text(path.read_text() + "2,16,8,1024,17,24,1024,2,1,1,372\n")
+    path.write_text(path.read_text() + OUTSIDE.replace(",372", ",373") + "\n")
     assert "(and 1 more rows outside the model)" in run("validate", str(path)).output
 
 
@@ -354,10 +359,12 @@ def test_calibrate_on_fewer_rows_than_parameters_says_the_fit_is_underdetermined
     another row; the note says so on stderr. With the 41 multi-node rows there is no note."""
     one = tmp_path / "one.csv"
     one.write_text("\n".join(Path(MULTI).read_text().splitlines()[:2]) + "\n")
-    result = run("calibrate", str(one), "-o", str(tmp_path / "one.toml"))
+    result = run("calibrate", str(one), "-o", str(tmp_path / "one.toml"), "--json")
     assert result.exit_code == 0, result.output
-    assert ("note: 1 row(s) for 8 fitted parameters: the fit is underdetermined, and its error on these rows says "
-            "nothing of other jobs") in result.stderr
+    report = json.loads(result.stdout)
+    free = len(report["values"]) - len(report["not_fitted"])  # the links this row does not use keep their base values
+    assert free >= 2 and (f"note: 1 row(s) for {free} fitted parameters: the fit is underdetermined, and its error on these "
+                          "rows says nothing of other jobs") in result.stderr
     many = run("calibrate", MULTI, "-o", str(tmp_path / "many.toml"))
     assert many.exit_code == 0 and "underdetermined" not in many.stderr
 
@@ -451,6 +458,84 @@ def test_columns_the_model_does_not_read_get_a_note(tmp_path):
     assert [r["predicted_s"] for r in json.loads(noted.stdout)["rows"]] == [r["predicted_s"] for r in json.loads(quiet.stdout)["rows"]]
 
 
+def test_a_repeated_row_is_refused_and_a_repeated_run_is_kept(tmp_path):
+    """A copied line, or the same file under another name (a copy, standard input), weighed that
+    measurement twice in the statistics and the fit: refused, naming both. The same job measured
+    again (another time) is data."""
+    lines = Path(MULTI).read_text().splitlines()
+    one = tmp_path / "one.csv"
+    one.write_text("\n".join([*lines[:4], lines[2]]) + "\n")
+    result = run("validate", str(one))
+    assert (result.exit_code, result.output) == (1, "error: one.csv: line 5 repeats line 3 (the same job and step time): "
+                                                   "give each measurement once\n")
+    copy = tmp_path / "copy.csv"
+    copy.write_text(Path(MULTI).read_text())
+    for command in (["validate", MULTI, str(copy)], ["calibrate", MULTI, str(copy), "-o", str(tmp_path / "c.toml")]):
+        result = run(*command)
+        assert (result.exit_code, result.output) == (1, "error: copy.csv:2 repeats vtrain-multi-node-small.csv:2 (the same job "
+                                                       "and step time): give each measurement once\n")
+    assert not (tmp_path / "c.toml").exists()
+    time = lines[2].rsplit(",", 1)
+    one.write_text("\n".join([*lines[:4], f"{time[0]},{float(time[1]) * 1.01}"]) + "\n")
+    again = run("validate", str(one), "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["summary"]["rows"] == 4
+
+
+def test_calibrate_lists_the_rows_outside_the_model_with_the_reason(tmp_path):
+    """calibrate said "1 not modelled" and never which row or why (validate lists them); and with no
+    row inside the model it named neither."""
+    path = tmp_path / "mixed.csv"
+    lines = Path(SINGLE).read_text().splitlines()
+    path.write_text("\n".join([*lines[:13], OUTSIDE]) + "\n")
+    result = run("calibrate", str(path), "-o", str(tmp_path / "m.toml"), "-q")
+    assert result.exit_code == 0, result.output
+    listed = [line for line in result.stdout.splitlines() if line.startswith("14 ")]
+    assert len(listed) == 1 and "h1536 a12 L24 s1024" in listed[0] and "heads" in listed[0]
+    report = json.loads(run("calibrate", str(path), "-o", str(tmp_path / "j.toml"), "-q", "--json").stdout)
+    assert [(u["line"], u["measured_s"]) for u in report["unmodelled"]] == [(14, 0.372)] and "heads" in report["unmodelled"][0]["reason"]
+    path.write_text("\n".join([lines[0], OUTSIDE]) + "\n")
+    none = run("calibrate", str(path), "-o", str(tmp_path / "n.toml"))
+    assert none.exit_code == 1 and none.output.startswith(f"error: no row can be calibrated on: {path.name}, line 2: ")
+    assert "heads" in none.output and not (tmp_path / "n.toml").exists()
+
+
+def test_the_underdetermined_note_counts_only_the_fitted_parameters(tmp_path):
+    """Rows on one GPU use no link, so the three link parameters keep the base values: three such
+    rows fit five parameters, not eight."""
+    path = tmp_path / "one_gpu.csv"
+    header = Path(SINGLE).read_text().splitlines()[0]
+    path.write_text("\n".join([header, *(f"1,16,8,1024,16,{layers},1024,1,1,1,{ms}" for layers, ms in ((12, 300), (16, 390), (24, 560)))]) + "\n")
+    result = run("calibrate", str(path), "-o", str(tmp_path / "one.toml"), "-q", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    free = len(report["values"]) - len(report["not_fitted"])
+    assert len(report["not_fitted"]) == 3 and free == 5
+    assert f"note: 3 row(s) for {free} fitted parameters: the fit is underdetermined" in result.stderr
+
+
+@pytest.mark.parametrize("cells, column, says", [
+    ("3.6x", "Parameters (billion)", "must be a positive number, got '3.6x'"),
+    ("-1", "Parameters (billion)", "must be a positive number, got '-1'"),
+])
+def test_a_parameter_count_that_is_no_positive_number_is_refused(tmp_path, cells, column, says):
+    lines = Path(MULTI).read_text().splitlines()
+    path = tmp_path / "p.csv"
+    path.write_text("\n".join([lines[0], cells + "," + lines[1].split(",", 1)[1]]) + "\n")
+    result = run("validate", str(path))
+    assert (result.exit_code, result.output) == (1, f"error: {path}: line 2, column '{column}': {says}\n")
+
+
+@pytest.mark.parametrize("hidden, heads", [(1000, 16), (1024, 2048)])
+def test_heads_that_do_not_divide_the_hidden_size_are_refused_by_column(tmp_path, hidden, heads):
+    """Megatron refuses such a model, so no run measured it; heads above the hidden size were named by
+    the model's field names (num_attention_heads), not the file's columns."""
+    path = tmp_path / "h.csv"
+    path.write_text(Path(SINGLE).read_text().splitlines()[0] + f"\n2,16,8,{hidden},{heads},24,1024,1,1,2,372\n")
+    result = run("validate", str(path))
+    assert (result.exit_code, result.output) == (1, f"error: {path}: line 2, column 'attention heads': {heads} does not divide the "
+                                                   f"hidden size {hidden} (Megatron splits the hidden size evenly among the heads)\n")
+
+
 def test_a_data_file_given_twice_is_refused():
     """`validate X.csv X.csv` weighed every row twice in the MAPE and the correlations."""
     from ppopt.accuracy import read_rows
@@ -471,7 +556,7 @@ def test_validate_csv_is_one_table(tmp_path):
 
     path = tmp_path / "rows.csv"
     lines = Path(SINGLE).read_text().splitlines()
-    path.write_text("\n".join([*lines[:3], "2,16,8,1024,17,24,1024,2,1,1,372"]) + "\n")  # t = 2 does not divide 17 heads
+    path.write_text("\n".join([*lines[:3], OUTSIDE]) + "\n")
     table = run("validate", str(path), "--format", "csv")
     assert table.exit_code == 0 and "" not in table.stdout.splitlines(), table.output
     rows = list(csv.DictReader(io.StringIO(table.stdout)))
@@ -492,8 +577,8 @@ def test_data_from_standard_input_gives_the_report_of_the_file():
     from_file = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--json")
     piped = CliRunner().invoke(main, ["validate", "-", "--system", "a100-vtrain-calibrated", "--json"], input=text)
     assert from_file.exit_code == 0 and piped.exit_code == 0, piped.output
-    rows = json.loads(piped.output)["rows"]
-    assert len(rows) == 41 and [r["error"] for r in rows] == [r["error"] for r in json.loads(from_file.output)["rows"]]
+    rows = json.loads(piped.stdout)["rows"]
+    assert len(rows) == 41 and [r["error"] for r in rows] == [r["error"] for r in json.loads(from_file.stdout)["rows"]]
     published = Path(PUBLISHED).read_text()
     assert CliRunner().invoke(main, ["published", "-", "--json"], input=published).output == \
         run("published", str(PUBLISHED), "--json").output

@@ -176,7 +176,7 @@ def test_candidates_rank_first_a_job_within_10_percent_of_the_measured_best():
         measured[row.model_key][row.job.describe()] = row.measured_s
     result = run("plan", "--candidates", MULTI_NODE, "--system", CALIBRATED, "--search", "0", "-q", "--json")
     assert result.exit_code == 0, result.output
-    plans = json.loads(result.output)
+    plans = json.loads(result.stdout)
     assert len(plans) == len(measured) == 2
     for key, got in zip(measured, plans):
         first = got["top"][0]["job"]
@@ -285,7 +285,7 @@ def test_the_named_minimum_is_what_the_cheapest_job_needs():
     assert needed > 5
     ok = run("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--memory-limit", f"{needed + 0.01}GB",
              "-q", "--search", 0, "--json", "--schedule", "1f1b")
-    assert ok.exit_code == 0 and json.loads(ok.output)["evaluated"] >= 1
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["evaluated"] >= 1
 
 
 def test_csv_format_is_one_table_with_one_header():
@@ -341,7 +341,7 @@ def test_job_command_takes_the_split_plan_prints():
     result = run("job", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", 4, "--global-batch", 32,
                  "--recompute", "full", "--layers-per-stage", "8,9,8,7", "--json")
     assert result.exit_code == 0, result.output
-    got = json.loads(result.output)
+    got = json.loads(result.stdout)
     job = Job(LLAMA8, H100, pp=4, global_batch=32, recompute="full", layers=(8, 9, 8, 7))
     assert got["layers_per_stage"] == [8, 9, 8, 7]
     assert got["step_time_s"] == pytest.approx(evaluate_job(job).step_time_s)
@@ -777,6 +777,6 @@ def test_a_value_given_twice_is_planned_once():
     twice = run(*base, "--recompute", "full", "--recompute", "full", "--schedule", "1f1b", "--schedule", "1f1b",
                 "--micro-batch", 1, "--micro-batch", 1)
     assert once.exit_code == 0 and twice.exit_code == 0, once.output + twice.output
-    assert json.loads(twice.output) == json.loads(once.output)
-    jobs = [row["job"] for row in json.loads(once.output)["top"]]
+    assert json.loads(twice.stdout) == json.loads(once.stdout)
+    jobs = [row["job"] for row in json.loads(once.stdout)["top"]]
     assert len(jobs) == len(set(jobs)) > 1

@@ -23,7 +23,7 @@ def published_json(*systems: str) -> dict:
     """``ppopt published TABLE --system ... --json``, parsed."""
     result = CliRunner().invoke(main, ["published", str(TABLE), *(a for s in systems for a in ("--system", s)), "--json"])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def assert_within_ceilings(report: dict, system: str) -> None:

@@ -292,5 +292,5 @@ def test_families_whose_table_equals_their_closed_forms_carry_no_table_note():
         if family.closed_forms is not None and family.closed_forms.table_exact:
             row = next(line for line in rows if line.startswith(name + " "))
             assert f"{family.closed_forms.holds}  " in row and f"{family.closed_forms.holds}; table" not in row
-    data = json.loads(run("list", "--json").output)
+    data = json.loads(run("list", "--json").stdout)
     assert {d["schedule"] for d in data if d["table_differs"]} == {n for n, f in REGISTRY.items() if f.closed_forms and not f.closed_forms.table_exact}

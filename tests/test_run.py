@@ -394,7 +394,7 @@ def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
     write_cost_preset(path, _costs(), None, {})
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["simulated"]["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
+    assert json.loads(result.stdout)["simulated"]["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--model", "study")
     assert result.exit_code == 1 and result.output.startswith("error: --costs: replaces --model/--system")
 
@@ -455,8 +455,8 @@ def test_search_with_a_cost_preset_is_unit_mode_with_its_ratios(tmp_path):
                       activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
     write_cost_preset(path, Costs((stage, stage), 1, 4), LinkConfig(bandwidth_bytes_per_s=1e4, latency_s=0.1), {})
     args = ["search", "-p", 2, "-m", 4, "--space", "placement=linear,backward=split", "-q", "--json"]
-    with_preset = json.loads(cli(*args, "--costs", path).output)
-    with_flags = json.loads(cli(*args, "--unit", "--forward", 1, "--backward", 3, "--weight", 2, "--comm", 0.1).output)
+    with_preset = json.loads(cli(*args, "--costs", path).stdout)
+    with_flags = json.loads(cli(*args, "--unit", "--forward", 1, "--backward", 3, "--weight", 2, "--comm", 0.1).stdout)
     assert with_preset["step_time_s"] == with_flags["step_time_s"] and with_preset["schedule"] == with_flags["schedule"]
     assert with_preset["status"] == "optimal"
     result = cli("search", "-p", 2, "-m", 4, "--costs", path, "--model", "study")

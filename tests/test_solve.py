@@ -19,7 +19,6 @@ from ppopt.solve.search import search
 from ppopt.solve.space import FAMILY_MEMBERS, parse_space
 from ppopt.units import UnitCosts
 from ppopt.validate import validate
-from tests.test_plan import _Clock
 
 DET = 5.0  # deterministic time limit: reproducible on any machine
 
@@ -372,10 +371,8 @@ def test_a_spent_budget_reports_the_hint_without_solving(monkeypatch):
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    fake = _Clock()
-    monkeypatch.setattr("ppopt.solve.options.time", fake)
-    return fake
+def clock(still_clock):
+    return still_clock("ppopt.solve.options")
 
 
 def test_the_budget_is_shared_by_the_steps_of_a_request(clock):
@@ -535,7 +532,7 @@ def test_best_found_in_a_space_counts_its_handcrafted_schedules(monkeypatch):
     assert [(row.best, row.bound, row.status) for row in capped] == [(49, 46, "feasible"), (49, 46, "feasible")]
 
 
-def test_gap_searches_no_space_a_handcrafted_schedule_already_solves(monkeypatch):
+def test_gap_searches_no_space_a_handcrafted_schedule_already_solves(monkeypatch, still_clock):
     """A fitting handcrafted schedule that meets its space's analytic bound is that space's optimum,
     so gap runs no search there (at 64 x 4,096 the searches of five such spaces spent 35 s rebuilding
     their hints) and the spaces left share the budget."""
@@ -558,8 +555,7 @@ def test_gap_searches_no_space_a_handcrafted_schedule_already_solves(monkeypatch
     # 8 microbatches x 2 chunks x 1.5 = 24 slots of work; its first op, F of chunk 3, waits for the
     # forwards of chunks 0-2 (1.5), and after its last, a B of chunk 3, the backwards of chunks 2-0 run
     # on devices 2-0 (3): 1.5 + 24 + 3 = 28.5, which the search meets ("optimal": best = bound).
-    clock = _Clock()
-    monkeypatch.setattr("ppopt.solve.options.time", clock)
+    still_clock("ppopt.solve.options")
     rows = gap_report(unit(4, 8), {}, ["1f1b", "hanayo"], SolveOptions(30, deterministic_time=DET)).rows
     assert [space for space, _ in searched] == ["placement=zigzag,waves=1,backward=full,order=free"]
     assert searched[0][1] == 30

@@ -240,7 +240,7 @@ def test_study_rerun_resumes(study):
     result = CliRunner().invoke(main, ["study", "--spec", str(out.parent / "study.toml"), "--output", str(out), "--quiet",
                                        "--no-figures", "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert summary["computed"] == 0 and summary["reused"] + summary["skipped"] == len(rows)
     assert list(csv.DictReader((out / "rows.csv").open())) == rows
     assert "Figures were not drawn: they were turned off (--no-figures)" in (out / "report.md").read_text()

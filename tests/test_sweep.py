@@ -330,7 +330,7 @@ def test_cli_sweep(tmp_path):
     spec = write_spec(tmp_path, SPEC.split("[solver]")[0])
     result = runner.invoke(main, ["sweep", str(spec), "--output", str(tmp_path / "out"), "--quiet", "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert summary["points"] == 2 * 21 and summary["skipped"] == 2 * 2 * 3 and summary["computed"] == 42 - 12
     result = runner.invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "-q"])
     assert result.exit_code == 0

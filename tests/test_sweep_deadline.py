@@ -172,7 +172,7 @@ def test_a_time_limit_beyond_any_sweep_is_no_limit(tmp_path):
     result = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "1e308", "-q",
                                        "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["missing"] == 0
+    assert json.loads(result.stdout)["missing"] == 0
 
 
 @pytest.mark.parametrize("value, shown", [("0", "0.0"), ("-1", "-1.0"), ("nan", "nan"), ("inf", "a number too large to represent (inf)"),
@@ -190,7 +190,7 @@ def test_the_cli_says_what_is_left_and_how_to_run_it(tmp_path, clock):
     well under a second each, so there that limit is enough for all of them."""
     result = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "10", "-q", "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert summary["time_limit_reached"] and summary["missing"] == 9 and summary["computed"] == 90  # the 9 rows of searches
     text = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "10", "-q"]).output
     head = "time limit reached: rerun the same command to compute the 9 missing; a --time-limit under "

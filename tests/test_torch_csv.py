@@ -300,7 +300,7 @@ def test_cli_export_then_import(tmp_path):
     data = run("import", path, "--json")
     import json
 
-    payload = json.loads(data.output)
+    payload = json.loads(data.stdout)
     assert payload["devices"] == 4 and payload["stages"] == 8 and payload["microbatches"] == 8
     assert payload["placement"] == [0, 1, 2, 3, 3, 2, 1, 0]
     assert set(payload["table"]) == {"length", "bubble_ratio", "peak_activations"}
@@ -317,7 +317,7 @@ def test_import_names_the_backward_kinds_the_file_holds(tmp_path, name, kinds, s
     assert f"microbatches, {said} backward" in run("import", path).output
     import json
 
-    payload = json.loads(run("import", path, "--json").output)
+    payload = json.loads(run("import", path, "--json").stdout)
     assert payload["backward"] == said.split()[0] and payload["split_backward"] == ("I" in kinds)
 
 

@@ -123,7 +123,7 @@ def test_cli_export_chrome_trace(tmp_path):
     assert {e["ph"] for e in trace["traceEvents"]} == {"M", "X", "s", "f", "C"}
     assert sum(e["ph"] == "X" and e["tid"] == 0 for e in trace["traceEvents"]) == 4 * 4 * 3
     result = CliRunner().invoke(main, ["export", "-s", "1f1b", "-p", "2", "-m", "2", "--format", "chrome-trace", "-o", "-"])
-    assert result.exit_code == 0 and json.loads(result.output)["traceEvents"]
+    assert result.exit_code == 0 and json.loads(result.stdout)["traceEvents"]
 
 
 def test_a_trace_named_json_gz_is_the_same_trace_gzip_compressed(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NoReturn
 
 import click
 
@@ -52,6 +53,26 @@ def _where(source: str, line: int, files: int) -> str:
     return f"{source}:{line}" if files > 1 else str(line)
 
 
+def _unmodelled_table(unmodelled, files: int, fmt: str = "text") -> str:
+    """The rows outside the model, each with its reason (validate and calibrate)."""
+    return _table(["line", "model", "measured ms", "not modelled because"],
+                  [[_where(u.source, u.line, files), u.label, f"{1e3 * u.measured_s:.1f}", u.reason] for u in unmodelled], fmt)
+
+
+def _unmodelled_json(unmodelled) -> list[dict]:
+    return [{"file": u.source, "line": u.line, "model": u.label, "measured_s": u.measured_s, "reason": u.reason} for u in unmodelled]
+
+
+def _refuse_no_rows(unmodelled, to: str) -> NoReturn:
+    """No row inside the model: one line with the first row's reason (a report of no row would read as a result)."""
+    from ppopt.errors import ConfigError
+
+    first = unmodelled[0]
+    more = len(unmodelled) - 1
+    raise ConfigError(f"no row can {to}: {first.source}, line {first.line}: {first.reason}"
+                      + (f" (and {more} more rows outside the model)" if more else ""))
+
+
 def _summary_lines(accuracy, files: int = 1) -> list[str]:
     s = accuracy.summary()
     worst = accuracy.worst
@@ -91,12 +112,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
         accuracy = validate_file(list(data), load_system(system))
     _note_unused_columns(data, unused_columns, ASSUMED)
     if not accuracy.rows:  # a report of no prediction, "MAPE -", would read as a result
-        from ppopt.errors import ConfigError
-
-        first = accuracy.unmodelled[0]
-        more = len(accuracy.unmodelled) - 1
-        raise ConfigError(f"no row can be predicted: {first.source}, line {first.line}: {first.reason}"
-                          + (f" (and {more} more rows outside the model)" if more else ""))
+        _refuse_no_rows(accuracy.unmodelled, "be predicted")
     groups = group_errors(accuracy.rows, list(by)) if by else []
     if plot_path:
         from ppopt.report.accuracy_plot import plot_accuracy
@@ -110,8 +126,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
                       "predicted_s": r.predicted_s, "error": r.error, "peak_memory_bytes": r.peak_memory_bytes,
                       "pipeline_s": r.pipeline_s, "gradient_sync_s": r.gradient_sync_s, "optimizer_s": r.optimizer_s}
                      for r in accuracy.rows],
-            "unmodelled": [{"file": u.source, "line": u.line, "model": u.label, "measured_s": u.measured_s, "reason": u.reason}
-                           for u in accuracy.unmodelled],
+            "unmodelled": _unmodelled_json(accuracy.unmodelled),
             **({"groups": [{"group": g.label, "rows": g.rows, "mean_error": g.mean_error, "mape": g.mape, "worst": g.worst}
                            for g in groups]} if by else {}),
         })
@@ -133,8 +148,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
     click.echo(_table(header, rows, fmt))
     if accuracy.unmodelled:
         click.echo("")
-        click.echo(_table(["line", "model", "measured ms", "not modelled because"],
-                          [[_where(u.source, u.line, len(data)), u.label, f"{1e3 * u.measured_s:.1f}", u.reason] for u in accuracy.unmodelled], fmt))
+        click.echo(_unmodelled_table(accuracy.unmodelled, len(data), fmt))
     if groups:
         click.echo("")
         click.echo(_table(group_header, group_rows, fmt))
@@ -175,7 +189,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     rows, unmodelled = read_rows(list(data), base)  # sizes checked before the fit
     _note_unused_columns(data, unused_columns, ASSUMED)
     if not rows:
-        raise ConfigError("no row to calibrate on (every row is outside the model)")
+        _refuse_no_rows(unmodelled, "be calibrated on")
     bar = None if quiet else ProgressBar(f"calibrate: {len(rows)} rows, fits")
     try:
         fitted = calibrate(rows, base, progress=bar)
@@ -189,8 +203,8 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     with working("calibrate: the fit and the base system on the rows", quiet):
         on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
         on_base = summarize(predict_rows([r.on(base) for r in rows]), unmodelled)
-    if len(rows) <= len(fitted.values):  # as many parameters as rows: the fit can match them whatever the model
-        click.echo(f"note: {len(rows)} row(s) for {len(fitted.values)} fitted parameters: the fit is underdetermined, "
+    if len(rows) <= (free := len(fitted.values) - len(fitted.kept)):  # as many parameters as rows: the fit matches them whatever the model
+        click.echo(f"note: {len(rows)} row(s) for {free} fitted parameters: the fit is underdetermined, "
                    "and its error on these rows says nothing of other jobs", err=True)
     if on_fit.mape >= on_base.mape:
         click.echo(f"note: the calibrated system ({100 * on_fit.mape:.2f} %) predicts these rows no better than its base "
@@ -198,13 +212,17 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     at_bounds = _at_bounds(fitted)
     if as_json:
         emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "base_system": base.name, "base_mape": on_base.mape,
-                   "at_bounds": at_bounds, "not_fitted": list(fitted.kept), "output": output, "summary": on_fit.summary()})
+                   "at_bounds": at_bounds, "not_fitted": list(fitted.kept), "output": output, "summary": on_fit.summary(),
+                   "unmodelled": _unmodelled_json(unmodelled)})
         return
     descriptions = {p.name: p for p in fitted.parameters}
     click.echo(_table(["parameter", "value", "bound", "meaning"],
                       [[k, f"{v:.4g}", "not fitted: no row uses this link" if k in fitted.kept else at_bounds.get(k, ""),
                         descriptions[k].description] for k, v in fitted.values.items()],
                       "text"))
+    if unmodelled:
+        click.echo("")
+        click.echo(_unmodelled_table(unmodelled, len(data)))
     click.echo("")
     click.echo("fit on the calibration rows (simulated):")
     click.echo("\n".join(_summary_lines(on_fit, len(data))))
@@ -357,7 +375,8 @@ def published_command(data, systems, fmt, as_json) -> None:
                        f"layers and hidden size give {counted:.3g} billion (Narayanan et al. 2021, §5.1); the "
                        "prediction follows the dimensions, the label is only printed", err=True)
     errors = {name: [abs(p.error) for p in found if p.error is not None] for name, found in predicted.items()}
-    summary = {name: {"mape": sum(e) / len(e) if e else None, "worst": max(e) if e else None} for name, e in errors.items()}
+    summary = {name: {"mape": sum(e) / len(e) if e else None, "worst": max(e) if e else None, "runs": len(e)}
+               for name, e in errors.items()}  # runs: those that fit the system's memory, over which the figures are
     if as_json:
         emit_json({
             "runs": [{"line": run.line, "parameters_billion": run.parameters_billion, "gpus": run.gpus, "tp": run.tp,
@@ -393,4 +412,6 @@ def published_command(data, systems, fmt, as_json) -> None:
     if fmt != "csv":
         click.echo("")
         for name, figures in summary.items():
-            click.echo(f"{name}: MAPE {_pct(figures['mape'])}, worst {_pct(figures['worst'])}")
+            fitting = figures["runs"]
+            over = "" if fitting == len(runs) else f" (over the {fitting} of {len(runs)} runs that fit in its memory)"
+            click.echo(f"{name}: MAPE {_pct(figures['mape'])}, worst {_pct(figures['worst'])}{over}")

@@ -11,7 +11,8 @@ recomputation, 1F1B) and the measured step time.
 Bad data raises :class:`MeasuredDataError` with one line naming the file, line and column: a
 missing or non-numeric cell, a count that is not positive or exceeds the model's limits
 (:data:`ppopt.config.MODEL_LIMITS`), or an iteration time outside :data:`MIN_TIME_MS` to
-:data:`MAX_TIME_MS`; also a column named twice in the header and a line the ``csv`` module cannot
+:data:`MAX_TIME_MS`, attention heads that do not divide the hidden size, a parameter count that is no
+positive number; also a column named twice in the header and a line the ``csv`` module cannot
 read (a field over its limit of 131,072 characters). A number is plain ASCII decimal text (an
 optional sign, digits, an optional fraction and exponent): Python's ``int()`` and ``float()`` would
 also read ``300_0``, other scripts' digits such as ``٢``, ``inf`` and ``nan``. A cell quoted in a
@@ -23,6 +24,7 @@ The CSV and number readers are :mod:`ppopt.io`'s (:func:`~ppopt.io.csv_records`,
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -190,6 +192,16 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
         if not MIN_TIME_MS <= measured_ms <= MAX_TIME_MS:
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must lie between {MIN_TIME_MS:g} and "
                                     f"{MAX_TIME_MS:g}, got {shown(raw)}")
+        if PARAMETERS in index and (raw := cells[index[PARAMETERS]].strip() if index[PARAMETERS] < len(cells) else ""):
+            try:  # only a label (the dimensions give the model), but a label that is no count is a broken row
+                parameters = decimal_float(raw)
+            except ValueError:
+                parameters = math.nan
+            if not parameters > 0:
+                raise MeasuredDataError(f"{name}: line {line}, column '{PARAMETERS}': must be a positive number, got {shown(raw)}")
+        if values["hidden"] % values["heads"]:
+            raise MeasuredDataError(f"{name}: line {line}, column 'attention heads': {values['heads']} does not divide the hidden "
+                                    f"size {values['hidden']} (Megatron splits the hidden size evenly among the heads)")
         t, p, d = values["tp"], values["pp"], values["dp"]
         if t * p * d != values["gpus"]:
             raise MeasuredDataError(f"{name}: line {line}, column '# GPUs': {values['gpus']} differs from "

@@ -10,6 +10,7 @@ characters). Numbers are plain ASCII decimal text and quoted cells are cut short
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from ppopt.config import MODEL_LIMITS
@@ -75,7 +76,7 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     missing = [column for column in COLUMNS if column not in header]
     if missing:
         raise ConfigError(f"{name}: missing column '{missing[0]}'")
-    runs = []
+    runs: list[PublishedRun] = []
     for line, cells in records:
         if not any(cell.strip() for cell in cells):  # a blank line, or one of empty cells
             continue
@@ -106,6 +107,9 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
         if run.gpus % (run.tp * run.pp):
             raise ConfigError(f"{name}: line {line}, column 'GPUs': {run.gpus} is not a multiple of "
                               f"t x p = {run.tp * run.pp}")
+        earlier = next((r for r in runs if replace(r, line=line) == run), None)
+        if earlier is not None:  # it would weigh that run twice in the MAPE
+            raise ConfigError(f"{name}: line {line} repeats line {earlier.line} (the same run and throughput): give each run once")
         runs.append(run)
     if not runs:
         raise ConfigError(f"{name}: no data rows")
