@@ -8,6 +8,7 @@ microbatches). Skipped without torch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,8 +41,17 @@ def _launch(tmp_path_factory, devices):
 
     schedules = [generate(name, devices, 4) for name in NAMES[:-1]]
     schedules.append(read_searched(tmp_path_factory.mktemp("search"), devices))
+    names = list(NAMES)
+    if devices == 4:  # stages 1 and 2 out of their neighbours' order, the last stage's backwards too
+        names.append("middle")
+        schedules.append(read_torch_csv_text(MIDDLE, tmp_path_factory.mktemp("middle")))
     results, _ = run_schedules(schedules, RunSpec((), devices, TINY, steps=1, warmup=0, dtype="float64", timeout_s=60))
-    return dict(zip(NAMES, results, strict=True))
+    return dict(zip(names, results, strict=True))
+
+
+MIDDLE = ("0F0,0F1,0F2,0F3,0B0,0B1,0B2,0B3\n1F1,1F0,1F2,1F3,1B1,1B0,1B2,1B3\n"
+          "2F0,2F1,2F3,2F2,2B0,2B1,2B3,2B2\n3F0,3F1,3F2,3F3,3B3,3B2,3B1,3B0\n")
+"""GPipe on four ranks with the middle stages' microbatches out of order and the last stage's backwards reversed."""
 
 
 def read_searched(folder, devices):
@@ -90,6 +100,12 @@ def test_two_ranks_train_one_step_with_the_reference_gradients(ran2, name):
 def test_four_ranks_train_one_step_with_the_reference_gradients(ran4, name):
     _assert_equal_to_reference(ran4[name], 4)
     assert ran4[name].stages == (8 if name in ("interleaved-1f1b", "zb-v") else 4)
+
+
+def test_a_middle_stage_out_of_order_trains_exactly(ran4):
+    """Only the last stage's forwards must run in microbatch order (PyTorch files the losses by
+    them): the runtime matches each receive to its send whatever order the other stages take."""
+    _assert_equal_to_reference(ran4["middle"], 4)
 
 
 def test_a_killed_rank_ends_every_rank_with_one_line(tmp_path):
@@ -147,6 +163,83 @@ def _wait_until_ctrl_c_is_heard(pid: int, timeout_s: float = 60.0) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"process {pid} ignored Ctrl-C for {timeout_s} s")
+
+
+def _start_a_long_run(tmp_path):
+    """A run of 1F1B on two ranks for 100,000 steps in its own session, with its temporary folders
+    in ``tmp_path``; returned once both ranks are inside their steps (their result files opened)."""
+    import subprocess
+    import time
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    command = [sys.executable, "-m", "ppopt", "run", "-s", "1f1b", "-p", "2", "-m", "2", "--steps", "100000", "-q",
+               "--timeout", "120"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    waited = time.monotonic() + 60
+    while len(list(tmp_path.glob("ppopt-run-*/rank*.err"))) < 2 and time.monotonic() < waited:
+        time.sleep(0.05)
+    assert len(list(tmp_path.glob("ppopt-run-*/rank*.err"))) == 2, "the ranks never started"
+    return process
+
+
+def _ranks_in(folder) -> list[int]:
+    """Processes holding a file under ``folder`` open (the ranks: their stderr is ``rank<R>.err`` of
+    the run's folder, open until they end, even once the folder is removed)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                links = [os.readlink(f"/proc/{entry}/fd/{fd}") for fd in os.listdir(f"/proc/{entry}/fd")]
+            except OSError:  # ended meanwhile, or not ours
+                continue
+            if any(link.startswith(str(folder) + "/") for link in links):
+                found.append(int(entry))
+    return found
+
+
+def test_sigterm_stops_the_ranks_and_removes_the_folders_as_ctrl_c_does(tmp_path):
+    """`kill` ended the launcher at once: its ranks ran on (every step, nobody waiting) and the run's
+    folders stayed behind."""
+    pytest.importorskip("torch.distributed.pipelining")
+    process = _start_a_long_run(tmp_path)
+    try:
+        assert len(_ranks_in(tmp_path)) == 2
+        process.terminate()
+        _, err = process.communicate(timeout=60)
+        assert (process.returncode, err) == (1, b"\naborted\n")
+        assert _ranks_in(tmp_path) == [] and list(tmp_path.iterdir()) == []
+    finally:
+        _end(process, tmp_path)
+
+
+def test_ranks_whose_launcher_is_killed_end_themselves(tmp_path):
+    """SIGKILL leaves the launcher no clean-up: the ranks watch for it and end within a second."""
+    import time
+
+    pytest.importorskip("torch.distributed.pipelining")
+    process = _start_a_long_run(tmp_path)
+    try:
+        assert len(_ranks_in(tmp_path)) == 2
+        process.kill()
+        process.wait(timeout=60)
+        waited = time.monotonic() + 30
+        while _ranks_in(tmp_path) and time.monotonic() < waited:
+            time.sleep(0.1)
+        assert _ranks_in(tmp_path) == []
+    finally:
+        _end(process, tmp_path)
+
+
+def _end(process, folder) -> None:
+    """Whatever a failed assertion left: the launcher's session and any rank, ended."""
+    import signal as signals
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signals.SIGKILL)
+    for pid in _ranks_in(folder):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signals.SIGKILL)
+    process.communicate(timeout=60)
 
 
 def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):
@@ -289,22 +382,27 @@ def test_replicated_stages_and_bad_sizes_are_refused_in_one_line():
     assert result.exit_code == 1 and result.output == "error: --hidden: hidden size 30 is not a multiple of 4 heads\n"
 
 
-def test_a_stage_taking_its_neighbour_s_messages_out_of_order_is_refused(tmp_path):
-    """Stage 1 running F1 before F0 meets every dependency (ppopt's validator accepts it), but PyTorch's
-    runtime matches the untagged messages between two stages in the order they are sent, so it swaps
-    the two activations and the gradients differ from the non-pipelined model's (measured with `ppopt
-    run`, float32 and float64 alike). It is refused before any process starts, naming the two ops."""
+def test_a_last_stage_out_of_microbatch_order_is_refused(tmp_path):
+    """The last stage running F1 before F0 meets every dependency (ppopt's validator accepts it), but
+    PyTorch's runtime files the losses in the order the last stage's forwards run and looks them up by
+    microbatch, so its backwards start from the wrong losses and the gradients differ from the
+    non-pipelined model's (measured with `ppopt run`, float32 and float64 alike; also with every rank
+    in the same order, 1 then 0). It is refused before any process starts, naming the two ops."""
+    from ppopt.run.execute import loss_order_message
+    from ppopt.validate import validated
+
     swapped = tmp_path / "swap.csv"
     swapped.write_text("0F0,0F1,0F2,0F3,0B0,0B1,0B2,0B3\n1F1,1F0,1F2,1F3,1B0,1B1,1B2,1B3\n")
     result = cli("run", swapped)
     assert result.exit_code == 1
-    assert result.output.startswith("error: swap: rank 0 sends the outputs of 0F0 and then 0F1 to rank 1, which takes them the "
-                                    "other way round (1F1 before 1F0); "), result.output
-    from ppopt.run.execute import out_of_order_message
-    from ppopt.validate import validated
-    assert out_of_order_message(validated(read_torch_csv(swapped))) is not None
-    # every family that PyTorch's runtime can place keeps each pair of stages in order (ZB-V's orders
-    # interleave two pairs of stages between ranks 0 and 1 differently on each side, which runs correctly)
+    assert result.output.startswith("error: swap: the last stage (1) runs 1F1 before 1F0; "), result.output
+    same = tmp_path / "same.csv"
+    same.write_text("0F1,0F0,0B1,0B0\n1F1,1F0,1B1,1B0\n")
+    assert cli("run", same).output.startswith("error: same: the last stage (1) runs 1F1 before 1F0; ")
+    # the middle stages may take their microbatches in another order than their neighbours, and the
+    # last stage its backwards (it trains exactly: test_a_middle_stage_out_of_order_trains_exactly)
+    assert loss_order_message(validated(read_torch_csv_text(MIDDLE, tmp_path))) is None
+    # every family that PyTorch's runtime can place runs its last stage's forwards in order
     checked = set()
     for name in names():
         for p, m in ((2, 4), (4, 8), (4, 12)):
@@ -313,9 +411,26 @@ def test_a_stage_taking_its_neighbour_s_messages_out_of_order_is_refused(tmp_pat
             except ScheduleError:  # a family's rule (e.g. DualPipe's m >= 2p)
                 continue
             if all(len(set(holders)) == 1 for holders in schedule.placement):
-                assert out_of_order_message(validated(schedule)) is None, (name, p, m)
+                assert loss_order_message(validated(schedule)) is None, (name, p, m)
                 checked.add(name)
     assert {"1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "dualpipev", "hanayo"} <= checked
+
+
+def read_torch_csv_text(text: str, folder):
+    path = folder / "schedule.csv"
+    path.write_text(text)
+    return read_torch_csv(path)
+
+
+def test_a_rank_without_a_stage_is_refused_before_any_process_starts(tmp_path):
+    """An empty line of a CSV is a rank with no op; PyTorch's runtime failed inside the ranks after
+    seconds ("Pipeline group size 3 cannot be larger than number of stages 2")."""
+    idle = tmp_path / "idle.csv"
+    idle.write_text("0F0,0B0\n\n1F0,1B0\n")
+    result = cli("run", idle)
+    assert (result.exit_code, result.output) == (1, "error: idle: rank 1 holds no stage; PyTorch's runtime needs at least one "
+                                                    "stage on every rank (its pipeline group of 3 ranks would be larger than "
+                                                    "the 2 stages)\n")
 
 
 def test_profile_sizes_are_refused_before_any_process_starts():
@@ -536,3 +651,31 @@ def test_search_run_of_too_many_ranks_is_refused_before_the_search(tmp_path, mon
     assert (result.exit_code, result.output) == (
         1, "error: --devices: must be from 1 to 64 ranks (processes on this machine), got 65\n")
     assert not (tmp_path / "k.csv").exists()
+
+
+def test_run_reads_the_legacy_spelling_its_error_points_to(tmp_path):
+    """The error on a 'BW' cell says to use --legacy-backward, which `run` did not have."""
+    from ppopt.cli.run import _schedules
+    from ppopt.ir import Kind
+
+    legacy = tmp_path / "legacy.csv"
+    legacy.write_text("0F0,0BW0\n1F0,1BW0\n")
+    refused = cli("run", legacy)
+    assert refused.exit_code == 1 and "(--legacy-backward)" in refused.output
+    (schedule,) = _schedules((str(legacy),), (), None, None, None, legacy_backward=True)
+    assert {op.kind for op in schedule.ops()} == {Kind.F, Kind.B}
+    alone = cli("run", "-s", "1f1b", "-p", 2, "-m", 2, "--legacy-backward")
+    assert (alone.exit_code, alone.output) == (1, "error: --legacy-backward: only applies to schedule files (the spelling of "
+                                                  "their backwards)\n")
+
+
+def test_a_rank_killed_by_a_signal_is_not_named_by_a_library_s_warning(tmp_path):
+    """A killed rank was reported with the last line of torch's UserWarning in its stderr."""
+    from ppopt.run.launcher import _last_line
+
+    err = tmp_path / "rank1.err"
+    err.write_text("/x/torch/_tensor.py:1: UserWarning: Converting a tensor that requires grad\n  reference_loss = float(loss)\n")
+    assert _last_line(err, killed=True) == "no message"
+    assert _last_line(err, killed=False) == "reference_loss = float(loss)"  # an exit before its own line: the traceback's tail
+    err.write_text("warning\nrank 1: RuntimeError: boom\n")
+    assert _last_line(err, killed=True) == "rank 1: RuntimeError: boom"

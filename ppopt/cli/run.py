@@ -45,7 +45,7 @@ def run_options(command):
     return wrapper
 
 
-def _schedules(files, names, devices, microbatches, chunks):
+def _schedules(files, names, devices, microbatches, chunks, legacy_backward=False):
     """The schedules given, validated before any process starts (files by ppopt's CSV reader)."""
     from ppopt.cli.options import check_option_values, refuse_unused_options, require_size
     from ppopt.errors import ConfigError
@@ -65,7 +65,9 @@ def _schedules(files, names, devices, microbatches, chunks):
         for flag, value in (("devices", devices), ("microbatches", microbatches), ("chunks", chunks)):
             if value is not None:
                 raise ConfigError("only applies with --schedule (a schedule file gives its own sizes)", field=flag)
-    schedules = [read_torch_csv_file(f) for f in files]
+    if legacy_backward and not files:
+        raise ConfigError("only applies to schedule files (the spelling of their backwards)", field="legacy_backward")
+    schedules = [read_torch_csv_file(f, legacy_backward=legacy_backward) for f in files]
     for file, schedule in zip(files, schedules):  # a file's rank count is no flag's: name the file
         if schedule.devices > MAX_DEVICES:
             raise ConfigError(f"{file}: {schedule.devices} ranks; a run takes at most {MAX_DEVICES} (processes on this machine)")
@@ -86,6 +88,7 @@ def _schedules(files, names, devices, microbatches, chunks):
 @click.option("--devices", "-p", "--pp", "devices", type=int, default=None, help="Ranks (with --schedule).")
 @click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule).")
 @click.option("--chunks", "-v", type=int, default=None, help="Chunks per rank for interleaved-1f1b and looped-bfs [default: 2].")
+@click.option("--legacy-backward", is_flag=True, help="FILES use the old spelling: BW full backward, B input backward.")
 @run_options
 @click.option("--check/--no-check", default=True, show_default=True,
               help="Compare the first step's loss and gradients with the non-pipelined model.")
@@ -93,7 +96,8 @@ def _schedules(files, names, devices, microbatches, chunks):
 @click.option("--costs", default=None, help="With --compare: a cost preset from `ppopt profile` [default: profile now].")
 @json_option
 @quiet_option
-def run_command(files, names, devices, microbatches, chunks, settings, check, with_compare, costs, as_json, quiet) -> None:
+def run_command(files, names, devices, microbatches, chunks, legacy_backward, settings, check, with_compare, costs, as_json,
+                quiet) -> None:
     """Execute schedules in PyTorch's pipelining runtime on local ranks (gloo on 127.0.0.1):
     step and op times, and the gradients checked against the model without pipelining."""
     import dataclasses
@@ -105,7 +109,7 @@ def run_command(files, names, devices, microbatches, chunks, settings, check, wi
 
     if costs and not with_compare:
         raise ConfigError("only applies with --compare", field="costs")
-    schedules = _schedules(files, names, devices, microbatches, chunks)
+    schedules = _schedules(files, names, devices, microbatches, chunks, legacy_backward)
     settings = check_run(schedules, dataclasses.replace(settings, check=check))
     presets = _presets(schedules, costs, settings) if with_compare and costs else None  # a bad file fails before the run
     if with_compare and not costs:

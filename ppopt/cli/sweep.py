@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import signal
-import threading
 import time
 
 import click
@@ -12,6 +10,7 @@ import click
 from ppopt.cli import main
 from ppopt.cli.options import ProgressBar, check_output_dir, deadline_of, emit_json, json_option, quiet_option
 from ppopt.errors import counted
+from ppopt.solve.interrupt import sigterm_as_ctrl_c
 
 
 def executor_options(command):
@@ -52,14 +51,13 @@ def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, k
         check_deadline_before_start(loaded, kinds, deadline, executor, address)
 
     bar = None if quiet else ProgressBar(f"sweep {loaded.name}")
-    main_thread = threading.current_thread() is threading.main_thread()  # only it may set a handler
-    previous = signal.signal(signal.SIGTERM, _stop) if main_thread else None  # `kill`, `timeout`: as Ctrl-C
     try:
-        began = time.monotonic()
-        with make_executor(executor, jobs, address) as pool:
-            run_start = time.monotonic()
-            started_s = run_start - began
-            result = run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline)
+        with sigterm_as_ctrl_c():  # rows.csv is still written from the rows computed, as on Ctrl-C
+            began = time.monotonic()
+            with make_executor(executor, jobs, address) as pool:
+                run_start = time.monotonic()
+                started_s = run_start - began
+                result = run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline)
         # the time spent before the run and kept after it (report, figures), plus what the run needs
         needed = None if not result.search_s else time_limit - (deadline - run_start) + result.search_s
         if result.time_limit_reached and started_s >= EXECUTOR_NOTE_S:  # Ray's start cannot be cut short
@@ -70,16 +68,8 @@ def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, k
             click.echo(f"note: starting {what} took {started_s:.1f} s of the time limit", err=True)
         return result, needed
     finally:
-        if main_thread:  # None: a handler not set from Python, which cannot be restored; the default then
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         if bar is not None:
             bar.close()
-
-
-def _stop(signum, frame) -> None:
-    """SIGTERM during a sweep: stop as on Ctrl-C, so that rows.csv is still written from the rows
-    computed (the sweep's promise for an interrupted run; the default action ended the process at once)."""
-    raise KeyboardInterrupt
 
 
 def summary_text(result, needed_s: float | None = None) -> str:

@@ -2,7 +2,7 @@
 no torch in this process: the ranks import it).
 
 :func:`run_schedules` checks everything before any process starts (one device count, no replicated
-stage, each stage's messages taken in the order they are sent (:func:`out_of_order_message`), model sizes, the ranks' memory against what this machine has available: :func:`check_memory`),
+stage, a stage on every rank, the last stage's forwards in microbatch order (:func:`loss_order_message`), model sizes, the ranks' memory against what this machine has available: :func:`check_memory`),
 writes each schedule as a PyTorch CSV (:func:`ppopt.io.torch_csv.write_torch_csv`) in a temporary
 folder, launches the ranks once for all schedules (:func:`ppopt.run.launcher.launch`) and returns
 one :class:`JobResult` per schedule.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ppopt.flat import Flat
 from ppopt.io.torch_csv import write_torch_csv
-from ppopt.ir import Schedule
+from ppopt.ir import Kind, Schedule
 from ppopt.run import RunError, require_torch
 from ppopt.run.spec import Job, RunSpec
 from ppopt.validate import validated
@@ -58,51 +58,43 @@ class JobResult:
 
 def refuse_unrunnable(schedule: Schedule) -> None:
     """What PyTorch's runtime cannot run correctly, though ppopt's validator accepts it: a replicated
-    stage (Chimera: it places each stage on one rank), and messages taken out of the order they were
-    sent (:func:`out_of_order_message`)."""
+    stage (Chimera: it places each stage on one rank), a rank with no stage, and a last stage whose
+    forwards do not run in microbatch order (:func:`loss_order_message`)."""
     for s, holders in enumerate(schedule.placement):
         if len(set(holders)) > 1:
             raise RunError(f"{schedule.name}: PyTorch's runtime cannot run replicated stages "
                            f"(stage {s} is on ranks {', '.join(map(str, holders))}); it places each stage on one rank")
-    problem = out_of_order_message(validated(schedule))
+    held = {rank for holders in schedule.placement for rank in holders}
+    idle = [rank for rank in range(schedule.devices) if rank not in held]
+    if idle:
+        raise RunError(f"{schedule.name}: rank {idle[0]} holds no stage; PyTorch's runtime needs at least one stage on every "
+                       f"rank (its pipeline group of {schedule.devices} ranks would be larger than the {schedule.stages} stages)")
+    problem = loss_order_message(validated(schedule))
     if problem is not None:
         raise RunError(f"{schedule.name}: {problem}")
 
 
-def out_of_order_message(flat: Flat) -> str | None:
-    """The first message from one stage to another that the receiving stage would take out of the
-    order it was sent, described; None when there is none.
+def loss_order_message(flat: Flat) -> str | None:
+    """Why PyTorch's runtime would train the schedule with wrong gradients, or None.
 
-    PyTorch's pipelining runtime posts its sends and receives without a tag (the ``P2POp`` calls of
-    ``torch/distributed/pipelining/stage.py``), and the process group matches them in the order
-    they are posted. A stage that takes its neighbour's outputs in another order than they were sent
-    gets the activations (or gradients) of two microbatches, of the same shape, swapped: stage 1
-    running F1 before F0 against stage 0's F0, F1 passes ppopt's validator (every dependency holds)
-    and runs, and its gradients differ from the non-pipelined model's (measured with ``ppopt run``).
-    Each op's output goes to at most one op on another rank (``Flat.succ``), sent when the op ends
-    and taken when the consumer starts, so the check is that, for every pair of stages, the
-    consumers' positions in the receiver's order rise in the sender's order. (Messages between
-    different pairs of stages on the same two ranks, e.g. ZB-V's activations and gradients between
-    ranks 0 and 1, are not compared: ZB-V's orders take them in another order and run correctly.)"""
-    position = [0] * flat.size
-    for ids in flat.orders:
-        for k, i in enumerate(ids):
-            position[i] = k
-    last: dict[tuple[int, int], int] = {}  # (sending stage, receiving stage) -> the producer of the last one sent
-    for ids in flat.orders:
-        for i in ids:
-            j = flat.succ[i]
-            if j < 0:
-                continue
-            stream = (flat.stage[i], flat.stage[j])
-            before = last.get(stream)
-            if before is not None and position[j] < position[flat.succ[before]]:
-                sender, receiver = flat.dev[i], flat.dev[j]
-                return (f"rank {sender} sends the outputs of {flat.ops[before]} and then {flat.ops[i]} to rank {receiver}, "
-                        f"which takes them the other way round ({flat.ops[j]} before {flat.ops[flat.succ[before]]}); "
-                        f"PyTorch's runtime matches the messages between two stages in the order they are sent, so it "
-                        f"would swap them: reorder rank {receiver} to take them in the order rank {sender} sends them")
-            last[stream] = i
+    The runtime keeps each loss in a list in the order the last stage computes its forwards, and
+    a backward of the last stage takes the loss at its microbatch's index in that list
+    (``_maybe_compute_loss`` and ``_maybe_get_loss`` of ``torch/distributed/pipelining/schedules.py``):
+    unless the last stage runs its forwards in microbatch order 0, 1, ..., a backward starts from
+    another microbatch's loss. Such a schedule meets every dependency (ppopt's validator accepts it)
+    and runs, and its gradients differ from the non-pipelined model's (measured with ``ppopt run``:
+    stage 1 of two running F1 before F0). The other stages may take their microbatches in any order:
+    the runtime posts each receive before the op that needs it and matches it to the right send
+    (a middle stage of three running F1 before F0 and B1 before B0 trains exactly)."""
+    last = flat.schedule.stages - 1
+    forwards = [flat.ops[i] for ids in flat.orders for i in ids if flat.stage[i] == last and flat.ops[i].kind == Kind.F]
+    order = [op.microbatch for op in forwards]
+    for position, microbatch in enumerate(order):
+        if microbatch != position:
+            expected = next(op for op in forwards if op.microbatch == position)
+            return (f"the last stage ({last}) runs {forwards[position]} before {expected}; PyTorch's runtime looks up each "
+                    f"microbatch's loss by the order the last stage's forwards ran, so its backwards would start from "
+                    f"another microbatch's loss: run the last stage's forwards in microbatch order")
     return None
 
 

@@ -1,7 +1,8 @@
 """Start one process per rank on this machine, wait for all of them, collect their results.
 
-Every rank joins a gloo process group on 127.0.0.1 only (``MASTER_ADDR=127.0.0.1``, a free port
-found by binding port 0 on 127.0.0.1). The launcher polls the processes: when one exits with an
+Every rank joins a gloo process group on the loopback interface only (``GLOO_SOCKET_IFNAME=lo``,
+127.0.0.1); the ranks meet through a file in the run's temporary folder (``FileStore``), so no
+process listens on a network port. The launcher polls the processes: when one exits with an
 error (or is killed), it kills the others at once and raises :class:`~ppopt.run.RunError` with one
 line naming that rank and its last message; when the whole run (from the first rank's start) exceeds ``spec.timeout_s``, it kills
 every rank and says so. Nothing is left running.
@@ -12,8 +13,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import multiprocessing.context
+import os
 import signal
-import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -21,26 +22,21 @@ from pathlib import Path
 
 from ppopt.run import RunError
 from ppopt.run.spec import RunSpec, spec_json
+from ppopt.solve.interrupt import sigterm_as_ctrl_c
 
-ADDRESS = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the OS's choice for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((ADDRESS, 0))
-        return probe.getsockname()[1]
+LAUNCHER_PID = "PPOPT_LAUNCHER_PID"
+"""The environment variable giving a rank the launcher's process id: a rank whose launcher is gone
+(killed with SIGKILL, which no clean-up follows) ends itself (:func:`ppopt.run.worker.child`)."""
 
 
-def _environment(spec: RunSpec, port: int, rank: int) -> dict[str, str]:
+def _environment(spec: RunSpec, rank: int) -> dict[str, str]:
     """What a rank sets in its environment before joining the group: loopback only."""
     return {
-        "MASTER_ADDR": ADDRESS,
-        "MASTER_PORT": str(port),
         "WORLD_SIZE": str(spec.devices),
         "RANK": str(rank),
         "OMP_NUM_THREADS": str(spec.threads),
         "GLOO_SOCKET_IFNAME": "lo",
+        LAUNCHER_PID: str(os.getpid()),
     }
 
 
@@ -70,12 +66,15 @@ def _start_server_without_ctrl_c() -> None:
         signal.signal(signal.SIGINT, handler)
 
 
-def _last_line(path: Path) -> str:
+def _last_line(path: Path, killed: bool) -> str:
+    """A failed rank's own last line (``rank R: ...``); else, for a rank that exited, its last line
+    of any text (a traceback's tail, from before it could write its own). A rank killed by a signal
+    says nothing itself: what its stderr holds then is a library's warning, not the reason."""
     if not path.exists():
         return "no message"
     lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
     ours = [line for line in lines if line.startswith("rank ")]
-    return (ours or lines or ["no message"])[-1]
+    return (ours or ([] if killed else lines) or ["no message"])[-1]
 
 
 def _exit_reason(code: int) -> str:
@@ -96,15 +95,19 @@ def launch(spec: RunSpec, on_started: Callable[[list], None] | None = None) -> l
     """
     from ppopt.run.worker import child
 
+    with sigterm_as_ctrl_c():  # `kill` stops the ranks and removes the folder, as Ctrl-C does
+        return _launch(spec, child, on_started)
+
+
+def _launch(spec: RunSpec, child: Callable, on_started: Callable[[list], None] | None) -> list[dict]:
+    context = _context()  # the fork server's start and its `import torch` (seconds) come before the --timeout
     deadline = time.monotonic() + spec.timeout_s  # the whole run: starting the ranks (seconds at p = 16) too
-    context = _context()
     with tempfile.TemporaryDirectory(prefix="ppopt-run-") as tmp:
         folder = Path(tmp)
-        port = free_port()
         processes: list = []
         try:
             for rank in range(spec.devices):
-                process = context.Process(target=child, args=(spec_json(spec), rank, _environment(spec, port, rank), tmp), daemon=True)
+                process = context.Process(target=child, args=(spec_json(spec), rank, _environment(spec, rank), tmp), daemon=True)
                 process.start()
                 processes.append(process)
                 if time.monotonic() > deadline:
@@ -133,7 +136,7 @@ def _wait(processes: list, deadline: float, timeout_s: float, folder: Path) -> N
         if failed is not None:
             code = codes[failed]
             assert code is not None
-            raise RunError(f"rank {failed} failed ({_exit_reason(code)}): {_last_line(folder / f'rank{failed}.err')}; "
+            raise RunError(f"rank {failed} failed ({_exit_reason(code)}): {_last_line(folder / f'rank{failed}.err', code < 0)}; "
                            "stopped the other ranks")
         if all(code == 0 for code in codes):
             return

@@ -2,7 +2,7 @@
 
 :func:`child` (the process the launcher starts for a rank): joins the process group on 127.0.0.1 (gloo;
 NCCL with one GPU per rank where there is one, :func:`rank_device`)
-(address and port from the launcher's environment, a timeout on every collective), builds this
+(meeting through a file of the run's folder, a timeout on every collective), builds this
 rank's stages (the stages in its row of the CSV), loads the CSV into PyTorch's
 ``_PipelineScheduleRuntime`` (which lowers it, adding the sends and receives), and runs
 ``warmup + steps`` steps on one synthetic batch; then the next schedule of the spec, and at the end
@@ -20,6 +20,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
 from datetime import timedelta
@@ -31,6 +32,7 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
 from ppopt.io.torch_csv import read_torch_csv
+from ppopt.run.launcher import LAUNCHER_PID
 from ppopt.run.model import build_stages, loss_fn, synthetic_batch
 from ppopt.run.spec import TOLERANCES, Job, RunSpec, spec_from_json
 
@@ -118,13 +120,16 @@ def _round_trip(rank: int, tensor: torch.Tensor) -> None:
         dist.send(tensor, 0)
 
 
-def run(spec: RunSpec, rank: int) -> dict:
-    """Every job of ``spec`` in order on this rank, then the message timing."""
+def run(spec: RunSpec, rank: int, store: str) -> dict:
+    """Every job of ``spec`` in order on this rank, then the message timing. ``store``: the file
+    through which the ranks meet (a ``FileStore`` in the run's folder: torch's TCP store would listen on
+    every network interface, whatever its address says, while the gloo sockets are on 127.0.0.1)."""
     torch.set_num_threads(spec.threads)
     dtype = getattr(torch, spec.dtype)
     device = rank_device(rank, spec.devices)
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=spec.devices, timeout=timedelta(seconds=spec.timeout_s))
+    dist.init_process_group(backend, store=dist.FileStore(store, spec.devices), rank=rank, world_size=spec.devices,
+                            timeout=timedelta(seconds=spec.timeout_s))
     result: dict = {"rank": rank, "backend": backend, "jobs": [_run_job(spec, job, rank, dtype, device) for job in spec.jobs]}
     if spec.p2p_repeats and spec.devices >= 2:
         dist.barrier()
@@ -158,7 +163,7 @@ def _run_job(spec: RunSpec, job: Job, rank: int, dtype: torch.dtype, device: tor
         reference = [copy.deepcopy(m) for m in modules]
         loss = loss_fn(torch.nn.Sequential(*reference)(tokens), target)
         loss.backward()
-        reference_loss = float(loss)
+        reference_loss = float(loss.detach())
 
     times: dict = defaultdict(list)
     stages = []
@@ -198,6 +203,27 @@ def _run_job(spec: RunSpec, job: Job, rank: int, dtype: torch.dtype, device: tor
     return result
 
 
+def _end_without_the_launcher(launcher: int, every_s: float = 0.5) -> None:
+    """End this rank (status 1) once the launcher process is gone or its fork server, this rank's
+    parent, has ended (it does when the launcher's end closes its pipe): a launcher killed with
+    SIGKILL cannot stop its ranks, which ran all their steps with nobody waiting for them."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(every_s)
+            if os.getppid() != parent:
+                os._exit(1)
+            try:
+                os.kill(launcher, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # a process of another user under that id: not ours, so ours is gone
+                os._exit(1)
+
+    threading.Thread(target=watch, name="ppopt-launcher-watch", daemon=True).start()
+
+
 def child(spec_text: str, rank: int, environment: dict[str, str], out_dir: str) -> None:
     """A rank's process (started by the launcher): its stderr goes to ``OUT_DIR/rank<R>.err``, its
     result to ``OUT_DIR/rank<R>.json``; any failure is one line ``rank R: <reason>`` and exit status 1.
@@ -210,8 +236,9 @@ def child(spec_text: str, rank: int, environment: dict[str, str], out_dir: str) 
     os.dup2(errors, 2)
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     os.environ.update(environment)
+    _end_without_the_launcher(int(environment[LAUNCHER_PID]))
     try:
-        result = run(spec_from_json(spec_text), rank)
+        result = run(spec_from_json(spec_text), rank, str(Path(out_dir) / "store"))
         (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(result))
     except BaseException as error:  # one line for the launcher, never a traceback
         text = " ".join(str(error).split()) or type(error).__name__

@@ -75,3 +75,23 @@ def stoppable(solver: cp_model.CpSolver) -> Iterator[None]:
     finally:
         with _lock:
             _running.discard(solver)
+
+
+@contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """In this block SIGTERM (``kill``, ``timeout``) stops the command as Ctrl-C does: it raises
+    ``KeyboardInterrupt``, so the block's clean-up runs (a sweep writes rows.csv, a run stops its
+    ranks and removes its folders), where the default action ended the process at once. Main thread
+    only (the only one that may set a handler); the previous handler is restored after the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:  # None: a handler not set from Python, which cannot be restored; the default then
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
