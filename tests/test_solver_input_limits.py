@@ -348,3 +348,13 @@ def test_a_reported_bound_is_never_above_the_step_found():
     assert result.exit_code == 0, result.output
     found = json.loads(result.stdout)
     assert found["bound_s"] <= found["step_time_s"] and found["gap"] == 0 and found["status"] == "optimal"
+
+
+def test_a_period_above_a_fractional_rate_bound_is_not_called_optimal():
+    """p = 4, m = 3, a cap of 4, one-slot messages: a microbatch's activation on device 0 lives
+    l = 4F + 4B + 2·3 = 18 slots, so K = 4 microbatches can run every 18 and 3 every 13.5 at best;
+    the pattern of 3 runs every 14 (its least whole period), which was printed as optimal though the
+    pattern of 4 runs faster."""
+    result = invoke("search", "--unit", "-p", "4", "-m", "3", "--memory-limit", "4", "--comm", "1", "--no-grid", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    assert "period     3 microbatches every 14 slots (rate bound 13.5 slots); " in result.stdout

@@ -26,6 +26,7 @@ from ppopt.solve.search import (
     SearchResult,
     cheap_bound,
     format_amount,
+    lns_applies,
     memory_use,
     minimum_memory,
     never_above,
@@ -175,8 +176,14 @@ def gap_report(
             rows.append(GapRow(name, space.describe(), step, peak, fits, None, math.nan, None, NOT_SEARCHED))
             continue
         if key not in searches:
+            target = searched(spec, space)
+            share = options.share(len(pending) - pending.index(key))
+            if share.method == "lns" and not lns_applies(target, placement_of(target, devices)):
+                options.note(f"--method lns does not apply to {key} (it needs a free order and one device per stage): "
+                             "searched with CP-SAT alone")
+                share = replace(share, method="cp")
             try:
-                result = search(spec, searched(spec, space), options.share(len(pending) - pending.index(key)))
+                result = search(spec, target, share)
             except InfeasibleError as error:
                 skipped[name] = error.reason
                 infeasible[name] = error

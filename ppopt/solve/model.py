@@ -126,6 +126,7 @@ class _Builder:
         self.makespan = self.model.new_int_var(0, horizon, "makespan")
         self.intervals: dict[int, list] = {d: [] for d in range(self.p)}
         self.direction: dict[int, cp_model.IntVar] = {}
+        self._fixed_directions: tuple[int, ...] | None = None  # hint_direction's, made once
         self.on: dict[tuple[int, int], cp_model.IntVar] = {}
         self.peak: cp_model.IntVar | None = None
         self.memory_step = 1.0
@@ -324,9 +325,22 @@ class _Builder:
                             constraint.only_enforce_if(self.same_direction(m, n))
 
     def hint_direction(self, m: int) -> int:
-        """The fixed direction of microbatch m: the hint's, else Chimera's (second half of each p goes up)."""
-        replica_of = self.hint.replica_of if self.hint is not None and self.hint.replica_of else None
-        return replica_of[m] if replica_of else int(m % self.p >= self.p // 2)
+        """The fixed direction of microbatch m. A fixed space's is its schedule's; otherwise
+        (``directions=even``) half the microbatches go each way: the hint's directions when they
+        halve them, else Chimera's rule (the second half of each p goes up) when it does (p | m),
+        else the first half down. Microbatches are alike, so every halving is the same space up to
+        their names; a rule that does not halve them (Chimera's at p = 4, m = 6) left a smaller
+        space than the one the bounds assume (m/2 each way), and reported its optimum as optimal."""
+        return self._directions()[m]
+
+    def _directions(self) -> tuple[int, ...]:
+        if self._fixed_directions is None:
+            hinted = self.hint.replica_of if self.hint is not None else ()
+            chimera = tuple(int(k % self.p >= self.p // 2) for k in range(self.m))
+            halves = tuple(int(k >= self.m // 2) for k in range(self.m))
+            self._fixed_directions = next((d for d in (hinted, chimera, halves)
+                                           if d and (d is hinted and self.space.fixed or 2 * sum(d) == self.m)), halves)
+        return self._fixed_directions
 
     def same_direction(self, m: int, n: int):
         same = self.model.new_bool_var(f"same_route{m}_{n}")

@@ -853,9 +853,13 @@ def _describe(setup: _Setup) -> str | None:
 
 def _lns_applies(setup: _Setup) -> bool:
     """The large-neighbourhood search needs a free order and one device per stage."""
-    placement = setup.placement
-    return placement is not None and all(len(h) == 1 for h in placement) and not setup.space.fixed \
-        and setup.space.order == "free"
+    return lns_applies(setup.space, setup.placement)
+
+
+def lns_applies(space: Space, placement) -> bool:
+    """Whether ``--method lns`` can search ``space`` with its stage → devices map ``placement``
+    (:func:`ppopt.solve.space.placement_of`): a free order and one device per stage."""
+    return placement is not None and all(len(h) == 1 for h in placement) and not space.fixed and space.order == "free"
 
 
 def _method(setup: _Setup, method: str) -> str:
