@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -233,15 +233,35 @@ def _defined(schedule: str, devices: int, microbatches: int, options: tuple[tupl
 
 def _none_defined(request: PlanRequest) -> str:
     """Why the request has no job: each family's refusal on the layout with the most microbatches
-    (the smallest micro batch asked for that divides its batch per replica, b = 1 when none is
-    asked for; the most devices among equals)."""
-    sizes = sorted(set(request.micro_batches or [1]))
-    choices = [(request.batch // d // b, p) for _, p, d in layouts(request) for b in sizes if (request.batch // d) % b == 0]
-    m, p = max(choices, default=(request.batch, 1))
-    reasons = [_refusal(name, p, m) or f"{name}'s stages exceed the layers" for name in request.schedules]
-    reasons = [reason if reason.startswith(name) else f"{name}: {reason}" for name, reason in zip(request.schedules, reasons)]
+    (:func:`_refusals`)."""
+    p, m, reasons = _refusals(request, request.schedules)
     return f"no job of the schedules {', '.join(request.schedules)} is defined on {request.gpus} GPUs; at p = {p}, " \
-           f"m = {m}: {'; '.join(reasons)}"
+           f"m = {m}: {'; '.join(reasons.values())}"
+
+
+def _refusals(request: PlanRequest, families: Sequence[str], pipelined: bool = False) -> tuple[int, int, dict[str, str]]:
+    """p, m and each family's refusal there, on the layout with the most microbatches (the smallest
+    micro batch asked for that divides its batch per replica, b = 1 when none is asked for; the most
+    devices among equals; with ``pipelined``, among layouts of p > 1)."""
+    sizes = sorted(set(request.micro_batches or [1]))
+    choices = [(request.batch // d // b, p) for _, p, d in layouts(request) for b in sizes
+               if (request.batch // d) % b == 0 and (p > 1 or not pipelined)]
+    m, p = max(choices, default=(request.batch, 1))
+    reasons = {name: _refusal(name, p, m) or f"{name}'s stages exceed the layers" for name in families}
+    return p, m, {name: reason if reason.startswith(name) else f"{name}: {reason}" for name, reason in reasons.items()}
+
+
+def families_left_out(request: PlanRequest) -> dict[str, str]:
+    """The families of the request that no job of a pipelined layout (p > 1) takes, each with its
+    generator's reason where it is closest to being defined (:func:`_refusals`), e.g. DualPipe's
+    m >= 2p; none when every layout has p = 1 (one family stands for all there)."""
+    seen = {name for _, p, d in layouts(request) if p > 1 for b in _micro_batches(request, d)
+            for name, _ in _schedules(request, p, request.batch // (b * d))}
+    missing = [name for name in request.schedules if name not in seen]
+    if not missing or not any(p > 1 for _, p, _ in layouts(request)):
+        return {}
+    p, m, reasons = _refusals(request, missing, pipelined=True)
+    return {name: f"at p = {p}, m = {m}: {reason}" for name, reason in reasons.items()}
 
 
 def _no_micro_batch(request: PlanRequest) -> str:
@@ -315,21 +335,20 @@ def _schedule_keys(request: PlanRequest, p: int, m: int) -> list[ScheduleKey]:
             for options in schedule_variants(name, p, request.model.num_layers, wanted)]
 
 
+def _sizing_keys(request: PlanRequest) -> list[ScheduleKey]:
+    """The distinct schedules the request's sizing generates (:func:`_schedule_keys` of every layout
+    and micro batch), in order."""
+    return list(dict.fromkeys(key for _, p, d in layouts(request) for b in _micro_batches(request, d)
+                              for key in _schedule_keys(request, p, request.batch // (b * d))))
+
+
 def sizing_ops(request: PlanRequest) -> int:
-    """Ops of the distinct schedules (family, options, p, m) the request's sizing generates, each
-    counted by its registry entry (``Family.ops``) without generating it; those over
-    :data:`ppopt.ir.MAX_OPS` are refused by the generator at once and do not count."""
-    sizes: dict[tuple, int] = {}
-    wanted = len(request.split) if isinstance(request.split, tuple) else None
-    for _, p, d in layouts(request):
-        for b in _micro_batches(request, d):
-            m = request.batch // (b * d)
-            for name in request.schedules:
-                for options in schedule_variants(name, p, request.model.num_layers, wanted):
-                    ops = get(name).ops(p, m, options) or 0
-                    if ops <= MAX_OPS:
-                        sizes[name, p, m, tuple(sorted(options.items()))] = ops
-    return sum(sizes.values())
+    """Ops of the distinct schedules the request's sizing generates (:func:`_sizing_keys`; with p = 1
+    each family at m and 2m microbatches), each counted by its registry entry (``Family.ops``)
+    without generating it; those over :data:`ppopt.ir.MAX_OPS` are refused by the generator at once
+    and do not count."""
+    sizes = (get(name).ops(p, m, dict(options)) or 0 for name, p, m, options in _sizing_keys(request))
+    return sum(ops for ops in sizes if ops <= MAX_OPS)
 
 
 def _generate(request: PlanRequest, budget: SolveOptions | None, progress: Progress | None) -> None:
@@ -337,8 +356,7 @@ def _generate(request: PlanRequest, budget: SolveOptions | None, progress: Progr
     first part of sizing; InfeasibleError naming ``time_limit_s`` when the budget ends first, or
     when the next schedule would end past it at the rate (seconds per op, ``Family.ops``) of those
     generated so far: one schedule may take a tenth of a second or more."""
-    keys = list(dict.fromkeys(key for _, p, d in layouts(request) for b in _micro_batches(request, d)
-                              for key in _schedule_keys(request, p, request.batch // (b * d))))
+    keys = _sizing_keys(request)
     began = budget.remaining_s() if budget is not None else 0.0
     sizes = [min(get(name).ops(p, m, dict(options)) or 0, MAX_OPS) for name, p, m, options in keys]
     total_ops, ops_done = sum(sizes), 0
@@ -650,6 +668,8 @@ class Plan:
     sizing_foreseen: tuple[float, float] | None = None
     """When sizing gave up early (:data:`FORESIGHT_MARGIN`): the seconds it had taken, and when
     (seconds into the budget) it would have ended at that rate."""
+    families_left_out: tuple[tuple[str, str], ...] = ()
+    """The families asked for that no job takes, each with its generator's reason (:func:`families_left_out`)."""
 
     def spent(self) -> str:
         """Where the budget went when no job was evaluated (for :func:`out_of_time`)."""
@@ -661,9 +681,10 @@ class Plan:
             return f"sizing the {self.enumerated} jobs took the budget ({sized} sized, {self.unsized} not sized)"
         return f"sizing the {self.enumerated} jobs took the budget ({self.unevaluated} within the memory limit, none evaluated)"
 
-    def out_of_time(self, budget: SolveOptions) -> InfeasibleError:
-        """The error of this plan when no job was evaluated within ``budget`` (:func:`out_of_time`)."""
-        return out_of_time(budget, self.spent(), foreseen=self.sizing_foreseen is not None)
+    def out_of_time(self, budget: SolveOptions, listed: bool = False) -> InfeasibleError:
+        """The error of this plan when no job was evaluated within ``budget`` (:func:`out_of_time`;
+        ``listed``: the jobs were given, not enumerated)."""
+        return out_of_time(budget, self.spent(), foreseen=self.sizing_foreseen is not None, listed=listed)
 
 
 @dataclass(frozen=True)
@@ -676,12 +697,13 @@ class PlanProgress:
     simulating: Progress | None = None
 
 
-def out_of_time(budget: SolveOptions, spent: str, foreseen: bool = False) -> InfeasibleError:
+def out_of_time(budget: SolveOptions, spent: str, foreseen: bool = False, listed: bool = False) -> InfeasibleError:
     """The error of a plan whose budget ended before any job was evaluated (or, ``foreseen``, that
-    gave up early because a phase would not end within it); ``spent`` says where the time went."""
+    gave up early because a phase would not end within it); ``spent`` says where the time went;
+    ``listed``: the jobs were given (``--candidates``), so there is no space to narrow."""
     head = "no job would be evaluated" if foreseen else "no job evaluated"
-    return InfeasibleError(f"{head} within {budget.time_limit_s:g} s: {spent}; give more time or narrow the space "
-                           "(--schedule, --recompute, --micro-batch)", field="time_limit_s")
+    advice = "give more time" if listed else "give more time or narrow the space (--schedule, --recompute, --micro-batch)"
+    return InfeasibleError(f"{head} within {budget.time_limit_s:g} s: {spent}; {advice}", field="time_limit_s")
 
 
 FORESIGHT_MARGIN = 2.0
@@ -759,8 +781,9 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
             raise ConfigError(f"{total} jobs to enumerate exceed the limit of {MAX_JOBS}; narrow the space "
                               "(--recompute, --schedule, --micro-batch)", field="gpus")
         source: Iterable[Job] = enumerate_jobs(request)
+        left_out = tuple(families_left_out(request).items())
     else:
-        total, source = len(jobs), jobs
+        total, source, left_out = len(jobs), jobs, ()
     limit = request.limit
     fitting: list[Job] = []
     over, closest, sized = 0, None, 0
@@ -789,7 +812,7 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
             continue
         fitting.append(candidate)
     if sized < total:  # the budget ended: evaluating some jobs would rank them against unsized ones
-        return Plan(request, (), total, over, closest, len(fitting), total - sized, foreseen)
+        return Plan(request, (), total, over, closest, len(fitting), total - sized, foreseen, left_out)
     if not fitting:
         if least is None:
             raise ConfigError("no job to plan", field="candidates")
@@ -813,7 +836,7 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     if hasattr(results, "close"):  # a pool's generator: cancel its queued jobs now, not at garbage collection
         results.close()
     rows.sort(key=lambda r: (r.step_time_s, r.memory.peak_bytes, describe(r.job)))
-    return Plan(request, tuple(rows), total, over, closest, len(fitting) - len(rows))
+    return Plan(request, tuple(rows), total, over, closest, len(fitting) - len(rows), families_left_out=left_out)
 
 
 def step_estimate(job: Job) -> float:

@@ -150,6 +150,18 @@ def test_split_exports():
     assert stages == [["tok_embeddings", "layers.0", "layers.1"], ["layers.2"], ["layers.3", "layers.4", "norm", "output"]]
 
 
+@pytest.mark.parametrize("schedule, megatron", [("1f1b", True), ("interleaved-1f1b", True), ("zb-v", False), ("hanayo", False),
+                                                ("chimera", False)])
+def test_the_megatron_layout_is_given_only_where_megatron_places_stage_i_on_rank_i_mod_p(schedule, megatron):
+    """Megatron puts stage i on pipeline rank i mod p; ZB-V's last stage (with the output layer) is on
+    rank 0 and its string would have put it on rank p - 1."""
+    from ppopt.cli.plan import _split
+
+    job = Job(LLAMA8, H100, pp=4, global_batch=32, schedule=schedule)
+    counts, layout, _ = _split(job)
+    assert (layout == megatron_layout(counts)) if megatron else layout is None
+
+
 def test_pareto_front():
     points = [(10, 5.0), (20, 4.0), (15, 6.0), (30, 4.0), (40, 1.0), (5, 9.0)]
     assert pareto_front(points) == [5, 0, 1, 4]
@@ -276,6 +288,44 @@ def test_bad_input_is_one_line_and_exit_1(args, message):
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.output
+
+
+@pytest.mark.parametrize("flag", [["--schedule", "zb-h1"], ["--recompute", "none"], ["--micro-batch", 1], ["--overlap-grad-sync"],
+                                  ["--layers-per-stage", "15,15"]])
+def test_candidates_refuse_the_filters_they_would_ignore(flag):
+    """The listed jobs are the measured runs (1F1B, full recomputation): these flags changed nothing
+    (the same ranking with or without them), and a split of counts was accepted and not applied."""
+    result = run("plan", "--candidates", MULTI_NODE, "--system", CALIBRATED, "--search", 0, "-q", *flag)
+    assert result.exit_code == 1
+    assert result.output == ("error: --candidates: lists each job whole (layout, micro batch, and 1F1B with full recomputation "
+                             f"as measured); drop {flag[0]}{' COUNTS' if flag[0] == '--layers-per-stage' else ''}\n")
+
+
+def test_candidates_share_the_budget_by_model_and_one_out_of_time_leaves_the_others(still_clock, monkeypatch):
+    """Each model of --candidates had the whole budget, and one that ran out of it ended the command
+    with an error, the other models' results thrown away. Each now gets an equal share of what is
+    left (a still clock: 60 s, then 30 s for the first of two models and the rest for the second), and
+    one out of time is left out with a note."""
+    import ppopt.plan as planning
+    from ppopt.plan import out_of_time
+
+    still_clock("ppopt.solve.options")
+    shares = []
+    real = planning.plan
+
+    def first_out_of_time(request, map_unordered, progress, budget, jobs, keep_share):
+        shares.append(budget.remaining_s())
+        if len(shares) == 1:
+            raise out_of_time(budget, "sizing took the budget", listed=True)
+        return real(request, map_unordered, progress, budget, jobs, keep_share)
+
+    monkeypatch.setattr(planning, "plan", first_out_of_time)
+    result = run("plan", "--candidates", MULTI_NODE, "--system", CALIBRATED, "--search", 0, "-q", "--json", "--time-limit", 60)
+    assert result.exit_code == 0, result.output
+    assert shares == [30, 60]
+    assert [p["model"] for p in json.loads(result.stdout)] == ["gpt h6144 a48 L40 s2048"]
+    assert result.stderr == ("note: gpt h3072 a32 L30 s2048 left out: no job evaluated within 60 s: sizing took the budget; "
+                             "give more time\n")
 
 
 def test_the_named_minimum_is_what_the_cheapest_job_needs():
@@ -424,11 +474,24 @@ def test_divisors_are_every_divisor_ascending(n):
 
 
 def test_sizing_ops_counts_each_distinct_schedule_once_by_hand():
-    # 1 GPU, 1F1B only, global batch 4: b = 1, 2, 4 give m = 4, 2, 1, each 1 stage x m x (F, B)
+    # 1 GPU, 1F1B only, global batch 4: b = 1, 2, 4 give m = 4, 2, 1, and on one device each is
+    # generated at m and 2m (ppopt.plan._single_device): m = 1, 2, 4, 8, each 1 stage x m x (F, B).
+    # (The count used to leave out the 2m ones: a 1-GPU plan passed the 20M-op guard at 8M and built 24M.)
     request = PlanRequest(LLAMA8, H100, 1, global_batch=4, schedules=("1f1b",), recompute=("none", "full"))
-    assert sizing_ops(request) == 2 * (4 + 2 + 1)
-    # 2 GPUs add p = 2, d = 1 (m = 4, 2, 1: 2·2·m ops) and p = 1, d = 2 (m = 2, 1: already counted)
-    assert sizing_ops(replace(request, gpus=2)) == 14 + 4 * (4 + 2 + 1)
+    assert sizing_ops(request) == 2 * (1 + 2 + 4 + 8)
+    # 2 GPUs add p = 2, d = 1 (m = 4, 2, 1: 2·2·m ops) and p = 1, d = 2 (m = 2, 1 and 4, 2: already counted)
+    assert sizing_ops(replace(request, gpus=2)) == 30 + 4 * (4 + 2 + 1)
+
+
+def test_a_family_no_job_takes_is_named_with_its_generator_s_reason():
+    """The README promises it; a plan of 1F1B and DualPipe at global batch 2 printed 1F1B's jobs and
+    said nothing of DualPipe (m = 2 < 2p everywhere)."""
+    result = run("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--global-batch", 2, "--schedule", "1f1b",
+                 "--schedule", "dualpipe", "--search", 0, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("note: no job of dualpipe on 8 GPUs: at p = 8, m = 2: dualpipe needs m >= 2p")
+    assert list(json.loads(result.stdout)["families_left_out"]) == ["dualpipe"]
+    assert {row["schedule"] for row in json.loads(result.stdout)["top"]} == {"1f1b"}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def _rate(value: float) -> str:
 @click.option("--memory-limit", default=None, help="Per-GPU memory limit, e.g. 80GiB or 7.5e10 [default: the system's memory].")
 @click.option("--top", type=int, default=10, show_default=True, help="Jobs to print.")
 @click.option("--layers-per-stage", "layers_per_stage", default="even", show_default=True,
-              help="Stage split: even (the stages divide the layers), balanced (counts minimising the slowest stage), or "
+              help="Stage split: even (as equal as the layers allow, the remainder on the first stages), balanced (counts minimising the slowest stage), or "
                    "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")
 @click.option("--recompute", multiple=True, type=click.Choice(["none", "selective", "full"]),
               help="Recomputation modes to consider (repeatable) [default: all].")
@@ -141,6 +141,12 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
         if model or gpus or global_batch:
             raise ConfigError("gives the model, GPUs and global batch of each job; drop --model, --gpus and --global-batch",
                               field="candidates")
+        fixed = [flag for flag, given in (("--schedule", schedules), ("--recompute", recompute), ("--micro-batch", micro_batches),
+                                          ("--overlap-grad-sync", overlap_grad_sync), ("--layers-per-stage COUNTS", isinstance(split, tuple)))
+                 if given]
+        if fixed:  # the listed jobs are the measured runs' (1F1B, full recomputation): these filters would be ignored
+            raise ConfigError(f"lists each job whole (layout, micro batch, and 1F1B with full recomputation as measured); "
+                              f"drop {', '.join(fixed)}", field="candidates")
         groups = _candidate_groups(candidates, system_config)
         requests = [(PlanRequest(g[0].model, system_config, g[0].gpus, g[0].global_batch, **common), g) for g in groups]
     else:
@@ -153,7 +159,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
         import ppopt.solve.search  # noqa: F401
     # the simulations leave the searches a share of the time (those left out are estimated slowest)
     keep_share = SEARCH_SHARE if search_top else 0.0
-    plans = [_run_plan(request, listed, jobs, executor, address, quiet, options, keep_share) for request, listed in requests]
+    plans = _run_plans(requests, jobs, executor, address, quiet, options, keep_share)
     searches = [_search(p, search_top, options) for p in plans]
     if as_json:
         emit_json([_json(p, s, top, None) for p, s in zip(plans, searches)] if candidates is not None
@@ -248,6 +254,32 @@ class _Phases:
         self.bar = None
 
 
+def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
+    """The plan of each request. With listed jobs (one request per model of ``--candidates``), each
+    model gets an equal share of the time left, and a model whose share ends before any of its jobs
+    is evaluated is left out with a note (the others' results stand); only when every model runs
+    out is it an error."""
+    from ppopt.errors import InfeasibleError
+
+    plans, left_out = [], []
+    for k, (request, listed) in enumerate(requests):
+        budget = options if listed is None else options.share(len(requests) - k)
+        try:
+            plans.append(_run_plan(request, listed, jobs, executor, address, quiet, budget, keep_share))
+        except InfeasibleError as error:
+            if listed is None or error.field != "time_limit_s":
+                raise
+            left_out.append((request.model.name, error))
+    if not plans:
+        raise left_out[0][1]
+    for name, reason in left_out:
+        click.echo(f"note: {name} left out: {reason.reason}", err=True)
+    for result in plans:
+        for family, why in result.families_left_out:
+            click.echo(f"note: no job of {family} on {result.request.gpus} GPUs: {why}", err=True)
+    return plans
+
+
 def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_share=0.0):
     """The plan of ``request`` within the budget ``options``, its simulations leaving ``keep_share``
     of the time left when they begin; the budget's error when it ended before any job was
@@ -277,7 +309,7 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_sha
         if phases is not None:
             phases.close()
     if not result.rows:
-        raise result.out_of_time(options)
+        raise result.out_of_time(options, listed=listed is not None)
     return result
 
 
@@ -307,11 +339,16 @@ def _first(result, searches):
 
 
 def _split(job):
-    """A job's layers per stage, as Megatron's layout string and torchtitan's per-stage modules."""
+    """A job's layers per stage, as Megatron's layout string and torchtitan's per-stage modules. The
+    Megatron string is None where its layout cannot say the placement: Megatron puts stage i on
+    pipeline rank i mod p, which a V, zig-zag or bidirectional placement does not (in a ZB-V job
+    stage 2p - 1, with the output layer, is on rank 0, not p - 1)."""
     counts = job.stage_layers
     from ppopt.plan import megatron_layout, torchtitan_stages
 
-    return counts, megatron_layout(counts), torchtitan_stages(counts)
+    p = job.pp
+    placed_round_robin = all(devices == (i % p,) for i, devices in enumerate(job.stage_devices))
+    return counts, megatron_layout(counts) if placed_round_robin else None, torchtitan_stages(counts)
 
 
 def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tuple[str, str] | None = None) -> None:
@@ -369,7 +406,9 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
     counts, megatron, titan = _split(first.job)
     if len(counts) > 1:
         moved = first is not result.rows[0]  # another job is first once searched
-        click.echo(f"stage split of #1{' (after the search)' if moved else ''}: {','.join(map(str, counts))}; Megatron --pipeline-model-parallel-layout \"{megatron}\"; "
+        layout = (f"Megatron --pipeline-model-parallel-layout \"{megatron}\"" if megatron is not None else
+                  f"no Megatron layout (it places stage i on rank i mod p, {first.job.schedule} does not)")
+        click.echo(f"stage split of #1{' (after the search)' if moved else ''}: {','.join(map(str, counts))}; {layout}; "
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
 
 
@@ -438,9 +477,11 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
         "memory_limit_bytes": request.limit, "enumerated": result.enumerated, "over_limit": result.over_limit,
         "closest_over": None if not result.closest_over else {
             "job": result.closest_over[0].describe(), "recompute": result.closest_over[0].recompute,
-            "schedule": result.closest_over[0].schedule, "peak_memory_bytes": result.closest_over[1].peak_bytes,
+            "schedule": result.closest_over[0].schedule, "schedule_options": result.closest_over[0].schedule_options,
+            "peak_memory_bytes": result.closest_over[1].peak_bytes,
             "bound_by": result.closest_over[1].bound()},
         "evaluated": len(result.rows), "unevaluated": result.unevaluated,
+        "families_left_out": dict(result.families_left_out),
         "top": [row(r) for r in result.rows[:top]],
         "search": [{"rank": k + 1, "job": s.job.describe(), "schedule": s.job.schedule, "space": s.space,
                     "handcrafted_step_s": s.handcrafted_step_s, "best_step_s": s.best_step_s,
