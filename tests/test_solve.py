@@ -208,6 +208,37 @@ def test_gap_with_method_lns_searches_the_spaces_lns_cannot_with_cp_sat():
     assert any(note.startswith("--method lns does not apply to placement=bidirectional") for note in notes)
 
 
+def test_a_free_placement_is_hinted_by_the_greedy_schedules_of_its_members_maps():
+    """`placement=any` had no greedy hint (it needs a stage map), so when no handcrafted schedule fit
+    the limit the solve started from nothing: llama3-8b at p = 4, m = 8 under 1,200 GiB ended at
+    165.8 s, twice the V's 1F1B. Its greedy hints now take the looped and V maps of its members, so
+    the result is never worse than the best of them (and its hint fits)."""
+    from ppopt.placement import placement
+    from ppopt.solve.greedy import greedy_schedule
+    from ppopt.solve.search import space_instance
+
+    factory = unit(4, 8, comm=1, limit=3)
+    space = parse_space("placement=any,chunks=2")
+    instance = space_instance(factory, space)
+    greedy = [simulate(validate(greedy_schedule(instance, placement(style, 4, chunks=2), False)), instance.costs,
+                       instance.system).step_time_s for style in ("looped", "v")]
+    found = run(factory, "placement=any,chunks=2", time_limit_s=20, deterministic_time=2)
+    assert found.hint_fits and found.step_time <= min(greedy) + 1e-9
+    assert_bounds_ordered(found)
+    assert_found_schedule_is_sound(found, factory)
+
+
+def test_a_hint_over_the_memory_limit_is_reported_as_such():
+    """A bidirectional space under a cap of 3 has no greedy hint (replicas) and DualPipe's schedule
+    needs more: it still starts the solve, and the report said `hint dualpipe: 27 slots` beside a
+    result of 32 without a word."""
+    found = run(unit(4, 8, limit=3), "placement=bidirectional")
+    assert not found.hint_fits and found.hint_step_time < found.step_time
+    from ppopt.report.solve import search_text
+
+    assert "(over the memory limit: a start for the solver, not a schedule of the space)" in search_text(found)
+
+
 def test_same_seed_reproduces_a_run_stopped_before_optimality():
     """One worker and a deterministic time limit that stops the solve early: the same seed gives the
     same schedule and objective; some other seed another schedule (so the comparison can tell: not

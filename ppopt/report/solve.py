@@ -93,6 +93,7 @@ def search_json(result: SearchResult) -> dict:
         "peak_memory_status": result.memory_status,
         "hint": result.hint,
         "hint_step_time_s": result.hint_step_time,
+        "hint_fits": result.hint_fits,
         "tick_s": result.tick,
         "rounding_cost": _num(result.rounding_cost),
         "period": result.period,
@@ -156,7 +157,8 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
             f"{_amount(result.period_bound, unit)}{u}")
         lines.append(f"period     {result.period or 'no pattern found in time'}{bound}")
     if result.hint is not None:
-        lines.append(f"hint       {result.hint}: {_amount(result.hint_step_time, unit)}{u}")
+        lines.append(f"hint       {result.hint}: {_amount(result.hint_step_time, unit)}{u}"
+                     + ("" if result.hint_fits else " (over the memory limit: a start for the solver, not a schedule of the space)"))
     if result.simulation is not None:
         sim = result.simulation
         memory = per_device(sim.peak_activation_bytes) if unit == "slots" else per_device([round(b / 2**30, 2) for b in sim.peak_memory_bytes]) + " GiB"

@@ -26,7 +26,7 @@ from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, counted
 from ppopt.flat import KIND_CODE
 from ppopt.flat import earliest_starts as flat_earliest_starts
 from ppopt.ir import Kind, Op, Schedule
-from ppopt.placement import split_weights, stages_by_device
+from ppopt.placement import placement, split_weights, stages_by_device
 from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve import options as solve_options
 from ppopt.solve.bounds import Bounds, Shape, graph_applies, lower_bounds
@@ -103,6 +103,7 @@ class SearchResult:
     period: str | None = None  # the steady-state pattern found (linear placement, full backward), described
     period_bound: float | None = None  # the period-based bound for this m (instance unit), valid for every schedule; None without a cap
     memory_unit: str = "bytes"  # of peak_memory and the simulation's memory: "activations" (1/p model shares) in unit mode
+    hint_fits: bool = True  # whether the hint meets the memory limit (else only a start for the solver, not a schedule of the space)
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -312,9 +313,12 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         return any(c.fits for c in candidates)
 
     placement = placement_of(space, devices)
+    # a free placement's greedy hints take the stage maps of its members (no handcrafted one may fit)
+    greedy_maps = [placement] if placement is not None else _member_maps(space, devices)
     # with replicas, the greedy schedule sends every microbatch down one route: free directions only
-    greedy_applies = not space.fixed and space.order == "free" and placement is not None \
-        and (all(len(h) == 1 for h in placement) or (space.placement == "bidirectional" and space.directions == "free"))
+    greedy_applies = not space.fixed and space.order == "free" and bool(greedy_maps) \
+        and all(all(len(h) == 1 for h in stage_map) or (space.placement == "bidirectional" and space.directions == "free")
+                for stage_map in greedy_maps)
 
     def another() -> bool:
         """Whether to try one more handcrafted schedule: while the time left covers it, or, while none
@@ -357,19 +361,31 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         best = min((c for c in candidates if c.fits), key=lambda c: c.rank)
         options.note(f"no further handcrafted hints built: {best.name} meets the analytic bound")
     if greedy_applies:
-        assert placement is not None
         if optimal:
             options.note("greedy hint skipped: a handcrafted one meets the analytic bound")
         elif not fitting() or affordable(GREEDY_S_PER_OP):
-            greedy = greedy_schedule(instance, placement, space.split_backward)
-            if greedy is not None:
-                add(greedy)
-                _phase(options, began, f"hint {greedy.name}")
+            for stage_map in greedy_maps:
+                greedy = greedy_schedule(instance, stage_map, space.split_backward)
+                if greedy is not None:
+                    add(greedy)
+                    _phase(options, began, f"hint {greedy.name}")
         else:
             options.cut("the greedy hint not built")
             options.note("time limit: greedy hint skipped")
     candidates.sort(key=lambda c: c.rank)
     return instance, candidates
+
+
+def _member_maps(space: Space, devices: int) -> list:
+    """The stage maps of a free placement's usual members, for its greedy hints: with c stages per
+    device the looped map (stage s on device s mod p) and, at c = 2, the V; none for a family space
+    (searched map by map)."""
+    if space.placement != "any":
+        return []
+    maps = [placement("looped", devices, chunks=space.chunks)]
+    if space.chunks == 2 and devices > 1:
+        maps.append(placement("v", devices))
+    return maps
 
 
 def _even(space: Space) -> bool:
@@ -1206,6 +1222,7 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         gap=gap,
         hint=hint.name if hint else None,
         hint_step_time=hint.simulation.step_time_s if hint else None,
+        hint_fits=hint.fits if hint else True,
         handcrafted=tuple(c for c in setup.candidates if c.name not in (GREEDY, PERIODIC)),
         tick=setup.tick,
         time_unit=unit,
