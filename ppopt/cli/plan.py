@@ -378,6 +378,8 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
             needs = f"{memory.peak_bytes / 1e9:.12g}"
         line += f" (closest: {describe(job)} needs {needs} GB, {memory.bound()})"
     line += f", {evaluated} evaluated"
+    if result.both_splits:
+        line += f" ({result.both_splits} of the jobs within the limit with the balanced and the even split alike)"
     if result.unevaluated:
         line += f", {result.unevaluated} not evaluated (time limit; those estimated slowest)"
     click.echo(line)
@@ -480,7 +482,7 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
             "schedule": result.closest_over[0].schedule, "schedule_options": result.closest_over[0].schedule_options,
             "peak_memory_bytes": result.closest_over[1].peak_bytes,
             "bound_by": result.closest_over[1].bound()},
-        "evaluated": len(result.rows), "unevaluated": result.unevaluated,
+        "evaluated": len(result.rows), "unevaluated": result.unevaluated, "both_splits": result.both_splits,
         "families_left_out": dict(result.families_left_out),
         "top": [row(r) for r in result.rows[:top]],
         "search": [{"rank": k + 1, "job": s.job.describe(), "schedule": s.job.schedule, "space": s.space,
