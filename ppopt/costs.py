@@ -381,7 +381,9 @@ def stored_activation_bytes_per_layer(
       10·sbh is split too: ``sbh·(34/t + 5·a·s/(h·t))``;
     * ``selective``: the attention-score term is dropped (recomputed in the backward):
       ``sbh·(10 + 24/t)``, or ``sbh·34/t`` with sequence parallelism;
-    * ``full``: only the block's input, ``e·sbh`` (``e·sbh/t`` with sequence parallelism).
+    * ``full``: only the block's input, ``e·sbh`` (Table 2's 2·sbh in fp16). With sequence
+      parallelism ppopt divides it by t, which Table 2 does not: the checkpointed input is the
+      sequence-split one each rank holds (Megatron checkpoints the block's input as it enters).
 
     ``recompute`` is "none", "selective" or "full".
     """

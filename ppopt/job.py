@@ -79,8 +79,12 @@ Pipeline messages
 
 Embedding and output layer
     Stage 0 gathers b·s·h·e embedding rows (plus one all-reduce of them under tensor parallelism:
-    Megatron's vocabulary-parallel embedding); the last stage computes the logits,
-    2·b·s·h·V/t FLOPs (vocabulary-parallel), and the loss reads and writes them (2·b·s·V·e/t).
+    Megatron's vocabulary-parallel embedding; with sequence parallelism a reduce-scatter, and an
+    all-gather of their gradient in the backward); the last stage computes the logits,
+    2·b·s·h·V/t FLOPs (vocabulary-parallel), and the loss reads and writes them (2·b·s·V·e/t). The
+    loss keeps the softmax in fp32 for the backward, 4·b·s·V/t bytes until the last stage's
+    backward (Korthikanti et al. 2022, Section 4.3, the cross entropy's stored logits), and the
+    logits' gradient, b·s·V·e/t bytes, lives while that backward runs.
     The logits layer's input enters the tensor-parallel region, so its gradient is all-reduced in
     the last stage's I (Shoeybi et al. 2019, Section 3, the f operator; with sequence parallelism an
     all-gather in F and a reduce-scatter in I). With tied embeddings on several devices, the first
@@ -161,6 +165,8 @@ __all__ = ["Job", "JobResult", "JobWork", "Parallelism", "Work", "evaluate_job",
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES = ("none", "selective", "full")
+FP32_BYTES = 4
+"""Bytes of a float32 value: the loss's softmax, kept for its backward, whatever the activations' precision."""
 SCHEDULES = tuple(names())
 """Schedule families a job can use: every family of the registry (:mod:`ppopt.generators`). What a
 job needs of a family is read from its entry: its options (:meth:`Job.schedule_options`), its stages
@@ -644,6 +650,7 @@ def job_work(job: Job) -> JobWork:
     last = job.stages - 1
     logits_flops = 2.0 * b * s * h * v / t
     logits_bytes = float(b * s * v * e) / t
+    softmax_bytes = float(b * s * v * FP32_BYTES) / t
     output = Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes,
                   operand_bytes=v * h * e / t)
     bps = system.bytes_per_param_state
@@ -657,8 +664,10 @@ def job_work(job: Job) -> JobWork:
         count = n * layer_params_per_rank(model, t)
         kept, extra = n * stored, working
         if index == 0:  # embedding: gather rows (vocabulary-parallel: all-reduce them), scatter their gradient
-            f = f + Work(memory_bytes=rows) + tp_ar
-            w = w + Work(memory_bytes=rows)
+            if job.sequence_parallel:  # the rows leave split by sequence: a reduce-scatter, its backward an all-gather
+                f, w = f + Work(memory_bytes=rows) + 0.5 * tp_ar, w + Work(memory_bytes=rows) + 0.5 * tp_ar
+            else:
+                f, w = f + Work(memory_bytes=rows) + tp_ar, w + Work(memory_bytes=rows)
             count += v * h / t + (s * h if model.learned_position_embeddings else 0)  # positions: replicated
         if index == last:  # output projection and loss: the logits are kept until the backward
             # F writes the logits and the loss reads them back (2 passes); I reads the kept softmax,
@@ -667,8 +676,8 @@ def job_work(job: Job) -> JobWork:
             # the output layer's input enters the tensor-parallel region: all-reduce of its gradient
             # in I, or with sequence parallelism an all-gather in F and a reduce-scatter in I
             f, i = (f + 0.5 * tp_ar, i + 0.5 * tp_ar) if job.sequence_parallel else (f, i + tp_ar)
-            kept += logits_bytes
-            extra += logits_bytes  # their gradient, while the backward runs
+            kept += softmax_bytes  # the loss keeps the softmax in fp32 for its backward (Korthikanti et al. 2022, Section 4.3)
+            extra += logits_bytes  # their gradient, in the activations' precision, while the backward runs
             if index != 0 or not model.tie_embeddings:  # own matrix, or Megatron's synchronised copy
                 count += v * h / t
         return (f + Work(ops=1.0), i + Work(ops=1.0), w, count, kept, extra, count * state_per_param,

@@ -388,10 +388,10 @@ def test_optimal_means_within_the_rounding_of_the_bound():
 def test_a_byte_limit_is_echoed_in_the_unit_the_user_gave():
     """--memory-limit 78GiB came back as '8.375e+10 bytes'; GiB first now, the bytes beside."""
     result = run("search", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 32,
-                 "--memory-limit", "78GiB", "-q", "--no-grid")
+                 "--memory-limit", "98GiB", "-q", "--no-grid")
     assert result.exit_code == 0, result.output
     memory = next(line for line in result.stdout.splitlines() if line.startswith("memory: "))
-    assert memory.startswith("memory: at most 78 GiB (8.375e+10 bytes) per device: persistent")
+    assert memory.startswith("memory: at most 98 GiB (1.052e+11 bytes) per device: persistent")
 
 
 def test_gap_csv_gives_the_gap_as_a_bare_percentage():

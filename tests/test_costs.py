@@ -131,7 +131,7 @@ def test_stage_memory_and_messages():
     first, last = costs.stages
     assert costs.microbatch_size == b and costs.microbatches == 8
     assert first.activation_bytes == 3 * act
-    assert last.activation_bytes == 5 * act + b * 128 * 1000 * 2  # + logits
+    assert last.activation_bytes == 5 * act + b * 128 * 1000 * 4  # + the loss's softmax in fp32 (Korthikanti et al. 2022, §4.3)
     per_layer = layer_param_count(model)
     assert first.param_count == 3 * per_layer + 1000 * 256
     assert last.param_count == 5 * per_layer + 1000 * 256

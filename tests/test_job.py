@@ -223,15 +223,18 @@ def test_overlapped_gradient_sync_exposes_only_what_outlasts_the_last_backward()
 
 # Several or replicated stages per device. GPT here: P = 12h² + 13h = 12,596,224 parameters per block,
 # V·h = 50,257 · 1024 = 51,463,168; 16 bytes of state per parameter; A = 114·sbh = 119,537,664 bytes
-# stored per block and microbatch (b = 1); the last stage also keeps its logits, L = s·V·e = 102,926,336.
+# stored per block and microbatch (b = 1); the last stage also keeps the loss's softmax in fp32,
+# S = 4·s·V = 205,852,672 (Korthikanti et al. 2022, Section 4.3), and the logits' gradient,
+# L = s·V·e = 102,926,336, is its working set while the backward runs.
 P, VH, A, L = 12_596_224, 51_463_168, 114 * SBH, 1024 * 50257 * 2
+S = 1024 * 50257 * 4
 
 
 def test_interleaved_job_per_gpu_memory():
     # p = 2, 2 chunks: 4 one-block stages, device 0 holds stages 0 (embedding) and 2, device 1 stages
     # 1 and 3 (output layer: its own copy of the tied embedding). Device 0's order is
     # F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 ...: at most 5 microbatch-blocks live (after
-    # F0.2, F0.3, F2.2, F2.3), 5·A. Device 1 (F1.0 F1.1 F3.0 B3.0 ...) peaks at 2·A + (A + L), plus
+    # F0.2, F0.3, F2.2, F2.3), 5·A. Device 1 (F1.0 F1.1 F3.0 B3.0 ...) peaks at 2·A + (A + S), plus
     # the logits' gradient L while the backward runs (its working set, in the simulation's peaks).
     job = Job(GPT, SYSTEM, pp=2, micro_batch=1, global_batch=4, schedule="interleaved-1f1b", chunks=2)
     assert job.stages == 4 and job.stage_layers == (1, 1, 1, 1)
@@ -239,10 +242,10 @@ def test_interleaved_job_per_gpu_memory():
     result = evaluate_job(job)
     assert result.simulation.persistent_bytes == (persistent, persistent)
     assert result.simulation.peak_memory_bytes[0] == persistent + 5 * A  # 1,824,178,176
-    assert result.simulation.peak_memory_bytes[1] == persistent + 3 * A + 2 * L  # 1,790,955,520
-    assert result.peak_memory_bytes == persistent + 5 * A
+    assert result.simulation.peak_memory_bytes[1] == persistent + 3 * A + S + L  # 1,893,881,856
+    assert result.peak_memory_bytes == persistent + 3 * A + S + L  # device 1's: the fp32 softmax outweighs 2·A
     from ppopt.plan import memory_of
-    assert memory_of(job).peak_bytes == result.peak_memory_bytes and memory_of(job).stage == 0
+    assert memory_of(job).peak_bytes == result.peak_memory_bytes and memory_of(job).stage == 1  # device 1's pipeline rank
 
 
 def test_chimera_job_persistent_memory_and_gradient_sync():

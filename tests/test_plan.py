@@ -834,7 +834,7 @@ def test_a_first_job_that_fills_the_gpu_gets_a_note(capsys):
         return SimpleNamespace(rows=[row], request=SimpleNamespace(limit=80e9))
 
     _note_no_headroom([plan_with(79.7e9)])
-    assert capsys.readouterr().err.startswith("note: #1 (t1 p1 d1 b1 m256 1f1b) uses 99.6 % of the GPU's memory")
+    assert capsys.readouterr().err.startswith("note: #1 (t1 p1 d1 b1 m256 1f1b) uses 99.6 % of the system's memory")
     _note_no_headroom([plan_with(78.3e9)])
     assert capsys.readouterr().err == ""
 

@@ -187,19 +187,20 @@ SEARCH_SHARE = 0.25
 GPUs at 60 s), every search was skipped."""
 
 HEADROOM = 0.02
-"""With the default limit (all of the GPU's memory), a first job within this share of it gets a note."""
+"""With the default limit (the system's memory), a first job within this share of it gets a note."""
 
 
 def _note_no_headroom(plans) -> None:
-    """A note on stderr when a plan's first job fills the GPU's memory to within :data:`HEADROOM`: the
+    """A note on stderr when a plan's first job fills the system's memory to within :data:`HEADROOM`: the
     model counts weights, gradients, optimizer state and activations, not the CUDA context, NCCL's
     buffers or the allocator's fragmentation, which take some GB on a real GPU."""
     for result in plans:
         row, limit = result.rows[0], result.request.limit
         if limit is not None and row.memory.peak_bytes >= (1 - HEADROOM) * limit:
             click.echo(f"note: #1 ({row.job.describe()} {row.job.schedule_label}) uses {100 * row.memory.peak_bytes / limit:.1f} % "
-                       "of the GPU's memory, and the model does not count the CUDA context, NCCL buffers or fragmentation: "
-                       "give --memory-limit a few GB under the GPU's to keep room", err=True)
+                       "of the system's memory, and the model does not count the CUDA context, NCCL buffers or fragmentation: "
+                       "the system's memory_capacity_bytes should keep a few GB of the GPU's for them (the presets' 80 GB "
+                       "keep 5.5 to 5.9 GB of an 80 GiB GPU), or give --memory-limit", err=True)
 
 
 def _candidate_groups(path: str, system):
