@@ -94,6 +94,9 @@ Embedding and output layer
 Data parallelism and the optimizer
     Each stage's d replicas all-reduce their fp16/bf16 gradients, ``param_count · e`` bytes, by a
     ring over d ranks (a distributed optimizer's reduce-scatter + all-gather move the same volume).
+    That is DeepSpeed's fp16 optimizer (the measured runs of data/measured) and Megatron-LM with
+    ``--grad-reduce-in-bf16``; Megatron-LM's bf16 default accumulates and all-reduces fp32
+    gradients, twice these bytes and 2 bytes more of state per parameter, which ppopt does not model.
     The optimizer step is memory-bound: it reads and writes the GPU's parameter state once,
     ``2 · state bytes``; with a distributed optimizer each rank updates its 1/d shard of the
     optimizer state, ``2 · state bytes / d``. (:func:`ppopt.simulate.simulate`'s optimizer step,
