@@ -4,8 +4,8 @@ Times, end to end (process start to exit, input validation and the printed grid 
 runs it), ``ppopt search --unit -p 64 -m 4096`` (524,288 ops, no memory limit, no messages) with the
 least time limit the command accepts there and with the default 60 s, and the same with a cap of 64
 activations and one-slot messages. Baseline, in the same run: ``ppopt evaluate -s 1f1b`` at the same
-size (generating, validating, simulating and printing one schedule: the least any command can do
-there). Also timed, in this process: the greedy hint alone (:mod:`ppopt.solve.greedy`), in ops per
+size (generating and validating one schedule, its formula and unit-slot table layers, printed: in
+unit mode there is no simulation; the least any command can do there). Also timed, in this process: the greedy hint alone (:mod:`ppopt.solve.greedy`), in ops per
 second. The load average is printed at the start and the end (the machine may be shared).
 
 Run: ``PYTHONPATH=. python benchmarks/large_search.py``.

@@ -2,7 +2,7 @@
 as one matplotlib patch per op (the baseline, what ppopt did before), alternating, in the same run:
 
 * ``ppopt compare --model llama3-8b --system dgx-a100 -p 4 -m 32 --plot FILE.png``: every
-  applicable schedule (14) simulated and stacked, 3,372 ops;
+  applicable schedule (14) simulated and stacked, 6,432 ops;
 * ``ppopt table -s 1f1b -p 16 -m 1024 --plot FILE.png``: one schedule of 32,768 ops, near
   :data:`ppopt.report.plot.MAX_PICTURE_OPS`.
 
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from alternating import run_alternating  # noqa: E402
 
 COMMANDS = {
-    "compare --plot, 14 schedules, 3,372 ops": ["compare", "--model", "llama3-8b", "--system", "dgx-a100", "-p", "4", "-m",
+    "compare --plot, 14 schedules, 6,432 ops": ["compare", "--model", "llama3-8b", "--system", "dgx-a100", "-p", "4", "-m",
                                                 "32", "-q"],
     "table --plot, 1f1b 16 x 1024, 32,768 ops": ["table", "-s", "1f1b", "-p", "16", "-m", "1024"],
 }

@@ -16,9 +16,8 @@ simulation). Not timed for PyTorch: building its compute action lists (``_Action
 orders (fresh lists for each run, as PyTorch consumes them), because its own schedule classes
 generate orders only around real pipeline stages; and it has no costs to build. So the PyTorch figure leaves out work the ppopt figure includes.
 
-Each PyTorch figure is the best of 3 runs (seconds each), each ppopt figure the best of 7 (a tenth
-of a second to half a second each: more samples so that a burst of load on a shared machine does not
-hit all of them; still less total time than PyTorch's three). The machine's load average at the
+Each figure, PyTorch's and ppopt's, is the best of 5 runs (:data:`REPEATS`), so that a burst of
+load on a shared machine does not hit all of them. The machine's load average at the
 start is printed, since the machine may be shared. Skipped for PyTorch when torch is not
 installed.
 

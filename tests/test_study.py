@@ -304,3 +304,22 @@ def test_a_report_that_cannot_be_written_leaves_the_earlier_one_whole(study, tmp
     assert (target / "claims.json").read_text() == "earlier\n"
     assert not any((target / "figures").glob("*.png"))
     assert sorted(p.name for p in target.iterdir() if p.name != "figures") == ["claims.json", "report.md"]
+
+
+def test_the_chimera_microbatch_claim_does_not_depend_on_the_spec_s_order():
+    """"Mainly at low microbatch counts" compared the first and the last m of the spec's list: with
+    microbatches = [16, 4] it compared the high one with the low one and flipped its verdict. Here
+    Chimera is fastest at m = 4 and slowest at m = 16, listed either way."""
+    from ppopt.sweep.study import StudyData, _chimera
+
+    steps = {4: {"chimera": 1.0, "gpipe": 2.0, "1f1b": 2.0, "hanayo": 2.0},
+             16: {"chimera": 3.0, "gpipe": 2.0, "1f1b": 2.0, "hanayo": 2.0}}
+    rows = {("mid-fast", 4, m, name): {"sim_step_time_s": step, "formula_bubble_ratio": 0.1, "table_bubble_ratio": 0.1}
+            for m, by_name in steps.items() for name, step in by_name.items()}
+    verdicts = []
+    for order in ([4, 16], [16, 4]):
+        data = StudyData("study", ["gpipe", "1f1b", "chimera", "hanayo"], ["mid-fast"], [4], order, rows, [], [])
+        simulation = _chimera(data)["simulation"]
+        assert simulation["wins_by_microbatches"] == {4: [1, 1], 16: [0, 1]}
+        verdicts.append(simulation["mainly_low_microbatches"])
+    assert verdicts == [True, True]

@@ -288,6 +288,10 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
          "key 'filters.hanayo': keeps no point"),
         (("microbatches_equal_devices = true", "microbatches_equal_devices = 1"), "key 'filters.hanayo.microbatches_equal_devices'"),
         (("microbatches = [4, 8]", "microbatches = [4, 4]"), "key 'microbatches': duplicate value"),
+        # the solver's own lists and a split given twice as another ratio: each search or point twice
+        (("devices = [2]", "devices = [2, 2]"), "key 'solver.devices': duplicate value 2"),
+        (("microbatches = [4]\nmemory", "microbatches = [4, 4]\nmemory"), "key 'solver.microbatches': duplicate value 4"),
+        (('split = ["1:2", "1:1"]', 'split = ["1:2", "2:4"]'), "key 'options.split': duplicate value '2:4' (the same split as '1:2')"),
         (('memory_limits = ["none", 2]', 'memory_limits = ["unlimited"]'), "key 'solver.memory_limits.0'"),
         # values every point refused (each was skipped, exit 0), refused when the spec is read
         (("time_limit_s = 20", "time_limit_s = 20\nseed = 2147483648"), "key 'solver.seed': Input should be less than 2147483648"),
@@ -637,7 +641,7 @@ deterministic_time = 100
     result = run_sweep(load_spec(write_spec(tmp_path, spec)), tmp_path / "out")
     rows = [r for r in read_rows(tmp_path / "out" / "rows.jsonl").values() if r["kind"] == "gap"]
     assert result.computed >= 1 and len(rows) == 1
-    assert rows[0]["solver_cut"] and "wall time" in rows[0]["solver_cut"]
+    assert rows[0]["solver_cut"] and "wall-clock time limit" in rows[0]["solver_cut"]
 
 
 def test_a_sweep_of_too_many_points_is_refused_before_they_are_counted(tmp_path, monkeypatch):
@@ -736,3 +740,26 @@ def test_expanding_one_kind_of_point_gives_the_items_of_that_kind(tmp_path):
     assert [i.hashes for i in evaluations] == [i.hashes for i in every if isinstance(i, EvalItem)]
     assert [i.hashes for i in searches] == [i.hashes for i in every if isinstance(i, GapItem)]
     assert evaluations and searches
+
+
+def test_solver_points_over_max_ops_are_listed_without_generating_their_schedules(tmp_path, monkeypatch):
+    """Listing built every solver schedule in full to count its ops: p = 500, m = 4,000 took a minute
+    and 1.4 GB before the sweep's deadline could act, for points never searched (over max_ops). They
+    are counted from the registry now; the rows say why they were not searched."""
+    import ppopt.sweep.spec as sweep_spec
+    from ppopt.sweep.spec import expand
+
+    text = SPEC.split("[solver]")[0].replace('["gpipe", "1f1b", "chimera", "chimera-asym", "hanayo"]', '["1f1b"]') + \
+        '[solver]\nschedules = ["gpipe", "1f1b", "zb-h1"]\ndevices = [500]\nmicrobatches = [4000]\ntime_limit_s = 1\n'
+    real = sweep_spec.generate
+
+    def small_only(name, devices, microbatches, **options):
+        assert devices * microbatches < 10_000, f"generated {name} at p = {devices}, m = {microbatches}"
+        return real(name, devices, microbatches, **options)
+
+    monkeypatch.setattr(sweep_spec, "generate", small_only)
+    gap = [item for item in expand(load_spec(write_spec(tmp_path, text)), ("gap",))]
+    inputs = [i for item in gap for i in item.inputs]
+    assert {i["schedule"] for i in inputs} == {"gpipe", "1f1b", "zb-h1"}
+    assert all(i["skip_reason"].endswith("ops, over the [solver] max_ops of 1000") for i in inputs)
+    assert {i["skip_reason"].split()[0] for i in inputs if i["schedule"] == "1f1b"} == {str(500 * 4000 * 2)}

@@ -322,7 +322,8 @@ def frontier(
             continue
         peak = _peak(instance, result.simulation) if result.simulation else None
         points.append(FrontierPoint(limit, result.status, result.step_time, result.bound, peak))
-    points = _monotone(points, free_point)
+    handcrafted_points = [FrontierPoint(math.nan, "feasible", step, math.nan, peak) for _, peak, step in points_handcrafted]
+    points = _monotone(points, free_point, handcrafted_points)
     # every schedule known, as (peak memory, step): the searched points' (a point's peak, else its
     # limit), the unlimited search's and the handcrafted ones
     known = [(pt.peak_memory if pt.peak_memory is not None else pt.memory_limit, pt.step_time)
@@ -343,12 +344,14 @@ def _dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return no_more_memory and no_longer and (peak_a < peak_b * (1 - 1e-12) or step_a < step_b - 1e-9)
 
 
-def _monotone(points: list[FrontierPoint], free: FrontierPoint | None) -> list[FrontierPoint]:
+def _monotone(points: list[FrontierPoint], free: FrontierPoint | None,
+              handcrafted: Sequence[FrontierPoint] = ()) -> list[FrontierPoint]:
     """The points with what each finds or proves shared with the others.
 
     - **Schedules.** A schedule found under one limit (or by the unlimited search, ``free``: its
-      step, bound and peak) fits every limit at or above its peak, so each searched point takes the
-      shortest schedule found anywhere that fits its limit.
+      step, bound and peak), or a handcrafted schedule of the space (``handcrafted``: its step and
+      peak), fits every limit at or above its peak, so each searched point takes the shortest
+      schedule known that fits its limit (a search short of time may miss V-Half where it fits).
     - **Bounds, downwards.** The optimum under a limit is at least the optimum under any looser
       limit (or none), so each searched point's bound is the largest of its own, the looser points'
       and the unlimited search's.
@@ -357,7 +360,7 @@ def _monotone(points: list[FrontierPoint], free: FrontierPoint | None) -> list[F
     infeasible stay as they are. So, as the limit grows, neither the steps nor the bounds rise.
     """
     searched = [pt.step_time is not None or math.isfinite(pt.bound) for pt in points]
-    found = [pt for pt in [*points, free] if pt is not None and pt.step_time is not None and pt.peak_memory is not None]
+    found = [pt for pt in [*points, free, *handcrafted] if pt is not None and pt.step_time is not None and pt.peak_memory is not None]
     floor = free.bound if free is not None and math.isfinite(free.bound) else 0.0
     shared = []
     for k, pt in enumerate(points):

@@ -484,8 +484,10 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
         for rows in executor.map_unordered(run_item, _due(pending, stop_at, left), stop_at):
             for row in rows:
                 if row["hash"] not in existing:
-                    appender.write(row)
-                    existing[row["hash"]] = row
+                    # a Ctrl-C or the deadline's alarm between the two left a row in rows.jsonl and not in rows.csv
+                    with _signals_held(), uninterrupted():
+                        appender.write(row)
+                        existing[row["hash"]] = row
             done += len(rows)
             if progress is not None:
                 progress(done, total)

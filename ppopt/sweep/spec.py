@@ -175,6 +175,12 @@ class Options(_Strict):
         values = raw if isinstance(raw, list) else [raw]
         if name == "split":
             values = [_split_text(v) for v in values]
+            ratios: dict[float, str] = {}
+            for text in values:  # 1:2 and 2:4 are one split: two points with the same rows
+                a, b = (float(x) for x in text.split(":"))
+                earlier = ratios.setdefault(round(a / b, 12), text)
+                if earlier != text:
+                    raise ValueError(f"duplicate value {text!r} (the same split as {earlier!r})")
         return _unique(values, f"options.{name}")
 
 
@@ -380,10 +386,13 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
             UnitCosts(s.forward, s.backward, s.weight, s.comm)
         except ConfigError as error:
             raise fail(f"solver.{error.field}", error.reason) from None
-        try:
-            _unique(s.memory_limits, "solver.memory_limits")
-        except ValueError as error:
-            raise fail("solver.memory_limits", str(error)) from None
+        solver_lists: tuple[tuple[str, list | None], ...] = (
+            ("memory_limits", s.memory_limits), ("devices", s.devices), ("microbatches", s.microbatches))
+        for key, listed in solver_lists:
+            try:  # a value given twice would run its searches twice
+                _unique(listed or [], f"solver.{key}")
+            except ValueError as error:
+                raise fail(f"solver.{key}", str(error)) from None
 
     models, systems = {}, {}
     for index, name in enumerate(spec.models):
@@ -555,11 +564,20 @@ def expand(loaded: LoadedSpec, kinds: tuple[str, ...] = ("evaluate", "gap")) -> 
     return items
 
 
-def _op_count(name: str, devices: int, microbatches: int, combo: dict) -> int | None:
+def _op_count(name: str, devices: int, microbatches: int, combo: dict, max_ops: int) -> int | None:
+    """Ops of a solver point's schedule; None when its generator refuses it (the point stays, its
+    row says why). Counted from the registry (``Family.ops``) without generating: a schedule over
+    ``max_ops`` is not searched anyway, and generating one of 500 x 4,000 just to count took a minute
+    and 1.4 GB before the sweep's deadline could act. Only one within it is generated, to learn
+    whether the generator refuses it."""
+    options = {k: v for k, v in combo.items() if v is not None}
+    counted = get(name).ops(devices, microbatches, options)
+    if counted is not None and counted > max_ops:
+        return counted
     try:
-        schedule = generate(name, devices, microbatches, **{k: v for k, v in combo.items() if v is not None})
+        schedule = generate(name, devices, microbatches, **options)
     except PpoptError:
-        return None  # the generator refuses: the point stays, its row says why
+        return None
     return sum(len(order) for order in schedule.orders)
 
 
@@ -578,7 +596,7 @@ def _gap_items(spec: SweepSpec) -> list[GapItem]:
                 if not _applies(spec, name, devices, microbatches):
                     continue
                 for combo in _option_combos(name, spec.options):
-                    ops = _op_count(name, devices, microbatches, combo)
+                    ops = _op_count(name, devices, microbatches, combo, solver.max_ops)
                     space = family_space(name, {k: v for k, v in combo.items() if v is not None}).describe()
                     too_large = ops is not None and ops > solver.max_ops
                     inputs = {

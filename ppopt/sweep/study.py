@@ -259,7 +259,7 @@ def _chimera(data: StudyData) -> dict[str, Any]:
         n_points = sum(_network(sy) == network for _, _, sy in with_chimera)
         if n_points:
             by_network[network] = [sum(_network(w["system"]) == network for w in sim_wins), n_points]
-    low_m, high_m = data.microbatches[0], data.microbatches[-1]
+    low_m, high_m = min(data.microbatches), max(data.microbatches)  # whatever order the spec lists them in
     net_order = [lvl for lvl in LEVELS if lvl in by_network]
     return {
         "rivals": list(PAPER_RIVALS),
