@@ -43,8 +43,9 @@ Activation bytes stored per block per microbatch (no recomputation, no tensor/se
     3 (SwiGLU); with e = 2, r = 1, GELU, f = 4h this is exactly s·b·h·(34 + 5·a·s/h). A model
     without dropout (``model.dropout`` false, e.g. Llama) stores none of the three masks nor the
     scores' dropout output: ``sbh·e·(6 + 2r) + n_ffn'·e·sbf + e·as²b`` (Llama 3 70B, r = 1/8,
-    f = 3.5h, flash attention: 33.5·sbh instead of 35.5·sbh). The last stage also keeps its logits
-    (b·s·V·e) until the backward pass.
+    f = 3.5h, flash attention: 33.5·sbh instead of 35.5·sbh). The last stage also keeps the loss's
+    softmax in fp32 (4·b·s·V, Korthikanti et al. 2022, Section 4.3) until the backward pass, and the
+    logits' gradient (b·s·V·e) is its working set while that backward runs.
 
 Memory traffic (for the roofline)
     Each of F, I and W moves the stage's weights once (read, or gradient written for W) and its

@@ -247,7 +247,9 @@ def _refusals(request: PlanRequest, families: Sequence[str], pipelined: bool = F
     choices = [(request.batch // d // b, p) for _, p, d in layouts(request) for b in sizes
                if (request.batch // d) % b == 0 and (p > 1 or not pipelined)]
     m, p = max(choices, default=(request.batch, 1))
-    reasons = {name: _refusal(name, p, m) or f"{name}'s stages exceed the layers" for name in families}
+    otherwise = (f"{{name}} has no option set with {len(request.split)} stages (--layers-per-stage)"
+                 if isinstance(request.split, tuple) else "{name}'s stages exceed the layers")
+    reasons = {name: _refusal(name, p, m) or otherwise.format(name=name) for name in families}
     return p, m, {name: reason if reason.startswith(name) else f"{name}: {reason}" for name, reason in reasons.items()}
 
 
@@ -258,9 +260,12 @@ def families_left_out(request: PlanRequest) -> dict[str, str]:
     seen = {name for _, p, d in layouts(request) if p > 1 for b in _micro_batches(request, d)
             for name, _ in _schedules(request, p, request.batch // (b * d))}
     missing = [name for name in request.schedules if name not in seen]
-    if not missing or not any(p > 1 for _, p, _ in layouts(request)):
+    pipelined = [(p, d) for _, p, d in layouts(request) if p > 1]
+    if not missing or not any(_micro_batches(request, d) for _, d in pipelined):
         return {}
     p, m, reasons = _refusals(request, missing, pipelined=True)
+    if isinstance(request.split, tuple):  # a family without as many stages as the counts is left out as asked, not named
+        reasons = {name: reason for name, reason in reasons.items() if _refusal(name, p, m) is not None}
     return {name: f"at p = {p}, m = {m}: {reason}" for name, reason in reasons.items()}
 
 

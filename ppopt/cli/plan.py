@@ -197,10 +197,11 @@ def _note_no_headroom(plans) -> None:
     for result in plans:
         row, limit = result.rows[0], result.request.limit
         if limit is not None and row.memory.peak_bytes >= (1 - HEADROOM) * limit:
+            kept = " (80e9 bytes keep 5.5 to 5.9 GB of an 80 GiB GPU)" if row.job.system.memory_capacity_bytes == 80e9 else ""
             click.echo(f"note: #1 ({row.job.describe()} {row.job.schedule_label}) uses {100 * row.memory.peak_bytes / limit:.1f} % "
                        "of the system's memory, and the model does not count the CUDA context, NCCL buffers or fragmentation: "
-                       "the system's memory_capacity_bytes should keep a few GB of the GPU's for them (the presets' 80 GB "
-                       "keep 5.5 to 5.9 GB of an 80 GiB GPU), or give --memory-limit", err=True)
+                       f"the system's memory_capacity_bytes should keep a few GB of the GPU's for them{kept}, or give "
+                       "--memory-limit", err=True)
 
 
 def _candidate_groups(path: str, system):
@@ -264,7 +265,7 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
 
     plans, left_out = [], []
     for k, (request, listed) in enumerate(requests):
-        budget = options if listed is None else options.share(len(requests) - k)
+        budget = options if listed is None else _model_share(options, len(requests) - k)
         try:
             plans.append(_run_plan(request, listed, jobs, executor, address, quiet, budget, keep_share))
         except InfeasibleError as error:
@@ -279,6 +280,16 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
         for family, why in result.families_left_out:
             click.echo(f"note: no job of {family} on {result.request.gpus} GPUs: {why}", err=True)
     return plans
+
+
+def _model_share(options, parts: int):
+    """The next of ``parts`` models' equal share of the time left, as a budget of its own: its
+    messages ("no job evaluated within N s") give the share's seconds, not the whole limit's."""
+    from dataclasses import replace
+
+    share = options.share(parts)
+    seconds = share.remaining_s()
+    return replace(share, time_limit_s=seconds) if seconds > 0 else share
 
 
 def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_share=0.0):

@@ -236,8 +236,8 @@ def child(spec_text: str, rank: int, environment: dict[str, str], out_dir: str) 
     os.dup2(errors, 2)
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     os.environ.update(environment)
-    _end_without_the_launcher(int(environment[LAUNCHER_PID]))
     try:
+        _end_without_the_launcher(int(environment[LAUNCHER_PID]))
         result = run(spec_from_json(spec_text), rank, str(Path(out_dir) / "store"))
         (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(result))
     except BaseException as error:  # one line for the launcher, never a traceback

@@ -36,6 +36,9 @@ Progress = Callable[[str], None]
 
 HEARTBEAT_S = 10.0
 """Seconds between the "still solving" lines of a CP-SAT solve (:meth:`SolveOptions.run`)."""
+LEAST_DETERMINISTIC_SHARE = 1e-3
+"""The least deterministic time a step's share gets (:meth:`SolveOptions.share`), once the budget is spent."""
+
 PROGRESS_AFTER_S = 1.0
 """Work that is long only at large sizes reports progress once it has run this long (seconds), so
 quick runs print none: the CLI's bars and phase lines (:mod:`ppopt.cli.options`) and ``gap``'s
@@ -228,7 +231,10 @@ class SolveOptions:
         assert started.deadline is not None
         slice_end = time.monotonic() + started.remaining_s() / max(parts, 1)
         left = started.deterministic_left()
-        dt = None if left is None else left / max(parts, 1)
+        # a deterministic budget spent (the steps before overran their shares) leaves the next steps a
+        # sliver, as a spent wall-clock budget leaves them their hints: an option of 0 was refused,
+        # and `frontier --deterministic-time 0.5` ended in an error on its own --deterministic-time
+        dt = None if left is None else max(left / max(parts, 1), LEAST_DETERMINISTIC_SHARE)
         return replace(started, deadline=min(slice_end, started.deadline), deterministic_time=dt, work_from=started.work.spent)
 
     def deterministic_left(self) -> float | None:

@@ -364,7 +364,10 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         if optimal:
             options.note("greedy hint skipped: a handcrafted one meets the analytic bound")
         elif not fitting() or affordable(GREEDY_S_PER_OP):
-            for stage_map in greedy_maps:
+            for k, stage_map in enumerate(greedy_maps):
+                if k and fitting() and not affordable(GREEDY_S_PER_OP):  # each further map only while its time is left
+                    options.note("time limit: a further greedy hint skipped")
+                    break
                 greedy = greedy_schedule(instance, stage_map, space.split_backward)
                 if greedy is not None:
                     add(greedy)

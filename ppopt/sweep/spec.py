@@ -565,11 +565,12 @@ def expand(loaded: LoadedSpec, kinds: tuple[str, ...] = ("evaluate", "gap")) -> 
 
 
 def _op_count(name: str, devices: int, microbatches: int, combo: dict, max_ops: int) -> int | None:
-    """Ops of a solver point's schedule; None when its generator refuses it (the point stays, its
-    row says why). Counted from the registry (``Family.ops``) without generating: a schedule over
-    ``max_ops`` is not searched anyway, and generating one of 500 x 4,000 just to count took a minute
-    and 1.4 GB before the sweep's deadline could act. Only one within it is generated, to learn
-    whether the generator refuses it."""
+    """Ops of a solver point's schedule, counted from the registry (``Family.ops``) without
+    generating it: a schedule over ``max_ops`` is not searched anyway, and generating one of 500 x
+    4,000 just to count took a minute and 1.4 GB before the sweep's deadline could act. Its row then
+    says it is over max_ops, whether or not its generator would also refuse it (Chimera at an odd p).
+    One within ``max_ops`` is generated, and None returned when its generator refuses it (the point
+    stays, its row says why)."""
     options = {k: v for k, v in combo.items() if v is not None}
     counted = get(name).ops(devices, microbatches, options)
     if counted is not None and counted > max_ops:
