@@ -250,5 +250,9 @@ def frontier_text(result: Frontier, fmt: str = "text", context: str | None = Non
         fmt,
     )
     unit_note = f"times in {'slots' if t == 'slots' else 'seconds'}, memory in {'live activations' if m == 'activations' else 'GiB'}"
+    # the search calls a step optimal within the rounding of its ticks (README, Solver ticks): say so where it shows
+    rounded = any(p.status == "optimal" and p.step_time is not None and p.step_time > p.bound * (1 + 1e-9) for p in result.points)
+    footnote = ["", "optimal: proven in the solver's ticks; a step above its bound differs from it by at most the rounding of "
+                    "durations to ticks (README, Conventions, Solver ticks)"] if rounded else []
     return "\n".join([f"space: {result.space}; {unit_note}; minimum memory {_amount(result.minimum, m)}",
-                      *([context] if context else []), "", points, "", hand])
+                      *([context] if context else []), "", points, *footnote, "", hand])
