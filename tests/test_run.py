@@ -28,6 +28,8 @@ from ppopt.run import INSTALL_HINT, RunError
 from ppopt.run.spec import ModelSize, RunSpec
 
 NAMES = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "search"]
+MORE = ["looped-bfs", "hanayo", "zb-h2", "v-min", "v-half", "dualpipev"]
+"""Families run in the same launches, checked by one test each per device count (DualPipeV only at p = 2)."""
 TINY = ModelSize(layers=8, hidden=16, heads=2, sequence=8, microbatch_size=1, vocab=32)
 
 
@@ -42,6 +44,12 @@ def _launch(tmp_path_factory, devices):
     schedules = [generate(name, devices, 4) for name in NAMES[:-1]]
     schedules.append(read_searched(tmp_path_factory.mktemp("search"), devices))
     names = list(NAMES)
+    for name in MORE:  # the other families PyTorch's runtime can place, where they are defined at m = 4
+        try:
+            schedules.append(generate(name, devices, 4))
+        except ScheduleError:  # DualPipeV needs m >= 2p
+            continue
+        names.append(name)
     if devices == 4:  # stages 1 and 2 out of their neighbours' order, the last stage's backwards too
         names.append("middle")
         schedules.append(read_torch_csv_text(MIDDLE, tmp_path_factory.mktemp("middle")))
@@ -100,6 +108,17 @@ def test_two_ranks_train_one_step_with_the_reference_gradients(ran2, name):
 def test_four_ranks_train_one_step_with_the_reference_gradients(ran4, name):
     _assert_equal_to_reference(ran4[name], 4)
     assert ran4[name].stages == (8 if name in ("interleaved-1f1b", "zb-v") else 4)
+
+
+@pytest.mark.parametrize("name", MORE)
+def test_the_other_families_train_with_the_reference_gradients(ran2, ran4, name):
+    """Every family with a PyTorch CSV runs in PyTorch's runtime with the reference gradients: DualPipeV
+    with its overlapped F&B pairs (OVERLAP_F_B), Hanayo's waves, V-Min's and V-Half's V placements."""
+    _assert_equal_to_reference(ran2[name], 2)
+    if name in ran4:
+        _assert_equal_to_reference(ran4[name], 4)
+    else:
+        assert name == "dualpipev"  # m = 4 < 2p at p = 4
 
 
 def test_a_middle_stage_out_of_order_trains_exactly(ran4):
@@ -206,7 +225,7 @@ def test_sigterm_stops_the_ranks_and_removes_the_folders_as_ctrl_c_does(tmp_path
         assert len(_ranks_in(tmp_path)) == 2
         process.terminate()
         _, err = process.communicate(timeout=60)
-        assert (process.returncode, err) == (1, b"\naborted\n")
+        assert process.returncode == 1 and err.endswith(b"\naborted\n") and b"Traceback" not in err, err
         assert _ranks_in(tmp_path) == [] and list(tmp_path.iterdir()) == []
     finally:
         _end(process, tmp_path)
@@ -679,3 +698,23 @@ def test_a_rank_killed_by_a_signal_is_not_named_by_a_library_s_warning(tmp_path)
     assert _last_line(err, killed=False) == "reference_loss = float(loss)"  # an exit before its own line: the traceback's tail
     err.write_text("warning\nrank 1: RuntimeError: boom\n")
     assert _last_line(err, killed=True) == "rank 1: RuntimeError: boom"
+
+
+def test_profile_measures_a_preset_that_evaluate_then_simulates_with(tmp_path):
+    """`ppopt profile` end to end (ranks launched, ops and a message timed, the preset written), then
+    read back and simulated: the op costs are the measured ones, positive, and 1F1B's step at p = 2,
+    m = 4 is at least each device's load through them, m (F + B) of its stage, and one microbatch's
+    path through both stages."""
+    pytest.importorskip("torch.distributed.pipelining")
+    path = tmp_path / "profile.json"
+    result = cli("profile", "-p", 2, "-m", 2, "--steps", 1, "--warmup", 0, "-o", path, "-q", "--timeout", 120)
+    assert result.exit_code == 0, result.output
+    costs, link = read_cost_preset(path)
+    assert len(costs.stages) == 2 and all(c.forward_s > 0 and c.backward_s > 0 for c in costs.stages)
+    assert link is not None and link.latency_s >= 0
+    simulated = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--json")
+    assert simulated.exit_code == 0, simulated.output
+    step = json.loads(simulated.stdout)["simulated"]["step_time_s"]
+    load = max(4 * (c.forward_s + c.backward_s) for c in costs.stages)
+    path_one = sum(c.forward_s + c.backward_s for c in costs.stages)
+    assert step >= max(load, path_one) * (1 - 1e-9)
