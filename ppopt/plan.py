@@ -234,39 +234,48 @@ def _defined(schedule: str, devices: int, microbatches: int, options: tuple[tupl
 def _none_defined(request: PlanRequest) -> str:
     """Why the request has no job: each family's refusal on the layout with the most microbatches
     (:func:`_refusals`)."""
-    p, m, reasons = _refusals(request, request.schedules)
+    p, m, refusals = _refusals(request, request.schedules)
+    reasons = [_reason(request, name, refusal) for name, refusal in refusals.items()]
     return f"no job of the schedules {', '.join(request.schedules)} is defined on {request.gpus} GPUs; at p = {p}, " \
-           f"m = {m}: {'; '.join(reasons.values())}"
+           f"m = {m}: {'; '.join(reasons)}"
 
 
-def _refusals(request: PlanRequest, families: Sequence[str], pipelined: bool = False) -> tuple[int, int, dict[str, str]]:
-    """p, m and each family's refusal there, on the layout with the most microbatches (the smallest
-    micro batch asked for that divides its batch per replica, b = 1 when none is asked for; the most
-    devices among equals; with ``pipelined``, among layouts of p > 1)."""
+def _refusals(request: PlanRequest, families: Sequence[str], pipelined: bool = False) -> tuple[int, int, dict[str, str | None]]:
+    """p, m and each family's generator refusal there (None: the generator defines it), on the layout
+    with the most microbatches (the smallest micro batch asked for that divides its batch per replica,
+    b = 1 when none is asked for; the most devices among equals; with ``pipelined``, among layouts of
+    p > 1)."""
     sizes = sorted(set(request.micro_batches or [1]))
     choices = [(request.batch // d // b, p) for _, p, d in layouts(request) for b in sizes
                if (request.batch // d) % b == 0 and (p > 1 or not pipelined)]
     m, p = max(choices, default=(request.batch, 1))
-    otherwise = (f"{{name}} has no option set with {len(request.split)} stages (--layers-per-stage)"
-                 if isinstance(request.split, tuple) else "{name}'s stages exceed the layers")
-    reasons = {name: _refusal(name, p, m) or otherwise.format(name=name) for name in families}
-    return p, m, {name: reason if reason.startswith(name) else f"{name}: {reason}" for name, reason in reasons.items()}
+    return p, m, {name: _refusal(name, p, m) for name in families}
+
+
+def _reason(request: PlanRequest, name: str, refusal: str | None) -> str:
+    """A family's refusal worded with its name; where its generator defines it, why no job takes it:
+    no option set with as many stages as the given counts, or stages beyond the layers."""
+    if refusal is None:
+        refusal = (f"has no option set with {len(request.split)} stages (--layers-per-stage)"
+                   if isinstance(request.split, tuple) else "its stages exceed the layers")
+    return refusal if refusal.startswith(name) else f"{name}: {refusal}"
 
 
 def families_left_out(request: PlanRequest) -> dict[str, str]:
     """The families of the request that no job of a pipelined layout (p > 1) takes, each with its
     generator's reason where it is closest to being defined (:func:`_refusals`), e.g. DualPipe's
-    m >= 2p; none when every layout has p = 1 (one family stands for all there)."""
-    seen = {name for _, p, d in layouts(request) if p > 1 for b in _micro_batches(request, d)
+    m >= 2p; none when no pipelined layout has a micro batch (one family stands for all at p = 1). A
+    family left out only because it has no option set with as many stages as given counts is left
+    out as asked, not named."""
+    pipelined = [(p, d) for _, p, d in layouts(request) if p > 1 and _micro_batches(request, d)]
+    seen = {name for p, d in pipelined for b in _micro_batches(request, d)
             for name, _ in _schedules(request, p, request.batch // (b * d))}
     missing = [name for name in request.schedules if name not in seen]
-    pipelined = [(p, d) for _, p, d in layouts(request) if p > 1]
-    if not missing or not any(_micro_batches(request, d) for _, d in pipelined):
+    if not missing or not pipelined:
         return {}
-    p, m, reasons = _refusals(request, missing, pipelined=True)
-    if isinstance(request.split, tuple):  # a family without as many stages as the counts is left out as asked, not named
-        reasons = {name: reason for name, reason in reasons.items() if _refusal(name, p, m) is not None}
-    return {name: f"at p = {p}, m = {m}: {reason}" for name, reason in reasons.items()}
+    p, m, refusals = _refusals(request, missing, pipelined=True)
+    return {name: f"at p = {p}, m = {m}: {_reason(request, name, refusal)}" for name, refusal in refusals.items()
+            if refusal is not None or not isinstance(request.split, tuple)}
 
 
 def _no_micro_batch(request: PlanRequest) -> str:
