@@ -26,7 +26,8 @@ from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, counted
 from ppopt.flat import KIND_CODE
 from ppopt.flat import earliest_starts as flat_earliest_starts
 from ppopt.ir import Kind, Op, Schedule
-from ppopt.placement import placement, split_weights, stages_by_device
+from ppopt.placement import placement as named_placement
+from ppopt.placement import split_weights, stages_by_device
 from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve import options as solve_options
 from ppopt.solve.bounds import Bounds, Shape, graph_applies, lower_bounds
@@ -385,9 +386,9 @@ def _member_maps(space: Space, devices: int) -> list:
     (searched map by map)."""
     if space.placement != "any":
         return []
-    maps = [placement("looped", devices, chunks=space.chunks)]
+    maps = [named_placement("looped", devices, chunks=space.chunks)]  # (``placement`` names the local maps elsewhere here)
     if space.chunks == 2 and devices > 1:
-        maps.append(placement("v", devices))
+        maps.append(named_placement("v", devices))
     return maps
 
 
