@@ -172,8 +172,11 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
     metrics = table_metrics(table)
     phases.done("table built")
     split = table.flat.split  # some backward split, known from validation
-    pairs = len(schedule.split_pairs) if split else 0  # DualPipeV and ZB-H2 split some, not all
-    backward = "full" if not split else "split" if pairs == schedule.stages * schedule.microbatches else "mixed"
+    # DualPipeV and ZB-H2 split some backwards, not all: a split schedule that keeps a B is mixed
+    from ppopt.flat import KIND_CODE
+    from ppopt.ir import Kind
+
+    backward = "full" if not split else "mixed" if KIND_CODE[Kind.B] in table.flat.kind else "split"
     if as_json:
         emit_json({
             "schedule": schedule.name,
