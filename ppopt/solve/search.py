@@ -338,12 +338,14 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
 
     def add_hint(schedule: Schedule) -> None:
         nonlocal optimal
-        if overlap_outside_model(schedule, instance):  # a fixed space's own (a relaxed one's hints run plain ops: with_backward)
-            raise ConfigError(f"{schedule.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="overlap_f_b_share")
         add(schedule)
         _phase(options, began, f"hint {schedule.name}")
         optimal = not space.fixed and placement is not None and _meets_cheap_bound(instance, placement, space, candidates)
 
+    # a fixed space is its schedule, whose overlapped pairs the solver cannot time (a relaxed space's
+    # hints run such pairs as plain ops: with_backward)
+    if space.fixed and first is not None and overlap_outside_model(first, instance):
+        raise ConfigError(f"{first.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="overlap_f_b_share")
     if first is not None:
         add_hint(first)
     # a fixed space has one schedule; otherwise the next one is generated only when there is room,
