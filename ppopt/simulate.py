@@ -349,77 +349,38 @@ def _link_chooser(system: SystemConfig | None, link: LinkConfig | None) -> Calla
 # --------------------------------------------------------------------------------------------------
 
 
-def _run_in_order(flat: Flat, plan: Prepared, dur: list[float], message_s: list[float], occupy_s: list[float],
-                  overlap: bool, state: tuple[list[float], ...]) -> None:
-    """The run when no link carries an all-reduce: ops in ``flat.order``, filling ``state`` (start,
-    end, sent, arrived, arrival, free, link_free) in place.
+class _Times(NamedTuple):
+    """The run's mutable state in op, device and link ids, filled in place by the two run loops."""
 
-    Exact, the same result as the general loop: an op's inputs (its device's previous op, its one
-    message) come earlier in a topological order, and a link's messages come from one sender, so the
-    order visits them in the sender's order, the order in which they take the link.
-    """
-    start, end, sent, arrived, arrival, free, link_free = state
-    dev, succ, link_of = flat.dev, flat.succ, plan.link_of
-    for i in flat.order:
-        d = dev[i]
-        t = free[d]
-        if arrival[i] > t:
-            t = arrival[i]
-        start[i] = t
-        t += dur[i]
-        end[i] = t
-        j = succ[i]
-        if j >= 0:  # send op i's message to op j
-            lid = link_of[i]
-            sent[i] = ts = link_free[lid] if link_free[lid] > t else t
-            link_free[lid] = ts + occupy_s[i]
-            arrived[i] = arrival[j] = te = ts + message_s[i]
-            if not overlap:
-                t = te  # the sender blocks until the message has arrived
-        free[d] = t
+    start: list[float]
+    end: list[float]
+    sent: list[float]  # when op i's message started on its link
+    arrived: list[float]  # when it arrived
+    arrival: list[float]  # when op i's input is there; -1: not yet known
+    free: list[float]  # when each device's compute stream is next free
+    link_free: list[float]  # when each link is next free
+
+    @classmethod
+    def at_zero(cls, plan: Prepared) -> _Times:
+        n, devices = plan.size, len(plan.flat.orders)
+        return cls([0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, plan.arrival[:], [0.0] * devices,
+                   [0.0] * len(plan.link_pairs))
 
 
-def simulate(
-    schedule: Schedule | Flat | Prepared,
-    costs: Costs,
-    system: SystemConfig | None = None,
-    *,
-    link: LinkConfig | None = None,
-    overlap_comm_compute: bool | None = None,
-    optimizer: bool = False,
-) -> Simulation:
-    """Simulate one training step of ``schedule`` with ``costs`` on ``system`` (see the module doc).
+class _RunCosts(NamedTuple):
+    """The costs of one run, per op id (``dur``, ``message_s``, ``occupy_s``) and per all-reduce."""
 
-    Args:
-        schedule: a valid schedule, its :class:`~ppopt.flat.Flat` form, or :func:`prepare`'s result
-            for it (to simulate one schedule under many costs or systems without flattening it again).
-        costs: per-stage costs, one entry per stage of the schedule.
-        system: links (``link_between``), ``overlap_comm_compute`` and, for the optimizer step,
-            memory bandwidth and latency. None: communication is free unless ``link`` is given.
-        link: one link used between every pair of devices (overrides the system's links).
-        overlap_comm_compute: overrides the system's setting (True when there is no system).
-        optimizer: add a memory-bound optimizer step per device at the end (needs ``system``).
+    dur: list[float]  # compute time of op i, the overlap rule applied
+    message_s: list[float]  # transfer time of op i's message (0 if it sends none)
+    occupy_s: list[float]  # how long op i's message holds its link: bytes / bandwidth
+    sync_s: list[float]  # duration of each all-reduce of ``Prepared.syncs``
+    send_bytes: list[float]  # per stage
 
-    Raises:
-        ScheduleValidationError: an invalid schedule or a deadlocking order (the message names
-            what each device waits for).
-        ScheduleError: ``costs`` does not match the schedule's stages, or ``optimizer`` without a
-            system.
-    """
-    plan = schedule if isinstance(schedule, Prepared) else prepare(schedule)
+
+def _run_costs(plan: Prepared, costs: Costs, system: SystemConfig | None,
+               choose_link: Callable[[int, int], LinkConfig | None]) -> _RunCosts:
+    """Op durations, message and all-reduce times of ``plan`` under ``costs`` (the module doc's rules)."""
     flat = plan.flat
-    schedule = flat.schedule
-    if len(costs.stages) != schedule.stages:
-        raise ScheduleError(f"costs describe {len(costs.stages)} stages, the schedule has {schedule.stages}")
-    if optimizer and system is None:
-        raise ScheduleError("the optimizer step needs a system (memory bandwidth)")
-    overlap = overlap_comm_compute
-    if overlap is None:
-        overlap = system.overlap_comm_compute if system is not None else True
-    choose_link = _link_chooser(system, link)
-    p, n = schedule.devices, plan.size
-
-    # ---- costs of this run: op durations, message times, all-reduce times -------------------------
     table = [t for c in costs.stages for t in _durations(c)]  # indexed by 4 * stage + kind
     dur = list(map(table.__getitem__, flat.stage_kind))
     send_bytes = [c.send_bytes for c in costs.stages]
@@ -441,22 +402,56 @@ def simulate(
         nbytes = _gradient_bytes(costs.stages[s])
         sync_s.append(max((allreduce_time_s(nbytes, c, len(replicas)) for c in ring_links if c is not None), default=0.0)
                       if None not in ring_links else 0.0)
+    return _RunCosts(dur, message_s, occupy_s, sync_s, send_bytes)
 
-    # ---- state ------------------------------------------------------------------------------------
+
+def _run_in_order(plan: Prepared, run: _RunCosts, overlap: bool, times: _Times) -> None:
+    """The run when no link carries an all-reduce: ops in ``flat.order``, filling ``times`` in place.
+
+    Exact, the same result as the general loop: an op's inputs (its device's previous op, its one
+    message) come earlier in a topological order, and a link's messages come from one sender, so the
+    order visits them in the sender's order, the order in which they take the link.
+    """
+    start, end, sent, arrived, arrival, free, link_free = times
+    dur, message_s, occupy_s = run.dur, run.message_s, run.occupy_s
+    flat = plan.flat
+    dev, succ, link_of = flat.dev, flat.succ, plan.link_of
+    for i in flat.order:
+        d = dev[i]
+        t = free[d]
+        if arrival[i] > t:
+            t = arrival[i]
+        start[i] = t
+        t += dur[i]
+        end[i] = t
+        j = succ[i]
+        if j >= 0:  # send op i's message to op j
+            lid = link_of[i]
+            sent[i] = ts = link_free[lid] if link_free[lid] > t else t
+            link_free[lid] = ts + occupy_s[i]
+            arrived[i] = arrival[j] = te = ts + message_s[i]
+            if not overlap:
+                t = te  # the sender blocks until the message has arrived
+        free[d] = t
+
+
+def _run_through_heap(plan: Prepared, run: _RunCosts, gradient_bytes: list[float], overlap: bool,
+                      times: _Times) -> list[Event] | None:
+    """The general run (the module doc's "How it runs"): each device advances as far as its inputs
+    allow; messages and all-reduces on links an all-reduce shares go through a heap in global time
+    order. Fills ``times`` in place and returns the all-reduces, or None when some device's ops never
+    became ready (a deadlocking order)."""
+    start, end, sent, arrived, arrival, free, link_free = times
+    dur, message_s, occupy_s, sync_s = run.dur, run.message_s, run.occupy_s, run.sync_s
+    flat = plan.flat
     dev, succ, link_of, shared, sync_of = flat.dev, flat.succ, plan.link_of, plan.shared, plan.sync_of
-    start = [0.0] * n
-    end = [0.0] * n
-    sent = [0.0] * n
-    arrived = [0.0] * n
-    arrival = plan.arrival[:]  # when op i's input is there; -1: not yet known
-    free = [0.0] * p  # when each device's compute stream is next free
+    p = len(flat.orders)
     nxt = [o.start for o in flat.orders]  # next op id per device
     stop = [o.stop for o in flat.orders]
     held = [False] * p  # blocked on a message in the heap (sender blocks)
-    link_free = [0.0] * len(plan.link_pairs)
     remaining = [0] * len(plan.syncs)
     sync_ready = [0.0] * len(plan.syncs)
-    for x in sync_of if plan.syncs else ():
+    for x in sync_of:
         if x >= 0:
             remaining[x] += 1
     allreduces: list[Event] = []
@@ -464,12 +459,7 @@ def simulate(
     push, pop = heapq.heappush, heapq.heappop
     resume = list(range(p - 1, -1, -1))  # devices to advance
 
-    through_heap = any(shared)
-    if not through_heap:  # no all-reduce: visit the ops in the validated topological order
-        _run_in_order(flat, plan, dur, message_s, occupy_s, overlap, (start, end, sent, arrived, arrival, free, link_free))
-        nxt = stop  # every op ran
-
-    while through_heap:
+    while True:
         # Advance devices as far as their inputs allow.
         while resume:
             d = resume.pop()
@@ -520,7 +510,7 @@ def simulate(
             ts = max([ready] + [link_free[lid] for lid in occupied])
             for lid in occupied:
                 link_free[lid] = ts + sync_s[x]
-            allreduces.append(Event("allreduce", s, replicas, ts, ts + sync_s[x], _gradient_bytes(costs.stages[s])))
+            allreduces.append(Event("allreduce", s, replicas, ts, ts + sync_s[x], gradient_bytes[s]))
             continue
         lid, j, d = link_of[x], succ[x], dev[x]
         sent[x] = ts = link_free[lid] if link_free[lid] > ready else ready
@@ -531,27 +521,68 @@ def simulate(
             held[d] = False
             resume.append(d)
         resume.append(dev[j])
+    return allreduces if nxt == stop else None
 
-    if any(nxt[d] != stop[d] for d in range(p)):
-        execution_order(schedule)  # raises, naming what each device waits for
-        raise ScheduleValidationError("deadlock: some ops never became ready")  # pragma: no cover
 
-    # ---- optimizer step and metrics -----------------------------------------------------------------
+def simulate(
+    schedule: Schedule | Flat | Prepared,
+    costs: Costs,
+    system: SystemConfig | None = None,
+    *,
+    link: LinkConfig | None = None,
+    overlap_comm_compute: bool | None = None,
+    optimizer: bool = False,
+) -> Simulation:
+    """Simulate one training step of ``schedule`` with ``costs`` on ``system`` (see the module doc).
+
+    Args:
+        schedule: a valid schedule, its :class:`~ppopt.flat.Flat` form, or :func:`prepare`'s result
+            for it (to simulate one schedule under many costs or systems without flattening it again).
+        costs: per-stage costs, one entry per stage of the schedule.
+        system: links (``link_between``), ``overlap_comm_compute`` and, for the optimizer step,
+            memory bandwidth and latency. None: communication is free unless ``link`` is given.
+        link: one link used between every pair of devices (overrides the system's links).
+        overlap_comm_compute: overrides the system's setting (True when there is no system).
+        optimizer: add a memory-bound optimizer step per device at the end (needs ``system``).
+
+    Raises:
+        ScheduleValidationError: an invalid schedule or a deadlocking order (the message names
+            what each device waits for).
+        ScheduleError: ``costs`` does not match the schedule's stages, or ``optimizer`` without a
+            system.
+    """
+    plan = schedule if isinstance(schedule, Prepared) else prepare(schedule)
+    flat = plan.flat
+    schedule = flat.schedule
+    if len(costs.stages) != schedule.stages:
+        raise ScheduleError(f"costs describe {len(costs.stages)} stages, the schedule has {schedule.stages}")
+    if optimizer and system is None:
+        raise ScheduleError("the optimizer step needs a system (memory bandwidth)")
+    overlap = overlap_comm_compute
+    if overlap is None:
+        overlap = system.overlap_comm_compute if system is not None else True
+    run = _run_costs(plan, costs, system, _link_chooser(system, link))
+    times = _Times.at_zero(plan)
+    gradient_bytes = [_gradient_bytes(c) for c in costs.stages]
+    if any(plan.shared):
+        allreduces = _run_through_heap(plan, run, gradient_bytes, overlap, times)
+        if allreduces is None:
+            execution_order(schedule)  # raises, naming what each device waits for
+            raise ScheduleValidationError("deadlock: some ops never became ready")  # pragma: no cover
+    else:  # no all-reduce: visit the ops in the validated topological order
+        _run_in_order(plan, run, overlap, times)
+        allreduces = []
+
+    p = schedule.devices
     stages_on = schedule.stages_by_device()
     persistent = tuple(float(sum(costs.stages[s].persistent_bytes for s in stages_on[d])) for d in range(p))
-    busy = [float(sum(dur[o.start : o.stop])) for o in flat.orders]
+    busy = [float(sum(run.dur[o.start : o.stop])) for o in flat.orders]
     sync_end = {e.what: e.end_s for e in allreduces}
-    optimizer_events: list[Event] = []
-    if optimizer:
-        assert system is not None
-        rate = system.memory_bandwidth_bytes_per_s * system.memory_efficiency
-        for d in range(p):
-            ready = max([free[d]] + [sync_end[s] for s in stages_on[d] if s in sync_end])
-            length = 2 * persistent[d] / rate + system.memory_latency_s
-            optimizer_events.append(Event("optimizer", None, d, ready, ready + length, 0.0))
-            busy[d] += length
-    last_ends = [end[o.stop - 1] for o in flat.orders if o]  # a device's ops end in its order
-    step = max([0.0, *last_ends, *sync_end.values(), *(e.end_s for e in optimizer_events)])
+    steps = _optimizer_steps(system, times.free, sync_end, stages_on, persistent) if optimizer and system else []
+    for d, e in enumerate(steps):  # one per device, in device order
+        busy[d] += e.end_s - e.start_s
+    last_ends = [times.end[o.stop - 1] for o in flat.orders if o]  # a device's ops end in its order
+    step = max([0.0, *last_ends, *sync_end.values(), *(e.end_s for e in steps)])
     idle = 1.0 - sum(busy) / (p * step) if step > 0 else 0.0
     peaks = tuple(peak_per_device(flat, [c.activation_bytes for c in costs.stages]))
 
@@ -562,5 +593,18 @@ def simulate(
         peak_activation_bytes=peaks,
         persistent_bytes=persistent,
         peak_memory_bytes=tuple(a + b for a, b in zip(peaks, persistent)),
-        _run=_Run(plan, start, end, sent, arrived, send_bytes, allreduces, optimizer_events),
+        _run=_Run(plan, times.start, times.end, times.sent, times.arrived, run.send_bytes, allreduces, steps),
     )
+
+
+def _optimizer_steps(system: SystemConfig, free: list[float], sync_end: dict[object, float],
+                     stages_on: Sequence[Sequence[int]], persistent: tuple[float, ...]) -> list[Event]:
+    """One memory-bound optimizer step per device (the module doc), after its last op (``free``) and
+    the all-reduces of its stages (``sync_end`` by stage): ``persistent`` bytes read and written once."""
+    rate = system.memory_bandwidth_bytes_per_s * system.memory_efficiency
+    steps = []
+    for d, held in enumerate(stages_on):
+        ready = max([free[d]] + [sync_end[s] for s in held if s in sync_end])
+        length = 2 * persistent[d] / rate + system.memory_latency_s
+        steps.append(Event("optimizer", None, d, ready, ready + length, 0.0))
+    return steps
