@@ -303,6 +303,28 @@ def test_one_long_step_says_it_is_still_working(monkeypatch, capsys):
     assert calls == [(options.STILL_WORKING_S, shared.PROGRESS_AFTER_S)] and capsys.readouterr().err == ""
 
 
+def test_evaluate_counts_one_working_clock_from_reading_to_the_result(monkeypatch, tmp_path):
+    """Reading a schedule and evaluating it are one step to the user: its "still working" clock must
+    not restart in between (two blocks printed 3 s, then 3 s again, for a 6 s run)."""
+    import contextlib
+
+    import ppopt.cli.schedules as schedules
+
+    entered = []
+
+    @contextlib.contextmanager
+    def once(label, quiet=False):
+        entered.append(label)
+        yield
+
+    monkeypatch.setattr(schedules, "working", once)
+    assert run("evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100").exit_code == 0
+    path = tmp_path / "s.csv"
+    assert run("export", "-s", "1f1b", "-p", 2, "-m", 4, "-o", path).exit_code == 0
+    assert run("evaluate", "--schedule-file", path).exit_code == 0
+    assert entered == ["evaluate 1f1b", f"evaluate {path}"]
+
+
 def test_a_table_of_chunks_says_its_peaks_count_chunks():
     """ZB-V puts 2 chunks of 1/(2p) on each device: the table counts 8 live chunks at p = 4, m = 8,
     which the solver's reports, in 1/p model shares, count as 4; the line says which unit it uses."""

@@ -224,25 +224,25 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         size_outputs_first(name, devices, microbatches, options, picture=bool(plot), trace=bool(trace))
         if name is not None and devices and microbatches:  # known before it is built
             _check_one_in_time(name, family_ops(devices, microbatches, options, [name]), deadline, bool(plot), bool(trace))
-        with working(f"evaluate {name or schedule_file}", quiet):
+        with working(f"evaluate {name or schedule_file}", quiet):  # one clock from reading to the result
             schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
-        if name is None:  # read from a file: sized once read
-            _check_one_in_time(schedule.name, sum(len(order) for order in schedule.orders), deadline, bool(plot), bool(trace))
-        if plot:
-            _check_picture(schedule)
-        if trace:
-            from ppopt.report.trace import check_trace_size
+            if name is None:  # read from a file: sized once read
+                _check_one_in_time(schedule.name, sum(len(order) for order in schedule.orders), deadline, bool(plot), bool(trace))
+            if plot:
+                _check_picture(schedule)
+            if trace:
+                from ppopt.report.trace import check_trace_size
 
-            check_trace_size(sum(len(order) for order in schedule.orders))
-        try:
-            with working(f"evaluate {schedule.name}", quiet):
+                check_trace_size(sum(len(order) for order in schedule.orders))
+            try:
                 result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
                                            parallel=parallel, **options)
-        except ConfigError as error:  # the file set the microbatches, not --microbatches: name the file
-            if schedule_file is None or error.field != "microbatches":
-                raise
-            what = error.reason.rsplit(" (give", 1)[0]  # the library's hint offers other microbatches too
-            raise ConfigError(f"{what}, and {schedule_file} sets the microbatches: give another global batch", field="global_batch") from None
+            except ConfigError as error:  # the file set the microbatches, not --microbatches: name the file
+                if schedule_file is None or error.field != "microbatches":
+                    raise
+                what = error.reason.rsplit(" (give", 1)[0]  # the library's hint offers other microbatches too
+                raise ConfigError(f"{what}, and {schedule_file} sets the microbatches: give another global batch",
+                                  field="global_batch") from None
         results, skipped = [result], {}
     if as_json:
         payload = [evaluation_json(r, units) for r in results]
