@@ -106,6 +106,7 @@ __all__ = [
     "elementwise_traffic_bytes",
     "stored_activation_bytes_per_layer",
     "allreduce_time_s",
+    "layer_attention_core_flops",
     "layer_forward_flops",
     "layer_linear_params",
     "layer_param_count",
@@ -304,12 +305,13 @@ def layer_forward_flops(model: ModelConfig, batch: int) -> float:
 
     Equals 24·b·s·h² + 4·b·s²·h for plain GPT (Narayanan et al. 2021).
     """
-    s, h = model.seq_length, model.hidden_size
-    return float(2 * batch * s * layer_linear_params(model) + 4 * batch * s * s * h)
+    linear = 2 * batch * model.seq_length * layer_linear_params(model)
+    return float(linear) + layer_attention_core_flops(model, batch)
 
 
-def _layer_attention_core_flops(model: ModelConfig, batch: int) -> float:
-    """Forward FLOPs of Q·Kᵀ and scores·V (no weights): 4·b·s²·h."""
+def layer_attention_core_flops(model: ModelConfig, batch: int) -> float:
+    """Forward FLOPs of one block's Q·Kᵀ and scores·V (no weights) for ``batch`` sequences: 4·b·s²·h
+    (Korthikanti et al. 2022, Section 5: what selective recomputation runs again)."""
     return float(4 * batch * model.seq_length**2 * model.hidden_size)
 
 
@@ -324,16 +326,7 @@ def activation_bytes_per_layer(model: ModelConfig, batch: int) -> float:
     For fp16, MHA, GELU, f = 4h: s·b·h·(34 + 5·a·s/h) (Korthikanti et al. 2022); with
     ``model.flash_attention`` the a·s² score terms are not stored: s·b·h·34.
     """
-    s, h, f = model.seq_length, model.hidden_size, model.ffn_hidden_size
-    a = model.num_attention_heads
-    e = model.bytes_per_element
-    kv = _kv_width(model)
-    sb = s * batch
-    masks = 2 * h if model.dropout else 0
-    hidden_terms = sb * (e * (6 * h + 2 * kv) + masks)
-    mlp_terms = (3 if model.activation == "swiglu" else 2) * e * sb * f
-    score_terms = 0 if model.flash_attention else _score_bytes_per_element(model) * a * s * sb
-    return float(hidden_terms + mlp_terms + score_terms)
+    return sum(_activation_parts(model, batch))
 
 
 def _score_bytes_per_element(model: ModelConfig) -> int:

@@ -148,9 +148,11 @@ from ppopt.costs import (
     _kv_width,
     check_global_batch,
     elementwise_traffic_bytes,
+    layer_attention_core_flops,
     layer_forward_flops,
     layer_linear_params,
     layer_params_per_rank,
+    logits_forward_flops,
     partition_layers,
     stored_activation_bytes_per_layer,
     work_time_s,
@@ -618,7 +620,7 @@ def job_work(job: Job) -> JobWork:
 
     tp_ar = ring_allreduce_work(rows, t, t, 1, system)
 
-    core = 4.0 * b * s * s * h / t
+    core = layer_attention_core_flops(model, b) / t
     f_gemm = layer_forward_flops(model, b) / t
     weight_flops = 2.0 * b * s * layer_linear_params(model) / t  # = f_gemm - core
     scores = _activation_parts(model, b)[2]
@@ -651,7 +653,7 @@ def job_work(job: Job) -> JobWork:
 
     layers = job.stage_layers
     last = job.stages - 1
-    logits_flops = 2.0 * b * s * h * v / t
+    logits_flops = logits_forward_flops(model, b) / t
     logits_bytes = float(b * s * v * e) / t
     softmax_bytes = float(b * s * v * FP32_BYTES) / t
     output = Work(gemm_flops=logits_flops, gemm_units=units(logits_flops, logits_flops), memory_bytes=logits_bytes,
