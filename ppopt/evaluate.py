@@ -80,8 +80,9 @@ def schedule_costs(schedule: Schedule, model: ModelConfig, system: SystemConfig,
     pipeline cost model, or with tensor/data parallelism or recomputation (``parallel``) the job
     model's costs of one GPU of each stage (:func:`ppopt.job.job_costs`)."""
     layers = partition_layers(model.num_layers, schedule.stages, schedule.stage_weights)
-    if parallel is None or parallel.is_default:
-        return stage_costs(model, system, layers, schedule.microbatches, global_batch)
+    if parallel is None or parallel.pipeline_only:
+        batch = global_batch if parallel is None else parallel.given_batch(model, schedule.microbatches, global_batch)
+        return stage_costs(model, system, layers, schedule.microbatches, batch)
     return job_costs(parallel.job(model, system, layers, schedule.microbatches, global_batch))
 
 
@@ -91,8 +92,8 @@ def simulate_on(schedule: Schedule | Flat, model: ModelConfig, system: SystemCon
     pipeline part of the step (with ``parallel``, on the system one stage's GPUs see,
     :func:`ppopt.job.pipeline_system`; ``ppopt job`` adds the gradient all-reduce and optimizer)."""
     plain = schedule.schedule if isinstance(schedule, Flat) else schedule
-    if parallel is None or parallel.is_default:
-        return simulate(schedule, schedule_costs(plain, model, system, global_batch), system)
+    if parallel is None or parallel.pipeline_only:
+        return simulate(schedule, schedule_costs(plain, model, system, global_batch, parallel), system)
     layers = partition_layers(model.num_layers, plain.stages, plain.stage_weights)
     job = parallel.job(model, system, layers, plain.microbatches, global_batch)
     return simulate_pipeline(job, schedule, job_work(job))[1]

@@ -408,7 +408,23 @@ class Parallelism:
 
     @property
     def is_default(self) -> bool:
+        """No field given a value (a mode without a model, unit mode or ``--costs``, takes none)."""
         return self == Parallelism()
+
+    @property
+    def pipeline_only(self) -> bool:
+        """t = d = 1, no recomputation: the job is a pure pipeline, costed by
+        :func:`ppopt.costs.stage_costs` without working sets, whether or not ``micro_batch`` is given
+        (it only sets the batch: typing the size a job would take anyway must not change its figures)."""
+        return replace(self, micro_batch=None) == Parallelism()
+
+    def given_batch(self, model: ModelConfig, microbatches: int, global_batch: int | None = None) -> int | None:
+        """The global batch the fields set, in sequences: ``global_batch`` (checked against
+        ``micro_batch`` when both are given, :meth:`batch_split`), or micro_batch·m·d; None when
+        neither is given (the model's)."""
+        if self.micro_batch is None:
+            return global_batch
+        return self.batch_split(model, microbatches, global_batch)[0]
 
     @property
     def first_set(self) -> str:
@@ -453,7 +469,7 @@ class Parallelism:
         return {"model": model.name, "system": system.name, "microbatches": microbatches, "micro_batch": micro,
                 "global_batch": batch, "seq_length": model.seq_length, "tp": self.tp, "dp": self.dp,
                 "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
-                "distributed_optimizer": self.distributed_optimizer}
+                "distributed_optimizer": self.distributed_optimizer, "working_set": not self.pipeline_only}
 
     def summary(self, model: ModelConfig, system: SystemConfig, microbatches: int, global_batch: int | None = None) -> str:
         """What a modelled command simulates, in one line (:func:`summary_line` of :meth:`summary_json`)."""
@@ -462,16 +478,20 @@ class Parallelism:
 
 def summary_line(job: dict) -> str:
     """:meth:`Parallelism.summary_json` in one line: model, system, the batch split (so a micro batch
-    taken from the model's global batch is visible), the job fields, and that its times are the
-    pipeline's (the step `ppopt job` and `ppopt plan` print is longer)."""
+    taken from the model's global batch is visible), the job fields, that its times are the
+    pipeline's (the step `ppopt job` and `ppopt plan` print is longer), and whether its peaks hold
+    each device's transient working set (they do unless the job is a pure pipeline)."""
     batch, micro, dp = job["global_batch"], job["micro_batch"], job["dp"]
     replicas = f" per replica (global batch {batch} over {dp} replicas)" if dp > 1 else f" (global batch {batch})"
+    working = job.get("working_set", True)
+    with_working = ", peaks with each device's working set" if working else ""
+    job_adds = " and the optimizer step" if working else ", the optimizer step and each device's working set"
     extras = "".join(label for key, label in (("sequence_parallel", ", sequence parallel"),
                                               ("distributed_optimizer", ", distributed optimizer")) if job[key])
     return (f"simulated: {job['model']} on {job['system']}, {counted(job['microbatches'], 'microbatch')} of "
             f"{counted(micro, 'sequence')} x {job['seq_length']:,} tokens{replicas}, t{job['tp']} d{dp}, "
-            f"recompute {job['recompute']}{extras}; times are the pipeline's (`ppopt job` adds the gradient "
-            "all-reduce and the optimizer step)")
+            f"recompute {job['recompute']}{extras}; times are the pipeline's{with_working} (`ppopt job` adds the "
+            f"gradient all-reduce{job_adds})")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -70,6 +70,20 @@ def test_micro_batch_sets_or_checks_the_global_batch():
     assert bad.exit_code == 1 and bad.output.startswith("error: --micro-batch: 4 x 8 microbatches x 2 replicas")
 
 
+def test_a_micro_batch_typed_as_derived_changes_nothing_in_a_pure_pipeline():
+    """--micro-batch only sets the batch: typing the 4 sequences that 32 / 8 gives anyway printed a
+    peak 7.8 GiB higher (the job model's working set) for the same job. A pure pipeline's peaks
+    hold no working set either way, and the summary line says so; `job` adds it."""
+    derived = run("evaluate", "-s", "zb-h1", *BASE, "--json")
+    typed = run("evaluate", "-s", "zb-h1", *BASE, "--micro-batch", "4", "--json")
+    assert json.loads(typed.stdout)["simulation"] == json.loads(derived.stdout)["simulation"]
+    assert json.loads(typed.stdout)["simulation"]["job"]["working_set"] is False
+    text = run("evaluate", "-s", "zb-h1", *BASE, "--micro-batch", "4").output
+    assert "(`ppopt job` adds the gradient all-reduce, the optimizer step and each device's working set)" in text
+    job = json.loads(run("job", "--pp", "4", "-s", "zb-h1", *BASE[4:], "--micro-batch", "4", "--json").stdout)
+    assert job["peak_memory_bytes"] > max(json.loads(typed.stdout)["simulation"]["peak_memory_bytes"])
+
+
 def test_job_fields_need_a_model_and_a_system():
     unit = run("search", "-p", "2", "-m", "2", "--unit", "--tp", "2", "--time-limit", "5", "-q")
     assert unit.exit_code == 1 and unit.output.startswith("error: --tp:")
@@ -131,8 +145,8 @@ def test_modelled_reports_say_which_batch_split_they_simulated():
     # with the job fields: b = 2 per replica, 2·8·2 = 32 sequences in all (BASE's global batch)
     result = run("evaluate", "-s", "1f1b", *BASE, *JOB, "--sequence-parallel")
     assert ("8 microbatches of 2 sequences x 8,192 tokens per replica (global batch 32 over 2 replicas), t2 d2, "
-            "recompute selective, sequence parallel; times are the pipeline's (`ppopt job` adds the gradient all-reduce "
-            "and the optimizer step)\n") in result.output
+            "recompute selective, sequence parallel; times are the pipeline's, peaks with each device's working set "
+            "(`ppopt job` adds the gradient all-reduce and the optimizer step)\n") in result.output
     # nothing is simulated in unit mode, and CSV stays a bare table
     assert "simulated:" not in run("evaluate", "-s", "1f1b", "-p", "4", "-m", "8").output
     assert "simulated:" not in run("gap", "-s", "1f1b", *plain, *solver, "--format", "csv").output
@@ -145,7 +159,7 @@ def test_modelled_json_names_the_job_it_simulated():
              "--micro-batch", "4"]
     expected = {"model": "llama3-8b", "system": "dgx-h100", "microbatches": 8, "micro_batch": 4, "global_batch": 4 * 8 * 2,
                 "seq_length": load_model("llama3-8b").seq_length, "tp": 2, "dp": 2, "recompute": "none",
-                "sequence_parallel": False, "distributed_optimizer": False}
+                "sequence_parallel": False, "distributed_optimizer": False, "working_set": True}
     one = json.loads(run("evaluate", "-s", "1f1b", *plain, "--json").stdout)
     assert one["simulation"]["job"] == expected
     for row in json.loads(run("compare", *plain, "--json").stdout):

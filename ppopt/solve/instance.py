@@ -195,8 +195,10 @@ class InstanceSpec:
             return unit_instance(self.devices, self.microbatches, stages, self.units, self.memory_limit)
         assert isinstance(self.model, ModelConfig) and isinstance(self.system, SystemConfig)
         layers = partition_layers(self.model.num_layers, stages, stage_weights)
-        if self.parallel is None or self.parallel.is_default:
-            costs = stage_costs(self.model, self.system, layers, self.microbatches, self.global_batch)
+        if self.parallel is None or self.parallel.pipeline_only:
+            batch = self.global_batch if self.parallel is None else self.parallel.given_batch(
+                self.model, self.microbatches, self.global_batch)
+            costs = stage_costs(self.model, self.system, layers, self.microbatches, batch)
             return Instance(self.devices, self.microbatches, costs, self.system, self.memory_limit, "s", "bytes")
         job = self.parallel.job(self.model, self.system, layers, self.microbatches, self.global_batch)
         work = job_work(job)
