@@ -73,7 +73,8 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
                               "ops, cp for the rest if lns found nothing in a third of the time)."),
             quiet_option,
             click.option("--costs", default=None,
-                         help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time."),
+                         help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time "
+                              "(a full backward takes I + W there, not the measured B)."),
         ]
     ):
         wrapper = option(wrapper)
