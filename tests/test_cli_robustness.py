@@ -969,6 +969,11 @@ def test_search_says_when_its_schedule_exceeds_the_gpu_s_memory():
     fitting = run("search", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", 8, "-p", 4, "-m", 8, "--global-batch", 8,
                   "--time-limit", 20).stdout  # one sequence per microbatch, eight-way tensor parallel: 29 GiB at most
     assert "step time" in fitting and not any(line.startswith("memory ") for line in fitting.splitlines())
+    # with a --memory-limit above the GPU's memory, the line says so instead of asking for one
+    limited = run("search", "--model", "llama3-8b", "--system", "dgx-h100", "-p", 4, "-m", 8, "--global-batch", 32,
+                  "--memory-limit", "150GiB", "--time-limit", 20).stdout
+    lines = [line for line in limited.splitlines() if line.startswith("memory ")]
+    assert len(lines) == 1 and lines[0].endswith("per device; the search's --memory-limit of 150 GiB is above it"), limited
 
 
 def test_unit_mode_with_a_model_is_named_before_the_memory_limit_is_read():

@@ -238,7 +238,8 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         emit_json(search_json(result) | _request_json(spec))
     else:
         capacity = None if spec.unit_mode else spec.system.memory_capacity_bytes
-        click.echo(search_text(result, grid, colour=True, context=_simulated(spec), capacity_bytes=capacity))
+        click.echo(search_text(result, grid, colour=True, context=_simulated(spec), capacity_bytes=capacity,
+                               limit_bytes=spec.memory_limit))
     if result.schedule is not None and (csv_path or plot or trace):
         _write_outputs(result, spec, csv_path, plot, trace)
     if run_it and result.schedule is not None:

@@ -130,8 +130,10 @@ def _ties_the_hint(result: SearchResult) -> bool:
 
 
 def search_text(result: SearchResult, show_grid: bool = True, colour: bool = False, context: str | None = None,
-                capacity_bytes: float | None = None) -> str:
-    """The search's report; ``context`` (what a modelled search simulated) goes under its header."""
+                capacity_bytes: float | None = None, limit_bytes: float | None = None) -> str:
+    """The search's report; ``context`` (what a modelled search simulated) goes under its header;
+    ``capacity_bytes``: the GPU's memory, named when the schedule's peak is over it, with the
+    search's own limit ``limit_bytes`` (None: none given)."""
     unit = result.time_unit
     members = (" (the best of linear, looped, v and zigzag; the replicated placement is searched with "
                "placement=bidirectional)" if "placement=family" in result.space else "")
@@ -166,7 +168,9 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         lines.append(f"simulated  idle ratio {sim.idle_ratio:.4f}; {label} per device {memory}")
         over = None if capacity_bytes is None or unit == "slots" else memory_over(sim.peak_memory_bytes, capacity_bytes)
         if over is not None:  # the GPU's memory is no limit of the search (``--memory-limit`` is): said, as evaluate says it
-            lines.append(f"memory     {over_memory_text(over)}; give --memory-limit to search within it")
+            advice = ("give --memory-limit to search within it" if limit_bytes is None else
+                      f"the search's --memory-limit of {gib(limit_bytes)} is above it")
+            lines.append(f"memory     {over_memory_text(over)}; {advice}")
     if result.memory_status is not None and result.peak_memory is None:
         lines.append(f"peak       - (memory solve: {result.memory_status})")
     elif result.memory_status is not None and result.peak_memory is not None:
