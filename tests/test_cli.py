@@ -325,6 +325,13 @@ def test_evaluate_counts_one_working_clock_from_reading_to_the_result(monkeypatc
     assert entered == ["evaluate 1f1b", f"evaluate {path}"]
 
 
+def test_compare_names_both_sources_of_durations():
+    """compare has no unit-only mode: its help and its error name --model/--system and --costs."""
+    result = run("compare", "-p", 4, "-m", 8)
+    assert result.exit_code == 1 and "give --model and --system, or --costs FILE" in result.output
+    assert "or --costs FILE (the simulation layer only" in " ".join(run("compare", "--help").output.split())
+
+
 def test_a_table_of_chunks_says_its_peaks_count_chunks():
     """ZB-V puts 2 chunks of 1/(2p) on each device: the table counts 8 live chunks at p = 4, m = 8,
     which the solver's reports, in 1/p model shares, count as 4; the line says which unit it uses."""

@@ -528,7 +528,7 @@ def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
     write_cost_preset(path, _costs(), None, {})
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["simulated"]["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
+    assert json.loads(result.stdout)["simulation"]["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--model", "study")
     assert result.exit_code == 1 and result.output.startswith("error: --costs: replaces --model/--system")
 
@@ -714,7 +714,7 @@ def test_profile_measures_a_preset_that_evaluate_then_simulates_with(tmp_path):
     assert link is not None and link.latency_s >= 0
     simulated = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--json")
     assert simulated.exit_code == 0, simulated.output
-    step = json.loads(simulated.stdout)["simulated"]["step_time_s"]
+    step = json.loads(simulated.stdout)["simulation"]["step_time_s"]
     load = max(4 * (c.forward_s + c.backward_s) for c in costs.stages)
     path_one = sum(c.forward_s + c.backward_s for c in costs.stages)
     assert step >= max(load, path_one) * (1 - 1e-9)

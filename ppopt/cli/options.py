@@ -373,10 +373,11 @@ def written_together(*paths: str | None) -> Iterator[None]:
 
 
 def require_model_and_system(model: str | None, system: str | None, required: bool = False) -> None:
-    """--model and --system come together (and, when ``required``, always): a usage error otherwise."""
+    """--model and --system come together (and, when ``required``, always: ``compare``, whose other
+    source of durations is --costs): a usage error otherwise."""
     if (model is None) != (system is None) or (required and model is None):
-        raise click.UsageError("give both --model and --system" + (" (the simulation layer needs them)" if required else ""),
-                               click.get_current_context())
+        raise click.UsageError("give --model and --system, or --costs FILE (the simulation layer needs durations)"
+                               if required else "give both --model and --system", click.get_current_context())
 
 
 def refuse_other_modes_flags(unit: bool, params: dict) -> None:

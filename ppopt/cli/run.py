@@ -246,7 +246,7 @@ def evaluate_with_preset(schedule, costs_file, as_json, fmt="text") -> None:
     check_stages(schedule, costs)
     simulation = simulate(schedule, costs, link=link)
     if as_json:
-        emit_json({"schedule": schedule.name, "costs": str(costs_file), "simulated": timeline_json(simulation)})
+        emit_json({"schedule": schedule.name, "costs": str(costs_file), "simulation": timeline_json(simulation)})
     elif fmt == "text":
         click.echo(f"{schedule.name}: simulated with the measured costs of {costs_file}: step {seconds(simulation.step_time_s)}, "
                    f"idle ratio {simulation.idle_ratio:.4f}")

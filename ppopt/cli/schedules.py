@@ -286,7 +286,9 @@ def _add_simulated_job(rows: list[dict], job: dict) -> None:
 @quiet_option
 def compare_command(devices, microbatches, units, options, model, system, global_batch, parallel, plot, costs, time_limit, as_json,
                     fmt, quiet) -> None:
-    """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes."""
+    """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes.
+
+    Needs --model and --system, or --costs FILE (the simulation layer only, with measured durations)."""
     from ppopt.evaluate import rank_layers
     from ppopt.generators import generate
 
