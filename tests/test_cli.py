@@ -340,6 +340,9 @@ def test_a_table_of_chunks_says_its_peaks_count_chunks():
     assert v.output.splitlines()[-1].endswith("peak live activations per device (stage chunks, 1/8 of the model each) 8 (all)")
     linear = run("table", "-s", "1f1b", "-p", 4, "-m", 8)
     assert linear.output.splitlines()[-1].endswith("peak live activations per device 4,3,2,1")
+    # the same schedule in the solver's report: 4 model shares, and it says so
+    searched = run("search", "--unit", "-p", 4, "-m", 8, "--space", "fixed:zb-v", "--time-limit", 5, "-q").output
+    assert "; peak live activations (1/p model shares) per device 4 (all)" in searched
 
 
 def test_compare_prints_different_steps_differently():

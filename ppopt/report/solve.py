@@ -164,7 +164,10 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
     if result.simulation is not None:
         sim = result.simulation
         memory = per_device(sim.peak_activation_bytes) if unit == "slots" else per_device([round(b / 2**30, 2) for b in sim.peak_memory_bytes]) + " GiB"
-        label = "peak live activations" if unit == "slots" else "peak memory"
+        label = "peak memory"
+        if unit == "slots":  # counted in 1/p model shares, which the table's chunks differ from with several per device
+            chunks = result.schedule is not None and result.schedule.stages != result.schedule.devices
+            label = "peak live activations" + (" (1/p model shares)" if chunks else "")
         lines.append(f"simulated  idle ratio {sim.idle_ratio:.4f}; {label} per device {memory}")
         over = None if capacity_bytes is None or unit == "slots" else memory_over(sim.peak_memory_bytes, capacity_bytes)
         if over is not None:  # the GPU's memory is no limit of the search (``--memory-limit`` is): said, as evaluate says it
