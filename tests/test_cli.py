@@ -20,6 +20,14 @@ def test_every_command_has_help_text():
         assert run(name, "--help").exit_code == 0
 
 
+def test_every_command_that_does_work_takes_quiet():
+    """The README: `-q` turns progress off in every command that prints any; table, job, validate
+    and published print "still working" lines and had no -q."""
+    for name, command in main.commands.items():
+        if name != "list":  # prints the registry, no progress
+            assert any("--quiet" in p.opts and "-q" in p.opts for p in command.params), name
+
+
 def test_list_names_every_schedule():
     result = run("list")
     assert result.exit_code == 0

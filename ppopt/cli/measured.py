@@ -94,7 +94,8 @@ def _summary_lines(accuracy, files: int = 1) -> list[str]:
                    "--by tp): rows, mean signed error (the bias), MAPE and worst error per group.")
 @format_option
 @json_option
-def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
+@quiet_option
+def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     """Predict every measured row of DATA (.csv, the format of data/measured; '-': standard input) and compare.
 
     Prints each row's job, measured and predicted step time and relative error, then the MAPE,
@@ -108,7 +109,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json) -> None:
     from ppopt.io.measured import ASSUMED, unused_columns
     from ppopt.report.text import percent, percent_header
 
-    with working("validate"):
+    with working("validate", quiet):
         accuracy = validate_file(list(data), load_system(system))
     _note_unused_columns(data, unused_columns, ASSUMED)
     if not accuracy.rows:  # a report of no prediction, "MAPE -", would read as a result
@@ -268,8 +269,9 @@ def _at_bounds(fitted) -> dict[str, str]:
 @click.option("--layers-per-stage", "layers_per_stage", default=None,
               help="Layers of each stage, e.g. 7,8,8,7 (as ppopt plan prints) [default: even, the remainder first].")
 @json_option
+@quiet_option
 def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, schedule, chunks, waves, split,
-                layers_per_stage, as_json) -> None:
+                layers_per_stage, as_json, quiet) -> None:
     """Predict one training step of a 3D-parallel job (t·p·d GPUs): pipeline, gradient
     all-reduce, optimizer step and per-GPU peak memory."""
     from ppopt.config import load_model, load_system
@@ -295,7 +297,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
               global_batch=global_batch, recompute=parallel.recompute, sequence_parallel=parallel.sequence_parallel,
               distributed_optimizer=parallel.distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
               layers=layers, **{name: value for name, value in given.items() if value is not None})
-    with working(f"job {job.describe()}"):
+    with working(f"job {job.describe()}", quiet):
         result = evaluate_job(job)
     tokens, mfu = throughput(job, result.step_time_s)
     figures = {
@@ -342,7 +344,8 @@ shipped table's labels lie within 3 % of theirs)."""
               help=f"System preset name or file (repeatable) [default: {' and '.join(PUBLISHED_SYSTEMS)}].")
 @format_option
 @json_option
-def published_command(data, systems, fmt, as_json) -> None:
+@quiet_option
+def published_command(data, systems, fmt, as_json, quiet) -> None:
     """Predict published runs (DATA: .csv, the format of data/published; '-': standard input) and compare their step times.
 
     Each run is predicted with the fastest micro batch size of 1, 2, 4 and 8 that fits in the
@@ -360,7 +363,7 @@ def published_command(data, systems, fmt, as_json) -> None:
     _note_unused_columns([data], unused_columns, ASSUMED)
     check_total_size(simulated_ops(runs) * len(chosen), f"{len(runs)} runs on {len(chosen)} systems")
     try:
-        with working("published"):
+        with working("published", quiet):
             predicted = {system.name: predictions(runs, system) for system in chosen}
     except ConfigError as error:
         raise ConfigError(f"{data}: {error}") from error

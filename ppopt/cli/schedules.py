@@ -60,14 +60,15 @@ def _closed_forms_cell(forms) -> str:
 @schedule_options()
 @click.option("--plot", callback=check_plot, default=None, help="Also draw the table as a Gantt picture (.png or .svg; needs matplotlib).")
 @json_option
-def table_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, plot, as_json) -> None:
+@quiet_option
+def table_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, plot, as_json, quiet) -> None:
     """Print a schedule's unit-slot table: rows are devices, columns are slots."""
     from ppopt.report.evaluation import table_json
     from ppopt.report.text import grid, table_summary
     from ppopt.table import build_table
 
     size_outputs_first(name, devices, microbatches, options, picture=bool(plot))
-    with working(f"table {name or schedule_file}"):
+    with working(f"table {name or schedule_file}", quiet):
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
         if plot:
             _check_picture(schedule)
