@@ -222,7 +222,7 @@ REGISTRY: dict[str, Family] = {
             "wave-like pipeline, 2W chunks per device on a zig-zag, no replicas (Liu et al. 2023)",
             lambda o: f"placement=zigzag,waves={o.get('waves') or OPTIONS['waves'][0]}",
             ClosedForms(hanayo.hanayo_formula, _hanayo_outside, table_differs="longer unless F = B", holds="m a multiple of p"),
-            options=("waves",), rules="see the module docs for where it is defined",
+            options=("waves",), rules="any p, m",
             chunks=lambda o: _twice(o.get("waves", OPTIONS["waves"][0])), hints=("zigzag",),
         ),
         Family("zb-h1", zero_bubble.zb_h1, "zero-bubble H1: 1F1B with split backward, W fills bubbles (Qi et al. 2024)",
