@@ -284,8 +284,7 @@ class Job:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # as Parallelism refuses True
                 raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
         check_global_batch(self.global_batch)  # the model's limit: keeps every count finite (ppopt.config)
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"unsupported for a job: {self.schedule!r} (supported: {', '.join(SCHEDULES)})", field="schedule")
+        get(self.schedule)  # an unknown name: the registry's error, as every command words it
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"unknown mode {self.recompute!r} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
         for name in ("chunks", "waves"):

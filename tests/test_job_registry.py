@@ -32,7 +32,7 @@ def test_every_family_builds_a_job(name):
     family = get(name)
     job = Job(MODEL, SYSTEM, pp=2, micro_batch=1, global_batch=8, schedule=name)
     result = evaluate_job(job)
-    assert name in SCHEDULES and name in _choices("job", "schedule") and name in _choices("plan", "schedules")
+    assert name in SCHEDULES and name in _choices("plan", "schedules")  # `job -s` takes any registered name
     # what the job reads from the registry agrees with the generator's schedule
     assert set(job.schedule_options) == set(family.options)
     schedule = generate(name, 2, 8, **job.schedule_options)

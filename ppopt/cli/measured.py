@@ -16,6 +16,7 @@ from ppopt.cli.options import (
     ProgressBar,
     check_plot,
     complete_model,
+    complete_schedule,
     complete_system,
     emit_json,
     format_option,
@@ -26,7 +27,6 @@ from ppopt.cli.options import (
     refuse_unused_options,
     working,
 )
-from ppopt.job import SCHEDULES as JOB_SCHEDULES
 
 DEFAULT_SYSTEM = "a100-vtrain-calibrated"
 PUBLISHED_SYSTEMS = ("dgx-a100", DEFAULT_SYSTEM)
@@ -258,11 +258,11 @@ def _at_bounds(fitted) -> dict[str, str]:
 @click.option("--model", required=True, shell_complete=complete_model, help="Model preset name (see models/) or a .toml/.json file.")
 @click.option("--system", required=True, shell_complete=complete_system, help="System preset name (see configs/) or a .toml/.json file.")
 @click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
-@click.option("--pp", "-p", "pp", type=int, default=1, show_default=True, help="Pipeline stages p.")
+@click.option("--pp", "-p", "--devices", "pp", type=int, default=1, show_default=True, help="Pipeline stages p.")
 @job_options(microbatches_given=False)
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
-@click.option("--schedule", "-s", "schedule", type=click.Choice(list(JOB_SCHEDULES)), default="1f1b", show_default=True,
-              help="Pipeline schedule family.")
+@click.option("--schedule", "-s", "schedule", default="1f1b", show_default=True, shell_complete=complete_schedule,
+              help="Pipeline schedule family (see `ppopt list`).")
 @click.option("--chunks", "-v", "chunks", type=int, default=None, help="Stages per device (interleaved-1f1b, looped-bfs) [default: 2].")
 @click.option("--waves", type=int, default=None, help="Hanayo's waves (2W stages per device) [default: 1].")
 @click.option("--split", default=None, help="chimera-asym's layer split A:B between the halves of the stages [default: 1:2].")
