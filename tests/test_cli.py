@@ -41,6 +41,25 @@ def test_list_names_every_schedule():
     assert rules["gpipe"] == "any p, m" and "p even" in rules["chimera"]
 
 
+def test_list_names_the_presets_with_their_fields():
+    """`--model`/`--system` take preset names: `list models` and `list systems` show them (the
+    only way from the CLI was a misspelt name's error). Each row is what the preset loads."""
+    from ppopt.config import list_models, list_systems, load_model, load_system
+
+    models = run("list", "models")
+    assert models.exit_code == 0
+    rows = {line.split()[0]: line.split() for line in models.output.splitlines()[2:]}
+    assert sorted(rows) == list_models()
+    llama = load_model("llama3-8b")
+    assert rows["llama3-8b"][1:5] == [str(llama.num_layers), str(llama.hidden_size), str(llama.ffn_hidden_size),
+                                      str(llama.num_attention_heads)]
+    systems = json.loads(run("list", "systems", "--json").stdout)
+    assert [s["name"] for s in systems] == list_systems()
+    assert systems[list_systems().index("dgx-h100")]["peak_flops"] == load_system("dgx-h100").peak_flops
+    assert "dgx-h100  8 " in run("list", "systems").output
+    assert run("list", "tables").exit_code == 1
+
+
 def test_table_prints_the_grid():
     result = run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--backward", 1)
     assert result.exit_code == 0

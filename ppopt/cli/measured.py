@@ -255,8 +255,8 @@ def _at_bounds(fitted) -> dict[str, str]:
 
 
 @main.command("job")
-@click.option("--model", required=True, shell_complete=complete_model, help="Model preset name (see models/) or a .toml/.json file.")
-@click.option("--system", required=True, shell_complete=complete_system, help="System preset name (see configs/) or a .toml/.json file.")
+@click.option("--model", required=True, shell_complete=complete_model, help="Model preset name (`ppopt list models`) or a .toml/.json file.")
+@click.option("--system", required=True, shell_complete=complete_system, help="System preset name (`ppopt list systems`) or a .toml/.json file.")
 @click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
 @click.option("--pp", "-p", "--devices", "pp", type=int, default=1, show_default=True, help="Pipeline stages p.")
 @job_options(microbatches_given=False)

@@ -128,9 +128,9 @@ def system_options(required: bool = False) -> Callable:
     global batch without a model is refused for every command: unit mode has no sequences."""
     options = [
         click.option("--model", default=None, required=required, shell_complete=complete_model,
-                     help="Model preset name (see models/) or a .toml/.json file."),
+                     help="Model preset name (`ppopt list models`) or a .toml/.json file."),
         click.option("--system", default=None, required=required, shell_complete=complete_system,
-                     help="System preset name (see configs/) or a .toml/.json file."),
+                     help="System preset name (`ppopt list systems`) or a .toml/.json file."),
         click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size]."),
     ]
 

@@ -61,9 +61,9 @@ def _rate(value: float) -> str:
 
 
 @main.command("plan")
-@click.option("--model", default=None, shell_complete=complete_model, help="Model preset name (see models/) or a .toml/.json file.")
+@click.option("--model", default=None, shell_complete=complete_model, help="Model preset name (`ppopt list models`) or a .toml/.json file.")
 @click.option("--gpus", type=int, default=None, help="GPUs N = t·p·d.")
-@click.option("--system", required=True, shell_complete=complete_system, help="System preset name (see configs/) or a .toml/.json file.")
+@click.option("--system", required=True, shell_complete=complete_system, help="System preset name (`ppopt list systems`) or a .toml/.json file.")
 @click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
 @click.option("--memory-limit", default=None, help="Per-GPU memory limit, e.g. 80GiB or 7.5e10 [default: the system's memory].")
 @click.option("--top", type=int, default=10, show_default=True, help="Jobs to print.")

@@ -34,14 +34,20 @@ from ppopt.generators import REGISTRY
 
 
 @main.command("list")
+@click.argument("what", type=click.Choice(["schedules", "models", "systems"]), default="schedules")
 @json_option
 @format_option
-def list_command(as_json: bool, fmt: str) -> None:
-    """List the schedules: options, rules, where their closed forms hold, PyTorch export, summary."""
+def list_command(what: str, as_json: bool, fmt: str) -> None:
+    """List the schedules (options, rules, where their closed forms hold, PyTorch export, summary),
+    or with WHAT = models or systems the presets --model and --system take by name."""
+    from ppopt.report.text import render_table
+
+    if what != "schedules":
+        _list_presets(what, as_json, fmt)
+        return
     if as_json:
         emit_json([g.describe() for g in REGISTRY.values()])
         return
-    from ppopt.report.text import render_table
 
     rows = [
         (g.name, ", ".join(f"--{o}" for o in g.options) or "-", g.rules,
@@ -49,6 +55,31 @@ def list_command(as_json: bool, fmt: str) -> None:
         for g in REGISTRY.values()
     ]
     click.echo(render_table(("schedule", "options", "rules", "closed forms hold", "torch csv", "summary"), rows, fmt))
+
+
+def _list_presets(what: str, as_json: bool, fmt: str) -> None:
+    """Print the model or system presets (``models/``, ``configs/``) with the fields that tell them apart."""
+    from ppopt.config import list_models, list_systems, load_model, load_system
+    from ppopt.report.text import render_table
+
+    if what == "models":
+        models = [load_model(name) for name in list_models()]
+        dumped = [m.model_dump(mode="json") for m in models]
+        header: tuple[str, ...] = ("model", "layers", "hidden", "FFN", "heads (KV)", "vocabulary", "sequence", "global batch")
+        rows: list[tuple[str, ...]] = [
+            (m.name, str(m.num_layers), str(m.hidden_size), str(m.ffn_hidden_size), f"{m.num_attention_heads} ({m.num_kv_heads})",
+             str(m.vocab_size), str(m.seq_length), str(m.global_batch_size)) for m in models]
+    else:
+        systems = [load_system(name) for name in list_systems()]
+        dumped = [s.model_dump(mode="json") for s in systems]
+        header = ("system", "GPUs/node", "peak TFLOP/s", "memory GB", "intra-node GB/s", "inter-node GB/s", "description")
+        rows = [(s.name, str(s.devices_per_node), f"{s.peak_flops / 1e12:.4g}", f"{s.memory_capacity_bytes / 1e9:.4g}",
+                 f"{s.intra_node.bandwidth_bytes_per_s / 1e9:.4g}", f"{s.inter_node.bandwidth_bytes_per_s / 1e9:.4g}",
+                 s.description) for s in systems]
+    if as_json:
+        emit_json(dumped)
+        return
+    click.echo(render_table(header, rows, fmt))
 
 
 def _closed_forms_cell(forms) -> str:
