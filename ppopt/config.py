@@ -342,15 +342,15 @@ class SystemConfig(_Strict):
     ``op_accounting = "kernels"``. A GEMM of size g runs at
     ``compute_efficiency / (1 + (k/g)^n)`` of peak (n = ``gemm_saturation_exponent``): small GEMMs
     (small micro batches, large t) run far below peak. 0: the efficiency does not depend on size.
-    Used by :mod:`ppopt.job` only."""
+    Read by the job model (:mod:`ppopt.job`), behind every modelled command."""
     gemm_saturation_exponent: PositiveFloat = 1.0
     """n in the GEMM efficiency curve above: how sharply efficiency saturates with size (1: the
-    hyperbola g/(g + k)). Used by :mod:`ppopt.job` only."""
+    hyperbola g/(g + k)). Read by the job model (:mod:`ppopt.job`), behind every modelled command."""
     kernel_host_s: NonNegativeFloat = 0.0
     """Host (CPU) time to launch one GPU kernel, seconds. Under the "additive" ``op_time_rule`` an op
     takes the larger of its GPU time and its kernels' host time: the host queues kernels ahead of
     the GPU, so launch overhead shows only when the kernels are shorter than their launch
-    (:func:`ppopt.costs.work_time_s`). 0: never host-bound. Used by :mod:`ppopt.job` only."""
+    (:func:`ppopt.costs.work_time_s`). 0: never host-bound. Read by the job model (:mod:`ppopt.job`), behind every modelled command."""
     op_accounting: Literal["block", "kernels"] = "block"
     """How :mod:`ppopt.job` counts a block's work. "block" (the default): the memory-bound
     elementwise kernels move the bytes the block would store without recomputation, once per F, I
@@ -358,12 +358,12 @@ class SystemConfig(_Strict):
     each elementwise kernel's own reads and writes (:func:`ppopt.costs.elementwise_traffic_bytes`:
     the attention-score kernels, which scale with s², weigh about 2.6 times their stored bytes)
     and each GEMM kernel at its own size, so that with ``gemm_saturation_exponent = 1`` every GEMM
-    kernel pays the same fixed cost (:data:`ppopt.job.BLOCK_KERNELS`). Used by :mod:`ppopt.job`
-    only."""
+    kernel pays the same fixed cost (:data:`ppopt.job.BLOCK_KERNELS`). Read by the job
+    model (:mod:`ppopt.job`), behind every modelled command."""
     inter_node_per: Literal["device", "node"] = "device"
     """What ``inter_node.bandwidth_bytes_per_s`` belongs to: one NIC per device ("device": every
     device has that bandwidth of its own) or one NIC per node ("node": the devices of a node that
-    cross nodes at once share it). Used by :mod:`ppopt.job` only."""
+    cross nodes at once share it). Read by the job model (:mod:`ppopt.job`), behind every modelled command."""
     op_time_rule: Literal["roofline", "additive"] = "roofline"
     """How :func:`ppopt.costs.work_time_s` combines an op's compute and memory time (both cost
     paths, pure pipeline and 3D job, use it). "roofline" (the default, the paper's method, Barley et

@@ -380,6 +380,14 @@ class Job:
         """Short label, e.g. ``t2 p4 d1 b2 m8``."""
         return f"t{self.tp} p{self.pp} d{self.dp} b{self.micro_batch} m{self.microbatches}"
 
+    def layout_json(self) -> dict:
+        """The job's layout and choices as ``job`` and ``plan`` print them in --json (``micro_batch``
+        in sequences, ``layers_per_stage`` one count per stage)."""
+        return {"job": self.describe(), "tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
+                "microbatches": self.microbatches, "recompute": self.recompute, "schedule": self.schedule,
+                "schedule_options": self.schedule_options, "sequence_parallel": self.sequence_parallel,
+                "distributed_optimizer": self.distributed_optimizer, "layers_per_stage": list(self.stage_layers)}
+
 
 @dataclass(frozen=True)
 class Parallelism:

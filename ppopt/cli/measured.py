@@ -301,11 +301,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
         result = evaluate_job(job)
     tokens, mfu = throughput(job, result.step_time_s)
     figures = {
-        "job": job.describe(), "model": job.model.name, "system": job.system.name, "tp": job.tp, "pp": job.pp, "dp": job.dp,
-        "micro_batch": job.micro_batch, "global_batch": job.batch, "recompute": job.recompute, "schedule": job.schedule,
-        "schedule_options": job.schedule_options, "sequence_parallel": job.sequence_parallel,
-        "distributed_optimizer": job.distributed_optimizer, "gpus": job.gpus, "microbatches": job.microbatches,
-        "layers_per_stage": list(job.stage_layers),
+        "model": job.model.name, "system": job.system.name, **job.layout_json(), "global_batch": job.batch, "gpus": job.gpus,
         "step_time_s": result.step_time_s, "pipeline_s": result.pipeline_s, "gradient_sync_s": result.gradient_sync_s,
         "optimizer_s": result.optimizer_s, "tokens_per_s": tokens, "mfu": mfu, "peak_memory_bytes": result.peak_memory_bytes,
         "fits_memory": result.peak_memory_bytes <= job.system.memory_capacity_bytes,
@@ -412,9 +408,8 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
     rows = [[f"{run.parameters_billion:g}B", f"{run.gpus:,} ({run.tp} × {run.pp} × {run.dp})", f"{run.step_time_s:.1f} s",
              *(cell(found[k]) for found in predicted.values())] for k, run in enumerate(runs)]
     click.echo(_table(header, rows, fmt))
-    if fmt != "csv":
-        click.echo("")
-        for name, figures in summary.items():
-            fitting = figures["runs"]
-            over = "" if fitting == len(runs) else f" (over the {fitting} of {len(runs)} runs that fit in its memory)"
-            click.echo(f"{name}: MAPE {_pct(figures['mape'])}, worst {_pct(figures['worst'])}{over}")
+    click.echo("")  # CSV returned above: text and markdown end with each system's figures
+    for name, figures in summary.items():
+        fitting = figures["runs"]
+        over = "" if fitting == len(runs) else f" (over the {fitting} of {len(runs)} runs that fit in its memory)"
+        click.echo(f"{name}: MAPE {_pct(figures['mape'])}, worst {_pct(figures['worst'])}{over}")

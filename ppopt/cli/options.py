@@ -1,4 +1,5 @@
-"""Options shared by several commands, declared once."""
+"""Options shared by several commands, declared once here; a command whose option differs (`job`'s
+required --model and --system, `plan`'s several models, `run`'s rank count) declares its own."""
 
 from __future__ import annotations
 

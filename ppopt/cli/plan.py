@@ -478,13 +478,10 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
     moves = _ranking(result, searches)
 
     def row(r):
-        return {"job": r.job.describe(), "tp": r.job.tp, "pp": r.job.pp, "dp": r.job.dp, "micro_batch": r.job.micro_batch,
-                "microbatches": r.job.microbatches, "recompute": r.job.recompute, "schedule": r.job.schedule,
-                "schedule_options": r.job.schedule_options,
-                "sequence_parallel": r.job.sequence_parallel, "distributed_optimizer": r.job.distributed_optimizer,
-                "layers_per_stage": list(r.job.stage_layers), "step_time_s": r.step_time_s, "pipeline_s": r.pipeline_s,
-                "gradient_sync_s": r.gradient_sync_s, "optimizer_s": r.optimizer_s, "tokens_per_s": r.tokens_per_s,
-                "mfu": r.mfu, "peak_memory_bytes": r.memory.peak_bytes, "bound_by": r.memory.bound()}
+        return r.job.layout_json() | {
+            "step_time_s": r.step_time_s, "pipeline_s": r.pipeline_s, "gradient_sync_s": r.gradient_sync_s,
+            "optimizer_s": r.optimizer_s, "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,
+            "peak_memory_bytes": r.memory.peak_bytes, "bound_by": r.memory.bound()}
 
     return {
         "model": request.model.name, "system": request.system.name, "gpus": request.gpus, "global_batch": request.batch,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ppopt.evaluate import memory_over
-from ppopt.report.evaluation import over_memory_text
+from ppopt.report.evaluation import over_memory_text, timeline_json
 from ppopt.report.text import (
     csv_gib,
     csv_number,
@@ -113,13 +113,7 @@ def search_json(result: SearchResult) -> dict:
             "replica_of": list(schedule.replica_of),
             "orders": [[str(op) for op in order] for order in schedule.orders],
         },
-        "simulation": None if sim is None else {
-            "step_time_s": sim.step_time_s,
-            "idle_ratio": sim.idle_ratio,
-            "peak_activation_bytes": list(sim.peak_activation_bytes),
-            "persistent_bytes": list(sim.persistent_bytes),
-            "peak_memory_bytes": list(sim.peak_memory_bytes),
-        },
+        "simulation": None if sim is None else timeline_json(sim),
     }
 
 
