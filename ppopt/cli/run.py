@@ -49,7 +49,7 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
     """The schedules given, validated before any process starts (files by ppopt's CSV reader)."""
     from ppopt.cli.options import check_option_values, refuse_unused_options, require_size
     from ppopt.errors import ConfigError
-    from ppopt.generators import generate, get
+    from ppopt.generators import generate
     from ppopt.io.torch_csv import read_torch_csv_file
     from ppopt.run.execute import refuse_unrunnable
     from ppopt.run.spec import MAX_DEVICES, require_ranks
@@ -75,8 +75,7 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
         require_size(devices, microbatches)
         require_ranks(devices)  # before building a schedule of a million ranks (30 s)
         for name in names:
-            options = {"chunks": chunks} if chunks is not None and "chunks" in get(name).options else {}
-            schedules.append(validate(generate(name, devices, microbatches, **options)))
+            schedules.append(validate(generate(name, devices, microbatches, chunks=chunks)))  # taken where it applies
     for schedule in schedules:
         refuse_unrunnable(schedule)
     return schedules
@@ -331,16 +330,15 @@ def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt
     """`ppopt compare --costs FILE`: every schedule with the preset's stage count, simulated with the
     measured costs and link, fastest first; the others are skipped with the reason on stderr."""
     from ppopt.errors import ConfigError, ScheduleError
-    from ppopt.generators import generate, get, names
+    from ppopt.generators import generate, names
     from ppopt.io.cost_preset import read_cost_preset
     from ppopt.simulate import simulate
 
     costs, link = read_cost_preset(costs_file)
     rows, skipped = [], {}
     for name in names():
-        taken = {k: v for k, v in options.items() if v is not None and k in get(name).options}
         try:
-            schedule = generate(name, devices, microbatches, **taken)
+            schedule = generate(name, devices, microbatches, **options)  # each family takes its own options
         except ScheduleError as error:
             skipped[name] = str(error)
             continue

@@ -518,7 +518,7 @@ def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> int:
             if not kept:
                 continue
             family = get(name)
-            sizes = (family.ops(devices, microbatches, family.taken({k: v for k, v in c.items() if v is not None}))
+            sizes = (family.ops(devices, microbatches, family.taken(c))
                      for c in name_combos)
             points += kept * len(name_combos)
             ops += kept * sum(min(size or 0, MAX_OPS) for size in sizes)  # a schedule over MAX_OPS is refused by its point
