@@ -159,7 +159,7 @@ from ppopt.costs import (
 )
 from ppopt.errors import ConfigError, ScheduleError, counted
 from ppopt.flat import Flat
-from ppopt.generators import get, names
+from ppopt.generators import get, names, too_many_stages
 from ppopt.ir import Schedule, check_size
 from ppopt.placement import Placement, split_weights
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
@@ -303,9 +303,8 @@ class Job:
                     raise ConfigError(error.reason, field="split") from None
                 raise ConfigError(f"{self.schedule} is not defined for {counted(self.pp, 'device')}: {error.reason}",
                                   field="schedule") from None
-        if self.stages > self.model.num_layers:
-            raise ConfigError(f"{self.stages} stages ({self.pp} devices x {self.stages // self.pp} under {self.schedule}) "
-                              f"exceed the model's {self.model.num_layers} layers", field="pp")
+        if (reason := too_many_stages(self.schedule, self.pp, self.schedule_options, self.model.num_layers)) is not None:
+            raise ConfigError(reason, field="pp")
         if self.layers is not None:
             counts = self.layers
             if len(counts) != self.stages or any(not isinstance(n, int) or n < 1 for n in counts) \
