@@ -22,6 +22,7 @@ from ppopt.cli.options import (
     format_option,
     job_options,
     json_option,
+    layer_counts,
     output_ending_in,
     quiet_option,
     refuse_unused_options,
@@ -289,10 +290,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
         if split is not None:  # the split only sets the default layer counts
             raise ConfigError("sets the layers per stage, which --layers-per-stage gives here: give one of the two",
                               field="split")
-        try:
-            layers = tuple(int(x) for x in layers_per_stage.split(","))
-        except ValueError:
-            raise ConfigError(f"must be counts like 7,8,8,7, got {layers_per_stage!r}", field="layers_per_stage") from None
+        layers = layer_counts(layers_per_stage)
     job = Job(load_model(model), load_system(system), tp=parallel.tp, pp=pp, dp=parallel.dp, micro_batch=parallel.micro_batch,
               global_batch=global_batch, recompute=parallel.recompute, sequence_parallel=parallel.sequence_parallel,
               distributed_optimizer=parallel.distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,

@@ -307,6 +307,15 @@ def refuse_with_preset(parallel: Any, global_batch: int | None) -> None:
                           "and recomputation", field=parallel.first_set)
 
 
+def layer_counts(text: str, also: str = "") -> tuple[int, ...]:
+    """``--layers-per-stage 7,8,8,7`` as counts (their sum and number are the job's to check);
+    ``also`` names the other values a command takes ("even, balanced or "), for the error."""
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"must be {also}counts like 7,8,8,7, got {text!r}", field="layers_per_stage") from None
+
+
 def check_layers(name: str, devices: int, options: dict, layers: int) -> None:
     """A schedule with more stages than the model has layers, refused before its table is built
     (hanayo with 100,000 waves took 20 s to reach the same error)."""

@@ -17,6 +17,7 @@ from ppopt.cli.options import (
     emit_json,
     format_option,
     json_option,
+    layer_counts,
     output_not_named_as,
     parse_amount,
     quiet_option,
@@ -30,15 +31,7 @@ DEFAULT_TIME_LIMIT_S = 60.0
 
 
 def _parse_split(text: str) -> str | tuple[int, ...]:
-    from ppopt.errors import ConfigError
-
-    if text in ("even", "balanced"):
-        return text
-    try:
-        counts = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ConfigError(f"must be even, balanced or counts like 7,8,8,7, got {text!r}", field="layers_per_stage") from None
-    return counts
+    return text if text in ("even", "balanced") else layer_counts(text, also="even, balanced or ")
 
 
 def _gb(value: float) -> str:
