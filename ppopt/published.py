@@ -140,3 +140,12 @@ def predictions(runs: list[PublishedRun], system: SystemConfig) -> list[Predicti
         except PpoptError as error:
             raise ConfigError(f"line {run.line}: {error}") from error
     return found
+
+
+def error_summary(found: list[Prediction]) -> dict:
+    """The mean and worst absolute relative error of the predictions that exist (a run no micro
+    batch fits has none), and over how many runs they are: ``{"mape", "worst", "runs"}`` (None
+    figures when no run fits)."""
+    errors = [abs(p.error) for p in found if p.error is not None]
+    return {"mape": sum(errors) / len(errors) if errors else None, "worst": max(errors) if errors else None,
+            "runs": len(errors)}

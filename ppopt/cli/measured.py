@@ -349,7 +349,7 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
     from ppopt.errors import ConfigError
     from ppopt.io.published import ASSUMED, read_published, unused_columns
     from ppopt.ir import check_total_size
-    from ppopt.published import MICRO_BATCHES, predictions, simulated_ops
+    from ppopt.published import MICRO_BATCHES, error_summary, predictions, simulated_ops
     from ppopt.report.text import percent
 
     chosen = [load_system(name) for name in systems or PUBLISHED_SYSTEMS]
@@ -371,9 +371,7 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
             click.echo(f"note: {data}: line {run.line}: 'parameters (billion)' says {run.parameters_billion:g}, but the "
                        f"layers and hidden size give {counted:.3g} billion (Narayanan et al. 2021, §5.1); the "
                        "prediction follows the dimensions, the label is only printed", err=True)
-    errors = {name: [abs(p.error) for p in found if p.error is not None] for name, found in predicted.items()}
-    summary = {name: {"mape": sum(e) / len(e) if e else None, "worst": max(e) if e else None, "runs": len(e)}
-               for name, e in errors.items()}  # runs: those that fit the system's memory, over which the figures are
+    summary = {name: error_summary(found) for name, found in predicted.items()}
     if as_json:
         emit_json({
             "runs": [{"line": run.line, "parameters_billion": run.parameters_billion, "gpus": run.gpus, "tp": run.tp,
