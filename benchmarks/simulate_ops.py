@@ -103,7 +103,7 @@ def main() -> None:
     model, system = load_model("study"), load_system("mid-mid")
     for name, options in CASES:
         schedule = generate(name, DEVICES, MICROBATCHES, **options)
-        ops = sum(len(order) for order in schedule.orders)
+        ops = schedule.op_count
         costs = schedule_costs(schedule, model, system, GLOBAL_BATCH)
         flat = validated(schedule)
         step = simulate(flat, costs, system).step_time_s

@@ -158,6 +158,11 @@ class Schedule:
             yield from order
 
     @property
+    def op_count(self) -> int:
+        """Ops in all devices' orders (what the size limits count)."""
+        return sum(len(order) for order in self.orders)
+
+    @property
     def split_backward(self) -> bool:
         """True when any backward is split into I and W ops (the kind is per op: :attr:`split_pairs`)."""
         return any(op.kind is Kind.I for op in self.ops())

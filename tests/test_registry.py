@@ -294,3 +294,17 @@ def test_families_whose_table_equals_their_closed_forms_carry_no_table_note():
             assert f"{family.closed_forms.holds}  " in row and f"{family.closed_forms.holds}; table" not in row
     data = json.loads(run("list", "--json").stdout)
     assert {d["schedule"] for d in data if d["table_differs"]} == {n for n, f in REGISTRY.items() if f.closed_forms and not f.closed_forms.table_exact}
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(list(REGISTRY)), p=st.integers(1, 6), m=st.integers(1, 14), chunks=st.integers(1, 3))
+def test_the_registry_counts_every_schedule_s_ops_before_it_is_built(name, p, m, chunks):
+    """Size limits are checked from ``Family.ops`` before a schedule is built (generate refuses an
+    oversized one up front): the count must be the built schedule's, for every family and size it
+    accepts."""
+    options = {"chunks": chunks}
+    try:
+        schedule = generate(name, p, m, **options)
+    except ScheduleError:
+        return  # outside the family's rules: nothing built, nothing to count
+    assert REGISTRY[name].ops(p, m, REGISTRY[name].taken(options)) == schedule.op_count == len(list(schedule.ops()))

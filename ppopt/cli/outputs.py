@@ -93,11 +93,11 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
     if fmt in ("png", "svg"):  # before simulating what could never be drawn
         from ppopt.report.plot import check_picture_size
 
-        check_picture_size(sum(len(order) for order in schedule.orders))
+        check_picture_size(schedule.op_count)
     elif fmt == "chrome-trace":
         from ppopt.report.trace import check_trace_size
 
-        check_trace_size(sum(len(order) for order in schedule.orders))
+        check_trace_size(schedule.op_count)
     devices, microbatches = schedule.devices, schedule.microbatches
     spec = InstanceSpec(devices, microbatches, units=units if unit else None, model=model, system=system,
                         global_batch=global_batch, parallel=parallel)

@@ -120,7 +120,7 @@ def _check_picture(schedule) -> None:
     """Refuse a picture too large to draw before the work that would make it."""
     from ppopt.report.plot import check_picture_size
 
-    check_picture_size(sum(len(order) for order in schedule.orders))
+    check_picture_size(schedule.op_count)
 
 
 PICTURE_PRECHECK = 10
@@ -259,13 +259,13 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         with working(f"evaluate {name or schedule_file}", quiet):  # one clock from reading to the result
             schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
             if name is None:  # read from a file: sized once read
-                _check_one_in_time(schedule.name, sum(len(order) for order in schedule.orders), deadline, bool(plot), bool(trace))
+                _check_one_in_time(schedule.name, schedule.op_count, deadline, bool(plot), bool(trace))
             if plot:
                 _check_picture(schedule)
             if trace:
                 from ppopt.report.trace import check_trace_size
 
-                check_trace_size(sum(len(order) for order in schedule.orders))
+                check_trace_size(schedule.op_count)
             try:
                 result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
                                            parallel=parallel, **options)

@@ -564,7 +564,7 @@ def expand(loaded: LoadedSpec, kinds: tuple[str, ...] = ("evaluate", "gap")) -> 
     return items
 
 
-def _op_count(name: str, devices: int, microbatches: int, combo: dict, max_ops: int) -> int | None:
+def _point_ops(name: str, devices: int, microbatches: int, combo: dict, max_ops: int) -> int | None:
     """Ops of a solver point's schedule, counted from the registry (``Family.ops``) without
     generating it: a schedule over ``max_ops`` is not searched anyway, and generating one of 500 x
     4,000 just to count took a minute and 1.4 GB before the sweep's deadline could act. Its row then
@@ -579,7 +579,7 @@ def _op_count(name: str, devices: int, microbatches: int, combo: dict, max_ops: 
         schedule = generate(name, devices, microbatches, **options)
     except PpoptError:
         return None
-    return sum(len(order) for order in schedule.orders)
+    return schedule.op_count
 
 
 def _gap_items(spec: SweepSpec) -> list[GapItem]:
@@ -597,7 +597,7 @@ def _gap_items(spec: SweepSpec) -> list[GapItem]:
                 if not _applies(spec, name, devices, microbatches):
                     continue
                 for combo in _option_combos(name, spec.options):
-                    ops = _op_count(name, devices, microbatches, combo, solver.max_ops)
+                    ops = _point_ops(name, devices, microbatches, combo, solver.max_ops)
                     space = family_space(name, {k: v for k, v in combo.items() if v is not None}).describe()
                     too_large = ops is not None and ops > solver.max_ops
                     inputs = {
