@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -521,26 +522,38 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def validation_message(error: ValidationError, prefix: str = "") -> str:
+def validation_message(error: ValidationError, prefix: str = "", noun: str = "field") -> str:
     """Pydantic's errors on one line.
 
-    Like ``field 'x': reason; unknown field 'y'; missing field 'z'``; ``prefix`` is the table the
-    fields belong to (``"link"`` gives ``field 'link.latency_s'``), if they were read inside another file.
+    Like ``field 'x': reason; unknown field 'y'; missing field 'z'`` (``noun`` = "key" for a spec
+    file's keys); ``prefix`` is the table the fields belong to (``"link"`` gives
+    ``field 'link.latency_s'``), if they were read inside another file. A union reports each of its
+    branches: the deepest problem is kept, one per field, without pydantic's branch names.
     """
-    parts = []
+    found: list[tuple[str, str]] = []
     for item in error.errors(include_url=False):
-        field = ".".join([prefix] * bool(prefix) + [str(part) for part in item["loc"]])
+        loc = [str(part) for part in item["loc"] if not (isinstance(part, str) and _UNION_TAG.search(part))]
+        field = ".".join([prefix] * bool(prefix) + loc)
         message = _one_line(item["msg"]).removeprefix("Value error, ")
         kind = item["type"]
         value = item.get("input")
         if isinstance(value, float) and not math.isfinite(value):  # pydantic says "should be >= 1" for nan
             message = f"must be a finite number, got {value}"
         if kind == "extra_forbidden":
-            parts.append(f"unknown field '{field}'")
+            text = f"unknown {noun} '{field}'"
         elif kind == "missing":
-            parts.append(f"missing field '{field}'")
+            text = f"missing {noun} '{field}'"
         elif field:
-            parts.append(f"field '{field}': {message}")
+            text = f"{noun} '{field}': {message}"
         else:
-            parts.append(message)
-    return "; ".join(parts)
+            text = message
+        found.append((field, text))
+    kept: dict[str, str] = {}
+    for field, text in found:
+        if not (field and any(other.startswith(field + ".") for other, _ in found)):
+            kept.setdefault(field or text, text)
+    return "; ".join(kept.values())
+
+
+#: Location parts pydantic adds for the branches of a union (``constrained-int``, ``list[...]``).
+_UNION_TAG = re.compile(r"^(constrained-)?(int|float|str|bool|list|dict|none)$|\[")

@@ -53,7 +53,6 @@ import hashlib
 import itertools
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,7 +70,7 @@ from pydantic import (
     field_validator,
 )
 
-from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, load_model, load_system
+from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, load_model, load_system, validation_message
 from ppopt.costs import microbatch_size
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
@@ -275,32 +274,6 @@ def resolve_spec(name_or_path: str | os.PathLike) -> Path:
     raise ConfigError(f"{os.fspath(name_or_path)}: no such spec file")
 
 
-def _describe(error: ValidationError) -> str:
-    """The first problem on one line, naming the key: ``unknown key 'x'``, ``key 'a.b': reason``."""
-    found: list[tuple[str, str]] = []
-    for item in error.errors(include_url=False):
-        key = ".".join(str(p) for p in item["loc"] if not (isinstance(p, str) and _UNION_TAG.search(p)))
-        message = " ".join(item["msg"].split()).removeprefix("Value error, ")
-        kind = item["type"]
-        if kind == "extra_forbidden":
-            text = f"unknown key '{key}'"
-        elif kind == "missing":
-            text = f"missing key '{key}'"
-        else:
-            text = f"key '{key}': {message}"
-        found.append((key, text))
-    # a union reports every branch: keep the deepest problem, and one per key
-    first: dict[str, str] = {}
-    for key, text in found:
-        if not any(other.startswith(key + ".") for other, _ in found):
-            first.setdefault(key, text)
-    return "; ".join(first.values())
-
-
-#: Location parts pydantic adds for the branches of a union (``constrained-int``, ``list[...]``).
-_UNION_TAG = re.compile(r"^(constrained-)?(int|float|str|bool|list|dict|none)$|\[")
-
-
 @dataclass(frozen=True)
 class LoadedSpec:
     """A validated spec with its presets loaded (so a bad name fails before any work starts)."""
@@ -333,7 +306,7 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
     try:
         spec = SweepSpec.model_validate(data, strict=True)
     except ValidationError as error:
-        raise ConfigError(f"{where}: {_describe(error)}") from None
+        raise ConfigError(f"{where}: {validation_message(error, noun='key')}") from None
 
     def fail(key: str, message: str) -> ConfigError:
         return ConfigError(f"{where}: key '{key}': {message}")
