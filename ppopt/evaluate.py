@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ppopt.config import ModelConfig, SystemConfig
+from ppopt.config import LinkConfig, ModelConfig, SystemConfig
 from ppopt.costs import Costs, partition_layers, stage_costs
 from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import Flat
@@ -190,6 +190,26 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
     if not results:
         raise ScheduleError(f"no schedule applies at p = {devices}, m = {microbatches} ({skipped_reasons(skipped)})")
     return results, skipped
+
+
+def rank_with_costs(devices: int, microbatches: int, costs: Costs, link: LinkConfig | None = None,
+                    **options: object) -> tuple[list[tuple[float, float, str]], dict[str, str]]:
+    """Every family with the stage count of ``costs`` (a measured cost preset) simulated with those
+    costs and ``link``: (step seconds, idle ratio, name) fastest first, and the families skipped
+    with the reason (not defined at this size, or another stage count)."""
+    rows, skipped = [], {}
+    for name in names():
+        try:
+            schedule = generate(name, devices, microbatches, **options)  # each family takes its own options
+        except ScheduleError as error:
+            skipped[name] = str(error)
+            continue
+        if schedule.stages != costs.num_stages:
+            skipped[name] = f"{schedule.stages} stages, the cost preset describes {costs.num_stages}"
+            continue
+        simulation = simulate(schedule, costs, link=link)
+        rows.append((simulation.step_time_s, simulation.idle_ratio, name))
+    return sorted(rows), skipped
 
 
 def skipped_reasons(skipped: dict[str, str]) -> str:

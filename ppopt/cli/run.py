@@ -329,30 +329,17 @@ def preset_units(costs_file, params) -> UnitCosts:
 def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt) -> None:
     """`ppopt compare --costs FILE`: every schedule with the preset's stage count, simulated with the
     measured costs and link, fastest first; the others are skipped with the reason on stderr."""
-    from ppopt.errors import ConfigError, ScheduleError
-    from ppopt.generators import generate, names
+    from ppopt.errors import ConfigError
+    from ppopt.evaluate import rank_with_costs
     from ppopt.io.cost_preset import read_cost_preset
-    from ppopt.simulate import simulate
 
     costs, link = read_cost_preset(costs_file)
-    rows, skipped = [], {}
-    for name in names():
-        try:
-            schedule = generate(name, devices, microbatches, **options)  # each family takes its own options
-        except ScheduleError as error:
-            skipped[name] = str(error)
-            continue
-        if schedule.stages != costs.num_stages:
-            skipped[name] = f"{schedule.stages} stages, the cost preset describes {costs.num_stages}"
-            continue
-        simulation = simulate(schedule, costs, link=link)
-        rows.append((simulation.step_time_s, simulation.idle_ratio, name))
+    rows, skipped = rank_with_costs(devices, microbatches, costs, link, **options)
     if not rows:  # an empty ranking would read as a result
         reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
         raise ConfigError(f"{costs_file}: no schedule to compare at p = {devices}, m = {microbatches} ({reasons})", field="costs")
     for name, reason in skipped.items():
         click.echo(f"skipped {name}: {reason}", err=True)
-    rows.sort()
     if as_json:  # the families skipped follow, as in compare --json
         from ppopt.report.evaluation import skipped_json
 
