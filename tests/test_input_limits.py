@@ -537,6 +537,11 @@ def test_compare_with_a_cost_preset_no_schedule_fits_is_an_error_not_an_empty_ra
     assert len(result.stderr.splitlines()) == 1
     ranked = CliRunner().invoke(main, ["compare", "-p", "2", "-m", "4", "--costs", str(path)])
     assert ranked.exit_code == 0 and "1f1b" in ranked.stdout and "skipped zb-v: 4 stages" in ranked.stderr
+    # fastest first: GPipe's m + p - 1 = 5 rounds of F + B = 3 s, 15 s, is the slowest 2-stage schedule ranked
+    rows = [r for r in json.loads(CliRunner().invoke(main, ["compare", "-p", "2", "-m", "4", "--costs", str(path), "--json"]).stdout)
+            if "step_time_s" in r]
+    steps = [r["step_time_s"] for r in rows]
+    assert steps == sorted(steps) and dict(zip([r["schedule"] for r in rows], steps))["gpipe"] == pytest.approx(15.0) == max(steps)
 
 
 def test_two_outputs_of_one_command_may_not_name_the_same_file(tmp_path, monkeypatch):
