@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ppopt.config import LinkConfig
 from ppopt.costs import Costs
-from ppopt.report.text import render_table, seconds
+from ppopt.report.text import percent, render_table, seconds
 from ppopt.run.compare import Comparison
 from ppopt.run.execute import JobResult
 from ppopt.run.spec import RunSpec
@@ -40,7 +40,8 @@ def run_text(results: Sequence[JobResult], settings: RunSpec, comparisons: Seque
         row = [r.name, r.stages, r.microbatches, seconds(r.median_step_s), *(seconds(by_kind[k]) if k in by_kind else "-" for k in kinds)]
         if comparisons is not None:
             c = comparisons[i]
-            row += [seconds(c.predicted_s), f"{c.relative_error:+.1%}", seconds(c.replayed_s), f"{c.replay_error:+.1%}"]
+            row += [seconds(c.predicted_s), percent(c.relative_error, "text", signed=True), seconds(c.replayed_s),
+                    percent(c.replay_error, "text", signed=True)]
         row.append(_check_text(r.check))
         rows.append(row)
     text = _setting_line(results, settings) + "\n" + render_table(headers, rows)

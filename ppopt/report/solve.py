@@ -62,7 +62,8 @@ def _header(name: str, unit: str, fmt: str) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2%}"
+    """A gap in text and markdown (``6.52 %``, as every command writes percentages), ``-`` without one."""
+    return "-" if value is None else percent(value, "text", decimals=2)
 
 
 def search_json(result: SearchResult) -> dict:
@@ -175,7 +176,7 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         lines.append(f"peak       {amount} on the worst device ({result.memory_status} for this step time)")
     ttb = "-" if result.time_to_best_s is None else f"{result.time_to_best_s:.2f} s"
     rounding = "exact" if result.rounding_cost == 0 else (
-        "delays below one tick dropped" if math.isinf(result.rounding_cost) else f"rounding costs at most {result.rounding_cost:.3%}")
+        "delays below one tick dropped" if math.isinf(result.rounding_cost) else f"rounding costs at most {percent(result.rounding_cost, 'text', decimals=3)}")
     lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {unit}, {rounding})")
     if result.note:
         lines.append(f"note       {result.note}")

@@ -123,7 +123,7 @@ class _Progress(cp_model.CpSolverSolutionCallback):
             gap = (obj - bound) / bound if bound > 0 else math.inf
             self.progress(
                 f"[{self.last_solution_s:7.2f}s] incumbent {obj * self.tick:.6g} {self.unit}, "
-                f"bound {bound * self.tick:.6g} {self.unit}, gap {gap:.2%}"
+                f"bound {bound * self.tick:.6g} {self.unit}, gap {100 * gap:.2f} %"
             )
 
 
@@ -1209,8 +1209,8 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
     note = best.note
     if status == "optimal" and gap is not None and gap > setup.rounding + 1e-9:
         status = "feasible"  # the ticked model's optimum, but the simulation adds more than the rounding
-        note = "; ".join(filter(None, (note, f"optimal in the solver's ticks, but the simulated step lies {gap:.2%} above the bound, "
-                                       f"more than the rounding's {setup.rounding:.2%}: the simulation adds what the solver leaves out "
+        note = "; ".join(filter(None, (note, f"optimal in the solver's ticks, but the simulated step lies {100 * gap:.2f} % above the bound, "
+                                       f"more than the rounding's {100 * setup.rounding:.2f} %: the simulation adds what the solver leaves out "
                                        "(link contention, replica all-reduce, blocked senders)")))
     unit, hint = setup.instance.time_unit, setup.hint
     options.note(f"[{wall:7.2f}s] {status}: step {f'{step:.6g}' if step is not None else '-'} {unit}, bound {bound:.6g} {unit}"
