@@ -152,8 +152,9 @@ def test_json_of_every_family_names_the_skipped_ones_with_their_reason(command):
         # modelled mode reads a bare number as bytes: 80 meant 80 GB ("no job fits 0.00 GB")
         (["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--memory-limit", "80"],
          "--memory-limit: '80' would be 80 bytes: give a unit, e.g. 80GB or 80GiB"),
-        (["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--memory-limit", "80gb"],
-         "--memory-limit: must be bytes, e.g. 60GiB or 6.4e10 (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '80gb'"),
+        # a unit without its B is ambiguous (GB or GiB?): refused, naming the units (their case is free)
+        (["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--memory-limit", "80G"],
+         "--memory-limit: must be bytes, e.g. 60GiB or 6.4e10 (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '80G'"),
         (["search", "--unit", "-p", "4", "-m", "8", "--memory-limit", "-1"], "--memory-limit: must be positive, got '-1'"),
         # the global batch a micro batch makes is the micro batch's error, not the flag not given
         (["evaluate", "-s", "1f1b", "-p", "4", "-m", "4", "--model", "study", "--system", "mid-mid", "--micro-batch",
@@ -170,6 +171,15 @@ def test_bad_input_is_one_line_and_exit_1(args, reason):
     assert "Traceback" not in result.output
     assert result.stderr.count("\n") == 1
     assert reason in result.stderr
+
+
+def test_memory_units_are_read_in_any_case():
+    """80gib and 80GiB are the same limit (80gb was refused, naming units it then accepted as GB)."""
+    from ppopt.cli.options import parse_amount
+
+    assert parse_amount("80gib", False) == parse_amount("80GiB", False) == 80 * 2**30
+    assert parse_amount("80gb", False) == parse_amount("80 GB", False) == 80e9
+    assert parse_amount("1kib", False) == 1024
 
 
 @pytest.mark.parametrize("fmt", ["markdown", "csv"])

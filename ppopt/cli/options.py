@@ -418,13 +418,13 @@ def require_size(devices, microbatches) -> None:
     if missing:
         raise click.UsageError(f"missing {' and '.join(missing)} (needed with --schedule)", click.get_current_context())
 
-_BYTES = re.compile(r"^\s*([0-9.eE+-]+)\s*([KMGT]i?B|B)?\s*$")
+_BYTES = re.compile(r"^\s*([0-9.eE+-]+)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _FACTORS = {None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
 def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit") -> float | None:
     """``--memory-limit``: a number of live activations (unit mode) or bytes, with an optional
-    suffix B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (modelled)."""
+    suffix B, KB, MB, GB, TB, KiB, MiB, GiB, TiB in any case (modelled)."""
     if text is None:
         return None
     match = _BYTES.match(text)
@@ -432,8 +432,11 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
         what = "a number of live activations" if unit_mode else \
             f"bytes, e.g. 60GiB or 6.4e10 (units: {', '.join(unit for unit in _FACTORS if unit)})"
         raise ConfigError(f"{flag}: must be {what}, got {text!r}")
+    unit = match.group(2)
+    if unit is not None:  # any case: gib is GiB, gb is GB
+        unit = unit[:-1].upper().replace("I", "i") + "B"
     try:
-        value = float(match.group(1)) * _FACTORS[match.group(2)]
+        value = float(match.group(1)) * _FACTORS[unit]
     except ValueError:
         raise ConfigError(f"{flag}: must be a number, got {text!r}") from None
     if not math.isfinite(value):
