@@ -532,10 +532,12 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
     """
     found: list[tuple[str, str]] = []
     for item in error.errors(include_url=False):
-        loc = [str(part) for part in item["loc"] if not (isinstance(part, str) and _UNION_TAG.search(part))]
-        field = ".".join([prefix] * bool(prefix) + loc)
-        message = _one_line(item["msg"]).removeprefix("Value error, ")
         kind = item["type"]
+        parts = list(item["loc"])
+        user_key = parts.pop() if kind in ("extra_forbidden", "missing") and parts else None  # the file's own key
+        loc = [str(part) for part in parts if not (isinstance(part, str) and _UNION_TAG.search(part))]
+        field = ".".join([prefix] * bool(prefix) + loc + ([str(user_key)] if user_key is not None else []))
+        message = _one_line(item["msg"]).removeprefix("Value error, ")
         value = item.get("input")
         if isinstance(value, float) and not math.isfinite(value):  # pydantic says "should be >= 1" for nan
             message = f"must be a finite number, got {value}"

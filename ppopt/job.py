@@ -284,7 +284,10 @@ class Job:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # as Parallelism refuses True
                 raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
         check_global_batch(self.global_batch)  # the model's limit: keeps every count finite (ppopt.config)
-        get(self.schedule)  # an unknown name: the registry's error, as every command words it
+        try:
+            get(self.schedule)
+        except ScheduleError as error:  # the registry's words, as every command says them, naming the field
+            raise ConfigError(error.reason, field="schedule") from None
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"unknown mode {self.recompute!r} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
         for name in ("chunks", "waves"):

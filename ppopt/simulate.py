@@ -578,9 +578,9 @@ def simulate(
     persistent = tuple(float(sum(costs.stages[s].persistent_bytes for s in stages_on[d])) for d in range(p))
     busy = [float(sum(run.dur[o.start : o.stop])) for o in flat.orders]
     sync_end = {e.what: e.end_s for e in allreduces}
-    steps = _optimizer_steps(system, times.free, sync_end, stages_on, persistent) if optimizer and system else []
-    for d, e in enumerate(steps):  # one per device, in device order
-        busy[d] += e.end_s - e.start_s
+    steps, lengths = _optimizer_steps(system, times.free, sync_end, stages_on, persistent) if optimizer and system else ([], [])
+    for d, length in enumerate(lengths):  # one per device, in device order
+        busy[d] += length
     last_ends = [times.end[o.stop - 1] for o in flat.orders if o]  # a device's ops end in its order
     step = max([0.0, *last_ends, *sync_end.values(), *(e.end_s for e in steps)])
     idle = 1.0 - sum(busy) / (p * step) if step > 0 else 0.0
@@ -598,13 +598,15 @@ def simulate(
 
 
 def _optimizer_steps(system: SystemConfig, free: list[float], sync_end: dict[object, float],
-                     stages_on: Sequence[Sequence[int]], persistent: tuple[float, ...]) -> list[Event]:
+                     stages_on: Sequence[Sequence[int]], persistent: tuple[float, ...]) -> tuple[list[Event], list[float]]:
     """One memory-bound optimizer step per device (the module doc), after its last op (``free``) and
-    the all-reduces of its stages (``sync_end`` by stage): ``persistent`` bytes read and written once."""
+    the all-reduces of its stages (``sync_end`` by stage): ``persistent`` bytes read and written once.
+    Returns the steps and their lengths in seconds, one per device."""
     rate = system.memory_bandwidth_bytes_per_s * system.memory_efficiency
-    steps = []
+    steps, lengths = [], []
     for d, held in enumerate(stages_on):
         ready = max([free[d]] + [sync_end[s] for s in held if s in sync_end])
         length = 2 * persistent[d] / rate + system.memory_latency_s
         steps.append(Event("optimizer", None, d, ready, ready + length, 0.0))
-    return steps
+        lengths.append(length)
+    return steps, lengths

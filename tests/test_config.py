@@ -358,3 +358,14 @@ def test_devices_per_node_has_an_upper_bound(tmp_path):
     with pytest.raises(ConfigError, match="field 'devices_per_node': Input should be less than or equal to 1099511627776"):
         load_system(path)
     assert load_system(REPO / "configs" / "mid-mid.toml").devices_per_node == 1_000_000
+
+
+def test_an_unknown_key_is_named_even_when_it_reads_like_a_type(tmp_path):
+    """Pydantic names a union's branches by type ('int', 'list[...]'); the spec files' filter of those
+    names must not drop a model file's own unknown keys called 'list' or 'a[0]' ("unknown field ''")."""
+    path = tmp_path / "m.toml"
+    path.write_text('name = "m"\nnum_layers = 2\nhidden_size = 64\nnum_attention_heads = 2\nvocab_size = 100\n'
+                    'seq_length = 16\nlist = 1\n"a[0]" = 3\n')
+    with pytest.raises(ConfigError) as error:
+        load_model(path)
+    assert str(error.value).endswith("unknown field 'list'; unknown field 'a[0]'")

@@ -248,11 +248,13 @@ def test_a_job_refuses_true_as_a_degree_as_its_parallelism_does(field):
 
 def test_job_takes_the_schedule_and_the_devices_as_the_other_commands_do():
     """`job -s` was a click choice with its own error, and `--devices` (which every other command
-    takes for -p) was unknown to it."""
+    takes for -p) was unknown to it; `-s all` names the flag as table and export do."""
     wrong = run("job", "--model", "llama3-8b", "--system", "dgx-h100", "-s", "zb-h7")
     evaluated = run("evaluate", "-s", "zb-h7", "-p", "4", "-m", "8")
     assert wrong.exit_code == evaluated.exit_code == 1 and wrong.output == evaluated.output
-    assert wrong.output.startswith("error: unknown schedule 'zb-h7' (known: gpipe, 1f1b,")
+    assert evaluated.output.startswith("error: unknown schedule 'zb-h7' (known: gpipe, 1f1b,")
     common = ["--model", "llama3-8b", "--system", "dgx-h100", "-s", "zb-h1", "--global-batch", "32", "--json"]
     assert run("job", "--devices", "4", *common).stdout == run("job", "--pp", "4", *common).stdout
     assert json.loads(run("job", "--devices", "4", *common).stdout)["pp"] == 4
+    every = run("job", "--model", "llama3-8b", "--system", "dgx-h100", "-s", "all")
+    assert every.output == "error: --schedule: 'all' is for `ppopt evaluate` and `ppopt compare`; this command takes one schedule\n"

@@ -297,12 +297,13 @@ def test_families_whose_table_equals_their_closed_forms_carry_no_table_note():
 
 
 @settings(max_examples=60, deadline=None)
-@given(name=st.sampled_from(list(REGISTRY)), p=st.integers(1, 6), m=st.integers(1, 14), chunks=st.integers(1, 3))
-def test_the_registry_counts_every_schedule_s_ops_before_it_is_built(name, p, m, chunks):
+@given(name=st.sampled_from(list(REGISTRY)), p=st.integers(1, 6), m=st.integers(1, 14), chunks=st.integers(1, 3),
+       waves=st.integers(1, 3), split=st.sampled_from(["1:2", "1:1", "2:3"]))
+def test_the_registry_counts_every_schedule_s_ops_before_it_is_built(name, p, m, chunks, waves, split):
     """Size limits are checked from ``Family.ops`` before a schedule is built (generate refuses an
     oversized one up front): the count must be the built schedule's, for every family and size it
     accepts."""
-    options = {"chunks": chunks}
+    options = {"chunks": chunks, "waves": waves, "split": split}
     try:
         schedule = generate(name, p, m, **options)
     except ScheduleError:

@@ -32,8 +32,10 @@ import click
 from ppopt import IMPORTED_AT, __version__
 from ppopt.errors import PpoptError
 
-FIELD_FLAGS = {"time_limit_s": "time_limit", "memory_limit_bytes": "memory_limit"}
-"""Library field names that differ from the parameter name of the option that sets them."""
+FIELD_FLAGS = {"time_limit_s": ("time_limit",), "memory_limit_bytes": ("memory_limit",), "name": ("name", "schedule"),
+               "schedule": ("schedule", "name")}
+"""Library field names that differ from the parameter name of the option that sets them (the
+schedule is ``name`` in the schedule commands and ``schedule`` in ``job``): the names to try, in order."""
 
 
 _FROM_COMMAND_LINE = False
@@ -67,10 +69,10 @@ def process_age_s() -> float | None:
 def flag_for(field: str, command: click.Command | None) -> str:
     """The flag of ``command`` that sets ``field`` (``--chunks`` for ``chunks``), or ``field`` itself:
     the first long name declared (``--micro-batch`` before its former ``--microbatch-size``)."""
-    name = FIELD_FLAGS.get(field, field)
-    for param in command.params if command is not None else ():
-        if param.name == name and isinstance(param, click.Option):
-            return next((opt for opt in param.opts if opt.startswith("--")), max(param.opts, key=len))
+    for name in FIELD_FLAGS.get(field, (field,)):
+        for param in command.params if command is not None else ():
+            if param.name == name and isinstance(param, click.Option):
+                return next((opt for opt in param.opts if opt.startswith("--")), max(param.opts, key=len))
     return field
 
 
