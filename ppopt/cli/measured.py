@@ -264,7 +264,7 @@ def _at_bounds(fitted) -> dict[str, str]:
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--schedule", "-s", "schedule", default="1f1b", show_default=True, shell_complete=complete_schedule,
               help="Pipeline schedule family (see `ppopt list`).")
-@click.option("--chunks", "-v", "chunks", type=int, default=None, help="Stages per device (interleaved-1f1b, looped-bfs) [default: 2].")
+@click.option("--chunks", "-v", "chunks", type=int, default=None, help="Chunks (stages) per device for interleaved-1f1b and looped-bfs [default: 2].")
 @click.option("--waves", type=int, default=None, help="Hanayo's waves (2W stages per device) [default: 1].")
 @click.option("--split", default=None, help="chimera-asym's layer split A:B between the halves of the stages [default: 1:2].")
 @click.option("--layers-per-stage", "layers_per_stage", default=None,

@@ -57,7 +57,7 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
         click.option("--devices", "-p", "--pp", "devices", type=int, required=not name,
                      help="Number of devices (pipeline ranks), p; --pp as in `ppopt job`."),
         click.option("--microbatches", "-m", type=int, required=not name, help="Microbatches per step, m."),
-        click.option("--chunks", "-v", type=int, default=None, help=f"Chunks per device for interleaved-1f1b and looped-bfs [default: {OPTIONS['chunks'][0]}].{_OTHERS}"),
+        click.option("--chunks", "-v", type=int, default=None, help=f"Chunks (stages) per device for interleaved-1f1b and looped-bfs [default: {OPTIONS['chunks'][0]}].{_OTHERS}"),
         click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}].{_OTHERS}"),
         click.option("--split", default=None, help=f"Layer split A:B between the pipeline halves for chimera-asym [default: 1:2].{_OTHERS}"),
     ]

@@ -86,7 +86,7 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
 @click.option("--schedule", "-s", "names", multiple=True, shell_complete=complete_schedule, help="A schedule by name (repeatable), with -p and -m.")
 @click.option("--devices", "-p", "--pp", "devices", type=int, default=None, help="Ranks (with --schedule).")
 @click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule).")
-@click.option("--chunks", "-v", type=int, default=None, help="Chunks per rank for interleaved-1f1b and looped-bfs [default: 2].")
+@click.option("--chunks", "-v", type=int, default=None, help="Chunks (stages) per device (rank) for interleaved-1f1b and looped-bfs [default: 2].")
 @click.option("--legacy-backward", is_flag=True, help="FILES use the old spelling: BW full backward, B input backward.")
 @run_options
 @click.option("--check/--no-check", default=True, show_default=True,
@@ -195,7 +195,7 @@ def _compare(schedules, results, settings, presets, quiet=False):
 @main.command("profile")
 @click.option("--devices", "-p", "--pp", "devices", type=int, default=2, show_default=True, help="Ranks.")
 @click.option("--microbatches", "-m", type=int, default=4, show_default=True, help="Microbatches per step.")
-@click.option("--chunks", "-v", type=int, default=1, show_default=True, help="Stages per rank: 1 (1f1b, zb-h1) or 2 (interleaved-1f1b, zb-v).")
+@click.option("--chunks", "-v", type=int, default=1, show_default=True, help="Chunks (stages) per device (rank): 1 (1f1b, zb-h1) or 2 (interleaved-1f1b, zb-v).")
 @run_options
 @click.option("--output", "-o", required=True, callback=output_ending_in(".json", "the cost preset is JSON"),
               help="Cost preset file to write (.json).")
