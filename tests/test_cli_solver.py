@@ -603,3 +603,13 @@ def test_gap_never_reports_a_bound_above_the_best_found(args):
     rows = json.loads(result.stdout)["schedules"]
     assert rows and all(r["bound_s"] <= r["best_found_s"] for r in rows)
     assert all(r["gap"] is None or r["gap"] >= 0 for r in rows)
+
+
+def test_a_fixed_space_names_the_options_its_schedule_was_built_with():
+    """`--space fixed:interleaved-1f1b --chunks 4` searched the 4-chunk schedule but reported the
+    space as plain `fixed:interleaved-1f1b`, the 2-chunk default's name."""
+    result = run("search", "--unit", "-p", 4, "-m", 8, "--space", "fixed:interleaved-1f1b", "--chunks", 4, "--time-limit", 5,
+                 "-q", "--no-grid")
+    assert result.exit_code == 0 and result.output.splitlines()[0] == "space: fixed:interleaved-1f1b (chunks=4)"
+    plain = run("search", "--unit", "-p", 4, "-m", 8, "--space", "fixed:1f1b", "--time-limit", 5, "-q", "--no-grid")
+    assert plain.output.splitlines()[0] == "space: fixed:1f1b"

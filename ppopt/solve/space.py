@@ -57,8 +57,9 @@ class Space:
     fixed_options: dict = field(default_factory=dict)
 
     def describe(self) -> str:
-        if self.fixed:
-            return f"fixed:{self.fixed}"
+        if self.fixed:  # with the options it was built with (--chunks 4 makes another schedule)
+            taken = ",".join(f"{k}={v}" for k, v in sorted(self.fixed_options.items()))
+            return f"fixed:{self.fixed}" + (f" ({taken})" if taken else "")
         parts = [f"placement={self.placement}"]
         if self.placement in ("looped", "any"):
             parts.append(f"chunks={self.chunks}")
