@@ -177,7 +177,8 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
     ttb = "-" if result.time_to_best_s is None else f"{result.time_to_best_s:.2f} s"
     rounding = "exact" if result.rounding_cost == 0 else (
         "delays below one tick dropped" if math.isinf(result.rounding_cost) else f"rounding costs at most {percent(result.rounding_cost, 'text', decimals=3)}")
-    lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {unit}, {rounding})")
+    tick_unit = "slot" if unit == "slots" and result.tick == 1 else unit
+    lines.append(f"solved in  {result.wall_time_s:.2f} s (last improvement at {ttb}, tick {result.tick:.4g} {tick_unit}, {rounding})")
     if result.note:
         lines.append(f"note       {result.note}")
     return "\n".join(lines)
