@@ -415,7 +415,7 @@ def test_the_footnote_says_the_closed_forms_leave_out_messages():
     result = run("evaluate", "-s", "1f1b", "-p", 4, "-m", 8, "--comm", 1)
     assert result.exit_code == 0
     assert result.stdout.splitlines()[-1] == ("* the table differs from the closed form, which leaves out the messages "
-                                              "(comm = 1 slots); some differ without them too (see README: formula vs table)")
+                                              "(comm = 1 slot); some differ without them too (see README: formula vs table)")
 
 
 def test_schedules_with_more_stages_than_layers_are_skipped_not_fatal(tmp_path):

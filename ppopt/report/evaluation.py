@@ -196,7 +196,7 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
     table = render_table(headers, rows, fmt)
     note = "* the table differs from the closed form (see README: formula vs table)"
     if units.comm > 0:  # the closed forms have no messages: with --comm every table is longer than its form
-        note = (f"* the table differs from the closed form, which leaves out the messages (comm = {units.comm:g} slot{"" if units.comm == 1 else "s"}); "
+        note = (f"* the table differs from the closed form, which leaves out the messages (comm = {units.comm:g} slot{'' if units.comm == 1 else 's'}); "
                 "some differ without them too (see README: formula vs table)")
     after = ["", note] if any(row[2].endswith("*") for row in rows) else []
     after += memory_footnotes(results)
