@@ -861,3 +861,15 @@ def test_a_value_given_twice_is_planned_once():
     assert json.loads(twice.stdout) == json.loads(once.stdout)
     jobs = [row["job"] for row in json.loads(once.stdout)["top"]]
     assert len(jobs) == len(set(jobs)) > 1
+
+
+def test_a_memory_limit_above_the_gpu_s_memory_is_named():
+    """`--memory-limit 100GB` on 80 GB GPUs ranked a job of 87 GB first without a word, which `job`
+    then said does not fit; the plan still runs (a what-if), and says so on stderr."""
+    args = ["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--search", "0", "--schedule", "1f1b",
+            "--top", "1", "-q"]
+    above = CliRunner().invoke(main, [*args, "--memory-limit", "100GB"])
+    assert above.exit_code == 0 and above.stderr.startswith(
+        "note: --memory-limit 100.00 GB is above dgx-h100's 80.00 GB per GPU")
+    within = CliRunner().invoke(main, [*args, "--memory-limit", "70GB"])
+    assert within.exit_code == 0 and "note: --memory-limit" not in within.stderr

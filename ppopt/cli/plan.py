@@ -120,6 +120,9 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     limit = parse_amount(memory_limit, unit_mode=False)
     split = _parse_split(layers_per_stage)
     system_config = load_system(system)
+    if limit is not None and limit > system_config.memory_capacity_bytes:  # a what-if, but say so: job would not fit
+        click.echo(f"note: --memory-limit {_gb(limit)} GB is above {system_config.name}'s {_gb(system_config.memory_capacity_bytes)} GB "
+                   "per GPU: jobs ranked above that would not fit its GPUs (`ppopt job` says so)", err=True)
     common = dict(memory_limit_bytes=limit, split=split, recompute=recompute or ("none", "selective", "full"),
                   schedules=SCHEDULES if "all" in schedules else schedules or DEFAULT_SCHEDULES, micro_batches=micro_batches or None,
                   overlap_gradient_sync=overlap_grad_sync)
