@@ -58,6 +58,10 @@ def test_list_names_the_presets_with_their_fields():
     assert systems[list_systems().index("dgx-h100")]["peak_flops"] == load_system("dgx-h100").peak_flops
     h100 = next(line.split() for line in run("list", "systems").output.splitlines() if line.startswith("dgx-h100 "))
     assert h100[1:4] == ["8", "989", "80"]  # GPUs per node, peak TFLOP/s, memory GB
+    # the inter-node bandwidth says whose it is: a GPU's own NIC, or one NIC a node's GPUs share
+    assert h100[5:8] == ["50", "per", "GPU"]
+    vtrain = next(line.split() for line in run("list", "systems").output.splitlines() if line.startswith("a100-vtrain "))
+    assert vtrain[5:8] == ["100", "per", "node"]
     assert run("list", "tables").exit_code == 1
 
 
