@@ -193,12 +193,21 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
     if not found:
         split = (f"p dividing the {len(request.split)} stages of --layers-per-stage" if isinstance(request.split, tuple)
                  else "p dividing the layers" if request.split == "even" else "p at most the layers")
+        uneven = request.split == "even" and _has_layouts(replace(request, split="balanced"))
         raise InfeasibleError(
             f"no valid layout of {n} GPUs for {model.name}: t·p·d = {n} needs t ≤ {request.system.devices_per_node} "
             f"(a node) that splits the model (dividing its {model.num_attention_heads} heads, key/value heads, MLP units "
             f"and sequence), {split} ({model.num_layers}), d dividing the global batch {request.batch}, and t·d dividing "
-            f"a node or a multiple of it", field="gpus")
+            f"a node or a multiple of it" + ("; --layers-per-stage balanced, which lets p leave a remainder of layers, "
+                                             "finds some" if uneven else ""), field="gpus")
     return found
+
+
+def _has_layouts(request: PlanRequest) -> bool:
+    try:
+        return bool(layouts(request))
+    except InfeasibleError:
+        return False
 
 
 def _micro_batches(request: PlanRequest, d: int) -> list[int]:

@@ -873,3 +873,17 @@ def test_a_memory_limit_above_the_gpu_s_memory_is_named():
         "note: --memory-limit 100.00 GB is above dgx-h100's 80.00 GB per GPU")
     within = CliRunner().invoke(main, [*args, "--memory-limit", "70GB"])
     assert within.exit_code == 0 and "note: --memory-limit" not in within.stderr
+
+
+def test_no_layout_of_the_gpus_points_to_a_balanced_split_when_it_finds_some():
+    """24 GPUs for llama3-8b: every p that 24/t gives leaves a remainder of its 32 layers, so no even
+    split exists; the error said so without naming --layers-per-stage balanced, which plans 240 jobs."""
+    args = ["plan", "--model", "llama3-8b", "--gpus", "24", "--system", "dgx-h100", "--search", "0", "--top", "1", "-q"]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 1 and refused.stderr.rstrip().endswith(
+        "; --layers-per-stage balanced, which lets p leave a remainder of layers, finds some")
+    planned = CliRunner().invoke(main, [*args, "--layers-per-stage", "balanced", "--time-limit", "20"])
+    assert planned.exit_code == 0, planned.output
+    # a count no split helps has no hint: 37 GPUs (prime) need p = 37 > 32 layers, or d = 37 not dividing 256
+    none = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--gpus", "37", "--system", "dgx-h100", "-q"])
+    assert none.exit_code == 1 and "balanced" not in none.stderr
