@@ -287,7 +287,9 @@ def test_rows_and_report_mark_peaks_over_the_system_memory(study):
         assert f"S = {r['devices']}, m = {r['microbatches']}, {label} device " in section
     # the study model (128 blocks of width 4096) on S = 4 without tensor parallelism fits nowhere
     assert marked == len(evaluated(rows)) and baseline
-    assert "# over the memory of a `mid-slow` device" in section
+    # the footnote is a sentence, not a markdown heading (a line starting with '#' was one)
+    assert "\n`#` marks a peak over the memory of a `mid-slow` device" in section
+    assert not any(line.startswith("#") for line in section.splitlines()[1:])
 
 
 def test_a_report_that_cannot_be_written_leaves_the_earlier_one_whole(study, tmp_path):

@@ -250,7 +250,7 @@ def render(loaded: LoadedSpec, data: StudyData, found: dict, figures, result_not
     if over:
         shown = over[:FOOTNOTE_ROWS]
         more = f"; and {len(over) - len(shown)} more (`sim_over_memory` in `rows.csv`)" if len(over) > len(shown) else ""
-        out += [f"{OVER_MEMORY} over the memory of a `{base}` device ({len(over)} of the table's results): the worst "
+        out += [f"`{OVER_MEMORY}` marks a peak over the memory of a `{base}` device ({len(over)} of the table's results): the worst "
                 "device's peak exceeds it by " + "; ".join(shown) + more + ".", ""]
 
     out += _ranking_section(data)
