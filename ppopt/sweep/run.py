@@ -442,7 +442,7 @@ def _check_deadline(points: int, deadline: float, closing_s: float, starting_s: 
     left, kept = deadline - time.monotonic(), kept_seconds(points, closing_s)
     if left <= kept + starting_s:
         start = f"starting Ray (at least {starting_s:.0f} s), " if starting_s else ""
-        raise PpoptError(f"{max(left, 0.0):.1f} s left cannot cover {start}listing the sweep's {counted(points, 'point')} and writing "
+        raise PpoptError(f"{max(left, 0.0):.1f} s left cannot cover {start}listing the sweep's {counted(points, 'evaluation point')} and writing "
                          f"rows.csv (about {kept:.1f} s kept for them), and no point would run: give more, or split the spec",
                          field="time_limit")
 
