@@ -207,3 +207,11 @@ def test_markdown_headers_are_escaped_like_cells():
 
     assert render_table(["a|b", "c"], [["x|y", "z"]], "markdown").splitlines() == [
         "| a\\|b | c |", "|---|---|", "| x\\|y | z |"]
+
+
+def test_a_tiny_negative_error_prints_as_zero():
+    """published printed '-0.0 %' for an error of -0.01 %: rounded to the digits shown, it is 0."""
+    from ppopt.report.text import percent
+
+    assert percent(-0.0001, "text") == "0.0 %" and percent(-0.0001, "text", signed=True) == "+0.0 %"
+    assert percent(-0.00001, "csv") == "0.00" and percent(-0.054, "text", signed=True) == "-5.4 %"

@@ -225,9 +225,11 @@ LARGEST_FIXED = 1e12
 def percent(value: float, fmt: str, signed: bool = False, decimals: int = 1) -> str:
     """A fraction as a percentage: ``+1.5 %`` in text and markdown, the bare number (one more
     decimal, no sign or ``%``) in CSV, whose header names the unit (:func:`percent_header`)."""
+    shown = decimals + 1 if fmt == "csv" else decimals
+    amount = round(100 * value, shown) or 0.0  # a tiny negative error prints as 0, not -0.0
     if fmt == "csv":
-        return f"{100 * value:.{decimals + 1}f}"
-    return f"{100 * value:{'+' if signed else ''}.{decimals}f} %"
+        return f"{amount:.{shown}f}"
+    return f"{amount:{'+' if signed else ''}.{shown}f} %"
 
 
 def percent_header(name: str, fmt: str) -> str:
