@@ -359,9 +359,11 @@ def test_the_named_minimum_is_what_the_cheapest_job_needs():
 def test_csv_format_is_one_table_with_one_header():
     result = run("plan", "--candidates", MULTI_NODE, "--system", CALIBRATED, "--search", "0", "-q", "--top", 2, "--format", "csv")
     assert result.exit_code == 0, result.output
-    lines = result.output.strip().splitlines()
+    lines = result.stdout.strip().splitlines()
     assert lines[0].startswith("model,rank,job,") and len(lines) == 1 + 2 * 2
     assert sum(line.startswith("model,") for line in lines) == 1
+    # what CSV leaves out is said once, on stderr
+    assert result.stderr.count("note: --format csv prints the ranking only") == 1
 
 
 def test_ranking_changes_when_a_searched_schedule_overtakes():

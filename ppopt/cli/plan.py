@@ -375,6 +375,9 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
         text = _table(["model", *columns], [[request.model.name, *row] for row in rows], fmt)
         click.echo(text if header else text.split("\n", 1)[1])
+        if header:
+            click.echo("note: --format csv prints the ranking only; the schedule search, the stage split and the "
+                       "`ppopt job` line are in the text, markdown and --json outputs", err=True)
         return
     click.echo(f"{request.model.name} on {request.gpus} x {request.system.name}, global batch {request.batch}, "
                f"memory limit {_gb(request.limit)} GB per GPU")
@@ -416,7 +419,8 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
     counts, megatron, titan = _split(first.job)
     if len(counts) > 1:
         moved = first is not result.rows[0]  # another job is first once searched
-        layout = (f"Megatron --pipeline-model-parallel-layout \"{megatron}\"" if megatron is not None else
+        flag = f"--pipeline-model-parallel-layout \"{megatron}\""
+        layout = (f"Megatron {f'`{flag}`' if fmt == 'markdown' else flag}" if megatron is not None else
                   f"no Megatron layout (it places stage i on rank i mod p, {first.job.schedule} does not)")
         click.echo(f"stage split of #1{' (after the search)' if moved else ''}: {','.join(map(str, counts))}; {layout}; "
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
