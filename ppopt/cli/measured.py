@@ -201,7 +201,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     calibrated = fitted.system.model_copy(update={"name": name or Path(output).stem,
                                                   "description": f"{base.name} calibrated on {len(rows)} measured rows"})
     fitted = dataclasses.replace(fitted, system=calibrated)
-    atomic_write_text(output, system_toml(fitted, base.name, [Path(p).name for p in data]))
+    atomic_write_text(output, system_toml(fitted, base.name, ["standard input" if p == "-" else Path(p).name for p in data]))
     with working("calibrate: the fit and the base system on the rows", quiet):
         on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
         on_base = summarize(predict_rows([r.on(base) for r in rows]), unmodelled)
