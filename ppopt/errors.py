@@ -51,3 +51,10 @@ def counted(count: int, noun: str) -> str:
     if count == 1:
         return f"1 {noun}"
     return f"{count:,} {noun}{'es' if noun.endswith(('ch', 'sh', 's', 'x')) else 's'}"
+
+
+def require_positive_int(value: object, field: str) -> None:
+    """ConfigError naming ``field`` unless ``value`` is an int >= 1 (not True, which is an int to
+    Python, nor 4.0)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"must be a positive integer, got {value!r}", field=field)

@@ -157,7 +157,7 @@ from ppopt.costs import (
     stored_activation_bytes_per_layer,
     work_time_s,
 )
-from ppopt.errors import ConfigError, ScheduleError, counted
+from ppopt.errors import ConfigError, ScheduleError, counted, require_positive_int
 from ppopt.flat import Flat
 from ppopt.generators import get, names, too_many_stages
 from ppopt.ir import Schedule, check_size
@@ -279,10 +279,8 @@ class Job:
     of ``layers`` (others ignore it)."""
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "micro_batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # as Parallelism refuses True
-                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+        for name in ("tp", "pp", "dp", "micro_batch", "chunks", "waves"):
+            require_positive_int(getattr(self, name), name)
         check_global_batch(self.global_batch)  # the model's limit: keeps every count finite (ppopt.config)
         try:
             get(self.schedule)
@@ -290,10 +288,6 @@ class Job:
             raise ConfigError(error.reason, field="schedule") from None
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"unknown mode {self.recompute!r} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
-        for name in ("chunks", "waves"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
         if (reason := tensor_parallel_reason(self.model, self.tp, self.sequence_parallel)) is not None:
             raise ConfigError(reason, field="tp")
         if (layout := node_layout_reason(self.tp, self.dp, self.tp * self.pp * self.dp, self.system.devices_per_node)):
@@ -409,11 +403,8 @@ class Parallelism:
 
     def __post_init__(self) -> None:
         for name in ("tp", "dp", "micro_batch"):
-            value = getattr(self, name)
-            if value is None and name == "micro_batch":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+            if getattr(self, name) is not None or name != "micro_batch":  # micro_batch None: from the global batch
+                require_positive_int(getattr(self, name), name)
 
     @property
     def is_default(self) -> bool:

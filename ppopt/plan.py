@@ -66,7 +66,7 @@ import numpy as np
 
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.costs import Costs, check_global_batch, layer_forward_flops, logits_forward_flops, work_time_s
-from ppopt.errors import ConfigError, InfeasibleError
+from ppopt.errors import ConfigError, InfeasibleError, require_positive_int
 from ppopt.generators import get
 from ppopt.ir import FREEING_KINDS, MAX_OPS, Kind
 from ppopt.job import (
@@ -134,8 +134,7 @@ class PlanRequest:
     overlap_gradient_sync: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
-            raise ConfigError(f"must be a positive integer, got {self.gpus!r}", field="gpus")
+        require_positive_int(self.gpus, "gpus")
         check_global_batch(self.global_batch)
         limit = self.memory_limit_bytes
         if limit is not None and not (math.isfinite(limit) and limit > 0):
