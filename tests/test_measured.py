@@ -387,7 +387,8 @@ def test_job_and_plan_print_huge_values_in_significant_digits(tmp_path):
     plan = run("plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--memory-limit", "1e308",
                "--search", "0", "-q", "--schedule", "1f1b")
     assert plan.exit_code == 0, plan.output
-    assert plan.output.splitlines()[0].endswith("memory limit 1e+299 GB per GPU")
+    assert plan.stdout.splitlines()[0].endswith("memory limit 1e+299 GB per GPU")
+    assert plan.stderr.startswith("note: --memory-limit 1e+299 GB is above dgx-h100's 80.00 GB per GPU")
     slow = run("plan", "--model", "llama3-8b", "--gpus", "8", "--system", str(path), "--search", "0", "-q",
                "--schedule", "1f1b", "--top", "1")
     assert slow.exit_code == 0, slow.output
@@ -408,7 +409,7 @@ def test_plan_says_by_how_much_the_closest_job_misses_a_limit_it_rounds_to():
     data = json.loads(run(*tight, "--json").stdout)
     needs, limit = data["closest_over"]["peak_memory_bytes"], data["memory_limit_bytes"]
     assert needs == closest and f"{needs / 1e9:.2f}" == f"{limit / 1e9:.2f}"  # the case this test is about
-    line = run(*tight).output.splitlines()[1]
+    line = run(*tight).stdout.splitlines()[1]  # (stderr notes that the limit is above the GPU's 80 GB)
     assert f"needs {needs / 1e9:.12g} GB" in line, line
 
 
