@@ -34,7 +34,7 @@ from ppopt.generators import REGISTRY
 
 
 @main.command("list")
-@click.argument("what", type=click.Choice(["schedules", "models", "systems"]), default="schedules")
+@click.argument("what", metavar="[WHAT]", type=click.Choice(["schedules", "models", "systems"]), default="schedules")
 @json_option
 @format_option
 def list_command(what: str, as_json: bool, fmt: str) -> None:
