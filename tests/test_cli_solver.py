@@ -610,6 +610,13 @@ def test_a_fixed_space_names_the_options_its_schedule_was_built_with():
     space as plain `fixed:interleaved-1f1b`, the 2-chunk default's name."""
     result = run("search", "--unit", "-p", 4, "-m", 8, "--space", "fixed:interleaved-1f1b", "--chunks", 4, "--time-limit", 5,
                  "-q", "--no-grid")
-    assert result.exit_code == 0 and result.output.splitlines()[0] == "space: fixed:interleaved-1f1b (chunks=4)"
-    plain = run("search", "--unit", "-p", 4, "-m", 8, "--space", "fixed:1f1b", "--time-limit", 5, "-q", "--no-grid")
-    assert plain.output.splitlines()[0] == "space: fixed:1f1b"
+    assert result.exit_code == 0 and result.output.splitlines()[0] == "space: fixed:interleaved-1f1b,chunks=4"
+    # the name reads back as the same space, and the default's options are not named (one name per schedule)
+    again = run("search", "--unit", "-p", 4, "-m", 8, "--space", "fixed:interleaved-1f1b,chunks=4", "--time-limit", 5, "-q",
+                "--no-grid")
+    assert again.output.splitlines()[:-1] == result.output.splitlines()[:-1]  # all but the timing line
+    default = run("search", "--unit", "-p", 4, "-m", 8, "--space", "fixed:interleaved-1f1b", "--chunks", 2, "--time-limit", 5,
+                  "-q", "--no-grid")
+    assert default.output.splitlines()[0] == "space: fixed:interleaved-1f1b"
+    clash = run("search", "--unit", "-p", 4, "-m", 8, "--space", "fixed:interleaved-1f1b,chunks=4", "--chunks", 3)
+    assert clash.exit_code == 1 and "sets chunks=4, and --chunks another value" in clash.output

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from ppopt.errors import ScheduleError
-from ppopt.generators import REGISTRY, generate, get
+from ppopt.generators import OPTIONS, REGISTRY, generate, get
 from ppopt.io import decimal_int
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import parse_split, placement
@@ -57,9 +57,9 @@ class Space:
     fixed_options: dict = field(default_factory=dict)
 
     def describe(self) -> str:
-        if self.fixed:  # with the options it was built with (--chunks 4 makes another schedule)
-            taken = ",".join(f"{k}={v}" for k, v in sorted(self.fixed_options.items()))
-            return f"fixed:{self.fixed}" + (f" ({taken})" if taken else "")
+        if self.fixed:  # with the options that make it another schedule than the default's, as --space reads them
+            return ",".join([f"fixed:{self.fixed}", *(f"{k}={_option_text(k, v)}" for k, v in sorted(self.fixed_options.items())
+                                                      if not _is_default(k, v))])
         parts = [f"placement={self.placement}"]
         if self.placement in ("looped", "any"):
             parts.append(f"chunks={self.chunks}")
@@ -75,6 +75,18 @@ class Space:
     @property
     def split_backward(self) -> bool:
         return self.backward == "split"
+
+
+def _option_text(key: str, value: object) -> str:
+    """A schedule option as --space writes it (a split as A:B)."""
+    if key == "split":
+        a, b = parse_split(value)
+        return f"{a:g}:{b:g}"
+    return str(value)
+
+
+def _is_default(key: str, value: object) -> bool:
+    return _option_text(key, value) == _option_text(key, OPTIONS[key][0])
 
 
 def _positive_int(value: str, key: str | None = None, field: str = "space") -> int:
@@ -97,12 +109,22 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
     """
     spec = spec.strip()
     if spec.startswith("fixed:"):
-        name = spec.removeprefix("fixed:").strip()
+        name, *pairs = spec.removeprefix("fixed:").split(",")
+        name = name.strip()
         try:
             get(name)
         except ScheduleError as error:
             raise ScheduleError(f"fixed:NAME needs a schedule: {error.reason}", field="space") from None
         options = {k: v for k, v in schedule_options.items() if v is not None}
+        for pair in pairs:  # fixed:NAME,chunks=4 (as describe() writes it) is fixed:NAME with --chunks 4
+            key, _, value = (part.strip() for part in pair.partition("="))
+            if key not in ("chunks", "waves", "split") or not value:
+                raise ScheduleError(f"fixed:{name} takes chunks=V, waves=W or split=A:B after a comma, got {pair.strip()!r}",
+                                    field="space")
+            read: object = value if key == "split" else _positive_int(value, key)
+            if options.get(key) is not None and _option_text(key, options[key]) != _option_text(key, read):
+                raise ScheduleError(f"fixed:{name} sets {key}={value}, and --{key} another value: give one", field="space")
+            options[key] = read
         for key in options:  # an option the schedule does not take would be ignored
             if key not in get(name).options:
                 raise ScheduleError(f"{name} does not take it (fixed:{name})", field=key)
