@@ -279,7 +279,7 @@ class Job:
     of ``layers`` (others ignore it)."""
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "micro_batch", "chunks", "waves"):
+        for name in ("tp", "pp", "dp", "micro_batch"):
             require_positive_int(getattr(self, name), name)
         check_global_batch(self.global_batch)  # the model's limit: keeps every count finite (ppopt.config)
         try:
@@ -288,6 +288,8 @@ class Job:
             raise ConfigError(error.reason, field="schedule") from None
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"unknown mode {self.recompute!r} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
+        for name in ("chunks", "waves"):
+            require_positive_int(getattr(self, name), name)
         if (reason := tensor_parallel_reason(self.model, self.tp, self.sequence_parallel)) is not None:
             raise ConfigError(reason, field="tp")
         if (layout := node_layout_reason(self.tp, self.dp, self.tp * self.pp * self.dp, self.system.devices_per_node)):

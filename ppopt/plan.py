@@ -16,7 +16,7 @@ The space (:func:`layouts`, :func:`enumerate_jobs`)
     * every micro batch size dividing the global batch per replica (global batch / d);
     * every recomputation mode (none, selective, full) and every requested schedule a job supports
       (by default every family of :data:`ppopt.job.SCHEDULES` but chimera-asym, :data:`DEFAULT_SCHEDULES`;
-      with p = 1 only the one keeping the fewest activations, 1F1B), each with its options:
+      with p = 1 only the one keeping the fewest activations, 1F1B by default), each with its options:
       interleaved-1f1b and looped-bfs with every ``chunks`` c ≥ 2 for which c·p divides the layers,
       Hanayo with ``waves`` 1 and 2 (when 2W·p stages fit the layers). A family the generator does
       not define for p and m (e.g. ZB-H1 with m < p, Chimera with odd p) is left out.

@@ -388,7 +388,7 @@ def test_job_and_plan_print_huge_values_in_significant_digits(tmp_path):
                "--search", "0", "-q", "--schedule", "1f1b")
     assert plan.exit_code == 0, plan.output
     assert plan.stdout.splitlines()[0].endswith("memory limit 1e+299 GB per GPU")
-    assert plan.stderr.startswith("note: --memory-limit 1e+299 GB is above dgx-h100's 80.00 GB per GPU")
+    assert plan.stderr.startswith("note: --memory-limit 1e+299 GB is above dgx-h100's 80 GB per GPU")
     slow = run("plan", "--model", "llama3-8b", "--gpus", "8", "--system", str(path), "--search", "0", "-q",
                "--schedule", "1f1b", "--top", "1")
     assert slow.exit_code == 0, slow.output

@@ -872,7 +872,9 @@ def test_a_memory_limit_above_the_gpu_s_memory_is_named():
             "--top", "1", "-q"]
     above = CliRunner().invoke(main, [*args, "--memory-limit", "100GB"])
     assert above.exit_code == 0 and above.stderr.startswith(
-        "note: --memory-limit 100.00 GB is above dgx-h100's 80.00 GB per GPU")
+        "note: --memory-limit 100 GB is above dgx-h100's 80 GB per GPU")
+    barely = CliRunner().invoke(main, [*args, "--memory-limit", "80.001GB"])  # not "80.00 GB is above ... 80.00 GB"
+    assert barely.stderr.startswith("note: --memory-limit 80.001 GB is above dgx-h100's 80 GB per GPU")
     within = CliRunner().invoke(main, [*args, "--memory-limit", "70GB"])
     assert within.exit_code == 0 and "note: --memory-limit" not in within.stderr
 

@@ -385,7 +385,8 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
     def cell(prediction) -> str:
         if prediction.result is None:
             return "does not fit"
-        return f"{prediction.result.step_time_s:.1f} s ({100 * prediction.error:+.1f} %, b = {prediction.result.job.micro_batch})"
+        return (f"{prediction.result.step_time_s:.1f} s ({percent(prediction.error, 'text', signed=True)}, "
+                f"b = {prediction.result.job.micro_batch})")
 
     if fmt == "csv":  # one value per cell, numbers bare: the unit in the header
         def cells(prediction) -> list[str]:

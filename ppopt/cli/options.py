@@ -418,13 +418,14 @@ def require_size(devices, microbatches) -> None:
     if missing:
         raise click.UsageError(f"missing {' and '.join(missing)} (needed with --schedule)", click.get_current_context())
 
-_BYTES = re.compile(r"^\s*([0-9.eE+-]+)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_BYTES = re.compile(r"^\s*([0-9.eE+-]+)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)  # memory is never given in bits
 _FACTORS = {None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
 def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit") -> float | None:
     """``--memory-limit``: a number of live activations (unit mode) or bytes, with an optional
-    suffix B, KB, MB, GB, TB, KiB, MiB, GiB, TiB in any case (modelled)."""
+    suffix B, KB, MB, GB, TB, KiB, MiB, GiB, TiB in any case (gib is GiB: a memory is not given
+    in bits) (modelled)."""
     if text is None:
         return None
     match = _BYTES.match(text)

@@ -72,10 +72,10 @@ def _list_presets(what: str, as_json: bool, fmt: str) -> None:
     else:
         systems = [load_system(name) for name in list_systems()]
         dumped = [s.model_dump(mode="json") for s in systems]
-        header = ("system", "GPUs/node", "peak TFLOP/s", "memory GB", "intra-node GB/s", "inter-node GB/s", "description")
+        header = ("system", "GPUs/node", "peak TFLOP/s", "memory GB", "intra-node GB/s", "inter-node GB/s", "per", "description")
         rows = [(s.name, str(s.devices_per_node), f"{s.peak_flops / 1e12:g}", f"{s.memory_capacity_bytes / 1e9:.4g}",
                  f"{s.intra_node.bandwidth_bytes_per_s / 1e9:.4g}",
-                 f"{s.inter_node.bandwidth_bytes_per_s / 1e9:.4g} per {'GPU' if s.inter_node_per == 'device' else 'node'}",
+                 f"{s.inter_node.bandwidth_bytes_per_s / 1e9:.4g}", "GPU" if s.inter_node_per == "device" else "node",
                  s.description) for s in systems]
     if as_json:
         emit_json(dumped)
