@@ -179,8 +179,9 @@ def test_job_checks_its_layout():
         Job(GPT, SYSTEM, pp=5)
     with pytest.raises(ConfigError, match="recompute"):
         Job(GPT, SYSTEM, recompute="all")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="unknown schedule 'no-such-family'"):
+    with pytest.raises(ConfigError, match="unknown schedule 'no-such-family'") as unknown:
         Job(GPT, SYSTEM, pp=2, schedule="no-such-family")  # not a registered family: the registry's error
+    assert unknown.value.field == "schedule"
 
 
 def test_job_refuses_a_tensor_parallel_degree_megatron_cannot_split():

@@ -605,3 +605,21 @@ def test_a_link_no_row_uses_is_reported_as_not_fitted(single_fit):
     # the rows that do cross nodes fit it: on all rows it is a fitted value inside its range
     both = run("calibrate", SINGLE, MULTI, "--system", "a100-vtrain", "-o", str(Path(single_fit).with_name("all2.toml")), "--json")
     assert json.loads(both.stdout)["not_fitted"] == []
+
+
+def test_calibrate_names_standard_input_as_its_source(tmp_path):
+    """Rows piped in ('-') were written as the source '(-)' in the calibrated file's comment."""
+    out = tmp_path / "fit.toml"
+    rows = "".join(Path(MULTI).read_text().splitlines(keepends=True)[:13])
+    result = CliRunner().invoke(main, ["calibrate", "-", "--system", "a100-vtrain", "-o", str(out), "-q"], input=rows)
+    assert result.exit_code == 0, result.output
+    assert out.read_text().splitlines()[1].startswith("# (standard input); closed-form MAPE of the fit")
+
+
+def test_plan_markdown_quotes_the_megatron_layout_flag():
+    """Its '*' and '|' rendered as italics in markdown; the flag is in backticks there, plain in text."""
+    args = ["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--search", "0", "--top", "1", "-q",
+            "--layers-per-stage", "balanced", "--schedule", "1f1b"]
+    markdown = run(*args, "--format", "markdown").stdout
+    assert 'Megatron `--pipeline-model-parallel-layout "Et*' in markdown
+    assert 'Megatron --pipeline-model-parallel-layout "Et*' in run(*args).stdout
