@@ -94,6 +94,14 @@ class Flat:
     def size(self) -> int:
         return len(self.ops)
 
+    @property
+    def backward(self) -> str:
+        """"full" (every backward one B), "split" (every one I then W) or "mixed" (some of each, as
+        DualPipeV and ZB-H2 run them)."""
+        if not self.split:
+            return "full"
+        return "mixed" if KIND_CODE[Kind.B] in self.kind else "split"
+
 
 class Columns(NamedTuple):
     """Per-op facts of a :class:`Flat` as int64 numpy arrays indexed by op id (the lists' values)."""

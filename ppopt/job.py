@@ -485,7 +485,7 @@ def summary_line(job: dict) -> str:
     each device's transient working set (they do unless the job is a pure pipeline)."""
     batch, micro, dp = job["global_batch"], job["micro_batch"], job["dp"]
     replicas = f" per replica (global batch {batch} over {dp} replicas)" if dp > 1 else f" (global batch {batch})"
-    working = job.get("working_set", True)
+    working = job["working_set"]
     with_working = ", peaks with each device's working set" if working else ""
     job_adds = " and the optimizer step" if working else ", the optimizer step and each device's working set"
     extras = "".join(label for key, label in (("sequence_parallel", ", sequence parallel"),

@@ -20,12 +20,34 @@ def test_every_command_has_help_text():
         assert run(name, "--help").exit_code == 0
 
 
-def test_every_command_that_does_work_takes_quiet():
+def test_every_command_that_does_work_takes_quiet(monkeypatch):
     """The README: `-q` turns progress off in every command that prints any; table, job, validate
-    and published print "still working" lines and had no -q."""
+    and published print "still working" lines and had no -q. Each now starts its heartbeat without
+    -q and none with it."""
+    import contextlib
+    from pathlib import Path
+
+    import ppopt.solve.options as solve_options
+
     for name, command in main.commands.items():
         if name != "list":  # prints the registry, no progress
             assert any("--quiet" in p.opts and "-q" in p.opts for p in command.params), name
+    beats = []
+
+    @contextlib.contextmanager
+    def heartbeat(say, every_s, first_s=None):
+        beats.append(every_s)
+        yield
+
+    monkeypatch.setattr(solve_options, "heartbeat", heartbeat)
+    data = Path(__file__).resolve().parent.parent / "data"
+    for args in (["table", "-s", "1f1b", "-p", 2, "-m", 2], ["job", "--model", "llama3-8b", "--system", "dgx-h100"],
+                 ["validate", data / "measured" / "vtrain-multi-node-small.csv"],
+                 ["published", data / "published" / "megatron-lm-2021.csv"]):
+        beats.clear()
+        assert run(*args).exit_code == 0 and beats, args
+        beats.clear()
+        assert run(*args, "-q").exit_code == 0 and not beats, args
 
 
 def test_list_names_every_schedule():
@@ -374,6 +396,17 @@ def test_compare_names_both_sources_of_durations():
     result = run("compare", "-p", 4, "-m", 8)
     assert result.exit_code == 1 and "give --model and --system, or --costs FILE" in result.output
     assert "or --costs FILE (the simulation layer only" in " ".join(run("compare", "--help").output.split())
+
+
+def test_a_schedule_file_s_microbatches_that_the_batch_does_not_split_name_the_file(tmp_path):
+    """--microbatches was not given: the file set 3 microbatches, so the error names the file and
+    asks for another global batch, not for other microbatches."""
+    path = tmp_path / "s3.csv"
+    assert run("export", "-s", "1f1b", "-p", 2, "-m", 3, "-o", path).exit_code == 0
+    result = run("evaluate", "--schedule-file", path, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 8)
+    assert result.exit_code == 1 and result.stderr == (
+        f"error: --global-batch: global batch of 8 sequences is not divisible by 3 microbatches, and {path} sets the "
+        "microbatches: give another global batch\n")
 
 
 def test_a_table_of_chunks_says_its_peaks_count_chunks():

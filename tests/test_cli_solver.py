@@ -620,3 +620,10 @@ def test_a_fixed_space_names_the_options_its_schedule_was_built_with():
     assert default.output.splitlines()[0] == "space: fixed:interleaved-1f1b"
     clash = run("search", "--unit", "-p", 4, "-m", 8, "--space", "fixed:interleaved-1f1b,chunks=4", "--chunks", 3)
     assert clash.exit_code == 1 and "sets chunks=4, and --chunks another value" in clash.output
+    # an option written in the spec is the spec's error; one given as a flag, the flag's
+    for spec, flags, line in (("fixed:1f1b,chunks=2", (), "error: --space: 1f1b does not take chunks (fixed:1f1b)"),
+                              ("fixed:1f1b", ("--chunks", 2), "error: --chunks: 1f1b does not take it (fixed:1f1b)"),
+                              ("fixed:1f1b,foo=1", (), "error: --space: fixed:1f1b takes chunks=V, waves=W or split=A:B "
+                                                       "after a comma, got 'foo=1'")):
+        refused = run("search", "--unit", "-p", 4, "-m", 8, "--space", spec, *flags)
+        assert (refused.exit_code, refused.output.splitlines()) == (1, [line])

@@ -99,3 +99,16 @@ def test_mixing_kinds_keeps_table_and_simulator_equal(name, p, m, backward, data
     assert sim.peak_activation_bytes == tuple(float(x) for x in table.peak_activations)
     # I then W in place of B takes the same device time, and the upstream gradient is never later.
     assert table.length <= build_table(plain, unit).length
+
+
+@pytest.mark.parametrize("name, expected", [("1f1b", "full"), ("zb-h1", "split"), ("zb-v", "split"), ("dualpipev", "mixed"),
+                                            ("gpipe", "full")])
+def test_the_flat_form_names_the_backward_kind(name, expected):
+    """full: every backward one B; split: every one I then W; mixed: some of each (DualPipeV runs B
+    for some microbatches and I + W for others), read from the ops' kinds."""
+    from ppopt.validate import validated
+
+    schedule = generate(name, 4, 8)
+    kinds = {op.kind.value for op in schedule.ops()}
+    assert validated(schedule).backward == expected
+    assert ("B" in kinds, "I" in kinds) == {"full": (True, False), "split": (False, True), "mixed": (True, True)}[expected]

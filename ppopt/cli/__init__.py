@@ -32,10 +32,10 @@ import click
 from ppopt import IMPORTED_AT, __version__
 from ppopt.errors import PpoptError
 
-FIELD_FLAGS = {"time_limit_s": ("time_limit",), "memory_limit_bytes": ("memory_limit",), "name": ("name", "schedule"),
-               "schedule": ("schedule", "name")}
-"""Library field names that differ from the parameter name of the option that sets them (the
-schedule is ``name`` in the schedule commands and ``schedule`` in ``job``): the names to try, in order."""
+FIELD_FLAGS = {"time_limit_s": ("time_limit",), "memory_limit_bytes": ("memory_limit",), "schedule": ("schedule", "name")}
+"""Library field names that differ from the parameter name of the option that sets them: the names
+to try, in order (the schedule's parameter is ``schedule`` in ``job``, ``name`` in the schedule
+commands, where ``--schedule NAME`` may also be a file's)."""
 
 
 _FROM_COMMAND_LINE = False

@@ -34,10 +34,6 @@ PUBLISHED_SYSTEMS = ("dgx-a100", DEFAULT_SYSTEM)
 """The systems ``ppopt published`` compares by default: the DGX A100 preset the runs used, and the fit."""
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{100 * value:.2f} %"
-
-
 def _table(header: list[str], rows: list[list[str]], fmt: str) -> str:
     """A table of validate, published, calibrate and plan: CSV and markdown as every command writes
     them (:func:`ppopt.report.text.render_table`, which escapes a '|'); text without a header rule."""
@@ -75,11 +71,14 @@ def _refuse_no_rows(unmodelled, to: str) -> NoReturn:
 
 
 def _summary_lines(accuracy, files: int = 1) -> list[str]:
+    from ppopt.report.text import percent
+
     s = accuracy.summary()
     worst = accuracy.worst
     lines = [f"rows: {s['rows']} predicted, {s['unmodelled']} not modelled",
-             f"MAPE {_pct(s['mape'])}, median {_pct(s['median'])}, p95 {_pct(s['p95'])}, "
-             f"worst {_pct(s['worst'])}" + (f" (line {_where(worst.source, worst.line, files)}: {worst.model} {worst.job})" if worst else "")]
+             f"MAPE {percent(s['mape'], 'text', decimals=2)}, median {percent(s['median'], 'text', decimals=2)}, "
+             f"p95 {percent(s['p95'], 'text', decimals=2)}, "
+             f"worst {percent(s['worst'], 'text', decimals=2)}" + (f" (line {_where(worst.source, worst.line, files)}: {worst.model} {worst.job})" if worst else "")]
     for model, rho in s["spearman"].items():
         lines.append(f"Spearman {model}: " + ("-" if rho is None or not math.isfinite(rho) else f"{rho:.3f}"))
     return lines
@@ -409,4 +408,4 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
     for name, figures in summary.items():
         fitting = figures["runs"]
         over = "" if fitting == len(runs) else f" (over the {fitting} of {len(runs)} runs that fit in its memory)"
-        click.echo(f"{name}: MAPE {_pct(figures['mape'])}, worst {_pct(figures['worst'])}{over}")
+        click.echo(f"{name}: MAPE {percent(figures['mape'], 'text', decimals=2)}, worst {percent(figures['worst'], 'text', decimals=2)}{over}")

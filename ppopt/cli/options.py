@@ -282,7 +282,7 @@ def refuse_unused_options(name: str | None | tuple[str, ...], options: dict) -> 
     from ppopt.generators import REGISTRY, get
 
     if name == "all":
-        raise ConfigError("'all' is for `ppopt evaluate` and `ppopt compare`; this command takes one schedule", field="name")
+        raise ConfigError("'all' is for `ppopt evaluate` and `ppopt compare`; this command takes one schedule", field="schedule")
     given = name if isinstance(name, tuple) else (name,)
     takes = {option for one in given if one is not None for option in get(one).options}
     for option, value in options.items():
@@ -420,6 +420,7 @@ def require_size(devices, microbatches) -> None:
 
 _BYTES = re.compile(r"^\s*([0-9.eE+-]+)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)  # memory is never given in bits
 _FACTORS = {None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_FACTORS_ANY_CASE = {unit.lower(): factor for unit, factor in _FACTORS.items() if unit}
 
 
 def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit") -> float | None:
@@ -434,10 +435,8 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
             f"bytes, e.g. 60GiB or 6.4e10 (units: {', '.join(unit for unit in _FACTORS if unit)})"
         raise ConfigError(f"{flag}: must be {what}, got {text!r}")
     unit = match.group(2)
-    if unit is not None:  # any case: gib is GiB, gb is GB
-        unit = unit[:-1].upper().replace("I", "i") + "B"
     try:
-        value = float(match.group(1)) * _FACTORS[unit]
+        value = float(match.group(1)) * (1 if unit is None else _FACTORS_ANY_CASE[unit.lower()])
     except ValueError:
         raise ConfigError(f"{flag}: must be a number, got {text!r}") from None
     if not math.isfinite(value):

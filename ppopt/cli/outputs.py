@@ -171,12 +171,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
     table = build_table(schedule, units)
     metrics = table_metrics(table)
     phases.done("table built")
-    split = table.flat.split  # some backward split, known from validation
-    # DualPipeV and ZB-H2 split some backwards, not all: a split schedule that keeps a B is mixed
-    from ppopt.flat import KIND_CODE
-    from ppopt.ir import Kind
-
-    backward = "full" if not split else "mixed" if KIND_CODE[Kind.B] in table.flat.kind else "split"
+    backward = table.flat.backward
     if as_json:
         emit_json({
             "schedule": schedule.name,
@@ -184,7 +179,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
             "devices": schedule.devices,
             "stages": schedule.stages,
             "microbatches": schedule.microbatches,
-            "split_backward": split,
+            "split_backward": table.flat.split,
             "backward": backward,
             "placement": [holders[0] for holders in schedule.placement],
             "orders": [[str(op) for op in order] for order in schedule.orders],

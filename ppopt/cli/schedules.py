@@ -220,7 +220,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     Lengths are in unit slots for every schedule: a slot is one forward of a 1/p model share, B = I + W
     lasts --backward slots, chunk ops scale by p/S (so 1f1b at p = m = 8 is 45 slots)."""
     from ppopt.errors import ConfigError
-    from ppopt.evaluate import evaluate_schedule, schedule_costs
+    from ppopt.evaluate import schedule_costs
     from ppopt.report.evaluation import evaluation_json, evaluation_text, skipped_json
 
     deadline = deadline_of(time_limit)  # checked first, though a cost preset's one simulation does not need it
@@ -267,15 +267,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
                 from ppopt.report.trace import check_trace_size
 
                 check_trace_size(schedule.op_count)
-            try:
-                result = evaluate_schedule(schedule, units, model_config, system_config, global_batch, with_formula=name is not None,
-                                           parallel=parallel, **options)
-            except ConfigError as error:  # the file set the microbatches, not --microbatches: name the file
-                if schedule_file is None or error.field != "microbatches":
-                    raise
-                what = error.reason.rsplit(" (give", 1)[0]  # the library's hint offers other microbatches too
-                raise ConfigError(f"{what}, and {schedule_file} sets the microbatches: give another global batch",
-                                  field="global_batch") from None
+            result = _evaluate_one(schedule, schedule_file, units, model_config, system_config, global_batch, parallel,
+                                   name is not None, options)
         results, skipped = [result], {}
     if as_json:
         payload = [evaluation_json(r, units) for r in results]
@@ -298,6 +291,23 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             from ppopt.table import build_table
 
             _plot_table(build_table(schedule, units), plot)
+
+
+def _evaluate_one(schedule, schedule_file, units, model, system, global_batch, parallel, with_formula: bool, options):
+    """:func:`ppopt.evaluate.evaluate_schedule`; a batch that does not split into the microbatches of
+    a schedule file is that file's doing, not --microbatches': the error says so."""
+    from ppopt.errors import ConfigError
+    from ppopt.evaluate import evaluate_schedule
+
+    try:
+        return evaluate_schedule(schedule, units, model, system, global_batch, with_formula=with_formula, parallel=parallel,
+                                 **options)
+    except ConfigError as error:
+        if schedule_file is None or error.field != "microbatches":
+            raise
+        what = error.reason.rsplit(" (give", 1)[0]  # the library's hint offers other microbatches too
+        raise ConfigError(f"{what}, and {schedule_file} sets the microbatches: give another global batch",
+                          field="global_batch") from None
 
 
 def _add_simulated_job(rows: list[dict], job: dict) -> None:

@@ -61,11 +61,6 @@ def _header(name: str, unit: str, fmt: str) -> str:
     return f"{name} {CSV_UNITS.get(unit, unit)}" if fmt == "csv" else name
 
 
-def _pct(value: float | None) -> str:
-    """A gap in text and markdown (``6.52 %``, as every command writes percentages), ``-`` without one."""
-    return "-" if value is None else percent(value, "text", decimals=2)
-
-
 def search_json(result: SearchResult) -> dict:
     sim = result.simulation
     schedule = result.schedule
@@ -147,7 +142,7 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         f"bound      {_amount(result.bound, unit)}{u} (solver {_amount(result.solver_bound or None, unit)}, "  # 0: none
         f"analytic {_amount(result.analytic.best, unit)})"
     )
-    lines.append(f"gap        {_pct(result.gap)}")
+    lines.append(f"gap        {percent(result.gap, 'text', decimals=2)}")
     if result.period is not None or result.period_bound is not None:
         bound = "" if result.period_bound is None else (
             f"; period bound for m = {result.schedule.microbatches if result.schedule else '-'}: "
@@ -202,7 +197,7 @@ def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "tex
     unit = report.time_unit
     rows = [
         (r.schedule, _cell(r.step_time, unit, fmt), _cell(r.best, unit, fmt), _cell(r.bound, unit, fmt),
-         _pct(r.gap) if fmt != "csv" or r.gap is None else percent(r.gap, fmt, decimals=2),
+         percent(r.gap, fmt, decimals=2),
          r.status, "" if r.fits else "over the memory limit", r.space)
         for r in report.rows
     ]

@@ -20,7 +20,7 @@ from pathlib import Path
 from ppopt.io import atomic_write_text, output_group, write_json
 from ppopt.report.evaluation import OVER_MEMORY
 from ppopt.report.study_figures import GiB, write_figures
-from ppopt.report.text import render_table
+from ppopt.report.text import percent, render_table
 from ppopt.sweep.spec import LoadedSpec
 from ppopt.sweep.study import StudyData, claims, is_paper
 
@@ -30,10 +30,6 @@ __all__ = ["claims_text", "render", "write_report"]
 # --------------------------------------------------------------------------------------------------
 # Claims
 # --------------------------------------------------------------------------------------------------
-
-
-def _pct(x: float, digits: int = 2) -> str:
-    return f"{100 * x:.{digits}f} %"
 
 
 def _verdict(ok: bool | None) -> str:
@@ -50,12 +46,12 @@ def _same_runtime_text(c: dict) -> str:
     at = g["at"]
     return (
         f"1. *GPipe and 1F1B have the same runtime*: {_verdict(g['holds'])}. Over {g['points']} (S, m, system) points the "
-        f"simulated step times differ by at most {_pct(g['max_relative_step_time_difference'])} "
-        f"(at S = {at['devices']}, m = {at['microbatches']}, {at['system']}), {_pct(g['mean_relative_step_time_difference'], 3)} on average "
-        f"(threshold {_pct(g['threshold'], 0)}); within the threshold at {g['points_within_threshold']} of {g['points']} points. "
+        f"simulated step times differ by at most {percent(g['max_relative_step_time_difference'], 'markdown', decimals=2)} "
+        f"(at S = {at['devices']}, m = {at['microbatches']}, {at['system']}), {percent(g['mean_relative_step_time_difference'], 'markdown', decimals=3)} on average "
+        f"(threshold {percent(g['threshold'], 'markdown', decimals=0)}); within the threshold at {g['points_within_threshold']} of {g['points']} points. "
         f"Largest difference per system: "
-        + ", ".join(f"{sy} {_pct(d)}" for sy, d in g["max_by_system"].items())
-        + f" (within {_pct(g['threshold'], 0)} on {len(g['systems_within_threshold'])} of {len(g['max_by_system'])} systems)."
+        + ", ".join(f"{sy} {percent(d, 'markdown', decimals=2)}" for sy, d in g["max_by_system"].items())
+        + f" (within {percent(g['threshold'], 'markdown', decimals=0)} on {len(g['systems_within_threshold'])} of {len(g['max_by_system'])} systems)."
     )
 
 
@@ -239,7 +235,7 @@ def render(loaded: LoadedSpec, data: StudyData, found: dict, figures, result_not
         "## Peak memory per device", "",
         "Worst-device peak memory (GiB): persistent weights, gradients and optimizer state plus live activations. "
         + ("It does not depend on the system (identical on every system of the grid)." if spread < 1e-12
-           else f"It differs between systems by up to {_pct(spread)}; the table shows `{base}`."),
+           else f"It differs between systems by up to {percent(spread, 'markdown', decimals=2)}; the table shows `{base}`."),
         "",
     ]
     out += _figure_lines(figures, ["peak_memory"])
@@ -324,7 +320,7 @@ def _gap_section(data: StudyData) -> list[str]:
         rows.append([
             data.label(r), r["devices"], r["microbatches"], "none" if r["memory_limit"] is None else f"{r['memory_limit']:g}",
             _fmt(r["solver_step"]), _fmt(r["solver_best"]), _fmt(r["solver_bound"]),
-            "over the limit" if not r["solver_fits"] else ("-" if r["gap"] is None else _pct(r["gap"])),
+            "over the limit" if not r["solver_fits"] else percent(r["gap"], "markdown", decimals=2),
             r["solver_status"], f"`{r['solver_space']}`",
         ])
     out += [_table(["schedule", "p", "m", "memory limit", "step (slots)", "best found", "bound", "gap", "status", "space"], rows), ""]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ppopt.ir import Op, Schedule
@@ -222,9 +223,12 @@ LARGEST_FIXED = 1e12
 """From this magnitude on, :func:`fixed` prints significant digits (a 1e300 value would be 300 digits)."""
 
 
-def percent(value: float, fmt: str, signed: bool = False, decimals: int = 1) -> str:
+def percent(value: float | None, fmt: str, signed: bool = False, decimals: int = 1) -> str:
     """A fraction as a percentage: ``+1.5 %`` in text and markdown, the bare number (one more
-    decimal, no sign or ``%``) in CSV, whose header names the unit (:func:`percent_header`)."""
+    decimal, no sign or ``%``) in CSV, whose header names the unit (:func:`percent_header`); ``-``
+    for no value (None, or not a finite number)."""
+    if value is None or not math.isfinite(value):
+        return "-"
     shown = decimals + 1 if fmt == "csv" else decimals
     amount = round(100 * value, shown) or 0.0  # a tiny negative error prints as 0, not -0.0
     if fmt == "csv":

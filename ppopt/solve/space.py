@@ -116,6 +116,7 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
         except ScheduleError as error:
             raise ScheduleError(f"fixed:NAME needs a schedule: {error.reason}", field="space") from None
         options = {k: v for k, v in schedule_options.items() if v is not None}
+        in_spec = set()  # the options written in the spec, which its errors name as --space
         for pair in pairs:  # fixed:NAME,chunks=4 (as describe() writes it) is fixed:NAME with --chunks 4
             key, _, value = (part.strip() for part in pair.partition("="))
             if key not in ("chunks", "waves", "split") or not value:
@@ -125,8 +126,11 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
             if options.get(key) is not None and _option_text(key, options[key]) != _option_text(key, read):
                 raise ScheduleError(f"fixed:{name} sets {key}={value}, and --{key} another value: give one", field="space")
             options[key] = read
+            in_spec.add(key)
         for key in options:  # an option the schedule does not take would be ignored
             if key not in get(name).options:
+                if key in in_spec:
+                    raise ScheduleError(f"{name} does not take {key} (fixed:{name})", field="space")
                 raise ScheduleError(f"{name} does not take it (fixed:{name})", field=key)
         return Space(fixed=name, fixed_options=options, order="fixed")
     if not spec:
