@@ -386,6 +386,21 @@ def test_optimal_means_within_the_rounding_of_the_bound():
     assert " feasible " in row and "integer ticks" not in gap.stdout
 
 
+def test_progress_says_its_incumbents_are_in_ticks_when_times_are_rounded():
+    """With a model the solver's incumbents are rounded-down ticks, below the step the result is then
+    simulated at (4.03695 s in progress against 4.0467 s at the end, llama3-8b, p = 2, V placement): the
+    search's header says so. Unit mode is exact and says nothing of it."""
+    modelled = run("search", "-p", 2, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--dp", 8, "--micro-batch", 1,
+                   "--space", "placement=v,backward=split", "--time-limit", 20, "--deterministic-time", 2, "--workers", 1)
+    assert modelled.exit_code == 0, modelled.output
+    header = next(line for line in modelled.stderr.splitlines() if line.startswith("searching "))
+    assert "rounding" not in header and "below are in ticks (times rounded down)" in header
+    unit = run("search", "--unit", "-p", 4, "-m", 8, "--space", "placement=v", "--time-limit", 20, "--workers", 1)
+    assert unit.exit_code == 0, unit.output
+    header = next(line for line in unit.stderr.splitlines() if line.startswith("searching "))
+    assert "in ticks" not in header
+
+
 def test_a_byte_limit_is_echoed_in_the_unit_the_user_gave():
     """--memory-limit 78GiB came back as '8.375e+10 bytes'; GiB first now, the bytes beside."""
     result = run("search", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 32,

@@ -1022,6 +1022,8 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
     options.note(
         f"searching {space.describe()} on p = {p}, m = {m}: {len(built.ops)} ops, tick {setup.tick:.6g} {unit}, "
         f"hint {hint.name if hint else 'none'}" + (f" ({hint.simulation.step_time_s:.6g} {unit})" if hint else "")
+        + ("; the incumbents and bounds below are in ticks (times rounded down), the result is simulated again"
+           if setup.rounding > 0 else "")
     )
     began = time.monotonic()
     diving = hint is not None and not space.fixed and len(built.ops) <= UNHINTED_DIVE_OPS
