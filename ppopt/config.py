@@ -26,14 +26,20 @@ step time, or an ``OverflowError``, is never the answer to a typo):
   (a block's attention-score bytes, a step's FLOPs) stays under 1e45;
 * system rates: ``peak_flops`` and every bandwidth at least :data:`MIN_RATE` (1 FLOP or byte per
   second), and every efficiency at least :data:`MIN_EFFICIENCY`;
-* in files, every latency at most :data:`MAX_LATENCY_S` (one hour per op, message or kernel),
+* in files, every latency at most :data:`MAX_LATENCY_S` (one second per op, message or kernel),
   ``gemm_half_saturation_flops`` at most :data:`MAX_GEMM_HALF_SATURATION_FLOPS`,
   ``gemm_saturation_exponent`` at most :data:`MAX_GEMM_SATURATION_EXPONENT` and
   ``bytes_per_param_state`` at most :data:`MAX_BYTES_PER_PARAM_STATE`. Objects built in Python may
   exceed the file-only limits (the unit mode's links: any latency, an infinite bandwidth).
 
-At every limit at once (the largest model on the slowest system) a step is predicted in about
-1e65 s: finite, with some 240 orders of magnitude left to float64's 1.8e308.
+Unit slips. A file gives every value in base units (FLOP/s, bytes, bytes/s, seconds), and the
+limits above would let ``peak_flops = 312`` (meant: 312 TFLOP/s), ``memory_capacity_bytes = 40``
+(meant: 40 GB) or ``latency_s = 10`` (meant: 10 µs) through, to results off by 12 orders of
+magnitude. So a file's rates and sizes must also reach :data:`FILE_MINIMA`, far below any real
+device or link, and its latencies stay within :data:`MAX_LATENCY_S`; the error names the unit.
+
+At every limit at once (the largest model on the slowest system a file may describe) a step is
+predicted in about 4e55 s: finite, with some 250 orders of magnitude left to float64's 1.8e308.
 
 Names (of a model or a system) are one line of printable text: control characters (a newline, a
 tab, an escape sequence) are refused, since a name is printed in tables and written into the
@@ -69,9 +75,11 @@ __all__ = [
     "MAX_BYTES_PER_PARAM_STATE",
     "MAX_GEMM_HALF_SATURATION_FLOPS",
     "MAX_GEMM_SATURATION_EXPONENT",
+    "FILE_MINIMA",
     "MAX_LATENCY_S",
     "MIN_EFFICIENCY",
     "MIN_RATE",
+    "COMPUTED_DEFAULTS",
     "MODEL_LIMITS",
     "LinkConfig",
     "ModelConfig",
@@ -107,8 +115,18 @@ MIN_RATE = 1.0
 """The smallest ``peak_flops`` (FLOP/s) and bandwidth (bytes/s) of a system."""
 MIN_EFFICIENCY = 1e-6
 """The smallest compute, memory or link efficiency (a millionth of the peak rate)."""
-MAX_LATENCY_S = 3600.0
-"""The largest latency of a system file (per op, message or kernel launch), seconds."""
+MAX_LATENCY_S = 1.0
+"""The largest latency of a system file (per op, message or kernel launch), seconds: real ones are
+micro- to milliseconds, and a larger value is a unit slip (``10`` for 10 µs)."""
+FILE_MINIMA: dict[str, tuple[float, str, str]] = {
+    "peak_flops": (1e9, "FLOP/s", "989e12 for 989 TFLOP/s"),
+    "memory_bandwidth_bytes_per_s": (1e6, "bytes/s", "3.35e12 for 3.35 TB/s"),
+    "memory_capacity_bytes": (1e6, "bytes", "80e9 for 80 GB"),
+    "bandwidth_bytes_per_s": (1e6, "bytes/s", "50e9 for 50 GB/s"),
+}
+"""The smallest rate or size of a system file, its unit and an example (module doc, "Unit slips"): a GFLOP/s,
+a MB/s, a MB, far below any accelerator, memory or link (the smallest in a file is that value in
+the wrong unit)."""
 MAX_GEMM_HALF_SATURATION_FLOPS = 1e30
 """The largest ``gemm_half_saturation_flops`` of a system file (calibrations give about 1e9)."""
 MAX_GEMM_SATURATION_EXPONENT = 4.0
@@ -161,7 +179,7 @@ class _Strict(BaseModel):
     links cost only their latency (:func:`ppopt.solve.instance.unit_system`).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)  # field docs: `ppopt list model-fields`
 
     _FILE_MAXIMA: ClassVar[dict[str, float]] = {}
     """Upper limits checked in files only (module doc, "Limits")."""
@@ -175,13 +193,24 @@ class _Strict(BaseModel):
             raise ValueError(f"must be a finite number, got {value}")
         maximum = cls._FILE_MAXIMA.get(info.field_name or "")
         if maximum is not None and value > maximum:
-            raise ValueError(f"must be at most {maximum:g}, got {value:g}")
+            unit = " s" if (info.field_name or "").endswith("_s") else ""
+            raise ValueError(f"must be at most {maximum:g}{unit}, got {value:g}{unit}"
+                             + (" (seconds: 10 µs is 1e-05)" if unit and maximum == MAX_LATENCY_S else ""))
+        least, unit, example = FILE_MINIMA.get(info.field_name or "", (None, "", ""))
+        if least is not None and value < least:
+            raise ValueError(f"must be at least {least:g} {unit}, got {value:g} (a file gives {unit}: {example})")
         return value
 
 
 # --------------------------------------------------------------------------------------------------
 # Model
 # --------------------------------------------------------------------------------------------------
+
+
+COMPUTED_DEFAULTS = {"name": "the file's name without its suffix", "ffn_hidden_size": "4 x hidden_size",
+                     "num_kv_heads": "num_attention_heads"}
+"""The defaults that are other values (filled in when a file leaves the field out): a file's name
+(:func:`_load_file`), and in :class:`ModelConfig` other fields'."""
 
 
 class ModelConfig(_Strict):
@@ -194,6 +223,7 @@ class ModelConfig(_Strict):
     """
 
     name: Name
+    """The model's name in reports (one line of printable text)."""
     num_layers: Annotated[int, _size("num_layers")]
     """Transformer blocks."""
     hidden_size: Annotated[int, _size("hidden_size")]
@@ -205,6 +235,7 @@ class ModelConfig(_Strict):
     num_kv_heads: Annotated[int, _size("num_kv_heads")] = None  # type: ignore[assignment]  # filled in: num_attention_heads
     """Key/value heads (grouped-query attention); defaults to num_attention_heads (plain MHA)."""
     vocab_size: Annotated[int, _size("vocab_size")]
+    """Vocabulary entries V (the embedding and output layer are V x h)."""
     seq_length: Annotated[int, _size("seq_length")]
     """Tokens per sequence s."""
     global_batch_size: Annotated[int, _size("global_batch_size")] = 256
@@ -232,20 +263,15 @@ class ModelConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _fill_defaults(cls, data: Any) -> Any:
+        # An explicit None (from Python) is left out, as a file leaves the field out: the "after" hook
+        # fills it in from the fields it depends on, once they are valid, and the field stays out of
+        # ``model_fields_set`` (so `ppopt list models FILE` marks it a default).
         if isinstance(data, dict):
-            data = dict(data)
-            # Only from a valid value: an error is about the field given, not about the one filled in.
-            hidden = data.get("hidden_size")
-            if data.get("ffn_hidden_size") is None and _valid_size(hidden, "hidden_size"):
-                data["ffn_hidden_size"] = 4 * hidden
-            heads = data.get("num_attention_heads")
-            if data.get("num_kv_heads") is None and _valid_size(heads, "num_attention_heads"):
-                data["num_kv_heads"] = heads
+            data = {key: value for key, value in data.items() if not (key in COMPUTED_DEFAULTS and key != "name" and value is None)}
         return data
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelConfig:
-        # Fallback for inputs the "before" hook could not read (e.g. numbers given as strings).
         if self.ffn_hidden_size is None:
             object.__setattr__(self, "ffn_hidden_size", 4 * self.hidden_size)
         if self.num_kv_heads is None:
@@ -306,23 +332,26 @@ class SystemConfig(_Strict):
     """
 
     name: Name
+    """The system's name in reports (one line of printable text)."""
     description: str = ""
+    """Free text shown by `ppopt list systems`."""
     peak_flops: Rate
     """Peak dense throughput of one device, FLOP/s."""
     compute_efficiency: Efficiency = 1.0
-    """Fraction of peak_flops reached (MIN_EFFICIENCY <= e <= 1)."""
+    """Fraction of peak_flops reached."""
     compute_latency_s: NonNegativeFloat = 0.0
     """Fixed cost added to the compute time of every op, seconds."""
     memory_bandwidth_bytes_per_s: Rate
     """Device memory (HBM) bandwidth, bytes per second."""
     memory_efficiency: Efficiency = 1.0
-    """Fraction of memory_bandwidth_bytes_per_s reached (MIN_EFFICIENCY <= e <= 1)."""
+    """Fraction of memory_bandwidth_bytes_per_s reached."""
     memory_latency_s: NonNegativeFloat = 0.0
     """Fixed cost added to the memory time of every op, seconds."""
     memory_capacity_bytes: PositiveFloat
     """Device memory per device, bytes."""
     devices_per_node: Annotated[int, Field(ge=1, le=2**40)] = 8
-    """At most 2^40 (the study presets' "one node" is 10^6): larger only overflows the arithmetic."""
+    """Devices that share a node (and its intra_node link); at most 2^40 (the study presets' "one node"
+    is 10^6): larger only overflows the arithmetic."""
     intra_node: LinkConfig
     """Link between two devices of the same node."""
     inter_node: LinkConfig
@@ -334,7 +363,8 @@ class SystemConfig(_Strict):
     lasts F + B − share · min(message time of F, message time of B) (:mod:`ppopt.simulate`).
     0: no benefit, the pair lasts as its two ops."""
     bytes_per_param_state: PositiveFloat = 16.0
-    """Persistent bytes per parameter: weights + gradients + optimizer state (see class doc)."""
+    """Persistent bytes per parameter: weights + gradients + optimizer state (16 for mixed-precision
+    Adam: 2 + 2 + 12, Rajbhandari et al. 2020, Section 3.1)."""
     # ---- Job model (ppopt.job): tensor/data parallelism, measured-run calibration. The defaults
     # switch every term off, so presets without these fields give the results they always gave.
     gemm_half_saturation_flops: NonNegativeFloat = 0.0
@@ -342,16 +372,15 @@ class SystemConfig(_Strict):
     block's reference h x h/t GEMM (g = 2·b·s·h²/t), or of each GEMM kernel under
     ``op_accounting = "kernels"``. A GEMM of size g runs at
     ``compute_efficiency / (1 + (k/g)^n)`` of peak (n = ``gemm_saturation_exponent``): small GEMMs
-    (small micro batches, large t) run far below peak. 0: the efficiency does not depend on size.
-    Read by the job model (:mod:`ppopt.job`), behind every modelled command."""
+    (small micro batches, large t) run far below peak. 0: the efficiency does not depend on size."""
     gemm_saturation_exponent: PositiveFloat = 1.0
     """n in the GEMM efficiency curve above: how sharply efficiency saturates with size (1: the
-    hyperbola g/(g + k)). Read by the job model (:mod:`ppopt.job`), behind every modelled command."""
+    hyperbola g/(g + k))."""
     kernel_host_s: NonNegativeFloat = 0.0
     """Host (CPU) time to launch one GPU kernel, seconds. Under the "additive" ``op_time_rule`` an op
     takes the larger of its GPU time and its kernels' host time: the host queues kernels ahead of
     the GPU, so launch overhead shows only when the kernels are shorter than their launch
-    (:func:`ppopt.costs.work_time_s`). 0: never host-bound. Read by the job model (:mod:`ppopt.job`), behind every modelled command."""
+    (:func:`ppopt.costs.work_time_s`). 0: never host-bound."""
     op_accounting: Literal["block", "kernels"] = "block"
     """How :mod:`ppopt.job` counts a block's work. "block" (the default): the memory-bound
     elementwise kernels move the bytes the block would store without recomputation, once per F, I
@@ -359,12 +388,11 @@ class SystemConfig(_Strict):
     each elementwise kernel's own reads and writes (:func:`ppopt.costs.elementwise_traffic_bytes`:
     the attention-score kernels, which scale with s², weigh about 2.6 times their stored bytes)
     and each GEMM kernel at its own size, so that with ``gemm_saturation_exponent = 1`` every GEMM
-    kernel pays the same fixed cost (:data:`ppopt.job.BLOCK_KERNELS`). Read by the job
-    model (:mod:`ppopt.job`), behind every modelled command."""
+    kernel pays the same fixed cost (:data:`ppopt.job.BLOCK_KERNELS`)."""
     inter_node_per: Literal["device", "node"] = "device"
     """What ``inter_node.bandwidth_bytes_per_s`` belongs to: one NIC per device ("device": every
     device has that bandwidth of its own) or one NIC per node ("node": the devices of a node that
-    cross nodes at once share it). Read by the job model (:mod:`ppopt.job`), behind every modelled command."""
+    cross nodes at once share it)."""
     op_time_rule: Literal["roofline", "additive"] = "roofline"
     """How :func:`ppopt.costs.work_time_s` combines an op's compute and memory time (both cost
     paths, pure pipeline and 3D job, use it). "roofline" (the default, the paper's method, Barley et
@@ -475,7 +503,9 @@ def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind:
     if text in presets:
         return presets[text]
     known = ", ".join(sorted(presets)) or "none"
-    raise ConfigError(f"unknown {kind} preset '{text}' (known: {known})")
+    files = [text + suffix for suffix in _SUFFIXES if Path(text + suffix).is_file()]
+    meant = f"; for the file, give its name: {files[0]}" if files else ""
+    raise ConfigError(f"unknown {kind} preset '{text}' (known: {known}){meant}")
 
 
 def display_path(path: Path) -> str:
@@ -500,7 +530,8 @@ def _read(path: Path) -> dict[str, Any]:
         raise ConfigError(not_utf8(where, error)) from None
     except ValueError as error:  # not TOML or JSON
         read_as = "JSON" if path.suffix.lower() == ".json" else "TOML"  # what parse_data tried, whatever the suffix
-        raise ConfigError(f"{where}: not valid {read_as}: "
+        other = "" if path.suffix.lower() in _SUFFIXES else " (ppopt reads .toml and .json files; any other name is read as TOML)"
+        raise ConfigError(f"{where}: not valid {read_as}{other}: "
                           f"{_one_line(str(error))}") from error
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: top level must be a table/object of fields")

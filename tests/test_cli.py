@@ -81,7 +81,7 @@ def test_list_names_the_presets_with_their_fields():
     h100 = next(line.split() for line in run("list", "systems").output.splitlines() if line.startswith("dgx-h100 "))
     assert h100[1:4] == ["8", "989", "80"]  # GPUs per node, peak TFLOP/s, memory GB
     # the inter-node bandwidth says whose it is: a GPU's own NIC, or one NIC a node's GPUs share
-    assert h100[5:7] == ["50", "GPU"]
+    assert h100[5:7] == ["50", "device"]
     vtrain = next(line.split() for line in run("list", "systems").output.splitlines() if line.startswith("a100-vtrain "))
     assert vtrain[5:7] == ["100", "node"]
     assert run("list", "systems", "--format", "csv").output.splitlines()[1].split(",")[5:7] == ["100", "node"]  # numbers stay numbers

@@ -476,7 +476,7 @@ def test_the_closed_form_parameter_count_is_the_model_s():
 
 def _costs():
     stage = StageCost(layers=1, forward_s=1.0, backward_s=2.0, input_grad_s=1.0, weight_grad_s=1.0,
-                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
+                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1e6)
     return Costs((stage, stage), 1, 4)
 
 
@@ -485,7 +485,7 @@ def test_a_cost_preset_round_trips_and_predicts_the_closed_form(tmp_path):
     from ppopt.run.compare import predict
 
     path = tmp_path / "costs.json"
-    link = LinkConfig(bandwidth_bytes_per_s=1e3, latency_s=0.5)  # a 1000-byte message takes 1.5 s
+    link = LinkConfig(bandwidth_bytes_per_s=1e6, latency_s=0.5)  # a 1 MB message takes 1.5 s
     write_cost_preset(path, _costs(), link, {"by": "test"})
     costs, read_link = read_cost_preset(path)
     assert costs == _costs() and read_link == link
@@ -572,8 +572,8 @@ def test_the_profile_as_unit_model_flags():
     from ppopt.run.profile import unit_flags
 
     stage = StageCost(layers=1, forward_s=2.0, backward_s=5.0, input_grad_s=2.0, weight_grad_s=4.0,
-                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
-    link = LinkConfig(bandwidth_bytes_per_s=1e4, latency_s=0.1)  # 0.1 + 0.1 s = 0.1 slot of F = 2 s
+                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1e5)
+    link = LinkConfig(bandwidth_bytes_per_s=1e6, latency_s=0.1)  # 0.1 + 0.1 s = 0.1 slot of F = 2 s
     assert unit_flags(Costs((stage, stage), 1, 4), link) == {"forward": 1.0, "backward": 3.0, "weight": 2.0, "comm": 0.1}
     idle = dataclasses.replace(stage, forward_s=0.0)  # no slot to measure in: an error, not a division by zero
     with pytest.raises(ConfigError, match="every forward_s is 0") as error:
@@ -586,8 +586,8 @@ def test_search_with_a_cost_preset_is_unit_mode_with_its_ratios(tmp_path):
 
     path = tmp_path / "costs.json"
     stage = StageCost(layers=1, forward_s=2.0, backward_s=5.0, input_grad_s=2.0, weight_grad_s=4.0,
-                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1000.0)
-    write_cost_preset(path, Costs((stage, stage), 1, 4), LinkConfig(bandwidth_bytes_per_s=1e4, latency_s=0.1), {})
+                      activation_bytes=0.0, persistent_bytes=0.0, param_count=0.0, send_bytes=1e5)
+    write_cost_preset(path, Costs((stage, stage), 1, 4), LinkConfig(bandwidth_bytes_per_s=1e6, latency_s=0.1), {})
     args = ["search", "-p", 2, "-m", 4, "--space", "placement=linear,backward=split", "-q", "--json"]
     with_preset = json.loads(cli(*args, "--costs", path).stdout)
     with_flags = json.loads(cli(*args, "--unit", "--forward", 1, "--backward", 3, "--weight", 2, "--comm", 0.1).stdout)

@@ -34,14 +34,27 @@ from ppopt.generators import REGISTRY
 
 
 @main.command("list")
-@click.argument("what", metavar="[WHAT]", type=click.Choice(["schedules", "models", "systems"]), default="schedules")
+@click.argument("what", metavar="[WHAT]", type=click.Choice(["schedules", "models", "systems", "model-fields", "system-fields"]),
+                default="schedules")
+@click.argument("names", metavar="[NAME|FILE]...", nargs=-1)
 @json_option
 @format_option
-def list_command(what: str, as_json: bool, fmt: str) -> None:
-    """List the schedules (options, rules, where their closed forms hold, PyTorch export, summary),
-    or with WHAT = models or systems the presets --model and --system take by name."""
+def list_command(what: str, names: tuple[str, ...], as_json: bool, fmt: str) -> None:
+    """List the schedules (options, rules, where their closed forms hold, PyTorch export, summary);
+    with WHAT = models or systems, the presets --model and --system take by name, or, given preset
+    names or files, every field of each as read, side by side; with WHAT = model-fields or
+    system-fields, what a model or system file may hold (type, unit, default, meaning)."""
     from ppopt.report.text import render_table
 
+    if names and what not in ("models", "systems"):
+        raise click.UsageError(f"`list {what}` takes no names (`list models NAME|FILE...` and `list systems NAME|FILE...` do)",
+                               click.get_current_context())
+    if what.endswith("-fields"):
+        _list_fields(what, as_json, fmt)
+        return
+    if names:
+        _list_configs(what, names, as_json, fmt)
+        return
     if what != "schedules":
         _list_presets(what, as_json, fmt)
         return
@@ -72,15 +85,52 @@ def _list_presets(what: str, as_json: bool, fmt: str) -> None:
     else:
         systems = [load_system(name) for name in list_systems()]
         dumped = [s.model_dump(mode="json") for s in systems]
-        header = ("system", "GPUs/node", "peak TFLOP/s", "memory GB", "intra-node GB/s", "inter-node GB/s", "per", "description")
+        header = ("system", "GPUs/node", "peak TFLOP/s", "memory GB", "intra-node GB/s", "inter-node GB/s", "inter-node per", "description")
         rows = [(s.name, str(s.devices_per_node), f"{s.peak_flops / 1e12:g}", f"{s.memory_capacity_bytes / 1e9:.4g}",
                  f"{s.intra_node.bandwidth_bytes_per_s / 1e9:.4g}",
-                 f"{s.inter_node.bandwidth_bytes_per_s / 1e9:.4g}", "GPU" if s.inter_node_per == "device" else "node",
+                 f"{s.inter_node.bandwidth_bytes_per_s / 1e9:.4g}", s.inter_node_per,
                  s.description) for s in systems]
     if as_json:
         emit_json(dumped)
         return
     click.echo(render_table(header, rows, fmt))
+
+
+def _list_fields(what: str, as_json: bool, fmt: str) -> None:
+    """The reference of a model or system file (:mod:`ppopt.report.config_fields`)."""
+    from ppopt.config import ModelConfig, SystemConfig
+    from ppopt.report.config_fields import field_docs, field_reference_text
+    from ppopt.report.text import render_table
+
+    docs = field_docs(ModelConfig if what == "model-fields" else SystemConfig)
+    if as_json:
+        emit_json([doc.as_json() for doc in docs])
+    elif fmt == "text":
+        click.echo(field_reference_text(docs))
+    else:
+        click.echo(render_table(("field", "type", "unit", "default", "meaning"),
+                                [(d.name, d.kind, d.unit, d.default, d.meaning) for d in docs], fmt))
+
+
+def _list_configs(what: str, names: tuple[str, ...], as_json: bool, fmt: str) -> None:
+    """Every field of the given presets or files as read, side by side; a value the file left out
+    (the default) is marked."""
+    from ppopt.config import load_model, load_system
+    from ppopt.report.config_fields import values_of
+    from ppopt.report.text import render_table, with_context
+
+    load = load_model if what == "models" else load_system
+    configs = [load(name) for name in names]
+    values = [values_of(config) for config in configs]
+    if as_json:
+        emit_json([{"name": name, **config.model_dump(mode="json"), "defaults": [f for f, (_, given) in v.items() if not given]}
+                   for name, config, v in zip(names, configs, values)])
+        return
+    mark = (lambda text, given: text) if fmt == "csv" else (lambda text, given: text if given else f"{text} *")
+    rows = [(field, *(mark(*v[field]) for v in values)) for field in values[0]]
+    table = render_table(("field", *names), rows, fmt)
+    note = "* the default: the file leaves the field out (`ppopt list " + ("model" if what == "models" else "system") + "-fields`)"
+    click.echo(with_context([], table, [""] + [note] if any(not g for v in values for _, g in v.values()) else [], fmt))
 
 
 def _closed_forms_cell(forms) -> str:

@@ -1,0 +1,181 @@
+"""The reference of model and system files (`ppopt list model-fields`, `system-fields`), the
+side-by-side view of files as read (`ppopt list models NAME|FILE ...`), and the errors a user's
+own file gets for a unit slip or a name that is not a preset."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.config import ModelConfig, SystemConfig, load_model, load_system
+from ppopt.errors import ConfigError
+from ppopt.report.config_fields import field_docs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("config", [ModelConfig, SystemConfig])
+def test_every_field_is_explained(config):
+    """A field added without a docstring would reach the reference with no meaning."""
+    docs = field_docs(config)
+    assert docs and all(doc.meaning and doc.kind for doc in docs), [d.name for d in docs if not d.meaning]
+    assert not any(":mod:" in d.meaning or "``" in d.meaning for d in docs)  # no reStructuredText left
+
+
+@pytest.mark.parametrize(("config", "load", "what"), [(ModelConfig, load_model, "model"), (SystemConfig, load_system, "system")])
+def test_the_reference_says_what_a_file_needs_and_what_it_gets_otherwise(tmp_path, config, load, what):
+    """A file with only the fields the reference calls required loads, and each other field then has
+    the default the reference states; leaving out any required field is refused naming it."""
+    docs = field_docs(config)
+    required = [d.name for d in docs if d.default == "required"]
+    full = load("llama3-8b" if what == "model" else "dgx-h100")
+
+    def write(names):
+        top = {n: getattr(full, n) for n in names if "." not in n}
+        tables = {}
+        for name in (n for n in names if "." in n):
+            table, key = name.split(".")
+            tables.setdefault(table, {})[key] = getattr(getattr(full, table), key)
+        path = tmp_path / f"minimal-{what}.json"
+        path.write_text(json.dumps({**top, **tables}))
+        return path
+
+    loaded = load(write(required))
+    expected = {"name": f'"minimal-{what}"', "ffn_hidden_size": str(4 * full.hidden_size) if what == "model" else None,
+                "num_kv_heads": str(full.num_attention_heads) if what == "model" else None}
+    from ppopt.report.config_fields import values_of
+
+    for doc in docs:
+        if doc.name in required:
+            continue
+        value, given = values_of(loaded)[doc.name]
+        assert value == (expected.get(doc.name) or doc.default), doc.name
+        assert not given or doc.name == "name", doc.name
+    for name in required:
+        others = [n for n in required if n != name]
+        table = name.split(".")[0]  # a link table left with none of its fields is missing as a whole
+        missing = name if "." not in name or any(n.startswith(f"{table}.") for n in others) else table
+        with pytest.raises(ConfigError, match=f"missing field '{re.escape(missing)}'"):
+            load(write(others))
+
+
+def test_the_reference_bounds_are_the_ones_a_file_is_checked_against(tmp_path):
+    """Every stated bound of a system file is enforced, one step past it (and the bound itself loads)."""
+    base = (ROOT / "configs" / "dgx-h100.toml").read_text()
+    checked = 0
+    for doc in field_docs(SystemConfig):
+        if doc.name.startswith("inter_node.") or not doc.kind.startswith("number"):
+            continue
+        table, _, key = doc.name.rpartition(".")
+        for bound in re.findall(r"(>=|>|<=) (\S+?)(?:,|$)", doc.kind):
+            sign, number = bound
+            limit = float(number)
+            past = {">=": limit * 0.5 if limit > 0 else -1.0, ">": -1.0 if limit == 0 else 0.0, "<=": limit * 2}[sign]
+            for value, ok in ((limit, sign != ">"), (past, False)):
+                if sign == ">" and value == limit:
+                    continue
+                path = tmp_path / "s.toml"
+                path.write_text(_set(base, table, key, value))
+                if ok:
+                    load_system(path)
+                else:
+                    with pytest.raises(ConfigError, match=f"field '{re.escape(doc.name)}'"):
+                        load_system(path)
+                checked += 1
+    assert checked >= 20
+
+
+def _set(text: str, table: str, key: str, value: float) -> str:
+    """``text`` (a system TOML) with ``key`` (in ``[table]``, or at the top) set to ``value``."""
+    lines, current, done = [], "", False
+    for line in text.splitlines():
+        if line.startswith("["):
+            if not done and current == table:
+                lines.append(f"{key} = {value!r}")
+                done = True
+            current = line.split("]")[0].strip("[ ")
+        if current == table and line.split("=")[0].strip() == key:
+            line, done = f"{key} = {value!r}", True
+        if not table and not done and line.startswith("["):
+            lines.append(f"{key} = {value!r}")
+            done = True
+        lines.append(line)
+    if not done:
+        lines.append(f"{key} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("key", "value", "reason"), [
+    ("peak_flops", "312", "must be at least 1e+09 FLOP/s, got 312 (a file gives FLOP/s: 989e12 for 989 TFLOP/s)"),
+    ("memory_capacity_bytes", "40", "must be at least 1e+06 bytes, got 40 (a file gives bytes: 80e9 for 80 GB)"),
+    ("compute_latency_s", "10", "must be at most 1 s, got 10 s (seconds: 10 µs is 1e-05)"),
+])
+def test_a_unit_slip_in_a_system_file_is_refused_naming_the_unit(tmp_path, key, value, reason):
+    """312 meant TFLOP/s, 40 meant GB, 10 meant µs: each gave a step of 8e15 ms, a 0 GB GPU or a
+    2,030 s step with exit 0. The CLI already refused a bare --memory-limit 40."""
+    path = tmp_path / "mine.toml"
+    path.write_text(_set((ROOT / "configs" / "dgx-h100.toml").read_text(), "", key, float(value)))
+    result = cli("job", "--model", "llama3-8b", "--system", path, "--pp", 8)
+    assert (result.exit_code, result.output) == (1, f"error: {path}: field '{key}': {reason.replace(value, f'{float(value):g}', 1)}\n")
+
+
+def test_a_preset_name_that_is_a_file_here_says_to_give_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m13b.toml").write_text('name = "m13b"\n')
+    result = cli("job", "--model", "m13b", "--system", "dgx-h100")
+    assert result.exit_code == 1
+    assert result.output.startswith("error: unknown model preset 'm13b' (known: ")
+    assert result.output.endswith("; for the file, give its name: m13b.toml\n")
+    assert "give its name" not in cli("job", "--model", "m13c", "--system", "dgx-h100").output
+
+
+def test_list_fields_prints_the_reference_in_every_format():
+    text = cli("list", "system-fields")
+    assert text.exit_code == 0
+    assert "inter_node_per  (\"device\" or \"node\", default \"device\")" in text.output
+    assert "peak_flops  (number >= 1e+09, FLOP/s, required)" in text.output  # the file minimum, not the class one
+    data = json.loads(cli("list", "model-fields", "--json").stdout)
+    assert [row["field"] for row in data] == list(ModelConfig.model_fields)
+    assert {row["field"]: row["default"] for row in data}["ffn_hidden_size"] == "4 x hidden_size"
+    markdown = cli("list", "model-fields", "--format", "markdown").output.splitlines()
+    assert markdown[0] == "| field | type | unit | default | meaning |" and len(markdown) == 2 + len(ModelConfig.model_fields)
+
+
+def test_list_models_shows_each_file_as_read_with_its_defaults_marked(tmp_path):
+    """A file with only the fields `list models` shows gets GPT's defaults (GELU, no fused attention,
+    dropout): side by side with the preset it was copied from, the defaults are marked."""
+    mine = tmp_path / "mine.toml"
+    mine.write_text('num_layers = 40\nhidden_size = 5120\nnum_attention_heads = 40\nvocab_size = 32000\nseq_length = 4096\n')
+    result = cli("list", "models", "llama3-8b", mine)
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split()[1:] for line in result.output.splitlines()[2:] if line and not line.startswith("*")}
+    assert rows["activation"] == ['"swiglu"', '"gelu"', "*"]
+    assert rows["flash_attention"] == ["true", "false", "*"]
+    assert rows["ffn_hidden_size"] == ["14336", "20480", "*"]
+    assert rows["num_layers"] == ["32", "40"]
+    assert result.output.rstrip().endswith("* the default: the file leaves the field out (`ppopt list model-fields`)")
+    csv = cli("list", "models", mine, "--format", "csv").output.splitlines()
+    assert csv[0] == f"field,{mine}" and "activation,\"\"\"gelu\"\"\"" in csv
+    data = json.loads(cli("list", "models", mine, "--json").stdout)
+    assert data[0]["hidden_size"] == 5120 and "activation" in data[0]["defaults"] and "hidden_size" not in data[0]["defaults"]
+    refused = cli("list", "schedules", "1f1b")
+    assert refused.exit_code == 1 and "takes no names" in refused.output
+
+
+@pytest.mark.parametrize("what", ["model-fields", "system-fields"])
+def test_the_readme_reference_is_the_commands_output(what):
+    """The README's field tables are `ppopt list model-fields/system-fields --format markdown`, as printed now."""
+    readme = (ROOT / "README.md").read_text()
+    summary = f"(<code>ppopt list {what} --format markdown</code>)</summary>\n\n"
+    assert summary in readme
+    table = readme.split(summary, 1)[1].split("\n\n</details>", 1)[0]
+    assert table == cli("list", what, "--format", "markdown").output.rstrip("\n")
