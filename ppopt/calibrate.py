@@ -419,16 +419,27 @@ def _comment(text: str) -> str:
     return _escaped(text, quote=False)
 
 
-def system_toml(calibration: Calibration, base_name: str, sources: list[str]) -> str:
-    """The calibrated system as a TOML file ``--system`` accepts, fitted fields commented. Every
-    string is escaped (TOML basic strings) and every name in a comment has its control characters
-    escaped, so the file reads back as the same system whatever the names."""
+SET_BY_THE_FIT = {"op_time_rule": "the rule the fit's closed form uses",
+                  "op_accounting": "how the fit model counts a block's work"}
+"""Fields a calibration sets without fitting them (:func:`apply`, :data:`MODELS`), and why."""
+
+
+def system_toml(calibration: Calibration, base: SystemConfig, sources: list[str], simulated_mape: float | None = None) -> str:
+    """The calibrated system as a TOML file ``--system`` accepts: fitted fields commented, and so
+    are those the fit sets (:data:`SET_BY_THE_FIT`) where they differ from ``base``. Every string is
+    escaped (TOML basic strings) and every name in a comment has its control characters escaped, so
+    the file reads back as the same system whatever the names. ``simulated_mape``: the calibrated
+    system's simulated MAPE on the rows (what `ppopt calibrate` prints), beside the closed form's."""
     system = calibration.system
     fitted = {p.name: p for p in calibration.parameters}
+    mape = f"closed-form MAPE of the fit {100 * calibration.mape:.2f} %"
+    if simulated_mape is not None:
+        mape = f"MAPE {100 * simulated_mape:.2f} % simulated, {100 * calibration.mape:.2f} % in the closed form the fit minimises"
     lines = [
-        _comment(f"# {system.name}: '{base_name}' calibrated by `ppopt calibrate` on {calibration.rows} measured rows"),
-        _comment(f"# ({', '.join(sources)}); closed-form MAPE of the fit {100 * calibration.mape:.2f} %."),
-        "# Fitted fields are marked 'fitted'; the others are copied from the base system.",
+        _comment(f"# {system.name}: '{base.name}' calibrated by `ppopt calibrate` on {calibration.rows} measured rows"),
+        _comment(f"# ({', '.join(sources)}); {mape}."),
+        "# Fitted fields are marked 'fitted', fields the fit sets 'set by the calibration'; the others are copied from the",
+        "# base system.",
     ]
     tables = []
     for name, value in system.model_dump().items():
@@ -436,6 +447,8 @@ def system_toml(calibration: Calibration, base_name: str, sources: list[str]) ->
             tables.append((name, value))
             continue
         note = f"  # fitted: {fitted[name].description}" if name in fitted else ""
+        if name in SET_BY_THE_FIT and value != getattr(base, name):
+            note = f"  # set by the calibration ({SET_BY_THE_FIT[name]}; the base has {_toml_value(getattr(base, name))})"
         lines.append(f"{name} = {_toml_value(value)}{note}")
     for name, table in tables:
         key = f"{name}_efficiency"

@@ -203,10 +203,25 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
 
 
 def _has_layouts(request: PlanRequest) -> bool:
+    return bool(_layouts_or_none(request))
+
+
+def _layouts_or_none(request: PlanRequest) -> list[tuple[int, int, int]]:
     try:
-        return bool(layouts(request))
+        return layouts(request)
     except InfeasibleError:
-        return False
+        return []
+
+
+def depths_left_out(request: PlanRequest) -> list[int]:
+    """The pipeline depths p the even split leaves out because p does not divide the layers, and
+    which ``--layers-per-stage balanced`` plans (empty for any other split)."""
+    if request.split != "even":
+        return []
+    planned = {p for _, p, _ in _layouts_or_none(request)}
+    if not planned:  # no layout at all: plan's error names the balanced split
+        return []
+    return sorted({p for _, p, _ in _layouts_or_none(replace(request, split="balanced"))} - planned)
 
 
 def _micro_batches(request: PlanRequest, d: int) -> list[int]:
@@ -850,10 +865,12 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
         if least is None:
             raise ConfigError("no job to plan", field="candidates")
         job, memory = least
+        given = request.memory_limit_bytes is not None  # else the system's memory: say so, not blame a flag never given
+        where = "" if given else f" (the memory_capacity_bytes of system {request.system.name})"
         raise InfeasibleError(
-            f"no job fits {limit / 1e9:.2f} GB per GPU: the least any of the {total} jobs needs is "
+            f"no job fits {limit / 1e9:.2f} GB per GPU{where}: the least any of the {total} jobs needs is "
             f"{memory.peak_bytes / 1e9:.2f} GB ({describe(job)}, {memory.bound()})",
-            field="memory_limit_bytes")
+            field="memory_limit_bytes" if given else None)
     rows: list[PlanRow] = []
     fitting = best_first(fitting, budget)
     # the share kept begins when the simulations do, so the first one always has time

@@ -4,6 +4,7 @@ per session, and the reader's errors on bad data."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -370,13 +371,15 @@ def test_calibrate_on_fewer_rows_than_parameters_says_the_fit_is_underdetermined
 
 
 def test_job_and_plan_print_huge_values_in_significant_digits(tmp_path):
-    """A system at its least rates (1 FLOP/s) and with 1e308 bytes per GPU printed times of 20 digits
-    and a capacity of about 300: every line of job's report is now short, with significant digits,
-    and so is plan's memory-limit header."""
+    """A system at its least rates and with 1e308 bytes per GPU printed times of 20 digits, a
+    capacity of about 300 and a throughput of "0 tokens/s": every line of job's report is now short,
+    with significant digits, and so is plan's memory-limit header."""
     import tomllib
 
     data = tomllib.loads((DATA.parent.parent / "configs" / "dgx-a100.toml").read_text())
-    data["peak_flops"], data["memory_capacity_bytes"] = 1.0, 1e308
+    # the least a file may give (ppopt.config.FILE_MINIMA, MIN_EFFICIENCY)
+    data.update(peak_flops=1e9, compute_efficiency=1e-6, memory_bandwidth_bytes_per_s=1e6, memory_efficiency=1e-6,
+                memory_capacity_bytes=1e308)
     path = tmp_path / "slow.json"
     path.write_text(json.dumps(data))
     result = run("job", "--model", "llama3-8b", "--system", str(path))
@@ -384,6 +387,7 @@ def test_job_and_plan_print_huge_values_in_significant_digits(tmp_path):
     lines = result.output.splitlines()
     assert all(len(line) < 80 for line in lines), lines
     assert lines[1].startswith("step") and "e+" in lines[1] and lines[-1].endswith("(fits in 1e+299 GB)")
+    assert lines[5].startswith("throughput  1.4e-08 tokens/s")  # not "0 tokens/s"
     plan = run("plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--memory-limit", "1e308",
                "--search", "0", "-q", "--schedule", "1f1b")
     assert plan.exit_code == 0, plan.output
@@ -394,8 +398,8 @@ def test_job_and_plan_print_huge_values_in_significant_digits(tmp_path):
     assert slow.exit_code == 0, slow.output
     header, best = slow.output.splitlines()[2:4]
     step, rate = best[header.index("step s"):header.index("MFU")].split()  # the columns are aligned
-    assert "e+" in step and float(step) > 1e15  # significant digits, not 17 digits and 3 decimals
-    assert 0 < float(rate) < 1e-9  # tokens/s: a few significant digits, not "0"
+    assert "e+" in step and float(step) > 1e12  # significant digits, not 17 digits and 3 decimals
+    assert 0 < float(rate) < 1e-6  # tokens/s: a few significant digits, not "0"
 
 
 def test_plan_says_by_how_much_the_closest_job_misses_a_limit_it_rounds_to():
@@ -613,7 +617,26 @@ def test_calibrate_names_standard_input_as_its_source(tmp_path):
     rows = "".join(Path(MULTI).read_text().splitlines(keepends=True)[:13])
     result = CliRunner().invoke(main, ["calibrate", "-", "--system", "a100-vtrain", "-o", str(out), "-q"], input=rows)
     assert result.exit_code == 0, result.output
-    assert out.read_text().splitlines()[1].startswith("# (standard input); closed-form MAPE of the fit")
+    assert re.match(r"# \(standard input\); MAPE \d+\.\d\d % simulated, \d+\.\d\d % in the closed form the fit minimises\.$",
+                    out.read_text().splitlines()[1])
+
+
+def test_calibrated_file_says_what_the_fit_set_and_its_simulated_error():
+    """The file said every field not marked 'fitted' was the base system's, but the fit sets
+    op_time_rule and op_accounting (a base with the defaults had 5 % MAPE, with those two switched
+    43 %; a100-vtrain has the additive rule already, so only op_accounting differs); its header gave the closed form's MAPE (11.49 %) where calibrate printed the simulated one
+    (14.89 %)."""
+    rows = "".join(Path(MULTI).read_text().splitlines(keepends=True)[:13])
+    with CliRunner().isolated_filesystem():
+        result = CliRunner().invoke(main, ["calibrate", "-", "--system", "a100-vtrain", "-o", "fit.toml", "-q"], input=rows)
+        assert result.exit_code == 0, result.output
+        text = Path("fit.toml").read_text()
+    lines = text.splitlines()
+    assert 'op_time_rule = "additive"' in lines  # the base's own value: copied, not set
+    assert 'op_accounting = "kernels"  # set by the calibration (how the fit model counts a block\'s work; the base has "block")' in lines
+    simulated = re.search(r"MAPE (\d+\.\d\d) % simulated", lines[1]).group(1)
+    fit_lines = result.stdout.split("fit on the calibration rows (simulated):\n", 1)[1]
+    assert f"MAPE {simulated} %" in fit_lines.split("\n\n")[0]
 
 
 def test_plan_markdown_quotes_the_megatron_layout_flag():

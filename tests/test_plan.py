@@ -240,7 +240,7 @@ def test_a_torch_csv_the_first_job_cannot_fill_names_the_flag_after_the_plan_is_
                  "--torch-csv", csv_path, "--plot", png)
     assert result.exit_code == 1
     assert result.stdout.splitlines()[3].split()[:5] == ["1", "t2", "p8", "d4", "b1"] and "dualpipe" in result.stdout.splitlines()[3]
-    assert result.stderr == ("error: --torch-csv: cannot write #1 (t2 p8 d4 b1 m64): PyTorch's schedule CSV holds one rank "
+    assert result.stderr.splitlines()[-1] + "\n" == ("error: --torch-csv: cannot write #1 (t2 p8 d4 b1 m64): PyTorch's schedule CSV holds one rank "
                              "per stage; dualpipe places stage 0 on ranks 0 and 7; keep to the --schedule families "
                              "`ppopt list` marks 'torch csv yes', or leave --torch-csv out\n")
     assert not list(tmp_path.iterdir())
@@ -891,3 +891,35 @@ def test_no_layout_of_the_gpus_points_to_a_balanced_split_when_it_finds_some():
     # a count no split helps has no hint: 37 GPUs (prime) need p = 37 > 32 layers, or d = 37 not dividing 256
     none = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--gpus", "37", "--system", "dgx-h100", "-q"])
     assert none.exit_code == 1 and "balanced" not in none.stderr
+
+
+def test_plan_names_the_depths_the_even_split_leaves_out(tmp_path):
+    """A 37-layer model on 16 GPUs was planned at p = 1 alone, with no word of the depths the even
+    split refuses; `job --pp 2` takes them (19 + 18 layers), and `--layers-per-stage balanced` plans them."""
+    model = tmp_path / "odd.toml"
+    model.write_text("num_layers = 37\nhidden_size = 3072\nnum_attention_heads = 24\nnum_kv_heads = 3\nvocab_size = 32000\n"
+                     "seq_length = 4096\nflash_attention = true\n")
+    args = ["plan", "--model", str(model), "--gpus", "16", "--system", "dgx-h100", "--search", "0", "-q", "--schedule", "1f1b"]
+    even = CliRunner().invoke(main, args)
+    assert even.exit_code == 0, even.output
+    assert even.stderr.splitlines()[0] == ("note: p = 2, 4, 8, 16 left out: the even split needs p to divide the 37 layers; "
+                                          "--layers-per-stage balanced plans them too")
+    balanced = CliRunner().invoke(main, [*args, "--layers-per-stage", "balanced"])
+    assert balanced.exit_code == 0 and "left out" not in balanced.stderr
+    assert {int(row["job"].split()[1][1:]) for row in json.loads(CliRunner().invoke(main, [*args, "--layers-per-stage", "balanced",
+                                                                                      "--json", "--top", "100"]).stdout)["top"]} >= {2, 4}
+    divides = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--gpus", "16", "--system", "dgx-h100", "--search", "0", "-q",
+                                        "--schedule", "1f1b"])
+    assert divides.exit_code == 0 and "left out" not in divides.stderr
+
+
+def test_a_limit_the_user_did_not_give_is_named_as_the_systems_memory(tmp_path):
+    """With no --memory-limit, the limit is the system's memory_capacity_bytes, which the error blamed
+    on --memory-limit."""
+    system = tmp_path / "small.toml"
+    system.write_text((Path(__file__).resolve().parent.parent / "configs" / "dgx-h100.toml").read_text()
+                      .replace("memory_capacity_bytes = 80.0e9", "memory_capacity_bytes = 2e9"))
+    result = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--gpus", "8", "--system", str(system), "--search", "0", "-q",
+                                       "--schedule", "1f1b"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: no job fits 2.00 GB per GPU (the memory_capacity_bytes of system dgx-h100): the least")

@@ -200,10 +200,10 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     calibrated = fitted.system.model_copy(update={"name": name or Path(output).stem,
                                                   "description": f"{base.name} calibrated on {len(rows)} measured rows"})
     fitted = dataclasses.replace(fitted, system=calibrated)
-    atomic_write_text(output, system_toml(fitted, base.name, ["standard input" if p == "-" else Path(p).name for p in data]))
     with working("calibrate: the fit and the base system on the rows", quiet):
         on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
         on_base = summarize(predict_rows([r.on(base) for r in rows]), unmodelled)
+    atomic_write_text(output, system_toml(fitted, base, ["standard input" if p == "-" else Path(p).name for p in data], on_fit.mape))
     if len(rows) <= (free := len(fitted.values) - len(fitted.kept)):  # as many parameters as rows: the fit matches them whatever the model
         click.echo(f"note: {len(rows)} row(s) for {free} fitted parameters: the fit is underdetermined, "
                    "and its error on these rows says nothing of other jobs", err=True)
@@ -279,7 +279,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     from ppopt.errors import ConfigError
     from ppopt.job import Job, evaluate_job
     from ppopt.plan import throughput
-    from ppopt.report.text import fixed
+    from ppopt.report.text import fixed, tokens_per_s
 
     check_global_batch(global_batch)
     given = {"chunks": chunks, "waves": waves, "split": split}
@@ -312,7 +312,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     for label, seconds in (("step       ", result.step_time_s), ("  pipeline ", result.pipeline_s),
                            ("  grad sync", result.gradient_sync_s), ("  optimizer", result.optimizer_s)):
         click.echo(f"{label} {fixed(1e3 * seconds, 1, 10)} ms")
-    click.echo(f"throughput  {tokens:,.0f} tokens/s, MFU {100 * mfu:.1f} %")
+    click.echo(f"throughput  {tokens_per_s(tokens)} tokens/s, MFU {100 * mfu:.1f} %")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
     click.echo(f"peak memory {fixed(result.peak_memory_bytes / 1e9, 1, 10)} GB per GPU "
                f"({fits} in {fixed(job.system.memory_capacity_bytes / 1e9, 0)} GB)")

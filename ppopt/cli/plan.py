@@ -48,11 +48,6 @@ def _seconds(value: float) -> str:
     return fixed(value, 3)
 
 
-def _rate(value: float) -> str:
-    """Tokens per second as a whole number, or two significant digits under 1 (never a bare 0)."""
-    return f"{value:.0f}" if value >= 1 or value == 0 else f"{value:.2g}"
-
-
 @main.command("plan")
 @click.option("--model", default=None, shell_complete=complete_model, help="Model preset name (`ppopt list models`) or a .toml/.json file.")
 @click.option("--gpus", type=int, default=None, help="GPUs N = t·p·d.")
@@ -61,7 +56,7 @@ def _rate(value: float) -> str:
 @click.option("--memory-limit", default=None, help="Per-GPU memory limit, e.g. 80GiB or 7.5e10 [default: the system's memory].")
 @click.option("--top", type=int, default=10, show_default=True, help="Jobs to print.")
 @click.option("--layers-per-stage", "layers_per_stage", default="even", show_default=True,
-              help="Stage split: even (as equal as the layers allow, the remainder on the first stages), balanced (counts minimising the slowest stage), or "
+              help="Stage split: even (equal counts: p divides the layers), balanced (counts minimising the slowest stage, any p), or "
                    "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")
 @click.option("--recompute", multiple=True, type=click.Choice(["none", "selective", "full"]),
               help="Recomputation modes to consider (repeatable) [default: all].")
@@ -259,9 +254,14 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
     is evaluated is left out with a note (the others' results stand); only when every model runs
     out is it an error."""
     from ppopt.errors import InfeasibleError
+    from ppopt.plan import depths_left_out
 
     plans, left_out = [], []
     for k, (request, listed) in enumerate(requests):
+        depths = depths_left_out(request) if listed is None else []
+        if depths:  # a model whose layers few depths divide (37) was planned at p = 1 alone, without a word
+            click.echo(f"note: p = {', '.join(map(str, depths))} left out: the even split needs p to divide the "
+                       f"{request.model.num_layers} layers; --layers-per-stage balanced plans them too", err=True)
         budget = options if listed is None else _model_share(options, len(requests) - k)
         try:
             plans.append(_run_plan(request, listed, jobs, executor, address, quiet, budget, keep_share))
@@ -364,14 +364,14 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
     """The plan as text; ``rerun``: the --model and --system given, for the `ppopt job` line (None
     with --candidates, whose models are not presets a command can name)."""
     from ppopt.plan import describe
-    from ppopt.report.text import percent, percent_header
+    from ppopt.report.text import percent, percent_header, tokens_per_s
 
     request = result.request
     evaluated = len(result.rows)
     columns = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", percent_header("MFU", fmt), "peak GB",
                "bound by"]
     rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label, _counts(r.job.stage_layers),
-             _seconds(r.step_time_s), _rate(r.tokens_per_s), percent(r.mfu, fmt), _gb(r.memory.peak_bytes), r.memory.bound()]
+             _seconds(r.step_time_s), tokens_per_s(r.tokens_per_s, grouped=fmt != "csv"), percent(r.mfu, fmt), _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
         text = _table(["model", *columns], [[request.model.name, *row] for row in rows], fmt)

@@ -247,6 +247,14 @@ def fixed(value: float, decimals: int, width: int = 0) -> str:
     return f"{value:{width}.{decimals}f}" if abs(value) < LARGEST_FIXED else f"{value:{width}.4g}"
 
 
+def tokens_per_s(value: float, grouped: bool = True) -> str:
+    """A throughput in tokens per second: a whole number (with thousands separators if ``grouped``;
+    not in a CSV cell), or two significant digits under 1, never a bare 0 for a slow job."""
+    if value >= 1 or value == 0:
+        return f"{value:,.0f}" if grouped else f"{value:.0f}"
+    return f"{value:.2g}"
+
+
 def gib(value: float) -> str:
     """Bytes as GiB with four significant digits."""
     return f"{value / 2**30:.4g} GiB"
