@@ -17,7 +17,7 @@ import numpy as np
 from ppopt.config import SystemConfig
 from ppopt.io.measured import Measured, MeasuredDataError, Unmodelled, read_measured
 from ppopt.ir import check_total_size
-from ppopt.job import evaluate_job
+from ppopt.job import Job, evaluate_job
 
 __all__ = ["GROUP_KEYS", "Accuracy", "Group", "RowResult", "check_rows_size", "group_errors", "predict_rows", "read_rows",
            "spearman", "summarize", "validate_file"]
@@ -171,11 +171,21 @@ def predict_rows(rows: list[Measured]) -> list[RowResult]:
     for row in rows:
         result = evaluate_job(row.job)
         job = row.job
-        results.append(RowResult(row.line, row.model_key, job.describe(), row.measured_s,
+        results.append(RowResult(row.line, row.model_key, row_job(job), row.measured_s,
                                  result.step_time_s, result.peak_memory_bytes, row.source,
                                  result.pipeline_s, result.gradient_sync_s, result.optimizer_s,
                                  job.tp, job.pp, job.dp, job.micro_batch))
     return results
+
+
+def row_job(job: Job) -> str:
+    """A measured row's job as the reports show it: its layout (``t2 p4 d8 b1 m16``), then what
+    departs from the data's assumptions (1F1B, full recomputation, no sequence parallelism or
+    distributed optimizer; :data:`ppopt.io.measured.ASSUMED`), e.g. ``... interleaved-1f1b v2
+    recompute none``."""
+    extra = [job.schedule_label if job.schedule != "1f1b" else "", f"recompute {job.recompute}" if job.recompute != "full" else "",
+             "sequence parallel" if job.sequence_parallel else "", "distributed optimizer" if job.distributed_optimizer else ""]
+    return " ".join([job.describe(), *filter(None, extra)])
 
 
 def summarize(results: list[RowResult], unmodelled: list[Unmodelled] = ()) -> Accuracy:  # type: ignore[assignment]
@@ -217,7 +227,8 @@ def _refuse_repeated_rows(rows: list[Measured], several_files: bool) -> None:
     first: dict[tuple, Measured] = {}
     for row in rows:
         job = row.job
-        key = (row.model_key, job.model.vocab_size, job.tp, job.pp, job.dp, job.micro_batch, job.global_batch, row.measured_s)
+        key = (row.model_key, job.model.vocab_size, job.tp, job.pp, job.dp, job.micro_batch, job.global_batch, job.recompute,
+               job.schedule_label, job.sequence_parallel, job.distributed_optimizer, row.measured_s)
         earlier = first.setdefault(key, row)
         if earlier is not row:
             repeats = (f"{row.source}:{row.line} repeats {earlier.source}:{earlier.line}" if several_files else

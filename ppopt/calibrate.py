@@ -72,7 +72,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ppopt.config import SystemConfig
-from ppopt.io.measured import Measured
+from ppopt.io.measured import Measured, Unmodelled
 from ppopt.job import JobWork, Work, job_work, work_time_s
 
 __all__ = ["MODELS", "PARAMETERS", "SATURATING_PARAMETERS", "Calibration", "FitModel", "Parameter", "calibrate", "closed_form_mape", "system_toml"]
@@ -328,6 +328,16 @@ class Calibration:
     """The fitted parameters (the fit model's)."""
     kept: tuple[str, ...] = ()
     """Those of them no row exercises (a link no row uses): not fitted, the base system's value."""
+
+
+def fittable(rows: list[Measured]) -> tuple[list[Measured], list[Unmodelled]]:
+    """The rows a calibration can fit, and the others with the reason: the fit times 1F1B in closed
+    form (module doc), so a row run with another schedule (an optional ``schedule`` column) is
+    validated, never fitted."""
+    fit = [r for r in rows if r.job.schedule == "1f1b"]
+    others = [Unmodelled(r.line, r.model_key, r.measured_s, f"schedule {r.job.schedule_label}: calibrate fits 1F1B steps in "
+                         "closed form (validate predicts this row)", r.source) for r in rows if r.job.schedule != "1f1b"]
+    return fit, others
 
 
 def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, iterations: int = 600,

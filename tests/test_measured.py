@@ -447,17 +447,18 @@ def test_calibrate_reports_its_base_and_the_parameters_at_their_bounds(tmp_path)
 
 
 def test_columns_the_model_does_not_read_get_a_note(tmp_path):
-    """A user's own runs may say `recompute` or `schedule`: the rows are still modelled as the
-    shipped runs (full recomputation, 1F1B), which the note says; the predictions do not change."""
+    """A user's own runs may carry columns ppopt does not read (a run's date, its cluster): the rows
+    are modelled as the shipped runs, which the note says; the predictions do not change. (Optional
+    columns such as `recompute` and `schedule` are read: tests/test_measured_columns.py.)"""
     lines = Path(MULTI).read_text().splitlines()[:5]
     extra = tmp_path / "extra.csv"
-    extra.write_text("\n".join([lines[0] + ",recompute,schedule"] + [line + ",none,zb-v" for line in lines[1:]]) + "\n")
+    extra.write_text("\n".join([lines[0] + ",date,cluster"] + [line + ",2024-05-01,a" for line in lines[1:]]) + "\n")
     plain = tmp_path / "plain.csv"
     plain.write_text("\n".join(lines) + "\n")
     noted = run("validate", str(extra), "--json")
     assert noted.exit_code == 0, noted.output
-    assert noted.stderr.startswith(f"note: {extra}: columns 'recompute', 'schedule' are not read: each row is a GPT-style")
-    assert "full recomputation, 1F1B" in noted.stderr
+    assert noted.stderr.startswith(f"note: {extra}: columns 'date', 'cluster' are not read: each row is a GPT-style")
+    assert "full recomputation, 1F1B (optional columns such as" in noted.stderr
     quiet = run("validate", str(plain), "--json")
     assert quiet.stderr == ""
     assert [r["predicted_s"] for r in json.loads(noted.stdout)["rows"]] == [r["predicted_s"] for r in json.loads(quiet.stdout)["rows"]]
@@ -621,16 +622,15 @@ def test_calibrate_names_standard_input_as_its_source(tmp_path):
                     out.read_text().splitlines()[1])
 
 
-def test_calibrated_file_says_what_the_fit_set_and_its_simulated_error():
+def test_calibrated_file_says_what_the_fit_set_and_its_simulated_error(tmp_path):
     """The file said every field not marked 'fitted' was the base system's, but the fit sets
     op_time_rule and op_accounting (a base with the defaults had 5 % MAPE, with those two switched
     43 %; a100-vtrain has the additive rule already, so only op_accounting differs); its header gave the closed form's MAPE (11.49 %) where calibrate printed the simulated one
     (14.89 %)."""
     rows = "".join(Path(MULTI).read_text().splitlines(keepends=True)[:13])
-    with CliRunner().isolated_filesystem():
-        result = CliRunner().invoke(main, ["calibrate", "-", "--system", "a100-vtrain", "-o", "fit.toml", "-q"], input=rows)
-        assert result.exit_code == 0, result.output
-        text = Path("fit.toml").read_text()
+    result = CliRunner().invoke(main, ["calibrate", "-", "--system", "a100-vtrain", "-o", str(tmp_path / "fit.toml"), "-q"], input=rows)
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "fit.toml").read_text()
     lines = text.splitlines()
     assert 'op_time_rule = "additive"' in lines  # the base's own value: copied, not set
     assert 'op_accounting = "kernels"  # set by the calibration (how the fit model counts a block\'s work; the base has "block")' in lines

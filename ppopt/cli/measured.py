@@ -101,8 +101,10 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     Prints each row's job, measured and predicted step time and relative error, then the MAPE,
     median, 95th percentile and worst error and the Spearman rank correlation within each model.
     Each row is a GPT-style model trained by Megatron-DeepSpeed as in data/measured (GELU MLP of 4h,
-    learned positions, vocabulary 50,257 unless a 'vocabulary size' column says otherwise, no flash
-    attention, full recomputation, 1F1B); other columns are ignored, with a note.
+    learned positions, vocabulary 50,257, no flash attention, full recomputation, 1F1B) unless its
+    optional columns say otherwise: 'vocabulary size', 'ffn hidden size', 'kv heads', 'activation',
+    'flash attention', 'dropout', 'recompute', 'schedule', 'chunks', 'sequence parallel',
+    'distributed optimizer' (data/measured/README.md); other columns are ignored, with a note.
     """
     from ppopt.accuracy import group_errors, validate_file
     from ppopt.config import load_system
@@ -170,12 +172,13 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     At most eight system parameters (ppopt.calibrate.PARAMETERS), no per-row or per-model ones;
     minimises the MAPE; deterministic. Writes a system file that --system accepts, and prints the
     fitted values (those at a bound of their range marked), the fit's error and the base system's on
-    the same rows. Rows are modelled as in `ppopt validate` (see its help).
+    the same rows. Rows are modelled as in `ppopt validate` (see its help); rows run with a schedule
+    other than 1F1B are listed as not fitted (the fit times 1F1B in closed form).
     """
     from pathlib import Path
 
     from ppopt.accuracy import predict_rows, read_rows, summarize
-    from ppopt.calibrate import calibrate, system_toml
+    from ppopt.calibrate import calibrate, fittable, system_toml
     from ppopt.config import load_system, name_problem
     from ppopt.errors import ConfigError
     from ppopt.io import atomic_write_text
@@ -188,6 +191,8 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
         raise ConfigError(f"its stem, the system's name by default, {problem}; give --name", field="output")
     base = load_system(system)
     rows, unmodelled = read_rows(list(data), base)  # sizes checked before the fit
+    rows, other_schedules = fittable(rows)
+    unmodelled = [*unmodelled, *other_schedules]
     _note_unused_columns(data, unused_columns, ASSUMED)
     if not rows:
         _refuse_no_rows(unmodelled, "be calibrated on")

@@ -266,7 +266,7 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
         try:
             plans.append(_run_plan(request, listed, jobs, executor, address, quiet, budget, keep_share))
         except InfeasibleError as error:
-            if listed is None or error.field != "time_limit_s":
+            if listed is None:  # a model of --candidates that no time or memory is left for: the others still stand
                 raise
             left_out.append((request.model.name, error))
     if not plans:
@@ -382,7 +382,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
         return
     click.echo(f"{request.model.name} on {request.gpus} x {request.system.name}, global batch {request.batch}, "
                f"memory limit {_gb(request.limit)} GB per GPU")
-    line = f"{result.enumerated} jobs: {result.over_limit} over the memory limit"
+    line = f"{result.enumerated} job{'' if result.enumerated == 1 else 's'}: {result.over_limit} over the memory limit"
     if result.closest_over:
         job, memory = result.closest_over
         needs = _gb(memory.peak_bytes)

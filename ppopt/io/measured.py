@@ -8,6 +8,12 @@ Columns (data/measured/README.md): an optional leading ``Parameters (billion)``,
 vocabulary 50257 unless the row gives one, learned position embeddings, GELU MLP with 4h, full
 recomputation, 1F1B) and the measured step time.
 
+A user's own runs may differ from those assumptions: the optional columns of :data:`OPTIONAL`
+(``ffn hidden size``, ``kv heads``, ``activation``, ``flash attention``, ``dropout``,
+``recompute``, ``schedule``, ``chunks``, ``sequence parallel``, ``distributed optimizer``) set them
+row by row; an empty cell keeps the assumption. A row's model key (Spearman's groups) then names
+what differs, e.g. ``h4096 a32 L32 s8192 f14336 kv8 swiglu flash``.
+
 Bad data raises :class:`MeasuredDataError` with one line naming the file, line and column: a
 missing or non-numeric cell, a count that is not positive or exceeds the model's limits
 (:data:`ppopt.config.MODEL_LIMITS`), or an iteration time outside :data:`MIN_TIME_MS` to
@@ -33,13 +39,15 @@ from pydantic import ValidationError
 
 from ppopt.config import ModelConfig, SystemConfig, validation_message
 from ppopt.errors import ConfigError
+from ppopt.generators import get
 from ppopt.io import decimal_float, decimal_int, read_csv_table, require_file_name, shown, source_name
-from ppopt.job import Job
+from ppopt.job import SCHEDULES, Job, job_schedule
 
 MEASURED_BYTES = 256 * 2**20
 """The largest measured-data CSV read, in bytes (the shipped files are under 1 MB)."""
 
-__all__ = ["ASSUMED", "COLUMNS", "Measured", "MeasuredDataError", "Unmodelled", "gpt_model", "read_measured", "unused_columns"]
+__all__ = ["ASSUMED", "COLUMNS", "OPTIONAL", "Measured", "MeasuredDataError", "Unmodelled", "gpt_model", "read_measured",
+           "unused_columns"]
 
 PARAMETERS = "Parameters (billion)"
 TIME = "iteration time (ms)"
@@ -63,7 +71,8 @@ VOCABULARY = 50257
 """GPT-2 BPE vocabulary (Radford et al. 2019), as in the measured runs."""
 
 MODEL_COLUMNS = {"num_layers": "# layers", "hidden_size": "hidden size", "num_attention_heads": "attention heads",
-                 "seq_length": "sequence length", "global_batch_size": "global batch", "vocab_size": VOCABULARY_COLUMN}
+                 "seq_length": "sequence length", "global_batch_size": "global batch", "vocab_size": VOCABULARY_COLUMN,
+                 "ffn_hidden_size": "ffn hidden size", "num_kv_heads": "kv heads"}
 """The column of each :class:`ppopt.config.ModelConfig` field :func:`gpt_model` fills from a row."""
 
 MEASURED_FILE = "a measured-data CSV file"
@@ -75,9 +84,40 @@ MAX_TIME_MS = 1e12
 """The longest iteration time of a row (about 32 years), milliseconds."""
 
 
+BOOLEAN = ("true", "false")
+
+
+@dataclass(frozen=True)
+class OptionalColumn:
+    """An optional column: the :class:`ppopt.config.ModelConfig` or :class:`ppopt.job.Job` field it
+    sets (``target`` ``model`` or ``job``), its values (``int``, or the choices), and the label it
+    adds to the model key (None: none; ``{}`` is the value)."""
+
+    field: str
+    target: str
+    values: type[int] | tuple[str, ...]
+    key: str | None = None
+
+
+OPTIONAL = {
+    "ffn hidden size": OptionalColumn("ffn_hidden_size", "model", int, "f{}"),
+    "kv heads": OptionalColumn("num_kv_heads", "model", int, "kv{}"),
+    "activation": OptionalColumn("activation", "model", ("gelu", "swiglu"), "{}"),
+    "flash attention": OptionalColumn("flash_attention", "model", BOOLEAN, "flash"),
+    "dropout": OptionalColumn("dropout", "model", BOOLEAN, "no-dropout"),
+    "recompute": OptionalColumn("recompute", "job", ("none", "selective", "full")),
+    "schedule": OptionalColumn("schedule", "job", tuple(SCHEDULES)),
+    "chunks": OptionalColumn("chunks", "job", int),
+    "sequence parallel": OptionalColumn("sequence_parallel", "job", BOOLEAN),
+    "distributed optimizer": OptionalColumn("distributed_optimizer", "job", BOOLEAN),
+}
+"""Optional columns (module doc) -> what they set. A model column's key label is added when the
+row departs from the GPT assumption (``flash`` for true, ``no-dropout`` for false)."""
+
 ASSUMED = ("each row is a GPT-style model trained by Megatron-DeepSpeed as in data/measured: GELU MLP of 4h, "
            "learned position embeddings, vocabulary 50,257 (or a 'vocabulary size' column), no flash attention, "
-           "full recomputation, 1F1B")
+           "full recomputation, 1F1B (optional columns such as 'activation', 'flash attention', 'recompute' and "
+           "'schedule' change that row by row: data/measured/README.md)")
 """What a row's job is, beyond its columns (the commands' help and their note on ignored columns say it)."""
 
 
@@ -86,7 +126,7 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     or recomputation mode, say): the rows are modelled as :data:`ASSUMED` whatever they say. Call
     after :func:`read_measured` has accepted the file."""
     header, _ = read_csv_table(Path(source), MEASURED_BYTES, MeasuredDataError, MEASURED_FILE)
-    known = {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN}
+    known = {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN, *OPTIONAL}
     return [cell for cell in header if cell and cell not in known]
 
 
@@ -123,22 +163,62 @@ class Unmodelled:
     source: str = ""
 
 
-def gpt_model(values: dict[str, int]) -> ModelConfig:
+def gpt_model(values: dict[str, int], given: dict[str, object] | None = None, labels: str = "") -> ModelConfig:
     """The GPT model of a measured row: ``hidden``, ``heads``, ``layers``, ``seq``, ``global_batch``
-    and optionally ``vocabulary`` (default :data:`VOCABULARY`), as Megatron trains it."""
-    key = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}"
-    return ModelConfig(
-        name=f"gpt {key}",
-        num_layers=values["layers"],
-        hidden_size=values["hidden"],
-        num_attention_heads=values["heads"],
-        vocab_size=values.get("vocabulary", VOCABULARY),
-        seq_length=values["seq"],
-        global_batch_size=values["global_batch"],
-        flash_attention=False,  # Megatron-DeepSpeed of 2022: scores are materialised
-        tie_embeddings=True,  # GPT: output projection = input embedding (a copy on the last stage)
-        learned_position_embeddings=True,  # GPT-2 style (data/measured/README.md)
-    )
+    and optionally ``vocabulary`` (default :data:`VOCABULARY`), as Megatron trains it; ``given``: the
+    row's optional model fields (:data:`OPTIONAL`) over those assumptions, ``labels`` what they
+    change, for the model's name."""
+    key = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}{labels}"
+    return ModelConfig.model_validate({
+        "name": f"gpt {key}",
+        "num_layers": values["layers"],
+        "hidden_size": values["hidden"],
+        "num_attention_heads": values["heads"],
+        "vocab_size": values.get("vocabulary", VOCABULARY),
+        "seq_length": values["seq"],
+        "global_batch_size": values["global_batch"],
+        "flash_attention": False,  # Megatron-DeepSpeed of 2022: scores are materialised
+        "tie_embeddings": True,  # GPT: output projection = input embedding (a copy on the last stage)
+        "learned_position_embeddings": True,  # GPT-2 style (data/measured/README.md)
+        **(given or {}),
+    })
+
+
+def _optional_values(name: str, line: int, cells: list[str], index: dict[str, int]) -> tuple[dict[str, object], dict[str, object], str]:
+    """The row's optional columns (:data:`OPTIONAL`): model fields, job fields, and the model key's
+    labels; MeasuredDataError naming the column for a value it does not take."""
+    model: dict[str, object] = {}
+    job: dict[str, object] = {}
+    labels: list[str] = []
+    for column, option in OPTIONAL.items():
+        position = index.get(column)
+        raw = cells[position].strip() if position is not None and position < len(cells) else ""
+        if not raw:
+            continue
+        value: object
+        if option.values is int:
+            try:
+                value = decimal_int(raw)
+            except ValueError as error:
+                raise MeasuredDataError(f"{name}: line {line}, column '{column}': {error}") from None
+            if value < 1:
+                raise MeasuredDataError(f"{name}: line {line}, column '{column}': must be positive, got {value}")
+        else:
+            choices = option.values
+            assert isinstance(choices, tuple)
+            if raw.lower() not in choices:
+                known = " or ".join(choices) if len(choices) <= 3 else f"one of {', '.join(choices)}"
+                raise MeasuredDataError(f"{name}: line {line}, column '{column}': must be {known}, got {shown(raw)}")
+            value = raw.lower() == "true" if choices is BOOLEAN else raw.lower()
+        (model if option.target == "model" else job)[option.field] = value
+        departs = {"flash_attention": value is True, "dropout": value is False, "activation": value != "gelu"}.get(option.field, True)
+        if option.key is not None and departs:
+            labels.append(option.key.format(value))
+    schedule = str(job.get("schedule", "1f1b"))
+    if "chunks" in job and "chunks" not in get(schedule).options:
+        raise MeasuredDataError(f"{name}: line {line}, column 'chunks': schedule {schedule} takes no chunks "
+                                f"(those that do: {', '.join(n for n in SCHEDULES if 'chunks' in get(n).options)})")
+    return model, job, "".join(f" {label}" for label in labels)
 
 
 def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple[list[Measured], list[Unmodelled]]:
@@ -211,14 +291,17 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
             raise MeasuredDataError(f"{name}: line {line}, column 'micro batch': {values['micro_batch']} does not "
                                     f"divide the global batch per replica ({values['global_batch']} / {d})")
 
+        model_fields, job_fields, labels = _optional_values(name, line, cells, index)
         try:
-            model = gpt_model(values)
-        except ValidationError as error:  # a size over the model's limits
+            model = gpt_model(values, model_fields, labels)
+        except ValidationError as error:  # a size over the model's limits, kv heads not dividing the heads
             raise MeasuredDataError(f"{name}: line {line}, {_model_problem(error)}") from None
-        label = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}"
+        label = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}{labels}"
         try:  # a layout the job model refuses (t not dividing the heads, more stages than layers) is listed
             job = Job(model, system, tp=t, pp=p, dp=d, micro_batch=values["micro_batch"],
-                      global_batch=values["global_batch"], recompute="full")
+                      global_batch=values["global_batch"], **{"recompute": "full", **job_fields})  # type: ignore[arg-type]
+            if job.schedule != "1f1b":  # its rules (DualPipeV's m >= 2p, ...) are checked when it is built
+                job_schedule(job)
         except ConfigError as error:
             unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, error.reason, path.name))
             continue
@@ -232,6 +315,8 @@ def _model_problem(error: ValidationError) -> str:
     """The first error of :func:`gpt_model`'s validation, by column: ``column 'hidden size': ...``."""
     item = error.errors(include_url=False)[0]
     field = str(item["loc"][0]) if item["loc"] else ""
+    if not field and "num_kv_heads" in item["msg"]:  # the heads' check spans two fields: the optional one is the row's choice
+        field = "num_kv_heads"
     if field in MODEL_COLUMNS:
         message = " ".join(item["msg"].split()).removeprefix("Value error, ")
         return f"column '{MODEL_COLUMNS[field]}': {message}"

@@ -1,0 +1,159 @@
+"""A user's own measured runs: the optional columns of a measured-data CSV (architecture, recomputation,
+schedule) set each row's model and job instead of the data's GPT / full-recomputation / 1F1B assumptions."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.config import load_system
+from ppopt.io.measured import MeasuredDataError, read_measured, unused_columns
+from ppopt.job import Job, evaluate_job
+
+MULTI = Path(__file__).resolve().parent.parent / "data" / "measured" / "vtrain-multi-node-small.csv"
+SYSTEM = load_system("a100-vtrain-calibrated")
+
+
+def _with_columns(tmp_path: Path, extra: dict[str, list[str]], rows: int = 4, name: str = "own.csv") -> Path:
+    """The first ``rows`` rows of the multi-node file, with the columns ``extra`` (a value per row;
+    rows past a list's end have an empty cell)."""
+    table = list(csv.reader(MULTI.open()))
+    header, body = table[0], table[1:rows + 1]
+    path = tmp_path / name
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow([*header, *extra])
+        for k, row in enumerate(body):
+            writer.writerow([*row, *(values[k] if k < len(values) else "" for values in extra.values())])
+    return path
+
+
+def test_optional_columns_set_the_rows_model_and_job(tmp_path):
+    path = _with_columns(tmp_path, {
+        "activation": ["swiglu", "", "gelu", "SwiGLU"],
+        "flash attention": ["true", "", "false", "TRUE"],
+        "dropout": ["false", "", "", "false"],
+        "ffn hidden size": ["8192", "", "", ""],
+        "kv heads": ["8", "", "", ""],
+        "recompute": ["selective", "", "none", ""],
+        "schedule": ["", "", "interleaved-1f1b", ""],
+        "chunks": ["", "", "3", ""],
+        "sequence parallel": ["", "", "", "true"],
+        "distributed optimizer": ["", "", "", "true"],
+    })
+    rows, unmodelled = read_measured(path, SYSTEM)
+    assert not unmodelled and len(rows) == 4
+    first, plain, interleaved, last = (r.job for r in rows)
+    assert (first.model.activation, first.model.flash_attention, first.model.dropout, first.model.ffn_hidden_size,
+            first.model.num_kv_heads, first.recompute) == ("swiglu", True, False, 8192, 8, "selective")
+    # an empty cell keeps the data's assumption (the GPT of data/measured, full recomputation, 1F1B)
+    assert (plain.model.activation, plain.model.flash_attention, plain.model.dropout, plain.model.ffn_hidden_size,
+            plain.recompute, plain.schedule) == ("gelu", False, True, 4 * plain.model.hidden_size, "full", "1f1b")
+    assert (interleaved.schedule, interleaved.chunks, interleaved.recompute) == ("interleaved-1f1b", 3, "none")
+    assert last.sequence_parallel and last.distributed_optimizer and last.model.activation == "swiglu"
+    # the model key names what departs from GPT, so Spearman's groups do not mix architectures
+    assert rows[0].model_key.endswith(" f8192 kv8 swiglu flash no-dropout")
+    assert rows[1].model_key == rows[2].model_key == "h3072 a32 L30 s2048"
+    assert rows[3].model_key.endswith(" swiglu flash no-dropout")
+    assert unused_columns(path) == []
+
+
+def test_a_rows_recomputation_reaches_its_prediction(tmp_path):
+    """One layout measured with and without recomputation: each row is predicted in its own mode (as
+    a job built by hand in that mode), and without recomputation the step is shorter (the forward
+    does not run twice)."""
+    table = list(csv.reader(MULTI.open()))
+    path = tmp_path / "modes.csv"
+    path.write_text("\n".join(",".join(row) for row in ([*table[0], "recompute"], [*table[1], "none"], [*table[1], "full"])) + "\n")
+    result = CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain-calibrated", "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    predicted = {r["line"]: r["predicted_s"] for r in json.loads(result.stdout)["rows"]}
+    rows, _ = read_measured(path, SYSTEM)
+    for row, mode in zip(rows, ("none", "full")):
+        job = row.job
+        by_hand = Job(job.model, SYSTEM, tp=job.tp, pp=job.pp, dp=job.dp, micro_batch=job.micro_batch,
+                      global_batch=job.global_batch, recompute=mode)
+        assert predicted[row.line] == pytest.approx(evaluate_job(by_hand).step_time_s)
+    assert predicted[2] < predicted[3]
+
+
+@pytest.mark.parametrize(("column", "value", "message"), [
+    ("activation", "relu", "column 'activation': must be gelu or swiglu, got 'relu'"),
+    ("flash attention", "yes", "column 'flash attention': must be true or false, got 'yes'"),
+    ("recompute", "partial", "column 'recompute': must be none or selective or full, got 'partial'"),
+    ("schedule", "1f2b", "column 'schedule': must be one of gpipe, "),
+    ("chunks", "0", "column 'chunks': must be positive, got 0"),
+    ("kv heads", "5", "column 'kv heads': num_kv_heads (5) must divide num_attention_heads (32)"),
+    ("ffn hidden size", "x", "column 'ffn hidden size': not an integer"),
+])
+def test_a_bad_optional_cell_is_one_line_naming_the_row_and_column(tmp_path, column, value, message):
+    path = _with_columns(tmp_path, {column: [value]}, rows=1)
+    result = CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain-calibrated"])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: {path}: line 2, {message}"), result.output
+    assert len(result.output.splitlines()) == 1
+
+
+def test_chunks_for_a_schedule_without_them_is_refused(tmp_path):
+    path = _with_columns(tmp_path, {"chunks": ["4"]}, rows=1)
+    with pytest.raises(MeasuredDataError, match="line 2, column 'chunks': schedule 1f1b takes no chunks \\(those that do: "):
+        read_measured(path, SYSTEM)
+
+
+def test_a_schedule_the_layout_cannot_run_is_listed_not_dropped(tmp_path):
+    """DualPipeV needs m >= 2p: a row that cannot have run it is listed with the generator's reason."""
+    table = list(csv.reader(MULTI.open()))
+    row = next(r for r in table[1:] if int(r[table[0].index("pipeline parallelism")]) == 8)
+    path = tmp_path / "v.csv"
+    header = table[0]
+    m = int(row[header.index("global batch")]) // (int(row[header.index("micro batch")]) * int(row[header.index("data parallelism")]))
+    assert m < 16  # the row's m is below DualPipeV's 2p
+    path.write_text(",".join([*header, "schedule"]) + "\n" + ",".join([*row, "dualpipev"]) + "\n")
+    rows, unmodelled = read_measured(path, SYSTEM)
+    assert not rows and len(unmodelled) == 1 and "dualpipev" in unmodelled[0].reason
+
+
+def test_calibrate_fits_the_1f1b_rows_and_lists_the_others(tmp_path):
+    """The fit times 1F1B in closed form: a row run with another schedule is validated, not fitted."""
+    path = _with_columns(tmp_path, {"schedule": ["", "interleaved-1f1b", "", ""], "chunks": ["", "2", "", ""]}, rows=12)
+    result = CliRunner().invoke(main, ["calibrate", str(path), "--system", "a100-vtrain", "-o", str(tmp_path / "fit.toml"), "-q",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [u["line"] for u in data["unmodelled"]] == [3]
+    assert "calibrate fits 1F1B steps in closed form" in data["unmodelled"][0]["reason"]
+    assert data["summary"]["rows"] == 11
+
+
+def test_rows_that_differ_only_in_an_optional_column_are_not_repeats(tmp_path):
+    """Two runs of one layout, with and without recomputation and the same step time, are two
+    measurements (a repeated line would be refused)."""
+    table = list(csv.reader(MULTI.open()))
+    path = tmp_path / "twice.csv"
+    path.write_text(",".join([*table[0], "recompute"]) + "\n" + ",".join([*table[1], "none"]) + "\n"
+                    + ",".join([*table[1], "full"]) + "\n")
+    result = CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain-calibrated", "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    path.write_text(",".join([*table[0], "recompute"]) + "\n" + ",".join([*table[1], "none"]) + "\n"
+                    + ",".join([*table[1], "none"]) + "\n")
+    assert "repeats line 2" in CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain-calibrated"]).output
+
+
+def test_plan_candidates_names_each_model_and_leaves_out_one_that_cannot_fit(tmp_path):
+    """--candidates plans each model of the file: models that differ only in an optional column were
+    printed under one name, and one model with no job within memory stopped the whole command."""
+    path = _with_columns(tmp_path, {"kv heads": ["8", "8", "", ""], "flash attention": ["", "", "", ""],
+                                    "recompute": ["none", "none", "", ""]}, rows=4)
+    system = tmp_path / "small.toml"
+    text = (Path(__file__).resolve().parent.parent / "configs" / "a100-vtrain-calibrated.toml").read_text()
+    system.write_text(text.replace("memory_capacity_bytes = 80000000000.0", "memory_capacity_bytes = 60e9"))
+    result = CliRunner().invoke(main, ["plan", "--candidates", str(path), "--system", str(system), "--search", "0", "-q"])
+    assert result.exit_code == 0, result.output
+    headers = [line for line in result.stdout.splitlines() if " on 64 x " in line]
+    assert [h.split(" on ")[0] for h in headers] == ["gpt h3072 a32 L30 s2048"]
+    assert result.stderr.startswith("note: gpt h3072 a32 L30 s2048 kv8 left out: no job fits 60.00 GB per GPU")
