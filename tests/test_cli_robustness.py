@@ -1019,3 +1019,26 @@ def test_a_command_that_ends_at_once_releases_its_process_pools_semaphores(tmp_p
     # stderr reaches its end when the tracker, which inherits it, has ended too
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_a_bug_is_one_line_from_the_command_line_and_a_traceback_on_request(tmp_path):
+    """A size check or a conversion that misses a case (CP-SAT's 64-bit overflow printed 62 lines)
+    is one line saying it is ppopt's bug, exit 1; PPOPT_DEBUG=1 shows the traceback."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys, ppopt.report.text as t\n"
+              "def broken(*args, **kwargs): raise RuntimeError('Unable to cast\\nPython instance')\n"
+              "t.render_table = broken\n"
+              "sys.argv = ['ppopt', 'list']\n"
+              "from ppopt.cli import main\n"
+              "main()\n")
+    env = {k: v for k, v in os.environ.items() if k != "PPOPT_DEBUG"}
+    plain = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert (plain.returncode, plain.stdout) == (1, "")
+    assert plain.stderr == ("error: internal error (RuntimeError: Unable to cast Python instance): a bug in ppopt, not in your "
+                            "input; PPOPT_DEBUG=1 shows where\n")
+    debug = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**env, "PPOPT_DEBUG": "1"},
+                           timeout=60)
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr and "RuntimeError" in debug.stderr

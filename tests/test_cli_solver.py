@@ -642,3 +642,14 @@ def test_a_fixed_space_names_the_options_its_schedule_was_built_with():
                                                        "after a comma, got 'foo=1'")):
         refused = run("search", "--unit", "-p", 4, "-m", 8, "--space", spec, *flags)
         assert (refused.exit_code, refused.output.splitlines()) == (1, [line])
+
+
+def test_a_fractional_byte_count_does_not_overflow_the_memory_model():
+    """The distributed optimizer's state over d = 200 replicas is a fractional byte count; the
+    common denominator of several overflowed CP-SAT's 64-bit integers (a traceback from search and
+    plan). Byte counts are whole bytes now, and the search runs."""
+    result = run("search", "-p", 8, "-m", 16, "--model", "llama3-70b", "--system", "dgx-h100", "--tp", 8, "--dp", 200,
+                 "--global-batch", 3200, "--distributed-optimizer", "--memory-limit", "80GB", "--method", "cp",
+                 "--space", "placement=looped", "--time-limit", 20, "--deterministic-time", 1, "--workers", 1, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["step_time_s"] > 0

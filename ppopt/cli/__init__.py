@@ -185,8 +185,10 @@ class _Cli(click.Group):
 
     :meth:`invoke` turns a :class:`PpoptError` into its line (with the flag the field maps to);
     :meth:`main` does the same for click's usage errors, for a standard output that cannot be
-    written and for a MemoryError (a request a size check missed). Its commands are
-    :class:`_Command`: an option that takes one value is refused when given twice.
+    written and for a MemoryError (a request a size check missed); any other exception is a bug,
+    reported from the command line in one line too (``PPOPT_DEBUG=1`` gives its traceback, and a
+    caller's ``main(args)``, the tests', gets the exception). Its commands are :class:`_Command`: an
+    option that takes one value is refused when given twice.
     """
 
     command_class = _Command
@@ -244,6 +246,12 @@ class _Cli(click.Group):
             code = 1
         except OSError as error:
             code = _stdout_failed(error)
+        except Exception as error:  # a bug: one line from the command line (PPOPT_DEBUG=1 re-raises); tests see the exception
+            if not _FROM_COMMAND_LINE or os.environ.get("PPOPT_DEBUG"):
+                raise
+            click.echo(f"error: internal error ({type(error).__name__}: {_one_line(str(error))[:300]}): a bug in ppopt, not in "
+                       "your input; PPOPT_DEBUG=1 shows where", err=True)
+            code = 1
         code = code if isinstance(code, int) else 0
         if _FROM_COMMAND_LINE:
             _exit_now(code)
