@@ -653,3 +653,20 @@ def test_a_fractional_byte_count_does_not_overflow_the_memory_model():
                  "--space", "placement=looped", "--time-limit", 20, "--deterministic-time", 1, "--workers", 1, "-q", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["step_time_s"] > 0
+
+
+def test_a_free_placement_model_too_large_to_build_in_time_is_not_built():
+    """Under a free placement the model holds an optional interval per op and device: at p = 256,
+    m = 8 (1M intervals) building it ran 105 s past a 5 s limit, the estimate counting ops only.
+    The estimate counts the devices too, and the hint is reported with the reason."""
+    import ppopt.solve.search as searching
+
+    result = run("search", "--unit", "-p", 256, "-m", 8, "--space", "placement=any", "--time-limit", 5, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    found = re.fullmatch(r"building the model of ([\d,]+) ops takes about (\d+) s, more than the time left: the best hint is reported",
+                         data["note"])
+    assert found, data["note"]
+    ops = int(found.group(1).replace(",", ""))
+    assert int(found.group(2)) == round(searching.BUILD_S_PER_OP * ops + searching.BUILD_S_PER_PLACEMENT * ops * 256) > 5
+    assert data["hint"] == "greedy" and data["step_time_s"] == data["hint_step_time_s"]

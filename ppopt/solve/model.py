@@ -132,6 +132,7 @@ class _Builder:
         self.peak: cp_model.IntVar | None = None
         self.memory_step = 1.0
         self.tail: cp_model.IntVar | None = None  # horizon - makespan, set by add_no_overlap
+        self._free_delays: dict[tuple[int, int], cp_model.LinearExprT | int] = {}  # delay_expr's, per stage pair
 
     # ---- time windows ------------------------------------------------------------------------------
     def route_delays(self, dep: Op, op: Op) -> list[int]:
@@ -280,22 +281,29 @@ class _Builder:
         if dep.stage == op.stage:
             return 0
         if self.placement is None:
-            # free placement: pay the smallest inter-device delay unless both stages share a device
-            pairs = [to_ticks(self.instance.comm(dep.stage, a, b), self.tick) for a in range(self.p) for b in range(self.p) if a != b]
-            c = min(pairs, default=0)
-            if c == 0:
-                return 0
-            same = self.model.new_bool_var(f"same{dep}{op}")
-            shared = [self.model.new_bool_var("") for _ in range(self.p)]
-            for d in range(self.p):
-                self.model.add_multiplication_equality(shared[d], [self.on[dep.stage, d], self.on[op.stage, d]])
-            self.model.add(same == sum(shared))
-            return c * (1 - same)
+            pair = (dep.stage, op.stage)
+            if pair not in self._free_delays:  # one expression per stage pair, shared by every microbatch
+                self._free_delays[pair] = self._free_delay(*pair)
+            return self._free_delays[pair]
         delays = self.route_delays(dep, op)
         if len(delays) == 1:
             return delays[0]
         down, up = delays
         return down + (up - down) * self.direction[op.microbatch]
+
+    def _free_delay(self, sender: int, receiver: int) -> cp_model.LinearExprT | int:
+        """Under free placement, a message from stage ``sender`` to ``receiver`` pays the smallest
+        inter-device delay unless both stages share a device."""
+        pairs = [to_ticks(self.instance.comm(sender, a, b), self.tick) for a in range(self.p) for b in range(self.p) if a != b]
+        c = min(pairs, default=0)
+        if c == 0:
+            return 0
+        same = self.model.new_bool_var(f"same{sender},{receiver}")
+        shared = [self.model.new_bool_var("") for _ in range(self.p)]
+        for d in range(self.p):
+            self.model.add_multiplication_equality(shared[d], [self.on[sender, d], self.on[receiver, d]])
+        self.model.add(same == sum(shared))
+        return c * (1 - same)
 
     def add_no_overlap(self) -> None:
         """One compute stream per device; the interval [makespan, horizon) closes each device

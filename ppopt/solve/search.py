@@ -648,11 +648,21 @@ def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions, began: flo
 
 BUILD_S_PER_OP = 2.5e-4
 """Wall time building the CP-SAT model takes per op, roughly (seconds, 2 loaded cores: 7 s at 32,768 ops)."""
+BUILD_S_PER_PLACEMENT = 2.5e-5
+"""Wall time per op and device of a free placement's model (an optional interval for each), roughly
+(seconds; 3.5 s for 8,192 ops on 32 devices, 262,144 intervals, on an idle core: doubled for load)."""
+
+
+def _build_s(setup: _Setup) -> float:
+    """Seconds building the CP-SAT model of the whole space takes, roughly: per op, and under a free
+    placement per op and device (p = 256, m = 8 ran 105 s past a 5 s limit before this counted)."""
+    free = setup.placement is None
+    return BUILD_S_PER_OP * setup.ops + (BUILD_S_PER_PLACEMENT * setup.ops * setup.instance.devices if free else 0.0)
 
 
 def _time_to_build(setup: _Setup, options: SolveOptions) -> bool:
     """Whether the budget left covers building the CP-SAT model of the whole space."""
-    return options.allows(BUILD_S_PER_OP * setup.ops, "a CP-SAT model not built")
+    return options.allows(_build_s(setup), "a CP-SAT model not built")
 
 
 def _op_count(stages: int, microbatches: int, split: bool) -> int:
@@ -1011,8 +1021,9 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
         options.note(f"no CP-SAT solve: {setup.ops:,} ops is more than one solve takes within a time limit ({CP_MAX_OPS:,})")
         return replace(spent, note=f"no CP-SAT solve above {CP_MAX_OPS:,} ops" + (": the best hint is reported" if hint else ""))
     if not _time_to_build(setup, options):
-        options.note(f"time limit: no time left to build the model of {setup.ops:,} ops")
-        return spent
+        building = f"building the model of {setup.ops:,} ops takes about {_build_s(setup):.0f} s, more than the time left"
+        options.note(f"time limit: {building}")
+        return replace(spent, note=building + (": the best hint is reported" if hint else ""))
     hint_schedule = hint.schedule if hint else None
     frame = Frame(setup.tick, setup.horizon, min(setup.lower, setup.horizon))
     built = build_model(setup.instance, space, frame, hint_schedule, setup.hint_starts, options.dominance)
