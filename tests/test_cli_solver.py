@@ -670,3 +670,16 @@ def test_a_free_placement_model_too_large_to_build_in_time_is_not_built():
     ops = int(found.group(1).replace(",", ""))
     assert int(found.group(2)) == round(searching.BUILD_S_PER_OP * ops + searching.BUILD_S_PER_PLACEMENT * ops * 256) > 5
     assert data["hint"] == "greedy" and data["step_time_s"] == data["hint_step_time_s"]
+
+
+def test_a_frontier_of_too_many_limits_is_refused_before_any_search():
+    """10,000 limits ran 18 s past a 10 s limit, silent, sharing their results pair by pair."""
+    from ppopt.solve.gap import MAX_LIMITS
+
+    many = ",".join(str(4 + k / 1000) for k in range(MAX_LIMITS + 1))
+    result = run("frontier", "-p", 4, "-m", 8, "--unit", "--limits", many, "--time-limit", 10)
+    assert (result.exit_code, result.output) == (
+        1, f"error: --limits: {MAX_LIMITS + 1:,} memory limits: a frontier takes at most {MAX_LIMITS:,} (each gets a share of "
+           "the time limit)\n")
+    assert run("frontier", "-p", 4, "-m", 8, "--unit", "--limits", ",".join(["5"] * (MAX_LIMITS + 1)), "--time-limit", 10,
+               "-q").exit_code == 0  # a limit given twice is one point

@@ -360,7 +360,7 @@ def gap_command(spec, solve, options, schedules, as_json, fmt):
 @solver_options(built=lambda params: 2, held=2, memory_limit=False)  # keeps the search without a limit, then one per limit
 @click.option("--space", default="placement=linear", show_default=True, help="Search space (see `ppopt search`).")
 @click.option("--limits", default=None, help="Comma-separated memory limits per device: live activations in unit mode, bytes such as 60GiB "
-                   "with a model [default: from the minimum to the largest handcrafted peak].")
+                   "with a model; at most 1,000 [default: from the minimum to the largest handcrafted peak].")
 @json_option
 @format_option
 def frontier_command(spec, solve, options, space, limits, as_json, fmt):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ppopt.config import ModelConfig
-from ppopt.errors import InfeasibleError, ScheduleError
+from ppopt.errors import ConfigError, InfeasibleError, ScheduleError
 from ppopt.generators import generate, names, too_many_stages
 from ppopt.simulate import simulate
 from ppopt.solve import options as solve_options
@@ -253,6 +253,10 @@ def _refuse_limits_below(limits: Sequence[float], minimum: float, why: str, spac
                               f"{space.describe()} needs{f' ({why})' if why else ''}", field="limits", minimum=minimum)
 
 
+MAX_LIMITS = 1000
+"""The most memory limits one frontier takes (:func:`frontier`)."""
+
+
 def frontier(
     spec: InstanceSpec,
     space: Space,
@@ -278,6 +282,9 @@ def frontier(
     devices = spec.devices
     if limits is not None:
         limits = sorted(set(limits))  # a limit given twice is one point
+        if len(limits) > MAX_LIMITS:  # sharing their results compares every pair: 10,000 limits took 18 s after the searches
+            raise ConfigError(f"{len(limits):,} memory limits: a frontier takes at most {MAX_LIMITS:,} (each gets a share of "
+                              "the time limit)", field="limits")
         if not space.fixed:  # before any search (a fixed space's minimum needs its schedule simulated)
             early = space_instance(spec.with_limit(None), space)
             least, why = minimum_memory(early, space, placement_of(space, devices))
