@@ -683,3 +683,15 @@ def test_a_frontier_of_too_many_limits_is_refused_before_any_search():
            "the time limit)\n")
     assert run("frontier", "-p", 4, "-m", 8, "--unit", "--limits", ",".join(["5"] * (MAX_LIMITS + 1)), "--time-limit", 10,
                "-q").exit_code == 0  # a limit given twice is one point
+
+
+def test_a_time_limit_too_short_for_the_trace_is_refused_before_the_search(tmp_path):
+    """A trace of 499,200 ops (about 25 s to write) was written after a 14 s limit had passed (17 s)."""
+    from ppopt.report.trace import trace_time_s
+
+    trace = tmp_path / "s.json.gz"
+    result = run("search", "--unit", "-p", 64, "-m", 3900, "--no-grid", "--trace", trace, "--time-limit", 14)
+    assert (result.exit_code, result.output) == (
+        1, f"error: --time-limit: 14 s cannot cover a search of 499,200 ops and writing --trace (about "
+           f"{trace_time_s(499_200):.0f} s for it): give more, or leave --trace out\n")
+    assert not trace.exists()

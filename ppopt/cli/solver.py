@@ -139,6 +139,18 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
                           field="time_limit_s")
 
 
+def _check_outputs_in_time(solve, ops: int, outputs_s: float, flags: str) -> None:
+    """Refuse a time limit that a search and its picture or trace (``outputs_s``) cannot both fit in
+    (a trace of 499,200 ops, about 25 s, was written after a 14 s limit had passed)."""
+    from ppopt.errors import ConfigError
+    from ppopt.solve.search import minimum_time_s
+
+    if solve.time_limit_s is not None and solve.remaining_s() < outputs_s + minimum_time_s(ops):
+        raise ConfigError(f"{solve.time_limit_s:g} s cannot cover a search of {ops:,} ops and writing {flags} (about "
+                          f"{_rounded_up(outputs_s)} s for {'them' if ' and ' in flags else 'it'}): give more, or leave {flags} out",
+                          field="time_limit_s")
+
+
 def _rounded_up(seconds: float) -> str:
     """``seconds`` shown so that the figure is never below it: whole seconds from 10 s, else two
     significant digits rounded up (0.000834 -> 0.00084)."""
@@ -232,7 +244,9 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         if trace:
             check_trace_size(ops)
         # the time limit covers the whole command: the search leaves the outputs their time
-        solve = solve.reserve((picture_time_s(ops) if plot else 0.0) + (trace_time_s(ops) if trace else 0.0))
+        outputs_s = (picture_time_s(ops) if plot else 0.0) + (trace_time_s(ops) if trace else 0.0)
+        _check_outputs_in_time(solve, ops, outputs_s, " and ".join(n for n, given in (("--plot", plot), ("--trace", trace)) if given))
+        solve = solve.reserve(outputs_s)
     result = search(spec, searched, solve, minimize_memory=minimize_memory)
     if as_json:
         emit_json(search_json(result) | _request_json(spec))
