@@ -15,7 +15,7 @@ from ppopt.errors import PpoptError
 from ppopt.sweep import LocalExecutor, load_spec, read_rows, run_sweep
 from ppopt.sweep.executors import TimeLimitReached, alarm_at, uninterrupted
 from ppopt.sweep.run import item_seconds
-from ppopt.sweep.spec import expand
+from ppopt.sweep.spec import GapItem, expand
 
 SMALL = """
 schedules = ["gpipe", "1f1b"]
@@ -70,7 +70,7 @@ def test_a_search_starts_only_when_its_own_time_limit_fits(tmp_path, clock):
     assert result.time_limit_reached
     assert result.missing == 1 and result.computed == 8  # 2 schedules x 2 x 2 evaluations; 1 search row
     assert all(r["kind"] == "evaluate" for r in result.rows)
-    search = [item for item in expand(loaded) if item_seconds(item)]
+    search = [item for item in expand(loaded) if isinstance(item, GapItem)]
     assert len(search) == 1 and result.search_s > item_seconds(search[0]) > 20  # plus listing, rows.csv
     resumed = run_sweep(loaded, tmp_path / "out")
     assert resumed.missing == 0 and not resumed.time_limit_reached and resumed.reused == 8
@@ -78,8 +78,9 @@ def test_a_search_starts_only_when_its_own_time_limit_fits(tmp_path, clock):
 
 def test_the_deadline_stops_a_running_evaluation_and_keeps_the_files_whole(tmp_path, monkeypatch):
     """The alarm at the deadline (a real one, 0.3 s away) stops an evaluation that would take a
-    minute, however fast the machine."""
+    minute, however fast the machine (its estimate, 1.2 s, taken as 0: an estimate may be short)."""
     monkeypatch.setattr("ppopt.sweep.run._run_eval", lambda item: time.sleep(60))
+    monkeypatch.setattr("ppopt.sweep.run.EVALUATE_S_PER_OP", 0.0)
     loaded = spec(tmp_path, LONG)
     out = tmp_path / "out"
     result = run_sweep(loaded, out, deadline=time.monotonic() + 0.3)
@@ -88,7 +89,8 @@ def test_the_deadline_stops_a_running_evaluation_and_keeps_the_files_whole(tmp_p
     assert (out / "rows.csv").read_text().count("\n") == 1  # the header: rows.csv is written on the way out
 
 
-def test_a_pool_is_stopped_at_the_deadline(tmp_path):
+def test_a_pool_is_stopped_at_the_deadline(tmp_path, monkeypatch):
+    monkeypatch.setattr("ppopt.sweep.run.EVALUATE_S_PER_OP", 0.0)  # started, though estimated past the deadline
     loaded = spec(tmp_path, LONG.replace("[2048]", "[1024, 2048]"))
     with LocalExecutor(2) as pool:
         result = run_sweep(loaded, tmp_path / "out", pool, deadline=time.monotonic() + 0.5)
@@ -192,12 +194,13 @@ def test_the_cli_says_what_is_left_and_how_to_run_it(tmp_path, clock):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["time_limit_reached"] and summary["missing"] == 9 and summary["computed"] == 90  # the 9 rows of searches
-    text = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "10", "-q"]).output
+    text = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "text"), "--time-limit", "10", "-q"]).output
     head = "time limit reached: rerun the same command to compute the 9 missing; a --time-limit under "
-    assert head in text and "runs none of the searches among them" in text
+    assert head in text and "runs none of the points not started" in text
     needed = int(text.split(head)[1].split()[0])
     assert 22 <= needed <= 30  # 20 s, 5 % and 1 s of margin, the listing and rows.csv
-    assert run_sweep_with_limit(tmp_path / "out", clock.now + needed - 2).missing == 9  # under it, no search starts
+    with pytest.raises(PpoptError, match="cannot cover any of the 9 points"):  # under it no search starts: refused
+        run_sweep_with_limit(tmp_path / "out", clock.now + needed - 2)
     assert run_sweep_with_limit(tmp_path / "enough", clock.now + needed).missing == 0  # and here that limit is enough
 
 
@@ -325,3 +328,32 @@ def test_a_signal_just_after_a_row_is_appended_leaves_it_in_rows_csv_too(tmp_pat
         run_sweep(spec(tmp_path, SMALL.split("[solver]")[0]), tmp_path / "out")
     in_csv = (tmp_path / "out" / "rows.csv").read_text().splitlines()[1:]
     assert len(written) == 3 and len(read_rows(tmp_path / "out" / "rows.jsonl")) == 3 and len(in_csv) == 3
+
+
+def test_a_rerun_that_can_make_no_progress_is_refused(tmp_path, clock):
+    """The quick study's evaluation points done, a rerun under 10 s could start none of its nine
+    searches (20 s each): it said "time limit reached" with exit 0 on every rerun. It is refused,
+    with the time the quickest point needs, and the rows stay."""
+    out = tmp_path / "out"
+    first = CliRunner().invoke(main, ["sweep", "quick", "-o", str(out), "--time-limit", "10", "-q", "--json"])
+    assert first.exit_code == 0 and json.loads(first.stdout)["missing"] == 9
+    rows = (out / "rows.jsonl").read_bytes()
+    again = CliRunner().invoke(main, ["sweep", "quick", "-o", str(out), "--time-limit", "10", "-q"])
+    assert again.exit_code == 1
+    assert again.output.startswith("error: --time-limit: ") and " s left cannot cover any of the 9 points: the shortest needs " \
+        "about 22.0 s; give more, or make the points smaller" in again.output
+    assert (out / "rows.jsonl").read_bytes() == rows
+
+
+def test_an_evaluation_point_too_long_for_the_limit_is_not_started(tmp_path):
+    """A single point estimated past the limit ran into the deadline on every rerun (4.8 million ops
+    under 8 s): it is refused before any work, and no output directory is left."""
+    from ppopt.evaluate import EVALUATE_S_PER_OP
+
+    loaded = spec(tmp_path, LONG)
+    (item,) = expand(loaded)
+    assert item_seconds(item) == EVALUATE_S_PER_OP * item.cost > 0.3
+    with pytest.raises(PpoptError) as error:
+        run_sweep(loaded, tmp_path / "out", deadline=time.monotonic() + 0.3)
+    assert error.value.field == "time_limit" and "cannot cover any of the 1 point" in error.value.reason
+    assert not (tmp_path / "out").exists()

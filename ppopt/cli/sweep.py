@@ -95,8 +95,9 @@ def summary_text(result, needed_s: float | None = None) -> str:
     if result.time_limit_reached:
         text += f"\ntime limit reached: rerun the same command to compute the {result.missing} missing"
         if needed_s:
-            text += (f"; a --time-limit under {math.ceil(needed_s)} s runs none of the searches among them (each starts "
-                     "only while the spec's time_limit_s, with a margin, is left; the more there are, the more they need)")
+            text += (f"; a --time-limit under {math.ceil(needed_s)} s runs none of the points not started (a search starts "
+                     "only while the spec's time_limit_s, with a margin, is left, an evaluation while its estimated time is; "
+                     "the more there are, the more they need)")
     return text
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ppopt.errors import PpoptError, counted
+from ppopt.evaluate import EVALUATE_S_PER_OP
 from ppopt.io import atomic_write_text, parse_data, write_json
 from ppopt.sweep.executors import RAY_SHUTDOWN_S, Executor, LocalExecutor, TimeLimitReached, starting_s, uninterrupted
 from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, check_sweep_size, expand
@@ -109,11 +110,12 @@ def csv_seconds(rows: int) -> float:
 
 def item_seconds(item: EvalItem | GapItem) -> float:
     """Seconds to keep before the deadline to start ``item``: a search its time limit with
-    :data:`SEARCH_MARGIN` and :data:`SEARCH_START_S`; an evaluation nothing, as the deadline
-    interrupts it (it has no time limit of its own to honour)."""
-    if isinstance(item, GapItem) and item.cost:  # cost 0: over max_ops, a row saying so, no search
-        return SEARCH_START_S + SEARCH_MARGIN * item.inputs[0]["time_limit_s"]
-    return 0.0
+    :data:`SEARCH_MARGIN` and :data:`SEARCH_START_S`; an evaluation its estimated time
+    (:data:`ppopt.evaluate.EVALUATE_S_PER_OP` per op: a 4.8-million-op point started under an 8 s
+    limit ran into the deadline on every rerun)."""
+    if isinstance(item, GapItem):
+        return SEARCH_START_S + SEARCH_MARGIN * item.inputs[0]["time_limit_s"] if item.cost else 0.0  # cost 0: a row, no search
+    return EVALUATE_S_PER_OP * item.cost
 
 
 def _run_eval(item: EvalItem) -> dict:
@@ -416,12 +418,20 @@ def run_sweep(
     if deadline is not None:
         _check_deadline(points, deadline, executor.closing_s)
     out = Path(output) if output is not None else default_output(loaded)
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise PpoptError(f"cannot create {out}: {error.strerror or error}", field="output") from None
-    with locked(out):
-        return _run_locked(loaded, out, executor, progress, max_items, kinds, began, deadline)
+    try:
+        with locked(out):
+            return _run_locked(loaded, out, executor, progress, max_items, kinds, began, deadline)
+    except PpoptError:
+        if created:  # refused before any row (a time limit no point fits): no directory left behind
+            with contextlib.suppress(OSError):
+                (out / LOCK_NAME).unlink()
+                out.rmdir()  # only if nothing else is in it
+        raise
 
 
 LIST_S_PER_POINT = 6e-5
@@ -455,6 +465,17 @@ def check_deadline_before_start(loaded: LoadedSpec, kinds: tuple[str, ...], dead
     _check_deadline(points, deadline, closing, starting_s(kind, address))
 
 
+def _check_any_fits(pending: list[EvalItem | GapItem], stop_at: float) -> None:
+    """Refuse a first run whose every point needs more than the time left (:func:`item_seconds`):
+    it would compute nothing, and so would every rerun under the same limit."""
+    shortest = min(map(item_seconds, pending))
+    left = stop_at - time.monotonic()
+    if shortest > left:
+        points = sum(len(item.hashes) for item in pending)  # a search gives a row per schedule of its space
+        raise PpoptError(f"{max(left, 0.0):.1f} s left cannot cover any of the {counted(points, 'point')}: the shortest needs "
+                         f"about {shortest:.1f} s; give more, or make the points smaller", field="time_limit")
+
+
 def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Progress | None, max_items: int | None,
                 kinds: tuple[str, ...], began: float, deadline: float | None) -> SweepResult:
     items = expand(loaded, kinds)
@@ -468,6 +489,8 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     pending.sort(key=lambda item: -item.cost)
     if max_items is not None:
         pending = pending[:max_items]
+    if deadline is not None and pending:
+        _check_any_fits(pending, deadline - executor.closing_s - csv_seconds(len(order)))
     write_json(loaded.spec.model_dump(mode="json"), out / "spec.json", pretty=True, sort_keys=True)
 
     total = sum(len(i.hashes) for i in pending)

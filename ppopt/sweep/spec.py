@@ -435,10 +435,18 @@ class EvalItem:
     model: ModelConfig
     system: SystemConfig
     cost: float
+    """The schedule's ops (what its evaluation's time grows with: :func:`ppopt.sweep.run.item_seconds`)."""
 
     @property
     def hashes(self) -> tuple[str, ...]:
         return (self.hash,)
+
+
+def _eval_ops(name: str, devices: int, microbatches: int, options: dict) -> int:
+    """The ops of schedule ``name`` at (p, m) with ``options``, known before it is built (2·p·m for
+    a family that cannot count them)."""
+    family = get(name)
+    return family.ops(devices, microbatches, family.taken(options)) or 2 * devices * microbatches
 
 
 @dataclass(frozen=True)
@@ -531,7 +539,7 @@ def expand(loaded: LoadedSpec, kinds: tuple[str, ...] = ("evaluate", "gap")) -> 
                         "model": model_name, "model_digest": model_digest, "system": system_name,
                         "system_digest": system_digest, "global_batch": global_batch, "backward": spec.backward,
                     }
-                    items.append(EvalItem(inputs, point_hash(inputs), model, system, float(devices * microbatches)))
+                    items.append(EvalItem(inputs, point_hash(inputs), model, system, float(_eval_ops(name, devices, microbatches, combo))))
     if spec.solver is not None and "gap" in kinds:  # building them generates every schedule searched
         items += _gap_items(spec)
     return items
