@@ -22,6 +22,7 @@ from ppopt.cli.options import (
     system_options,
     unit_cost_options,
     unit_options,
+    working,
 )
 
 FORMATS = {"torch-csv": ".csv", "chrome-trace": ".json", "png": ".png", "svg": ".svg"}
@@ -88,53 +89,54 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
 
         check_layers(name, devices, options, load_model(model).num_layers)
     size_outputs_first(name, devices, microbatches, options, picture=fmt in ("png", "svg"), trace=fmt == "chrome-trace")
-    schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
-    phases.done("schedule built")
-    if fmt in ("png", "svg"):  # before simulating what could never be drawn
-        from ppopt.report.plot import check_picture_size
+    with working("export", quiet):  # phases of 10 s and more at millions of ops: a line every 5 s between them
+        schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+        phases.done("schedule built")
+        if fmt in ("png", "svg"):  # before simulating what could never be drawn
+            from ppopt.report.plot import check_picture_size
 
-        check_picture_size(schedule.op_count)
-    elif fmt == "chrome-trace":
-        from ppopt.report.trace import check_trace_size
+            check_picture_size(schedule.op_count)
+        elif fmt == "chrome-trace":
+            from ppopt.report.trace import check_trace_size
 
-        check_trace_size(schedule.op_count)
-    devices, microbatches = schedule.devices, schedule.microbatches
-    spec = InstanceSpec(devices, microbatches, units=units if unit else None, model=model, system=system,
-                        global_batch=global_batch, parallel=parallel)
-    if fmt == "torch-csv":
-        refuse_replicas(schedule)  # before simulating
-    instance = spec.instance(schedule.stages, schedule.stage_weights)
-    simulation = simulate(schedule, instance.costs, instance.system)
-    phases.done("simulated")
-    if not unit:
-        click.echo(parallel.summary(spec.model, spec.system, microbatches, global_batch), err=True)
-    unit_name = "slots" if unit else "s"
+            check_trace_size(schedule.op_count)
+        devices, microbatches = schedule.devices, schedule.microbatches
+        spec = InstanceSpec(devices, microbatches, units=units if unit else None, model=model, system=system,
+                            global_batch=global_batch, parallel=parallel)
+        if fmt == "torch-csv":
+            refuse_replicas(schedule)  # before simulating
+        instance = spec.instance(schedule.stages, schedule.stage_weights)
+        simulation = simulate(schedule, instance.costs, instance.system)
+        phases.done("simulated")
+        if not unit:
+            click.echo(parallel.summary(spec.model, spec.system, microbatches, global_batch), err=True)
+        unit_name = "slots" if unit else "s"
 
-    if fmt == "torch-csv":
-        _emit_text(output, format_torch_csv(schedule, simulation.device_starts()))
-    elif fmt == "chrome-trace":
-        from ppopt.io import json_bytes, write_json
-        from ppopt.report.trace import chrome_trace
+        if fmt == "torch-csv":
+            _emit_text(output, format_torch_csv(schedule, simulation.device_starts()))
+        elif fmt == "chrome-trace":
+            from ppopt.io import json_bytes, write_json
+            from ppopt.report.trace import chrome_trace
 
-        trace = chrome_trace(schedule, simulation, instance.costs, time_unit=unit_name)
-        phases.done("trace built")
-        if output == "-":
-            click.echo(json_bytes(trace))
+            trace = chrome_trace(schedule, simulation, instance.costs, time_unit=unit_name)
+            phases.done("trace built")
+            if output == "-":
+                click.echo(json_bytes(trace))
+            else:
+                write_json(trace, output)
         else:
-            write_json(trace, output)
-    else:
-        from ppopt.report.plot import default_title, plot_schedule, simulated_transfers
+            from ppopt.report.plot import default_title, plot_schedule, simulated_transfers
 
-        costs = instance.costs
-        step = f"{simulation.step_time_s:.4g} {'slots' if unit else 's'}"
-        plot_schedule(
-            schedule, simulation.start_s, simulation.end_s, output,
-            title=f"{default_title(schedule)}, simulated step {step}",
-            time_unit=unit_name,
-            activation_size=lambda stage: costs.stages[stage].activation_bytes,
-            memory_unit="activations" if unit else "bytes",
-            transfers=simulated_transfers(simulation),
-        )
+            costs = instance.costs
+            step = f"{simulation.step_time_s:.4g} {'slots' if unit else 's'}"
+            plot_schedule(
+                schedule, simulation.start_s, simulation.end_s, output,
+                title=f"{default_title(schedule)}, simulated step {step}",
+                time_unit=unit_name,
+                activation_size=lambda stage: costs.stages[stage].activation_bytes,
+                memory_unit="activations" if unit else "bytes",
+                transfers=simulated_transfers(simulation),
+            )
     if output != "-":
         click.echo(f"wrote {output} ({fmt}: {schedule.name}, p={devices}, m={microbatches})", err=True)
 
@@ -166,33 +168,35 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
     from ppopt.table import build_table, table_metrics
 
     phases = Phases(f"import {file}", quiet)
-    schedule = read_torch_csv_file(file, legacy_backward=legacy_backward)
-    phases.done("read and validated")
-    table = build_table(schedule, units)
-    metrics = table_metrics(table)
-    phases.done("table built")
-    backward = table.flat.backward
-    if as_json:
-        emit_json({
-            "schedule": schedule.name,
-            "file": file,
-            "devices": schedule.devices,
-            "stages": schedule.stages,
-            "microbatches": schedule.microbatches,
-            "split_backward": table.flat.split,
-            "backward": backward,
-            "placement": [holders[0] for holders in schedule.placement],
-            "orders": [[str(op) for op in order] for order in schedule.orders],
-            "table": {"length": metrics.length, "bubble_ratio": metrics.bubble_ratio,
-                      "peak_activations": list(metrics.peak_activations)},
-        })
-        return
-    from ppopt.errors import counted
+    with working(f"import {file}", quiet):  # reading a 9.6-million-op CSV: 20 s before its first phase line
+        schedule = read_torch_csv_file(file, legacy_backward=legacy_backward)
+        phases.done("read and validated")
+        table = build_table(schedule, units)
+        metrics = table_metrics(table)
+        phases.done("table built")
+        backward = table.flat.backward
+        if as_json:
+            emit_json({
+                "schedule": schedule.name,
+                "file": file,
+                "devices": schedule.devices,
+                "stages": schedule.stages,
+                "microbatches": schedule.microbatches,
+                "split_backward": table.flat.split,
+                "backward": backward,
+                "placement": [holders[0] for holders in schedule.placement],
+                "orders": [[str(op) for op in order] for order in schedule.orders],
+                "table": {"length": metrics.length, "bubble_ratio": metrics.bubble_ratio,
+                          "peak_activations": list(metrics.peak_activations)},
+            })
+            return
+        from ppopt.errors import counted
 
-    click.echo(
-        f"{schedule.name}: {counted(schedule.devices, 'device')}, {counted(schedule.stages, 'stage')}, "
-        f"{counted(schedule.microbatches, 'microbatch')}, {BACKWARD_SHOWN[backward]} backward\n"
-    )
-    click.echo(grid(table, colour=True))
-    click.echo("\n" + table_summary(metrics.length, metrics.bubble_ratio, metrics.peak_activations, schedule.devices,
-                                    schedule.stages))
+        click.echo(
+            f"{schedule.name}: {counted(schedule.devices, 'device')}, {counted(schedule.stages, 'stage')}, "
+            f"{counted(schedule.microbatches, 'microbatch')}, {BACKWARD_SHOWN[backward]} backward\n"
+        )
+        click.echo(grid(table, colour=True))
+        click.echo("\n" + table_summary(metrics.length, metrics.bubble_ratio, metrics.peak_activations, schedule.devices,
+                                        schedule.stages))
+

@@ -150,21 +150,19 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, u
     from ppopt.table import build_table
 
     size_outputs_first(name, devices, microbatches, options, picture=bool(plot))
-    with working(f"table {name or schedule_file}", quiet):
+    with working(f"table {name or schedule_file}", quiet):  # formatting 2,000 x 2,400 took 15 s after the table was built
         schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
         if plot:
             _check_picture(schedule)
         table = build_table(schedule, units)
-    if as_json:
-        emit_json(table_json(table))
+        if as_json:
+            emit_json(table_json(table))
+        else:
+            click.echo(grid(table, colour=True))
+            click.echo("\n" + table_summary(table.length, table.bubble_ratio, table.peak_activations, table.schedule.devices,
+                                            table.schedule.stages))
         if plot:
             _plot_table(table, plot)
-        return
-    click.echo(grid(table, colour=True))
-    click.echo("\n" + table_summary(table.length, table.bubble_ratio, table.peak_activations, table.schedule.devices,
-                                    table.schedule.stages))
-    if plot:
-        _plot_table(table, plot)
 
 
 def _check_picture(schedule) -> None:
