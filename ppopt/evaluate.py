@@ -140,6 +140,12 @@ def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFA
     return evaluate_schedule(schedule, units, model, system, global_batch, True, parallel, **cast(dict[str, Any], options))
 
 
+def evaluation_seconds(ops: int | None) -> float:
+    """Seconds to keep for evaluating a schedule of ``ops`` ops (:data:`EVALUATE_S_PER_OP` each); 0
+    when the count is unknown or over :data:`ppopt.ir.MAX_OPS` (such a schedule is refused at once)."""
+    return EVALUATE_S_PER_OP * ops if ops is not None and ops <= MAX_OPS else 0.0
+
+
 EVALUATE_S_PER_OP = 4.5e-6
 """Seconds per op to evaluate a schedule (generate, validate, table, formula and, with a model,
 simulate), with a margin: every schedule at p = 32, m = 1,024 (1.64 million ops in all) took 4.5 s
@@ -170,7 +176,7 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
     late: dict[str, float] = {}  # the schedules the deadline left out, with their estimated seconds
     for done, name in enumerate(every, 1):
         size = size_of.get(name)
-        needed = EVALUATE_S_PER_OP * size if size is not None and size <= MAX_OPS else 0.0
+        needed = evaluation_seconds(size)
         if deadline is not None and needed and time.monotonic() + needed > deadline:
             late[name] = needed
             skipped[name] = f"time limit: about {needed:.1f} s to evaluate, {max(0.0, deadline - time.monotonic()):.1f} s left"

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from ppopt.cli import main
 from ppopt.errors import PpoptError
+from ppopt.ir import MAX_OPS
 from ppopt.sweep import LocalExecutor, load_spec, read_rows, run_sweep
 from ppopt.sweep.executors import TimeLimitReached, alarm_at, uninterrupted
 from ppopt.sweep.run import item_seconds
@@ -80,7 +81,7 @@ def test_the_deadline_stops_a_running_evaluation_and_keeps_the_files_whole(tmp_p
     """The alarm at the deadline (a real one, 0.3 s away) stops an evaluation that would take a
     minute, however fast the machine (its estimate, 1.2 s, taken as 0: an estimate may be short)."""
     monkeypatch.setattr("ppopt.sweep.run._run_eval", lambda item: time.sleep(60))
-    monkeypatch.setattr("ppopt.sweep.run.EVALUATE_S_PER_OP", 0.0)
+    monkeypatch.setattr("ppopt.evaluate.EVALUATE_S_PER_OP", 0.0)
     loaded = spec(tmp_path, LONG)
     out = tmp_path / "out"
     result = run_sweep(loaded, out, deadline=time.monotonic() + 0.3)
@@ -90,7 +91,7 @@ def test_the_deadline_stops_a_running_evaluation_and_keeps_the_files_whole(tmp_p
 
 
 def test_a_pool_is_stopped_at_the_deadline(tmp_path, monkeypatch):
-    monkeypatch.setattr("ppopt.sweep.run.EVALUATE_S_PER_OP", 0.0)  # started, though estimated past the deadline
+    monkeypatch.setattr("ppopt.evaluate.EVALUATE_S_PER_OP", 0.0)  # started, though estimated past the deadline
     loaded = spec(tmp_path, LONG.replace("[2048]", "[1024, 2048]"))
     with LocalExecutor(2) as pool:
         result = run_sweep(loaded, tmp_path / "out", pool, deadline=time.monotonic() + 0.5)
@@ -196,7 +197,7 @@ def test_the_cli_says_what_is_left_and_how_to_run_it(tmp_path, clock):
     assert summary["time_limit_reached"] and summary["missing"] == 9 and summary["computed"] == 90  # the 9 rows of searches
     text = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "text"), "--time-limit", "10", "-q"]).output
     head = "time limit reached: rerun the same command to compute the 9 missing; a --time-limit under "
-    assert head in text and "runs none of the points not started" in text
+    assert head in text and "cannot start the longest of them" in text
     needed = int(text.split(head)[1].split()[0])
     assert 22 <= needed <= 30  # 20 s, 5 % and 1 s of margin, the listing and rows.csv
     with pytest.raises(PpoptError, match="cannot cover any of the 9 points"):  # under it no search starts: refused
@@ -357,3 +358,13 @@ def test_an_evaluation_point_too_long_for_the_limit_is_not_started(tmp_path):
         run_sweep(loaded, tmp_path / "out", deadline=time.monotonic() + 0.3)
     assert error.value.field == "time_limit" and "cannot cover any of the 1 point" in error.value.reason
     assert not (tmp_path / "out").exists()
+
+
+def test_a_point_over_the_op_limit_is_a_skipped_row_under_a_time_limit_too(tmp_path):
+    """A point over MAX_OPS is refused at once (a 'skipped' row): under a time limit its 10 million
+    ops were charged 46 s, and the run was refused instead of writing that row."""
+    loaded = spec(tmp_path, LONG.replace("[2048]", "[40000]").replace("4096", "80000"))
+    (item,) = expand(loaded)
+    assert item.cost > MAX_OPS and item_seconds(item) == 0.0
+    result = run_sweep(loaded, tmp_path / "out", deadline=time.monotonic() + 20)
+    assert result.skipped == 1 and result.missing == 0 and not result.time_limit_reached

@@ -240,11 +240,10 @@ def _check_one_in_time(name: str, ops: int, deadline: float | None, plot: bool, 
     """ConfigError when evaluating one schedule of ``ops`` ops (and drawing or tracing it) is
     estimated not to fit before ``deadline``."""
     from ppopt.errors import ConfigError
-    from ppopt.evaluate import EVALUATE_S_PER_OP
-    from ppopt.report.plot import picture_time_s
-    from ppopt.report.trace import trace_time_s
+    from ppopt.evaluate import evaluation_seconds
+    from ppopt.report.plot import outputs_time_s
 
-    needed = EVALUATE_S_PER_OP * ops + (picture_time_s(ops) if plot else 0.0) + (trace_time_s(ops) if trace else 0.0)
+    needed = evaluation_seconds(ops) + outputs_time_s(ops, plot, trace)
     if deadline is not None and time.monotonic() + needed > deadline:
         raise ConfigError(f"too short for {name}: about {needed:.1f} s to evaluate{' and write' if plot or trace else ''} "
                           f"its {ops:,} ops, {max(0.0, deadline - time.monotonic()):.1f} s left", field="time_limit")

@@ -235,8 +235,8 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
 
         check_run_before_search(spec.devices, spec.microbatches, stage_count(searched, spec.devices))
     if plot or trace:  # the picture's and the trace's size is known before the search that makes them
-        from ppopt.report.plot import check_picture_size, picture_time_s
-        from ppopt.report.trace import check_trace_size, trace_time_s
+        from ppopt.report.plot import check_picture_size, outputs_time_s
+        from ppopt.report.trace import check_trace_size
         from ppopt.solve.search import space_ops
 
         ops = space_ops(spec, searched)
@@ -245,7 +245,7 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         if trace:
             check_trace_size(ops)
         # the time limit covers the whole command: the search leaves the outputs their time
-        outputs_s = (picture_time_s(ops) if plot else 0.0) + (trace_time_s(ops) if trace else 0.0)
+        outputs_s = outputs_time_s(ops, bool(plot), bool(trace))
         _check_outputs_in_time(solve, ops, outputs_s, " and ".join(n for n, given in (("--plot", plot), ("--trace", trace)) if given))
         solve = solve.reserve(outputs_s)
     result = search(spec, searched, solve, minimize_memory=minimize_memory)

@@ -74,8 +74,8 @@ def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, k
 
 def summary_text(result, needed_s: float | None = None) -> str:
     """The run in one line (counts add up to the points), then where the rows are; with
-    ``needed_s``, the time limit below which a rerun starts none of its searches left out (a
-    necessary figure, not a sufficient one: every search checks its own time limit against what is
+    ``needed_s``, the time limit below which a rerun cannot start the longest point left out (a
+    necessary figure, not a sufficient one: every point checks its own estimate against what is
     left when it is due, after the points before it)."""
     s = result.summary()
     if s["points"] and s["skipped"] == s["points"]:
@@ -95,7 +95,7 @@ def summary_text(result, needed_s: float | None = None) -> str:
     if result.time_limit_reached:
         text += f"\ntime limit reached: rerun the same command to compute the {result.missing} missing"
         if needed_s:
-            text += (f"; a --time-limit under {math.ceil(needed_s)} s runs none of the points not started (a search starts "
+            text += (f"; a --time-limit under {math.ceil(needed_s)} s cannot start the longest of them (a search starts "
                      "only while the spec's time_limit_s, with a margin, is left, an evaluation while its estimated time is; "
                      "the more there are, the more they need)")
     return text

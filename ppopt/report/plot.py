@@ -37,7 +37,7 @@ from ppopt.io import atomic_write_bytes
 from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
 
 __all__ = [
-    "KIND_COLORS", "MAX_PICTURE_OPS", "Panel", "Transfer", "check_picture_size", "compare_figure", "picture_time_s", "default_title", "device_style", "live_curves", "plot_compare",
+    "KIND_COLORS", "MAX_PICTURE_OPS", "Panel", "Transfer", "check_picture_size", "compare_figure", "outputs_time_s", "picture_time_s", "default_title", "device_style", "live_curves", "plot_compare",
     "plot_schedule", "schedule_figure", "simulated_transfers",
 ]
 
@@ -392,6 +392,14 @@ def picture_time_s(ops: int, schedules: int = 1) -> float:
     """Seconds a picture of ``ops`` ops over ``schedules`` stacked schedules may take to draw and
     write: what a command with a time limit keeps for it after its search or its evaluations."""
     return PICTURE_FIXED_S + COMPARE_PANEL_S * max(0, schedules - 1) + PICTURE_S_PER_OP * ops
+
+
+def outputs_time_s(ops: int, picture: bool, trace: bool) -> float:
+    """Seconds to keep for a picture (:func:`picture_time_s`) and a trace
+    (:func:`ppopt.report.trace.trace_time_s`) of one schedule of ``ops`` ops, those asked for."""
+    from ppopt.report.trace import trace_time_s
+
+    return (picture_time_s(ops) if picture else 0.0) + (trace_time_s(ops) if trace else 0.0)
 
 
 def check_picture_size(ops: int, what: str = "") -> None:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ppopt.errors import PpoptError, counted
-from ppopt.evaluate import EVALUATE_S_PER_OP
+from ppopt.evaluate import evaluation_seconds
 from ppopt.io import atomic_write_text, parse_data, write_json
 from ppopt.sweep.executors import RAY_SHUTDOWN_S, Executor, LocalExecutor, TimeLimitReached, starting_s, uninterrupted
 from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, check_sweep_size, expand
@@ -115,7 +115,7 @@ def item_seconds(item: EvalItem | GapItem) -> float:
     limit ran into the deadline on every rerun)."""
     if isinstance(item, GapItem):
         return SEARCH_START_S + SEARCH_MARGIN * item.inputs[0]["time_limit_s"] if item.cost else 0.0  # cost 0: a row, no search
-    return EVALUATE_S_PER_OP * item.cost
+    return evaluation_seconds(int(item.cost))
 
 
 def _run_eval(item: EvalItem) -> dict:
@@ -466,8 +466,8 @@ def check_deadline_before_start(loaded: LoadedSpec, kinds: tuple[str, ...], dead
 
 
 def _check_any_fits(pending: list[EvalItem | GapItem], stop_at: float) -> None:
-    """Refuse a first run whose every point needs more than the time left (:func:`item_seconds`):
-    it would compute nothing, and so would every rerun under the same limit."""
+    """Refuse a run (a first one or a rerun) whose every point left needs more than the time left
+    (:func:`item_seconds`): it would compute nothing, and so would every rerun under the same limit."""
     shortest = min(map(item_seconds, pending))
     left = stop_at - time.monotonic()
     if shortest > left:
@@ -523,7 +523,7 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
         with _signals_held():  # a Ctrl-C or SIGTERM now (at the deadline, say) acts once rows.csv is written
             atomic_write_text(out / "rows.csv", rows_csv(present))
     ok = [r["hash"] for r in present if r.get("status") != "skipped"]
-    longest_left = max(map(item_seconds, left), default=0.0)  # the longest search not started
+    longest_left = max(map(item_seconds, left), default=0.0)  # the longest point not started
     return SweepResult(
         output=out,
         points=len(order),
