@@ -73,6 +73,7 @@ import numpy as np
 
 from ppopt.config import SystemConfig
 from ppopt.io.measured import Measured, Unmodelled
+from ppopt.io.toml_text import toml_comment, toml_value
 from ppopt.job import JobWork, Work, job_work, work_time_s
 
 __all__ = ["MODELS", "PARAMETERS", "SATURATING_PARAMETERS", "Calibration", "FitModel", "Parameter", "calibrate", "closed_form_mape", "system_toml"]
@@ -347,6 +348,8 @@ def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, itera
     point's fit, if given."""
     if not rows:
         raise ValueError("no rows to calibrate on")
+    if others := fittable(rows)[1]:  # the closed form is 1F1B's: another schedule's row would be fitted wrong
+        raise ValueError(f"{len(others)} rows run another schedule than 1F1B (line {others[0].line}): keep fittable(rows)[0]")
     fit_model = MODELS[model]
     best: Calibration | None = None
     total = len(fit_model.exponents) * len(fit_model.host_times)
@@ -393,40 +396,6 @@ def _fit(stacked: _Stacked, base: SystemConfig, parameters: tuple[Parameter, ...
 # --------------------------------------------------------------------------------------------------
 
 
-_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-
-
-def _escaped(text: str, quote: bool) -> str:
-    """``text`` with TOML's escapes for a basic string (``quote``: also ``"`` and ``\\``): the short
-    ones, ``\\uXXXX`` for the other characters that are not printable (control characters and DEL,
-    which TOML refuses raw), U+FFFD for a lone surrogate (not encodable)."""
-    out = []
-    for char in text:
-        if char in _TOML_ESCAPES and (quote or char not in '"\\'):
-            out.append(_TOML_ESCAPES[char])
-        elif 0xD800 <= ord(char) < 0xE000:  # a lone surrogate (an undecodable file name byte): no TOML escape
-            out.append("\\uFFFD")
-        elif not char.isprintable() and char != " ":
-            out.append(f"\\u{ord(char):04X}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08X}")
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    return f'"{_escaped(str(value), quote=True)}"'
-
-
-def _comment(text: str) -> str:
-    """``text`` made safe for one TOML comment line: control characters escaped as in a string
-    (a newline in a file name must not end the comment and start a line of TOML)."""
-    return _escaped(text, quote=False)
 
 
 SET_BY_THE_FIT = {"op_time_rule": "the rule the fit's closed form uses",
@@ -446,8 +415,8 @@ def system_toml(calibration: Calibration, base: SystemConfig, sources: list[str]
     if simulated_mape is not None:
         mape = f"MAPE {100 * simulated_mape:.2f} % simulated, {100 * calibration.mape:.2f} % in the closed form the fit minimises"
     lines = [
-        _comment(f"# {system.name}: '{base.name}' calibrated by `ppopt calibrate` on {calibration.rows} measured rows"),
-        _comment(f"# ({', '.join(sources)}); {mape}."),
+        toml_comment(f"# {system.name}: '{base.name}' calibrated by `ppopt calibrate` on {calibration.rows} measured rows"),
+        toml_comment(f"# ({', '.join(sources)}); {mape}."),
         "# Fitted fields are marked 'fitted', fields the fit sets 'set by the calibration'; the others are copied from the",
         "# base system.",
     ]
@@ -458,8 +427,8 @@ def system_toml(calibration: Calibration, base: SystemConfig, sources: list[str]
             continue
         note = f"  # fitted: {fitted[name].description}" if name in fitted else ""
         if name in SET_BY_THE_FIT and value != getattr(base, name):
-            note = f"  # set by the calibration ({SET_BY_THE_FIT[name]}; the base has {_toml_value(getattr(base, name))})"
-        lines.append(f"{name} = {_toml_value(value)}{note}")
+            note = f"  # set by the calibration ({SET_BY_THE_FIT[name]}; the base has {toml_value(getattr(base, name))})"
+        lines.append(f"{name} = {toml_value(value)}{note}")
     for name, table in tables:
         key = f"{name}_efficiency"
         note = f"  # fitted: {calibration.values[key]:.4g} x the base bandwidth" if key in calibration.values else ""
@@ -472,5 +441,5 @@ def system_toml(calibration: Calibration, base: SystemConfig, sources: list[str]
             latency = "  # not fitted: no row uses this link (the base system's value)"
         for field_name, value in table.items():
             comment = {"bandwidth_bytes_per_s": note, "latency_s": latency}.get(field_name, "")
-            lines.append(f"{field_name} = {_toml_value(value)}{comment}")
+            lines.append(f"{field_name} = {toml_value(value)}{comment}")
     return "\n".join(lines) + "\n"

@@ -540,13 +540,17 @@ def _read(path: Path) -> dict[str, Any]:
 
 def _load_file(path: Path, cls: type[_M]) -> _M:
     data = _read(path)
+    named = "name" in data
     data.setdefault("name", path.stem)
     try:
         # Strict types for files: "4" or 4.0 for an int field, or 1 for a bool, are errors.
         # (Objects built in Python stay lax so numpy integers and the like are accepted.)
-        return cls.model_validate(data, strict=True, context={"file": True})
+        loaded = cls.model_validate(data, strict=True, context={"file": True})
     except ValidationError as error:
         raise ConfigError(f"{display_path(path)}: {validation_message(error)}") from None
+    if not named:  # the file's name is a default too (`ppopt list models FILE` marks it so)
+        loaded.model_fields_set.discard("name")
+    return loaded
 
 
 def _one_line(text: str) -> str:

@@ -192,7 +192,7 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
     if not found:
         split = (f"p dividing the {len(request.split)} stages of --layers-per-stage" if isinstance(request.split, tuple)
                  else "p dividing the layers" if request.split == "even" else "p at most the layers")
-        uneven = request.split == "even" and _has_layouts(replace(request, split="balanced"))
+        uneven = request.split == "even" and bool(_layouts_if_any(replace(request, split="balanced")))
         raise InfeasibleError(
             f"no valid layout of {n} GPUs for {model.name}: t·p·d = {n} needs t ≤ {request.system.devices_per_node} "
             f"(a node) that splits the model (dividing its {model.num_attention_heads} heads, key/value heads, MLP units "
@@ -202,11 +202,8 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
     return found
 
 
-def _has_layouts(request: PlanRequest) -> bool:
-    return bool(_layouts_or_none(request))
-
-
-def _layouts_or_none(request: PlanRequest) -> list[tuple[int, int, int]]:
+def _layouts_if_any(request: PlanRequest) -> list[tuple[int, int, int]]:
+    """:func:`layouts`, or an empty list where it finds none."""
     try:
         return layouts(request)
     except InfeasibleError:
@@ -218,10 +215,10 @@ def depths_left_out(request: PlanRequest) -> list[int]:
     which ``--layers-per-stage balanced`` plans (empty for any other split)."""
     if request.split != "even":
         return []
-    planned = {p for _, p, _ in _layouts_or_none(request)}
+    planned = {p for _, p, _ in _layouts_if_any(request)}
     if not planned:  # no layout at all: plan's error names the balanced split
         return []
-    return sorted({p for _, p, _ in _layouts_or_none(replace(request, split="balanced"))} - planned)
+    return sorted({p for _, p, _ in _layouts_if_any(replace(request, split="balanced"))} - planned)
 
 
 def _micro_batches(request: PlanRequest, d: int) -> list[int]:

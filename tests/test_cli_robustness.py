@@ -1035,7 +1035,8 @@ def test_a_bug_is_one_line_from_the_command_line_and_a_traceback_on_request(tmp_
               "from ppopt.cli import main\n"
               "main()\n")
     env = {k: v for k, v in os.environ.items() if k != "PPOPT_DEBUG"}
-    plain = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    plain = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**env, "PPOPT_DEBUG": "0"},
+                           timeout=60)
     assert (plain.returncode, plain.stdout) == (1, "")
     assert plain.stderr == ("error: internal error (RuntimeError: Unable to cast Python instance): a bug in ppopt, not in your "
                             "input; PPOPT_DEBUG=1 shows where\n")

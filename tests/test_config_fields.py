@@ -59,7 +59,7 @@ def test_the_reference_says_what_a_file_needs_and_what_it_gets_otherwise(tmp_pat
             continue
         value, given = values_of(loaded)[doc.name]
         assert value == (expected.get(doc.name) or doc.default), doc.name
-        assert not given or doc.name == "name", doc.name
+        assert not given, doc.name
     for name in required:
         others = [n for n in required if n != name]
         table = name.split(".")[0]  # a link table left with none of its fields is missing as a whole
@@ -166,6 +166,7 @@ def test_list_models_shows_each_file_as_read_with_its_defaults_marked(tmp_path):
     csv = cli("list", "models", mine, "--format", "csv").output.splitlines()
     assert csv[0] == f"field,{mine}" and "activation,\"\"\"gelu\"\"\"" in csv
     data = json.loads(cli("list", "models", mine, "--json").stdout)
+    assert data[0]["given"] == str(mine) and data[0]["name"] == "mine" and "name" in data[0]["defaults"]
     assert data[0]["hidden_size"] == 5120 and "activation" in data[0]["defaults"] and "hidden_size" not in data[0]["defaults"]
     refused = cli("list", "schedules", "1f1b")
     assert refused.exit_code == 1 and "takes no names" in refused.output

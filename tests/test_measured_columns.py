@@ -151,9 +151,31 @@ def test_plan_candidates_names_each_model_and_leaves_out_one_that_cannot_fit(tmp
                                     "recompute": ["none", "none", "", ""]}, rows=4)
     system = tmp_path / "small.toml"
     text = (Path(__file__).resolve().parent.parent / "configs" / "a100-vtrain-calibrated.toml").read_text()
-    system.write_text(text.replace("memory_capacity_bytes = 80000000000.0", "memory_capacity_bytes = 60e9"))
+    system.write_text(text.replace("memory_capacity_bytes = 8e+10", "memory_capacity_bytes = 60e9"))
     result = CliRunner().invoke(main, ["plan", "--candidates", str(path), "--system", str(system), "--search", "0", "-q"])
     assert result.exit_code == 0, result.output
     headers = [line for line in result.stdout.splitlines() if " on 64 x " in line]
     assert [h.split(" on ")[0] for h in headers] == ["gpt h3072 a32 L30 s2048"]
     assert result.stderr.startswith("note: gpt h3072 a32 L30 s2048 kv8 left out: no job fits 60.00 GB per GPU")
+
+
+def test_a_row_stating_an_assumption_is_the_same_model(tmp_path):
+    """A row giving ffn = 4h, kv heads = heads, gelu, no flash attention, dropout states the GPT
+    assumption: it was labelled (three Spearman groups for one model) and no longer a repeat."""
+    table = list(csv.reader(MULTI.open()))
+    hidden, heads = int(table[1][table[0].index("hidden size")]), int(table[1][table[0].index("attention heads")])
+    path = _with_columns(tmp_path, {"ffn hidden size": [str(4 * hidden), ""], "kv heads": [str(heads), ""],
+                                    "activation": ["gelu", ""], "flash attention": ["false", ""], "dropout": ["true", ""]}, rows=2)
+    rows, _ = read_measured(path, SYSTEM)
+    assert rows[0].model_key == rows[1].model_key == "h3072 a32 L30 s2048"
+
+
+def test_calibrate_itself_refuses_rows_it_would_fit_wrong(tmp_path):
+    """The library's calibrate (the benchmarks call it) took rows of any schedule into its 1F1B closed form."""
+    from ppopt.calibrate import calibrate, fittable
+
+    path = _with_columns(tmp_path, {"schedule": ["", "interleaved-1f1b"], "chunks": ["", "2"]}, rows=2)
+    rows, _ = read_measured(path, SYSTEM)
+    with pytest.raises(ValueError, match="1 rows run another schedule than 1F1B \\(line 3\\)"):
+        calibrate(rows, SYSTEM)
+    assert [r.line for r in fittable(rows)[0]] == [2]

@@ -247,7 +247,7 @@ class _Cli(click.Group):
         except OSError as error:
             code = _stdout_failed(error)
         except Exception as error:  # a bug: one line from the command line (PPOPT_DEBUG=1 re-raises); tests see the exception
-            if not _FROM_COMMAND_LINE or os.environ.get("PPOPT_DEBUG"):
+            if not _FROM_COMMAND_LINE or os.environ.get("PPOPT_DEBUG", "0") not in ("", "0"):
                 raise
             click.echo(f"error: internal error ({type(error).__name__}: {_one_line(str(error))[:300]}): a bug in ppopt, not in "
                        "your input; PPOPT_DEBUG=1 shows where", err=True)

@@ -123,7 +123,7 @@ def _list_configs(what: str, names: tuple[str, ...], as_json: bool, fmt: str) ->
     configs = [load(name) for name in names]
     values = [values_of(config) for config in configs]
     if as_json:
-        emit_json([{"name": name, **config.model_dump(mode="json"), "defaults": [f for f, (_, given) in v.items() if not given]}
+        emit_json([{"given": name, **config.model_dump(mode="json"), "defaults": [f for f, (_, given) in v.items() if not given]}
                    for name, config, v in zip(names, configs, values)])
         return
     mark = (lambda text, given: text) if fmt == "csv" else (lambda text, given: text if given else f"{text} *")

@@ -184,7 +184,8 @@ def gpt_model(values: dict[str, int], given: dict[str, object] | None = None, la
     })
 
 
-def _optional_values(name: str, line: int, cells: list[str], index: dict[str, int]) -> tuple[dict[str, object], dict[str, object], str]:
+def _optional_values(name: str, line: int, cells: list[str], index: dict[str, int],
+                     values: dict[str, int]) -> tuple[dict[str, object], dict[str, object], str]:
     """The row's optional columns (:data:`OPTIONAL`): model fields, job fields, and the model key's
     labels; MeasuredDataError naming the column for a value it does not take."""
     model: dict[str, object] = {}
@@ -211,7 +212,9 @@ def _optional_values(name: str, line: int, cells: list[str], index: dict[str, in
                 raise MeasuredDataError(f"{name}: line {line}, column '{column}': must be {known}, got {shown(raw)}")
             value = raw.lower() == "true" if choices is BOOLEAN else raw.lower()
         (model if option.target == "model" else job)[option.field] = value
-        departs = {"flash_attention": value is True, "dropout": value is False, "activation": value != "gelu"}.get(option.field, True)
+        assumed = {"flash_attention": False, "dropout": True, "activation": "gelu", "ffn_hidden_size": 4 * values["hidden"],
+                   "num_kv_heads": values["heads"]}  # gpt_model's: a row stating one is the same model
+        departs = option.field not in assumed or value != assumed[option.field]
         if option.key is not None and departs:
             labels.append(option.key.format(value))
     schedule = str(job.get("schedule", "1f1b"))
@@ -291,7 +294,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
             raise MeasuredDataError(f"{name}: line {line}, column 'micro batch': {values['micro_batch']} does not "
                                     f"divide the global batch per replica ({values['global_batch']} / {d})")
 
-        model_fields, job_fields, labels = _optional_values(name, line, cells, index)
+        model_fields, job_fields, labels = _optional_values(name, line, cells, index, values)
         try:
             model = gpt_model(values, model_fields, labels)
         except ValidationError as error:  # a size over the model's limits, kv heads not dividing the heads

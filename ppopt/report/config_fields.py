@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel
 
 from ppopt.config import COMPUTED_DEFAULTS, FILE_MINIMA, LinkConfig
+from ppopt.io.toml_text import toml_value
 
 UNITS = (("peak_flops", "FLOP/s"), ("_bytes_per_s", "bytes/s"), ("_s", "s"), ("_bytes", "bytes"), ("_flops", "FLOP"))
 """Units from a field's name (the module doc of :mod:`ppopt.config`: units are part of the names);
@@ -90,18 +91,6 @@ def _default(name: str, info: Any) -> str:
     if name in COMPUTED_DEFAULTS:
         return COMPUTED_DEFAULTS[name]
     return "required" if info.is_required() else toml_value(info.default)
-
-
-def toml_value(value: Any) -> str:
-    """A field's value as a TOML file writes it (``true``, ``"gelu"``, ``1e-06``, ``256``)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, float):
-        short = f"{value:g}"
-        return short if float(short) == value else repr(value)
-    return str(value)
 
 
 def _plain(docstring: str) -> str:
