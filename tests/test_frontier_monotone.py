@@ -152,3 +152,15 @@ def test_an_optimal_point_above_its_bound_says_the_ticks_round():
 
     assert "optimal: proven in the solver's ticks" in table(107.20)
     assert "optimal: proven in the solver's ticks" not in table(107.11)
+
+
+def test_the_default_grid_holds_at_most_max_limits():
+    """In unit mode the default limits were one activation apart: GPipe's peak at m = 8,000 made
+    8,000 searches. Wider whole steps keep the grid within MAX_LIMITS, from the minimum on."""
+    from ppopt.solve.gap import MAX_LIMITS, default_limits
+
+    assert default_limits(2, 9, "activations") == [2, 3, 4, 5, 6, 7, 8, 9]
+    wide = default_limits(2, 8000, "activations")
+    assert len(wide) <= MAX_LIMITS and wide[0] == 2 and wide[-1] <= 8000
+    steps = {b - a for a, b in zip(wide, wide[1:])}
+    assert len(steps) == 1 and steps.pop() == 8  # the smallest whole step that fits: ceil(7,999 / 1,000)

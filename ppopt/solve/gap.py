@@ -231,12 +231,19 @@ class Frontier:
     minimum: float
 
 
+MAX_LIMITS = 1000
+"""The most memory limits one frontier takes (:func:`frontier`, :func:`default_limits`)."""
+
+
 def default_limits(minimum: float, maximum: float, unit: str, count: int = 6) -> list[float]:
-    """Limits from the minimum any schedule needs to the largest handcrafted peak."""
+    """Limits from the minimum any schedule needs to the largest handcrafted peak: one activation
+    apart in unit mode (a whole number of them when that would make more than :data:`MAX_LIMITS`:
+    GPipe's peak of 8,000 at m = 8,000 made 8,000 searches), ``count`` even steps in bytes."""
     maximum = max(maximum, minimum)
     if unit == "activations":
-        step = 1.0
-        values = [minimum + k * step for k in range(int(math.floor(maximum - minimum + 1e-9)) + 1)]
+        span = int(math.floor(maximum - minimum + 1e-9))
+        step = max(1, math.ceil((span + 1) / MAX_LIMITS))
+        values = [minimum + k * step for k in range(span // step + 1)]
         return values or [minimum]
     if count < 2 or maximum <= minimum:
         return [minimum]
@@ -251,10 +258,6 @@ def _refuse_limits_below(limits: Sequence[float], minimum: float, why: str, spac
         which = "the limit is" if len(limits) == 1 else f"all {len(limits)} limits are"
         raise InfeasibleError(f"{which} below the minimum {format_amount(minimum, unit, least=True)} any schedule of "
                               f"{space.describe()} needs{f' ({why})' if why else ''}", field="limits", minimum=minimum)
-
-
-MAX_LIMITS = 1000
-"""The most memory limits one frontier takes (:func:`frontier`)."""
 
 
 def frontier(
