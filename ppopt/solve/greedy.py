@@ -44,15 +44,13 @@ def greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], 
     grad = Kind.I if split else Kind.B
     kinds = (Kind.F, grad, Kind.W) if split else (Kind.F, grad)
     free_row = len(kinds) - 1  # the row whose op frees the activation: W when split, else B
-    bytes_mode = instance.memory_unit == "bytes"
     held = stages_by_device(placement, p)
     on_route = stages_by_device(route, p)
+    size, persistent = instance.memory_counts()
     cap = [float("inf")] * p
     if instance.memory_limit is not None:
         for d in range(p):
-            persistent = sum(instance.costs[s].persistent_bytes for s in held[d]) if bytes_mode else 0.0
-            cap[d] = instance.memory_limit - persistent
-    size = [instance.costs[s].activation_bytes for s in range(stages)]
+            cap[d] = instance.memory_limit - sum(persistent[s] for s in held[d])
     live = [0.0] * p
     # memory a device reserves, when it admits a microbatch, for that microbatch's later stages on it
     # (looped and V placements): without it, new microbatches could fill the cap and starve the

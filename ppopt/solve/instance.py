@@ -65,13 +65,22 @@ class Instance:
     def stages(self) -> int:
         return len(self.costs)
 
+    def memory_counts(self) -> tuple[list[float], list[float]]:
+        """Each stage's activation size and persistent state, in ``memory_unit``: in bytes rounded up
+        to whole bytes, as a device holds them (the distributed optimizer's state over d = 200
+        replicas is fractional, and the common denominator of several such counts overflowed
+        CP-SAT's 64-bit integers); persistent state is 0 in unit mode (it counts activations only)."""
+        stages = self.costs.stages
+        if self.memory_unit != "bytes":
+            return [c.activation_bytes for c in stages], [0.0] * len(stages)
+        return [float(math.ceil(c.activation_bytes)) for c in stages], [float(math.ceil(c.persistent_bytes)) for c in stages]
+
     @property
     def most_held(self) -> float:
         """The most memory one device can ever hold, in ``memory_unit``: every stage's persistent
         state (bytes mode) and every stage's activation of every microbatch at once."""
-        bytes_mode = self.memory_unit == "bytes"
-        persistent = sum(c.persistent_bytes for c in self.costs.stages) if bytes_mode else 0.0
-        return persistent + self.microbatches * sum(c.activation_bytes for c in self.costs.stages)
+        sizes, persistent = self.memory_counts()
+        return sum(persistent) + self.microbatches * sum(sizes)
 
     def comm(self, stage: int, device_a: int, device_b: int) -> float:
         """Delay of the message leaving ``stage`` between two devices (0 on the same device)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from math import ceil, gcd
+from math import gcd
 
 from ortools.sat.python import cp_model
 
@@ -85,7 +85,7 @@ def _memory_scale(sizes: list[float], limit: float) -> tuple[list[int], int]:
     """Integers with the same ratios as ``sizes``, and ``limit`` in the same unit rounded down.
 
     Activation sizes are multiples of a common step in unit mode and whole bytes when modelled
-    (``_Builder.memory_counts`` rounds byte counts up), so the scaling is exact; rounding the
+    (:meth:`ppopt.solve.instance.Instance.memory_counts` rounds byte counts up), so the scaling is exact; rounding the
     capacity down never admits a schedule over the limit.
     """
     fractions = [Fraction(x).limit_denominator(10**6) for x in sizes]
@@ -187,22 +187,11 @@ class _Builder:
                 to_end[a] = max(to_end[a], lag + to_end[b])
         return earliest, {op: self.horizon - to_end[op] for op in self.ops}
 
-    def memory_counts(self) -> tuple[list[float], list[float]]:
-        """Activation size and persistent state of each stage in the instance's memory unit; in
-        bytes, rounded up to whole bytes, as a device holds them (the distributed optimizer's state
-        over d = 200 replicas is fractional, and the common denominator of several such counts
-        overflowed CP-SAT's 64-bit integers). Persistent state is 0 in unit mode."""
-        costs = self.instance.costs
-        if self.instance.memory_unit != "bytes":
-            return [costs[s].activation_bytes for s in range(self.stages)], [0.0] * self.stages
-        return ([float(ceil(costs[s].activation_bytes)) for s in range(self.stages)],
-                [float(ceil(costs[s].persistent_bytes)) for s in range(self.stages)])
-
     def memory_scale(self, limit: float | None) -> tuple[list[int], list[int], int]:
         """Activation demand and persistent state per stage, and the capacity ``limit`` (the
         total a device could ever hold when None), as integers in one memory unit (see
         :func:`_memory_scale`)."""
-        sizes, persistent = self.memory_counts()
+        sizes, persistent = self.instance.memory_counts()
         most = sum(persistent) + self.m * sum(sizes)
         scaled, capacity = _memory_scale(sizes + persistent, most if limit is None else min(limit, most))
         return scaled[: self.stages], scaled[self.stages :], capacity
@@ -385,7 +374,7 @@ class _Builder:
             return
         demand, kept, capacity = self.memory_scale(limit)
         scaled = demand + kept
-        sizes, persistent = self.memory_counts()
+        sizes, persistent = self.instance.memory_counts()
         ceiling: cp_model.IntVar | int = capacity
         if minimize_peak:
             self.peak = ceiling = self.model.new_int_var(0, capacity, "peak_memory")
