@@ -112,7 +112,7 @@ OPTIONAL = {
     "distributed optimizer": OptionalColumn("distributed_optimizer", "job", BOOLEAN),
 }
 """Optional columns (module doc) -> what they set. A model column's key label is added when the
-row departs from the GPT assumption (``flash`` for true, ``no-dropout`` for false)."""
+row departs from the plain GPT (:func:`_departures`: ``flash`` for true, ``no-dropout`` for false)."""
 
 ASSUMED = ("each row is a GPT-style model trained by Megatron-DeepSpeed as in data/measured: GELU MLP of 4h, "
            "learned position embeddings, vocabulary 50,257 (or a 'vocabulary size' column), no flash attention, "
@@ -168,9 +168,8 @@ def gpt_model(values: dict[str, int], given: dict[str, object] | None = None, la
     and optionally ``vocabulary`` (default :data:`VOCABULARY`), as Megatron trains it; ``given``: the
     row's optional model fields (:data:`OPTIONAL`) over those assumptions, ``labels`` what they
     change, for the model's name."""
-    key = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}{labels}"
     return ModelConfig.model_validate({
-        "name": f"gpt {key}",
+        "name": f"gpt h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}{labels}",
         "num_layers": values["layers"],
         "hidden_size": values["hidden"],
         "num_attention_heads": values["heads"],
@@ -184,13 +183,18 @@ def gpt_model(values: dict[str, int], given: dict[str, object] | None = None, la
     })
 
 
-def _optional_values(name: str, line: int, cells: list[str], index: dict[str, int],
-                     values: dict[str, int]) -> tuple[dict[str, object], dict[str, object], str]:
-    """The row's optional columns (:data:`OPTIONAL`): model fields, job fields, and the model key's
-    labels; MeasuredDataError naming the column for a value it does not take."""
+def _departures(given: dict[str, object], plain: ModelConfig) -> str:
+    """The model key's labels (:data:`OPTIONAL`) of the row's model fields ``given`` that differ from
+    the plain GPT's (a row stating an assumption, ffn = 4h say, is the same model)."""
+    return "".join(f" {option.key.format(given[option.field])}" for option in OPTIONAL.values()
+                   if option.key is not None and option.field in given and given[option.field] != getattr(plain, option.field))
+
+
+def _optional_values(name: str, line: int, cells: list[str], index: dict[str, int]) -> tuple[dict[str, object], dict[str, object]]:
+    """The row's optional columns (:data:`OPTIONAL`): model fields and job fields; MeasuredDataError
+    naming the column for a value it does not take."""
     model: dict[str, object] = {}
     job: dict[str, object] = {}
-    labels: list[str] = []
     for column, option in OPTIONAL.items():
         position = index.get(column)
         raw = cells[position].strip() if position is not None and position < len(cells) else ""
@@ -212,16 +216,11 @@ def _optional_values(name: str, line: int, cells: list[str], index: dict[str, in
                 raise MeasuredDataError(f"{name}: line {line}, column '{column}': must be {known}, got {shown(raw)}")
             value = raw.lower() == "true" if choices is BOOLEAN else raw.lower()
         (model if option.target == "model" else job)[option.field] = value
-        assumed = {"flash_attention": False, "dropout": True, "activation": "gelu", "ffn_hidden_size": 4 * values["hidden"],
-                   "num_kv_heads": values["heads"]}  # gpt_model's: a row stating one is the same model
-        departs = option.field not in assumed or value != assumed[option.field]
-        if option.key is not None and departs:
-            labels.append(option.key.format(value))
     schedule = str(job.get("schedule", "1f1b"))
     if "chunks" in job and "chunks" not in get(schedule).options:
         raise MeasuredDataError(f"{name}: line {line}, column 'chunks': schedule {schedule} takes no chunks "
                                 f"(those that do: {', '.join(n for n in SCHEDULES if 'chunks' in get(n).options)})")
-    return model, job, "".join(f" {label}" for label in labels)
+    return model, job
 
 
 def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple[list[Measured], list[Unmodelled]]:
@@ -294,12 +293,14 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
             raise MeasuredDataError(f"{name}: line {line}, column 'micro batch': {values['micro_batch']} does not "
                                     f"divide the global batch per replica ({values['global_batch']} / {d})")
 
-        model_fields, job_fields, labels = _optional_values(name, line, cells, index, values)
+        model_fields, job_fields = _optional_values(name, line, cells, index)
         try:
-            model = gpt_model(values, model_fields, labels)
+            model = gpt_model(values)
+            if model_fields:
+                model = gpt_model(values, model_fields, _departures(model_fields, model))
         except ValidationError as error:  # a size over the model's limits, kv heads not dividing the heads
             raise MeasuredDataError(f"{name}: line {line}, {_model_problem(error)}") from None
-        label = f"h{values['hidden']} a{values['heads']} L{values['layers']} s{values['seq']}{labels}"
+        label = model.name.removeprefix("gpt ")
         try:  # a layout the job model refuses (t not dividing the heads, more stages than layers) is listed
             job = Job(model, system, tp=t, pp=p, dp=d, micro_batch=values["micro_batch"],
                       global_batch=values["global_batch"], **{"recompute": "full", **job_fields})  # type: ignore[arg-type]

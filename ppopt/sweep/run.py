@@ -465,13 +465,13 @@ def check_deadline_before_start(loaded: LoadedSpec, kinds: tuple[str, ...], dead
     _check_deadline(points, deadline, closing, starting_s(kind, address))
 
 
-def _check_any_fits(pending: list[EvalItem | GapItem], stop_at: float) -> None:
-    """Refuse a run (a first one or a rerun) whose every point left needs more than the time left
-    (:func:`item_seconds`): it would compute nothing, and so would every rerun under the same limit."""
+def _check_any_fits(pending: list[EvalItem | GapItem], points: int, stop_at: float) -> None:
+    """Refuse a run (a first one or a rerun) whose every item left (``points`` rows: a search gives
+    one per schedule of its space) needs more than the time left (:func:`item_seconds`): it would
+    compute nothing, and so would every rerun under the same limit."""
     shortest = min(map(item_seconds, pending))
     left = stop_at - time.monotonic()
     if shortest > left:
-        points = sum(len(item.hashes) for item in pending)  # a search gives a row per schedule of its space
         raise PpoptError(f"{max(left, 0.0):.1f} s left cannot cover any of the {counted(points, 'point')}: the shortest needs "
                          f"about {shortest:.1f} s; give more, or make the points smaller", field="time_limit")
 
@@ -489,20 +489,20 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     pending.sort(key=lambda item: -item.cost)
     if max_items is not None:
         pending = pending[:max_items]
-    if deadline is not None and pending:
-        _check_any_fits(pending, deadline - executor.closing_s - csv_seconds(len(order)))
+    total = sum(len(i.hashes) for i in pending)
+    # what follows the last item (stopping the workers, rows.csv) is kept out of the budget
+    after_s = executor.closing_s + csv_seconds(len(order))
+    stop_at = None if deadline is None else deadline - after_s
+    if stop_at is not None and pending:
+        _check_any_fits(pending, total, stop_at)
     write_json(loaded.spec.model_dump(mode="json"), out / "spec.json", pretty=True, sort_keys=True)
 
-    total = sum(len(i.hashes) for i in pending)
     done = 0
     appender = _Appender(rows_path)
     present: list[dict] = []
     left: list[EvalItem | GapItem] = []
     stopped = False
-    # what follows the last item (stopping the workers, rows.csv) is kept out of the budget
     started = time.monotonic()
-    after_s = executor.closing_s + csv_seconds(len(order))
-    stop_at = None if deadline is None else deadline - after_s
     try:
         for rows in executor.map_unordered(run_item, _due(pending, stop_at, left), stop_at):
             for row in rows:
