@@ -97,6 +97,12 @@ def parse_split(split: object) -> tuple[float, float]:
     return a, b
 
 
+def split_text(split: object) -> str:
+    """``split`` (:func:`parse_split`) as ppopt writes it, ``A:B`` in shortest form (``1:2``)."""
+    a, b = parse_split(split)
+    return f"{a:g}:{b:g}"
+
+
 def _shares(a: float, b: float) -> tuple[float, float]:
     """A/(A+B) and B/(A+B), computed from the ratios so that A + B cannot overflow (1e308:1e308)."""
     return 1.0 / (1.0 + b / a), 1.0 / (1.0 + a / b)

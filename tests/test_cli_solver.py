@@ -639,7 +639,12 @@ def test_a_fixed_space_names_the_options_its_schedule_was_built_with():
     for spec, flags, line in (("fixed:1f1b,chunks=2", (), "error: --space: 1f1b does not take chunks (fixed:1f1b)"),
                               ("fixed:1f1b", ("--chunks", 2), "error: --chunks: 1f1b does not take it (fixed:1f1b)"),
                               ("fixed:1f1b,foo=1", (), "error: --space: fixed:1f1b takes chunks=V, waves=W or split=A:B "
-                                                       "after a comma, got 'foo=1'")):
+                                                       "after a comma, got 'foo=1'"),
+                              # read as any space's keys: a key twice was called a clash with a --chunks never given,
+                              # and a bad split passed the spec and was blamed on --split when described
+                              ("fixed:interleaved-1f1b,chunks=2,chunks=4", (), "error: --space: space key 'chunks' is given twice"),
+                              ("fixed:chimera-asym,split=abc", (), "error: --space: space key 'split' must be two positive "
+                                                                   "numbers A:B, e.g. 1:2, got 'abc'")):
         refused = run("search", "--unit", "-p", 4, "-m", 8, "--space", spec, *flags)
         assert (refused.exit_code, refused.output.splitlines()) == (1, [line])
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from ppopt.generators.common import require_even_devices, require_multiple, require_positive
 from ppopt.ir import Kind, Op, Schedule
-from ppopt.placement import bidirectional_placement, parse_split, split_weights
+from ppopt.placement import bidirectional_placement, parse_split, split_text, split_weights
 
 DOWN, UP = 0, 1
 
@@ -112,10 +112,9 @@ def chimera_asym(devices: int, microbatches: int, split: object = (1, 2)) -> Sch
     """
     base = chimera(devices, microbatches)
     weights = split_weights(devices, split)
-    a, b = parse_split(split)
     return Schedule(
         "chimera-asym", base.devices, base.microbatches, base.placement, base.orders, base.replica_of,
-        stage_weights=weights, options={"split": f"{a:g}:{b:g}"},
+        stage_weights=weights, options={"split": split_text(split)},
     )
 
 

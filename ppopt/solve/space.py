@@ -30,7 +30,7 @@ from ppopt.errors import ScheduleError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
 from ppopt.io import decimal_int
 from ppopt.ir import Kind, Op, Schedule
-from ppopt.placement import parse_split, placement
+from ppopt.placement import parse_split, placement, split_text
 
 PLACEMENTS = ("linear", "looped", "v", "zigzag", "bidirectional", "any", "family")
 FAMILY_MEMBERS = ("linear", "looped", "v", "zigzag")
@@ -79,10 +79,7 @@ class Space:
 
 def _option_text(key: str, value: object) -> str:
     """A schedule option as --space writes it (a split as A:B)."""
-    if key == "split":
-        a, b = parse_split(value)
-        return f"{a:g}:{b:g}"
-    return str(value)
+    return split_text(value) if key == "split" else str(value)
 
 
 def _is_default(key: str, value: object) -> bool:
@@ -101,6 +98,37 @@ def _positive_int(value: str, key: str | None = None, field: str = "space") -> i
     return number
 
 
+CHOICES = {"placement": PLACEMENTS, "backward": ("full", "split"), "order": ("free", "fixed"), "directions": ("free", "even")}
+"""The space keys that take a word, and their words (the others: chunks, waves, split)."""
+
+
+def _read_pairs(items: list[str], choices: dict[str, tuple[str, ...]], unknown: str) -> dict[str, object]:
+    """``KEY=VALUE`` items of a space spec read: a word of ``choices``, chunks and waves as positive
+    integers, split as a pair (:func:`ppopt.placement.parse_split`). ``unknown`` words the error for
+    another key (formatted with ``key`` and ``item``); every error carries the field ``space``."""
+    values: dict[str, object] = {}
+    for item in items:
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not value:
+            raise ScheduleError(f"space item {item.strip()!r} is not KEY=VALUE", field="space")
+        if key not in choices and key not in ("chunks", "waves", "split"):
+            raise ScheduleError(unknown.format(key=key, item=item.strip()), field="space")
+        if key in values:
+            raise ScheduleError(f"space key {key!r} is given twice", field="space")
+        if key in choices:
+            if value not in choices[key]:
+                raise ScheduleError(f"space key {key!r} must be one of {', '.join(choices[key])}, got {value!r}", field="space")
+            values[key] = value
+        elif key == "split":
+            try:
+                values[key] = parse_split(value)
+            except ScheduleError as error:
+                raise ScheduleError(f"space key 'split' {error.reason}", field="space") from None
+        else:
+            values[key] = _positive_int(value, key)
+    return values
+
+
 def parse_space(spec: str, **schedule_options: object) -> Space:
     """Parse a space spec; errors name the key or value at fault and carry the field ``space``.
 
@@ -116,17 +144,13 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
         except ScheduleError as error:
             raise ScheduleError(f"fixed:NAME needs a schedule: {error.reason}", field="space") from None
         options = {k: v for k, v in schedule_options.items() if v is not None}
-        in_spec = set()  # the options written in the spec, which its errors name as --space
-        for pair in pairs:  # fixed:NAME,chunks=4 (as describe() writes it) is fixed:NAME with --chunks 4
-            key, _, value = (part.strip() for part in pair.partition("="))
-            if key not in ("chunks", "waves", "split") or not value:
-                raise ScheduleError(f"fixed:{name} takes chunks=V, waves=W or split=A:B after a comma, got {pair.strip()!r}",
-                                    field="space")
-            read: object = value if key == "split" else _positive_int(value, key)
+        # fixed:NAME,chunks=4 (as describe() writes it) is fixed:NAME with --chunks 4
+        in_spec = _read_pairs(pairs, {}, f"fixed:{name} takes chunks=V, waves=W or split=A:B after a comma, got {{item!r}}")
+        for key, read in in_spec.items():  # written in the spec: its errors name --space
             if options.get(key) is not None and _option_text(key, options[key]) != _option_text(key, read):
-                raise ScheduleError(f"fixed:{name} sets {key}={value}, and --{key} another value: give one", field="space")
-            options[key] = read
-            in_spec.add(key)
+                raise ScheduleError(f"fixed:{name} sets {key}={_option_text(key, read)}, and --{key} another value: give one",
+                                    field="space")
+            options[key] = split_text(read) if key == "split" else read
         for key in options:  # an option the schedule does not take would be ignored
             if key not in get(name).options:
                 if key in in_spec:
@@ -135,33 +159,8 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
         return Space(fixed=name, fixed_options=options, order="fixed")
     if not spec:
         raise ScheduleError("empty space spec (e.g. placement=linear,backward=split)", field="space")
-    values: dict[str, object] = {}
-    choices = {
-        "placement": PLACEMENTS,
-        "backward": ("full", "split"),
-        "order": ("free", "fixed"),
-        "directions": ("free", "even"),
-    }
-    for item in spec.split(","):
-        key, sep, value = (part.strip() for part in item.partition("="))
-        if not sep or not value:
-            raise ScheduleError(f"space item {item!r} is not KEY=VALUE", field="space")
-        if key in values:
-            raise ScheduleError(f"space key {key!r} is given twice", field="space")
-        if key in choices:
-            if value not in choices[key]:
-                raise ScheduleError(f"space key {key!r} must be one of {', '.join(choices[key])}, got {value!r}", field="space")
-            values[key] = value
-        elif key in ("chunks", "waves"):
-            values[key] = _positive_int(value, key)
-        elif key == "split":
-            try:
-                values[key] = parse_split(value)
-            except ScheduleError as error:
-                raise ScheduleError(f"space key 'split' {error.reason}", field="space") from None
-        else:
-            raise ScheduleError(f"unknown space key {key!r} (known: placement, chunks, waves, backward, order, directions, split)",
-                                field="space")
+    values = _read_pairs(spec.split(","), CHOICES,
+                         "unknown space key {key!r} (known: placement, chunks, waves, backward, order, directions, split)")
     placement_given = values.get("placement", Space.placement)
     for key, used_by in (("chunks", ("looped", "any", "family")), ("waves", ("zigzag", "family")), ("split", ("bidirectional",))):
         if placement_given in used_by:

@@ -76,6 +76,7 @@ from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
 from ppopt.io import CONFIG_BYTES, is_a_directory, not_utf8, parse_data, read_text_bounded, require_file_name, unreadable
 from ppopt.ir import MAX_OPS
+from ppopt.placement import split_text
 from ppopt.units import UnitCosts
 
 __all__ = ["EvalItem", "GapItem", "LoadedSpec", "SweepSpec", "expand", "load_spec", "point_hash", "spec_dirs", "resolve_spec"]
@@ -173,7 +174,7 @@ class Options(_Strict):
             raw = OPTIONS[name][0]
         values = raw if isinstance(raw, list) else [raw]
         if name == "split":
-            values = [_split_text(v) for v in values]
+            values = [split_text(v) for v in values]
             ratios: dict[float, str] = {}
             for text in values:  # 1:2 and 2:4 are one split: two points with the same rows
                 a, b = (float(x) for x in text.split(":"))
@@ -181,13 +182,6 @@ class Options(_Strict):
                 if earlier != text:
                     raise ValueError(f"duplicate value {text!r} (the same split as {earlier!r})")
         return _unique(values, f"options.{name}")
-
-
-def _split_text(value: object) -> str:
-    from ppopt.placement import parse_split
-
-    a, b = parse_split(value)
-    return f"{a:g}:{b:g}"
 
 
 class SolverSpec(_Strict):
