@@ -208,7 +208,7 @@ def rank_with_costs(devices: int, microbatches: int, costs: Costs, link: LinkCon
         try:
             schedule = generate(name, devices, microbatches, **options)  # each family takes its own options
         except ScheduleError as error:
-            skipped[name] = str(error)
+            skipped[name] = error.reason  # without the field's prefix ("devices: ..."), as evaluate_all says it
             continue
         if schedule.stages != costs.num_stages:
             skipped[name] = f"{schedule.stages} stages, the cost preset describes {costs.num_stages}"

@@ -554,6 +554,12 @@ def test_evaluate_and_compare_with_a_cost_preset_write_csv_and_markdown_as_witho
     assert markdown.stdout.splitlines()[1:] == ["| schedule | step | idle ratio |", "|---|---|---|", "| 1f1b | 15 s | 0.2000 |"]
     text = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path)
     assert text.stdout == f"1f1b: simulated with the measured costs of {path}: step 15 s, idle ratio 0.2000\n"
+    # a family not defined at the size is skipped with the generator's words, as evaluate -s all says them
+    # (they read "devices: chimera needs ..." with the error's field in front)
+    three = tmp_path / "three.json"
+    write_cost_preset(three, Costs((_costs().stages[0],) * 3, 1, 4), None, {})
+    skipped = cli("compare", "-p", 3, "-m", 4, "--costs", three).stderr.splitlines()
+    assert "skipped chimera: chimera needs an even number of devices, got 3" in skipped
 
 
 def test_search_runs_the_schedule_it_found():

@@ -183,6 +183,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     from ppopt.errors import ConfigError
     from ppopt.io import atomic_write_text
     from ppopt.io.measured import ASSUMED, unused_columns
+    from ppopt.report.text import percent
 
     # The name is written into the file (and its header comment): refused before the fit, as a file's would be.
     if name is not None and (problem := name_problem(name)) is not None:
@@ -213,8 +214,9 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
         click.echo(f"note: {len(rows)} row(s) for {free} fitted parameters: the fit is underdetermined, "
                    "and its error on these rows says nothing of other jobs", err=True)
     if on_fit.mape >= on_base.mape:
-        click.echo(f"note: the calibrated system ({100 * on_fit.mape:.2f} %) predicts these rows no better than its base "
-                   f"{base.name} ({100 * on_base.mape:.2f} %); keep the base, or calibrate on more rows", err=True)
+        click.echo(f"note: the calibrated system ({percent(on_fit.mape, 'text', decimals=2)}) predicts these rows no better than "
+                   f"its base {base.name} ({percent(on_base.mape, 'text', decimals=2)}); keep the base, or calibrate on more rows",
+                   err=True)
     at_bounds = _at_bounds(fitted)
     if as_json:
         emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "base_system": base.name, "base_mape": on_base.mape,
@@ -232,7 +234,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     click.echo("")
     click.echo("fit on the calibration rows (simulated):")
     click.echo("\n".join(_summary_lines(on_fit, len(data))))
-    click.echo(f"base system {base.name} on the same rows: MAPE {100 * on_base.mape:.2f} %")
+    click.echo(f"base system {base.name} on the same rows: MAPE {percent(on_base.mape, 'text', decimals=2)}")
     click.echo(f"wrote {output}", err=True)  # on stderr, as every command says it
 
 

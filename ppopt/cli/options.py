@@ -419,8 +419,9 @@ def require_size(devices, microbatches) -> None:
         raise click.UsageError(f"missing {' and '.join(missing)} (needed with --schedule)", click.get_current_context())
 
 _BYTES = re.compile(r"^\s*([0-9.eE+-]+)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)  # memory is never given in bits
-_FACTORS = {None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-_FACTORS_ANY_CASE = {unit.lower(): factor for unit, factor in _FACTORS.items() if unit}
+_UNITS = ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")
+_FACTORS = dict(zip((unit.lower() for unit in _UNITS), (1, 1e3, 1e6, 1e9, 1e12, 2**10, 2**20, 2**30, 2**40)))
+"""Bytes per unit, by the unit's lower-case name (any case is read: gib is GiB)."""
 
 
 def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit") -> float | None:
@@ -432,11 +433,11 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
     match = _BYTES.match(text)
     if not match or (unit_mode and match.group(2)):
         what = "a number of live activations" if unit_mode else \
-            f"bytes, e.g. 60GiB or 6.4e10 (units: {', '.join(unit for unit in _FACTORS if unit)})"
+            f"bytes, e.g. 60GiB or 6.4e10 (units: {', '.join(_UNITS)})"
         raise ConfigError(f"{flag}: must be {what}, got {text!r}")
     unit = match.group(2)
     try:
-        value = float(match.group(1)) * (1 if unit is None else _FACTORS_ANY_CASE[unit.lower()])
+        value = float(match.group(1)) * (1 if unit is None else _FACTORS[unit.lower()])
     except ValueError:
         raise ConfigError(f"{flag}: must be a number, got {text!r}") from None
     if not math.isfinite(value):

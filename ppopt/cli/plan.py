@@ -405,7 +405,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
                 srows.append([str(k + 1), s.job.describe(), s.job.schedule_label, s.space, _seconds(s.handcrafted_step_s),
                               "-" if s.best_step_s is None else _seconds(s.best_step_s),
                               _seconds(s.bound_step_s) if s.best_step_s is not None else "-",
-                              "-" if s.gap is None else f"{100 * s.gap:.2f} %", s.status])
+                              percent(s.gap, fmt, decimals=2), s.status])
         click.echo(_table(["rank", "job", "schedule", "space", "handcrafted s", "best s", "bound s", "gap", "status"], srows, fmt))
         moves = _ranking(result, searches)
         click.echo("ranking with the searched schedules: " + (
