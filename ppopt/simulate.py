@@ -375,6 +375,7 @@ class _RunCosts(NamedTuple):
     occupy_s: list[float]  # how long op i's message holds its link: bytes / bandwidth
     sync_s: list[float]  # duration of each all-reduce of ``Prepared.syncs``
     send_bytes: list[float]  # per stage
+    gradient_bytes: list[float]  # per stage: what its replicas all-reduce
 
 
 def _run_costs(plan: Prepared, costs: Costs, system: SystemConfig | None,
@@ -396,13 +397,13 @@ def _run_costs(plan: Prepared, costs: Costs, system: SystemConfig | None,
     share = system.overlap_f_b_share if system is not None else 0.0
     for f, b in flat.overlapped if share > 0 else ():  # the overlap rule (module docstring)
         dur[b] -= min(share * min(message_s[f], message_s[b]), dur[f], dur[b])
+    gradient_bytes = [_gradient_bytes(c) for c in costs.stages]
     sync_s = []
     for s, replicas, ring, _ in plan.syncs:
         ring_links = [choose_link(a, b) for a, b in ring]
-        nbytes = _gradient_bytes(costs.stages[s])
-        sync_s.append(max((allreduce_time_s(nbytes, c, len(replicas)) for c in ring_links if c is not None), default=0.0)
-                      if None not in ring_links else 0.0)
-    return _RunCosts(dur, message_s, occupy_s, sync_s, send_bytes)
+        sync_s.append(max((allreduce_time_s(gradient_bytes[s], c, len(replicas)) for c in ring_links if c is not None),
+                          default=0.0) if None not in ring_links else 0.0)
+    return _RunCosts(dur, message_s, occupy_s, sync_s, send_bytes, gradient_bytes)
 
 
 def _run_in_order(plan: Prepared, run: _RunCosts, overlap: bool, times: _Times) -> None:
@@ -435,7 +436,7 @@ def _run_in_order(plan: Prepared, run: _RunCosts, overlap: bool, times: _Times) 
         free[d] = t
 
 
-def _run_through_heap(plan: Prepared, run: _RunCosts, gradient_bytes: list[float], overlap: bool,
+def _run_through_heap(plan: Prepared, run: _RunCosts, overlap: bool,
                       times: _Times) -> list[Event] | None:
     """The general run (the module doc's "How it runs"): each device advances as far as its inputs
     allow; messages and all-reduces on links an all-reduce shares go through a heap in global time
@@ -510,7 +511,7 @@ def _run_through_heap(plan: Prepared, run: _RunCosts, gradient_bytes: list[float
             ts = max([ready] + [link_free[lid] for lid in occupied])
             for lid in occupied:
                 link_free[lid] = ts + sync_s[x]
-            allreduces.append(Event("allreduce", s, replicas, ts, ts + sync_s[x], gradient_bytes[s]))
+            allreduces.append(Event("allreduce", s, replicas, ts, ts + sync_s[x], run.gradient_bytes[s]))
             continue
         lid, j, d = link_of[x], succ[x], dev[x]
         sent[x] = ts = link_free[lid] if link_free[lid] > ready else ready
@@ -563,9 +564,8 @@ def simulate(
         overlap = system.overlap_comm_compute if system is not None else True
     run = _run_costs(plan, costs, system, _link_chooser(system, link))
     times = _Times.at_zero(plan)
-    gradient_bytes = [_gradient_bytes(c) for c in costs.stages]
     if any(plan.shared):
-        allreduces = _run_through_heap(plan, run, gradient_bytes, overlap, times)
+        allreduces = _run_through_heap(plan, run, overlap, times)
         if allreduces is None:
             execution_order(schedule)  # raises, naming what each device waits for
             raise ScheduleValidationError("deadlock: some ops never became ready")  # pragma: no cover
