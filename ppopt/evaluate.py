@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
-from ppopt.costs import Costs, partition_layers, stage_costs
+from ppopt.costs import Costs, partition_layers
 from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import Flat
 from ppopt.formula import Formula, formula
@@ -80,10 +80,9 @@ def schedule_costs(schedule: Schedule, model: ModelConfig, system: SystemConfig,
     pipeline cost model, or with tensor/data parallelism or recomputation (``parallel``) the job
     model's costs of one GPU of each stage (:func:`ppopt.job.job_costs`)."""
     layers = partition_layers(model.num_layers, schedule.stages, schedule.stage_weights)
-    if parallel is None or parallel.pipeline_only:
-        batch = global_batch if parallel is None else parallel.given_batch(model, schedule.microbatches, global_batch)
-        return stage_costs(model, system, layers, schedule.microbatches, batch)
-    return job_costs(parallel.job(model, system, layers, schedule.microbatches, global_batch))
+    parallel = parallel or Parallelism()
+    costs = parallel.pipeline_costs(model, system, layers, schedule.microbatches, global_batch)
+    return costs if costs is not None else job_costs(parallel.job(model, system, layers, schedule.microbatches, global_batch))
 
 
 def simulate_on(schedule: Schedule | Flat, model: ModelConfig, system: SystemConfig, global_batch: int | None = None,

@@ -154,6 +154,7 @@ from ppopt.costs import (
     layer_params_per_rank,
     logits_forward_flops,
     partition_layers,
+    stage_costs,
     stored_activation_bytes_per_layer,
     work_time_s,
 )
@@ -434,6 +435,15 @@ class Parallelism:
         without a model takes none of them); ``tp`` when all are defaults."""
         default = Parallelism()
         return next((f.name for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)), "tp")
+
+    def pipeline_costs(self, model: ModelConfig, system: SystemConfig, layers: tuple[int, ...], microbatches: int,
+                       global_batch: int | None = None) -> Costs | None:
+        """The pure pipeline's per-stage costs (:func:`ppopt.costs.stage_costs`, the batch the fields
+        give, :meth:`given_batch`) when the job is one (:attr:`pipeline_only`); None when it needs the
+        job model (:meth:`job`, :func:`job_costs`). The one place the two cost paths part."""
+        if not self.pipeline_only:
+            return None
+        return stage_costs(model, system, layers, microbatches, self.given_batch(model, microbatches, global_batch))
 
     def job(self, model: ModelConfig, system: SystemConfig, layers: tuple[int, ...], microbatches: int,
             global_batch: int | None = None) -> Job:

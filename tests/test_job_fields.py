@@ -82,6 +82,11 @@ def test_a_micro_batch_typed_as_derived_changes_nothing_in_a_pure_pipeline():
     assert "(`ppopt job` adds the gradient all-reduce, the optimizer step and each device's working set)" in text
     job = json.loads(run("job", "--pp", "4", "-s", "zb-h1", *BASE[4:], "--micro-batch", "4", "--json").stdout)
     assert job["peak_memory_bytes"] > max(json.loads(typed.stdout)["simulation"]["peak_memory_bytes"])
+    # the solver commands cost the job the same way (InstanceSpec.instance), with or without the typed size
+    searched = [json.loads(run("search", *BASE, *extra, "--space", "fixed:zb-h1", "-q", "--json").stdout)
+                for extra in ((), ("--micro-batch", "4"))]
+    assert searched[0]["step_time_s"] == searched[1]["step_time_s"] == json.loads(derived.stdout)["simulation"]["step_time_s"]
+    assert searched[0]["peak_memory"] == searched[1]["peak_memory"]
 
 
 def test_job_fields_need_a_model_and_a_system():

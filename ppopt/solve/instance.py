@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
-from ppopt.costs import Costs, check_global_batch, link_between, microbatch_size, partition_layers, stage_costs, transfer_time_s, unit_costs
+from ppopt.costs import Costs, check_global_batch, link_between, microbatch_size, partition_layers, transfer_time_s, unit_costs
 from ppopt.errors import ConfigError
 from ppopt.job import Parallelism, job_costs, job_work, pipeline_system
 from ppopt.units import UnitCosts
@@ -204,12 +204,11 @@ class InstanceSpec:
             return unit_instance(self.devices, self.microbatches, stages, self.units, self.memory_limit)
         assert isinstance(self.model, ModelConfig) and isinstance(self.system, SystemConfig)
         layers = partition_layers(self.model.num_layers, stages, stage_weights)
-        if self.parallel is None or self.parallel.pipeline_only:
-            batch = self.global_batch if self.parallel is None else self.parallel.given_batch(
-                self.model, self.microbatches, self.global_batch)
-            costs = stage_costs(self.model, self.system, layers, self.microbatches, batch)
-            return Instance(self.devices, self.microbatches, costs, self.system, self.memory_limit, "s", "bytes")
-        job = self.parallel.job(self.model, self.system, layers, self.microbatches, self.global_batch)
+        parallel = self.parallel or Parallelism()
+        pipeline = parallel.pipeline_costs(self.model, self.system, layers, self.microbatches, self.global_batch)
+        if pipeline is not None:
+            return Instance(self.devices, self.microbatches, pipeline, self.system, self.memory_limit, "s", "bytes")
+        job = parallel.job(self.model, self.system, layers, self.microbatches, self.global_batch)
         work = job_work(job)
         costs = job_costs(job, work)
         # each stage's transient working set (a recomputed block, the logits' gradient), which job and
