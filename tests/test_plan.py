@@ -291,6 +291,9 @@ def test_plan_command_searches_exports_and_plots(tmp_path, monkeypatch):
     (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--memory-limit", "5GB", "--schedule", "1f1b"],
      "--memory-limit: no job fits 5.00 GB per GPU: the least any of the"),
     (["--model", "no-such-model", "--gpus", 8, "--system", "dgx-h100"], "unknown model preset 'no-such-model'"),
+    # the registry's words, as job -s and evaluate -s say them (a click choice listed the names its own way)
+    (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--schedule", "zb-h7"],
+     "--schedule: unknown schedule 'zb-h7' (known: gpipe, 1f1b, "),
     (["--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--layers-per-stage", "1,2"], "--layers-per-stage:"),
     (["--candidates", MULTI_NODE, "--model", "llama3-8b", "--system", "dgx-h100"], "--candidates:"),
     # huge batches are refused before any schedule is generated (they used to run for minutes)

@@ -13,6 +13,7 @@ from ppopt.cli.measured import _table
 from ppopt.cli.options import (
     check_plot,
     complete_model,
+    complete_schedule_or_all,
     complete_system,
     emit_json,
     format_option,
@@ -60,8 +61,8 @@ def _seconds(value: float) -> str:
                    "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")
 @click.option("--recompute", multiple=True, type=click.Choice(["none", "selective", "full"]),
               help="Recomputation modes to consider (repeatable) [default: all].")
-@click.option("--schedule", "schedules", multiple=True, type=click.Choice([*SCHEDULES, "all"]),
-              help="Schedule families to consider (repeatable) [default: every family a job supports, with their chunks and "
+@click.option("--schedule", "schedules", multiple=True, shell_complete=complete_schedule_or_all,
+              help="Schedule families to consider (repeatable; see `ppopt list`) [default: every family a job supports, with their chunks and "
                    "waves, but chimera-asym, whose A:B layer split --layers-per-stage covers; 'all' adds it].")
 @click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
@@ -96,7 +97,15 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     found, the proven bound and the gap.
     """
     from ppopt.config import load_model, load_system
-    from ppopt.errors import ConfigError
+    from ppopt.errors import ConfigError, ScheduleError
+    from ppopt.generators import get
+
+    for name in schedules:  # the registry's words, as every command says them (a click choice listed them its own way)
+        if name != "all":
+            try:
+                get(name)
+            except ScheduleError as error:
+                raise ConfigError(error.reason, field="schedules") from None
     from ppopt.plan import PlanRequest
     from ppopt.solve.options import SolveOptions
 
