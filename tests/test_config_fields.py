@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -69,22 +70,18 @@ def test_the_reference_says_what_a_file_needs_and_what_it_gets_otherwise(tmp_pat
 
 
 def test_the_reference_bounds_are_the_ones_a_file_is_checked_against(tmp_path):
-    """Every stated bound of a system file is enforced, one step past it (and the bound itself loads)."""
-    base = (ROOT / "configs" / "dgx-h100.toml").read_text()
+    """Every stated bound of a system file is enforced: the bound itself loads (unless strict), one
+    step past it is refused naming the field."""
     checked = 0
     for doc in field_docs(SystemConfig):
         if doc.name.startswith("inter_node.") or not doc.kind.startswith("number"):
             continue
-        table, _, key = doc.name.rpartition(".")
-        for bound in re.findall(r"(>=|>|<=) (\S+?)(?:,|$)", doc.kind):
-            sign, number = bound
+        for sign, number in re.findall(r"(>=|>|<=) (\S+?)(?:,|$)", doc.kind):
             limit = float(number)
-            past = {">=": limit * 0.5 if limit > 0 else -1.0, ">": -1.0 if limit == 0 else 0.0, "<=": limit * 2}[sign]
-            for value, ok in ((limit, sign != ">"), (past, False)):
-                if sign == ">" and value == limit:
-                    continue
-                path = tmp_path / "s.toml"
-                path.write_text(_set(base, table, key, value))
+            cases = {">=": [(limit, True), (limit / 2 if limit > 0 else -1.0, False)], ">": [(limit, False)],
+                     "<=": [(limit, True), (2 * limit, False)]}[sign]
+            for value, ok in cases:
+                path = _system_with(tmp_path, doc.name, value)
                 if ok:
                     load_system(path)
                 else:
@@ -94,24 +91,14 @@ def test_the_reference_bounds_are_the_ones_a_file_is_checked_against(tmp_path):
     assert checked >= 20
 
 
-def _set(text: str, table: str, key: str, value: float) -> str:
-    """``text`` (a system TOML) with ``key`` (in ``[table]``, or at the top) set to ``value``."""
-    lines, current, done = [], "", False
-    for line in text.splitlines():
-        if line.startswith("["):
-            if not done and current == table:
-                lines.append(f"{key} = {value!r}")
-                done = True
-            current = line.split("]")[0].strip("[ ")
-        if current == table and line.split("=")[0].strip() == key:
-            line, done = f"{key} = {value!r}", True
-        if not table and not done and line.startswith("["):
-            lines.append(f"{key} = {value!r}")
-            done = True
-        lines.append(line)
-    if not done:
-        lines.append(f"{key} = {value!r}")
-    return "\n".join(lines) + "\n"
+def _system_with(directory: Path, field: str, value: float) -> Path:
+    """dgx-h100's system file with ``field`` (``key`` or ``table.key``) set to ``value``, as JSON."""
+    data = tomllib.loads((ROOT / "configs" / "dgx-h100.toml").read_text())
+    *table, key = field.split(".")
+    (data[table[0]] if table else data)[key] = value
+    path = directory / "system.json"
+    path.write_text(json.dumps(data))
+    return path
 
 
 @pytest.mark.parametrize(("key", "value", "reason"), [
@@ -122,8 +109,7 @@ def _set(text: str, table: str, key: str, value: float) -> str:
 def test_a_unit_slip_in_a_system_file_is_refused_naming_the_unit(tmp_path, key, value, reason):
     """312 meant TFLOP/s, 40 meant GB, 10 meant µs: each gave a step of 8e15 ms, a 0 GB GPU or a
     2,030 s step with exit 0. The CLI already refused a bare --memory-limit 40."""
-    path = tmp_path / "mine.toml"
-    path.write_text(_set((ROOT / "configs" / "dgx-h100.toml").read_text(), "", key, float(value)))
+    path = _system_with(tmp_path, key, float(value))
     result = cli("job", "--model", "llama3-8b", "--system", path, "--pp", 8)
     assert (result.exit_code, result.output) == (1, f"error: {path}: field '{key}': {reason.replace(value, f'{float(value):g}', 1)}\n")
 

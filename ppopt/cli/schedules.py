@@ -129,8 +129,9 @@ def _list_configs(what: str, names: tuple[str, ...], as_json: bool, fmt: str) ->
     mark = (lambda text, given: text) if fmt == "csv" else (lambda text, given: text if given else f"{text} *")
     rows = [(field, *(mark(*v[field]) for v in values)) for field in values[0]]
     table = render_table(("field", *names), rows, fmt)
-    note = "* the default: the file leaves the field out (`ppopt list " + ("model" if what == "models" else "system") + "-fields`)"
-    click.echo(with_context([], table, [""] + [note] if any(not g for v in values for _, g in v.values()) else [], fmt))
+    defaults = any(not given for v in values for _, given in v.values())
+    note = f"* the default: the file leaves the field out (`ppopt list {what.removesuffix('s')}-fields`)"
+    click.echo(with_context([], table, ["", note] if defaults else [], fmt))
 
 
 def _closed_forms_cell(forms) -> str:
