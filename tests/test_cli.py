@@ -400,6 +400,7 @@ def test_compare_names_both_sources_of_durations():
     """compare has no unit-only mode: its help and its error name --model/--system and --costs."""
     result = run("compare", "-p", 4, "-m", 8)
     assert result.exit_code == 1 and "give --model and --system, or --costs FILE" in result.output
+    assert "ppopt evaluate -s all" in result.output  # where the two layers without durations are
     assert "or --costs FILE (the simulation layer only" in " ".join(run("compare", "--help").output.split())
 
 

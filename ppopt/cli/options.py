@@ -386,7 +386,8 @@ def require_model_and_system(model: str | None, system: str | None, required: bo
     """--model and --system come together (and, when ``required``, always: ``compare``, whose other
     source of durations is --costs): a usage error otherwise."""
     if (model is None) != (system is None) or (required and model is None):
-        raise click.UsageError("give --model and --system, or --costs FILE (the simulation layer needs durations)"
+        raise click.UsageError("give --model and --system, or --costs FILE (the simulation layer needs durations; "
+                               "`ppopt evaluate -s all` gives the formula and table layers alone)"
                                if required else "give both --model and --system", click.get_current_context())
 
 

@@ -379,7 +379,8 @@ def compare_command(devices, microbatches, units, options, model, system, global
                     fmt, quiet) -> None:
     """Rank all applicable schedules in the formula, table and simulation layers; mark rank changes.
 
-    Needs --model and --system, or --costs FILE (the simulation layer only, with measured durations)."""
+    Needs --model and --system, or --costs FILE (the simulation layer only, with measured durations);
+    without durations, `ppopt evaluate -s all` gives the formula and table layers."""
     from ppopt.evaluate import rank_layers
     from ppopt.generators import generate
 
