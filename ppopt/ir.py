@@ -20,6 +20,7 @@ from itertools import repeat
 from typing import NamedTuple
 
 from ppopt.errors import ScheduleError
+from ppopt.host import require_memory
 from ppopt.placement import linear_placement  # noqa: F401  (re-exported: the placements live in ppopt.placement)
 from ppopt.placement import stages_by_device as placement_stages_by_device
 
@@ -46,10 +47,23 @@ def check_total_size(ops: int, what: str) -> None:
                             f"x kinds, summed); the limit is {MAX_TOTAL_OPS:,}")
 
 
-def check_size(ops: int, what: str) -> None:
-    """Raise :class:`ScheduleError` when a schedule of ``ops`` ops is over :data:`MAX_OPS`."""
+HELD_BYTES_PER_OP = 600
+"""Memory a command holds per op of the schedule it builds, with its table, simulation or CSV text
+(bytes; measured on 1F1B at p = 4, m = 500,000, 4 million ops: 1.7 GB with ``table``, 2.3 GB with
+``export`` to CSV, 1.9 GB with ``import`` of that CSV; 525 bytes per op at most, over the 50 MB a
+command holds with one op)."""
+
+
+def check_size(ops: int, what: str, memory: bool = True) -> None:
+    """Raise :class:`ScheduleError` when a schedule of ``ops`` ops is over :data:`MAX_OPS`, or, with
+    ``memory``, when building it would need more memory than this machine has available
+    (:data:`HELD_BYTES_PER_OP` per op; :func:`ppopt.host.require_memory`). Leave ``memory`` out
+    where the ops are counted while they are read or after they are built: the memory they take is
+    no longer available, and would be counted twice."""
     if ops > MAX_OPS:
         raise ScheduleError(f"schedule too large: {what} make {ops:,} ops (stages x microbatches x kinds); the limit is {MAX_OPS:,} ops")
+    if memory:
+        require_memory(ops * HELD_BYTES_PER_OP, f"{what} ({ops:,} ops)")
 
 
 class Kind(str, Enum):

@@ -199,7 +199,8 @@ def validated(schedule: Schedule | Flat) -> Flat:
     if known is not None:
         return Flat(schedule, **known)
     try:
-        check_size(schedule.stages * schedule.microbatches * 2, f"{schedule.stages} stages x {schedule.microbatches} microbatches")
+        check_size(schedule.stages * schedule.microbatches * 2, f"{schedule.stages} stages x {schedule.microbatches} microbatches",
+                   memory=False)  # built already: its memory was checked before
     except ScheduleError as error:
         raise ScheduleValidationError(str(error)) from None
     try:

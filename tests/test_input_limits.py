@@ -279,11 +279,11 @@ def test_a_calibrated_file_round_trips_quotes_backslashes_and_odd_file_names(tmp
 @pytest.fixture
 def no_launch(monkeypatch):
     """No rank may start; this machine has 1 GB available."""
-    import ppopt.run.execute as execute
+    import ppopt.host as host
     import ppopt.run.launcher as launcher
 
     monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("a process was started"))
-    monkeypatch.setattr(execute, "available_memory_bytes", lambda: 10**9, raising=False)
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: 10**9)
 
 
 def assert_needs(output, size, check=True):
@@ -328,6 +328,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_any_rank_starts(no_la
 
 
 def test_the_memory_estimate_counts_the_model_s_parameters_and_lets_small_runs_through(monkeypatch):
+    import ppopt.host as host
     import ppopt.run.execute as execute
     from ppopt.run.spec import ModelSize, RunSpec
 
@@ -338,11 +339,64 @@ def test_the_memory_estimate_counts_the_model_s_parameters_and_lets_small_runs_t
     spec = RunSpec((), 2, size, dtype="float64")
     tokens = 4 * 7
     assert spec.rank_memory_bytes(4) == 4 * size.parameters() * 8 + 16 * tokens + tokens * (5 * 20 * 24 + 4 * 24 + 3 * 11) * 8
-    monkeypatch.setattr(execute, "available_memory_bytes", lambda: 10**9)
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: 10**9)
     execute.check_memory(8, 64, RunSpec((), 8))  # the default tiny model: far below 1 GB
     monkeypatch.undo()  # this machine's
-    available = execute.available_memory_bytes()
+    available = host.available_memory_bytes()
     assert available is None or available > 0
+
+
+@pytest.fixture
+def two_gb_available(monkeypatch):
+    """This machine has 2 GB available (10^9 bytes each)."""
+    import ppopt.host as host
+
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: 2 * 10**9)
+
+
+def test_a_schedule_this_machine_cannot_hold_is_refused_before_it_is_built(two_gb_available, tmp_path, monkeypatch):
+    """Under the 10 M-op limit a schedule can need more memory than a small machine has: refused
+    in one line with what it needs (HELD_BYTES_PER_OP a op), nothing written, nothing built."""
+    import ppopt.generators as generators
+    from ppopt.ir import HELD_BYTES_PER_OP
+
+    monkeypatch.setattr(generators, "paused_gc", lambda: pytest.fail("a schedule was built"))
+    out = tmp_path / "big.csv"
+    needed = 4 * 1_000_000 * 2 * HELD_BYTES_PER_OP  # 8 M ops: 4.80 GB
+    for args in (("table",), ("evaluate",), ("export", "-o", out)):
+        result = cli(*args, "-s", "1f1b", "-p", 4, "-m", 1_000_000)
+        assert result.exit_code == 1
+        assert result.output == (f"error: not enough memory: 1f1b with 4 devices, 1000000 microbatches (8,000,000 ops): about "
+                                 f"{needed / 1e9:.2f} GB needed, more than the 2.00 GB this machine has available\n")
+    assert not out.exists()
+
+
+def test_a_search_this_machine_cannot_hold_is_refused_before_the_model(two_gb_available):
+    """A search holds SEARCH_BYTES_PER_OP a op (gap one schedule more): p = 64, m = 4,096 needs
+    524,288 x 3,400 = 1.78 GB, within 2 GB; m = 8,192 needs 3.57 GB, refused naming --microbatches."""
+    from ppopt.solve.search import SCHEDULE_BYTES_PER_OP, SEARCH_BYTES_PER_OP
+
+    assert 64 * 4096 * 2 * SEARCH_BYTES_PER_OP < 2e9 < 64 * 8192 * 2 * SEARCH_BYTES_PER_OP
+    result = cli("search", "--unit", "-p", 64, "-m", 8192, "--time-limit", 600)
+    assert result.exit_code == 1
+    assert result.output == ("error: --microbatches: not enough memory: a search of 64 devices, 8192 microbatches (1,048,576 ops): "
+                             f"about {64 * 8192 * 2 * SEARCH_BYTES_PER_OP / 1e9:.2f} GB needed, more than the 2.00 GB this "
+                             "machine has available\n")
+    result = cli("gap", "--unit", "-p", 64, "-m", 4096, "--time-limit", 600)  # gap holds a second schedule
+    held = 64 * 4096 * 2 * (SEARCH_BYTES_PER_OP + SCHEDULE_BYTES_PER_OP)
+    assert result.exit_code == 1 and f"about {held / 1e9:.2f} GB needed" in result.output
+
+
+def test_memory_is_not_checked_for_small_work_nor_when_unknown(monkeypatch):
+    import ppopt.host as host
+
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: pytest.fail("read for a small schedule"))
+    assert cli("table", "-s", "1f1b", "-p", 4, "-m", 8).exit_code == 0  # 64 ops
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: None)  # not Linux, no sysconf
+    host.require_memory(10**15, "a petabyte")
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: 10**9)
+    with pytest.raises(PpoptError, match=r"^not enough memory: x: about 1.50 GB needed, more than the 1.00 GB"):
+        host.require_memory(1.5e9, "x")
 
 
 @pytest.mark.parametrize(("value", "shown"), [("inf", "inf"), ("1e300", "1e+300"), ("nan", "nan")])

@@ -107,11 +107,13 @@ def _planned_size(spec: InstanceSpec, params: dict) -> tuple[int, int, str | Non
 def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules: int = 1, held: int = 1) -> None:
     """Refuse, before any model or placement is built, a request whose every schedule is over
     :data:`ppopt.ir.MAX_OPS` (:func:`_planned_size`), over what the command's memory plan
-    allows (:func:`ppopt.solve.search.max_search_ops`), or too large to finish within the time limit
+    allows (:func:`ppopt.solve.search.max_search_ops`) or this machine's available memory
+    (:func:`ppopt.host.require_memory`), or too large to finish within the time limit
     (:func:`ppopt.solve.search.minimum_time_s` for each of the ``schedules`` the command builds at
     the least; ``held`` of them at once count in the memory plan). A size set by a space key is
     named, with the field ``space``."""
     from ppopt.errors import ConfigError, ScheduleError
+    from ppopt.host import require_memory
     from ppopt.ir import check_size
     from ppopt.solve.search import SCHEDULE_BYTES_PER_OP, SEARCH_BYTES_PER_OP, max_search_ops, minimum_time_s
 
@@ -128,6 +130,7 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
         raise ConfigError(f"search too large: {what} make {ops:,} ops (stages x microbatches x kinds); this command holds "
                           f"about {SEARCH_BYTES_PER_OP + (held - 1) * SCHEDULE_BYTES_PER_OP:,} bytes per op and takes "
                           f"at most {max_search_ops(held):,} ops", field=field)
+    require_memory(ops * (SEARCH_BYTES_PER_OP + (held - 1) * SCHEDULE_BYTES_PER_OP), f"a search of {what} ({ops:,} ops)", field)
     if spec.memory_limit is not None:  # the first handcrafted hint may not fit: one more until one does
         schedules += 1
     started = startup_s()  # the budget counts from the imports (0 when not run from the command line)

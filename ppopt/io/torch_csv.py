@@ -179,7 +179,7 @@ def _parse_rows(rows: list[_Line], name: str) -> list[_Row]:
         plain = _plain_row(row, row.count(",") + 1) if isinstance(row, str) else _plain_row(",".join(row), len(row))
         parsed.append(plain if plain is not None else _parse_row_cells(_cells(row), r, name))
         total += len(parsed[-1][0])
-        check_size(total, f"{name}: the compute actions of rows 0..{r}")
+        check_size(total, f"{name}: the compute actions of rows 0..{r}", memory=False)  # the rows are read: checked before the build
     return parsed
 
 

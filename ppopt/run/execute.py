@@ -15,15 +15,15 @@ and timed steps of each (stage, kind), measured around the stage's compute call.
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
 import statistics
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ppopt import host
 from ppopt.flat import Flat
+from ppopt.host import gb
 from ppopt.io.torch_csv import write_torch_csv
 from ppopt.ir import Kind, Schedule
 from ppopt.run import RunError, require_torch
@@ -98,45 +98,20 @@ def loss_order_message(flat: Flat) -> str | None:
     return None
 
 
-def available_memory_bytes() -> int | None:
-    """Memory this machine can give new processes, bytes: ``MemAvailable`` of ``/proc/meminfo``
-    (Linux), else the physical memory (``os.sysconf``), else None (unknown: not checked)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _gb(count: float) -> str:
-    """Bytes in GB for a message: 3 significant digits, in full below a million GB."""
-    gb = count / 1e9
-    if not 1e-2 <= gb < 1e6:
-        return f"{gb:.3g} GB"
-    rounded = float(f"{gb:.3g}")
-    return f"{rounded:,.{max(0, 2 - math.floor(math.log10(rounded)))}f} GB"
-
-
 def check_memory(devices: int, microbatches: int, settings: RunSpec) -> None:
     """Refuse, before any process starts, a run whose ``devices`` ranks would together need more
     memory than this machine has available (:meth:`RunSpec.rank_memory_bytes`, ``microbatches``
     per step: the most of the run's schedules)."""
     per_rank = settings.rank_memory_bytes(microbatches)
-    available = available_memory_bytes()
+    available = host.available_memory_bytes()
     if available is None or devices * per_rank <= available:
         return
     size = settings.model
     raise RunError(
-        f"the run needs about {_gb(devices * per_rank)} of memory ({devices} ranks x {_gb(per_rank)}: the parameters and "
+        f"the run needs about {gb(devices * per_rank)} of memory ({devices} ranks x {gb(per_rank)}: the parameters and "
         f"gradients{' of the model and its reference copy' if settings.check else ''}, and the activations of "
         f"{microbatches} microbatches of {size.microbatch_size} x {size.sequence} tokens, layers {size.layers}, hidden "
-        f"{size.hidden}, vocab {size.vocab}, {settings.dtype}), more than the {_gb(available)} this machine has available")
+        f"{size.hidden}, vocab {size.vocab}, {settings.dtype}), more than the {gb(available)} this machine has available")
 
 
 def check_run(schedules: Sequence[Schedule], settings: RunSpec) -> RunSpec:
