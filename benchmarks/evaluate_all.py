@@ -6,7 +6,7 @@ comes from the operating system (``os.wait4``). Baseline, in the same run: ``ppo
 for every family, one process each; their times summed and their peaks' largest. Evaluating all
 schedules in one process does the same work, so it should take about the sum and peak about the
 largest single one: more means one schedule's memory outlives its evaluation (before e2bcc47,
-each schedule's flat form, kept with it by ``ppopt.validate.validated``, referred back to it, and
+each schedule's flat form, kept with it by ``ppopt.validation.validated``, referred back to it, and
 the cycle kept it alive until a full garbage collection). Every process pays Python's and ppopt's
 start-up, timed alone as ``ppopt --version`` and subtracted from each time (once from the single command's, once per command from the baseline's).
 The load average is printed first, since the machine may be shared.

@@ -6,7 +6,7 @@ Files: 1F1B on 64 ranks, written by ppopt (``ppopt.io.torch_csv.write_torch_csv`
 * floor: read the file (``ppopt.io.read_text_bounded``) and split it into lines and cells with
   ``str.split``: the least any reader of the text pays, building no op;
 * generator: ``ppopt.generators.generate`` builds the same schedule in memory and
-  ``ppopt.validate.validated`` checks it: the cost of the same ops without a file;
+  ``ppopt.validation.validated`` checks it: the cost of the same ops without a file;
 * read: ``ppopt.io.torch_csv.read_torch_csv`` (parse, build the ops, validate), what
   ``ppopt evaluate --schedule-file`` pays before its layers;
 * import: read, then the unit-slot table, its metrics and the text grid, what ``ppopt import``
@@ -34,7 +34,7 @@ from ppopt.io import read_text_bounded
 from ppopt.io.torch_csv import MAX_BYTES, read_torch_csv, write_torch_csv
 from ppopt.report.text import grid
 from ppopt.table import build_table, table_metrics
-from ppopt.validate import validated
+from ppopt.validation import validated
 
 RANKS = 64
 MICROBATCHES = (10_000, 50_000)  # 20,000 and 100,000 actions per rank

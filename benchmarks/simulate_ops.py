@@ -4,7 +4,7 @@ Schedules: 1F1B, interleaved 1F1B (2 chunks per device) and ZB-V at 32 devices x
 
 ppopt, timed end to end (what ``ppopt evaluate -s NAME --model study --system mid-mid`` runs for the
 simulation layer): generate the schedule (``ppopt.generators.generate``), validate it into its flat
-form (``ppopt.validate.validated``), build the per-stage costs of the ``study`` model on the
+form (``ppopt.validation.validated``), build the per-stage costs of the ``study`` model on the
 ``mid-mid`` system with one sequence per microbatch (``ppopt.evaluate.schedule_costs``) and simulate one step with communication
 (``ppopt.simulate.simulate``). A second figure, "simulate only", times ``simulate`` on the already
 validated flat form (what a sweep over systems pays per point).
@@ -36,7 +36,7 @@ from ppopt.evaluate import schedule_costs
 from ppopt.generators import generate
 from ppopt.ir import Schedule
 from ppopt.simulate import simulate
-from ppopt.validate import validated
+from ppopt.validation import validated
 
 DEVICES = 32
 MICROBATCHES = 1024

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ppopt.config import LinkConfig, ModelConfig, SystemConfig
+from ppopt.config import LinkConfig, ModelConfig, SystemConfig, load_model, load_system
 from ppopt.costs import Costs, partition_layers
 from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import Flat
@@ -25,14 +25,16 @@ from ppopt.job import Parallelism, job_costs, job_work, simulate_pipeline
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
 from ppopt.units import UnitCosts
-from ppopt.validate import validated
+from ppopt.validation import validated
 
 DEFAULT_UNITS = UnitCosts()
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """A schedule's metrics in each layer (``simulation`` only when a model and system are given)."""
+    """A schedule's metrics in each layer: ``formula`` and ``table`` in slots of the unit model the
+    evaluation was given, ``simulation`` (only when a model and system are given) in seconds and
+    bytes."""
 
     schedule: str
     devices: int
@@ -101,21 +103,25 @@ def simulate_on(schedule: Schedule | Flat, model: ModelConfig, system: SystemCon
 def evaluate_schedule(
     schedule: Schedule,
     units: UnitCosts = DEFAULT_UNITS,
-    model: ModelConfig | None = None,
-    system: SystemConfig | None = None,
+    model: ModelConfig | str | None = None,
+    system: SystemConfig | str | None = None,
     global_batch: int | None = None,
-    with_formula: bool = True,
+    with_formula: bool = False,
     parallel: Parallelism | None = None,
     **options: object,
 ) -> Evaluation:
-    """Evaluate an already built schedule in every layer that applies to it (``with_formula``: its
-    name is a registered family whose closed forms apply). ``units``: the table's and the formulas'
-    unit model."""
+    """Evaluate an already built schedule in the table layer (lengths in slots of ``units``), the
+    simulation layer when ``model`` and ``system`` are given (configs, preset names or files), and,
+    with ``with_formula``, the formula layer of the family ``schedule.name`` names with the options
+    that built it (``schedule.options``, then ``options``): only for a schedule :func:`generate` built,
+    since a schedule read from a file or found by a search carries no family's closed form."""
     flat = validated(schedule)
+    model, system = model_and_system(model, system)
     if parallel is not None and not parallel.is_default and (model is None or system is None):
         raise ConfigError("tensor/data parallelism and recomputation need --model and --system", field=parallel.first_set)
     simulation = simulate_on(flat, model, system, global_batch, parallel) if model is not None and system is not None else None
-    closed = formula(schedule.name, schedule.devices, schedule.microbatches, units, **options) if with_formula else None
+    closed = formula(schedule.name, schedule.devices, schedule.microbatches, units, **{**options, **schedule.options}) \
+        if with_formula else None
     return Evaluation(
         schedule=schedule.name,
         devices=schedule.devices,
@@ -128,15 +134,26 @@ def evaluate_schedule(
     )
 
 
-def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None,
-             parallel: Parallelism | None = None, **options: object) -> Evaluation:
+def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model: ModelConfig | str | None = None,
+             system: SystemConfig | str | None = None, global_batch: int | None = None, parallel: Parallelism | None = None,
+             **options: object) -> Evaluation:
     """Generate schedule ``name`` and evaluate it (see :func:`evaluate_schedule`). With a model, a
     family with more stages than the model has layers is refused before its schedule is built (at
     p = 1,024, m = 4,096 building Chimera's took 85 s before the simulator refused it)."""
+    model, system = model_and_system(model, system)
     if model is not None and (why := too_many_stages(name, devices, options, model.num_layers)):
         raise ScheduleError(why)
     schedule = generate(name, devices, microbatches, **options)
     return evaluate_schedule(schedule, units, model, system, global_batch, True, parallel, **cast(dict[str, Any], options))
+
+
+def model_and_system(model: ModelConfig | str | None, system: SystemConfig | str | None
+                     ) -> tuple[ModelConfig | None, SystemConfig | None]:
+    """Both loaded (a preset name or a file; a config unchanged), or neither: one without the other
+    is a :class:`ConfigError` (there would be nothing to simulate, silently)."""
+    if (model is None) != (system is None):
+        raise ConfigError("give both a model and a system, or neither", field="system" if system is None else "model")
+    return (None, None) if model is None or system is None else (load_model(model), load_system(system))
 
 
 def evaluation_seconds(ops: int | None) -> float:
@@ -153,7 +170,8 @@ at p = 4, m = 140,000 (28 million ops) 81 s in unit mode, on this project's 2-co
 3.7 and 2.9 microseconds per op)."""
 
 
-def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model=None, system=None, global_batch=None,
+def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model: ModelConfig | str | None = None,
+                 system: SystemConfig | str | None = None, global_batch: int | None = None,
                  parallel: Parallelism | None = None, progress: Callable[[int, int], None] | None = None,
                  deadline: float | None = None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
     """Evaluate every registered schedule that applies to (p, m); also return why the others don't.
@@ -162,6 +180,7 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
     no longer fits before it is skipped with that reason. Raises :class:`~ppopt.errors.ScheduleError`
     when none applies (every one too large, say), naming the time limit when it left out every one."""
     require_positive(devices, microbatches)  # otherwise every schedule would just be "skipped"
+    model, system = model_and_system(model, system)
     results, skipped = [], {}
     every = names()
     # every result is kept for the report: their sum, not each schedule alone, is what must fit

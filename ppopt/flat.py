@@ -7,7 +7,7 @@ ops named outside the schedule, missing or duplicated ops, a (stage, microbatch)
 and a split I or W, ops on
 the wrong device, a dependency placed after its dependent on the same device, and a deadlocking
 order (by walking the devices as far as their inputs allow). On any problem it raises
-:class:`Unflattenable` with a short reason; :func:`ppopt.validate.validate` then builds the detailed
+:class:`Unflattenable` with a short reason; :func:`ppopt.validation.validate` then builds the detailed
 message with the marked order grid. No op is hashed on the way; the checks run as numpy array
 operations over the op ids (measured about 3x faster than the same checks over Python lists), the
 results are handed on as plain lists, which the simulator's per-op loops index fastest, and as the
@@ -74,6 +74,9 @@ class Flat:
 
     Op ids run device after device in execution order; per-op lists are indexed by id.
     """
+
+    def __repr__(self) -> str:
+        return f"Flat({self.schedule!r})"
 
     schedule: Schedule
     ops: list[Op]

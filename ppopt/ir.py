@@ -150,6 +150,12 @@ class Schedule:
     options: Mapping[str, object] = field(default_factory=dict)
     overlapped: tuple[tuple[Op, Op], ...] = ()
 
+    def __repr__(self) -> str:
+        """A short summary (the orders of a large schedule run to megabytes of text)."""
+        options = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        return (f"Schedule(name={self.name!r}, devices={self.devices}, microbatches={self.microbatches}, "
+                f"stages={self.stages}{options}, ops={self.op_count})")
+
     @property
     def stages(self) -> int:
         return len(self.placement)
@@ -187,7 +193,7 @@ class Schedule:
         return frozenset((op.stage, op.microbatch) for op in self.ops() if op.kind is Kind.I)
 
     def __getstate__(self) -> dict[str, object]:
-        """Pickle the fields only, not the flat form :func:`ppopt.validate.validated` caches."""
+        """Pickle the fields only, not the flat form :func:`ppopt.validation.validated` caches."""
         return {k: v for k, v in self.__dict__.items() if k != "_flat"}
 
     def stages_on(self, device: int) -> tuple[int, ...]:

@@ -139,7 +139,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Literal
 
-from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig
+from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, load_model, load_system
 from ppopt.costs import (
     Costs,
     StageCost,
@@ -257,7 +257,9 @@ class Job:
     """
 
     model: ModelConfig
+    """The model (a preset name or a .toml/.json file is loaded on construction)."""
     system: SystemConfig
+    """The system (a preset name or a file, as ``model``)."""
     tp: int = 1
     pp: int = 1
     dp: int = 1
@@ -280,6 +282,8 @@ class Job:
     of ``layers`` (others ignore it)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model", load_model(self.model))  # unchanged when already a ModelConfig
+        object.__setattr__(self, "system", load_system(self.system))
         for name in ("tp", "pp", "dp", "micro_batch"):
             require_positive_int(getattr(self, name), name)
         check_global_batch(self.global_batch)  # the model's limit: keeps every count finite (ppopt.config)

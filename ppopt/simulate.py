@@ -73,7 +73,7 @@ Memory accounting (per device)
     * ``peak_memory_bytes`` = persistent + peak activation bytes.
 
 Checks
-    The schedule must be valid: :func:`prepare` checks it with :func:`ppopt.validate.validated`,
+    The schedule must be valid: :func:`prepare` checks it with :func:`ppopt.validation.validated`,
     whose flat form (:mod:`ppopt.flat`, integer ids in plain lists) the simulator runs on. A caller
     that already holds that flat form (``ppopt.evaluate`` builds it once per schedule and shares it
     with the table layer) passes it instead of the schedule and nothing is checked twice.
@@ -109,7 +109,7 @@ from ppopt.costs import Costs, StageCost, allreduce_time_s, link_between, transf
 from ppopt.errors import ScheduleError
 from ppopt.flat import KIND_CODE, Flat, peak_per_device
 from ppopt.ir import Kind, Op, Schedule
-from ppopt.validate import ScheduleValidationError, execution_order, validated
+from ppopt.validation import ScheduleValidationError, execution_order, validated
 
 __all__ = ["Event", "Prepared", "Simulation", "busy_s", "op_duration_s", "prepare", "simulate"]
 
@@ -171,7 +171,7 @@ def prepare(schedule: Schedule | Flat) -> Prepared:
     """Check and flatten ``schedule`` for :func:`simulate` (reusable across costs and systems).
 
     Raises :class:`ScheduleValidationError` (the validator's message) if the schedule is invalid.
-    A :class:`~ppopt.flat.Flat` (from :func:`ppopt.validate.validated`) is already checked.
+    A :class:`~ppopt.flat.Flat` (from :func:`ppopt.validation.validated`) is already checked.
     """
     flat = validated(schedule)
     n, stage_of = flat.size, flat.stage

@@ -37,7 +37,7 @@ from ppopt.flat import KIND_CODE, KINDS, Flat, Unflattenable, flatten, paused_gc
 from ppopt.flat import earliest_starts as flat_earliest_starts
 from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
 from ppopt.units import UnitCosts
-from ppopt.validate import execution_order, predecessors, validated
+from ppopt.validation import execution_order, predecessors, validated
 
 MAX_CELLS = 20_000_000
 """Most cells (devices x columns) a drawn table grid may have; larger grids are refused."""
@@ -137,6 +137,10 @@ class Table:
     tick: Fraction
     ticks: tuple[int, int, int, int]
     start_ticks: list[int]
+
+    def __repr__(self) -> str:
+        """A short summary: the schedule, the length and the bubble (slots)."""
+        return f"Table({self.schedule!r}, length={self.length}, bubble_ratio={self.bubble_ratio:.4f})"
 
     @property
     def schedule(self) -> Schedule:
@@ -262,7 +266,7 @@ def _exact(slots: float) -> Fraction:
 def build_table(schedule: Schedule | Flat, units: UnitCosts = UnitCosts()) -> Table:  # noqa: B008  (frozen, immutable default)
     """Lay ``schedule`` (or its flat form, already validated) out in unit slots (module docstring).
 
-    Raises :class:`~ppopt.validate.ScheduleValidationError` for an invalid schedule.
+    Raises :class:`~ppopt.validation.ScheduleValidationError` for an invalid schedule.
     """
     with paused_gc():
         return _build_table(schedule, units)
@@ -296,9 +300,14 @@ def _exact_durations(schedule: Schedule, units: UnitCosts) -> list[Fraction]:
 
 @dataclass(frozen=True)
 class TableMetrics:
-    length: int | float  # slots
+    """The table layer's figures of one schedule (:func:`table_metrics`)."""
+
+    length: int | float
+    """Slots from the first op's start to the last op's end (an int when whole)."""
     bubble_ratio: float
+    """Idle share of the devices x length slots: 1 - busy / (devices x length)."""
     peak_activations: tuple[int, ...]
+    """Most live stage-chunk activations per device (1/S of the model's each), device 0 first."""
 
 
 def table_metrics(table: Table) -> TableMetrics:

@@ -18,7 +18,7 @@ from ppopt.solve.periodic import composed, period_bound, periodic_pattern
 from ppopt.solve.search import analytic_bounds
 from ppopt.solve.space import parse_space, with_backward
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 
 
 def test_jackson_by_hand():

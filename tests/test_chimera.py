@@ -22,7 +22,7 @@ from ppopt.generators.chimera import (
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.table import build_table, peak_live
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 
 # The four-stage, four-microbatch Chimera schedule of S. Li and T. Hoefler, "Chimera: Efficiently Training
 # Large-Scale Neural Networks with Bidirectional Pipelines", SC'21, Section 3.1 (unit slots), written literally.

@@ -17,7 +17,7 @@ from ppopt.ir import Kind, Op, Schedule, dependencies
 from ppopt.simulate import simulate
 from ppopt.table import build_table
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 from tests.test_simulate import unit_stage_costs
 
 

@@ -15,7 +15,7 @@ from ppopt.generators.hanayo import hanayo, hanayo_formula, zigzag_placement
 from ppopt.ir import Kind, Op
 from ppopt.table import build_table
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 from tests.test_zb_h2 import assert_list_scheduled
 
 F_EQUALS_B = UnitCosts(backward=1)

@@ -14,7 +14,7 @@ from ppopt.generators.linear import one_f_one_b
 from ppopt.ir import Kind, Op
 from ppopt.table import build_table
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 
 
 @settings(max_examples=40, deadline=None)

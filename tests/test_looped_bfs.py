@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from ppopt.evaluate import evaluate
 from ppopt.generators import generate
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 
 
 class _Stage:

@@ -14,7 +14,7 @@ from ppopt.ir import Kind, Op, Schedule, parse_action
 from ppopt.simulate import simulate
 from ppopt.table import build_table
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 from tests.test_simulate import unit_stage_costs
 from tests.test_validate import outside_rules
 
@@ -106,7 +106,7 @@ def test_mixing_kinds_keeps_table_and_simulator_equal(name, p, m, backward, data
 def test_the_flat_form_names_the_backward_kind(name, expected):
     """full: every backward one B; split: every one I then W; mixed: some of each (DualPipeV runs B
     for some microbatches and I + W for others), read from the ops' kinds."""
-    from ppopt.validate import validated
+    from ppopt.validation import validated
 
     schedule = generate(name, 4, 8)
     kinds = {op.kind.value for op in schedule.ops()}

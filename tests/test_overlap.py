@@ -13,7 +13,7 @@ from ppopt.report.trace import chrome_trace
 from ppopt.simulate import simulate
 from ppopt.solve.space import with_backward
 from ppopt.table import build_table
-from ppopt.validate import ScheduleValidationError, validate
+from ppopt.validation import ScheduleValidationError, validate
 from tests.test_simulate import system, uniform
 
 PAIR = (Op(1, Kind.F, 2), Op(1, Kind.B, 1))

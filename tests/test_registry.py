@@ -225,7 +225,7 @@ def test_evaluate_leaves_no_reference_cycle(family):
     (2 GB at 64 x 2,048). With the collector off, nothing is left for it."""
     import gc
 
-    from ppopt.validate import validated
+    from ppopt.validation import validated
 
     gc.collect()
     gc.disable()

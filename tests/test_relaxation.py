@@ -25,7 +25,7 @@ from ppopt.solve.relaxation import (
 )
 from ppopt.solve.search import _block_size, analytic_bounds
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 from tests.test_bounds import _optimum
 
 

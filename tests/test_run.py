@@ -408,7 +408,7 @@ def test_a_last_stage_out_of_microbatch_order_is_refused(tmp_path):
     non-pipelined model's (measured with `ppopt run`, float32 and float64 alike; also with every rank
     in the same order, 1 then 0). It is refused before any process starts, naming the two ops."""
     from ppopt.run.execute import loss_order_message
-    from ppopt.validate import validated
+    from ppopt.validation import validated
 
     swapped = tmp_path / "swap.csv"
     swapped.write_text("0F0,0F1,0F2,0F3,0B0,0B1,0B2,0B3\n1F1,1F0,1F2,1F3,1B0,1B1,1B2,1B3\n")

@@ -18,7 +18,7 @@ from ppopt.ir import Kind, Op, Schedule, dependencies, linear_placement
 from ppopt.simulate import busy_s, op_duration_s, prepare, simulate
 from ppopt.table import build_table, peak_live
 from ppopt.units import UnitCosts
-from ppopt.validate import ScheduleValidationError, validate
+from ppopt.validation import ScheduleValidationError, validate
 from tests.test_validate import outside_rules
 
 FREE_LINK = LinkConfig(bandwidth_bytes_per_s=math.inf, latency_s=0.0)

@@ -18,7 +18,7 @@ from ppopt.solve.options import MAX_WORKERS, SolveOptions
 from ppopt.solve.search import search
 from ppopt.solve.space import FAMILY_MEMBERS, parse_space
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 
 DET = 5.0  # deterministic time limit: reproducible on any machine
 

@@ -9,7 +9,7 @@ from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import search
 from ppopt.solve.space import parse_space
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 
 
 def _spec(p, m, comm=1.0, cap=None):

@@ -153,7 +153,7 @@ def test_evaluate_flattens_each_schedule_once_and_shares_it(monkeypatch):
         calls.append(schedule.name)
         return flatten(schedule)
 
-    monkeypatch.setattr(sys.modules["ppopt.validate"], "flatten", counting)  # (ppopt.validate is also a function)
+    monkeypatch.setattr(sys.modules["ppopt.validation"], "flatten", counting)
     result = evaluate("zb-v", 4, 8, model=load_model("study"), system=load_system("mid-mid"))
     assert calls == ["zb-v"]  # validation, the table and the simulation share one flat form
     assert result.table.length == (6 * 8 + 4 - 1) / 2

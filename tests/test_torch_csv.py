@@ -20,7 +20,7 @@ from ppopt.ir import Kind
 from ppopt.simulate import simulate
 from ppopt.solve.instance import unit_instance
 from ppopt.units import UnitCosts
-from ppopt.validate import ScheduleValidationError
+from ppopt.validation import ScheduleValidationError
 
 ROUND_TRIPS = [
     ("gpipe", 1, 1, {}), ("gpipe", 3, 5, {}), ("1f1b", 2, 2, {}), ("1f1b", 4, 9, {}),

@@ -11,7 +11,7 @@ from ppopt.ir import Kind
 from ppopt.simulate import simulate
 from ppopt.table import build_table
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 from tests.test_simulate import unit_stage_costs
 
 

@@ -8,7 +8,7 @@ from ppopt.evaluate import evaluate
 from ppopt.generators import generate
 from ppopt.generators.v_min import INTERVAL, block
 from ppopt.ir import Kind
-from ppopt.validate import validate
+from ppopt.validation import validate
 
 
 def test_block_residues_are_distinct_per_device():

@@ -7,7 +7,7 @@ import pytest
 from ppopt.errors import ScheduleError
 from ppopt.generators import generate, names
 from ppopt.ir import Kind, Op
-from ppopt.validate import ScheduleValidationError, validate
+from ppopt.validation import ScheduleValidationError, validate
 
 
 def _replace_order(schedule, device, order):

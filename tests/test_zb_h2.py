@@ -9,7 +9,7 @@ from ppopt.generators import generate
 from ppopt.ir import Kind, dependencies
 from ppopt.table import build_table
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 
 
 @settings(max_examples=30, deadline=None)

@@ -15,7 +15,7 @@ from ppopt.generators.zero_bubble import zb_h1, zb_v
 from ppopt.ir import Kind
 from ppopt.table import build_table
 from ppopt.units import UnitCosts
-from ppopt.validate import validate
+from ppopt.validation import validate
 
 
 @settings(max_examples=40, deadline=None)

@@ -4,7 +4,7 @@ Results go to stdout, progress and errors to stderr. Exit status: 0 ok; 1 for ev
 as one line on stderr:
 
 * invalid input or an infeasible request: ``error: <reason>``, naming the flag or field it is about
-  (an invalid schedule adds its device orders around the fault, :func:`ppopt.validate.order_grid`);
+  (an invalid schedule adds its device orders around the fault, :func:`ppopt.validation.order_grid`);
 * a usage error (an unknown option or command, a value of the wrong type, a bad choice, a missing
   required option): ``error: <click's message> (see 'ppopt <command> --help')``;
 * output that cannot be written: ``error: cannot write PATH: <reason>`` for a file, ``error: cannot

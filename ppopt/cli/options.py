@@ -245,7 +245,7 @@ format_option = click.option(
 def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options):
     """The validated schedule a command was given: generated from --schedule, or read from a file."""
     from ppopt.generators import generate
-    from ppopt.validate import validate
+    from ppopt.validation import validate
 
     check_inputs(name, schedule_file, legacy_backward)
     if schedule_file is not None:

@@ -53,7 +53,7 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
     from ppopt.io.torch_csv import read_torch_csv_file
     from ppopt.run.execute import refuse_unrunnable
     from ppopt.run.spec import MAX_DEVICES, require_ranks
-    from ppopt.validate import validate
+    from ppopt.validation import validate
 
     if not files and not names:
         raise click.UsageError("give schedule CSV files and/or --schedule NAME", click.get_current_context())

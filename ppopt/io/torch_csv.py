@@ -35,7 +35,7 @@ Reading (:func:`read_torch_csv`)
       actions, or whose S x M x kinds exceeds it, is refused; so is a file over :data:`MAX_BYTES`
       bytes (a pipe or device such as ``/dev/zero`` is read up to that limit, and refused at its
       first NUL byte). The schedule is then checked by
-      :func:`ppopt.validate.validate`.
+      :func:`ppopt.validation.validate`.
     * Errors are :class:`~ppopt.errors.ScheduleError` with one line, prefixed by the file as given
       (its path, or "standard input"; the schedule itself is named by the file's stem).
       Positions are **0-based**, like PyTorch's ``Rank r, step s``: "row 2 (rank 2, line 3),
@@ -78,7 +78,7 @@ from ppopt.io import (
     unreadable,
 )
 from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, ops_of, parse_action
-from ppopt.validate import ScheduleValidationError, validate, validated
+from ppopt.validation import ScheduleValidationError, validate, validated
 
 __all__ = ["COMM_ACTIONS", "format_torch_csv", "parse_torch_csv", "read_torch_csv", "refuse_replicas", "write_torch_csv"]
 

@@ -28,7 +28,7 @@ from ppopt.io.torch_csv import write_torch_csv
 from ppopt.ir import Kind, Schedule
 from ppopt.run import RunError, require_torch
 from ppopt.run.spec import Job, RunSpec
-from ppopt.validate import validated
+from ppopt.validation import validated
 
 
 @dataclass(frozen=True)

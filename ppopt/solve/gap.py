@@ -37,7 +37,7 @@ from ppopt.solve.search import (
     too_late,
 )
 from ppopt.solve.space import Space, family_space, placement_of, stage_count
-from ppopt.validate import validate
+from ppopt.validation import validate
 
 
 def searched(spec: InstanceSpec, space: Space) -> Space:

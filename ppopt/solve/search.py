@@ -40,7 +40,7 @@ from ppopt.solve.periodic import PERIODIC, Pattern, composed, period_bound, peri
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, block_cuts, cut_sizes, relaxation_bound, tail_bound
 from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, largest_stage_count, placement_of, size_key, stage_count
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
-from ppopt.validate import validate, validated
+from ppopt.validation import validate, validated
 
 STATUS = {
     cp_model.OPTIMAL: "optimal",

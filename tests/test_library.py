@@ -1,0 +1,79 @@
+"""ppopt from Python: the package's names, evaluation of built schedules, preset names where configs
+go, short representations, and the README's example run as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ppopt
+from ppopt.config import load_model, load_system
+from ppopt.errors import ConfigError
+from ppopt.evaluate import evaluate, evaluate_schedule, table_of
+from ppopt.formula import formula
+from ppopt.job import Job, evaluate_job
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_package_names_stay_functions_after_their_modules_are_imported():
+    """A submodule named like an exported function would replace it on the package once imported
+    (``ppopt.validate`` became the module after the first evaluation)."""
+    import ppopt.evaluate  # noqa: F401  (imports the validator's module)
+    import ppopt.generators  # noqa: F401
+
+    schedule = ppopt.generate("1f1b", 4, 8)
+    assert ppopt.validate(schedule) is schedule
+    assert ppopt.validate(schedule) is schedule  # and again
+    assert set(ppopt.__all__) <= set(dir(ppopt))
+
+
+def test_a_built_schedule_gets_the_closed_form_of_its_own_options():
+    """interleaved-1f1b with v = 4 at p = 4, m = 8: 26.25 slots, Narayanan et al.'s (p - 1)(F + B)/v
+    bubble over m(F + B): 8 x 3 + 3 x 3 / 4 = 26.25 (the default v = 2 gives 28.5)."""
+    schedule = ppopt.generate("interleaved-1f1b", 4, 8, chunks=4)
+    result = evaluate_schedule(schedule, with_formula=True)
+    assert result.formula is not None and result.formula.length == result.table.length == 8 * 3 + 3 * 3 / 4
+    assert result.formula == formula("interleaved-1f1b", 4, 8, chunks=4)
+    assert evaluate_schedule(schedule).formula is None  # not asked: a file's or a search's schedule has none
+    renamed = ppopt.Schedule("my-own", schedule.devices, schedule.microbatches, schedule.placement, schedule.orders)
+    assert evaluate_schedule(renamed).table.length == 26.25  # no family of that name: no error without a formula
+
+
+def test_models_and_systems_are_taken_by_preset_name_as_by_config():
+    by_name = evaluate("1f1b", 4, 8, model="llama3-8b", system="dgx-a100", global_batch=8)
+    by_config = evaluate("1f1b", 4, 8, model=load_model("llama3-8b"), system=load_system("dgx-a100"), global_batch=8)
+    assert by_name.simulation is not None and by_name.simulation == by_config.simulation
+    named = evaluate_job(Job("llama3-70b", "dgx-h100", tp=8, pp=4, dp=2))
+    assert named == evaluate_job(Job(load_model("llama3-70b"), load_system("dgx-h100"), tp=8, pp=4, dp=2))
+    with pytest.raises(ConfigError, match="unknown model preset 'llama-8b'"):
+        Job("llama-8b", "dgx-h100")
+
+
+@pytest.mark.parametrize(("given", "field"), [({"model": "llama3-8b"}, "system"), ({"system": "dgx-a100"}, "model")])
+def test_a_model_without_a_system_is_an_error_not_a_silent_table(given, field):
+    with pytest.raises(ConfigError) as raised:
+        evaluate("1f1b", 4, 8, **given)
+    assert raised.value.field == field and raised.value.reason == "give both a model and a system, or neither"
+
+
+def test_a_large_schedule_prints_as_one_short_line():
+    table = table_of("1f1b", 16, 128)
+    assert repr(table) == ("Table(Schedule(name='1f1b', devices=16, microbatches=128, stages=16, ops=4096), length=429, "
+                           "bubble_ratio=0.1049)")  # (m + p - 1)(F + B) = 143 x 3 slots
+    assert repr(ppopt.generate("hanayo", 4, 8, waves=2)) == \
+        "Schedule(name='hanayo', devices=4, microbatches=8, stages=16, waves=2, ops=256)"
+
+
+def test_the_readme_example_prints_what_the_readme_says(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Using ppopt from Python", 1)[1]
+    code, output = re.findall(r"```(?:python)?\n(.*?)```", section, re.S)[:2]
+    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == output
+    assert (tmp_path / "found.csv").is_file()
