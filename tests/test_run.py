@@ -407,8 +407,7 @@ def test_a_last_stage_out_of_microbatch_order_is_refused(tmp_path):
     microbatch, so its backwards start from the wrong losses and the gradients differ from the
     non-pipelined model's (measured with `ppopt run`, float32 and float64 alike; also with every rank
     in the same order, 1 then 0). It is refused before any process starts, naming the two ops."""
-    from ppopt.run.execute import loss_order_message
-    from ppopt.validation import validated
+    from ppopt.io.torch_csv import loss_order_message
 
     swapped = tmp_path / "swap.csv"
     swapped.write_text("0F0,0F1,0F2,0F3,0B0,0B1,0B2,0B3\n1F1,1F0,1F2,1F3,1B0,1B1,1B2,1B3\n")
@@ -420,7 +419,7 @@ def test_a_last_stage_out_of_microbatch_order_is_refused(tmp_path):
     assert cli("run", same).output.startswith("error: same: the last stage (1) runs 1F1 before 1F0; ")
     # the middle stages may take their microbatches in another order than their neighbours, and the
     # last stage its backwards (it trains exactly: test_a_middle_stage_out_of_order_trains_exactly)
-    assert loss_order_message(validated(read_torch_csv_text(MIDDLE, tmp_path))) is None
+    assert loss_order_message(read_torch_csv_text(MIDDLE, tmp_path)) is None
     # every family that PyTorch's runtime can place runs its last stage's forwards in order
     checked = set()
     for name in names():
@@ -430,7 +429,7 @@ def test_a_last_stage_out_of_microbatch_order_is_refused(tmp_path):
             except ScheduleError:  # a family's rule (e.g. DualPipe's m >= 2p)
                 continue
             if all(len(set(holders)) == 1 for holders in schedule.placement):
-                assert loss_order_message(validated(schedule)) is None, (name, p, m)
+                assert loss_order_message(schedule) is None, (name, p, m)
                 checked.add(name)
     assert {"1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "dualpipev", "hanayo"} <= checked
 

@@ -487,3 +487,41 @@ def test_a_schedule_piped_from_export_reads_as_its_file_does(tmp_path):
     assert (refused.returncode, refused.stderr) == (1, b"error: standard input: cannot read (not a text file: NUL byte at byte 0)\n")
     malformed = ppopt("import", "-", stdin=b"0F0,0X0\n")  # its errors are standard input's too, not "torch-csv"'s
     assert malformed.returncode == 1 and malformed.stderr.startswith(b"error: standard input: row 0 (rank 0, line 1), cell 1: ")
+
+
+LAST_STAGE_SWAPPED = "0F0,0F1,0B0,0B1\n1F1,1F0,1B1,1B0\n"
+"""Valid for ppopt's validator, but PyTorch's runtime would give 1B0 the loss of microbatch 1
+(ppopt.io.torch_csv.loss_order_message; measured with `ppopt run` in tests/test_run.py)."""
+
+
+def test_a_schedule_pytorch_would_train_wrongly_is_not_written_as_its_csv(tmp_path):
+    schedule = parse_torch_csv(LAST_STAGE_SWAPPED, "swapped")
+    with pytest.raises(ScheduleError, match=r"^swapped: the last stage \(1\) runs 1F1 before 1F0; PyTorch's runtime"):
+        format_torch_csv(schedule)
+    # nor when the given start times put the last stage's forwards out of order
+    in_order = parse_torch_csv("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n", "in-order")
+    starts = {op: float(i) for order in in_order.orders for i, op in enumerate(order)}
+    starts[in_order.orders[1][0]], starts[in_order.orders[1][1]] = 1.0, 0.0
+    with pytest.raises(ScheduleError, match=r"runs 1F1 before 1F0"):
+        format_torch_csv(in_order, starts)
+    path = tmp_path / "swapped.csv"
+    path.write_text(LAST_STAGE_SWAPPED)
+    out = tmp_path / "out.csv"
+    result = run("export", "--schedule-file", path, "-o", out)
+    assert result.exit_code == 1 and result.stdout == "" and not out.exists()
+    assert result.stderr.endswith("error: swapped: the last stage (1) runs 1F1 before 1F0; PyTorch's runtime looks up each "
+                                  "microbatch's loss by the order the last stage's forwards ran, so its backwards would start "
+                                  "from another microbatch's loss: run the last stage's forwards in microbatch order\n")
+
+
+@pytest.mark.parametrize("command", [["import"], ["evaluate", "--schedule-file"], ["export", "-o", "trace.json", "--schedule-file"]])
+def test_reading_such_a_schedule_says_pytorch_would_train_it_wrongly(tmp_path, monkeypatch, command):
+    """ppopt evaluates it (its table and simulation hold), with a note on stderr."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "swapped.csv").write_text(LAST_STAGE_SWAPPED)
+    result = run(*command, "swapped.csv", "-q")
+    assert result.exit_code == 0
+    assert "note: swapped.csv: the last stage (1) runs 1F1 before 1F0; " in result.stderr
+    assert "(`ppopt run` and `export --format torch-csv` refuse it)\n" in result.stderr
+    (tmp_path / "ordered.csv").write_text("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n")
+    assert "note" not in run(*command, "ordered.csv", "-q").stderr

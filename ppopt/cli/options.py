@@ -253,6 +253,7 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
 
         refuse_unused_options(None, options)
         schedule = read_torch_csv_file(schedule_file, legacy_backward=legacy_backward)
+        note_wrong_gradients(schedule, schedule_file)
         for field, given, read in (("devices", devices, schedule.devices), ("microbatches", microbatches, schedule.microbatches)):
             if given is not None and given != read:
                 raise ConfigError(f"{given} differs from the {read} of {schedule_file} (a schedule file gives its own sizes)",
@@ -261,6 +262,17 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
     refuse_unused_options(name, options)
     require_size(devices, microbatches)
     return validate(generate(name, devices, microbatches, **options))
+
+
+def note_wrong_gradients(schedule, file: str) -> None:
+    """A note on stderr when PyTorch's runtime would train the schedule read from ``file`` with
+    wrong gradients (:func:`ppopt.io.torch_csv.loss_order_message`): ppopt evaluates it, but `run`
+    and a PyTorch CSV export refuse it."""
+    from ppopt.io.torch_csv import loss_order_message
+
+    problem = loss_order_message(schedule)
+    if problem is not None:
+        click.echo(f"note: {file}: {problem} (`ppopt run` and `export --format torch-csv` refuse it)", err=True)
 
 
 def check_inputs(name: str | None, schedule_file: str | None, legacy_backward: bool) -> None:

@@ -486,6 +486,31 @@ def _device_times(schedule: Schedule, start: StartTimes) -> list[Sequence[float]
     return times
 
 
+def loss_order_message(schedule: Schedule) -> str | None:
+    """Why PyTorch's runtime would train the schedule with wrong gradients, or None.
+
+    The runtime keeps each loss in a list in the order the last stage computes its forwards, and
+    a backward of the last stage takes the loss at its microbatch's index in that list
+    (``_maybe_compute_loss`` and ``_maybe_get_loss`` of ``torch/distributed/pipelining/schedules.py``):
+    unless the last stage runs its forwards in microbatch order 0, 1, ..., a backward starts from
+    another microbatch's loss. Such a schedule meets every dependency (ppopt's validator accepts it)
+    and runs, and its gradients differ from the non-pipelined model's (measured with ``ppopt run``:
+    stage 1 of two running F1 before F0). The other stages may take their microbatches in any order:
+    the runtime posts each receive before the op that needs it and matches it to the right send
+    (a middle stage of three running F1 before F0 and B1 before B0 trains exactly)."""
+    last = schedule.stages - 1
+    forwards = [op for device in sorted(set(schedule.placement[last])) for op in schedule.orders[device]
+                if op.stage == last and op.kind is Kind.F]
+    order = [op.microbatch for op in forwards]
+    for position, microbatch in enumerate(order):
+        if microbatch != position:
+            expected = next(op for op in forwards if op.microbatch == position)
+            return (f"the last stage ({last}) runs {forwards[position]} before {expected}; PyTorch's runtime looks up each "
+                    f"microbatch's loss by the order the last stage's forwards ran, so its backwards would start from "
+                    f"another microbatch's loss: run the last stage's forwards in microbatch order")
+    return None
+
+
 def format_torch_csv(schedule: Schedule, start: StartTimes | None = None) -> str:
     """The CSV text of ``schedule`` (see :func:`write_torch_csv`)."""
     refuse_replicas(schedule)
@@ -502,6 +527,9 @@ def format_torch_csv(schedule: Schedule, start: StartTimes | None = None) -> str
                 validate(reordered)
             except ScheduleValidationError as error:
                 raise ScheduleValidationError(f"ordering {schedule.name} by the given start times: {error}", error.details) from None
+    problem = loss_order_message(dataclasses.replace(schedule, orders=tuple(rows)))
+    if problem is not None:  # a file PyTorch's runtime would train with wrong gradients is not written
+        raise ScheduleError(f"{schedule.name}: {problem}")
     together = dict(schedule.overlapped)  # F -> the B overlapped with it
     letter = {kind: kind.value for kind in Kind}
     lines = []

@@ -2,7 +2,7 @@
 no torch in this process: the ranks import it).
 
 :func:`run_schedules` checks everything before any process starts (one device count, no replicated
-stage, a stage on every rank, the last stage's forwards in microbatch order (:func:`loss_order_message`), model sizes, the ranks' memory against what this machine has available: :func:`check_memory`),
+stage, a stage on every rank, the last stage's forwards in microbatch order (:func:`ppopt.io.torch_csv.loss_order_message`), model sizes, the ranks' memory against what this machine has available: :func:`check_memory`),
 writes each schedule as a PyTorch CSV (:func:`ppopt.io.torch_csv.write_torch_csv`) in a temporary
 folder, launches the ranks once for all schedules (:func:`ppopt.run.launcher.launch`) and returns
 one :class:`JobResult` per schedule.
@@ -22,13 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ppopt import host
-from ppopt.flat import Flat
 from ppopt.host import gb
-from ppopt.io.torch_csv import write_torch_csv
-from ppopt.ir import Kind, Schedule
+from ppopt.io.torch_csv import loss_order_message, write_torch_csv
+from ppopt.ir import Schedule
 from ppopt.run import RunError, require_torch
 from ppopt.run.spec import Job, RunSpec
-from ppopt.validation import validated
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,7 @@ class JobResult:
 def refuse_unrunnable(schedule: Schedule) -> None:
     """What PyTorch's runtime cannot run correctly, though ppopt's validator accepts it: a replicated
     stage (Chimera: it places each stage on one rank), a rank with no stage, and a last stage whose
-    forwards do not run in microbatch order (:func:`loss_order_message`)."""
+    forwards do not run in microbatch order (:func:`ppopt.io.torch_csv.loss_order_message`)."""
     for s, holders in enumerate(schedule.placement):
         if len(set(holders)) > 1:
             raise RunError(f"{schedule.name}: PyTorch's runtime cannot run replicated stages "
@@ -69,33 +67,9 @@ def refuse_unrunnable(schedule: Schedule) -> None:
     if idle:
         raise RunError(f"{schedule.name}: rank {idle[0]} holds no stage; PyTorch's runtime needs at least one stage on every "
                        f"rank (its pipeline group of {schedule.devices} ranks would be larger than the {schedule.stages} stages)")
-    problem = loss_order_message(validated(schedule))
+    problem = loss_order_message(schedule)
     if problem is not None:
         raise RunError(f"{schedule.name}: {problem}")
-
-
-def loss_order_message(flat: Flat) -> str | None:
-    """Why PyTorch's runtime would train the schedule with wrong gradients, or None.
-
-    The runtime keeps each loss in a list in the order the last stage computes its forwards, and
-    a backward of the last stage takes the loss at its microbatch's index in that list
-    (``_maybe_compute_loss`` and ``_maybe_get_loss`` of ``torch/distributed/pipelining/schedules.py``):
-    unless the last stage runs its forwards in microbatch order 0, 1, ..., a backward starts from
-    another microbatch's loss. Such a schedule meets every dependency (ppopt's validator accepts it)
-    and runs, and its gradients differ from the non-pipelined model's (measured with ``ppopt run``:
-    stage 1 of two running F1 before F0). The other stages may take their microbatches in any order:
-    the runtime posts each receive before the op that needs it and matches it to the right send
-    (a middle stage of three running F1 before F0 and B1 before B0 trains exactly)."""
-    last = flat.schedule.stages - 1
-    forwards = [flat.ops[i] for ids in flat.orders for i in ids if flat.stage[i] == last and flat.ops[i].kind == Kind.F]
-    order = [op.microbatch for op in forwards]
-    for position, microbatch in enumerate(order):
-        if microbatch != position:
-            expected = next(op for op in forwards if op.microbatch == position)
-            return (f"the last stage ({last}) runs {forwards[position]} before {expected}; PyTorch's runtime looks up each "
-                    f"microbatch's loss by the order the last stage's forwards ran, so its backwards would start from "
-                    f"another microbatch's loss: run the last stage's forwards in microbatch order")
-    return None
 
 
 def check_memory(devices: int, microbatches: int, settings: RunSpec) -> None:
