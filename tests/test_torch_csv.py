@@ -122,6 +122,31 @@ def test_idle_cells_and_communication_actions_are_skipped():
     assert schedule.placement == ((0,), (1,))
 
 
+@pytest.mark.parametrize(("row0", "message"), [
+    ("0F0,0F1,0SEND_F9,0B0,0B1", "cell 2: 0SEND_F9 names microbatch 9, but the file's microbatches are 0..1"),
+    ("0F0,0F1,1SEND_F0,0B0,0B1", "cell 2: 1SEND_F0 names stage 1, which this rank does not hold (stage 1 is on row 1)"),
+    ("0F0,7UNSHARD,0F1,0B0,0B1", "cell 1: 7UNSHARD names stage 7, which this rank does not hold (no row computes stage 7)"),
+])
+def test_a_communication_action_names_a_stage_of_its_rank_and_a_microbatch_of_the_file(row0, message):
+    """PyTorch puts a send on the sending stage's rank and a receive on the receiving stage's
+    (``_add_send_recv``): ppopt skips them, but a file PyTorch would refuse is not read silently."""
+    assert _one_line_error(row0 + "\n1F0,1F1,1B0,1B1\n") == "torch-csv: row 0 (rank 0, line 1), " + message
+
+
+def test_a_file_s_mistakes_are_named_with_their_likely_cause():
+    hint = "; cells are separated by commas)"
+    assert _one_line_error("0F0\t0F1,0B0,0B1\n").endswith(hint) and _one_line_error("0F0;0F1,0B0,0B1\n").endswith(hint)
+    assert not _one_line_error("0X0,0B0\n").endswith(hint)
+    assert _one_line_error("0F0,0B0,0W0\n") == (
+        "torch-csv: row 0 (rank 0, line 1), cell 2: W actions beside B and no I: in the spelling of torch <= 2.5 B was the "
+        "input backward; read the file with legacy_backward=True (--legacy-backward)")
+    assert read_torch_csv("0F0,0B0,0W0\n", legacy_backward=True).split_pairs == {(0, 0)}  # the flag reads it
+    assert _one_line_error("1F0,1B0\n2F0,2B0\n").endswith("stage 0 appears in no row, but stages up to 2 do (stages are "
+                                                         "numbered from 0)")
+    assert _one_line_error("rank 0 actions\n0F0,0B0\n").endswith("(a header row? the file has none: row r is rank r)")
+    assert "header" not in _one_line_error("0F0,0B0\nrank 1\n")  # only the first row can be one
+
+
 def test_overlap_f_b_expands_in_order():
     text = "0F0,0F1,(0F2;0B0)OVERLAP_F_B,0B1,0B2\n"
     assert [str(op) for op in read_torch_csv(text).orders[0]] == ["0F0", "0F1", "0F2", "0B0", "0B1", "0B2"]

@@ -12,7 +12,8 @@ Reading (:func:`read_torch_csv`)
     * ``compute_comms`` files: the runtime actions ``SEND_F``, ``RECV_F``, ``SEND_B``, ``RECV_B``,
       ``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD`` (microbatch optional) and torch 2.5's batched
       ``<s>SEND_F<m>_<s>RECV_B<m>`` / ``..SEND_B.._..RECV_F..`` are skipped: ppopt derives
-      communication itself. ``(0F7;7B3)OVERLAP_F_B`` is its compute sub-actions, in order;
+      communication itself. A single one must still name a stage of its own rank and, when it
+      names one, a microbatch of the file (PyTorch would refuse the file otherwise). ``(0F7;7B3)OVERLAP_F_B`` is its compute sub-actions, in order;
       a group of exactly an F then a B is kept as an overlapped pair (``Schedule.overlapped``),
       which the writer writes back as such a group.
     * Legacy spelling (``legacy_backward=True``, torch <= 2.5): ``BW`` is the full backward and
@@ -103,24 +104,26 @@ _Raw = tuple[int, str, int]  # (stage, action type as written: F, I, W, B or BW,
 
 
 def _parse_single(text: str) -> _Raw | None:
+    """A compute action, or a communication action with its microbatch (-1 when it names none), or
+    None for torch 2.5's batched communication (not checked)."""
     match = _SINGLE.match(text)
     if match is None:
         if _BATCHED.match(text):
             return None
-        raise _CellError(f"unknown action {shown(text)} (expected <stage><F|I|W|B><microbatch>, e.g. 3F12)")
+        separated = "; cells are separated by commas" if any(mark in text for mark in "\t; ") else ""
+        raise _CellError(f"unknown action {shown(text)} (expected <stage><F|I|W|B><microbatch>, e.g. 3F12{separated})")
     stage, code, microbatch = match.groups()
-    if code in COMM_ACTIONS:
-        return None
-    if not microbatch:
+    if code not in COMM_ACTIONS and not microbatch:
         raise _CellError(f"compute action {shown(text)} has no microbatch")
     if max(len(stage), len(microbatch)) > MAX_DIGITS:
         raise _CellError(f"action {shown(text)} has an index of more than {MAX_DIGITS} digits")
-    return int(stage), code, int(microbatch)
+    return int(stage), code, int(microbatch) if microbatch else -1
 
 
 def parse_cell(text: str) -> list[_Raw]:
-    """The compute actions of one CSV cell as ``(stage, type as written, microbatch)``, in order:
-    none (idle or communication), one, or an ``OVERLAP_F_B`` group's sub-actions."""
+    """The actions of one CSV cell as ``(stage, type as written, microbatch)``, in order: none (idle),
+    one, or an ``OVERLAP_F_B`` group's sub-actions. Communication actions are among them (their type
+    is in :data:`COMM_ACTIONS`, their microbatch -1 when they name none)."""
     text = text.strip()
     if not text:
         return []
@@ -157,6 +160,7 @@ def _where(row: int, cell: int) -> str:
 
 
 _Row = tuple[Sequence[int], list[int], list[str], list[int]]  # (cell, stage, type as written, microbatch)
+_Comm = tuple[int, int, int, str, int]  # a communication action: (row, cell, stage, type, microbatch or -1)
 _Line = str | list[str]
 """A row of the file: its text, cells not split yet (plain text), or its cells as ``csv`` read them."""
 _PLAIN_ROW = re.compile(r"[0-9]+[FIWB][0-9]+(?:,[0-9]+[FIWB][0-9]+)*")
@@ -166,8 +170,9 @@ _LETTERS_ONLY = str.maketrans("", "", "0123456789,")
 _LARGEST = 2**62  # numpy clamps an int64 overflow to 2**63 - 1: such rows are read cell by cell
 
 
-def _parse_rows(rows: list[_Line], name: str) -> list[_Row]:
-    """Per row, its compute actions as parallel lists: (cell, stage, type as written, microbatch).
+def _parse_rows(rows: list[_Line], name: str, comms: list[_Comm]) -> list[_Row]:
+    """Per row, its compute actions as parallel lists: (cell, stage, type as written, microbatch);
+    the communication actions are appended to ``comms``.
 
     A row of plain cells is parsed at once (one regular-expression check, numpy reads the numbers);
     other rows cell by cell. Refuses a file with more than :data:`~ppopt.ir.MAX_OPS` compute actions
@@ -177,7 +182,7 @@ def _parse_rows(rows: list[_Line], name: str) -> list[_Row]:
     total = 0
     for r, row in enumerate(rows):
         plain = _plain_row(row, row.count(",") + 1) if isinstance(row, str) else _plain_row(",".join(row), len(row))
-        parsed.append(plain if plain is not None else _parse_row_cells(_cells(row), r, name))
+        parsed.append(plain if plain is not None else _parse_row_cells(_cells(row), r, name, comms))
         total += len(parsed[-1][0])
         check_size(total, f"{name}: the compute actions of rows 0..{r}", memory=False)  # the rows are read: checked before the build
     return parsed
@@ -199,16 +204,21 @@ def _cells(row: _Line) -> list[str]:
     return row.split(",") if isinstance(row, str) else row
 
 
-def _parse_row_cells(row: list[str], r: int, name: str) -> _Row:
-    """One row's compute actions, cell by cell (communication actions, groups, errors)."""
+def _parse_row_cells(row: list[str], r: int, name: str, comms: list[_Comm]) -> _Row:
+    """One row's compute actions, cell by cell (communication actions, groups, errors); its
+    communication actions are appended to ``comms``."""
     cells: list[int] = []
     out: _Row = (cells, [], [], [])
     for c, cell in enumerate(row):
         try:
             actions = parse_cell(cell)
         except _CellError as error:
-            raise ScheduleError(f"{name}: {_where(r, c)}: {error}") from None
+            header = " (a header row? the file has none: row r is rank r)" if r == 0 and cell.strip()[:1].isalpha() else ""
+            raise ScheduleError(f"{name}: {_where(r, c)}: {error}{header}") from None
         for stage, code, microbatch in actions:
+            if code in COMM_ACTIONS:
+                comms.append((r, c, stage, code, microbatch))
+                continue
             cells.append(c)
             out[1].append(stage)
             out[2].append(code)
@@ -252,7 +262,8 @@ def _parse(text: str, name: str, legacy_backward: bool, where: str) -> Schedule:
         raise ScheduleError(f"{where}: empty file: no rank rows (a PyTorch schedule CSV has one row of actions per rank)")
 
     # First pass: the compute actions of every cell, as written.
-    parsed = _parse_rows(rows, where)
+    comms: list[_Comm] = []
+    parsed = _parse_rows(rows, where, comms)
     codes = set().union(*(set(p[2]) for p in parsed))
     if not codes:
         raise ScheduleError(f"{where}: no compute action in the file (expected cells such as 0F0, 0B0)")
@@ -265,6 +276,10 @@ def _parse(text: str, name: str, legacy_backward: bool, where: str) -> Schedule:
         except _CellError as error:
             r, c = next((r, p[0][i]) for r, p in enumerate(parsed) for i, x in enumerate(p[2]) if x == code)
             raise ScheduleError(f"{where}: {_where(r, c)}: {error}") from None
+    if not legacy_backward and {"B", "W"} <= codes and "I" not in codes:  # every W would lack its I
+        r, c = next((r, p[0][i]) for r, p in enumerate(parsed) for i, x in enumerate(p[2]) if x == "W")
+        raise ScheduleError(f"{where}: {_where(r, c)}: W actions beside B and no I: in the spelling of torch <= 2.5 B was "
+                            "the input backward; read the file with legacy_backward=True (--legacy-backward)")
     split = any(kind in (Kind.I, Kind.W) for kind in kinds.values())
 
     # Placement: each stage on the one rank whose row holds it; stages 0..S-1 all present.
@@ -284,7 +299,8 @@ def _parse(text: str, name: str, legacy_backward: bool, where: str) -> Schedule:
         holder.update(dict.fromkeys(distinct, r))
     if max(holder) >= len(holder):
         missing = next(s for s in range(len(holder)) if s not in holder)
-        raise ScheduleError(f"{where}: stage {missing} appears in no row, but stages up to {max(holder)} do")
+        numbered = " (stages are numbered from 0)" if missing == 0 else ""
+        raise ScheduleError(f"{where}: stage {missing} appears in no row, but stages up to {max(holder)} do{numbered}")
     stage_count = len(holder)
 
     # Microbatches: indexed by the file's own indices, which must be 0..M-1 for its M distinct ones.
@@ -301,6 +317,7 @@ def _parse(text: str, name: str, legacy_backward: bool, where: str) -> Schedule:
         )
     check_size(stage_count * microbatches * (3 if split else 2),
                f"{where}: {stage_count} stages x {microbatches} microbatches")
+    _check_comms(comms, holder, microbatches, where)
 
     orders = tuple(tuple(ops_of(stages, map(kinds.__getitem__, written), mbs)) for _, stages, written, mbs in parsed)
     schedule = Schedule(
@@ -316,6 +333,21 @@ def _parse(text: str, name: str, legacy_backward: bool, where: str) -> Schedule:
         return schedule
     except ScheduleValidationError as error:
         raise _located(error, where, parsed, kinds) from None
+
+
+def _check_comms(comms: list[_Comm], holder: dict[int, int], microbatches: int, where: str) -> None:
+    """Communication actions name a stage of their own rank (PyTorch's ``_add_send_recv`` puts a
+    send on the sending stage's rank and a receive on the receiving stage's) and, when they name
+    one, a microbatch of the file: ppopt derives the messages itself, but a file PyTorch would
+    refuse is not accepted silently."""
+    for r, c, stage, code, microbatch in comms:
+        action = f"{stage}{code}{microbatch if microbatch >= 0 else ''}"
+        if holder.get(stage) != r:
+            on = f"stage {stage} is on row {holder[stage]}" if stage in holder else f"no row computes stage {stage}"
+            raise ScheduleError(f"{where}: {_where(r, c)}: {action} names stage {stage}, which this rank does not hold ({on})")
+        if microbatch >= microbatches:
+            raise ScheduleError(f"{where}: {_where(r, c)}: {action} names microbatch {microbatch}, but the file's "
+                                f"microbatches are 0..{microbatches - 1}")
 
 
 def _overlapped(parsed: list[_Row], orders: tuple[tuple[Op, ...], ...]) -> tuple[tuple[Op, Op], ...]:
