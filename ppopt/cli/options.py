@@ -43,7 +43,7 @@ def _one_schedule(ctx: click.Context, param: click.Parameter, names: tuple[str, 
     return names[0] if names else None
 
 
-def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: bool = False) -> Callable:
+def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: bool = False, sizes_required: bool | None = None) -> Callable:
     """Devices, microbatches and the schedule options; they reach the command as ``options``.
 
     With ``unit_costs``, also the unit model's durations (:func:`unit_cost_options`), which reach
@@ -51,12 +51,14 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
 
     With ``name``, the command also takes ``--schedule NAME`` (or ``all`` with ``all_schedules``)
     or ``--schedule-file FILE.csv`` (a PyTorch schedule CSV), and ``--devices``/``--microbatches``
-    are only needed for a name; use :func:`resolve_schedule` to get the schedule.
+    are only needed for a name; use :func:`resolve_schedule` to get the schedule. ``sizes_required``
+    (default: not ``name``) makes them required.
     """
+    required = not name if sizes_required is None else sizes_required
     options = [
-        click.option("--devices", "-p", "--pp", "devices", type=int, required=not name,
+        click.option("--devices", "-p", "--pp", "devices", type=int, required=required,
                      help="Number of devices (pipeline ranks), p; --pp as in `ppopt job`."),
-        click.option("--microbatches", "-m", type=int, required=not name, help="Microbatches per step, m."),
+        click.option("--microbatches", "-m", type=int, required=required, help="Microbatches per step, m."),
         click.option("--chunks", "-v", type=int, default=None, help=f"Chunks (stages) per device for interleaved-1f1b and looped-bfs [default: {OPTIONS['chunks'][0]}].{_OTHERS}"),
         click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}].{_OTHERS}"),
         click.option("--split", default=None, help=f"Layer split A:B between the pipeline halves for chimera-asym [default: 1:2].{_OTHERS}"),
@@ -249,19 +251,26 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
 
     check_inputs(name, schedule_file, legacy_backward)
     if schedule_file is not None:
-        from ppopt.io.torch_csv import read_torch_csv_file
-
-        refuse_unused_options(None, options)
-        schedule = read_torch_csv_file(schedule_file, legacy_backward=legacy_backward)
+        schedule = read_schedule_file(schedule_file, legacy_backward, devices, microbatches, options)
         note_wrong_gradients(schedule, schedule_file)
-        for field, given, read in (("devices", devices, schedule.devices), ("microbatches", microbatches, schedule.microbatches)):
-            if given is not None and given != read:
-                raise ConfigError(f"{given} differs from the {read} of {schedule_file} (a schedule file gives its own sizes)",
-                                  field=field)
         return schedule
     refuse_unused_options(name, options)
     require_size(devices, microbatches)
     return validate(generate(name, devices, microbatches, **options))
+
+
+def read_schedule_file(schedule_file: str, legacy_backward: bool, devices: int | None, microbatches: int | None, options: dict):
+    """The validated schedule of a --schedule-file, which gives its own sizes and options: -p and -m
+    may only repeat them, and a schedule option is refused."""
+    from ppopt.io.torch_csv import read_torch_csv_file
+
+    refuse_unused_options(None, options)
+    schedule = read_torch_csv_file(schedule_file, legacy_backward=legacy_backward)
+    for field, given, read in (("devices", devices, schedule.devices), ("microbatches", microbatches, schedule.microbatches)):
+        if given is not None and given != read:
+            raise ConfigError(f"{given} differs from the {read} of {schedule_file} (a schedule file gives its own sizes)",
+                              field=field)
+    return schedule
 
 
 def note_wrong_gradients(schedule, file: str) -> None:

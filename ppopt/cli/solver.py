@@ -33,7 +33,8 @@ from ppopt.solve.instance import InstanceSpec
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, MAX_WORKERS, METHODS, SolveOptions
 
 
-def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 1, memory_limit: bool = True):
+def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 1, memory_limit: bool = True,
+                   schedule_file: bool = False):
     """Flags every solver command shares; they reach the command as ``spec`` (an
     :class:`~ppopt.solve.instance.InstanceSpec`, memory limit included) and ``solve`` (started
     :class:`~ppopt.solve.options.SolveOptions`), besides ``options`` (the schedule options).
@@ -41,13 +42,38 @@ def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 
     ``built(params)``: how many schedules the command builds at the least, from its own parameters,
     and ``held``: how many it holds at once (a search counting as one), for the size checks of
     :func:`_check_size`. ``memory_limit`` False hides ``--memory-limit`` from the help (a command
-    that sweeps limits itself, and refuses it)."""
-    return functools.partial(_with_solver_options, built=built, held=held, memory_limit=memory_limit)
+    that sweeps limits itself, and refuses it). ``schedule_file``: the command also takes
+    ``--schedule-file FILE.csv`` (and ``--legacy-backward``), whose schedule reaches it as ``given``
+    (None without one) and sets -p and -m, required otherwise."""
+    return functools.partial(_with_solver_options, built=built, held=held, memory_limit=memory_limit,
+                             schedule_file=schedule_file)
 
 
-def _with_solver_options(command, built: Callable[[dict], int], held: int, memory_limit: bool):
+def _given_schedule(params: dict):
+    """The schedule of ``--schedule-file`` (None without one), its sizes set as -p and -m."""
+    from ppopt.cli.options import read_schedule_file
+    from ppopt.errors import ConfigError
+
+    file, legacy = params.pop("schedule_file"), params.pop("legacy_backward")
+    if file is None:
+        if legacy:
+            raise ConfigError("only applies to --schedule-file (how the file spells its backward ops)", field="legacy_backward")
+        for name, flag in (("devices", "'--devices' / '-p'"), ("microbatches", "'--microbatches' / '-m'")):
+            if params[name] is None:
+                raise click.UsageError(f"Missing option {flag} (or give --schedule-file FILE.csv)", click.get_current_context())
+        return None
+    if params.get("schedules"):
+        raise click.UsageError("give --schedule or --schedule-file, not both", click.get_current_context())
+    schedule = read_schedule_file(file, legacy, params["devices"], params["microbatches"], params["options"])
+    params["devices"], params["microbatches"] = schedule.devices, schedule.microbatches
+    return schedule
+
+
+def _with_solver_options(command, built: Callable[[dict], int], held: int, memory_limit: bool, schedule_file: bool):
     @functools.wraps(command)
     def wrapper(**params):
+        if schedule_file:
+            params["given"] = _given_schedule(params)
         spec, solve = _requests(params)
         _check_size(spec, params, solve.time_limit_s, built(params), held)
         result = command(spec=spec, solve=solve, **params)
@@ -79,14 +105,21 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
         ]
     ):
         wrapper = option(wrapper)
-    return system_options()(job_options()(unit_options()(schedule_options(name=False, unit_costs=False)(wrapper))))
+    if schedule_file:
+        wrapper = click.option("--legacy-backward", is_flag=True,
+                               help="--schedule-file uses the old spelling: BW full backward, B input backward.")(wrapper)
+        wrapper = click.option("--schedule-file", default=None,
+                               help="A PyTorch schedule CSV of your own ('-': standard input): its gap against the "
+                                    "relaxed space it belongs to, instead of the handcrafted schedules'.")(wrapper)
+    return system_options()(job_options()(unit_options()(
+        schedule_options(name=False, unit_costs=False, sizes_required=not schedule_file)(wrapper))))
 
 
 def _gap_builds(params: dict) -> int:
-    """`gap` simulates every schedule it reports, one at a time, then searches."""
+    """`gap` simulates every schedule it reports (a schedule file's alone), one at a time, then searches."""
     from ppopt.generators import names
 
-    return len(params["schedules"] or names()) + 1
+    return (1 if params.get("given") is not None else len(params["schedules"] or names())) + 1
 
 
 def _planned_size(spec: InstanceSpec, params: dict) -> tuple[int, int, str | None]:
@@ -96,6 +129,9 @@ def _planned_size(spec: InstanceSpec, params: dict) -> tuple[int, int, str | Non
     what it leaves out); ``gap`` counts p x chunks or 2 x waves per device from the flags, each
     stage with a forward and a backward of each microbatch."""
     options = params["options"]
+    if params.get("given") is not None:  # a schedule file: its own stages and backward
+        given = params["given"]
+        return -(-given.stages // given.devices), 3 if given.split_backward else 2, None
     if "space" in params:
         from ppopt.solve.space import largest_stage_count, parse_space, size_key
 
@@ -347,21 +383,24 @@ def _write_each_output(result, spec, csv_path, plot, trace) -> None:
 
 
 @main.command("gap")
-@solver_options(built=_gap_builds, held=2)  # holds a search and the schedule it simulates
+@solver_options(built=_gap_builds, held=2, schedule_file=True)  # holds a search and the schedule it simulates
 @click.option("--schedule", "-s", "schedules", multiple=True, shell_complete=complete_schedule, help="Only these schedules (repeatable) [default: all applicable].")
 @json_option
 @format_option
-def gap_command(spec, solve, options, schedules, as_json, fmt):
-    """Optimality gap of every handcrafted schedule against its family's relaxed space."""
+def gap_command(spec, solve, options, schedules, given, as_json, fmt):
+    """Optimality gap of every handcrafted schedule against its family's relaxed space, or of your
+    own schedule (--schedule-file) against the space of its placement and backward."""
     from ppopt.errors import ConfigError
     from ppopt.report.solve import gap_json, gap_text
     from ppopt.solve.gap import gap_report
 
     if schedules:  # each name known, and every option taken by one of them
         refuse_unused_options(schedules, options)
-    report = gap_report(spec, options, schedules or None, solve)
+    report = gap_report(spec, options, schedules or None, solve, given)
     if (infeasible := report.infeasible_for_all()) is not None:
         raise infeasible
+    if not report.rows and given is not None:
+        raise ConfigError(report.skipped[given.name], field="schedule_file")
     if not report.rows:  # every schedule skipped: an empty table would read as a result
         from ppopt.evaluate import skipped_reasons
 

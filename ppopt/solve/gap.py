@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from ppopt.config import ModelConfig
 from ppopt.errors import ConfigError, InfeasibleError, ScheduleError
 from ppopt.generators import generate, names, too_many_stages
+from ppopt.ir import Schedule
 from ppopt.simulate import simulate
 from ppopt.solve import options as solve_options
 from ppopt.solve.instance import Instance, InstanceSpec
@@ -36,7 +37,7 @@ from ppopt.solve.search import (
     space_instance,
     too_late,
 )
-from ppopt.solve.space import Space, family_space, placement_of, stage_count
+from ppopt.solve.space import Space, family_space, placement_of, space_of, stage_count
 from ppopt.validation import validate
 
 
@@ -110,8 +111,11 @@ def gap_report(
     schedule_options: dict,
     schedules: Sequence[str] | None = None,
     options: SolveOptions | None = None,
+    given: Schedule | None = None,
 ) -> GapReport:
-    """Gap of every applicable handcrafted schedule (or those named) against its family's bound.
+    """Gap of every applicable handcrafted schedule (or those named) against its family's bound;
+    with ``given`` (a schedule of the user's, read from a file), of that schedule alone against the
+    space it is a point of (:func:`ppopt.solve.space.space_of`), searched with it as a hint.
 
     ``schedule_options`` (chunks, waves, split) configure the handcrafted schedules. The family
     spaces are searched one after another, each with an equal share of the time left of
@@ -121,22 +125,29 @@ def gap_report(
     """
     options = (options or SolveOptions()).start()
     devices, microbatches = spec.devices, spec.microbatches
+    if given is not None and (given.devices, given.microbatches) != (devices, microbatches):
+        raise ConfigError(f"{given.name} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
+                          f"m = {microbatches}", field="devices")
     # each schedule is simulated and let go before the next is generated (at hundreds of thousands
     # of ops a schedule with its simulation holds a gigabyte): only its figures stay
     simulated, skipped, infeasible = [], {}, {}
     settled: dict[str, float] = {}  # spaces a handcrafted schedule proves the optimum of: their bounds
     semantics, unit, memory_unit = "", "", ""
-    wanted = list(schedules or names())
+    wanted = [given.name] if given is not None else list(schedules or names())
     began = time.monotonic()
     for done, name in enumerate(wanted, 1):
         if time.monotonic() - began >= solve_options.PROGRESS_AFTER_S:  # long only at hundreds of thousands of ops
             options.note(f"gap: simulating {name} ({done}/{len(wanted)})")
         model = spec.model
-        too_many = None if not isinstance(model, ModelConfig) else too_many_stages(name, devices, schedule_options, model.num_layers)
+        too_many = None if not isinstance(model, ModelConfig) or given is not None \
+            else too_many_stages(name, devices, schedule_options, model.num_layers)
         try:
-            if too_many is not None:
+            if given is not None:
+                schedule, space = given, space_of(given)
+            elif too_many is not None:
                 raise ScheduleError(too_many)
-            schedule = validate(generate(name, devices, microbatches, **schedule_options))
+            else:
+                schedule, space = validate(generate(name, devices, microbatches, **schedule_options)), family_space(name, schedule_options)
         except ScheduleError as error:
             skipped[name] = error.reason
             continue
@@ -147,7 +158,7 @@ def gap_report(
         semantics, unit, memory_unit = instance.memory_semantics(), instance.time_unit, instance.memory_unit
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = _peak(instance, simulation)
-        space, step, fits = family_space(name, schedule_options), simulation.step_time_s, _fits(instance, peak)
+        step, fits = simulation.step_time_s, _fits(instance, peak)
         simulated.append((name, space, step, peak, fits))
         del schedule, simulation
         target = searched(spec, space)
@@ -183,7 +194,7 @@ def gap_report(
                              "searched with CP-SAT alone")
                 share = replace(share, method="cp")
             try:
-                result = search(spec, target, share)
+                result = search(spec, target, share, hints=() if given is None else (given,))
             except InfeasibleError as error:
                 skipped[name] = error.reason
                 infeasible[name] = error

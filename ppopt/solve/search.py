@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -38,7 +38,7 @@ from ppopt.solve.model import Built, Frame, build_model, rehint
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, READBACK_SHARE, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, composed, period_bound, periodic_pattern
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, block_cuts, cut_sizes, relaxation_bound, tail_bound
-from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, largest_stage_count, placement_of, size_key, stage_count
+from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, largest_stage_count, placement_of, size_key, stage_count, with_backward
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
 from ppopt.validation import validate, validated
 
@@ -275,8 +275,10 @@ def overlap_outside_model(schedule: Schedule, instance: Instance) -> bool:
     return bool(schedule.overlapped) and instance.system.overlap_f_b_share > 0
 
 
-def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: float | None = None) -> tuple[Instance, list[Candidate]]:
-    """The instance of ``space`` and its handcrafted (and greedy) schedules, simulated, best first.
+def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: float | None = None,
+                hints: Sequence[Schedule] = ()) -> tuple[Instance, list[Candidate]]:
+    """The instance of ``space`` and its handcrafted (and greedy) schedules, simulated, best first;
+    ``hints`` (schedules of the space given by the caller, such as a user's file) come first.
 
     The first handcrafted schedule is always taken; each further one only while the time left covers
     it and the ticks of the hint that follow (:data:`SCHEDULE_S_PER_OP` per op each), the greedy
@@ -346,6 +348,8 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     # hints run such pairs as plain ops: with_backward)
     if space.fixed and first is not None and overlap_outside_model(first, instance):
         raise ConfigError(f"{first.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="overlap_f_b_share")
+    for given in () if space.fixed else hints:  # timed as the solver's model times them
+        add_hint(with_backward(given, space.split_backward))
     if first is not None:
         add_hint(first)
     # a fixed space has one schedule; otherwise the next one is generated only when there is room,
@@ -614,11 +618,13 @@ def _both_bounds(instance: Instance, placement, split: bool, even: bool, ticks: 
     return analytic_bounds(instance, placement, split, even, graph_bounds=graph), in_ticks
 
 
-def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions, began: float | None = None) -> _Setup:
-    """Candidates, memory check, ticks, analytic bounds, hint and horizon of one search (``began``:
-    when the search started, None: now; for the progress lines)."""
+def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions, began: float | None = None,
+             hints: Sequence[Schedule] = ()) -> _Setup:
+    """Candidates (``hints`` among them: :func:`_candidates`), memory check, ticks, analytic bounds,
+    hint and horizon of one search (``began``: when the search started, None: now; for the progress
+    lines)."""
     began = time.monotonic() if began is None else began
-    instance, candidates = _candidates(spec, space, options, began)
+    instance, candidates = _candidates(spec, space, options, began, hints)
     if space.fixed and not candidates:
         raise ScheduleError(f"space fixed:{space.fixed} has no schedule for p = {spec.devices}, m = {spec.microbatches}")
     template = candidates[0].schedule if candidates else None
@@ -1172,12 +1178,15 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     return replace(best, peak_memory=solver.objective_value * built.memory_step, memory_status=status)
 
 
-def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None, minimize_memory: bool = False) -> SearchResult:
+def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None, minimize_memory: bool = False,
+           hints: Sequence[Schedule] = ()) -> SearchResult:
     """Search ``space`` for the shortest step on ``spec``'s instances (see the module docstring).
 
     ``options.time_limit_s`` bounds the whole search (from ``options.start()``, or from now).
     ``minimize_memory``: then, in a second solve (same limits), minimise the worst device's peak
     memory among schedules no slower (in ticks) than the best found: a lexicographic objective.
+    ``hints``: further schedules of the space (with its placement, :func:`ppopt.solve.space.space_of`)
+    tried as hints before the handcrafted ones, so the result is never worse than the best of them.
 
     Raises InfeasibleError when the memory limit is below what any schedule of the space needs.
     """
@@ -1190,7 +1199,7 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     _check(spec, space)
     began = time.monotonic()
     options = options.reserve(space_ops(spec, space) * REPORT_S_PER_OP)  # the grid's printing comes after
-    setup = _with_periodic(_prepare(spec, space, options, began), options)
+    setup = _with_periodic(_prepare(spec, space, options, began, hints), options)
     method = _method(setup, options.method)
     setup = _with_relaxation(setup, options)
     # with a second (memory) solve to come, the makespan search gets half of what is left

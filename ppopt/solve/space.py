@@ -253,6 +253,37 @@ def with_backward(schedule: Schedule, split: bool) -> Schedule:
     return replace(schedule, name=schedule.name + suffix, orders=tuple(orders), overlapped=())
 
 
+def space_of(schedule: Schedule) -> Space:
+    """The relaxed space ``schedule`` is a point of, as a family's is (:func:`family_space`): its
+    placement (linear, looped with v chunks, v or zigzag with W waves when the stage map is theirs,
+    else ``any`` with v chunks when every device holds v of the S = v·p stages), its backward (split
+    when it holds any I: a B of a mixed schedule is an I with its W right after), the order free.
+    Raises ScheduleError for a schedule no space holds (a replicated stage, devices holding unequal
+    numbers of stages)."""
+    p, stages = schedule.devices, schedule.stages
+    backward = "split" if schedule.split_backward else "full"
+    if schedule.replicas > 1:
+        raise ScheduleError(f"{schedule.name} places a stage on several devices: only the bidirectional placement does, "
+                            "with the families' own schedules (chimera, dualpipe)")
+    chunks, extra = divmod(stages, p)
+    plain = Space(backward=backward)
+    styles = [replace(plain, placement="linear")] if stages == p else []
+    if not extra and chunks > 1:
+        styles.append(replace(plain, placement="looped", chunks=chunks))
+    if stages == 2 * p:
+        styles.append(replace(plain, placement="v"))
+    if not extra and chunks % 2 == 0:
+        styles.append(replace(plain, placement="zigzag", waves=chunks // 2))
+    for space in styles:
+        if placement_of(space, p) == schedule.placement:
+            return space
+    held = [len(stages_on) for stages_on in schedule.stages_by_device()]
+    if extra or any(count != chunks for count in held):
+        raise ScheduleError(f"{schedule.name}'s devices hold unequal numbers of stages ({','.join(map(str, held))}); "
+                            "the relaxed spaces give every device the same number")
+    return replace(plain, placement="any", chunks=chunks)
+
+
 def handcrafted_in(space: Space, devices: int, microbatches: int) -> Iterator[Schedule]:
     """Handcrafted schedules that are points of ``space`` (backward converted to the space's kind),
     generated one at a time as they are asked for (at hundreds of thousands of ops each takes

@@ -1,0 +1,98 @@
+"""`gap --schedule-file`: a user's own schedule against the relaxed space of its placement and
+backward (ppopt.solve.space.space_of), searched with it as a hint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ppopt.cli import main
+from ppopt.generators import generate, names
+from ppopt.io.torch_csv import format_torch_csv
+from ppopt.solve.space import family_space, placement_of, space_of
+
+UNIT = ["--unit", "--time-limit", "20", "-q"]
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def gap_json(*args):
+    result = run("gap", *UNIT, "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("name", [n for n in names() if generate(n, 4, 8).replicas == 1])
+def test_a_family_s_schedule_is_a_point_of_its_own_family_s_space(name):
+    """space_of finds the placement map and backward the registry gives each family (Hanayo's W = 1
+    zig-zag is the V map)."""
+    schedule = generate(name, 4, 8)
+    found, family = space_of(schedule), family_space(name, {})
+    assert placement_of(found, 4) == placement_of(family, 4) == schedule.placement
+    assert found.backward == family.backward and found.order == "free"
+
+
+def test_a_family_s_file_has_the_family_s_gap(tmp_path):
+    """Hanayo at p = 4, m = 8 takes 33 slots where its space's optimum is 28.5 (interleaved 1F1B's
+    (m + (p - 1)/2)(F + B) = 9.5 x 3): as a file, the same figures as `gap -s hanayo`."""
+    path = tmp_path / "mine.csv"
+    path.write_text(format_torch_csv(generate("hanayo", 4, 8)))
+    [row] = gap_json("--schedule-file", path)["schedules"]
+    [family] = gap_json("-s", "hanayo", "-p", 4, "-m", 8)["schedules"]
+    assert (row["schedule"], row["space"]) == ("mine", "placement=v,backward=full,order=free")
+    assert (row["step_time_s"], row["best_found_s"], row["bound_s"]) == (33, 28.5, 28.5)
+    assert [row[k] for k in ("step_time_s", "best_found_s", "bound_s", "gap")] == \
+        [family[k] for k in ("step_time_s", "best_found_s", "bound_s", "gap")]
+
+
+def test_a_serial_order_is_measured_against_the_linear_space(tmp_path):
+    """Each microbatch's round trip before the next one enters (F0 B0 F1 B1 ... on both devices) at
+    p = 2, m = 4: 4 x (F + F + B + B) = 24 slots against the space's optimum (m + p - 1)(F + B) = 15,
+    a gap of 9/15; the search, hinted with the file, finds the optimum."""
+    path = tmp_path / "serial.csv"
+    path.write_text("0F0,0B0,0F1,0B1,0F2,0B2,0F3,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n")
+    [row] = gap_json("--schedule-file", path)["schedules"]
+    assert row["space"] == "placement=linear,backward=full,order=free"
+    assert (row["step_time_s"], row["best_found_s"], row["bound_s"], row["status"]) == (24, 15, 15, "optimal")
+    assert row["gap"] == pytest.approx(9 / 15)
+
+
+def test_a_file_on_a_map_of_no_family_is_measured_against_the_free_placement(tmp_path):
+    path = tmp_path / "odd.csv"  # devices hold (0, 4), (1, 3), (2, 5): no family's map
+    path.write_text("0F0,0F1,4F0,4F1,4B0,4B1,0B0,0B1\n1F0,1F1,3F0,3F1,3B0,3B1,1B0,1B1\n2F0,2F1,5F0,5F1,5B0,5B1,2B0,2B1\n")
+    [row] = gap_json("--schedule-file", path)["schedules"]
+    assert row["space"] == "placement=any,chunks=2,backward=full,order=free"
+    assert row["bound_s"] <= row["best_found_s"] <= row["step_time_s"] == 10.5
+
+
+def test_a_file_is_simulated_with_the_model_as_evaluate_simulates_it(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text(format_torch_csv(generate("1f1b", 2, 4)))
+    model = ["--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", 8]
+    result = run("gap", "--schedule-file", path, *model, "--time-limit", 20, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)["schedules"]
+    evaluated = json.loads(run("evaluate", "--schedule-file", path, *model, "--json").stdout)
+    assert row["step_time_s"] == evaluated["simulation"]["step_time_s"]
+    assert row["bound_s"] <= row["best_found_s"] <= row["step_time_s"]
+
+
+def test_bad_requests_with_a_file_are_one_line(tmp_path):
+    uneven = tmp_path / "uneven.csv"
+    uneven.write_text("0F0,0F1,1F0,1F1,1B0,1B1,0B0,0B1\n2F0,2F1,2B0,2B1\n")
+    result = run("gap", *UNIT, "--schedule-file", uneven)
+    assert (result.exit_code, result.stderr) == (1, "error: --schedule-file: uneven's devices hold unequal numbers of "
+                                                    "stages (2,1); the relaxed spaces give every device the same number\n")
+    plain = tmp_path / "plain.csv"
+    plain.write_text(format_torch_csv(generate("1f1b", 2, 4)))
+    assert run("gap", *UNIT, "--schedule-file", plain, "-s", "1f1b").stderr == \
+        "error: give --schedule or --schedule-file, not both (see 'ppopt gap --help')\n"
+    assert run("gap", *UNIT, "--schedule-file", plain, "-p", 3).stderr == \
+        f"error: --devices: 3 differs from the 2 of {plain} (a schedule file gives its own sizes)\n"
+    assert run("gap", *UNIT, "--schedule-file", plain, "-v", 2).stderr.startswith("error: --chunks: a --schedule-file sets it")
+    assert run("gap", *UNIT, "-m", 8).stderr == \
+        "error: Missing option '--devices' / '-p' (or give --schedule-file FILE.csv) (see 'ppopt gap --help')\n"
