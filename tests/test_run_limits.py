@@ -176,14 +176,25 @@ def test_a_compare_whose_profile_can_run_reaches_the_ranks(launched):
 
 
 @pytest.mark.parametrize("extra, line", [
-    (["-p", 3, "-m", 8], "error: --devices: only applies with --schedule (a schedule file gives its own sizes)\n"),
+    (["-p", 3, "-m", 4], "error: --devices: 3 differs from the 2 of {path} (a schedule file gives its own sizes)\n"),
+    (["-p", 2, "-m", 8], "error: --microbatches: 8 differs from the 4 of {path} (a schedule file gives its own sizes)\n"),
     (["-v", 2], "error: --chunks: only applies with --schedule (a schedule file gives its own sizes)\n"),
 ])
 def test_run_refuses_sizes_a_schedule_file_gives_itself(no_launch, tmp_path, extra, line):
     """They were ignored: the file's 2 ranks and 4 microbatches ran."""
     path = tmp_path / "s.csv"
     assert cli("export", "-s", "1f1b", "-p", 2, "-m", 4, "-o", path).exit_code == 0
-    _refused(cli("run", path, *extra), line)
+    _refused(cli("run", path, *extra), line.format(path=path))
+
+
+def test_run_takes_sizes_that_repeat_the_file_s_as_evaluate_does(launched, tmp_path):
+    path = tmp_path / "s.csv"
+    assert cli("export", "-s", "1f1b", "-p", 2, "-m", 4, "-o", path).exit_code == 0
+    assert cli("evaluate", "--schedule-file", path, "-p", 2, "-m", 4).exit_code == 0
+    result = cli("run", path, "-p", 2, "-m", 4)
+    assert result.exit_code == 1 and "not started" in result.output  # it reached the launcher
+    (spec,) = launched
+    assert [(job.stages, job.microbatches) for job in spec.jobs] == [(2, 4)]
 
 
 def test_run_refuses_chunks_no_schedule_takes_and_gives_them_to_those_that_do(launched):

@@ -61,16 +61,18 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
     if names:  # each name known, and --chunks taken by one of them and checked as evaluate checks it
         refuse_unused_options(tuple(names), {"chunks": chunks})
         check_option_values({"chunks": chunks})
-    else:  # each file gives its own sizes
-        for flag, value in (("devices", devices), ("microbatches", microbatches), ("chunks", chunks)):
-            if value is not None:
-                raise ConfigError("only applies with --schedule (a schedule file gives its own sizes)", field=flag)
+    elif chunks is not None:  # each file holds its own chunks
+        raise ConfigError("only applies with --schedule (a schedule file gives its own sizes)", field="chunks")
     if legacy_backward and not files:
         raise ConfigError("only applies to schedule files (the spelling of their backwards)", field="legacy_backward")
     schedules = [read_torch_csv_file(f, legacy_backward=legacy_backward) for f in files]
     for file, schedule in zip(files, schedules):  # a file's rank count is no flag's: name the file
         if schedule.devices > MAX_DEVICES:
             raise ConfigError(f"{file}: {schedule.devices} ranks; a run takes at most {MAX_DEVICES} (processes on this machine)")
+        if not names:  # -p and -m may repeat the files' sizes, as with evaluate --schedule-file
+            for flag, given, read in (("devices", devices, schedule.devices), ("microbatches", microbatches, schedule.microbatches)):
+                if given is not None and given != read:
+                    raise ConfigError(f"{given} differs from the {read} of {file} (a schedule file gives its own sizes)", field=flag)
     if names:
         require_size(devices, microbatches)
         require_ranks(devices)  # before building a schedule of a million ranks (30 s)
