@@ -461,6 +461,7 @@ def load_model(name_or_path: str | os.PathLike[str] | ModelConfig) -> ModelConfi
     """
     if isinstance(name_or_path, ModelConfig):
         return name_or_path
+    _require_name(name_or_path, "model", "ModelConfig")
     path = _resolve(name_or_path, model_preset_dirs(), "model")
     return _load_file(path, ModelConfig)
 
@@ -473,8 +474,15 @@ def load_system(name_or_path: str | os.PathLike[str] | SystemConfig) -> SystemCo
     """
     if isinstance(name_or_path, SystemConfig):
         return name_or_path
+    _require_name(name_or_path, "system", "SystemConfig")
     path = _resolve(name_or_path, system_preset_dirs(), "system")
     return _load_file(path, SystemConfig)
+
+
+def _require_name(value: object, kind: str, config: str) -> None:
+    """ConfigError naming ``kind`` unless ``value`` is a preset name or a file's path."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"must be a preset name, a .toml/.json file or a {config}, got {value!r}", field=kind)
 
 
 def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind: str) -> Path:

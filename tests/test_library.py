@@ -77,3 +77,24 @@ def test_the_readme_example_prints_what_the_readme_says(tmp_path):
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == output
     assert (tmp_path / "found.csv").is_file()
+
+
+@pytest.mark.parametrize(("call", "field", "reason"), [
+    (lambda: load_model(42), "model", "must be a preset name, a .toml/.json file or a ModelConfig, got 42"),
+    (lambda: load_system(None), "system", "must be a preset name, a .toml/.json file or a SystemConfig, got None"),
+])
+def test_a_config_of_the_wrong_type_is_a_ppopt_error(call, field, reason):
+    with pytest.raises(ConfigError) as raised:
+        call()
+    assert (raised.value.field, raised.value.reason) == (field, reason)
+
+
+def test_a_memory_limit_with_a_unit_is_refused_with_the_unit_the_library_takes():
+    """The command line reads "60GiB"; the library takes bytes (or live activations in unit mode)."""
+    from ppopt.solve.instance import InstanceSpec
+    from ppopt.units import UnitCosts
+
+    with pytest.raises(ConfigError, match=r"^memory_limit: must be a finite number > 0 \(bytes, e\.g\. 60 \* 2\*\*30\), got '60GiB'$"):
+        InstanceSpec(4, 16, model="llama3-8b", system="dgx-h100", global_batch=16, memory_limit="60GiB")
+    with pytest.raises(ConfigError, match=r"\(live activations\), got nan$"):
+        InstanceSpec(4, 16, units=UnitCosts(), memory_limit=float("nan"))

@@ -178,8 +178,10 @@ class InstanceSpec:
         if self.units is None and (self.model is None or self.system is None):
             raise ConfigError("give unit mode, or both a model and a system", field="unit")
         limit = self.memory_limit
-        if limit is not None and (isinstance(limit, bool) or not (math.isfinite(limit) and limit > 0)):
-            raise ConfigError(f"must be a finite number > 0, got {limit}", field="memory_limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
+                                  or not (math.isfinite(limit) and limit > 0)):
+            unit = "live activations" if self.units is not None else "bytes, e.g. 60 * 2**30"
+            raise ConfigError(f"must be a finite number > 0 ({unit}), got {limit!r}", field="memory_limit")
         check_global_batch(self.global_batch)
         if self.units is not None and self.parallel is not None and not self.parallel.is_default:
             raise ConfigError("tensor/data parallelism and recomputation need --model and --system, not unit mode",
