@@ -550,3 +550,22 @@ def test_reading_such_a_schedule_says_pytorch_would_train_it_wrongly(tmp_path, m
     assert "(`ppopt run` and `export --format torch-csv` refuse it)\n" in result.stderr
     (tmp_path / "ordered.csv").write_text("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n")
     assert "note" not in run(*command, "ordered.csv", "-q").stderr
+
+
+def test_an_empty_row_is_an_idle_rank_that_is_evaluated_noted_and_not_exported(tmp_path, monkeypatch):
+    """An empty line between rows is rank 1 with no stage (as PyTorch's reader reads it): ppopt's
+    layers take it (3 devices, the idle one counted in the bubble), with a note, but PyTorch's
+    runtime cannot run it, so no PyTorch CSV of it is written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gap.csv").write_text("0F0,0F1,0B0,0B1\n\n1F0,1F1,1B0,1B1\n")
+    result = run("import", "gap.csv", "--json", "-q")
+    assert result.exit_code == 0 and json.loads(result.stdout)["devices"] == 3
+    assert result.stderr == ("note: gap.csv: rank 1 holds no stage; PyTorch's runtime needs at least one stage on every rank "
+                             "(its pipeline group of 3 ranks would be larger than the 2 stages) (`ppopt run` and `export "
+                             "--format torch-csv` refuse it)\n")
+    result = run("export", "--schedule-file", "gap.csv", "-o", "out.csv", "-q")
+    assert result.exit_code == 1 and result.stderr.endswith("error: gap: rank 1 holds no stage; PyTorch's runtime needs at "
+                                                            "least one stage on every rank (its pipeline group of 3 ranks "
+                                                            "would be larger than the 2 stages)\n")
+    assert not (tmp_path / "out.csv").exists()
+

@@ -252,7 +252,7 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
     check_inputs(name, schedule_file, legacy_backward)
     if schedule_file is not None:
         schedule = read_schedule_file(schedule_file, legacy_backward, devices, microbatches, options)
-        note_wrong_gradients(schedule, schedule_file)
+        note_runtime_problem(schedule, schedule_file)
         return schedule
     refuse_unused_options(name, options)
     require_size(devices, microbatches)
@@ -273,13 +273,13 @@ def read_schedule_file(schedule_file: str, legacy_backward: bool, devices: int |
     return schedule
 
 
-def note_wrong_gradients(schedule, file: str) -> None:
-    """A note on stderr when PyTorch's runtime would train the schedule read from ``file`` with
-    wrong gradients (:func:`ppopt.io.torch_csv.loss_order_message`): ppopt evaluates it, but `run`
-    and a PyTorch CSV export refuse it."""
-    from ppopt.io.torch_csv import loss_order_message
+def note_runtime_problem(schedule, file: str) -> None:
+    """A note on stderr when PyTorch's runtime could not run the schedule read from ``file``, or
+    would train it with wrong gradients (:func:`ppopt.io.torch_csv.runtime_problem`): ppopt
+    evaluates it, but `run` and a PyTorch CSV export refuse it."""
+    from ppopt.io.torch_csv import runtime_problem
 
-    problem = loss_order_message(schedule)
+    problem = runtime_problem(schedule)
     if problem is not None:
         click.echo(f"note: {file}: {problem} (`ppopt run` and `export --format torch-csv` refuse it)", err=True)
 

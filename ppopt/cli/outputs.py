@@ -13,7 +13,7 @@ from ppopt.cli.options import (
     emit_json,
     job_options,
     json_option,
-    note_wrong_gradients,
+    note_runtime_problem,
     output_suffix,
     quiet_option,
     refuse_other_modes_flags,
@@ -171,7 +171,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
     phases = Phases(f"import {file}", quiet)
     with working(f"import {file}", quiet):  # reading a 9.6-million-op CSV: 20 s before its first phase line
         schedule = read_torch_csv_file(file, legacy_backward=legacy_backward)
-        note_wrong_gradients(schedule, file)
+        note_runtime_problem(schedule, file)
         phases.done("read and validated")
         table = build_table(schedule, units)
         metrics = table_metrics(table)

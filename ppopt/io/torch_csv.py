@@ -543,6 +543,19 @@ def loss_order_message(schedule: Schedule) -> str | None:
     return None
 
 
+def runtime_problem(schedule: Schedule) -> str | None:
+    """Why PyTorch's runtime cannot train ``schedule`` correctly though ppopt's validator accepts it,
+    or None: a rank with no stage (an empty row of a file: the runtime's pipeline group would be
+    larger than its stages), or the last stage's forwards out of microbatch order
+    (:func:`loss_order_message`). Replicated stages are refused before (:func:`refuse_replicas`)."""
+    held = {rank for holders in schedule.placement for rank in holders}
+    idle = [rank for rank in range(schedule.devices) if rank not in held]
+    if idle:
+        return (f"rank {idle[0]} holds no stage; PyTorch's runtime needs at least one stage on every rank (its pipeline "
+                f"group of {schedule.devices} ranks would be larger than the {schedule.stages} stages)")
+    return loss_order_message(schedule)
+
+
 def format_torch_csv(schedule: Schedule, start: StartTimes | None = None) -> str:
     """The CSV text of ``schedule`` (see :func:`write_torch_csv`)."""
     refuse_replicas(schedule)
@@ -559,8 +572,8 @@ def format_torch_csv(schedule: Schedule, start: StartTimes | None = None) -> str
                 validate(reordered)
             except ScheduleValidationError as error:
                 raise ScheduleValidationError(f"ordering {schedule.name} by the given start times: {error}", error.details) from None
-    problem = loss_order_message(dataclasses.replace(schedule, orders=tuple(rows)))
-    if problem is not None:  # a file PyTorch's runtime would train with wrong gradients is not written
+    problem = runtime_problem(dataclasses.replace(schedule, orders=tuple(rows)))
+    if problem is not None:  # a file PyTorch's runtime could not run, or would train with wrong gradients, is not written
         raise ScheduleError(f"{schedule.name}: {problem}")
     together = dict(schedule.overlapped)  # F -> the B overlapped with it
     letter = {kind: kind.value for kind in Kind}

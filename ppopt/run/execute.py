@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ppopt import host
 from ppopt.host import gb
-from ppopt.io.torch_csv import loss_order_message, write_torch_csv
+from ppopt.io.torch_csv import runtime_problem, write_torch_csv
 from ppopt.ir import Schedule
 from ppopt.run import RunError, require_torch
 from ppopt.run.spec import Job, RunSpec
@@ -57,17 +57,12 @@ class JobResult:
 def refuse_unrunnable(schedule: Schedule) -> None:
     """What PyTorch's runtime cannot run correctly, though ppopt's validator accepts it: a replicated
     stage (Chimera: it places each stage on one rank), a rank with no stage, and a last stage whose
-    forwards do not run in microbatch order (:func:`ppopt.io.torch_csv.loss_order_message`)."""
+    forwards do not run in microbatch order (:func:`ppopt.io.torch_csv.runtime_problem`)."""
     for s, holders in enumerate(schedule.placement):
         if len(set(holders)) > 1:
             raise RunError(f"{schedule.name}: PyTorch's runtime cannot run replicated stages "
                            f"(stage {s} is on ranks {', '.join(map(str, holders))}); it places each stage on one rank")
-    held = {rank for holders in schedule.placement for rank in holders}
-    idle = [rank for rank in range(schedule.devices) if rank not in held]
-    if idle:
-        raise RunError(f"{schedule.name}: rank {idle[0]} holds no stage; PyTorch's runtime needs at least one stage on every "
-                       f"rank (its pipeline group of {schedule.devices} ranks would be larger than the {schedule.stages} stages)")
-    problem = loss_order_message(schedule)
+    problem = runtime_problem(schedule)
     if problem is not None:
         raise RunError(f"{schedule.name}: {problem}")
 
