@@ -565,7 +565,8 @@ def test_shell_completion_offers_presets_and_schedules():
         return [(item.type, item.value) for item in items]
 
     assert values(["evaluate", "-s"], "zb") == [("plain", n) for n in names() if n.startswith("zb")] != []
-    assert ("plain", "all") in values(["evaluate", "-s"], "") and ("plain", "all") not in values(["gap", "-s"], "")
+    assert ("plain", "all") in values(["evaluate", "-s"], "") and ("plain", "all") in values(["gap", "-s"], "")
+    assert ("plain", "all") not in values(["table", "-s"], "")  # one schedule
     assert values(["evaluate", "--model"], "") == [("plain", n) for n in list_models()]
     assert values(["plan", "--system"], "dgx") == [("plain", n) for n in list_systems() if n.startswith("dgx")] != []
     assert values(["published", "x.csv", "--system"], "a100") != []

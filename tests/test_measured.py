@@ -141,11 +141,11 @@ def test_validate_formats():
     markdown = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--format", "markdown")
     assert markdown.output.startswith("| line | model | job |")
     csv = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--format", "csv")
-    assert csv.output.splitlines()[0] == "line,model,job,measured ms,predicted ms,error %,peak GB,not modelled because"
-    for line in csv.output.splitlines()[1:]:  # bare numbers: the error is a percentage of the measured time
+    assert csv.stdout.splitlines()[0] == "line,model,job,measured ms,predicted ms,error %,peak GB,not modelled because"
+    for line in csv.stdout.splitlines()[1:]:  # bare numbers: the error is a percentage of the measured time
         measured, predicted, error = (float(cell) for cell in line.split(",")[3:6])
         assert error == pytest.approx(100 * (predicted - measured) / measured, abs=0.01)
-    assert len(csv.output.splitlines()) == 42
+    assert len(csv.stdout.splitlines()) == 42
 
 
 def test_validate_json_breaks_each_prediction_into_its_parts():

@@ -88,10 +88,11 @@ def _summary_lines(accuracy, files: int = 1) -> list[str]:
 @click.argument("data", nargs=-1, required=True, type=click.Path())
 @click.option("--system", default=DEFAULT_SYSTEM, show_default=True, shell_complete=complete_system, help="System preset name or .toml/.json file.")
 @click.option("--plot", "plot_path", callback=check_plot, default=None,
-              help="Also write predicted vs measured (log-log, one colour per model, ±10 % band) to this image.")
+              help="Also write predicted vs measured (log-log, one colour per model, ±10 % band) to this image (.png or .svg).")
 @click.option("--by", "by", multiple=True, type=click.Choice(list(GROUP_KEYS)),
               help="Also print the errors grouped by these job fields (repeat to group by several, e.g. --by model "
-                   "--by tp): rows, mean signed error (the bias), MAPE and worst error per group.")
+                   "--by tp): rows, mean signed error (the bias), MAPE and worst error per group; with --format csv, "
+                   "the groups' table alone.")
 @format_option
 @json_option
 @quiet_option
@@ -143,10 +144,13 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     if fmt == "csv":  # one table: the groups when asked for, else every row, those outside the model with the reason
         if groups:
             click.echo(_table(group_header, group_rows, fmt))
-            return
-        rows = [[*row, ""] for row in rows] + [[_where(u.source, u.line, len(data)), u.label, "", f"{1e3 * u.measured_s:.1f}",
-                                                "", "", "", u.reason] for u in accuracy.unmodelled]
-        click.echo(_table([*header, "not modelled because"], rows, fmt))
+        else:
+            rows = [[*row, ""] for row in rows] + [[_where(u.source, u.line, len(data)), u.label, "", f"{1e3 * u.measured_s:.1f}",
+                                                    "", "", "", u.reason] for u in accuracy.unmodelled]
+            click.echo(_table([*header, "not modelled because"], rows, fmt))
+        left_out = "the rows and the summary" if groups else "the summary (MAPE, median, p95, worst, Spearman)"
+        click.echo(f"note: --format csv prints one table, {'the groups' if groups else 'the rows'}; {left_out} are in the "
+                   "text, markdown and --json outputs", err=True)
         return
     click.echo(_table(header, rows, fmt))
     if accuracy.unmodelled:
@@ -265,7 +269,7 @@ def _at_bounds(fitted) -> dict[str, str]:
 @click.option("--model", required=True, shell_complete=complete_model, help="Model preset name (`ppopt list models`) or a .toml/.json file.")
 @click.option("--system", required=True, shell_complete=complete_system, help="System preset name (`ppopt list systems`) or a .toml/.json file.")
 @click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
-@click.option("--pp", "-p", "--devices", "pp", type=int, default=1, show_default=True, help="Pipeline stages p.")
+@click.option("--pp", "-p", "--devices", "pp", type=int, default=1, show_default=True, help="Pipeline devices (ranks) p; a schedule with v chunks has v·p stages.")
 @job_options(microbatches_given=False)
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--schedule", "-s", "schedule", default="1f1b", show_default=True, shell_complete=complete_schedule,
@@ -274,7 +278,9 @@ def _at_bounds(fitted) -> dict[str, str]:
 @click.option("--waves", type=int, default=None, help="Hanayo's waves (2W stages per device) [default: 1].")
 @click.option("--split", default=None, help="chimera-asym's layer split A:B between the halves of the stages [default: 1:2].")
 @click.option("--layers-per-stage", "layers_per_stage", default=None,
-              help="Layers of each stage, e.g. 7,8,8,7 (as ppopt plan prints) [default: even, the remainder first].")
+              help="Layers of each stage: counts such as 7,8,8,7 (as ppopt plan prints), even (equal counts, the "
+                   "remainder on the first stages) or balanced (counts minimising the slowest stage, as ppopt plan "
+                   "balances) [default: even].")
 @json_option
 @quiet_option
 def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, schedule, chunks, waves, split,
@@ -296,11 +302,18 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
         if split is not None:  # the split only sets the default layer counts
             raise ConfigError("sets the layers per stage, which --layers-per-stage gives here: give one of the two",
                               field="split")
-        layers = layer_counts(layers_per_stage)
+        if layers_per_stage not in ("even", "balanced"):
+            layers = layer_counts(layers_per_stage, also="even, balanced or ")
     job = Job(load_model(model), load_system(system), tp=parallel.tp, pp=pp, dp=parallel.dp, micro_batch=parallel.micro_batch,
               global_batch=global_batch, recompute=parallel.recompute, sequence_parallel=parallel.sequence_parallel,
               distributed_optimizer=parallel.distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
               layers=layers, **{name: value for name, value in given.items() if value is not None})
+    if layers_per_stage == "balanced":
+        import dataclasses
+
+        from ppopt.plan import balanced_layers
+
+        job = dataclasses.replace(job, layers=balanced_layers(job))
     with working(f"job {job.describe()}", quiet):
         result = evaluate_job(job)
     tokens, mfu = throughput(job, result.step_time_s)
@@ -406,6 +419,8 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
         rows = [[f"{run.parameters_billion:g}", str(run.gpus), str(run.tp), str(run.pp), str(run.dp), f"{run.step_time_s:.4g}",
                  *(c for found in predicted.values() for c in cells(found[k]))] for k, run in enumerate(runs)]
         click.echo(_table(header, rows, fmt))
+        click.echo("note: --format csv prints one table, the runs; each system's figures are in the text, markdown and "
+                   "--json outputs", err=True)
         return
     header = ["model", "GPUs (t × p × d)", "published step", *predicted]
     rows = [[f"{run.parameters_billion:g}B", f"{run.gpus:,} ({run.tp} × {run.pp} × {run.dp})", f"{run.step_time_s:.1f} s",

@@ -24,6 +24,10 @@ from ppopt.solve import options as solve_options
 from ppopt.units import UnitCosts
 
 _OTHERS = " Other schedules refuse it; over several schedules ('all', compare) it applies to those that take it."
+_ONE = " Other schedules refuse it."
+_SPACE = (" It also fills in what --space leaves out (chunks of placement=looped or any, waves of zigzag, split of "
+          "bidirectional); a space without such stages refuses it.")
+"""How a schedule option applies: over several schedules, to one, or to a search space as well."""
 
 
 def _compose(options: list[Callable]) -> Callable:
@@ -43,7 +47,8 @@ def _one_schedule(ctx: click.Context, param: click.Parameter, names: tuple[str, 
     return names[0] if names else None
 
 
-def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: bool = False, sizes_required: bool | None = None) -> Callable:
+def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: bool = False, sizes_required: bool | None = None,
+                     spaces: bool = False) -> Callable:
     """Devices, microbatches and the schedule options; they reach the command as ``options``.
 
     With ``unit_costs``, also the unit model's durations (:func:`unit_cost_options`), which reach
@@ -52,16 +57,19 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
     With ``name``, the command also takes ``--schedule NAME`` (or ``all`` with ``all_schedules``)
     or ``--schedule-file FILE.csv`` (a PyTorch schedule CSV), and ``--devices``/``--microbatches``
     are only needed for a name; use :func:`resolve_schedule` to get the schedule. ``sizes_required``
-    (default: not ``name``) makes them required.
+    (default: not ``name``) makes them required. ``spaces``: the solver commands, where the options
+    fill in a search space too.
     """
     required = not name if sizes_required is None else sizes_required
+    applies = _OTHERS if all_schedules or not name else _ONE
+    applies += _SPACE if spaces else ""
     options = [
         click.option("--devices", "-p", "--pp", "devices", type=int, required=required,
                      help="Number of devices (pipeline ranks), p; --pp as in `ppopt job`."),
         click.option("--microbatches", "-m", type=int, required=required, help="Microbatches per step, m."),
-        click.option("--chunks", "-v", type=int, default=None, help=f"Chunks (stages) per device for interleaved-1f1b and looped-bfs [default: {OPTIONS['chunks'][0]}].{_OTHERS}"),
-        click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}].{_OTHERS}"),
-        click.option("--split", default=None, help=f"Layer split A:B between the pipeline halves for chimera-asym [default: 1:2].{_OTHERS}"),
+        click.option("--chunks", "-v", type=int, default=None, help=f"Chunks (stages) per device for interleaved-1f1b and looped-bfs [default: {OPTIONS['chunks'][0]}].{applies}"),
+        click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}].{applies}"),
+        click.option("--split", default=None, help=f"Layer split A:B between the pipeline halves for chimera-asym [default: 1:2].{applies}"),
     ]
     if unit_costs:
         options.append(unit_cost_options())

@@ -65,7 +65,7 @@ def _export_format(fmt: str | None, output: str) -> str:
 @job_options()
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default=None,
               help="torch-csv (PyTorch schedule CSV), chrome-trace (Perfetto JSON), png or svg (Gantt picture) "
-                   "[default: from the --output suffix].")
+                   "[default: from the --output suffix; torch-csv for '-'].")
 @click.option("--output", "-o", required=True, callback=check_output_or_stdout, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
 @quiet_option
 def export_command(name, schedule_file, legacy_backward, devices, microbatches, options, unit, units, model, system,

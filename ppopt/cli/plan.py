@@ -61,7 +61,7 @@ def _seconds(value: float) -> str:
                    "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")
 @click.option("--recompute", multiple=True, type=click.Choice(["none", "selective", "full"]),
               help="Recomputation modes to consider (repeatable) [default: all].")
-@click.option("--schedule", "schedules", multiple=True, shell_complete=complete_schedule_or_all,
+@click.option("--schedule", "-s", "schedules", multiple=True, shell_complete=complete_schedule_or_all,
               help="Schedule families to consider (repeatable; see `ppopt list`) [default: every family a job supports, with their chunks and "
                    "waves, but chimera-asym, whose A:B layer split --layers-per-stage covers; 'all' adds it].")
 @click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
@@ -71,13 +71,13 @@ def _seconds(value: float) -> str:
 @click.option("--search", "search_top", type=int, default=3, show_default=True,
               help="Search the schedules of this many best jobs with CP-SAT (0: no search).")
 @click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True, help="Seconds for the whole command.")
-@click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed.")
+@click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns).")
 @click.option("--deterministic-time", type=float, default=None,
               help="A budget of CP-SAT deterministic time for the schedule searches (see `ppopt search --help`): "
                    "with it, a plan the time limit does not cut is reproducible (a note says which).")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel evaluations (local processes; CPUs of a local Ray).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where evaluations run.")
-@click.option("--address", default=None, help="Ray cluster address (--executor ray).")
+@click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray].")
 @quiet_option
 @click.option("--plot", "plot_path", callback=check_plot, default=None,
               help="Also draw step time vs per-GPU memory of every evaluated job (.png or .svg).")
@@ -94,7 +94,9 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     Enumerates every valid job, drops those over the memory limit (counting them and naming the
     closest), predicts the others' step times (ppopt job's model), prints the top jobs, then
     searches the best few jobs' schedules with CP-SAT and reports the handcrafted step, the best
-    found, the proven bound and the gap.
+    found, the proven bound and the gap. Every job with t > 1 uses sequence parallelism and every
+    job with d > 1 the distributed optimizer, as Megatron-LM recommends (the "#1 as a ppopt job"
+    line gives the flags).
     """
     from ppopt.config import load_model, load_system
     from ppopt.errors import ConfigError, ScheduleError

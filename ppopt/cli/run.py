@@ -86,8 +86,8 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
 @main.command("run")
 @click.argument("files", nargs=-1, type=click.Path())
 @click.option("--schedule", "-s", "names", multiple=True, shell_complete=complete_schedule, help="A schedule by name (repeatable), with -p and -m.")
-@click.option("--devices", "-p", "--pp", "devices", type=int, default=None, help="Ranks (with --schedule).")
-@click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule).")
+@click.option("--devices", "-p", "--pp", "devices", type=int, default=None, help="Ranks (with --schedule; beside FILES only their own count).")
+@click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule; beside FILES only their own count).")
 @click.option("--chunks", "-v", type=int, default=None, help="Chunks (stages) per device (rank) for interleaved-1f1b and looped-bfs [default: 2].")
 @click.option("--legacy-backward", is_flag=True, help="FILES use the old spelling: BW full backward, B input backward.")
 @run_options

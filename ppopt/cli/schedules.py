@@ -233,8 +233,8 @@ def _evaluate_all_with_progress(command, devices, microbatches, units, model, sy
 def time_limit_option(what: str) -> Callable:
     """``--time-limit SECONDS`` of evaluate and compare: the whole command's budget (default none)."""
     return click.option("--time-limit", type=float, default=None,
-                        help=f"Seconds for the whole command (default: none): {what} whose estimated time no longer "
-                             "fits are skipped, with that reason.")
+                        help=f"Seconds for the whole command: {what} whose estimated time no longer fits are skipped, with "
+                             "that reason [default: no limit].")
 
 
 def _check_one_in_time(name: str, ops: int, deadline: float | None, plot: bool, trace: bool) -> None:
@@ -254,7 +254,7 @@ def _check_one_in_time(name: str, ops: int, deadline: float | None, plot: bool, 
 @schedule_options(all_schedules=True)
 @system_options()
 @job_options()
-@click.option("--plot", callback=check_plot, default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg.")
+@click.option("--plot", callback=check_plot, default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg (not with --costs).")
 @click.option("--trace", callback=output_not_named_as(".json", "a Chrome trace (JSON)", compressed=True), default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json, or .json.gz compressed; needs --model/--system).")
 @click.option("--costs", default=None, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @time_limit_option("one schedule that cannot fit is refused; with --schedule all, the schedules")
@@ -369,7 +369,7 @@ def _add_simulated_job(rows: list[dict], job: dict) -> None:
 @schedule_options(name=False)
 @system_options()
 @job_options()
-@click.option("--plot", callback=check_plot, default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg.")
+@click.option("--plot", callback=check_plot, default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg (with --model/--system, not --costs).")
 @click.option("--costs", default=None, help="Rank by simulation with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @time_limit_option("the schedules")
 @json_option

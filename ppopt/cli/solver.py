@@ -11,7 +11,7 @@ import click
 from ppopt.cli import main, startup_s
 from ppopt.cli.options import (
     check_plot,
-    complete_schedule,
+    complete_schedule_or_all,
     emit_json,
     format_option,
     job_options,
@@ -84,10 +84,12 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
         [
             click.option("--memory-limit", default=None, hidden=not memory_limit,
                          help="Per device: live activations of a 1/p model share (unit mode; fractions count chunk "
-                              "activations, which are p/S each) or bytes, e.g. 60GiB."),
+                              "activations, which are p/S each) or, with a model, bytes of its whole memory (weights, "
+                              "gradients, optimizer state and activations), e.g. 60GiB [default: no limit]."),
             click.option("--time-limit", type=float, default=60.0, show_default=True,
                          help="Seconds for the whole command: model building, hints, every solve and the report."),
-            click.option("--workers", type=int, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible)."),
+            click.option("--workers", type=int, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible unless the time limit cuts a solve: "
+                                                                               "see --deterministic-time)."),
             click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
             click.option("--deterministic-time", type=float, default=None,
                          help="A budget of CP-SAT deterministic time (its machine-independent count of work, about "
@@ -112,7 +114,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
                                help="A PyTorch schedule CSV of your own ('-': standard input): its gap against the "
                                     "relaxed space it belongs to, instead of the handcrafted schedules'.")(wrapper)
     return system_options()(job_options()(unit_options()(
-        schedule_options(name=False, unit_costs=False, sizes_required=not schedule_file)(wrapper))))
+        schedule_options(name=False, unit_costs=False, sizes_required=not schedule_file, spaces=True)(wrapper))))
 
 
 def _gap_builds(params: dict) -> int:
@@ -384,7 +386,8 @@ def _write_each_output(result, spec, csv_path, plot, trace) -> None:
 
 @main.command("gap")
 @solver_options(built=_gap_builds, held=2, schedule_file=True)  # holds a search and the schedule it simulates
-@click.option("--schedule", "-s", "schedules", multiple=True, shell_complete=complete_schedule, help="Only these schedules (repeatable) [default: all applicable].")
+@click.option("--schedule", "-s", "schedules", multiple=True, shell_complete=complete_schedule_or_all,
+              help="Only these schedules (repeatable), or 'all' [default: all applicable].")
 @json_option
 @format_option
 def gap_command(spec, solve, options, schedules, given, as_json, fmt):
@@ -394,6 +397,10 @@ def gap_command(spec, solve, options, schedules, given, as_json, fmt):
     from ppopt.report.solve import gap_json, gap_text
     from ppopt.solve.gap import gap_report
 
+    if schedules == ("all",):  # as evaluate and plan take it: every family, the default
+        schedules = ()
+    elif "all" in schedules:
+        raise ConfigError("'all' stands for every schedule: give it alone", field="schedules")
     if schedules:  # each name known, and every option taken by one of them
         refuse_unused_options(schedules, options)
     report = gap_report(spec, options, schedules or None, solve, given)
@@ -417,8 +424,9 @@ def gap_command(spec, solve, options, schedules, given, as_json, fmt):
 @main.command("frontier")
 @solver_options(built=lambda params: 2, held=2, memory_limit=False)  # keeps the search without a limit, then one per limit
 @click.option("--space", default="placement=linear", show_default=True, help="Search space (see `ppopt search`).")
-@click.option("--limits", default=None, help="Comma-separated memory limits per device: live activations in unit mode, bytes such as 60GiB "
-                   "with a model; at most 1,000 [default: from the minimum to the largest handcrafted peak].")
+@click.option("--limits", default=None, help="Comma-separated memory limits per device: live activations in unit mode, bytes of the whole "
+                   "memory such as 60GiB with a model; at most 1,000 [default: from the minimum to the largest "
+                   "handcrafted peak].")
 @json_option
 @format_option
 def frontier_command(spec, solve, options, space, limits, as_json, fmt):

@@ -1,0 +1,62 @@
+"""What the --help texts promise, held: options named alike across commands, and outputs that leave
+something out say so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from ppopt.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASURED = ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"
+PUBLISHED = ROOT / "data" / "published" / "megatron-lm-2021.csv"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_a_csv_report_that_leaves_out_the_summary_says_where_it_is():
+    """--format csv is one table; validate's summary (and with --by its rows) and published's
+    figures per system are in the other formats, as a note on stderr says (plan's did already)."""
+    rows = run("validate", MEASURED, "--system", "a100-vtrain-calibrated", "--format", "csv")
+    assert rows.exit_code == 0 and rows.stdout.startswith("line,model,job,")
+    assert rows.stderr == ("note: --format csv prints one table, the rows; the summary (MAPE, median, p95, worst, "
+                           "Spearman) are in the text, markdown and --json outputs\n")
+    groups = run("validate", MEASURED, "--system", "a100-vtrain-calibrated", "--format", "csv", "--by", "tp")
+    assert groups.stdout.startswith("tp,rows,") and "the groups; the rows and the summary are in" in groups.stderr
+    published = run("published", PUBLISHED, "--system", "a100-vtrain-calibrated", "--format", "csv")
+    assert published.exit_code == 0, published.output
+    assert "note: --format csv prints one table, the runs; each system's figures are in" in published.stderr
+
+
+def test_gap_takes_all_as_evaluate_and_plan_do():
+    args = ["gap", "--unit", "-p", 2, "-m", 4, "--time-limit", 20, "-q", "--json"]
+    every = json.loads(run(*args, "-s", "all").stdout)["schedules"]
+    assert every == json.loads(run(*args).stdout)["schedules"] and len(every) > 10
+    mixed = run(*args, "-s", "all", "-s", "1f1b")
+    assert (mixed.exit_code, mixed.stderr) == (1, "error: --schedule: 'all' stands for every schedule: give it alone\n")
+
+
+def test_job_takes_the_stage_splits_plan_names():
+    """even is job's default (the remainder on the first stages); balanced is plan's balanced split of
+    the job: Llama 3 8B on 4 stages of a DGX A100 puts a layer less on the last stage, which carries
+    the output layer, and one more on stage 1, and the step is shorter."""
+    from ppopt.config import load_model, load_system
+    from ppopt.job import Job
+    from ppopt.plan import balanced_layers
+
+    def job(*extra):
+        result = run("job", "--model", "llama3-8b", "--system", "dgx-a100", "-p", 4, "--json", *extra)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    default, even, balanced = job(), job("--layers-per-stage", "even"), job("--layers-per-stage", "balanced")
+    assert default == even and even["layers_per_stage"] == [8, 8, 8, 8]
+    assert balanced["layers_per_stage"] == list(balanced_layers(Job(load_model("llama3-8b"), load_system("dgx-a100"), pp=4)))
+    assert balanced["layers_per_stage"][-1] < 8 and balanced["step_time_s"] < even["step_time_s"]
+    assert run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--layers-per-stage", "x").stderr == \
+        "error: --layers-per-stage: must be even, balanced or counts like 7,8,8,7, got 'x'\n"
