@@ -96,3 +96,49 @@ def test_bad_requests_with_a_file_are_one_line(tmp_path):
     assert run("gap", *UNIT, "--schedule-file", plain, "-v", 2).stderr.startswith("error: --chunks: a --schedule-file sets it")
     assert run("gap", *UNIT, "-m", 8).stderr == \
         "error: Missing option '--devices' / '-p' (or give --schedule-file FILE.csv) (see 'ppopt gap --help')\n"
+
+
+def test_a_file_too_large_for_this_machine_names_the_file(tmp_path, monkeypatch):
+    import ppopt.host as host
+
+    path = tmp_path / "big.csv"
+    path.write_text(format_torch_csv(generate("1f1b", 4, 40_000)))
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: 10**8)
+    result = run("gap", *UNIT, "--schedule-file", path)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: --schedule-file: not enough memory: a search of 4 devices, 40000 microbatches")
+
+
+def test_a_hint_or_a_given_schedule_outside_the_space_is_refused():
+    """space_of names no space for uneven layer shares (the spaces' instances split the layers
+    evenly, so a bound of theirs would not hold for it), and search refuses a hint of another space."""
+    from dataclasses import replace
+
+    from ppopt.errors import ConfigError, ScheduleError
+    from ppopt.solve.instance import InstanceSpec
+    from ppopt.solve.options import SolveOptions
+    from ppopt.solve.search import search
+    from ppopt.units import UnitCosts
+
+    weighted = replace(generate("1f1b", 4, 8), stage_weights=(9 / 32, 9 / 32, 9 / 32, 5 / 32))
+    with pytest.raises(ScheduleError, match="splits the layers unevenly over its stages"):
+        space_of(weighted)
+    interleaved = generate("interleaved-1f1b", 4, 8)
+    with pytest.raises(ConfigError, match=r"^hints: hint interleaved-1f1b is not a schedule of the space placement=linear"):
+        search(InstanceSpec(4, 8, UnitCosts()), space_of(generate("1f1b", 4, 8)), SolveOptions(time_limit_s=10),
+               hints=(interleaved,))
+
+
+def test_the_readme_example_of_a_file_prints_what_the_readme_says(tmp_path, monkeypatch):
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = readme.split("$ cat warm.csv\n", 1)[1].split("```", 1)[0]
+    csv_text, rest = block.split("$ ppopt gap ", 1)
+    command, expected = rest.split("\n", 1)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "warm.csv").write_text(csv_text)
+    result = run("gap", *shlex.split(command))
+    assert result.exit_code == 0 and result.stdout == expected
+

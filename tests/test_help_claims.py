@@ -60,3 +60,20 @@ def test_job_takes_the_stage_splits_plan_names():
     assert balanced["layers_per_stage"][-1] < 8 and balanced["step_time_s"] < even["step_time_s"]
     assert run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--layers-per-stage", "x").stderr == \
         "error: --layers-per-stage: must be even, balanced or counts like 7,8,8,7, got 'x'\n"
+
+
+def test_even_means_equal_counts_for_a_schedule_with_a_split_of_its_own():
+    """chimera-asym splits the layers 1:2 by default; --layers-per-stage even gives equal counts."""
+    def layers(*extra):
+        result = run("job", "--model", "llama3-8b", "--system", "dgx-a100", "-p", 4, "-s", "chimera-asym", "--json", *extra)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["layers_per_stage"]
+
+    assert layers() == [5, 5, 11, 11] and layers("--layers-per-stage", "even") == [8, 8, 8, 8]
+
+
+def test_only_the_commands_with_a_space_say_the_options_fill_it_in():
+    for command, says in (("search", True), ("frontier", True), ("gap", False), ("evaluate", False)):
+        text = " ".join(run(command, "--help").output.split())
+        assert ("fills in what --space leaves out" in text) == says, command
+

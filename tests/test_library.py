@@ -98,3 +98,14 @@ def test_a_memory_limit_with_a_unit_is_refused_with_the_unit_the_library_takes()
         InstanceSpec(4, 16, model="llama3-8b", system="dgx-h100", global_batch=16, memory_limit="60GiB")
     with pytest.raises(ConfigError, match=r"\(live activations\), got nan$"):
         InstanceSpec(4, 16, units=UnitCosts(), memory_limit=float("nan"))
+
+
+def test_a_numpy_memory_limit_is_a_number():
+    import numpy as np
+
+    from ppopt.solve.instance import InstanceSpec
+    from ppopt.units import UnitCosts
+
+    assert InstanceSpec(4, 8, UnitCosts(), memory_limit=np.int64(4)).memory_limit == 4
+    assert InstanceSpec(4, 8, UnitCosts(), memory_limit=np.float32(2.5)).memory_limit == 2.5
+

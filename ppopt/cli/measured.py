@@ -308,12 +308,14 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
               global_batch=global_batch, recompute=parallel.recompute, sequence_parallel=parallel.sequence_parallel,
               distributed_optimizer=parallel.distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,
               layers=layers, **{name: value for name, value in given.items() if value is not None})
-    if layers_per_stage == "balanced":
+    if layers_per_stage in ("even", "balanced"):  # even as the help says, not a schedule's own split (chimera-asym's)
         import dataclasses
 
+        from ppopt.costs import partition_layers
         from ppopt.plan import balanced_layers
 
-        job = dataclasses.replace(job, layers=balanced_layers(job))
+        counts = balanced_layers(job) if layers_per_stage == "balanced" else tuple(partition_layers(job.model.num_layers, job.stages))
+        job = dataclasses.replace(job, layers=counts)
     with working(f"job {job.describe()}", quiet):
         result = evaluate_job(job)
     tokens, mfu = throughput(job, result.step_time_s)

@@ -252,15 +252,17 @@ format_option = click.option(
 )
 
 
-def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options):
-    """The validated schedule a command was given: generated from --schedule, or read from a file."""
+def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options, note: bool = True):
+    """The validated schedule a command was given: generated from --schedule, or read from a file
+    (with ``note``, a note when PyTorch's runtime could not run it: :func:`note_runtime_problem`)."""
     from ppopt.generators import generate
     from ppopt.validation import validate
 
     check_inputs(name, schedule_file, legacy_backward)
     if schedule_file is not None:
         schedule = read_schedule_file(schedule_file, legacy_backward, devices, microbatches, options)
-        note_runtime_problem(schedule, schedule_file)
+        if note:
+            note_runtime_problem(schedule, schedule_file)
         return schedule
     refuse_unused_options(name, options)
     require_size(devices, microbatches)
@@ -274,11 +276,15 @@ def read_schedule_file(schedule_file: str, legacy_backward: bool, devices: int |
 
     refuse_unused_options(None, options)
     schedule = read_torch_csv_file(schedule_file, legacy_backward=legacy_backward)
+    check_file_sizes(schedule, schedule_file, devices, microbatches)
+    return schedule
+
+
+def check_file_sizes(schedule, file: str, devices: int | None, microbatches: int | None) -> None:
+    """-p and -m beside a schedule file may only repeat its sizes: a ConfigError naming the flag otherwise."""
     for field, given, read in (("devices", devices, schedule.devices), ("microbatches", microbatches, schedule.microbatches)):
         if given is not None and given != read:
-            raise ConfigError(f"{given} differs from the {read} of {schedule_file} (a schedule file gives its own sizes)",
-                              field=field)
-    return schedule
+            raise ConfigError(f"{given} differs from the {read} of {file} (a schedule file gives its own sizes)", field=field)
 
 
 def note_runtime_problem(schedule, file: str) -> None:

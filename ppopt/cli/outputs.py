@@ -91,7 +91,8 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
         check_layers(name, devices, options, load_model(model).num_layers)
     size_outputs_first(name, devices, microbatches, options, picture=fmt in ("png", "svg"), trace=fmt == "chrome-trace")
     with working("export", quiet):  # phases of 10 s and more at millions of ops: a line every 5 s between them
-        schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+        # a PyTorch CSV of a schedule its runtime cannot run is refused with the reason: no note before
+        schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options, note=fmt != "torch-csv")
         phases.done("schedule built")
         if fmt in ("png", "svg"):  # before simulating what could never be drawn
             from ppopt.report.plot import check_picture_size

@@ -47,7 +47,7 @@ def run_options(command):
 
 def _schedules(files, names, devices, microbatches, chunks, legacy_backward=False):
     """The schedules given, validated before any process starts (files by ppopt's CSV reader)."""
-    from ppopt.cli.options import check_option_values, refuse_unused_options, require_size
+    from ppopt.cli.options import check_file_sizes, check_option_values, refuse_unused_options, require_size
     from ppopt.errors import ConfigError
     from ppopt.generators import generate
     from ppopt.io.torch_csv import read_torch_csv_file
@@ -70,9 +70,7 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
         if schedule.devices > MAX_DEVICES:
             raise ConfigError(f"{file}: {schedule.devices} ranks; a run takes at most {MAX_DEVICES} (processes on this machine)")
         if not names:  # -p and -m may repeat the files' sizes, as with evaluate --schedule-file
-            for flag, given, read in (("devices", devices, schedule.devices), ("microbatches", microbatches, schedule.microbatches)):
-                if given is not None and given != read:
-                    raise ConfigError(f"{given} differs from the {read} of {file} (a schedule file gives its own sizes)", field=flag)
+            check_file_sizes(schedule, file, devices, microbatches)
     if names:
         require_size(devices, microbatches)
         require_ranks(devices)  # before building a schedule of a million ranks (30 s)

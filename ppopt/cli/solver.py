@@ -34,7 +34,7 @@ from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, MAX_WORKE
 
 
 def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 1, memory_limit: bool = True,
-                   schedule_file: bool = False):
+                   schedule_file: bool = False, spaces: bool = True):
     """Flags every solver command shares; they reach the command as ``spec`` (an
     :class:`~ppopt.solve.instance.InstanceSpec`, memory limit included) and ``solve`` (started
     :class:`~ppopt.solve.options.SolveOptions`), besides ``options`` (the schedule options).
@@ -44,9 +44,10 @@ def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 
     :func:`_check_size`. ``memory_limit`` False hides ``--memory-limit`` from the help (a command
     that sweeps limits itself, and refuses it). ``schedule_file``: the command also takes
     ``--schedule-file FILE.csv`` (and ``--legacy-backward``), whose schedule reaches it as ``given``
-    (None without one) and sets -p and -m, required otherwise."""
+    (None without one) and sets -p and -m, required otherwise. ``spaces``: the command takes a
+    ``--space`` that the schedule options fill in (their help says so)."""
     return functools.partial(_with_solver_options, built=built, held=held, memory_limit=memory_limit,
-                             schedule_file=schedule_file)
+                             schedule_file=schedule_file, spaces=spaces)
 
 
 def _given_schedule(params: dict):
@@ -69,7 +70,8 @@ def _given_schedule(params: dict):
     return schedule
 
 
-def _with_solver_options(command, built: Callable[[dict], int], held: int, memory_limit: bool, schedule_file: bool):
+def _with_solver_options(command, built: Callable[[dict], int], held: int, memory_limit: bool, schedule_file: bool,
+                         spaces: bool):
     @functools.wraps(command)
     def wrapper(**params):
         if schedule_file:
@@ -114,7 +116,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
                                help="A PyTorch schedule CSV of your own ('-': standard input): its gap against the "
                                     "relaxed space it belongs to, instead of the handcrafted schedules'.")(wrapper)
     return system_options()(job_options()(unit_options()(
-        schedule_options(name=False, unit_costs=False, sizes_required=not schedule_file, spaces=True)(wrapper))))
+        schedule_options(name=False, unit_costs=False, sizes_required=not schedule_file, spaces=spaces)(wrapper))))
 
 
 def _gap_builds(params: dict) -> int:
@@ -159,7 +161,8 @@ def _check_size(spec: InstanceSpec, params: dict, time_limit_s: float, schedules
     ops = spec.devices * per_device * spec.microbatches * kinds
     what = (f"{spec.devices} devices{f' x {per_device} stages each' if per_device > 1 else ''}{f' ({key})' if key else ''}, "
             f"{spec.microbatches} microbatches")
-    field = "space" if key else "devices" if spec.devices * per_device > spec.microbatches else "microbatches"  # the larger factor
+    field = "schedule_file" if params.get("given") is not None else "space" if key else \
+        "devices" if spec.devices * per_device > spec.microbatches else "microbatches"  # the larger factor, unless a file set both
     try:
         check_size(ops, what)
     except ScheduleError as error:
@@ -385,7 +388,7 @@ def _write_each_output(result, spec, csv_path, plot, trace) -> None:
 
 
 @main.command("gap")
-@solver_options(built=_gap_builds, held=2, schedule_file=True)  # holds a search and the schedule it simulates
+@solver_options(built=_gap_builds, held=2, schedule_file=True, spaces=False)  # holds a search and the schedule it simulates
 @click.option("--schedule", "-s", "schedules", multiple=True, shell_complete=complete_schedule_or_all,
               help="Only these schedules (repeatable), or 'all' [default: all applicable].")
 @json_option

@@ -21,6 +21,7 @@ builds the instance of a space with a given number of stages.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, replace
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
@@ -178,7 +179,7 @@ class InstanceSpec:
         if self.units is None and (self.model is None or self.system is None):
             raise ConfigError("give unit mode, or both a model and a system", field="unit")
         limit = self.memory_limit
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Real)
                                   or not (math.isfinite(limit) and limit > 0)):
             unit = "live activations" if self.units is not None else "bytes, e.g. 60 * 2**30"
             raise ConfigError(f"must be a finite number > 0 ({unit}), got {limit!r}", field="memory_limit")

@@ -349,6 +349,9 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     if space.fixed and first is not None and overlap_outside_model(first, instance):
         raise ConfigError(f"{first.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="overlap_f_b_share")
     for given in () if space.fixed else hints:  # timed as the solver's model times them
+        if given.stages != instance.stages or given.devices != devices or (placement is not None and given.placement != placement):
+            raise ConfigError(f"hint {given.name} is not a schedule of the space {space.describe()} (its stages or their "
+                              "devices differ; ppopt.solve.space.space_of gives a schedule's space)", field="hints")
         add_hint(with_backward(given, space.split_backward))
     if first is not None:
         add_hint(first)

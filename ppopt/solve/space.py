@@ -258,13 +258,15 @@ def space_of(schedule: Schedule) -> Space:
     placement (linear, looped with v chunks, v or zigzag with W waves when the stage map is theirs,
     else ``any`` with v chunks when every device holds v of the S = v·p stages), its backward (split
     when it holds any I: a B of a mixed schedule is an I with its W right after), the order free.
-    Raises ScheduleError for a schedule no space holds (a replicated stage, devices holding unequal
-    numbers of stages)."""
+    Raises ScheduleError for a schedule no space holds (a replicated stage, uneven layer shares,
+    devices holding unequal numbers of stages)."""
     p, stages = schedule.devices, schedule.stages
     backward = "split" if schedule.split_backward else "full"
     if schedule.replicas > 1:
         raise ScheduleError(f"{schedule.name} places a stage on several devices: only the bidirectional placement does, "
                             "with the families' own schedules (chimera, dualpipe)")
+    if schedule.stage_weights is not None and len(set(schedule.stage_weights)) > 1:  # the spaces' instances split evenly
+        raise ScheduleError(f"{schedule.name} splits the layers unevenly over its stages; the relaxed spaces split them evenly")
     chunks, extra = divmod(stages, p)
     plain = Space(backward=backward)
     styles = [replace(plain, placement="linear")] if stages == p else []
