@@ -153,7 +153,8 @@ def gap_report(
             continue
         instance = spec.instance(schedule.stages, schedule.stage_weights)
         if overlap_outside_model(schedule, instance):
-            skipped[name] = "it " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share)
+            # (the error of a file's schedule alone names it: no list of skipped families is around it)
+            skipped[name] = ("it " if given is None else f"{name} ") + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share)
             continue
         semantics, unit, memory_unit = instance.memory_semantics(), instance.time_unit, instance.memory_unit
         simulation = simulate(schedule, instance.costs, instance.system)
