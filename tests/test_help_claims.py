@@ -77,3 +77,18 @@ def test_only_the_commands_with_a_space_say_the_options_fill_it_in():
         text = " ".join(run(command, "--help").output.split())
         assert ("fills in what --space leaves out" in text) == says, command
 
+
+
+def test_no_color_turns_the_grid_s_colours_off(monkeypatch):
+    """On a terminal the table's ops are coloured by kind; NO_COLOR (no-color.org) or TERM=dumb turn
+    that off (CliRunner's color=True stands for the terminal)."""
+    args = ["table", "-s", "1f1b", "-p", "2", "-m", "2"]
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert "\x1b[" in CliRunner().invoke(main, args, color=True).stdout
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = CliRunner().invoke(main, args, color=True).stdout
+    assert "\x1b[" not in plain and plain.startswith("device 0 | F0 F1 .  .  B0 -  .  B1 -")
+    monkeypatch.setenv("NO_COLOR", "")  # empty: not set, by the convention
+    monkeypatch.setenv("TERM", "dumb")
+    assert "\x1b[" not in CliRunner().invoke(main, args, color=True).stdout

@@ -121,7 +121,7 @@ def draw_spans(
     width = max((len(c) for row in rows for c in row), default=1)
     label_width = len(f"device {devices - 1}")
 
-    styles = _styles() if colour else {}
+    styles = _styles() if colour and not no_colour() else {}
 
     def paint(text: str, kind: str | None) -> str:
         if kind is None or not styles:
@@ -136,6 +136,14 @@ def draw_spans(
     if note:
         lines.append(note)
     return "\n".join(lines)
+
+
+def no_colour() -> bool:
+    """Whether the user turned colours off: the NO_COLOR environment variable set and not empty
+    (the no-color.org convention) or TERM=dumb. click already drops them when stdout is no terminal."""
+    import os
+
+    return bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"
 
 
 def _styles() -> dict[str, tuple[str, str]]:
