@@ -313,7 +313,7 @@ class Job:
             counts = self.layers
             if len(counts) != self.stages or any(not isinstance(n, int) or n < 1 for n in counts) \
                     or sum(counts) != self.model.num_layers:
-                raise ConfigError(f"needs {self.stages} positive counts summing to the model's {self.model.num_layers} "
+                raise ConfigError(f"needs {counted(self.stages, 'positive count')} summing to the model's {self.model.num_layers} "
                                   f"layers, got {','.join(map(str, counts))}", field="layers_per_stage")
         per_replica, left = divmod(self.batch, self.dp)
         if left:  # the replicas cannot share the batch, whatever the micro batch

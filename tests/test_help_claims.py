@@ -92,3 +92,8 @@ def test_no_color_turns_the_grid_s_colours_off(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "")  # empty: not set, by the convention
     monkeypatch.setenv("TERM", "dumb")
     assert "\x1b[" not in CliRunner().invoke(main, args, color=True).stdout
+
+
+def test_a_stage_split_of_the_wrong_length_is_counted_in_words():
+    result = run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--layers-per-stage", "1,2")
+    assert result.stderr == "error: --layers-per-stage: needs 1 positive count summing to the model's 32 layers, got 1,2\n"
