@@ -541,7 +541,7 @@ def test_search_leaves_its_outputs_their_time_within_the_limit(monkeypatch, stil
     still_clock("ppopt.solve.options")
     seen = []
 
-    def search(spec, space, options, minimize_memory=False):
+    def search(spec, space, options, minimize_memory=False, hints=()):
         seen.append(options.remaining_s())
         raise InfeasibleError("recorded", field="memory_limit")
 

@@ -131,14 +131,51 @@ def test_a_hint_or_a_given_schedule_outside_the_space_is_refused():
 
 def test_the_readme_example_of_a_file_prints_what_the_readme_says(tmp_path, monkeypatch):
     import shlex
+
+    csv_text, command, expected = readme_warm()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "warm.csv").write_text(csv_text)
+    result = run("gap", *shlex.split(command))
+    assert result.exit_code == 0 and result.stdout == expected
+
+
+def readme_warm() -> tuple[str, str, str]:
+    """The README's example of a file of one's own: its CSV text, the gap command's arguments and
+    their printed output."""
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     block = readme.split("$ cat warm.csv\n", 1)[1].split("```", 1)[0]
     csv_text, rest = block.split("$ ppopt gap ", 1)
     command, expected = rest.split("\n", 1)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "warm.csv").write_text(csv_text)
-    result = run("gap", *shlex.split(command))
-    assert result.exit_code == 0 and result.stdout == expected
+    return csv_text, command, expected
 
+
+WARM = readme_warm()[0]
+"""1F1B at p = 4, m = 8 with one more warm-up forward on devices 0-2: 44 slots with one-slot
+messages, peaks 5,4,3,1."""
+
+
+def test_search_improves_a_file_and_writes_the_better_schedule(tmp_path):
+    """Hinted with the file, the search of its own space finds the optimum, 43 slots under a cap of
+    5 (gap's 'best found'), and writes it: a valid schedule of 43 slots within the cap."""
+    (tmp_path / "warm.csv").write_text(WARM)
+    better = tmp_path / "better.csv"
+    result = run("search", "--schedule-file", tmp_path / "warm.csv", "--unit", "--comm", 1, "--memory-limit", 5,
+                 "--time-limit", 20, "-q", "--json", "--csv", better)
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    assert found["space"] == "placement=linear,backward=full,order=free"
+    assert {"schedule": "warm", "step_time_s": 44, "fits": True, "gap": 1 / 43} in found["handcrafted"]  # the file, a hint
+    assert found["hint_step_time_s"] <= 44 and (found["step_time_s"], found["status"]) == (43, "optimal")
+    imported = json.loads(run("import", better, "--comm", 1, "--json", "-q").stdout)
+    assert imported["table"]["length"] == 43 and max(imported["table"]["peak_activations"]) <= 5
+
+
+def test_search_refuses_a_file_outside_the_space_given(tmp_path):
+    (tmp_path / "warm.csv").write_text(WARM)
+    args = ["search", "--schedule-file", tmp_path / "warm.csv", "--unit", "--time-limit", 10, "-q"]
+    assert run(*args, "--space", "placement=v").stderr == (
+        "error: --schedule-file: warm is not a schedule of the space placement=v,backward=full,order=free; its own is "
+        "placement=linear,backward=full,order=free (leave --space out)\n")
+    assert run(*args, "--space", "fixed:1f1b").stderr.startswith("error: --space: a fixed space (fixed:1f1b) takes no hint")

@@ -34,7 +34,7 @@ from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, MAX_WORKE
 
 
 def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 1, memory_limit: bool = True,
-                   schedule_file: bool = False, spaces: bool = True):
+                   schedule_file: str | None = None, spaces: bool = True):
     """Flags every solver command shares; they reach the command as ``spec`` (an
     :class:`~ppopt.solve.instance.InstanceSpec`, memory limit included) and ``solve`` (started
     :class:`~ppopt.solve.options.SolveOptions`), besides ``options`` (the schedule options).
@@ -42,9 +42,9 @@ def solver_options(built: Callable[[dict], int] = lambda params: 1, held: int = 
     ``built(params)``: how many schedules the command builds at the least, from its own parameters,
     and ``held``: how many it holds at once (a search counting as one), for the size checks of
     :func:`_check_size`. ``memory_limit`` False hides ``--memory-limit`` from the help (a command
-    that sweeps limits itself, and refuses it). ``schedule_file``: the command also takes
-    ``--schedule-file FILE.csv`` (and ``--legacy-backward``), whose schedule reaches it as ``given``
-    (None without one) and sets -p and -m, required otherwise. ``spaces``: the command takes a
+    that sweeps limits itself, and refuses it). ``schedule_file``: the help of the command's
+    ``--schedule-file FILE.csv`` (with ``--legacy-backward``), whose schedule reaches it as ``given``
+    (None without one) and sets -p and -m, required otherwise; None: no such option. ``spaces``: the command takes a
     ``--space`` that the schedule options fill in (their help says so)."""
     return functools.partial(_with_solver_options, built=built, held=held, memory_limit=memory_limit,
                              schedule_file=schedule_file, spaces=spaces)
@@ -70,11 +70,11 @@ def _given_schedule(params: dict):
     return schedule
 
 
-def _with_solver_options(command, built: Callable[[dict], int], held: int, memory_limit: bool, schedule_file: bool,
+def _with_solver_options(command, built: Callable[[dict], int], held: int, memory_limit: bool, schedule_file: str | None,
                          spaces: bool):
     @functools.wraps(command)
     def wrapper(**params):
-        if schedule_file:
+        if schedule_file is not None:
             params["given"] = _given_schedule(params)
         spec, solve = _requests(params)
         _check_size(spec, params, solve.time_limit_s, built(params), held)
@@ -109,14 +109,13 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
         ]
     ):
         wrapper = option(wrapper)
-    if schedule_file:
+    if schedule_file is not None:
         wrapper = click.option("--legacy-backward", is_flag=True,
                                help="--schedule-file uses the old spelling: BW full backward, B input backward.")(wrapper)
         wrapper = click.option("--schedule-file", default=None,
-                               help="A PyTorch schedule CSV of your own ('-': standard input): its gap against the "
-                                    "relaxed space it belongs to, instead of the handcrafted schedules'.")(wrapper)
+                               help=f"A PyTorch schedule CSV of your own ('-': standard input): {schedule_file}")(wrapper)
     return system_options()(job_options()(unit_options()(
-        schedule_options(name=False, unit_costs=False, sizes_required=not schedule_file, spaces=spaces)(wrapper))))
+        schedule_options(name=False, unit_costs=False, sizes_required=schedule_file is None, spaces=spaces)(wrapper))))
 
 
 def _gap_builds(params: dict) -> int:
@@ -251,7 +250,8 @@ def _refuse_replicas_for_torch(space, csv_path, run_it) -> None:
 
 
 @main.command("search")
-@solver_options()
+@solver_options(schedule_file="searched with it as a hint, in the relaxed space it belongs to unless --space names another "
+                              "free one; the best found is never slower than it.")
 @click.option("--space", default="placement=linear", show_default=True, help="Search space, e.g. placement=linear,backward=split or fixed:1f1b (see README).")
 @click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid.")
 @click.option("--minimize-memory", is_flag=True, help="Then minimise the worst device's peak memory at that step time (second solve).")
@@ -260,17 +260,28 @@ def _refuse_replicas_for_torch(space, csv_path, run_it) -> None:
 @click.option("--trace", callback=output_not_named_as(".json", "a Chrome trace (JSON)", compressed=True), default=None, help="Write the schedule found, simulated, as a Chrome/Perfetto trace (.json, or .json.gz compressed).")
 @click.option("--run", "run_it", is_flag=True, help="Then run the schedule found in PyTorch's runtime on local ranks (see `ppopt run`; needs torch).")
 @json_option
-def search_command(spec, solve, options, space, grid, minimize_memory, csv_path, plot, trace, run_it, as_json):
-    """Search a space for the shortest step under a memory limit; print the schedule, bound and gap."""
+def search_command(spec, solve, options, space, grid, minimize_memory, csv_path, plot, trace, run_it, given, as_json):
+    """Search a space for the shortest step under a memory limit; print the schedule, bound and gap.
+
+    With --schedule-file, a schedule of your own is the first hint, so the schedule found (--csv,
+    --trace, --plot) is never slower than it."""
+    from ppopt.errors import ConfigError, ScheduleError
     from ppopt.report.solve import search_json, search_text
     from ppopt.solve.search import search
-    from ppopt.solve.space import parse_space
+    from ppopt.solve.space import parse_space, space_of
 
     if run_it and as_json:
-        from ppopt.errors import ConfigError
-
         raise ConfigError("prints the run's table; give --run without --json (or use --csv and `ppopt run FILE --json`)", field="run_it")
-    searched = parse_space(space, **options)
+    if given is not None and click.get_current_context().get_parameter_source("space") != click.core.ParameterSource.COMMANDLINE:
+        try:  # the file's own space
+            searched = space_of(given)
+        except ScheduleError as error:
+            raise ConfigError(error.reason, field="schedule_file") from None
+    else:
+        searched = parse_space(space, **options)
+    if given is not None and searched.fixed:
+        raise ConfigError(f"a fixed space ({searched.describe()}) takes no hint: search the file's own space (leave --space "
+                          "out) or a free one", field="space")
     _check_space_layers(spec, searched)
     _refuse_replicas_for_torch(searched, csv_path, run_it)
     if run_it:  # before the search and its outputs, not after them
@@ -292,7 +303,16 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         outputs_s = outputs_time_s(ops, bool(plot), bool(trace))
         _check_outputs_in_time(solve, ops, outputs_s, " and ".join(n for n, given in (("--plot", plot), ("--trace", trace)) if given))
         solve = solve.reserve(outputs_s)
-    result = search(spec, searched, solve, minimize_memory=minimize_memory)
+    try:
+        result = search(spec, searched, solve, minimize_memory=minimize_memory, hints=() if given is None else (given,))
+    except ConfigError as error:
+        if error.field != "hints" or given is None:
+            raise
+        try:
+            own = f"; its own is {space_of(given).describe()} (leave --space out)"
+        except ScheduleError as why:
+            own = f"; it has none: {why.reason}"
+        raise ConfigError(f"{given.name} is not a schedule of the space {searched.describe()}{own}", field="schedule_file") from None
     if as_json:
         emit_json(search_json(result) | _request_json(spec))
     else:
@@ -388,7 +408,8 @@ def _write_each_output(result, spec, csv_path, plot, trace) -> None:
 
 
 @main.command("gap")
-@solver_options(built=_gap_builds, held=2, schedule_file=True, spaces=False)  # holds a search and the schedule it simulates
+@solver_options(built=_gap_builds, held=2, spaces=False,
+                schedule_file="its gap against the relaxed space it belongs to, instead of the handcrafted schedules'.")  # holds a search and the schedule it simulates
 @click.option("--schedule", "-s", "schedules", multiple=True, shell_complete=complete_schedule_or_all,
               help="Only these schedules (repeatable), or 'all' [default: all applicable].")
 @json_option
