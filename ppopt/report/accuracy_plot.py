@@ -4,13 +4,12 @@ the diagonal and a ±10 % band. matplotlib is optional and imported only here, w
 
 from __future__ import annotations
 
-import io
 import os
 
 from ppopt.accuracy import Accuracy
 from ppopt.errors import ConfigError
 from ppopt.io import atomic_write_bytes
-from ppopt.report.plot import new_figure
+from ppopt.report.plot import figure_bytes, new_figure
 
 
 def plot_accuracy(accuracy: Accuracy, path: str | os.PathLike[str]) -> None:
@@ -36,9 +35,8 @@ def plot_accuracy(accuracy: Accuracy, path: str | os.PathLike[str]) -> None:
     axes.legend(fontsize=6, loc="upper left")
     figure.tight_layout()
     suffix = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
-    buffer = io.BytesIO()
     try:
-        figure.savefig(buffer, format=suffix, dpi=120)
+        data = figure_bytes(figure, suffix, dpi=120)
     except ValueError as error:
         raise ConfigError(f"{os.fspath(path)}: cannot write the plot ({error})") from error
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_bytes(path, data)

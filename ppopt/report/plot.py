@@ -248,14 +248,19 @@ def _legend_handles(drawn: set, secondary_label: str, messages: bool = False):
 
 
 def _save(fig, path: str | os.PathLike, fmt: str) -> Path:
+    return atomic_write_bytes(path, figure_bytes(fig, fmt, dpi=150 if fmt == "png" else None))
+
+
+def figure_bytes(fig, fmt: str, dpi: float | None = None) -> bytes:
+    """``fig`` as the bytes of a ``fmt`` file (png, svg), the same on every run: no creation date and
+    a fixed salt for the element ids in SVG (matplotlib's are random otherwise), a fixed software
+    tag in PNG. ValueError for a format matplotlib cannot write."""
+    import matplotlib
+
     buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, dpi=150 if fmt == "png" else None, metadata=_metadata(fmt))
-    return atomic_write_bytes(path, buffer.getvalue())
-
-
-def _metadata(fmt: str) -> dict:
-    # Reproducible files: no creation date in SVG, a fixed software tag in PNG.
-    return {"Date": None} if fmt == "svg" else {"Software": "ppopt"}
+    with matplotlib.rc_context({"svg.hashsalt": "ppopt"}):
+        fig.savefig(buffer, format=fmt, dpi=dpi, metadata={"Date": None} if fmt == "svg" else {"Software": "ppopt"})
+    return buffer.getvalue()
 
 
 def _figure_width(length_ops: int) -> float:

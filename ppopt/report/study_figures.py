@@ -9,7 +9,6 @@ solid, ppopt's additions dashed; each schedule keeps its colour in every figure.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -181,11 +180,11 @@ def write_figures(data: StudyData, directory: Path, dpi: int | None = None) -> l
     figure = available()
     if figure is None:
         return None
+    from ppopt.report.plot import figure_bytes
+
     written = []
     for name, caption, fig in study_figures(data, figure):
         directory.mkdir(parents=True, exist_ok=True)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=dpi or DPI, metadata={"Software": "ppopt"})
-        atomic_write_bytes(directory / name, buffer.getvalue())
+        atomic_write_bytes(directory / name, figure_bytes(fig, "png", dpi=dpi or DPI))
         written.append((caption, f"{directory.name}/{name}"))
     return written

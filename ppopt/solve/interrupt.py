@@ -55,7 +55,7 @@ def install() -> bool:
 
 def _watch(read: int) -> None:
     while data := os.read(read, 64):
-        if signal.SIGINT in data or signal.SIGTERM in data:  # SIGTERM arrives here only with a handler (sweep's)
+        if signal.SIGINT in data or signal.SIGTERM in data:  # SIGTERM arrives here only with a handler (sigterm_interrupts)
             with _lock:
                 for solver in _running:
                     solver.stop_search()
@@ -91,6 +91,16 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
         yield
     finally:  # None: a handler not set from Python, which cannot be restored; the default then
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def sigterm_interrupts() -> None:
+    """For the rest of the process, SIGTERM stops it as Ctrl-C does (:func:`sigterm_as_ctrl_c`, for
+    good): the command line's clean-up runs (a file being written is removed, not left half-written
+    beside its target), ``aborted``, exit 1. Main thread only, and only over the default action (a
+    parent that ignores SIGTERM keeps it ignored). Pools start their workers with ``spawn``, so they
+    keep the default action and their executor can still end them."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 def _raise_interrupt(signum, frame) -> None:
