@@ -506,7 +506,7 @@ def test_a_family_search_reports_the_parts_of_its_own_bound():
                  "--time-limit", 100, "--deterministic-time", 0.3, "--seed", 1, "-q", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    parts = [data["solver_bound_s"], *data["analytic_bounds_s"].values(), data["period_bound_s"] or 0.0]
+    parts = [data["solver_bound_s"] or 0.0, *data["analytic_bounds_s"].values(), data["period_bound_s"] or 0.0]
     assert max(parts) <= data["bound_s"] < data["step_time_s"]
     assert data["bound_s"] in parts
 
@@ -701,3 +701,14 @@ def test_a_time_limit_too_short_for_the_trace_is_refused_before_the_search(tmp_p
         1, f"error: --time-limit: 14 s cannot cover a search of 499,200 ops and writing --trace (about "
            f"{_rounded_up(trace_time_s(499_200))} s for it): give more, or leave --trace out\n")
     assert not trace.exists()
+
+
+def test_no_solver_bound_is_null_in_json_as_it_is_a_dash_in_text():
+    """A solve cut before CP-SAT proved anything left solver_bound_s at 0.0 in JSON (a bound of 0
+    slots) where the text said "solver -"."""
+    args = ["search", "--unit", "-p", 8, "-m", 32, "--comm", 1, "--memory-limit", 2.5, "--space", "placement=v,backward=split",
+            "--deterministic-time", 0.05, "--time-limit", 30, "-q", "--no-grid"]
+    text = run(*args)
+    assert text.exit_code == 0 and "(solver -, analytic " in text.stdout
+    data = json.loads(run(*args, "--json").stdout)
+    assert data["solver_bound_s"] is None and data["bound_s"] == max(data["analytic_bounds_s"].values())

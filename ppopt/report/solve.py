@@ -72,7 +72,7 @@ def search_json(result: SearchResult) -> dict:
         "step_time_s": _num(result.step_time),
         "bound_s": _num(result.bound),
         "gap": result.gap,
-        "solver_bound_s": _num(result.solver_bound),
+        "solver_bound_s": _num(result.solver_bound or None),  # 0: no CP-SAT bound (no solve, or none proved), as the text's "-"
         "solver_objective_s": result.solver_objective,
         "analytic_bounds_s": {
             "critical_path": result.analytic.critical_path,
