@@ -30,3 +30,20 @@ def test_no_citation_of_documents_outside_the_repository():
                 if FORBIDDEN.search(line):
                     hits.append(f"{file.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not hits, "\n".join(hits)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation but - and _ dropped, spaces as -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_s_links_within_itself_lead_to_headings_and_its_contents_list_every_section():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    headings = [line.lstrip("#").strip() for line in text.splitlines() if re.match(r"#{2,4} ", line)]
+    anchors = {_slug(h) for h in headings}
+    assert _slug("`ppopt search`: find a better schedule, and prove it optimal") in anchors  # code and commas dropped
+    links = re.findall(r"\]\(#([^)]+)\)", text)
+    assert links and [link for link in links if link not in anchors] == []
+    contents = next(line for line in text.splitlines() if line.startswith("**Contents:**"))
+    sections = [line[3:].strip() for line in text.splitlines() if line.startswith("## ")]
+    assert re.findall(r"\]\(#([^)]+)\)", contents) == [_slug(s) for s in sections]
