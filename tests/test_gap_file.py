@@ -179,3 +179,18 @@ def test_search_refuses_a_file_outside_the_space_given(tmp_path):
         "error: --schedule-file: warm is not a schedule of the space placement=v,backward=full,order=free; its own is "
         "placement=linear,backward=full,order=free (leave --space out)\n")
     assert run(*args, "--space", "fixed:1f1b").stderr.startswith("error: --space: a fixed space (fixed:1f1b) takes no hint")
+
+
+def test_frontier_places_a_file_among_the_handcrafted_schedules(tmp_path):
+    """The README's file (peak 5, 44 slots) on the frontier of its own space: dominated by the 43
+    slots proven under a limit of 5; a file outside a --space given is refused as search refuses it."""
+    (tmp_path / "warm.csv").write_text(WARM)
+    result = run("frontier", "--schedule-file", tmp_path / "warm.csv", "--unit", "--comm", 1, "--time-limit", 30, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["space"] == "placement=linear,backward=full,order=free"
+    assert {"schedule": "warm", "peak_memory": 5, "step_time_s": 44, "on_frontier": False} in data["handcrafted"]
+    [at_five] = [p for p in data["points"] if p["memory_limit"] == 5]
+    assert (at_five["step_time_s"], at_five["status"]) == (43, "optimal")
+    refused = run("frontier", "--schedule-file", tmp_path / "warm.csv", "--unit", "--space", "placement=v", "-q")
+    assert refused.stderr.startswith("error: --schedule-file: warm is not a schedule of the space placement=v")

@@ -265,23 +265,13 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
 
     With --schedule-file, a schedule of your own is the first hint, so the schedule found (--csv,
     --trace, --plot) is never slower than it."""
-    from ppopt.errors import ConfigError, ScheduleError
+    from ppopt.errors import ConfigError
     from ppopt.report.solve import search_json, search_text
     from ppopt.solve.search import search
-    from ppopt.solve.space import parse_space, space_of
 
     if run_it and as_json:
         raise ConfigError("prints the run's table; give --run without --json (or use --csv and `ppopt run FILE --json`)", field="run_it")
-    if given is not None and click.get_current_context().get_parameter_source("space") != click.core.ParameterSource.COMMANDLINE:
-        try:  # the file's own space
-            searched = space_of(given)
-        except ScheduleError as error:
-            raise ConfigError(error.reason, field="schedule_file") from None
-    else:
-        searched = parse_space(space, **options)
-    if given is not None and searched.fixed:
-        raise ConfigError(f"a fixed space ({searched.describe()}) takes no hint: search the file's own space (leave --space "
-                          "out) or a free one", field="space")
+    searched = _searched_space(space, options, given)
     _check_space_layers(spec, searched)
     _refuse_replicas_for_torch(searched, csv_path, run_it)
     if run_it:  # before the search and its outputs, not after them
@@ -303,16 +293,8 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         outputs_s = outputs_time_s(ops, bool(plot), bool(trace))
         _check_outputs_in_time(solve, ops, outputs_s, " and ".join(n for n, given in (("--plot", plot), ("--trace", trace)) if given))
         solve = solve.reserve(outputs_s)
-    try:
-        result = search(spec, searched, solve, minimize_memory=minimize_memory, hints=() if given is None else (given,))
-    except ConfigError as error:
-        if error.field != "hints" or given is None:
-            raise
-        try:
-            own = f"; its own is {space_of(given).describe()} (leave --space out)"
-        except ScheduleError as why:
-            own = f"; it has none: {why.reason}"
-        raise ConfigError(f"{given.name} is not a schedule of the space {searched.describe()}{own}", field="schedule_file") from None
+    result = _hinted(lambda: search(spec, searched, solve, minimize_memory=minimize_memory,
+                                    hints=() if given is None else (given,)), given, searched)
     if as_json:
         emit_json(search_json(result) | _request_json(spec))
     else:
@@ -326,6 +308,42 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         from ppopt.cli.run import run_found
 
         run_found(result.schedule, result.simulation.start_s)
+
+
+def _searched_space(space: str, options: dict, given):
+    """The space a search command searches: the file's own (``space_of``) unless --space was given on
+    the command line, then that one (a fixed space takes no file)."""
+    from ppopt.errors import ConfigError, ScheduleError
+    from ppopt.solve.space import parse_space, space_of
+
+    if given is not None and click.get_current_context().get_parameter_source("space") != click.core.ParameterSource.COMMANDLINE:
+        try:
+            return space_of(given)
+        except ScheduleError as error:
+            raise ConfigError(error.reason, field="schedule_file") from None
+    searched = parse_space(space, **options)
+    if given is not None and searched.fixed:
+        raise ConfigError(f"a fixed space ({searched.describe()}) takes no hint: search the file's own space (leave --space "
+                          "out) or a free one", field="space")
+    return searched
+
+
+def _hinted(call, given, searched):
+    """``call()`` (a search or a frontier hinted with ``given``), its refusal of a file outside the
+    space named as the file's, with the file's own space."""
+    from ppopt.errors import ConfigError, ScheduleError
+    from ppopt.solve.space import space_of
+
+    try:
+        return call()
+    except ConfigError as error:
+        if error.field != "hints" or given is None:
+            raise
+        try:
+            own = f"; its own is {space_of(given).describe()} (leave --space out)"
+        except ScheduleError as why:
+            own = f"; it has none: {why.reason}"
+        raise ConfigError(f"{given.name} is not a schedule of the space {searched.describe()}{own}", field="schedule_file") from None
 
 
 def _check_space_layers(spec, space) -> None:
@@ -446,28 +464,30 @@ def gap_command(spec, solve, options, schedules, given, as_json, fmt):
 
 
 @main.command("frontier")
-@solver_options(built=lambda params: 2, held=2, memory_limit=False)  # keeps the search without a limit, then one per limit
+@solver_options(built=lambda params: 2, held=2, memory_limit=False,  # keeps the search without a limit, then one per limit
+                schedule_file="placed on the frontier of the relaxed space it belongs to (unless --space names another "
+                              "free one), with the handcrafted schedules, and a hint of every search.")
 @click.option("--space", default="placement=linear", show_default=True, help="Search space (see `ppopt search`).")
 @click.option("--limits", default=None, help="Comma-separated memory limits per device: live activations in unit mode, bytes of the whole "
                    "memory such as 60GiB with a model; at most 1,000 [default: from the minimum to the largest "
                    "handcrafted peak].")
 @json_option
 @format_option
-def frontier_command(spec, solve, options, space, limits, as_json, fmt):
-    """Step time vs memory limit (the Pareto frontier), with the handcrafted schedules on it."""
+def frontier_command(spec, solve, options, space, limits, given, as_json, fmt):
+    """Step time vs memory limit (the Pareto frontier), with the handcrafted schedules (and your own,
+    --schedule-file) on it."""
     from ppopt.errors import ConfigError
     from ppopt.report.solve import frontier_json, frontier_text
     from ppopt.solve.gap import frontier
-    from ppopt.solve.space import parse_space
 
     if spec.memory_limit is not None:
         raise ConfigError("frontier sweeps memory limits itself: use --limits, not --memory-limit", field="memory_limit")
     if limits is not None and not limits.strip():
         raise ConfigError("must list at least one memory limit (leave it out for the default range)", field="limits")
     values = [parse_amount(x.strip(), spec.unit_mode, "--limits") for x in limits.split(",")] if limits else None
-    searched = parse_space(space, **options)
+    searched = _searched_space(space, options, given)
     _check_space_layers(spec, searched)
-    result = frontier(spec, searched, values, solve)
+    result = _hinted(lambda: frontier(spec, searched, values, solve, given), given, searched)
     if as_json:
         emit_json(frontier_json(result) | _request_json(spec))
     else:

@@ -277,8 +277,10 @@ def frontier(
     space: Space,
     limits: Sequence[float] | None = None,
     options: SolveOptions | None = None,
+    given: Schedule | None = None,
 ) -> Frontier:
-    """Best step time per memory limit in ``space``, with the handcrafted schedules placed on it.
+    """Best step time per memory limit in ``space``, with the handcrafted schedules placed on it
+    (and ``given``, a schedule of the user's in that space, among them: a hint of every search).
 
     ``spec``'s own memory limit is ignored: the unlimited search comes first. When it proves its
     schedule optimal, every limit at or above that schedule's peak takes it with its proof (no
@@ -305,8 +307,9 @@ def frontier(
             least, why = minimum_memory(early, space, placement_of(space, devices))
             _refuse_limits_below(limits, least, why, space, early.memory_unit)
     # the frontier lists every handcrafted schedule, so the unlimited search builds them all
+    hints = () if given is None else (given,)
     free = search(spec.with_limit(None), space,
-                  replace(options.share(1 + len(limits) if limits is not None else 2), every_hint=True))
+                  replace(options.share(1 + len(limits) if limits is not None else 2), every_hint=True), hints=hints)
     instance = spec.with_limit(None).instance(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None)
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices), free.simulation if space.fixed else None)
     if limits is not None and space.fixed:
@@ -338,7 +341,7 @@ def frontier(
             points.append(FrontierPoint(limit, NOT_SEARCHED, None, math.nan, None))
             continue
         try:
-            result = search(spec.with_limit(limit), space, options.share(1 + to_search))
+            result = search(spec.with_limit(limit), space, options.share(1 + to_search), hints=hints)
         except InfeasibleError:
             points.append(FrontierPoint(limit, "infeasible", None, math.inf, None))
             continue
