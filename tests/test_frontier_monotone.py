@@ -28,9 +28,9 @@ def test_limits_at_or_above_the_unlimited_optimum_take_it_without_a_search(monke
     limits = []
     search = gapping.search
 
-    def recorded(spec, space, options):
+    def recorded(spec, space, options, hints=()):
         limits.append(spec.memory_limit)
-        return search(spec, space, options)
+        return search(spec, space, options, hints=hints)
 
     monkeypatch.setattr(gapping, "search", recorded)
     given = [peak, peak + 1, peak + 9]
@@ -84,9 +84,9 @@ def test_a_limit_given_twice_is_one_point_and_one_share_of_the_budget(monkeypatc
     searches = []
     search = gapping.search
 
-    def recorded(spec, space, options):
+    def recorded(spec, space, options, hints=()):
         searches.append((spec.memory_limit, options.deterministic_time, options.work.spent))
-        return search(spec, space, options)
+        return search(spec, space, options, hints=hints)
 
     monkeypatch.setattr(gapping, "search", recorded)
     spec = InstanceSpec(4, 8, UnitCosts(1.0, 2.0, None, 1.0))
