@@ -71,7 +71,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ppopt.config import SystemConfig
+from ppopt.config import SystemConfig, load_system
 from ppopt.io.measured import Measured, Unmodelled
 from ppopt.io.toml_text import toml_comment, toml_value
 from ppopt.job import JobWork, Work, job_work, work_time_s
@@ -341,11 +341,12 @@ def fittable(rows: list[Measured]) -> tuple[list[Measured], list[Unmodelled]]:
     return fit, others
 
 
-def calibrate(rows: list[Measured], base: SystemConfig, restarts: int = 2, iterations: int = 600,
+def calibrate(rows: list[Measured], base: SystemConfig | str, restarts: int = 2, iterations: int = 600,
               model: str = "host-overlap", progress: Callable[[int, int], None] | None = None) -> Calibration:
     """Fit the parameters of ``MODELS[model]`` to ``rows`` by minimising the MAPE (module doc); the
-    rows' jobs are re-targeted to ``base``. ``progress(done, total)`` is called after each starting
-    point's fit, if given."""
+    rows' jobs are re-targeted to ``base`` (a system, a preset name or a file). ``progress(done, total)``
+    is called after each starting point's fit, if given."""
+    base = load_system(base)
     if not rows:
         raise ValueError("no rows to calibrate on")
     if others := fittable(rows)[1]:  # the closed form is 1F1B's: another schedule's row would be fitted wrong

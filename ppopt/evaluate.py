@@ -76,11 +76,13 @@ def memory_over(peaks: Sequence[float], capacity_bytes: float) -> MemoryOver | N
     return MemoryOver(device, float(peaks[device]), float(capacity_bytes)) if peaks[device] > capacity_bytes else None
 
 
-def schedule_costs(schedule: Schedule, model: ModelConfig, system: SystemConfig, global_batch: int | None = None,
+def schedule_costs(schedule: Schedule, model: ModelConfig | str, system: SystemConfig | str, global_batch: int | None = None,
                    parallel: Parallelism | None = None) -> Costs:
     """Per-stage costs of ``model`` cut into the schedule's stages (its stage weights, if any): the
     pipeline cost model, or with tensor/data parallelism or recomputation (``parallel``) the job
-    model's costs of one GPU of each stage (:func:`ppopt.job.job_costs`)."""
+    model's costs of one GPU of each stage (:func:`ppopt.job.job_costs`). ``model`` and ``system``
+    may be preset names or files."""
+    model, system = load_model(model), load_system(system)
     layers = partition_layers(model.num_layers, schedule.stages, schedule.stage_weights)
     parallel = parallel or Parallelism()
     costs = parallel.pipeline_costs(model, system, layers, schedule.microbatches, global_batch)

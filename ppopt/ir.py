@@ -150,6 +150,18 @@ class Schedule:
     options: Mapping[str, object] = field(default_factory=dict)
     overlapped: tuple[tuple[Op, Op], ...] = ()
 
+    def __post_init__(self) -> None:
+        """Lists given for the tuples are taken as tuples (a schedule built by hand in a notebook
+        compared unequal to the same one with tuples, and its lists were not the stage maps
+        ppopt compares with tuples): O(devices + stages), as
+        ``tuple`` of a tuple is the tuple itself."""
+        object.__setattr__(self, "placement", tuple(tuple(holders) for holders in self.placement))
+        object.__setattr__(self, "orders", tuple(tuple(order) for order in self.orders))
+        object.__setattr__(self, "replica_of", tuple(self.replica_of))
+        object.__setattr__(self, "overlapped", tuple(tuple(pair) for pair in self.overlapped))
+        if self.stage_weights is not None:
+            object.__setattr__(self, "stage_weights", tuple(self.stage_weights))
+
     def __repr__(self) -> str:
         """A short summary (the orders of a large schedule run to megabytes of text)."""
         options = "".join(f", {k}={v!r}" for k, v in self.options.items())

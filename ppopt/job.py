@@ -831,6 +831,11 @@ class JobResult:
     simulation: Simulation = field(repr=False, compare=False)
     """The pipeline's simulation; its per-device peaks include the working set (:func:`simulate_pipeline`)."""
 
+    @property
+    def fits_memory(self) -> bool:
+        """Whether the peak fits the system's memory per GPU (``ppopt job --json``'s ``fits_memory``)."""
+        return self.peak_memory_bytes <= self.job.system.memory_capacity_bytes
+
 
 def working_set_bytes(work: JobWork, held: Sequence[Sequence[int]]) -> tuple[float, ...]:
     """Per device, the transient working set on top of what it stores (``held``: each device's

@@ -56,6 +56,7 @@ Throughput
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -64,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from ppopt.config import ModelConfig, SystemConfig
+from ppopt.config import ModelConfig, SystemConfig, load_model, load_system
 from ppopt.costs import Costs, check_global_batch, layer_forward_flops, logits_forward_flops, work_time_s
 from ppopt.errors import ConfigError, InfeasibleError, require_positive_int
 from ppopt.generators import get
@@ -134,11 +135,17 @@ class PlanRequest:
     overlap_gradient_sync: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model", load_model(self.model))  # a preset name or a file, as Job takes them
+        object.__setattr__(self, "system", load_system(self.system))
+        for name in ("recompute", "schedules"):  # one name given alone, not its letters
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, (getattr(self, name),))
         require_positive_int(self.gpus, "gpus")
         check_global_batch(self.global_batch)
         limit = self.memory_limit_bytes
-        if limit is not None and not (math.isfinite(limit) and limit > 0):
-            raise ConfigError(f"must be a positive number of bytes, got {limit}", field="memory_limit_bytes")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Real)
+                                  or not (math.isfinite(limit) and limit > 0)):
+            raise ConfigError(f"must be a positive number of bytes, got {limit!r}", field="memory_limit_bytes")
         if isinstance(self.split, str) and self.split not in ("even", "balanced"):
             raise ConfigError(f"must be even, balanced or counts like 7,8,8,7, got {self.split!r}", field="layers_per_stage")
         if isinstance(self.split, tuple) and (any(n < 1 for n in self.split) or sum(self.split) != self.model.num_layers):

@@ -100,7 +100,7 @@ def fastest_fitting(run: PublishedRun, system: SystemConfig,
         if (run.global_batch // run.dp) % micro_batch:
             continue
         result = evaluate_job(run.job(system, micro_batch))
-        if result.peak_memory_bytes <= system.memory_capacity_bytes and (
+        if result.fits_memory and (
                 best is None or result.step_time_s < best.step_time_s):
             best = result
     return best

@@ -109,3 +109,57 @@ def test_a_numpy_memory_limit_is_a_number():
     assert InstanceSpec(4, 8, UnitCosts(), memory_limit=np.int64(4)).memory_limit == 4
     assert InstanceSpec(4, 8, UnitCosts(), memory_limit=np.float32(2.5)).memory_limit == 2.5
 
+
+
+def test_a_plan_takes_preset_names_and_one_schedule_given_alone():
+    from ppopt.plan import PlanRequest
+
+    request = PlanRequest("llama3-8b", "dgx-h100", gpus=8, schedules="1f1b", recompute="full")
+    assert request.model == load_model("llama3-8b") and request.system == load_system("dgx-h100")
+    assert (request.schedules, request.recompute) == (("1f1b",), ("full",))  # not the letters 1, f, 1, b
+
+
+def test_costs_and_a_calibration_take_a_system_by_name():
+    from ppopt.evaluate import schedule_costs
+
+    schedule = ppopt.generate("1f1b", 4, 8)
+    assert schedule_costs(schedule, "llama3-8b", "dgx-a100", 8) == schedule_costs(schedule, load_model("llama3-8b"),
+                                                                                   load_system("dgx-a100"), 8)
+
+
+def test_a_schedule_built_with_lists_is_the_schedule_built_with_tuples():
+    """A hand-built Schedule with lists was not the same as with tuples: space_of compared its list
+    placement with the linear map's tuples and fell back to the free placement."""
+    from ppopt.ir import Kind, Op
+    from ppopt.solve.space import space_of
+
+    orders = [[Op(0, Kind.F, 0), Op(0, Kind.B, 0)], [Op(1, Kind.F, 0), Op(1, Kind.B, 0)]]
+    listed = ppopt.Schedule("mine", 2, 1, [[0], [1]], orders)
+    assert listed == ppopt.Schedule("mine", 2, 1, ((0,), (1,)), tuple(map(tuple, orders)))
+    assert space_of(listed).placement == "linear"
+
+
+def test_search_gap_and_units_take_what_a_notebook_gives_them():
+    from ppopt.errors import ScheduleError
+    from ppopt.solve.gap import gap_report
+    from ppopt.solve.instance import InstanceSpec
+    from ppopt.solve.options import SolveOptions
+    from ppopt.solve.search import search
+    from ppopt.units import UnitCosts
+
+    spec = InstanceSpec(4, 8, UnitCosts())
+    one = ppopt.generate("1f1b", 4, 8)
+    found = search(spec, "placement=linear", SolveOptions(time_limit_s=10), hints=one)  # a space's text, one hint
+    assert found.step_time == 33 and found.status == "optimal"  # (m + p - 1)(F + B)
+    with pytest.raises(ScheduleError, match="places a stage on several devices"):  # not an empty report
+        gap_report(spec, given=ppopt.generate("chimera", 4, 8))
+    with pytest.raises(ConfigError, match=r"^units: must be a ppopt\.units\.UnitCosts, got '1,2'$"):
+        InstanceSpec(4, 8, units="1,2")
+
+
+def test_a_job_result_says_whether_it_fits_the_gpu():
+    """Llama 3 70B interleaved over t8 p4 d2 with selective recomputation peaks above an H100's 80 GB."""
+    big = evaluate_job(Job("llama3-70b", "dgx-h100", tp=8, pp=4, dp=2, schedule="interleaved-1f1b", recompute="selective"))
+    small = evaluate_job(Job("llama3-70b", "dgx-h100", tp=8, pp=4, dp=2, recompute="full"))
+    assert not big.fits_memory and big.peak_memory_bytes > 80e9
+    assert small.fits_memory and small.peak_memory_bytes <= 80e9

@@ -52,7 +52,20 @@ def searched(spec: InstanceSpec, space: Space) -> Space:
 
 @dataclass(frozen=True)
 class GapRow:
-    """One handcrafted schedule against the bound of its family space. Times in ``time_unit``."""
+    """One handcrafted schedule against the bound of its family space. Times in the report's
+    ``time_unit`` (slots or seconds), memory in its ``memory_unit`` (activations or bytes).
+
+    Attributes:
+        schedule: the schedule's name (a file's stem for a schedule of the user's).
+        space: the relaxed space of the bound (``Space.describe()``).
+        step_time: the schedule's simulated step.
+        peak_memory: its worst device's peak.
+        fits: whether that peak is within the memory limit (else no gap: it is not in the space).
+        best: the best step found in the space (None when its search was not reached).
+        bound: a lower bound on every schedule of the space (NaN when not searched).
+        gap: (step_time - bound) / bound, or None (over the limit, not searched).
+        status: the space search's: optimal, feasible, or "skipped (time limit)".
+    """
 
     schedule: str
     space: str
@@ -67,6 +80,9 @@ class GapRow:
 
 @dataclass(frozen=True)
 class GapReport:
+    """What :func:`gap_report` measured: one row per schedule, in ``time_unit`` and ``memory_unit``;
+    ``skipped`` names the schedules left out with the reason (not applicable, too large, ...)."""
+
     rows: tuple[GapRow, ...]
     searches: dict[str, SearchResult]  # per searched space: its figures only (no schedule, simulation or hints)
     skipped: dict[str, str]
@@ -108,7 +124,7 @@ def _peak(instance: Instance, simulation) -> float:
 
 def gap_report(
     spec: InstanceSpec,
-    schedule_options: dict,
+    schedule_options: dict | None = None,
     schedules: Sequence[str] | None = None,
     options: SolveOptions | None = None,
     given: Schedule | None = None,
@@ -117,14 +133,17 @@ def gap_report(
     with ``given`` (a schedule of the user's, read from a file), of that schedule alone against the
     space it is a point of (:func:`ppopt.solve.space.space_of`), searched with it as a hint.
 
-    ``schedule_options`` (chunks, waves, split) configure the handcrafted schedules. The family
+    ``schedule_options`` (chunks, waves, split; None: the defaults) configure the handcrafted schedules. The family
     spaces are searched one after another, each with an equal share of the time left of
     ``options.time_limit_s`` (the budget of the whole report); spaces not reached within it (a
     search starts only while one search's least time remains: :func:`ppopt.solve.search.too_late`)
     are reported with the status :data:`NOT_SEARCHED` and no bound.
     """
     options = (options or SolveOptions()).start()
+    schedule_options = schedule_options or {}
     devices, microbatches = spec.devices, spec.microbatches
+    if given is not None:  # a schedule no space holds is an error, not an empty report
+        space_of(given)
     if given is not None and (given.devices, given.microbatches) != (devices, microbatches):
         raise ConfigError(f"{given.name} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
                           f"m = {microbatches}", field="devices")
@@ -226,6 +245,11 @@ def _bound_met(spec: InstanceSpec, space: Space, step: float) -> float | None:
 
 @dataclass(frozen=True)
 class FrontierPoint:
+    """One memory limit of a frontier (the frontier's units): the best step found within it
+    (``step_time``, None when none was), a lower bound on every schedule within it (``bound``:
+    NaN when not searched, inf when infeasible), ``status`` (optimal, feasible, infeasible,
+    "skipped (time limit)") and the peak of the schedule found (``peak_memory``)."""
+
     memory_limit: float
     status: str
     step_time: float | None
@@ -235,6 +259,11 @@ class FrontierPoint:
 
 @dataclass(frozen=True)
 class Frontier:
+    """Step time against memory limit in ``space`` (:func:`frontier`): ``points`` by limit, and
+    ``handcrafted`` as (name, peak memory, step time, on the frontier) of every handcrafted schedule
+    of the space (and the user's, with ``given``); ``minimum`` is the least memory any schedule of
+    the space needs."""
+
     space: str
     points: tuple[FrontierPoint, ...]
     handcrafted: tuple[tuple[str, float, float, bool], ...]  # (name, peak memory, step time, on the frontier)

@@ -177,7 +177,9 @@ class InstanceSpec:
         if self.units is not None and (self.model is not None or self.system is not None):
             raise ConfigError("give either unit mode or a model and a system, not both", field="unit")
         if self.units is None and (self.model is None or self.system is None):
-            raise ConfigError("give unit mode, or both a model and a system", field="unit")
+            raise ConfigError("give unit mode (units=ppopt.units.UnitCosts()), or both a model and a system", field="unit")
+        if self.units is not None and not isinstance(self.units, UnitCosts):
+            raise ConfigError(f"must be a ppopt.units.UnitCosts, got {self.units!r}", field="units")
         limit = self.memory_limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Real)
                                   or not (math.isfinite(limit) and limit > 0)):

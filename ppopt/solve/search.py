@@ -38,7 +38,17 @@ from ppopt.solve.model import Built, Frame, build_model, rehint
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, READBACK_SHARE, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, composed, period_bound, periodic_pattern
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, block_cuts, cut_sizes, relaxation_bound, tail_bound
-from ppopt.solve.space import FAMILY_MEMBERS, Space, handcrafted_in, largest_stage_count, placement_of, size_key, stage_count, with_backward
+from ppopt.solve.space import (
+    FAMILY_MEMBERS,
+    Space,
+    handcrafted_in,
+    largest_stage_count,
+    parse_space,
+    placement_of,
+    size_key,
+    stage_count,
+    with_backward,
+)
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
 from ppopt.validation import validate, validated
 
@@ -1181,7 +1191,7 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     return replace(best, peak_memory=solver.objective_value * built.memory_step, memory_status=status)
 
 
-def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None, minimize_memory: bool = False,
+def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None = None, minimize_memory: bool = False,
            hints: Sequence[Schedule] = ()) -> SearchResult:
     """Search ``space`` for the shortest step on ``spec``'s instances (see the module docstring).
 
@@ -1190,10 +1200,15 @@ def search(spec: InstanceSpec, space: Space, options: SolveOptions | None = None
     memory among schedules no slower (in ticks) than the best found: a lexicographic objective.
     ``hints``: further schedules of the space (with its placement, :func:`ppopt.solve.space.space_of`)
     tried as hints before the handcrafted ones, so the result is never worse than the best of them.
+    ``space`` may be its text (``"placement=linear,backward=split"``, :func:`ppopt.solve.space.parse_space`).
 
     Raises InfeasibleError when the memory limit is below what any schedule of the space needs.
     """
     options = (options or SolveOptions()).start()
+    if isinstance(space, str):
+        space = parse_space(space)
+    if isinstance(hints, Schedule):  # one hint given alone
+        hints = (hints,)
     _check_size(spec, space, options.method, minimize_memory)
     if space.placement == "family" and not space.fixed:
         if minimize_memory:
