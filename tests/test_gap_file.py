@@ -4,6 +4,7 @@ backward (ppopt.solve.space.space_of), searched with it as a hint."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -178,7 +179,8 @@ def test_search_refuses_a_file_outside_the_space_given(tmp_path):
     assert run(*args, "--space", "placement=v").stderr == (
         "error: --schedule-file: warm is not a schedule of the space placement=v,backward=full,order=free; its own is "
         "placement=linear,backward=full,order=free (leave --space out)\n")
-    assert run(*args, "--space", "fixed:1f1b").stderr.startswith("error: --space: a fixed space (fixed:1f1b) takes no hint")
+    assert run(*args, "--space", "fixed:1f1b").stderr.startswith("error: --space: warm is not searched in fixed:1f1b: a fixed "
+                                                                 "space takes no hint; its own space is placement=linear")
 
 
 def test_frontier_places_a_file_among_the_handcrafted_schedules(tmp_path):
@@ -194,3 +196,61 @@ def test_frontier_places_a_file_among_the_handcrafted_schedules(tmp_path):
     assert (at_five["step_time_s"], at_five["status"]) == (43, "optimal")
     refused = run("frontier", "--schedule-file", tmp_path / "warm.csv", "--unit", "--space", "placement=v", "-q")
     assert refused.stderr.startswith("error: --schedule-file: warm is not a schedule of the space placement=v")
+
+
+def test_a_file_is_searched_only_in_a_space_it_is_a_point_of_as_it_is(tmp_path):
+    """A split-backward file in a full-backward --space was merged into another schedule (41 slots in
+    gap became 49 in frontier, and search answered 46, slower than the file); a family space left the
+    file out. Both are refused naming the file's own space; a full file in a split space stays (each
+    B as I then W is the same schedule or a faster one)."""
+    path = tmp_path / "zb.csv"
+    path.write_text(format_torch_csv(generate("zb-h1", 4, 8)))
+    for command in ("search", "frontier"):
+        refused = run(command, "--schedule-file", path, "--unit", "--space", "placement=linear", "--time-limit", 10, "-q")
+        assert refused.stderr == ("error: --space: zb is not searched in placement=linear,backward=full,order=free: a full "
+                                  "backward would merge its I and W into another schedule; its own space is "
+                                  "placement=linear,backward=split,order=free (leave --space out)\n")
+        family = run(command, "--schedule-file", path, "--unit", "--space", "placement=family", "--time-limit", 10, "-q")
+        assert "a family space searches several placements" in family.stderr
+    (tmp_path / "warm.csv").write_text(WARM)
+    split = run("search", "--schedule-file", tmp_path / "warm.csv", "--unit", "--comm", 1, "--space", "placement=linear,backward=split",
+                "--time-limit", 20, "-q", "--json")
+    assert split.exit_code == 0 and json.loads(split.stdout)["step_time_s"] <= 44
+
+
+def test_frontier_places_a_mixed_file_as_it_is(tmp_path):
+    """DualPipeV's file mixes B and I + W: its point is its own 45 slots (as gap says), not its hint's
+    41 with every B split."""
+    path = tmp_path / "dv.csv"
+    path.write_text(format_torch_csv(generate("dualpipev", 4, 8)))
+    gap = gap_json("--schedule-file", path, "--comm", 1)["schedules"][0]
+    result = run("frontier", "--schedule-file", path, "--unit", "--comm", 1, "--time-limit", 30, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    [mine] = [h for h in json.loads(result.stdout)["handcrafted"] if h["schedule"].startswith("dv")]
+    assert (mine["schedule"], mine["step_time_s"], mine["peak_memory"]) == ("dv", gap["step_time_s"], gap["peak_memory"]) == \
+        ("dv", 45, 4.5)
+
+
+def test_a_file_with_more_stages_than_the_model_has_layers_is_named_as_the_file(tmp_path):
+    path = tmp_path / "deep.csv"
+    path.write_text(format_torch_csv(generate("looped-bfs", 8, 8, chunks=8)))
+    model = ["--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", 8, "--time-limit", 10, "-q"]
+    for command in ("search", "frontier", "gap"):
+        result = run(command, "--schedule-file", path, *model)
+        assert result.exit_code == 1 and result.stderr.startswith("error: --schedule-file: "), (command, result.stderr)
+
+
+def test_a_file_with_pairs_the_system_overlaps_is_refused_by_every_command_naming_it(tmp_path):
+    """As gap skips dualpipev's family with overlap_f_b_share > 0, a file of its overlapped pairs is
+    refused by gap, search and frontier alike (search and frontier timed it as plain ops)."""
+    text = (Path(__file__).parents[1] / "configs" / "fast-slow.toml").read_text()
+    system = tmp_path / "overlap.toml"
+    system.write_text(text.replace("overlap_comm_compute = true", "overlap_comm_compute = true\noverlap_f_b_share = 1.0"))
+    path = tmp_path / "dv.csv"
+    path.write_text(format_torch_csv(generate("dualpipev", 2, 16)))
+    model = ["--model", "llama3-8b", "--system", system, "--micro-batch", 1, "--time-limit", 10, "-q"]
+    for command in ("gap", "search", "frontier"):
+        result = run(command, "--schedule-file", path, *model)
+        assert result.exit_code == 1
+        assert result.stderr.startswith("error: --schedule-file: dv runs overlapped F&B pairs, which the system's "
+                                        "overlap_f_b_share = 1 shortens"), (command, result.stderr)

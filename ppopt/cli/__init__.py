@@ -222,10 +222,11 @@ class _Cli(click.Group):
         elif _FROM_COMMAND_LINE:
             _complete_stdout()
         if _FROM_COMMAND_LINE:
-            from ppopt.solve.interrupt import install, sigterm_interrupts
+            from ppopt.solve.interrupt import install
 
-            install()  # Ctrl-C stops a running CP-SAT solve and the command (`aborted`, exit 1)
-            sigterm_interrupts()  # and so does `kill` (or `timeout`): no temporary file left behind
+            # Ctrl-C stops a running CP-SAT solve and the command (`aborted`, exit 1), and so does `kill`
+            # (or `timeout`): no file is left half-written
+            install(sigterm=True)
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
             sys.stdout.flush()

@@ -166,7 +166,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
     """Read a PyTorch schedule CSV (FILE; '-': standard input), validate it, and print its unit-slot
     table and metrics."""
     from ppopt.io.torch_csv import read_torch_csv_file
-    from ppopt.report.text import grid, table_summary
+    from ppopt.report.text import grid, no_colour, table_summary
     from ppopt.table import build_table, table_metrics
 
     phases = Phases(f"import {file}", quiet)
@@ -199,7 +199,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
             f"{schedule.name}: {counted(schedule.devices, 'device')}, {counted(schedule.stages, 'stage')}, "
             f"{counted(schedule.microbatches, 'microbatch')}, {BACKWARD_SHOWN[backward]} backward\n"
         )
-        click.echo(grid(table, colour=True))
+        click.echo(grid(table, colour=not no_colour()))
         click.echo("\n" + table_summary(metrics.length, metrics.bubble_ratio, metrics.peak_activations, schedule.devices,
                                         schedule.stages))
 

@@ -147,7 +147,7 @@ def _closed_forms_cell(forms) -> str:
 def table_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, plot, as_json, quiet) -> None:
     """Print a schedule's unit-slot table: rows are devices, columns are slots."""
     from ppopt.report.evaluation import table_json
-    from ppopt.report.text import grid, table_summary
+    from ppopt.report.text import grid, no_colour, table_summary
     from ppopt.table import build_table
 
     size_outputs_first(name, devices, microbatches, options, picture=bool(plot))
@@ -159,7 +159,7 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, u
         if as_json:
             emit_json(table_json(table))
         else:
-            click.echo(grid(table, colour=True))
+            click.echo(grid(table, colour=not no_colour()))
             click.echo("\n" + table_summary(table.length, table.bubble_ratio, table.peak_activations, table.schedule.devices,
                                             table.schedule.stages))
         if plot:

@@ -251,8 +251,10 @@ def _refuse_replicas_for_torch(space, csv_path, run_it) -> None:
 
 @main.command("search")
 @solver_options(schedule_file="searched with it as a hint, in the relaxed space it belongs to unless --space names another "
-                              "free one; the best found is never slower than it.")
-@click.option("--space", default="placement=linear", show_default=True, help="Search space, e.g. placement=linear,backward=split or fixed:1f1b (see README).")
+                              "free one; the best found is never slower than it when it fits the memory limit.")
+@click.option("--space", default="placement=linear", show_default=True,
+              help="Search space, e.g. placement=linear,backward=split or fixed:1f1b (see README); with --schedule-file, "
+                   "the file's own space unless given.")
 @click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid.")
 @click.option("--minimize-memory", is_flag=True, help="Then minimise the worst device's peak memory at that step time (second solve).")
 @click.option("--csv", "csv_path", callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None, help="Write the schedule found as a PyTorch schedule CSV.")
@@ -264,15 +266,15 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
     """Search a space for the shortest step under a memory limit; print the schedule, bound and gap.
 
     With --schedule-file, a schedule of your own is the first hint, so the schedule found (--csv,
-    --trace, --plot) is never slower than it."""
+    --trace, --plot) is never slower than it when it fits the memory limit."""
     from ppopt.errors import ConfigError
     from ppopt.report.solve import search_json, search_text
+    from ppopt.report.text import no_colour
     from ppopt.solve.search import search
 
     if run_it and as_json:
         raise ConfigError("prints the run's table; give --run without --json (or use --csv and `ppopt run FILE --json`)", field="run_it")
-    searched = _searched_space(space, options, given)
-    _check_space_layers(spec, searched)
+    searched = _searched_space(spec, space, options, given)
     _refuse_replicas_for_torch(searched, csv_path, run_it)
     if run_it:  # before the search and its outputs, not after them
         from ppopt.cli.run import check_run_before_search
@@ -299,7 +301,7 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         emit_json(search_json(result) | _request_json(spec))
     else:
         capacity = None if spec.unit_mode else spec.system.memory_capacity_bytes
-        click.echo(search_text(result, grid, colour=True, context=_simulated(spec), capacity_bytes=capacity,
+        click.echo(search_text(result, grid, colour=not no_colour(), context=_simulated(spec), capacity_bytes=capacity,
                                limit_bytes=spec.memory_limit))
     if result.schedule is not None and (csv_path or plot or trace):
         with working("search: writing the outputs", quiet=solve.progress is None):  # a trace of 500,000 ops: 12 to 15 s
@@ -310,21 +312,37 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         run_found(result.schedule, result.simulation.start_s)
 
 
-def _searched_space(space: str, options: dict, given):
-    """The space a search command searches: the file's own (``space_of``) unless --space was given on
-    the command line, then that one (a fixed space takes no file)."""
+def _searched_space(spec, space: str, options: dict, given):
+    """The space a search command searches, checked against the model's layers: the file's own
+    (``space_of``) unless --space was given on the command line, then that one. A file must be a
+    point of it as it is: a fixed or family space, or a full-backward one for a file with I and W
+    (it would be merged into another schedule), is refused naming the file's own space; so are
+    overlapped pairs the system shortens (the bounds would not hold, as gap says)."""
     from ppopt.errors import ConfigError, ScheduleError
+    from ppopt.solve.search import OVERLAP_REFUSED, overlap_outside_model
     from ppopt.solve.space import parse_space, space_of
 
-    if given is not None and click.get_current_context().get_parameter_source("space") != click.core.ParameterSource.COMMANDLINE:
+    own = None
+    if given is not None:
         try:
-            return space_of(given)
+            own = space_of(given)
         except ScheduleError as error:
             raise ConfigError(error.reason, field="schedule_file") from None
+        _check_space_layers(spec, own, field="schedule_file")  # before its instance is built
+        if overlap_outside_model(given, spec.instance(given.stages)):
+            raise ConfigError(f"{given.name} " + OVERLAP_REFUSED.format(share=spec.instance(given.stages).system.overlap_f_b_share),
+                              field="schedule_file")
+    if own is not None and click.get_current_context().get_parameter_source("space") != click.core.ParameterSource.COMMANDLINE:
+        return own
     searched = parse_space(space, **options)
-    if given is not None and searched.fixed:
-        raise ConfigError(f"a fixed space ({searched.describe()}) takes no hint: search the file's own space (leave --space "
-                          "out) or a free one", field="space")
+    if own is not None and given is not None:
+        why = ("a fixed space takes no hint" if searched.fixed else "a family space searches several placements" if
+               searched.placement == "family" else "a full backward would merge its I and W into another schedule"
+               if given.split_backward and not searched.split_backward else None)
+        if why:
+            raise ConfigError(f"{given.name} is not searched in {searched.describe()}: {why}; its own space is "
+                              f"{own.describe()} (leave --space out)", field="space")
+    _check_space_layers(spec, searched)
     return searched
 
 
@@ -346,9 +364,9 @@ def _hinted(call, given, searched):
         raise ConfigError(f"{given.name} is not a schedule of the space {searched.describe()}{own}", field="schedule_file") from None
 
 
-def _check_space_layers(spec, space) -> None:
+def _check_space_layers(spec, space, field: str = "space") -> None:
     """A modelled space with more stages than the model has layers, named before the search (the
-    instance's own error named no flag)."""
+    instance's own error named no flag), with ``field`` (the flag that set the space)."""
     from ppopt.errors import ConfigError
     from ppopt.generators import too_many_stages
     from ppopt.solve.space import stage_count
@@ -358,17 +376,17 @@ def _check_space_layers(spec, space) -> None:
     layers = spec.model.num_layers
     if space.fixed is not None:
         if (reason := too_many_stages(space.fixed, spec.devices, space.fixed_options, layers)) is not None:
-            raise ConfigError(reason, field="space")
+            raise ConfigError(reason, field=field)
         return
     if space.placement == "family":  # it skips its members with too many stages; the linear one has the fewest, p
         if spec.devices > layers:
             raise ConfigError(f"every placement of {space.describe()} has at least {spec.devices} stages on {spec.devices} "
-                              f"devices, more than the model's {layers} layers", field="space")
+                              f"devices, more than the model's {layers} layers", field=field)
         return
     stages = stage_count(space, spec.devices)
     if stages > layers:
         raise ConfigError(f"{stages} stages ({space.describe()} on {spec.devices} devices) exceed the model's {layers} "
-                          "layers", field="space")
+                          "layers", field=field)
 
 
 def _simulated(spec) -> str | None:
@@ -445,10 +463,18 @@ def gap_command(spec, solve, options, schedules, given, as_json, fmt):
         raise ConfigError("'all' stands for every schedule: give it alone", field="schedules")
     if schedules:  # each name known, and every option taken by one of them
         refuse_unused_options(schedules, options)
+    if given is not None:  # a file no space holds, or too deep for the model, named as the file
+        from ppopt.errors import ScheduleError
+        from ppopt.solve.space import space_of
+
+        try:
+            _check_space_layers(spec, space_of(given), field="schedule_file")
+        except ScheduleError as error:
+            raise ConfigError(error.reason, field="schedule_file") from None
     report = gap_report(spec, options, schedules or None, solve, given)
     if (infeasible := report.infeasible_for_all()) is not None:
         raise infeasible
-    if not report.rows and given is not None:
+    if not report.rows and given is not None:  # (an overlapped pair the system shortens)
         raise ConfigError(report.skipped[given.name], field="schedule_file")
     if not report.rows:  # every schedule skipped: an empty table would read as a result
         from ppopt.evaluate import skipped_reasons
@@ -467,7 +493,8 @@ def gap_command(spec, solve, options, schedules, given, as_json, fmt):
 @solver_options(built=lambda params: 2, held=2, memory_limit=False,  # keeps the search without a limit, then one per limit
                 schedule_file="placed on the frontier of the relaxed space it belongs to (unless --space names another "
                               "free one), with the handcrafted schedules, and a hint of every search.")
-@click.option("--space", default="placement=linear", show_default=True, help="Search space (see `ppopt search`).")
+@click.option("--space", default="placement=linear", show_default=True,
+              help="Search space (see `ppopt search`); with --schedule-file, the file's own space unless given.")
 @click.option("--limits", default=None, help="Comma-separated memory limits per device: live activations in unit mode, bytes of the whole "
                    "memory such as 60GiB with a model; at most 1,000 [default: from the minimum to the largest "
                    "handcrafted peak].")
@@ -485,8 +512,7 @@ def frontier_command(spec, solve, options, space, limits, given, as_json, fmt):
     if limits is not None and not limits.strip():
         raise ConfigError("must list at least one memory limit (leave it out for the default range)", field="limits")
     values = [parse_amount(x.strip(), spec.unit_mode, "--limits") for x in limits.split(",")] if limits else None
-    searched = _searched_space(space, options, given)
-    _check_space_layers(spec, searched)
+    searched = _searched_space(spec, space, options, given)
     result = _hinted(lambda: frontier(spec, searched, values, solve, given), given, searched)
     if as_json:
         emit_json(frontier_json(result) | _request_json(spec))

@@ -258,8 +258,9 @@ def figure_bytes(fig, fmt: str, dpi: float | None = None) -> bytes:
     import matplotlib
 
     buffer = io.BytesIO()
+    metadata = {"svg": {"Date": None}, "png": {"Software": "ppopt"}}.get(fmt.lower())  # other formats: matplotlib's own
     with matplotlib.rc_context({"svg.hashsalt": "ppopt"}):
-        fig.savefig(buffer, format=fmt, dpi=dpi, metadata={"Date": None} if fmt == "svg" else {"Software": "ppopt"})
+        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
     return buffer.getvalue()
 
 

@@ -121,7 +121,7 @@ def draw_spans(
     width = max((len(c) for row in rows for c in row), default=1)
     label_width = len(f"device {devices - 1}")
 
-    styles = _styles() if colour and not no_colour() else {}
+    styles = _styles() if colour else {}
 
     def paint(text: str, kind: str | None) -> str:
         if kind is None or not styles:
@@ -140,7 +140,8 @@ def draw_spans(
 
 def no_colour() -> bool:
     """Whether the user turned colours off: the NO_COLOR environment variable set and not empty
-    (the no-color.org convention) or TERM=dumb. click already drops them when stdout is no terminal."""
+    (the no-color.org convention) or TERM=dumb. click already drops them when stdout is no terminal;
+    the command line asks this before it asks for colours (a library caller's ``colour`` stands)."""
     import os
 
     return bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"

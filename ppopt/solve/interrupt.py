@@ -32,13 +32,21 @@ _running: set[cp_model.CpSolver] = set()
 _installed = False
 
 
-def install() -> bool:
-    """Stop running solves on SIGINT (module docstring). Only from the main thread, only where
-    SIGINT raises ``KeyboardInterrupt`` and no other wakeup pipe is set; True when in place."""
+def install(sigterm: bool = False) -> bool:
+    """Stop running solves on SIGINT (module docstring), and with ``sigterm`` make SIGTERM stop the
+    process as Ctrl-C does (:func:`sigterm_as_ctrl_c`, for good: the command line's clean-up runs, a
+    file being written is removed rather than left half-written, ``aborted``, exit 1), running solves
+    stopped too. Only from the main thread, only where no other wakeup pipe is set, and only for a
+    signal at its default (a parent that ignores SIGINT or SIGTERM keeps it ignored); True when the
+    watcher is in place. Pools start their workers with ``spawn``, so they keep the default action."""
     global _installed
     if _installed:
         return True
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    interrupts = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    terminates = sigterm and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if not (interrupts or terminates):
         return False
     read, write = os.pipe()
     os.set_blocking(write, False)
@@ -49,13 +57,15 @@ def install() -> bool:
         os.close(write)
         return False
     threading.Thread(target=_watch, args=(read,), name="ppopt-interrupt", daemon=True).start()
+    if terminates:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
     _installed = True
     return True
 
 
 def _watch(read: int) -> None:
     while data := os.read(read, 64):
-        if signal.SIGINT in data or signal.SIGTERM in data:  # SIGTERM arrives here only with a handler (sigterm_interrupts)
+        if signal.SIGINT in data or signal.SIGTERM in data:  # SIGTERM arrives here only with a handler (install's)
             with _lock:
                 for solver in _running:
                     solver.stop_search()
@@ -91,16 +101,6 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
         yield
     finally:  # None: a handler not set from Python, which cannot be restored; the default then
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-
-
-def sigterm_interrupts() -> None:
-    """For the rest of the process, SIGTERM stops it as Ctrl-C does (:func:`sigterm_as_ctrl_c`, for
-    good): the command line's clean-up runs (a file being written is removed, not left half-written
-    beside its target), ``aborted``, exit 1. Main thread only, and only over the default action (a
-    parent that ignores SIGTERM keeps it ignored). Pools start their workers with ``spawn``, so they
-    keep the default action and their executor can still end them."""
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 def _raise_interrupt(signum, frame) -> None:
