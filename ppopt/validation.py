@@ -103,6 +103,8 @@ def _check_placement(schedule: Schedule) -> None:
 def _check_devices(schedule: Schedule) -> None:
     for d, order in enumerate(schedule.orders):
         for i, op in enumerate(order):
+            if not isinstance(op, Op) or not isinstance(op.kind, Kind):  # a hand-built op of another kind than F, B, I, W
+                _fail(schedule, f"{op!r} on device {d} is not an op: build it as Op(stage, Kind.F|B|I|W, microbatch)", (d, i))
             if not (0 <= op.stage < schedule.stages and 0 <= op.microbatch < schedule.microbatches):
                 _fail(schedule, f"op {op} on device {d} names a stage or microbatch outside the schedule", (d, i))
             if schedule.device_of(op) != d:

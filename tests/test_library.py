@@ -163,3 +163,14 @@ def test_a_job_result_says_whether_it_fits_the_gpu():
     small = evaluate_job(Job("llama3-70b", "dgx-h100", tp=8, pp=4, dp=2, recompute="full"))
     assert not big.fits_memory and big.peak_memory_bytes > 80e9
     assert small.fits_memory and small.peak_memory_bytes <= 80e9
+
+
+def test_an_op_of_no_kind_is_named_as_such_not_as_a_missing_one():
+    """Op(0, "X", 0) was reported as "op 0B0 is missing"."""
+    from ppopt.ir import Kind, Op
+    from ppopt.validation import ScheduleValidationError
+
+    orders = [[Op(0, Kind.F, 0), Op(0, "X", 0)], [Op(1, Kind.F, 0), Op(1, Kind.B, 0)]]
+    with pytest.raises(ScheduleValidationError, match=r"^Op\(stage=0, kind='X', microbatch=0\) on device 0 is not an op: "
+                                                       r"build it as Op\(stage, Kind\.F\|B\|I\|W, microbatch\)"):
+        ppopt.validate(ppopt.Schedule("mine", 2, 1, [[0], [1]], orders))
