@@ -32,6 +32,11 @@ class ScheduleError(PpoptError):
     """A schedule is invalid or a generator was asked for an unsupported combination."""
 
 
+class MemoryShortError(ScheduleError):
+    """A request needs more memory than this machine has available now (:func:`ppopt.host.require_memory`):
+    not a property of the request, so a sweep leaves its point for a later run rather than recording it."""
+
+
 class InfeasibleError(PpoptError):
     """A request no schedule can satisfy (e.g. a memory limit below the minimum).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 
-from ppopt.errors import ScheduleError
+from ppopt.errors import MemoryShortError
 
 CHECKED_FROM_BYTES = 5e8
 """Requests that need less memory than this (bytes) are not checked against the machine's: every
@@ -38,7 +38,7 @@ def gb(count: float) -> str:
 
 
 def require_memory(needed_bytes: float, what: str, field: str | None = None) -> None:
-    """Raise :class:`ScheduleError` (naming ``field``) when ``what`` needs more than the memory this
+    """Raise :class:`MemoryShortError` (naming ``field``) when ``what`` needs more than the memory this
     machine has available (:func:`available_memory_bytes`): refused in one line before the work,
     rather than swapping or killed by the out-of-memory killer minutes later. Needs under
     :data:`CHECKED_FROM_BYTES`, or a machine whose memory is unknown, pass."""
@@ -46,5 +46,5 @@ def require_memory(needed_bytes: float, what: str, field: str | None = None) -> 
         return
     available = available_memory_bytes()
     if available is not None and needed_bytes > available:
-        raise ScheduleError(f"not enough memory: {what}: about {gb(needed_bytes)} needed, more than the {gb(available)} "
+        raise MemoryShortError(f"not enough memory: {what}: about {gb(needed_bytes)} needed, more than the {gb(available)} "
                             "this machine has available", field=field)

@@ -763,3 +763,25 @@ def test_solver_points_over_max_ops_are_listed_without_generating_their_schedule
     assert {i["schedule"] for i in inputs} == {"gpipe", "1f1b", "zb-h1"}
     assert all(i["skip_reason"].endswith("ops, over the [solver] max_ops of 1000") for i in inputs)
     assert {i["skip_reason"].split()[0] for i in inputs if i["schedule"] == "1f1b"} == {str(500 * 4000 * 2)}
+
+
+def test_a_point_this_machine_lacks_the_memory_for_is_left_for_a_later_run(tmp_path, monkeypatch):
+    """A point refused for lack of memory was recorded as skipped for good: a rerun on a machine with
+    more memory free never computed it. It is left missing now, with the reason, and the rerun
+    computes it."""
+    import ppopt.host as host
+
+    spec = write_spec(tmp_path, 'schedules = ["1f1b", "gpipe"]\ndevices = [2]\nmicrobatches = [4]\nmodels = ["study"]\n'
+                                'systems = ["mid-mid"]\nglobal_batch = 8\n', name="mem.toml")
+    monkeypatch.setattr(host, "CHECKED_FROM_BYTES", 0)
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: 1)
+    short = run_sweep(load_spec(spec), tmp_path / "out")
+    assert (short.points, short.computed, short.skipped, short.missing) == (2, 0, 0, 2)
+    assert len(short.deferred) == 2 and short.deferred[0].startswith("not enough memory: 1f1b with 2 devices, 4 microbatches")
+    assert not (tmp_path / "out" / "rows.jsonl").read_text()
+    said = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "cli")])
+    assert said.exit_code == 0 and "\n2 points left missing, as this machine lacks the memory for them now (not enough " \
+        "memory: " in said.stdout and said.stdout.rstrip().endswith("a rerun with more memory free computes them")
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: 10**12)
+    rerun = run_sweep(load_spec(spec), tmp_path / "out")
+    assert (rerun.computed, rerun.missing, rerun.deferred) == (2, 0, ())

@@ -92,6 +92,9 @@ def summary_text(result, needed_s: float | None = None) -> str:
         head += (f"; rows.jsonl also holds {counted(s['other_rows'], 'row')} of points outside this spec (an earlier spec's: "
                  "kept, not in rows.csv)")
     text = f"{head}; {s['wall_time_s']:.1f} s\nrows: {result.output / 'rows.csv'}"
+    if result.deferred:
+        text += (f"\n{counted(len(result.deferred), 'point')} left missing, as this machine lacks the memory for them now "
+                 f"({result.deferred[0]}); a rerun with more memory free computes them")
     if result.time_limit_reached:
         text += f"\ntime limit reached: rerun the same command to compute the {result.missing} missing"
         if needed_s:

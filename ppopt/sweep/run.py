@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppopt.errors import PpoptError, counted
+from ppopt.errors import MemoryShortError, PpoptError, counted
 from ppopt.evaluate import evaluation_seconds
 from ppopt.io import atomic_write_text, parse_data, write_json
 from ppopt.sweep.executors import RAY_SHUTDOWN_S, Executor, LocalExecutor, TimeLimitReached, starting_s, uninterrupted
@@ -80,6 +80,11 @@ def _finite(value: float | None) -> float | None:
 # --------------------------------------------------------------------------------------------------
 # One work item (runs in a worker process or a Ray task: plain data in, plain data out)
 # --------------------------------------------------------------------------------------------------
+
+
+DEFERRED = "deferred"
+"""Status of a row this machine lacked the memory for (:class:`ppopt.errors.MemoryShortError`): not
+written to rows.jsonl, so the next run computes its point again; counted as missing."""
 
 
 def run_item(item: EvalItem | GapItem) -> list[dict]:
@@ -128,6 +133,9 @@ def _run_eval(item: EvalItem) -> dict:
     try:
         result = evaluate(inputs["schedule"], inputs["devices"], inputs["microbatches"], UnitCosts(backward=inputs["backward"]),
                           item.model, item.system, inputs["global_batch"], **options)
+    except MemoryShortError as error:  # this machine's state, not the point's: left for a later run
+        row.update(status=DEFERRED, reason=" ".join(error.reason.split()))
+        return row
     except PpoptError as error:
         row.update(status="skipped", reason=" ".join(error.reason.split()))
         return row
@@ -380,13 +388,15 @@ class SweepResult:
     other_rows: int = 0
     """Rows of rows.jsonl that are no point of this spec (an earlier spec's, written to the same
     directory): kept there, and reused if a spec names their points again, but not in rows.csv."""
+    deferred: tuple[str, ...] = ()
+    """Why each point this machine lacked the memory for was left missing (:data:`DEFERRED`)."""
 
     def summary(self) -> dict:
         return {
             "output": str(self.output), "points": self.points, "computed": self.computed, "reused": self.reused,
             "skipped": self.skipped, "missing": self.missing, "wall_time_s": self.wall_time_s,
             "unreadable_lines": list(self.unreadable), "time_limit_reached": self.time_limit_reached,
-            "other_rows": self.other_rows,
+            "other_rows": self.other_rows, "deferred": len(self.deferred),
         }
 
 
@@ -498,6 +508,7 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     write_json(loaded.spec.model_dump(mode="json"), out / "spec.json", pretty=True, sort_keys=True)
 
     done = 0
+    deferred: list[str] = []  # the reasons of the rows this machine lacked the memory for
     appender = _Appender(rows_path)
     present: list[dict] = []
     left: list[EvalItem | GapItem] = []
@@ -506,7 +517,9 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     try:
         for rows in executor.map_unordered(run_item, _due(pending, stop_at, left), stop_at):
             for row in rows:
-                if row["hash"] not in existing:
+                if row["status"] == DEFERRED:
+                    deferred.append(row["reason"])
+                elif row["hash"] not in existing:
                     # a Ctrl-C or the deadline's alarm between the two left a row in rows.jsonl and not in rows.csv
                     with _signals_held(), uninterrupted():
                         appender.write(row)
@@ -538,4 +551,5 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
         # from the run's start: listing and rows.jsonl so far, the search, then rows.csv and closing
         search_s=(started - began) + longest_left + after_s if longest_left else 0.0,
         other_rows=sum(h not in order for h in existing),
+        deferred=tuple(deferred),
     )
