@@ -772,16 +772,17 @@ def test_a_point_this_machine_lacks_the_memory_for_is_left_for_a_later_run(tmp_p
     import ppopt.host as host
 
     spec = write_spec(tmp_path, 'schedules = ["1f1b", "gpipe"]\ndevices = [2]\nmicrobatches = [4]\nmodels = ["study"]\n'
-                                'systems = ["mid-mid"]\nglobal_batch = 8\n', name="mem.toml")
+                                'systems = ["mid-mid"]\nglobal_batch = 8\n\n[solver]\nschedules = ["1f1b"]\ndevices = [2]\n'
+                                'microbatches = [4]\ntime_limit_s = 10\ndeterministic_time = 1\n', name="mem.toml")
     monkeypatch.setattr(host, "CHECKED_FROM_BYTES", 0)
     monkeypatch.setattr(host, "available_memory_bytes", lambda: 1)
     short = run_sweep(load_spec(spec), tmp_path / "out")
-    assert (short.points, short.computed, short.skipped, short.missing) == (2, 0, 0, 2)
-    assert len(short.deferred) == 2 and short.deferred[0].startswith("not enough memory: 1f1b with 2 devices, 4 microbatches")
+    assert (short.points, short.computed, short.skipped, short.missing) == (3, 0, 0, 3)  # two evaluations and a gap
+    assert len(short.deferred) == 3 and all(why.startswith("not enough memory: ") for why in short.deferred)
     assert not (tmp_path / "out" / "rows.jsonl").read_text()
     said = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "cli")])
-    assert said.exit_code == 0 and "\n2 points left missing, as this machine lacks the memory for them now (not enough " \
+    assert said.exit_code == 0 and "\n3 points left missing, as this machine lacks the memory for them now (not enough " \
         "memory: " in said.stdout and said.stdout.rstrip().endswith("a rerun with more memory free computes them")
     monkeypatch.setattr(host, "available_memory_bytes", lambda: 10**12)
     rerun = run_sweep(load_spec(spec), tmp_path / "out")
-    assert (rerun.computed, rerun.missing, rerun.deferred) == (2, 0, ())
+    assert (rerun.computed, rerun.missing, rerun.deferred) == (3, 0, ())

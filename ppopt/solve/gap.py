@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ppopt.config import ModelConfig
-from ppopt.errors import ConfigError, InfeasibleError, ScheduleError
+from ppopt.errors import ConfigError, InfeasibleError, MemoryShortError, ScheduleError
 from ppopt.generators import generate, names, too_many_stages
 from ppopt.ir import Schedule
 from ppopt.simulate import simulate
@@ -167,6 +167,8 @@ def gap_report(
                 raise ScheduleError(too_many)
             else:
                 schedule, space = validate(generate(name, devices, microbatches, **schedule_options)), family_space(name, schedule_options)
+        except MemoryShortError:  # this machine's state, not the family's: the caller decides (a sweep retries later)
+            raise
         except ScheduleError as error:
             skipped[name] = error.reason
             continue

@@ -189,6 +189,10 @@ def _run_gap(item: GapItem) -> list[dict]:
         solve = SolveOptions(first["time_limit_s"], workers=1, seed=first["seed"],
                              deterministic_time=first["deterministic_time"]).start()  # started: its cuts are read below
         report = gap_report(spec, options, [i["schedule"] for i in item.inputs], solve)
+    except MemoryShortError as error:  # as an evaluation point's: left for a later run
+        for row in rows:
+            row.update(status=DEFERRED, reason=" ".join(error.reason.split()))
+        return rows
     except PpoptError as error:
         for row in rows:
             row.update(status="skipped", reason=" ".join(str(error).split()))
