@@ -177,8 +177,8 @@ def test_search_refuses_a_file_outside_the_space_given(tmp_path):
     (tmp_path / "warm.csv").write_text(WARM)
     args = ["search", "--schedule-file", tmp_path / "warm.csv", "--unit", "--time-limit", 10, "-q"]
     assert run(*args, "--space", "placement=v").stderr == (
-        "error: --schedule-file: warm is not a schedule of the space placement=v,backward=full,order=free; its own is "
-        "placement=linear,backward=full,order=free (leave --space out)\n")
+        "error: --space: warm is not searched in placement=v,backward=full,order=free: its stages or their devices differ; "
+        "its own space is placement=linear,backward=full,order=free (leave --space out)\n")
     assert run(*args, "--space", "fixed:1f1b").stderr.startswith("error: --space: warm is not searched in fixed:1f1b: a fixed "
                                                                  "space takes no hint; its own space is placement=linear")
 
@@ -195,7 +195,9 @@ def test_frontier_places_a_file_among_the_handcrafted_schedules(tmp_path):
     [at_five] = [p for p in data["points"] if p["memory_limit"] == 5]
     assert (at_five["step_time_s"], at_five["status"]) == (43, "optimal")
     refused = run("frontier", "--schedule-file", tmp_path / "warm.csv", "--unit", "--space", "placement=v", "-q")
-    assert refused.stderr.startswith("error: --schedule-file: warm is not a schedule of the space placement=v")
+    assert refused.stderr == ("error: --space: warm is not searched in placement=v,backward=full,order=free: its stages or "
+                              "their devices differ; its own space is placement=linear,backward=full,order=free (leave --space "
+                              "out)\n")
 
 
 def test_a_file_is_searched_only_in_a_space_it_is_a_point_of_as_it_is(tmp_path):

@@ -295,8 +295,7 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         outputs_s = outputs_time_s(ops, bool(plot), bool(trace))
         _check_outputs_in_time(solve, ops, outputs_s, " and ".join(n for n, given in (("--plot", plot), ("--trace", trace)) if given))
         solve = solve.reserve(outputs_s)
-    result = _hinted(lambda: search(spec, searched, solve, minimize_memory=minimize_memory,
-                                    hints=() if given is None else (given,)), given, searched)
+    result = search(spec, searched, solve, minimize_memory=minimize_memory, hints=() if given is None else (given,))
     if as_json:
         emit_json(search_json(result) | _request_json(spec))
     else:
@@ -312,56 +311,50 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         run_found(result.schedule, result.simulation.start_s)
 
 
-def _searched_space(spec, space: str, options: dict, given):
-    """The space a search command searches, checked against the model's layers: the file's own
-    (``space_of``) unless --space was given on the command line, then that one. A file must be a
-    point of it as it is: a fixed or family space, or a full-backward one for a file with I and W
-    (it would be merged into another schedule), is refused naming the file's own space; so are
-    overlapped pairs the system shortens (the bounds would not hold, as gap says)."""
+def _file_space(spec, given):
+    """The relaxed space a --schedule-file's schedule is a point of (``space_of``), refused naming the
+    file when there is none, when it has more stages than the model has layers, or when the system
+    shortens its overlapped pairs (the solver's bounds would not hold for it)."""
     from ppopt.errors import ConfigError, ScheduleError
     from ppopt.solve.search import OVERLAP_REFUSED, overlap_outside_model
-    from ppopt.solve.space import parse_space, space_of
+    from ppopt.solve.space import space_of
 
-    own = None
-    if given is not None:
-        try:
-            own = space_of(given)
-        except ScheduleError as error:
-            raise ConfigError(error.reason, field="schedule_file") from None
-        _check_space_layers(spec, own, field="schedule_file")  # before its instance is built
-        if overlap_outside_model(given, spec.instance(given.stages)):
-            raise ConfigError(f"{given.name} " + OVERLAP_REFUSED.format(share=spec.instance(given.stages).system.overlap_f_b_share),
-                              field="schedule_file")
+    try:
+        own = space_of(given)
+    except ScheduleError as error:
+        raise ConfigError(error.reason, field="schedule_file") from None
+    _check_space_layers(spec, own, field="schedule_file")  # before its instance is built
+    instance = spec.instance(given.stages)
+    if overlap_outside_model(given, instance):
+        raise ConfigError(f"{given.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="schedule_file")
+    return own
+
+
+def _searched_space(spec, space: str, options: dict, given):
+    """The space a search command searches, checked against the model's layers: a file's own
+    (:func:`_file_space`) unless --space was given on the command line, then that one, of which the
+    file must be a point as it is: a fixed or family space, another stage map, or a full-backward
+    space for a file with I and W (it would be merged into another schedule) is refused naming the
+    file's own space."""
+    from ppopt.errors import ConfigError
+    from ppopt.solve.space import parse_space, placement_of, stage_count
+
+    own = None if given is None else _file_space(spec, given)
     if own is not None and click.get_current_context().get_parameter_source("space") != click.core.ParameterSource.COMMANDLINE:
         return own
     searched = parse_space(space, **options)
-    if own is not None and given is not None:
+    if own is not None:
+        placement = None if searched.fixed or searched.placement == "family" else placement_of(searched, given.devices)
         why = ("a fixed space takes no hint" if searched.fixed else "a family space searches several placements" if
-               searched.placement == "family" else "a full backward would merge its I and W into another schedule"
+               searched.placement == "family" else "its stages or their devices differ" if
+               stage_count(searched, given.devices) != given.stages or placement not in (None, given.placement) else
+               "a full backward would merge its I and W into another schedule"
                if given.split_backward and not searched.split_backward else None)
         if why:
             raise ConfigError(f"{given.name} is not searched in {searched.describe()}: {why}; its own space is "
                               f"{own.describe()} (leave --space out)", field="space")
     _check_space_layers(spec, searched)
     return searched
-
-
-def _hinted(call, given, searched):
-    """``call()`` (a search or a frontier hinted with ``given``), its refusal of a file outside the
-    space named as the file's, with the file's own space."""
-    from ppopt.errors import ConfigError, ScheduleError
-    from ppopt.solve.space import space_of
-
-    try:
-        return call()
-    except ConfigError as error:
-        if error.field != "hints" or given is None:
-            raise
-        try:
-            own = f"; its own is {space_of(given).describe()} (leave --space out)"
-        except ScheduleError as why:
-            own = f"; it has none: {why.reason}"
-        raise ConfigError(f"{given.name} is not a schedule of the space {searched.describe()}{own}", field="schedule_file") from None
 
 
 def _check_space_layers(spec, space, field: str = "space") -> None:
@@ -463,19 +456,11 @@ def gap_command(spec, solve, options, schedules, given, as_json, fmt):
         raise ConfigError("'all' stands for every schedule: give it alone", field="schedules")
     if schedules:  # each name known, and every option taken by one of them
         refuse_unused_options(schedules, options)
-    if given is not None:  # a file no space holds, or too deep for the model, named as the file
-        from ppopt.errors import ScheduleError
-        from ppopt.solve.space import space_of
-
-        try:
-            _check_space_layers(spec, space_of(given), field="schedule_file")
-        except ScheduleError as error:
-            raise ConfigError(error.reason, field="schedule_file") from None
+    if given is not None:  # a file no space holds, too deep for the model or overlapped, named as the file
+        _file_space(spec, given)
     report = gap_report(spec, options, schedules or None, solve, given)
     if (infeasible := report.infeasible_for_all()) is not None:
         raise infeasible
-    if not report.rows and given is not None:  # (an overlapped pair the system shortens)
-        raise ConfigError(report.skipped[given.name], field="schedule_file")
     if not report.rows:  # every schedule skipped: an empty table would read as a result
         from ppopt.evaluate import skipped_reasons
 
@@ -513,7 +498,7 @@ def frontier_command(spec, solve, options, space, limits, given, as_json, fmt):
         raise ConfigError("must list at least one memory limit (leave it out for the default range)", field="limits")
     values = [parse_amount(x.strip(), spec.unit_mode, "--limits") for x in limits.split(",")] if limits else None
     searched = _searched_space(spec, space, options, given)
-    result = _hinted(lambda: frontier(spec, searched, values, solve, given), given, searched)
+    result = frontier(spec, searched, values, solve, given)
     if as_json:
         emit_json(frontier_json(result) | _request_json(spec))
     else:

@@ -142,8 +142,7 @@ def gap_report(
     options = (options or SolveOptions()).start()
     schedule_options = schedule_options or {}
     devices, microbatches = spec.devices, spec.microbatches
-    if given is not None:  # a schedule no space holds is an error, not an empty report
-        space_of(given)
+    given_space = None if given is None else space_of(given)  # no space holds it: an error, not an empty report
     if given is not None and (given.devices, given.microbatches) != (devices, microbatches):
         raise ConfigError(f"{given.name} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
                           f"m = {microbatches}", field="devices")
@@ -161,8 +160,8 @@ def gap_report(
         too_many = None if not isinstance(model, ModelConfig) or given is not None \
             else too_many_stages(name, devices, schedule_options, model.num_layers)
         try:
-            if given is not None:
-                schedule, space = given, space_of(given)
+            if given is not None and given_space is not None:
+                schedule, space = given, given_space
             elif too_many is not None:
                 raise ScheduleError(too_many)
             else:
