@@ -160,11 +160,6 @@ def _check_name(text: str) -> str:
 Name = Annotated[str, AfterValidator(_check_name)]
 
 
-def _valid_size(value: Any, field: str) -> bool:
-    """Whether ``value`` is a valid integer for the :class:`ModelConfig` size ``field``."""
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MODEL_LIMITS[field]
-
-
 def _size(field: str) -> Any:
     """The bounds of a positive integer field of :class:`ModelConfig`: at most its :data:`MODEL_LIMITS` entry."""
     return Field(gt=0, le=MODEL_LIMITS[field])

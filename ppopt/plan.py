@@ -67,7 +67,7 @@ import numpy as np
 
 from ppopt.config import ModelConfig, SystemConfig, load_model, load_system
 from ppopt.costs import Costs, check_global_batch, layer_forward_flops, logits_forward_flops, work_time_s
-from ppopt.errors import ConfigError, InfeasibleError, require_positive_int
+from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, require_positive_int
 from ppopt.generators import get
 from ppopt.ir import FREEING_KINDS, MAX_OPS, Kind
 from ppopt.job import (
@@ -151,6 +151,11 @@ class PlanRequest:
         if isinstance(self.split, tuple) and (any(n < 1 for n in self.split) or sum(self.split) != self.model.num_layers):
             raise ConfigError(f"counts must be positive and sum to the model's {self.model.num_layers} layers, got "
                               f"{','.join(map(str, self.split))}", field="layers_per_stage")
+        for name in self.schedules:  # the registry's words, as every command says them
+            try:
+                get(name)
+            except ScheduleError as error:
+                raise ConfigError(error.reason, field="schedules") from None
         for name, known in (("recompute", RECOMPUTE_MODES), ("schedules", SCHEDULES)):
             unknown = [v for v in getattr(self, name) if v not in known]
             if unknown or not getattr(self, name):

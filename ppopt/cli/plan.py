@@ -99,15 +99,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     line gives the flags).
     """
     from ppopt.config import load_model, load_system
-    from ppopt.errors import ConfigError, ScheduleError
-    from ppopt.generators import get
-
-    for name in schedules:  # the registry's words, as every command says them (a click choice listed them its own way)
-        if name != "all":
-            try:
-                get(name)
-            except ScheduleError as error:
-                raise ConfigError(error.reason, field="schedules") from None
+    from ppopt.errors import ConfigError
     from ppopt.plan import PlanRequest
     from ppopt.solve.options import SolveOptions
 

@@ -34,6 +34,7 @@ import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import get_args
 
 from pydantic import ValidationError
 
@@ -41,7 +42,7 @@ from ppopt.config import ModelConfig, SystemConfig, validation_message
 from ppopt.errors import ConfigError
 from ppopt.generators import get
 from ppopt.io import decimal_float, decimal_int, read_csv_table, require_file_name, shown, source_name
-from ppopt.job import SCHEDULES, Job, job_schedule
+from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, job_schedule
 
 MEASURED_BYTES = 256 * 2**20
 """The largest measured-data CSV read, in bytes (the shipped files are under 1 MB)."""
@@ -102,10 +103,10 @@ class OptionalColumn:
 OPTIONAL = {
     "ffn hidden size": OptionalColumn("ffn_hidden_size", "model", int, "f{}"),
     "kv heads": OptionalColumn("num_kv_heads", "model", int, "kv{}"),
-    "activation": OptionalColumn("activation", "model", ("gelu", "swiglu"), "{}"),
+    "activation": OptionalColumn("activation", "model", get_args(ModelConfig.model_fields["activation"].annotation), "{}"),
     "flash attention": OptionalColumn("flash_attention", "model", BOOLEAN, "flash"),
     "dropout": OptionalColumn("dropout", "model", BOOLEAN, "no-dropout"),
-    "recompute": OptionalColumn("recompute", "job", ("none", "selective", "full")),
+    "recompute": OptionalColumn("recompute", "job", RECOMPUTE_MODES),
     "schedule": OptionalColumn("schedule", "job", tuple(SCHEDULES)),
     "chunks": OptionalColumn("chunks", "job", int),
     "sequence parallel": OptionalColumn("sequence_parallel", "job", BOOLEAN),

@@ -192,7 +192,7 @@ class _Builder:
         total a device could ever hold when None), as integers in one memory unit (see
         :func:`_memory_scale`)."""
         sizes, persistent = self.instance.memory_counts()
-        most = sum(persistent) + self.m * sum(sizes)
+        most = self.instance.most_held
         scaled, capacity = _memory_scale(sizes + persistent, most if limit is None else min(limit, most))
         return scaled[: self.stages], scaled[self.stages :], capacity
 
