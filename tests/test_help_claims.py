@@ -41,6 +41,12 @@ def test_gap_takes_all_as_evaluate_and_plan_do():
     assert (mixed.exit_code, mixed.stderr) == (1, "error: --schedule: 'all' stands for every schedule: give it alone\n")
 
 
+def test_plan_refuses_a_name_beside_all_rather_than_dropping_it():
+    """plan -s all -s zb-h7 planned every family and said nothing of the misspelt name."""
+    mixed = run("plan", "--model", "llama3-8b", "--system", "dgx-a100", "--gpus", 8, "--search", 0, "-s", "all", "-s", "zb-h7")
+    assert (mixed.exit_code, mixed.stderr) == (1, "error: --schedule: 'all' stands for every schedule: give it alone\n")
+
+
 def test_job_takes_the_stage_splits_plan_names():
     """even is job's default (the remainder on the first stages); balanced is plan's balanced split of
     the job: Llama 3 8B on 4 stages of a DGX A100 puts a layer less on the last stage, which carries

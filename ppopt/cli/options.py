@@ -298,6 +298,13 @@ def note_runtime_problem(schedule, file: str) -> None:
         click.echo(f"note: {file}: {problem} (`ppopt run` and `export --format torch-csv` refuse it)", err=True)
 
 
+def refuse_all_with_others(schedules: tuple[str, ...]) -> None:
+    """'all' in a repeatable --schedule stands for every family: a name beside it is refused, not
+    dropped (gap, plan)."""
+    if "all" in schedules and len(schedules) > 1:
+        raise ConfigError("'all' stands for every schedule: give it alone", field="schedules")
+
+
 def check_inputs(name: str | None, schedule_file: str | None, legacy_backward: bool) -> None:
     """Exactly one of --schedule and --schedule-file; --legacy-backward only with a file."""
     if (name is None) == (schedule_file is None):

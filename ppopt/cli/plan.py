@@ -22,6 +22,7 @@ from ppopt.cli.options import (
     output_not_named_as,
     parse_amount,
     quiet_option,
+    refuse_all_with_others,
     say_whether_reproducible,
     written_together,
 )
@@ -115,6 +116,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
         raise ConfigError(f"must be 0 or more, got {search_top}", field="search_top")
     if jobs < 1:  # worded as sweep and study (ppopt.sweep.executors) word it
         raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
+    refuse_all_with_others(schedules)
     limit = parse_amount(memory_limit, unit_mode=False)
     split = _parse_split(layers_per_stage)
     system_config = load_system(system)
@@ -123,7 +125,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
                    f"{system_config.memory_capacity_bytes / 1e9:.12g} GB "
                    "per GPU: jobs ranked above that would not fit its GPUs (`ppopt job` says so)", err=True)
     common = dict(memory_limit_bytes=limit, split=split, recompute=recompute or ("none", "selective", "full"),
-                  schedules=SCHEDULES if "all" in schedules else schedules or DEFAULT_SCHEDULES, micro_batches=micro_batches or None,
+                  schedules=SCHEDULES if schedules == ("all",) else schedules or DEFAULT_SCHEDULES, micro_batches=micro_batches or None,
                   overlap_gradient_sync=overlap_grad_sync)
     if torch_csv:  # none can be written: refused now, not after the plan
         from ppopt.generators import REGISTRY

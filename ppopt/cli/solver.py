@@ -19,6 +19,7 @@ from ppopt.cli.options import (
     output_not_named_as,
     parse_amount,
     quiet_option,
+    refuse_all_with_others,
     refuse_other_modes_flags,
     refuse_unused_options,
     refuse_with_preset,
@@ -450,10 +451,9 @@ def gap_command(spec, solve, options, schedules, given, as_json, fmt):
     from ppopt.report.solve import gap_json, gap_text
     from ppopt.solve.gap import gap_report
 
+    refuse_all_with_others(schedules)
     if schedules == ("all",):  # as evaluate and plan take it: every family, the default
         schedules = ()
-    elif "all" in schedules:
-        raise ConfigError("'all' stands for every schedule: give it alone", field="schedules")
     if schedules:  # each name known, and every option taken by one of them
         refuse_unused_options(schedules, options)
     if given is not None:  # a file no space holds, too deep for the model or overlapped, named as the file
