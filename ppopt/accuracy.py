@@ -104,18 +104,22 @@ class Accuracy:
 
     @property
     def mape(self) -> float:
+        """Mean absolute relative error, a fraction (0.07 is 7 %); NaN without rows."""
         return float(self._abs().mean()) if self.rows else float("nan")
 
     @property
     def median(self) -> float:
+        """Median absolute relative error, a fraction; NaN without rows."""
         return float(np.median(self._abs())) if self.rows else float("nan")
 
     @property
     def p95(self) -> float:
+        """95th percentile of the absolute relative errors, a fraction; NaN without rows."""
         return float(np.percentile(self._abs(), 95)) if self.rows else float("nan")
 
     @property
     def worst(self) -> RowResult | None:
+        """The row of the largest absolute error; None without rows."""
         return max(self.rows, key=lambda r: abs(r.error), default=None)
 
     def summary(self) -> dict:

@@ -43,8 +43,9 @@ The objective is the mean absolute percentage error (MAPE) over the given rows. 
 which every term is linear in the parameters (the fitted system is written with
 ``op_time_rule = "additive"``), and the 1F1B step is taken in closed form,
 ``Σ_s (F_s + B_s) + (m - 1)·max_s (F_s + B_s) + 2·Σ messages`` plus the gradient all-reduce,
-optimizer step (Narayanan et al. 2021, Section 2.2: 1F1B's bubble is (p-1) stage
-times; the slowest stage sets the steady state). It equals the pipeline simulator's 1F1B only
+optimizer step (Narayanan et al. 2021, Section 2.2.1, give 1F1B's bubble as (p-1) stage
+times for equal stages; the max over unequal stages, the slowest setting the steady state, is
+ppopt's extension, checked against the simulator by tests/test_measured.py). It equals the pipeline simulator's 1F1B only
 when messages take no time: in the steady state each forward-backward pair also waits for a
 message round trip, which the closed form leaves out. On the measured rows a message is a small
 fraction of a stage, and the closed form stays within 4 % of the simulator (a test checks it);

@@ -209,7 +209,7 @@ COMPUTED_DEFAULTS = {"name": "the file's name without its suffix", "ffn_hidden_s
 
 
 class ModelConfig(_Strict):
-    """A decoder-only transformer trained with pipeline parallelism only.
+    """A decoder-only transformer (its layers, widths, sequence and batch; the parallel layout is the job's, :mod:`ppopt.job`).
 
     ``hidden_size`` need not be a multiple of ``num_attention_heads``: the study model of Barley et
     al. (hidden 4096, 80 heads) is not, and none of the cost formulas needs an integral head size;

@@ -25,11 +25,11 @@ Backward split (I = input gradient, W = weight gradient)
 
         I_layer = 2·b·s·P_lin + 8·b·s²·h,   W_layer = 2·b·s·P_lin,   B = I + W = 2·F exactly.
 
-    (Zero Bubble's working assumption T_F ≈ T_B ≈ T_W, Qi et al., "Zero Bubble Pipeline Parallelism",
+    (Zero Bubble's working assumption T_F ≈ T_B ≈ T_W, Qi et al., "Zero Bubble (Almost) Pipeline Parallelism",
     ICLR 2024, Section 2, is this split with the attention core ignored.)
 
 Activation bytes stored per block per microbatch (no recomputation, no tensor/sequence parallelism)
-    Korthikanti et al. 2022 count, for fp16 and 1-byte dropout masks, s·b·h·(34 + 5·a·s/h). We keep
+    Korthikanti et al. 2022 (Section 4.1, Eq. 1) count, for fp16 and 1-byte dropout masks, s·b·h·(34 + 5·a·s/h). We keep
     their item list and let e, r, f and the MLP type vary:
 
     * attention: input of QKV (e·sbh), Q (e·sbh), K (e·r·sbh), V (e·r·sbh), softmax output (e·as²b),
@@ -303,7 +303,7 @@ def layer_params_per_rank(model: ModelConfig, tp: int) -> float:
 def layer_forward_flops(model: ModelConfig, batch: int) -> float:
     """Forward FLOPs of one block for ``batch`` sequences: 2·b·s·P_lin + 4·b·s²·h.
 
-    Equals 24·b·s·h² + 4·b·s²·h for plain GPT (Narayanan et al. 2021).
+    Equals 24·b·s·h² + 4·b·s²·h for plain GPT (Narayanan et al. 2021, SC'21, Section 5.1).
     """
     linear = 2 * batch * model.seq_length * layer_linear_params(model)
     return float(linear) + layer_attention_core_flops(model, batch)
@@ -316,14 +316,15 @@ def layer_attention_core_flops(model: ModelConfig, batch: int) -> float:
 
 
 def logits_forward_flops(model: ModelConfig, batch: int) -> float:
-    """Forward FLOPs of the output projection: 2·b·s·h·V."""
+    """Forward FLOPs of the output projection: 2·b·s·h·V (the logit term of the step FLOPs of Narayanan
+    et al. 2021, SC'21, Section 5.1)."""
     return float(2 * batch * model.seq_length * model.hidden_size * model.vocab_size)
 
 
 def activation_bytes_per_layer(model: ModelConfig, batch: int) -> float:
     """Bytes one block stores per microbatch of ``batch`` sequences (see module doc).
 
-    For fp16, MHA, GELU, f = 4h: s·b·h·(34 + 5·a·s/h) (Korthikanti et al. 2022); with
+    For fp16, MHA, GELU, f = 4h: s·b·h·(34 + 5·a·s/h) (Korthikanti et al. 2022, Section 4.1, Eq. 1); with
     ``model.flash_attention`` the a·s² score terms are not stored: s·b·h·34.
     """
     return sum(_activation_parts(model, batch))
@@ -339,7 +340,8 @@ def _score_bytes_per_element(model: ModelConfig) -> int:
 def _activation_parts(model: ModelConfig, batch: int) -> tuple[float, float, float]:
     """The items of :func:`activation_bytes_per_layer`, grouped by how tensor parallelism splits them.
 
-    Returns (replicated, split, scores) bytes for t = 1 (Korthikanti et al. 2022, Section 4.2.2):
+    Returns (replicated, split, scores) bytes for t = 1 (Korthikanti et al. 2022, Section 4.2.1 for the
+    split by tensor parallelism, Section 4.2.2 for the part sequence parallelism splits too):
 
     * replicated across the t ranks without sequence parallelism: the inputs of QKV and of the MLP
       (e·sbh each), the two layer-norm inputs (2·e·sbh) and the two dropout masks (2·sbh; none
@@ -642,7 +644,8 @@ def link_between(system: SystemConfig, device_a: int, device_b: int) -> LinkConf
 
 
 def transfer_time_s(num_bytes: float, link: LinkConfig) -> float:
-    """Hockney time of one message: ``bytes / bandwidth + latency``. A zero-byte message costs 0."""
+    """Hockney time of one message, seconds: ``bytes / bandwidth + latency`` (bytes, bytes per second,
+    seconds; slots with the unit mode's links). A zero-byte message costs 0."""
     if num_bytes < 0:
         raise ValueError(f"negative message size {num_bytes}")
     if num_bytes == 0:
@@ -655,7 +658,7 @@ def allreduce_time_s(num_bytes: float, link: LinkConfig, participants: int = 2) 
 
     ``2(n-1)/n · bytes / bandwidth + 2(n-1) · latency`` (reduce-scatter then all-gather, each
     n-1 steps of bytes/n; Patarasuk and Yuan 2009, "Bandwidth optimal all-reduce algorithms for
-    clusters of workstations"), seconds. For 2 participants: bytes / bandwidth + 2 · latency. One participant
+    clusters of workstations", J. Parallel Distrib. Comput. 69(2)), seconds. For 2 participants: bytes / bandwidth + 2 · latency. One participant
     or zero bytes costs 0.
     """
     if num_bytes < 0:

@@ -64,6 +64,7 @@ class MemoryOver:
 
     @property
     def excess_bytes(self) -> float:
+        """Bytes of the peak above the capacity (positive when over)."""
         return self.peak_bytes - self.capacity_bytes
 
 
@@ -259,10 +260,16 @@ class Ranking:
     flips: tuple[str, ...]
 
 
-def _ranks(values: dict[str, float]) -> dict[str, int]:
-    """Competition ranking ("1, 2, 2, 4"): equal values share a rank."""
+TIE = 1e-9
+"""Relative tolerance under which two metrics rank equal (a nanosecond in a second: float noise,
+never a difference between schedules)."""
+
+
+def competition_ranks(values: dict[str, float]) -> dict[str, int]:
+    """Competition ranking ("1, 2, 2, 4", smallest first): values within a relative :data:`TIE`
+    share a rank."""
     ordered = sorted(values.values())
-    return {name: 1 + sum(v < value - 1e-12 * max(1.0, abs(value)) for v in ordered) for name, value in values.items()}
+    return {name: 1 + sum(v < value - TIE * max(1.0, abs(value)) for v in ordered) for name, value in values.items()}
 
 
 def rank_layers(results: list[Evaluation]) -> Ranking:
@@ -272,9 +279,9 @@ def rank_layers(results: list[Evaluation]) -> Ranking:
     state, and they do not depend on the unit model. Closed forms outside their range
     (:attr:`ppopt.formula.Formula.outside`) and families without any are not ranked in the formula layer.
     """
-    formula_ranks = _ranks({r.schedule: r.formula.bubble_ratio for r in results if r.formula is not None and r.formula.valid})
-    table_ranks = _ranks({r.schedule: r.table.bubble_ratio for r in results})
-    sim_ranks = _ranks({r.schedule: r.simulation.step_time_s for r in results if r.simulation is not None})
+    formula_ranks = competition_ranks({r.schedule: r.formula.bubble_ratio for r in results if r.formula is not None and r.formula.valid})
+    table_ranks = competition_ranks({r.schedule: r.table.bubble_ratio for r in results})
+    sim_ranks = competition_ranks({r.schedule: r.simulation.step_time_s for r in results if r.simulation is not None})
     flips = tuple(
         r.schedule for r in results
         if len({formula_ranks.get(r.schedule, table_ranks[r.schedule]), table_ranks[r.schedule],

@@ -170,6 +170,7 @@ class Schedule:
 
     @property
     def stages(self) -> int:
+        """S, the number of pipeline stages (one per entry of the placement)."""
         return len(self.placement)
 
     @property
@@ -186,6 +187,7 @@ class Schedule:
         return holders[replica]
 
     def ops(self) -> Iterator[Op]:
+        """Every op, device 0's order first, each device's in its order."""
         for order in self.orders:
             yield from order
 

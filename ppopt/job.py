@@ -105,7 +105,7 @@ Data parallelism and the optimizer
     on every rank (:func:`ppopt.costs.layer_params_per_rank`). Persistent bytes per GPU:
     ``param_count`` times ``bytes_per_param_state`` (16 for mixed-precision Adam), or, with the
     distributed optimizer, ``2e + (bytes_per_param_state - 2e)/d`` (Rajbhandari et al. 2020, "ZeRO",
-    stage 1).
+    SC'20, Section 5.1: optimizer state partitioning).
 
     By default the all-reduce starts after the pipeline (no gradient bucketing, as in the measured
     runs). With ``overlap_gradient_sync`` it is bucketed and overlapped with the backward of the
@@ -526,7 +526,7 @@ def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, sy
 
     ``2(n-1)/n · bytes`` over the slowest link of the ring plus ``2(n-1)`` link latencies
     (Patarasuk and Yuan 2009, "Bandwidth optimal all-reduce algorithms for clusters of
-    workstations"). The ring crosses nodes iff span > devices_per_node (placement in the module
+    workstations", J. Parallel Distrib. Comput. 69(2)). The ring crosses nodes iff span > devices_per_node (placement in the module
     doc). Then its inter-node hops carry the volume over the network links of its k members on a
     node: the collective library splits the data over several rings (channels) and lays them over
     the NICs of the node's members, so the group gets k times a device's link with one NIC per

@@ -23,7 +23,7 @@ The space (:func:`layouts`, :func:`enumerate_jobs`)
     * Megatron switches that the job model shows never to cost time are on: sequence parallelism
       when t > 1 (same communication volume, activations split by t: Korthikanti et al. 2022,
       Section 4.2.2) and the distributed optimizer when d > 1 (same gradient traffic, state split by
-      d: Rajbhandari et al. 2020, "ZeRO", stage 1).
+      d: Rajbhandari et al. 2020, "ZeRO", SC'20, Section 5.1).
 
 Memory (:func:`memory_of`)
     The per-GPU peak of device k is the persistent state of every stage it holds (each Chimera

@@ -246,7 +246,7 @@ class Simulation:
     """
 
     step_time_s: float
-    """From the first op's start to the last op's (or optimizer step's) end."""
+    """From 0 to the end of the last op, gradient all-reduce or optimizer step."""
     idle_ratio: float
     """1 − Σ busy_s / (devices · step_time_s)."""
     busy_s: tuple[float, ...]

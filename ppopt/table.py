@@ -139,7 +139,7 @@ class Table:
     start_ticks: list[int]
 
     def __repr__(self) -> str:
-        """A short summary: the schedule, the length and the bubble (slots)."""
+        """A short summary: the schedule, the length (slots) and the bubble ratio (idle / total)."""
         return f"Table({self.schedule!r}, length={self.length}, bubble_ratio={self.bubble_ratio:.4f})"
 
     @property
@@ -209,10 +209,12 @@ class Table:
         return list(zip([flat.ops[i] for i in ids], [flat.dev[i] for i in ids], self._all_slots(start), self._all_slots(end)))
 
     def end(self, op: Op) -> int | float:
+        """The slot at which ``op`` ends (its start plus its duration, slots)."""
         return self.start[op] + self.durations[op.kind]
 
     @cached_property
     def length_ticks(self) -> int:
+        """:attr:`length` in ticks (``tick`` slots each), an exact integer."""
         ticks, kinds = self.ticks, self.flat.kind
         return max(map(add, self.start_ticks, map(ticks.__getitem__, kinds)), default=0)  # map: no per-op bytecode
 
@@ -231,12 +233,16 @@ class Table:
 
     @property
     def bubble_ratio(self) -> float:
+        """Idle over total device time, 1 - Σ busy / (devices · length), dimensionless; idle before a
+        device's first op and after its last counts (README, Conventions)."""
         total = self.schedule.devices * self.length_ticks
         busy = sum(self._busy_ticks(d) for d in range(self.schedule.devices))
         return float(1 - Fraction(busy, total)) if total else 0.0
 
     @cached_property
     def peak_activations(self) -> tuple[int, ...]:
+        """Per device, the most activations live at once (an activation lives from its F to its B,
+        or W when split), counted in stage activations of one microbatch."""
         return tuple(int(x) for x in peak_per_device(self.flat, [1] * self.schedule.stages))
 
     def cells(self) -> list[list[Op | None]]:
@@ -311,4 +317,5 @@ class TableMetrics:
 
 
 def table_metrics(table: Table) -> TableMetrics:
+    """The table layer's figures of ``table``: length (slots), bubble ratio, peak activations."""
     return TableMetrics(table.length, table.bubble_ratio, table.peak_activations)

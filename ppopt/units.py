@@ -4,7 +4,7 @@ A *slot* is the unit every duration here is given in; at the default ``forward =
 time of one forward pass of a 1/p share of the model (p = devices). A full backward
 B lasts ``backward`` slots, split into a weight-gradient part W of ``weight`` slots (default B/2) and
 an input-gradient part I of ``backward - weight``. The default B = 2 (so I = W = F = 1) is the
-convention of Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024, §2), where B = I + W and
+convention of Qi et al., "Zero Bubble (Almost) Pipeline Parallelism" (ICLR 2024, §2), where B = I + W and
 F, I, W take equal time. A point-to-point message between devices takes ``comm`` slots.
 
 A schedule with S stages on p devices cuts the model into S chunks, so a chunk op lasts ``p/S`` of

@@ -259,10 +259,12 @@ REGISTRY: dict[str, Family] = {
 }
 
 def names() -> list[str]:
+    """The registered family names, in the registry's order (`ppopt list`)."""
     return list(REGISTRY)
 
 
 def get(name: str) -> Family:
+    """The family registered as ``name``; a ScheduleError naming the known ones otherwise."""
     try:
         return REGISTRY[name]
     except KeyError:

@@ -31,7 +31,8 @@ full B (not split into I and W).
 What the table layer makes of it (F = B = 1; pinned in tests/test_chimera.py):
 
 - m = p: length 3p-2 and bubble (p-2)/(3p-2), exactly the closed form; peaks p/2+1+min(r, p-1-r).
-  At p = 4 the earliest-start table differs from the reference grid only in two forwards that
+  At p = 4 the earliest-start table differs from the paper's p = m = 4 grid (Li & Hoefler, Section 3.1;
+  written out in tests/test_chimera.py) only in two forwards that
   start one slot earlier (rank 0's 0F1 and rank 3's 0F3, slot 2 -> 1); metrics are identical.
 - m > p: the units do not overlap at all (each device finishes unit k before it starts unit k+1),
   so the length is (m/p)(3p-2) and the bubble stays (p-2)/(3p-2), above the closed form, which
@@ -125,7 +126,7 @@ def chimera_formula(devices: int, microbatches: int, backward: int = 1):
     interleaving* of basic units for m > p (no extra idle between units); a table built by direct
     concatenation is worse for m > p (see tests/test_chimera.py). Length: each device is busy
     m(1+b) slots, so length = m(1+b) / (1 - bubble) = (1+b)(m + (p-2)/2) (10 at p = m = 4, b = 1,
-    as in the reference grid). Peak live activations on rank r: p/2 + 1 + min(r, p-1-r). Two weight
+    as in the paper's p = m = 4 grid, Section 3.1). Peak live activations on rank r: p/2 + 1 + min(r, p-1-r). Two weight
     copies (two stages) per device.
     """
     from ppopt.formula import Formula

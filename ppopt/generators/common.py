@@ -21,11 +21,14 @@ def require_positive(devices: int, microbatches: int) -> None:
 
 
 def require_even_devices(name: str, devices: int) -> None:
+    """ScheduleError (field ``devices``) unless ``devices`` is even, as family ``name`` needs."""
     if devices % 2:
         raise ScheduleError(f"{name} needs an even number of devices, got {devices}", field="devices")
 
 
 def require_multiple(name: str, microbatches: int, of: int, what: str) -> None:
+    """ScheduleError (field ``microbatches``) unless ``microbatches`` is a multiple of ``of`` (``what``
+    says what it counts)."""
     if microbatches % of:
         raise ScheduleError(f"{name} needs microbatches to be a multiple of {what} ({of}), got {microbatches}", field="microbatches")
 

@@ -31,7 +31,8 @@ length (1+B)(v·m + p - 1) and peak live chunk activations min(v·m, (v-1)·p + 
 device r for v >= 2, exactly the closed forms of :func:`interleaved_1f1b_formula`. Only the order
 matters for the peak (an activation lives from its F to its B on the same device), and it is the
 warm-up count plus one. On device 0 that is v·p + p - 1 chunks = p·(1 + (p-1)/(p·v)) stage-sized
-activations, the count Korthikanti et al. 2022 give for the interleaved schedule's first stage.
+activations, the count Korthikanti et al. 2022 give for the interleaved schedule's first stage
+(Section 4.2.3).
 """
 
 from __future__ import annotations
@@ -99,5 +100,5 @@ def interleaved_1f1b_formula(devices: int, microbatches: int, backward: int = 1,
         length=(1 + backward) * (v * m + p - 1),
         peak_activations=peaks,
         weight_copies=(1,) * p,
-        source="Narayanan et al. 2021 (Megatron-LM interleaved 1F1B); peak: Korthikanti et al. 2022",
+        source="Narayanan et al. 2021 (Megatron-LM interleaved 1F1B); peak: Korthikanti et al. 2022, Section 4.2.3",
     )

@@ -2,7 +2,8 @@
 
 - GPipe (Huang et al. 2019): every device runs all forwards, then all backwards.
 - 1F1B / PipeDream-Flush (Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML
-  2021, Section 3; bubble (p - 1)/m: Narayanan et al., SC 2021, Section 2.2.1): device r runs min(p - r - 1, m) warm-up forwards,
+  2021, Section 3; bubble (p - 1)/m of the ideal time, (p - 1)/(m + p - 1) of the
+  total as ppopt counts it: Narayanan et al., SC 2021, Section 2.2.1): device r runs min(p - r - 1, m) warm-up forwards,
   then alternates one forward and one backward, then drains the remaining backwards.
 """
 
@@ -16,6 +17,7 @@ from ppopt.placement import linear_placement
 
 
 def gpipe(devices: int, microbatches: int) -> Schedule:
+    """GPipe: stage r on device r, every forward in microbatch order, then every backward."""
     require_positive(devices, microbatches)
     orders = tuple(
         tuple(Op(r, Kind.F, m) for m in range(microbatches)) + tuple(Op(r, Kind.B, m) for m in range(microbatches))
@@ -35,6 +37,7 @@ def one_f_one_b_order(stage: int, warmup: int, microbatches: int, backward: Kind
 
 
 def one_f_one_b(devices: int, microbatches: int) -> Schedule:
+    """1F1B: stage r on device r, p - r - 1 warm-up forwards, then :func:`one_f_one_b_order`."""
     require_positive(devices, microbatches)
     orders = tuple(one_f_one_b_order(r, devices - r - 1, microbatches) for r in range(devices))
     return Schedule("1f1b", devices, microbatches, linear_placement(devices, devices), orders)

@@ -6,7 +6,8 @@ fixed offsets) every interval, and shows that the block's lifespan sets the peak
 Its V-shape blocks place stages r and 2p-1-r on device r (:func:`ppopt.placement.v_placement`) and
 split each backward into I and W. V-Min is the block of the shortest lifespan: every op as soon as
 its predecessor in the block allows, which the paper states needs about 1/3 of 1F1B's activation
-memory: "(p+4)//3" microbatches against 1F1B's p (the authors' summary table), "1/3 with comparable
+memory: "(p+4)//3" microbatches against 1F1B's p (the authors' summary table, in the paper's companion Hugging Face space
+sail/pipeline-parallelism-with-controllable-memory), "1/3 with comparable
 throughput" (abstract).
 
 Our construction (own code from that rule; F = I = W = 1 slot per chunk op, so one microbatch is six

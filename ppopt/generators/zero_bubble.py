@@ -1,5 +1,5 @@
-"""Zero-bubble schedules (Qi, Wan, Huang, Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024;
-sail-sg/zero-bubble-pipeline-parallelism). Backward is split into I (gradient for the input, sent
+"""Zero-bubble schedules (Qi, Wan, Huang, Lin, "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024;
+the authors' repository github.com/sail-sg/zero-bubble-pipeline-parallelism). Backward is split into I (gradient for the input, sent
 upstream) and W (gradient for the weights, needed only by the optimizer), so W can fill bubbles.
 
 Conventions: lengths below are in chunk-op slots, F = I = W = 1 per chunk, which is the table
@@ -7,9 +7,9 @@ layer's default unit model (:mod:`ppopt.units`: B = I + W = 2 per 1/p model shar
 chunks per device (ZB-V's table lengths in slots are half these figures); an activation lives from
 its F to its W. Bubble ratio is
 idle / total time of the table, counting the idle slots before a device's first op and after its
-last one. The ZB paper and README count only *internal* idle time: with their "optimizer post
+last one. The ZB paper and its repository's README count only *internal* idle time: with their "optimizer post
 validation" consecutive iterations overlap as parallelograms, so the start-up offset of device r
-(r slots) and the matching tail (p-1-r slots) are not bubbles there. That is why the README's
+(r slots) and the matching tail (p-1-r slots) are not bubbles there. That is why that README's
 "0 bubble" for ZB-V shows up here as (p-1) idle slots per device.
 
 ZB-H1 (paper §2.1, "memory efficient"): stage r on device r. Device r runs 1F1B's order with every
@@ -21,7 +21,7 @@ with one chunk: W skipped in the first r steady-state steps. Requires m >= p.
 Table (measured p 1..6, m p..3p): length 3m + p - 1, i.e. (p-1)(F + I - W) = p - 1 idle slots per
 device, bubble (p-1)/(3m+p-1), peak p on every device: exactly :func:`zb_h1_formula`.
 
-ZB-V (paper §6 of the newer version, PyTorch ``ScheduleZBVZeroBubble``): 2p stages; device r holds
+ZB-V (§6 of the ICLR 2024 version, the one titled "Zero Bubble (Almost) ..."; PyTorch ``ScheduleZBVZeroBubble``): 2p stages; device r holds
 stage r (chunk 0, going down) and stage 2p-1-r (chunk 1, coming back up), so the forward and
 backward paths are V-shaped and device 0 both starts and ends each pass. Order on device r, with n =
 max(m, 2p-1) microbatches and ops of microbatches >= m deleted afterwards (PyTorch's padding):
@@ -136,7 +136,7 @@ def zb_v_formula(devices: int, microbatches: int, backward: float = 2):
     In chunk-op slots (F = 1, B = I + W = ``backward``, I = W): each device runs 2m(1+b) slots of
     ops after a start-up offset of p - 1 the parallelogram cannot avoid, so length 2m(1+b) + p - 1
     (6m + p - 1 at the paper's b = 2) and bubble (p-1)/length in the idle/total convention (the
-    README's "0" counts internal idle only). Peak min(2m, 2p) chunk activations per device. At b = 2
+    authors' README's "0" counts internal idle only). Peak min(2m, 2p) chunk activations per device. At b = 2
     the table matches the length for m >= floor(3p/2) and the peaks for m >= 2p-1 (see the module
     docs); the order is built for I = W = F, and with other b the table is longer.
     """
@@ -148,5 +148,5 @@ def zb_v_formula(devices: int, microbatches: int, backward: float = 2):
         length=2 * m * (1 + b) + p - 1,
         peak_activations=(min(2 * m, 2 * p),) * p,
         weight_copies=(1,) * p,
-        source="Qi et al. 2024 (Zero Bubble PP), ZB-V; sail-sg README",
+        source="Qi et al., ICLR 2024 (Zero Bubble (Almost) PP), §6, ZB-V; github.com/sail-sg/zero-bubble-pipeline-parallelism README",
     )

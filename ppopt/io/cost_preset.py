@@ -55,6 +55,7 @@ _SECONDS = ("forward_s", "backward_s", "input_grad_s", "weight_grad_s")
 
 
 def cost_preset_json(costs: Costs, link: LinkConfig | None, measured: dict) -> dict:
+    """A cost preset file's content (per-stage seconds and bytes, the link, what was measured)."""
     return {
         "format": FORMAT,
         "microbatch_size": costs.microbatch_size,

@@ -244,6 +244,7 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
 
 
 def compare_json(results: Sequence[Evaluation], ranking: Ranking, units: UnitCosts) -> list[dict]:
+    """`compare --json`: each schedule's evaluation with its rank in every layer."""
     rows = []
     for r in results:
         data = evaluation_json(r, units)

@@ -276,6 +276,7 @@ def _secondary_label(schedules: Sequence[Schedule]) -> str:
 
 
 def default_title(schedule: Schedule) -> str:
+    """A picture's title: the family, p, m and the options that built it."""
     options = ", ".join(f"{k}={v}" for k, v in schedule.options.items() if v is not None)
     return f"{schedule.name}: p={schedule.devices}, m={schedule.microbatches}" + (f" ({options})" if options else "")
 

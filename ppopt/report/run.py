@@ -29,6 +29,7 @@ def _check_text(check: dict | None) -> str:
 
 
 def run_text(results: Sequence[JobResult], settings: RunSpec, comparisons: Sequence[Comparison] | None = None) -> str:
+    """`run`'s table: median step and op times (seconds), predictions beside them when compared."""
     kinds = [k for k in "FBIW" if any(k in r.kind_s() for r in results)]
     headers = ["schedule", "stages", "m", "step (median)", *(f"{k} (median)" for k in kinds)]
     if comparisons is not None:
@@ -52,6 +53,7 @@ def run_text(results: Sequence[JobResult], settings: RunSpec, comparisons: Seque
 
 
 def run_json(results: Sequence[JobResult], settings: RunSpec, comparisons: Sequence[Comparison] | None = None) -> dict:
+    """`run --json`: the settings and every run's steps and op times (seconds)."""
     runs = []
     for i, r in enumerate(results):
         entry = {
@@ -71,6 +73,7 @@ def run_json(results: Sequence[JobResult], settings: RunSpec, comparisons: Seque
 
 
 def profile_text(costs: Costs, link: LinkConfig | None) -> str:
+    """`profile`'s table: each stage's measured F, B, I and W (seconds) and the link it measured."""
     rows = [[s, c.layers, seconds(c.forward_s), seconds(c.backward_s), seconds(c.input_grad_s), seconds(c.weight_grad_s)]
             for s, c in enumerate(costs.stages)]
     text = render_table(["stage", "layers", "F", "B", "I", "W"], rows)

@@ -62,6 +62,7 @@ def _header(name: str, unit: str, fmt: str) -> str:
 
 
 def search_json(result: SearchResult) -> dict:
+    """`search --json`: the result, its bound and gap, and the simulated schedule's figures."""
     sim = result.simulation
     schedule = result.schedule
     return {
@@ -180,6 +181,7 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
 
 
 def gap_json(report: GapReport) -> dict:
+    """`gap --json`: the units, then one object per schedule row (times in ``time_unit``)."""
     return {
         "time_unit": report.time_unit,
         "memory_unit": report.memory_unit,
@@ -194,6 +196,7 @@ def gap_json(report: GapReport) -> dict:
 
 
 def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "text", context: str | None = None) -> str:
+    """`gap`'s table in ``fmt`` (text, markdown or csv), with ``context`` (what was simulated) above it."""
     unit = report.time_unit
     rows = [
         (r.schedule, _cell(r.step_time, unit, fmt), _cell(r.best, unit, fmt), _cell(r.bound, unit, fmt),
@@ -212,6 +215,7 @@ def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "tex
 
 
 def frontier_json(result: Frontier) -> dict:
+    """`frontier --json`: the searched points and the handcrafted schedules, in the result's units."""
     return {
         "space": result.space,
         "time_unit": result.time_unit,
@@ -229,6 +233,7 @@ def frontier_json(result: Frontier) -> dict:
 
 
 def frontier_text(result: Frontier, fmt: str = "text", context: str | None = None) -> str:
+    """`frontier`'s tables in ``fmt`` (text, markdown, or one csv table with a row kind)."""
     t, m = result.time_unit, result.memory_unit
     if fmt == "csv":  # one table: the searched points and the handcrafted schedules, a row kind apart
         rows = [("searched", "", _cell(p.memory_limit, m, fmt), _cell(p.step_time, t, fmt), _cell(p.bound, t, fmt), p.status,

@@ -19,6 +19,7 @@ from ppopt.simulate import simulate
 
 @dataclass(frozen=True)
 class Comparison:
+    """A measured run beside ppopt's prediction and its replay of the measured op times (seconds)."""
     name: str
     measured_s: float
     predicted_s: float
@@ -29,14 +30,17 @@ class Comparison:
 
     @property
     def relative_error(self) -> float:
+        """(predicted - measured) / measured, a fraction."""
         return (self.predicted_s - self.measured_s) / self.measured_s
 
     @property
     def replay_error(self) -> float:
+        """(replayed - measured) / measured, a fraction."""
         return (self.replayed_s - self.measured_s) / self.measured_s
 
 
 def check_stages(schedule: Schedule, costs: Costs) -> None:
+    """ConfigError (field ``costs``) unless the cost preset has the schedule's stage count."""
     if costs.num_stages != schedule.stages:
         raise ConfigError(f"the cost preset describes {costs.num_stages} stages, {schedule.name} has {schedule.stages}", field="costs")
 

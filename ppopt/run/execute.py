@@ -46,6 +46,7 @@ class JobResult:
 
     @property
     def median_step_s(self) -> float:
+        """Median measured step time, seconds."""
         return statistics.median(self.step_s)
 
     def kind_s(self) -> dict[str, float]:

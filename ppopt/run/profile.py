@@ -30,6 +30,7 @@ NO_SIZE_COST = 1e15
 
 @dataclass(frozen=True)
 class Profile:
+    """What `ppopt profile` measured: per-stage costs (seconds), the link, the runs, the p2p probe."""
     costs: Costs
     link: LinkConfig | None
     runs: tuple[JobResult, ...]

@@ -179,10 +179,12 @@ class RunSpec:
 
 
 def spec_json(spec: RunSpec) -> str:
+    """``spec`` as the JSON text the launcher hands to each rank (:func:`spec_from_json` reads it)."""
     return json.dumps(dataclasses.asdict(spec))
 
 
 def spec_from_json(text: str) -> RunSpec:
+    """The RunSpec :func:`spec_json` wrote."""
     data = json.loads(text)
     data["model"] = ModelSize(**data["model"])
     data["jobs"] = tuple(Job(**job) for job in data["jobs"])

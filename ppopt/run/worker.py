@@ -225,9 +225,9 @@ def _end_without_the_launcher(launcher: int, every_s: float = 0.5) -> None:
 
 
 def child(spec_text: str, rank: int, environment: dict[str, str], out_dir: str) -> None:
-    """A rank's process (started by the launcher): its stderr goes to ``OUT_DIR/rank<R>.err``, its
-    result to ``OUT_DIR/rank<R>.json``; any failure is one line ``rank R: <reason>`` and exit status 1.
-    Without ``OUT_DIR`` the launcher has already given up the run (interrupted while this rank was
+    """A rank's process (started by the launcher): its stderr goes to ``out_dir/rank<R>.err``, its
+    result to ``out_dir/rank<R>.json``; any failure is one line ``rank R: <reason>`` and exit status 1.
+    Without ``out_dir`` the launcher has already given up the run (interrupted while this rank was
     being started, it removed the folder): the rank ends at once, status 1, without a word."""
     try:
         errors = os.open(Path(out_dir) / f"rank{rank}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

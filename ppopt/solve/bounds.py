@@ -77,6 +77,7 @@ class Bounds:
 
     @property
     def best(self) -> float:
+        """The largest (strongest) of the bounds, in their unit."""
         return max(self.critical_path, self.device_load, self.memory, self.warmup, self.round_trip, self.one_machine,
                    self.relaxation, self.capped_warmup)
 
@@ -89,6 +90,10 @@ def _hop(delay: Delay, placement: Sequence[Sequence[int]] | None, stage: int, ot
 
 
 def critical_path(shape: Shape, duration: Duration, delay: Delay) -> float:
+    """One microbatch's own chain, in the durations' unit: its forwards through every stage, its
+    gradient ops (B, or I when split) back through them, the least message delay of every hop both
+    ways, and with a split backward the W of stage 0, which needs stage 0's I. Every op of the chain
+    depends on the one before it, so no schedule ends sooner."""
     stages, placement, split = shape.stages, shape.placement, shape.split
     grad = Kind.I if split else Kind.B
     forward = sum(duration(s, Kind.F) for s in range(stages))

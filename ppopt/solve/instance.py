@@ -84,7 +84,8 @@ class Instance:
         return sum(persistent) + self.microbatches * sum(sizes)
 
     def comm(self, stage: int, device_a: int, device_b: int) -> float:
-        """Delay of the message leaving ``stage`` between two devices (0 on the same device)."""
+        """Delay of the message leaving ``stage`` between two devices, in ``time_unit`` (seconds, or
+        slots in unit mode; 0 on the same device)."""
         if device_a == device_b:
             return 0.0
         return transfer_time_s(self.costs[stage].send_bytes, link_between(self.system, device_a, device_b))

@@ -3,7 +3,7 @@
 Pipeline schedules repeat a pattern in their steady state: Tessel searches such a *repetend* and
 composes warm-up, repetitions and cool-down around it (Lin et al., "Tessel: Boosting Distributed
 Execution of Large DNN Models via Flexible Schedule Search", HPCA 2024, section 4), and the zero-bubble
-schedules are built from their steady state (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024,
+schedules are built from their steady state (Qi et al., "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024,
 section 3). Here, for the linear placement with full backward (one stage per device):
 
 **The pattern.** k microbatches enter device 0 at offsets 0 = t_0 < t_1 < ... < t_{k-1} < P, and

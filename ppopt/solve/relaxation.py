@@ -36,10 +36,10 @@ These capture the
 waits a dropped device imposes when the forward of a new microbatch meets the backward of an older
 one there, which the pure lags ignore: with F = B/2 and delays of one tick the lags' windows of
 conflict tile the line, and no two microbatches can both run without waiting (measured on the
-llama3-70b acceptance instance, the bound rises by about 0.2 %).
+llama3-70b instance of ``benchmarks/solve_bench.py --acceptance``, the bound rises by about 0.2 %).
 
 CP-SAT (in its core-based mode, which raises the lower bound step by step and, measured on the
-acceptance instances, gets further than the default search in the same time) gives a *best bound* on
+instances of ``benchmarks/solve_bench.py --acceptance``, gets further than the default search in the same time) gives a *best bound* on
 the reduced problem, which is at most the reduced optimum, so it is a valid bound even when the
 solve stops early. With all devices kept this is the full problem (the search's
 own model); with the two end devices only it is about the round-trip/one-machine bound; each device
@@ -86,7 +86,8 @@ MAX_KEPT_OPS = 20_000
 def kept_sets(devices: int) -> list[tuple[int, ...]]:
     """The subsets solved one after another: n + 1 devices evenly spread along the chain for
     n = 2, 4, 8, ... (the last one all devices). The two ends alone are skipped (unless there are only
-    two devices): measured on the acceptance instances, they give no more than the one-machine bound."""
+    two devices): measured on the instances of
+    ``benchmarks/solve_bench.py --acceptance``, they give no more than the one-machine bound."""
     sets: list[tuple[int, ...]] = []
     if devices < 2:
         return sets

@@ -226,6 +226,8 @@ def size_key(space: Space) -> str | None:
 
 
 def stage_count(space: Space, devices: int) -> int:
+    """S, the stages a schedule of ``space`` on ``devices`` devices has: its placement's, else
+    (free placement) ``chunks`` per device."""
     placement = placement_of(space, devices)
     if placement is not None:
         return len(placement)

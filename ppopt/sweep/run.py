@@ -368,6 +368,7 @@ def locked(directory: Path) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class SweepResult:
+    """What :func:`run_sweep` did: point counts by outcome, the rows, and its wall time (seconds)."""
     output: Path
     points: int
     """Rows the spec defines."""
@@ -396,6 +397,7 @@ class SweepResult:
     """Why each point this machine lacked the memory for was left missing (:data:`DEFERRED`)."""
 
     def summary(self) -> dict:
+        """The counts and times `ppopt sweep --json` prints."""
         return {
             "output": str(self.output), "points": self.points, "computed": self.computed, "reused": self.reused,
             "skipped": self.skipped, "missing": self.missing, "wall_time_s": self.wall_time_s,
@@ -405,6 +407,7 @@ class SweepResult:
 
 
 def default_output(loaded: LoadedSpec) -> Path:
+    """``out/<spec name>``, where a sweep writes when no output directory is given."""
     return Path("out") / loaded.name
 
 

@@ -10,7 +10,7 @@ those rows only. The report that states them is :mod:`ppopt.report.study`.
 
 Ranking conventions (as :func:`ppopt.evaluate.rank_layers`): the formula and table layers rank by
 bubble ratio (idle / total device time), the simulation by step time; values within a relative
-1e-9 tie. "Best" is the set of schedules of rank 1.
+:data:`ppopt.evaluate.TIE` (1e-9) tie. "Best" is the set of schedules of rank 1.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ppopt.evaluate import TIE, competition_ranks
 from ppopt.sweep.spec import LoadedSpec
 
 __all__ = ["LEVELS", "OPTION_SYMBOL", "PAPER_RIVALS", "PAPER_SCHEDULES", "SAME_RUNTIME", "TIE", "StudyData", "base_name", "claims",
@@ -30,7 +31,6 @@ PAPER_SCHEDULES = ("gpipe", "1f1b", "chimera", "hanayo", "chimera-asym")
 #: Chimera's competitors in the paper's claims (the asymmetric variant is judged on its own).
 PAPER_RIVALS = ("gpipe", "1f1b", "hanayo")
 LEVELS = ("slow", "mid", "fast")
-TIE = 1e-9
 #: "GPipe and 1F1B take the same time" holds when they differ by less than this everywhere.
 SAME_RUNTIME = 0.01
 #: How a schedule option swept over several values is written in a schedule's label (``hanayo W=2``).
@@ -125,8 +125,7 @@ class StudyData:
 
     def ranks(self, system: str, devices: int, microbatches: int, column: str) -> dict[str, int]:
         values = self._values(system, devices, microbatches, column)
-        ordered = sorted(values.values())
-        return {s: 1 + sum(v < value - TIE * max(1.0, abs(value)) for v in ordered) for s, value in values.items()}
+        return competition_ranks(values)
 
     @property
     def baseline(self) -> str:
