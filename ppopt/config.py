@@ -311,7 +311,9 @@ class LinkConfig(_Strict):
 class SystemConfig(_Strict):
     """One accelerator type and the links between devices.
 
-    Compute follows a roofline with efficiencies (Barley et al., ISPDC 2026):
+    Compute follows a roofline (Williams, Waterman and Patterson, "Roofline: An Insightful Visual
+    Performance Model for Multicore Architectures", CACM 52(4), 2009) with efficiencies (Barley et al.,
+    ISPDC 2026):
     ``t = max(FLOPs / (peak_flops * compute_efficiency) + compute_latency_s,
     bytes / (memory_bandwidth_bytes_per_s * memory_efficiency) + memory_latency_s)``.
 
