@@ -325,3 +325,18 @@ def test_the_chimera_microbatch_claim_does_not_depend_on_the_spec_s_order():
         assert simulation["wins_by_microbatches"] == {4: [1, 1], 16: [0, 1]}
         verdicts.append(simulation["mainly_low_microbatches"])
     assert verdicts == [True, True]
+
+
+def test_a_partial_study_with_hanayo_before_its_rivals_reports_no_hanayo_claim_rather_than_failing():
+    """A study stopped by its time limit can hold Hanayo's row at a (p, m) before any rival's:
+    `study --quick --time-limit 2` failed with "internal error (ValueError: min() arg is an empty
+    sequence)". The claim skips that point; with a rival present it is computed."""
+    from ppopt.sweep.study import StudyData, _hanayo_variant
+
+    alone = {("mid-fast", 4, 8, "hanayo"): {"sim_step_time_s": 2.0}}
+    data = StudyData("study", ["gpipe", "1f1b", "hanayo"], ["mid-fast"], [4], [8], alone, [], [])
+    assert _hanayo_variant(data, "hanayo", 4, 8)["per_system"] == []
+    rivals = {**alone, ("mid-fast", 4, 8, "1f1b"): {"sim_step_time_s": 2.5}}
+    data = StudyData("study", ["gpipe", "1f1b", "hanayo"], ["mid-fast"], [4], [8], rivals, [], [])
+    (row,) = _hanayo_variant(data, "hanayo", 4, 8)["per_system"]
+    assert (row["best_other"], row["ratio_to_best_other"], row["rank"]) == ("1f1b", 0.8, 1)

@@ -342,7 +342,7 @@ def test_a_rerun_that_can_make_no_progress_is_refused(tmp_path, clock):
     again = CliRunner().invoke(main, ["sweep", "quick", "-o", str(out), "--time-limit", "10", "-q"])
     assert again.exit_code == 1
     assert again.output.startswith("error: --time-limit: ") and " s left cannot cover any of the 9 points: the shortest needs " \
-        "about 22.0 s; give more, or make the points smaller" in again.output
+        "about 22 s; give more, or make the points smaller" in again.output
     assert (out / "rows.jsonl").read_bytes() == rows
 
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from ppopt.errors import MemoryShortError, PpoptError, counted
 from ppopt.evaluate import evaluation_seconds
 from ppopt.io import atomic_write_text, parse_data, write_json
+from ppopt.report.text import seconds
 from ppopt.sweep.executors import RAY_SHUTDOWN_S, Executor, LocalExecutor, TimeLimitReached, starting_s, uninterrupted
 from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, check_sweep_size, expand
 
@@ -489,8 +490,11 @@ def _check_any_fits(pending: list[EvalItem | GapItem], points: int, stop_at: flo
     shortest = min(map(item_seconds, pending))
     left = stop_at - time.monotonic()
     if shortest > left:
-        raise PpoptError(f"{max(left, 0.0):.1f} s left cannot cover any of the {counted(points, 'point')}: the shortest needs "
-                         f"about {shortest:.1f} s; give more, or make the points smaller", field="time_limit")
+        if left <= 0:  # start-up and the time kept for the outputs took it all
+            raise PpoptError(f"no time is left for any of the {counted(points, 'point')} once the command has started and kept "
+                             "its time for the outputs: give more", field="time_limit")
+        raise PpoptError(f"{seconds(left, 3)} left cannot cover any of the {counted(points, 'point')}: the shortest "
+                         f"needs about {seconds(shortest, 3)}; give more, or make the points smaller", field="time_limit")
 
 
 def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Progress | None, max_items: int | None,

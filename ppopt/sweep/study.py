@@ -301,6 +301,8 @@ def _hanayo_variant(data: StudyData, label: str, p: int, m: int) -> dict[str, An
             return data.value(system, p, m, schedule, "sim_step_time_s")
 
         others = [s for s in data.present(system, p, m, data.labels(PAPER_SCHEDULES)) if base_name(s) not in ("hanayo", "chimera-asym")]
+        if not others:  # a partial sweep (a time limit) may hold Hanayo's row before its rivals'
+            continue
         mine = step(label)
         best_other = min(others, key=step)
         ranking = sorted(others + [label], key=step)
