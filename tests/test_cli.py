@@ -427,6 +427,9 @@ def test_a_table_of_chunks_says_its_peaks_count_chunks():
     assert v.output.splitlines()[-1].endswith("peak live activations per device (stage chunks, 1/8 of the model each) 8 (all)")
     linear = run("table", "-s", "1f1b", "-p", 4, "-m", 8)
     assert linear.output.splitlines()[-1].endswith("peak live activations per device 4,3,2,1")
+    # ZB-V's grid draws a column per half slot (51 columns for 25.5 slots): the line says so, 1F1B's has none
+    assert v.output.splitlines()[-1].startswith("length 25.5 slots (one column = 0.5 slot), bubble ratio")
+    assert linear.output.splitlines()[-1].startswith("length 33 slots, bubble ratio")
     # the same schedule in the solver's report: 4 model shares, and it says so
     searched = run("search", "--unit", "-p", 4, "-m", 8, "--space", "fixed:zb-v", "--time-limit", 5, "-q").output
     assert "; peak live activations (1/p model shares) per device 4 (all)" in searched

@@ -712,3 +712,15 @@ def test_no_solver_bound_is_null_in_json_as_it_is_a_dash_in_text():
     assert text.exit_code == 0 and "(solver -, analytic " in text.stdout
     data = json.loads(run(*args, "--json").stdout)
     assert data["solver_bound_s"] is None and data["bound_s"] == max(data["analytic_bounds_s"].values())
+
+
+def test_gap_says_its_bound_holds_within_the_memory_limit_when_a_row_is_over_it():
+    """GPipe over a cap of 4 runs 39 slots beside its space's bound of 46: the table's own line
+    said the bound held for every schedule of the space, which GPipe seemed to contradict."""
+    over = run("gap", *UNIT, "--memory-limit", "4", "-s", "gpipe", "-s", "1f1b")
+    assert over.exit_code == 0, over.output
+    gpipe = next(line.split() for line in over.stdout.splitlines() if line.startswith("gpipe "))
+    assert gpipe[1:4] == ["39", "46", "46"] and "over the memory limit" in over.stdout
+    assert "bound valid for every schedule of the space within the memory limit (a schedule over it may be shorter" in over.stdout
+    fits = run("gap", *UNIT, "--memory-limit", "8", "-s", "1f1b")
+    assert "bound valid for every schedule of the space\n" in fits.stdout

@@ -111,7 +111,7 @@ def test_the_report_says_when_the_solver_s_schedule_is_only_as_short_as_its_hint
         return next(line for line in search_text(replace(result, **changes), show_grid=False).splitlines()
                     if line.startswith("step time"))
 
-    assert step_line(from_solver=True, step_time=hint).endswith("(best from solver, as long as the hint)")
+    assert step_line(from_solver=True, step_time=hint).endswith("(best from solver, the same length as the hint)")
     assert step_line(from_solver=True, step_time=hint - 1).endswith("(best from solver)")
     assert "as long as" not in step_line(from_solver=False, step_time=hint)
 

@@ -135,7 +135,7 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
     own = result.hint in (GREEDY, PERIODIC)  # ppopt's own hints, not handcrafted schedules
     where = "solver" if result.from_solver else (f"ppopt's {result.hint} schedule" if own else f"handcrafted {result.hint}")
     if result.from_solver and _ties_the_hint(result):  # the solver's own schedule, but no shorter than its hint
-        where += ", as long as the hint"
+        where += ", the same length as the hint"
     u = " slots" if unit == "slots" else ""
     lines.append(f"status     {result.status}")
     lines.append(f"step time  {_amount(result.step_time, unit)}{u} (best from {where})")
@@ -210,8 +210,10 @@ def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "tex
     rounded = any(r.status == "optimal" and r.best is not None and r.best > r.bound * (1 + 1e-9) for r in report.rows)
     after = ["", "optimal: proven in the solver's integer ticks (durations rounded down); where best found is above the "
                  "bound, the rounding is what lies between them (README: Solver ticks)"] if rounded else []
+    over = "" if all(r.fits for r in report.rows) else \
+        " within the memory limit (a schedule over it may be shorter than the bound: no gap; status is the search's)"
     return with_context([header, *([context] if context else []),
-                         "gap = (schedule - bound) / bound, bound valid for every schedule of the space", ""], table, after, fmt)
+                         f"gap = (schedule - bound) / bound, bound valid for every schedule of the space{over}", ""], table, after, fmt)
 
 
 def frontier_json(result: Frontier) -> dict:
