@@ -112,6 +112,7 @@ __all__ = [
     "layer_param_count",
     "layer_params_per_rank",
     "layer_replicated_params",
+    "model_param_count",
     "link_between",
     "logits_forward_flops",
     "microbatch_size",
@@ -282,6 +283,16 @@ def layer_param_count(model: ModelConfig) -> int | float:
     if model.activation == "swiglu":
         return layer_linear_params(model) + 2 * h
     return layer_linear_params(model) + (2 * h + 2 * _kv_width(model)) + f + h + 4 * h
+
+
+def model_param_count(model: ModelConfig) -> int:
+    """Parameters of the whole model, each counted once: L blocks (:func:`layer_param_count`), the
+    word embedding V·h, s·h learned position embeddings when the model has them, and the output
+    projection V·h unless tied to the embedding (see module doc; the final norm's h or 2h is left
+    out, as the stages leave it). Llama 3 8B: 32 × 218,112,000 + 2 × 128,256 × 4,096 = 8.03e9."""
+    h, v = model.hidden_size, model.vocab_size
+    embeddings = v * h + (model.seq_length * h if model.learned_position_embeddings else 0)
+    return int(model.num_layers * layer_param_count(model) + embeddings + (0 if model.tie_embeddings else v * h))
 
 
 def layer_replicated_params(model: ModelConfig) -> int:

@@ -1,5 +1,6 @@
 """The CLI: real output, JSON keys, one-line errors with exit status 1, help text everywhere."""
 
+import csv
 import json
 
 import pytest
@@ -82,8 +83,11 @@ def test_list_names_the_presets_with_their_fields():
     rows = {line.split()[0]: line.split() for line in models.output.splitlines()[2:]}
     assert sorted(rows) == list_models()
     llama = load_model("llama3-8b")
-    assert rows["llama3-8b"][1:5] == [str(llama.num_layers), str(llama.hidden_size), str(llama.ffn_hidden_size),
-                                      str(llama.num_attention_heads)]
+    assert rows["llama3-8b"][1:7] == ["8.03", "B", str(llama.num_layers), str(llama.hidden_size), str(llama.ffn_hidden_size),
+                                      str(llama.num_attention_heads)]  # 32 x 218,112,000 + 2 x 128,256 x 4,096 = 8.03e9
+    as_csv = {row[0]: row for row in csv.reader(run("list", "models", "--format", "csv").stdout.splitlines())}
+    assert as_csv["model"][1] == "parameters (billion)" and as_csv["llama3-70b"][1] == "70.6"
+    assert (as_csv["model"][5:7], as_csv["llama3-70b"][5:7]) == (["heads", "KV heads"], ["64", "8"])  # one number per cell
     systems = json.loads(run("list", "systems", "--json").stdout)
     assert [s["name"] for s in systems] == list_systems()
     assert systems[list_systems().index("dgx-h100")]["peak_flops"] == load_system("dgx-h100").peak_flops

@@ -1,5 +1,6 @@
 """Solver commands end to end: JSON keys, outputs, and one-line errors with exit status 1."""
 
+import csv
 import json
 import math
 import re
@@ -724,3 +725,13 @@ def test_gap_says_its_bound_holds_within_the_memory_limit_when_a_row_is_over_it(
     assert "bound valid for every schedule of the space within the memory limit (a schedule over it may be shorter" in over.stdout
     fits = run("gap", *UNIT, "--memory-limit", "8", "-s", "1f1b")
     assert "bound valid for every schedule of the space\n" in fits.stdout
+
+
+def test_gap_csv_leaves_the_gap_of_a_row_over_the_memory_limit_empty():
+    """A numeric CSV column holds numbers only: the gap of GPipe over the cap was '-', which made
+    pandas read the whole 'gap %' column as text."""
+    rows = run("gap", "-p", 3, "-m", 6, "--unit", "--comm", 1, "--memory-limit", 3, "-s", "1f1b", "-s", "gpipe",
+               "--time-limit", 20, "-q", "--format", "csv").stdout.splitlines()
+    header, *cells = list(csv.reader(rows))
+    gaps = {row[0]: row[header.index("gap %")] for row in cells}
+    assert gaps["gpipe"] == "" and float(gaps["1f1b"]) == pytest.approx(100 / 33, abs=1e-3)

@@ -597,6 +597,9 @@ def test_compare_with_a_cost_preset_no_schedule_fits_is_an_error_not_an_empty_ra
             if "step_time_s" in r]
     steps = [r["step_time_s"] for r in rows]
     assert steps == sorted(steps) and dict(zip([r["schedule"] for r in rows], steps))["gpipe"] == pytest.approx(15.0) == max(steps)
+    # equal steps share a rank ("1, 2, 2, 4"), as compare's layers rank: two schedules of one step were 4th and 5th
+    ranks = [r["rank"] for r in rows]
+    assert ranks == [1 + sum(s < step for s in steps) for step in steps] and len(set(ranks)) < len(ranks)
 
 
 def test_two_outputs_of_one_command_may_not_name_the_same_file(tmp_path, monkeypatch):

@@ -330,7 +330,7 @@ def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt
     """`ppopt compare --costs FILE`: every schedule with the preset's stage count, simulated with the
     measured costs and link, fastest first; the others are skipped with the reason on stderr."""
     from ppopt.errors import ConfigError
-    from ppopt.evaluate import rank_with_costs
+    from ppopt.evaluate import competition_ranks, rank_with_costs
     from ppopt.io.cost_preset import read_cost_preset
 
     costs, link = read_cost_preset(costs_file)
@@ -340,13 +340,14 @@ def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt
         raise ConfigError(f"{costs_file}: no schedule to compare at p = {devices}, m = {microbatches} ({reasons})", field="costs")
     for name, reason in skipped.items():
         click.echo(f"skipped {name}: {reason}", err=True)
+    ranks = competition_ranks({n: t for t, _, n in rows})  # equal steps share a rank, as compare's layers do
     if as_json:  # the families skipped follow, as in compare --json
         from ppopt.report.evaluation import skipped_json
 
-        emit_json([{"schedule": n, "step_time_s": t, "idle_ratio": i} for t, i, n in rows] + skipped_json(skipped))
+        emit_json([{"schedule": n, "rank": ranks[n], "step_time_s": t, "idle_ratio": i} for t, i, n in rows] + skipped_json(skipped))
     else:
         click.echo(_preset_table(f"simulated with the measured costs of {costs_file}, p = {devices}, m = {microbatches}",
-                                 [[str(r + 1), n, t, i] for r, (t, i, n) in enumerate(rows)], ["rank", "schedule"], fmt))
+                                 [[str(ranks[n]), n, t, i] for t, i, n in rows], ["rank", "schedule"], fmt))
 
 
 def _preset_table(context: str, rows: list[list], columns: list[str], fmt: str) -> str:

@@ -78,9 +78,15 @@ def _list_presets(what: str, as_json: bool, fmt: str) -> None:
     if what == "models":
         models = [load_model(name) for name in list_models()]
         dumped = [m.model_dump(mode="json") for m in models]
-        header: tuple[str, ...] = ("model", "layers", "hidden", "FFN", "heads (KV)", "vocabulary", "sequence", "global batch")
+        from ppopt.costs import model_param_count
+
+        heads: tuple[str, ...] = ("heads", "KV heads") if fmt == "csv" else ("heads (KV)",)  # one number per CSV cell
+        header: tuple[str, ...] = ("model", "parameters (billion)" if fmt == "csv" else "parameters", "layers", "hidden", "FFN",
+                                   *heads, "vocabulary", "sequence", "global batch")
         rows: list[tuple[str, ...]] = [
-            (m.name, str(m.num_layers), str(m.hidden_size), str(m.ffn_hidden_size), f"{m.num_attention_heads} ({m.num_kv_heads})",
+            (m.name, f"{model_param_count(m) / 1e9:.3g}" + ("" if fmt == "csv" else " B"), str(m.num_layers), str(m.hidden_size),
+             str(m.ffn_hidden_size),
+             *((str(m.num_attention_heads), str(m.num_kv_heads)) if fmt == "csv" else (f"{m.num_attention_heads} ({m.num_kv_heads})",)),
              str(m.vocab_size), str(m.seq_length), str(m.global_batch_size)) for m in models]
     else:
         systems = [load_system(name) for name in list_systems()]
@@ -126,8 +132,22 @@ def _list_configs(what: str, names: tuple[str, ...], as_json: bool, fmt: str) ->
         emit_json([{"given": name, **config.model_dump(mode="json"), "defaults": [f for f, (_, given) in v.items() if not given]}
                    for name, config, v in zip(names, configs, values)])
         return
-    mark = (lambda text, given: text) if fmt == "csv" else (lambda text, given: text if given else f"{text} *")
-    rows = [(field, *(mark(*v[field]) for v in values)) for field in values[0]]
+    if fmt == "csv":  # a cell holds the value itself (no TOML quotes); the mark is a yes/no column per config
+        import tomllib
+
+        def bare(text: str) -> str:
+            return tomllib.loads(f"v = {text}")["v"] if text.startswith('"') else text
+
+        rows = [(field, *(bare(v[field][0]) for v in values), *("no" if v[field][1] else "yes" for v in values))
+                for field in values[0]]
+        table = render_table(("field", *names, *(f"{name} default" for name in names)), rows, fmt)
+        click.echo(table)
+        return
+    rows = [(field, *(text if given else f"{text} *" for text, given in (v[field] for v in values))) for field in values[0]]
+    if what == "models":  # derived, to check a file against the size it is meant to have
+        from ppopt.costs import model_param_count
+
+        rows.append(("parameters (derived)", *(f"{model_param_count(config) / 1e9:.3g} B" for config in configs)))
     table = render_table(("field", *names), rows, fmt)
     defaults = any(not given for v in values for _, given in v.values())
     note = f"* the default: the file leaves the field out (`ppopt list {what.removesuffix('s')}-fields`)"
