@@ -735,3 +735,18 @@ def test_gap_csv_leaves_the_gap_of_a_row_over_the_memory_limit_empty():
     header, *cells = list(csv.reader(rows))
     gaps = {row[0]: row[header.index("gap %")] for row in cells}
     assert gaps["gpipe"] == "" and float(gaps["1f1b"]) == pytest.approx(100 / 33, abs=1e-3)
+
+
+def test_search_json_says_whether_the_schedule_fits_the_system_s_memory_as_evaluate_json_does():
+    """The text said "device 0 peaks at 373.6 GiB, 299.1 GiB over ..."; the JSON had no such field,
+    so a script could not tell whether the schedule found fits the GPU."""
+    args = ["-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 32]
+    found = json.loads(run("search", *args, "--space", "placement=linear,backward=full", "--time-limit", 10, "-q", "--json").stdout)
+    sim = found["simulation"]
+    worst = max(range(4), key=lambda d: (sim["peak_memory_bytes"][d], -d))
+    assert sim["memory_capacity_bytes"] == 80e9 and sim["over_memory"] is True and sim["over_memory_device"] == worst
+    assert sim["memory_excess_bytes"] == pytest.approx(sim["peak_memory_bytes"][worst] - 80e9)
+    evaluated = json.loads(run("evaluate", "-s", "1f1b", *args, "--json").stdout)["simulation"]
+    assert set(evaluated) - set(sim) == {"job"} and "job" in found  # evaluate's fields; search gives the job at its top
+    unit = json.loads(run("search", "-p", 4, "-m", 8, "--unit", "--time-limit", 10, "-q", "--json").stdout)["simulation"]
+    assert "over_memory" not in unit  # no system, no capacity

@@ -145,9 +145,11 @@ def _list_configs(what: str, names: tuple[str, ...], as_json: bool, fmt: str) ->
         return
     rows = [(field, *(text if given else f"{text} *" for text, given in (v[field] for v in values))) for field in values[0]]
     if what == "models":  # derived, to check a file against the size it is meant to have
+        from ppopt.config import ModelConfig
         from ppopt.costs import model_param_count
 
-        rows.append(("parameters (derived)", *(f"{model_param_count(config) / 1e9:.3g} B" for config in configs)))
+        counts = [model_param_count(config) for config in configs if isinstance(config, ModelConfig)]
+        rows.append(("parameters (derived)", *(f"{count / 1e9:.3g} B" for count in counts)))
     table = render_table(("field", *names), rows, fmt)
     defaults = any(not given for v in values for _, given in v.values())
     note = f"* the default: the file leaves the field out (`ppopt list {what.removesuffix('s')}-fields`)"

@@ -297,10 +297,10 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
         _check_outputs_in_time(solve, ops, outputs_s, " and ".join(n for n, given in (("--plot", plot), ("--trace", trace)) if given))
         solve = solve.reserve(outputs_s)
     result = search(spec, searched, solve, minimize_memory=minimize_memory, hints=() if given is None else (given,))
+    capacity = None if spec.unit_mode else spec.system.memory_capacity_bytes
     if as_json:
-        emit_json(search_json(result) | _request_json(spec))
+        emit_json(search_json(result, capacity) | _request_json(spec))
     else:
-        capacity = None if spec.unit_mode else spec.system.memory_capacity_bytes
         click.echo(search_text(result, grid, colour=not no_colour(), context=_simulated(spec), capacity_bytes=capacity,
                                limit_bytes=spec.memory_limit))
     if result.schedule is not None and (csv_path or plot or trace):

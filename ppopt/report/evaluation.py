@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppopt.evaluate import Evaluation, MemoryOver, Ranking
+from ppopt.evaluate import Evaluation, MemoryOver, Ranking, memory_over
 from ppopt.formula import Formula
 from ppopt.report.text import csv_gib, csv_number, distinct_digits, gib, per_device, render_table, seconds, with_context
 from ppopt.simulate import Simulation
@@ -24,12 +24,19 @@ def timeline_json(sim: Simulation) -> dict:
 
 
 def simulation_json(result: Evaluation) -> dict:
-    """The simulation of ``result`` (:func:`timeline_json`), with ``over_memory`` (the worst device's
-    peak exceeds the system's memory) and ``memory_excess_bytes`` (by how much; 0 when it fits)."""
-    sim, over = result.simulation, result.memory_over
-    assert sim is not None
-    return timeline_json(sim) | {
-        "memory_capacity_bytes": result.memory_capacity_bytes,
+    """The simulation of ``result`` (:func:`timeline_json`) with its fit in the system's memory
+    (:func:`capacity_json`)."""
+    sim = result.simulation
+    assert sim is not None and result.memory_capacity_bytes is not None
+    return timeline_json(sim) | capacity_json(sim.peak_memory_bytes, result.memory_capacity_bytes)
+
+
+def capacity_json(peaks: Sequence[float], capacity_bytes: float) -> dict:
+    """``memory_capacity_bytes``, ``over_memory`` (the worst device's peak exceeds it),
+    ``memory_excess_bytes`` (by how much; 0 when it fits) and ``over_memory_device``."""
+    over = memory_over(peaks, capacity_bytes)
+    return {
+        "memory_capacity_bytes": capacity_bytes,
         "over_memory": over is not None,
         "memory_excess_bytes": 0.0 if over is None else over.excess_bytes,
         "over_memory_device": None if over is None else over.device,

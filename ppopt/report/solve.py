@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ppopt.evaluate import memory_over
-from ppopt.report.evaluation import over_memory_text, timeline_json
+from ppopt.report.evaluation import capacity_json, over_memory_text, timeline_json
 from ppopt.report.text import (
     csv_gib,
     csv_number,
@@ -61,8 +61,10 @@ def _header(name: str, unit: str, fmt: str) -> str:
     return f"{name} {CSV_UNITS.get(unit, unit)}" if fmt == "csv" else name
 
 
-def search_json(result: SearchResult) -> dict:
-    """`search --json`: the result, its bound and gap, and the simulated schedule's figures."""
+def search_json(result: SearchResult, capacity_bytes: float | None = None) -> dict:
+    """`search --json`: the result, its bound and gap, and the simulated schedule's figures, with
+    its fit in ``capacity_bytes`` (the system's memory per device, in a modelled search) as
+    ``evaluate --json`` gives it."""
     sim = result.simulation
     schedule = result.schedule
     return {
@@ -110,7 +112,8 @@ def search_json(result: SearchResult) -> dict:
             "replica_of": list(schedule.replica_of),
             "orders": [[str(op) for op in order] for order in schedule.orders],
         },
-        "simulation": None if sim is None else timeline_json(sim),
+        "simulation": None if sim is None else timeline_json(sim) | (
+            {} if capacity_bytes is None else capacity_json(sim.peak_memory_bytes, capacity_bytes)),
     }
 
 
