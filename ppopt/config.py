@@ -68,7 +68,7 @@ from pydantic import (
     model_validator,
 )
 
-from ppopt.errors import ConfigError
+from ppopt.errors import ConfigError, did_you_mean
 from ppopt.io import CONFIG_BYTES, is_a_directory, not_utf8, parse_data, read_text_bounded, unreadable
 
 __all__ = [
@@ -509,7 +509,7 @@ def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind:
         return presets[text]
     known = ", ".join(sorted(presets)) or "none"
     files = [text + suffix for suffix in _SUFFIXES if Path(text + suffix).is_file()]
-    meant = f"; for the file, give its name: {files[0]}" if files else ""
+    meant = f"; for the file, give its name: {files[0]}" if files else did_you_mean(text, presets)
     raise ConfigError(f"unknown {kind} preset '{text}' (known: {known}){meant}")
 
 
@@ -581,6 +581,8 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
         value = item.get("input")
         if isinstance(value, float) and not math.isfinite(value):  # pydantic says "should be >= 1" for nan
             message = f"must be a finite number, got {value}"
+        elif isinstance(value, str) and kind.startswith(("float", "int")):  # "40GB", as a flag takes it
+            message = f"{message}, got the text {value!r}: give the number unquoted, in the field's unit (bytes, FLOP/s, seconds: `ppopt list model-fields`, `system-fields`)"
         if kind == "extra_forbidden":
             text = f"unknown {noun} '{field}'"
         elif kind == "missing":

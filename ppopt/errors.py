@@ -9,6 +9,8 @@ from Python.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class PpoptError(Exception):
     """Base class of every error the CLI reports as a one-line message.
@@ -48,6 +50,17 @@ class InfeasibleError(PpoptError):
     def __init__(self, reason: str, *, field: str | None = None, minimum: float | None = None):
         super().__init__(reason, field=field)
         self.minimum = minimum
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for the known name closest to ``name`` (case aside, then by
+    :func:`difflib.get_close_matches`), or an empty string when none is close."""
+    import difflib
+
+    choices = list(known)
+    same = [choice for choice in choices if choice.lower() == name.lower()]
+    close = same or difflib.get_close_matches(name.lower(), choices, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def counted(count: int, noun: str) -> str:

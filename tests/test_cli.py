@@ -620,3 +620,16 @@ def test_evaluate_all_leaves_out_the_schedules_a_deadline_cannot_fit(monkeypatch
 def test_evaluate_and_compare_refuse_a_time_limit_too_short_in_one_line(args, line):
     result = run(*args)
     assert result.exit_code == 1 and result.output.startswith(line) and result.output.count("\n") == 1, result.output
+
+
+def test_a_misspelt_schedule_or_preset_name_gets_the_closest_known_one():
+    """Names are lower case: '-s 1F1B' was refused with the list only; the closest name is now offered,
+    case aside first, and nothing when no name is close."""
+    cases = [(["-s", "1F1B"], "did you mean '1f1b'?"), (["-s", "zb-h7"], "did you mean 'zb-h2'?"),
+             (["-s", "1f1b", "--model", "llama3-8B", "--system", "dgx-h100"], "did you mean 'llama3-8b'?"),
+             (["-s", "1f1b", "--model", "llama3-8b", "--system", "dgx-h10"], "did you mean 'dgx-h100'?")]
+    for args, hint in cases:
+        result = run("evaluate", "-p", 4, "-m", 8, *args)
+        assert result.exit_code == 1 and result.stderr.rstrip().endswith(hint), result.stderr
+    far = run("evaluate", "-p", 4, "-m", 8, "-s", "xyz")
+    assert far.exit_code == 1 and "did you mean" not in far.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -369,3 +370,15 @@ def test_an_unknown_key_is_named_even_when_it_reads_like_a_type(tmp_path):
     with pytest.raises(ConfigError) as error:
         load_model(path)
     assert str(error.value).endswith("unknown field 'list'; unknown field 'a[0]'")
+
+
+def test_a_number_given_as_text_in_a_file_says_to_give_it_unquoted(tmp_path):
+    """`memory_capacity_bytes = "40GB"` (as --memory-limit takes it) was refused with pydantic's
+    words alone; the message names the text and says what a file wants."""
+    text = (REPO / "configs" / "dgx-h100.toml").read_text()
+    path = tmp_path / "mine.toml"
+    path.write_text(re.sub(r"(?m)^memory_capacity_bytes = .*$", 'memory_capacity_bytes = "40GB"', text))
+    with pytest.raises(ConfigError) as error:
+        load_system(path)
+    assert "field 'memory_capacity_bytes': Input should be a valid number, got the text '40GB': give the number unquoted" \
+        in str(error.value)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ppopt.errors import ScheduleError
+from ppopt.errors import ScheduleError, did_you_mean
 from ppopt.flat import paused_gc
 from ppopt.generators import (
     chimera,
@@ -268,7 +268,7 @@ def get(name: str) -> Family:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise ScheduleError(f"unknown schedule {name!r} (known: {', '.join(REGISTRY)})") from None
+        raise ScheduleError(f"unknown schedule {name!r} (known: {', '.join(REGISTRY)}){did_you_mean(name, REGISTRY)}") from None
 
 
 def too_many_stages(name: str, devices: int, options: Mapping[str, object], layers: int) -> str | None:
