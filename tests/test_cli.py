@@ -633,3 +633,12 @@ def test_a_misspelt_schedule_or_preset_name_gets_the_closest_known_one():
         assert result.exit_code == 1 and result.stderr.rstrip().endswith(hint), result.stderr
     far = run("evaluate", "-p", 4, "-m", 8, "-s", "xyz")
     assert far.exit_code == 1 and "did you mean" not in far.stderr
+
+
+@pytest.mark.parametrize("command, extra", [("job", ["--pp", 2]), ("plan", ["--gpus", 8])])
+def test_a_microbatch_count_given_to_job_or_plan_says_how_they_set_it(command, extra):
+    """`job -m 8` was "No such option '-m'" alone: job and plan take the batch, not a count."""
+    result = run(command, "--model", "llama3-8b", "--system", "dgx-h100", *extra, "-m", 8)
+    assert (result.exit_code, result.stderr) == (1, "error: No such option '-m': a job's microbatch count follows from its "
+                                                 "batch: m = global batch / (micro batch x d); give --global-batch and "
+                                                 f"--micro-batch (see 'ppopt {command} --help')\n")

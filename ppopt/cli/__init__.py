@@ -93,15 +93,24 @@ def escaped(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+MICROBATCHES_OF_A_JOB = ("a job's microbatch count follows from its batch: m = global batch / (micro batch x d); "
+                         "give --global-batch and --micro-batch")
+"""What `-m` means to job and plan, which take the batch instead of a microbatch count."""
+
+
 def usage_line(error: click.UsageError) -> str:
-    """A usage error on one line: ``error: <click's message> (see 'ppopt <command> --help')``."""
+    """A usage error on one line: ``error: <click's message> (see 'ppopt <command> --help')``;
+    ``-m``/``--microbatches`` given to job or plan says how they set the microbatch count."""
     names = []
     ctx = error.ctx
     while ctx is not None and ctx.parent is not None:
         names.append(ctx.info_name or "")
         ctx = ctx.parent
     command = " ".join(["ppopt", *reversed(names)])
-    return f"error: {_one_line(error.format_message())} (see '{command} --help')"
+    message = _one_line(error.format_message())
+    if isinstance(error, click.NoSuchOption) and error.option_name in ("-m", "--microbatches") and names[:1] in (["job"], ["plan"]):
+        message = f"No such option '{error.option_name}': {MICROBATCHES_OF_A_JOB}"
+    return f"error: {message} (see '{command} --help')"
 
 
 def _one_line(text: str) -> str:
