@@ -214,6 +214,13 @@ class Schedule:
         """Stages that have a replica on ``device``, ascending."""
         return tuple(s for s, devs in enumerate(self.placement) if device in devs)
 
+    def weight_copies(self) -> tuple[float, ...]:
+        """Per device, the weights it holds in copies of a 1/p model share: its stages times p/S (1
+        for one stage per device, for interleaved chunks and for a V; 2 where stages are replicated,
+        as in Chimera and DualPipe)."""
+        share = self.devices / self.stages
+        return tuple(len(stages) * share for stages in self.stages_by_device())
+
     def stages_by_device(self) -> tuple[tuple[int, ...], ...]:
         """:meth:`stages_on` of every device (:func:`ppopt.placement.stages_by_device`)."""
         return placement_stages_by_device(self.placement, self.devices)

@@ -314,8 +314,11 @@ class TableMetrics:
     """Idle share of the devices x length slots: 1 - busy / (devices x length)."""
     peak_activations: tuple[int, ...]
     """Most live stage-chunk activations per device (1/S of the model's each), device 0 first."""
+    weight_copies: tuple[float, ...] = ()
+    """Weights per device in copies of a 1/p model share (:meth:`ppopt.ir.Schedule.weight_copies`)."""
 
 
 def table_metrics(table: Table) -> TableMetrics:
-    """The table layer's figures of ``table``: length (slots), bubble ratio, peak activations."""
-    return TableMetrics(table.length, table.bubble_ratio, table.peak_activations)
+    """The table layer's figures of ``table``: length (slots), bubble ratio, peak activations,
+    weight copies."""
+    return TableMetrics(table.length, table.bubble_ratio, table.peak_activations, table.schedule.weight_copies())

@@ -66,6 +66,12 @@ def test_table_and_evaluate(family):
     data = json.loads(result.stdout)
     assert data["table"]["length"] == json.loads(table.stdout)["length"]
     assert (data["formula"] is None) == (family.closed_forms is None)
+    # the weights each device holds, counted from the placement: the closed forms' count where the
+    # family has forms (the evaluate table showed '-' for the families without)
+    if data["formula"] is not None:
+        assert data["table"]["weight_copies"] == data["formula"]["weight_copies"]
+    replicated = any(len(holders) > 1 for holders in schedule.placement)
+    assert data["table"]["weight_copies"] == [2 if replicated else 1] * P
 
 
 def test_compare_ranks_every_family():

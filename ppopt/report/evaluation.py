@@ -139,7 +139,8 @@ def evaluation_json(result: Evaluation, units: UnitCosts) -> dict:
             "valid": f.valid,
             "outside_range": f.outside,
         },
-        "table": {"length": t.length, "bubble_ratio": t.bubble_ratio, "peak_activations": list(t.peak_activations)},
+        "table": {"length": t.length, "bubble_ratio": t.bubble_ratio, "peak_activations": list(t.peak_activations),
+                  "weight_copies": list(t.weight_copies)},
     }
     if result.simulation is not None:
         data["simulation"] = simulation_json(result)
@@ -158,7 +159,7 @@ def _header(results: Sequence[Evaluation], units: UnitCosts) -> str:
     p, m = results[0].devices, results[0].microbatches
     devices, microbatches = ("device" if p == 1 else "devices"), ("microbatch" if m == 1 else "microbatches")
     return (f"p = {p} {devices}, m = {m} {microbatches}; lengths in {units_text(units)}; bubble = idle / total; "
-            "peak act. in stage-chunk activations (1/S of the model each)")
+            "peak act. in stage-chunk activations (1/S of the model each); weights in copies of a 1/p model share")
 
 
 def closed_form_cell(f: Formula | None, text: str, fmt: str = "text") -> str:
@@ -187,7 +188,7 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
             f"{t.length:g}",
             closed_form_cell(f, "" if f is None else per_device(f.peak_activations, fmt), fmt),
             per_device(t.peak_activations, fmt),
-            ("" if fmt == "csv" else "-") if f is None else per_device(f.weight_copies, fmt),
+            per_device(t.weight_copies, fmt),
         ]
         sim = r.simulation
         if simulated and sim is not None:
