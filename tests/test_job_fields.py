@@ -263,3 +263,18 @@ def test_job_takes_the_schedule_and_the_devices_as_the_other_commands_do():
     assert json.loads(run("job", "--devices", "4", *common).stdout)["pp"] == 4
     every = run("job", "--model", "llama3-8b", "--system", "dgx-h100", "-s", "all")
     assert every.output == "error: --schedule: 'all' is for `ppopt evaluate` and `ppopt compare`; this command takes one schedule\n"
+
+
+def test_selective_recomputation_of_a_fused_attention_model_is_noted_as_saving_nothing():
+    """Llama's fused attention stores no scores, all that selective recomputation drops: the mode
+    costs its recomputed attention core and keeps the same memory. The README's own example used it."""
+    common = ["--model", "llama3-70b", "--system", "dgx-h100", "--tp", 8, "--pp", 8, "--micro-batch", 1, "--sequence-parallel",
+              "--json"]
+    selective = run("job", *common, "--recompute", "selective")
+    plain = run("job", *common, "--recompute", "none")
+    a, b = json.loads(selective.stdout), json.loads(plain.stdout)
+    assert a["peak_memory_bytes"] == b["peak_memory_bytes"] and a["step_time_s"] > b["step_time_s"]
+    assert selective.stderr.startswith("note: --recompute selective saves no memory for llama3-70b") and plain.stderr == ""
+    unfused = run("job", "--model", "study", "--system", "dgx-h100", "--tp", 8, "--pp", 8, "--micro-batch", 1,
+                  "--recompute", "selective", "--json")
+    assert unfused.exit_code == 0 and "note: --recompute selective" not in unfused.stderr

@@ -23,6 +23,7 @@ from ppopt.cli.options import (
     job_options,
     json_option,
     layer_counts,
+    note_selective_saves_nothing,
     output_ending_in,
     quiet_option,
     refuse_unused_options,
@@ -318,6 +319,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
         job = dataclasses.replace(job, layers=counts)
     with working(f"job {job.describe()}", quiet):
         result = evaluate_job(job)
+    note_selective_saves_nothing(job.model, job.recompute)
     tokens, mfu = throughput(job, result.step_time_s)
     figures = {
         "model": job.model.name, "system": job.system.name, **job.layout_json(), "global_batch": job.batch, "gpus": job.gpus,

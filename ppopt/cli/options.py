@@ -340,6 +340,15 @@ UNIT_FLAGS = ("forward", "backward", "weight", "comm")
 """The unit model's flags (:func:`ppopt.cli.options.unit_cost_options`)."""
 
 
+def note_selective_saves_nothing(model: Any, recompute: str) -> None:
+    """A note on stderr when selective recomputation is asked of a model with fused attention: it
+    stores no attention scores, which is all selective recomputation drops, so the mode only adds
+    its recomputed attention core (:mod:`ppopt.job`, "Recomputation")."""
+    if recompute == "selective" and model is not None and model.flash_attention:
+        click.echo(f"note: --recompute selective saves no memory for {model.name} (flash_attention: no attention scores are "
+                   "stored) and adds the recomputed attention core; --recompute none is faster at the same memory", err=True)
+
+
 def refuse_with_preset(parallel: Any, global_batch: int | None) -> None:
     """--costs gives measured durations: a unit-model duration, a global batch or a job field
     (``parallel``, a :class:`ppopt.job.Parallelism`) would be ignored, so each is refused."""

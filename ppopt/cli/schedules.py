@@ -18,6 +18,7 @@ from ppopt.cli.options import (
     format_option,
     job_options,
     json_option,
+    note_selective_saves_nothing,
     output_not_named_as,
     quiet_option,
     refuse_with_preset,
@@ -340,6 +341,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             result = _evaluate_one(schedule, schedule_file, units, model_config, system_config, global_batch, parallel,
                                    name is not None, options)
         results, skipped = [result], {}
+    note_selective_saves_nothing(model_config, parallel.recompute)  # once the job is known to be valid
     if as_json:
         payload = [evaluation_json(r, units) for r in results]
         if model_config is not None:
@@ -435,6 +437,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
         check_picture_size(family_ops(devices, microbatches, options, [r.schedule for r in results]))
     for schedule, reason in skipped.items():
         click.echo(f"skipped {schedule}: {reason}", err=True)
+    note_selective_saves_nothing(model_config, parallel.recompute)  # once the job is known to be valid
     ranking = rank_layers(results)
     if as_json:
         payload = compare_json(results, ranking, units)
