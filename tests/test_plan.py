@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import time
@@ -926,3 +927,19 @@ def test_a_limit_the_user_did_not_give_is_named_as_the_systems_memory(tmp_path):
                                        "--schedule", "1f1b"])
     assert result.exit_code == 1
     assert result.output.startswith("error: no job fits 2.00 GB per GPU (the memory_capacity_bytes of system dgx-h100): the least")
+
+
+def test_plan_names_a_job_as_fast_as_the_first_on_much_less_memory():
+    """On dgx-h100 (no GEMM-size effect) Llama 3 8B's #1 at b2 fills 71 GB to be 0.03 % faster than
+    #2 at b1 on 50 GB: the table ranks by step alone, so a line names #2. CSV gives layer lists with ';'."""
+    args = ["plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--search", 0, "--top", 4, "-q"]
+    text = CliRunner().invoke(main, [str(a) for a in args])
+    assert text.exit_code == 0, text.output
+    first, second = json.loads(CliRunner().invoke(main, [*map(str, args), "--json"]).stdout)["top"][:2]
+    assert second["step_time_s"] <= first["step_time_s"] * 1.005 and second["peak_memory_bytes"] <= 0.9 * first["peak_memory_bytes"]
+    near = next(line for line in text.stdout.splitlines() if line.startswith("#2 ("))
+    assert near.endswith(f"of #1's step with {(first['peak_memory_bytes'] - second['peak_memory_bytes']) / 1e9:.1f} GB less per GPU")
+    assert near.startswith(f"#2 ({second['job']}, ")
+    rows = list(csv.reader(CliRunner().invoke(main, [*map(str, args), "--format", "csv"]).stdout.splitlines()))
+    layers = rows[0].index("layers")
+    assert all(";" in row[layers] or row[layers].isdigit() for row in rows[1:]) and any(";" in row[layers] for row in rows[1:])

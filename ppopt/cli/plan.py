@@ -375,7 +375,8 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
     evaluated = len(result.rows)
     columns = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", percent_header("MFU", fmt), "peak GB",
                "bound by"]
-    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label, _counts(r.job.stage_layers),
+    rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label,
+             ";".join(map(str, r.job.stage_layers)) if fmt == "csv" else _counts(r.job.stage_layers),  # CSV lists use ';'
              _seconds(r.step_time_s), tokens_per_s(r.tokens_per_s, grouped=fmt != "csv"), percent(r.mfu, fmt), _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
@@ -401,6 +402,8 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
         line += f", {result.unevaluated} not evaluated (time limit; those estimated slowest)"
     click.echo(line)
     click.echo(_table(columns, rows, fmt))
+    if (near := _near_first(result.rows[:top])) is not None:
+        click.echo(near)
     if searches:
         click.echo("")
         click.echo("schedule search (CP-SAT, job's own stage durations, same memory limit; gap of the pipeline part):")
@@ -430,6 +433,26 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
                   f"no Megatron layout (it places stage i on rank i mod p, {first.job.schedule} does not)")
         click.echo(f"stage split of #1{' (after the search)' if moved else ''}: {','.join(map(str, counts))}; {layout}; "
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
+
+
+NEAR_STEP = 0.005
+"""A job within this share of #1's step time is as fast, to the model's accuracy (README, "How
+accurate is ppopt?")..."""
+NEAR_MEMORY = 0.9
+"""... and worth naming when it needs at most this share of #1's peak memory."""
+
+
+def _near_first(rows) -> str | None:
+    """A line naming the best-ranked job that is as fast as #1 (within :data:`NEAR_STEP`) on much less
+    memory (:data:`NEAR_MEMORY`): the table ranks by step time alone, and a 0.03 % gain that fills
+    the GPU is rarely worth it. None when no such job is listed."""
+    first = rows[0]
+    for k, row in enumerate(rows[1:], start=2):
+        if row.step_time_s <= first.step_time_s * (1 + NEAR_STEP) and row.memory.peak_bytes <= NEAR_MEMORY * first.memory.peak_bytes:
+            slower = row.step_time_s / first.step_time_s - 1
+            return (f"#{k} ({row.job.describe()}, {row.job.schedule_label}) is within {100 * slower:.2f} % of #1's step with "
+                    f"{(first.memory.peak_bytes - row.memory.peak_bytes) / 1e9:.1f} GB less per GPU")
+    return None
 
 
 def _job_command(job, model: str, system: str) -> str:
