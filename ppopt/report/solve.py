@@ -198,6 +198,25 @@ def gap_json(report: GapReport) -> dict:
     }
 
 
+def _fastest_and_lowest(report: GapReport, fmt: str) -> list[str]:
+    """Under a table of several schedules: the fastest that fits and the best any search found.
+    Each gap is against the schedule's own space, so a schedule can be optimal in its space (0.00 %)
+    while another space holds faster schedules; this line says how far the best of them goes."""
+    if fmt == "csv" or len(report.rows) < 2:
+        return []
+    unit = report.time_unit
+    fitting = [r for r in report.rows if r.fits]
+    found = [r for r in report.rows if r.best is not None and math.isfinite(r.bound)]
+    if not fitting or not found:
+        return []
+    fastest = min(fitting, key=lambda r: r.step_time)
+    best = min(found, key=lambda r: (r.best, r.bound))
+    within = "" if all(r.fits for r in report.rows) else " within the limit"
+    return ["", f"fastest handcrafted{within}: {fastest.schedule} ({_amount(fastest.step_time, unit)}); best found by "
+                f"the searches: {_amount(best.best, unit)} in {best.schedule}'s space (bound {_amount(best.bound, unit)}); "
+                "each gap is against its own schedule's space"]
+
+
 def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "text", context: str | None = None) -> str:
     """`gap`'s table in ``fmt`` (text, markdown or csv), with ``context`` (what was simulated) above it."""
     unit = report.time_unit
@@ -213,6 +232,7 @@ def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "tex
     rounded = any(r.status == "optimal" and r.best is not None and r.best > r.bound * (1 + 1e-9) for r in report.rows)
     after = ["", "optimal: proven in the solver's integer ticks (durations rounded down); where best found is above the "
                  "bound, the rounding is what lies between them (README: Solver ticks)"] if rounded else []
+    after += _fastest_and_lowest(report, fmt)
     over = "" if all(r.fits for r in report.rows) else \
         " within the memory limit (a schedule over it may be shorter than the bound: no gap; status is the search's)"
     return with_context([header, *([context] if context else []),
