@@ -278,3 +278,16 @@ def test_selective_recomputation_of_a_fused_attention_model_is_noted_as_saving_n
     unfused = run("job", "--model", "study", "--system", "dgx-h100", "--tp", 8, "--pp", 8, "--micro-batch", 1,
                   "--recompute", "selective", "--json")
     assert unfused.exit_code == 0 and "note: --recompute selective" not in unfused.stderr
+
+
+def test_an_uneven_layer_split_is_shown_where_it_is_simulated():
+    """80 layers over 7 stages ran as 12,12,12,11,11,11,11 without a word (plan says the even split
+    needs p to divide the layers); job's line gives the split, evaluate a note, an even split neither."""
+    job = run("job", "--model", "llama3-70b", "--system", "dgx-h100", "--tp", 8, "--pp", 7, "--micro-batch", 1)
+    assert job.stdout.splitlines()[0].endswith("(1f1b, recompute none, layers per stage 12,12,12,11,11,11,11)")
+    even = run("job", "--model", "llama3-70b", "--system", "dgx-h100", "--tp", 8, "--pp", 8, "--micro-batch", 1)
+    assert even.stdout.splitlines()[0].endswith("(1f1b, recompute none)")
+    common = ["evaluate", "-s", "1f1b", "--model", "llama3-70b", "--system", "dgx-h100", "--tp", 8, "--micro-batch", 1]
+    uneven = run(*common, "-p", 7, "-m", 14)
+    assert "note: 80 layers over 7 stages: 12,12,12,11,11,11,11 per stage (the first stages take the remainder)" in uneven.stderr
+    assert "layers over" not in run(*common, "-p", 8, "-m", 16).stderr

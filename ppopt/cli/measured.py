@@ -332,7 +332,8 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
         return
     click.echo(f"{job.model.name} on {job.gpus} x {job.system.name}: {job.describe()} ({job.schedule_label}, recompute {job.recompute}"
                f"{', sequence parallel' if job.sequence_parallel else ''}"
-               f"{', distributed optimizer' if job.distributed_optimizer else ''})")
+               f"{', distributed optimizer' if job.distributed_optimizer else ''}"
+               f"{'' if len(set(job.stage_layers)) == 1 else ', layers per stage ' + ','.join(map(str, job.stage_layers))})")
     for label, seconds in (("step       ", result.step_time_s), ("  pipeline ", result.pipeline_s),
                            ("  grad sync", result.gradient_sync_s), ("  optimizer", result.optimizer_s)):
         click.echo(f"{label} {fixed(1e3 * seconds, 1, 10)} ms")

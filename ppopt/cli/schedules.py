@@ -342,6 +342,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
                                    name is not None, options)
         results, skipped = [result], {}
     note_selective_saves_nothing(model_config, parallel.recompute)  # once the job is known to be valid
+    if name != "all" and model_config is not None:
+        _note_uneven_layers(schedule, model_config)
     if as_json:
         payload = [evaluation_json(r, units) for r in results]
         if model_config is not None:
@@ -363,6 +365,18 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             from ppopt.table import build_table
 
             _plot_table(build_table(schedule, units), plot)
+
+
+def _note_uneven_layers(schedule, model) -> None:
+    """A note on stderr when the model's layers do not split evenly over the schedule's stages (the
+    first stages take the remainder, :func:`ppopt.costs.partition_layers`): the simulation times
+    that split, which no other output shows."""
+    from ppopt.costs import partition_layers
+
+    layers = partition_layers(model.num_layers, schedule.stages, schedule.stage_weights)
+    if len(set(layers)) > 1 and schedule.stage_weights is None:
+        click.echo(f"note: {model.num_layers} layers over {schedule.stages} stages: {','.join(map(str, layers))} per stage "
+                   "(the first stages take the remainder)", err=True)
 
 
 def _evaluate_one(schedule, schedule_file, units, model, system, global_batch, parallel, with_formula: bool, options):
