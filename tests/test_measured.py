@@ -646,3 +646,19 @@ def test_plan_markdown_quotes_the_megatron_layout_flag():
     markdown = run(*args, "--format", "markdown").stdout
     assert 'Megatron `--pipeline-model-parallel-layout "Et*' in markdown
     assert 'Megatron --pipeline-model-parallel-layout "Et*' in run(*args).stdout
+
+
+def test_measured_milliseconds_become_the_nearest_seconds():
+    """3975.2 ms / 1e3 is 3.9751999999999996 in binary floating point, which validate --json printed;
+    the file's decimal is divided exactly, so every row reads back as the file wrote it."""
+    from decimal import Decimal
+
+    from ppopt.config import load_system
+    from ppopt.io.measured import read_measured
+
+    rows, _ = read_measured(MULTI, load_system("a100-vtrain-calibrated"))
+    cells = [line.split(",") for line in Path(MULTI).read_text().splitlines()]
+    column = cells[0].index(next(c for c in cells[0] if "ms" in c.lower()))
+    by_line = {row.line: row.measured_s for row in rows}
+    assert by_line and all(by_line[n + 1] == float(Decimal(cells[n][column]) / 1000) for n in range(1, len(cells)) if n + 1 in by_line)
+    assert 3.9752 in by_line.values()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import get_args
 
@@ -272,6 +273,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': not a number: {shown(raw)}") from None
         if not measured_ms > 0:
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must be a positive number, got {shown(raw)}")
+        measured_s = float(Decimal(raw) / 1000)  # the file's milliseconds in seconds, correctly rounded (3975.2 -> 3.9752)
         if not MIN_TIME_MS <= measured_ms <= MAX_TIME_MS:
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must lie between {MIN_TIME_MS:g} and "
                                     f"{MAX_TIME_MS:g}, got {shown(raw)}")
@@ -308,9 +310,9 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
             if job.schedule != "1f1b":  # its rules (DualPipeV's m >= 2p, ...) are checked when it is built
                 job_schedule(job)
         except ConfigError as error:
-            unmodelled.append(Unmodelled(line, label, measured_ms / 1e3, error.reason, path.name))
+            unmodelled.append(Unmodelled(line, label, measured_s, error.reason, path.name))
             continue
-        rows.append(Measured(line, job, measured_ms / 1e3, label, path.name))
+        rows.append(Measured(line, job, measured_s, label, path.name))
     if not rows and not unmodelled:
         raise MeasuredDataError(f"{name}: no data rows")
     return rows, unmodelled
