@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -527,7 +528,15 @@ def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
     write_cost_preset(path, _costs(), None, {})
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["simulation"]["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
+    simulation = json.loads(result.stdout)["simulation"]
+    assert simulation["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
+    # a timing profile measures no activation: its memory is unknown, not 0 bytes
+    assert simulation["peak_activation_bytes"] is None and simulation["peak_memory_bytes"] is None
+    sized = tmp_path / "sized.json"
+    stage = replace(_costs().stages[0], activation_bytes=1e9)
+    write_cost_preset(sized, Costs((stage, stage), 1, 4), None, {})
+    peaks = json.loads(cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", sized, "--json").stdout)["simulation"]
+    assert peaks["peak_activation_bytes"] == [2e9, 1e9]  # 1F1B keeps p - r microbatches on device r
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--model", "study")
     assert result.exit_code == 1 and result.output.startswith("error: --costs: replaces --model/--system")
 

@@ -245,7 +245,10 @@ def evaluate_with_preset(schedule, costs_file, as_json, fmt="text") -> None:
     check_stages(schedule, costs)
     simulation = simulate(schedule, costs, link=link)
     if as_json:
-        emit_json({"schedule": schedule.name, "costs": str(costs_file), "simulation": timeline_json(simulation)})
+        timeline = timeline_json(simulation)
+        if not any(stage.activation_bytes for stage in costs.stages):  # a timing profile measures no activations
+            timeline |= {"peak_activation_bytes": None, "peak_memory_bytes": None}
+        emit_json({"schedule": schedule.name, "costs": str(costs_file), "simulation": timeline})
     elif fmt == "text":
         click.echo(f"{schedule.name}: simulated with the measured costs of {costs_file}: step {seconds(simulation.step_time_s)}, "
                    f"idle ratio {simulation.idle_ratio:.4f}")
