@@ -569,3 +569,18 @@ def test_an_empty_row_is_an_idle_rank_that_is_evaluated_noted_and_not_exported(t
                                                        "than the 2 stages)\n")  # the reason once, as the error: no note
     assert not (tmp_path / "out.csv").exists()
 
+
+
+def test_import_and_search_json_keep_the_overlapped_pairs(tmp_path):
+    """The JSON orders spelt DualPipeV's '(0F5;5B2)OVERLAP_F_B' as two plain ops: the schedule could
+    not be rebuilt from the JSON. ``overlapped`` lists the pairs as the generator holds them."""
+    from ppopt.generators import generate
+
+    path = tmp_path / "dpv.csv"
+    assert run("export", "-s", "dualpipev", "-p", 3, "-m", 6, "--unit", "-o", path).exit_code == 0
+    data = json.loads(run("import", path, "--json").stdout)
+    expected = generate("dualpipev", 3, 6)
+    assert data["overlapped"] == [[str(f), str(b)] for f, b in expected.overlapped] and data["overlapped"]
+    assert data["orders"] == [[str(op) for op in order] for order in expected.orders]
+    found = json.loads(run("search", "--schedule-file", path, "--unit", "--time-limit", 10, "-q", "--json").stdout)
+    assert "overlapped" in found["schedule"]

@@ -166,6 +166,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
     """Read a PyTorch schedule CSV (FILE; '-': standard input), validate it, and print its unit-slot
     table and metrics."""
     from ppopt.io.torch_csv import read_torch_csv_file
+    from ppopt.report.evaluation import orders_json
     from ppopt.report.text import grid, no_colour, table_summary
     from ppopt.table import build_table, table_metrics
 
@@ -188,7 +189,7 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
                 "split_backward": table.flat.split,
                 "backward": backward,
                 "placement": [holders[0] for holders in schedule.placement],
-                "orders": [[str(op) for op in order] for order in schedule.orders],
+                **orders_json(schedule),
                 "table": {"length": metrics.length, "bubble_ratio": metrics.bubble_ratio,
                           "peak_activations": list(metrics.peak_activations)},
             })

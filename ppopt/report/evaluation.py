@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from ppopt.evaluate import Evaluation, MemoryOver, Ranking, memory_over
 from ppopt.formula import Formula
+from ppopt.ir import Schedule
 from ppopt.report.text import csv_gib, csv_number, distinct_digits, gib, per_device, render_table, seconds, with_context
 from ppopt.simulate import Simulation
 from ppopt.table import Table
@@ -21,6 +22,14 @@ def timeline_json(sim: Simulation) -> dict:
         "persistent_bytes": list(sim.persistent_bytes),
         "peak_memory_bytes": list(sim.peak_memory_bytes),
     }
+
+
+def orders_json(schedule: Schedule) -> dict:
+    """Each device's ops in order (``orders``) and the (forward, backward) pairs that run as one
+    overlapped action (``overlapped``; DualPipe(V)'s), as action strings: enough to rebuild the
+    schedule with its placement."""
+    return {"orders": [[str(op) for op in order] for order in schedule.orders],
+            "overlapped": [[str(forward), str(backward)] for forward, backward in schedule.overlapped]}
 
 
 def simulation_json(result: Evaluation) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ppopt.evaluate import memory_over
-from ppopt.report.evaluation import capacity_json, over_memory_text, timeline_json
+from ppopt.report.evaluation import capacity_json, orders_json, over_memory_text, timeline_json
 from ppopt.report.text import (
     csv_gib,
     csv_number,
@@ -110,7 +110,7 @@ def search_json(result: SearchResult, capacity_bytes: float | None = None) -> di
             "name": schedule.name,
             "placement": [list(h) for h in schedule.placement],
             "replica_of": list(schedule.replica_of),
-            "orders": [[str(op) for op in order] for order in schedule.orders],
+            **orders_json(schedule),
         },
         "simulation": None if sim is None else timeline_json(sim) | (
             {} if capacity_bytes is None else capacity_json(sim.peak_memory_bytes, capacity_bytes)),
