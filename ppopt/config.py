@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -552,7 +553,7 @@ def _load_file(path: Path, cls: type[_M]) -> _M:
         # (Objects built in Python stay lax so numpy integers and the like are accepted.)
         loaded = cls.model_validate(data, strict=True, context={"file": True})
     except ValidationError as error:
-        raise ConfigError(f"{display_path(path)}: {validation_message(error)}") from None
+        raise ConfigError(f"{display_path(path)}: {validation_message(error, known=list(cls.model_fields))}") from None
     if not named:  # the file's name is a default too (`ppopt list models FILE` marks it so)
         loaded.model_fields_set.discard("name")
     return loaded
@@ -562,13 +563,14 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def validation_message(error: ValidationError, prefix: str = "", noun: str = "field") -> str:
+def validation_message(error: ValidationError, prefix: str = "", noun: str = "field", known: Sequence[str] = ()) -> str:
     """Pydantic's errors on one line.
 
     Like ``field 'x': reason; unknown field 'y'; missing field 'z'`` (``noun`` = "key" for a spec
     file's keys); ``prefix`` is the table the fields belong to (``"link"`` gives
     ``field 'link.latency_s'``), if they were read inside another file. A union reports each of its
-    branches: the deepest problem is kept, one per field, without pydantic's branch names.
+    branches: the deepest problem is kept, one per field, without pydantic's branch names. An unknown
+    top-level key gets the closest of ``known`` (the file's keys), or with ``noun`` "key" the list.
     """
     found: list[tuple[str, str]] = []
     for item in error.errors(include_url=False):
@@ -585,6 +587,8 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
             message = f"{message}, got the text {value!r}: give the number unquoted, in the field's unit (bytes, FLOP/s, seconds: `ppopt list model-fields`, `system-fields`)"
         if kind == "extra_forbidden":
             text = f"unknown {noun} '{field}'"
+            if known and "." not in field:
+                text += did_you_mean(field, known) or (f" (known: {', '.join(known)})" if noun == "key" else "")
         elif kind == "missing":
             text = f"missing {noun} '{field}'"
         elif field:

@@ -231,7 +231,7 @@ def test_unknown_key(tmp_path):
     path = _write(tmp_path, "bad.toml", VALID_SYSTEM.replace("peak_flops", "peak_flop"))
     message = _error(load_system, path)
     assert "bad.toml" in message
-    assert "unknown field 'peak_flop'" in message
+    assert "unknown field 'peak_flop'; did you mean 'peak_flops'?" in message
     assert "missing field 'peak_flops'" in message
 
 

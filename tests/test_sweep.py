@@ -268,7 +268,10 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
 @pytest.mark.parametrize(
     "change, key",
     [
-        (("schedules =", "schedulez ="), "unknown key 'schedulez'"),
+        (("schedules =", "schedulez ="), "unknown key 'schedulez'; did you mean 'schedules'?"),
+        # a key no spec takes lists the keys (a sweep is pipeline parallel: no tp)
+        (("schedules =", "tp = 2\nschedules ="), "unknown key 'tp' (known: description, schedules, devices, microbatches, models, "
+                                                  "systems, global_batch, backward, options, filters, solver)"),
         (("time_limit_s = 20", "time_limit_s = 20\nworkers = 2"), "unknown key 'solver.workers'"),
         (("devices = [3, 4]", 'devices = ["3", 4]'), "key 'devices.0'"),
         (("global_batch = 64", "global_batch = 6.4"), "key 'global_batch'"),
