@@ -528,8 +528,13 @@ def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
     write_cost_preset(path, _costs(), None, {})
     result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--json")
     assert result.exit_code == 0, result.output
-    simulation = json.loads(result.stdout)["simulation"]
+    data = json.loads(result.stdout)
+    simulation = data["simulation"]
     assert simulation["step_time_s"] == pytest.approx(15.0)  # (m + p - 1)(F + B)
+    # evaluate --json's object, as without --costs: sizes, the table layer (unit slots), the preset named
+    plain = json.loads(cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--json").stdout)
+    assert set(plain) <= set(data) and (data["devices"], data["microbatches"], data["table"]) == (2, 4, plain["table"])
+    assert data["costs"] == str(path)
     # a timing profile measures no activation: its memory is unknown, not 0 bytes
     assert simulation["peak_activation_bytes"] is None and simulation["peak_memory_bytes"] is None
     sized = tmp_path / "sized.json"

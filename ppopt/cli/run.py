@@ -244,11 +244,14 @@ def evaluate_with_preset(schedule, costs_file, as_json, fmt="text") -> None:
     costs, link = read_cost_preset(costs_file)
     check_stages(schedule, costs)
     simulation = simulate(schedule, costs, link=link)
-    if as_json:
+    if as_json:  # evaluate --json's object (the table layer in unit slots), simulated with the preset
+        from ppopt.evaluate import DEFAULT_UNITS, evaluate_schedule
+        from ppopt.report.evaluation import evaluation_json
+
         timeline = timeline_json(simulation)
         if not any(stage.activation_bytes for stage in costs.stages):  # a timing profile measures no activations
             timeline |= {"peak_activation_bytes": None, "peak_memory_bytes": None}
-        emit_json({"schedule": schedule.name, "costs": str(costs_file), "simulation": timeline})
+        emit_json(evaluation_json(evaluate_schedule(schedule), DEFAULT_UNITS) | {"costs": str(costs_file), "simulation": timeline})
     elif fmt == "text":
         click.echo(f"{schedule.name}: simulated with the measured costs of {costs_file}: step {seconds(simulation.step_time_s)}, "
                    f"idle ratio {simulation.idle_ratio:.4f}")
