@@ -789,3 +789,49 @@ def test_a_point_this_machine_lacks_the_memory_for_is_left_for_a_later_run(tmp_p
     monkeypatch.setattr(host, "available_memory_bytes", lambda: 10**12)
     rerun = run_sweep(load_spec(spec), tmp_path / "out")
     assert (rerun.computed, rerun.missing, rerun.deferred) == (3, 0, ())
+
+
+JOB_SPEC = """
+schedules = ["1f1b", "zb-v"]
+devices = [4]
+microbatches = [8, 16]
+models = ["llama3-70b"]
+systems = ["dgx-h100"]
+
+[job]
+tp = 8
+micro_batch = 1
+sequence_parallel = true
+"""
+
+
+def test_a_spec_s_job_table_sweeps_a_3d_parallel_job_as_evaluate_simulates_it(tmp_path):
+    """A sweep could only be pipeline parallel: llama3-70b's global batch of 256 in 8 microbatches
+    made 32 sequences each, every row far over memory. [job] gives the fields `evaluate --tp ...`
+    takes; a micro batch without a global batch makes the batch micro_batch x m x d, as evaluate does."""
+    from ppopt.evaluate import evaluate
+    from ppopt.job import Parallelism
+
+    result = run_sweep(load_spec(write_spec(tmp_path, JOB_SPEC)), tmp_path / "out")
+    assert (result.points, result.computed) == (4, 4)
+    parallel = Parallelism(tp=8, micro_batch=1, sequence_parallel=True)
+    for row in result.rows:
+        assert (row["tp"], row["micro_batch"], row["global_batch"]) == (8, 1, row["microbatches"])
+        expected = evaluate(row["schedule"], 4, row["microbatches"], model="llama3-70b", system="dgx-h100",
+                            parallel=parallel).simulation
+        assert row["sim_step_time_s"] == expected.step_time_s and row["sim_over_memory"] is False
+    header = (tmp_path / "out" / "rows.csv").read_text().splitlines()[0].split(",")
+    assert header[header.index("backward") + 1:header.index("backward") + 7] == ["tp", "dp", "micro_batch", "recompute",
+                                                                                "sequence_parallel", "distributed_optimizer"]
+
+
+def test_a_pipeline_only_spec_keeps_its_points_hashes_and_a_bad_job_field_is_named(tmp_path):
+    """The job's fields join a point's inputs only when the spec sets them: rows.jsonl written before
+    [job] existed are reused. A bad field is refused with its key."""
+    from ppopt.sweep.spec import expand
+
+    plain = expand(load_spec(write_spec(tmp_path, JOB_SPEC.split("[job]")[0])), ("evaluate",))
+    assert plain and all("tp" not in item.inputs for item in plain)
+    for bad, key in (("tp = 0", "key 'job.tp'"), ("pp = 2", "unknown key 'job.pp'"), ('recompute = "some"', "key 'job.recompute'")):
+        with pytest.raises(ConfigError, match=key):
+            load_spec(write_spec(tmp_path, JOB_SPEC.replace("tp = 8", bad), "bad.toml"))

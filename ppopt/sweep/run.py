@@ -58,6 +58,7 @@ Progress = Callable[[int, int], None]
 INPUT_COLUMNS = (
     "kind", "schedule", "devices", "microbatches", "chunks", "waves", "split",
     "model", "system", "global_batch", "backward",
+    "tp", "dp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer",
     "memory_limit", "unit_forward", "unit_backward", "unit_weight", "unit_comm",
     "time_limit_s", "deterministic_time", "seed", "model_digest", "system_digest",
 )
@@ -70,6 +71,8 @@ METRIC_COLUMNS = (
     "solver_space", "solver_status", "solver_time_unit", "solver_step", "solver_best", "solver_bound", "gap",
     "solver_fits", "solver_peak_memory", "solver_memory_semantics", "solver_cut",
 )
+#: The inputs of a spec's ``[job]`` (:class:`ppopt.sweep.spec.JobSpec`), in evaluation rows that have one.
+JOB_COLUMNS = ("tp", "dp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer")
 #: Every column of ``rows.csv``, in order (a fixed header whatever the spec holds).
 COLUMNS = ("hash", "status", "reason") + INPUT_COLUMNS + METRIC_COLUMNS
 
@@ -126,14 +129,16 @@ def item_seconds(item: EvalItem | GapItem) -> float:
 
 def _run_eval(item: EvalItem) -> dict:
     from ppopt.evaluate import evaluate
+    from ppopt.job import Parallelism
     from ppopt.units import UnitCosts
 
     inputs = item.inputs
     options = {k: inputs[k] for k in ("chunks", "waves", "split") if inputs[k] is not None}
     row = {"hash": item.hash, "status": "ok", "reason": None, **inputs}
+    parallel = Parallelism(**{k: inputs[k] for k in JOB_COLUMNS}) if "tp" in inputs else None  # the spec's [job]
     try:
         result = evaluate(inputs["schedule"], inputs["devices"], inputs["microbatches"], UnitCosts(backward=inputs["backward"]),
-                          item.model, item.system, inputs["global_batch"], **options)
+                          item.model, item.system, inputs["global_batch"], parallel=parallel, **options)
     except MemoryShortError as error:  # this machine's state, not the point's: left for a later run
         row.update(status=DEFERRED, reason=" ".join(error.reason.split()))
         return row

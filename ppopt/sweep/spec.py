@@ -19,6 +19,10 @@ A spec (``configs/studies/paper.toml`` is the full example)::
     [filters.hanayo]                           # per-schedule point filters (all given must hold)
     microbatches_equal_devices = true          # also: devices, microbatches, models, systems (lists),
                                                # microbatches_multiple_of_devices
+    [job]                                      # optional: the 3D job of every evaluation point
+    tp = 8                                     # JobSpec: --tp, --dp, --micro-batch, --recompute,
+    micro_batch = 1                            # --sequence-parallel, --distributed-optimizer
+    sequence_parallel = true
     [solver]                                   # optional: optimality gaps (unit mode, see below)
     devices = [4]
     microbatches = [8]
@@ -40,6 +44,9 @@ Solver points are unit mode only (no model, no system): one per (devices, microb
 limit, schedule), grouped by family space so schedules sharing a space (gpipe and 1f1b) share one
 search. Filters apply to solver points too, except their ``models`` / ``systems`` conditions. The solver always runs with one worker and seed ``seed`` so a rerun reproduces it, provided the
 deterministic limit (not the wall-clock one) is what ends each search.
+
+A ``[job]`` table's fields join every evaluation point's inputs (rows.csv columns), and only when
+set: a pipeline-only spec's points keep the hashes they had before the table existed.
 
 Every point's inputs are a flat dict; its hash is the first 16 hex digits of the sha256 of their
 canonical JSON (sorted keys, no spaces). The inputs name the model and system as written and also
@@ -204,6 +211,29 @@ class SolverSpec(_Strict):
     seed: Annotated[int, Field(ge=0, lt=2**31)] = 0  # CP-SAT's random_seed
 
 
+class JobSpec(_Strict):
+    """The 3D-parallel job every evaluation point simulates (:class:`ppopt.job.Parallelism`'s
+    fields, as ``--tp``, ``--dp``, ``--micro-batch``, ``--recompute``, ``--sequence-parallel`` and
+    ``--distributed-optimizer`` give them); the defaults are pure pipeline parallelism."""
+
+    tp: PositiveInt = 1
+    dp: PositiveInt = 1
+    micro_batch: PositiveInt | None = None
+    """Sequences per microbatch; without it a point's microbatch is the global batch over m·d."""
+    recompute: Literal["none", "selective", "full"] = "none"
+    sequence_parallel: StrictBool = False
+    distributed_optimizer: StrictBool = False
+
+    def parallelism(self):
+        """The job fields as :class:`ppopt.job.Parallelism`."""
+        from ppopt.job import Parallelism
+
+        return Parallelism(**self.model_dump())
+
+
+JOB_DEFAULT = JobSpec()
+
+
 class SweepSpec(_Strict):
     """The validated contents of a spec file (see the module docstring)."""
 
@@ -220,6 +250,7 @@ class SweepSpec(_Strict):
     options: Options = Options()
     filters: dict[str, Filter] = {}
     solver: SolverSpec | None = None
+    job: JobSpec = JOB_DEFAULT
 
     def schedule_names(self) -> list[str]:
         return list(REGISTRY) if self.schedules == "all" else list(self.schedules)
@@ -377,7 +408,10 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
         reasons = []
         for microbatches, model in itertools.product(spec.microbatches, models.values()):
             try:
-                microbatch_size(model, microbatches, spec.global_batch)
+                if spec.job == JOB_DEFAULT:
+                    microbatch_size(model, microbatches, spec.global_batch)
+                else:  # the job's replicas and micro batch take their share of the batch
+                    spec.job.parallelism().batch_split(model, microbatches, spec.global_batch)
                 break
             except ConfigError as error:
                 reasons.append(error.reason)
@@ -522,8 +556,11 @@ def expand(loaded: LoadedSpec, kinds: tuple[str, ...] = ("evaluate", "gap")) -> 
     for model_name, system_name in itertools.product(spec.models, spec.systems):
         model, system = loaded.models[model_name], loaded.systems[system_name]
         model_digest, system_digest = config_digest(model), config_digest(system)
-        global_batch = spec.global_batch or model.global_batch_size
+        # a job's fields join the inputs only when set, so a pipeline-only point keeps its hash
+        job = {} if spec.job == JOB_DEFAULT else spec.job.model_dump()
         for devices, microbatches in itertools.product(spec.devices, spec.microbatches):
+            global_batch = spec.global_batch or (model.global_batch_size if spec.job.micro_batch is None
+                                                 else spec.job.micro_batch * microbatches * spec.job.dp)
             for name in spec.schedule_names() if "evaluate" in kinds else ():
                 if not _applies(spec, name, devices, microbatches, model_name, system_name):
                     continue
@@ -531,7 +568,7 @@ def expand(loaded: LoadedSpec, kinds: tuple[str, ...] = ("evaluate", "gap")) -> 
                     inputs = {
                         "kind": "evaluate", "schedule": name, "devices": devices, "microbatches": microbatches, **combo,
                         "model": model_name, "model_digest": model_digest, "system": system_name,
-                        "system_digest": system_digest, "global_batch": global_batch, "backward": spec.backward,
+                        "system_digest": system_digest, "global_batch": global_batch, "backward": spec.backward, **job,
                     }
                     items.append(EvalItem(inputs, point_hash(inputs), model, system, float(_eval_ops(name, devices, microbatches, combo))))
     if spec.solver is not None and "gap" in kinds:  # building them generates every schedule searched
