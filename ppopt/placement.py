@@ -7,7 +7,7 @@ A placement is a tuple indexed by stage; ``placement[s]`` is the tuple of device
 - ``looped``: v·p stages, stage s on device s mod p (Narayanan et al., "Efficient Large-Scale
   Language Model Training on GPU Clusters Using Megatron-LM", SC'21, §2.2: interleaved 1F1B);
 - ``v``: 2p stages, device r holds stages r and 2p-1-r (Qi et al., "Zero Bubble Pipeline
-  Parallelism", ICLR 2024, ZB-V);
+  Parallelism", arXiv 2401.10241, §6: ZB-V);
 - ``zigzag``: 2W·p stages; wave k runs down the devices for even k and back up for odd k (Liu et
   al., "Hanayo: Harnessing Wave-like Pipeline Parallelism", SC'23);
 - ``bidirectional``: p stages (p even), stage s held by devices s and p-1-s (Li & Hoefler,

@@ -247,7 +247,7 @@ REGISTRY: dict[str, Family] = {
         Family("dualpipev", dualpipev.dualpipev,
                "DualPipe folded into a V: overlapped F&B pairs, B then I+W per microbatch (PyTorch's ScheduleDualPipeV)",
                _space("placement=v,backward=split"), None,
-               "DeepSeek-V3 states only two-direction DualPipe's bubble",
+               "DualPipe's README: (PP/2-1)(F&B+B-3W); F&B runs as F then B here",
                rules="m >= 2p", chunks=lambda o: 2, split_pairs=dualpipev.split_pairs, hints=("v",)),
         Family("dualpipe", dualpipe.dualpipe,
                "DeepSeek's DualPipe: two directions, weight replicas, overlapped F&B pairs, B then I+W (DeepSeek-AI 2024)",

@@ -25,8 +25,11 @@ steady state is overlapped F&B pairs (``Schedule.overlapped``). PyTorch requires
 as many microbatches as stages); so does this generator.
 
 Closed forms: none. The DeepSeek-V3 report (Table 2) states the bubble of two-direction DualPipe,
-(p/2 - 1)(F&B + B - 3W), with F&B the time of an overlapped pair; it states none for the V variant,
-and ppopt's table counts an overlapped pair as its two ops, so that form is not the table's length.
+(p/2 - 1)(F&B + B - 3W), with F&B the time of an overlapped pair, and none for the V variant; later
+versions of the DualPipe repository's README (github.com/deepseek-ai/DualPipe) give DualPipeV's as
+(PP/2 - 1)(F&B + B - 3W) over PP = 2p stages. ppopt's table counts an overlapped pair as its two ops,
+so the form is not the table's length: at p = 4, m = 8 (chunk ops F = 1, B = 2, W = 1, F&B = 3) it
+gives 3 x 2 = 6 idle chunk slots beside 48 busy, 27 unit slots, where the table takes 25.5.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ ops and six slots of work per device, the repetition interval):
 - the order of device r: its ops of every microbatch j sorted by 6j + offset (the repeated blocks);
   the table then packs them as early as dependencies allow (the paper's "squeezing").
 
+The authors' public pattern (``stable_pattern_v_min`` in the sail-sg repository's ``zbv_greedy.py``)
+has the same offsets except when 3 divides p, where it waits one slot more before the I of the
+second chunk; ours does not, so at p = 3, 6, 9 its blocks are as short as the rule allows: the same
+peaks, and at p = 3 a table one slot shorter (12.5 against 13.5 slots at m = 3).
+
 Measured (p = 1..12, m = 1..3p+2, validated): the peak live chunk activations is at most
 2·((p+4)//3) (chunks are half a stage), exactly that once m >= p, i.e. the paper's (p+4)//3
 microbatches; at p = 8, m = 32 the length is 109.5 slots, a bubble of 1 - 96/109.5 = 0.123, against 1F1B's 0.179

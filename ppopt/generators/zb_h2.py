@@ -1,10 +1,11 @@
 """ZB-H2: the zero-bubble schedule that trades memory for bubbles (Qi, Wan, Huang, Lin, "Zero Bubble
-Pipeline Parallelism", ICLR 2024, §2.2).
+(Almost) Pipeline Parallelism", ICLR 2024, §2.2).
 
 The paper's construction: split each backward into I (input gradient, on the critical path) and W
 (weight gradient, free to move after its I), add forwards to the warm-up and move W passes to the
-tail, so that every device runs back to back once it starts; "a higher memory footprint than 1F1B,
-up to (2p−1)M_B" (M_B: one microbatch's activations on one stage), with F = B = W assumed equal.
+tail, so that every device runs back to back once it starts, with a larger memory footprint than
+1F1B's (§2.2): up to (2p−1)M_B (§2.3; M_B: one microbatch's activations on one stage), with F = B = W
+assumed equal.
 
 Order (our own deterministic construction of that rule, linear placement, stage r on device r): a
 list-scheduling simulation in unit slots (F = I = W = 1). In every slot each device runs one ready
@@ -113,5 +114,5 @@ def zb_h2_formula(devices: int, microbatches: int, backward: float = 2):
         length=m * (1 + b) + p - 1,
         peak_activations=(min(m, 2 * p - 1),) * p,
         weight_copies=(1,) * p,
-        source="Qi et al. 2024 (Zero Bubble PP) §2.2, ZB-H2: peak (2p-1) M_B; one-iteration length with its start/end skew",
+        source="Qi et al., ICLR 2024 (Zero Bubble (Almost) PP) §2.2, ZB-H2: peak (2p-1) M_B (§2.3); one-iteration length with its start/end skew",
     )

@@ -1,5 +1,6 @@
-"""Zero-bubble schedules (Qi, Wan, Huang, Lin, "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024;
-the authors' repository github.com/sail-sg/zero-bubble-pipeline-parallelism). Backward is split into I (gradient for the input, sent
+"""Zero-bubble schedules (Qi, Wan, Huang, Lin, "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024,
+for ZB-H1; ZB-V is in the later arXiv version, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241,
+§6; the authors' repository github.com/sail-sg/zero-bubble-pipeline-parallelism). Backward is split into I (gradient for the input, sent
 upstream) and W (gradient for the weights, needed only by the optimizer), so W can fill bubbles.
 
 Conventions: lengths below are in chunk-op slots, F = I = W = 1 per chunk, which is the table
@@ -12,7 +13,7 @@ validation" consecutive iterations overlap as parallelograms, so the start-up of
 (r slots) and the matching tail (p-1-r slots) are not bubbles there. That is why that README's
 "0 bubble" for ZB-V shows up here as (p-1) idle slots per device.
 
-ZB-H1 (paper §2.1, "memory efficient"): stage r on device r. Device r runs 1F1B's order with every
+ZB-H1 (ICLR paper §2.1, "memory efficient"; its bubble in Table 2, §2.3): stage r on device r. Device r runs 1F1B's order with every
 B replaced by I (warm-up p-1-r forwards), and the W of microbatch j placed right after the I of
 microbatch j + r, or at the end when j + r >= m. So device r holds back r weight passes, every
 device keeps p activations in flight (the same peak as 1F1B's worst device 0, as the paper says),
@@ -21,7 +22,7 @@ with one chunk: W skipped in the first r steady-state steps. Requires m >= p.
 Table (measured p 1..6, m p..3p): length 3m + p - 1, i.e. (p-1)(F + I - W) = p - 1 idle slots per
 device, bubble (p-1)/(3m+p-1), peak p on every device: exactly :func:`zb_h1_formula`.
 
-ZB-V (§6 of the ICLR 2024 version, the one titled "Zero Bubble (Almost) ..."; PyTorch ``ScheduleZBVZeroBubble``): 2p stages; device r holds
+ZB-V (§6 of the later arXiv version, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241; PyTorch ``ScheduleZBVZeroBubble``): 2p stages; device r holds
 stage r (chunk 0, going down) and stage 2p-1-r (chunk 1, coming back up), so the forward and
 backward paths are V-shaped and device 0 both starts and ends each pass. Order on device r, with n =
 max(m, 2p-1) microbatches and ops of microbatches >= m deleted afterwards (PyTorch's padding):
@@ -90,7 +91,7 @@ def zb_h1_formula(devices: int, microbatches: int, backward: float = 2):
         length=m * (1 + b) + p - 1,
         peak_activations=(min(m, p),) * p,
         weight_copies=(1,) * p,
-        source="Qi et al. 2024 (Zero Bubble PP), ZB-H1",
+        source="Qi et al., ICLR 2024 (Zero Bubble (Almost) PP), ZB-H1: §2.1, bubble Table 2 (§2.3)",
     )
 
 
@@ -148,5 +149,5 @@ def zb_v_formula(devices: int, microbatches: int, backward: float = 2):
         length=2 * m * (1 + b) + p - 1,
         peak_activations=(min(2 * m, 2 * p),) * p,
         weight_copies=(1,) * p,
-        source="Qi et al., ICLR 2024 (Zero Bubble (Almost) PP), §6, ZB-V; github.com/sail-sg/zero-bubble-pipeline-parallelism README",
+        source="Qi et al., arXiv 2401.10241 (Zero Bubble PP), §6, ZB-V; github.com/sail-sg/zero-bubble-pipeline-parallelism README",
     )

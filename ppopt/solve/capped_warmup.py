@@ -1,7 +1,7 @@
 """The warm-up bound under a memory cap for devices that hold several stages (V, looped, zig-zag).
 
 The warm-up bound of :mod:`ppopt.solve.bounds` covers devices holding one stage. On the V placement
-(Qi et al., "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024, §6, ZB-V: device
+(Qi et al., "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, §6, ZB-V: device
 r holds stages r and 2p-1-r) every device holds two, and the idle it proves is what decides the step: at p = 8, m = 16,
 F = 2, B = 4 (a chunk op lasts p/S = 1/2 of that: 1 and 2 slots) and a cap of 8 activations (16
 chunk activations, each p/S = 1/2 of a 1/p share), device 7 cannot start a backward before slot 30
