@@ -534,6 +534,7 @@ def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
     # evaluate --json's object, as without --costs: sizes, the table layer (unit slots), the preset named
     plain = json.loads(cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--json").stdout)
     assert set(plain) <= set(data) and (data["devices"], data["microbatches"], data["table"]) == (2, 4, plain["table"])
+    assert data["formula"] == plain["formula"] and data["formula"]["length"] == 15  # 1F1B's closed form, as without --costs
     assert data["costs"] == str(path)
     # a timing profile measures no activation: its memory is unknown, not 0 bytes
     assert simulation["peak_activation_bytes"] is None and simulation["peak_memory_bytes"] is None

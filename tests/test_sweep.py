@@ -269,9 +269,10 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
     "change, key",
     [
         (("schedules =", "schedulez ="), "unknown key 'schedulez'; did you mean 'schedules'?"),
-        # a key no spec takes lists the keys (a sweep is pipeline parallel: no tp)
-        (("schedules =", "tp = 2\nschedules ="), "unknown key 'tp' (known: description, schedules, devices, microbatches, models, "
-                                                  "systems, global_batch, backward, options, filters, solver)"),
+        # a key no spec takes lists the keys; a job field at the top says where it goes
+        (("schedules =", "pp = 2\nschedules ="), "unknown key 'pp' (known: description, schedules, devices, microbatches, models, "
+                                                  "systems, global_batch, backward, options, filters, solver, job)"),
+        (("schedules =", "tp = 2\nschedules ="), "key 'tp': a field of the [job] table: write it under [job]"),
         (("time_limit_s = 20", "time_limit_s = 20\nworkers = 2"), "unknown key 'solver.workers'"),
         (("devices = [3, 4]", 'devices = ["3", 4]'), "key 'devices.0'"),
         (("global_batch = 64", "global_batch = 6.4"), "key 'global_batch'"),
@@ -835,3 +836,12 @@ def test_a_pipeline_only_spec_keeps_its_points_hashes_and_a_bad_job_field_is_nam
     for bad, key in (("tp = 0", "key 'job.tp'"), ("pp = 2", "unknown key 'job.pp'"), ('recompute = "some"', "key 'job.recompute'")):
         with pytest.raises(ConfigError, match=key):
             load_spec(write_spec(tmp_path, JOB_SPEC.replace("tp = 8", bad), "bad.toml"))
+
+
+def test_the_readme_s_example_spec_loads(tmp_path):
+    """The README's spec (with its [job] table) is one a user copies: it must load as written (a
+    micro_batch beside global_batch = 256 made it refused: no count gave 256 sequences)."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("### Sweeps of your own", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    loaded = load_spec(write_spec(tmp_path, block, "readme.toml"))
+    assert loaded.spec.job.tp == 8 and loaded.spec.solver is not None

@@ -341,8 +341,8 @@ def test_a_rerun_that_can_make_no_progress_is_refused(tmp_path, clock):
     rows = (out / "rows.jsonl").read_bytes()
     again = CliRunner().invoke(main, ["sweep", "quick", "-o", str(out), "--time-limit", "10", "-q"])
     assert again.exit_code == 1
-    assert again.output.startswith("error: --time-limit: ") and " s left cannot cover any of the 9 points: the shortest needs " \
-        "about 22 s; give more, or make the points smaller" in again.output
+    assert again.output.startswith("error: --time-limit: ") and " s left, which cannot cover any of the 9 points: the shortest " \
+        "needs about 22.0 s; give more, or make the points smaller" in again.output
     assert (out / "rows.jsonl").read_bytes() == rows
 
 
@@ -368,3 +368,12 @@ def test_a_point_over_the_op_limit_is_a_skipped_row_under_a_time_limit_too(tmp_p
     assert item.cost > MAX_OPS and item_seconds(item) == 0.0
     result = run_sweep(loaded, tmp_path / "out", deadline=time.monotonic() + 20)
     assert result.skipped == 1 and result.missing == 0 and not result.time_limit_reached
+
+
+def test_a_spent_or_long_time_limit_is_worded_without_zeros_or_exponents():
+    """'0.0 s left cannot cover ...: the shortest needs about 0.0 s' and '1.5e+03 s left' were the
+    refusals of a sweep whose start-up took the whole limit, or of one of long searches."""
+    from ppopt.sweep.run import _time_left
+
+    assert _time_left(-0.3) == _time_left(0.0) == "no time is left"
+    assert (_time_left(0.044), _time_left(1500.0), _time_left(12.34)) == ("44 ms left", "1,500.0 s left", "12.3 s left")

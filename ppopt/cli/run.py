@@ -233,8 +233,9 @@ def dataclasses_dict(value) -> dict:
     return dataclasses.asdict(value)
 
 
-def evaluate_with_preset(schedule, costs_file, as_json, fmt="text") -> None:
-    """`ppopt evaluate --costs FILE`: the schedule simulated with a measured cost preset and its link."""
+def evaluate_with_preset(schedule, costs_file, as_json, fmt="text", with_formula: bool = False) -> None:
+    """`ppopt evaluate --costs FILE`: the schedule simulated with a measured cost preset and its link
+    (``with_formula``: a named family's, whose closed forms --json gives as without --costs)."""
     from ppopt.io.cost_preset import read_cost_preset
     from ppopt.report.evaluation import timeline_json
     from ppopt.report.text import seconds
@@ -251,7 +252,8 @@ def evaluate_with_preset(schedule, costs_file, as_json, fmt="text") -> None:
         timeline = timeline_json(simulation)
         if not any(stage.activation_bytes for stage in costs.stages):  # a timing profile measures no activations
             timeline |= {"peak_activation_bytes": None, "peak_memory_bytes": None}
-        emit_json(evaluation_json(evaluate_schedule(schedule), DEFAULT_UNITS) | {"costs": str(costs_file), "simulation": timeline})
+        evaluated = evaluate_schedule(schedule, with_formula=with_formula)
+        emit_json(evaluation_json(evaluated, DEFAULT_UNITS) | {"costs": str(costs_file), "simulation": timeline})
     elif fmt == "text":
         click.echo(f"{schedule.name}: simulated with the measured costs of {costs_file}: step {seconds(simulation.step_time_s)}, "
                    f"idle ratio {simulation.idle_ratio:.4f}")

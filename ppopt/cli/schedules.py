@@ -303,7 +303,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
             raise ConfigError(conflict or "takes one schedule, not -s all", field="costs")
         refuse_with_preset(parallel, global_batch)
         evaluate_with_preset(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), costs, as_json,
-                             fmt)
+                             fmt, with_formula=name is not None)
         return
 
     model_config, system_config = _presets(model, system)

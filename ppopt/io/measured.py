@@ -273,10 +273,10 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': not a number: {shown(raw)}") from None
         if not measured_ms > 0:
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must be a positive number, got {shown(raw)}")
-        measured_s = float(Decimal(raw) / 1000)  # the file's milliseconds in seconds, correctly rounded (3975.2 -> 3.9752)
         if not MIN_TIME_MS <= measured_ms <= MAX_TIME_MS:
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must lie between {MIN_TIME_MS:g} and "
                                     f"{MAX_TIME_MS:g}, got {shown(raw)}")
+        measured_s = float(Decimal(raw) / 1000)  # the file's milliseconds in seconds, correctly rounded (3975.2 -> 3.9752)
         if PARAMETERS in index and (raw := cells[index[PARAMETERS]].strip() if index[PARAMETERS] < len(cells) else ""):
             try:  # only a label (the dimensions give the model), but a label that is no count is a broken row
                 parameters = decimal_float(raw)

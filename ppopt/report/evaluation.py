@@ -164,11 +164,14 @@ def units_text(units: UnitCosts) -> str:
             f"(I = {units.backward - w:g}, W = {w:g}){comm}, chunk ops scaled by p/S")
 
 
-def _header(results: Sequence[Evaluation], units: UnitCosts) -> str:
+def _header(results: Sequence[Evaluation], units: UnitCosts, weights: bool = False) -> str:
+    """The line above evaluate's and compare's tables: sizes and units (``weights``: the weights
+    column's, which only evaluate prints)."""
     p, m = results[0].devices, results[0].microbatches
     devices, microbatches = ("device" if p == 1 else "devices"), ("microbatch" if m == 1 else "microbatches")
     return (f"p = {p} {devices}, m = {m} {microbatches}; lengths in {units_text(units)}; bubble = idle / total; "
-            "peak act. in stage-chunk activations (1/S of the model each); weights in copies of a 1/p model share")
+            "peak act. in stage-chunk activations (1/S of the model each)"
+            + ("; weights in copies of a 1/p model share" if weights else ""))
 
 
 def closed_form_cell(f: Formula | None, text: str, fmt: str = "text") -> str:
@@ -217,7 +220,7 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
                 "some differ without them too (see README: formula vs table)")
     after = ["", note] if any(row[2].endswith("*") for row in rows) else []
     after += memory_footnotes(results)
-    return with_context([_header(results, units), *([context] if context else []), ""], table, after, fmt)
+    return with_context([_header(results, units, weights=True), *([context] if context else []), ""], table, after, fmt)
 
 
 def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCosts, context: str, fmt: str = "text") -> str:

@@ -469,13 +469,21 @@ def kept_seconds(points: int, closing_s: float) -> float:
     return LIST_S_PER_POINT * points + csv_seconds(points) + closing_s
 
 
+def _time_left(left: float) -> str:
+    """The time a deadline leaves, for a refusal: ``no time is left``, ``0.05 s left``, ``1,500.0 s
+    left`` (never an exponent)."""
+    if left <= 0:
+        return "no time is left"
+    return f"{left:,.1f} s left" if left >= 0.1 else f"{seconds(left, 3)} left"
+
+
 def _check_deadline(points: int, deadline: float, closing_s: float, starting_s: float = 0.0) -> None:
     """Refuse a deadline that leaves no time for any point (a rerun would make no progress either);
     ``starting_s``: what starting the executor will take first (:func:`ppopt.sweep.executors.starting_s`)."""
     left, kept = deadline - time.monotonic(), kept_seconds(points, closing_s)
     if left <= kept + starting_s:
         start = f"starting Ray (at least {starting_s:.0f} s), " if starting_s else ""
-        raise PpoptError(f"{max(left, 0.0):.1f} s left cannot cover {start}listing the sweep's {counted(points, 'evaluation point')} and writing "
+        raise PpoptError(f"{_time_left(left)}, which cannot cover {start}listing the sweep's {counted(points, 'evaluation point')} and writing "
                          f"rows.csv (about {kept:.1f} s kept for them), and no point would run: give more, or split the spec",
                          field="time_limit")
 
@@ -495,11 +503,9 @@ def _check_any_fits(pending: list[EvalItem | GapItem], points: int, stop_at: flo
     shortest = min(map(item_seconds, pending))
     left = stop_at - time.monotonic()
     if shortest > left:
-        if left <= 0:  # start-up and the time kept for the outputs took it all
-            raise PpoptError(f"no time is left for any of the {counted(points, 'point')} once the command has started and kept "
-                             "its time for the outputs: give more", field="time_limit")
-        raise PpoptError(f"{seconds(left, 3)} left cannot cover any of the {counted(points, 'point')}: the shortest "
-                         f"needs about {seconds(shortest, 3)}; give more, or make the points smaller", field="time_limit")
+        needs = f"{shortest:,.1f} s" if shortest >= 0.1 else seconds(shortest, 3)
+        raise PpoptError(f"{_time_left(left)}, which cannot cover any of the {counted(points, 'point')}: the shortest "
+                         f"needs about {needs}; give more, or make the points smaller", field="time_limit")
 
 
 def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Progress | None, max_items: int | None,

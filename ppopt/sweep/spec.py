@@ -21,8 +21,8 @@ A spec (``configs/studies/paper.toml`` is the full example)::
                                                # microbatches_multiple_of_devices
     [job]                                      # optional: the 3D job of every evaluation point
     tp = 8                                     # JobSpec: --tp, --dp, --micro-batch, --recompute,
-    micro_batch = 1                            # --sequence-parallel, --distributed-optimizer
-    sequence_parallel = true
+    sequence_parallel = true                   # --sequence-parallel, --distributed-optimizer
+                                               # (micro_batch without global_batch: micro_batch x m x dp)
     [solver]                                   # optional: optimality gaps (unit mode, see below)
     devices = [4]
     microbatches = [8]
@@ -328,6 +328,9 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
 
 def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
     where = display_path(path)
+    for key in data:  # a job field written at the top: say where it goes
+        if key in JobSpec.model_fields and key not in SweepSpec.model_fields:
+            raise ConfigError(f"{where}: key '{key}': a field of the [job] table: write it under [job]")
     try:
         spec = SweepSpec.model_validate(data, strict=True)
     except ValidationError as error:
