@@ -584,7 +584,8 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
         if isinstance(value, float) and not math.isfinite(value):  # pydantic says "should be >= 1" for nan
             message = f"must be a finite number, got {value}"
         elif isinstance(value, str) and kind.startswith(("float", "int")):  # "40GB", as a flag takes it
-            message = f"{message}, got the text {value!r}: give the number unquoted, in the field's unit (bytes, FLOP/s, seconds: `ppopt list model-fields`, `system-fields`)"
+            where = "" if noun == "key" else " (its unit, if it has one: `ppopt list model-fields`, `system-fields`)"
+            message = f"{message}, got the text {value!r}: give the number unquoted{where}"
         if kind == "extra_forbidden":
             text = f"unknown {noun} '{field}'"
             if known and "." not in field:

@@ -86,7 +86,9 @@ def test_list_names_the_presets_with_their_fields():
     assert rows["llama3-8b"][1:7] == ["8.03", "B", str(llama.num_layers), str(llama.hidden_size), str(llama.ffn_hidden_size),
                                       str(llama.num_attention_heads)]  # 32 x 218,112,000 + 2 x 128,256 x 4,096 = 8.03e9
     as_csv = {row[0]: row for row in csv.reader(run("list", "models", "--format", "csv").stdout.splitlines())}
-    assert as_csv["model"][1] == "parameters (billion)" and as_csv["llama3-70b"][1] == "70.6"
+    assert as_csv["model"][1] == "parameters" and int(as_csv["llama3-8b"][1]) == 32 * 218_112_000 + 2 * 128_256 * 4_096
+    presets = {m["name"]: m for m in json.loads(run("list", "models", "--json").stdout)}
+    assert presets["llama3-8b"]["parameters"] == 8_030_257_152
     assert (as_csv["model"][5:7], as_csv["llama3-70b"][5:7]) == (["heads", "KV heads"], ["64", "8"])  # one number per cell
     systems = json.loads(run("list", "systems", "--json").stdout)
     assert [s["name"] for s in systems] == list_systems()

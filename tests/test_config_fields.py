@@ -149,12 +149,14 @@ def test_list_models_shows_each_file_as_read_with_its_defaults_marked(tmp_path):
     assert rows["ffn_hidden_size"] == ["14336", "20480", "*"]
     assert rows["num_layers"] == ["32", "40"]
     assert result.output.rstrip().endswith("* the default: the file leaves the field out (`ppopt list model-fields`)")
-    # the parameters, derived: 40 GPT blocks of 12h² + 13h (h = 5120: 314,638,336) and two untied
-    # 32,000 x 5,120 embeddings (327,680,000): 12,913,213,440
+    # the parameters, derived: 40 GPT blocks of 12h² + 13h (h = 5120: 314,639,360) and two untied
+    # 32,000 x 5,120 embeddings (327,680,000): 12,913,254,400
     assert rows["parameters"] == ["(derived)", "8.03", "B", "12.9", "B"]
     # CSV: the value itself in a cell (it was TOML's '"gelu"', quoted again), the mark a yes/no column
     csv = cli("list", "models", mine, "--format", "csv").output.splitlines()
     assert csv[0] == f"field,{mine},{mine} default" and "activation,gelu,yes" in csv and "num_layers,40,no" in csv
+    assert f"parameters (derived),{40 * 314_639_360 + 327_680_000}," in csv
+    assert json.loads(cli("list", "models", mine, "--json").stdout)[0]["parameters"] == 12_913_254_400
     data = json.loads(cli("list", "models", mine, "--json").stdout)
     assert data[0]["given"] == str(mine) and data[0]["name"] == "mine" and "name" in data[0]["defaults"]
     assert data[0]["hidden_size"] == 5120 and "activation" in data[0]["defaults"] and "hidden_size" not in data[0]["defaults"]

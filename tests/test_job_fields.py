@@ -278,6 +278,10 @@ def test_selective_recomputation_of_a_fused_attention_model_is_noted_as_saving_n
     unfused = run("job", "--model", "study", "--system", "dgx-h100", "--tp", 8, "--pp", 8, "--micro-batch", 1,
                   "--recompute", "selective", "--json")
     assert unfused.exit_code == 0 and "note: --recompute selective" not in unfused.stderr
+    for command in (["evaluate", "-s", "1f1b"], ["compare"]):  # the same note where a schedule is simulated
+        result = run(*command, "-p", 4, "-m", 8, "--model", "llama3-70b", "--system", "dgx-h100", "--tp", 8, "--micro-batch", 1,
+                     "--recompute", "selective")
+        assert result.exit_code == 0 and "note: --recompute selective saves no memory for llama3-70b" in result.stderr
 
 
 def test_an_uneven_layer_split_is_shown_where_it_is_simulated():

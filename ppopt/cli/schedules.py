@@ -77,15 +77,15 @@ def _list_presets(what: str, as_json: bool, fmt: str) -> None:
     from ppopt.report.text import render_table
 
     if what == "models":
-        models = [load_model(name) for name in list_models()]
-        dumped = [m.model_dump(mode="json") for m in models]
         from ppopt.costs import model_param_count
 
+        models = [load_model(name) for name in list_models()]
+        dumped = [m.model_dump(mode="json") | {"parameters": model_param_count(m)} for m in models]  # derived, exact
         heads: tuple[str, ...] = ("heads", "KV heads") if fmt == "csv" else ("heads (KV)",)  # one number per CSV cell
-        header: tuple[str, ...] = ("model", "parameters (billion)" if fmt == "csv" else "parameters", "layers", "hidden", "FFN",
-                                   *heads, "vocabulary", "sequence", "global batch")
+        header: tuple[str, ...] = ("model", "parameters", "layers", "hidden", "FFN", *heads, "vocabulary", "sequence",
+                                   "global batch")
         rows: list[tuple[str, ...]] = [
-            (m.name, f"{model_param_count(m) / 1e9:.3g}" + ("" if fmt == "csv" else " B"), str(m.num_layers), str(m.hidden_size),
+            (m.name, str(model_param_count(m)) if fmt == "csv" else _billions(model_param_count(m)), str(m.num_layers), str(m.hidden_size),
              str(m.ffn_hidden_size),
              *((str(m.num_attention_heads), str(m.num_kv_heads)) if fmt == "csv" else (f"{m.num_attention_heads} ({m.num_kv_heads})",)),
              str(m.vocab_size), str(m.seq_length), str(m.global_batch_size)) for m in models]
@@ -101,6 +101,11 @@ def _list_presets(what: str, as_json: bool, fmt: str) -> None:
         emit_json(dumped)
         return
     click.echo(render_table(header, rows, fmt))
+
+
+def _billions(count: int) -> str:
+    """A parameter count for a table: ``8.03 B`` (the exact count is in CSV and --json)."""
+    return f"{count / 1e9:.3g} B"
 
 
 def _list_fields(what: str, as_json: bool, fmt: str) -> None:
@@ -122,16 +127,20 @@ def _list_fields(what: str, as_json: bool, fmt: str) -> None:
 def _list_configs(what: str, names: tuple[str, ...], as_json: bool, fmt: str) -> None:
     """Every field of the given presets or files as read, side by side; a value the file left out
     (the default) is marked."""
-    from ppopt.config import load_model, load_system
+    from ppopt.config import ModelConfig, load_model, load_system
+    from ppopt.costs import model_param_count
     from ppopt.report.config_fields import values_of
     from ppopt.report.text import render_table, with_context
 
     load = load_model if what == "models" else load_system
     configs = [load(name) for name in names]
     values = [values_of(config) for config in configs]
+    # a model's parameter count, derived: to check a file against the size it is meant to have
+    counts = [model_param_count(config) for config in configs if isinstance(config, ModelConfig)]
     if as_json:
-        emit_json([{"given": name, **config.model_dump(mode="json"), "defaults": [f for f, (_, given) in v.items() if not given]}
-                   for name, config, v in zip(names, configs, values)])
+        emit_json([{"given": name, **config.model_dump(mode="json"), **({"parameters": counts[k]} if counts else {}),
+                    "defaults": [f for f, (_, given) in v.items() if not given]}
+                   for k, (name, config, v) in enumerate(zip(names, configs, values))])
         return
     if fmt == "csv":  # a cell holds the value itself (no TOML quotes); the mark is a yes/no column per config
         import tomllib
@@ -141,16 +150,14 @@ def _list_configs(what: str, names: tuple[str, ...], as_json: bool, fmt: str) ->
 
         rows = [(field, *(bare(v[field][0]) for v in values), *("no" if v[field][1] else "yes" for v in values))
                 for field in values[0]]
+        if counts:
+            rows.append(("parameters (derived)", *map(str, counts), *([""] * len(counts))))
         table = render_table(("field", *names, *(f"{name} default" for name in names)), rows, fmt)
         click.echo(table)
         return
     rows = [(field, *(text if given else f"{text} *" for text, given in (v[field] for v in values))) for field in values[0]]
-    if what == "models":  # derived, to check a file against the size it is meant to have
-        from ppopt.config import ModelConfig
-        from ppopt.costs import model_param_count
-
-        counts = [model_param_count(config) for config in configs if isinstance(config, ModelConfig)]
-        rows.append(("parameters (derived)", *(f"{count / 1e9:.3g} B" for count in counts)))
+    if counts:
+        rows.append(("parameters (derived)", *map(_billions, counts)))
     table = render_table(("field", *names), rows, fmt)
     defaults = any(not given for v in values for _, given in v.values())
     note = f"* the default: the file leaves the field out (`ppopt list {what.removesuffix('s')}-fields`)"
