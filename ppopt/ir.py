@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum
+from fractions import Fraction
 from itertools import repeat
 from typing import NamedTuple
 
@@ -214,12 +215,12 @@ class Schedule:
         """Stages that have a replica on ``device``, ascending."""
         return tuple(s for s, devs in enumerate(self.placement) if device in devs)
 
-    def weight_copies(self) -> tuple[float, ...]:
+    def weight_copies(self) -> tuple[int | float, ...]:
         """Per device, the weights it holds in copies of a 1/p model share: its stages times p/S (1
         for one stage per device, for interleaved chunks and for a V; 2 where stages are replicated,
-        as in Chimera and DualPipe)."""
-        share = self.devices / self.stages
-        return tuple(len(stages) * share for stages in self.stages_by_device())
+        as in Chimera and DualPipe); an int when whole, as the closed forms give it."""
+        copies = (Fraction(len(stages) * self.devices, self.stages) for stages in self.stages_by_device())
+        return tuple(int(c) if c.denominator == 1 else float(c) for c in copies)
 
     def stages_by_device(self) -> tuple[tuple[int, ...], ...]:
         """:meth:`stages_on` of every device (:func:`ppopt.placement.stages_by_device`)."""

@@ -314,7 +314,7 @@ class TableMetrics:
     """Idle share of the devices x length slots: 1 - busy / (devices x length)."""
     peak_activations: tuple[int, ...]
     """Most live stage-chunk activations per device (1/S of the model's each), device 0 first."""
-    weight_copies: tuple[float, ...] = ()
+    weight_copies: tuple[int | float, ...]
     """Weights per device in copies of a 1/p model share (:meth:`ppopt.ir.Schedule.weight_copies`)."""
 
 

@@ -340,3 +340,12 @@ def test_a_partial_study_with_hanayo_before_its_rivals_reports_no_hanayo_claim_r
     data = StudyData("study", ["gpipe", "1f1b", "hanayo"], ["mid-fast"], [4], [8], rivals, [], [])
     (row,) = _hanayo_variant(data, "hanayo", 4, 8)["per_system"]
     assert (row["best_other"], row["ratio_to_best_other"], row["rank"]) == ("1f1b", 0.8, 1)
+
+
+def test_a_hanayo_claim_without_rivals_reads_as_partial_in_the_report():
+    """The claim of a partial sweep (Hanayo's row before its rivals') printed "`hanayo`: . Step time"."""
+    from ppopt.report.study import _hanayo_text
+
+    claim = {"hanayo": {"devices": 4, "microbatches": 4, "holds": None,
+                        "variants": [{"schedule": "hanayo", "per_system": [], "by_compute": {}, "holds": None}]}}
+    assert "`hanayo`: no rival's row at this point yet (a partial sweep). Step time" in _hanayo_text(claim)

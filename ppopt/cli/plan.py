@@ -369,14 +369,14 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
     """The plan as text; ``rerun``: the --model and --system given, for the `ppopt job` line (None
     with --candidates, whose models are not presets a command can name)."""
     from ppopt.plan import describe
-    from ppopt.report.text import percent, percent_header, tokens_per_s
+    from ppopt.report.text import per_device, percent, percent_header, tokens_per_s
 
     request = result.request
     evaluated = len(result.rows)
     columns = ["rank", "job", "recompute", "schedule", "layers", "step s", "tokens/s", percent_header("MFU", fmt), "peak GB",
                "bound by"]
     rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label,
-             ";".join(map(str, r.job.stage_layers)) if fmt == "csv" else _counts(r.job.stage_layers),  # CSV lists use ';'
+             per_device(r.job.stage_layers, "csv") if fmt == "csv" else _counts(r.job.stage_layers),  # CSV lists use ';'
              _seconds(r.step_time_s), tokens_per_s(r.tokens_per_s, grouped=fmt != "csv"), percent(r.mfu, fmt), _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
@@ -402,8 +402,9 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
         line += f", {result.unevaluated} not evaluated (time limit; those estimated slowest)"
     click.echo(line)
     click.echo(_table(columns, rows, fmt))
+    gap = "\n" if fmt == "markdown" else ""  # a line right under a markdown table would be read as its row
     if (near := _near_first(result.rows[:top])) is not None:
-        click.echo(near)
+        click.echo(gap + near)
     if searches:
         click.echo("")
         click.echo("schedule search (CP-SAT, job's own stage durations, same memory limit; gap of the pipeline part):")
@@ -416,11 +417,11 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
                               percent(s.gap, fmt, decimals=2), s.status])
         click.echo(_table(["rank", "job", "schedule", "space", "handcrafted s", "best s", "bound s", "gap", "status"], srows, fmt))
         moves = _ranking(result, searches)
-        click.echo("ranking with the searched schedules: " + (
+        click.echo(gap + "ranking with the searched schedules: " + (
             "unchanged" if not moves else ", ".join(f"#{old} -> #{new}" for old, new in moves)))
     first, searched = _first(result, searches)
     if rerun is not None:  # `ppopt job` times handcrafted schedules: the table's #1 is the one it reproduces
-        click.echo(f"#1 as a ppopt job: {_job_command(result.rows[0].job, *rerun)}")
+        click.echo(f"{gap if not searches and near is None else ''}#1 as a ppopt job: {_job_command(result.rows[0].job, *rerun)}")
         if searched is not None:
             rank = result.rows.index(first) + 1
             click.echo(f"  faster after the search: #{rank} with its searched schedule ({searched.best_step_s:.3f} s), "

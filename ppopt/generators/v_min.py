@@ -20,9 +20,10 @@ ops and six slots of work per device, the repetition interval):
   the table then packs them as early as dependencies allow (the paper's "squeezing").
 
 The authors' public pattern (``stable_pattern_v_min`` in the sail-sg repository's ``zbv_greedy.py``)
-has the same offsets except when 3 divides p, where it waits one slot more before the I of the
-second chunk; ours does not, so at p = 3, 6, 9 its blocks are as short as the rule allows: the same
-peaks, and at p = 3 a table one slot shorter (12.5 against 13.5 slots at m = 3).
+has the same offsets except when 3 divides p, where it places the I of the second chunk one chunk-op
+slot later and the I of the first one earlier (device 0 at p = 3: F, F, I, I at 0, 5, 8, 13 against
+ours 0, 5, 7, 14); ours keeps the rule, with the same peaks, and at p = 3 a table one unit slot
+shorter (12.5 against 13.5 slots at m = 3).
 
 Measured (p = 1..12, m = 1..3p+2, validated): the peak live chunk activations is at most
 2·((p+4)//3) (chunks are half a stage), exactly that once m >= p, i.e. the paper's (p+4)//3

@@ -95,7 +95,7 @@ def _hanayo_text(c: dict) -> str:
         per = "; ".join(
             f"{r['system']}: {r['hanayo_s']:.3f} s, {r['ratio_to_best_other']:.3f}x the best other ({r['best_other']}), rank {r['rank']}/{r['of']}"
             for r in v["per_system"]
-        )
+        ) or "no rival's row at this point yet (a partial sweep)"
         sens = ", ".join(f"compute {k}: {x['slow_network']:.3f}x on the slow network vs {x['fast_network']:.3f}x on the fast one"
                          for k, x in v["by_compute"].items())
         parts.append(f"`{v['schedule']}`: {per}. Step time relative to the best other schedule, by compute level: "

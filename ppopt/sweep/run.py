@@ -55,10 +55,11 @@ LOCK_NAME = "sweep.lock"
 #: Called after every finished work item with (rows done, rows to do) of this run.
 Progress = Callable[[int, int], None]
 
+#: The inputs of a spec's ``[job]`` (:class:`ppopt.sweep.spec.JobSpec`), in evaluation rows that have one.
+JOB_COLUMNS = ("tp", "dp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer")
 INPUT_COLUMNS = (
     "kind", "schedule", "devices", "microbatches", "chunks", "waves", "split",
-    "model", "system", "global_batch", "backward",
-    "tp", "dp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer",
+    "model", "system", "global_batch", "backward", *JOB_COLUMNS,
     "memory_limit", "unit_forward", "unit_backward", "unit_weight", "unit_comm",
     "time_limit_s", "deterministic_time", "seed", "model_digest", "system_digest",
 )
@@ -71,8 +72,6 @@ METRIC_COLUMNS = (
     "solver_space", "solver_status", "solver_time_unit", "solver_step", "solver_best", "solver_bound", "gap",
     "solver_fits", "solver_peak_memory", "solver_memory_semantics", "solver_cut",
 )
-#: The inputs of a spec's ``[job]`` (:class:`ppopt.sweep.spec.JobSpec`), in evaluation rows that have one.
-JOB_COLUMNS = ("tp", "dp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer")
 #: Every column of ``rows.csv``, in order (a fixed header whatever the spec holds).
 COLUMNS = ("hash", "status", "reason") + INPUT_COLUMNS + METRIC_COLUMNS
 

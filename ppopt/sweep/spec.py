@@ -562,8 +562,7 @@ def expand(loaded: LoadedSpec, kinds: tuple[str, ...] = ("evaluate", "gap")) -> 
         # a job's fields join the inputs only when set, so a pipeline-only point keeps its hash
         job = {} if spec.job == JOB_DEFAULT else spec.job.model_dump()
         for devices, microbatches in itertools.product(spec.devices, spec.microbatches):
-            global_batch = spec.global_batch or (model.global_batch_size if spec.job.micro_batch is None
-                                                 else spec.job.micro_batch * microbatches * spec.job.dp)
+            global_batch = spec.job.parallelism().given_batch(model, microbatches, spec.global_batch) or model.global_batch_size
             for name in spec.schedule_names() if "evaluate" in kinds else ():
                 if not _applies(spec, name, devices, microbatches, model_name, system_name):
                     continue
