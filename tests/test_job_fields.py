@@ -295,3 +295,6 @@ def test_an_uneven_layer_split_is_shown_where_it_is_simulated():
     uneven = run(*common, "-p", 7, "-m", 14)
     assert "note: 80 layers over 7 stages: 12,12,12,11,11,11,11 per stage (the first stages take the remainder)" in uneven.stderr
     assert "layers over" not in run(*common, "-p", 8, "-m", 16).stderr
+    for every in (["evaluate", "-s", "all"], ["compare"]):  # once for all: no multiple of 7 divides 80
+        result = run(*every, "--model", "llama3-70b", "--system", "dgx-h100", "--tp", 8, "--micro-batch", 1, "-p", 7, "-m", 14)
+        assert "note: 80 layers do not divide over p = 7: every schedule's stages split unevenly" in result.stderr

@@ -351,6 +351,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     note_selective_saves_nothing(model_config, parallel.recompute)  # once the job is known to be valid
     if name != "all" and model_config is not None:
         _note_uneven_layers(schedule, model_config)
+    elif model_config is not None:
+        _note_uneven_for_every_schedule(results[0].devices, model_config)
     if as_json:
         payload = [evaluation_json(r, units) for r in results]
         if model_config is not None:
@@ -384,6 +386,14 @@ def _note_uneven_layers(schedule, model) -> None:
     if len(set(layers)) > 1 and schedule.stage_weights is None:
         click.echo(f"note: {model.num_layers} layers over {schedule.stages} stages: {','.join(map(str, layers))} per stage "
                    "(the first stages take the remainder)", err=True)
+
+
+def _note_uneven_for_every_schedule(devices: int, model) -> None:
+    """`-s all` and compare: every family has a multiple of p stages, so when p does not divide the
+    model's layers no schedule's split is even; a note says so once."""
+    if model.num_layers % devices:
+        click.echo(f"note: {model.num_layers} layers do not divide over p = {devices}: every schedule's stages split "
+                   "unevenly (the first stages take the remainder)", err=True)
 
 
 def _evaluate_one(schedule, schedule_file, units, model, system, global_batch, parallel, with_formula: bool, options):
@@ -459,6 +469,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
     for schedule, reason in skipped.items():
         click.echo(f"skipped {schedule}: {reason}", err=True)
     note_selective_saves_nothing(model_config, parallel.recompute)  # once the job is known to be valid
+    _note_uneven_for_every_schedule(devices, model_config)
     ranking = rank_layers(results)
     if as_json:
         payload = compare_json(results, ranking, units)
