@@ -252,7 +252,8 @@ def test_grid_colours_only_when_asked():
 def test_library_errors_name_the_flag_the_user_typed():
     result = CliRunner().invoke(main, ["table", "-s", "interleaved-1f1b", "-p", "4", "-m", "6", "--chunks", "2"])
     assert result.exit_code == 1  # the generator's field "microbatches" printed as the flag
-    assert result.output.strip() == "error: --microbatches: interleaved-1f1b needs microbatches to be a multiple of devices (4), got 6"
+    assert result.output.strip() == ("error: --microbatches: interleaved-1f1b needs microbatches to be a multiple of devices (4), "
+                                     "got 6: 4 or 8 would do")
 
 
 def test_evaluate_lengths_are_in_one_unit_for_every_schedule():

@@ -108,8 +108,9 @@ def test_the_thread_limit_itself_reaches_the_ranks(launched):
     (("-m", 0), "error: --microbatches: must be an integer >= 1, got 0\n"),
     (("-m", -3), "error: --microbatches: must be an integer >= 1, got -3\n"),
     (("-m", 1), "error: --microbatches: zb-h1 needs microbatches >= devices (m >= p), got m = 1 < p = 2\n"),
-    (("-m", 1, "-v", 2), "error: --microbatches: interleaved-1f1b needs microbatches to be a multiple of devices (2), got 1\n"),
-    (("-m", 3, "-v", 2), "error: --microbatches: interleaved-1f1b needs microbatches to be a multiple of devices (2), got 3\n"),
+    (("-m", 1, "-v", 2), "error: --microbatches: interleaved-1f1b needs microbatches to be a multiple of devices (2), got 1: 2 would do\n"),
+    (("-m", 3, "-v", 2), "error: --microbatches: interleaved-1f1b needs microbatches to be a multiple of devices (2), got 3: "
+                         "2 or 4 would do\n"),
 ])
 def test_profile_microbatches_its_schedules_cannot_take_are_refused_before_any_rank_starts(no_launch, args, line):
     _refused(cli("profile", *args, "-o", "x.json"), line)

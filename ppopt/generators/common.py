@@ -30,7 +30,10 @@ def require_multiple(name: str, microbatches: int, of: int, what: str) -> None:
     """ScheduleError (field ``microbatches``) unless ``microbatches`` is a multiple of ``of`` (``what``
     says what it counts)."""
     if microbatches % of:
-        raise ScheduleError(f"{name} needs microbatches to be a multiple of {what} ({of}), got {microbatches}", field="microbatches")
+        lower, upper = microbatches - microbatches % of, microbatches - microbatches % of + of
+        nearest = f"{lower} or {upper}" if lower else f"{upper}"
+        raise ScheduleError(f"{name} needs microbatches to be a multiple of {what} ({of}), got {microbatches}: {nearest} would do",
+                            field="microbatches")
 
 
 def repeat_block(offsets: Mapping[tuple[int, Kind], int], placement: Placement, microbatches: int,
