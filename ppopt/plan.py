@@ -61,6 +61,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -486,10 +487,16 @@ def _device_events(schedule: str, devices: int, microbatches: int,
 
     generated = generate(schedule, devices, microbatches, **dict(options))
     out = []
-    for order in generated.orders:
-        kept = [(op.stage, 1 if op.kind == Kind.F else -1) for op in order if op.kind is Kind.F or op.kind in FREEING_KINDS]
-        out.append((np.array([k for k, _ in kept], dtype=int), np.array([v for _, v in kept], dtype=float)))
+    for order in generated.orders:  # numpy from the ops' fields: no Python tuple per op for the collector to walk
+        stages = np.fromiter(map(attrgetter("stage"), order), dtype=int, count=len(order))
+        deltas = np.fromiter(map(_ACTIVATION_DELTA.__getitem__, map(attrgetter("kind"), order)), dtype=float, count=len(order))
+        kept = deltas != 0
+        out.append((stages[kept], deltas[kept]))
     return tuple(out)
+
+
+_ACTIVATION_DELTA = {kind: 1.0 if kind is Kind.F else -1.0 if kind in FREEING_KINDS else 0.0 for kind in Kind}
+"""What an op of each kind does to its stage's live activations: F allocates, B or W frees, I neither."""
 
 
 def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
