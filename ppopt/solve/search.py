@@ -1040,7 +1040,9 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
         options.note(f"no CP-SAT solve: {setup.ops:,} ops is more than one solve takes within a time limit ({CP_MAX_OPS:,})")
         return replace(spent, note=f"no CP-SAT solve above {CP_MAX_OPS:,} ops" + (": the best hint is reported" if hint else ""))
     if not _time_to_build(setup, options):
-        building = f"building the model of {setup.ops:,} ops takes about {_build_s(setup):.0f} s, more than the time left"
+        build_s = _build_s(setup)  # "about 0 s" read as a contradiction for a small model
+        building = (f"building the model of {setup.ops:,} ops takes about "
+                    f"{f'{build_s:.0f}' if build_s >= 10 else f'{build_s:.2g}'} s, more than the time left")
         options.note(f"time limit: {building}")
         return replace(spent, note=building + (": the best hint is reported" if hint else ""))
     hint_schedule = hint.schedule if hint else None
