@@ -53,7 +53,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -553,7 +553,7 @@ def _load_file(path: Path, cls: type[_M]) -> _M:
         # (Objects built in Python stay lax so numpy integers and the like are accepted.)
         loaded = cls.model_validate(data, strict=True, context={"file": True})
     except ValidationError as error:
-        raise ConfigError(f"{display_path(path)}: {validation_message(error, known=list(cls.model_fields))}") from None
+        raise ConfigError(f"{display_path(path)}: {validation_message(error, model=cls)}") from None
     if not named:  # the file's name is a default too (`ppopt list models FILE` marks it so)
         loaded.model_fields_set.discard("name")
     return loaded
@@ -563,14 +563,33 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def validation_message(error: ValidationError, prefix: str = "", noun: str = "field", known: Sequence[str] = ()) -> str:
+def _keys_at(model: type[BaseModel], table: Sequence[str]) -> list[str]:
+    """The keys ``model`` takes inside the nested table ``table`` (``["intra_node"]``: a LinkConfig's;
+    ``["filters", "1f1b"]``: a Filter's, the dict's key skipped; ``[]``: its own); none where the path
+    leaves the nested models (a list)."""
+    parts = iter(table)
+    for part in parts:
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        nested = [t for t in (field.annotation, *get_args(field.annotation)) if isinstance(t, type) and issubclass(t, BaseModel)]
+        if not nested:
+            return []
+        if get_origin(field.annotation) is dict and next(parts, None) is None:  # a table of named tables
+            return []
+        model = nested[0]
+    return list(model.model_fields)
+
+
+def validation_message(error: ValidationError, prefix: str = "", noun: str = "field", model: type[BaseModel] | None = None) -> str:
     """Pydantic's errors on one line.
 
     Like ``field 'x': reason; unknown field 'y'; missing field 'z'`` (``noun`` = "key" for a spec
     file's keys); ``prefix`` is the table the fields belong to (``"link"`` gives
     ``field 'link.latency_s'``), if they were read inside another file. A union reports each of its
     branches: the deepest problem is kept, one per field, without pydantic's branch names. An unknown
-    top-level key gets the closest of ``known`` (the file's keys), or with ``noun`` "key" the list.
+    key gets the closest of the keys ``model`` (the file's) takes where it stands, inside a table too;
+    at the top of a spec (``noun`` "key") without a close one, the list.
     """
     found: list[tuple[str, str]] = []
     for item in error.errors(include_url=False):
@@ -588,8 +607,10 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
             message = f"{message}, got the text {value!r}: give the number unquoted{where}"
         if kind == "extra_forbidden":
             text = f"unknown {noun} '{field}'"
-            if known and "." not in field:
-                text += did_you_mean(field, known) or (f" (known: {', '.join(known)})" if noun == "key" else "")
+            if model is not None and not prefix:
+                *table, key = field.split(".")
+                known = _keys_at(model, table)
+                text += did_you_mean(key, known) or (f" (known: {', '.join(known)})" if noun == "key" and not table else "")
         elif kind == "missing":
             text = f"missing {noun} '{field}'"
         elif field:

@@ -233,6 +233,8 @@ def test_unknown_key(tmp_path):
     assert "bad.toml" in message
     assert "unknown field 'peak_flop'; did you mean 'peak_flops'?" in message
     assert "missing field 'peak_flops'" in message
+    nested = _write(tmp_path, "links.toml", VALID_SYSTEM.replace("latency_s", "latency"))  # inside the link tables
+    assert "unknown field 'intra_node.latency'; did you mean 'latency_s'?" in _error(load_system, nested)
 
 
 def test_missing_key(tmp_path):

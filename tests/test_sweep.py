@@ -273,6 +273,10 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
         (("schedules =", "pp = 2\nschedules ="), "unknown key 'pp' (known: description, schedules, devices, microbatches, models, "
                                                   "systems, global_batch, backward, options, filters, solver, job)"),
         (("schedules =", "tp = 2\nschedules ="), "key 'tp': a field of the [job] table: write it under [job]"),
+        # inside a table, and inside a named table of a table, the closest key of that table
+        (("time_limit_s = 20", "time_limit = 20"), "unknown key 'solver.time_limit'; did you mean 'time_limit_s'?"),
+        (("microbatches_equal_devices = true", "microbatches_equal_device = true"),
+         "unknown key 'filters.hanayo.microbatches_equal_device'; did you mean 'microbatches_equal_devices'?"),
         (("time_limit_s = 20", "time_limit_s = 20\nworkers = 2"), "unknown key 'solver.workers'"),
         (("devices = [3, 4]", 'devices = ["3", 4]'), "key 'devices.0'"),
         (("global_batch = 64", "global_batch = 6.4"), "key 'global_batch'"),

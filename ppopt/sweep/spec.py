@@ -334,7 +334,7 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
     try:
         spec = SweepSpec.model_validate(data, strict=True)
     except ValidationError as error:
-        raise ConfigError(f"{where}: {validation_message(error, noun='key', known=list(SweepSpec.model_fields))}") from None
+        raise ConfigError(f"{where}: {validation_message(error, noun='key', model=SweepSpec)}") from None
 
     def fail(key: str, message: str) -> ConfigError:
         return ConfigError(f"{where}: key '{key}': {message}")
