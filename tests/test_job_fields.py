@@ -298,3 +298,5 @@ def test_an_uneven_layer_split_is_shown_where_it_is_simulated():
     for every in (["evaluate", "-s", "all"], ["compare"]):  # once for all: no multiple of 7 divides 80
         result = run(*every, "--model", "llama3-70b", "--system", "dgx-h100", "--tp", 8, "--micro-batch", 1, "-p", 7, "-m", 14)
         assert "note: 80 layers do not divide over p = 7: every schedule's stages split unevenly" in result.stderr
+        even = run(*every, "--model", "llama3-70b", "--system", "dgx-h100", "--tp", 8, "--micro-batch", 1, "-p", 8, "-m", 16)
+        assert even.exit_code == 0 and "do not divide over" not in even.stderr

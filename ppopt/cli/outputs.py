@@ -201,6 +201,5 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
             f"{counted(schedule.microbatches, 'microbatch')}, {BACKWARD_SHOWN[backward]} backward\n"
         )
         click.echo(grid(table, colour=not no_colour()))
-        click.echo("\n" + table_summary(metrics.length, metrics.bubble_ratio, metrics.peak_activations, schedule.devices,
-                                        schedule.stages, table.column))
+        click.echo("\n" + table_summary(table))
 

@@ -190,8 +190,7 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, u
             emit_json(table_json(table))
         else:
             click.echo(grid(table, colour=not no_colour()))
-            click.echo("\n" + table_summary(table.length, table.bubble_ratio, table.peak_activations, table.schedule.devices,
-                                            table.schedule.stages, table.column))
+            click.echo("\n" + table_summary(table))
         if plot:
             _plot_table(table, plot)
 

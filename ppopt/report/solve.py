@@ -198,7 +198,7 @@ def gap_json(report: GapReport) -> dict:
     }
 
 
-def _fastest_and_lowest(report: GapReport, fmt: str) -> list[str]:
+def _fastest_and_best(report: GapReport, fmt: str) -> list[str]:
     """Under a table of several schedules: the fastest that fits and the best any search found.
     Each gap is against the schedule's own space, so a schedule can be optimal in its space (0.00 %)
     while another space holds faster schedules; this line says how far the best of them goes."""
@@ -232,7 +232,7 @@ def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "tex
     rounded = any(r.status == "optimal" and r.best is not None and r.best > r.bound * (1 + 1e-9) for r in report.rows)
     after = ["", "optimal: proven in the solver's integer ticks (durations rounded down); where best found is above the "
                  "bound, the rounding is what lies between them (README: Solver ticks)"] if rounded else []
-    after += _fastest_and_lowest(report, fmt)
+    after += _fastest_and_best(report, fmt)
     over = "" if all(r.fits for r in report.rows) else \
         " within the memory limit (a schedule over it may be shorter than the bound: no gap; status is the search's)"
     return with_context([header, *([context] if context else []),

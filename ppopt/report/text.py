@@ -203,16 +203,16 @@ def per_device(values: Sequence[float], fmt: str = "text") -> str:
     return ",".join(text)
 
 
-def table_summary(length: float, bubble_ratio: float, peaks: Sequence[float], devices: int, stages: int,
-                  column: float = 1) -> str:
+def table_summary(table: Table) -> str:
     """The line under a table's grid. Its peaks count stage chunks (the table's memory semantics),
     so with more stages than devices the line says how large a chunk is: the solver's reports count
     the same memory in activations of a 1/p model share instead. A grid column of other than one slot
     (:attr:`ppopt.table.Table.column`, e.g. half a slot for ZB-V's chunk ops) is named."""
+    stages, devices, column = table.schedule.stages, table.schedule.devices, table.column
     unit = "" if stages == devices else f" (stage chunks, 1/{stages} of the model each)"
     width = "" if column == 1 else f" (one column = {column:g} slot)"
-    return (f"length {length:g} slots{width}, bubble ratio {bubble_ratio:.4f}, peak live activations per device{unit} "
-            f"{per_device(peaks)}")
+    return (f"length {table.length:g} slots{width}, bubble ratio {table.bubble_ratio:.4f}, peak live activations per "
+            f"device{unit} {per_device(table.peak_activations)}")
 
 
 def seconds(value: float, digits: int = 4) -> str:

@@ -46,7 +46,7 @@ from ppopt.evaluate import evaluation_seconds
 from ppopt.io import atomic_write_text, parse_data, write_json
 from ppopt.report.text import seconds
 from ppopt.sweep.executors import RAY_SHUTDOWN_S, Executor, LocalExecutor, TimeLimitReached, starting_s, uninterrupted
-from ppopt.sweep.spec import EvalItem, GapItem, LoadedSpec, check_sweep_size, expand
+from ppopt.sweep.spec import EvalItem, GapItem, JobSpec, LoadedSpec, check_sweep_size, expand
 
 __all__ = ["COLUMNS", "LOCK_NAME", "Progress", "SweepResult", "read_rows", "run_item", "run_sweep", "rows_csv"]
 
@@ -56,7 +56,7 @@ LOCK_NAME = "sweep.lock"
 Progress = Callable[[int, int], None]
 
 #: The inputs of a spec's ``[job]`` (:class:`ppopt.sweep.spec.JobSpec`), in evaluation rows that have one.
-JOB_COLUMNS = ("tp", "dp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer")
+JOB_COLUMNS = tuple(JobSpec.model_fields)
 INPUT_COLUMNS = (
     "kind", "schedule", "devices", "microbatches", "chunks", "waves", "split",
     "model", "system", "global_batch", "backward", *JOB_COLUMNS,
@@ -128,13 +128,12 @@ def item_seconds(item: EvalItem | GapItem) -> float:
 
 def _run_eval(item: EvalItem) -> dict:
     from ppopt.evaluate import evaluate
-    from ppopt.job import Parallelism
     from ppopt.units import UnitCosts
 
     inputs = item.inputs
     options = {k: inputs[k] for k in ("chunks", "waves", "split") if inputs[k] is not None}
     row = {"hash": item.hash, "status": "ok", "reason": None, **inputs}
-    parallel = Parallelism(**{k: inputs[k] for k in JOB_COLUMNS}) if "tp" in inputs else None  # the spec's [job]
+    parallel = JobSpec(**{k: inputs[k] for k in JOB_COLUMNS}).parallelism() if "tp" in inputs else None  # the spec's [job]
     try:
         result = evaluate(inputs["schedule"], inputs["devices"], inputs["microbatches"], UnitCosts(backward=inputs["backward"]),
                           item.model, item.system, inputs["global_batch"], parallel=parallel, **options)
@@ -468,12 +467,14 @@ def kept_seconds(points: int, closing_s: float) -> float:
     return LIST_S_PER_POINT * points + csv_seconds(points) + closing_s
 
 
+def _span(value: float) -> str:
+    """A duration in a refusal: ``1,500.0 s``, ``12.3 s``, ``44 ms`` (never an exponent)."""
+    return f"{value:,.1f} s" if value >= 0.1 else seconds(value, 3)
+
+
 def _time_left(left: float) -> str:
-    """The time a deadline leaves, for a refusal: ``no time is left``, ``0.05 s left``, ``1,500.0 s
-    left`` (never an exponent)."""
-    if left <= 0:
-        return "no time is left"
-    return f"{left:,.1f} s left" if left >= 0.1 else f"{seconds(left, 3)} left"
+    """The time a deadline leaves, for a refusal: ``no time is left``, ``44 ms left``, ``1,500.0 s left``."""
+    return "no time is left" if left <= 0 else f"{_span(left)} left"
 
 
 def _check_deadline(points: int, deadline: float, closing_s: float, starting_s: float = 0.0) -> None:
@@ -502,9 +503,8 @@ def _check_any_fits(pending: list[EvalItem | GapItem], points: int, stop_at: flo
     shortest = min(map(item_seconds, pending))
     left = stop_at - time.monotonic()
     if shortest > left:
-        needs = f"{shortest:,.1f} s" if shortest >= 0.1 else seconds(shortest, 3)
         raise PpoptError(f"{_time_left(left)}, which cannot cover any of the {counted(points, 'point')}: the shortest "
-                         f"needs about {needs}; give more, or make the points smaller", field="time_limit")
+                         f"needs about {_span(shortest)}; give more, or make the points smaller", field="time_limit")
 
 
 def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Progress | None, max_items: int | None,

@@ -63,7 +63,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -85,6 +85,9 @@ from ppopt.io import CONFIG_BYTES, is_a_directory, not_utf8, parse_data, read_te
 from ppopt.ir import MAX_OPS
 from ppopt.placement import split_text
 from ppopt.units import UnitCosts
+
+if TYPE_CHECKING:
+    from ppopt.job import Parallelism
 
 __all__ = ["EvalItem", "GapItem", "LoadedSpec", "SweepSpec", "expand", "load_spec", "point_hash", "spec_dirs", "resolve_spec"]
 
@@ -224,7 +227,7 @@ class JobSpec(_Strict):
     sequence_parallel: StrictBool = False
     distributed_optimizer: StrictBool = False
 
-    def parallelism(self):
+    def parallelism(self) -> Parallelism:
         """The job fields as :class:`ppopt.job.Parallelism`."""
         from ppopt.job import Parallelism
 
