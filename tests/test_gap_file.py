@@ -256,3 +256,13 @@ def test_a_file_with_pairs_the_system_overlaps_is_refused_by_every_command_namin
         assert result.exit_code == 1
         assert result.stderr.startswith("error: --schedule-file: dv runs overlapped F&B pairs, which the system's "
                                         "overlap_f_b_share = 1 shortens"), (command, result.stderr)
+
+
+def test_a_file_named_after_a_family_sits_beside_that_family_on_the_frontier(tmp_path):
+    """The file's point replaced every handcrafted entry of its name: the README's file saved as
+    1f1b.csv showed one 1f1b at (5, 44) and the real 1F1B (4 activations, 49 slots) was gone."""
+    (tmp_path / "1f1b.csv").write_text(WARM)
+    result = run("frontier", "--schedule-file", tmp_path / "1f1b.csv", "--unit", "--comm", 1, "--time-limit", 30, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    points = [(h["schedule"], h["peak_memory"], h["step_time_s"]) for h in json.loads(result.stdout)["handcrafted"]]
+    assert ("1f1b", 5, 44) in points and ("1f1b", 4, 49) in points and ("gpipe", 8, 39) in points

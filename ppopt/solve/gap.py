@@ -344,11 +344,12 @@ def frontier(
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices), free.simulation if space.fixed else None)
     if limits is not None and space.fixed:
         _refuse_limits_below(limits, minimum, "", space, instance.memory_unit)
-    points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted]
-    if given is not None:  # the file as it is, not as the search's hint ran it (a mixed backward's B split into I and W)
+    # the file as it is, not as the search's hint ran it (a mixed backward's B split into I and W); the
+    # handcrafted schedules beside it by their mark, not their names (a user's 1f1b.csv is named 1f1b)
+    points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted if not c.given]
+    if given is not None:
         own = simulate(given, instance.costs, instance.system)
-        points_handcrafted = [(given.name, _peak(instance, own), own.step_time_s)] + [
-            point for point in points_handcrafted if point[0] not in (given.name, f"{given.name}+split", f"{given.name}+merged")]
+        points_handcrafted = [(given.name, _peak(instance, own), own.step_time_s)] + points_handcrafted
     free_peak = _peak(instance, free.simulation) if free.simulation else None
     if limits is None:  # the even grid, and every handcrafted schedule's own peak: "on the frontier" is judged there
         top = max([p for _, p, _ in points_handcrafted] + [free_peak if free_peak is not None else minimum])

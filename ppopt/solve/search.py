@@ -69,6 +69,8 @@ class Candidate:
     schedule: Schedule
     simulation: Simulation
     fits: bool  # meets the memory limit
+    given: bool = False
+    """Built from the caller's ``hints`` (a schedule of the user's may bear a family's name)."""
 
     @property
     def rank(self) -> tuple[bool, float, float]:
@@ -314,10 +316,10 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     limit = instance.memory_limit
     candidates = []
 
-    def add(schedule: Schedule) -> None:
+    def add(schedule: Schedule, given: bool = False) -> None:
         sim = simulate(validate(schedule), instance.costs, instance.system)
         fits = limit is None or max(memory_use(sim, instance)) <= limit * (1 + 1e-12)
-        candidates.append(Candidate(schedule.name, schedule, sim, fits))
+        candidates.append(Candidate(schedule.name, schedule, sim, fits, given))
 
     def affordable(s_per_op: float) -> bool:  # a check only: a hint left out is recorded where it is
         return options.remaining_s() >= ops * (s_per_op + SCHEDULE_S_PER_OP)
@@ -348,9 +350,9 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         (:attr:`Candidate.rank`; GPipe and 1F1B tie without messages)."""
         return ops * SCHEDULE_S_PER_OP <= TIE_HINT_SHARE * options.remaining_s()
 
-    def add_hint(schedule: Schedule) -> None:
+    def add_hint(schedule: Schedule, given: bool = False) -> None:
         nonlocal optimal
-        add(schedule)
+        add(schedule, given)
         _phase(options, began, f"hint {schedule.name}")
         optimal = not space.fixed and placement is not None and _meets_cheap_bound(instance, placement, space, candidates)
 
@@ -362,7 +364,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         if given.stages != instance.stages or given.devices != devices or (placement is not None and given.placement != placement):
             raise ConfigError(f"hint {given.name} is not a schedule of the space {space.describe()} (its stages or their "
                               "devices differ; ppopt.solve.space.space_of gives a schedule's space)", field="hints")
-        add_hint(with_backward(given, space.split_backward))
+        add_hint(with_backward(given, space.split_backward), given=True)
     if first is not None:
         add_hint(first)
     # a fixed space has one schedule; otherwise the next one is generated only when there is room,
