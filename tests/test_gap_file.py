@@ -128,6 +128,10 @@ def test_a_hint_or_a_given_schedule_outside_the_space_is_refused():
     with pytest.raises(ConfigError, match=r"^hints: hint interleaved-1f1b is not a schedule of the space placement=linear"):
         search(InstanceSpec(4, 8, UnitCosts()), space_of(generate("1f1b", 4, 8)), SolveOptions(time_limit_s=10),
                hints=(interleaved,))
+    # a fixed or family space searches its own schedules: a hint was dropped there without a word
+    for space in ("fixed:1f1b", "placement=family"):
+        with pytest.raises(ConfigError, match=r"searches its own schedules only: hints need a relaxed space"):
+            search(InstanceSpec(4, 8, UnitCosts()), space, SolveOptions(time_limit_s=10), hints=(generate("1f1b", 4, 8),))
 
 
 def test_the_readme_example_of_a_file_prints_what_the_readme_says(tmp_path, monkeypatch):

@@ -360,7 +360,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     # hints run such pairs as plain ops: with_backward)
     if space.fixed and first is not None and overlap_outside_model(first, instance):
         raise ConfigError(f"{first.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="overlap_f_b_share")
-    for given in () if space.fixed else hints:  # timed as the solver's model times them
+    for given in hints:  # timed as the solver's model times them (search refuses hints for a fixed space)
         if given.stages != instance.stages or given.devices != devices or (placement is not None and given.placement != placement):
             raise ConfigError(f"hint {given.name} is not a schedule of the space {space.describe()} (its stages or their "
                               "devices differ; ppopt.solve.space.space_of gives a schedule's space)", field="hints")
@@ -1196,14 +1196,15 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
 
 
 def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None = None, minimize_memory: bool = False,
-           hints: Sequence[Schedule] = ()) -> SearchResult:
+           hints: Sequence[Schedule] | Schedule = ()) -> SearchResult:
     """Search ``space`` for the shortest step on ``spec``'s instances (see the module docstring).
 
     ``options.time_limit_s`` bounds the whole search (from ``options.start()``, or from now).
     ``minimize_memory``: then, in a second solve (same limits), minimise the worst device's peak
     memory among schedules no slower (in ticks) than the best found: a lexicographic objective.
     ``hints``: further schedules of the space (with its placement, :func:`ppopt.solve.space.space_of`)
-    tried as hints before the handcrafted ones, so the result is never worse than the best of them.
+    tried as hints before the handcrafted ones, so the result is never worse than the best of them;
+    a fixed or family space searches its own schedules only and refuses hints.
     ``space`` may be its text (``"placement=linear,backward=split"``, :func:`ppopt.solve.space.parse_space`).
 
     Raises InfeasibleError when the memory limit is below what any schedule of the space needs.
@@ -1213,6 +1214,9 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
         space = parse_space(space)
     if isinstance(hints, Schedule):  # one hint given alone
         hints = (hints,)
+    if hints and (space.fixed or space.placement == "family"):  # they would be dropped without a word
+        raise ConfigError(f"{space.describe()} searches its own schedules only: hints need a relaxed space of their "
+                          "placement (ppopt.solve.space.space_of)", field="hints")
     _check_size(spec, space, options.method, minimize_memory)
     if space.placement == "family" and not space.fixed:
         if minimize_memory:
