@@ -260,6 +260,15 @@ def test_a_file_with_pairs_the_system_overlaps_is_refused_by_every_command_namin
         assert result.exit_code == 1
         assert result.stderr.startswith("error: --schedule-file: dv runs overlapped F&B pairs, which the system's "
                                         "overlap_f_b_share = 1 shortens"), (command, result.stderr)
+    # the library refuses it as well (gap_report returned an empty report, the reason only in skipped)
+    from ppopt.config import load_system
+    from ppopt.errors import ConfigError
+    from ppopt.solve.gap import gap_report
+    from ppopt.solve.instance import InstanceSpec
+
+    spec = InstanceSpec(2, 16, model="llama3-8b", system=load_system(system), global_batch=16)
+    with pytest.raises(ConfigError, match="^given: dualpipev runs overlapped F&B pairs, which the system's overlap_f_b_share"):
+        gap_report(spec, given=generate("dualpipev", 2, 16))
 
 
 def test_a_file_named_after_a_family_sits_beside_that_family_on_the_frontier(tmp_path):

@@ -146,6 +146,9 @@ def gap_report(
     if given is not None and (given.devices, given.microbatches) != (devices, microbatches):
         raise ConfigError(f"{given.name} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
                           f"m = {microbatches}", field="devices")
+    if given is not None and overlap_outside_model(given, instance := spec.instance(given.stages, given.stage_weights)):
+        # the space's bound would not hold for it: an error, as for a schedule no space holds
+        raise ConfigError(f"{given.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="given")
     # each schedule is simulated and let go before the next is generated (at hundreds of thousands
     # of ops a schedule with its simulation holds a gigabyte): only its figures stay
     simulated, skipped, infeasible = [], {}, {}
@@ -160,7 +163,7 @@ def gap_report(
         too_many = None if not isinstance(model, ModelConfig) or given is not None \
             else too_many_stages(name, devices, schedule_options, model.num_layers)
         try:
-            if given is not None and given_space is not None:
+            if given is not None and given_space is not None:  # (both or neither: the checks above)
                 schedule, space = given, given_space
             elif too_many is not None:
                 raise ScheduleError(too_many)
@@ -173,8 +176,7 @@ def gap_report(
             continue
         instance = spec.instance(schedule.stages, schedule.stage_weights)
         if overlap_outside_model(schedule, instance):
-            # (the error of a file's schedule alone names it: no list of skipped families is around it)
-            skipped[name] = ("it " if given is None else f"{name} ") + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share)
+            skipped[name] = "it " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share)
             continue
         semantics, unit, memory_unit = instance.memory_semantics(), instance.time_unit, instance.memory_unit
         simulation = simulate(schedule, instance.costs, instance.system)
