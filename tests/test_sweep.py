@@ -849,3 +849,23 @@ def test_the_readme_s_example_spec_loads(tmp_path):
     block = readme.split("### Sweeps of your own", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     loaded = load_spec(write_spec(tmp_path, block, "readme.toml"))
     assert loaded.spec.job.tp == 8 and loaded.spec.solver is not None
+
+
+def test_sigterm_as_ctrl_c_keeps_an_ignored_sigterm_ignored():
+    """A parent that ignores SIGTERM (nohup-like launchers) keeps it ignored, as the command line's
+    install() keeps it; a default SIGTERM becomes Ctrl-C inside the block and is restored after."""
+    import signal
+
+    from ppopt.solve.interrupt import sigterm_as_ctrl_c
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with sigterm_as_ctrl_c():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with sigterm_as_ctrl_c():
+            handler = signal.getsignal(signal.SIGTERM)
+            assert callable(handler) and handler not in (signal.SIG_DFL, signal.SIG_IGN)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, before)

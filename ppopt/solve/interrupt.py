@@ -92,8 +92,11 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
     """In this block SIGTERM (``kill``, ``timeout``) stops the command as Ctrl-C does: it raises
     ``KeyboardInterrupt``, so the block's clean-up runs (a sweep writes rows.csv, a run stops its
     ranks and removes its folders), where the default action ended the process at once. Main thread
-    only (the only one that may set a handler); the previous handler is restored after the block."""
-    if threading.current_thread() is not threading.main_thread():
+    only (the only one that may set a handler); the previous handler is restored after the block. A
+    SIGTERM the parent ignores stays ignored, as :func:`install` keeps it, and one :func:`install`
+    already turned into Ctrl-C needs nothing more."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) in (signal.SIG_IGN, _raise_interrupt):
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
