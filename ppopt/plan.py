@@ -157,10 +157,10 @@ class PlanRequest:
                 get(name)
             except ScheduleError as error:
                 raise ConfigError(error.reason, field="schedules") from None
-        for name, known in (("recompute", RECOMPUTE_MODES), ("schedules", SCHEDULES)):
-            unknown = [v for v in getattr(self, name) if v not in known]
-            if unknown or not getattr(self, name):
-                raise ConfigError(f"unknown {', '.join(unknown) or 'empty'} (known: {', '.join(known)})", field=name)
+        if not self.schedules:
+            raise ConfigError(f"unknown empty (known: {', '.join(SCHEDULES)})", field="schedules")
+        if (unknown := [v for v in self.recompute if v not in RECOMPUTE_MODES]) or not self.recompute:
+            raise ConfigError(f"unknown {', '.join(unknown) or 'empty'} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
         if self.micro_batches is not None:
             bad = [b for b in self.micro_batches if not b >= 1]
             if bad or not self.micro_batches:

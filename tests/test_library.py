@@ -120,11 +120,16 @@ def test_a_plan_takes_preset_names_and_one_schedule_given_alone():
 
 
 def test_costs_and_a_calibration_take_a_system_by_name():
+    from ppopt.calibrate import calibrate
     from ppopt.evaluate import schedule_costs
+    from ppopt.io.measured import read_measured
 
     schedule = ppopt.generate("1f1b", 4, 8)
     assert schedule_costs(schedule, "llama3-8b", "dgx-a100", 8) == schedule_costs(schedule, load_model("llama3-8b"),
                                                                                    load_system("dgx-a100"), 8)
+    rows, _ = read_measured(ROOT / "data" / "measured" / "vtrain-multi-node-small.csv", load_system("a100-vtrain"))
+    by_name = calibrate(rows[:6], "a100-vtrain", restarts=1, iterations=40)
+    assert by_name == calibrate(rows[:6], load_system("a100-vtrain"), restarts=1, iterations=40)  # deterministic, the same fit
 
 
 def test_a_schedule_built_with_lists_is_the_schedule_built_with_tuples():

@@ -26,7 +26,7 @@ from ppopt.cli.options import (
     say_whether_reproducible,
     written_together,
 )
-from ppopt.job import SCHEDULES
+from ppopt.job import RECOMPUTE_MODES, SCHEDULES
 from ppopt.plan import DEFAULT_SCHEDULES
 
 DEFAULT_TIME_LIMIT_S = 60.0
@@ -60,7 +60,7 @@ def _seconds(value: float) -> str:
 @click.option("--layers-per-stage", "layers_per_stage", default="even", show_default=True,
               help="Stage split: even (equal counts: p divides the layers), balanced (counts minimising the slowest stage, any p), or "
                    "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")
-@click.option("--recompute", multiple=True, type=click.Choice(["none", "selective", "full"]),
+@click.option("--recompute", multiple=True, type=click.Choice(RECOMPUTE_MODES),
               help="Recomputation modes to consider (repeatable) [default: all].")
 @click.option("--schedule", "-s", "schedules", multiple=True, shell_complete=complete_schedule_or_all,
               help="Schedule families to consider (repeatable; see `ppopt list`) [default: every family a job supports, with their chunks and "
@@ -124,7 +124,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
         click.echo(f"note: --memory-limit {limit / 1e9:.12g} GB is above {system_config.name}'s "
                    f"{system_config.memory_capacity_bytes / 1e9:.12g} GB "
                    "per GPU: jobs ranked above that would not fit its GPUs (`ppopt job` says so)", err=True)
-    common = dict(memory_limit_bytes=limit, split=split, recompute=recompute or ("none", "selective", "full"),
+    common = dict(memory_limit_bytes=limit, split=split, recompute=recompute or RECOMPUTE_MODES,
                   schedules=SCHEDULES if schedules == ("all",) else schedules or DEFAULT_SCHEDULES, micro_batches=micro_batches or None,
                   overlap_gradient_sync=overlap_grad_sync)
     if torch_csv:  # none can be written: refused now, not after the plan
