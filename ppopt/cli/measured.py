@@ -22,9 +22,9 @@ from ppopt.cli.options import (
     format_option,
     job_options,
     json_option,
-    layer_counts,
     note_selective_saves_nothing,
     output_ending_in,
+    parse_layer_split,
     quiet_option,
     refuse_unused_options,
     working,
@@ -303,8 +303,8 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
         if split is not None:  # the split only sets the default layer counts
             raise ConfigError("sets the layers per stage, which --layers-per-stage gives here: give one of the two",
                               field="split")
-        if layers_per_stage not in ("even", "balanced"):
-            layers = layer_counts(layers_per_stage, also="even, balanced or ")
+        if isinstance(split_counts := parse_layer_split(layers_per_stage), tuple):
+            layers = split_counts
     job = Job(load_model(model), load_system(system), tp=parallel.tp, pp=pp, dp=parallel.dp, micro_batch=parallel.micro_batch,
               global_batch=global_batch, recompute=parallel.recompute, sequence_parallel=parallel.sequence_parallel,
               distributed_optimizer=parallel.distributed_optimizer, overlap_gradient_sync=overlap_grad_sync, schedule=schedule,

@@ -367,6 +367,11 @@ def layer_counts(text: str, also: str = "") -> tuple[int, ...]:
         raise ConfigError(f"must be {also}counts like 7,8,8,7, got {text!r}", field="layers_per_stage") from None
 
 
+def parse_layer_split(text: str) -> str | tuple[int, ...]:
+    """``--layers-per-stage`` as plan and job take it: ``even``, ``balanced`` or counts like 7,8,8,7."""
+    return text if text in ("even", "balanced") else layer_counts(text, also="even, balanced or ")
+
+
 def check_layers(name: str, devices: int, options: dict, layers: int) -> None:
     """A schedule with more stages than the model has layers, refused before its table is built
     (hanayo with 100,000 waves took 20 s to reach the same error)."""

@@ -18,9 +18,9 @@ from ppopt.cli.options import (
     emit_json,
     format_option,
     json_option,
-    layer_counts,
     output_not_named_as,
     parse_amount,
+    parse_layer_split,
     quiet_option,
     refuse_all_with_others,
     say_whether_reproducible,
@@ -30,10 +30,6 @@ from ppopt.job import RECOMPUTE_MODES, SCHEDULES
 from ppopt.plan import DEFAULT_SCHEDULES
 
 DEFAULT_TIME_LIMIT_S = 60.0
-
-
-def _parse_split(text: str) -> str | tuple[int, ...]:
-    return text if text in ("even", "balanced") else layer_counts(text, also="even, balanced or ")
 
 
 def _gb(value: float) -> str:
@@ -118,7 +114,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
         raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
     refuse_all_with_others(schedules)
     limit = parse_amount(memory_limit, unit_mode=False)
-    split = _parse_split(layers_per_stage)
+    split = parse_layer_split(layers_per_stage)
     system_config = load_system(system)
     if limit is not None and limit > system_config.memory_capacity_bytes:  # a what-if, but say so: job would not fit
         click.echo(f"note: --memory-limit {limit / 1e9:.12g} GB is above {system_config.name}'s "
