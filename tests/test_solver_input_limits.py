@@ -358,3 +358,22 @@ def test_a_period_above_a_fractional_rate_bound_is_not_called_optimal():
     result = invoke("search", "--unit", "-p", "4", "-m", "3", "--memory-limit", "4", "--comm", "1", "--no-grid", "--workers", "1")
     assert result.exit_code == 0, result.output
     assert "period     3 microbatches every 14 slots (rate bound 13.5 slots); " in result.stdout
+
+
+def test_a_model_and_system_given_as_paths_are_loaded_and_checked_when_the_spec_is_built():
+    """A pathlib.Path passed the spec unloaded and the search failed deep inside with a bare
+    AssertionError, the batch check skipped: 7 sequences do not split into 8 microbatches."""
+    from pathlib import Path
+
+    from ppopt.config import ModelConfig
+    from ppopt.errors import ConfigError
+
+    root = Path(__file__).resolve().parent.parent
+    model, system = root / "models" / "llama3-8b.toml", root / "configs" / "dgx-h100.toml"
+    spec = InstanceSpec(4, 8, model=model, system=system)
+    assert isinstance(spec.model, ModelConfig) and spec.model.name == "llama3-8b" and spec.system.name == "dgx-h100"
+    with pytest.raises(ConfigError, match="global batch of 7 sequences"):
+        InstanceSpec(4, 8, model=model, system=system, global_batch=7)
+    with pytest.raises(ConfigError, match="must be a preset name") as raised:
+        InstanceSpec(4, 8, model=42, system=system)  # type: ignore[arg-type]
+    assert raised.value.field == "model"

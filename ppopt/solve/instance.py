@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import dataclass, replace
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
@@ -155,8 +156,8 @@ class InstanceSpec:
     devices: int
     microbatches: int
     units: UnitCosts | None = None
-    model: ModelConfig | str | None = None  # a preset name or file is loaded on construction
-    system: SystemConfig | str | None = None
+    model: ModelConfig | str | os.PathLike[str] | None = None  # a preset name or file is loaded on construction
+    system: SystemConfig | str | os.PathLike[str] | None = None
     global_batch: int | None = None
     memory_limit: float | None = None
     parallel: Parallelism | None = None
@@ -167,9 +168,9 @@ class InstanceSpec:
     def __post_init__(self) -> None:
         from ppopt.config import load_model, load_system
 
-        if isinstance(self.model, str):
+        if self.model is not None:  # a name or a path (str or os.PathLike) loaded, anything else refused
             object.__setattr__(self, "model", load_model(self.model))
-        if isinstance(self.system, str):
+        if self.system is not None:
             object.__setattr__(self, "system", load_system(self.system))
         for name in ("devices", "microbatches"):
             value = getattr(self, name)
