@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ppopt.config import SystemConfig
+from ppopt.config import SystemConfig, load_system
 from ppopt.io.measured import Measured, MeasuredDataError, Unmodelled, read_measured
 from ppopt.ir import check_total_size
 from ppopt.job import Job, evaluate_job
@@ -203,9 +203,11 @@ def summarize(results: list[RowResult], unmodelled: list[Unmodelled] = ()) -> Ac
 
 
 def read_rows(paths: list[str | os.PathLike[str]] | str | os.PathLike[str],
-              system: SystemConfig) -> tuple[list[Measured], list[Unmodelled]]:
-    """The measured rows of one or more files on ``system``, and those outside the model
+              system: SystemConfig | str | os.PathLike[str]) -> tuple[list[Measured], list[Unmodelled]]:
+    """The measured rows of one or more files on ``system`` (a SystemConfig, a preset name or a
+    file), and those outside the model
     (:func:`ppopt.io.measured.read_measured`), sizes checked (:func:`check_rows_size`)."""
+    system = load_system(system)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     seen: dict[str, int] = {}
@@ -240,7 +242,9 @@ def _refuse_repeated_rows(rows: list[Measured], several_files: bool) -> None:
             raise MeasuredDataError(f"{repeats} (the same job and step time): give each measurement once")
 
 
-def validate_file(paths: list[str | os.PathLike[str]] | str | os.PathLike[str], system: SystemConfig) -> Accuracy:
-    """Read measured rows from one or more files and compare ppopt's predictions with them."""
+def validate_file(paths: list[str | os.PathLike[str]] | str | os.PathLike[str],
+                  system: SystemConfig | str | os.PathLike[str]) -> Accuracy:
+    """Read measured rows from one or more files and compare ppopt's predictions with them
+    (``system``: a SystemConfig, a preset name or a file)."""
     rows, unmodelled = read_rows(paths, system)
     return summarize(predict_rows(rows), unmodelled)

@@ -668,3 +668,19 @@ def test_measured_milliseconds_become_the_nearest_seconds(tmp_path):
     huge.write_text(lines[0] + "\n" + ",".join(c if i != column else "1e99999999" for i, c in enumerate(lines[1].split(","))) + "\n")
     with pytest.raises(MeasuredDataError, match="must lie between"):
         read_measured(huge, system)
+
+
+def test_an_unknown_system_is_refused_once_not_given_as_every_row_s_reason():
+    """validate_file(DATA, "nosuch") returned 0 rows and 41 unmodelled ones, each saying the preset
+    is unknown, with a MAPE of nan; a name or a file now loads up front, a typo fails there."""
+    from ppopt.accuracy import validate_file
+
+    data = DATA / "vtrain-multi-node-small.csv"
+    with pytest.raises(ConfigError, match="unknown system preset 'nosuch'"):
+        validate_file(data, "nosuch")
+    with pytest.raises(ConfigError, match="must be a preset name") as raised:
+        validate_file(data, 12345)  # type: ignore[arg-type]
+    assert raised.value.field == "system"
+    by_name = validate_file(data, "a100-vtrain-calibrated")
+    assert not by_name.unmodelled and by_name.mape == validate_file(data, load_system("a100-vtrain-calibrated")).mape
+

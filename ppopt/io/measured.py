@@ -39,7 +39,7 @@ from typing import get_args
 
 from pydantic import ValidationError
 
-from ppopt.config import ModelConfig, SystemConfig, validation_message
+from ppopt.config import ModelConfig, SystemConfig, load_system, validation_message
 from ppopt.errors import ConfigError
 from ppopt.generators import get
 from ppopt.io import decimal_float, decimal_int, read_csv_table, require_file_name, shown, source_name
@@ -225,13 +225,15 @@ def _optional_values(name: str, line: int, cells: list[str], index: dict[str, in
     return model, job
 
 
-def read_measured(source: str | os.PathLike[str], system: SystemConfig) -> tuple[list[Measured], list[Unmodelled]]:
-    """Read a measured-data CSV file into jobs on ``system``.
+def read_measured(source: str | os.PathLike[str],
+                  system: SystemConfig | str | os.PathLike[str]) -> tuple[list[Measured], list[Unmodelled]]:
+    """Read a measured-data CSV file into jobs on ``system`` (a SystemConfig, a preset name or a file).
 
     Returns the rows ppopt models and those it cannot (with the reason). Raises
     MeasuredDataError for a missing column, a non-numeric or non-positive cell, t·p·d different
     from the GPU count, or a micro batch that does not divide the global batch per replica.
     """
+    system = load_system(system)  # an unknown name refused once, not as every row's reason
     require_file_name(source, MEASURED_FILE, MeasuredDataError)
     path = Path(source)
     name = source_name(source)
