@@ -123,8 +123,7 @@ def evaluate_schedule(
     if parallel is not None and not parallel.is_default and (model is None or system is None):
         raise ConfigError("tensor/data parallelism and recomputation need --model and --system", field=parallel.first_set)
     simulation = simulate_on(flat, model, system, global_batch, parallel) if model is not None and system is not None else None
-    closed = formula(schedule.name, schedule.devices, schedule.microbatches, units, **{**options, **schedule.options}) \
-        if with_formula else None
+    closed = family_formula(schedule, units, {**options, **schedule.options}) if with_formula else None
     return Evaluation(
         schedule=schedule.name,
         devices=schedule.devices,
@@ -135,6 +134,31 @@ def evaluate_schedule(
         simulation=simulation,
         memory_capacity_bytes=system.memory_capacity_bytes if simulation is not None and system is not None else None,
     )
+
+
+def family_formula(schedule: Schedule, units: UnitCosts, options: dict[str, object]) -> Formula | None:
+    """The closed forms (in slots of ``units``) of the family ``schedule.name`` names, with
+    ``options``, for a schedule that family's generator built. A schedule whose name is no family
+    (``search``, a file's name) or whose placement or op count is not the family's at these options
+    (a ZB-V written to ``1f1b.csv``; interleaved-1f1b with 4 chunks read back, its options lost) is
+    refused: the forms would describe another schedule. An order changed within the family's
+    placement is not detected."""
+    try:
+        family = get(schedule.name)
+        taken = family.taken(options)
+        from ppopt.job import placement
+
+        placed = placement(schedule.name, schedule.devices, tuple(sorted(taken.items())))
+    except (ConfigError, ScheduleError) as error:
+        raise ScheduleError(f"no closed form for a schedule named {schedule.name!r}: {error.reason}; only a schedule "
+                            "ppopt.generate built has its family's (leave with_formula False)", field="with_formula") from None
+    ops = sum(len(order) for order in schedule.orders)
+    if placed != schedule.placement or ops != family.ops(schedule.devices, schedule.microbatches, taken):
+        given = ", ".join(f"{key}={value!r}" for key, value in taken.items()) or "its default options"
+        raise ScheduleError(f"{schedule.name!r} is not the schedule {schedule.name} builds with {given} (its placement or op "
+                            "count differs): a schedule read from a file or changed has no family's closed form (leave "
+                            "with_formula False, or give the options that built it)", field="with_formula")
+    return formula(schedule.name, schedule.devices, schedule.microbatches, units, **taken)
 
 
 def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model: ModelConfig | str | None = None,

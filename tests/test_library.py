@@ -12,7 +12,7 @@ import pytest
 
 import ppopt
 from ppopt.config import load_model, load_system
-from ppopt.errors import ConfigError
+from ppopt.errors import ConfigError, ScheduleError
 from ppopt.evaluate import evaluate, evaluate_schedule, table_of
 from ppopt.formula import formula
 from ppopt.job import Job, evaluate_job
@@ -42,6 +42,20 @@ def test_a_built_schedule_gets_the_closed_form_of_its_own_options():
     assert evaluate_schedule(schedule).formula is None  # not asked: a file's or a search's schedule has none
     renamed = ppopt.Schedule("my-own", schedule.devices, schedule.microbatches, schedule.placement, schedule.orders)
     assert evaluate_schedule(renamed).table.length == 26.25  # no family of that name: no error without a formula
+
+
+def test_a_closed_form_is_refused_for_a_schedule_its_family_did_not_build():
+    """A ZB-V written to 1f1b.csv, interleaved-1f1b with v = 4 read back (its options lost) and a
+    search's result would get another schedule's forms (1F1B's 33 slots beside ZB-V's 25.5; v = 2's
+    28.5 beside 26.25): refused, naming the field; the generated schedules still get theirs."""
+    zb_v, interleaved = ppopt.generate("zb-v", 4, 8), ppopt.generate("interleaved-1f1b", 4, 8, chunks=4)
+    for name, built in (("1f1b", zb_v), ("interleaved-1f1b", interleaved), ("search", zb_v)):
+        read_back = ppopt.Schedule(name, built.devices, built.microbatches, built.placement, built.orders)
+        with pytest.raises(ScheduleError, match="with_formula") as raised:
+            evaluate_schedule(read_back, with_formula=True)
+        assert raised.value.field == "with_formula"
+        assert evaluate_schedule(read_back).table.length == evaluate_schedule(built).table.length
+    assert evaluate_schedule(zb_v, with_formula=True).formula.length == 25.5
 
 
 def test_models_and_systems_are_taken_by_preset_name_as_by_config():
