@@ -54,7 +54,7 @@ def _seconds(value: float) -> str:
 @click.option("--memory-limit", default=None, help="Per-GPU memory limit, e.g. 80GiB or 7.5e10 [default: the system's memory].")
 @click.option("--top", type=int, default=10, show_default=True, help="Jobs to print.")
 @click.option("--layers-per-stage", "layers_per_stage", default="even", show_default=True,
-              help="Stage split: even (equal counts: p divides the layers), balanced (counts minimising the slowest stage, any p), or "
+              help="Stage split: even (equal counts: p divides the layers; chimera-asym keeps its own A:B split), balanced (counts minimising the slowest stage, any p), or "
                    "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")
 @click.option("--recompute", multiple=True, type=click.Choice(RECOMPUTE_MODES),
               help="Recomputation modes to consider (repeatable) [default: all].")
