@@ -34,7 +34,8 @@ DEFAULT_UNITS = UnitCosts()
 class Evaluation:
     """A schedule's metrics in each layer: ``formula`` and ``table`` in slots of the unit model the
     evaluation was given, ``simulation`` (only when a model and system are given) in seconds and
-    bytes."""
+    bytes. The simulated step is the pipeline's: :func:`ppopt.job.evaluate_job` adds the gradient
+    all-reduce and the optimizer step (``ppopt job``)."""
 
     schedule: str
     devices: int

@@ -93,6 +93,16 @@ def test_the_readme_example_prints_what_the_readme_says(tmp_path):
     assert (tmp_path / "found.csv").is_file()
 
 
+def test_the_readme_s_plan_and_validate_example_prints_what_the_readme_says():
+    """The section's second example (plan, validate, calibrate from Python), run from the
+    repository as it says, for the data file's path."""
+    section = (ROOT / "README.md").read_text().split("## Using ppopt from Python", 1)[1].split("\n## ", 1)[0]
+    code, output = re.findall(r"```(?:python)?\n(.*?)```", section, re.S)[2:4]
+    ran = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == output
+
+
 @pytest.mark.parametrize(("call", "field", "reason"), [
     (lambda: load_model(42), "model", "must be a preset name, a .toml/.json file or a ModelConfig, got 42"),
     (lambda: load_system(None), "system", "must be a preset name, a .toml/.json file or a SystemConfig, got None"),

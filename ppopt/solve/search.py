@@ -83,11 +83,47 @@ class Candidate:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """What one search found. Times in the instance's unit (seconds, or slots in unit mode).
+    """What one search found. Times in the instance's unit (``time_unit``: seconds, or slots in unit
+    mode), memory in ``memory_unit`` (bytes, or live activations of a 1/p model share in unit mode).
 
-    ``step_time`` is the simulated step time of ``schedule`` (the best found: the solver's, or the
-    best handcrafted one when the solver did not beat it); ``bound`` is a valid lower bound on every
-    schedule of the space; ``gap`` = (step_time - bound) / bound.
+    Attributes:
+        status: ``optimal`` (the step equals the bound, up to ``rounding_cost``), ``feasible`` (a
+            schedule, not proven best), ``infeasible`` (no schedule of the space meets the limit),
+            ``unknown`` (no schedule found in time) or ``invalid`` (CP-SAT refused its model).
+        space: the space searched, described (``placement=linear,backward=split``).
+        schedule: the best schedule found (the solver's, or the best handcrafted one when the solver
+            did not beat it), or None.
+        simulation: ``schedule`` simulated on the instance (its ``step_time_s`` is in ``time_unit``).
+        step_time: the simulated step of ``schedule``, or None without one.
+        bound: a lower bound on the step of every schedule of the space under the memory limit: the
+            largest of ``solver_bound``, ``analytic.best`` and ``period_bound`` (inf when infeasible).
+        solver_bound: CP-SAT's proven bound (0: none proved, or no solve).
+        solver_objective: the makespan of CP-SAT's schedule in its ticks, times ``tick`` (so in
+            ``time_unit``), before simulation; None without one.
+        analytic: the closed-form lower bounds (:class:`ppopt.solve.bounds.Bounds`), each proven in
+            its function's docstring; 0 for a bound that does not apply.
+        gap: ``(step_time - bound) / bound``, or None without a schedule.
+        hint: the schedule that hinted the solve (a handcrafted family, or ppopt's greedy list
+            schedule), or None.
+        hint_step_time: the hint's simulated step.
+        hint_fits: whether the hint meets the memory limit (if not, it was only the solver's start).
+        handcrafted: the handcrafted schedules of the space, simulated (:class:`Candidate`).
+        tick: the length of one solver tick, in ``time_unit`` (1 in unit mode with integer costs).
+        time_unit: ``s`` (seconds) or ``slots``.
+        memory_semantics: one sentence on what the memory limit counts.
+        wall_time_s: seconds the whole search took, model building and simulation included.
+        time_to_best_s: seconds until the solver's last improving schedule, or None.
+        from_solver: whether ``schedule`` is the solver's (False: a handcrafted one or the hint).
+        peak_memory: with ``minimize_memory``, the least worst-device peak any schedule of the best
+            step has (proven when ``memory_status`` is optimal); None otherwise. The found
+            schedule's own peaks are ``simulation.peak_memory_bytes``.
+        memory_status: the status of that second solve, or None.
+        note: why the search stopped short (its time budget spent), if it did.
+        rounding_cost: at most this share of the step is lost to rounding durations to ticks (0 when
+            every duration is a whole number of ticks; inf: unbounded).
+        period: the steady-state pattern found (linear placement, full backward), described, or None.
+        period_bound: the period-based bound for this m, valid for every schedule; None without a cap.
+        memory_unit: the unit of ``peak_memory`` and the simulation's memory figures.
     """
 
     status: str
