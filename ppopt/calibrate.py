@@ -73,6 +73,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ppopt.config import SystemConfig, load_system
+from ppopt.errors import ConfigError
 from ppopt.io.measured import Measured, Unmodelled
 from ppopt.io.toml_text import toml_comment, toml_value
 from ppopt.job import JobWork, Work, job_work, work_time_s
@@ -349,9 +350,12 @@ def calibrate(rows: list[Measured], base: SystemConfig | str, restarts: int = 2,
     is called after each starting point's fit, if given."""
     base = load_system(base)
     if not rows:
-        raise ValueError("no rows to calibrate on")
+        raise ConfigError("no rows to calibrate on", field="rows")
     if others := fittable(rows)[1]:  # the closed form is 1F1B's: another schedule's row would be fitted wrong
-        raise ValueError(f"{len(others)} rows run another schedule than 1F1B (line {others[0].line}): keep fittable(rows)[0]")
+        raise ConfigError(f"{len(others)} rows run another schedule than 1F1B (line {others[0].line}): keep fittable(rows)[0]",
+                          field="rows")
+    if model not in MODELS:
+        raise ConfigError(f"unknown fit model {model!r} (known: {', '.join(MODELS)})", field="model")
     fit_model = MODELS[model]
     best: Calibration | None = None
     total = len(fit_model.exponents) * len(fit_model.host_times)

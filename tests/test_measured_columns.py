@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from ppopt.cli import main
 from ppopt.config import load_system
+from ppopt.errors import ConfigError
 from ppopt.io.measured import MeasuredDataError, read_measured, unused_columns
 from ppopt.job import Job, evaluate_job
 
@@ -176,6 +177,11 @@ def test_calibrate_itself_refuses_rows_it_would_fit_wrong(tmp_path):
 
     path = _with_columns(tmp_path, {"schedule": ["", "interleaved-1f1b"], "chunks": ["", "2"]}, rows=2)
     rows, _ = read_measured(path, SYSTEM)
-    with pytest.raises(ValueError, match="1 rows run another schedule than 1F1B \\(line 3\\)"):
+    with pytest.raises(ConfigError, match="1 rows run another schedule than 1F1B \\(line 3\\)"):
         calibrate(rows, SYSTEM)
     assert [r.line for r in fittable(rows)[0]] == [2]
+    with pytest.raises(ConfigError, match="no rows to calibrate on"):
+        calibrate([], SYSTEM)
+    with pytest.raises(ConfigError, match="unknown fit model 'nope'") as unknown:
+        calibrate(fittable(rows)[0], SYSTEM, model="nope")
+    assert unknown.value.field == "model"
