@@ -844,6 +844,24 @@ def working_set_bytes(work: JobWork, held: Sequence[Sequence[int]]) -> tuple[flo
     return tuple(max((work.working_bytes[s] for s in stages), default=0.0) for stages in held)
 
 
+def with_working_sets(costs: Costs, work: JobWork, held: Sequence[Sequence[int]] | None) -> Costs:
+    """``costs`` with the job's transient working sets held as if persistent, for a solver that adds
+    up the persistent bytes of the stages a device holds: each device's (:func:`working_set_bytes`)
+    once, on the first stage it holds (``held``: each device's stages), so the solver's peak is the
+    job's. Without ``held`` (a placement the solver chooses) every stage carries its own: exact with
+    one stage per device; where a device holds several, more than the job's peak by the smaller ones,
+    never less."""
+    if held is None:
+        extra = list(work.working_bytes)
+    else:
+        extra = [0.0] * len(costs.stages)
+        for on_device, working in zip(held, working_set_bytes(work, held)):
+            if on_device:
+                extra[on_device[0]] = max(extra[on_device[0]], working)
+    return replace(costs, stages=tuple(replace(stage, persistent_bytes=stage.persistent_bytes + add)
+                                       for stage, add in zip(costs.stages, extra)))
+
+
 def simulate_pipeline(job: Job, schedule: Schedule | Flat | Prepared, work: JobWork) -> tuple[Costs, Simulation]:
     """The pipeline part of ``job``'s step on ``schedule`` (its ``pp`` devices), with the job's
     costs from ``work`` on the system one stage's GPUs see (:func:`pipeline_system`); each

@@ -31,13 +31,14 @@ searched pipeline, so it compares with the plan's step; the gap is the pipeline'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ppopt.config import SystemConfig
 from ppopt.costs import Costs
 from ppopt.errors import InfeasibleError, PpoptError, ScheduleError
 from ppopt.ir import Schedule
-from ppopt.job import Job, job_costs, job_work, pipeline_system, working_set_bytes
+from ppopt.job import Job, job_costs, job_work, pipeline_system, with_working_sets
 from ppopt.placement import stages_by_device
 from ppopt.plan import PlanRow
 from ppopt.solve.instance import Instance, InstanceSpec
@@ -46,6 +47,7 @@ from ppopt.solve.space import family_space
 
 __all__ = ["JobInstanceSpec", "JobSearch", "first_after_search", "job_spec", "ranking_changes", "search_job", "searched_steps"]
 
+
 @dataclass(frozen=True)
 class JobInstanceSpec(InstanceSpec):
     """An :class:`InstanceSpec` whose instance is a job's own costs (its S schedule stages)."""
@@ -53,7 +55,10 @@ class JobInstanceSpec(InstanceSpec):
     costs: Costs | None = None
     pipeline: SystemConfig | None = None
 
-    def instance(self, stages: int, stage_weights: tuple[float, ...] | None = None) -> Instance:
+    def instance(self, stages: int, stage_weights: tuple[float, ...] | None = None,
+                 placement: Sequence[Sequence[int]] | None = None) -> Instance:
+        """The job's costs, whose working sets are held for the placement of its family space
+        (:func:`job_spec`), the placement of every space searched for it."""
         assert self.costs is not None and self.pipeline is not None
         if stages != len(self.costs):
             raise ScheduleError(f"the job's pipeline has {len(self.costs)} stages; the space asks for {stages}")
@@ -63,16 +68,11 @@ class JobInstanceSpec(InstanceSpec):
 def job_spec(job: Job, memory_limit: float | None) -> JobInstanceSpec:
     """The solver spec of ``job`` under ``memory_limit`` bytes per GPU (see module doc)."""
     work = job_work(job)
-    costs = job_costs(job, work)
-    extra = [0.0] * job.stages
     held = stages_by_device(job.stage_devices, job.pp)  # per device, the stages of the family space's placement
-    for on_device, working in zip(held, working_set_bytes(work, held)):  # held with the device's first stage
-        extra[on_device[0]] = max(extra[on_device[0]], working)
-    stages = tuple(replace(stage, persistent_bytes=stage.persistent_bytes + add) for stage, add in zip(costs.stages, extra))
     system = pipeline_system(job)
     return JobInstanceSpec(devices=job.pp, microbatches=job.microbatches, model=job.model, system=system,
                            global_batch=job.global_batch, memory_limit=memory_limit,
-                           costs=replace(costs, stages=stages), pipeline=system)
+                           costs=with_working_sets(job_costs(job, work), work, held), pipeline=system)
 
 
 @dataclass(frozen=True)

@@ -783,3 +783,23 @@ def test_a_model_cp_sat_rejects_is_an_error_not_a_result():
     options = SolveOptions(100).start()
     with pytest.raises(PpoptError, match=r"internal error: CP-SAT rejected ppopt's model \(.*must be affine"):
         options.run(options.solver(), model)
+
+
+@pytest.mark.parametrize("family", ["zb-v", "interleaved-1f1b", "chimera"])
+def test_a_fixed_search_s_peaks_are_evaluate_s_for_a_job_with_working_sets(family):
+    """A job beyond a pure pipeline adds each device's transient working set (the largest of its
+    stages') to its peak; the solver held every stage's, so a device with two stages counted two:
+    search --space fixed:zb-v reported 18.02 GiB where evaluate, job and plan give 17.49, and
+    refused a 19 GB limit the schedule fits. The peaks now agree, and so does the limit."""
+    from ppopt.evaluate import evaluate
+    from ppopt.job import Parallelism
+
+    parallel = Parallelism(tp=2, dp=2, micro_batch=1, recompute="full", sequence_parallel=True, distributed_optimizer=True)
+    kwargs = {"model": "llama3-8b", "system": "dgx-a100", "parallel": parallel}
+    evaluated = evaluate(family, 4, 16, **kwargs).simulation
+    peak = max(evaluated.peak_memory_bytes)
+    found = search(InstanceSpec(4, 16, memory_limit=peak, **kwargs), parse_space(f"fixed:{family}"), SolveOptions(time_limit_s=20))
+    assert found.simulation.peak_memory_bytes == pytest.approx(evaluated.peak_memory_bytes, rel=1e-12)
+    assert found.simulation.step_time_s == pytest.approx(evaluated.step_time_s, rel=1e-12)
+    with pytest.raises(InfeasibleError, match="below the minimum"):
+        search(InstanceSpec(4, 16, memory_limit=peak * 0.999, **kwargs), parse_space(f"fixed:{family}"), SolveOptions(time_limit_s=20))

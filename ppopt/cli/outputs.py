@@ -107,7 +107,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
                             global_batch=global_batch, parallel=parallel)
         if fmt == "torch-csv":
             refuse_replicas(schedule)  # before simulating
-        instance = spec.instance(schedule.stages, schedule.stage_weights)
+        instance = spec.instance(schedule.stages, schedule.stage_weights, schedule.placement)
         simulation = simulate(schedule, instance.costs, instance.system)
         phases.done("simulated")
         if not unit:

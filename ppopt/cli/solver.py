@@ -325,7 +325,7 @@ def _file_space(spec, given):
     except ScheduleError as error:
         raise ConfigError(error.reason, field="schedule_file") from None
     _check_space_layers(spec, own, field="schedule_file")  # before its instance is built
-    instance = spec.instance(given.stages)
+    instance = spec.instance(given.stages, given.stage_weights, given.placement)
     if overlap_outside_model(given, instance):
         raise ConfigError(f"{given.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="schedule_file")
     return own
@@ -414,7 +414,7 @@ def _write_outputs(result, spec, csv_path, plot, trace) -> None:
 
 def _write_each_output(result, spec, csv_path, plot, trace) -> None:
     schedule, simulation = result.schedule, result.simulation
-    instance = spec.instance(schedule.stages, schedule.stage_weights)
+    instance = spec.instance(schedule.stages, schedule.stage_weights, schedule.placement)
     costs = instance.costs
     unit = result.time_unit
     if csv_path:

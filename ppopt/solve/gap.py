@@ -146,7 +146,7 @@ def gap_report(
     if given is not None and (given.devices, given.microbatches) != (devices, microbatches):
         raise ConfigError(f"{given.name} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
                           f"m = {microbatches}", field="devices")
-    if given is not None and overlap_outside_model(given, instance := spec.instance(given.stages, given.stage_weights)):
+    if given is not None and overlap_outside_model(given, instance := spec.instance(given.stages, given.stage_weights, given.placement)):
         # the space's bound would not hold for it: an error, as for a schedule no space holds
         raise ConfigError(f"{given.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="given")
     # each schedule is simulated and let go before the next is generated (at hundreds of thousands
@@ -174,7 +174,7 @@ def gap_report(
         except ScheduleError as error:
             skipped[name] = error.reason
             continue
-        instance = spec.instance(schedule.stages, schedule.stage_weights)
+        instance = spec.instance(schedule.stages, schedule.stage_weights, schedule.placement)
         if overlap_outside_model(schedule, instance):
             skipped[name] = "it " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share)
             continue
@@ -342,7 +342,8 @@ def frontier(
     hints = () if given is None else (given,)
     free = search(spec.with_limit(None), space,
                   replace(options.share(1 + len(limits) if limits is not None else 2), every_hint=True), hints=hints)
-    instance = spec.with_limit(None).instance(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None)
+    instance = spec.with_limit(None).instance(stage_count(space, devices), free.schedule.stage_weights if free.schedule else None,
+                                                placement_of(space, devices))
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices), free.simulation if space.fixed else None)
     if limits is not None and space.fixed:
         _refuse_limits_below(limits, minimum, "", space, instance.memory_unit)

@@ -23,12 +23,14 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
 from ppopt.costs import Costs, check_global_batch, link_between, microbatch_size, partition_layers, transfer_time_s, unit_costs
 from ppopt.errors import ConfigError
-from ppopt.job import Parallelism, job_costs, job_work, pipeline_system
+from ppopt.job import Parallelism, job_costs, job_work, pipeline_system, with_working_sets
+from ppopt.placement import stages_by_device
 from ppopt.units import UnitCosts
 
 
@@ -205,8 +207,13 @@ class InstanceSpec:
         """The same spec under another memory limit."""
         return replace(self, memory_limit=memory_limit)
 
-    def instance(self, stages: int, stage_weights: tuple[float, ...] | None = None) -> Instance:
-        """The instance of a space with ``stages`` stages (layer shares ``stage_weights`` when modelled)."""
+    def instance(self, stages: int, stage_weights: tuple[float, ...] | None = None,
+                 placement: Sequence[Sequence[int]] | None = None) -> Instance:
+        """The instance of a space with ``stages`` stages (layer shares ``stage_weights`` when modelled)
+        in ``placement`` (each stage's devices; None: the solver chooses it). A job beyond a pure
+        pipeline holds each device's transient working set with its persistent state
+        (:func:`ppopt.job.with_working_sets`): once per device when the placement is known, else
+        once per stage (never less than the job's peak)."""
         if self.units is not None:
             return unit_instance(self.devices, self.microbatches, stages, self.units, self.memory_limit)
         assert isinstance(self.model, ModelConfig) and isinstance(self.system, SystemConfig)
@@ -217,11 +224,6 @@ class InstanceSpec:
             return Instance(self.devices, self.microbatches, pipeline, self.system, self.memory_limit, "s", "bytes")
         job = parallel.job(self.model, self.system, layers, self.microbatches, self.global_batch)
         work = job_work(job)
-        costs = job_costs(job, work)
-        # each stage's transient working set (a recomputed block, the logits' gradient), which job and
-        # plan count per device, held as if persistent: exact with one stage per device; a device
-        # holding several stages counts each one's (the placement is not known here), never too little
-        with_working = tuple(replace(stage, persistent_bytes=stage.persistent_bytes + extra)
-                             for stage, extra in zip(costs.stages, work.working_bytes))
-        return Instance(self.devices, self.microbatches, replace(costs, stages=with_working), pipeline_system(job),
+        held = None if placement is None else stages_by_device(placement, self.devices)
+        return Instance(self.devices, self.microbatches, with_working_sets(job_costs(job, work), work, held), pipeline_system(job),
                         self.memory_limit, "s", "bytes")

@@ -347,7 +347,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     generated = handcrafted_in(space, devices, spec.microbatches)
     first = next(generated, None)
     # a fixed space is its schedule's; a free one has the space's stages (and split: space_instance)
-    instance = spec.instance(first.stages, first.stage_weights) if space.fixed and first is not None else space_instance(spec, space)
+    instance = spec.instance(first.stages, first.stage_weights, first.placement) if space.fixed and first is not None else space_instance(spec, space)
     ops = _op_count(instance.stages, instance.microbatches, space.split_backward)
     limit = instance.memory_limit
     candidates = []
@@ -463,7 +463,8 @@ def cheap_bound(instance: Instance, placement, space: Space) -> float:
 def space_instance(spec: InstanceSpec, space: Space) -> Instance:
     """The instance a search of the (not fixed) ``space`` works on: its stage count, with the layer
     split of an asymmetric placement (the weights its handcrafted member, chimera-asym, carries)."""
-    return spec.instance(stage_count(space, spec.devices), split_weights(spec.devices, space.split) if space.split else None)
+    return spec.instance(stage_count(space, spec.devices), split_weights(spec.devices, space.split) if space.split else None,
+                         placement_of(space, spec.devices))
 
 
 def _meets_cheap_bound(instance: Instance, placement, space: Space, candidates: list[Candidate]) -> bool:
