@@ -594,11 +594,11 @@ def test_compare_with_a_cost_preset_no_schedule_fits_is_an_error_not_an_empty_ra
     assert ranked.exit_code == 0 and "1f1b" in ranked.stdout and "skipped zb-v: 4 stages" in ranked.stderr
     # fastest first: GPipe's m + p - 1 = 5 rounds of F + B = 3 s, 15 s, is the slowest 2-stage schedule ranked
     rows = [r for r in json.loads(CliRunner().invoke(main, ["compare", "-p", "2", "-m", "4", "--costs", str(path), "--json"]).stdout)
-            if "step_time_s" in r]
-    steps = [r["step_time_s"] for r in rows]
+            if "simulation" in r]  # compare --json's shape: the step under "simulation", the rank per layer
+    steps = [r["simulation"]["step_time_s"] for r in rows]
     assert steps == sorted(steps) and dict(zip([r["schedule"] for r in rows], steps))["gpipe"] == pytest.approx(15.0) == max(steps)
     # equal steps share a rank ("1, 2, 2, 4"), as compare's layers rank: two schedules of one step were 4th and 5th
-    ranks = [r["rank"] for r in rows]
+    ranks = [r["rank"]["simulation"] for r in rows]
     assert ranks == [1 + sum(s < step for s in steps) for step in steps] and len(set(ranks)) < len(ranks)
 
 

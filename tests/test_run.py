@@ -623,7 +623,7 @@ def test_compare_ranks_the_schedules_with_a_cost_preset(tmp_path):
     result = cli("compare", "-p", 2, "-m", 4, "--costs", path, "--json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    steps = {row["schedule"]: row["step_time_s"] for row in rows if "skipped" not in row}
+    steps = {row["schedule"]: row["simulation"]["step_time_s"] for row in rows if "skipped" not in row}
     # 1F1B: (m + p - 1)(F + B) = 15; ZB-H1 (Qi et al. 2024, §3.1): m(F + B) + (p - 1)(F + I - W) = 13
     assert steps["1f1b"] == pytest.approx(15.0) and steps["zb-h1"] == pytest.approx(13.0)
     assert "zb-v" not in steps and "interleaved-1f1b" not in steps  # 4 stages: not in a 2-stage preset

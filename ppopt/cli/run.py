@@ -349,10 +349,12 @@ def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt
     for name, reason in skipped.items():
         click.echo(f"skipped {name}: {reason}", err=True)
     ranks = competition_ranks({n: t for t, _, n in rows})  # equal steps share a rank, as compare's layers do
-    if as_json:  # the families skipped follow, as in compare --json
+    if as_json:  # compare --json's entries (the simulation layer only), then the families skipped, as there
         from ppopt.report.evaluation import skipped_json
 
-        emit_json([{"schedule": n, "rank": ranks[n], "step_time_s": t, "idle_ratio": i} for t, i, n in rows] + skipped_json(skipped))
+        emit_json([{"schedule": n, "devices": devices, "microbatches": microbatches, "costs": str(costs_file),
+                    "simulation": {"step_time_s": t, "idle_ratio": i}, "rank": {"simulation": ranks[n]}} for t, i, n in rows]
+                  + skipped_json(skipped))
     else:
         click.echo(_preset_table(f"simulated with the measured costs of {costs_file}, p = {devices}, m = {microbatches}",
                                  [[str(ranks[n]), n, t, i] for t, i, n in rows], ["rank", "schedule"], fmt))
