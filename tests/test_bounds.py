@@ -9,6 +9,7 @@ from ppopt.generators import generate
 from ppopt.ir import Kind
 from ppopt.placement import placement
 from ppopt.simulate import simulate
+from ppopt.solve.bounds import Shape, critical_path, memory_lifetime, warmup
 from ppopt.solve.greedy import greedy_schedule
 from ppopt.solve.heads import jackson
 from ppopt.solve.instance import unit_instance
@@ -175,3 +176,46 @@ def test_period_bound_below_the_proven_optimum_at_four_devices(m, cap, comm):
     instance = unit_instance(4, m, 4, UnitCosts(1, 2, None, comm), memory_limit=cap)
     bound = period_bound(m, _unit_duration, lambda s, a, b: float(comm), [float(cap)] * 4)
     assert bound <= _optimum(instance, "placement=linear") + 1e-9
+
+
+# Each analytic bound's own value on an instance small enough to add up by hand (durations per
+# kind, a delay per device pair); ppopt.solve.bounds documents the formulas.
+SPLIT = {Kind.F: 1.0, Kind.I: 2.0, Kind.W: 3.0, Kind.B: 5.0}
+
+
+def _linear(p):
+    return tuple((s,) for s in range(p))
+
+
+def test_critical_path_by_hand_with_a_split_backward():
+    """p = 3, F = 1, I = 2, W = 3, messages 1: forwards 3 + input grads 6 + two hops each way 4 +
+    stage 0's W 3 (it needs stage 0's I, the chain's last op) = 16."""
+    shape = Shape(3, 2, 3, _linear(3), True)
+    assert critical_path(shape, lambda s, kind: SPLIT[kind], lambda s, a, b: 1.0) == 16
+
+
+def test_a_replicated_stage_takes_the_nearest_replica_s_delay():
+    """Two stages, each on two devices (0, 3) and (1, 2), nodes of two devices: 0-1 and 3-2 share a
+    node (delay 1), the other pairs do not (10). A microbatch may take the near pair both ways:
+    F 2 + B 4 + 1 + 1 = 8; the farthest pair's 10 would claim 26, above a schedule that ends at 8."""
+    shape = Shape(2, 1, 4, ((0, 3), (1, 2)), False)
+    near = {(0, 1), (1, 0), (3, 2), (2, 3)}
+    delay = lambda s, a, b: 1.0 if (a, b) in near else 10.0  # noqa: E731
+    assert critical_path(shape, lambda s, kind: {Kind.F: 1.0, Kind.B: 2.0}[kind], delay) == 8
+
+
+def test_warmup_bound_by_hand():
+    """p = 2, m = 2, one live activation, free messages, F = 1, B = 2 on stage 0 and 1 on stage 1.
+    Stage 0 runs one forward, then waits for stage 1's F + B (2) before its first backward: window
+    1 + 2 = 3 less its one forward = 2 idle, plus its load 2 x 3 = 8. Stage 1: head 1 + load 2 x 2
+    + tail 2 = 7. The bound is 8 (a schedule: F0 0-1, stage 1 1-3, B0 3-5, then again: 10)."""
+    durations = lambda s, kind: {Kind.F: 1.0, Kind.B: 2.0 if s == 0 else 1.0}[kind]  # noqa: E731
+    assert warmup(Shape(2, 2, 2, _linear(2), False), durations, lambda s, a, b: 0.0, lambda s: 1) == 8
+
+
+def test_memory_lifetime_bound_by_hand_with_a_split_backward():
+    """p = 2, m = 2, one live activation, free messages, F = 1, I = 2, W = 3: stage 0's activation
+    lives from its F through stage 1's F and I (3) to its own I and W: 1 + 3 + 2 + 3 = 9 slots, and
+    only one lives at a time: 2 x 9 = 18. Stage 1: head 1 + 2 x (1 + 2 + 3) = 13."""
+    shape = Shape(2, 2, 2, _linear(2), True)
+    assert memory_lifetime(shape, lambda s, kind: SPLIT[kind], lambda s, a, b: 0.0, lambda s: 1) == 18
