@@ -182,6 +182,23 @@ def test_weighted_partition_one_to_two():
     assert partition_layers(129, 2, [1, 2]) == (43, 86)
 
 
+def test_a_stage_rounded_to_no_layer_takes_one_from_the_latest_largest():
+    """4 layers by weights 1:10:10: exact shares 0.19, 1.90, 1.90 round to 0, 2, 2; stage 0 needs a
+    layer, and of the two largest stages the later one gives it: (1, 2, 1)."""
+    assert partition_layers(4, 3, [1, 10, 10]) == (1, 2, 1)
+
+
+def test_a_tied_embedding_is_counted_once():
+    """The output projection is the word embedding's own V·h matrix unless tied: the whole model
+    counts V·h = 1,000 × 256 = 256,000 parameters fewer when tied."""
+    from ppopt.costs import model_param_count
+
+    untied, tied = gpt(tie_embeddings=False), gpt(tie_embeddings=True)
+    blocks = 8 * layer_param_count(untied)
+    assert model_param_count(untied) == blocks + 2 * 256_000
+    assert model_param_count(tied) == blocks + 256_000
+
+
 @given(layers=st.integers(1, 300),
        weights=st.lists(st.floats(0.01, 100, allow_nan=False), min_size=1, max_size=16))
 def test_weighted_partition_invariants(layers, weights):

@@ -354,3 +354,29 @@ def test_a_gpu_runs_one_optimizer_step_whatever_its_stage_count():
     # and that time is one op over the GPU's whole state: the 1-stage 1F1B over the same 8 blocks + embedding
     one = evaluate_job(Job(model, system, pp=4, micro_batch=1, global_batch=32, layers=(8, 8, 8, 8)))
     assert one.optimizer_s == pytest.approx(two.optimizer_s, rel=1e-12)
+
+
+def test_working_sets_by_recomputation_by_hand():
+    """While a backward runs a GPU also holds, beyond what it stores: with full recomputation the
+    re-run block's activations, all of them, A = 114·sbh; with selective the attention scores it
+    re-computes, 5as²b = 5·16·1024²·1 = 80·sbh at t = 1 (Korthikanti et al. 2022, Section 4.2.1);
+    with none nothing. The last stage adds the logits' gradient L."""
+    def working(recompute):
+        return job_work(Job(GPT, SYSTEM, pp=2, micro_batch=1, global_batch=4, recompute=recompute)).working_bytes
+
+    assert working("full") == (A, A + L)
+    assert working("selective") == (80 * SBH, 80 * SBH + L)
+    assert working("none") == (0.0, L)
+
+
+def test_a_distributed_optimizer_steps_its_shard_only():
+    """Adam reads and writes a GPU's parameter state once (2 x 16 bytes per parameter); with the
+    state sharded over d = 4 replicas each GPU updates a quarter: the optimizer's memory traffic and
+    its time drop to 1/4, the gradient all-reduce is unchanged (Rajbhandari et al. 2020, Section 5.1)."""
+    plain = job_work(Job(GPT, SYSTEM, pp=2, dp=4, micro_batch=1, global_batch=8))
+    sharded = job_work(Job(GPT, SYSTEM, pp=2, dp=4, micro_batch=1, global_batch=8, distributed_optimizer=True))
+    for stage in range(2):
+        assert plain.optimizer[stage].memory_bytes == 2 * plain.param_count[stage] * 16
+        assert sharded.optimizer[stage].memory_bytes == 2 * plain.param_count[stage] * 16 / 4
+        assert work_time_s(sharded.optimizer[stage], SYSTEM) < work_time_s(plain.optimizer[stage], SYSTEM)
+    assert sharded.gradient_sync == plain.gradient_sync

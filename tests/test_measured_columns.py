@@ -185,3 +185,23 @@ def test_calibrate_itself_refuses_rows_it_would_fit_wrong(tmp_path):
     with pytest.raises(ConfigError, match="unknown fit model 'nope'") as unknown:
         calibrate(fittable(rows)[0], SYSTEM, model="nope")
     assert unknown.value.field == "model"
+
+
+def test_the_summary_figures_by_hand():
+    """20 rows of model "a" predicted 1 % to 19 % too slow and one 50 % too fast (measured 1 s each),
+    2 rows of model "b": the absolute errors sorted are 0.01, ..., 0.19, 0.50, so the median is
+    (0.10 + 0.11) / 2 = 0.105, the 95th percentile (linear, numpy's default) 0.19 + 0.05 x 0.31 =
+    0.2055, the worst row the one 50 % too fast (not the 19 % too slow one), and model "b" has no
+    Spearman rho (it needs 3 rows)."""
+    from ppopt.accuracy import RowResult, summarize
+
+    errors = [i / 100 for i in range(1, 20)] + [-0.5]
+    rows = [RowResult(line, "a", "job", 1.0, 1.0 + error, 0.0) for line, error in enumerate(errors, start=2)]
+    rows += [RowResult(30, "b", "job", 1.0, 1.0, 0.0), RowResult(31, "b", "job", 2.0, 2.1, 0.0)]
+    accuracy = summarize(rows[:20])
+    assert accuracy.median == pytest.approx(0.105) and accuracy.p95 == pytest.approx(0.2055)
+    assert accuracy.mape == pytest.approx((sum(errors[:19]) + 0.5) / 20)
+    assert accuracy.worst is not None and accuracy.worst.line == 21 and accuracy.worst.error == pytest.approx(-0.5)
+    both = summarize(rows)
+    assert both.spearman["b"] is None and both.spearman["a"] is not None
+    assert both.summary()["worst"] == pytest.approx(0.5)

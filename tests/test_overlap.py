@@ -59,6 +59,11 @@ def test_simulator_shortens_the_pair_by_the_share_of_its_communication():
     # the share only acts on pairs
     assert simulate(generate("1f1b", 3, 4), costs, system(overlap_f_b_share=1.0)).step_time_s == \
         simulate(generate("1f1b", 3, 4), costs, system()).step_time_s
+    # stage 0's B sends nothing (no stage below): a pair there hides no message, whatever its F sends
+    # (device 0 runs 0F0 0F1 0F2 0B0 0F3 ..., so 0F2 and 0B0 are adjacent)
+    bottom = (Op(0, Kind.F, 2), Op(0, Kind.B, 0))
+    sim = simulate(validate(_paired(bottom)), costs, system(overlap_f_b_share=1.0))
+    assert sim.end_s[bottom[1]] - sim.start_s[bottom[1]] == pytest.approx(2.0)
     # the cap: with huge messages the pair never gets shorter than its longer op (B keeps F's 1 s less)
     sim = simulate(validate(_paired(PAIR)), uniform(3, send=100.0), system(overlap_f_b_share=1.0))
     assert sim.end_s[PAIR[1]] - sim.start_s[PAIR[1]] == pytest.approx(1.0)
