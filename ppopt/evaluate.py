@@ -41,7 +41,10 @@ class Evaluation:
     devices: int
     microbatches: int
     options: dict
-    formula: Formula | None  # None for a schedule read from a file or a family without closed forms
+    formula: Formula | None
+    """The family's closed forms; None when not asked (a schedule read from a file or found by a
+    search) or for a family without any (``ppopt.generators.get(name).no_closed_forms`` says why;
+    ``formula.outside`` says when the forms do not hold at these sizes)."""
     table: TableMetrics
     simulation: Simulation | None = None
     memory_capacity_bytes: float | None = None
