@@ -148,3 +148,30 @@ def test_weight_gradient_without_split_backward_is_rejected():
     broken = _replace_order(schedule, 1, schedule.orders[1] + (Op(1, Kind.W, 0),))
     with pytest.raises(ScheduleValidationError, match="op 1W0 is a weight-gradient W"):
         validate(broken)
+
+
+def test_indices_one_past_the_end_are_rejected():
+    """The first index outside each range (device p, replica R, stage S, a replica_of list one short)
+    is named, not let through to a later check or a crash."""
+    schedule = generate("gpipe", 2, 1)
+    with pytest.raises(ScheduleValidationError, match="stage 1 is placed on device 2, outside 0..1"):
+        validate(dataclasses.replace(schedule, placement=((0,), (2,))))
+    with pytest.raises(ScheduleValidationError, match="op 2F0 on device 1 names a stage or microbatch outside the schedule"):
+        validate(_replace_order(schedule, 1, schedule.orders[1] + (Op(2, Kind.F, 0),)))
+    chimera = generate("chimera", 2, 2)  # every stage on two devices: replicas 0 and 1
+    with pytest.raises(ScheduleValidationError, match="microbatch 1 belongs to replica 2, but stage 0 has 2 replicas"):
+        validate(dataclasses.replace(chimera, replica_of=(0, 2)))
+    with pytest.raises(ScheduleValidationError, match="replica_of has 1 entries for 2 microbatches"):
+        validate(dataclasses.replace(chimera, replica_of=(0,)))
+
+
+def test_a_deadlock_marks_the_first_device_that_waits():
+    """Both devices wait (0B0 for 1B0, 1F1 for 0F1): the grid's marker is on device 0's 0B0, the
+    first stuck op read device by device, as the message lists them."""
+    schedule = generate("gpipe", 2, 2)
+    first = _replace_order(schedule, 0, [Op(0, Kind.F, 0), Op(0, Kind.B, 0), Op(0, Kind.F, 1), Op(0, Kind.B, 1)])
+    broken = _replace_order(first, 1, [Op(1, Kind.F, 1), Op(1, Kind.F, 0), Op(1, Kind.B, 0), Op(1, Kind.B, 1)])
+    with pytest.raises(ScheduleValidationError) as error:
+        validate(broken)
+    rows = error.value.details.splitlines()
+    assert ">0B0<" in rows[0] and "<" not in rows[1]
