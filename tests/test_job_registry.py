@@ -37,6 +37,10 @@ def test_every_family_builds_a_job(name):
     assert result.step_time_s == pytest.approx(result.pipeline_s + result.gradient_sync_s + result.optimizer_s)
     # the plan sizes it without simulation to the simulated peak, balances it, and enumerates it
     assert memory_of(job).peak_bytes == pytest.approx(result.peak_memory_bytes, rel=1e-12)
+    # with full recomputation every stage has a working set (its re-run block): a device holding
+    # several stages holds the largest of them, one backward at a time, not their sum
+    full = Job(MODEL, SYSTEM, pp=2, micro_batch=1, global_batch=8, schedule=name, recompute="full")
+    assert memory_of(full).peak_bytes == pytest.approx(evaluate_job(full).peak_memory_bytes, rel=1e-12)
     counts = balanced_layers(job)
     assert counts is not None and len(counts) == job.stages and sum(counts) == MODEL.num_layers
     jobs = enumerate_jobs(PlanRequest(MODEL, SYSTEM, 2, schedules=(name,), recompute=("none",)))
@@ -81,3 +85,16 @@ def test_job_refuses_a_schedule_option_its_family_does_not_take():
         out = CliRunner().invoke(main, ["job", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", "2", "--global-batch", "8",
                                         "--schedule", schedule, flag, value])
         assert out.exit_code == 1 and out.output.startswith(f"error: {flag}: schedule {schedule} does not take it"), out.output
+
+
+def test_a_job_whose_peak_equals_the_limit_fits():
+    """The limit is what a GPU may hold: a job needing exactly that much is kept, one byte less drops
+    it (as a job over the limit, counted and named as the closest)."""
+    from dataclasses import replace
+
+    request = PlanRequest(MODEL, SYSTEM, gpus=2, schedules=("1f1b",), recompute=("none",))
+    best = plan(request).rows[0]
+    at = plan(replace(request, memory_limit_bytes=best.memory.peak_bytes))
+    assert best.job in [row.job for row in at.rows]
+    below = plan(replace(request, memory_limit_bytes=best.memory.peak_bytes - 1))
+    assert best.job not in [row.job for row in below.rows] and below.over_limit > at.over_limit
