@@ -98,3 +98,39 @@ def test_a_job_whose_peak_equals_the_limit_fits():
     assert best.job in [row.job for row in at.rows]
     below = plan(replace(request, memory_limit_bytes=best.memory.peak_bytes - 1))
     assert best.job not in [row.job for row in below.rows] and below.over_limit > at.over_limit
+
+
+def _compositions(total: int, parts: int):
+    """Every way to split ``total`` layers over ``parts`` stages, each at least one."""
+    if parts == 1:
+        yield (total,)
+        return
+    for first in range(1, total - parts + 2):
+        for rest in _compositions(total - first, parts - 1):
+            yield (first, *rest)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+@pytest.mark.parametrize("layers, stages", [(8, 3), (3, 2), (4, 3)])
+def test_the_balanced_split_is_the_best_of_every_split_under_every_limit(schedule, layers, stages):
+    """Every split of a few layers (8 over 3 stages: 21 splits, each simulated): under every limit
+    that some split meets exactly, balanced_layers gives a split within the limit whose slowest
+    stage (F + B) is the least any fitting split reaches, and None below the least peak (a split as
+    uneven as 1,1,6 included)."""
+    from dataclasses import replace
+
+    from ppopt.job import job_costs
+
+    model = MODEL.model_copy(update={"num_layers": layers})
+    base = Job(model, SYSTEM, pp=stages, micro_batch=1, global_batch=2 * stages, schedule=schedule, recompute="full")
+    splits = {}
+    for counts in _compositions(layers, stages):
+        job = replace(base, layers=counts)
+        slowest = max(stage.forward_s + stage.backward_s for stage in job_costs(job).stages)
+        splits[counts] = (slowest, evaluate_job(job).peak_memory_bytes)
+    for limit in sorted({peak for _, peak in splits.values()}):
+        best = min(slowest for slowest, peak in splits.values() if peak <= limit)
+        counts = balanced_layers(base, limit)
+        assert counts is not None and splits[counts][1] <= limit
+        assert splits[counts][0] == pytest.approx(best, rel=1e-9)
+    assert balanced_layers(base, min(peak for _, peak in splits.values()) * (1 - 1e-9)) is None
