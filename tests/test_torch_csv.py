@@ -124,6 +124,7 @@ def test_idle_cells_and_communication_actions_are_skipped():
 
 @pytest.mark.parametrize(("row0", "message"), [
     ("0F0,0F1,0SEND_F9,0B0,0B1", "cell 2: 0SEND_F9 names microbatch 9, but the file's microbatches are 0..1"),
+    ("0F0,0F1,0SEND_F2,0B0,0B1", "cell 2: 0SEND_F2 names microbatch 2, but the file's microbatches are 0..1"),  # one past
     ("0F0,0F1,1SEND_F0,0B0,0B1", "cell 2: 1SEND_F0 names stage 1, which this rank does not hold (stage 1 is on row 1)"),
     ("0F0,7UNSHARD,0F1,0B0,0B1", "cell 1: 7UNSHARD names stage 7, which this rank does not hold (no row computes stage 7)"),
 ])
