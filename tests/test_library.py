@@ -49,7 +49,8 @@ def test_a_closed_form_is_refused_for_a_schedule_its_family_did_not_build():
     search's result would get another schedule's forms (1F1B's 33 slots beside ZB-V's 25.5; v = 2's
     28.5 beside 26.25): refused, naming the field; the generated schedules still get theirs."""
     zb_v, interleaved = ppopt.generate("zb-v", 4, 8), ppopt.generate("interleaved-1f1b", 4, 8, chunks=4)
-    for name, built in (("1f1b", zb_v), ("interleaved-1f1b", interleaved), ("search", zb_v)):
+    zb_h1 = ppopt.generate("zb-h1", 4, 8)  # 1F1B's placement, its backward split: more ops
+    for name, built in (("1f1b", zb_v), ("interleaved-1f1b", interleaved), ("search", zb_v), ("1f1b", zb_h1)):
         read_back = ppopt.Schedule(name, built.devices, built.microbatches, built.placement, built.orders)
         with pytest.raises(ScheduleError, match="with_formula") as raised:
             evaluate_schedule(read_back, with_formula=True)

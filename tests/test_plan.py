@@ -484,12 +484,18 @@ def test_multi_stage_jobs_are_searched_in_their_family_and_split_backward_spaces
     from ppopt.solve.options import SolveOptions
 
     job = Job(LLAMA8, H100, pp=2, global_batch=4, recompute="full", schedule="interleaved-1f1b", chunks=2)
-    found = search_job(evaluate_row(job), 80e9, SolveOptions(time_limit_s=4, seed=0).start())
+    row = evaluate_row(job)
+    found = search_job(row, 80e9, SolveOptions(time_limit_s=4, seed=0).start())
     assert [s.space.split(",order")[0] for s in found] == ["placement=looped,chunks=2,backward=full",
                                                            "placement=looped,chunks=2,backward=split"]
+    instance = job_spec(job, None).instance(job.stages)
+    after_pipeline = row.gradient_sync_s + row.optimizer_s  # what the step adds to the searched pipeline
+    assert after_pipeline > 0 and row.step_time_s == pytest.approx(row.pipeline_s + after_pipeline, rel=1e-12)
     for s in found:
         assert s.best_step_s is not None and s.bound_step_s <= s.best_step_s + 1e-9
         assert s.best_step_s <= s.handcrafted_step_s + 1e-9
+        pipeline = simulate(s.schedule, instance.costs, instance.system).step_time_s
+        assert s.best_step_s == pytest.approx(pipeline + after_pipeline, rel=1e-12)  # a whole step, as the plan's
 
 
 @given(st.integers(1, 2000))
