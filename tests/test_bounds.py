@@ -1,5 +1,6 @@
 """The round-trip and one-machine bounds: hand-computed values, ≤ proven optima, ≤ every schedule."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
@@ -40,16 +41,17 @@ def test_round_trip_by_hand():
     assert bounds.one_machine == 16
 
 
-def _optimum(instance, space_text, horizon=400):
-    """The proven optimum (slots) of a small unit instance, by CP-SAT with no bound given."""
+def _optimum(instance, space_text, horizon=400, tick=1.0):
+    """The proven optimum (slots) of a small unit instance, by CP-SAT with no bound given, in ticks
+    of ``tick`` slots (every duration and delay a whole number of them)."""
     space = parse_space(space_text)
-    frame = Frame(1.0, horizon, 0)
+    frame = Frame(tick, horizon, 0)
     built = build_model(instance, space, frame)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = 20
     assert solver.solve(built.model) == cp_model.OPTIMAL
-    return solver.objective_value
+    return solver.objective_value * tick
 
 
 @settings(max_examples=12, deadline=None)
@@ -67,6 +69,19 @@ def test_bounds_below_proven_optimum(p, m, cap, comm, split):
         caps = [cap] * p
         assert period_bound(m, lambda s, k: instance.costs[s].forward_s if k is Kind.F else instance.costs[s].backward_s,
                             instance.comm, caps) <= optimum + 1e-9
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize("cap", [None, 2])
+def test_bounds_below_proven_optimum_on_a_v_with_messages(m, cap):
+    """On a V the turn (stage p - 1 to stage p) stays on one device: no message there, whatever the
+    links cost elsewhere. Every bound stays at most the proven optimum (p = 2, 4 stages, messages of
+    one slot, backward split)."""
+    instance = unit_instance(2, m, 4, UnitCosts(1, 2, 1, 1), memory_limit=cap)
+    bounds = analytic_bounds(instance, placement("v", 2), True)
+    optimum = _optimum(instance, "placement=v,backward=split", tick=0.5)  # a chunk's F is half a slot
+    for name in ("critical_path", "device_load", "memory", "warmup", "round_trip", "one_machine", "capped_warmup"):
+        assert getattr(bounds, name) <= optimum + 1e-9, name
 
 
 FAMILIES = {
