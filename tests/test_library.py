@@ -204,3 +204,12 @@ def test_an_op_of_no_kind_is_named_as_such_not_as_a_missing_one():
     with pytest.raises(ScheduleValidationError, match=r"^Op\(stage=0, kind='X', microbatch=0\) on device 0 is not an op: "
                                                        r"build it as Op\(stage, Kind\.F\|B\|I\|W, microbatch\)"):
         ppopt.validate(ppopt.Schedule("mine", 2, 1, [[0], [1]], orders))
+
+
+def test_steps_equal_but_for_float_noise_share_a_rank():
+    """Sums of the same durations in another order differ in the last bits: such steps tie (within
+    ppopt.evaluate.TIE), ranked "1, 1, 3"; a real difference still ranks."""
+    from ppopt.evaluate import TIE, competition_ranks
+
+    assert competition_ranks({"a": 3.0, "b": 3.0 * (1 + TIE / 10), "c": 4.0}) == {"a": 1, "b": 1, "c": 3}
+    assert competition_ranks({"a": 3.0, "b": 3.0 * (1 + 10 * TIE)}) == {"a": 1, "b": 2}

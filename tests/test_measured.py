@@ -224,6 +224,9 @@ HEADER = "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,s
     ("8,32,4,1024,16,24,1024,2,2,2,fast", HEADER, "line 2, column 'iteration time (ms)': not a number"),
     ("8,32,4,1024,16,24,1024,2,2,1,219.7", HEADER, "line 2, column '# GPUs': 8 differs"),
     ("8,32,3,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'micro batch': 3 does not divide"),
+    # 33 sequences over 2 replicas: 16 each and one left over, though 4 divides 16
+    ("8,33,4,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'micro batch': 4 does not divide the global batch per replica (33 / 2)"),
+    ("8,32,4,1024,16,24,1024,2,2,2,219.7,7", HEADER, "line 2: 12 cells, but the header names 11 columns"),
     ("8,32,4,1024,16,24,,2,2,2,219.7", HEADER, "line 2, column 'sequence length': missing value"),
     ("8,32,4,1024,16,24,1024,2,2,2,219.7,big", f"{HEADER},vocabulary size",
      "line 2, column 'vocabulary size': not an integer"),
