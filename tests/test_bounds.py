@@ -234,3 +234,20 @@ def test_memory_lifetime_bound_by_hand_with_a_split_backward():
     only one lives at a time: 2 x 9 = 18. Stage 1: head 1 + 2 x (1 + 2 + 3) = 13."""
     shape = Shape(2, 2, 2, _linear(2), True)
     assert memory_lifetime(shape, lambda s, kind: SPLIT[kind], lambda s, a, b: 0.0, lambda s: 1) == 18
+
+
+@settings(max_examples=30, deadline=None)
+@given(p=st.integers(2, 4), cap=st.integers(1, 4), comm=st.sampled_from([0, 1, 2]), m=st.integers(2, 9),
+       backward=st.sampled_from([1, 2, 3]))
+def test_a_periodic_pattern_keeps_every_cap_and_at_most_the_step_it_claims(p, cap, comm, m, backward):
+    """Whatever the cap, the pattern's schedule for m microbatches is valid, holds at most the cap of
+    live activations on every device, and takes at most the step the pattern claims (its no-wait
+    timing; run as soon as each op may, a microbatch can enter earlier)."""
+    instance = unit_instance(p, m, p, UnitCosts(1, backward, None, comm), memory_limit=cap)
+    duration = lambda s, k: int({Kind.F: 1, Kind.B: backward}[k])  # noqa: E731
+    pattern = periodic_pattern(p, m, duration, lambda s, a, b: comm, [cap] * p, SolveOptions(10).start())
+    if pattern is None:
+        return
+    simulation = simulate(validate(composed(pattern, p, m, duration, lambda s, a, b: comm)), instance.costs, instance.system)
+    assert max(simulation.peak_activation_bytes) <= cap
+    assert simulation.step_time_s <= pattern.step
