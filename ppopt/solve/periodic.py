@@ -62,7 +62,7 @@ class Pattern:
     period: int
     offsets: tuple[int, ...]
     rate_bound: float  # least period for k microbatches any schedule allows (ticks)
-    step: int  # of the composed schedule for the requested m (ticks)
+    step: int  # of the composed schedule for the requested m at the pattern's no-wait timing (ticks): at least its simulated step
 
     @property
     def optimal(self) -> bool:
