@@ -41,12 +41,12 @@ def test_round_trip_by_hand():
     assert bounds.one_machine == 16
 
 
-def _optimum(instance, space_text, horizon=400, tick=1.0):
+def _optimum(instance, space_text, horizon=400, tick=1.0, dominance=True):
     """The proven optimum (slots) of a small unit instance, by CP-SAT with no bound given, in ticks
     of ``tick`` slots (every duration and delay a whole number of them)."""
     space = parse_space(space_text)
     frame = Frame(tick, horizon, 0)
-    built = build_model(instance, space, frame)
+    built = build_model(instance, space, frame, dominance=dominance)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = 20
@@ -80,6 +80,32 @@ def test_bounds_below_proven_optimum_on_a_v_with_messages(m, cap):
     instance = unit_instance(2, m, 4, UnitCosts(1, 2, 1, 1), memory_limit=cap)
     bounds = analytic_bounds(instance, placement("v", 2), True)
     optimum = _optimum(instance, "placement=v,backward=split", tick=0.5)  # a chunk's F is half a slot
+    for name in ("critical_path", "device_load", "memory", "warmup", "round_trip", "one_machine", "capped_warmup"):
+        assert getattr(bounds, name) <= optimum + 1e-9, name
+
+
+def test_round_trip_under_a_cap_on_a_device_holding_two_stages():
+    """Looped placement, p = 2, 2 chunks (device 0 holds stages 0 and 2, device 1 stages 1 and 3),
+    F = 1, B = 2 per 1/p share (a chunk's F is 0.5, its B 1), no messages, m = 3. A device's room of
+    one activation of a 1/p share holds two of a chunk's: stage 0 alone can hold no more, so F(0, 2)
+    waits for B(0, 0). Microbatch 0's round trip is 4 x 0.5 + 4 x 1 = 6 slots, and microbatch 2's
+    another 6: 12 (the cap was only applied to devices holding one stage before: 11)."""
+    instance = unit_instance(2, 3, 4, UnitCosts(1, 2, None, 0), memory_limit=1)
+    bounds = analytic_bounds(instance, placement("looped", 2, chunks=2), False)
+    assert bounds.round_trip == 12
+    assert bounds.round_trip <= _optimum(instance, "placement=looped,chunks=2", tick=0.5)
+
+
+@settings(max_examples=10, deadline=None)
+@given(style=st.sampled_from(["v", "looped"]), m=st.integers(2, 5), cap=st.sampled_from([1, 1.5, 2]),
+       comm=st.sampled_from([0, 1]), split=st.booleans())
+def test_bounds_below_proven_optimum_with_two_stages_per_device(style, m, cap, comm, split):
+    """Per-stage caps on a device holding two stages (p = 2, 4 stages): every bound stays at most
+    the optimum of the model without the microbatch-order rule (its memory a cumulative only)."""
+    instance = unit_instance(2, m, 4, UnitCosts(1, 2, 1 if split else None, comm), memory_limit=cap)
+    bounds = analytic_bounds(instance, placement(style, 2, chunks=2), split)
+    text = ("placement=v" if style == "v" else "placement=looped,chunks=2") + (",backward=split" if split else "")
+    optimum = _optimum(instance, text, tick=0.5, dominance=False)
     for name in ("critical_path", "device_load", "memory", "warmup", "round_trip", "one_machine", "capped_warmup"):
         assert getattr(bounds, name) <= optimum + 1e-9, name
 

@@ -139,6 +139,11 @@ def test_fixed_mode_reproduces_each_generator_exactly(name, comm):
         ("placement=bidirectional", 2, 4, None),
         ("placement=bidirectional,directions=free", 2, 3, 2),
         ("placement=v,backward=split", 2, 3, 2),
+        # several stages per device, a cap that binds each stage (the per-stage precedence)
+        ("placement=v", 2, 5, 1),
+        ("placement=v,backward=split", 2, 4, 1),
+        ("placement=looped,chunks=2", 2, 5, 1),
+        ("placement=zigzag,waves=2", 2, 6, 1.25),
     ],
 )
 def test_dominance_rule_keeps_the_optimum(spec, p, m, limit):

@@ -8,11 +8,13 @@ over the ops, whose every edge holds in *some* optimal schedule:
   least message delay when the two stages sit on different devices;
 - **microbatch order** within each (stage, kind): valid for an optimal schedule by the relabelling
   argument of :mod:`ppopt.solve.model` (dominance rule);
-- **the round trip under a cap** (a device holding exactly one stage s, room for K of its
-  activations): with microbatches in order, at most K are live, so F(s, i+K) cannot start before
-  microbatch i's activation is freed, i.e. before its backward (W when split) on s has ended. That
-  backward waits for the gradient to come back through every stage above, with the message
-  delays: the longest path carries that round trip.
+- **the round trip under a cap** (stage s on a device with room for K of s's activations beside
+  the persistent state of every stage there): with microbatches in order, at most K of s's are live
+  (the other stages' live activations only take room), so F(s, i+K) cannot start before microbatch
+  i's activation is freed, i.e. before its backward (W when split) on s has ended. That backward
+  waits for the gradient to come back through every stage above, with the message delays: the
+  longest path carries that round trip. On a device holding several stages each stage obeys its
+  own K (a weaker statement than the device's cap, but one a longest path can carry).
 
 **Heads and tails.** head(o) = longest path from time 0 to the start of o; tail(o) = longest path
 from the end of o to the end of the step (durations and lags of the edges above). In every schedule
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -90,11 +91,9 @@ def windows(
                 a = Op(s, kind, i)
                 edges[a].append((Op(s, kind, i + 1), dur[a]))
     free = freeing_kind(split)
-    held = Counter(device.values())  # stages per device
     for s in range(stages):
-        alone = held[device[s]] == 1
         cap = cap_of_stage(s)
-        if not alone or cap is None:
+        if cap is None:
             continue
         k = max(1, math.floor(cap + 1e-9))
         for i in range(microbatches - k):

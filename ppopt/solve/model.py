@@ -197,18 +197,23 @@ class _Builder:
         return scaled[: self.stages], scaled[self.stages :], capacity
 
     def memory_caps(self) -> dict[int, int]:
-        """Stage -> how many of its activations fit (the k of :meth:`add_memory_precedence`), for
-        each device holding exactly that one stage, when there is a memory limit."""
+        """Stage -> how many of its activations fit (the k of :meth:`add_memory_precedence`) beside
+        the persistent state of every stage on its device, when there is a memory limit and the
+        device's stages are unreplicated with microbatches in order. On a device holding one stage
+        that is the cap; on one holding several, each stage's own share of it (the others' live
+        activations only take room), implied by the device's cumulative."""
         if self.instance.memory_limit is None or self.placement is None:
             return {}
         demand, kept, capacity = self.memory_scale(self.instance.memory_limit)
         caps = {}
         for d in range(self.p):
             held = [s for s in range(self.stages) if d in self.placement[s]]
-            if self.single_stage(held) and demand[held[0]] > 0:
-                k = (capacity - kept[held[0]]) // demand[held[0]]
-                if k >= 1:
-                    caps[held[0]] = k
+            if not self.in_order(held):
+                continue
+            room = capacity - sum(kept[s] for s in held)
+            for s in held:
+                if demand[s] > 0 and room // demand[s] >= 1:
+                    caps[s] = room // demand[s]
         return caps
 
     # ---- where ops run ---------------------------------------------------------------------------
@@ -364,7 +369,9 @@ class _Builder:
 
     def add_memory(self, minimize_peak: bool = False) -> None:
         """Per device: persistent bytes + live activations <= limit (cumulative over lifetimes), or,
-        for a device holding exactly one stage, the equivalent precedence F(m+K) after free(m).
+        for a device holding exactly one stage, the equivalent precedence F(m+K) after free(m). A
+        device holding several stages keeps the cumulative and also gets each stage's precedence
+        (:meth:`memory_caps`): implied, so the optimum is unchanged, but CP-SAT propagates it.
 
         ``minimize_peak``: the capacity of every device becomes one variable ``peak`` (the worst
         device's memory), which the objective then minimises.
@@ -376,6 +383,7 @@ class _Builder:
         scaled = demand + kept
         sizes, persistent = self.instance.memory_counts()
         ceiling: cp_model.IntVar | int = capacity
+        caps = self.memory_caps()
         if minimize_peak:
             self.peak = ceiling = self.model.new_int_var(0, capacity, "peak_memory")
             nonzero = next((i for i, d in enumerate(scaled) if d > 0), None)
@@ -396,6 +404,10 @@ class _Builder:
                 if not minimize_peak and self.single_stage(held) and demand[held[0]] > 0:  # then ceiling == capacity
                     self.add_memory_precedence(held[0], (capacity - kept_here) // demand[held[0]])
                     continue
+                if not minimize_peak:  # each stage's share: implied by the cumulative below (see memory_caps)
+                    for s in held:
+                        if s in caps:
+                            self.add_memory_precedence(s, caps[s])
             for s in held:
                 for m in range(self.m):
                     present = self._presence(Op(s, Kind.F, m), d)
@@ -406,8 +418,12 @@ class _Builder:
 
     def single_stage(self, held: list[int]) -> bool:
         """A device holding one unreplicated stage, with microbatches in order (dominance)."""
+        return len(held) == 1 and self.in_order(held)
+
+    def in_order(self, held: list[int]) -> bool:
+        """Stages ``held`` by one device, none replicated, with microbatches in order (dominance)."""
         assert self.placement is not None
-        return len(held) == 1 and len(self.placement[held[0]]) == 1 and self.dominance and self.space.order != "fixed"
+        return all(len(self.placement[s]) == 1 for s in held) and self.dominance and self.space.order != "fixed"
 
     def freeing(self, stage: int, m: int) -> Op:
         """The op that frees microbatch m's activation on ``stage``: its W when split, else its B."""
