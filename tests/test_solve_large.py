@@ -132,6 +132,34 @@ def test_window_search_improves_1f1b_within_the_cap_reproducibly():
     assert max(simulation.peak_activation_bytes) <= 6
 
 
+def test_window_search_keeps_the_limit_of_a_device_holding_two_stages(monkeypatch):
+    """V placement, split backward, p = 4, m = 16, F = 2, B = 4 per 1/p share, one-slot messages,
+    a limit of 2.5 activations: the window search shortens V-Min within the limit. Each device holds
+    two stages, whose activations share the device's room: without that cumulative the same search
+    goes over the limit, so the test sees the constraint work. Windows of about 24 ops are narrower
+    than a first stage's activation lives, so some stay live across a whole window and take room."""
+    import ppopt.solve.lns as lns
+    from ppopt.generators import generate
+    from ppopt.simulate import simulate
+    from ppopt.solve.search import _shared_memory
+
+    start = generate("v-min", 4, 16)
+    instance = InstanceSpec(4, 16, UnitCosts(2, 4, 2, 1), memory_limit=2.5).instance(start.stages, placement=start.placement)
+    device = [holders[0] for holders in start.placement]
+    monkeypatch.setattr(lns, "TARGET_FREE", 24)
+    ticks = {"F": 1, "I": 1, "W": 1}  # slots: a chunk's share of F = 2, I = 2, W = 2
+    before = simulate(validate(start), instance.costs, instance.system)
+    peaks = {}
+    for shared in (_shared_memory(instance, start.placement), {}):
+        timing = lns.Timing(lambda op: ticks[op.kind.name], lambda dep, op: 1 if device[dep.stage] != device[op.stage] else 0,
+                            lambda op: device[op.stage], {}, start.stages, True, shared)
+        schedule, improved = lns.improve_windows(start, timing, SolveOptions(60, seed=1, deterministic_time=3.0).start())
+        simulation = simulate(validate(schedule), instance.costs, instance.system)
+        assert simulation.step_time_s == improved.makespan < before.step_time_s
+        peaks[bool(shared)] = max(simulation.peak_activation_bytes)
+    assert peaks[True] <= 2.5 < peaks[False]
+
+
 def _above_lns_threshold(monkeypatch):
     """Lower auto's thresholds so that a small instance takes the path of instances above
     AUTO_LNS_OPS ops (window search first, then one CP-SAT solve if it found nothing)."""
@@ -193,6 +221,20 @@ def test_auto_keeps_the_window_search_when_it_shortens_the_hint(monkeypatch):
     search(_spec(7, 21, cap=7), parse_space("placement=linear"), SolveOptions(20, deterministic_time=1.0))
     assert solves == [False]  # only the hint's pick; no whole-model solve
     assert len(windows) == 2 and windows[1].note == "shorter"
+
+
+def test_auto_runs_the_window_search_on_a_v_under_a_limit(monkeypatch):
+    """Above the threshold, a space whose devices hold two stages (V, split backward) takes the
+    window search too, and what it returns keeps the device's limit (2.5 activations of a 1/p
+    share, p = 4, m = 16, F = 2, B = 4, one-slot messages)."""
+    _above_lns_threshold(monkeypatch)
+    notes: list[str] = []
+    spec = InstanceSpec(4, 16, UnitCosts(2, 4, 2, 1), memory_limit=2.5)
+    result = search(spec, parse_space("placement=v,backward=split"), SolveOptions(60, deterministic_time=4.0, progress=notes.append))
+    assert any("windows of time" in note for note in notes)
+    validate(result.schedule)
+    assert result.step_time <= result.hint_step_time
+    assert max(result.simulation.peak_activation_bytes) <= 2.5 + 1e-9
 
 
 def test_models_from_no_lp_ops_are_solved_without_the_linear_relaxation():

@@ -25,17 +25,20 @@ run (:class:`ppopt.solve.options.SolveOptions`; with ``deterministic_time`` set,
 decides, each step charged at least :data:`STEP_FLOOR_S`, so the result is the same on any machine).
 Only placements where every stage has one device (linear, looped, V, zig-zag) are supported.
 
-**Windows of time, alone** (:func:`improve_windows`, for large instances whose devices hold one
-stage each, where rebuilding the full model per step costs seconds). A window of time is re-solved
-as a small model of its own ops: the ops before it are fixed (each device free from the end of its
-last one), the ops after it keep their order behind the window's on each device, and the objective
-is the largest "end of a window op + longest path from its successor to the end of the step" in the
-incumbent's order graph. The new per-device orders are then timed as early as they allow
-(:func:`ppopt.table.earliest_starts`), and kept when the step is no longer. Memory stays within the
-cap: on a device holding one stage the live activations follow from the order alone, and the window
-model keeps "F(i+K) after microbatch i's freeing op" and the microbatch order. Half the windows
-are anchored at the two ends of the step (:data:`ANCHORS`): with the steady state already optimal
-(:mod:`ppopt.solve.periodic`), warm-up and cool-down are where time is left.
+**Windows of time, alone** (:func:`improve_windows`, for large instances, where rebuilding the
+full model per step costs seconds). A window of time is re-solved as a small model of its own ops:
+the ops before it are fixed (each device free from the end of its last one), the ops after it keep
+their order behind the window's on each device, and the objective is the largest "end of a window
+op + longest path from its successor to the end of the step" in the incumbent's order graph. The
+new per-device orders are then timed as early as they allow (:func:`ppopt.table.earliest_starts`),
+and kept when the step is no longer. Memory stays within the limit because a device runs its ops
+one at a time, so what is live on it depends on its order alone: on a device holding one stage
+the window model keeps "F(i+K) after microbatch i's freeing op" and the microbatch order; on a
+device holding several (V, looped, zig-zag) it also keeps a cumulative of the activations live in
+the window (:func:`_add_shared_memory`), and the order after the window starts from the same live
+set as before. Half the windows are anchored at the two ends of the step (:data:`ANCHORS`): with
+the steady state already optimal (:mod:`ppopt.solve.periodic`), warm-up and cool-down are where
+time is left.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
@@ -178,10 +181,21 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
 
 # ---- windows of time, re-solved alone, then the whole schedule compacted ----------------------------
 @dataclass(frozen=True)
+class SharedMemory:
+    """A device holding several stages under a memory limit, in one integer memory unit: the room
+    for activations beside its persistent state, and each of its stages' activation size."""
+
+    room: int
+    demand: dict[int, int]
+
+
+@dataclass(frozen=True)
 class Timing:
     """What the window search needs of an instance, in ticks: op durations, message delays between
-    an op and its data successor, each op's device, and the cap K_s of every stage that sits alone
-    on its device (microbatches in order, so F(s, i+K) waits for the end of microbatch i's freeing op)."""
+    an op and its data successor, each op's device, the cap K_s of every stage (microbatches in
+    order, so F(s, i+K) waits for the end of microbatch i's freeing op; on a device holding several
+    stages, the K of the room beside them all, which alone does not keep the device's limit), and
+    ``shared``: device -> its memory, for the devices holding several stages under a limit."""
 
     duration: Callable[[Op], int]
     delay: Callable[[Op, Op], int]
@@ -189,6 +203,7 @@ class Timing:
     caps: dict[int, int]
     stages: int
     split: bool
+    shared: dict[int, SharedMemory] = field(default_factory=dict)
 
 
 def _orders_starts(schedule: Schedule, timing: Timing) -> dict[Op, int]:
@@ -268,10 +283,44 @@ def _window_model(schedule: Schedule, starts: dict[Op, int], timing: Timing, fre
                     model.add(total >= end[op] + to_end[after[0]])
     for intervals in devices.values():
         model.add_no_overlap(intervals)
+    for d, memory in timing.shared.items():
+        _add_shared_memory(model, schedule.orders[d], memory, free, starts, start, end, opens[d], free_kind, horizon)
     for op in free:
         model.add_hint(start[op], starts[op])
     model.minimize(total)
     return model, start
+
+
+def _add_shared_memory(model: cp_model.CpModel, order, memory: SharedMemory, free, starts, start, end, opens: int,
+                       free_kind: Kind, horizon: int) -> None:
+    """The limit of a device holding several stages, over the window's ops: a cumulative of the
+    activations live in the window. One device runs its ops in sequence, so what is live depends on
+    its order alone: the ops before the window (kept) leave some activations live, those freed
+    after it take room throughout, those freed in it until their freeing op ends; an activation
+    made in the window lives until its freeing op ends (in the window) or past the window's end."""
+    made_before = {(op.stage, op.microbatch) for op in order if op.kind is Kind.F and op not in free and starts[op] < opens}
+    freed_in = {(op.stage, op.microbatch): op for op in order if op.kind is free_kind and op in free}
+    made_in = {(op.stage, op.microbatch): op for op in order if op.kind is Kind.F and op in free}
+    if not made_in:
+        return  # nothing made in the window: it only frees, and the order before it kept the limit
+    freed_before = {(op.stage, op.microbatch) for op in order if op.kind is free_kind and op not in free and starts[op] < opens}
+    beyond = 2 * horizon + 1  # past every op of the window
+    room = memory.room
+    intervals, demands = [], []
+    for stage, microbatch in made_before - freed_before:
+        if (stage, microbatch) in freed_in:
+            last = end[freed_in[stage, microbatch]]
+            intervals.append(model.new_interval_var(0, last, last, ""))
+            demands.append(memory.demand[stage])
+        else:
+            room -= memory.demand[stage]
+    for key, made in made_in.items():
+        last = end[freed_in[key]] if key in freed_in else beyond
+        length = model.new_int_var(0, beyond, "")
+        model.add(length == last - start[made])
+        intervals.append(model.new_interval_var(start[made], length, last, ""))
+        demands.append(memory.demand[key[0]])
+    model.add_cumulative(intervals, demands, max(room, 0))
 
 
 def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions,

@@ -81,7 +81,7 @@ def _op_ticks(instance: Instance, op: Op, tick: float) -> int:
     return to_ticks(op_duration_s(op, instance.costs), tick)
 
 
-def _memory_scale(sizes: list[float], limit: float) -> tuple[list[int], int]:
+def integer_memory(sizes: list[float], limit: float) -> tuple[list[int], int]:
     """Integers with the same ratios as ``sizes``, and ``limit`` in the same unit rounded down.
 
     Activation sizes are multiples of a common step in unit mode and whole bytes when modelled
@@ -99,6 +99,15 @@ def _memory_scale(sizes: list[float], limit: float) -> tuple[list[int], int]:
     divisor = divisor or 1
     capacity = int(Fraction(limit).limit_denominator(10**6) * denominator // divisor)
     return [d // divisor for d in demands], capacity
+
+
+def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], list[int], int]:
+    """Activation demand and persistent state per stage, and the capacity ``limit`` (the total a
+    device could ever hold when None), as integers in one memory unit (see :func:`integer_memory`)."""
+    sizes, persistent = instance.memory_counts()
+    most = instance.most_held
+    scaled, capacity = integer_memory(sizes + persistent, most if limit is None else min(limit, most))
+    return scaled[: len(sizes)], scaled[len(sizes) :], capacity
 
 
 def backward_of(schedule: Schedule) -> Split:
@@ -188,13 +197,8 @@ class _Builder:
         return earliest, {op: self.horizon - to_end[op] for op in self.ops}
 
     def memory_scale(self, limit: float | None) -> tuple[list[int], list[int], int]:
-        """Activation demand and persistent state per stage, and the capacity ``limit`` (the
-        total a device could ever hold when None), as integers in one memory unit (see
-        :func:`_memory_scale`)."""
-        sizes, persistent = self.instance.memory_counts()
-        most = self.instance.most_held
-        scaled, capacity = _memory_scale(sizes + persistent, most if limit is None else min(limit, most))
-        return scaled[: self.stages], scaled[self.stages :], capacity
+        """:func:`memory_units` of the instance."""
+        return memory_units(self.instance, limit)
 
     def memory_caps(self) -> dict[int, int]:
         """Stage -> how many of its activations fit (the k of :meth:`add_memory_precedence`) beside

@@ -33,8 +33,8 @@ from ppopt.solve import options as solve_options
 from ppopt.solve.bounds import Bounds, Shape, graph_applies, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
-from ppopt.solve.lns import Timing, improve, improve_windows
-from ppopt.solve.model import Built, Frame, build_model, rehint
+from ppopt.solve.lns import SharedMemory, Timing, improve, improve_windows
+from ppopt.solve.model import Built, Frame, build_model, memory_units, rehint
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, READBACK_SHARE, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, composed, period_bound, periodic_pattern
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, block_cuts, cut_sizes, relaxation_bound, tail_bound
@@ -946,6 +946,12 @@ def _lns_applies(setup: _Setup) -> bool:
     return lns_applies(setup.space, setup.placement)
 
 
+def _windows_apply(setup: _Setup) -> bool:
+    """The window search (:func:`ppopt.solve.lns.improve_windows`) needs what the large-neighbourhood
+    search needs and one kind of backward (a free order always has one)."""
+    return _lns_applies(setup) and isinstance(setup.split, bool)
+
+
 def lns_applies(space: Space, placement) -> bool:
     """Whether ``--method lns`` can search ``space`` with its stage → devices map ``placement``
     (:func:`ppopt.solve.space.placement_of`): a free order and one device per stage."""
@@ -964,8 +970,8 @@ def _method(setup: _Setup, method: str) -> str:
         return "cp"
     if ops <= AUTO_LNS_OPS:
         return "cp+lns"
-    # windows, then the whole model: only where the windows are the search (one stage per device)
-    return "lns+cp" if ops <= CP_MAX_OPS and _periodic_applies(setup) else "lns"
+    # windows, then the whole model: only where the windows are the search
+    return "lns+cp" if ops <= CP_MAX_OPS and _windows_apply(setup) else "lns"
 
 
 def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
@@ -975,7 +981,7 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
         return best, from_solver
     end = best.objective_ticks
     assert setup.placement is not None and best.schedule is not None and setup.ticked is not None
-    if len(start) > AUTO_LNS_OPS and _periodic_applies(setup):  # one stage per device: windows of time alone
+    if len(start) > AUTO_LNS_OPS and _windows_apply(setup):  # windows of time alone: no full model
         return _improve_windows(setup, best, from_solver, options)
     if not options.allows(3 * BUILD_S_PER_OP * len(start), "the large-neighbourhood search skipped"):  # model, a step, read-back
         options.note("large-neighbourhood search skipped: too little time left for a model of this size")
@@ -1031,20 +1037,22 @@ def _windows_then_cp(setup: _Setup, best: _Solved, from_solver: bool, options: S
 
 
 def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
-    """The window search of :mod:`ppopt.solve.lns` (one stage per device): no full model to build."""
-    assert best.schedule is not None and best.simulation is not None and setup.ticked is not None
+    """The window search of :mod:`ppopt.solve.lns`: no full model to build."""
+    assert best.schedule is not None and best.simulation is not None and setup.ticked is not None and setup.placement is not None
     if not options.allows(3 * SCHEDULE_S_PER_OP * setup.ops, "the window search skipped"):  # set-up, a step, final check
         options.note("large-neighbourhood search skipped: too little time left for a schedule of this size")
         return best, from_solver
     tick_duration, tick_delay = setup.ticked
     caps = _cap_of_stage(setup.instance, setup.placement)
+    device = [holders[0] for holders in setup.placement]
     timing = Timing(
         lambda op: tick_duration(op.stage, op.kind),
-        lambda dep, op: tick_delay(dep.stage, dep.stage, op.stage) if dep.stage != op.stage else 0,
-        lambda op: op.stage,
+        lambda dep, op: tick_delay(dep.stage, device[dep.stage], device[op.stage]) if device[dep.stage] != device[op.stage] else 0,
+        lambda op: device[op.stage],
         {s: math.floor(c + 1e-9) for s in range(setup.instance.stages) if (c := caps(s)) is not None},
         setup.instance.stages,
         setup.split,
+        _shared_memory(setup.instance, setup.placement),
     )
     options.note(f"large-neighbourhood search (windows of time) from {best.simulation.step_time_s:.6g} {setup.instance.time_unit}")
     schedule, improved = improve_windows(best.schedule, timing, options, setup.shown)
@@ -1373,6 +1381,20 @@ def _ticked(schedule: Schedule, tick_duration, tick_delay) -> tuple[dict[Op, int
     starts = flat_earliest_starts(flat, duration.tolist(), delay.tolist())
     end = int((np.array(starts, np.int64) + duration).max()) if starts else 0
     return dict(zip(flat.ops, starts)), end
+
+
+def _shared_memory(instance: Instance, placement) -> dict[int, SharedMemory]:
+    """Device -> its room and its stages' activation sizes in one integer unit, for every device
+    holding several (unreplicated) stages under a memory limit (the window search's cumulative)."""
+    limit = instance.memory_limit
+    if limit is None:
+        return {}
+    demand, kept, capacity = memory_units(instance, limit)
+    shared = {}
+    for device, held in enumerate(stages_by_device(placement, instance.devices)):
+        if len(held) > 1:
+            shared[device] = SharedMemory(capacity - sum(kept[s] for s in held), {s: demand[s] for s in held})
+    return shared
 
 
 def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None]:
