@@ -10,7 +10,13 @@ None), so ``max`` of them complements the solver's own bound:
   the stages below must still run. bound = head + load + tail. Without a placement: total load / p.
 - **memory lifetime** (a cap of K activations on a device holding one stage s): every microbatch's
   activation lives at least L_s (its F, the round trip through the stages above, its freeing op),
-  at most K live at once, all inside [head, T - tail]: T >= head + tail + m * L_s / K (area).
+  at most K live at once, all inside [head, T - tail]: T >= head + tail + m * L_s / K (area). On a
+  device holding several stages, whose room fits K_s activations of stage s alone (activation
+  size a_s = room / K_s), the live bytes never exceed the room, and every activation lies inside
+  [min head, T - min tail] of the device's stages: room * (T - min head - min tail) >= the area
+  m * sum_s a_s * L_s, so T >= min head + min tail + m * sum_s L_s / K_s (a stage whose activation
+  takes no memory adds nothing). On a looped or V placement a first stage's activation lives a
+  whole round trip beside the later stage's on the same device, which no per-stage bound sees.
 - **warm-up** (a device holding one stage s): until its first backward can start, at least
   W_s = F_s + the round trip through the stages above after its first F starts, the device can only
   run forwards, at most min(K, m) of them (K the cap, if any). So it idles at least
@@ -170,22 +176,34 @@ def device_load(shape: Shape, duration: Duration, delay: Delay) -> float:
 
 
 def memory_lifetime(shape: Shape, duration: Duration, delay: Delay, cap_of_stage: Callable[[int], float | None]) -> float:
-    """The activation-area bound for devices holding exactly one stage under a cap."""
+    """The activation-area bound under a cap (see the module docstring), for every device whose
+    stages have no replicas: one stage, or several sharing the device's room."""
     stages, microbatches, placement, split = shape.stages, shape.microbatches, shape.placement, shape.split
     if placement is None:
         return 0.0
     grad = Kind.I if split else Kind.B
     best = 0.0
     chain = _chain(stages, duration, delay, placement, split)
+
+    def lifetime(s: int) -> float:
+        return duration(s, Kind.F) + chain.round_trip[s] + duration(s, grad) + (duration(s, Kind.W) if split else 0.0)
+
     for s in _single_stage(shape):
         cap = cap_of_stage(s)
         k = math.floor(cap + 1e-9) if cap is not None else 0
         if k < 1:
             continue
-        lifetime = (duration(s, Kind.F) + chain.round_trip[s] + duration(s, grad)
-                    + (duration(s, Kind.W) if split else 0.0))
         edges = chain.head[s] + chain.tail[s]
-        best = max(best, edges + microbatches * lifetime / k)
+        best = max(best, edges + microbatches * lifetime(s) / k)
+    for held in stages_by_device(placement, shape.devices):
+        if len(held) < 2 or any(len(placement[s]) != 1 for s in held):
+            continue
+        caps = [cap_of_stage(s) for s in held]
+        if any(cap is not None and cap <= 0 for cap in caps) or all(cap is None for cap in caps):
+            continue
+        area = sum(lifetime(s) / cap for s, cap in zip(held, caps) if cap is not None)  # per microbatch, in room-time
+        edges = min(chain.head[s] for s in held) + min(chain.tail[s] for s in held)
+        best = max(best, edges + microbatches * area)
     return best
 
 
