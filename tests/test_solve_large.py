@@ -237,6 +237,18 @@ def test_auto_runs_the_window_search_on_a_v_under_a_limit(monkeypatch):
     assert max(result.simulation.peak_activation_bytes) <= 2.5 + 1e-9
 
 
+@pytest.mark.parametrize("space", ["placement=v,backward=split", "placement=zigzag,backward=split"])
+def test_window_search_with_ops_that_last_no_time(monkeypatch, space):
+    """W = 0 (--weight 0): chained W ops end at the instant they start, so start times cannot say
+    which comes first; the window search orders them by its graph (it raised a KeyError)."""
+    _above_lns_threshold(monkeypatch)
+    spec = InstanceSpec(4, 12, UnitCosts(1, 2, 0, 1), memory_limit=3)
+    result = search(spec, parse_space(space), SolveOptions(60, deterministic_time=3.0))
+    validate(result.schedule)
+    assert result.step_time <= result.hint_step_time
+    assert max(result.simulation.peak_activation_bytes) <= 3 + 1e-9
+
+
 def test_models_from_no_lp_ops_are_solved_without_the_linear_relaxation():
     """CP-SAT's one worker loads the linear relaxation of a 65,536-op model for about 90 s without
     watching the time limit (options.NO_LP_OPS): from that size on it is switched off, below it kept

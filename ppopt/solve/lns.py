@@ -51,6 +51,7 @@ from dataclasses import dataclass, field, replace
 from ortools.sat.python import cp_model
 
 from ppopt.errors import ScheduleError
+from ppopt.graph import topological_order
 from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind
 from ppopt.solve.model import Built, rehint
 from ppopt.solve.options import AUTO_LNS_OPS, SolveOptions
@@ -186,7 +187,7 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
 
 # ---- windows of time, re-solved alone, then the whole schedule compacted ----------------------------
 @dataclass(frozen=True)
-class SharedMemory:
+class DeviceRoom:
     """A device holding several stages under a memory limit, in one integer memory unit: the room
     for activations beside its persistent state, and each of its stages' activation size."""
 
@@ -208,7 +209,7 @@ class Timing:
     caps: dict[int, int]
     stages: int
     split: bool
-    shared: dict[int, SharedMemory] = field(default_factory=dict)
+    shared: dict[int, DeviceRoom] = field(default_factory=dict)
 
 
 def _orders_starts(schedule: Schedule, timing: Timing) -> dict[Op, int]:
@@ -223,7 +224,9 @@ def _to_end(schedule: Schedule, starts: dict[Op, int], timing: Timing, successor
         for a, b in zip(order, order[1:]):
             nxt[a] = b
     to_end: dict[Op, int] = {}
-    for op in sorted(starts, key=lambda o: (starts[o], starts[o] + timing.duration(o)), reverse=True):
+    # successors first: by the order graph, not by start times, which tie for ops lasting 0 ticks
+    graph = {op: [*successors[op], *([nxt[op]] if op in nxt else [])] for op in starts}
+    for op in reversed(topological_order(graph)):
         d = timing.duration(op)
         best = d
         for succ in successors[op]:
@@ -296,7 +299,7 @@ def _window_model(schedule: Schedule, starts: dict[Op, int], timing: Timing, fre
     return model, start
 
 
-def _add_shared_memory(model: cp_model.CpModel, order, memory: SharedMemory, free, starts, start, end, opens: int,
+def _add_shared_memory(model: cp_model.CpModel, order, memory: DeviceRoom, free, starts, start, end, opens: int,
                        free_kind: Kind, horizon: int) -> None:
     """The limit of a device holding several stages, over the window's ops: a cumulative of the
     activations live in the window. One device runs its ops in sequence, so what is live depends on

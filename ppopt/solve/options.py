@@ -55,9 +55,9 @@ large-neighbourhood search from the best hint (:mod:`ppopt.solve.lns`); ``auto``
 CP-SAT solve up to :data:`AUTO_CP_OPS` ops, a CP-SAT solve with half the budget then the
 large-neighbourhood search from the best schedule so far up to :data:`AUTO_LNS_OPS` ops (or, on a
 chain where block cuts apply, their bound in its time: :func:`ppopt.solve.search._block_cut_chain`),
-and the large-neighbourhood search above; on the linear placement with a full backward (where it is the
-window search) it gets a third of the time left, followed by one CP-SAT solve of the whole model
-when it found nothing shorter than the hint (:func:`ppopt.solve.search._windows_then_cp`)."""
+and the large-neighbourhood search above, where it is the window search: it gets a third of the
+time left, followed by one CP-SAT solve of the whole model when it found nothing shorter than the
+hint (:func:`ppopt.solve.search._windows_then_cp`)."""
 
 AUTO_CP_OPS = 1500
 AUTO_LNS_OPS = 4096

@@ -33,7 +33,7 @@ from ppopt.solve import options as solve_options
 from ppopt.solve.bounds import Bounds, Shape, graph_applies, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
-from ppopt.solve.lns import SharedMemory, Timing, improve, improve_windows
+from ppopt.solve.lns import DeviceRoom, Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model, memory_units, rehint
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, READBACK_SHARE, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, composed, period_bound, periodic_pattern
@@ -946,12 +946,6 @@ def _lns_applies(setup: _Setup) -> bool:
     return lns_applies(setup.space, setup.placement)
 
 
-def _windows_apply(setup: _Setup) -> bool:
-    """The window search (:func:`ppopt.solve.lns.improve_windows`) needs what the large-neighbourhood
-    search needs and one kind of backward (a free order always has one)."""
-    return _lns_applies(setup) and isinstance(setup.split, bool)
-
-
 def lns_applies(space: Space, placement) -> bool:
     """Whether ``--method lns`` can search ``space`` with its stage → devices map ``placement``
     (:func:`ppopt.solve.space.placement_of`): a free order and one device per stage."""
@@ -970,8 +964,7 @@ def _method(setup: _Setup, method: str) -> str:
         return "cp"
     if ops <= AUTO_LNS_OPS:
         return "cp+lns"
-    # windows, then the whole model: only where the windows are the search
-    return "lns+cp" if ops <= CP_MAX_OPS and _windows_apply(setup) else "lns"
+    return "lns+cp" if ops <= CP_MAX_OPS else "lns"  # the window search, then the whole model
 
 
 def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
@@ -981,7 +974,7 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
         return best, from_solver
     end = best.objective_ticks
     assert setup.placement is not None and best.schedule is not None and setup.ticked is not None
-    if len(start) > AUTO_LNS_OPS and _windows_apply(setup):  # windows of time alone: no full model
+    if len(start) > AUTO_LNS_OPS and _lns_applies(setup):  # windows of time alone: no full model
         return _improve_windows(setup, best, from_solver, options)
     if not options.allows(3 * BUILD_S_PER_OP * len(start), "the large-neighbourhood search skipped"):  # model, a step, read-back
         options.note("large-neighbourhood search skipped: too little time left for a model of this size")
@@ -1383,9 +1376,10 @@ def _ticked(schedule: Schedule, tick_duration, tick_delay) -> tuple[dict[Op, int
     return dict(zip(flat.ops, starts)), end
 
 
-def _shared_memory(instance: Instance, placement) -> dict[int, SharedMemory]:
+def _shared_memory(instance: Instance, placement) -> dict[int, DeviceRoom]:
     """Device -> its room and its stages' activation sizes in one integer unit, for every device
-    holding several (unreplicated) stages under a memory limit (the window search's cumulative)."""
+    holding several stages under a memory limit (the window search's cumulative; the search needs
+    one device per stage, :func:`lns_applies`)."""
     limit = instance.memory_limit
     if limit is None:
         return {}
@@ -1393,7 +1387,7 @@ def _shared_memory(instance: Instance, placement) -> dict[int, SharedMemory]:
     shared = {}
     for device, held in enumerate(stages_by_device(placement, instance.devices)):
         if len(held) > 1:
-            shared[device] = SharedMemory(capacity - sum(kept[s] for s in held), {s: demand[s] for s in held})
+            shared[device] = DeviceRoom(capacity - sum(kept[s] for s in held), {s: demand[s] for s in held})
     return shared
 
 
