@@ -249,6 +249,24 @@ def test_window_search_with_ops_that_last_no_time(monkeypatch, space):
     assert max(result.simulation.peak_activation_bytes) <= 3 + 1e-9
 
 
+def test_window_order_keeps_a_dependency_between_ops_that_last_no_time():
+    """V placement, p = 2: device 1 holds stages 1 and 2, and I(2) sends its gradient to I(1) on the
+    same device. With I lasting 0 ticks both may start at one instant; stage order alone would put
+    I(1) first, a deadlock. The dependencies' topological rank puts I(2) first."""
+    from ppopt.graph import topological_order
+    from ppopt.ir import Kind, Op, dependencies, required_ops
+    from ppopt.solve.lns import window_order
+
+    ops = required_ops(4, 1, True)
+    successors: dict[Op, list[Op]] = {op: [] for op in ops}
+    for op in ops:
+        for dep in dependencies(op, 4, True):
+            successors[dep].append(op)
+    rank = {op: k for k, op in enumerate(topological_order(successors))}
+    first, second = Op(2, Kind.I, 0), Op(1, Kind.I, 0)
+    assert window_order([second, first], {first: 5, second: 5}, lambda op: 0, rank) == [first, second]
+
+
 def test_models_from_no_lp_ops_are_solved_without_the_linear_relaxation():
     """CP-SAT's one worker loads the linear relaxation of a 65,536-op model for about 90 s without
     watching the time limit (options.NO_LP_OPS): from that size on it is switched off, below it kept

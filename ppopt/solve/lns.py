@@ -331,6 +331,13 @@ def _add_shared_memory(model: cp_model.CpModel, order, memory: DeviceRoom, free,
     model.add_cumulative(intervals, demands, max(room, 0))
 
 
+def window_order(ops: list[Op], start: dict[Op, int], duration: Callable[[Op], int], rank: dict[Op, int]) -> list[Op]:
+    """A device's window ops in the order of their new starts and ends; ops lasting 0 ticks may
+    share both, and then come in ``rank`` order (a topological order of the data dependencies), so
+    a dependency between them is never reversed (which would deadlock the device)."""
+    return sorted(ops, key=lambda op: (start[op], start[op] + duration(op), rank[op]))
+
+
 def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions,
                     shown: Shown = _in_ticks) -> tuple[Schedule, Improved]:
     """Large-neighbourhood search by windows of time re-solved alone (see the module docstring);
@@ -342,6 +349,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions,
     for op in ops:
         for dep in dependencies(op, timing.stages, timing.split):
             successors[dep].append(op)
+    rank = {op: k for k, op in enumerate(topological_order(successors))}  # ties of ops lasting 0 ticks
     starts = _orders_starts(schedule, timing)
     best = max(starts[op] + timing.duration(op) for op in ops)
     to_end = _to_end(schedule, starts, timing, successors)
@@ -389,7 +397,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions,
                 kept = [op for op in order if op not in free]
                 head = [op for op in kept if starts[op] < first]
                 tail = [op for op in kept if starts[op] >= first]
-                mine = sorted((op for op in order if op in free), key=lambda op: (moved[op], moved[op] + timing.duration(op), op))
+                mine = window_order([op for op in order if op in free], moved, timing.duration, rank)
                 orders.append(tuple(head + mine + tail))
             candidate = replace(schedule, orders=tuple(orders), overlapped=())  # pairs are two ops to the solver
             try:
