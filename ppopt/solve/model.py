@@ -387,7 +387,7 @@ class _Builder:
         scaled = demand + kept
         sizes, persistent = self.instance.memory_counts()
         ceiling: cp_model.IntVar | int = capacity
-        caps = self.memory_caps()
+        caps = {} if minimize_peak else self.memory_caps()  # each stage's share of a device's cap
         if minimize_peak:
             self.peak = ceiling = self.model.new_int_var(0, capacity, "peak_memory")
             nonzero = next((i for i, d in enumerate(scaled) if d > 0), None)
@@ -408,10 +408,9 @@ class _Builder:
                 if not minimize_peak and self.single_stage(held) and demand[held[0]] > 0:  # then ceiling == capacity
                     self.add_memory_precedence(held[0], (capacity - kept_here) // demand[held[0]])
                     continue
-                if not minimize_peak:  # each stage's share: implied by the cumulative below (see memory_caps)
-                    for s in held:
-                        if s in caps:
-                            self.add_memory_precedence(s, caps[s])
+                for s in held:
+                    if s in caps:  # implied by the cumulative below (see memory_caps)
+                        self.add_memory_precedence(s, caps[s])
             for s in held:
                 for m in range(self.m):
                     present = self._presence(Op(s, Kind.F, m), d)
