@@ -141,7 +141,7 @@ def test_window_search_keeps_the_limit_of_a_device_holding_two_stages(monkeypatc
     import ppopt.solve.lns as lns
     from ppopt.generators import generate
     from ppopt.simulate import simulate
-    from ppopt.solve.search import _shared_memory
+    from ppopt.solve.model import device_rooms
 
     start = generate("v-min", 4, 16)
     instance = InstanceSpec(4, 16, UnitCosts(2, 4, 2, 1), memory_limit=2.5).instance(start.stages, placement=start.placement)
@@ -150,7 +150,7 @@ def test_window_search_keeps_the_limit_of_a_device_holding_two_stages(monkeypatc
     ticks = {"F": 1, "I": 1, "W": 1}  # slots: a chunk's share of F = 2, I = 2, W = 2
     before = simulate(validate(start), instance.costs, instance.system)
     peaks = {}
-    for shared in (_shared_memory(instance, start.placement), {}):
+    for shared in (device_rooms(instance, start.placement), {}):
         timing = lns.Timing(lambda op: ticks[op.kind.name], lambda dep, op: 1 if device[dep.stage] != device[op.stage] else 0,
                             lambda op: device[op.stage], {}, start.stages, True, shared)
         schedule, improved = lns.improve_windows(start, timing, SolveOptions(60, seed=1, deterministic_time=3.0).start())

@@ -53,7 +53,7 @@ from ortools.sat.python import cp_model
 from ppopt.errors import ScheduleError
 from ppopt.graph import topological_order
 from ppopt.ir import Kind, Op, Schedule, dependencies, freeing_kind
-from ppopt.solve.model import Built, rehint
+from ppopt.solve.model import Built, DeviceRoom, rehint
 from ppopt.solve.options import AUTO_LNS_OPS, SolveOptions
 from ppopt.table import earliest_starts
 
@@ -186,15 +186,6 @@ def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOption
 
 
 # ---- windows of time, re-solved alone, then the whole schedule compacted ----------------------------
-@dataclass(frozen=True)
-class DeviceRoom:
-    """A device holding several stages under a memory limit, in one integer memory unit: the room
-    for activations beside its persistent state, and each of its stages' activation size."""
-
-    room: int
-    demand: dict[int, int]
-
-
 @dataclass(frozen=True)
 class Timing:
     """What the window search needs of an instance, in ticks: op durations, message delays between

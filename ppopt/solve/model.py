@@ -23,7 +23,7 @@ interchangeable, so the down-going ones can be taken to be 0..k-1 (``direction``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from math import gcd
@@ -32,6 +32,7 @@ from ortools.sat.python import cp_model
 
 from ppopt.graph import topological_order
 from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule, Split, dependencies, is_split, required_ops
+from ppopt.placement import stages_by_device
 from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
 from ppopt.solve.space import Space, placement_of, stage_count
@@ -108,6 +109,34 @@ def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], li
     most = instance.most_held
     scaled, capacity = integer_memory(sizes + persistent, most if limit is None else min(limit, most))
     return scaled[: len(sizes)], scaled[len(sizes) :], capacity
+
+
+@dataclass(frozen=True)
+class DeviceRoom:
+    """A device's memory under a limit, in one integer memory unit (:func:`memory_units`): the room
+    for activations beside the persistent state of every stage it holds, and each of those stages'
+    activation size."""
+
+    room: int
+    demand: dict[int, int]
+
+    def shares(self) -> dict[int, int]:
+        """Stage -> how many of its own activations fit in the room (the others' live ones only take
+        room), for the stages with activations."""
+        return {s: self.room // d for s, d in self.demand.items() if d > 0}
+
+
+def device_rooms(instance: Instance, placement: Sequence[Sequence[int]]) -> dict[int, DeviceRoom]:
+    """Device -> its :class:`DeviceRoom`, for every device under ``instance``'s memory limit whose
+    stages (by ``placement``: stage -> its devices) have no replicas elsewhere; empty without a limit."""
+    if instance.memory_limit is None:
+        return {}
+    demand, kept, capacity = memory_units(instance, instance.memory_limit)
+    rooms = {}
+    for device, held in enumerate(stages_by_device(placement, instance.devices)):
+        if held and all(len(placement[s]) == 1 for s in held):
+            rooms[device] = DeviceRoom(capacity - sum(kept[s] for s in held), {s: demand[s] for s in held})
+    return rooms
 
 
 def backward_of(schedule: Schedule) -> Split:
@@ -206,18 +235,12 @@ class _Builder:
         device's stages are unreplicated with microbatches in order. On a device holding one stage
         that is the cap; on one holding several, each stage's own share of it (the others' live
         activations only take room), implied by the device's cumulative."""
-        if self.instance.memory_limit is None or self.placement is None:
+        if self.placement is None:
             return {}
-        demand, kept, capacity = self.memory_scale(self.instance.memory_limit)
         caps = {}
-        for d in range(self.p):
-            held = [s for s in range(self.stages) if d in self.placement[s]]
-            if not self.in_order(held):
-                continue
-            room = capacity - sum(kept[s] for s in held)
-            for s in held:
-                if demand[s] > 0 and room // demand[s] >= 1:
-                    caps[s] = room // demand[s]
+        for room in device_rooms(self.instance, self.placement).values():
+            if self.in_order(list(room.demand)):
+                caps.update({s: k for s, k in room.shares().items() if k >= 1})
         return caps
 
     # ---- where ops run ---------------------------------------------------------------------------

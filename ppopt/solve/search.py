@@ -33,8 +33,8 @@ from ppopt.solve import options as solve_options
 from ppopt.solve.bounds import Bounds, Shape, graph_applies, lower_bounds
 from ppopt.solve.greedy import GREEDY, greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
-from ppopt.solve.lns import DeviceRoom, Timing, improve, improve_windows
-from ppopt.solve.model import Built, Frame, build_model, memory_units, rehint
+from ppopt.solve.lns import Timing, improve, improve_windows
+from ppopt.solve.model import Built, Frame, build_model, device_rooms, rehint
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, READBACK_SHARE, Progress, SolveOptions
 from ppopt.solve.periodic import PERIODIC, Pattern, composed, period_bound, periodic_pattern
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, block_cuts, cut_sizes, relaxation_bound, tail_bound
@@ -1036,16 +1036,16 @@ def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: S
         options.note("large-neighbourhood search skipped: too little time left for a schedule of this size")
         return best, from_solver
     tick_duration, tick_delay = setup.ticked
-    caps = _cap_of_stage(setup.instance, setup.placement)
+    rooms = device_rooms(setup.instance, setup.placement)
     device = [holders[0] for holders in setup.placement]
     timing = Timing(
         lambda op: tick_duration(op.stage, op.kind),
         lambda dep, op: tick_delay(dep.stage, device[dep.stage], device[op.stage]) if device[dep.stage] != device[op.stage] else 0,
         lambda op: device[op.stage],
-        {s: math.floor(c + 1e-9) for s in range(setup.instance.stages) if (c := caps(s)) is not None},
+        {s: k for room in rooms.values() for s, k in room.shares().items()},
         setup.instance.stages,
         setup.split,
-        _shared_memory(setup.instance, setup.placement),
+        {d: room for d, room in rooms.items() if len(room.demand) > 1},
     )
     options.note(f"large-neighbourhood search (windows of time) from {best.simulation.step_time_s:.6g} {setup.instance.time_unit}")
     schedule, improved = improve_windows(best.schedule, timing, options, setup.shown)
@@ -1374,21 +1374,6 @@ def _ticked(schedule: Schedule, tick_duration, tick_delay) -> tuple[dict[Op, int
     starts = flat_earliest_starts(flat, duration.tolist(), delay.tolist())
     end = int((np.array(starts, np.int64) + duration).max()) if starts else 0
     return dict(zip(flat.ops, starts)), end
-
-
-def _shared_memory(instance: Instance, placement) -> dict[int, DeviceRoom]:
-    """Device -> its room and its stages' activation sizes in one integer unit, for every device
-    holding several stages under a memory limit (the window search's cumulative; the search needs
-    one device per stage, :func:`lns_applies`)."""
-    limit = instance.memory_limit
-    if limit is None:
-        return {}
-    demand, kept, capacity = memory_units(instance, limit)
-    shared = {}
-    for device, held in enumerate(stages_by_device(placement, instance.devices)):
-        if len(held) > 1:
-            shared[device] = DeviceRoom(capacity - sum(kept[s] for s in held), {s: demand[s] for s in held})
-    return shared
 
 
 def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None]:
