@@ -405,6 +405,19 @@ def test_job_and_plan_print_huge_values_in_significant_digits(tmp_path):
     assert 0 < float(rate) < 1e-6  # tokens/s: a few significant digits, not "0"
 
 
+def test_job_prints_a_fractional_memory_capacity_as_given(tmp_path):
+    """A capacity of 16.55 GB was printed as "does NOT fit in 17 GB" beside a peak of 16.6 GB."""
+    import tomllib
+
+    data = tomllib.loads((DATA.parent.parent / "configs" / "dgx-h100.toml").read_text())
+    path = tmp_path / "small.json"
+    for capacity, shown in ((16.55e9, "16.55"), (0.5e9, "0.5"), (80e9, "80")):
+        path.write_text(json.dumps({**data, "memory_capacity_bytes": capacity}))
+        result = run("job", "--model", "llama3-8b", "--system", str(path), "--pp", "4", "--tp", "8", "--dp", "8")
+        assert result.exit_code == 0, result.output
+        assert result.output.splitlines()[-1].endswith(f" in {shown} GB)"), result.output
+
+
 def test_plan_says_by_how_much_the_closest_job_misses_a_limit_it_rounds_to():
     """Llama 3 8B on 8 H100s, a limit 1,000 bytes below what the closest job over 80 GB needs: two
     decimals print the need as the limit itself (80.0039 GB once read "needs 80.00 GB" under a limit

@@ -339,8 +339,9 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
         click.echo(f"{label} {fixed(1e3 * seconds, 1, 10)} ms")
     click.echo(f"throughput  {tokens_per_s(tokens)} tokens/s, MFU {100 * mfu:.1f} %")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
-    click.echo(f"peak memory {fixed(result.peak_memory_bytes / 1e9, 1, 10)} GB per GPU "
-               f"({fits} in {fixed(job.system.memory_capacity_bytes / 1e9, 0)} GB)")
+    capacity = job.system.memory_capacity_bytes / 1e9
+    shown = fixed(capacity, 0) if capacity == round(capacity) else f"{capacity:.4g}"  # 80 GB, 16.55 GB, 0.5 GB
+    click.echo(f"peak memory {fixed(result.peak_memory_bytes / 1e9, 1, 10)} GB per GPU ({fits} in {shown} GB)")
 
 
 def _prediction_json(prediction) -> dict | None:
