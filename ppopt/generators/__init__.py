@@ -297,6 +297,7 @@ def generate(name: str, devices: int, microbatches: int, **options: object) -> S
     taken = family.taken(options)
     size = family.ops(devices, microbatches, taken)
     if size is not None:
-        check_size(size, f"{name} with {devices} devices, {microbatches} microbatches")
+        given = "".join(f", {option} {value}" for option, value in taken.items())  # --chunks, --waves: in the count too
+        check_size(size, f"{name} with {devices} devices, {microbatches} microbatches{given}")
     with paused_gc():
         return family.build(devices, microbatches, **taken)
