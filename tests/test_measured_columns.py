@@ -17,6 +17,7 @@ from ppopt.io.measured import MeasuredDataError, read_measured, unused_columns
 from ppopt.job import Job, evaluate_job
 
 MULTI = Path(__file__).resolve().parent.parent / "data" / "measured" / "vtrain-multi-node-small.csv"
+SINGLE = MULTI.parent / "vtrain-single-node.csv"
 SYSTEM = load_system("a100-vtrain-calibrated")
 
 
@@ -157,7 +158,28 @@ def test_plan_candidates_names_each_model_and_leaves_out_one_that_cannot_fit(tmp
     assert result.exit_code == 0, result.output
     headers = [line for line in result.stdout.splitlines() if " on 64 x " in line]
     assert [h.split(" on ")[0] for h in headers] == ["gpt h3072 a32 L30 s2048"]
-    assert result.stderr.startswith("note: gpt h3072 a32 L30 s2048 kv8 left out: no job fits 60.00 GB per GPU")
+    assert result.stderr.startswith("note: gpt h3072 a32 L30 s2048 kv8 on 64 GPUs, global batch 512 left out: no job fits 60.00 GB per GPU")
+
+
+def test_plan_candidates_ranks_jobs_of_one_gpu_count_and_batch_together(tmp_path):
+    """Rows of one model on 2 GPUs at batch 16 and on 8 GPUs at batch 32 are two plans: they were
+    ranked in one table under the first row's header ("on 2 x ..., global batch 16"), where the
+    smaller job always came first by step time."""
+    table = list(csv.reader(SINGLE.open()))
+    header, rows = table[0], table[1:]
+    column = {name: header.index(name) for name in ("# GPUs", "global batch", "hidden size", "# layers")}
+    by_model: dict[tuple, dict[tuple, list]] = {}
+    for row in rows:
+        model = (row[column["hidden size"]], row[column["# layers"]])
+        by_model.setdefault(model, {}).setdefault((row[column["# GPUs"]], row[column["global batch"]]), row)
+    chosen = next(jobs for jobs in by_model.values() if len(jobs) >= 2)
+    (small, small_row), (large, large_row) = sorted(chosen.items(), key=lambda item: int(item[0][0]) * 10**6 + int(item[0][1]))[:2]
+    path = tmp_path / "two.csv"
+    path.write_text("\n".join(",".join(line) for line in (header, small_row, large_row)) + "\n")
+    result = CliRunner().invoke(main, ["plan", "--candidates", str(path), "--system", "a100-vtrain-calibrated", "--search", "0", "-q"])
+    assert result.exit_code == 0, result.output
+    headers = [line for line in result.stdout.splitlines() if " x a100-vtrain-calibrated, global batch " in line]
+    assert [(h.split(" on ")[1].split(" x ")[0], h.split("global batch ")[1].split(",")[0]) for h in headers] == [small, large]
 
 
 def test_a_row_stating_an_assumption_is_the_same_model(tmp_path):

@@ -64,7 +64,8 @@ def _seconds(value: float) -> str:
 @click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--candidates", type=click.Path(), default=None,
-              help="Rank only the jobs this measured-data CSV lists (columns of data/measured; '-': standard input), per model.")
+              help="Rank only the jobs this measured-data CSV lists (columns of data/measured; '-': standard input), per model, "
+                   "GPU count and global batch.")
 @click.option("--search", "search_top", type=int, default=3, show_default=True,
               help="Search the schedules of this many best jobs with CP-SAT (0: no search).")
 @click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True, help="Seconds for the whole command.")
@@ -198,7 +199,9 @@ def _note_no_headroom(plans) -> None:
 
 
 def _candidate_groups(path: str, system):
-    """The jobs a measured-data file lists, one group per model (file order)."""
+    """The jobs a measured-data file lists, one group per model, GPU count and global batch (file
+    order): a plan compares the layouts of one job, and a row on fewer GPUs or a smaller batch takes
+    less time without being a better layout."""
     from ppopt.errors import ConfigError
     from ppopt.io.measured import MeasuredDataError, read_measured
 
@@ -206,9 +209,9 @@ def _candidate_groups(path: str, system):
         rows, _ = read_measured(path, system)
     except MeasuredDataError as error:
         raise ConfigError(error.reason, field="candidates") from None
-    groups: dict[str, list] = defaultdict(list)
+    groups: dict[tuple[str, int, int], list] = defaultdict(list)
     for row in rows:
-        groups[row.model_key].append(row.job)
+        groups[row.model_key, row.job.gpus, row.job.batch].append(row.job)
     if not groups:
         raise ConfigError(f"{path}: no row ppopt can model", field="candidates")
     return list(groups.values())
@@ -250,10 +253,10 @@ class _Phases:
 
 
 def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
-    """The plan of each request. With listed jobs (one request per model of ``--candidates``), each
-    model gets an equal share of the time left, and a model whose share ends before any of its jobs
-    is evaluated is left out with a note (the others' results stand); only when every model runs
-    out is it an error."""
+    """The plan of each request. With listed jobs (one request per model, GPU count and global batch
+    of ``--candidates``), each gets an equal share of the time left, and one whose share ends before
+    any of its jobs is evaluated is left out with a note (the others' results stand); only when every
+    one runs out is it an error."""
     from ppopt.errors import InfeasibleError
     from ppopt.plan import depths_left_out
 
@@ -269,7 +272,8 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
         except InfeasibleError as error:
             if listed is None:  # a model of --candidates that no time or memory is left for: the others still stand
                 raise
-            left_out.append((request.model.name, error))
+            batch = request.model.global_batch_size if request.global_batch is None else request.global_batch
+            left_out.append((f"{request.model.name} on {request.gpus} GPUs, global batch {batch}", error))
     if not plans:
         raise left_out[0][1]
     for name, reason in left_out:
