@@ -346,7 +346,8 @@ def test_candidates_share_the_budget_by_model_and_one_out_of_time_leaves_the_oth
     assert result.exit_code == 0, result.output
     assert shares == [30, 60]
     assert [p["model"] for p in json.loads(result.stdout)] == ["gpt h6144 a48 L40 s2048"]
-    assert result.stderr == ("note: gpt h3072 a32 L30 s2048 left out: no job evaluated within 30 s: sizing took the budget; "
+    assert result.stderr == ("note: gpt h3072 a32 L30 s2048 on 64 GPUs, global batch 512 left out: no job evaluated within 30 s: "
+                             "sizing took the budget; "
                              "give more time\n")  # its share, not the whole 60 s
 
 
