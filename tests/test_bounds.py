@@ -11,7 +11,7 @@ from ppopt.ir import Kind
 from ppopt.placement import placement
 from ppopt.simulate import simulate
 from ppopt.solve.bounds import Shape, critical_path, memory_lifetime, warmup
-from ppopt.solve.greedy import greedy_schedule
+from ppopt.solve.greedy import best_greedy_schedule, greedy_schedule
 from ppopt.solve.heads import jackson
 from ppopt.solve.instance import unit_instance
 from ppopt.solve.model import Frame, build_model
@@ -148,8 +148,7 @@ def test_bounds_below_every_schedule(p, extra, cap, comm, style, split):
             schedules.append(with_backward(generate(name, p, m, chunks=2), split))
         except ScheduleError:
             continue
-    greedy = greedy_schedule(instance, where, split)
-    schedules += [greedy] if greedy is not None else []
+    schedules += [g for g in (greedy_schedule(instance, where, split), best_greedy_schedule(instance, where, split)) if g is not None]
     for schedule in schedules:
         simulation = simulate(validate(schedule), instance.costs, instance.system)
         if limit is not None and max(simulation.peak_activation_bytes) > limit + 1e-9:

@@ -221,19 +221,19 @@ def test_under_a_limit_no_handcrafted_hint_meets_the_greedy_one_comes_first_when
 
 
 def test_no_model_is_built_when_the_time_left_cannot_cover_it(monkeypatch):
-    """p = 4, m = 8, cap 3, split backward: the greedy hint (53 slots) is short of the optimum (48);
-    with a model costing a second per op, none is built and the hint is reported."""
+    """p = 4, m = 8, cap 3, looped placement with two chunks: the greedy hint (74 slots) is short of
+    the optimum (66); with a model costing a second per op, none is built and the hint is reported."""
     def no_solver(self):
         raise AssertionError("no CP-SAT call")
 
     monkeypatch.setattr(searching, "BUILD_S_PER_OP", 1.0)
     monkeypatch.setattr(SolveOptions, "solver", no_solver)
     notes: list[str] = []
-    result = searching.search(unit(4, 8, comm=1, limit=3), parse_space("placement=linear,backward=split"),
+    result = searching.search(unit(4, 8, comm=1, limit=3), parse_space("placement=looped"),
                               SolveOptions(10, progress=notes.append))
-    assert "time limit: building the model of 96 ops takes about 96 s, more than the time left" in notes
-    assert result.status == "feasible" and result.step_time == result.hint_step_time == 53
-    lowered = searching.search(unit(4, 8, comm=1, limit=3), parse_space("placement=linear,backward=split"),
+    assert "time limit: building the model of 128 ops takes about 128 s, more than the time left" in notes
+    assert result.status == "feasible" and result.step_time == result.hint_step_time == 74
+    lowered = searching.search(unit(4, 8, comm=1, limit=3), parse_space("placement=looped"),
                                SolveOptions(10), minimize_memory=True)
     assert lowered.peak_memory is None and lowered.memory_status.startswith("unknown (time limit")
 

@@ -31,7 +31,7 @@ from ppopt.placement import split_weights, stages_by_device
 from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve import options as solve_options
 from ppopt.solve.bounds import Bounds, Shape, graph_applies, lower_bounds
-from ppopt.solve.greedy import GREEDY, greedy_schedule
+from ppopt.solve.greedy import GREEDY, best_greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model, device_rooms, rehint
@@ -426,7 +426,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
                 if k and fitting() and not affordable(GREEDY_S_PER_OP):  # each further map only while its time is left
                     options.note("time limit: a further greedy hint skipped")
                     break
-                greedy = greedy_schedule(instance, stage_map, space.split_backward)
+                greedy = best_greedy_schedule(instance, stage_map, space.split_backward, lambda: affordable(GREEDY_S_PER_OP))
                 if greedy is not None:
                     add(greedy)
                     _phase(options, began, f"hint {greedy.name}")
