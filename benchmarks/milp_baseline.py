@@ -52,7 +52,7 @@ from ppopt.graph import topological_order
 from ppopt.ir import Kind, Op, dependencies, freeing_kind, required_ops
 from ppopt.solve.bounds import Shape, lower_bounds
 from ppopt.solve.instance import Instance
-from ppopt.solve.model import memory_units  # the CP-SAT model's memory rounding, so K is identical
+from ppopt.solve.model import exact_room, memory_units  # the CP-SAT model's memory rounding, so K is identical
 from ppopt.solve.space import Space, handcrafted_in, placement_of, stage_count
 from ppopt.solve.ticks import resolution, to_ticks
 from ppopt.table import earliest_starts
@@ -131,7 +131,7 @@ def _caps(data: Data) -> dict[int, int]:
     inst = data.instance
     if inst.memory_limit is None:
         return {}
-    demand, kept, capacity = memory_units(inst, inst.memory_limit)
+    demand, _, _ = memory_units(inst, inst.memory_limit)
     caps = {}
     for d in range(inst.devices):
         held = [s for s in range(data.stages) if data.placement[s][0] == d]
@@ -143,7 +143,7 @@ def _caps(data: Data) -> dict[int, int]:
             )
         s = held[0]
         if demand[s] > 0:
-            caps[s] = (capacity - sum(kept[t] for t in held)) // demand[s]
+            caps[s] = exact_room(inst, held) // demand[s]
     return caps
 
 

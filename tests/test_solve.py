@@ -505,6 +505,41 @@ def test_a_fractional_unit_memory_limit_counts_chunk_activations():
     assert steps[1] > steps[1.5] > steps[2]
 
 
+def test_a_limit_just_under_a_whole_count_of_activations_is_not_rounded_up():
+    """2.9999999 activations admit two, not three: the limit's short fraction (3) was taken, so the
+    solver's schedule held three (over the limit) at a step of 31 slots beside an analytic bound of
+    39. A typed decimal still means itself: 1.5 is three half activations (the test above)."""
+    from fractions import Fraction
+
+    from ppopt.solve.model import limit_fraction
+
+    assert limit_fraction(0.3) == Fraction(3, 10) and limit_fraction(2.9999999) < 3
+    under, two = (run(unit(4, 8, comm=1, limit=limit), "placement=linear,backward=split") for limit in (2.9999999, 2))
+    assert max(under.simulation.peak_activation_bytes) <= 2
+    assert under.status == "optimal" and under.step_time == two.step_time and under.bound <= under.step_time
+
+
+def test_a_bytes_limit_exactly_at_two_activations_beside_fractional_state_admits_two():
+    """Llama 3 8B, t = 2, d = 20 with a distributed optimizer (the state over 20 replicas is a
+    fractional byte count), p = 3, m = 4: a limit of exactly device 0's state and two activations.
+    The model rounded the state up and the limit down, a byte short of two activations, and proved
+    2.005 s "optimal" where a schedule of 1.189 s fits (the simulator's check is exact): a limit a
+    byte higher gives the same answer now."""
+    from ppopt.job import Parallelism
+    from ppopt.solve.space import placement_of
+
+    space = parse_space("placement=linear")
+    spec = InstanceSpec(3, 4, model="llama3-8b", system="dgx-h100", global_batch=80,
+                        parallel=Parallelism(tp=2, dp=20, distributed_optimizer=True))
+    first = spec.instance(3, placement=placement_of(space, 3)).costs.stages[0]
+    assert first.persistent_bytes != round(first.persistent_bytes)  # the case: fractional state
+    limit = first.persistent_bytes + 2 * first.activation_bytes
+    at, above = (search(replace(spec, memory_limit=limit), space, SolveOptions(30, deterministic_time=DET))
+                 for limit in (limit, limit + 1))
+    assert at.status == above.status == "optimal" and at.step_time == above.step_time
+    assert max(at.simulation.peak_memory_bytes) <= limit
+
+
 def test_the_periodic_and_spaced_greedy_hints_reach_the_optimum_the_default_greedy_misses():
     """p = 4, m = 8, two-slot messages, cap 3: 75 slots is optimal (confirmed by the MILP baseline);
     the default greedy schedule takes 81, the steady-state pattern (3 microbatches every 24 slots) 75,

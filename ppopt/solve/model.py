@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from math import gcd
+from math import floor, gcd
 
 from ortools.sat.python import cp_model
 
@@ -89,6 +89,13 @@ def integer_memory(sizes: list[float], limit: float) -> tuple[list[int], int]:
     (:meth:`ppopt.solve.instance.Instance.memory_counts` rounds byte counts up), so the scaling is exact; rounding the
     capacity down never admits a schedule over the limit.
     """
+    demands, scale = _scaled(sizes)
+    return demands, floor(limit_fraction(limit) * scale)
+
+
+def _scaled(sizes: list[float]) -> tuple[list[int], Fraction]:
+    """``sizes`` as the smallest integers with their ratios (each size's short fraction, see
+    :func:`limit_fraction`), and the scale: integer units per unit of ``sizes``."""
     fractions = [Fraction(x).limit_denominator(10**6) for x in sizes]
     denominator = 1
     for f in fractions:
@@ -98,8 +105,17 @@ def integer_memory(sizes: list[float], limit: float) -> tuple[list[int], int]:
     for d in demands:
         divisor = gcd(divisor, d)
     divisor = divisor or 1
-    capacity = int(Fraction(limit).limit_denominator(10**6) * denominator // divisor)
-    return [d // divisor for d in demands], capacity
+    return [d // divisor for d in demands], Fraction(denominator, divisor)
+
+
+def limit_fraction(limit: float) -> Fraction:
+    """``limit`` as an exact fraction: the short one it was typed as (0.3 is 3/10, not the float just
+    below it) when that lies within the simulator's relative tolerance of 1e-12 in its fit check,
+    else the float's own value (2.9999999 is not 3: a short fraction further away admitted a third
+    activation the simulator then found over the limit)."""
+    exact = Fraction(limit)
+    short = exact.limit_denominator(10**6)
+    return short if abs(short - exact) <= abs(exact) / 10**12 else exact
 
 
 def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], list[int], int]:
@@ -109,6 +125,21 @@ def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], li
     most = instance.most_held
     scaled, capacity = integer_memory(sizes + persistent, most if limit is None else min(limit, most))
     return scaled[: len(sizes)], scaled[len(sizes) :], capacity
+
+
+def exact_room(instance: Instance, held: Sequence[int]) -> int:
+    """The room for activations on a device holding stages ``held`` under the memory limit, in the
+    unit of :func:`memory_units`: the limit less their persistent state, rounded down once. The
+    persistent state is fractional in bytes (a distributed optimizer's state over d replicas), and
+    :func:`memory_units` rounds each stage's up and the limit down, which could leave one byte less
+    than the simulator's fit check allows: a limit exactly at two activations beside the state
+    then admitted one, and the solver "proved" a bound above a schedule that fits."""
+    assert instance.memory_limit is not None
+    sizes, rounded = instance.memory_counts()
+    persistent = [Fraction(c.persistent_bytes) for c in instance.costs.stages] if instance.memory_unit == "bytes" else [Fraction(0)] * len(sizes)
+    _, scale = _scaled(sizes + rounded)
+    limit = min(limit_fraction(instance.memory_limit), Fraction(instance.most_held))
+    return floor((limit - sum(persistent[s] for s in held)) * scale)
 
 
 @dataclass(frozen=True)
@@ -131,11 +162,11 @@ def device_rooms(instance: Instance, placement: Sequence[Sequence[int]]) -> dict
     stages (by ``placement``: stage -> its devices) have no replicas elsewhere; empty without a limit."""
     if instance.memory_limit is None:
         return {}
-    demand, kept, capacity = memory_units(instance, instance.memory_limit)
+    demand, _, _ = memory_units(instance, instance.memory_limit)
     rooms = {}
     for device, held in enumerate(stages_by_device(placement, instance.devices)):
         if held and all(len(placement[s]) == 1 for s in held):
-            rooms[device] = DeviceRoom(capacity - sum(kept[s] for s in held), {s: demand[s] for s in held})
+            rooms[device] = DeviceRoom(exact_room(instance, held), {s: demand[s] for s in held})
     return rooms
 
 
@@ -426,10 +457,9 @@ class _Builder:
                         weights.append(kept[s])
             else:
                 held = [s for s in range(self.stages) if d in self.placement[s]]
-                kept_here = sum(kept[s] for s in held)
-                room = ceiling - kept_here
-                if not minimize_peak and self.single_stage(held) and demand[held[0]] > 0:  # then ceiling == capacity
-                    self.add_memory_precedence(held[0], (capacity - kept_here) // demand[held[0]])
+                room = ceiling - sum(kept[s] for s in held) if minimize_peak else exact_room(self.instance, held)
+                if not minimize_peak and self.single_stage(held) and demand[held[0]] > 0:
+                    self.add_memory_precedence(held[0], exact_room(self.instance, held) // demand[held[0]])
                     continue
                 for s in held:
                     if s in caps:  # implied by the cumulative below (see memory_caps)
