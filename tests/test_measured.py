@@ -220,6 +220,8 @@ HEADER = "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,s
 
 @pytest.mark.parametrize(("row", "header", "message"), [
     ("8,32,4,1024,16,24,1024,2,2,2,219.7", HEADER.replace("micro batch,", ""), "missing column 'micro batch'"),
+    # a file separated by semicolons reads as one column: the likely cause is said
+    ("8;32;4;1024;16;24;1024;2;2;2;219.7", HEADER.replace(",", ";"), "missing column '# GPUs'; cells are separated by commas"),
     ("8,32,four,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'micro batch': not an integer"),
     ("8,32,4,1024,16,24,1024,2,2,2,fast", HEADER, "line 2, column 'iteration time (ms)': not a number"),
     ("8,32,4,1024,16,24,1024,2,2,1,219.7", HEADER, "line 2, column '# GPUs': 8 differs"),

@@ -240,7 +240,8 @@ def read_measured(source: str | os.PathLike[str],
     header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError, MEASURED_FILE)
     for column in [*COLUMNS, TIME]:
         if column not in header:
-            raise MeasuredDataError(f"{name}: missing column '{column}'")
+            separated = "; cells are separated by commas" if len(header) == 1 and any(mark in header[0] for mark in ";\t") else ""
+            raise MeasuredDataError(f"{name}: missing column '{column}'{separated}")
     index = {column: header.index(column) for column in header}
 
     rows: list[Measured] = []
