@@ -546,6 +546,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 def _load_file(path: Path, cls: type[_M]) -> _M:
     data = _read(path)
+    _refuse_other_kind(path, data, cls)
     named = "name" in data
     data.setdefault("name", path.stem)
     try:
@@ -557,6 +558,20 @@ def _load_file(path: Path, cls: type[_M]) -> _M:
     if not named:  # the file's name is a default too (`ppopt list models FILE` marks it so)
         loaded.model_fields_set.discard("name")
     return loaded
+
+
+def _refuse_other_kind(path: Path, data: dict, cls: type[BaseModel]) -> None:
+    """A system file given for a model (or the other way round) is named as such: its every missing
+    and unknown field made one line of thirty items."""
+    kinds: dict[type[BaseModel], tuple[str, type[BaseModel], str]] = {
+        ModelConfig: ("model", SystemConfig, "system"), SystemConfig: ("system", ModelConfig, "model")}
+    if cls not in kinds:
+        return
+    noun, other, other_noun = kinds[cls]
+    keys = set(data) - {"name", "description"}
+    if keys and keys <= set(other.model_fields) and not keys & set(cls.model_fields):
+        shown = ", ".join(sorted(keys)[:3])
+        raise ConfigError(f"{display_path(path)}: a {other_noun} file, not a {noun} file (it gives {shown}, ...)")
 
 
 def _one_line(text: str) -> str:

@@ -172,3 +172,14 @@ def test_the_readme_reference_is_the_commands_output(what):
     assert summary in readme
     table = readme.split(summary, 1)[1].split("\n\n</details>", 1)[0]
     assert table == cli("list", what, "--format", "markdown").output.rstrip("\n")
+
+
+def test_a_system_file_given_for_a_model_is_named_as_such():
+    """Each swapped file was refused with every missing and unknown field, thirty items on one line."""
+    root = Path(__file__).resolve().parent.parent
+    with pytest.raises(ConfigError, match=r"dgx-h100\.toml: a system file, not a model file \(it gives "):
+        load_model(root / "configs" / "dgx-h100.toml")
+    with pytest.raises(ConfigError, match=r"llama3-8b\.toml: a model file, not a system file \(it gives "):
+        load_system(root / "models" / "llama3-8b.toml")
+    result = CliRunner().invoke(main, ["list", "models", str(root / "configs" / "dgx-h100.toml")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1 and "a system file, not a model file" in result.output
