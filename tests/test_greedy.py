@@ -61,3 +61,28 @@ def test_only_the_default_variant_when_time_is_short():
     instance = unit_instance(4, 16, len(where), UnitCosts(1, 2, None, 1), memory_limit=4.0)
     default, only = greedy_schedule(instance, where, False), best_greedy_schedule(instance, where, False, lambda: False)
     assert default is not None and only is not None and only.orders == default.orders
+
+
+def test_the_search_builds_variants_only_within_their_share_of_the_time_left(monkeypatch):
+    """At 1.57 M ops a variant takes about 12 s: the search asks for one only while it costs at most
+    GREEDY_VARIANT_SHARE of the time left (here a greedy schedule priced at half of a 10 s limit)."""
+    import ppopt.solve.search as searching
+    from ppopt.solve.instance import InstanceSpec
+    from ppopt.solve.options import SolveOptions
+    from ppopt.solve.space import parse_space
+
+    asked: list[bool] = []
+    real = searching.best_greedy_schedule
+
+    def spy(instance, where, split, affordable):
+        asked.append(affordable())
+        return real(instance, where, split, affordable)
+
+    monkeypatch.setattr(searching, "best_greedy_schedule", spy)
+    spec = InstanceSpec(8, 32, UnitCosts(1, 2, None, 1), memory_limit=8.0)  # V: 16 stages, 1,024 ops
+    for price, expected in ((None, True), (5.0 / 1024, False)):
+        if price is not None:
+            monkeypatch.setattr(searching, "GREEDY_S_PER_OP", price)
+        asked.clear()
+        searching.search(spec, parse_space("placement=v"), SolveOptions(10, deterministic_time=0.5))
+        assert asked == [expected]

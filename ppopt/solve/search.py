@@ -248,6 +248,10 @@ SCHEDULE_S_PER_OP = 1.5e-5
 and timing it in ticks (seconds; measured on 2 cores at p = 64, m = 4,096, load 1: 1F1B 1.7 s for
 524,288 ops, of which the ticks 0.4 s; DualPipeV 8.3 s for 1,054,688 ops, 7.9 µs per op, the most of
 five families; twice that leaves room for a loaded machine)."""
+GREEDY_VARIANT_SHARE = 0.1
+"""A greedy hint's further variant (:func:`ppopt.solve.greedy.best_greedy_schedule`) is built only
+while it costs at most this share of the time left (:data:`GREEDY_S_PER_OP` per op): at 1.57 M ops
+each takes about 12 s, which the search itself needs more."""
 TIE_HINT_SHARE = 0.1
 """Once a hint meets the analytic bound, a further handcrafted hint is still built while it costs at
 most this share of the time left (:data:`SCHEDULE_S_PER_OP` per op), for a tie with less memory; at
@@ -426,7 +430,8 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
                 if k and fitting() and not affordable(GREEDY_S_PER_OP):  # each further map only while its time is left
                     options.note("time limit: a further greedy hint skipped")
                     break
-                greedy = best_greedy_schedule(instance, stage_map, space.split_backward, lambda: affordable(GREEDY_S_PER_OP))
+                greedy = best_greedy_schedule(instance, stage_map, space.split_backward, lambda: affordable(GREEDY_S_PER_OP)
+                                              and ops * GREEDY_S_PER_OP <= GREEDY_VARIANT_SHARE * options.remaining_s())
                 if greedy is not None:
                     add(greedy)
                     _phase(options, began, f"hint {greedy.name}")
