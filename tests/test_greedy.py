@@ -86,3 +86,24 @@ def test_the_search_builds_variants_only_within_their_share_of_the_time_left(mon
         asked.clear()
         searching.search(spec, parse_space("placement=v"), SolveOptions(10, deterministic_time=0.5))
         assert asked == [expected]
+
+
+def test_the_default_variant_fits_a_limit_set_at_one_activation_beside_fractional_state():
+    """Llama 3 8B, d = 40 with a distributed optimizer (its state a fractional byte count), p = 4:
+    a limit of exactly the last stage's state and one activation. The greedy subtracted the state
+    rounded up to whole bytes, 0.2 bytes short of the activation, and returned no schedule."""
+    from dataclasses import replace
+
+    from ppopt.job import Parallelism
+    from ppopt.solve.instance import InstanceSpec
+
+    where = placement("linear", 4)
+    spec = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=320,
+                        parallel=Parallelism(dp=40, distributed_optimizer=True))
+    last = spec.instance(4, placement=where).costs.stages[3]
+    assert last.persistent_bytes != round(last.persistent_bytes)
+    instance = replace(spec, memory_limit=last.persistent_bytes + last.activation_bytes).instance(4, placement=where)
+    for build in (greedy_schedule, best_greedy_schedule):
+        schedule = build(instance, where, False)
+        assert schedule is not None
+        assert max(simulate(validate(schedule), instance.costs, instance.system).peak_memory_bytes) <= instance.room([]) + 1e-9

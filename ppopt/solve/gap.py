@@ -113,10 +113,6 @@ NOT_SEARCHED = "skipped (time limit)"
 """Status of a gap row or frontier point whose search the time budget did not reach (no bound)."""
 
 
-def _fits(instance: Instance, peak: float) -> bool:
-    return instance.memory_limit is None or peak <= instance.memory_limit * (1 + 1e-12)
-
-
 def _peak(instance: Instance, simulation) -> float:
     """The worst device's simulated peak, in the instance's memory unit."""
     return max(memory_use(simulation, instance))
@@ -181,7 +177,7 @@ def gap_report(
         semantics, unit, memory_unit = instance.memory_semantics(), instance.time_unit, instance.memory_unit
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = _peak(instance, simulation)
-        step, fits = simulation.step_time_s, _fits(instance, peak)
+        step, fits = simulation.step_time_s, instance.fits(peak)
         simulated.append((name, space, step, peak, fits))
         del schedule, simulation
         target = searched(spec, space)

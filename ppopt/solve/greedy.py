@@ -99,11 +99,8 @@ def _list_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], s
     free_row = len(kinds) - 1  # the row whose op frees the activation: W when split, else B
     held = stages_by_device(placement, p)
     on_route = stages_by_device(route, p)
-    size, persistent = instance.memory_counts()
-    cap = [float("inf")] * p
-    if instance.memory_limit is not None:
-        for d in range(p):
-            cap[d] = instance.memory_limit - sum(persistent[s] for s in held[d])
+    size, _ = instance.memory_counts()
+    cap = [instance.room(held[d]) for d in range(p)]  # the limit's slack included
     live = [0.0] * p
     # memory a device reserves, when it admits a microbatch, for that microbatch's later stages on it
     # (looped and V placements): without it, new microbatches could fill the cap and starve the
@@ -163,7 +160,7 @@ def _list_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], s
         while waiting and waiting[0][0] <= now:
             _, key, op = pop(waiting)
             push(admit if admits[op // m] else other, (key, op))
-        room = live[d] + reserved[d] + admission[d] <= cap[d] * (1 + 1e-12)
+        room = live[d] + reserved[d] + admission[d] <= cap[d]
         heap = other  # the heap whose head goes first: an admission only when there is room
         if room and admit and (not heap or admit[0] < heap[0]):
             heap = admit
@@ -171,7 +168,7 @@ def _list_schedule(instance: Instance, placement: tuple[tuple[int, ...], ...], s
             return
         rs = heap[0][1] // m
         r, s = row_stage[rs]
-        if not reserve and heap is other and r == 0 and live[d] + size[s] > cap[d] * (1 + 1e-12):
+        if not reserve and heap is other and r == 0 and live[d] + size[s] > cap[d]:
             return  # a later stage's forward waits for room (gradient ops, ahead of it in the heap, are none)
         _, op = pop(heap)
         if reserve and heap is admit:

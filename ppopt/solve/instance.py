@@ -33,6 +33,10 @@ from ppopt.job import Parallelism, job_costs, job_work, pipeline_system, with_wo
 from ppopt.placement import stages_by_device
 from ppopt.units import UnitCosts
 
+FIT_TOLERANCE = 1e-12
+"""Relative slack of the memory fit (:meth:`Instance.fits`): float sums of byte counts land a
+hair either side of a limit set exactly at them."""
+
 
 @dataclass(frozen=True)
 class Instance:
@@ -78,6 +82,20 @@ class Instance:
         if self.memory_unit != "bytes":
             return [c.activation_bytes for c in stages], [0.0] * len(stages)
         return [float(math.ceil(c.activation_bytes)) for c in stages], [float(math.ceil(c.persistent_bytes)) for c in stages]
+
+    def fits(self, peak: float) -> bool:
+        """Whether a device's peak (``memory_unit``) is within the memory limit, with its relative
+        slack :data:`FIT_TOLERANCE`: the one fit rule of the solver, its hints and its reports."""
+        return self.memory_limit is None or peak <= self.memory_limit * (1 + FIT_TOLERANCE)
+
+    def room(self, held: Sequence[int]) -> float:
+        """What the activations may take on a device holding stages ``held`` (``memory_unit``): the
+        limit with its slack (:meth:`fits`) less their persistent state as the simulator counts it
+        (not rounded: a distributed optimizer's state is fractional in bytes); inf without a limit."""
+        if self.memory_limit is None:
+            return math.inf
+        state = sum(self.costs.stages[s].persistent_bytes for s in held) if self.memory_unit == "bytes" else 0.0
+        return self.memory_limit * (1 + FIT_TOLERANCE) - state
 
     @property
     def most_held(self) -> float:

@@ -34,7 +34,7 @@ from ppopt.graph import topological_order
 from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule, Split, dependencies, is_split, required_ops
 from ppopt.placement import stages_by_device
 from ppopt.simulate import op_duration_s
-from ppopt.solve.instance import Instance
+from ppopt.solve.instance import FIT_TOLERANCE, Instance
 from ppopt.solve.space import Space, placement_of, stage_count
 from ppopt.solve.ticks import to_ticks
 
@@ -83,19 +83,21 @@ def _op_ticks(instance: Instance, op: Op, tick: float) -> int:
 
 
 def integer_memory(sizes: list[float], limit: float) -> tuple[list[int], int]:
-    """Integers with the same ratios as ``sizes``, and ``limit`` in the same unit rounded down.
+    """Integers with the same ratios as ``sizes``, and ``limit`` with the fit check's slack
+    (:meth:`Instance.fits`) in the same unit, rounded down (2.9999999 activations admit two, 0.3
+    three tenths).
 
     Activation sizes are multiples of a common step in unit mode and whole bytes when modelled
     (:meth:`ppopt.solve.instance.Instance.memory_counts` rounds byte counts up), so the scaling is exact; rounding the
     capacity down never admits a schedule over the limit.
     """
     demands, scale = _scaled(sizes)
-    return demands, floor(limit_fraction(limit) * scale)
+    return demands, floor(Fraction(limit * (1 + FIT_TOLERANCE)) * scale)
 
 
 def _scaled(sizes: list[float]) -> tuple[list[int], Fraction]:
-    """``sizes`` as the smallest integers with their ratios (each size's short fraction, see
-    :func:`limit_fraction`), and the scale: integer units per unit of ``sizes``."""
+    """``sizes`` as the smallest integers with their ratios (each size's nearest fraction of
+    denominator at most 10**6: 1/3 of a share is 1/3), and the scale: integer units per unit of ``sizes``."""
     fractions = [Fraction(x).limit_denominator(10**6) for x in sizes]
     denominator = 1
     for f in fractions:
@@ -106,16 +108,6 @@ def _scaled(sizes: list[float]) -> tuple[list[int], Fraction]:
         divisor = gcd(divisor, d)
     divisor = divisor or 1
     return [d // divisor for d in demands], Fraction(denominator, divisor)
-
-
-def limit_fraction(limit: float) -> Fraction:
-    """``limit`` as an exact fraction: the short one it was typed as (0.3 is 3/10, not the float just
-    below it) when that lies within the simulator's relative tolerance of 1e-12 in its fit check,
-    else the float's own value (2.9999999 is not 3: a short fraction further away admitted a third
-    activation the simulator then found over the limit)."""
-    exact = Fraction(limit)
-    short = exact.limit_denominator(10**6)
-    return short if abs(short - exact) <= abs(exact) / 10**12 else exact
 
 
 def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], list[int], int]:
@@ -129,17 +121,14 @@ def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], li
 
 def exact_room(instance: Instance, held: Sequence[int]) -> int:
     """The room for activations on a device holding stages ``held`` under the memory limit, in the
-    unit of :func:`memory_units`: the limit less their persistent state, rounded down once. The
-    persistent state is fractional in bytes (a distributed optimizer's state over d replicas), and
-    :func:`memory_units` rounds each stage's up and the limit down, which could leave one byte less
-    than the simulator's fit check allows: a limit exactly at two activations beside the state
-    then admitted one, and the solver "proved" a bound above a schedule that fits."""
-    assert instance.memory_limit is not None
+    unit of :func:`memory_units`: :meth:`Instance.room` (the limit with the fit check's slack, less
+    the stages' persistent state as the simulator counts it), rounded down once. :func:`memory_units`
+    rounds each stage's state up and the limit down, which at a limit set exactly at two activations
+    beside a fractional state (a distributed optimizer's) left a byte short of them, and the solver
+    "proved" a bound above a schedule that fits."""
     sizes, rounded = instance.memory_counts()
-    persistent = [Fraction(c.persistent_bytes) for c in instance.costs.stages] if instance.memory_unit == "bytes" else [Fraction(0)] * len(sizes)
     _, scale = _scaled(sizes + rounded)
-    limit = min(limit_fraction(instance.memory_limit), Fraction(instance.most_held))
-    return floor((limit - sum(persistent[s] for s in held)) * scale)
+    return floor(Fraction(instance.room(held)) * scale)
 
 
 @dataclass(frozen=True)

@@ -353,12 +353,11 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     # a fixed space is its schedule's; a free one has the space's stages (and split: space_instance)
     instance = spec.instance(first.stages, first.stage_weights, first.placement) if space.fixed and first is not None else space_instance(spec, space)
     ops = _op_count(instance.stages, instance.microbatches, space.split_backward)
-    limit = instance.memory_limit
     candidates = []
 
     def add(schedule: Schedule, given: bool = False) -> None:
         sim = simulate(validate(schedule), instance.costs, instance.system)
-        fits = limit is None or max(memory_use(sim, instance)) <= limit * (1 + 1e-12)
+        fits = instance.fits(max(memory_use(sim, instance)))
         candidates.append(Candidate(schedule.name, schedule, sim, fits, given))
 
     def affordable(s_per_op: float) -> bool:  # a check only: a hint left out is recorded where it is
@@ -772,8 +771,7 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
         return replace(setup, pattern=pattern)
     schedule = composed(pattern, instance.devices, instance.microbatches, tick_duration, tick_delay)
     sim = simulate(validate(schedule), instance.costs, instance.system)
-    limit = instance.memory_limit
-    fits = limit is None or max(memory_use(sim, instance)) <= limit * (1 + 1e-12)
+    fits = instance.fits(max(memory_use(sim, instance)))
     candidate = Candidate(schedule.name, schedule, sim, fits)
     setup = replace(setup, pattern=pattern, candidates=sorted([*setup.candidates, candidate], key=lambda c: c.rank))
     hint = setup.hint
@@ -1060,8 +1058,7 @@ def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: S
         return best, from_solver
     found = validate(replace(schedule, name="search", options={"space": setup.space.describe()}))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
-    limit = setup.instance.memory_limit
-    fits = limit is None or max(memory_use(simulation, setup.instance)) <= limit * (1 + 1e-12)
+    fits = setup.instance.fits(max(memory_use(simulation, setup.instance)))
     if not fits or simulation.step_time_s >= best.simulation.step_time_s - 1e-12:
         return best, from_solver
     return replace(best, status="feasible", schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
