@@ -512,8 +512,8 @@ def test_a_limit_just_under_a_whole_count_of_activations_is_not_rounded_up():
     from ppopt.solve.model import integer_memory
 
     # activations of 1/10, 1/3 and 1 under limits typed as decimals: whole counts, not a float's hair less
-    assert integer_memory([0.1], 0.3) == ([1], 3) and integer_memory([1 / 3], 1.0) == ([1], 3)
-    assert integer_memory([1.0], 2.9999999) == ([1], 2)
+    assert integer_memory([0.1], 0.3)[:2] == ([1], 3) and integer_memory([1 / 3], 1.0)[:2] == ([1], 3)
+    assert integer_memory([1.0], 2.9999999)[:2] == ([1], 2)
     under, two = (run(unit(4, 8, comm=1, limit=limit), "placement=linear,backward=split") for limit in (2.9999999, 2))
     assert max(under.simulation.peak_activation_bytes) <= 2
     assert under.status == "optimal" and under.step_time == two.step_time and under.bound <= under.step_time
@@ -539,6 +539,28 @@ def test_a_bytes_limit_exactly_at_two_activations_beside_fractional_state_admits
                         for limit in (limit, limit * (1 - 5e-13), limit + 1))
     assert at.status == under.status == above.status == "optimal" and at.step_time == under.step_time == above.step_time
     assert max(at.simulation.peak_memory_bytes) <= limit
+
+
+def test_a_free_placement_and_the_memory_solve_keep_a_limit_set_exactly_at_fractional_state():
+    """Llama 3 8B, d = 40 with a distributed optimizer (fractional state): a free placement under
+    exactly the peak of its best schedule without a limit, and a memory solve under exactly the
+    peak of its schedule. The model rounded the state up and the limit down: the first "proved"
+    2.05 s above the 2.044 s schedule that fits, the second called the memory solve infeasible."""
+    from ppopt.job import Parallelism
+
+    parallel = Parallelism(dp=40, distributed_optimizer=True)
+    free = InstanceSpec(2, 4, model="llama3-8b", system="dgx-h100", global_batch=160, parallel=parallel)
+    # the least peak of a member of the free space at its best step
+    unlimited = search(free, parse_space("placement=v"), SolveOptions(30, deterministic_time=DET), minimize_memory=True)
+    peak = max(unlimited.simulation.peak_memory_bytes)
+    assert peak != round(peak)  # the case: a fractional peak
+    at = search(replace(free, memory_limit=peak), parse_space("placement=any,chunks=2"), SolveOptions(30, deterministic_time=DET))
+    assert at.bound <= unlimited.step_time + 1e-12 and at.step_time <= unlimited.step_time
+    linear = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=320, parallel=parallel)
+    first = search(linear, parse_space("placement=linear"), SolveOptions(30, deterministic_time=DET))
+    lowered = search(replace(linear, memory_limit=max(first.simulation.peak_memory_bytes)), parse_space("placement=linear"),
+                     SolveOptions(30, deterministic_time=DET), minimize_memory=True)
+    assert lowered.memory_status == "optimal" and lowered.peak_memory <= max(first.simulation.peak_memory_bytes) * (1 + 1e-12)
 
 
 def test_the_periodic_and_spaced_greedy_hints_reach_the_optimum_the_default_greedy_misses():

@@ -94,8 +94,15 @@ class Instance:
         (not rounded: a distributed optimizer's state is fractional in bytes); inf without a limit."""
         if self.memory_limit is None:
             return math.inf
-        state = sum(self.costs.stages[s].persistent_bytes for s in held) if self.memory_unit == "bytes" else 0.0
-        return self.memory_limit * (1 + FIT_TOLERANCE) - state
+        state = self.persistent_state()
+        return self.memory_limit * (1 + FIT_TOLERANCE) - sum(state[s] for s in held)
+
+    def persistent_state(self) -> list[float]:
+        """Each stage's persistent state as the simulator counts it (``memory_unit``; 0 in unit mode,
+        fractional bytes with a distributed optimizer); :meth:`memory_counts` rounds it up."""
+        if self.memory_unit != "bytes":
+            return [0.0] * self.stages
+        return [c.persistent_bytes for c in self.costs.stages]
 
     @property
     def most_held(self) -> float:

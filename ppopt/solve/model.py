@@ -82,17 +82,16 @@ def _op_ticks(instance: Instance, op: Op, tick: float) -> int:
     return to_ticks(op_duration_s(op, instance.costs), tick)
 
 
-def integer_memory(sizes: list[float], limit: float) -> tuple[list[int], int]:
-    """Integers with the same ratios as ``sizes``, and ``limit`` with the fit check's slack
+def integer_memory(sizes: list[float], limit: float) -> tuple[list[int], int, Fraction]:
+    """Integers with the same ratios as ``sizes``, ``limit`` with the fit check's slack
     (:meth:`Instance.fits`) in the same unit, rounded down (2.9999999 activations admit two, 0.3
-    three tenths).
+    three tenths), and the scale: integer units per unit of ``sizes``.
 
     Activation sizes are multiples of a common step in unit mode and whole bytes when modelled
-    (:meth:`ppopt.solve.instance.Instance.memory_counts` rounds byte counts up), so the scaling is exact; rounding the
-    capacity down never admits a schedule over the limit.
+    (:meth:`ppopt.solve.instance.Instance.memory_counts` rounds byte counts up), so the scaling is exact.
     """
     demands, scale = _scaled(sizes)
-    return demands, floor(Fraction(limit * (1 + FIT_TOLERANCE)) * scale)
+    return demands, floor(Fraction(limit * (1 + FIT_TOLERANCE)) * scale), scale
 
 
 def _scaled(sizes: list[float]) -> tuple[list[int], Fraction]:
@@ -112,23 +111,35 @@ def _scaled(sizes: list[float]) -> tuple[list[int], Fraction]:
 
 def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], list[int], int]:
     """Activation demand and persistent state per stage, and the capacity ``limit`` (the total a
-    device could ever hold when None), as integers in one memory unit (see :func:`integer_memory`)."""
-    sizes, persistent = instance.memory_counts()
-    most = instance.most_held
-    scaled, capacity = integer_memory(sizes + persistent, most if limit is None else min(limit, most))
-    return scaled[: len(sizes)], scaled[len(sizes) :], capacity
+    device could ever hold when None), as integers in one memory unit (see :func:`integer_memory`).
+    The persistent state is rounded down (a distributed optimizer's is fractional in bytes), so the
+    model admits every schedule that fits and perhaps one a few bytes over: the search checks what it
+    reads back (:meth:`Instance.fits`), and a device's room where the placement is known is exact
+    (:func:`exact_room`)."""
+    sizes, rounded = instance.memory_counts()
+    scaled, capacity, scale = integer_memory(sizes + rounded, instance.most_held if limit is None else min(limit, instance.most_held))
+    return scaled[: len(sizes)], [floor(Fraction(state) * scale) for state in instance.persistent_state()], capacity
+
+
+def memory_step(instance: Instance) -> float:
+    """The size of :func:`memory_units`' unit in the instance's memory unit (bytes or activations)."""
+    return float(1 / _unit_scale(instance))
+
+
+def _unit_scale(instance: Instance) -> Fraction:
+    """:func:`memory_units`' integer units per byte (or activation)."""
+    sizes, rounded = instance.memory_counts()
+    return _scaled(sizes + rounded)[1]
 
 
 def exact_room(instance: Instance, held: Sequence[int]) -> int:
     """The room for activations on a device holding stages ``held`` under the memory limit, in the
     unit of :func:`memory_units`: :meth:`Instance.room` (the limit with the fit check's slack, less
-    the stages' persistent state as the simulator counts it), rounded down once. :func:`memory_units`
-    rounds each stage's state up and the limit down, which at a limit set exactly at two activations
-    beside a fractional state (a distributed optimizer's) left a byte short of them, and the solver
-    "proved" a bound above a schedule that fits."""
-    sizes, rounded = instance.memory_counts()
-    _, scale = _scaled(sizes + rounded)
-    return floor(Fraction(instance.room(held)) * scale)
+    the stages' persistent state as the simulator counts it), rounded down once. Rounding each
+    stage's state up and the limit down left a byte short of two activations at a limit set exactly
+    at them beside a fractional state (a distributed optimizer's), and the solver "proved" a bound
+    above a schedule that fits."""
+    return floor(Fraction(instance.room(held)) * _unit_scale(instance))
 
 
 @dataclass(frozen=True)
@@ -427,14 +438,11 @@ class _Builder:
         if limit is None and not minimize_peak:
             return
         demand, kept, capacity = self.memory_scale(limit)
-        scaled = demand + kept
-        sizes, persistent = self.instance.memory_counts()
         ceiling: cp_model.IntVar | int = capacity
         caps = {} if minimize_peak else self.memory_caps()  # each stage's share of a device's cap
         if minimize_peak:
             self.peak = ceiling = self.model.new_int_var(0, capacity, "peak_memory")
-            nonzero = next((i for i, d in enumerate(scaled) if d > 0), None)
-            self.memory_step = (sizes + persistent)[nonzero] / scaled[nonzero] if nonzero is not None else 1.0
+            self.memory_step = memory_step(self.instance)
         for d in range(self.p):
             lifetimes, weights = [], []
             if self.placement is None:  # a stage's state is on d when it is: an interval over the whole horizon

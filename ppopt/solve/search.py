@@ -995,7 +995,7 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
         return best, from_solver
     found = validate(_ordered(improved.starts, built.duration, placement, (), setup.template, setup.instance, setup.space))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
-    if simulation.step_time_s >= previous.step_time_s - 1e-12:
+    if simulation.step_time_s >= previous.step_time_s - 1e-12 or not setup.instance.fits(max(memory_use(simulation, setup.instance))):
         return best, from_solver
     status = "optimal" if improved.proven else "feasible"
     return replace(best, status=status, schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
@@ -1182,12 +1182,17 @@ def _unhinted_dive(setup: _Setup, built: Built, options: SolveOptions, began: fl
 
 
 def _read_back(setup: _Setup, built: Built, solver: cp_model.CpSolver, time_to_best: float | None, status: str) -> _Solved:
-    """The schedule of a solve that found one, validated and simulated."""
+    """The schedule of a solve that found one, validated and simulated; none when it is over the
+    memory limit, which a model whose persistent state is rounded down (a free placement's, see
+    :func:`ppopt.solve.model.memory_units`) may admit by a few bytes: its bound still holds."""
     found = validate(_to_schedule(built, solver, setup.template, setup.instance, setup.space))
+    simulation = simulate(found, setup.instance.costs, setup.instance.system)
+    if not setup.instance.fits(max(memory_use(simulation, setup.instance))):
+        return _Solved("unknown", solver.best_objective_bound * setup.tick,
+                       note="the solver's schedule is a few bytes over the memory limit (rounding), left out")
     return _Solved(
         status, solver.best_objective_bound * setup.tick, solver.objective_value * setup.tick, found,
-        simulate(found, setup.instance.costs, setup.instance.system), round(solver.objective_value),
-        {op: solver.value(built.start[op]) for op in built.ops}, time_to_best,
+        simulation, round(solver.objective_value), {op: solver.value(built.start[op]) for op in built.ops}, time_to_best,
     )
 
 
@@ -1230,7 +1235,7 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     found = validate(_to_schedule(built, solver, best.schedule, setup.instance, setup.space))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
     assert best.simulation is not None
-    if simulation.step_time_s <= best.simulation.step_time_s + 1e-9:
+    if simulation.step_time_s <= best.simulation.step_time_s + 1e-9 and setup.instance.fits(max(memory_use(simulation, setup.instance))):
         best = replace(best, schedule=found, simulation=simulation)
     return replace(best, peak_memory=solver.objective_value * built.memory_step, memory_status=status)
 
