@@ -297,7 +297,8 @@ def generate(name: str, devices: int, microbatches: int, **options: object) -> S
     taken = family.taken(options)
     size = family.ops(devices, microbatches, taken)
     if size is not None:
-        given = "".join(f", {option} {value}" for option, value in taken.items())  # --chunks, --waves: in the count too
+        given = "".join(f", {option} {value}" for option, value in taken.items()  # chunks, waves: counts that size it too
+                        if isinstance(value, int) and not isinstance(value, bool))
         check_size(size, f"{name} with {devices} devices, {microbatches} microbatches{given}")
     with paused_gc():
         return family.build(devices, microbatches, **taken)
