@@ -39,7 +39,7 @@ def _amount(value: float | None, unit: str) -> str:
         return seconds(value)
     if unit == "bytes":
         return gib(value)
-    return f"{value:.4g}"
+    return f"{round(value, 3):.12g}"  # slots or activations: 1603.5 and 16760, not 1604 and 1.676e+04
 
 
 CSV_UNITS = {"s": "s", "slots": "slots", "bytes": "GiB", "activations": "activations"}
