@@ -563,6 +563,25 @@ def test_a_free_placement_and_the_memory_solve_keep_a_limit_set_exactly_at_fract
     assert lowered.memory_status == "optimal" and lowered.peak_memory <= max(first.simulation.peak_memory_bytes) * (1 + 1e-12)
 
 
+def test_the_analytic_bounds_keep_the_fit_slack_of_a_limit_a_hair_under_a_peak():
+    """A limit 9e-13 under 1F1B's peak, within the fit check's relative slack of 1e-12, so 1F1B fits.
+    With 1,800 activations of room (full recomputation, 64-token sequences) the bounds' caps lost an
+    activation (their room had no slack, their rounding an absolute 1e-9): a bound of 0.17 s beside
+    the 0.096 s 1F1B, reported optimal. (Llama 3 8B's layers at 64 tokens and a 256-word vocabulary.)"""
+    from ppopt.config import load_model
+    from ppopt.job import Parallelism
+
+    model = load_model("llama3-8b").model_copy(update={"name": "tiny-seq", "seq_length": 64, "vocab_size": 256})
+    spec = InstanceSpec(2, 8, model=model, system="dgx-h100", global_batch=320,
+                        parallel=Parallelism(dp=40, distributed_optimizer=True, recompute="full"))
+    space = parse_space("placement=linear")
+    instance = spec.instance(2, placement=((0,), (1,)))
+    one_f_one_b = simulate(validate(generate("1f1b", 2, 8)), instance.costs, instance.system)
+    limit = max(one_f_one_b.peak_memory_bytes) * (1 - 9e-13)
+    shaved = search(replace(spec, memory_limit=limit), space, SolveOptions(30, deterministic_time=DET))
+    assert shaved.bound <= one_f_one_b.step_time_s + 1e-12 and shaved.step_time <= one_f_one_b.step_time_s
+
+
 def test_the_periodic_and_spaced_greedy_hints_reach_the_optimum_the_default_greedy_misses():
     """p = 4, m = 8, two-slot messages, cap 3: 75 slots is optimal (confirmed by the MILP baseline);
     the default greedy schedule takes 81, the steady-state pattern (3 microbatches every 24 slots) 75,

@@ -201,7 +201,7 @@ def minimum_memory(instance: Instance, space: Space, placement, fixed: Simulatio
         return use[device], f"device {device}'s peak, which the fixed order has at any timing"
     costs = instance.costs
     bytes_mode = instance.memory_unit == "bytes"
-    persistent = [c.persistent_bytes if bytes_mode else 0.0 for c in costs.stages]
+    persistent = instance.persistent_state()
     act = [c.activation_bytes for c in costs.stages]
     if placement is None:
         each = sorted(persistent[s] + act[s] for s in range(len(act)))
@@ -1385,18 +1385,17 @@ def _ticked(schedule: Schedule, tick_duration, tick_delay) -> tuple[dict[Op, int
 
 def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None]:
     """How many live activations of stage s fit on its device beside the persistent state of every
-    stage there (of s alone when s has replicas); a count, possibly fractional."""
+    stage there (of s alone when s has replicas), with the fit's slack (:meth:`Instance.room`); a count,
+    possibly fractional."""
     limit = instance.memory_limit
     if limit is None or placement is None:
         return lambda s: None
-    bytes_mode = instance.memory_unit == "bytes"
     on_device = stages_by_device(placement, instance.devices)
 
     def cap(s: int) -> float | None:
         c = instance.costs[s]
         beside = [t for t in on_device[placement[s][0]] if placement[t] == placement[s]] if len(placement[s]) == 1 else [s]
-        room = limit - (sum(instance.costs[t].persistent_bytes for t in beside) if bytes_mode else 0.0)
-        return room / c.activation_bytes if c.activation_bytes > 0 else None
+        return instance.room(beside) / c.activation_bytes if c.activation_bytes > 0 else None  # the fit's slack included
 
     return cap
 
