@@ -115,8 +115,10 @@ class SearchResult:
         time_to_best_s: seconds until the solver's last improving schedule, or None.
         from_solver: whether ``schedule`` is the solver's (False: a handcrafted one or the hint).
         peak_memory: with ``minimize_memory``, the least worst-device peak any schedule of the best
-            step has (proven when ``memory_status`` is optimal); None otherwise. The found
-            schedule's own peaks are ``simulation.peak_memory_bytes``.
+            step has (proven when ``memory_status`` is optimal); None otherwise. With a fractional
+            persistent state (a distributed optimizer's) it is counted with that state rounded down
+            to the model's memory unit, so it may lie a few bytes under every schedule's peak. The
+            found schedule's own peaks are ``simulation.peak_memory_bytes``.
         memory_status: the status of that second solve, or None.
         note: why the search stopped short (its time budget spent), if it did.
         rounding_cost: at most this share of the step is lost to rounding durations to ticks (0 when
