@@ -41,9 +41,8 @@ def test_every_variant_is_valid_and_keeps_the_limit(p, extra, style, cap, comm, 
 def test_spaced_entries_shorten_the_hint_on_devices_holding_several_stages():
     """V, looped and zig-zag placements under a cap of p (F = 1, B = 2, one-slot messages): the
     shortest variant is shorter than the default, which reserves a microbatch's later activations from
-    its admission on and so keeps fewer microbatches in flight than the room allows; on the linear
-    placement the variants change little, and the best is never longer than the default by its own
-    timing (the simulation may start an op earlier than the greedy did, never later)."""
+    its admission on and so keeps fewer microbatches in flight than the room allows, and it keeps
+    the cap."""
     for style, p, m in (("v", 8, 32), ("looped", 8, 64), ("zigzag", 8, 40)):
         where = placement(style, p, chunks=2, waves=2)
         instance = unit_instance(p, m, len(where), UnitCosts(1, 2, None, 1), memory_limit=float(p))

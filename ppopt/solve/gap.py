@@ -20,7 +20,7 @@ from ppopt.generators import generate, names, too_many_stages
 from ppopt.ir import Schedule
 from ppopt.simulate import simulate
 from ppopt.solve import options as solve_options
-from ppopt.solve.instance import Instance, InstanceSpec
+from ppopt.solve.instance import InstanceSpec
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.search import (
     OVERLAP_REFUSED,
@@ -28,10 +28,10 @@ from ppopt.solve.search import (
     cheap_bound,
     format_amount,
     lns_applies,
-    memory_use,
     minimum_memory,
     never_above,
     overlap_outside_model,
+    peak_use,
     relative_gap,
     search,
     space_instance,
@@ -113,11 +113,6 @@ NOT_SEARCHED = "skipped (time limit)"
 """Status of a gap row or frontier point whose search the time budget did not reach (no bound)."""
 
 
-def _peak(instance: Instance, simulation) -> float:
-    """The worst device's simulated peak, in the instance's memory unit."""
-    return max(memory_use(simulation, instance))
-
-
 def gap_report(
     spec: InstanceSpec,
     schedule_options: dict | None = None,
@@ -176,7 +171,7 @@ def gap_report(
             continue
         semantics, unit, memory_unit = instance.memory_semantics(), instance.time_unit, instance.memory_unit
         simulation = simulate(schedule, instance.costs, instance.system)
-        peak = _peak(instance, simulation)
+        peak = peak_use(instance, simulation)
         step, fits = simulation.step_time_s, instance.fits(peak)
         simulated.append((name, space, step, peak, fits))
         del schedule, simulation
@@ -345,11 +340,11 @@ def frontier(
         _refuse_limits_below(limits, minimum, "", space, instance.memory_unit)
     # the file as it is, not as the search's hint ran it (a mixed backward's B split into I and W); the
     # handcrafted schedules beside it by their mark, not their names (a user's 1f1b.csv is named 1f1b)
-    points_handcrafted = [(c.name, _peak(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted if not c.given]
+    points_handcrafted = [(c.name, peak_use(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted if not c.given]
     if given is not None:
         own = simulate(given, instance.costs, instance.system)
-        points_handcrafted = [(given.name, _peak(instance, own), own.step_time_s)] + points_handcrafted
-    free_peak = _peak(instance, free.simulation) if free.simulation else None
+        points_handcrafted = [(given.name, peak_use(instance, own), own.step_time_s)] + points_handcrafted
+    free_peak = peak_use(instance, free.simulation) if free.simulation else None
     if limits is None:  # the even grid, and every handcrafted schedule's own peak: "on the frontier" is judged there
         top = max([p for _, p, _ in points_handcrafted] + [free_peak if free_peak is not None else minimum])
         merged = sorted(default_limits(minimum, top, instance.memory_unit)
@@ -379,7 +374,7 @@ def frontier(
         except InfeasibleError:
             points.append(FrontierPoint(limit, "infeasible", None, math.inf, None))
             continue
-        peak = _peak(instance, result.simulation) if result.simulation else None
+        peak = peak_use(instance, result.simulation) if result.simulation else None
         points.append(FrontierPoint(limit, result.status, result.step_time, result.bound, peak))
     handcrafted_points = [FrontierPoint(math.nan, "feasible", step, math.nan, peak) for _, peak, step in points_handcrafted]
     points = _monotone(points, free_point, handcrafted_points)

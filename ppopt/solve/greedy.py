@@ -55,9 +55,9 @@ def best_greedy_schedule(instance: Instance, placement: tuple[tuple[int, ...], .
     keeping room for one later activation with microbatches entering spaced by the given multiples of
     the busiest device's work per microbatch. Unspaced, admitting whenever there is room fills a
     device with first-stage activations whose later stages then wait; spaced at about its work rate,
-    microbatches flow. Measured (unit costs F = 1, B = 2, one-slot messages, a cap of p): looped
-    32 x 256 1,811.5 -> 1,623.5 slots, V 32 x 256 1,724 -> 1,332.5, zig-zag 16 x 80 564 -> 449.5;
-    on one stage per device within a few slots of the default."""
+    microbatches flow. ``benchmarks/greedy_bench.py`` (unit costs F = 1, B = 2, one-slot messages,
+    a cap of p): looped 32 x 256 1,811.5 -> 1,616.5 slots, V 32 x 256 1,724 -> 1,337, zig-zag
+    16 x 80 564 -> 450.5; on one stage per device within a few slots of the default."""
     best = _list_schedule(instance, placement, split, GREEDY, True, 0.0)
     work = _busiest_work(instance, placement, split)
     for multiple in ENTRY_SPACINGS:

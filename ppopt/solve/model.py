@@ -256,10 +256,6 @@ class _Builder:
                 to_end[a] = max(to_end[a], lag + to_end[b])
         return earliest, {op: self.horizon - to_end[op] for op in self.ops}
 
-    def memory_scale(self, limit: float | None) -> tuple[list[int], list[int], int]:
-        """:func:`memory_units` of the instance."""
-        return memory_units(self.instance, limit)
-
     def memory_caps(self) -> dict[int, int]:
         """Stage -> how many of its activations fit (the k of :meth:`add_memory_precedence`) beside
         the persistent state of every stage on its device, when there is a memory limit and the
@@ -437,7 +433,7 @@ class _Builder:
         limit = self.instance.memory_limit
         if limit is None and not minimize_peak:
             return
-        demand, kept, capacity = self.memory_scale(limit)
+        demand, kept, capacity = memory_units(self.instance, limit)
         ceiling: cp_model.IntVar | int = capacity
         caps = {} if minimize_peak else self.memory_caps()  # each stage's share of a device's cap
         if minimize_peak:
@@ -454,10 +450,13 @@ class _Builder:
                         weights.append(kept[s])
             else:
                 held = [s for s in range(self.stages) if d in self.placement[s]]
-                room = ceiling - sum(kept[s] for s in held) if minimize_peak else exact_room(self.instance, held)
-                if not minimize_peak and self.single_stage(held) and demand[held[0]] > 0:
-                    self.add_memory_precedence(held[0], exact_room(self.instance, held) // demand[held[0]])
-                    continue
+                if minimize_peak:
+                    room = ceiling - sum(kept[s] for s in held)
+                else:
+                    room = exact_room(self.instance, held)
+                    if self.single_stage(held) and demand[held[0]] > 0:
+                        self.add_memory_precedence(held[0], room // demand[held[0]])
+                        continue
                 for s in held:
                     if s in caps:  # implied by the cumulative below (see memory_caps)
                         self.add_memory_precedence(s, caps[s])

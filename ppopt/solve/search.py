@@ -359,7 +359,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
 
     def add(schedule: Schedule, given: bool = False) -> None:
         sim = simulate(validate(schedule), instance.costs, instance.system)
-        fits = instance.fits(max(memory_use(sim, instance)))
+        fits = instance.fits(peak_use(instance, sim))
         candidates.append(Candidate(schedule.name, schedule, sim, fits, given))
 
     def affordable(s_per_op: float) -> bool:  # a check only: a hint left out is recorded where it is
@@ -501,6 +501,11 @@ def memory_use(sim: Simulation, instance: Instance) -> tuple[float, ...]:
     if instance.memory_unit == "bytes":
         return sim.peak_memory_bytes
     return sim.peak_activation_bytes
+
+
+def peak_use(instance: Instance, sim: Simulation) -> float:
+    """The worst device's simulated peak, in the instance's memory unit (:func:`memory_use`)."""
+    return max(memory_use(sim, instance))
 
 
 def _to_schedule(built: Built, solver: cp_model.CpSolver, template: Schedule | None, instance: Instance, space: Space) -> Schedule:
@@ -773,7 +778,7 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
         return replace(setup, pattern=pattern)
     schedule = composed(pattern, instance.devices, instance.microbatches, tick_duration, tick_delay)
     sim = simulate(validate(schedule), instance.costs, instance.system)
-    fits = instance.fits(max(memory_use(sim, instance)))
+    fits = instance.fits(peak_use(instance, sim))
     candidate = Candidate(schedule.name, schedule, sim, fits)
     setup = replace(setup, pattern=pattern, candidates=sorted([*setup.candidates, candidate], key=lambda c: c.rank))
     hint = setup.hint
@@ -997,7 +1002,7 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
         return best, from_solver
     found = validate(_ordered(improved.starts, built.duration, placement, (), setup.template, setup.instance, setup.space))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
-    if simulation.step_time_s >= previous.step_time_s - 1e-12 or not setup.instance.fits(max(memory_use(simulation, setup.instance))):
+    if simulation.step_time_s >= previous.step_time_s - 1e-12:
         return best, from_solver
     status = "optimal" if improved.proven else "feasible"
     return replace(best, status=status, schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
@@ -1060,7 +1065,7 @@ def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: S
         return best, from_solver
     found = validate(replace(schedule, name="search", options={"space": setup.space.describe()}))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
-    fits = setup.instance.fits(max(memory_use(simulation, setup.instance)))
+    fits = setup.instance.fits(peak_use(setup.instance, simulation))
     if not fits or simulation.step_time_s >= best.simulation.step_time_s - 1e-12:
         return best, from_solver
     return replace(best, status="feasible", schedule=found, simulation=simulation, solver_objective=improved.makespan * setup.tick,
@@ -1189,7 +1194,7 @@ def _read_back(setup: _Setup, built: Built, solver: cp_model.CpSolver, time_to_b
     :func:`ppopt.solve.model.memory_units`) may admit by a few bytes: its bound still holds."""
     found = validate(_to_schedule(built, solver, setup.template, setup.instance, setup.space))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
-    if not setup.instance.fits(max(memory_use(simulation, setup.instance))):
+    if not setup.instance.fits(peak_use(setup.instance, simulation)):
         return _Solved("unknown", solver.best_objective_bound * setup.tick,
                        note="the solver's schedule is a few bytes over the memory limit (rounding), left out")
     return _Solved(
@@ -1237,7 +1242,7 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     found = validate(_to_schedule(built, solver, best.schedule, setup.instance, setup.space))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
     assert best.simulation is not None
-    if simulation.step_time_s <= best.simulation.step_time_s + 1e-9 and setup.instance.fits(max(memory_use(simulation, setup.instance))):
+    if simulation.step_time_s <= best.simulation.step_time_s + 1e-9 and setup.instance.fits(peak_use(setup.instance, simulation)):
         best = replace(best, schedule=found, simulation=simulation)
     return replace(best, peak_memory=solver.objective_value * built.memory_step, memory_status=status)
 
