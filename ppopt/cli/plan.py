@@ -272,8 +272,7 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
         except InfeasibleError as error:
             if listed is None:  # a model of --candidates that no time or memory is left for: the others still stand
                 raise
-            batch = request.model.global_batch_size if request.global_batch is None else request.global_batch
-            left_out.append((f"{request.model.name} on {request.gpus} GPUs, global batch {batch}", error))
+            left_out.append((f"{request.model.name} on {request.gpus} GPUs, global batch {request.batch}", error))
     if not plans:
         raise left_out[0][1]
     for name, reason in left_out:
