@@ -209,9 +209,13 @@ def _ranks_in(folder) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                links = [os.readlink(f"/proc/{entry}/fd/{fd}") for fd in os.listdir(f"/proc/{entry}/fd")]
+                fds = os.listdir(f"/proc/{entry}/fd")
             except OSError:  # ended meanwhile, or not ours
                 continue
+            links = []
+            for fd in fds:  # one at a time: a rank importing torch closes files while we look (CI saw 1 of 2)
+                with contextlib.suppress(OSError):
+                    links.append(os.readlink(f"/proc/{entry}/fd/{fd}"))
             if any(link.startswith(str(folder) + "/") for link in links):
                 found.append(int(entry))
     return found
