@@ -1037,6 +1037,42 @@ def test_an_output_that_is_a_loop_of_links_is_refused_before_the_work(tmp_path, 
                     "(see 'ppopt calibrate --help')")
 
 
+def test_an_output_linked_into_a_missing_directory_is_refused_before_the_work(tmp_path, monkeypatch):
+    """A link whose target's directory does not exist passed the check (its own directory exists):
+    calibrate fitted, printed its report, and only then failed to write."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fit.toml").symlink_to(tmp_path / "missing" / "fit.toml")
+    monkeypatch.setattr("ppopt.calibrate.calibrate", lambda *a, **k: pytest.fail("the fit ran"))
+    data = Path(__file__).parents[1] / "data" / "measured" / "vtrain-multi-node-small.csv"
+    line = one_error_line(run("calibrate", data, "-o", "fit.toml"))
+    assert line == (f"error: Invalid value for '--output' / '-o': cannot write fit.toml: no directory {tmp_path / 'missing'} "
+                    "(where the link fit.toml points) (see 'ppopt calibrate --help')")
+
+
+def test_an_output_name_too_long_for_the_temporary_file_is_refused_before_the_work(tmp_path, monkeypatch):
+    """The file goes in through a temporary one named 14 characters longer, so a name of 242 to 255
+    bytes is legal yet cannot be written: it failed only after the work."""
+    monkeypatch.chdir(tmp_path)
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    name = "y" * (limit - 10) + ".csv"  # fits the directory, its temporary file does not
+    line = one_error_line(run("export", "-s", "1f1b", "-p", "2", "-m", "4", "--unit", "-o", name))
+    assert line.endswith("the name is too long for its directory (ppopt writes through a temporary file named 14 "
+                         "characters longer) (see 'ppopt export --help')")
+    assert list(tmp_path.iterdir()) == []
+    fitting = "y" * (limit - 18) + ".csv"
+    assert run("export", "-s", "1f1b", "-p", "2", "-m", "4", "--unit", "-o", fitting).exit_code == 0
+    assert (tmp_path / fitting).is_file()
+
+
+def test_a_sweep_output_that_is_a_dangling_link_says_so(tmp_path, monkeypatch):
+    """mkdir on a dangling link said only "File exists"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").symlink_to(tmp_path / "gone")
+    line = one_error_line(run("sweep", "quick", "-o", "out", "-q"))
+    assert line == (f"error: Invalid value for '--output' / '-o': cannot create out: it is a link to {tmp_path / 'gone'}, "
+                    "which does not exist (see 'ppopt sweep --help')")
+
+
 def test_a_command_that_ends_at_once_releases_its_process_pools_semaphores(tmp_path):
     """The command line ends with os._exit (ppopt.cli._exit_now), which skipped the finalizers that
     unlink multiprocessing's semaphores: after a pool was aborted (SIGTERM during `sweep -j 2`) the

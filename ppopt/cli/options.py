@@ -4,6 +4,7 @@ required --model and --system, `plan`'s several models, `run`'s rank count) decl
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import math
 import os
@@ -683,25 +684,32 @@ def check_output_or_stdout(ctx: click.Context, param: click.Parameter, path: str
 
 
 def _check_writable(ctx: click.Context, param: click.Parameter, path: str) -> None:
+    from ppopt.io import replaced_file, temporary_beside
+
     target = Path(path)
-    folder = target.parent
     if target.is_symlink():  # a loop of links reads as missing, and its write failed only after the work
         with contextlib.suppress(FileNotFoundError):  # a link to a file still to be made is written through
             os.stat(target)
     if target.is_dir():
         raise click.BadParameter(f"cannot write {path}: it is a directory")
+    final = replaced_file(target)  # a link is written through: its target's directory takes the file
+    folder = final.parent
     if not folder.is_dir():
-        problem = f"{folder} is a file, not a directory" if folder.exists() else f"no directory {folder}"
+        where = f" (where the link {path} points)" if final != target else ""
+        problem = f"{folder} is a file, not a directory" if folder.exists() else f"no directory {folder}{where}"
         raise click.BadParameter(f"cannot write {path}: {problem}")
     if not os.access(folder, os.W_OK):
         raise click.BadParameter(f"cannot write {path}: directory {folder} is not writable")
     if target.is_file() and not os.access(target, os.W_OK):  # replacing it by rename would not ask the file
         raise click.BadParameter(f"cannot write {path}: the file is read-only")
-    if not target.exists() or target.is_file():  # a file goes in via a temporary one in its directory: try one
+    if not target.exists() or target.is_file():  # a file goes in via a temporary one beside it: try that one
         try:
-            with tempfile.NamedTemporaryFile(dir=folder, prefix=".ppopt-probe-"):
+            with tempfile.NamedTemporaryFile(**temporary_beside(final)):
                 pass
-        except OSError as error:  # /proc, a read-only mount: os.access says yes to root
+        except OSError as error:  # /proc, a read-only mount (os.access says yes to root), a name too long
+            if error.errno == errno.ENAMETOOLONG:
+                raise click.BadParameter(f"cannot write {path}: the name is too long for its directory (ppopt "
+                                         f"writes through a temporary file named 14 characters longer)") from None
             raise click.BadParameter(f"cannot write {path}: directory {folder} takes no new file "
                                      f"({error.strerror or error})") from None
     _refuse_twice(ctx, param, target)
@@ -731,6 +739,8 @@ def check_output_dir(ctx: click.Context, param: click.Parameter, path: str | Non
         raise click.BadParameter("'-' (standard output) cannot hold a directory of results: give a directory name")
     target = Path(path)
     try:
+        if target.is_symlink() and not target.exists():  # mkdir then said only "File exists"
+            raise click.BadParameter(f"cannot create {path}: it is a link to {os.path.realpath(target)}, which does not exist")
         if target.exists() and not target.is_dir():
             raise click.BadParameter(f"{path} is not a directory")
         if not target.exists() and not target.parent.is_dir():
