@@ -427,14 +427,32 @@ def test_a_second_sweep_into_a_locked_directory_refuses(tmp_path):
     assert run_sweep(load_spec(spec), out).missing == 0
 
 
-def test_a_record_that_is_not_a_file_is_one_line(tmp_path):
+@pytest.mark.parametrize("name", ["rows.jsonl", "rows.csv", "spec.json"])
+def test_an_output_file_that_is_a_directory_is_refused_before_any_point(tmp_path, name):
+    """rows.csv is written after every point: a directory in its place was found only then."""
     out = tmp_path / "out"
     spec = write_spec(tmp_path, SPEC.split("[solver]")[0])
-    (out / "rows.jsonl").mkdir(parents=True)
+    (out / name).mkdir(parents=True)
     result = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(out), "-q"])
     assert result.exit_code == 1
-    assert result.output == f"error: cannot read {out / 'rows.jsonl'}: Is a directory\n"
-    assert not (out / "rows.csv").exists() and not (out / "spec.json").exists()
+    assert result.output == f"error: --output: cannot write {out / name}: it is a directory\n"
+    assert sorted(p.name for p in out.iterdir()) == [name]  # no row computed, nothing else written
+
+
+def test_a_row_cut_down_by_hand_is_computed_again(tmp_path):
+    """A line of rows.jsonl with the point's hash but none of its inputs is not a row: it made an
+    all-blank "ok" row of rows.csv and counted as reused."""
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, SPEC.split("[solver]")[0])
+    first = run_sweep(load_spec(spec), out)
+    lines = (out / "rows.jsonl").read_text().splitlines()
+    cut = json.loads(lines[0])
+    lines[0] = json.dumps({"hash": cut["hash"], "status": "ok"})
+    (out / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    again = run_sweep(load_spec(spec), out)
+    assert again.computed == 1 and again.reused == first.computed - 1
+    rows = list(csv.DictReader((out / "rows.csv").open()))
+    assert all(row["schedule"] for row in rows)
 
 
 def test_a_sweep_too_large_to_finish_is_refused_before_its_directory_is_made(tmp_path):

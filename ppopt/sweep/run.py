@@ -283,11 +283,18 @@ def read_rows(path: Path, repair: bool = False, unreadable: list[int] | None = N
             row = parse_data(line.decode())
         except ValueError:  # not JSON (a torn or foreign line), not UTF-8
             row = None
-        if isinstance(row, dict) and isinstance(row.get("hash"), str):
+        if _whole_row(row):
             rows.setdefault(row["hash"], row)
         elif unreadable is not None and line.strip():
             unreadable.append(number)
     return rows
+
+
+def _whole_row(row: object) -> bool:
+    """Whether a line of ``rows.jsonl`` is a row this module wrote: a hash, a status and the inputs
+    every point has (a line cut down by hand, ``{"hash": ..., "status": "ok"}``, made a blank row of rows.csv)."""
+    return (isinstance(row, dict) and isinstance(row.get("hash"), str) and row.get("status") in ("ok", "skipped")
+            and all(column in row for column in ("kind", "schedule", "devices", "microbatches")))
 
 
 def _row_line(row: dict) -> bytes:
@@ -444,6 +451,9 @@ def run_sweep(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise PpoptError(f"cannot create {out}: {error.strerror or error}", field="output") from None
+    for name in OUTPUT_FILES:  # one written only after every point (rows.csv) failed after all the work
+        if (out / name).is_dir():
+            raise PpoptError(f"cannot write {out / name}: it is a directory", field="output")
     try:
         with locked(out):
             return _run_locked(loaded, out, executor, progress, max_items, kinds, began, deadline)
@@ -454,6 +464,9 @@ def run_sweep(
                 out.rmdir()  # only if nothing else is in it
         raise
 
+
+OUTPUT_FILES = ("rows.jsonl", "rows.csv", "spec.json")
+"""The files a sweep writes into its output directory."""
 
 LIST_S_PER_POINT = 6e-5
 """Seconds per evaluation point to list the points and read the rows of an earlier run: listing a
