@@ -10,7 +10,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -704,8 +703,9 @@ def _check_writable(ctx: click.Context, param: click.Parameter, path: str) -> No
         raise click.BadParameter(f"cannot write {path}: the file is read-only")
     if not target.exists() or target.is_file():  # a file goes in via a temporary one beside it: try that one
         try:
-            with tempfile.NamedTemporaryFile(**temporary_beside(final)):
-                pass
+            fd, probe = temporary_beside(final)
+            os.close(fd)
+            os.unlink(probe)
         except OSError as error:  # /proc, a read-only mount (os.access says yes to root), a name too long
             if error.errno == errno.ENAMETOOLONG:
                 raise click.BadParameter(f"cannot write {path}: the name is too long for its directory (ppopt "

@@ -379,17 +379,18 @@ def replaced_file(target: Path) -> Path:
     return Path(os.path.realpath(target)) if target.is_symlink() else target
 
 
-def temporary_beside(final: Path) -> dict[str, str]:
-    """``tempfile`` arguments for the temporary file a write of ``final`` goes through (its name is
-    ``final``'s with 14 more characters, so a name near the system's limit fails here)."""
-    return {"prefix": f".{final.name}.", "suffix": ".tmp", "dir": str(final.parent) if str(final.parent) else "."}
+def temporary_beside(final: Path) -> tuple[int, str]:
+    """A new temporary file (descriptor and path) for a write of ``final`` to go through, in its
+    directory; its name is ``final``'s with 14 more characters, so a name near the system's limit
+    fails here (OSError)."""
+    return tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=str(final.parent) if str(final.parent) else ".")
 
 
 def _write_by_rename(target: Path, write: Callable[[BinaryIO], object], mode: int | None) -> None:
     """A regular file (or a new one): a complete temporary file next to it, then ``os.replace``."""
     final = replaced_file(target)
     try:
-        fd, temp = tempfile.mkstemp(**temporary_beside(final))
+        fd, temp = temporary_beside(final)
     except OSError as error:
         raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
     try:
