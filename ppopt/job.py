@@ -153,6 +153,7 @@ from ppopt.costs import (
     layer_linear_params,
     layer_params_per_rank,
     logits_forward_flops,
+    microbatch_size,
     partition_layers,
     stage_costs,
     stored_activation_bytes_per_layer,
@@ -448,6 +449,14 @@ class Parallelism:
         if not self.pipeline_only:
             return None
         return stage_costs(model, system, layers, microbatches, self.given_batch(model, microbatches, global_batch))
+
+    def check_batch(self, model: ModelConfig, microbatches: int, global_batch: int | None = None) -> None:
+        """The check of the batch split that costing the job makes (:meth:`pipeline_costs` or
+        :meth:`job`), with its ConfigError, for a command to make before it builds a schedule."""
+        if self.pipeline_only:
+            microbatch_size(model, microbatches, self.given_batch(model, microbatches, global_batch))
+        else:
+            self.batch_split(model, microbatches, global_batch)
 
     def job(self, model: ModelConfig, system: SystemConfig, layers: tuple[int, ...], microbatches: int,
             global_batch: int | None = None) -> Job:

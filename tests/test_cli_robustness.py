@@ -482,7 +482,7 @@ def test_an_empty_output_name_is_named_as_such(tmp_path, monkeypatch, args, flag
 @pytest.mark.parametrize("args", [
     ["evaluate", "-s", "all", "-p", 64, "-m", 100_000],
     ["evaluate", "-s", "all", "-p", 64, "-m", 100_000, "--json"],
-    ["compare", "-p", 128, "-m", 100_000, "--model", "study", "--system", "mid-mid"],
+    ["compare", "-p", 128, "-m", 100_000, "--model", "study", "--system", "mid-mid", "--global-batch", 100_000],
 ])
 def test_a_request_every_schedule_skips_is_one_error(args):
     """Every family is over the op limit here (the smallest, GPipe, makes 12.8 million ops at

@@ -88,3 +88,37 @@ def test_evaluate_refuses_more_stages_than_layers_before_building_the_schedule(m
     with pytest.raises(ScheduleError) as refused:
         evaluate("chimera", 1024, 4096, model=load_model("study"), system=load_system("mid-mid"))
     assert refused.value.reason == "1024 stages (1024 devices x 1 under chimera) exceed the model's 128 layers"
+
+
+@pytest.mark.parametrize("microbatches, parallel, reason", [
+    (1_000_000, None, "1,000,000 microbatches exceed the global batch of 256 sequences (give fewer, or a larger global batch)"),
+    (6, {"dp": 2}, "global batch of 256 sequences does not split into 6 microbatches x 2 replicas (give another count, "
+                   "data-parallel degree or global batch)"),
+])
+def test_evaluate_refuses_a_batch_that_does_not_split_before_building_the_schedule(monkeypatch, microbatches, parallel, reason):
+    """`evaluate -s 1f1b -p 4 -m 1000000 --model llama3-8b` built 4 million ops for 9 s before the
+    batch was found not to split; the library's evaluate (and so every sweep point) now refuses first."""
+    import ppopt.evaluate
+    from ppopt.config import load_model
+    from ppopt.errors import ConfigError
+    from ppopt.job import Parallelism
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the schedule was built")
+
+    monkeypatch.setattr(ppopt.evaluate, "generate", no_build)
+    with pytest.raises(ConfigError) as refused:
+        evaluate("1f1b", 4, microbatches, model=load_model("llama3-8b"), system=load_system("dgx-a100"),
+                 parallel=None if parallel is None else Parallelism(**parallel))
+    assert refused.value.field == "microbatches" and refused.value.reason == reason
+
+
+def test_the_evaluate_command_refuses_a_batch_that_does_not_split_before_building(monkeypatch):
+    import ppopt.cli.schedules
+
+    monkeypatch.setattr(ppopt.cli.schedules, "resolve_schedule", lambda *a, **k: pytest.fail("the schedule was built"))
+    result = CliRunner().invoke(main, ["evaluate", "-s", "1f1b", "-p", "4", "-m", "1000000", "--model", "llama3-8b",
+                                       "--system", "dgx-a100", "-q"])
+    assert result.exit_code == 1
+    assert result.output == ("error: --microbatches: 1,000,000 microbatches exceed the global batch of 256 sequences "
+                             "(give fewer, or a larger global batch)\n")

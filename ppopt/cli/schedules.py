@@ -331,6 +331,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
     else:
         if name is not None and model_config is not None and devices is not None:
             check_layers(name, devices, options, model_config.num_layers)
+        if name is not None and model_config is not None and microbatches:  # a schedule file's count is checked once read
+            parallel.check_batch(model_config, microbatches, global_batch)
         size_outputs_first(name, devices, microbatches, options, picture=bool(plot), trace=bool(trace))
         if name is not None and devices and microbatches:  # known before it is built
             _check_one_in_time(name, family_ops(devices, microbatches, options, [name]), deadline, bool(plot), bool(trace))

@@ -78,7 +78,6 @@ from pydantic import (
 )
 
 from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, load_model, load_system, validation_message
-from ppopt.costs import microbatch_size
 from ppopt.errors import ConfigError, PpoptError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
 from ppopt.io import CONFIG_BYTES, is_a_directory, not_utf8, parse_data, read_text_bounded, require_file_name, unreadable
@@ -414,10 +413,7 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
         reasons = []
         for microbatches, model in itertools.product(spec.microbatches, models.values()):
             try:
-                if spec.job == JOB_DEFAULT:
-                    microbatch_size(model, microbatches, spec.global_batch)
-                else:  # the job's replicas and micro batch take their share of the batch
-                    spec.job.parallelism().batch_split(model, microbatches, spec.global_batch)
+                spec.job.parallelism().check_batch(model, microbatches, spec.global_batch)
                 break
             except ConfigError as error:
                 reasons.append(error.reason)
