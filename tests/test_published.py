@@ -87,6 +87,10 @@ def test_a_bad_cell_names_its_line_and_column(tmp_path):
     bad.write_text("\n".join([lines[0], lines[5].replace(",512,1536,", ",500,1536,")]) + "\n")
     with pytest.raises(ConfigError, match=r"line 2, column 'GPUs': 500 is not a multiple of t x p = 16"):
         read_published(bad)
+    # 25 heads cannot split a hidden size of 2304 (validate refuses the same model; published predicted it)
+    bad.write_text("\n".join([lines[0], lines[1].replace("1.7,24,2304,", "1.7,25,2304,")]) + "\n")
+    with pytest.raises(ConfigError, match=r"line 2, column 'attention heads': 25 does not divide the hidden size 2304 "):
+        read_published(bad)
     # an empty cell and a short row are a missing value, as validate says (no Python value shown)
     bad.write_text("\n".join([lines[0], lines[1].replace(",137", ",")]) + "\n")
     with pytest.raises(ConfigError, match=r"line 2, column 'teraFLOP/s per GPU': missing value$"):

@@ -104,6 +104,9 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
                 raise ConfigError(f"{name}: line {line}, column '{column}': not an integer: {shown(row[column])}")
         run = PublishedRun(line, parameters_billion=values["parameters"], teraflops_per_gpu=values["teraflops"],
                            **counts)
+        if run.hidden % run.heads:  # as `validate` refuses it: the model would not exist
+            raise ConfigError(f"{name}: line {line}, column 'attention heads': {run.heads} does not divide the hidden "
+                              f"size {run.hidden} (Megatron splits the hidden size evenly among the heads)")
         if run.gpus % (run.tp * run.pp):
             raise ConfigError(f"{name}: line {line}, column 'GPUs': {run.gpus} is not a multiple of "
                               f"t x p = {run.tp * run.pp}")
