@@ -294,11 +294,20 @@ def test_modelled_search_bounds_are_ordered():
         ("placement=linear,chunks=2", "space key 'chunks' needs placement=looped or any or family"),  # was ignored
         ("chunks=3", "space key 'chunks' needs placement=looped or any or family"),  # the default placement is linear
         ("placement=v,waves=2", "space key 'waves' needs placement=zigzag or family"),
+        # a value of 10,000 characters was echoed whole in the message
+        ("placement=" + "x" * 10_000, r"^space: 10,010 characters, more than a space of every key takes \(200\): "
+                                      r"got 'placement=x{30}'\.\.\. \(10,010 characters\)$"),
     ],
 )
 def test_malformed_space_specs_are_named(spec, message):
     with pytest.raises(ScheduleError, match=message):
         parse_space(spec)
+
+
+def test_the_longest_space_of_every_key_is_read():
+    longest = "placement=bidirectional , chunks=99999999 , waves=99999999 , backward=split , order=free , directions=even , split=99999999:99999999"
+    with pytest.raises(ScheduleError, match="needs placement=looped"):  # read whole: its keys conflict, its length does not
+        parse_space(longest)
 
 
 def test_unit_instance_scales_chunk_costs_by_share():

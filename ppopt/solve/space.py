@@ -129,6 +129,10 @@ def _read_pairs(items: list[str], choices: dict[str, tuple[str, ...]], unknown: 
     return values
 
 
+MAX_SPACE_CHARACTERS = 200
+"""The longest space spec read (every key given, with long values, is under 150 characters)."""
+
+
 def parse_space(spec: str, **schedule_options: object) -> Space:
     """Parse a space spec; errors name the key or value at fault and carry the field ``space``.
 
@@ -136,6 +140,11 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
     the spec does not set, and the options of the handcrafted schedule in ``fixed:NAME``.
     """
     spec = spec.strip()
+    if len(spec) > MAX_SPACE_CHARACTERS:  # every message below quotes a part of it
+        from ppopt.io import shown
+
+        raise ScheduleError(f"{len(spec):,} characters, more than a space of every key takes ({MAX_SPACE_CHARACTERS}): "
+                            f"got {shown(spec)}", field="space")
     if spec.startswith("fixed:"):
         name, *pairs = spec.removeprefix("fixed:").split(",")
         name = name.strip()
