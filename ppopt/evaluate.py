@@ -22,6 +22,7 @@ from ppopt.generators import generate, get, names, too_many_stages
 from ppopt.generators.common import require_positive
 from ppopt.ir import MAX_OPS, Schedule, check_total_size
 from ppopt.job import Parallelism, job_costs, job_work, simulate_pipeline
+from ppopt.report.text import span, time_left
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
 from ppopt.units import UnitCosts
@@ -232,7 +233,7 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
         needed = evaluation_seconds(size)
         if deadline is not None and needed and time.monotonic() + needed > deadline:
             late[name] = needed
-            skipped[name] = f"time limit: about {needed:.1f} s to evaluate, {max(0.0, deadline - time.monotonic()):.1f} s left"
+            skipped[name] = f"time limit: about {span(needed)} to evaluate, {time_left(deadline - time.monotonic())}"
         else:
             try:  # evaluate refuses the families of too_many before building them
                 results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))

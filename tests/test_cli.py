@@ -613,6 +613,9 @@ def test_evaluate_all_leaves_out_the_schedules_a_deadline_cannot_fit(monkeypatch
     # one schedule: refused before it is built, from its op count
     (["evaluate", "-s", "1f1b", "-p", 4, "-m", 1000000, "--time-limit", 5],
      "error: --time-limit: too short for 1f1b: about 36.0 s to evaluate its 8,000,000 ops, "),
+    # a tiny schedule under a tinier limit: "about 0.0 s to evaluate its 32 ops, 0.0 s left"
+    (["evaluate", "-s", "1f1b", "-p", 4, "-m", 4, "--time-limit", 0.001],
+     "error: --time-limit: too short for 1f1b: about 144 us to evaluate its 32 ops, "),
     (["compare", "-p", 4, "-m", 8, "--model", "study", "--system", "mid-mid", "--time-limit", 1e-9],
      "error: --time-limit: no schedule evaluated within the time limit: the quickest, "),
     (["evaluate", "-s", "all", "-p", 4, "-m", 8, "--time-limit", 0], "error: --time-limit: must be a finite number of seconds > 0"),

@@ -373,7 +373,7 @@ def test_a_point_over_the_op_limit_is_a_skipped_row_under_a_time_limit_too(tmp_p
 def test_a_spent_or_long_time_limit_is_worded_without_zeros_or_exponents():
     """'0.0 s left cannot cover ...: the shortest needs about 0.0 s' and '1.5e+03 s left' were the
     refusals of a sweep whose start-up took the whole limit, or of one of long searches."""
-    from ppopt.sweep.run import _time_left
+    from ppopt.report.text import time_left
 
-    assert _time_left(-0.3) == _time_left(0.0) == "no time is left"
-    assert (_time_left(0.044), _time_left(1500.0), _time_left(12.34)) == ("44 ms left", "1,500.0 s left", "12.3 s left")
+    assert time_left(-0.3) == time_left(0.0) == "no time is left"
+    assert (time_left(0.044), time_left(1500.0), time_left(12.34)) == ("44 ms left", "1,500.0 s left", "12.3 s left")

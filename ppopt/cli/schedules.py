@@ -275,8 +275,10 @@ def _check_one_in_time(name: str, ops: int, deadline: float | None, plot: bool, 
 
     needed = evaluation_seconds(ops) + outputs_time_s(ops, plot, trace)
     if deadline is not None and time.monotonic() + needed > deadline:
-        raise ConfigError(f"too short for {name}: about {needed:.1f} s to evaluate{' and write' if plot or trace else ''} "
-                          f"its {ops:,} ops, {max(0.0, deadline - time.monotonic()):.1f} s left", field="time_limit")
+        from ppopt.report.text import span, time_left
+
+        raise ConfigError(f"too short for {name}: about {span(needed)} to evaluate{' and write' if plot or trace else ''} "
+                          f"its {ops:,} ops, {time_left(deadline - time.monotonic())}", field="time_limit")
 
 
 @main.command("evaluate")

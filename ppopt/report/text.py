@@ -223,6 +223,16 @@ def seconds(value: float, digits: int = 4) -> str:
     return f"{value:g} s"  # pragma: no cover
 
 
+def span(value: float) -> str:
+    """A duration in a refusal: ``1,500.0 s``, ``12.3 s``, ``44 ms`` (never an exponent)."""
+    return f"{value:,.1f} s" if value >= 0.1 else seconds(value, 3)
+
+
+def time_left(left: float) -> str:
+    """The time a deadline leaves, for a refusal: ``no time is left``, ``44 ms left``, ``1,500.0 s left``."""
+    return "no time is left" if left <= 0 else f"{span(left)} left"
+
+
 def distinct_digits(values: Sequence[float], distinct: int, least: int = 4, most: int = 9) -> int:
     """The fewest significant digits, from ``least`` up to ``most``, at which :func:`seconds` prints
     ``values`` as at least ``distinct`` different texts (ranked values that differ must not print alike)."""

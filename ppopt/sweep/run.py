@@ -44,7 +44,7 @@ from pathlib import Path
 from ppopt.errors import MemoryShortError, PpoptError, counted
 from ppopt.evaluate import evaluation_seconds
 from ppopt.io import atomic_write_text, parse_data, write_json
-from ppopt.report.text import seconds
+from ppopt.report.text import span, time_left
 from ppopt.sweep.executors import RAY_SHUTDOWN_S, Executor, LocalExecutor, TimeLimitReached, starting_s, uninterrupted
 from ppopt.sweep.spec import EvalItem, GapItem, JobSpec, LoadedSpec, check_sweep_size, expand
 
@@ -480,23 +480,13 @@ def kept_seconds(points: int, closing_s: float) -> float:
     return LIST_S_PER_POINT * points + csv_seconds(points) + closing_s
 
 
-def _span(value: float) -> str:
-    """A duration in a refusal: ``1,500.0 s``, ``12.3 s``, ``44 ms`` (never an exponent)."""
-    return f"{value:,.1f} s" if value >= 0.1 else seconds(value, 3)
-
-
-def _time_left(left: float) -> str:
-    """The time a deadline leaves, for a refusal: ``no time is left``, ``44 ms left``, ``1,500.0 s left``."""
-    return "no time is left" if left <= 0 else f"{_span(left)} left"
-
-
 def _check_deadline(points: int, deadline: float, closing_s: float, starting_s: float = 0.0) -> None:
     """Refuse a deadline that leaves no time for any point (a rerun would make no progress either);
     ``starting_s``: what starting the executor will take first (:func:`ppopt.sweep.executors.starting_s`)."""
     left, kept = deadline - time.monotonic(), kept_seconds(points, closing_s)
     if left <= kept + starting_s:
         start = f"starting Ray (at least {starting_s:.0f} s), " if starting_s else ""
-        raise PpoptError(f"{_time_left(left)}, which cannot cover {start}listing the sweep's {counted(points, 'evaluation point')} and writing "
+        raise PpoptError(f"{time_left(left)}, which cannot cover {start}listing the sweep's {counted(points, 'evaluation point')} and writing "
                          f"rows.csv (about {kept:.1f} s kept for them), and no point would run: give more, or split the spec",
                          field="time_limit")
 
@@ -516,8 +506,8 @@ def _check_any_fits(pending: list[EvalItem | GapItem], points: int, stop_at: flo
     shortest = min(map(item_seconds, pending))
     left = stop_at - time.monotonic()
     if shortest > left:
-        raise PpoptError(f"{_time_left(left)}, which cannot cover any of the {counted(points, 'point')}: the shortest "
-                         f"needs about {_span(shortest)}; give more, or make the points smaller", field="time_limit")
+        raise PpoptError(f"{time_left(left)}, which cannot cover any of the {counted(points, 'point')}: the shortest "
+                         f"needs about {span(shortest)}; give more, or make the points smaller", field="time_limit")
 
 
 def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Progress | None, max_items: int | None,
