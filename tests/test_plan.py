@@ -323,6 +323,18 @@ def test_candidates_refuse_the_filters_they_would_ignore(flag):
                              f"as measured); drop {flag[0]}{' COUNTS' if flag[0] == '--layers-per-stage' else ''}\n")
 
 
+def test_candidates_none_can_model_name_the_first_reason(tmp_path):
+    """It said only "no row ppopt can model", where `validate` lists each row's reason."""
+    path = tmp_path / "odd.csv"
+    header = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
+              "data parallelism,pipeline parallelism,iteration time (ms)")
+    path.write_text(f"{header}\n3,3,1,1536,16,4,1024,3,1,1,100\n6,6,1,1536,16,4,1024,3,2,1,100\n")
+    result = run("plan", "--candidates", path, "--system", CALIBRATED, "--search", 0, "-q")
+    assert result.exit_code == 1
+    assert result.output == (f"error: --candidates: {path}: no row ppopt can model (line 2: tensor parallelism 3 does not "
+                             "divide the model's 16 query heads; 1 other row too)\n")
+
+
 def test_candidates_share_the_budget_by_model_and_one_out_of_time_leaves_the_others(still_clock, monkeypatch):
     """Each model of --candidates had the whole budget, and one that ran out of it ended the command
     with an error, the other models' results thrown away. Each now gets an equal share of what is

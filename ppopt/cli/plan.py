@@ -202,18 +202,20 @@ def _candidate_groups(path: str, system):
     """The jobs a measured-data file lists, one group per model, GPU count and global batch (file
     order): a plan compares the layouts of one job, and a row on fewer GPUs or a smaller batch takes
     less time without being a better layout."""
-    from ppopt.errors import ConfigError
+    from ppopt.errors import ConfigError, counted
     from ppopt.io.measured import MeasuredDataError, read_measured
 
     try:
-        rows, _ = read_measured(path, system)
+        rows, unmodelled = read_measured(path, system)
     except MeasuredDataError as error:
         raise ConfigError(error.reason, field="candidates") from None
     groups: dict[tuple[str, int, int], list] = defaultdict(list)
     for row in rows:
         groups[row.model_key, row.job.gpus, row.job.batch].append(row.job)
-    if not groups:
-        raise ConfigError(f"{path}: no row ppopt can model", field="candidates")
+    if not groups:  # as `validate` lists them: the first row's reason (a file has at least one row)
+        first = unmodelled[0]
+        others = f"; {counted(len(unmodelled) - 1, 'other row')} too" if len(unmodelled) > 1 else ""
+        raise ConfigError(f"{path}: no row ppopt can model (line {first.line}: {first.reason}{others})", field="candidates")
     return list(groups.values())
 
 
