@@ -482,6 +482,22 @@ def test_columns_the_model_does_not_read_get_a_note(tmp_path):
     assert [r["predicted_s"] for r in json.loads(noted.stdout)["rows"]] == [r["predicted_s"] for r in json.loads(quiet.stdout)["rows"]]
 
 
+def test_an_unnamed_column_with_values_gets_the_note_and_an_empty_one_does_not(tmp_path):
+    """A column without a header name was ignored without a word, whatever it held; a spreadsheet's
+    trailing empty column (a comma at the end of every line) holds nothing to note."""
+    from ppopt.io.measured import unused_columns
+
+    lines = Path(MULTI).read_text().splitlines()[:3]
+    filled = tmp_path / "filled.csv"
+    filled.write_text("\n".join([lines[0] + ",", lines[1] + ",", lines[2] + ",fast"]) + "\n")
+    trailing = tmp_path / "trailing.csv"
+    trailing.write_text("\n".join(line + "," for line in lines) + "\n")
+    column = len(lines[0].split(",")) + 1
+    assert unused_columns(filled) == [f"column {column} (no name)"]
+    assert unused_columns(trailing) == []
+    assert run("validate", str(filled)).stderr.startswith(f"note: {filled}: columns 'column {column} (no name)' are not read")
+
+
 def test_a_repeated_row_is_refused_and_a_repeated_run_is_kept(tmp_path):
     """A copied line, or the same file under another name (a copy, standard input), weighed that
     measurement twice in the statistics and the fit: refused, naming both. The same job measured

@@ -208,6 +208,18 @@ def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError],
     return header, records
 
 
+def unread_columns(header: list[str], records: Iterator[tuple[int, list[str]]], known: set[str]) -> list[str]:
+    """The columns of a CSV table (:func:`read_csv_table`) a reader does not read: the header names
+    not in ``known``, and ``column N (no name)`` (N from 1) for an unnamed column holding a value in
+    some row (a spreadsheet's trailing empty column is none)."""
+    named = [cell for cell in header if cell and cell not in known]
+    unnamed = {n for n, cell in enumerate(header) if not cell}
+    filled: set[int] = set()
+    for _, cells in records:
+        filled.update(n for n in unnamed - filled if n < len(cells) and cells[n].strip())
+    return named + [f"column {n + 1} (no name)" for n in sorted(filled)]
+
+
 def source_name(path: str | os.PathLike) -> str:
     """How messages name a data file: its path, or "standard input" for ``-``."""
     return "standard input" if os.fspath(path) == "-" else str(path)

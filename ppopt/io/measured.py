@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from ppopt.config import ModelConfig, SystemConfig, load_system, validation_message
 from ppopt.errors import ConfigError
 from ppopt.generators import get
-from ppopt.io import decimal_float, decimal_int, read_csv_table, require_file_name, shown, source_name
+from ppopt.io import decimal_float, decimal_int, read_csv_table, require_file_name, shown, source_name, unread_columns
 from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, job_schedule
 
 MEASURED_BYTES = 256 * 2**20
@@ -127,9 +127,8 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_measured` does not read (a run's schedule
     or recomputation mode, say): the rows are modelled as :data:`ASSUMED` whatever they say. Call
     after :func:`read_measured` has accepted the file."""
-    header, _ = read_csv_table(Path(source), MEASURED_BYTES, MeasuredDataError, MEASURED_FILE)
-    known = {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN, *OPTIONAL}
-    return [cell for cell in header if cell and cell not in known]
+    header, records = read_csv_table(Path(source), MEASURED_BYTES, MeasuredDataError, MEASURED_FILE)
+    return unread_columns(header, records, {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN, *OPTIONAL})
 
 
 class MeasuredDataError(ConfigError):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ppopt.config import MODEL_LIMITS
 from ppopt.errors import ConfigError
-from ppopt.io import decimal_float, read_csv_table, require_file_name, shown, source_name
+from ppopt.io import decimal_float, read_csv_table, require_file_name, shown, source_name, unread_columns
 from ppopt.published import PublishedRun
 
 __all__ = ["ASSUMED", "COLUMNS", "read_published", "unused_columns"]
@@ -123,5 +123,5 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_published` does not read (a run's micro
     batch, say: the runs are predicted as :data:`ASSUMED`). Call after :func:`read_published` has
     accepted the file."""
-    header, _ = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError, PUBLISHED_FILE)
-    return [cell for cell in header if cell and cell not in COLUMNS]
+    header, records = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError, PUBLISHED_FILE)
+    return unread_columns(header, records, set(COLUMNS))
