@@ -70,7 +70,7 @@ from pydantic import (
 )
 
 from ppopt.errors import ConfigError, did_you_mean
-from ppopt.io import CONFIG_BYTES, is_a_directory, not_utf8, parse_data, read_text_bounded, unreadable
+from ppopt.io import CONFIG_BYTES, is_a_directory, not_utf8, parse_data, read_text_bounded, shown, unreadable
 
 __all__ = [
     "MAX_BYTES_PER_PARAM_STATE",
@@ -615,7 +615,11 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
         field = ".".join([prefix] * bool(prefix) + loc + ([str(user_key)] if user_key is not None else []))
         message = _one_line(item["msg"]).removeprefix("Value error, ")
         value = item.get("input")
-        if isinstance(value, float) and not math.isfinite(value):  # pydantic says "should be >= 1" for nan
+        if kind == "model_type":  # pydantic names the class: "a valid dictionary or instance of LinkConfig"
+            message = f"must be a table of its own keys ([{field}] in TOML, an object in JSON), got {_json_kind(value)}"
+        elif value is None and kind.endswith("_type"):  # JSON's null: "Input should be a valid integer", of what?
+            message = f"{message}, got null"
+        elif isinstance(value, float) and not math.isfinite(value):  # pydantic says "should be >= 1" for nan
             message = f"must be a finite number, got {value}"
         elif isinstance(value, str) and kind.startswith(("float", "int")):  # "40GB", as a flag takes it
             where = "" if noun == "key" else " (its unit, if it has one: `ppopt list model-fields`, `system-fields`)"
@@ -638,6 +642,20 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
         if not (field and any(other.startswith(field + ".") for other, _ in found)):
             kept.setdefault(field or text, text)
     return "; ".join(kept.values())
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON or TOML value is, in the file's words: ``the number 3``, ``the text 'x'``, ``null``,
+    ``a list``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the text {shown(value)}"
+    return "a list" if isinstance(value, list) else f"a {type(value).__name__}"
 
 
 #: Location parts pydantic adds for the branches of a union (``constrained-int``, ``list[...]``).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -384,3 +385,26 @@ def test_a_number_given_as_text_in_a_file_says_to_give_it_unquoted(tmp_path):
         load_system(path)
     assert "field 'memory_capacity_bytes': Input should be a valid number, got the text '40GB': give the number unquoted" \
         in str(error.value)
+
+
+@pytest.mark.parametrize("value, said", [
+    (3, "field 'intra_node': must be a table of its own keys ([intra_node] in TOML, an object in JSON), got the number 3"),
+    ("fast", "field 'intra_node': must be a table of its own keys ([intra_node] in TOML, an object in JSON), got the text 'fast'"),
+])
+def test_a_link_that_is_not_a_table_is_worded_without_pydantic_s_class_names(tmp_path, value, said):
+    """It said "Input should be a valid dictionary or instance of LinkConfig", a class of the code."""
+    system = tomllib.loads((REPO / "configs" / "dgx-a100.toml").read_text())
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({**system, "intra_node": value}))
+    with pytest.raises(ConfigError) as error:
+        load_system(path)
+    assert error.value.reason.endswith(said) and "LinkConfig" not in str(error.value)
+
+
+def test_a_json_null_is_named_as_such(tmp_path):
+    system = tomllib.loads((REPO / "configs" / "dgx-a100.toml").read_text())
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({**system, "devices_per_node": None}))
+    with pytest.raises(ConfigError) as error:
+        load_system(path)
+    assert error.value.reason.endswith("field 'devices_per_node': Input should be a valid integer, got null")

@@ -528,8 +528,9 @@ def test_a_sweep_spec_nested_too_deeply_is_a_one_line_error_and_a_deep_row_line_
     result = cli("sweep", spec, "-o", tmp_path / "out")
     assert (result.exit_code, result.output) == (1, f"error: {spec}: not valid TOML: nested too deeply\n")
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("[" * DEEP + "]" * DEEP + "\n" + json.dumps({"hash": "h", "x": 1}) + "\n")
-    assert read_rows(rows) == {"h": {"hash": "h", "x": 1}}  # the unreadable line skipped, as a torn one
+    row = {"hash": "h", "status": "ok", "kind": "evaluate", "schedule": "1f1b", "devices": 2, "microbatches": 4}
+    rows.write_text("[" * DEEP + "]" * DEEP + "\n" + json.dumps(row) + "\n")
+    assert read_rows(rows) == {"h": row}  # the unreadable line skipped, as a torn one
 
 
 @pytest.mark.parametrize("command", [["sweep", "{spec}"], ["study", "--spec", "{spec}", "--no-figures"]])
