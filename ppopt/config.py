@@ -568,6 +568,8 @@ def _refuse_other_kind(path: Path, data: dict, cls: type[BaseModel]) -> None:
     if cls not in kinds:
         return
     noun, other, other_noun = kinds[cls]
+    if isinstance(data.get("format"), str) and data["format"].startswith("ppopt-costs/"):  # `ppopt profile`'s output
+        raise ConfigError(f"{display_path(path)}: a cost preset ({data['format']}), not a {noun} file: give it as --costs")
     keys = set(data) - {"name", "description"}
     if keys and keys <= set(other.model_fields) and not keys & set(cls.model_fields):
         shown = ", ".join(sorted(keys)[:3])

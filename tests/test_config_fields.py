@@ -183,3 +183,17 @@ def test_a_system_file_given_for_a_model_is_named_as_such():
         load_system(root / "models" / "llama3-8b.toml")
     result = CliRunner().invoke(main, ["list", "models", str(root / "configs" / "dgx-h100.toml")])
     assert result.exit_code == 1 and result.output.count("\n") == 1 and "a system file, not a model file" in result.output
+
+
+def test_a_cost_preset_given_as_a_model_or_system_says_to_give_it_as_costs(tmp_path):
+    """`ppopt profile`'s output given as --model listed five missing and four unknown fields."""
+    from ppopt.costs import partition_layers, stage_costs
+    from ppopt.io.cost_preset import write_cost_preset
+
+    preset = tmp_path / "measured.json"
+    model = load_model("study")
+    write_cost_preset(preset, stage_costs(model, load_system("mid-mid"), partition_layers(model.num_layers, 2), 4, 4), None, {})
+    for load, noun in ((load_model, "model"), (load_system, "system")):
+        with pytest.raises(ConfigError) as error:
+            load(preset)
+        assert str(error.value).endswith(f"measured.json: a cost preset (ppopt-costs/1), not a {noun} file: give it as --costs")
