@@ -1073,6 +1073,45 @@ def test_a_sweep_output_that_is_a_dangling_link_says_so(tmp_path, monkeypatch):
                     "which does not exist (see 'ppopt sweep --help')")
 
 
+def test_a_link_to_a_device_is_written_in_place_whatever_its_directory_allows(tmp_path, monkeypatch):
+    """A device is written in place, so its directory need not take new files; checking the link's
+    target's directory refused `out.csv -> /dev/null` for a user who cannot write /dev."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nul.csv").symlink_to("/dev/null")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if str(path) == "/dev" else real_access(path, mode))
+    result = run("export", "-s", "1f1b", "-p", "2", "-m", "4", "--unit", "-o", "nul.csv")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "nul.csv").is_symlink() and os.readlink(tmp_path / "nul.csv") == "/dev/null"
+
+
+def test_a_sweep_directory_that_is_a_loop_of_links_or_under_a_dangling_one_says_so(tmp_path, monkeypatch):
+    """A loop was described as a link to a missing directory, and the default output under a
+    dangling `out` said only "File exists"."""
+    from ppopt.sweep import load_spec, run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "l1").symlink_to("l2")
+    (tmp_path / "l2").symlink_to("l1")
+    line = one_error_line(run("sweep", "quick", "-o", "l1", "-q"))
+    assert line == "error: Invalid value for '--output' / '-o': cannot create l1: Too many levels of symbolic links (see 'ppopt sweep --help')"
+    (tmp_path / "out").symlink_to(tmp_path / "gone")
+    spec = tmp_path / "small.toml"
+    spec.write_text('devices = [2]\nmicrobatches = [4]\nschedules = ["1f1b"]\nmodels = ["study"]\nsystems = ["mid-mid"]\n')
+    with pytest.raises(PpoptError) as refused:
+        run_sweep(load_spec(spec), Path("out") / "small")
+    assert refused.value.reason == f"cannot create out/small: out: it is a link to {tmp_path / 'gone'}, which does not exist"
+
+
+def test_a_link_to_a_name_too_long_names_the_target(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    long_name = "z" * (os.pathconf(tmp_path, "PC_NAME_MAX") - 6) + ".csv"
+    (tmp_path / "short.csv").symlink_to(long_name)
+    line = one_error_line(run("export", "-s", "1f1b", "-p", "2", "-m", "4", "--unit", "-o", "short.csv"))
+    assert line.startswith(f"error: Invalid value for '--output' / '-o': cannot write short.csv: the name it links to, {long_name}, "
+                           "is too long for its directory")
+
+
 def test_a_command_that_ends_at_once_releases_its_process_pools_semaphores(tmp_path):
     """The command line ends with os._exit (ppopt.cli._exit_now), which skipped the finalizers that
     unlink multiprocessing's semaphores: after a pool was aborted (SIGTERM during `sweep -j 2`) the

@@ -691,6 +691,9 @@ def _check_writable(ctx: click.Context, param: click.Parameter, path: str) -> No
             os.stat(target)
     if target.is_dir():
         raise click.BadParameter(f"cannot write {path}: it is a directory")
+    if target.exists() and not target.is_file():  # a device or FIFO (or a link to one) is written in place
+        _refuse_twice(ctx, param, target)
+        return
     final = replaced_file(target)  # a link is written through: its target's directory takes the file
     folder = final.parent
     if not folder.is_dir():
@@ -708,7 +711,8 @@ def _check_writable(ctx: click.Context, param: click.Parameter, path: str) -> No
             os.unlink(probe)
         except OSError as error:  # /proc, a read-only mount (os.access says yes to root), a name too long
             if error.errno == errno.ENAMETOOLONG:
-                raise click.BadParameter(f"cannot write {path}: the name is too long for its directory (ppopt "
+                named = "the name" if final == target else f"the name it links to, {final.name},"
+                raise click.BadParameter(f"cannot write {path}: {named} is too long for its directory (ppopt "
                                          f"writes through a temporary file named 14 characters longer)") from None
             raise click.BadParameter(f"cannot write {path}: directory {folder} takes no new file "
                                      f"({error.strerror or error})") from None
@@ -737,10 +741,12 @@ def check_output_dir(ctx: click.Context, param: click.Parameter, path: str | Non
         raise click.BadParameter("empty directory name")
     if path == "-":  # standard output is no directory: `-` would be created as one
         raise click.BadParameter("'-' (standard output) cannot hold a directory of results: give a directory name")
+    from ppopt.io import broken_link
+
     target = Path(path)
     try:
-        if target.is_symlink() and not target.exists():  # mkdir then said only "File exists"
-            raise click.BadParameter(f"cannot create {path}: it is a link to {os.path.realpath(target)}, which does not exist")
+        if (problem := broken_link(target)) is not None:  # mkdir then said only "File exists"
+            raise click.BadParameter(f"cannot create {path}: {problem}")
         if target.exists() and not target.is_dir():
             raise click.BadParameter(f"{path} is not a directory")
         if not target.exists() and not target.parent.is_dir():

@@ -385,6 +385,21 @@ def _write_in_place(target: Path, write: Callable[[BinaryIO], object]) -> None:
         raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
 
 
+def broken_link(path: Path) -> str | None:
+    """Why ``path``, a symbolic link, leads nowhere (``it is a link to X, which does not exist``, or a
+    loop of links), or None when it is no link or leads to something: where a directory is to be
+    made, mkdir said only "File exists"."""
+    if not path.is_symlink() or path.exists():
+        return None
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return f"it is a link to {os.path.realpath(path)}, which does not exist"
+    except OSError as error:
+        return error.strerror or str(error)
+    return None  # pragma: no cover (it appeared meanwhile)
+
+
 def replaced_file(target: Path) -> Path:
     """The file a write of ``target`` replaces: where a symbolic link points (the link stays), else
     ``target`` itself."""

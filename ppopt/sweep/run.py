@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ppopt.errors import MemoryShortError, PpoptError, counted
 from ppopt.evaluate import evaluation_seconds
-from ppopt.io import atomic_write_text, parse_data, write_json
+from ppopt.io import atomic_write_text, broken_link, parse_data, write_json
 from ppopt.report.text import span, time_left
 from ppopt.sweep.executors import RAY_SHUTDOWN_S, Executor, LocalExecutor, TimeLimitReached, starting_s, uninterrupted
 from ppopt.sweep.spec import EvalItem, GapItem, JobSpec, LoadedSpec, check_sweep_size, expand
@@ -447,6 +447,9 @@ def run_sweep(
         _check_deadline(points, deadline, executor.closing_s)
     out = Path(output) if output is not None else default_output(loaded)
     created = not out.exists()
+    for part in (out, *out.parents):  # out/NAME by default: `out` may be the broken link
+        if (problem := broken_link(part)) is not None:  # mkdir said only "File exists"
+            raise PpoptError(f"cannot create {out}: {'' if part == out else f'{part}: '}{problem}", field="output")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
