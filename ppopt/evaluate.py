@@ -243,9 +243,9 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
             progress(done, len(every))
     if not results and late:
         quickest = min(late, key=late.__getitem__)
-        left = max(0.0, deadline - time.monotonic()) if deadline is not None else 0.0
+        left = deadline - time.monotonic() if deadline is not None else 0.0
         raise ScheduleError(f"no schedule evaluated within the time limit: the quickest, {quickest}, needs about "
-                            f"{late[quickest]:.1f} s, and {left:.1f} s of it were left (it counts from the command's "
+                            f"{span(late[quickest])}, and {time_left(left)} (it counts from the command's "
                             "start, imports included)", field="time_limit")
     if not results:
         raise ScheduleError(f"no schedule applies at p = {devices}, m = {microbatches} ({skipped_reasons(skipped)})")

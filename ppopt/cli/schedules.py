@@ -271,8 +271,11 @@ def _check_one_in_time(name: str, ops: int, deadline: float | None, plot: bool, 
     estimated not to fit before ``deadline``."""
     from ppopt.errors import ConfigError
     from ppopt.evaluate import evaluation_seconds
+    from ppopt.ir import MAX_OPS
     from ppopt.report.plot import outputs_time_s
 
+    if ops > MAX_OPS:  # refused by its size once it is built or sized, a message that names the limit
+        return
     needed = evaluation_seconds(ops) + outputs_time_s(ops, plot, trace)
     if deadline is not None and time.monotonic() + needed > deadline:
         from ppopt.report.text import span, time_left
