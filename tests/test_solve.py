@@ -295,7 +295,7 @@ def test_modelled_search_bounds_are_ordered():
         ("chunks=3", "space key 'chunks' needs placement=looped or any or family"),  # the default placement is linear
         ("placement=v,waves=2", "space key 'waves' needs placement=zigzag or family"),
         # a value of 10,000 characters was echoed whole in the message
-        ("placement=" + "x" * 10_000, r"^space: 10,010 characters, more than a space of every key takes \(200\): "
+        ("placement=" + "x" * 10_000, r"^space: 10,010 characters, longer than the 200 a space spec may take: "
                                       r"got 'placement=x{30}'\.\.\. \(10,010 characters\)$"),
     ],
 )

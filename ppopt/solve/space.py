@@ -130,7 +130,7 @@ def _read_pairs(items: list[str], choices: dict[str, tuple[str, ...]], unknown: 
 
 
 MAX_SPACE_CHARACTERS = 200
-"""The longest space spec read (every key given, with long values, is under 150 characters)."""
+"""The longest space spec read (every key given, with counts of eight digits, is under 150 characters)."""
 
 
 def parse_space(spec: str, **schedule_options: object) -> Space:
@@ -143,7 +143,7 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
     if len(spec) > MAX_SPACE_CHARACTERS:  # every message below quotes a part of it
         from ppopt.io import shown
 
-        raise ScheduleError(f"{len(spec):,} characters, more than a space of every key takes ({MAX_SPACE_CHARACTERS}): "
+        raise ScheduleError(f"{len(spec):,} characters, longer than the {MAX_SPACE_CHARACTERS} a space spec may take: "
                             f"got {shown(spec)}", field="space")
     if spec.startswith("fixed:"):
         name, *pairs = spec.removeprefix("fixed:").split(",")
