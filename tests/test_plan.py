@@ -331,8 +331,8 @@ def test_candidates_none_can_model_name_the_first_reason(tmp_path):
     path.write_text(f"{header}\n3,3,1,1536,16,4,1024,3,1,1,100\n6,6,1,1536,16,4,1024,3,2,1,100\n")
     result = run("plan", "--candidates", path, "--system", CALIBRATED, "--search", 0, "-q")
     assert result.exit_code == 1
-    assert result.output == (f"error: --candidates: {path}: no row ppopt can model (line 2: tensor parallelism 3 does not "
-                             "divide the model's 16 query heads; 1 other row too)\n")
+    assert result.output == (f"error: --candidates: no row can be planned: {path.name}, line 2: tensor parallelism 3 does "
+                             "not divide the model's 16 query heads (and 1 more rows outside the model)\n")
 
 
 def test_candidates_share_the_budget_by_model_and_one_out_of_time_leaves_the_others(still_clock, monkeypatch):

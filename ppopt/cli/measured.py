@@ -61,14 +61,20 @@ def _unmodelled_json(unmodelled) -> list[dict]:
     return [{"file": u.source, "line": u.line, "model": u.label, "measured_s": u.measured_s, "reason": u.reason} for u in unmodelled]
 
 
-def _refuse_no_rows(unmodelled, to: str) -> NoReturn:
-    """No row inside the model: one line with the first row's reason (a report of no row would read as a result)."""
-    from ppopt.errors import ConfigError
-
+def no_rows_reason(unmodelled, to: str) -> str:
+    """Why no row can ``to`` (``"be predicted"``): the first row's reason, and how many more are
+    outside the model (a report of no row would read as a result)."""
     first = unmodelled[0]
     more = len(unmodelled) - 1
-    raise ConfigError(f"no row can {to}: {first.source}, line {first.line}: {first.reason}"
-                      + (f" (and {more} more rows outside the model)" if more else ""))
+    return (f"no row can {to}: {first.source}, line {first.line}: {first.reason}"
+            + (f" (and {more} more rows outside the model)" if more else ""))
+
+
+def _refuse_no_rows(unmodelled, to: str) -> NoReturn:
+    """No row inside the model: one line (:func:`no_rows_reason`)."""
+    from ppopt.errors import ConfigError
+
+    raise ConfigError(no_rows_reason(unmodelled, to))
 
 
 def _summary_lines(accuracy, files: int = 1) -> list[str]:
@@ -224,9 +230,11 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
                    err=True)
     at_bounds = _at_bounds(fitted)
     if on_fit.mape > POOR_FIT_MAPE:
-        click.echo(f"note: the fit is off by {percent(on_fit.mape, 'text', decimals=2)} on average, with {len(at_bounds)} of "
-                   f"{len(fitted.values)} parameters at a bound of their range: the rows lie beyond what these parameters can "
-                   "follow (are the times milliseconds per training step, and the layouts those the runs used?)", err=True)
+        free = len(fitted.values) - len(fitted.kept)
+        names = f" ({', '.join(at_bounds)})" if at_bounds else ""
+        click.echo(f"note: the fit is off its own rows by {percent(on_fit.mape, 'text', decimals=2)} on average, with "
+                   f"{len(at_bounds)} of its {free} fitted parameters at a bound of their range{names}: are the times "
+                   "milliseconds per training step, and the layouts those the runs used?", err=True)
     if as_json:
         emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "base_system": base.name, "base_mape": on_base.mape,
                    "at_bounds": at_bounds, "not_fitted": list(fitted.kept), "output": output, "summary": on_fit.summary(),

@@ -202,7 +202,7 @@ def _candidate_groups(path: str, system):
     """The jobs a measured-data file lists, one group per model, GPU count and global batch (file
     order): a plan compares the layouts of one job, and a row on fewer GPUs or a smaller batch takes
     less time without being a better layout."""
-    from ppopt.errors import ConfigError, counted
+    from ppopt.errors import ConfigError
     from ppopt.io.measured import MeasuredDataError, read_measured
 
     try:
@@ -212,10 +212,10 @@ def _candidate_groups(path: str, system):
     groups: dict[tuple[str, int, int], list] = defaultdict(list)
     for row in rows:
         groups[row.model_key, row.job.gpus, row.job.batch].append(row.job)
-    if not groups:  # as `validate` lists them: the first row's reason (a file has at least one row)
-        first = unmodelled[0]
-        others = f"; {counted(len(unmodelled) - 1, 'other row')} too" if len(unmodelled) > 1 else ""
-        raise ConfigError(f"{path}: no row ppopt can model (line {first.line}: {first.reason}{others})", field="candidates")
+    if not groups:  # as `validate` refuses it: the first row's reason (a file has at least one row)
+        from ppopt.cli.measured import no_rows_reason
+
+        raise ConfigError(no_rows_reason(unmodelled, "be planned"), field="candidates")
     return list(groups.values())
 
 
