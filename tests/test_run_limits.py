@@ -235,3 +235,37 @@ def test_run_refuses_chunks_below_one_as_evaluate_does(no_launch):
     expected = "error: --chunks: must be a positive integer, got 0\n"
     _refused(cli("evaluate", "-s", "interleaved-1f1b", "-p", 2, "-m", 4, "--chunks", 0), expected)
     _refused(cli("run", "-s", "interleaved-1f1b", "-p", 2, "-m", 4, "--chunks", 0), expected)
+
+
+def test_a_compare_profile_gets_what_is_left_of_the_timeout_and_its_failure_keeps_the_run(monkeypatch):
+    """The profile after the run had a whole --timeout of its own (a 10 s limit ended after 20 s), and
+    when it failed the run's table, already measured, was thrown away."""
+    import time
+
+    import ppopt.report.run as report
+    import ppopt.run as run
+    import ppopt.run.execute as execute
+    import ppopt.run.profile as profiling
+
+    monkeypatch.setattr(run, "require_torch", lambda: None)
+    def slow_run(schedules, settings):
+        time.sleep(0.3)
+        return ["result"], None
+
+    monkeypatch.setattr(execute, "run_schedules", slow_run)
+    monkeypatch.setattr(report, "run_text", lambda results, settings, comparisons: f"TABLE of {results}, {comparisons}")
+    given = []
+
+    def failing_profile(devices, microbatches, chunks, settings):
+        given.append(settings.timeout_s)
+        raise RunError(f"the ranks did not finish within {settings.timeout_s:.0f} s (--timeout); stopped all ranks")
+
+    monkeypatch.setattr(profiling, "profile", failing_profile)
+    result = cli(*RUN, "--compare", "--timeout", 10)
+    assert result.exit_code == 1
+    assert len(given) == 1 and 9.0 < given[0] <= 9.7  # 10 s less the run's 0.3 s
+    lines = result.output.splitlines()
+    assert "TABLE of ['result'], None" in lines
+    assert lines[-1] == ("error: --compare: the run's table is above, without its comparison: profiling for it failed (the "
+                         "ranks did not finish within 10 s (--timeout); stopped all ranks); give --costs FILE from `ppopt "
+                         "profile`, or a longer --timeout")

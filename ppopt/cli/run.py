@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 
 import click
 
@@ -39,7 +40,7 @@ def run_options(command):
                      help="Parameter and activation type (float64 makes the gradient check tight)."),
         click.option("--timeout", type=float, default=120.0, show_default=True,
                      help="Seconds for every process group operation and for the run, from the launch of its ranks "
-                          "(starting Python and torch comes before)."),
+                          "(starting Python and torch comes before); `run --compare` shares it with the profiles after the run."),
     ]):
         wrapper = option(wrapper)
     return wrapper
@@ -101,7 +102,7 @@ def run_command(files, names, devices, microbatches, chunks, legacy_backward, se
     step and op times, and the gradients checked against the model without pipelining."""
     import dataclasses
 
-    from ppopt.errors import ConfigError
+    from ppopt.errors import ConfigError, PpoptError
     from ppopt.report.run import run_json, run_text
     from ppopt.run import require_torch
     from ppopt.run.execute import check_run, run_schedules
@@ -116,12 +117,21 @@ def run_command(files, names, devices, microbatches, chunks, legacy_backward, se
     require_torch()
     if not quiet:
         click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
+    deadline = time.monotonic() + settings.timeout_s  # --timeout covers the run and the profiles after it
     results, _ = run_schedules(schedules, settings)
-    comparisons = _compare(schedules, results, settings, presets, quiet) if with_compare else None
+    comparisons, failed = None, None
+    if with_compare:
+        try:
+            comparisons = _compare(schedules, results, settings, presets, quiet, deadline)
+        except PpoptError as error:  # the run's figures still stand: printed, then the reason
+            failed = error
     if as_json:
         emit_json(run_json(results, settings, comparisons))
     else:
         click.echo(run_text(results, settings, comparisons))
+    if failed is not None:
+        raise ConfigError(f"the run's table is above, without its comparison: profiling for it failed ({failed.reason}); "
+                          "give --costs FILE from `ppopt profile`, or a longer --timeout", field="with_compare")
     if check and any(r.check is not None and not r.check["ok"] for r in results):
         raise ConfigError("gradients differ from the non-pipelined model (see the table)")
 
@@ -172,24 +182,35 @@ def _check_profiles(schedules, settings) -> None:
                               "give --costs FILE from `ppopt profile`", field="with_compare") from None
 
 
-def _compare(schedules, results, settings, presets, quiet=False):
-    """Each schedule's measured step next to the prediction from ``presets`` (or a profile measured now)."""
+def _compare(schedules, results, settings, presets, quiet=False, deadline: float | None = None):
+    """Each schedule's measured step next to the prediction from ``presets`` (or a profile measured
+    now, each in what is left of ``settings``' timeout at ``deadline``, a ``time.monotonic()`` value)."""
+    import dataclasses
+
     from ppopt.run.compare import compare
 
     if presets is None:
+        from ppopt.run import RunError
         from ppopt.run.profile import profile
 
         presets = {}
         devices, microbatches, counts = _profile_sizes(schedules)
         for stages in counts:
+            left = settings.timeout_s if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise RunError(f"the --timeout of {settings.timeout_s:g} s was spent before the profile of {stages} stages")
             if not quiet:
-                click.echo(f"profiling {stages} stages on {devices} ranks", err=True)
-            measured = profile(devices, microbatches, stages // devices, settings)
+                click.echo(f"profiling {stages} stages on {devices} ranks ({left:.0f} s of --timeout left)", err=True)
+            measured = profile(devices, microbatches, stages // devices, dataclasses.replace(settings, timeout_s=left))
             presets[stages] = (measured.costs, measured.link)
     from ppopt.run.profile import costs_from_ops
 
-    return [compare(schedule, result, *presets[schedule.stages], costs_from_ops(settings, schedule.stages, schedule.microbatches, result.op_s))
-            for schedule, result in zip(schedules, results, strict=True)]
+    comparisons = []
+    for schedule, result in zip(schedules, results, strict=True):
+        costs, link = presets[schedule.stages]
+        comparisons.append(compare(schedule, result, costs, link,
+                                   costs_from_ops(settings, schedule.stages, schedule.microbatches, result.op_s)))
+    return comparisons
 
 
 @main.command("profile")
