@@ -269,3 +269,25 @@ def test_a_compare_profile_gets_what_is_left_of_the_timeout_and_its_failure_keep
     assert lines[-1] == ("error: --compare: the run's table is above, without its comparison: profiling for it failed (the "
                          "ranks did not finish within 10 s (--timeout); stopped all ranks); give --costs FILE from `ppopt "
                          "profile`, or a longer --timeout")
+
+
+@pytest.mark.parametrize("codes, errors, named", [
+    # rank 1 ended by SIGTERM (its handler exits 1); rank 0 then lost its peer: rank 1 is the cause
+    ((1, 1), ("rank 0: RuntimeError: [pair.cc:537] Read error [127.0.0.1]:1: Connection reset by peer", "rank 1: interrupted"),
+     "rank 1 failed (exit status 1): rank 1: interrupted; stopped the other ranks"),
+    # a rank killed by a signal comes before one that exited with an error
+    ((1, -9), ("rank 0: RuntimeError: something", ""), "rank 1 failed (killed by SIGKILL): no message; stopped the other ranks"),
+    # two errors of their own: the first rank
+    ((1, 1), ("rank 0: ValueError: a", "rank 1: ValueError: b"), "rank 0 failed (exit status 1): rank 0: ValueError: a; stopped the other ranks"),
+])
+def test_the_failed_rank_named_is_the_cause_not_a_peer_that_lost_it(tmp_path, codes, errors, named):
+    from types import SimpleNamespace
+
+    from ppopt.run.launcher import _wait
+
+    for rank, text in enumerate(errors):
+        (tmp_path / f"rank{rank}.err").write_text(text + "\n" if text else "")
+    processes = [SimpleNamespace(exitcode=code) for code in codes]
+    with pytest.raises(RunError) as failed:
+        _wait(processes, float("inf"), 10.0, tmp_path)
+    assert failed.value.reason == named

@@ -66,6 +66,11 @@ def _start_server_without_ctrl_c() -> None:
         signal.signal(signal.SIGINT, handler)
 
 
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+"""What a rank's error says when another rank died under it (gloo's words): the other rank's failure
+is the one to report (rank 0 was named when rank 1 got SIGTERM)."""
+
+
 def _last_line(path: Path, killed: bool) -> str:
     """A failed rank's own last line (``rank R: ...``); else, for a rank that exited, its last line
     of any text (a traceback's tail, from before it could write its own). A rank killed by a signal
@@ -132,12 +137,12 @@ def _wait(processes: list, deadline: float, timeout_s: float, folder: Path) -> N
     """Poll the ranks until all have finished, one has failed, or ``deadline`` (monotonic) passes."""
     while True:
         codes = [process.exitcode for process in processes]
-        failed = next((r for r, code in enumerate(codes) if code not in (None, 0)), None)
-        if failed is not None:
-            code = codes[failed]
-            assert code is not None
-            raise RunError(f"rank {failed} failed ({_exit_reason(code)}): {_last_line(folder / f'rank{failed}.err', code < 0)}; "
-                           "stopped the other ranks")
+        failed = {r: code for r, code in enumerate(codes) if code is not None and code != 0}
+        if failed:
+            lines = {r: _last_line(folder / f"rank{r}.err", code < 0) for r, code in failed.items()}
+            # the cause, not its echo: a rank killed by a signal, else one that did not just lose a peer
+            first = min(failed, key=lambda r: (failed[r] >= 0, any(m in lines[r] for m in PEER_LOST), r))
+            raise RunError(f"rank {first} failed ({_exit_reason(failed[first])}): {lines[first]}; stopped the other ranks")
         if all(code == 0 for code in codes):
             return
         if time.monotonic() > deadline:
