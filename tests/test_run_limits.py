@@ -291,3 +291,26 @@ def test_the_failed_rank_named_is_the_cause_not_a_peer_that_lost_it(tmp_path, co
     with pytest.raises(RunError) as failed:
         _wait(processes, float("inf"), 10.0, tmp_path)
     assert failed.value.reason == named
+
+
+def test_a_run_that_lasts_says_it_is_still_working(monkeypatch):
+    """A run or profile printed one line and then nothing until it ended, even over minutes."""
+    import time
+    from types import SimpleNamespace
+
+    import ppopt.report.run as report
+    import ppopt.run as run
+    import ppopt.run.execute as execute
+
+    monkeypatch.setattr("ppopt.solve.options.PROGRESS_AFTER_S", 0.1)  # as if the run had taken long
+
+    def slow_run(schedules, settings):
+        time.sleep(0.5)
+        return [SimpleNamespace(check=None)], None
+
+    monkeypatch.setattr(run, "require_torch", lambda: None)
+    monkeypatch.setattr(execute, "run_schedules", slow_run)
+    monkeypatch.setattr(report, "run_text", lambda results, settings, comparisons: "TABLE")
+    result = cli(*RUN)
+    assert result.exit_code == 0 and "run: still working (0 s)" in result.output.splitlines()
+    assert "still working" not in cli(*RUN, "-q").output

@@ -8,7 +8,7 @@ import time
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import complete_schedule, emit_json, json_option, output_ending_in, quiet_option
+from ppopt.cli.options import complete_schedule, emit_json, json_option, output_ending_in, quiet_option, working
 from ppopt.units import UnitCosts
 
 
@@ -118,7 +118,8 @@ def run_command(files, names, devices, microbatches, chunks, legacy_backward, se
     if not quiet:
         click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
     deadline = time.monotonic() + settings.timeout_s  # --timeout covers the run and the profiles after it
-    results, _ = run_schedules(schedules, settings)
+    with working("run", quiet):
+        results, _ = run_schedules(schedules, settings)
     comparisons, failed = None, None
     if with_compare:
         try:
@@ -201,7 +202,8 @@ def _compare(schedules, results, settings, presets, quiet=False, deadline: float
                 raise RunError(f"the --timeout of {settings.timeout_s:g} s was spent before the profile of {stages} stages")
             if not quiet:
                 click.echo(f"profiling {stages} stages on {devices} ranks ({left:.0f} s of --timeout left)", err=True)
-            measured = profile(devices, microbatches, stages // devices, dataclasses.replace(settings, timeout_s=left))
+            with working("profile", quiet):
+                measured = profile(devices, microbatches, stages // devices, dataclasses.replace(settings, timeout_s=left))
             presets[stages] = (measured.costs, measured.link)
     from ppopt.run.profile import costs_from_ops
 
@@ -235,7 +237,8 @@ def profile_command(devices, microbatches, chunks, settings, output, as_json, qu
     require_torch()
     if not quiet:
         click.echo(f"profiling {devices * chunks} stages on {devices} local ranks (gloo, 127.0.0.1)", err=True)
-    measured = profile(devices, microbatches, chunks, settings)
+    with working("profile", quiet):
+        measured = profile(devices, microbatches, chunks, settings)
     about = {"tool": "ppopt profile", "devices": devices, "microbatches": microbatches, "chunks": chunks,
              "threads": settings.threads, "dtype": settings.dtype, "model": dataclasses_dict(settings.model),
              "steps": settings.steps, "warmup": settings.warmup, "load_average": list(os.getloadavg()),
