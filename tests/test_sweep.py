@@ -869,6 +869,31 @@ def test_the_readme_s_example_spec_loads(tmp_path):
     assert loaded.spec.job.tp == 8 and loaded.spec.solver is not None
 
 
+def test_a_second_sigterm_during_the_first_one_s_clean_up_is_ignored():
+    """GNU timeout signals the process and then its group: the second SIGTERM, 2 ms after the first,
+    interrupted the clean-up the first started (a traceback after "aborted", a run's folder left)."""
+    import os
+    import signal
+
+    from ppopt.solve.interrupt import sigterm_as_ctrl_c
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    cleaned = False
+    try:
+        with pytest.raises(KeyboardInterrupt), sigterm_as_ctrl_c():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler raises at once; never reached
+            finally:  # the clean-up: a second SIGTERM now must not interrupt it
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+                cleaned = True
+        assert cleaned
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the block restores what was there
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_sigterm_as_ctrl_c_keeps_an_ignored_sigterm_ignored():
     """A parent that ignores SIGTERM (nohup-like launchers) keeps it ignored, as the command line's
     install() keeps it; a default SIGTERM becomes Ctrl-C inside the block and is restored after."""

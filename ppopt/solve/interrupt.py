@@ -107,4 +107,8 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def _raise_interrupt(signum, frame) -> None:
+    """SIGTERM as Ctrl-C, once: a second SIGTERM while the first one's clean-up runs is ignored (GNU
+    ``timeout`` signals the process, then its group; two 2 ms apart printed a traceback after
+    ``aborted``, or left a run's folder behind)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
