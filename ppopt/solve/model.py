@@ -115,7 +115,7 @@ def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], li
     The persistent state is rounded down (a distributed optimizer's is fractional in bytes), so the
     model admits every schedule that fits and perhaps one a few bytes over: the search checks what it
     reads back (:meth:`Instance.fits`), and a device's room where the placement is known is exact
-    (:func:`exact_room`)."""
+    (:func:`exact_rooms`)."""
     sizes, rounded = instance.memory_counts()
     scaled, capacity, scale = integer_memory(sizes + rounded, instance.most_held if limit is None else min(limit, instance.most_held))
     return scaled[: len(sizes)], [floor(Fraction(state) * scale) for state in instance.persistent_state()], capacity
@@ -132,14 +132,15 @@ def _unit_scale(instance: Instance) -> Fraction:
     return _scaled(sizes + rounded)[1]
 
 
-def exact_room(instance: Instance, held: Sequence[int]) -> int:
-    """The room for activations on a device holding stages ``held`` under the memory limit, in the
-    unit of :func:`memory_units`: :meth:`Instance.room` (the limit with the fit check's slack, less
-    the stages' persistent state as the simulator counts it), rounded down once. Rounding each
+def exact_rooms(instance: Instance, helds: Sequence[Sequence[int]]) -> list[int]:
+    """For each device's stages in ``helds``, the room for activations under the memory limit, in
+    the unit of :func:`memory_units`: :meth:`Instance.room` (the limit with the fit check's slack,
+    less the stages' persistent state as the simulator counts it), rounded down once. Rounding each
     stage's state up and the limit down left a byte short of two activations at a limit set exactly
     at them beside a fractional state (a distributed optimizer's), and the solver "proved" a bound
     above a schedule that fits."""
-    return floor(Fraction(instance.room(held)) * _unit_scale(instance))
+    scale = _unit_scale(instance)  # once: it weighs every stage's sizes
+    return [floor(Fraction(instance.room(held)) * scale) for held in helds]
 
 
 @dataclass(frozen=True)
@@ -163,11 +164,10 @@ def device_rooms(instance: Instance, placement: Sequence[Sequence[int]]) -> dict
     if instance.memory_limit is None:
         return {}
     demand, _, _ = memory_units(instance, instance.memory_limit)
-    rooms = {}
-    for device, held in enumerate(stages_by_device(placement, instance.devices)):
-        if held and all(len(placement[s]) == 1 for s in held):
-            rooms[device] = DeviceRoom(exact_room(instance, held), {s: demand[s] for s in held})
-    return rooms
+    alone = {device: held for device, held in enumerate(stages_by_device(placement, instance.devices))
+             if held and all(len(placement[s]) == 1 for s in held)}
+    return {device: DeviceRoom(room, {s: demand[s] for s in alone[device]})
+            for device, room in zip(alone, exact_rooms(instance, list(alone.values())), strict=True)}
 
 
 def backward_of(schedule: Schedule) -> Split:
@@ -439,6 +439,8 @@ class _Builder:
         if minimize_peak:
             self.peak = ceiling = self.model.new_int_var(0, capacity, "peak_memory")
             self.memory_step = memory_step(self.instance)
+        helds = [] if self.placement is None else stages_by_device(self.placement, self.p)
+        rooms = exact_rooms(self.instance, helds) if helds and not minimize_peak else []
         for d in range(self.p):
             lifetimes, weights = [], []
             if self.placement is None:  # a stage's state is on d when it is: an interval over the whole horizon
@@ -449,11 +451,11 @@ class _Builder:
                         lifetimes.append(self.model.new_optional_fixed_size_interval_var(0, self.horizon, self.on[s, d], ""))
                         weights.append(kept[s])
             else:
-                held = [s for s in range(self.stages) if d in self.placement[s]]
+                held = list(helds[d])
                 if minimize_peak:
                     room = ceiling - sum(kept[s] for s in held)
                 else:
-                    room = exact_room(self.instance, held)
+                    room = rooms[d]
                     if self.single_stage(held) and demand[held[0]] > 0:
                         self.add_memory_precedence(held[0], room // demand[held[0]])
                         continue
