@@ -572,8 +572,8 @@ def _refuse_other_kind(path: Path, data: dict, cls: type[BaseModel]) -> None:
         raise ConfigError(f"{display_path(path)}: a cost preset ({data['format']}), not a {noun} file: give it as --costs")
     keys = set(data) - {"name", "description"}
     if keys and keys <= set(other.model_fields) and not keys & set(cls.model_fields):
-        shown = ", ".join(sorted(keys)[:3])
-        raise ConfigError(f"{display_path(path)}: a {other_noun} file, not a {noun} file (it gives {shown}, ...)")
+        given = ", ".join(sorted(keys)[:3])
+        raise ConfigError(f"{display_path(path)}: a {other_noun} file, not a {noun} file (it gives {given}, ...)")
 
 
 def _one_line(text: str) -> str:
@@ -652,7 +652,7 @@ def _json_kind(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return f"{str(value).lower()}"
+        return str(value).lower()
     if isinstance(value, int | float):
         return f"the number {value}"
     if isinstance(value, str):
