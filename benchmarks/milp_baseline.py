@@ -52,7 +52,7 @@ from ppopt.graph import topological_order
 from ppopt.ir import Kind, Op, dependencies, freeing_kind, required_ops
 from ppopt.solve.bounds import Shape, lower_bounds
 from ppopt.solve.instance import Instance
-from ppopt.solve.model import exact_room, memory_units  # the CP-SAT model's memory rounding, so K is identical
+from ppopt.solve.model import exact_rooms, memory_units  # the CP-SAT model's memory rounding, so K is identical
 from ppopt.solve.space import Space, handcrafted_in, placement_of, stage_count
 from ppopt.solve.ticks import resolution, to_ticks
 from ppopt.table import earliest_starts
@@ -143,7 +143,7 @@ def _caps(data: Data) -> dict[int, int]:
             )
         s = held[0]
         if demand[s] > 0:
-            caps[s] = exact_room(inst, held) // demand[s]
+            caps[s] = exact_rooms(inst, [held])[0] // demand[s]
     return caps
 
 
