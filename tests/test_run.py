@@ -510,6 +510,27 @@ def test_a_malformed_cost_preset_is_one_line(tmp_path):
     write_cost_preset(path, _costs(), None, {"dtype": "float64"})
     result = cli("run", "-s", "1f1b", "-p", 2, "-m", 2, "--compare", "--costs", path)
     assert result.exit_code == 1 and result.output.startswith(f"error: --costs: {path} was measured with dtype float64, this run uses float32")
+    write_cost_preset(path, _costs(), None, {"dtype": "float32", "threads": 2})
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 2, "--compare", "--costs", path)
+    assert result.exit_code == 1 and result.output.startswith(f"error: --costs: {path} was measured with threads 2, this run uses 1; "
+                                                              "give the same --threads or profile again")
+
+
+def test_a_cost_preset_of_another_rank_count_is_noted(tmp_path, capsys):
+    """Two stages profiled on 1 rank (chunks 2) and run on 2: the cores are shared differently."""
+    from ppopt.cli.run import _presets
+
+    path = tmp_path / "costs.json"
+    schedules = [generate("1f1b", 2, 4)]
+    settings = RunSpec((), 2, TINY)
+    write_cost_preset(path, _costs(), None, {"devices": 1, "threads": 1})
+    assert set(_presets(schedules, path, settings)) == {2}
+    assert capsys.readouterr().err == (f"note: {path} was measured on 1 rank, this run uses 2: the ranks share this machine's "
+                                       "cores differently, so its op times may not hold here\n")
+    _presets(schedules, path, settings, quiet=True)
+    write_cost_preset(path, _costs(), None, {"devices": 2, "threads": 1})
+    _presets(schedules, path, settings)
+    assert capsys.readouterr().err == ""
 
 
 def test_costs_from_measured_ops_fill_the_missing_backward_form():

@@ -111,7 +111,7 @@ def run_command(files, names, devices, microbatches, chunks, legacy_backward, se
         raise ConfigError("only applies with --compare", field="costs")
     schedules = _schedules(files, names, devices, microbatches, chunks, legacy_backward)
     settings = check_run(schedules, dataclasses.replace(settings, check=check))
-    presets = _presets(schedules, costs, settings) if with_compare and costs else None  # a bad file fails before the run
+    presets = _presets(schedules, costs, settings, quiet) if with_compare and costs else None  # a bad file fails before the run
     if with_compare and not costs:
         _check_profiles(schedules, settings)
     require_torch()
@@ -150,9 +150,11 @@ def note_shared_cores(ranks: int, threads: int) -> None:
                    "so the measured times include waiting for one", err=True)
 
 
-def _presets(schedules, costs_file, settings):
+def _presets(schedules, costs_file, settings, quiet: bool = False):
     """The cost preset file, by stage count; every schedule must have its stage count, and a preset
-    from `ppopt profile` must have been measured with the same model and dtype as this run."""
+    from `ppopt profile` must have been measured with the same model, dtype and torch threads per
+    rank as this run (each changes every op's time). A preset measured on another number of ranks
+    gets a note on stderr: the ranks share the cores differently (:func:`note_shared_cores`)."""
     import dataclasses
 
     from ppopt.errors import ConfigError
@@ -162,11 +164,17 @@ def _presets(schedules, costs_file, settings):
     costs, link, measured = read_cost_preset_file(costs_file)
     for schedule in schedules:
         check_stages(schedule, costs)
-    ours = {"model": dataclasses.asdict(settings.model), "dtype": settings.dtype}
-    for key, value in ours.items():
+    ours = {"model": (dataclasses.asdict(settings.model), "the same model options"), "dtype": (settings.dtype, "the same --dtype"),
+            "threads": (settings.threads, "the same --threads")}
+    for key, (value, fix) in ours.items():
         if key in measured and measured[key] != value:
             raise ConfigError(f"{costs_file} was measured with {key} {measured[key]}, this run uses {value}; "
-                              "give the same model options or profile again", field="costs")
+                              f"give {fix} or profile again", field="costs")
+    ranks = schedules[0].devices
+    if not quiet and isinstance(measured.get("devices"), int) and measured["devices"] != ranks:
+        theirs = measured["devices"]
+        click.echo(f"note: {costs_file} was measured on {theirs} rank{'s' * (theirs != 1)}, this run uses {ranks}: "
+                   "the ranks share this machine's cores differently, so its op times may not hold here", err=True)
     return {costs.num_stages: (costs, link)}
 
 
