@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
@@ -451,36 +451,52 @@ def list_systems() -> list[str]:
     return sorted(_presets(system_preset_dirs()))
 
 
-def load_model(name_or_path: str | os.PathLike[str] | ModelConfig) -> ModelConfig:
-    """A model preset by name (e.g. ``"study"``) or a ``.toml`` / ``.json`` file.
+def load_model(name_or_path: str | os.PathLike[str] | ModelConfig | Mapping[str, object]) -> ModelConfig:
+    """A model preset by name (e.g. ``"study"``), a ``.toml`` / ``.json`` file, or a mapping of a
+    file's fields (checked as a file's are, named ``"custom"`` unless it gives a name).
 
     A ``ModelConfig`` is returned unchanged. Raises ConfigError on unknown names, unreadable
     files and invalid contents.
     """
     if isinstance(name_or_path, ModelConfig):
         return name_or_path
+    if isinstance(name_or_path, Mapping):
+        return _from_mapping(name_or_path, ModelConfig, "model")
     _require_name(name_or_path, "model", "ModelConfig")
     path = _resolve(name_or_path, model_preset_dirs(), "model")
     return _load_file(path, ModelConfig)
 
 
-def load_system(name_or_path: str | os.PathLike[str] | SystemConfig) -> SystemConfig:
-    """A system preset by name (e.g. ``"mid-mid"``, ``"dgx-h100"``) or a ``.toml`` / ``.json`` file.
+def load_system(name_or_path: str | os.PathLike[str] | SystemConfig | Mapping[str, object]) -> SystemConfig:
+    """A system preset by name (e.g. ``"mid-mid"``, ``"dgx-h100"``), a ``.toml`` / ``.json`` file,
+    or a mapping of a file's fields (as :func:`load_model`).
 
     A ``SystemConfig`` is returned unchanged. Raises ConfigError on unknown names, unreadable
     files and invalid contents.
     """
     if isinstance(name_or_path, SystemConfig):
         return name_or_path
+    if isinstance(name_or_path, Mapping):
+        return _from_mapping(name_or_path, SystemConfig, "system")
     _require_name(name_or_path, "system", "SystemConfig")
     path = _resolve(name_or_path, system_preset_dirs(), "system")
     return _load_file(path, SystemConfig)
 
 
+def _from_mapping(fields: Mapping[str, object], cls: type[_M], kind: str) -> _M:
+    """A config from a mapping of a file's fields: the same checks and one-line ConfigError as a
+    file's (:func:`_load_file`), with Python's own numbers accepted (numpy's too)."""
+    data = {"name": "custom", **fields}
+    try:
+        return cls.model_validate(data, context={"file": True})
+    except ValidationError as error:
+        raise ConfigError(validation_message(error, model=cls), field=kind) from None
+
+
 def _require_name(value: object, kind: str, config: str) -> None:
     """ConfigError naming ``kind`` unless ``value`` is a preset name or a file's path."""
     if not isinstance(value, (str, os.PathLike)):
-        raise ConfigError(f"must be a preset name, a .toml/.json file or a {config}, got {value!r}", field=kind)
+        raise ConfigError(f"must be a preset name, a .toml/.json file, a {config} or a mapping of its fields, got {value!r}", field=kind)
 
 
 def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind: str) -> Path:

@@ -87,6 +87,7 @@ Communication
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -234,7 +235,8 @@ def check_global_batch(global_batch: int | None) -> None:
     integer from 1 to the model's limit (:data:`ppopt.config.MODEL_LIMITS`), refused in the same
     words by every command; None (the model's own) passes."""
     most = MODEL_LIMITS["global_batch_size"]
-    if global_batch is not None and (isinstance(global_batch, bool) or not 1 <= global_batch <= most):
+    if global_batch is not None and (isinstance(global_batch, bool) or not isinstance(global_batch, numbers.Integral)
+                                     or not 1 <= global_batch <= most):
         raise ConfigError(f"must be a positive integer of at most {most}, got {global_batch!r}", field="global_batch")
 
 
@@ -272,7 +274,10 @@ def _kv_width(model: ModelConfig) -> int | float:
 
 
 def layer_linear_params(model: ModelConfig) -> int | float:
-    """Elements of a block's weight matrices: 2h² (Q, output) + 2·h·(r·h) (K, V) + n_ffn·h·f."""
+    """Elements of a block's weight matrices: 2h² (Q, output) + 2·h·(r·h) (K, V) + n_ffn·h·f, with r
+    the key/value heads over the query heads (grouped-query attention: Ainslie et al., "GQA", EMNLP
+    2023, Section 2) and n_ffn = 3 for SwiGLU's gate, up and down matrices (Shazeer, "GLU Variants
+    Improve Transformer", 2020, Section 2), 2 for a GELU MLP's up and down matrices."""
     h, f = model.hidden_size, model.ffn_hidden_size
     return 2 * h * h + 2 * h * _kv_width(model) + model.ffn_matrices * h * f
 
@@ -655,7 +660,8 @@ def link_between(system: SystemConfig, device_a: int, device_b: int) -> LinkConf
 
 
 def transfer_time_s(num_bytes: float, link: LinkConfig) -> float:
-    """Hockney time of one message, seconds: ``bytes / bandwidth + latency`` (bytes, bytes per second,
+    """Hockney time of one message (Hockney 1994, module doc "Communication"), seconds:
+    ``bytes / bandwidth + latency`` (bytes, bytes per second,
     seconds; slots with the unit mode's links). A zero-byte message costs 0."""
     if num_bytes < 0:
         raise ValueError(f"negative message size {num_bytes}")

@@ -71,6 +71,13 @@ def counted(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'es' if noun.endswith(('ch', 'sh', 's', 'x')) else 's'}"
 
 
+def require_bool(value: object, field: str) -> None:
+    """ConfigError naming ``field`` unless ``value`` is True or False (the text "no" is a true
+    value to Python, so an on/off field given text would switch on without a word)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be True or False, got {value!r}", field=field)
+
+
 def require_positive_int(value: object, field: str) -> None:
     """ConfigError naming ``field`` unless ``value`` is an int >= 1 (not True, which is an int to
     Python, nor 4.0)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig, load_model, load_system
-from ppopt.costs import Costs, partition_layers
+from ppopt.costs import Costs, check_global_batch, partition_layers
 from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import Flat
 from ppopt.formula import Formula, formula
@@ -123,6 +123,11 @@ def evaluate_schedule(
     with ``with_formula``, the formula layer of the family ``schedule.name`` names with the options
     that built it (``schedule.options``, then ``options``): only for a schedule :func:`generate` built,
     since a schedule read from a file or found by a search carries no family's closed form."""
+    if not isinstance(schedule, Schedule):  # a name belongs to evaluate(), which builds it
+        raise ConfigError(f"must be a Schedule (evaluate() takes a family's name), got {schedule!r}", field="schedule")
+    if not isinstance(units, UnitCosts):
+        raise ConfigError(f"must be a UnitCosts, got {units!r}", field="units")
+    check_global_batch(global_batch)
     flat = validated(schedule)
     model, system = model_and_system(model, system)
     if parallel is not None and not parallel.is_default and (model is None or system is None):
@@ -174,6 +179,7 @@ def evaluate(name: str, devices: int, microbatches: int, units: UnitCosts = DEFA
     microbatches, is refused before its schedule is built (at p = 1,024, m = 4,096 building
     Chimera's took 85 s before the simulator refused it; at p = 4, m = 10^6, 9 s before the batch
     did)."""
+    require_positive(devices, microbatches)  # before the stage count is weighed against the layers
     model, system = model_and_system(model, system)
     if model is not None and (why := too_many_stages(name, devices, options, model.num_layers)):
         raise ScheduleError(why)

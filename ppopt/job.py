@@ -159,7 +159,7 @@ from ppopt.costs import (
     stored_activation_bytes_per_layer,
     work_time_s,
 )
-from ppopt.errors import ConfigError, ScheduleError, counted, require_positive_int
+from ppopt.errors import ConfigError, ScheduleError, counted, require_bool, require_positive_int
 from ppopt.flat import Flat
 from ppopt.generators import get, names, too_many_stages
 from ppopt.ir import Schedule, check_size
@@ -262,15 +262,27 @@ class Job:
     system: SystemConfig
     """The system (a preset name or a file, as ``model``)."""
     tp: int = 1
+    """Tensor-parallel degree t: GPUs that split each layer (within a node, or whole nodes)."""
     pp: int = 1
+    """Pipeline devices p (each holds the family's stages per device)."""
     dp: int = 1
+    """Data-parallel replicas d; the job takes t·p·d GPUs."""
     micro_batch: int = 1
+    """Sequences per microbatch (b)."""
     global_batch: int | None = None
+    """Sequences per step over all replicas (None: the model's ``global_batch_size``)."""
     recompute: Recompute = "none"
+    """Activation recomputation: ``"none"``, ``"selective"`` (the attention core) or ``"full"``
+    (each block's input kept; module doc)."""
     sequence_parallel: bool = False
+    """Megatron's sequence parallelism (needs t > 1): reduce-scatter and all-gather instead of
+    all-reduce, norm and dropout activations split by t."""
     distributed_optimizer: bool = False
+    """Optimizer state sharded across the d replicas (needs d > 1)."""
     overlap_gradient_sync: bool = False
+    """The gradient all-reduce bucketed and overlapped with the last backward, rather than after it."""
     schedule: str = "1f1b"
+    """The pipeline schedule, a family of ``ppopt list``."""
     layers: tuple[int, ...] | None = None
     """Transformer blocks per schedule stage, stage 0 first (None: :func:`ppopt.costs.partition_layers`'s
     even split, the remainder on the earliest stages)."""
@@ -287,6 +299,8 @@ class Job:
         object.__setattr__(self, "system", load_system(self.system))
         for name in ("tp", "pp", "dp", "micro_batch"):
             require_positive_int(getattr(self, name), name)
+        for name in ("sequence_parallel", "distributed_optimizer", "overlap_gradient_sync"):
+            require_bool(getattr(self, name), name)
         check_global_batch(self.global_batch)  # the model's limit: keeps every count finite (ppopt.config)
         try:
             get(self.schedule)

@@ -68,7 +68,7 @@ import numpy as np
 
 from ppopt.config import ModelConfig, SystemConfig, load_model, load_system
 from ppopt.costs import Costs, check_global_batch, layer_forward_flops, logits_forward_flops, work_time_s
-from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, require_positive_int
+from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, require_bool, require_positive_int
 from ppopt.generators import get
 from ppopt.ir import FREEING_KINDS, MAX_OPS, Kind
 from ppopt.job import (
@@ -141,13 +141,18 @@ class PlanRequest:
         for name in ("recompute", "schedules"):  # one name given alone, not its letters
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, (getattr(self, name),))
+        for name in ("split", "recompute", "schedules", "micro_batches"):  # a list is taken as the tuple it holds
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         require_positive_int(self.gpus, "gpus")
+        require_bool(self.overlap_gradient_sync, "overlap_gradient_sync")
         check_global_batch(self.global_batch)
         limit = self.memory_limit_bytes
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Real)
                                   or not (math.isfinite(limit) and limit > 0)):
             raise ConfigError(f"must be a positive number of bytes, got {limit!r}", field="memory_limit_bytes")
-        if isinstance(self.split, str) and self.split not in ("even", "balanced"):
+        if not (self.split in ("even", "balanced") or isinstance(self.split, tuple)
+                and all(isinstance(n, int) and not isinstance(n, bool) for n in self.split)):
             raise ConfigError(f"must be even, balanced or counts like 7,8,8,7, got {self.split!r}", field="layers_per_stage")
         if isinstance(self.split, tuple) and (any(n < 1 for n in self.split) or sum(self.split) != self.model.num_layers):
             raise ConfigError(f"counts must be positive and sum to the model's {self.model.num_layers} layers, got "
@@ -158,13 +163,13 @@ class PlanRequest:
             except ScheduleError as error:
                 raise ConfigError(error.reason, field="schedules") from None
         if not self.schedules:
-            raise ConfigError(f"unknown empty (known: {', '.join(SCHEDULES)})", field="schedules")
+            raise ConfigError(f"must name at least one schedule (known: {', '.join(SCHEDULES)})", field="schedules")
         if (unknown := [v for v in self.recompute if v not in RECOMPUTE_MODES]) or not self.recompute:
             raise ConfigError(f"unknown {', '.join(unknown) or 'empty'} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
         if self.micro_batches is not None:
-            bad = [b for b in self.micro_batches if not b >= 1]
+            bad = [b for b in self.micro_batches if isinstance(b, bool) or not isinstance(b, int) or b < 1]
             if bad or not self.micro_batches:
-                raise ConfigError(f"must be positive integers, got {', '.join(map(str, bad)) or 'none'}", field="micro_batches")
+                raise ConfigError(f"must be positive integers, got {', '.join(map(repr, bad)) or 'none'}", field="micro_batches")
 
     @property
     def batch(self) -> int:
@@ -672,13 +677,19 @@ class PlanRow:
 
     job: Job
     step_time_s: float
+    """Predicted training step, seconds: the pipeline, the gradient sync and the optimizer step."""
     pipeline_s: float
+    """The simulated pipeline, seconds."""
     gradient_sync_s: float
+    """The data-parallel gradient all-reduce (and the tied embedding's) after the pipeline, seconds."""
     optimizer_s: float
+    """The optimizer step, seconds."""
     tokens_per_s: float
+    """Training throughput, tokens per second over the whole job."""
     mfu: float
     """Model FLOPs utilisation, 0..1."""
     memory: Memory
+    """The per-GPU peak and its parts, bytes."""
 
 
 def model_flops_per_step(job: Job) -> float:
@@ -883,8 +894,9 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
         job, memory = least
         given = request.memory_limit_bytes is not None  # else the system's memory: say so, not blame a flag never given
         where = "" if given else f" (the memory_capacity_bytes of system {request.system.name})"
+        shown = f"{limit / 1e9:.2f} GB" if limit >= 1e7 else f"{limit:,.0f} bytes"  # 80 bytes is not "0.00 GB"
         raise InfeasibleError(
-            f"no job fits {limit / 1e9:.2f} GB per GPU{where}: the least any of the {total} jobs needs is "
+            f"no job fits {shown} per GPU{where}: the least any of the {total} jobs needs is "
             f"{memory.peak_bytes / 1e9:.2f} GB ({describe(job)}, {memory.bound()})",
             field="memory_limit_bytes" if given else None)
     rows: list[PlanRow] = []

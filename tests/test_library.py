@@ -15,6 +15,9 @@ from ppopt.config import load_model, load_system
 from ppopt.errors import ConfigError, ScheduleError
 from ppopt.evaluate import evaluate, evaluate_schedule, table_of
 from ppopt.formula import formula
+from ppopt.generators import generate, names
+from ppopt.io.torch_csv import read_torch_csv, write_torch_csv
+from ppopt.ir import Kind, Op
 from ppopt.job import Job, evaluate_job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,13 +108,97 @@ def test_the_readme_s_plan_and_validate_example_prints_what_the_readme_says():
 
 
 @pytest.mark.parametrize(("call", "field", "reason"), [
-    (lambda: load_model(42), "model", "must be a preset name, a .toml/.json file or a ModelConfig, got 42"),
-    (lambda: load_system(None), "system", "must be a preset name, a .toml/.json file or a SystemConfig, got None"),
+    (lambda: load_model(42), "model", "must be a preset name, a .toml/.json file, a ModelConfig or a mapping of its fields, got 42"),
+    (lambda: load_system(None), "system", "must be a preset name, a .toml/.json file, a SystemConfig or a mapping of its fields, got None"),
 ])
 def test_a_config_of_the_wrong_type_is_a_ppopt_error(call, field, reason):
     with pytest.raises(ConfigError) as raised:
         call()
     assert (raised.value.field, raised.value.reason) == (field, reason)
+
+
+def _job(**fields):
+    return Job("llama3-8b", "dgx-h100", **fields)
+
+
+def _plan_request(**fields):
+    from ppopt.plan import PlanRequest
+
+    return PlanRequest("llama3-8b", "dgx-h100", gpus=2, **fields)
+
+
+def _gap(**fields):
+    from ppopt.solve.gap import gap_report
+    from ppopt.solve.instance import InstanceSpec
+    from ppopt.units import UnitCosts
+
+    return gap_report(InstanceSpec(2, 4, UnitCosts()), **fields)
+
+
+def _frontier(limits):
+    from ppopt.solve.gap import frontier
+    from ppopt.solve.instance import InstanceSpec
+    from ppopt.units import UnitCosts
+
+    return frontier(InstanceSpec(2, 4, UnitCosts()), "placement=linear", limits=limits)
+
+
+@pytest.mark.parametrize(("call", "error", "field", "reason"), [
+    # text is a true value to Python: "no" switched sequence parallelism on without a word
+    (lambda: _job(tp=2, sequence_parallel="no"), ConfigError, "sequence_parallel", "must be True or False, got 'no'"),
+    (lambda: _job(dp=2, distributed_optimizer=1), ConfigError, "distributed_optimizer", "must be True or False, got 1"),
+    (lambda: _plan_request(overlap_gradient_sync="yes"), ConfigError, "overlap_gradient_sync", "must be True or False, got 'yes'"),
+    (lambda: _plan_request(split=("16", "16")), ConfigError, "layers_per_stage",
+     "must be even, balanced or counts like 7,8,8,7, got ('16', '16')"),
+    (lambda: _plan_request(micro_batches=("2",)), ConfigError, "micro_batches", "must be positive integers, got '2'"),
+    (lambda: _plan_request(schedules=[]), ConfigError, "schedules", f"must name at least one schedule (known: {', '.join(names())})"),
+    (lambda: _plan_request(schedules=[None]), ConfigError, "schedules",
+     f"a schedule is given by its name (known: {', '.join(names())}), got None"),
+    (lambda: generate(None, 4, 8), ScheduleError, "schedule", f"a schedule is given by its name (known: {', '.join(names())}), got None"),
+    # the devices were weighed against the model's layers first: TypeError
+    (lambda: evaluate("1f1b", "4", 8, model="llama3-8b", system="dgx-h100"), ScheduleError, "devices", "must be an integer >= 1, got '4'"),
+    (lambda: evaluate("1f1b", 4, 8, units=None), ConfigError, "units", "must be a UnitCosts, got None"),
+    # a float batch was named as the micro batch it made ("micro_batch: ... got 4.0")
+    (lambda: evaluate("1f1b", 4, 8, model="llama3-8b", system="dgx-h100", global_batch=32.0), ConfigError, "global_batch",
+     "must be a positive integer of at most 1073741824, got 32.0"),
+    (lambda: _gap(schedules=["zbv"]), ScheduleError, None,
+     f"unknown schedule 'zbv' (known: {', '.join(names())}); did you mean 'zb-v'?"),
+    (lambda: _gap(schedule_options={"bogus": 1}), ConfigError, "schedule_options",
+     "unknown schedule option(s): bogus (known: chunks, waves, split)"),
+    (lambda: _frontier([]), ConfigError, "limits", "must hold at least one memory limit (None: the default ones)"),
+    (lambda: _frontier(["x"]), ConfigError, "limits", "must be positive numbers, got 'x'"),
+    (lambda: _frontier(4), ConfigError, "limits", "must be a list of memory limits (None: the default ones), got 4"),
+    (lambda: load_system({"peak_flops": 1e15, "memory_bandwidth_bytes_per_s": 1e12, "memory_capacity_bytes": 8e10,
+                          "intra_node": {"bandwidth_bytes_per_s": 1e11, "latency_s": 1e-6},
+                          "inter_node": {"bandwidth_bytes_per_s": 1e10, "latency_s": 1e-5}, "compute_efficiency": float("nan")}),
+     ConfigError, "system", "field 'compute_efficiency': must be a finite number, got nan"),
+])
+def test_bad_library_arguments_are_one_line_errors_naming_the_field(call, error, field, reason):
+    with pytest.raises(error) as raised:
+        call()
+    assert (raised.value.field, raised.value.reason) == (field, reason)
+
+
+def test_the_library_takes_lists_strings_and_mappings_where_it_takes_tuples_spaces_and_configs():
+    """A list of layer counts was ignored (planned as 'balanced'); a space's text and a mapping of a
+    config file's fields are taken as the command line's flags and files are."""
+    assert _plan_request(split=[16, 16]).split == (16, 16)
+    assert _plan_request(split=[16, 16]) == _plan_request(split=(16, 16))
+    assert _gap(schedules="1f1b").rows[0].schedule == "1f1b"  # one name, not its letters
+    assert [point.memory_limit for point in _frontier([4, 2, 4]).points] == [2, 4]
+    system = load_system("dgx-h100").model_dump() | {"memory_capacity_bytes": 40e9}
+    job = Job({**load_model("llama3-8b").model_dump(), "name": "mine"}, system, pp=2)
+    assert (job.model.name, job.system.name, job.system.memory_capacity_bytes) == ("mine", "dgx-h100", 40e9)
+    assert load_model({"num_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 1000,
+                       "seq_length": 128}).name == "custom"
+
+
+def test_a_torch_csv_file_name_with_a_comma_is_read_as_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    schedule = generate("1f1b", 2, 2)
+    write_torch_csv(schedule, "p2,m2.csv")
+    assert read_torch_csv("p2,m2.csv").orders == schedule.orders
+    assert read_torch_csv("0F0,0B0").orders == ((Op(0, Kind.F, 0), Op(0, Kind.B, 0)),)  # no such file: the text
 
 
 def test_a_memory_limit_with_a_unit_is_refused_with_the_unit_the_library_takes():

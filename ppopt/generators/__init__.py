@@ -265,6 +265,8 @@ def names() -> list[str]:
 
 def get(name: str) -> Family:
     """The family registered as ``name``; a ScheduleError naming the known ones otherwise."""
+    if not isinstance(name, str):  # None or a number from Python code: it has no close match to suggest
+        raise ScheduleError(f"a schedule is given by its name (known: {', '.join(REGISTRY)}), got {name!r}", field="schedule")
     try:
         return REGISTRY[name]
     except KeyError:

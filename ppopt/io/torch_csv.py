@@ -457,15 +457,16 @@ def read_torch_csv_file(name: str, legacy_backward: bool = False) -> Schedule:
 def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: bool = False) -> Schedule:
     """Read a PyTorch schedule CSV into a validated :class:`Schedule`.
 
-    ``path_or_text``: a path (``os.PathLike``, or a ``str`` without a newline or comma), an open text
-    file, or the CSV text itself (a ``str`` containing a newline or a comma). The schedule is named
-    after the file's stem (``torch-csv`` for text).
+    ``path_or_text``: a path (``os.PathLike``, or a ``str`` without a newline that names a file or
+    holds no comma), an open text file, or the CSV text itself (a ``str`` containing a newline, or a
+    comma and naming no file: ``p2,m2.csv`` written by :func:`write_torch_csv` reads back as that
+    file). The schedule is named after the file's stem (``torch-csv`` for text).
     """
     if hasattr(path_or_text, "read"):
         source = getattr(path_or_text, "name", None)
         name = Path(source).stem if isinstance(source, str) else "torch-csv"
         return parse_torch_csv(path_or_text.read(), name, legacy_backward)
-    if isinstance(path_or_text, str) and ("\n" in path_or_text or "," in path_or_text):
+    if isinstance(path_or_text, str) and ("\n" in path_or_text or "," in path_or_text and not os.path.isfile(path_or_text)):
         return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
     require_file_name(path_or_text, TORCH_CSV_FILE, ScheduleError)
     path = Path(path_or_text)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ppopt.config import ModelConfig
 from ppopt.errors import ConfigError, InfeasibleError, MemoryShortError, ScheduleError
-from ppopt.generators import generate, names, too_many_stages
+from ppopt.generators import OPTIONS, generate, get, names, too_many_stages
 from ppopt.ir import Schedule
 from ppopt.simulate import simulate
 from ppopt.solve import options as solve_options
@@ -37,7 +38,7 @@ from ppopt.solve.search import (
     space_instance,
     too_late,
 )
-from ppopt.solve.space import Space, family_space, placement_of, space_of, stage_count
+from ppopt.solve.space import Space, family_space, parse_space, placement_of, space_of, stage_count
 from ppopt.validation import validate
 
 
@@ -132,6 +133,12 @@ def gap_report(
     """
     options = (options or SolveOptions()).start()
     schedule_options = schedule_options or {}
+    if unknown := sorted(set(schedule_options) - set(OPTIONS)):  # every family would skip it: an empty report
+        raise ConfigError(f"unknown schedule option(s): {', '.join(unknown)} (known: {', '.join(OPTIONS)})", field="schedule_options")
+    if isinstance(schedules, str):  # one name given alone, not its letters
+        schedules = (schedules,)
+    for name in schedules or ():  # a misspelt name is an error, as on the command line, not a skipped row
+        get(name)
     devices, microbatches = spec.devices, spec.microbatches
     given_space = None if given is None else space_of(given)  # no space holds it: an error, not an empty report
     if given is not None and (given.devices, given.microbatches) != (devices, microbatches):
@@ -297,7 +304,7 @@ def _refuse_limits_below(limits: Sequence[float], minimum: float, why: str, spac
 
 def frontier(
     spec: InstanceSpec,
-    space: Space,
+    space: Space | str,
     limits: Sequence[float] | None = None,
     options: SolveOptions | None = None,
     given: Schedule | None = None,
@@ -320,7 +327,15 @@ def frontier(
     """
     options = (options or SolveOptions()).start()
     devices = spec.devices
+    if isinstance(space, str):  # its text, as search takes it
+        space = parse_space(space)
     if limits is not None:
+        if isinstance(limits, (str, bytes)) or not isinstance(limits, Iterable):
+            raise ConfigError(f"must be a list of memory limits (None: the default ones), got {limits!r}", field="limits")
+        if bad := [x for x in limits if isinstance(x, bool) or not isinstance(x, numbers.Real) or not (math.isfinite(x) and x > 0)]:
+            raise ConfigError(f"must be positive numbers, got {bad[0]!r}", field="limits")
+        if not limits:
+            raise ConfigError("must hold at least one memory limit (None: the default ones)", field="limits")
         limits = sorted(set(limits))  # a limit given twice is one point
         if len(limits) > MAX_LIMITS:  # sharing their results compares every pair: 10,000 limits took 18 s after the searches
             raise ConfigError(f"{len(limits):,} memory limits: a frontier takes at most {MAX_LIMITS:,} (each gets a share of "
