@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any  # noqa: E402  (after IMPORTED_AT, which m
 if TYPE_CHECKING:
     from ppopt.generators import generate
     from ppopt.ir import Kind, Op, Schedule
-    from ppopt.validation import validate
+    from ppopt.validation import ScheduleValidationError, validate
 
-__all__ = ["Kind", "Op", "Schedule", "generate", "validate"]
+__all__ = ["Kind", "Op", "Schedule", "ScheduleValidationError", "generate", "validate"]
 __version__ = "0.1.0"
 
 _HOMES = {"Kind": "ppopt.ir", "Op": "ppopt.ir", "Schedule": "ppopt.ir", "generate": "ppopt.generators",
-          "validate": "ppopt.validation"}
+          "validate": "ppopt.validation", "ScheduleValidationError": "ppopt.validation"}
 """The module of each name above. They are imported on first use, so that ``import ppopt`` (which
 every ``ppopt.x`` import runs first) is quick: the command line's entry point and the run's fork
 server need the package before they can install their Ctrl-C handling (:mod:`ppopt.entry`)."""

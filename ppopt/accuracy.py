@@ -28,11 +28,17 @@ class RowResult:
     """One measured row and its prediction. Seconds, bytes."""
 
     line: int
+    """The row's line in its file (the header is line 1)."""
     model: str
+    """The model's key (the Spearman correlations are taken within it)."""
     job: str
+    """The layout as ``validate`` prints it (``t2 p4 d8 b1 m16``)."""
     measured_s: float
+    """The measured step, seconds."""
     predicted_s: float
+    """ppopt's predicted step, seconds."""
     peak_memory_bytes: float
+    """The predicted per-GPU peak, bytes."""
     source: str = ""
     """File name of the measurement."""
     pipeline_s: float = 0.0

@@ -1,4 +1,6 @@
-"""The one topological sort, for every dependency graph in the project (schedules, solver windows)."""
+"""A topological sort for dependency graphs given as successor maps (a deadlocked schedule's report
+in :mod:`ppopt.validation`, the solver's models and windows). Validating, tabling and simulating a
+schedule order its ops by :mod:`ppopt.flat`'s per-device walk instead, which builds no graph."""
 
 from __future__ import annotations
 

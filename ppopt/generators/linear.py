@@ -57,11 +57,13 @@ def _linear_formula(devices: int, microbatches: int, backward: int, peaks: tuple
 
 
 def gpipe_formula(devices: int, microbatches: int, backward: int = 1):
-    """Bubble (p-1)/(m+p-1), length (m+p-1)(F+B); every device keeps all m activations."""
+    """Bubble (p-1)/(m+p-1), length (m+p-1)(F+B); every device keeps all m activations (Huang et
+    al. 2019, Section 2.2)."""
     return _linear_formula(devices, microbatches, backward, (microbatches,) * devices, "Huang et al. 2019 (GPipe)")
 
 
 def one_f_one_b_formula(devices: int, microbatches: int, backward: int = 1):
-    """Same bubble and length as GPipe; device r keeps at most min(m, p - r) activations."""
+    """Same bubble and length as GPipe; device r keeps at most min(m, p - r) activations (Narayanan
+    et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021, Section 3)."""
     peaks = tuple(min(microbatches, devices - r) for r in range(devices))
     return _linear_formula(devices, microbatches, backward, peaks, "Narayanan et al. 2021 (PipeDream-Flush)")

@@ -207,7 +207,10 @@ class Executor:
 
 
 class LocalExecutor(Executor):
-    """In-process (``jobs == 1``) or a pool of ``jobs`` spawned processes."""
+    """In-process (``jobs == 1``) or a pool of ``jobs`` spawned processes. Each spawned process
+    imports the main module again, so a script that uses more than one job must start the work
+    under ``if __name__ == "__main__":`` (Python's multiprocessing guide, "Safe importing of main
+    module")."""
 
     def __init__(self, jobs: int = 1):
         _check_jobs(jobs)
@@ -250,7 +253,8 @@ class LocalExecutor(Executor):
                     try:
                         result = future.result()
                     except BrokenProcessPool:
-                        raise PpoptError(f"one of the {self.jobs} worker processes ended abruptly (killed, or out of memory); "
+                        raise PpoptError(f"one of the {self.jobs} worker processes ended abruptly (killed, out of memory, or started "
+                                         "from a script without `if __name__ == \"__main__\":`, which each worker then runs again); "
                                          "the items running were lost (a sweep keeps the rows written: rerun it)",
                                          field="jobs") from None
                     yield result
