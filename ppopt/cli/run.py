@@ -157,7 +157,7 @@ def _presets(schedules, costs_file, settings, quiet: bool = False):
     gets a note on stderr: the ranks share the cores differently (:func:`note_shared_cores`)."""
     import dataclasses
 
-    from ppopt.errors import ConfigError
+    from ppopt.errors import ConfigError, counted
     from ppopt.io.cost_preset import read_cost_preset_file
     from ppopt.run.compare import check_stages
 
@@ -172,8 +172,7 @@ def _presets(schedules, costs_file, settings, quiet: bool = False):
                               f"give {fix} or profile again", field="costs")
     ranks = schedules[0].devices
     if not quiet and isinstance(measured.get("devices"), int) and measured["devices"] != ranks:
-        theirs = measured["devices"]
-        click.echo(f"note: {costs_file} was measured on {theirs} rank{'s' * (theirs != 1)}, this run uses {ranks}: "
+        click.echo(f"note: {costs_file} was measured on {counted(measured['devices'], 'rank')}, this run uses {ranks}: "
                    "the ranks share this machine's cores differently, so its op times may not hold here", err=True)
     return {costs.num_stages: (costs, link)}
 
