@@ -169,7 +169,8 @@ def test_a_reader_that_leaves_mid_output_is_not_a_success(args):
     returned short and Python's buffered stdout dropped the rest silently, so the command exited 0
     with its output cut. Each write now completes or fails, and the closed pipe ends it quietly with 1."""
     process = ppopt_process(args, subprocess.PIPE)
-    assert process.stdout.read(10) == b'{"schedule' if args[0] == "table" else b'{"traceEve'
+    expected = b'{"schedule' if args[0] == "table" else b'{"traceEve'
+    assert process.stdout.read(10) == expected
     process.stdout.close()
     stderr = process.stderr.read()
     process.wait(timeout=120)

@@ -63,6 +63,9 @@ def test_a_serial_order_is_measured_against_the_linear_space(tmp_path):
 
 
 def test_a_file_on_a_map_of_no_family_is_measured_against_the_free_placement(tmp_path):
+    """Six chunks on three devices: F 1/2 slot, B 1 slot, no messages. Microbatch 1's forward
+    reaches stage 5 at 3 (5F1 ends at 3.5), 5B0 runs next, and from 4.5 microbatch 1's six
+    backwards run back to back, each right after the device's backward of microbatch 0: 10.5."""
     path = tmp_path / "odd.csv"  # devices hold (0, 4), (1, 3), (2, 5): no family's map
     path.write_text("0F0,0F1,4F0,4F1,4B0,4B1,0B0,0B1\n1F0,1F1,3F0,3F1,3B0,3B1,1B0,1B1\n2F0,2F1,5F0,5F1,5B0,5B1,2B0,2B1\n")
     [row] = gap_json("--schedule-file", path)["schedules"]

@@ -56,7 +56,9 @@ def test_compare_marks_every_schedule_over_memory():
     text = run("compare", *OVER)
     data = json.loads(run("compare", *OVER, "--json"))
     over = [r["schedule"] for r in data if r["simulation"]["over_memory"]]
-    assert over  # 70B on 8 GPUs without tensor parallelism fits nowhere
+    # 70B on 8 GPUs without tensor parallelism fits nowhere: about 8.8 B parameters per GPU at 16 bytes
+    # of weights, gradients and Adam state each (bytes_per_param_state) are 141 GB, over the H100's 80
+    assert data and over == [r["schedule"] for r in data]
     for name in over:
         assert any(line.startswith(f"# {name}: device ") for line in text.splitlines())
 

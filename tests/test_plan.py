@@ -137,11 +137,14 @@ def test_balanced_split_respects_the_memory_limit():
     job = Job(LLAMA8, H100, tp=1, pp=4, dp=1, micro_batch=1, global_batch=32, recompute="none", schedule="gpipe")
     free = balanced_layers(job)
     assert free is not None
-    # GPipe: every stage holds all 32 microbatches; a limit just below the equal split's stage 0 peak
-    # forces stage 0 (embedding) to give up layers
-    tight = memory_of(job).peak_bytes * 0.97
+    # GPipe: every stage holds all 32 microbatches, and the last stage the output layer's logits as
+    # well, so the peak is on pipeline rank 3; a limit just below the unlimited split's peak binds and
+    # moves a layer off that stage
+    free_peak = memory_of(replace(job, layers=free)).peak_bytes
+    tight = free_peak * 0.97
     counts = balanced_layers(job, tight)
-    assert counts is None or memory_of(replace(job, layers=counts)).peak_bytes <= tight
+    assert counts is not None and counts != free and counts[-1] < free[-1]
+    assert memory_of(replace(job, layers=counts)).peak_bytes <= tight < free_peak
     assert balanced_layers(job, 1e9) is None  # 1 GB: no split fits
 
 

@@ -322,7 +322,7 @@ def test_table_evaluate_and_compare_refuse_a_picture_too_large_before_the_work(t
     assert not list(tmp_path.iterdir())
 
 
-def test_compare_counts_only_the_schedules_that_apply(tmp_path):
+def test_compare_counts_only_the_schedules_that_apply(tmp_path, captured):
     """At 16 x 64 every family applies, 51,760 ops in all: under ten times the limit, so the count is
     checked after evaluating, and refused before any report. At 8 x 100 interleaved and Chimera do
     not apply: the 33,736 ops of those that do are drawable, where the sum over every family (40,136)
@@ -338,6 +338,12 @@ def test_compare_counts_only_the_schedules_that_apply(tmp_path):
     applying = [n for n in REGISTRY if n not in ("interleaved-1f1b", "chimera", "chimera-asym")]
     assert family_ops(8, 100, {}, list(REGISTRY)) == family_op_count(8, 100, list(REGISTRY)) > 40_000
     assert family_ops(8, 100, {}, applying) == family_op_count(8, 100, applying) <= 40_000
+    result = CliRunner().invoke(main, ["compare", "-p", "8", "-m", "100", "--global-batch", "200", "--model", "study",
+                                       "--system", "mid-mid", "--plot", str(tmp_path / "x.png"), "-q"])
+    assert result.exit_code == 0, result.output
+    boxes = sum(len(collection.get_paths()) for axes in captured[0].axes for collection in axes.collections
+                if collection.get_gid() == "boxes")
+    assert boxes == family_op_count(8, 100, applying)  # the picture drawn holds the ops of those that apply
 
 
 def test_plot_compare_refuses_panels_over_the_drawable_size_together(tmp_path):
