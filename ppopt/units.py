@@ -16,6 +16,7 @@ unit costs and the solver's unit mode all read their durations from :class:`Unit
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -48,6 +49,10 @@ class UnitCosts:
     comm: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in ("forward", "backward", "weight", "comm"):  # text ("1") failed in math.isfinite
+            value = getattr(self, name)
+            if (value is not None or name != "weight") and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+                raise ConfigError(f"must be a number of slots, got {value!r}", field=name)
         for name in ("forward", "backward"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

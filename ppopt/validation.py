@@ -197,6 +197,8 @@ def validated(schedule: Schedule | Flat) -> Flat:
     """
     if isinstance(schedule, Flat):
         return schedule
+    if not isinstance(schedule, Schedule):  # None, a family's name, a list of orders: not one to check
+        raise ScheduleValidationError(f"schedule: must be a Schedule (ppopt.generate builds one by name), got {schedule!r}")
     known = schedule.__dict__.get(_FLAT)
     if known is not None:
         return Flat(schedule, **known)

@@ -19,6 +19,9 @@ from ppopt.generators import generate, names
 from ppopt.io.torch_csv import read_torch_csv, write_torch_csv
 from ppopt.ir import Kind, Op
 from ppopt.job import Job, evaluate_job
+from ppopt.solve.options import SolveOptions
+from ppopt.solve.space import parse_space
+from ppopt.units import UnitCosts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -172,6 +175,10 @@ def _frontier(limits):
                           "intra_node": {"bandwidth_bytes_per_s": 1e11, "latency_s": 1e-6},
                           "inter_node": {"bandwidth_bytes_per_s": 1e10, "latency_s": 1e-5}, "compute_efficiency": float("nan")}),
      ConfigError, "system", "field 'compute_efficiency': must be a finite number, got nan"),
+    (lambda: UnitCosts("1"), ConfigError, "forward", "must be a number of slots, got '1'"),  # a TypeError in math.isfinite
+    (lambda: SolveOptions(time_limit_s="60"), ConfigError, "time_limit_s", "must be a finite number of seconds > 0, got '60'"),
+    (lambda: parse_space(None), ScheduleError, "space", "must be a space's text such as 'placement=linear', got None"),
+    (lambda: ppopt.validate("1f1b"), ScheduleError, None, "schedule: must be a Schedule (ppopt.generate builds one by name), got '1f1b'"),
 ])
 def test_bad_library_arguments_are_one_line_errors_naming_the_field(call, error, field, reason):
     with pytest.raises(error) as raised:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -107,8 +108,9 @@ class SpentWork:
 
 def check_time_limit(seconds: float, field: str) -> None:
     """ConfigError on ``field`` unless ``seconds`` is a finite number > 0: every command's time limit."""
-    if isinstance(seconds, bool) or not (math.isfinite(seconds) and seconds > 0):
-        shown = "a number too large to represent (inf)" if seconds == math.inf else f"{seconds}"
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not (math.isfinite(seconds) and seconds > 0):
+        shown = ("a number too large to represent (inf)" if seconds == math.inf
+                 else f"{seconds}" if isinstance(seconds, numbers.Real) else repr(seconds))
         raise ConfigError(f"must be a finite number of seconds > 0, got {shown}", field=field)
 
 

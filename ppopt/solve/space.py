@@ -139,6 +139,8 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
     ``schedule_options`` (``chunks``, ``waves``, ``split`` from the shared flags) give the values
     the spec does not set, and the options of the handcrafted schedule in ``fixed:NAME``.
     """
+    if not isinstance(spec, str):
+        raise ScheduleError(f"must be a space's text such as 'placement=linear', got {spec!r}", field="space")
     spec = spec.strip()
     if len(spec) > MAX_SPACE_CHARACTERS:  # every message below quotes a part of it
         from ppopt.io import shown
