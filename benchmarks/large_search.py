@@ -30,10 +30,14 @@ OPS = P * M * 2
 
 
 def wall(args: list[str]) -> tuple[float, int]:
-    """Seconds from process start to exit of ``python -m ppopt ARGS`` (output discarded), and its exit code."""
+    """Seconds from process start to exit of ``python -m ppopt ARGS`` (output discarded), and its exit
+    code; a command that fails stops the benchmark with its error (its time would look like a result)."""
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "ppopt", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - began, done.returncode
+    done = subprocess.run([sys.executable, "-m", "ppopt", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - began
+    if done.returncode != 0:
+        raise SystemExit(f"ppopt {' '.join(args)} failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+    return seconds, done.returncode
 
 
 def main() -> None:
@@ -53,7 +57,8 @@ def main() -> None:
     began = time.perf_counter()
     greedy_schedule(instance, placement("linear", P), False)
     seconds = time.perf_counter() - began
-    print(f"greedy hint alone (cap {P}, one-slot messages): {seconds:.2f} s, {OPS / seconds / 1e3:.0f}k ops/s")
+    print(f"greedy hint alone (cap {P}, one-slot messages; its instance built before, not timed; no baseline, for scale): "
+          f"{seconds:.2f} s, {OPS / seconds / 1e3:.0f}k ops/s")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 

@@ -388,7 +388,7 @@ def milp_solve(instance: Instance, space: Space, time_limit_s: float, threads: i
                 "hint_makespan": None, "highs_status": "not solved (no room for one activation)"}
     milp = build_milp(instance, space, hint=hint)
     build_s = time.monotonic() - began
-    result = solve_milp(milp, time_limit_s, threads, log)  # like CP-SAT's limit: the solve only
+    result = solve_milp(milp, time_limit_s, threads, log)  # the solve's limit; CP-SAT's covers its whole search
     result.update(
         wall_time_s=time.monotonic() - began,
         build_time_s=build_s,

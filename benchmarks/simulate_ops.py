@@ -1,9 +1,10 @@
-"""End-to-end throughput of ppopt's evaluation path beside PyTorch's own, in compute ops per second.
+"""Throughput of ppopt's in-process evaluation path beside PyTorch's own, in compute ops per second.
 
 Schedules: 1F1B, interleaved 1F1B (2 chunks per device) and ZB-V at 32 devices x 1024 microbatches.
 
-ppopt, timed end to end (what ``ppopt evaluate -s NAME --model study --system mid-mid`` runs for the
-simulation layer): generate the schedule (``ppopt.generators.generate``), validate it into its flat
+ppopt, timed in one process (what ``ppopt evaluate -s NAME --model study --system mid-mid`` runs for
+the simulation layer; not timed: the process's start-up, reading the presets, which are loaded
+once before, the formula and table layers and printing): generate the schedule (``ppopt.generators.generate``), validate it into its flat
 form (``ppopt.validation.validated``), build the per-stage costs of the ``study`` model on the
 ``mid-mid`` system with one sequence per microbatch (``ppopt.evaluate.schedule_costs``) and simulate one step with communication
 (``ppopt.simulate.simulate``). A second figure, "simulate only", times ``simulate`` on the already
@@ -18,8 +19,8 @@ generate orders only around real pipeline stages; and it has no costs to build. 
 
 Each figure, PyTorch's and ppopt's, is the best of 5 runs (:data:`REPEATS`), so that a burst of
 load on a shared machine does not hit all of them. The machine's load average at the
-start is printed, since the machine may be shared. Skipped for PyTorch when torch is not
-installed.
+start and at the end is printed, since the machine may be shared. Without torch there is no
+baseline, and the script says so on every case.
 
 Run: ``PYTHONPATH=. python benchmarks/simulate_ops.py``.
 """
@@ -115,11 +116,13 @@ def main() -> None:
         print(f"  ppopt simulate only (validated flat):   {alone * 1e3:8.1f} ms  {ops / alone:>11,.0f} ops/s")
         baseline = torch_path(schedule)
         if baseline is None:
-            print("  PyTorch skipped: torch is not installed")
+            print("  NO BASELINE: torch is not installed (pip install torch==2.13.0), so these figures compare with nothing")
             continue
         reference = best_of(baseline[0], setup=baseline[1])
         print(f"  torch validate+lower+simulate:          {reference * 1e3:8.1f} ms  {ops / reference:>11,.0f} ops/s")
-        print(f"  ppopt end to end is {reference / total:.1f}x faster (target >= 10x)")
+        print(f"  ppopt's path is {reference / total:.1f}x faster (target >= 10x)")
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 if __name__ == "__main__":

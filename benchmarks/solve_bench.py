@@ -275,7 +275,7 @@ def acceptance(outcomes: list[Outcome], time_limit: float) -> None:
 
 
 # ---- summary against the targets ----------------------------------------------------------------
-def summary(outcomes: list[Outcome]) -> None:
+def summary(outcomes: list[Outcome], workers: int) -> None:
     print()
     print("summary")
     proven = [o for o in outcomes if o.status == "optimal"]
@@ -319,7 +319,9 @@ def summary(outcomes: list[Outcome]) -> None:
     print("  target: >= 10x faster to proof than the MILP where both finish")
     if both:
         median = statistics.median(both)
-        print(f"    result: median MILP/CP-SAT time ratio {median:.1f}x over {len(both)} instances "
+        print(f"    result (CP-SAT with {workers} worker(s), the MILP with 1 thread; the MILP's limit is its solve's, "
+              "CP-SAT's the whole search's):")
+        print(f"    median MILP/CP-SAT time ratio {median:.1f}x over {len(both)} instances "
               f"(min {min(both):.1f}x, max {max(both):.1f}x); CP-SAT proved and MILP did not: {len(only_cp)}"
               + (f" ({', '.join(only_cp)})" if only_cp else "")
               + (f"; MILP proved and CP-SAT did not: {', '.join(only_milp)}" if only_milp else "")
@@ -363,9 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     print(_row(tuple(name for name, _ in COLUMNS)))
     began = time.monotonic()
     outcomes = [run_case(case, time_limit, args.workers, args.method) for case in cases]
-    summary(outcomes)
+    summary(outcomes, args.workers)
     acceptance(outcomes, time_limit)
-    print(f"\ntotal wall time {time.monotonic() - began:.1f} s")
+    print(f"\ntotal wall time {time.monotonic() - began:.1f} s; load average at the end {os.getloadavg()[0]:.2f} (1 min), "
+          f"{os.getloadavg()[1]:.2f} (5 min)")
     return 0
 
 

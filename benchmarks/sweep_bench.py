@@ -2,8 +2,11 @@
 
 Every evaluation point of the paper's grid (formula, table and simulation layers; no solver points)
 is computed from scratch into a temporary directory, once in-process (``--jobs 1``) and once with a
-pool of two processes (``--jobs 2``, process start-up included). Prints the number of points, the
-wall time, points per second and the speed-up, and checks that both runs wrote the same rows.csv.
+pool of two processes (``--jobs 2``, process start-up included). The first ``--jobs`` value is the
+baseline the others are compared with. Timed: the sweep from its first point to its last row
+written; not timed: reading the spec (once per run, before the clock starts) and Python's start-up.
+Prints the number of points, the wall time, points per second and the speed-up, checks that every
+run wrote the same rows.csv, and prints the load average at the start and at the end.
 
 Run: ``python benchmarks/sweep_bench.py [--jobs 1 2 4] [--spec paper|quick|PATH]``.
 """
@@ -45,7 +48,8 @@ def main() -> None:
     first = args.jobs[0]
     for jobs in args.jobs[1:]:
         same = "identical rows" if csvs[jobs] == csvs[first] else "ROWS DIFFER"
-        print(f"speed-up jobs {jobs} vs {first}: {walls[first] / walls[jobs]:.2f}x ({same})")
+        print(f"speed-up jobs {jobs} vs the baseline jobs {first}: {walls[first] / walls[jobs]:.2f}x ({same})")
+    print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
