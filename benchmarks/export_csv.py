@@ -83,11 +83,11 @@ def measure(microbatches: int) -> None:
     del schedule, simulated, simulation, cases  # the command below needs the memory
     with tempfile.TemporaryDirectory() as folder:
         whole = min(end_to_end(microbatches, Path(folder) / "x.csv") for _ in range(1 if microbatches > 20_000 else 2))
-    print(f"  {'end to end (ppopt export)':<40} {whole:7.2f} s  {whole / ops * 1e6:5.2f} us/op")
+    print(f"  {'end to end (ppopt export; no baseline)':<40} {whole:7.2f} s  {whole / ops * 1e6:5.2f} us/op")
 
 
 def main() -> None:
-    print(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores)")
+    print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     for m in MICROBATCHES if "--full" in sys.argv else MICROBATCHES[:1]:
         measure(m)
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")

@@ -9,8 +9,11 @@ Files: 1F1B on 64 ranks, written by ppopt (``ppopt.io.torch_csv.write_torch_csv`
   ``ppopt.validation.validated`` checks it: the cost of the same ops without a file;
 * read: ``ppopt.io.torch_csv.read_torch_csv`` (parse, build the ops, validate), what
   ``ppopt evaluate --schedule-file`` pays before its layers;
-* import: read, then the unit-slot table, its metrics and the text grid, what ``ppopt import``
-  computes before printing.
+* import: read, then the unit-slot table, its metrics and the text grid, most of what
+  ``ppopt import`` computes before printing (its notes on the runtime and the table's summary line
+  are left out, as are Python's start-up and the printing).
+
+Writing the files is not timed, and every read after the first finds them in the page cache.
 
 Each figure is the best of a few runs (one for the largest file once a run passed the patience),
 with µs per op. The load average is printed at the start and the end, since the machine may be
@@ -59,7 +62,7 @@ def import_command(path: Path) -> None:
 
 def main() -> None:
     sizes = MICROBATCHES[:1] if "--quick" in sys.argv else MICROBATCHES
-    print(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores)")
+    print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory() as folder:
         for m in sizes:
             path = Path(folder) / f"1f1b-{RANKS}x{2 * m}.csv"
