@@ -15,6 +15,7 @@ from ppopt.cli import main
 from ppopt.config import load_model, load_system
 from ppopt.costs import partition_layers, stage_costs
 from ppopt.errors import InfeasibleError
+from ppopt.evaluate import evaluate
 from ppopt.io.torch_csv import read_torch_csv
 
 UNIT = ["-p", "4", "-m", "8", "--unit", "--backward", "2", "--comm", "1", "--time-limit", "30", "-q"]
@@ -91,6 +92,28 @@ def test_gap_json_lists_each_handcrafted_schedule():
     # the unit of each row's peak_memory, as frontier --json gives it (gap gave none)
     assert data["memory_unit"] == "activations" and rows["1f1b"]["peak_memory"] <= 4
     assert (data["devices"], data["microbatches"]) == (4, 8)
+
+
+def test_gap_marks_a_schedule_over_the_gpu_memory_when_no_limit_is_given():
+    """Without --memory-limit every schedule 'fits' the (absent) limit; GPipe at 4 x 4 with one
+    sequence per microbatch still holds all 4 microbatches' activations on every GPU, over the 80 GB
+    of an H100 where 1F1B's at most 4 - r are not: the row says so, as evaluate marks it."""
+    result = run("gap", "-p", 4, "-m", 4, "--model", "llama3-8b", "--system", "dgx-h100", "--micro-batch", 1,
+                 "-s", "gpipe", "-s", "1f1b", "--time-limit", 20, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    rows = {row["schedule"]: row for row in data["schedules"]}
+    assert data["memory_capacity_bytes"] == load_system("dgx-h100").memory_capacity_bytes
+    for name in ("gpipe", "1f1b"):
+        peak = evaluate(name, 4, 4, model="llama3-8b", system="dgx-h100", global_batch=4).simulation.peak_memory_bytes
+        assert rows[name]["fits"] and rows[name]["peak_memory"] == max(peak)
+        assert rows[name]["over_memory"] == (max(peak) > data["memory_capacity_bytes"])
+    assert rows["gpipe"]["over_memory"] and not rows["1f1b"]["over_memory"]
+    text = run("gap", "-p", 4, "-m", 4, "--model", "llama3-8b", "--system", "dgx-h100", "--micro-batch", 1,
+               "-s", "gpipe", "--time-limit", 20, "-q").stdout
+    assert "# over the system's 74.51 GiB (80 GB) per device" in text
+    unit = json.loads(run("gap", *UNIT, "-s", "1f1b", "-q", "--json").stdout)
+    assert unit["memory_capacity_bytes"] is None and unit["schedules"][0]["over_memory"] is None
 
 
 def test_frontier_is_monotone_and_places_handcrafted():

@@ -71,7 +71,7 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _capacity(capacity_bytes: float) -> str:
+def capacity_text(capacity_bytes: float) -> str:
     """A GPU's memory in GiB, with the GB it is sold as when that is the round figure (80 GB is
     74.51 GiB: seen alone it looked like a wrong preset)."""
     whole_gb = capacity_bytes % 1e9 == 0 and capacity_bytes % 2**30 != 0
@@ -81,7 +81,7 @@ def _capacity(capacity_bytes: float) -> str:
 def over_memory_text(over: MemoryOver) -> str:
     """``device D peaks at X GiB, Y GiB over the system's Z GiB per device``."""
     return (f"device {over.device} peaks at {gib(over.peak_bytes)}, {gib(over.excess_bytes)} over the system's "
-            f"{_capacity(over.capacity_bytes)} per device")
+            f"{capacity_text(over.capacity_bytes)} per device")
 
 
 def memory_footnotes(results: Sequence[Evaluation]) -> list[str]:

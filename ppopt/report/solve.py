@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ppopt.evaluate import memory_over
-from ppopt.report.evaluation import capacity_json, orders_json, over_memory_text, timeline_json
+from ppopt.report.evaluation import OVER_MEMORY, capacity_json, capacity_text, orders_json, over_memory_text, timeline_json
 from ppopt.report.text import (
     csv_gib,
     csv_number,
@@ -22,7 +22,7 @@ from ppopt.report.text import (
     timeline_grid,
     with_context,
 )
-from ppopt.solve.gap import Frontier, GapReport
+from ppopt.solve.gap import Frontier, GapReport, GapRow
 from ppopt.solve.greedy import GREEDY
 from ppopt.solve.periodic import PERIODIC
 from ppopt.solve.search import SearchResult, relative_gap
@@ -191,9 +191,11 @@ def gap_json(report: GapReport) -> dict:
         "memory_semantics": report.memory_semantics,
         "schedules": [
             {"schedule": r.schedule, "space": r.space, "step_time_s": r.step_time, "peak_memory": r.peak_memory, "fits": r.fits,
-             "best_found_s": _num(r.best), "bound_s": _num(r.bound), "gap": r.gap, "status": r.status}
+             "over_memory": report.over_memory(r), "best_found_s": _num(r.best), "bound_s": _num(r.bound), "gap": r.gap,
+             "status": r.status}
             for r in report.rows
         ],
+        "memory_capacity_bytes": report.memory_capacity,
         "skipped": report.skipped,
     }
 
@@ -217,13 +219,22 @@ def _fastest_and_best(report: GapReport, fmt: str) -> list[str]:
                 "each gap is against its own schedule's space"]
 
 
+def _gap_note(report: GapReport, row: GapRow) -> str:
+    """A gap row's note: over the memory limit (no gap), or over the GPU's memory without a limit."""
+    if not row.fits:
+        return "over the memory limit"
+    if report.over_memory(row):
+        return f"{OVER_MEMORY} over the system's {capacity_text(report.memory_capacity or 0)} per device"
+    return ""
+
+
 def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "text", context: str | None = None) -> str:
     """`gap`'s table in ``fmt`` (text, markdown or csv), with ``context`` (what was simulated) above it."""
     unit = report.time_unit
     rows = [
         (r.schedule, _cell(r.step_time, unit, fmt), _cell(r.best, unit, fmt), _cell(r.bound, unit, fmt),
          percent(r.gap, fmt, decimals=2),
-         r.status, "" if r.fits else "over the memory limit", r.space)
+         r.status, _gap_note(report, r), r.space)
         for r in report.rows
     ]
     header = f"p = {devices}, m = {microbatches}; times in {'slots' if unit == 'slots' else 'seconds'}; memory: {report.memory_semantics}"

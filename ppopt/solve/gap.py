@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ppopt.config import ModelConfig
+from ppopt.config import ModelConfig, SystemConfig
 from ppopt.errors import ConfigError, InfeasibleError, MemoryShortError, ScheduleError
 from ppopt.generators import OPTIONS, generate, get, names, too_many_stages
 from ppopt.ir import Schedule
@@ -93,6 +93,13 @@ class GapReport:
     """The schedules skipped because the memory limit is below what their space needs, and why."""
     memory_unit: str = ""
     """The unit of ``peak_memory`` in the rows: ``"bytes"`` or ``"activations"`` (unit mode)."""
+    memory_capacity: float | None = None
+    """The system's memory per device, bytes (None in unit mode). A row's ``fits`` is against the
+    memory limit; without one a schedule can fit and still be over this (:meth:`over_memory`)."""
+
+    def over_memory(self, row: GapRow) -> bool | None:
+        """Whether ``row``'s peak is over the system's memory per device (None in unit mode)."""
+        return None if self.memory_capacity is None else row.peak_memory > self.memory_capacity
 
     def infeasible_for_all(self) -> InfeasibleError | None:
         """When the memory limit left no schedule to report: one error naming the least minimum over
@@ -229,7 +236,8 @@ def gap_report(
         gap = relative_gap(step, bound) if fits else None
         status = "optimal" if best <= bound * (1 + 1e-9) else result.status
         rows.append(GapRow(name, space.describe(), step, peak, fits, None if best == math.inf else best, bound, gap, status))
-    return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible, memory_unit)
+    capacity = spec.system.memory_capacity_bytes if isinstance(spec.system, SystemConfig) else None
+    return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible, memory_unit, capacity)
 
 
 def _bound_met(spec: InstanceSpec, space: Space, step: float) -> float | None:
