@@ -339,6 +339,11 @@ def test_table_json_gives_the_metrics_and_every_op_slot():
     assert [op["op"] for op in data["ops"][1]] == ["1F0", "1B0", "1F1", "1B1"]
     two = json.loads(run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--json").stdout)  # the default B = 2
     assert two["durations"]["B"] == 2 and two["ops"][1][1] == {"op": "1B0", "start": 2, "end": 4}
+    assert data["comm"] == two["comm"] == 0
+    # p = 2, m = 2, one-slot messages: 1F1B's (m + p - 1)(F + B) = 9 slots plus the 2 messages on the
+    # critical path (0F0 -> 1F0 and 1B1 -> 0B1); the length depends on comm, so the JSON gives it
+    messages = json.loads(run("table", "-s", "1f1b", "-p", 2, "-m", 2, "--comm", 1, "--json").stdout)
+    assert (messages["comm"], messages["length"]) == (1, 11)
 
 
 @pytest.mark.parametrize("args, reason", [

@@ -105,7 +105,8 @@ def table_json(table: Table) -> dict:
     """The JSON object of one unit-slot table (``ppopt table --json``; keys as in the README).
 
     ``ops[d]`` lists device d's ops in execution order as ``{"op": "1F0", "start": 3, "end": 4}``
-    (PyTorch action strings; slots, end exclusive).
+    (PyTorch action strings; slots, end exclusive). ``comm`` is the message delay in slots, which the
+    length depends on as much as on the ``durations``.
     """
     schedule = table.schedule
     return {
@@ -114,6 +115,7 @@ def table_json(table: Table) -> dict:
         "stages": schedule.stages,
         "microbatches": schedule.microbatches,
         "durations": {kind.value: slots for kind, slots in table.durations.items()},
+        "comm": table.units.comm,
         "length": table.length,
         "bubble_ratio": table.bubble_ratio,
         "peak_activations": list(table.peak_activations),
