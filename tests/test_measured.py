@@ -146,6 +146,9 @@ def test_validate_formats():
         measured, predicted, error = (float(cell) for cell in line.split(",")[3:6])
         assert error == pytest.approx(100 * (predicted - measured) / measured, abs=0.01)
     assert len(csv.stdout.splitlines()) == 42
+    # the measured times as the file gives them, not rounded to a decimal (3566.5, 9603.6, ...)
+    given = [float(line.split(",")[-1]) for line in Path(MULTI).read_text().splitlines()[1:]]
+    assert [float(line.split(",")[3]) for line in csv.stdout.splitlines()[1:]] == given
 
 
 def test_validate_json_breaks_each_prediction_into_its_parts():
@@ -603,6 +606,8 @@ def test_validate_csv_is_one_table(tmp_path):
     assert len(rows) == 3 and [bool(r["not modelled because"]) for r in rows] == [False, False, True]
     assert all(float(r["predicted ms"]) > 0 for r in rows[:2]) and rows[2]["predicted ms"] == ""
     assert "heads" in rows[2]["not modelled because"] and float(rows[2]["measured ms"]) == 372
+    # the measured times as the file gives them (372.160408 ms), not rounded to a decimal
+    assert [float(r["measured ms"]) for r in rows[:2]] == [float(line.split(",")[-1]) for line in lines[1:3]]
     grouped = run("validate", MULTI, "--by", "tp", "--format", "csv")
     groups = list(csv.DictReader(io.StringIO(grouped.stdout)))
     assert grouped.exit_code == 0 and "" not in grouped.stdout.splitlines()

@@ -46,6 +46,13 @@ def _table(header: list[str], rows: list[list[str]], fmt: str) -> str:
     return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows])
 
 
+def _figure(value: float, fmt: str) -> str:
+    """A measured or predicted figure: one decimal to read, :func:`ppopt.report.text.csv_number` in CSV."""
+    from ppopt.report.text import csv_number
+
+    return csv_number(value) if fmt == "csv" else f"{value:.1f}"
+
+
 def _where(source: str, line: int, files: int) -> str:
     """``line`` alone for one input file, ``file:line`` for several."""
     return f"{source}:{line}" if files > 1 else str(line)
@@ -146,13 +153,13 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     group_rows = [[g.label, str(g.rows), percent(g.mean_error, fmt, signed=True), percent(g.mape, fmt), percent(g.worst, fmt)]
                   for g in groups]
     header = ["line", "model", "job", "measured ms", "predicted ms", percent_header("error", fmt), "peak GB"]
-    rows = [[_where(r.source, r.line, len(data)), r.model, r.job, f"{1e3 * r.measured_s:.1f}", f"{1e3 * r.predicted_s:.1f}",
-             percent(r.error, fmt, signed=True), f"{r.peak_memory_bytes / 1e9:.1f}"] for r in accuracy.rows]
+    rows = [[_where(r.source, r.line, len(data)), r.model, r.job, _figure(1e3 * r.measured_s, fmt), _figure(1e3 * r.predicted_s, fmt),
+             percent(r.error, fmt, signed=True), _figure(r.peak_memory_bytes / 1e9, fmt)] for r in accuracy.rows]
     if fmt == "csv":  # one table: the groups when asked for, else every row, those outside the model with the reason
         if groups:
             click.echo(_table(group_header, group_rows, fmt))
         else:
-            rows = [[*row, ""] for row in rows] + [[_where(u.source, u.line, len(data)), u.label, "", f"{1e3 * u.measured_s:.1f}",
+            rows = [[*row, ""] for row in rows] + [[_where(u.source, u.line, len(data)), u.label, "", _figure(1e3 * u.measured_s, fmt),
                                                     "", "", "", u.reason] for u in accuracy.unmodelled]
             click.echo(_table([*header, "not modelled because"], rows, fmt))
         left_out = "the rows and the summary" if groups else "the summary (MAPE, median, p95, worst, Spearman)"

@@ -370,7 +370,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
     """The plan as text; ``rerun``: the --model and --system given, for the `ppopt job` line (None
     with --candidates, whose models are not presets a command can name)."""
     from ppopt.plan import describe
-    from ppopt.report.text import per_device, percent, percent_header, tokens_per_s
+    from ppopt.report.text import csv_number, per_device, percent, percent_header, tokens_per_s
 
     request = result.request
     evaluated = len(result.rows)
@@ -378,7 +378,9 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
                "bound by"]
     rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label,
              per_device(r.job.stage_layers, "csv") if fmt == "csv" else _counts(r.job.stage_layers),  # CSV lists use ';'
-             _seconds(r.step_time_s), tokens_per_s(r.tokens_per_s, grouped=fmt != "csv"), percent(r.mfu, fmt), _gb(r.memory.peak_bytes), r.memory.bound()]
+             *((csv_number(r.step_time_s),) if fmt == "csv" else (_seconds(r.step_time_s),)),
+             tokens_per_s(r.tokens_per_s, grouped=fmt != "csv"), percent(r.mfu, fmt),
+             csv_number(r.memory.peak_bytes / 1e9) if fmt == "csv" else _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
         text = _table(["model", *columns], [[request.model.name, *row] for row in rows], fmt)
