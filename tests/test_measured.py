@@ -315,7 +315,8 @@ def test_job_command_reports_the_step_and_memory():
     data = json.loads(result.stdout)
     assert data["gpus"] == 1024 and data["microbatches"] == 96
     assert data["step_time_s"] == pytest.approx(data["pipeline_s"] + data["gradient_sync_s"] + data["optimizer_s"])
-    assert data["fits_memory"]
+    assert data["fits_memory"] and not data["over_memory"] and data["memory_capacity_bytes"] == 80e9
+    assert data["peak_memory_bytes"] <= data["memory_capacity_bytes"]
 
 
 def test_job_command_names_the_flag_of_a_bad_layout():
