@@ -135,6 +135,16 @@ def test_evaluate_json_has_the_documented_keys():
     assert data["formula"]["peak_activations"] == data["table"]["peak_activations"] == [4, 3, 2, 1]
 
 
+def test_evaluate_json_gives_no_closed_form_figures_outside_their_range():
+    """ZB-V's forms hold from m = 2p - 1 on: at p = 4, m = 4 the text prints n/a and the CSV leaves the
+    cells empty, so the JSON's figures are null there (a script reading them got the forms' 13.5)."""
+    outside = json.loads(run("evaluate", "-s", "zb-v", "-p", 4, "-m", 4, "--json").stdout)["formula"]
+    assert (outside["valid"], outside["outside_range"]) == (False, "m < 2p - 1")
+    assert outside["bubble_ratio"] is outside["length"] is outside["peak_activations"] is None
+    inside = json.loads(run("evaluate", "-s", "zb-v", "-p", 4, "-m", 8, "--json").stdout)
+    assert inside["formula"]["valid"] and inside["formula"]["length"] == inside["table"]["length"]
+
+
 def test_evaluate_all_lists_the_applicable_schedules():
     result = run("evaluate", "-s", "all", "-p", 4, "-m", 8, "--json")
     assert result.exit_code == 0

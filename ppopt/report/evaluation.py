@@ -141,10 +141,10 @@ def evaluation_json(result: Evaluation, units: UnitCosts) -> dict:
         "options": result.options,
         "length_unit": "slots",
         "unit_model": units_json(units),
-        "formula": None if f is None else {
-            "bubble_ratio": f.bubble_ratio,
-            "length": f.length,
-            "peak_activations": list(f.peak_activations),
+        "formula": None if f is None else {  # outside the forms' range their figures are null, as text and CSV leave them out
+            "bubble_ratio": f.bubble_ratio if f.valid else None,
+            "length": f.length if f.valid else None,
+            "peak_activations": list(f.peak_activations) if f.valid else None,
             "weight_copies": list(f.weight_copies),
             "source": f.source,
             "valid": f.valid,
