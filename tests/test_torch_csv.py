@@ -328,7 +328,7 @@ def test_cli_export_then_import(tmp_path):
 
     payload = json.loads(data.stdout)
     assert payload["devices"] == 4 and payload["stages"] == 8 and payload["microbatches"] == 8
-    assert payload["placement"] == [0, 1, 2, 3, 3, 2, 1, 0]
+    assert payload["placement"] == [[0], [1], [2], [3], [3], [2], [1], [0]]  # each stage's devices, as search --json
     assert set(payload["table"]) == {"length", "bubble_ratio", "peak_activations"}
 
 
