@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig, load_model, load_system
@@ -215,8 +215,10 @@ at p = 4, m = 140,000 (28 million ops) 81 s in unit mode, on this project's 2-co
 def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNITS, model: ModelConfig | str | None = None,
                  system: SystemConfig | str | None = None, global_batch: int | None = None,
                  parallel: Parallelism | None = None, progress: Callable[[int, int], None] | None = None,
-                 deadline: float | None = None, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
+                 deadline: float | None = None, timelines: bool = True, **options: object) -> tuple[list[Evaluation], dict[str, str]]:
     """Evaluate every registered schedule that applies to (p, m); also return why the others don't.
+    Without ``timelines`` each simulation keeps only its figures (:meth:`ppopt.simulate.Simulation.summary`),
+    so the memory of one schedule's op times is let go before the next is built.
     ``progress(done, total)`` is called after each schedule, if given. With a ``deadline`` (a
     ``time.monotonic()`` value), a schedule whose estimated time (:data:`EVALUATE_S_PER_OP` per op)
     no longer fits before it is skipped with that reason. Raises :class:`~ppopt.errors.ScheduleError`
@@ -242,7 +244,10 @@ def evaluate_all(devices: int, microbatches: int, units: UnitCosts = DEFAULT_UNI
             skipped[name] = f"time limit: about {span(needed)} to evaluate, {time_left(deadline - time.monotonic())}"
         else:
             try:  # evaluate refuses the families of too_many before building them
-                results.append(evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options))
+                evaluated = evaluate(name, devices, microbatches, units, model, system, global_batch, parallel, **options)
+                if not timelines and evaluated.simulation is not None:
+                    evaluated = replace(evaluated, simulation=evaluated.simulation.summary())
+                results.append(evaluated)
             except ScheduleError as error:
                 skipped[name] = error.reason
         if progress is not None:

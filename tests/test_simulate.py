@@ -599,3 +599,19 @@ def test_latency_does_not_hold_the_link():
     sim = simulate(generate("gpipe", 2, 2), costs, link=hockney(3.0, math.inf))
     sends = timeline_of(sim, "transfer")
     assert [(start, end) for *_, start, end in sends[:2]] == [(1.0, 4.0), (2.0, 5.0)]
+
+
+def test_a_summary_keeps_the_figures_and_lets_the_op_times_go():
+    """``evaluate -s all`` and ``compare`` keep one summary per family (the report needs only the
+    figures): the same figures as the full simulation, and no op times to hold on to."""
+    from ppopt.evaluate import evaluate_all
+
+    full, _ = evaluate_all(4, 8, model="study", system="mid-mid", global_batch=32)
+    kept, _ = evaluate_all(4, 8, model="study", system="mid-mid", global_batch=32, timelines=False)
+    assert [r.schedule for r in kept] == [r.schedule for r in full]
+    for whole, summary in zip(full, kept):
+        assert whole.simulation is not None and summary.simulation is not None
+        assert summary.simulation == whole.simulation  # every figure (the op times take no part in equality)
+        assert whole.simulation.start_s and summary.simulation._run is None
+        with pytest.raises(ValueError, match="keeps only its figures"):
+            summary.simulation.op_times()

@@ -243,7 +243,7 @@ def _presets(model, system, required: bool = False):
 
 
 def _evaluate_all_with_progress(command, devices, microbatches, units, model, system, global_batch, parallel, options,
-                                quiet=False, deadline=None):
+                                quiet=False, deadline=None, timelines=False):
     """:func:`ppopt.evaluate.evaluate_all` (with ``deadline``, from ``--time-limit``), with a progress
     bar on stderr once it has run :data:`~ppopt.solve.options.PROGRESS_AFTER_S` (51 s for every
     schedule at 524,288 ops on 2 cores), unless ``quiet``."""
@@ -253,7 +253,7 @@ def _evaluate_all_with_progress(command, devices, microbatches, units, model, sy
     bar = None if quiet else ProgressBar(f"{command}: schedules", after_s=solve_options.PROGRESS_AFTER_S)
     try:
         return evaluate_all(devices, microbatches, units, model, system, global_batch, parallel, progress=bar, deadline=deadline,
-                            **options)
+                            timelines=timelines, **options)
     finally:
         if bar is not None:
             bar.close()
@@ -469,7 +469,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
         if every > PICTURE_PRECHECK * MAX_PICTURE_OPS:
             check_picture_size(every, "up to")
     results, skipped = _evaluate_all_with_progress("compare", devices, microbatches, units, model_config, system_config,
-                                                   global_batch, parallel, options, quiet, deadline)
+                                                   global_batch, parallel, options, quiet, deadline, timelines=bool(plot))
     if plot:  # exactly what will be drawn, before the report
         check_picture_size(family_ops(devices, microbatches, options, [r.schedule for r in results]))
     for schedule, reason in skipped.items():
