@@ -514,6 +514,32 @@ def test_multi_stage_jobs_are_searched_in_their_family_and_split_backward_spaces
         assert s.best_step_s == pytest.approx(pipeline + after_pipeline, rel=1e-12)  # a whole step, as the plan's
 
 
+def test_a_search_that_finds_only_a_slower_schedule_keeps_the_handcrafted_one(monkeypatch):
+    """A search short of time (no handcrafted hint tried) can return a schedule slower than the
+    job's own; the handcrafted schedule is a point of the space, so the best known is it: reported
+    as the best, with its gap against the search's bound, and no searched schedule to take."""
+    import dataclasses
+
+    import ppopt.solve.search as solver
+    from ppopt.plan import evaluate_row
+    from ppopt.plan_search import search_job
+    from ppopt.solve.options import SolveOptions
+
+    job = Job(LLAMA8, H100, pp=2, global_batch=4, recompute="full", schedule="1f1b")
+    row = evaluate_row(job)
+    real = solver.search
+
+    def slower(spec, space, options, **kwargs):
+        result = real(spec, space, options, **kwargs)
+        return dataclasses.replace(result, step_time=1.5 * row.pipeline_s)
+
+    monkeypatch.setattr(solver, "search", slower)
+    for s in search_job(row, 80e9, SolveOptions(time_limit_s=4, seed=0).start()):
+        assert s.best_step_s == row.step_time_s == s.handcrafted_step_s and s.schedule is None
+        bound = s.bound_step_s - (row.step_time_s - row.pipeline_s)  # the pipeline's bound
+        assert s.gap == pytest.approx((row.pipeline_s - bound) / bound)
+
+
 @given(st.integers(1, 2000))
 def test_divisors_are_every_divisor_ascending(n):
     assert _divisors(n) == [k for k in range(1, n + 1) if n % k == 0]
