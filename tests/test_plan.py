@@ -271,6 +271,8 @@ def test_plan_command_searches_exports_and_plots(tmp_path, monkeypatch):
                                  for s in got["search"])
     assert all(s["bound_step_s"] is None or s["bound_step_s"] <= s["best_step_s"] + 1e-9 for s in got["search"])
     assert all(s["note"] is None or s["note"].strip() for s in got["search"])  # no note is null, as in search --json
+    # the searched jobs' recomputation, which their layout string leaves out (two rows read alike without it)
+    assert [s["recompute"] for s in got["search"]] == ["full"] * len(got["search"])
     assert png.read_bytes().startswith(PNG_MAGIC)
     (figure,) = figures
     (ax,) = figure.axes  # one plan, one panel

@@ -414,11 +414,12 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
         srows = []
         for k, found in enumerate(searches):
             for s in found:
-                srows.append([str(k + 1), s.job.describe(), s.job.schedule_label, s.space, _seconds(s.handcrafted_step_s),
+                srows.append([str(k + 1), s.job.describe(), s.job.recompute, s.job.schedule_label, s.space, _seconds(s.handcrafted_step_s),
                               "-" if s.best_step_s is None else _seconds(s.best_step_s),
                               _seconds(s.bound_step_s) if s.best_step_s is not None else "-",
                               percent(s.gap, fmt, decimals=2), s.status])
-        click.echo(_table(["rank", "job", "schedule", "space", "handcrafted s", "best s", "bound s", "gap", "status"], srows, fmt))
+        click.echo(_table(["rank", "job", "recompute", "schedule", "space", "handcrafted s", "best s", "bound s", "gap", "status"],
+                          srows, fmt))
         moves = _ranking(result, searches)
         click.echo(gap + "ranking with the searched schedules: " + (
             "unchanged" if not moves else ", ".join(f"#{old} -> #{new}" for old, new in moves)))
@@ -527,7 +528,7 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
         "evaluated": len(result.rows), "unevaluated": result.unevaluated, "both_splits": result.both_splits,
         "families_left_out": dict(result.families_left_out),
         "top": [row(r) for r in result.rows[:top]],
-        "search": [{"rank": k + 1, "job": s.job.describe(), "schedule": s.job.schedule, "space": s.space,
+        "search": [{"rank": k + 1, "job": s.job.describe(), "recompute": s.job.recompute, "schedule": s.job.schedule, "space": s.space,
                     "handcrafted_step_s": s.handcrafted_step_s, "best_step_s": s.best_step_s,
                     "bound_step_s": s.bound_step_s if s.best_step_s is not None else None,
                     "gap": s.gap, "status": s.status, "note": s.note or None}  # null when none, as search --json
