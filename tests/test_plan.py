@@ -815,6 +815,10 @@ def test_plan_with_a_deterministic_time_says_it_is_reproducible_and_is():
     assert json.loads(first.stdout) == json.loads(second.stdout)
     bad = CliRunner().invoke(main, [*flags[:-3], "--deterministic-time", "0"])
     assert bad.exit_code == 1 and "--deterministic-time" in bad.stderr
+    # no search, nothing to call reproducible (it said "reproducible" for the solver that never ran)
+    unsearched = CliRunner().invoke(main, [*flags[:-4], "0", "--deterministic-time", "0.5", "--json"])
+    assert unsearched.exit_code == 0, unsearched.output
+    assert unsearched.stderr.strip().splitlines()[-1] == "note: --deterministic-time: nothing was searched (--search 0), so it did not apply"
 
 
 def test_plan_keeps_the_executor_s_closing_time_in_its_budget(monkeypatch):
