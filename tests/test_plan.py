@@ -933,6 +933,8 @@ def test_a_memory_limit_above_the_gpu_s_memory_is_named():
         "note: --memory-limit 100 GB is above dgx-h100's 80 GB per GPU")
     barely = CliRunner().invoke(main, [*args, "--memory-limit", "80.001GB"])  # not "80.00 GB is above ... 80.00 GB"
     assert barely.stderr.startswith("note: --memory-limit 80.001 GB is above dgx-h100's 80 GB per GPU")
+    binary = CliRunner().invoke(main, [*args, "--memory-limit", "80GiB"])  # the user's own figure beside the GB
+    assert binary.stderr.startswith("note: --memory-limit 85.89934592 GB (80GiB) is above dgx-h100's 80 GB per GPU")
     within = CliRunner().invoke(main, [*args, "--memory-limit", "70GB"])
     assert within.exit_code == 0 and "note: --memory-limit" not in within.stderr
 
