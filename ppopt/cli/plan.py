@@ -118,7 +118,8 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     split = parse_layer_split(layers_per_stage)
     system_config = load_system(system)
     if limit is not None and limit > system_config.memory_capacity_bytes:  # a what-if, but say so: job would not fit
-        given = "" if memory_limit.strip().lower().endswith("gb") else f" ({memory_limit.strip()})"  # 80GiB: 85.89934592 GB
+        written = memory_limit.strip()  # in another unit than GB (80GiB: 85.89934592 GB), as the user wrote it too
+        given = f" ({written})" if written[-1:].isalpha() and not written.lower().endswith("gb") else ""
         click.echo(f"note: --memory-limit {limit / 1e9:.12g} GB{given} is above {system_config.name}'s "
                    f"{system_config.memory_capacity_bytes / 1e9:.12g} GB "
                    "per GPU: jobs ranked above that would not fit its GPUs (`ppopt job` says so)", err=True)
