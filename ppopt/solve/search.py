@@ -994,8 +994,7 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
     options.note(f"large-neighbourhood search from {setup.shown(end)}")
     placement = setup.placement
     improved = improve(built, start, lambda op: placement[op.stage][0], options, setup.shown)
-    options.note(f"large-neighbourhood search: {improved.steps} steps, {improved.improvements} improvements, "
-                 f"makespan {setup.shown(improved.makespan)}")
+    options.note(_lns_summary(setup, improved.steps, improved.improvements, improved.makespan))
     if improved.proven:
         best = replace(best, status="optimal", solver_bound=improved.makespan * setup.tick)
     if improved.makespan >= end:
@@ -1039,6 +1038,13 @@ def _windows_then_cp(setup: _Setup, best: _Solved, from_solver: bool, options: S
     return _pick(setup, _solve(setup, options, minimize_memory))
 
 
+def _lns_summary(setup: _Setup, steps: int, improvements: int, makespan: float) -> str:
+    """The progress line closing a neighbourhood search. Its makespan is in the solver's ticks, which
+    round durations down: with real durations it can lie under the schedule's simulated step."""
+    rounded = "" if setup.instance.time_unit == "slots" else " in the solver's ticks (durations rounded down)"
+    return f"large-neighbourhood search: {steps} steps, {improvements} improvements, makespan {setup.shown(makespan)}{rounded}"
+
+
 def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOptions) -> tuple[_Solved, bool]:
     """The window search of :mod:`ppopt.solve.lns`: no full model to build."""
     assert best.schedule is not None and best.simulation is not None and setup.ticked is not None and setup.placement is not None
@@ -1059,8 +1065,7 @@ def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: S
     )
     options.note(f"large-neighbourhood search (windows of time) from {best.simulation.step_time_s:.6g} {setup.instance.time_unit}")
     schedule, improved = improve_windows(best.schedule, timing, options, setup.shown)
-    options.note(f"large-neighbourhood search: {improved.steps} steps, {improved.improvements} improvements, "
-                 f"makespan {setup.shown(improved.makespan)}")
+    options.note(_lns_summary(setup, improved.steps, improved.improvements, improved.makespan))
     if improved.improvements == 0:
         return best, from_solver
     found = validate(replace(schedule, name="search", options={"space": setup.space.describe()}))
