@@ -17,7 +17,8 @@ The space (:func:`layouts`, :func:`enumerate_jobs`)
     * every recomputation mode (none, selective, full) and every requested schedule a job supports
       (by default every family of :data:`ppopt.job.SCHEDULES` but chimera-asym, :data:`DEFAULT_SCHEDULES`;
       with p = 1 only the one keeping the fewest activations, 1F1B by default), each with its options:
-      interleaved-1f1b and looped-bfs with every ``chunks`` c ≥ 2 for which c·p divides the layers,
+      interleaved-1f1b and looped-bfs with every ``chunks`` c ≥ 2 for which c·p divides the layers
+      (with the balanced split, every c with c·p at most the layers),
       Hanayo with ``waves`` 1 and 2 (when 2W·p stages fit the layers). A family the generator does
       not define for p and m (e.g. ZB-H1 with m < p, Chimera with odd p) is left out.
     * Megatron switches that the job model shows never to cost time are on: sequence parallelism
@@ -294,8 +295,10 @@ def _reason(request: PlanRequest, name: str, refusal: str | None) -> str:
     """A family's refusal worded with its name; where its generator defines it, why no job takes it:
     no option set with as many stages as the given counts, or stages beyond the layers."""
     if refusal is None:
-        refusal = (f"has no option set with {len(request.split)} stages (--layers-per-stage)"
-                   if isinstance(request.split, tuple) else "its stages exceed the layers")
+        chunked = "chunks" in get(name).options and request.split == "even"
+        refusal = (f"has no option set with {len(request.split)} stages (--layers-per-stage)" if isinstance(request.split, tuple)
+                   else "no chunk count c >= 2 has c·p dividing the layers, as the even split needs (--layers-per-stage "
+                   "balanced plans any c·p up to them)" if chunked else "its stages exceed the layers")
     return refusal if refusal.startswith(name) else f"{name}: {refusal}"
 
 
@@ -327,27 +330,29 @@ def _no_micro_batch(request: PlanRequest) -> str:
             f"replica of any layout of {request.gpus} GPUs (global batch {request.batch} / d: {per_replica})")
 
 
-def _option_values(option: str, devices: int, layers: int, stages: int | None) -> list[object]:
+def _option_values(option: str, devices: int, layers: int, stages: int | None, balanced: bool = False) -> list[object]:
     """The values of a generator option a plan tries (module doc): chunks c >= 2 with c·p dividing
-    the layers, waves 1 and 2, a layer split at its default; with ``stages`` (explicit counts) every
+    the layers (``balanced``: every c with c·p stages up to the layers, as a balanced split holds any
+    stage count), waves 1 and 2, a layer split at its default; with ``stages`` (explicit counts) every
     chunks or waves value up to S/p (the caller keeps those giving S stages)."""
     if option == "chunks":
         if stages is not None:
             return list(range(2, stages // devices + 1))
-        return [c for c in range(2, layers // devices + 1) if layers % (c * devices) == 0]
+        return [c for c in range(2, layers // devices + 1) if balanced or layers % (c * devices) == 0]
     if option == "waves":
         return [1, 2] if stages is None else list(range(1, stages // devices + 1))
     return [Job.split]
 
 
-def schedule_variants(schedule: str, devices: int, layers: int, stages: int | None = None) -> list[dict[str, Any]]:
+def schedule_variants(schedule: str, devices: int, layers: int, stages: int | None = None,
+                      balanced: bool = False) -> list[dict[str, Any]]:
     """The option sets of ``schedule`` (its registry entry's options) a plan tries on ``devices``
     devices for a model of ``layers`` layers (module doc): chunks c ≥ 2 with c·p dividing the layers,
     waves 1 and 2, each with its S stages within the layers; with ``stages`` (explicit per-stage
     counts) the option sets giving that many stages."""
     variants: list[dict[str, Any]] = [{}]
     for option in get(schedule).options:
-        variants = [{**v, option: value} for v in variants for value in _option_values(option, devices, layers, stages)]
+        variants = [{**v, option: value} for v in variants for value in _option_values(option, devices, layers, stages, balanced)]
     fits = [v for v in variants if stages_per_device(schedule, **v) * devices <= layers]
     return fits if stages is None else [v for v in fits if stages_per_device(schedule, **v) * devices == stages]
 
@@ -367,7 +372,8 @@ def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[st
     only those with as many stages as counts (the counts are per schedule stage)."""
     names = (_single_device(request.schedules, m),) if p == 1 else request.schedules
     wanted = len(request.split) if isinstance(request.split, tuple) else None
-    return tuple((name, options) for name in names for options in schedule_variants(name, p, request.model.num_layers, wanted)
+    return tuple((name, options) for name in names
+                 for options in schedule_variants(name, p, request.model.num_layers, wanted, request.split == "balanced")
                  if _defined(name, p, m, tuple(sorted(options.items()))))
 
 
@@ -384,7 +390,7 @@ def _schedule_keys(request: PlanRequest, p: int, m: int) -> list[ScheduleKey]:
         return [(name, 1, k, ()) for name in request.schedules for k in (m, 2 * m)]
     wanted = len(request.split) if isinstance(request.split, tuple) else None
     return [(name, p, m, tuple(sorted(options.items()))) for name in request.schedules
-            for options in schedule_variants(name, p, request.model.num_layers, wanted)]
+            for options in schedule_variants(name, p, request.model.num_layers, wanted, request.split == "balanced")]
 
 
 def _sizing_keys(request: PlanRequest) -> list[ScheduleKey]:

@@ -272,6 +272,9 @@ def test_job_schedules_and_their_options():
     from ppopt.plan import schedule_variants
     # 32 layers on 2 devices: chunks c >= 2 with 2c dividing 32; Hanayo's 2W·p stages fit for W = 1, 2
     assert schedule_variants("interleaved-1f1b", 2, 32) == [{"chunks": c} for c in (2, 4, 8, 16)]
+    # a balanced split holds any stage count up to the layers: every c with 2c <= 31
+    assert schedule_variants("interleaved-1f1b", 2, 31, balanced=True) == [{"chunks": c} for c in range(2, 16)]
+    assert schedule_variants("interleaved-1f1b", 2, 31) == []  # no 2c divides 31
     assert schedule_variants("hanayo", 2, 32) == [{"waves": 1}, {"waves": 2}]
     assert schedule_variants("hanayo", 4, 12) == [{"waves": 1}]
     assert schedule_variants("zb-v", 4, 6) == []

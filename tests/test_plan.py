@@ -797,6 +797,22 @@ def test_plan_without_a_search_never_imports_the_solver():
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_a_balanced_plan_tries_every_chunk_count_up_to_the_layers():
+    """31 layers on 2 devices: no 2c divides them, so the even split has no interleaved job and the
+    plan said its stages exceed the layers; the balanced split takes c = 2 to 15 (and says the even
+    split's true reason when nothing else can)."""
+    odd = LLAMA8.model_copy(update={"num_layers": 31})
+    request = PlanRequest(odd, H100, 2, global_batch=8, schedules=("interleaved-1f1b",), recompute=("full",), split="balanced")
+    chunks = {job.chunks for job in enumerate_jobs(request) if job.pp == 2}
+    assert chunks == set(range(2, 16))
+    even = replace(request, split="even")
+    assert not [job for job in enumerate_jobs(even) if job.pp == 2]
+    from ppopt.plan import _reason
+
+    assert _reason(even, "interleaved-1f1b", None) == ("interleaved-1f1b: no chunk count c >= 2 has c·p dividing the layers, as "
+                                                       "the even split needs (--layers-per-stage balanced plans any c·p up to them)")
+
+
 def test_sizing_shares_a_placement_s_work_exactly():
     # every family (chimera-asym's uneven default split included) and every split: the work the
     # sizing shares between the families of one placement is each job's own
