@@ -49,9 +49,11 @@ class UnitCosts:
     comm: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("forward", "backward", "weight", "comm"):  # text ("1") failed in math.isfinite
-            value = getattr(self, name)
-            if (value is not None or name != "weight") and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        given = {"forward": self.forward, "backward": self.backward, "comm": self.comm}
+        if self.weight is not None:  # None: backward / 2
+            given["weight"] = self.weight
+        for name, value in given.items():  # text ("1") failed in math.isfinite
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise ConfigError(f"must be a number of slots, got {value!r}", field=name)
         for name in ("forward", "backward"):
             value = getattr(self, name)

@@ -166,7 +166,7 @@ def _frontier(limits):
      "must be a positive integer of at most 1073741824, got 32.0"),
     (lambda: _gap(schedules=["zbv"]), ScheduleError, None,
      f"unknown schedule 'zbv' (known: {', '.join(names())}); did you mean 'zb-v'?"),
-    (lambda: _gap(schedule_options={"bogus": 1}), ConfigError, "schedule_options",
+    (lambda: _gap(schedule_options={"bogus": 1}), ScheduleError, "schedule_options",
      "unknown schedule option(s): bogus (known: chunks, waves, split)"),
     (lambda: _frontier([]), ConfigError, "limits", "must hold at least one memory limit (None: the default ones)"),
     (lambda: _frontier(["x"]), ConfigError, "limits", "must be positive numbers, got 'x'"),
@@ -193,6 +193,7 @@ def test_the_library_takes_lists_strings_and_mappings_where_it_takes_tuples_spac
     assert _plan_request(split=[16, 16]) == _plan_request(split=(16, 16))
     assert _gap(schedules="1f1b").rows[0].schedule == "1f1b"  # one name, not its letters
     assert [point.memory_limit for point in _frontier([4, 2, 4]).points] == [2, 4]
+    assert [point.memory_limit for point in _frontier(x for x in (4, 2)).points] == [2, 4]  # a generator, read once
     system = load_system("dgx-h100").model_dump() | {"memory_capacity_bytes": 40e9}
     job = Job({**load_model("llama3-8b").model_dump(), "name": "mine"}, system, pp=2)
     assert (job.model.name, job.system.name, job.system.memory_capacity_bytes) == ("mine", "dgx-h100", 40e9)

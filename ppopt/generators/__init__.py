@@ -285,6 +285,13 @@ def too_many_stages(name: str, devices: int, options: Mapping[str, object], laye
     return None
 
 
+def check_option_names(options: Mapping[str, object], field: str | None = None) -> None:
+    """ScheduleError (naming ``field``) for an option no schedule takes: one schedule ignores the
+    options of others, so a misspelt one would be ignored by every schedule without a word."""
+    if unknown := sorted(set(options) - set(OPTIONS)):
+        raise ScheduleError(f"unknown schedule option(s): {', '.join(unknown)} (known: {', '.join(OPTIONS)})", field=field)
+
+
 def generate(name: str, devices: int, microbatches: int, **options: object) -> Schedule:
     """Build schedule ``name`` for ``devices`` x ``microbatches``.
 
@@ -292,9 +299,7 @@ def generate(name: str, devices: int, microbatches: int, **options: object) -> S
     an option no schedule knows is an error. A schedule over :data:`ppopt.ir.MAX_OPS` ops is refused
     before anything is built.
     """
-    unknown = set(options) - set(OPTIONS)
-    if unknown:
-        raise ScheduleError(f"unknown schedule option(s): {', '.join(sorted(unknown))} (known: {', '.join(OPTIONS)})")
+    check_option_names(options)
     family = get(name)
     taken = family.taken(options)
     size = family.ops(devices, microbatches, taken)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.errors import ConfigError, InfeasibleError, MemoryShortError, ScheduleError
-from ppopt.generators import OPTIONS, generate, get, names, too_many_stages
+from ppopt.generators import check_option_names, generate, get, names, too_many_stages
 from ppopt.ir import Schedule
 from ppopt.simulate import simulate
 from ppopt.solve import options as solve_options
@@ -140,8 +140,7 @@ def gap_report(
     """
     options = (options or SolveOptions()).start()
     schedule_options = schedule_options or {}
-    if unknown := sorted(set(schedule_options) - set(OPTIONS)):  # every family would skip it: an empty report
-        raise ConfigError(f"unknown schedule option(s): {', '.join(unknown)} (known: {', '.join(OPTIONS)})", field="schedule_options")
+    check_option_names(schedule_options, "schedule_options")  # every family would skip it: an empty report
     if isinstance(schedules, str):  # one name given alone, not its letters
         schedules = (schedules,)
     for name in schedules or ():  # a misspelt name is an error, as on the command line, not a skipped row
@@ -340,6 +339,7 @@ def frontier(
     if limits is not None:
         if isinstance(limits, (str, bytes)) or not isinstance(limits, Iterable):
             raise ConfigError(f"must be a list of memory limits (None: the default ones), got {limits!r}", field="limits")
+        limits = list(limits)  # a generator is read once, here
         if bad := [x for x in limits if isinstance(x, bool) or not isinstance(x, numbers.Real) or not (math.isfinite(x) and x > 0)]:
             raise ConfigError(f"must be positive numbers, got {bad[0]!r}", field="limits")
         if not limits:
