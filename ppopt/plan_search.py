@@ -97,7 +97,11 @@ def search_job(row: PlanRow, memory_limit: float | None, options: SolveOptions) 
     """Search the planned job's family space and, when wider, the split-backward space (module doc), each
     with an equal share of ``options``' remaining time. A space the budget does not reach, or whose
     search fails, is reported with its status and no bound."""
-    from ppopt.solve.search import relative_gap, search  # CP-SAT's imports (0.4 s) only for a search: a plan ranks without them
+    from ppopt.solve.search import (  # CP-SAT's imports (0.4 s) only for a search: a plan ranks without them
+        never_above,
+        relative_gap,
+        search,
+    )
 
     job, handcrafted_step_s = row.job, row.step_time_s
     spec = job_spec(job, memory_limit)
@@ -120,13 +124,16 @@ def search_job(row: PlanRow, memory_limit: float | None, options: SolveOptions) 
             out.append(JobSearch(job, space.describe(), handcrafted_step_s, None, 0.0, None, "skipped", None, str(error)))
             continue
         best = None if result.step_time is None else result.step_time + fixed
-        gap, schedule = result.gap, result.schedule
+        bound, gap, status, schedule = result.bound, result.gap, result.status, result.schedule
         if best is not None and handcrafted_step_s < best:
             # the handcrafted schedule is a point of both spaces, so the best known is never slower
-            # than it: a search short of time (no handcrafted hint tried) found only a slower one
-            best, gap, schedule = handcrafted_step_s, relative_gap(row.pipeline_s, result.bound), None
-        out.append(JobSearch(job, result.space, handcrafted_step_s, best, result.bound + fixed, gap,
-                             result.status, schedule, result.note or ""))
+            # than it (a search short of time, no handcrafted hint tried, found only a slower one);
+            # as gap_report treats it: the bound a schedule meets is its step, and it is then optimal
+            best, schedule = handcrafted_step_s, None
+            bound = never_above(result.bound, row.pipeline_s)
+            gap = relative_gap(row.pipeline_s, bound)
+            status = "optimal" if row.pipeline_s <= bound * (1 + 1e-9) else result.status
+        out.append(JobSearch(job, result.space, handcrafted_step_s, best, bound + fixed, gap, status, schedule, result.note or ""))
     return out
 
 

@@ -46,6 +46,7 @@ from ppopt.plan_search import JobSearch, first_after_search, job_spec, ranking_c
 from ppopt.report.plan_plot import pareto_front
 from ppopt.simulate import simulate
 from ppopt.solve.options import SolveOptions
+from ppopt.solve.space import parse_space
 
 ROOT = Path(__file__).resolve().parent.parent
 MULTI_NODE = ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"
@@ -536,10 +537,16 @@ def test_a_search_that_finds_only_a_slower_schedule_keeps_the_handcrafted_one(mo
         return dataclasses.replace(result, step_time=1.5 * row.pipeline_s)
 
     monkeypatch.setattr(solver, "search", slower)
-    for s in search_job(row, 80e9, SolveOptions(time_limit_s=4, seed=0).start()):
+    truth = [real(job_spec(job, 80e9), parse_space(space), SolveOptions(time_limit_s=4, seed=0))
+             for space in ("placement=linear,backward=full", "placement=linear,backward=split")]
+    found = search_job(row, 80e9, SolveOptions(time_limit_s=4, seed=0).start())
+    assert len(found) == len(truth) == 2
+    for s, result in zip(found, truth):
         assert s.best_step_s == row.step_time_s == s.handcrafted_step_s and s.schedule is None
-        bound = s.bound_step_s - (row.step_time_s - row.pipeline_s)  # the pipeline's bound
-        assert s.gap == pytest.approx((row.pipeline_s - bound) / bound)
+        bound = s.bound_step_s - (row.step_time_s - row.pipeline_s)  # the pipeline's bound: the search's, never above the step
+        assert bound == pytest.approx(min(result.bound, row.pipeline_s), rel=1e-9)
+        assert s.gap == pytest.approx((row.pipeline_s - bound) / bound, abs=1e-12)
+        assert s.status == ("optimal" if row.pipeline_s <= bound * (1 + 1e-9) else result.status)
 
 
 @given(st.integers(1, 2000))

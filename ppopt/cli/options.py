@@ -506,6 +506,12 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
     return value
 
 
+def amount_unit(text: str) -> str | None:
+    """The unit suffix of an amount :func:`parse_amount` accepted (``"GiB"`` of ``80GiB``; None when bare)."""
+    match = _BYTES.match(text)
+    return match.group(2) if match else None
+
+
 BARE_BYTES_AT_LEAST = 2**20
 """A memory limit given as a bare number of bytes must be at least this many (1 MiB): below it no job
 fits, and ``--memory-limit 80`` meant 80 GB."""

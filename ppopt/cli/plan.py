@@ -11,6 +11,7 @@ import click
 from ppopt.cli import main, startup_s
 from ppopt.cli.measured import _table
 from ppopt.cli.options import (
+    amount_unit,
     check_plot,
     complete_model,
     complete_schedule_or_all,
@@ -118,8 +119,8 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     split = parse_layer_split(layers_per_stage)
     system_config = load_system(system)
     if limit is not None and limit > system_config.memory_capacity_bytes:  # a what-if, but say so: job would not fit
-        written = memory_limit.strip()  # in another unit than GB (80GiB: 85.89934592 GB), as the user wrote it too
-        given = f" ({written})" if written[-1:].isalpha() and not written.lower().endswith("gb") else ""
+        unit = amount_unit(memory_limit)  # in another unit than GB (80GiB: 85.89934592 GB), as the user wrote it too
+        given = f" ({memory_limit.strip()})" if unit is not None and unit.lower() != "gb" else ""
         click.echo(f"note: --memory-limit {limit / 1e9:.12g} GB{given} is above {system_config.name}'s "
                    f"{system_config.memory_capacity_bytes / 1e9:.12g} GB "
                    "per GPU: jobs ranked above that would not fit its GPUs (`ppopt job` says so)", err=True)
@@ -383,7 +384,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
                "bound by"]
     rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label,
              per_device(r.job.stage_layers, "csv") if fmt == "csv" else _counts(r.job.stage_layers),  # CSV lists use ';'
-             *((csv_number(r.step_time_s),) if fmt == "csv" else (_seconds(r.step_time_s),)),
+             csv_number(r.step_time_s) if fmt == "csv" else _seconds(r.step_time_s),
              tokens_per_s(r.tokens_per_s, grouped=fmt != "csv"), percent(r.mfu, fmt),
              csv_number(r.memory.peak_bytes / 1e9) if fmt == "csv" else _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
