@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -1022,3 +1023,17 @@ def test_plan_names_a_job_as_fast_as_the_first_on_much_less_memory():
     rows = list(csv.reader(CliRunner().invoke(main, [*map(str, args), "--format", "csv"]).stdout.splitlines()))
     layers = rows[0].index("layers")
     assert all(";" in row[layers] or row[layers].isdigit() for row in rows[1:]) and any(";" in row[layers] for row in rows[1:])
+
+
+def test_plan_says_when_the_weights_alone_need_more_gpus():
+    """Llama 3 70B on one 80 GB GPU: 70.6e9 parameters at 16 bytes each (2 weights, 2 gradients, 12
+    optimizer: Rajbhandari et al. 2020, Section 3.1) are about 1,130 GB before any activation, so the
+    error says more GPUs are needed; with 8 GPUs and a limit just above the least job's weights it
+    does not (activations are what is over)."""
+    result = CliRunner().invoke(main, ["plan", "--model", "llama3-70b", "--gpus", "1", "--system", "dgx-h100", "--search", "0", "-q"])
+    assert result.exit_code == 1
+    alone = re.search(r"optimizer state alone take ([\d.]+) GB, which more GPUs would shard further$", result.output.strip())
+    assert alone is not None and 1100 < float(alone.group(1)) < 1160
+    small = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--search", "0", "-q",
+                                      "--memory-limit", "17GB"])
+    assert small.exit_code == 1 and "no job fits 17.00 GB" in small.output and "more GPUs" not in small.output
