@@ -31,6 +31,7 @@ from ppopt.placement import split_weights, stages_by_device
 from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve import options as solve_options
 from ppopt.solve.bounds import Bounds, Shape, graph_applies, lower_bounds
+from ppopt.solve.fitted import fitted_schedule, is_fitted
 from ppopt.solve.greedy import GREEDY, best_greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import Timing, improve, improve_windows
@@ -59,6 +60,11 @@ STATUS = {
     cp_model.MODEL_INVALID: "invalid",
     cp_model.UNKNOWN: "unknown",
 }
+
+
+def own_hint(name: str) -> bool:
+    """Whether a hint is one of ppopt's own (greedy, periodic or fitted), not a handcrafted schedule."""
+    return name in (GREEDY, PERIODIC) or is_fitted(name)
 
 
 @dataclass(frozen=True)
@@ -260,6 +266,9 @@ most this share of the time left (:data:`SCHEDULE_S_PER_OP` per op), for a tie w
 64 x 4,096 (a second or more per hint) the search stops at the first optimal one."""
 
 
+FITTED_S_PER_OP = 3e-5
+"""Wall time fitting a handcrafted schedule to the memory limit costs per op (:mod:`ppopt.solve.fitted`),
+generously (seconds; measured on 2 cores at p = 32, m = 256, two chunks per device: 8 to 15 µs per op)."""
 GREEDY_S_PER_OP = 1.2e-5
 """Wall time the greedy hint (:mod:`ppopt.solve.greedy`) costs per op, generously (seconds; measured
 on 2 cores at p = 64, m = 4,096, load 0.3 to 1: 6.7 to 8.0 µs per op, 3.5 s for the linear
@@ -423,6 +432,17 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     elif optimal and not (space.fixed or exhausted or options.every_hint):
         best = min((c for c in candidates if c.fits), key=lambda c: c.rank)
         options.note(f"no further handcrafted hints built: {best.name} meets the analytic bound")
+    if greedy_applies and not optimal:  # the handcrafted hints over the memory limit, fitted to it
+        for over in [c for c in candidates if not c.fits]:
+            if fitting() and not affordable(FITTED_S_PER_OP):
+                options.cut("a fitted hint not built")
+                options.note(f"time limit: {over.name} not fitted to the memory limit")
+                break
+            fitted = fitted_schedule(over.schedule, instance)
+            if fitted is not None:
+                add_hint(fitted)
+            if optimal:
+                break
     if greedy_applies:
         if optimal:
             options.note("greedy hint skipped: a handcrafted one meets the analytic bound")
@@ -1334,7 +1354,7 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         hint=hint.name if hint else None,
         hint_step_time=hint.simulation.step_time_s if hint else None,
         hint_fits=hint.fits if hint else True,
-        handcrafted=tuple(c for c in setup.candidates if c.name not in (GREEDY, PERIODIC)),
+        handcrafted=tuple(c for c in setup.candidates if not own_hint(c.name)),
         tick=setup.tick,
         time_unit=unit,
         memory_semantics=setup.instance.memory_semantics(),
