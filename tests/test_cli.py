@@ -667,13 +667,3 @@ def test_a_microbatch_count_given_to_job_or_plan_says_how_they_set_it(command, e
     assert (result.exit_code, result.stderr) == (1, "error: No such option '-m': a job's microbatch count follows from its "
                                                  "batch: m = global batch / (micro batch x d); give --global-batch and "
                                                  f"--micro-batch (see 'ppopt {command} --help')\n")
-
-
-def test_search_takes_plan_s_name_for_the_pytorch_csv(tmp_path):
-    # plan calls its PyTorch CSV output --torch-csv; search takes that name for its --csv too
-    by_csv, by_torch_csv = tmp_path / "a.csv", tmp_path / "b.csv"
-    common = ("search", "--unit", "-p", 4, "-m", 8, "--comm", 1, "--seed", 0, "--workers", 1, "-q", "--no-grid")
-    assert run(*common, "--csv", by_csv).exit_code == 0
-    assert run(*common, "--torch-csv", by_torch_csv).exit_code == 0
-    rows = by_torch_csv.read_text().splitlines()
-    assert len(rows) == 4 and rows == by_csv.read_text().splitlines()
