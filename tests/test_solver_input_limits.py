@@ -209,20 +209,23 @@ def test_under_a_limit_no_handcrafted_hint_meets_the_greedy_one_comes_first_when
     """p = 4, m = 8 under 4 activations: GPipe (peak 8) does not fit. With a schedule costing 3.8 s
     and the greedy one 3.2 s more here, 10 s cover the greedy one but not 1F1B before it: the greedy
     one is next (at p = 64, m = 4,096 the handcrafted ones took 20 s of 30 before it; the command
-    now ends in 13 s)."""
+    now ends in 13 s). Nor GPipe fitted to the limit, which would leave too little for the greedy one."""
     monkeypatch.setattr(searching, "SCHEDULE_S_PER_OP", 0.06)
     monkeypatch.setattr(searching, "GREEDY_S_PER_OP", 0.05)
+    monkeypatch.setattr(searching, "FITTED_S_PER_OP", 0.05)
     monkeypatch.setattr(SolveOptions, "remaining_s", lambda self: 10.0)  # the budget as the costs see it, not the clock
     notes: list[str] = []
     result = searching.search(unit(4, 8, comm=1, limit=4), parse_space("placement=linear"), SolveOptions(10, progress=notes.append))
     assert [c.name for c in result.handcrafted] == ["gpipe"] and not result.handcrafted[0].fits
     assert result.hint == "greedy" and "time limit: no further handcrafted hints tried" in notes
+    assert "time limit: gpipe not fitted to the memory limit" in notes
     assert result.step_time is not None and max(result.simulation.peak_activation_bytes) <= 4
 
 
 def test_no_model_is_built_when_the_time_left_cannot_cover_it(monkeypatch):
-    """p = 4, m = 8, cap 3, looped placement with two chunks: the greedy hint (74 slots) is short of
-    the optimum (66); with a model costing a second per op, none is built and the hint is reported."""
+    """p = 4, m = 8, cap 3, looped placement with two chunks: the hint (interleaved 1F1B fitted to the
+    cap, 72 slots; the greedy one 74) is short of the optimum (66); with a model costing a second per
+    op, none is built and the hint is reported."""
     def no_solver(self):
         raise AssertionError("no CP-SAT call")
 
@@ -232,7 +235,7 @@ def test_no_model_is_built_when_the_time_left_cannot_cover_it(monkeypatch):
     result = searching.search(unit(4, 8, comm=1, limit=3), parse_space("placement=looped"),
                               SolveOptions(10, progress=notes.append))
     assert "time limit: building the model of 128 ops takes about 128 s, more than the time left" in notes
-    assert result.status == "feasible" and result.step_time == result.hint_step_time == 74
+    assert result.status == "feasible" and result.step_time == result.hint_step_time == 72
     lowered = searching.search(unit(4, 8, comm=1, limit=3), parse_space("placement=looped"),
                                SolveOptions(10), minimize_memory=True)
     assert lowered.peak_memory is None and lowered.memory_status.startswith("unknown (time limit")

@@ -434,7 +434,8 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         options.note(f"no further handcrafted hints built: {best.name} meets the analytic bound")
     if greedy_applies and not optimal:  # the handcrafted hints over the memory limit, fitted to it
         for over in [c for c in candidates if not c.fits]:
-            if fitting() and not affordable(FITTED_S_PER_OP):
+            # while none fits, only with the greedy one's time left after it (that one always fits)
+            if not affordable(FITTED_S_PER_OP + (0.0 if fitting() else GREEDY_S_PER_OP)):
                 options.cut("a fitted hint not built")
                 options.note(f"time limit: {over.name} not fitted to the memory limit")
                 break
