@@ -521,7 +521,7 @@ def summary_line(job: dict) -> str:
     pipeline's (the step `ppopt job` and `ppopt plan` print is longer), and whether its peaks hold
     each device's transient working set (they do unless the job is a pure pipeline)."""
     batch, micro, dp = job["global_batch"], job["micro_batch"], job["dp"]
-    replicas = f" per replica (global batch {batch} over {dp} replicas)" if dp > 1 else f" (global batch {batch})"
+    replicas = f" per replica (global batch {batch:,} over {dp:,} replicas)" if dp > 1 else f" (global batch {batch:,})"
     working = job["working_set"]
     with_working = ", peaks with each device's working set" if working else ""
     job_adds = " and the optimizer step" if working else ", the optimizer step and each device's working set"

@@ -242,7 +242,7 @@ def test_tables_in_markdown_and_csv(fmt):
     lines = result.stdout.splitlines()
     if fmt == "csv":
         assert lines[0].startswith("schedule,bubble formula,bubble table")
-        assert lines[2].split(",")[:3] == ["1f1b", "0.2727", "0.2727"]
+        assert lines[2].split(",")[:3] == ["1f1b", "0.2727272727", "0.2727272727"]  # 3/11, ten significant digits
     else:
         header = next(i for i, line in enumerate(lines) if line.startswith("| schedule |"))
         assert lines[header + 1].startswith("|---|")
@@ -553,14 +553,34 @@ def test_csv_cells_are_bare_numbers_with_units_in_the_header():
         for column in ("peak act. formula", "peak act. table", "weights"):
             assert row[column] == "" or all(float(v) >= 0 for v in row[column].split(";")), (column, row[column])
         simulated = as_json[row["schedule"]]["simulation"]
+        # ten significant digits, as every numeric CSV cell (the ratios had the text's four decimals)
+        assert row["bubble table"] == f"{as_json[row['schedule']]['table']['bubble_ratio']:.10g}"
+        assert row["sim idle"] == f"{simulated['idle_ratio']:.10g}"
         assert float(row["sim step s"]) == pytest.approx(simulated["step_time_s"], rel=1e-5)
         assert float(row["sim peak memory GiB"]) == pytest.approx(max(simulated["peak_memory_bytes"]) / 2**30, rel=1e-5)
     zb_v = next(row for row in evaluated if row["schedule"] == "zb-v")
     assert zb_v["bubble formula"] == "" and zb_v["peak act. table"] == "5;6;7;8"  # m = 4 < 2p - 1: outside the forms
     compared = list(csv.DictReader(io.StringIO(run("compare", *common[:2], "-m", 8, *common[4:], "--format", "csv").stdout)))
+    compared_json = {r["schedule"]: r for r in json.loads(run("compare", *common[:2], "-m", 8, *common[4:], "--json").stdout)}
     for row in compared:
         assert int(row["table rank"]) >= 1 and float(row["table bubble"]) >= 0 and float(row["step s"]) > 0
         assert row["formula rank"] == row["formula bubble"] == "" or int(row["formula rank"]) >= 1
+        assert row["idle"] == f"{compared_json[row['schedule']]['simulation']['idle_ratio']:.10g}"
+
+
+def test_gap_csv_says_over_memory_in_a_column_and_gives_the_gap_to_ten_digits():
+    """gap's CSV carried the text's "# over the system's ... per device" note in a cell and its gap to
+    four digits; it has an `over memory` yes/no column like compare's, and csv_number's digits."""
+    import csv
+    import io
+    import json
+
+    common = ["gap", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 8, "-s", "zb-h1",
+              "--time-limit", 10, "--deterministic-time", 2, "--workers", 1, "-q"]
+    (row,) = csv.DictReader(io.StringIO(run(*common, "--format", "csv").stdout))
+    (entry,) = json.loads(run(*common, "--json").stdout)["schedules"]
+    assert entry["over_memory"] is True and row["over memory"] == "yes" and row["note"] == ""
+    assert row["gap %"] == f"{100 * entry['gap']:.10g}"
 
 
 def test_evaluate_all_sizes_only_the_families_it_can_cost(monkeypatch):

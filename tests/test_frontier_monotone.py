@@ -164,3 +164,17 @@ def test_the_default_grid_holds_at_most_max_limits():
     assert len(wide) <= MAX_LIMITS and wide[0] == 2 and wide[-1] <= 8000
     steps = {b - a for a, b in zip(wide, wide[1:])}
     assert len(steps) == 1 and steps.pop() == 8  # the smallest whole step that fits: ceil(7,999 / 1,000)
+
+
+def test_a_limit_no_device_can_reach_is_said_to_limit_nothing():
+    """p = 4, m = 8 in unit mode: a device can hold at most m · S = 32 activations (every stage's of
+    every microbatch), so a limit of 1e9 limits nothing; the report said so for gap but not for
+    frontier, whose README says it does. The note names 32, and the JSON gives it as most_held."""
+    from ppopt.report.solve import frontier_json, frontier_text
+
+    result = frontier(InstanceSpec(4, 8, UnitCosts()), parse_space("placement=linear"), [2, 1e9], SolveOptions(20, workers=1))
+    assert result.most_held == 8 * 4 and frontier_json(result)["most_held"] == 32
+    assert "a limit at or above 32, the most a device can hold here (every activation of every microbatch), limits nothing" \
+        in frontier_text(result)
+    tight = frontier(InstanceSpec(4, 8, UnitCosts()), parse_space("placement=linear"), [2, 31], SolveOptions(20, workers=1))
+    assert "limits nothing" not in frontier_text(tight)

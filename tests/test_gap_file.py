@@ -225,6 +225,12 @@ def test_a_file_is_searched_only_in_a_space_it_is_a_point_of_as_it_is(tmp_path):
     split = run("search", "--schedule-file", tmp_path / "warm.csv", "--unit", "--comm", 1, "--space", "placement=linear,backward=split",
                 "--time-limit", 20, "-q", "--json")
     assert split.exit_code == 0 and json.loads(split.stdout)["step_time_s"] <= 44
+    # frontier lists it as that space runs it, named as the handcrafted ones converted beside it: without
+    # messages 33 slots as written (the table of the file), 30 with each B as I then W, as 1F1B's 33 is 30
+    frontier = run("frontier", "--schedule-file", tmp_path / "warm.csv", "--unit", "--space", "placement=linear,backward=split",
+                   "--time-limit", 10, "-q", "--json")
+    listed = {h["schedule"]: h["step_time_s"] for h in json.loads(frontier.stdout)["handcrafted"]}
+    assert listed["warm+split"] == listed["1f1b+split"] == 30 and "warm" not in listed
 
 
 def test_frontier_places_a_mixed_file_as_it_is(tmp_path):

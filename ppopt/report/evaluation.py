@@ -67,7 +67,8 @@ def peak_memory_cell(result: Evaluation, fmt: str = "text") -> str:
     return gib(peak) + mark
 
 
-def _yes(flag: bool) -> str:
+def yes_no(flag: bool) -> str:
+    """A yes/no cell: CSV's column for a mark the text explains in a footnote (``!``, ``#``, ``*``)."""
     return "yes" if flag else "no"
 
 
@@ -167,13 +168,19 @@ def units_text(units: UnitCosts) -> str:
 
 
 def _header(results: Sequence[Evaluation], units: UnitCosts, weights: bool = False) -> str:
-    """The line above evaluate's and compare's tables: sizes and units (``weights``: the weights
-    column's, which only evaluate prints)."""
+    """The line above evaluate's and compare's tables: sizes and units (``weights``: evaluate's table,
+    whose peak activations are counted and whose weights column compare has not; compare's peaks are
+    in GiB, as its header says)."""
     p, m = results[0].devices, results[0].microbatches
     devices, microbatches = ("device" if p == 1 else "devices"), ("microbatch" if m == 1 else "microbatches")
-    return (f"p = {p} {devices}, m = {m} {microbatches}; lengths in {units_text(units)}; bubble = idle / total; "
-            "peak act. in stage-chunk activations (1/S of the model each)"
-            + ("; weights in copies of a 1/p model share" if weights else ""))
+    return (f"p = {p} {devices}, m = {m} {microbatches}; lengths in {units_text(units)}; bubble = idle / total"
+            + ("; peak act. in stage-chunk activations (1/S of the model each); weights in copies of a 1/p model share"
+               if weights else ""))
+
+
+def _ratio(value: float, fmt: str) -> str:
+    """A bubble or idle ratio: four decimals to read, :func:`csv_number`'s digits in CSV."""
+    return csv_number(value) if fmt == "csv" else f"{value:.4f}"
 
 
 def closed_form_cell(f: Formula | None, text: str, fmt: str = "text") -> str:
@@ -192,12 +199,12 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
     for r in results:
         f, t = r.formula, r.table
         differs = "" if f is None or not f.valid or abs(f.bubble_ratio - t.bubble_ratio) < 1e-12 else " *"
-        csv_marks = [_yes(bool(differs))]
+        csv_marks = [yes_no(bool(differs))]
         differs = "" if fmt == "csv" else differs  # CSV has no footnotes: a column says it
         row = [
             r.schedule,
-            closed_form_cell(f, "" if f is None else f"{f.bubble_ratio:.4f}", fmt),
-            f"{t.bubble_ratio:.4f}{differs}",
+            closed_form_cell(f, "" if f is None else _ratio(f.bubble_ratio, fmt), fmt),
+            f"{_ratio(t.bubble_ratio, fmt)}{differs}",
             closed_form_cell(f, "" if f is None else f"{f.length:g}", fmt),
             f"{t.length:g}",
             closed_form_cell(f, "" if f is None else per_device(f.peak_activations, fmt), fmt),
@@ -207,8 +214,8 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
         sim = r.simulation
         if simulated and sim is not None:
             step = csv_number(sim.step_time_s) if fmt == "csv" else seconds(sim.step_time_s)
-            row += [step, f"{sim.idle_ratio:.4f}", peak_memory_cell(r, fmt)]
-            csv_marks.append(_yes(r.memory_over is not None))
+            row += [step, _ratio(sim.idle_ratio, fmt), peak_memory_cell(r, fmt)]
+            csv_marks.append(yes_no(r.memory_over is not None))
         rows.append(row + csv_marks if fmt == "csv" else row)
     headers = ["schedule", "bubble formula", "bubble table", "length formula", "length table", "peak act. formula", "peak act. table", "weights"]
     if simulated:
@@ -237,11 +244,11 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
         rank = ranking.formula.get(r.schedule)
         flips = r.schedule in ranking.flips
         if fmt == "csv":  # one number per cell: each rank beside its value, units in the header
-            formula_cells = ("", "") if f is None or not f.valid else (str(rank), f"{f.bubble_ratio:.4f}")
-            rows.append((r.schedule, *formula_cells, str(ranking.table[r.schedule]), f"{r.table.bubble_ratio:.4f}",
-                         str(ranking.simulation[r.schedule]), csv_number(sim.step_time_s), f"{sim.idle_ratio:.4f}",
-                         csv_gib(max(sim.peak_activation_bytes)), peak_memory_cell(r, fmt), _yes(flips),
-                         _yes(r.memory_over is not None)))
+            formula_cells = ("", "") if f is None or not f.valid else (str(rank), csv_number(f.bubble_ratio))
+            rows.append((r.schedule, *formula_cells, str(ranking.table[r.schedule]), csv_number(r.table.bubble_ratio),
+                         str(ranking.simulation[r.schedule]), csv_number(sim.step_time_s), csv_number(sim.idle_ratio),
+                         csv_gib(max(sim.peak_activation_bytes)), peak_memory_cell(r, fmt), yes_no(flips),
+                         yes_no(r.memory_over is not None)))
             continue
         rows.append(
             (

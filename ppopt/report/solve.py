@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ppopt.evaluate import memory_over
-from ppopt.report.evaluation import OVER_MEMORY, capacity_json, capacity_text, orders_json, over_memory_text, timeline_json
+from ppopt.report.evaluation import OVER_MEMORY, capacity_json, capacity_text, orders_json, over_memory_text, timeline_json, yes_no
 from ppopt.report.text import (
     csv_gib,
     csv_number,
@@ -217,11 +217,12 @@ def _fastest_and_best(report: GapReport, fmt: str) -> list[str]:
                 "each gap is against its own schedule's space"]
 
 
-def _gap_note(report: GapReport, row: GapRow) -> str:
-    """A gap row's note: over the memory limit (no gap), or over the GPU's memory without a limit."""
+def _gap_note(report: GapReport, row: GapRow, fmt: str = "text") -> str:
+    """A gap row's note: over the memory limit (no gap), or over the GPU's memory without a limit
+    (in CSV its own yes/no column, ``over memory``, says that)."""
     if not row.fits:
         return "over the memory limit"
-    if report.over_memory(row):
+    if report.over_memory(row) and fmt != "csv":
         return f"{OVER_MEMORY} over the system's {capacity_text(report.memory_capacity or 0)} per device"
     return ""
 
@@ -229,15 +230,17 @@ def _gap_note(report: GapReport, row: GapRow) -> str:
 def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "text", context: str | None = None) -> str:
     """`gap`'s table in ``fmt`` (text, markdown or csv), with ``context`` (what was simulated) above it."""
     unit = report.time_unit
+    marked = fmt == "csv" and report.memory_capacity is not None  # the GPU's memory (not in unit mode)
     rows = [
         (r.schedule, _cell(r.step_time, unit, fmt), _cell(r.best, unit, fmt), _cell(r.bound, unit, fmt),
          percent(r.gap, fmt, decimals=2),
-         r.status, _gap_note(report, r), r.space)
+         r.status, _gap_note(report, r, fmt), r.space, *([yes_no(bool(report.over_memory(r)))] if marked else []))
         for r in report.rows
     ]
     header = f"p = {devices}, m = {microbatches}; times in {'slots' if unit == 'slots' else 'seconds'}; memory: {report.memory_semantics}"
     table = render_table(("schedule", _header("step", unit, fmt), _header("best found", unit, fmt), _header("bound", unit, fmt),
-                          percent_header("gap", fmt), "status", "note", "space of the bound"), rows, fmt)
+                          percent_header("gap", fmt), "status", "note", "space of the bound",
+                          *(["over memory"] if marked else [])), rows, fmt)
     rounded = any(r.status == "optimal" and r.best is not None and r.best > r.bound * (1 + 1e-9) for r in report.rows)
     after = ["", "optimal: proven in the solver's integer ticks (durations rounded down); where best found is above the "
                  "bound, the rounding is what lies between them (README: Solver ticks)"] if rounded else []
@@ -255,6 +258,7 @@ def frontier_json(result: Frontier) -> dict:
         "time_unit": result.time_unit,
         "memory_unit": result.memory_unit,
         "minimum_memory": result.minimum,
+        "most_held": _num(result.most_held),
         "points": [
             {"memory_limit": p.memory_limit, "status": p.status, "step_time_s": p.step_time, "bound_s": _num(p.bound), "peak_memory": p.peak_memory}
             for p in result.points
@@ -272,7 +276,7 @@ def frontier_text(result: Frontier, fmt: str = "text", context: str | None = Non
     if fmt == "csv":  # one table: the searched points and the handcrafted schedules, a row kind apart
         rows = [("searched", "", _cell(p.memory_limit, m, fmt), _cell(p.step_time, t, fmt), _cell(p.bound, t, fmt), p.status,
                  _cell(p.peak_memory, m, fmt), "") for p in result.points]
-        rows += [("handcrafted", name, "", _cell(step, t, fmt), "", "", _cell(peak, m, fmt), "yes" if on else "no")
+        rows += [("handcrafted", name, "", _cell(step, t, fmt), "", "", _cell(peak, m, fmt), yes_no(on))
                  for name, peak, step, on in result.handcrafted]
         return render_table(("row", "schedule", _header("memory limit", m, fmt), _header("step", t, fmt),
                              _header("bound", t, fmt), "status", _header("peak memory", m, fmt), "on the frontier"), rows, fmt)
@@ -291,5 +295,9 @@ def frontier_text(result: Frontier, fmt: str = "text", context: str | None = Non
     rounded = any(p.status == "optimal" and p.step_time is not None and p.step_time > p.bound * (1 + 1e-9) for p in result.points)
     footnote = ["", "optimal: proven in the solver's ticks; a step above its bound differs from it by at most the rounding of "
                     "durations to ticks (README, Conventions, Solver ticks)"] if rounded else []
+    if any(p.memory_limit >= result.most_held for p in result.points):
+        state = ", and the persistent state" if m == "bytes" else ""
+        footnote += ["", f"a limit at or above {_amount(result.most_held, m)}, the most a device can hold here (every activation "
+                         f"of every microbatch{state}), limits nothing: its point is the unlimited search's"]
     return "\n".join([f"space: {result.space}; {unit_note}; minimum memory {_amount(result.minimum, m)}",
                       *([context] if context else []), "", points, *footnote, "", hand])

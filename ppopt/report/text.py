@@ -247,16 +247,16 @@ LARGEST_FIXED = 1e12
 
 
 def percent(value: float | None, fmt: str, signed: bool = False, decimals: int = 1) -> str:
-    """A fraction as a percentage: ``+1.5 %`` in text and markdown, the bare number (one more
-    decimal, no sign or ``%``) in CSV, whose header names the unit (:func:`percent_header`); ``-``
-    for no value (None, or not a finite number), an empty cell in CSV (a numeric column holds numbers only)."""
+    """A fraction as a percentage: ``+1.5 %`` in text and markdown, the bare number (no sign or
+    ``%``, :func:`csv_number`'s ten significant digits) in CSV, whose header names the unit
+    (:func:`percent_header`); ``-`` for no value (None, or not a finite number), an empty cell in CSV
+    (a numeric column holds numbers only)."""
     if value is None or not math.isfinite(value):
         return "" if fmt == "csv" else "-"
-    shown = decimals + 1 if fmt == "csv" else decimals
-    amount = round(100 * value, shown) or 0.0  # a tiny negative error prints as 0, not -0.0
     if fmt == "csv":
-        return f"{amount:.{shown}f}"
-    return f"{amount:{'+' if signed else ''}.{shown}f} %"
+        return csv_number(round(100 * value, 9) + 0.0)  # a tiny negative error prints as 0, not -1e-15 or -0
+    amount = round(100 * value, decimals) or 0.0  # a tiny negative error prints as 0, not -0.0
+    return f"{amount:{'+' if signed else ''}.{decimals}f} %"
 
 
 def percent_header(name: str, fmt: str) -> str:

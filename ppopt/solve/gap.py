@@ -38,7 +38,7 @@ from ppopt.solve.search import (
     space_instance,
     too_late,
 )
-from ppopt.solve.space import Space, family_space, parse_space, placement_of, space_of, stage_count
+from ppopt.solve.space import Space, family_space, parse_space, placement_of, space_of, stage_count, with_backward
 from ppopt.validation import validate
 
 
@@ -278,6 +278,9 @@ class Frontier:
     time_unit: str
     memory_unit: str
     minimum: float
+    most_held: float = math.inf
+    """The most a device can hold (every activation of every microbatch, plus the persistent state):
+    a limit at or above it limits nothing."""
 
 
 MAX_LIMITS = 1000
@@ -361,12 +364,15 @@ def frontier(
     minimum, _ = minimum_memory(instance, space, placement_of(space, devices), free.simulation if space.fixed else None)
     if limits is not None and space.fixed:
         _refuse_limits_below(limits, minimum, "", space, instance.memory_unit)
-    # the file as it is, not as the search's hint ran it (a mixed backward's B split into I and W); the
-    # handcrafted schedules beside it by their mark, not their names (a user's 1f1b.csv is named 1f1b)
+    # the file as it is, not as the search's hint ran it (a mixed backward's B split into I and W), but
+    # a full-backward file in a split space as that space runs it, each B as I then W, and named so
+    # (warm+split), as the handcrafted schedules beside it; those by their mark, not their names (a
+    # user's 1f1b.csv is named 1f1b)
     points_handcrafted = [(c.name, peak_use(instance, c.simulation), c.simulation.step_time_s) for c in free.handcrafted if not c.given]
     if given is not None:
-        own = simulate(given, instance.costs, instance.system)
-        points_handcrafted = [(given.name, peak_use(instance, own), own.step_time_s)] + points_handcrafted
+        shown = with_backward(given, True) if space.split_backward and not given.split_backward else given
+        own = simulate(shown, instance.costs, instance.system)
+        points_handcrafted = [(shown.name, peak_use(instance, own), own.step_time_s)] + points_handcrafted
     free_peak = peak_use(instance, free.simulation) if free.simulation else None
     if limits is None:  # the even grid, and every handcrafted schedule's own peak: "on the frontier" is judged there
         top = max([p for _, p, _ in points_handcrafted] + [free_peak if free_peak is not None else minimum])
@@ -409,7 +415,8 @@ def frontier(
     handcrafted = []
     for name, peak, step in points_handcrafted:
         handcrafted.append((name, peak, step, not any(_dominates(other, (peak, step)) for other in known)))
-    return Frontier(space.describe(), tuple(points), tuple(handcrafted), instance.time_unit, instance.memory_unit, minimum)
+    return Frontier(space.describe(), tuple(points), tuple(handcrafted), instance.time_unit, instance.memory_unit, minimum,
+                    instance.most_held)
 
 
 def _dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:

@@ -136,7 +136,7 @@ class Instance:
             return "no memory limit"
         if self.memory_unit == "activations":
             return (
-                f"at most {self.memory_limit:.15g} live activations (of a 1/p model share) per device; "
+                f"at most {self.memory_limit:.15g} live activation{'' if self.memory_limit == 1 else 's'} (of a 1/p model share) per device; "
                 "an activation lives from the start of its F to the end of its B (W when backward is split)"
             )
         return (
