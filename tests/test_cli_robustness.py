@@ -1020,6 +1020,11 @@ def test_unit_mode_with_a_model_is_named_before_the_memory_limit_is_read():
     for command in ("search", "gap"):
         result = run(command, "--unit", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-a100", "--memory-limit", "20GiB")
         assert one_error_line(result) == "error: --unit: give either unit mode or a model and a system, not both"
+    # with a global batch too, the error blamed it for lacking the --model and --system it had
+    for command in ("search", "gap", "export"):
+        result = run(command, "--unit", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", 8,
+                     *(["-s", "1f1b", "-o", "x.csv"] if command == "export" else []))
+        assert one_error_line(result) == "error: --unit: give either unit mode or a model and a system, not both", command
 
 
 def test_a_sweep_folder_that_cannot_be_made_names_the_flag():

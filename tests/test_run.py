@@ -763,3 +763,21 @@ def test_profile_measures_a_preset_that_evaluate_then_simulates_with(tmp_path):
     load = max(4 * (c.forward_s + c.backward_s) for c in costs.stages)
     path_one = sum(c.forward_s + c.backward_s for c in costs.stages)
     assert step >= max(load, path_one) * (1 - 1e-9)
+
+
+def test_solver_commands_say_what_a_slot_of_a_cost_preset_is(tmp_path):
+    """search/gap/frontier --costs print times in slots of the unit model (one slot = the preset's
+    mean forward): a note gives that slot in seconds and the other durations in slots. Here F = 1 s,
+    I = W = 1 s and a 1 MB message over 1 MB/s + 0.5 s: B = 2, W = 1, comm = 1.5 slots of 1,000 ms;
+    at p = 4 a slot is a quarter of the model's forward, half of the preset's 2-stage one."""
+    from ppopt.config import LinkConfig
+
+    path = tmp_path / "costs.json"
+    write_cost_preset(path, _costs(), LinkConfig(bandwidth_bytes_per_s=1e6, latency_s=0.5), {"by": "test"})
+    note = (f"note: {path} enters as the unit model: B = 2, W = 1, comm = 1.5 slots, one slot being its mean forward, "
+            "1000 ms, on its 2 stages")
+    for command in ("search", "gap", "frontier"):
+        result = cli(command, "-p", 2, "-m", 4, "--costs", path, "--time-limit", 10, "-q")
+        assert result.exit_code == 0 and note + "\n" in result.stderr, (command, result.stderr)
+    other = cli("search", "-p", 4, "-m", 4, "--costs", path, "--time-limit", 10, "-q")
+    assert note + " (at p = 4 a slot is a 1/4 share's forward: about 500 ms if time scales with the layers)" in other.stderr

@@ -912,3 +912,11 @@ def test_sigterm_as_ctrl_c_keeps_an_ignored_sigterm_ignored():
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_misspelt_spec_name_gets_the_named_specs():
+    """`ppopt sweep quik` said only "no such spec file"; a name (not a path) now gets the closest named
+    spec, or the list of them."""
+    assert CliRunner().invoke(main, ["sweep", "quik"]).output == "error: quik: no such spec file; did you mean 'quick'?\n"
+    assert CliRunner().invoke(main, ["study", "--spec", "zzz"]).output == \
+        "error: zzz: no such spec file (named specs: paper, quick)\n"

@@ -448,11 +448,13 @@ def require_model_and_system(model: str | None, system: str | None, required: bo
 
 
 def refuse_other_modes_flags(unit: bool, params: dict) -> None:
-    """A flag the chosen mode would ignore is an error: the unit model's durations with a model and
-    a system (their durations come from the cost model) or a cost preset (``params["costs"]``), a
-    global batch in unit mode."""
+    """A flag the chosen mode would ignore is an error: --unit with a model or a system, the unit
+    model's durations with a model and a system (their durations come from the cost model) or a cost
+    preset (``params["costs"]``), a global batch in unit mode."""
     ctx = click.get_current_context()
     given = {name for name in ctx.params if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
+    if unit and (params.get("model") is not None or params.get("system") is not None):  # the first thing wrong
+        raise ConfigError("give either unit mode or a model and a system, not both", field="unit")
     modelled = params.get("model") is not None or params.get("system") is not None or params.get("costs") is not None
     if modelled:
         for name in UNIT_FLAGS:

@@ -372,12 +372,20 @@ def preset_units(costs_file, params) -> UnitCosts:
     except ConfigError as error:
         raise ConfigError(f"{costs_file}: {error.reason}", field="costs") from None
     try:
-        return UnitCosts(**flags)
+        units = UnitCosts(**flags)
     except ConfigError as error:
         rule = error.reason.split(", got ")[0]
         raise ConfigError(f"{costs_file}: in the unit model (one slot = the mean forward_s, ratios rounded to 2 decimals) "
                           f"its durations give {error.field} = {flags.get(error.field or '')} slots, which {rule}",
                           field="costs") from None
+    # times are printed in slots: say what a slot is
+    stages, devices = len(costs.stages), params.get("devices")
+    slot_s = sum(c.forward_s for c in costs.stages) / stages
+    scaled = "" if devices in (None, stages) else \
+        f" (at p = {devices} a slot is a 1/{devices} share's forward: about {slot_s * stages / devices * 1e3:.4g} ms if time scales with the layers)"
+    click.echo(f"note: {costs_file} enters as the unit model: B = {units.backward:g}, W = {units.weight_slots:g}, comm = {units.comm:g} "
+               f"slots, one slot being its mean forward, {slot_s * 1e3:.4g} ms, on its {stages} stages{scaled}", err=True)
+    return units
 
 
 def compare_with_preset(devices, microbatches, options, costs_file, as_json, fmt) -> None:

@@ -446,7 +446,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
     from ppopt.generators import generate
 
     # checked first, though a cost preset's simulations do not need it; a stacked picture keeps its time
-    deadline = deadline_of(time_limit, _stacked_picture_s(devices, microbatches, options) if plot else 0.0, "the picture",
+    deadline = deadline_of(time_limit, _stacked_picture_s(devices, microbatches, options) if plot else 0.0, "the picture (--plot)",
                            "the schedules")
     from ppopt.report.evaluation import compare_json, compare_text, skipped_json
 

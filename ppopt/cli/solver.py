@@ -219,11 +219,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     unit, units = params.pop("unit"), params.pop("units")
     if not unit and params.get("model") is None and params.get("costs") is None:  # no mode given: a usage error
         raise click.UsageError("give --unit, --costs FILE, or --model and --system", click.get_current_context())
-    refuse_other_modes_flags(unit, params)
-    if unit and (params.get("model") is not None or params.get("system") is not None):  # before --memory-limit is read in either unit
-        from ppopt.errors import ConfigError
-
-        raise ConfigError("give either unit mode or a model and a system, not both", field="unit")
+    refuse_other_modes_flags(unit, params)  # before --memory-limit is read in either unit
     costs = params.pop("costs")
     if costs is not None:
         from ppopt.cli.run import preset_units

@@ -78,7 +78,7 @@ from pydantic import (
 )
 
 from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, load_model, load_system, validation_message
-from ppopt.errors import ConfigError, PpoptError
+from ppopt.errors import ConfigError, PpoptError, did_you_mean
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
 from ppopt.io import CONFIG_BYTES, is_a_directory, not_utf8, parse_data, read_text_bounded, require_file_name, unreadable
 from ppopt.ir import MAX_OPS
@@ -298,7 +298,11 @@ def resolve_spec(name_or_path: str | os.PathLike) -> Path:
                 return candidate
     if path.is_dir():  # after the presets: a folder named like one in the current directory does not hide it
         raise ConfigError(is_a_directory(os.fspath(name_or_path), SPEC_WANTED))
-    raise ConfigError(f"{os.fspath(name_or_path)}: no such spec file")
+    hint = ""
+    if path.name == os.fspath(name_or_path) and not path.suffix:  # a spec's name, not a path: the names there are
+        named = sorted({f.stem for directory in spec_dirs() if directory.is_dir() for f in directory.glob("*.toml")})
+        hint = did_you_mean(path.name, named) or (f" (named specs: {', '.join(named)})" if named else "")
+    raise ConfigError(f"{os.fspath(name_or_path)}: no such spec file{hint}")
 
 
 @dataclass(frozen=True)
