@@ -15,9 +15,9 @@ Run: ``python benchmarks/fitted_bench.py`` (about a minute on 2 cores).
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 from functools import partial
+
+from greedy_bench import best_of_three  # run as a script: benchmarks/ is on the path
 
 from ppopt.ir import Schedule
 from ppopt.simulate import simulate
@@ -41,16 +41,6 @@ INSTANCES = (  # (space, p, m, message delay in slots, cap in live activations o
 )
 
 
-def _timed(build: Callable[[], Schedule | None]) -> tuple[Schedule | None, float]:
-    """The result of ``build()`` and its best wall time of three, seconds."""
-    best, result = float("inf"), None
-    for _ in range(3):
-        began = time.perf_counter()
-        result = build()
-        best = min(best, time.perf_counter() - began)
-    return result, best
-
-
 def _step(schedule: Schedule | None, instance: Instance) -> float | None:
     """The simulated step of a schedule (validated first), slots; None for no schedule."""
     return None if schedule is None else simulate(validate(schedule), instance.costs, instance.system).step_time_s
@@ -65,13 +55,13 @@ def main() -> int:
         where = placement_of(space, p)
         assert where is not None
         instance = unit_instance(p, m, len(where), UnitCosts(1, 2, 1 if space.split_backward else None, comm), memory_limit=float(cap))
-        greedy, greedy_s = _timed(partial(best_greedy_schedule, instance, where, space.split_backward))
+        greedy, greedy_s = best_of_three(partial(best_greedy_schedule, instance, where, space.split_backward))
         greedy_step = _step(greedy, instance)
         for handcrafted in handcrafted_in(space, p, m):
             own = simulate(handcrafted, instance.costs, instance.system)
             if instance.fits(max(own.peak_activation_bytes)):
                 continue
-            fitted, fitted_s = _timed(partial(fitted_schedule, handcrafted, instance))
+            fitted, fitted_s = best_of_three(partial(fitted_schedule, handcrafted, instance))
             fitted_step = _step(fitted, instance)
             change = "-" if fitted_step is None or greedy_step is None else f"{fitted_step / greedy_step - 1:+.1%}"
             print(f"{text:32} {f'{p} x {m}':>9} {comm:>4} {cap:>4} {handcrafted.name:>24} {own.step_time_s:>8g} "

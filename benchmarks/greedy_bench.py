@@ -39,7 +39,7 @@ INSTANCES = (  # (space, p, m)
 )
 
 
-def _timed(build: Callable[[], Schedule | None]) -> tuple[Schedule | None, float]:
+def best_of_three(build: Callable[[], Schedule | None]) -> tuple[Schedule | None, float]:
     """The result of ``build()`` and its best wall time of three, seconds."""
     best, result = float("inf"), None
     for _ in range(3):
@@ -59,7 +59,7 @@ def main() -> int:
         instance = unit_instance(p, m, len(where), UnitCosts(1, 2, None, 1), memory_limit=float(p))
         steps, seconds = [], []
         for build in (greedy_schedule, best_greedy_schedule):
-            schedule, spent = _timed(partial(build, instance, where, space.split_backward))
+            schedule, spent = best_of_three(partial(build, instance, where, space.split_backward))
             steps.append(None if schedule is None else simulate(validate(schedule), instance.costs, instance.system).step_time_s)
             seconds.append(spent)
         default, best = steps
