@@ -151,7 +151,8 @@ def test_the_csv_has_one_number_per_cell():
     assert len(rows) == 10
     for row in rows:  # every run fits on dgx-a100 (tests above): every cell holds a number
         published, predicted = float(row["published step s"]), float(row["dgx-a100 step s"])
-        assert float(row["dgx-a100 error %"]) == pytest.approx(100 * (predicted - published) / published, abs=0.05)
+        # ten significant digits (they had four): the error computes back from the two steps
+        assert float(row["dgx-a100 error %"]) == pytest.approx(100 * (predicted - published) / published, rel=1e-6)
         assert int(row["dgx-a100 micro batch"]) in (1, 2, 4, 8)
 
 
@@ -224,3 +225,12 @@ def test_a_tiny_negative_error_prints_as_zero():
     # and published's own cells: one of the shipped runs is predicted less than 0.05 % fast
     table = CliRunner().invoke(main, ["published", str(TABLE), "-q"]).stdout
     assert "(-0.0 %" not in table and "(+0.0 %" in table
+
+
+def test_two_systems_of_one_name_are_refused():
+    """The table and its JSON are keyed by system name: a second file named like a preset replaced the
+    preset's column and kept its label. Both given, the command now asks for distinct names."""
+    same = CliRunner().invoke(main, ["published", str(TABLE), "--system", "dgx-a100", "--system",
+                                     str(Path(__file__).resolve().parent.parent / "configs" / "dgx-a100.toml")])
+    assert (same.exit_code, same.output) == (1, "error: --system: two systems are named 'dgx-a100': give each file its own "
+                                                "`name` to compare them\n")

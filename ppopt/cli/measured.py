@@ -401,9 +401,12 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
     from ppopt.io.published import ASSUMED, read_published, unused_columns
     from ppopt.ir import check_total_size
     from ppopt.published import MICRO_BATCHES, error_summary, predictions, simulated_ops
-    from ppopt.report.text import percent
+    from ppopt.report.text import csv_number, percent
 
     chosen = [load_system(name) for name in systems or PUBLISHED_SYSTEMS]
+    names = [system.name for system in chosen]
+    if twice := sorted({name for name in names if names.count(name) > 1}):  # the table and JSON are keyed by name
+        raise ConfigError(f"two systems are named {twice[0]!r}: give each file its own `name` to compare them", field="systems")
     runs = read_published(data)
     _note_unused_columns([data], unused_columns, ASSUMED)
     check_total_size(simulated_ops(runs) * len(chosen), f"{len(runs)} runs on {len(chosen)} systems")
@@ -444,11 +447,11 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
             result = prediction.result
             if result is None:
                 return ["", "", ""]
-            return [f"{result.step_time_s:.4g}", percent(prediction.error, fmt), str(result.job.micro_batch)]
+            return [csv_number(result.step_time_s), percent(prediction.error, fmt), str(result.job.micro_batch)]
 
         header = ["parameters (billion)", "GPUs", "t", "p", "d", "published step s",
                   *(f"{name} {what}" for name in predicted for what in ("step s", "error %", "micro batch"))]
-        rows = [[f"{run.parameters_billion:g}", str(run.gpus), str(run.tp), str(run.pp), str(run.dp), f"{run.step_time_s:.4g}",
+        rows = [[f"{run.parameters_billion:g}", str(run.gpus), str(run.tp), str(run.pp), str(run.dp), csv_number(run.step_time_s),
                  *(c for found in predicted.values() for c in cells(found[k]))] for k, run in enumerate(runs)]
         click.echo(_table(header, rows, fmt))
         click.echo("note: --format csv prints one table, the runs; each system's figures are in the text, markdown and "
