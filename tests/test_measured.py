@@ -141,7 +141,7 @@ def test_validate_formats():
     markdown = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--format", "markdown")
     assert markdown.output.startswith("| line | model | job |")
     csv = run("validate", MULTI, "--system", "a100-vtrain-calibrated", "--format", "csv")
-    assert csv.stdout.splitlines()[0] == "line,model,job,measured ms,predicted ms,error %,peak GB,not modelled because"
+    assert csv.stdout.splitlines()[0] == "line,model,job,measured ms,predicted ms,error %,peak GB,over memory,not modelled because"
     for line in csv.stdout.splitlines()[1:]:  # bare numbers: the error is a percentage of the measured time
         measured, predicted, error = (float(cell) for cell in line.split(",")[3:6])
         assert error == pytest.approx(100 * (predicted - measured) / measured, abs=0.01)
@@ -228,9 +228,14 @@ HEADER = "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,s
     ("8,32,four,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'micro batch': not an integer"),
     ("8,32,4,1024,16,24,1024,2,2,2,fast", HEADER, "line 2, column 'iteration time (ms)': not a number"),
     ("8,32,4,1024,16,24,1024,2,2,1,219.7", HEADER, "line 2, column '# GPUs': 8 differs"),
-    ("8,32,3,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'micro batch': 3 does not divide"),
-    # 33 sequences over 2 replicas: 16 each and one left over, though 4 divides 16
-    ("8,33,4,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'micro batch': 4 does not divide the global batch per replica (33 / 2)"),
+    ("8,32,3,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'micro batch': 3 does not divide the global batch per replica (32 / 2 = 16)"),
+    # 33 sequences over 2 replicas: 16 each and one left over (the micro batch was blamed, though 4 divides 16)
+    ("8,33,4,1024,16,24,1024,2,2,2,219.7", HEADER, "line 2, column 'global batch': 33 does not split over the 2 data-parallel replicas"),
+    # as `ppopt job` refuses --sequence-parallel at t = 1 and --distributed-optimizer at d = 1
+    ("8,32,4,1024,16,24,1024,1,4,2,219.7,true", f"{HEADER},sequence parallel",
+     "line 2, column 'sequence parallel': splits activations over the tensor-parallel ranks, and t = 1"),
+    ("8,32,4,1024,16,24,1024,4,1,2,219.7,true", f"{HEADER},distributed optimizer",
+     "line 2, column 'distributed optimizer': shards the optimizer state over the data-parallel replicas, and d = 1"),
     ("8,32,4,1024,16,24,1024,2,2,2,219.7,7", HEADER, "line 2: 12 cells, but the header names 11 columns"),
     ("8,32,4,1024,16,24,,2,2,2,219.7", HEADER, "line 2, column 'sequence length': missing value"),
     ("8,32,4,1024,16,24,1024,2,2,2,219.7,big", f"{HEADER},vocabulary size",
@@ -750,3 +755,27 @@ def test_a_fit_far_off_its_own_rows_gets_a_note(tmp_path):
     good = run("calibrate", str(milli), "--system", "a100-vtrain", "-o", str(tmp_path / "good.toml"), "-q", "--json")
     assert good.exit_code == 0 and json.loads(good.stdout)["fit_mape"] < POOR_FIT_MAPE
     assert "the fit is off" not in good.stderr
+
+
+def test_a_row_predicted_over_the_gpus_memory_is_marked(tmp_path):
+    """18.4B without tensor or pipeline parallelism on one 80 GB A100 per replica: 18.4e9 parameters
+    at 16 bytes are 294 GB before any activation, so the prediction cannot fit, though the row says
+    the run did. validate printed it like any other; it is marked # with a note (JSON over_memory,
+    CSV an 'over memory' column), and the rows that fit are not."""
+    import csv
+    import io
+    import json
+
+    measured = Path(__file__).resolve().parent.parent / "data" / "measured" / "vtrain-multi-node-small.csv"
+    lines = measured.read_text().splitlines()
+    path = tmp_path / "oom.csv"
+    path.write_text("\n".join([lines[0], "18.4,256,1024,4,6144,48,40,2048,1,256,1,9603.6", lines[1]]) + "\n")
+    text = CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain-calibrated"]).output
+    rows = text.splitlines()
+    assert rows[1].endswith(" #") and not rows[2].endswith("#")
+    assert "# 1 row predicted above a100-vtrain-calibrated's 74.51 GiB (80 GB) per GPU" in text
+    data = json.loads(CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain-calibrated", "--json"]).stdout)
+    assert [r["over_memory"] for r in data["rows"]] == [True, False] and data["memory_capacity_bytes"] == 80e9
+    assert data["rows"][0]["peak_memory_bytes"] > 16 * 18.4e9
+    table = CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain-calibrated", "--format", "csv"]).stdout
+    assert [r["over memory"] for r in csv.DictReader(io.StringIO(table))] == ["yes", "no"]

@@ -45,8 +45,8 @@ def test_optional_columns_set_the_rows_model_and_job(tmp_path):
         "recompute": ["selective", "", "none", ""],
         "schedule": ["", "", "interleaved-1f1b", ""],
         "chunks": ["", "", "3", ""],
-        "sequence parallel": ["", "", "", "true"],
-        "distributed optimizer": ["", "", "", "true"],
+        "sequence parallel": ["", "", "true", ""],  # the row of t = 2 (at t = 1 it is refused, as by `ppopt job`)
+        "distributed optimizer": ["", "", "true", ""],
     })
     rows, unmodelled = read_measured(path, SYSTEM)
     assert not unmodelled and len(rows) == 4
@@ -57,7 +57,8 @@ def test_optional_columns_set_the_rows_model_and_job(tmp_path):
     assert (plain.model.activation, plain.model.flash_attention, plain.model.dropout, plain.model.ffn_hidden_size,
             plain.recompute, plain.schedule) == ("gelu", False, True, 4 * plain.model.hidden_size, "full", "1f1b")
     assert (interleaved.schedule, interleaved.chunks, interleaved.recompute) == ("interleaved-1f1b", 3, "none")
-    assert last.sequence_parallel and last.distributed_optimizer and last.model.activation == "swiglu"
+    assert interleaved.sequence_parallel and interleaved.distributed_optimizer and interleaved.tp == 2
+    assert not (last.sequence_parallel or last.distributed_optimizer) and last.model.activation == "swiglu"
     # the model key names what departs from GPT, so Spearman's groups do not mix architectures
     assert rows[0].model_key.endswith(" f8192 kv8 swiglu flash no-dropout")
     assert rows[1].model_key == rows[2].model_key == "h3072 a32 L30 s2048"

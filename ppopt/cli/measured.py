@@ -123,11 +123,18 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     """
     from ppopt.accuracy import group_errors, validate_file
     from ppopt.config import load_system
+    from ppopt.errors import counted
     from ppopt.io.measured import ASSUMED, unused_columns
+    from ppopt.report.evaluation import OVER_MEMORY, capacity_text, yes_no
     from ppopt.report.text import percent, percent_header
 
+    base = load_system(system)
     with working("validate", quiet):
-        accuracy = validate_file(list(data), load_system(system))
+        accuracy = validate_file(list(data), base)
+    capacity = base.memory_capacity_bytes  # the measured runs fitted: a peak above it is the model's error
+
+    def over(row) -> bool:
+        return row.peak_memory_bytes > capacity
     _note_unused_columns(data, unused_columns, ASSUMED)
     if not accuracy.rows:  # a report of no prediction, "MAPE -", would read as a result
         _refuse_no_rows(accuracy.unmodelled, "be predicted")
@@ -142,8 +149,10 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
             "summary": accuracy.summary(),
             "rows": [{"file": r.source, "line": r.line, "model": r.model, "job": r.job, "measured_s": r.measured_s,
                       "predicted_s": r.predicted_s, "error": r.error, "peak_memory_bytes": r.peak_memory_bytes,
-                      "pipeline_s": r.pipeline_s, "gradient_sync_s": r.gradient_sync_s, "optimizer_s": r.optimizer_s}
+                      "over_memory": over(r), "pipeline_s": r.pipeline_s, "gradient_sync_s": r.gradient_sync_s,
+                      "optimizer_s": r.optimizer_s}
                      for r in accuracy.rows],
+            "memory_capacity_bytes": capacity,
             "unmodelled": _unmodelled_json(accuracy.unmodelled),
             **({"groups": [{"group": g.label, "rows": g.rows, "mean_error": g.mean_error, "mape": g.mape, "worst": g.worst}
                            for g in groups]} if by else {}),
@@ -153,20 +162,26 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     group_rows = [[g.label, str(g.rows), percent(g.mean_error, fmt, signed=True), percent(g.mape, fmt), percent(g.worst, fmt)]
                   for g in groups]
     header = ["line", "model", "job", "measured ms", "predicted ms", percent_header("error", fmt), "peak GB"]
+    mark = "" if fmt == "csv" else f" {OVER_MEMORY}"  # CSV says it in a column of its own
     rows = [[_where(r.source, r.line, len(data)), r.model, r.job, _figure(1e3 * r.measured_s, fmt), _figure(1e3 * r.predicted_s, fmt),
-             percent(r.error, fmt, signed=True), _figure(r.peak_memory_bytes / 1e9, fmt)] for r in accuracy.rows]
+             percent(r.error, fmt, signed=True), _figure(r.peak_memory_bytes / 1e9, fmt) + (mark if over(r) else "")]
+            for r in accuracy.rows]
     if fmt == "csv":  # one table: the groups when asked for, else every row, those outside the model with the reason
         if groups:
             click.echo(_table(group_header, group_rows, fmt))
         else:
-            rows = [[*row, ""] for row in rows] + [[_where(u.source, u.line, len(data)), u.label, "", _figure(1e3 * u.measured_s, fmt),
-                                                    "", "", "", u.reason] for u in accuracy.unmodelled]
-            click.echo(_table([*header, "not modelled because"], rows, fmt))
+            rows = [[*row, yes_no(over(r)), ""] for row, r in zip(rows, accuracy.rows)] + [
+                [_where(u.source, u.line, len(data)), u.label, "", _figure(1e3 * u.measured_s, fmt), "", "", "", "", u.reason]
+                for u in accuracy.unmodelled]
+            click.echo(_table([*header, "over memory", "not modelled because"], rows, fmt))
         left_out = "the rows and the summary" if groups else "the summary (MAPE, median, p95, worst, Spearman)"
         click.echo(f"note: --format csv prints one table, {'the groups' if groups else 'the rows'}; {left_out} are in the "
                    "text, markdown and --json outputs", err=True)
         return
     click.echo(_table(header, rows, fmt))
+    if overs := sum(map(over, accuracy.rows)):
+        click.echo(("\n" if fmt == "markdown" else "") + f"{OVER_MEMORY} {counted(overs, 'row')} predicted above {base.name}'s "
+                   f"{capacity_text(capacity)} per GPU, which the measured run fitted in: the memory model over-predicts it")
     if accuracy.unmodelled:
         click.echo("")
         click.echo(_unmodelled_table(accuracy.unmodelled, len(data), fmt))

@@ -294,11 +294,21 @@ def read_measured(source: str | os.PathLike[str],
             raise MeasuredDataError(f"{name}: line {line}, column '# GPUs': {values['gpus']} differs from "
                                     f"tensor x pipeline x data parallelism = {t} x {p} x {d} = {t * p * d}")
         per_replica, left = divmod(values["global_batch"], d)
-        if left or per_replica % values["micro_batch"]:
+        if left:
+            raise MeasuredDataError(f"{name}: line {line}, column 'global batch': {values['global_batch']} does not split "
+                                    f"over the {d} data-parallel replicas")
+        if per_replica % values["micro_batch"]:
             raise MeasuredDataError(f"{name}: line {line}, column 'micro batch': {values['micro_batch']} does not "
-                                    f"divide the global batch per replica ({values['global_batch']} / {d})")
+                                    f"divide the global batch per replica ({values['global_batch']} / {d} = {per_replica})")
 
         model_fields, job_fields = _optional_values(name, line, cells, index)
+        # as `ppopt job` refuses them: nothing to split over, yet the job's label would name them
+        if job_fields.get("sequence_parallel") and t == 1:
+            raise MeasuredDataError(f"{name}: line {line}, column 'sequence parallel': splits activations over the "
+                                    "tensor-parallel ranks, and t = 1: false or empty there")
+        if job_fields.get("distributed_optimizer") and d == 1:
+            raise MeasuredDataError(f"{name}: line {line}, column 'distributed optimizer': shards the optimizer state "
+                                    "over the data-parallel replicas, and d = 1: false or empty there")
         try:
             model = gpt_model(values)
             if model_fields:
