@@ -323,7 +323,9 @@ class Job:
                 raise ConfigError(f"{self.schedule} is not defined for {counted(self.pp, 'device')}: {error.reason}",
                                   field="schedule") from None
         if (reason := too_many_stages(self.schedule, self.pp, self.schedule_options, self.model.num_layers)) is not None:
-            raise ConfigError(reason, field="pp")
+            # p stages alone would fit: the chunks or waves per device make the rest, so they are named
+            per_device = [option for option in ("chunks", "waves") if option in self.schedule_options]
+            raise ConfigError(reason, field=per_device[0] if per_device and self.pp <= self.model.num_layers else "pp")
         if self.layers is not None:
             counts = self.layers
             if len(counts) != self.stages or any(not isinstance(n, int) or n < 1 for n in counts) \

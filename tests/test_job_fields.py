@@ -300,3 +300,28 @@ def test_an_uneven_layer_split_is_shown_where_it_is_simulated():
         assert "note: 80 layers do not divide over p = 7: every schedule's stages split unevenly" in result.stderr
         even = run(*every, "--model", "llama3-70b", "--system", "dgx-h100", "--tp", 8, "--micro-batch", 1, "-p", 8, "-m", 16)
         assert even.exit_code == 0 and "do not divide over" not in even.stderr
+
+
+def test_job_says_when_the_gradient_sync_is_overlapped():
+    """`job --overlap-grad-sync` printed the same header and JSON as without it, a grad sync of 0.0 ms
+    unexplained; the header and JSON now say so and the line says what its figure is. At d = 1 there
+    is no all-reduce to overlap: refused, as --distributed-optimizer is there."""
+    common = ("job", "--model", "llama3-8b", "--system", "dgx-h100", "--dp", "16")
+    plain, overlapped = run(*common), run(*common, "--overlap-grad-sync")
+    assert "gradient sync overlapped" in overlapped.output.splitlines()[0] and "overlapped" not in plain.output
+    assert "  grad sync" in overlapped.output and "(the part the last backward does not hide)" in overlapped.output
+    hidden, shown = (json.loads(run(*common, *extra, "--json").stdout) for extra in (("--overlap-grad-sync",), ()))
+    assert hidden["overlap_gradient_sync"] is True and shown["overlap_gradient_sync"] is False
+    assert hidden["gradient_sync_s"] < shown["gradient_sync_s"]
+    alone = run("job", "--model", "llama3-8b", "--system", "dgx-h100", "--overlap-grad-sync")
+    assert (alone.exit_code, alone.output) == (1, "error: --overlap-grad-sync: overlaps the data-parallel gradient all-reduce, "
+                                                  "and d = 1 has none: give --dp > 1 or leave it out\n")
+
+
+def test_too_many_stages_names_the_chunks_or_waves_that_make_them():
+    """`--chunks 100` at p = 4 on 32 layers blamed --pp; p stages alone fit, so the chunks are named
+    (and --pp when p alone is too many)."""
+    base = ("job", "--model", "llama3-8b", "--system", "dgx-h100")
+    assert run(*base, "--pp", "4", "--schedule", "interleaved-1f1b", "--chunks", "100").output.startswith("error: --chunks: 400 stages")
+    assert run(*base, "--pp", "4", "--schedule", "hanayo", "--waves", "100").output.startswith("error: --waves: 800 stages")
+    assert run(*base, "--pp", "40", "--schedule", "interleaved-1f1b").output.startswith("error: --pp: 80 stages")

@@ -336,6 +336,9 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     from ppopt.report.text import fixed, tokens_per_s
 
     check_global_batch(global_batch)
+    if overlap_grad_sync and parallel.dp == 1:  # as --distributed-optimizer at d = 1: it would change nothing
+        raise ConfigError("overlaps the data-parallel gradient all-reduce, and d = 1 has none: give --dp > 1 or leave it out",
+                          field="overlap_grad_sync")
     given = {"chunks": chunks, "waves": waves, "split": split}
     refuse_unused_options(schedule, given)
     layers = None
@@ -366,7 +369,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
         "step_time_s": result.step_time_s, "pipeline_s": result.pipeline_s, "gradient_sync_s": result.gradient_sync_s,
         "optimizer_s": result.optimizer_s, "tokens_per_s": tokens, "mfu": mfu, "peak_memory_bytes": result.peak_memory_bytes,
         "fits_memory": result.fits_memory, "over_memory": not result.fits_memory,  # evaluate's and gap's name too
-        "memory_capacity_bytes": job.system.memory_capacity_bytes,
+        "memory_capacity_bytes": job.system.memory_capacity_bytes, "overlap_gradient_sync": job.overlap_gradient_sync,
     }
     if as_json:
         emit_json(figures)
@@ -374,10 +377,12 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     click.echo(f"{job.model.name} on {job.gpus} x {job.system.name}: {job.describe()} ({job.schedule_label}, recompute {job.recompute}"
                f"{', sequence parallel' if job.sequence_parallel else ''}"
                f"{', distributed optimizer' if job.distributed_optimizer else ''}"
+               f"{', gradient sync overlapped' if job.overlap_gradient_sync else ''}"
                f"{'' if len(set(job.stage_layers)) == 1 else ', layers per stage ' + ','.join(map(str, job.stage_layers))})")
-    for label, seconds in (("step       ", result.step_time_s), ("  pipeline ", result.pipeline_s),
-                           ("  grad sync", result.gradient_sync_s), ("  optimizer", result.optimizer_s)):
-        click.echo(f"{label} {fixed(1e3 * seconds, 1, 10)} ms")
+    hidden = " (the part the last backward does not hide)" if job.overlap_gradient_sync else ""
+    for label, seconds, note in (("step       ", result.step_time_s, ""), ("  pipeline ", result.pipeline_s, ""),
+                                 ("  grad sync", result.gradient_sync_s, hidden), ("  optimizer", result.optimizer_s, "")):
+        click.echo(f"{label} {fixed(1e3 * seconds, 1, 10)} ms{note}")
     click.echo(f"throughput  {tokens_per_s(tokens)} tokens/s, MFU {100 * mfu:.1f} %")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
     capacity = job.system.memory_capacity_bytes / 1e9
