@@ -137,9 +137,14 @@ def predictions(runs: list[PublishedRun], system: SystemConfig) -> list[Predicti
     for run in runs:
         try:
             found.append(Prediction(run, fastest_fitting(run, system)))
-        except PpoptError as error:
-            raise ConfigError(f"line {run.line}: {error}") from error
+        except PpoptError as error:  # named by the file's column, not the job's field (d = GPUs / (t·p))
+            column = JOB_FIELD_COLUMNS.get(error.field or "")
+            raise ConfigError(f"line {run.line}" + (f", column '{column}': {error.reason}" if column else f": {error}")) from error
     return found
+
+
+JOB_FIELD_COLUMNS = {"dp": "GPUs", "tp": "tensor parallelism", "pp": "pipeline parallelism", "global_batch": "global batch"}
+"""The column of a published run's file behind each job field an error may name."""
 
 
 def error_summary(found: list[Prediction]) -> dict:

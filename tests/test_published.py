@@ -113,7 +113,7 @@ def test_the_command_prints_every_run_and_refuses_bad_input_in_one_line(tmp_path
     for argv, message in ((["--system", "no-such-system"], "error: unknown system preset 'no-such-system'"),
                           ([str(huge)], "input too large: 1 runs on 2 systems make 480,000,000 ops"),
                           ([str(tmp_path / "none.csv")], "none.csv: no such file"),
-                          ([str(bad_tp)], "tp.csv: line 2: tp: tensor parallelism 5 does not divide")):
+                          ([str(bad_tp)], "tp.csv: line 2, column 'tensor parallelism': tensor parallelism 5 does not divide")):
         result = CliRunner().invoke(main, ["published", *(argv if argv[0].endswith(".csv") else [str(TABLE), *argv])])
         assert result.exit_code == 1 and result.output.count("\n") == 1 and message in result.output, result.output
 
@@ -234,3 +234,13 @@ def test_two_systems_of_one_name_are_refused():
                                      str(Path(__file__).resolve().parent.parent / "configs" / "dgx-a100.toml")])
     assert (same.exit_code, same.output) == (1, "error: --system: two systems are named 'dgx-a100': give each file its own "
                                                 "`name` to compare them\n")
+
+
+def test_a_run_the_job_model_refuses_names_the_files_column(tmp_path):
+    """The job's field (dp) was named for a file that has no such column: d follows from GPUs / (t·p)."""
+    header = TABLE.read_text().splitlines()[0]
+    for row, column in (("1.7,24,2304,24,1,1,30,512,137", "GPUs"), ("1.7,24,2304,24,1,1,32,500,137", "GPUs")):
+        path = tmp_path / "run.csv"
+        path.write_text(f"{header}\n{row}\n")
+        result = CliRunner().invoke(main, ["published", str(path)])
+        assert result.exit_code == 1 and result.output.startswith(f"error: {path}: line 2, column '{column}': "), result.output

@@ -417,7 +417,7 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
     system's memory (the table does not give it), 1F1B and full recomputation; then the MAPE and
     worst error per system. See data/published/README.md."""
     from ppopt.config import load_system
-    from ppopt.errors import ConfigError
+    from ppopt.errors import ConfigError, counted
     from ppopt.io.published import ASSUMED, read_published, unused_columns
     from ppopt.ir import check_total_size
     from ppopt.published import MICRO_BATCHES, error_summary, predictions, simulated_ops
@@ -429,7 +429,7 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
         raise ConfigError(f"two systems are named {twice[0]!r}: give each file its own `name` to compare them", field="systems")
     runs = read_published(data)
     _note_unused_columns([data], unused_columns, ASSUMED)
-    check_total_size(simulated_ops(runs) * len(chosen), f"{len(runs)} runs on {len(chosen)} systems")
+    check_total_size(simulated_ops(runs) * len(chosen), f"{counted(len(runs), 'run')} on {counted(len(chosen), 'system')}")
     try:
         with working("published", quiet):
             predicted = {system.name: predictions(runs, system) for system in chosen}
