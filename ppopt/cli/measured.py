@@ -440,10 +440,10 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
                           f"of {', '.join(map(str, MICRO_BATCHES))} (line {runs[0].line}: {runs[0].parameters_billion:g}B "
                           f"on {runs[0].gpus} GPUs, t = {runs[0].tp}, p = {runs[0].pp})")
     for run in runs:
-        counted = run.dimensions_parameters_billion
-        if not 1 / PARAMETERS_LABEL_FACTOR <= run.parameters_billion / counted <= PARAMETERS_LABEL_FACTOR:
+        dimensions = run.dimensions_parameters_billion
+        if not 1 / PARAMETERS_LABEL_FACTOR <= run.parameters_billion / dimensions <= PARAMETERS_LABEL_FACTOR:
             click.echo(f"note: {data}: line {run.line}: 'parameters (billion)' says {run.parameters_billion:g}, but the "
-                       f"layers and hidden size give {counted:.3g} billion (Narayanan et al. 2021, §5.1); the "
+                       f"layers and hidden size give {dimensions:.3g} billion (Narayanan et al. 2021, §5.1); the "
                        "prediction follows the dimensions, the label is only printed", err=True)
     summary = {name: error_summary(found) for name, found in predicted.items()}
     if as_json:
