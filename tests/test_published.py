@@ -111,7 +111,7 @@ def test_the_command_prints_every_run_and_refuses_bad_input_in_one_line(tmp_path
     huge = tmp_path / "huge.csv"  # 64 stages x 1,000,000 microbatches (b = 1), F and B, for each micro batch size
     huge.write_text(f"{layout[0]}\n1,16,1024,64,1,64,64,1000000,100\n")
     for argv, message in ((["--system", "no-such-system"], "error: unknown system preset 'no-such-system'"),
-                          ([str(huge)], "input too large: 1 runs on 2 systems make 480,000,000 ops"),
+                          ([str(huge)], "input too large: 1 run on 2 systems make 480,000,000 ops"),
                           ([str(tmp_path / "none.csv")], "none.csv: no such file"),
                           ([str(bad_tp)], "tp.csv: line 2, column 'tensor parallelism': tensor parallelism 5 does not divide")):
         result = CliRunner().invoke(main, ["published", *(argv if argv[0].endswith(".csv") else [str(TABLE), *argv])])
