@@ -779,3 +779,25 @@ def test_a_row_predicted_over_the_gpus_memory_is_marked(tmp_path):
     assert data["rows"][0]["peak_memory_bytes"] > 16 * 18.4e9
     table = CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain-calibrated", "--format", "csv"]).stdout
     assert [r["over memory"] for r in csv.DictReader(io.StringIO(table))] == ["yes", "no"]
+
+
+def test_column_names_are_read_in_any_letter_case(tmp_path):
+    """The measured file spells 'Parameters (billion)' and '# GPUs', the published one 'parameters
+    (billion)' and 'GPUs': a header in the other case was 'missing column' or 'not read'. Any letter
+    case now names the column."""
+    measured = (DATA / "vtrain-multi-node-small.csv").read_text().splitlines()
+    lowered = tmp_path / "lower.csv"
+    lowered.write_text("\n".join([measured[0].lower(), *measured[1:3]]) + "\n")
+    as_is = tmp_path / "as_is.csv"
+    as_is.write_text("\n".join(measured[:3]) + "\n")
+    results = [CliRunner().invoke(main, ["validate", str(path), "--json"]) for path in (lowered, as_is)]
+    assert all(r.exit_code == 0 for r in results) and "not read" not in results[0].output
+    lower_summary, summary = (json.loads(r.stdout)["summary"] for r in results)
+    assert lower_summary.pop("worst_file") == "lower.csv" and summary.pop("worst_file") == "as_is.csv"
+    assert lower_summary == summary and summary["rows"] == 2
+    published = Path(__file__).resolve().parent.parent / "data" / "published" / "megatron-lm-2021.csv"
+    lines = published.read_text().splitlines()
+    upper = tmp_path / "upper.csv"
+    upper.write_text("\n".join([lines[0].upper(), *lines[1:3]]) + "\n")
+    result = CliRunner().invoke(main, ["published", str(upper), "-q"])
+    assert result.exit_code == 0 and "missing column" not in result.output

@@ -188,11 +188,13 @@ def is_a_directory(name: str, what: str) -> str:
 
 
 def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError],
-                   what: str) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+                   what: str, columns: Iterable[str] = ()) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
     """The header (:func:`header_row`) and the records after it (:func:`csv_records`) of the CSV data
     file ``path`` (``what``, as "a measured-data CSV file"), read as UTF-8 (a byte-order mark allowed)
-    up to ``limit`` bytes. Raises ``error`` in one line naming the file: unreadable
-    (:func:`unreadable`), not UTF-8 text, no header row, or a column named twice (:func:`check_header`)."""
+    up to ``limit`` bytes. A header cell naming one of ``columns`` in other letter case (``# gpus``,
+    ``Parameters (billion)``) is taken as that column. Raises ``error`` in one line naming the file:
+    unreadable (:func:`unreadable`), not UTF-8 text, no header row, or a column named twice
+    (:func:`check_header`)."""
     name = source_name(path)
     try:
         text = _stdin_once(limit) if os.fspath(path) == "-" else read_text_bounded(path, limit, "utf-8-sig")
@@ -204,6 +206,8 @@ def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError],
     header = header_row(records)
     if not header:
         raise error(f"{name}: empty file (expected a header row)")
+    spelled = {column.casefold(): column for column in columns}
+    header = [spelled.get(cell.casefold(), cell) for cell in header]
     check_header(header, name, error)
     return header, records
 

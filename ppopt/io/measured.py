@@ -127,8 +127,9 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_measured` does not read (a run's schedule
     or recomputation mode, say): the rows are modelled as :data:`ASSUMED` whatever they say. Call
     after :func:`read_measured` has accepted the file."""
-    header, records = read_csv_table(Path(source), MEASURED_BYTES, MeasuredDataError, MEASURED_FILE)
-    return unread_columns(header, records, {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN, *OPTIONAL})
+    known = {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN, *OPTIONAL}
+    header, records = read_csv_table(Path(source), MEASURED_BYTES, MeasuredDataError, MEASURED_FILE, known)
+    return unread_columns(header, records, known)
 
 
 class MeasuredDataError(ConfigError):
@@ -236,7 +237,8 @@ def read_measured(source: str | os.PathLike[str],
     require_file_name(source, MEASURED_FILE, MeasuredDataError)
     path = Path(source)
     name = source_name(source)
-    header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError, MEASURED_FILE)
+    header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError, MEASURED_FILE,
+                                     {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN, *OPTIONAL})
     for column in [*COLUMNS, TIME]:
         if column not in header:
             separated = "; cells are separated by commas" if len(header) == 1 and any(mark in header[0] for mark in ";\t") else ""

@@ -72,7 +72,7 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     and column of a missing or bad cell, or of a layout whose t·p does not divide the GPUs."""
     require_file_name(source, PUBLISHED_FILE, ConfigError)
     name = source_name(source)
-    header, records = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError, PUBLISHED_FILE)
+    header, records = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError, PUBLISHED_FILE, COLUMNS)
     missing = [column for column in COLUMNS if column not in header]
     if missing:
         raise ConfigError(f"{name}: missing column '{missing[0]}'")
@@ -123,5 +123,5 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_published` does not read (a run's micro
     batch, say: the runs are predicted as :data:`ASSUMED`). Call after :func:`read_published` has
     accepted the file."""
-    header, records = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError, PUBLISHED_FILE)
+    header, records = read_csv_table(Path(source), PUBLISHED_BYTES, ConfigError, PUBLISHED_FILE, COLUMNS)
     return unread_columns(header, records, set(COLUMNS))
