@@ -199,7 +199,7 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
     for r in results:
         f, t = r.formula, r.table
         differs = "" if f is None or not f.valid or abs(f.bubble_ratio - t.bubble_ratio) < 1e-12 else " *"
-        csv_marks = [yes_no(bool(differs))]
+        csv_marks = [yes_no(bool(differs)) if f is not None and f.valid else ""]  # no closed form to differ from
         differs = "" if fmt == "csv" else differs  # CSV has no footnotes: a column says it
         row = [
             r.schedule,
