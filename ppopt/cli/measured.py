@@ -374,7 +374,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     if as_json:
         emit_json(figures)
         return
-    click.echo(f"{job.model.name} on {job.gpus} x {job.system.name}: {job.describe()} ({job.schedule_label}, recompute {job.recompute}"
+    click.echo(f"{job.model.name} on {job.gpus:,} x {job.system.name}: {job.describe()} ({job.schedule_label}, recompute {job.recompute}"
                f"{', sequence parallel' if job.sequence_parallel else ''}"
                f"{', distributed optimizer' if job.distributed_optimizer else ''}"
                f"{', gradient sync overlapped' if job.overlap_gradient_sync else ''}"

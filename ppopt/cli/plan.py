@@ -395,7 +395,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
             click.echo("note: --format csv prints the ranking only; the schedule search, the stage split and the "
                        "`ppopt job` line are in the text, markdown and --json outputs", err=True)
         return
-    click.echo(f"{request.model.name} on {request.gpus} x {request.system.name}, global batch {request.batch}, "
+    click.echo(f"{request.model.name} on {request.gpus:,} x {request.system.name}, global batch {request.batch:,}, "
                f"memory limit {_gb(request.limit)} GB per GPU")
     line = f"{result.enumerated} job{'' if result.enumerated == 1 else 's'}: {result.over_limit} over the memory limit"
     if result.closest_over:

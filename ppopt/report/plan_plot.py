@@ -52,7 +52,7 @@ def plot_plan(plans: Sequence, path: str | os.PathLike) -> None:
         ax.axvline(limit, color=LIMIT_COLOR, linestyle="--", linewidth=1.0, label=f"memory limit {limit:.1f} GB")
         ax.set_xlabel("per-GPU peak memory (GB)")
         ax.set_ylabel("predicted step time (s)")
-        ax.set_title(f"{plan.request.model.name} on {plan.request.gpus} x {plan.request.system.name}: "
+        ax.set_title(f"{plan.request.model.name} on {plan.request.gpus:,} x {plan.request.system.name}: "
                      f"{len(plan.rows)} jobs evaluated, {plan.over_limit} over the limit", fontsize=10)
         ax.grid(True, linewidth=0.3)
         ax.legend(fontsize=8, loc="upper left")
