@@ -1161,3 +1161,13 @@ def test_a_bug_is_one_line_from_the_command_line_and_a_traceback_on_request(tmp_
     debug = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**env, "PPOPT_DEBUG": "1"},
                            timeout=60)
     assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr and "RuntimeError" in debug.stderr
+
+
+def test_all_in_other_letter_case_is_suggested_where_all_is_a_name():
+    """`evaluate -s ALL` (and gap, plan) said only 'unknown schedule' with the families listed, where a
+    misspelt family gets "did you mean"; 'all' is one of their names too."""
+    message = ("error: --schedule: unknown schedule 'ALL' (known: all, gpipe, 1f1b, interleaved-1f1b, looped-bfs, chimera, "
+               "chimera-asym, hanayo, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipev, dualpipe); did you mean 'all'?")
+    for given, args in (("ALL", ["evaluate", "-s", "ALL", "-p", 4, "-m", 8]), ("All", ["gap", "-s", "All", "-p", 4, "-m", 8, "--unit"]),
+                        ("ALL", ["plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "-s", "ALL", "--search", 0])):
+        assert one_error_line(run(*args)) == message.replace("'ALL'", f"'{given}'"), args

@@ -47,6 +47,22 @@ def _one_schedule(ctx: click.Context, param: click.Parameter, names: tuple[str, 
     return names[0] if names else None
 
 
+def refuse_misspelt_all(names: tuple[str, ...], field: str) -> None:
+    """Where 'all' is a schedule name too (evaluate, gap, plan), ``ALL`` gets its suggestion, as a
+    misspelt family's name does."""
+    from ppopt.generators import REGISTRY
+
+    for name in names:
+        if name != "all" and name.casefold() == "all":
+            raise ConfigError(f"unknown schedule {name!r} (known: all, {', '.join(REGISTRY)}); did you mean 'all'?", field=field)
+
+
+def _one_schedule_or_all(ctx: click.Context, param: click.Parameter, names: tuple[str, ...]) -> str | None:
+    """:func:`_one_schedule` where 'all' is a name too (:func:`refuse_misspelt_all`)."""
+    refuse_misspelt_all(names, "name")
+    return _one_schedule(ctx, param, names)
+
+
 def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: bool = False, sizes_required: bool | None = None,
                      spaces: bool = False) -> Callable:
     """Devices, microbatches and the schedule options; they reach the command as ``options``.
@@ -74,7 +90,7 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
     if unit_costs:
         options.append(unit_cost_options())
     if name:
-        options.insert(0, click.option("--schedule", "-s", "name", multiple=True, callback=_one_schedule,
+        options.insert(0, click.option("--schedule", "-s", "name", multiple=True, callback=_one_schedule_or_all if all_schedules else _one_schedule,
                                        shell_complete=complete_schedule_or_all if all_schedules else complete_schedule, help="Schedule name (see `ppopt list`)" + (", or 'all'." if all_schedules else ".")))
         options.insert(1, click.option("--schedule-file", default=None, help="A PyTorch schedule CSV to use instead of --schedule ('-': standard input)."))
         options.insert(2, click.option("--legacy-backward", is_flag=True, help="--schedule-file uses the old spelling: BW full backward, B input backward."))
@@ -300,7 +316,8 @@ def note_runtime_problem(schedule, file: str) -> None:
 
 def refuse_all_with_others(schedules: tuple[str, ...]) -> None:
     """'all' in a repeatable --schedule stands for every family: a name beside it is refused, not
-    dropped (gap, plan)."""
+    dropped (gap, plan); ``ALL`` gets its suggestion (:func:`refuse_misspelt_all`)."""
+    refuse_misspelt_all(schedules, "schedules")
     if "all" in schedules and len(schedules) > 1:
         raise ConfigError("'all' stands for every schedule: give it alone", field="schedules")
 
