@@ -1168,6 +1168,6 @@ def test_all_in_other_letter_case_is_suggested_where_all_is_a_name():
     misspelt family gets "did you mean"; 'all' is one of their names too."""
     message = ("error: --schedule: unknown schedule 'ALL' (known: all, gpipe, 1f1b, interleaved-1f1b, looped-bfs, chimera, "
                "chimera-asym, hanayo, zb-h1, zb-h2, zb-v, v-min, v-half, dualpipev, dualpipe); did you mean 'all'?")
-    for given, args in (("ALL", ["evaluate", "-s", "ALL", "-p", 4, "-m", 8]), ("All", ["gap", "-s", "All", "-p", 4, "-m", 8, "--unit"]),
+    for typed, args in (("ALL", ["evaluate", "-s", "ALL", "-p", 4, "-m", 8]), ("All", ["gap", "-s", "All", "-p", 4, "-m", 8, "--unit"]),
                         ("ALL", ["plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "-s", "ALL", "--search", 0])):
-        assert one_error_line(run(*args)) == message.replace("'ALL'", f"'{given}'"), args
+        assert one_error_line(run(*args)) == message.replace("'ALL'", f"'{typed}'"), args
