@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from ppopt.generators import generate
 from ppopt.ir import Kind
 from ppopt.simulate import simulate
-from ppopt.solve.fitted import fitted_schedule, is_fitted
+from ppopt.solve.fitted import fitted_schedule
 from ppopt.solve.greedy import best_greedy_schedule
 from ppopt.solve.instance import unit_instance
 from ppopt.solve.space import with_backward
@@ -36,7 +36,7 @@ def test_interleaved_1f1b_fitted_to_a_cap_it_exceeds_keeps_its_length():
     own = _simulated(interleaved, instance)
     assert own.step_time_s == 3 * (2 * 64 + 16 - 1) / 2 == 214.5 and max(own.peak_activation_bytes) == 23.5
     fitted = fitted_schedule(interleaved, instance)
-    assert fitted is not None and fitted.name == "fitted interleaved-1f1b" and is_fitted(fitted.name)
+    assert fitted is not None and fitted.name == "fitted interleaved-1f1b"
     simulation = _simulated(fitted, instance)
     assert simulation.step_time_s == 214.5 and max(simulation.peak_activation_bytes) <= 16.0
     greedy = best_greedy_schedule(instance, interleaved.placement, False)
@@ -46,6 +46,7 @@ def test_interleaved_1f1b_fitted_to_a_cap_it_exceeds_keeps_its_length():
 def test_the_search_takes_the_fitted_schedule_and_proves_it_optimal():
     """The same instance through `search`: the fitted hint meets the analytic bound, so the search
     reports it as optimal at once and names it as ppopt's own hint, not a handcrafted schedule."""
+    from ppopt.report.solve import search_text
     from ppopt.solve.instance import InstanceSpec
     from ppopt.solve.options import SolveOptions
     from ppopt.solve.search import search
@@ -53,8 +54,10 @@ def test_the_search_takes_the_fitted_schedule_and_proves_it_optimal():
     result = search(InstanceSpec(16, 64, UnitCosts(1, 2, None, 0), memory_limit=16.0), "placement=looped,chunks=2",
                     SolveOptions(30, workers=1, seed=0))
     assert result.status == "optimal" and result.step_time == result.bound == 214.5
-    assert result.hint == "fitted interleaved-1f1b"
-    assert all(not is_fitted(c.name) for c in result.handcrafted)
+    assert result.hint == "fitted interleaved-1f1b" and result.hint_own
+    # the handcrafted ones are the space's two families; the greedy and fitted hints are not among them
+    assert sorted(c.name for c in result.handcrafted) == ["interleaved-1f1b", "looped-bfs"]
+    assert "best from ppopt's fitted interleaved-1f1b schedule" in search_text(result)
 
 
 def test_a_dispatch_that_cannot_progress_returns_none():
@@ -87,3 +90,21 @@ def test_a_fitted_schedule_is_valid_keeps_the_cap_and_the_handcrafted_orders(nam
         assert sorted(own) == sorted(new)
         for kinds in ((Kind.F,), (Kind.B, Kind.I)):
             assert [op for op in new if op.kind in kinds] == [op for op in own if op.kind in kinds]
+
+
+def test_own_hints_are_told_apart_by_their_mark_not_their_name():
+    """ppopt's own hints were recognised by name (greedy, periodic, a 'fitted ' prefix), so a user's
+    schedule named greedy.csv was dropped from the handcrafted ones and reported as ppopt's own.
+    Candidates now carry the mark: the user's 'greedy' stays a given, handcrafted schedule."""
+    from dataclasses import replace
+
+    from ppopt.solve.instance import InstanceSpec
+    from ppopt.solve.options import SolveOptions
+    from ppopt.solve.search import search
+
+    users = replace(generate("1f1b", 4, 8), name="greedy")
+    result = search(InstanceSpec(4, 8, UnitCosts(1, 2, None, 1), memory_limit=4.0), "placement=linear",
+                    SolveOptions(10, workers=1, seed=0), hints=(users,))
+    given = [c for c in result.handcrafted if c.given]
+    assert [c.name for c in given] == ["greedy"] and not given[0].own
+    assert all(not c.own for c in result.handcrafted)

@@ -23,7 +23,7 @@ from ppopt.report.text import (
     with_context,
 )
 from ppopt.solve.gap import Frontier, GapReport, GapRow
-from ppopt.solve.search import SearchResult, own_hint, relative_gap
+from ppopt.solve.search import SearchResult, relative_gap
 
 
 def _num(value: float | None) -> float | None:
@@ -133,8 +133,7 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
     if result.schedule is not None and result.simulation is not None and show_grid:
         sim = result.simulation
         lines += [timeline_grid(result.schedule, *sim.op_times(), colour=colour), ""]
-    own = own_hint(result.hint or "")  # ppopt's own hints, not handcrafted schedules
-    where = "solver" if result.from_solver else (f"ppopt's {result.hint} schedule" if own else f"handcrafted {result.hint}")
+    where = "solver" if result.from_solver else (f"ppopt's {result.hint} schedule" if result.hint_own else f"handcrafted {result.hint}")
     if result.from_solver and _ties_the_hint(result):  # the solver's own schedule, but no shorter than its hint
         where += ", the same length as the hint"
     u = " slots" if unit == "slots" else ""

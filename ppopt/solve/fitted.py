@@ -37,18 +37,10 @@ from ppopt.placement import stages_by_device
 from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
 
-FITTED = "fitted"
-"""Prefix of a fitted schedule's name ("fitted interleaved-1f1b"): a hint of ppopt's own, never
-reported as a handcrafted schedule."""
-
-
-def is_fitted(name: str) -> bool:
-    """Whether a schedule name is a fitted one (:func:`fitted_schedule`)."""
-    return name.startswith(FITTED + " ")
-
 
 def fitted_schedule(schedule: Schedule, instance: Instance) -> Schedule | None:
-    """``schedule`` dispatched under ``instance``'s memory limit (see the module docstring), or None.
+    """``schedule`` dispatched under ``instance``'s memory limit (see the module docstring), or None;
+    named ``fitted NAME``.
 
     Times are the instance's (seconds or slots), message delays its point-to-point times."""
     if schedule.replica_of or any(len(holders) != 1 for holders in schedule.placement):
@@ -145,5 +137,5 @@ def fitted_schedule(schedule: Schedule, instance: Instance) -> Schedule | None:
             try_start(d, now)
     if sum(map(len, orders)) != len(waiting):
         return None
-    return Schedule(f"{FITTED} {schedule.name}", p, schedule.microbatches, schedule.placement,
+    return Schedule(f"fitted {schedule.name}", p, schedule.microbatches, schedule.placement,
                     tuple(map(tuple, orders)), options=schedule.options)

@@ -31,13 +31,13 @@ from ppopt.placement import split_weights, stages_by_device
 from ppopt.simulate import Simulation, op_duration_s, simulate
 from ppopt.solve import options as solve_options
 from ppopt.solve.bounds import Bounds, Shape, graph_applies, lower_bounds
-from ppopt.solve.fitted import fitted_schedule, is_fitted
-from ppopt.solve.greedy import GREEDY, best_greedy_schedule
+from ppopt.solve.fitted import fitted_schedule
+from ppopt.solve.greedy import best_greedy_schedule
 from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.lns import Timing, improve, improve_windows
 from ppopt.solve.model import Built, Frame, build_model, device_rooms, rehint
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, READBACK_SHARE, Progress, SolveOptions
-from ppopt.solve.periodic import PERIODIC, Pattern, composed, period_bound, periodic_pattern
+from ppopt.solve.periodic import Pattern, composed, period_bound, periodic_pattern
 from ppopt.solve.relaxation import TAIL_ROUNDS, Chain, block_bound, block_cuts, cut_sizes, relaxation_bound, tail_bound
 from ppopt.solve.space import (
     FAMILY_MEMBERS,
@@ -62,11 +62,6 @@ STATUS = {
 }
 
 
-def own_hint(name: str) -> bool:
-    """Whether a hint is one of ppopt's own (greedy, periodic or fitted), not a handcrafted schedule."""
-    return name in (GREEDY, PERIODIC) or is_fitted(name)
-
-
 @dataclass(frozen=True)
 class Candidate:
     """A handcrafted schedule of the space, simulated."""
@@ -77,6 +72,9 @@ class Candidate:
     fits: bool  # meets the memory limit
     given: bool = False
     """Built from the caller's ``hints`` (a schedule of the user's may bear a family's name)."""
+    own: bool = False
+    """One of ppopt's own hints (greedy, steady-state or fitted), not a handcrafted schedule: told
+    apart by this mark, not by name (a user's file may be named greedy.csv)."""
 
     @property
     def rank(self) -> tuple[bool, float, float]:
@@ -113,6 +111,7 @@ class SearchResult:
             schedule), or None.
         hint_step_time: the hint's simulated step.
         hint_fits: whether the hint meets the memory limit (if not, it was only the solver's start).
+        hint_own: whether the hint is one of ppopt's own schedules (greedy, steady-state, fitted).
         handcrafted: the handcrafted schedules of the space, simulated (:class:`Candidate`).
         tick: the length of one solver tick, in ``time_unit`` (1 in unit mode with integer costs).
         time_unit: ``s`` (seconds) or ``slots``.
@@ -161,6 +160,7 @@ class SearchResult:
     period_bound: float | None = None  # the period-based bound for this m (instance unit), valid for every schedule; None without a cap
     memory_unit: str = "bytes"  # of peak_memory and the simulation's memory: "activations" (1/p model shares) in unit mode
     hint_fits: bool = True  # whether the hint meets the memory limit (else only a start for the solver, not a schedule of the space)
+    hint_own: bool = False  # whether the hint is one of ppopt's own (greedy, steady-state, fitted), not a handcrafted one
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -366,10 +366,10 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     ops = _op_count(instance.stages, instance.microbatches, space.split_backward)
     candidates = []
 
-    def add(schedule: Schedule, given: bool = False) -> None:
+    def add(schedule: Schedule, given: bool = False, own: bool = False) -> None:
         sim = simulate(validate(schedule), instance.costs, instance.system)
         fits = instance.fits(peak_use(instance, sim))
-        candidates.append(Candidate(schedule.name, schedule, sim, fits, given))
+        candidates.append(Candidate(schedule.name, schedule, sim, fits, given, own))
 
     def affordable(s_per_op: float) -> bool:  # a check only: a hint left out is recorded where it is
         return options.remaining_s() >= ops * (s_per_op + SCHEDULE_S_PER_OP)
@@ -400,9 +400,9 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
         (:attr:`Candidate.rank`; GPipe and 1F1B tie without messages)."""
         return ops * SCHEDULE_S_PER_OP <= TIE_HINT_SHARE * options.remaining_s()
 
-    def add_hint(schedule: Schedule, given: bool = False) -> None:
+    def add_hint(schedule: Schedule, given: bool = False, own: bool = False) -> None:
         nonlocal optimal
-        add(schedule, given)
+        add(schedule, given, own)
         _phase(options, began, f"hint {schedule.name}")
         optimal = not space.fixed and placement is not None and _meets_cheap_bound(instance, placement, space, candidates)
 
@@ -443,21 +443,21 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
                 greedy = best_greedy_schedule(instance, stage_map, space.split_backward, lambda: affordable(GREEDY_S_PER_OP)
                                               and ops * GREEDY_S_PER_OP <= GREEDY_VARIANT_SHARE * options.remaining_s())
                 if greedy is not None:
-                    add(greedy)
+                    add(greedy, own=True)
                     _phase(options, began, f"hint {greedy.name}")
         else:
             options.cut("the greedy hint not built")
             options.note("time limit: greedy hint skipped")
     if greedy_applies and not optimal:  # the handcrafted hints over the memory limit, fitted to it
         # after the greedy one, which wins a tie (the hint the solver's figures were measured with)
-        for over in [c for c in candidates if not c.fits and not own_hint(c.name)]:
+        for over in [c for c in candidates if not c.fits and not c.own]:
             if fitting() and not affordable(FITTED_S_PER_OP):
                 options.cut("a fitted hint not built")
                 options.note(f"time limit: {over.name} not fitted to the memory limit")
                 break
             fitted = fitted_schedule(over.schedule, instance)
             if fitted is not None:
-                add_hint(fitted)
+                add_hint(fitted, own=True)
             if optimal:
                 break
     candidates.sort(key=lambda c: c.rank)
@@ -800,7 +800,7 @@ def _with_periodic(setup: _Setup, options: SolveOptions) -> _Setup:
     schedule = composed(pattern, instance.devices, instance.microbatches, tick_duration, tick_delay)
     sim = simulate(validate(schedule), instance.costs, instance.system)
     fits = instance.fits(peak_use(instance, sim))
-    candidate = Candidate(schedule.name, schedule, sim, fits)
+    candidate = Candidate(schedule.name, schedule, sim, fits, own=True)
     setup = replace(setup, pattern=pattern, candidates=sorted([*setup.candidates, candidate], key=lambda c: c.rank))
     hint = setup.hint
     if fits and (hint is None or not hint.fits or sim.step_time_s < hint.simulation.step_time_s - 1e-12):
@@ -1355,7 +1355,8 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         hint=hint.name if hint else None,
         hint_step_time=hint.simulation.step_time_s if hint else None,
         hint_fits=hint.fits if hint else True,
-        handcrafted=tuple(c for c in setup.candidates if not own_hint(c.name)),
+        hint_own=hint.own if hint else False,
+        handcrafted=tuple(c for c in setup.candidates if not c.own),
         tick=setup.tick,
         time_unit=unit,
         memory_semantics=setup.instance.memory_semantics(),
