@@ -50,6 +50,9 @@ class RowResult:
     pp: int = 1
     dp: int = 1
     micro_batch: int = 1
+    fits_memory: bool = True
+    """Whether the predicted peak fits the system's memory per GPU (:attr:`ppopt.job.JobResult.fits_memory`):
+    the measured run did, so a row that does not is one the memory model over-predicts."""
 
     @property
     def error(self) -> float:
@@ -184,7 +187,7 @@ def predict_rows(rows: list[Measured]) -> list[RowResult]:
         results.append(RowResult(row.line, row.model_key, row_job(job), row.measured_s,
                                  result.step_time_s, result.peak_memory_bytes, row.source,
                                  result.pipeline_s, result.gradient_sync_s, result.optimizer_s,
-                                 job.tp, job.pp, job.dp, job.micro_batch))
+                                 job.tp, job.pp, job.dp, job.micro_batch, result.fits_memory))
     return results
 
 

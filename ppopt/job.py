@@ -834,6 +834,21 @@ def _prepared(schedule: str, devices: int, microbatches: int, options: tuple[tup
                           field="schedule") from None
 
 
+def idle_job_flag(tp: int, dp: int, sequence_parallel: bool = False, distributed_optimizer: bool = False,
+                  overlap_gradient_sync: bool = False) -> tuple[str, str] | None:
+    """The first of a job's flags with nothing to act on, as (its field, why), or None: sequence
+    parallelism at t = 1 and a distributed optimizer or an overlapped gradient sync at d = 1 change
+    nothing (no group to split over, no all-reduce to hide) yet a job's label would name them. The
+    commands refuse them (``job``, ``--sequence-parallel`` anywhere, a measured row's columns)."""
+    if sequence_parallel and tp == 1:
+        return "sequence_parallel", "splits activations over the tensor-parallel ranks, and t = 1"
+    if distributed_optimizer and dp == 1:
+        return "distributed_optimizer", "shards the optimizer state over the data-parallel replicas, and d = 1"
+    if overlap_gradient_sync and dp == 1:
+        return "overlap_gradient_sync", "overlaps the data-parallel gradient all-reduce, and d = 1 has none"
+    return None
+
+
 def job_schedule(job: Job) -> Prepared:
     """The job's schedule over its ``pp`` devices, prepared for the simulator (cached);
     ConfigError naming ``schedule`` when the family is not defined for p and m."""

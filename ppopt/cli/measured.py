@@ -26,6 +26,7 @@ from ppopt.cli.options import (
     output_ending_in,
     parse_layer_split,
     quiet_option,
+    refuse_idle_job_flags,
     refuse_unused_options,
     working,
 )
@@ -134,7 +135,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     capacity = base.memory_capacity_bytes  # the measured runs fitted: a peak above it is the model's error
 
     def over(row) -> bool:
-        return row.peak_memory_bytes > capacity
+        return not row.fits_memory
     _note_unused_columns(data, unused_columns, ASSUMED)
     if not accuracy.rows:  # a report of no prediction, "MAPE -", would read as a result
         _refuse_no_rows(accuracy.unmodelled, "be predicted")
@@ -336,9 +337,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     from ppopt.report.text import fixed, tokens_per_s
 
     check_global_batch(global_batch)
-    if overlap_grad_sync and parallel.dp == 1:  # as --distributed-optimizer at d = 1: it would change nothing
-        raise ConfigError("overlaps the data-parallel gradient all-reduce, and d = 1 has none: give --dp > 1 or leave it out",
-                          field="overlap_grad_sync")
+    refuse_idle_job_flags(dp=parallel.dp, overlap_gradient_sync=overlap_grad_sync)  # t and the others: checked with --tp
     given = {"chunks": chunks, "waves": waves, "split": split}
     refuse_unused_options(schedule, given)
     layers = None

@@ -50,11 +50,12 @@ def _one_schedule(ctx: click.Context, param: click.Parameter, names: tuple[str, 
 def refuse_misspelt_all(names: tuple[str, ...], field: str) -> None:
     """Where 'all' is a schedule name too (evaluate, gap, plan), ``ALL`` gets its suggestion, as a
     misspelt family's name does."""
+    from ppopt.errors import did_you_mean
     from ppopt.generators import REGISTRY
 
     for name in names:
-        if name != "all" and name.casefold() == "all":
-            raise ConfigError(f"unknown schedule {name!r} (known: all, {', '.join(REGISTRY)}); did you mean 'all'?", field=field)
+        if name != "all" and (close := did_you_mean(name, ["all"])):
+            raise ConfigError(f"unknown schedule {name!r} (known: all, {', '.join(REGISTRY)}){close}", field=field)
 
 
 def _one_schedule_or_all(ctx: click.Context, param: click.Parameter, names: tuple[str, ...]) -> str | None:
@@ -211,17 +212,16 @@ def job_options(microbatches_given: bool = True) -> Callable:
     return decorate
 
 
-def refuse_idle_job_flags(tp: int, dp: int, sequence_parallel: bool, distributed_optimizer: bool) -> None:
-    """``--sequence-parallel`` at t = 1 and ``--distributed-optimizer`` at d = 1 change nothing (there is
-    no group to split over) but would be shown in the job's label as if they did: refused."""
-    from ppopt.errors import ConfigError
+def refuse_idle_job_flags(tp: int = 1, dp: int = 1, sequence_parallel: bool = False, distributed_optimizer: bool = False,
+                          overlap_gradient_sync: bool = False) -> None:
+    """A job flag with nothing to act on (:func:`ppopt.job.idle_job_flag`) is refused, naming the flag."""
+    from ppopt.job import idle_job_flag
 
-    if sequence_parallel and tp == 1:
-        raise ConfigError("splits activations over the tensor-parallel ranks, and t = 1: give --tp > 1 or leave it out",
-                          field="sequence_parallel")
-    if distributed_optimizer and dp == 1:
-        raise ConfigError("shards the optimizer state over the data-parallel replicas, and d = 1: give --dp > 1 or "
-                          "leave it out", field="distributed_optimizer")
+    if (idle := idle_job_flag(tp, dp, sequence_parallel, distributed_optimizer, overlap_gradient_sync)) is not None:
+        field, why = idle
+        group = "--tp" if field == "sequence_parallel" else "--dp"
+        raise ConfigError(f"{why}: give {group} > 1 or leave it out",
+                          field="overlap_grad_sync" if field == "overlap_gradient_sync" else field)
 
 
 def unit_cost_options() -> Callable:

@@ -51,6 +51,7 @@ import sys
 import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -212,7 +213,7 @@ def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError],
     return header, records
 
 
-def unread_columns(header: list[str], records: Iterator[tuple[int, list[str]]], known: set[str]) -> list[str]:
+def unread_columns(header: list[str], records: Iterator[tuple[int, list[str]]], known: AbstractSet[str]) -> list[str]:
     """The columns of a CSV table (:func:`read_csv_table`) a reader does not read: the header names
     not in ``known``, and ``column N (no name)`` (N from 1) for an unnamed column holding a value in
     some row (a spreadsheet's trailing empty column is none)."""

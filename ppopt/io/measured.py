@@ -43,7 +43,7 @@ from ppopt.config import ModelConfig, SystemConfig, load_system, validation_mess
 from ppopt.errors import ConfigError
 from ppopt.generators import get
 from ppopt.io import decimal_float, decimal_int, read_csv_table, require_file_name, shown, source_name, unread_columns
-from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, job_schedule
+from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, idle_job_flag, job_schedule
 
 MEASURED_BYTES = 256 * 2**20
 """The largest measured-data CSV read, in bytes (the shipped files are under 1 MB)."""
@@ -115,6 +115,8 @@ OPTIONAL = {
 }
 """Optional columns (module doc) -> what they set. A model column's key label is added when the
 row departs from the plain GPT (:func:`_departures`: ``flash`` for true, ``no-dropout`` for false)."""
+KNOWN_COLUMNS = frozenset({*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN, *OPTIONAL})
+"""Every column the reader reads (a header may name them in any letter case)."""
 
 ASSUMED = ("each row is a GPT-style model trained by Megatron-DeepSpeed as in data/measured: GELU MLP of 4h, "
            "learned position embeddings, vocabulary 50,257 (or a 'vocabulary size' column), no flash attention, "
@@ -127,9 +129,8 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     """Header names of the CSV ``source`` that :func:`read_measured` does not read (a run's schedule
     or recomputation mode, say): the rows are modelled as :data:`ASSUMED` whatever they say. Call
     after :func:`read_measured` has accepted the file."""
-    known = {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN, *OPTIONAL}
-    header, records = read_csv_table(Path(source), MEASURED_BYTES, MeasuredDataError, MEASURED_FILE, known)
-    return unread_columns(header, records, known)
+    header, records = read_csv_table(Path(source), MEASURED_BYTES, MeasuredDataError, MEASURED_FILE, KNOWN_COLUMNS)
+    return unread_columns(header, records, KNOWN_COLUMNS)
 
 
 class MeasuredDataError(ConfigError):
@@ -237,8 +238,7 @@ def read_measured(source: str | os.PathLike[str],
     require_file_name(source, MEASURED_FILE, MeasuredDataError)
     path = Path(source)
     name = source_name(source)
-    header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError, MEASURED_FILE,
-                                     {*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN, *OPTIONAL})
+    header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError, MEASURED_FILE, KNOWN_COLUMNS)
     for column in [*COLUMNS, TIME]:
         if column not in header:
             separated = "; cells are separated by commas" if len(header) == 1 and any(mark in header[0] for mark in ";\t") else ""
@@ -304,13 +304,12 @@ def read_measured(source: str | os.PathLike[str],
                                     f"divide the global batch per replica ({values['global_batch']} / {d} = {per_replica})")
 
         model_fields, job_fields = _optional_values(name, line, cells, index)
-        # as `ppopt job` refuses them: nothing to split over, yet the job's label would name them
-        if job_fields.get("sequence_parallel") and t == 1:
-            raise MeasuredDataError(f"{name}: line {line}, column 'sequence parallel': splits activations over the "
-                                    "tensor-parallel ranks, and t = 1: false or empty there")
-        if job_fields.get("distributed_optimizer") and d == 1:
-            raise MeasuredDataError(f"{name}: line {line}, column 'distributed optimizer': shards the optimizer state "
-                                    "over the data-parallel replicas, and d = 1: false or empty there")
+        # refused as `ppopt job` refuses them: nothing to act on, yet the job's label would name them
+        idle = idle_job_flag(t, d, bool(job_fields.get("sequence_parallel")), bool(job_fields.get("distributed_optimizer")))
+        if idle is not None:
+            field, why = idle
+            column = next(column for column, option in OPTIONAL.items() if option.field == field)
+            raise MeasuredDataError(f"{name}: line {line}, column '{column}': {why}: false or empty there")
         try:
             model = gpt_model(values)
             if model_fields:
