@@ -362,7 +362,7 @@ def preset_units(costs_file, params) -> UnitCosts:
     the file's error, never one of the ``--forward``/``--backward`` flags the user did not give."""
     from ppopt.errors import ConfigError
     from ppopt.io.cost_preset import read_cost_preset
-    from ppopt.run.profile import unit_flags
+    from ppopt.run.profile import slot_s, unit_flags
 
     if params.get("model") or params.get("system"):
         raise ConfigError("replaces --model/--system (a measured preset is used in unit mode)", field="costs")
@@ -379,12 +379,11 @@ def preset_units(costs_file, params) -> UnitCosts:
                           f"its durations give {error.field} = {flags.get(error.field or '')} slots, which {rule}",
                           field="costs") from None
     # times are printed in slots: say what a slot is
-    stages, devices = len(costs.stages), params.get("devices")
-    slot_s = sum(c.forward_s for c in costs.stages) / stages
+    stages, devices, slot = len(costs.stages), params.get("devices"), slot_s(costs)
     scaled = "" if devices in (None, stages) else \
-        f" (at p = {devices} a slot is a 1/{devices} share's forward: about {slot_s * stages / devices * 1e3:.4g} ms if time scales with the layers)"
+        f" (at p = {devices} a slot is a 1/{devices} share's forward: about {slot * stages / devices * 1e3:.4g} ms if time scales with the layers)"
     click.echo(f"note: {costs_file} enters as the unit model: B = {units.backward:g}, W = {units.weight_slots:g}, comm = {units.comm:g} "
-               f"slots, one slot being its mean forward, {slot_s * 1e3:.4g} ms, on its {stages} stages{scaled}", err=True)
+               f"slots, one slot being its mean forward, {slot * 1e3:.4g} ms, on its {stages} stages{scaled}", err=True)
     return units
 
 

@@ -96,6 +96,12 @@ def costs_from_ops(settings: RunSpec, stages: int, microbatches: int, *measured:
     return Costs(tuple(out), size.microbatch_size, microbatches)
 
 
+def slot_s(costs: Costs) -> float:
+    """Seconds of one slot of the unit model a profile enters as (:func:`unit_flags`): the mean
+    measured forward over the stages."""
+    return sum(c.forward_s for c in costs.stages) / len(costs.stages)
+
+
 def unit_flags(costs: Costs, link: LinkConfig | None) -> dict[str, float]:
     """The profile in the unit model (:class:`ppopt.units.UnitCosts`, one slot = the mean measured F),
     averaged over the stages, rounded to 2 decimals: the ``--forward --backward --weight --comm``
@@ -103,7 +109,7 @@ def unit_flags(costs: Costs, link: LinkConfig | None) -> dict[str, float]:
     model has one backward, B = I + W; the split run's I + W is used, since that is what split
     schedules execute. ConfigError (field ``costs``) when every F is 0: the slot would be empty."""
     n = len(costs.stages)
-    forward = sum(c.forward_s for c in costs.stages) / n
+    forward = slot_s(costs)
     if forward <= 0:
         raise ConfigError("every forward_s is 0: the unit model needs a positive forward (its slot)", field="costs")
     split = sum(c.input_grad_s + c.weight_grad_s for c in costs.stages) / n
