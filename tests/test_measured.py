@@ -322,6 +322,12 @@ def test_job_command_reports_the_step_and_memory():
     assert data["step_time_s"] == pytest.approx(data["pipeline_s"] + data["gradient_sync_s"] + data["optimizer_s"])
     assert data["fits_memory"] and not data["over_memory"] and data["memory_capacity_bytes"] == 80e9
     assert data["peak_memory_bytes"] <= data["memory_capacity_bytes"]
+    assert data["memory_excess_bytes"] == 0 and data["over_memory_device"] is None
+    # over the memory: the same keys as evaluate's, with the excess and the device (llama3-8b on 4 GPUs
+    # without data or tensor parallelism: 16 bytes per parameter alone are over 80 GB on a stage)
+    over = json.loads(run("job", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", "1", "--json").stdout)
+    assert not over["fits_memory"] and over["over_memory"] and over["over_memory_device"] == 0
+    assert over["memory_excess_bytes"] == pytest.approx(over["peak_memory_bytes"] - 80e9)
 
 
 def test_job_command_names_the_flag_of_a_bad_layout():

@@ -334,6 +334,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     from ppopt.errors import ConfigError
     from ppopt.job import Job, evaluate_job
     from ppopt.plan import throughput
+    from ppopt.report.evaluation import capacity_json
     from ppopt.report.text import fixed, tokens_per_s
 
     check_global_batch(global_batch)
@@ -367,8 +368,9 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
         "model": job.model.name, "system": job.system.name, **job.layout_json(), "global_batch": job.batch, "gpus": job.gpus,
         "step_time_s": result.step_time_s, "pipeline_s": result.pipeline_s, "gradient_sync_s": result.gradient_sync_s,
         "optimizer_s": result.optimizer_s, "tokens_per_s": tokens, "mfu": mfu, "peak_memory_bytes": result.peak_memory_bytes,
-        "fits_memory": result.fits_memory, "over_memory": not result.fits_memory,  # evaluate's and gap's name too
-        "memory_capacity_bytes": job.system.memory_capacity_bytes, "overlap_gradient_sync": job.overlap_gradient_sync,
+        "fits_memory": result.fits_memory, "overlap_gradient_sync": job.overlap_gradient_sync,
+        # over_memory and the rest as evaluate and search give them
+        **capacity_json(result.simulation.peak_memory_bytes, job.system.memory_capacity_bytes),
     }
     if as_json:
         emit_json(figures)
