@@ -842,7 +842,7 @@ def test_plan_with_a_deterministic_time_says_it_is_reproducible_and_is():
     # no search, nothing to call reproducible (it said "reproducible" for the solver that never ran)
     unsearched = CliRunner().invoke(main, [*flags[:-4], "0", "--deterministic-time", "0.5", "--json"])
     assert unsearched.exit_code == 0, unsearched.output
-    assert unsearched.stderr.strip().splitlines()[-1] == "note: --deterministic-time: nothing was searched (--search 0), so it did not apply"
+    assert unsearched.stderr.strip().splitlines()[-1] == "note: --deterministic-time: no CP-SAT solve ran, so it did not apply"
 
 
 def test_plan_keeps_the_executor_s_closing_time_in_its_budget(monkeypatch):

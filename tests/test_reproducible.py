@@ -180,3 +180,17 @@ def test_hints_built_on_a_spent_budget_are_not_counted_as_cut():
         fixed = space.startswith("fixed:")
         assert len(candidates) == (1 if fixed else 5) and len(with_time) == (1 if fixed else 6), space
         assert options.cuts == ([] if fixed else ["a fitted hint not built"]), (space, options.cuts)
+
+
+def test_deterministic_time_is_said_not_to_apply_where_no_solve_ran():
+    """gap settled gpipe and 1f1b by the analytic bound (no CP-SAT call) and still said 'reproducible:
+    every step within its deterministic time'; the note now says the flag did not apply, and a search
+    that solves says reproducible (one shared count of solves, not a per-command special case)."""
+    settled = CliRunner().invoke(main, ["gap", "-p", "4", "-m", "8", "--unit", "-s", "gpipe", "-s", "1f1b",
+                                        "--deterministic-time", "1", "-q"])
+    assert settled.exit_code == 0 and settled.stderr.splitlines()[-1] == \
+        "note: --deterministic-time: no CP-SAT solve ran, so it did not apply"
+    solved = CliRunner().invoke(main, ["search", "-p", "4", "-m", "8", "--unit", "--comm", "1", "--memory-limit", "3",
+                                       "--deterministic-time", "1", "-q"])
+    assert solved.exit_code == 0 and solved.stderr.splitlines()[-1] == \
+        "note: reproducible: seed 0, one worker, every step within its deterministic time"

@@ -799,10 +799,13 @@ def check_plot(ctx: click.Context, param: click.Parameter, path: str | None) -> 
 
 def say_whether_reproducible(solve: solve_options.SolveOptions) -> None:
     """With ``--deterministic-time``, one line on stderr: whether another run with the same flags gives
-    the same result (one worker, and the wall-clock budget never decided: :attr:`ppopt.solve.options.SolveOptions.cuts`)."""
+    the same result (one worker, and the wall-clock budget never decided: :attr:`ppopt.solve.options.SolveOptions.cuts`),
+    or that it did not apply (no CP-SAT solve ran: :attr:`ppopt.solve.options.SpentWork.solves`)."""
     if solve.deterministic_time is None:
         return
-    if solve.workers > 1:
+    if not solve.work.solves and not solve.cuts:  # settled without CP-SAT (analytic bounds, --search 0)
+        click.echo("note: --deterministic-time: no CP-SAT solve ran, so it did not apply", err=True)
+    elif solve.workers > 1:
         click.echo(f"note: not reproducible: {solve.workers} CP-SAT workers race each other; use --workers 1", err=True)
     elif solve.cuts:
         click.echo(f"note: not reproducible: the time limit decided before the deterministic time ({solve.cuts[0]}); "

@@ -175,10 +175,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
             _write_torch_csv(plans[0], searches[0], torch_csv)
     if memory_limit is None:
         _note_no_headroom(plans)
-    if any(searches):
-        say_whether_reproducible(options)
-    elif deterministic_time is not None:  # it asked about a search that did not happen (it said "reproducible")
-        click.echo("note: --deterministic-time: nothing was searched (--search 0), so it did not apply", err=True)
+    say_whether_reproducible(options)
 
 
 SEARCH_SHARE = 0.25

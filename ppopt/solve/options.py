@@ -101,9 +101,12 @@ its answer back, validating and simulating it, and printing the report."""
 
 @dataclass
 class SpentWork:
-    """CP-SAT deterministic time spent by a request so far (one object shared by its options)."""
+    """CP-SAT deterministic time spent by a request so far, and its solves (one object shared by its
+    options)."""
 
     spent: float = 0.0
+    solves: int = 0
+    """CP-SAT calls made (0: every answer was settled without one, so a deterministic time decided nothing)."""
 
 
 def check_time_limit(seconds: float, field: str) -> None:
@@ -205,6 +208,7 @@ class SolveOptions:
         with stoppable(solver), self._heartbeat():  # Ctrl-C ends the command, not only this solve
             code = solver.solve(model, callback)
         self.work.spent += solver.deterministic_time
+        self.work.solves += 1
         if code == cp_model.MODEL_INVALID:  # ppopt's bug, never a result: a search reported 'invalid' and exited 0
             reason = " ".join(model.validate().split())[:300]
             raise PpoptError(f"internal error: CP-SAT rejected ppopt's model ({reason}); please report it with the command")
