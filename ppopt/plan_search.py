@@ -98,9 +98,9 @@ def search_job(row: PlanRow, memory_limit: float | None, options: SolveOptions) 
     with an equal share of ``options``' remaining time. A space the budget does not reach, or whose
     search fails, is reported with its status and no bound."""
     from ppopt.solve.search import (  # CP-SAT's imports (0.4 s) only for a search: a plan ranks without them
-        never_above,
         relative_gap,
         search,
+        with_known_step,
     )
 
     job, handcrafted_step_s = row.job, row.step_time_s
@@ -123,17 +123,12 @@ def search_job(row: PlanRow, memory_limit: float | None, options: SolveOptions) 
         except PpoptError as error:  # pragma: no cover - a size the solver refuses
             out.append(JobSearch(job, space.describe(), handcrafted_step_s, None, 0.0, None, "skipped", None, str(error)))
             continue
-        best = None if result.step_time is None else result.step_time + fixed
-        bound, gap, status, schedule = result.bound, result.gap, result.status, result.schedule
-        if best is not None and handcrafted_step_s < best:
-            # the handcrafted schedule is a point of both spaces, so the best known is never slower
-            # than it (a search short of time, no handcrafted hint tried, found only a slower one);
-            # as gap_report treats it: the bound a schedule meets is its step, and it is then optimal
-            best, schedule = handcrafted_step_s, None
-            bound = never_above(result.bound, row.pipeline_s)
-            gap = relative_gap(row.pipeline_s, bound)
-            status = "optimal" if row.pipeline_s <= bound * (1 + 1e-9) else result.status
-        out.append(JobSearch(job, result.space, handcrafted_step_s, best, bound + fixed, gap, status, schedule, result.note or ""))
+        # the handcrafted schedule is a point of both spaces: the best known is never slower than it
+        # (a search short of time, no handcrafted hint tried, found nothing or only a slower one)
+        best, bound, status = with_known_step(result, row.pipeline_s)
+        searched = result.step_time is not None and result.step_time <= row.pipeline_s
+        out.append(JobSearch(job, result.space, handcrafted_step_s, None if best is None else best + fixed, bound + fixed,
+                             relative_gap(best, bound), status, result.schedule if searched else None, result.note or ""))
     return out
 
 

@@ -37,6 +37,7 @@ from ppopt.solve.search import (
     search,
     space_instance,
     too_late,
+    with_known_step,
 )
 from ppopt.solve.space import Space, family_space, parse_space, placement_of, space_of, stage_count, with_backward
 from ppopt.validation import validate
@@ -229,12 +230,10 @@ def gap_report(
             # the figures the rows need; the schedules and simulations would hold gigabytes at scale
             searches[key] = replace(result, schedule=None, simulation=None, handcrafted=())
         result = searches[key]
-        best = min(known.get(key, math.inf), math.inf if result.step_time is None else result.step_time)
-        bound = never_above(result.bound, None if best == math.inf else best)
+        best, bound, status = with_known_step(result, known.get(key))
         # a schedule over the limit is not in the space, so the bound says nothing about it
         gap = relative_gap(step, bound) if fits else None
-        status = "optimal" if best <= bound * (1 + 1e-9) else result.status
-        rows.append(GapRow(name, space.describe(), step, peak, fits, None if best == math.inf else best, bound, gap, status))
+        rows.append(GapRow(name, space.describe(), step, peak, fits, best, bound, gap, status))
     capacity = spec.system.memory_capacity_bytes if isinstance(spec.system, SystemConfig) else None
     return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible, memory_unit, capacity)
 

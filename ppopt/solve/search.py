@@ -509,6 +509,18 @@ def never_above(bound: float, step: float | None) -> float:
     return step if step is not None and step < bound <= step * (1 + 1e-9) else bound
 
 
+def with_known_step(result: SearchResult, step: float | None) -> tuple[float | None, float, str]:
+    """The best step of ``result``'s space, its bound and status, once ``step`` (a schedule of that
+    space known to fit, e.g. the handcrafted one; None: none) is counted: the shorter of it and the
+    search's, the bound never above it (:func:`never_above`), and ``optimal`` where the best meets the
+    bound, else the search's status. A search short of time may find nothing, or only a slower
+    schedule; the known one is still a point of the space (``gap`` and ``plan`` report it so)."""
+    steps = [s for s in (result.step_time, step) if s is not None]
+    best = min(steps) if steps else None
+    bound = never_above(result.bound, best)
+    return best, bound, "optimal" if best is not None and best <= bound * (1 + 1e-9) else result.status
+
+
 def relative_gap(step: float | None, bound: float) -> float | None:
     """The optimality gap (step - bound) / bound, or None without a step or a finite positive bound."""
     if step is None or not (bound > 0 and math.isfinite(bound)):
