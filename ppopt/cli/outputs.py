@@ -188,7 +188,6 @@ def import_command(file: str, legacy_backward: bool, units, as_json: bool, quiet
                 "microbatches": schedule.microbatches,
                 "split_backward": table.flat.split,
                 "backward": backward,
-                "placement": [list(holders) for holders in schedule.placement],  # the devices of each stage, as search gives it
                 **orders_json(schedule),
                 "table": {"length": metrics.length, "bubble_ratio": metrics.bubble_ratio,
                           "peak_activations": list(metrics.peak_activations)},

@@ -25,10 +25,11 @@ def timeline_json(sim: Simulation) -> dict:
 
 
 def orders_json(schedule: Schedule) -> dict:
-    """Each device's ops in order (``orders``) and the (forward, backward) pairs that run as one
-    overlapped action (``overlapped``; DualPipe(V)'s), as action strings: enough to rebuild the
-    schedule with its placement."""
-    return {"orders": [[str(op) for op in order] for order in schedule.orders],
+    """The devices of each stage (``placement``), each device's ops in order (``orders``) and the
+    (forward, backward) pairs that run as one overlapped action (``overlapped``; DualPipe(V)'s), as
+    action strings: enough to rebuild the schedule."""
+    return {"placement": [list(holders) for holders in schedule.placement],
+            "orders": [[str(op) for op in order] for order in schedule.orders],
             "overlapped": [[str(forward), str(backward)] for forward, backward in schedule.overlapped]}
 
 

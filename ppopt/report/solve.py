@@ -106,7 +106,6 @@ def search_json(result: SearchResult, capacity_bytes: float | None = None) -> di
         ],
         "schedule": None if schedule is None else {
             "name": schedule.name,
-            "placement": [list(h) for h in schedule.placement],
             "replica_of": list(schedule.replica_of),
             **orders_json(schedule),
         },
