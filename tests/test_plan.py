@@ -1027,6 +1027,12 @@ def test_plan_names_a_job_as_fast_as_the_first_on_much_less_memory():
     rows = list(csv.reader(CliRunner().invoke(main, [*map(str, args), "--format", "csv"]).stdout.splitlines()))
     layers = rows[0].index("layers")
     assert all(";" in row[layers] or row[layers].isdigit() for row in rows[1:]) and any(";" in row[layers] for row in rows[1:])
+    # the step and peak to csv_number's ten significant digits, as the JSON has them (0.03 % apart here)
+    top = json.loads(CliRunner().invoke(main, [*map(str, args), "--json"]).stdout)["top"]
+    step, peak = rows[0].index("step s"), rows[0].index("peak GB")
+    for row, entry in zip(rows[1:], top):
+        assert float(row[step]) == pytest.approx(entry["step_time_s"], rel=1e-9)
+        assert float(row[peak]) == pytest.approx(entry["peak_memory_bytes"] / 1e9, rel=1e-9)
 
 
 def test_plan_says_when_the_weights_alone_need_more_gpus():
@@ -1041,3 +1047,24 @@ def test_plan_says_when_the_weights_alone_need_more_gpus():
     small = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--gpus", "8", "--system", "dgx-h100", "--search", "0", "-q",
                                       "--memory-limit", "17GB"])
     assert small.exit_code == 1 and "no job fits 17.00 GB" in small.output and "more GPUs" not in small.output
+
+
+def test_the_search_table_gives_each_job_its_own_recomputation():
+    """The search rows gave a job's layout only, so two rows of one layout under different
+    recomputation read alike. Each entry's recompute is its ranked job's, in JSON and in the text
+    table's column (with full recomputation in the test above, a constant would fail one of them)."""
+    import itertools
+
+    args = ["plan", "--model", "llama3-8b", "--gpus", "4", "--system", "dgx-h100", "--global-batch", "8", "--recompute", "full",
+            "--recompute", "selective", "--schedule", "1f1b", "--search", "2", "--time-limit", "6", "-q"]
+    got = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
+    assert len({s["rank"] for s in got["search"]}) == 2
+    for s in got["search"]:
+        ranked = got["top"][s["rank"] - 1]
+        assert (s["job"], s["recompute"]) == (ranked["job"], ranked["recompute"]) and s["recompute"] in ("full", "selective")
+    text = CliRunner().invoke(main, args).stdout.splitlines()
+    header = next(k for k, line in enumerate(text) if line.startswith("rank  job") and "space" in line)
+    column = text[header].index("recompute")
+    rows = list(itertools.takewhile(lambda line: line[:1].isdigit(), text[header + 1:]))
+    assert len(rows) == len(got["search"])
+    assert [line[column:].split()[0] for line in rows] == [s["recompute"] for s in got["search"]]
