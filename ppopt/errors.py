@@ -9,6 +9,8 @@ from Python.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterable
 
 
@@ -76,6 +78,12 @@ def require_bool(value: object, field: str) -> None:
     value to Python, so an on/off field given text would switch on without a word)."""
     if not isinstance(value, bool):
         raise ConfigError(f"must be True or False, got {value!r}", field=field)
+
+
+def is_positive_number(value: object) -> bool:
+    """Whether ``value`` is a finite real number > 0 (not True, which is a number to Python): a time
+    limit, a memory limit, a frontier's limits. Each caller words its own error (the unit differs)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value) and float(value) > 0
 
 
 def require_positive_int(value: object, field: str) -> None:

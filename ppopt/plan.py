@@ -57,7 +57,6 @@ Throughput
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -69,7 +68,7 @@ import numpy as np
 
 from ppopt.config import ModelConfig, SystemConfig, load_model, load_system
 from ppopt.costs import Costs, check_global_batch, layer_forward_flops, logits_forward_flops, work_time_s
-from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, require_bool, require_positive_int
+from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, is_positive_number, require_bool, require_positive_int
 from ppopt.generators import get
 from ppopt.ir import FREEING_KINDS, MAX_OPS, Kind
 from ppopt.job import (
@@ -149,8 +148,7 @@ class PlanRequest:
         require_bool(self.overlap_gradient_sync, "overlap_gradient_sync")
         check_global_batch(self.global_batch)
         limit = self.memory_limit_bytes
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Real)
-                                  or not (math.isfinite(limit) and limit > 0)):
+        if limit is not None and not is_positive_number(limit):
             raise ConfigError(f"must be a positive number of bytes, got {limit!r}", field="memory_limit_bytes")
         if not (self.split in ("even", "balanced") or isinstance(self.split, tuple)
                 and all(isinstance(n, int) and not isinstance(n, bool) for n in self.split)):

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ppopt.config import ModelConfig, SystemConfig
-from ppopt.errors import ConfigError, InfeasibleError, MemoryShortError, ScheduleError
+from ppopt.errors import ConfigError, InfeasibleError, MemoryShortError, ScheduleError, is_positive_number
 from ppopt.generators import check_option_names, generate, get, names, too_many_stages
 from ppopt.ir import Schedule
 from ppopt.simulate import simulate
@@ -342,7 +341,7 @@ def frontier(
         if isinstance(limits, (str, bytes)) or not isinstance(limits, Iterable):
             raise ConfigError(f"must be a list of memory limits (None: the default ones), got {limits!r}", field="limits")
         limits = list(limits)  # a generator is read once, here
-        if bad := [x for x in limits if isinstance(x, bool) or not isinstance(x, numbers.Real) or not (math.isfinite(x) and x > 0)]:
+        if bad := [x for x in limits if not is_positive_number(x)]:
             raise ConfigError(f"must be positive numbers, got {bad[0]!r}", field="limits")
         if not limits:
             raise ConfigError("must hold at least one memory limit (None: the default ones)", field="limits")

@@ -21,14 +21,13 @@ builds the instance of a space with a given number of stages.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig
 from ppopt.costs import Costs, check_global_batch, link_between, microbatch_size, partition_layers, transfer_time_s, unit_costs
-from ppopt.errors import ConfigError
+from ppopt.errors import ConfigError, is_positive_number
 from ppopt.job import Parallelism, job_costs, job_work, pipeline_system, with_working_sets
 from ppopt.placement import stages_by_device
 from ppopt.units import UnitCosts
@@ -210,8 +209,7 @@ class InstanceSpec:
         if self.units is not None and not isinstance(self.units, UnitCosts):
             raise ConfigError(f"must be a ppopt.units.UnitCosts, got {self.units!r}", field="units")
         limit = self.memory_limit
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Real)
-                                  or not (math.isfinite(limit) and limit > 0)):
+        if limit is not None and not is_positive_number(limit):
             unit = "live activations" if self.units is not None else "bytes, e.g. 60 * 2**30"
             raise ConfigError(f"must be a finite number > 0 ({unit}), got {limit!r}", field="memory_limit")
         check_global_batch(self.global_batch)

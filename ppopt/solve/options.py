@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ppopt.errors import ConfigError, PpoptError
+from ppopt.errors import ConfigError, PpoptError, is_positive_number
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -111,7 +111,7 @@ class SpentWork:
 
 def check_time_limit(seconds: float, field: str) -> None:
     """ConfigError on ``field`` unless ``seconds`` is a finite number > 0: every command's time limit."""
-    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not (math.isfinite(seconds) and seconds > 0):
+    if not is_positive_number(seconds):
         shown = ("a number too large to represent (inf)" if seconds == math.inf
                  else f"{seconds}" if isinstance(seconds, numbers.Real) else repr(seconds))
         raise ConfigError(f"must be a finite number of seconds > 0, got {shown}", field=field)
