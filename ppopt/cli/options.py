@@ -504,6 +504,12 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
     """``--memory-limit``: a number of live activations (unit mode) or bytes, with an optional
     suffix B, KB, MB, GB, TB, KiB, MiB, GiB, TiB in any case (gib is GiB: a memory is not given
     in bits) (modelled)."""
+    parsed = parse_amount_and_unit(text, unit_mode, flag)
+    return None if parsed is None else parsed[0]
+
+
+def parse_amount_and_unit(text: str | None, unit_mode: bool, flag: str = "--memory-limit") -> tuple[float, str | None] | None:
+    """:func:`parse_amount`'s value and the unit suffix it read (``"GiB"`` of ``80GiB``; None when bare)."""
     if text is None:
         return None
     match = _BYTES.match(text)
@@ -520,15 +526,9 @@ def parse_amount(text: str | None, unit_mode: bool, flag: str = "--memory-limit"
         raise ConfigError(f"{flag}: must be a finite amount, got {text!r} (beyond the largest number)")
     if not value > 0:
         raise ConfigError(f"{flag}: must be positive, got {text!r}")
-    if not unit_mode and match.group(2) is None and value < BARE_BYTES_AT_LEAST:
+    if not unit_mode and unit is None and value < BARE_BYTES_AT_LEAST:
         raise ConfigError(f"{flag}: {text!r} would be {value:g} bytes: give a unit, e.g. {text.strip()}GB or {text.strip()}GiB")
-    return value
-
-
-def amount_unit(text: str) -> str | None:
-    """The unit suffix of an amount :func:`parse_amount` accepted (``"GiB"`` of ``80GiB``; None when bare)."""
-    match = _BYTES.match(text)
-    return match.group(2) if match else None
+    return value, unit
 
 
 BARE_BYTES_AT_LEAST = 2**20

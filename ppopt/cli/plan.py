@@ -11,7 +11,6 @@ import click
 from ppopt.cli import main, startup_s
 from ppopt.cli.measured import _table
 from ppopt.cli.options import (
-    amount_unit,
     check_plot,
     complete_model,
     complete_schedule_or_all,
@@ -20,7 +19,7 @@ from ppopt.cli.options import (
     format_option,
     json_option,
     output_not_named_as,
-    parse_amount,
+    parse_amount_and_unit,
     parse_layer_split,
     quiet_option,
     refuse_all_with_others,
@@ -115,11 +114,11 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     if jobs < 1:  # worded as sweep and study (ppopt.sweep.executors) word it
         raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
     refuse_all_with_others(schedules)
-    limit = parse_amount(memory_limit, unit_mode=False)
+    limit, unit = parse_amount_and_unit(memory_limit, unit_mode=False) or (None, None)
     split = parse_layer_split(layers_per_stage)
     system_config = load_system(system)
     if limit is not None and limit > system_config.memory_capacity_bytes:  # a what-if, but say so: job would not fit
-        unit = amount_unit(memory_limit)  # in another unit than GB (80GiB: 85.89934592 GB), as the user wrote it too
+        # in another unit than GB (80GiB: 85.89934592 GB), as the user wrote it too
         given = f" ({memory_limit.strip()})" if unit is not None and unit.lower() != "gb" else ""
         click.echo(f"note: --memory-limit {limit / 1e9:.12g} GB{given} is above {system_config.name}'s "
                    f"{system_config.memory_capacity_bytes / 1e9:.12g} GB "
