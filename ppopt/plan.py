@@ -365,13 +365,18 @@ def _single_device(names: tuple[str, ...], m: int) -> str:
     return min(names, key=lambda name: (peak(name, m), peak(name, 2 * m), names.index(name)))
 
 
-def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[str, Any]], ...]:
-    """The (family, options) pairs of a p-device pipeline with m microbatches; with explicit counts
-    only those with as many stages as counts (the counts are per schedule stage)."""
-    names = (_single_device(request.schedules, m),) if p == 1 else request.schedules
+def _variants(request: PlanRequest, name: str, p: int) -> list[dict[str, Any]]:
+    """:func:`schedule_variants` of family ``name`` on p devices under the request's stage split (with
+    explicit counts only the option sets with as many stages as counts)."""
     wanted = len(request.split) if isinstance(request.split, tuple) else None
-    return tuple((name, options) for name in names
-                 for options in schedule_variants(name, p, request.model.num_layers, wanted, request.split == "balanced")
+    return schedule_variants(name, p, request.model.num_layers, wanted, request.split == "balanced")
+
+
+def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The (family, options) pairs of a p-device pipeline with m microbatches (:func:`_variants`)
+    that are defined there."""
+    names = (_single_device(request.schedules, m),) if p == 1 else request.schedules
+    return tuple((name, options) for name in names for options in _variants(request, name, p)
                  if _defined(name, p, m, tuple(sorted(options.items()))))
 
 
@@ -386,9 +391,7 @@ def _schedule_keys(request: PlanRequest, p: int, m: int) -> list[ScheduleKey]:
     its other option sets, none for 1F1B)."""
     if p == 1:
         return [(name, 1, k, ()) for name in request.schedules for k in (m, 2 * m)]
-    wanted = len(request.split) if isinstance(request.split, tuple) else None
-    return [(name, p, m, tuple(sorted(options.items()))) for name in request.schedules
-            for options in schedule_variants(name, p, request.model.num_layers, wanted, request.split == "balanced")]
+    return [(name, p, m, tuple(sorted(options.items()))) for name in request.schedules for options in _variants(request, name, p)]
 
 
 def _sizing_keys(request: PlanRequest) -> list[ScheduleKey]:
