@@ -128,6 +128,28 @@ def test_frontier_is_monotone_and_places_handcrafted():
     assert {"zb-h1"} <= {h["schedule"] for h in data["handcrafted"]}
 
 
+def test_frontier_marks_peaks_over_the_gpus_memory():
+    """llama3-8b on dgx-a100, p = 4, m = 16 microbatches of 16 sequences: even the least memory any
+    schedule needs is far over an 80 GB GPU, so every peak is marked (JSON: over_memory against the
+    system's capacity); unit mode has no system, so nothing is marked there."""
+    args = ["frontier", "-p", "4", "-m", "16", "--model", "llama3-8b", "--system", "dgx-a100", "--time-limit", "20", "-q"]
+    text = run(*args)
+    assert text.exit_code == 0, text.output
+    assert text.stdout.startswith("p = 4, m = 16; space: placement=linear")
+    hand = text.stdout.split("handcrafted")[1]
+    assert re.search(r"^1f1b +\S+ GiB # ", hand, re.M)
+    assert "# a peak over the system's 74.51 GiB (80 GB) per device" in text.stdout
+    data = json.loads(run(*args, "--json").stdout)
+    capacity = load_system("dgx-a100").memory_capacity_bytes
+    assert data["memory_capacity_bytes"] == capacity
+    assert all(h["over_memory"] == (h["peak_memory"] > capacity) for h in data["handcrafted"])
+    assert any(h["over_memory"] for h in data["handcrafted"])
+    rows = list(csv.DictReader(run(*args, "--format", "csv").stdout.splitlines()))
+    assert {r["over memory"] for r in rows if r["row"] == "handcrafted"} == {"yes"}
+    unit = json.loads(run("frontier", "-p", "4", "-m", "8", "--unit", "--time-limit", "20", "-q", "--json").stdout)
+    assert unit["memory_capacity_bytes"] is None and {h["over_memory"] for h in unit["handcrafted"]} == {None}
+
+
 @pytest.mark.parametrize(
     "args, reason",
     [

@@ -148,7 +148,7 @@ def test_an_optimal_point_above_its_bound_says_the_ticks_round():
 
     def table(step):
         point = FrontierPoint(100.0, "optimal", step, 107.11, 90.0)
-        return frontier_text(Frontier("placement=linear", (point,), (), "s", "bytes", 50.0))
+        return frontier_text(Frontier("placement=linear", (point,), (), "s", "bytes", 50.0), 2, 4)
 
     assert "optimal: proven in the solver's ticks" in table(107.20)
     assert "optimal: proven in the solver's ticks" not in table(107.11)
@@ -175,6 +175,6 @@ def test_a_limit_no_device_can_reach_is_said_to_limit_nothing():
     result = frontier(InstanceSpec(4, 8, UnitCosts()), parse_space("placement=linear"), [2, 1e9], SolveOptions(20, workers=1))
     assert result.most_held == 8 * 4 and frontier_json(result)["most_held"] == 32
     assert "a limit at or above 32, the most a device can hold here (every activation of every microbatch), limits nothing" \
-        in frontier_text(result)
+        in frontier_text(result, 4, 8)
     tight = frontier(InstanceSpec(4, 8, UnitCosts()), parse_space("placement=linear"), [2, 31], SolveOptions(20, workers=1))
-    assert "limits nothing" not in frontier_text(tight)
+    assert "limits nothing" not in frontier_text(tight, 4, 8)

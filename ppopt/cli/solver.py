@@ -498,4 +498,4 @@ def frontier_command(spec, solve, options, space, limits, given, as_json, fmt):
     if as_json:
         emit_json(frontier_json(result) | _request_json(spec))
     else:
-        click.echo(frontier_text(result, fmt, _simulated(spec)))
+        click.echo(frontier_text(result, spec.devices, spec.microbatches, fmt, _simulated(spec)))

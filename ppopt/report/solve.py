@@ -262,32 +262,49 @@ def frontier_json(result: Frontier) -> dict:
             for p in result.points
         ],
         "handcrafted": [
-            {"schedule": name, "peak_memory": peak, "step_time_s": step, "on_frontier": on}
+            {"schedule": name, "peak_memory": peak, "step_time_s": step, "on_frontier": on, "over_memory": result.over_memory(peak)}
             for name, peak, step, on in result.handcrafted
         ],
+        "memory_capacity_bytes": result.memory_capacity,
     }
 
 
-def frontier_text(result: Frontier, fmt: str = "text", context: str | None = None) -> str:
-    """`frontier`'s tables in ``fmt`` (text, markdown, or one csv table with a row kind)."""
+def frontier_text(result: Frontier, devices: int, microbatches: int, fmt: str = "text", context: str | None = None) -> str:
+    """`frontier`'s tables in ``fmt`` (text, markdown, or one csv table with a row kind), for p =
+    ``devices`` and m = ``microbatches``. A peak over the system's memory per device is marked
+    :data:`OVER_MEMORY` (CSV: an ``over memory`` column, with a system only)."""
     t, m = result.time_unit, result.memory_unit
     if fmt == "csv":  # one table: the searched points and the handcrafted schedules, a row kind apart
+        over = [] if result.memory_capacity is None else ["over memory"]
+
+        def marked(peak: float | None) -> list[str]:
+            return [] if not over else ["" if peak is None else yes_no(bool(result.over_memory(peak)))]
+
         rows = [("searched", "", _cell(p.memory_limit, m, fmt), _cell(p.step_time, t, fmt), _cell(p.bound, t, fmt), p.status,
-                 _cell(p.peak_memory, m, fmt), "") for p in result.points]
-        rows += [("handcrafted", name, "", _cell(step, t, fmt), "", "", _cell(peak, m, fmt), yes_no(on))
+                 _cell(p.peak_memory, m, fmt), "", *marked(p.peak_memory)) for p in result.points]
+        rows += [("handcrafted", name, "", _cell(step, t, fmt), "", "", _cell(peak, m, fmt), yes_no(on), *marked(peak))
                  for name, peak, step, on in result.handcrafted]
         return render_table(("row", "schedule", _header("memory limit", m, fmt), _header("step", t, fmt),
-                             _header("bound", t, fmt), "status", _header("peak memory", m, fmt), "on the frontier"), rows, fmt)
+                             _header("bound", t, fmt), "status", _header("peak memory", m, fmt), "on the frontier", *over),
+                            rows, fmt)
+
+    def peak_cell(peak: float | None) -> str:
+        return _amount(peak, m) + (f" {OVER_MEMORY}" if result.over_memory(peak) else "")
+
     points = render_table(
         ("memory limit", "best step", "bound", "status", "peak used"),
-        [(_amount(p.memory_limit, m), _amount(p.step_time, t), _amount(p.bound, t), p.status, _amount(p.peak_memory, m)) for p in result.points],
+        [(_amount(p.memory_limit, m), _amount(p.step_time, t), _amount(p.bound, t), p.status, peak_cell(p.peak_memory))
+         for p in result.points],
         fmt,
     )
     hand = render_table(
         ("handcrafted", "peak memory", "step", "on the frontier"),
-        [(name, _amount(peak, m), _amount(step, t), "yes" if on else "no (dominated)") for name, peak, step, on in result.handcrafted],
+        [(name, peak_cell(peak), _amount(step, t), "yes" if on else "no (dominated)") for name, peak, step, on in result.handcrafted],
         fmt,
     )
+    peaks = [p.peak_memory for p in result.points] + [peak for _, peak, _, _ in result.handcrafted]
+    over_note = ["", f"{OVER_MEMORY} a peak over the system's {capacity_text(result.memory_capacity or 0)} per device: it would not "
+                     "run there"] if any(result.over_memory(peak) for peak in peaks) else []
     unit_note = f"times in {'slots' if t == 'slots' else 'seconds'}, memory in {'live activations' if m == 'activations' else 'GiB'}"
     # the search calls a step optimal within the rounding of its ticks (README, Solver ticks): say so where it shows
     rounded = any(p.status == "optimal" and p.step_time is not None and p.step_time > p.bound * (1 + 1e-9) for p in result.points)
@@ -297,5 +314,5 @@ def frontier_text(result: Frontier, fmt: str = "text", context: str | None = Non
         state = ", and the persistent state" if m == "bytes" else ""
         footnote += ["", f"a limit at or above {_amount(result.most_held, m)}, the most a device can hold here (every activation "
                          f"of every microbatch{state}), limits nothing: its point is the unlimited search's"]
-    return "\n".join([f"space: {result.space}; {unit_note}; minimum memory {_amount(result.minimum, m)}",
-                      *([context] if context else []), "", points, *footnote, "", hand])
+    return "\n".join([f"p = {devices}, m = {microbatches}; space: {result.space}; {unit_note}; minimum memory "
+                      f"{_amount(result.minimum, m)}", *([context] if context else []), "", points, *footnote, "", hand, *over_note])

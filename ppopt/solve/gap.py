@@ -233,8 +233,12 @@ def gap_report(
         # a schedule over the limit is not in the space, so the bound says nothing about it
         gap = relative_gap(step, bound) if fits else None
         rows.append(GapRow(name, space.describe(), step, peak, fits, best, bound, gap, status))
-    capacity = spec.system.memory_capacity_bytes if isinstance(spec.system, SystemConfig) else None
-    return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible, memory_unit, capacity)
+    return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible, memory_unit, memory_capacity(spec))
+
+
+def memory_capacity(spec: InstanceSpec) -> float | None:
+    """The system's memory per device, bytes (None in unit mode, which has no system)."""
+    return spec.system.memory_capacity_bytes if isinstance(spec.system, SystemConfig) else None
 
 
 def _bound_met(spec: InstanceSpec, space: Space, step: float) -> float | None:
@@ -279,6 +283,13 @@ class Frontier:
     most_held: float = math.inf
     """The most a device can hold (every activation of every microbatch, plus the persistent state):
     a limit at or above it limits nothing."""
+    memory_capacity: float | None = None
+    """The system's memory per device, bytes (None in unit mode): a peak above it would not run."""
+
+    def over_memory(self, peak: float | None) -> bool | None:
+        """Whether ``peak`` (the frontier's memory unit) is over the system's memory per device (None
+        in unit mode)."""
+        return None if self.memory_capacity is None or peak is None else peak > self.memory_capacity
 
 
 MAX_LIMITS = 1000
@@ -414,7 +425,7 @@ def frontier(
     for name, peak, step in points_handcrafted:
         handcrafted.append((name, peak, step, not any(_dominates(other, (peak, step)) for other in known)))
     return Frontier(space.describe(), tuple(points), tuple(handcrafted), instance.time_unit, instance.memory_unit, minimum,
-                    instance.most_held)
+                    instance.most_held, memory_capacity(spec))
 
 
 def _dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
