@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ppopt.config import SystemConfig, load_system
+from ppopt.io import file_labels
 from ppopt.io.measured import Measured, MeasuredDataError, Unmodelled, read_measured
 from ppopt.ir import check_total_size
 from ppopt.job import Job, evaluate_job
@@ -226,8 +227,10 @@ def read_rows(paths: list[str | os.PathLike[str]] | str | os.PathLike[str],
             raise MeasuredDataError(f"{path} is given twice (as {paths[first]}): give each data file once")
     rows: list[Measured] = []
     unmodelled: list[Unmodelled] = []
-    for path in paths:
+    for path, label in zip(paths, file_labels(paths)):  # a/x.csv and b/x.csv: not x.csv:2 twice
         got, skipped = read_measured(path, system)
+        got = [replace(r, source=label) for r in got]
+        skipped = [replace(u, source=label) for u in skipped]
         rows += got
         unmodelled += skipped
     _refuse_repeated_rows(rows, several_files=len(paths) > 1)

@@ -807,3 +807,22 @@ def test_column_names_are_read_in_any_letter_case(tmp_path):
     upper.write_text("\n".join([lines[0].upper(), *lines[1:3]]) + "\n")
     result = CliRunner().invoke(main, ["published", str(upper), "-q"])
     assert result.exit_code == 0 and "missing column" not in result.output
+
+
+def test_files_of_one_name_in_two_folders_are_told_apart(tmp_path):
+    """a/x.csv and b/x.csv: every row was named x.csv:LINE, so two rows read x.csv:2. With two files
+    of one name the rows carry the path as given; files of different names keep their short names."""
+    lines = Path(MULTI).read_text().splitlines()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = tmp_path / "a" / "x.csv", tmp_path / "b" / "x.csv"
+    first.write_text("\n".join(lines[:3]) + "\n")
+    second.write_text("\n".join([lines[0], *lines[3:5]]) + "\n")
+    data = json.loads(run("validate", str(first), str(second), "--json").stdout)
+    assert [(r["file"], r["line"]) for r in data["rows"]] == [(str(first), 2), (str(first), 3), (str(second), 2), (str(second), 3)]
+    text = run("validate", str(first), str(second)).stdout
+    assert f"{first}:2 " in text and f"{second}:2 " in text
+    other = tmp_path / "b" / "y.csv"
+    second.rename(other)
+    data = json.loads(run("validate", str(first), str(other), "--json").stdout)
+    assert {r["file"] for r in data["rows"]} == {"x.csv", "y.csv"}

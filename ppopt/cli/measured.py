@@ -215,7 +215,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     from ppopt.calibrate import calibrate, fittable, system_toml
     from ppopt.config import load_system, name_problem
     from ppopt.errors import ConfigError
-    from ppopt.io import atomic_write_text
+    from ppopt.io import atomic_write_text, file_labels
     from ppopt.io.measured import ASSUMED, unused_columns
     from ppopt.report.text import percent
 
@@ -243,7 +243,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     with working("calibrate: the fit and the base system on the rows", quiet):
         on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
         on_base = summarize(predict_rows([r.on(base) for r in rows]), unmodelled)
-    atomic_write_text(output, system_toml(fitted, base, ["standard input" if p == "-" else Path(p).name for p in data], on_fit.mape))
+    atomic_write_text(output, system_toml(fitted, base, file_labels(data), on_fit.mape))
     if len(rows) <= (free := len(fitted.values) - len(fitted.kept)):  # as many parameters as rows: the fit matches them whatever the model
         click.echo(f"note: {len(rows)} row(s) for {free} fitted parameters: the fit is underdetermined, "
                    "and its error on these rows says nothing of other jobs", err=True)

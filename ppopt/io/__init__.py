@@ -50,7 +50,7 @@ import stat
 import sys
 import tempfile
 import tomllib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -228,6 +228,13 @@ def unread_columns(header: list[str], records: Iterator[tuple[int, list[str]]], 
 def source_name(path: str | os.PathLike) -> str:
     """How messages name a data file: its path, or "standard input" for ``-``."""
     return "standard input" if os.fspath(path) == "-" else str(path)
+
+
+def file_labels(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """How rows and reports name several data files: each by its file name, or by the path as given
+    (:func:`source_name`) when two share a file name (a/x.csv and b/x.csv both read x.csv)."""
+    names = ["standard input" if os.fspath(p) == "-" else Path(p).name for p in paths]
+    return [source_name(p) for p in paths] if len(set(names)) < len(names) else names
 
 
 _STDIN_READ: list = []
