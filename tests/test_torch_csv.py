@@ -505,10 +505,10 @@ def test_a_schedule_piped_from_export_reads_as_its_file_does(tmp_path):
     piped, filed = ppopt(*args, "-", stdin=exported.stdout), ppopt(*args, "zb.csv")
     assert piped.returncode == filed.returncode == 0, piped.stderr
     piped_json, filed_json = json.loads(piped.stdout), json.loads(filed.stdout)
-    assert piped_json.pop("schedule") == "torch-csv" and filed_json.pop("schedule") == "zb"
+    assert piped_json.pop("schedule") == "stdin" and filed_json.pop("schedule") == "zb"
     assert piped_json == filed_json
     imported = ppopt("import", "-", stdin=exported.stdout)
-    assert imported.returncode == 0 and imported.stdout.startswith(b"torch-csv: 4 devices, 4 stages, 8 microbatches")
+    assert imported.returncode == 0 and imported.stdout.startswith(b"stdin: 4 devices, 4 stages, 8 microbatches")
     refused = ppopt("import", "-", stdin=b"\0" * 100)
     assert (refused.returncode, refused.stderr) == (1, b"error: standard input: cannot read (not a text file: NUL byte at byte 0)\n")
     malformed = ppopt("import", "-", stdin=b"0F0,0X0\n")  # its errors are standard input's too, not "torch-csv"'s

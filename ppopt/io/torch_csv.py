@@ -441,7 +441,7 @@ def read_torch_csv_file(name: str, legacy_backward: bool = False) -> Schedule:
     """:func:`read_torch_csv` of the file ``name`` as a command line gives it: always a file name,
     whatever its characters (a comma too), and an empty name is a ScheduleError (``Path("")`` would
     be the current directory). ``-`` is standard input (``ppopt export -o - | ppopt import -``),
-    read within the same limits; the schedule is then named ``torch-csv``."""
+    read within the same limits; the schedule is then named ``stdin``."""
     if name == "-":
         try:
             text = read_stdin_bounded(MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops")
@@ -449,7 +449,7 @@ def read_torch_csv_file(name: str, legacy_backward: bool = False) -> Schedule:
             raise ScheduleError(not_utf8("standard input", error)) from None
         except OSError as error:
             raise ScheduleError(f"standard input: cannot read ({error.strerror or error})") from None
-        return parse_torch_csv(text, "torch-csv", legacy_backward, where="standard input")
+        return parse_torch_csv(text, "stdin", legacy_backward, where="standard input")
     require_file_name(name, TORCH_CSV_FILE, ScheduleError)
     return read_torch_csv(Path(name), legacy_backward)
 
