@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{case.name:32} {cells[0]:>44}   {cells[1]:>44}", flush=True)
     print(f"columns: status, step, bound, gap, wall time of the whole search; the dive gave a shorter step on "
           f"{wins} and a longer one on {losses} of {len(cases)} instances")
+    print(f"load average at end {os.getloadavg()[0]:.2f} (1 min)")
     return 0
 
 

@@ -5,7 +5,7 @@ the best of three runs per family and shape. Baseline: the 1F1B generator at the
 same run, so the ratio does not depend on the machine. Shapes: many devices and one microbatch
 (p = 20,000, m = 1: the list-scheduling families used to visit every device in every slot, which
 made them quadratic in p) and a square one (p = m = 400). Families that do not apply at a shape say
-why. The machine's load average at the start is printed, since the machine may be shared.
+why. The machine's load average at the start and at the end is printed, since the machine may be shared.
 
 Run: ``PYTHONPATH=. python benchmarks/generate_bench.py``.
 """
@@ -51,6 +51,7 @@ def main() -> None:
                 continue
             rate = ops / seconds
             print(f"{name:<18}{ops:>12,}{seconds:>10.3f}{rate:>14,.0f}{rate / base_rate:>8.2f}x")
+    print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
