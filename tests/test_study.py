@@ -349,3 +349,55 @@ def test_a_hanayo_claim_without_rivals_reads_as_partial_in_the_report():
     claim = {"hanayo": {"devices": 4, "microbatches": 4, "holds": None,
                         "variants": [{"schedule": "hanayo", "per_system": [], "by_compute": {}, "holds": None}]}}
     assert "`hanayo`: no rival's row at this point yet (a partial sweep). Step time" in _hanayo_text(claim)
+
+
+TINY_STUDY = """schedules = ["gpipe", "1f1b", "chimera", "chimera-asym"]
+devices = [2]
+microbatches = [2]
+models = ["study"]
+systems = ["mid-mid"]
+global_batch = 8
+"""
+
+
+def test_a_study_output_it_cannot_write_is_refused_before_any_point(tmp_path):
+    """figures/ a file, or report.md a directory: the study computed every point and wrote rows.*
+    first, then failed (the figures with a traceback). Now one line, before any point."""
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY_STUDY)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "figures").write_text("")
+    result = CliRunner().invoke(main, ["study", "--spec", str(spec), "-o", str(tmp_path / "a"), "-q"])
+    assert (result.exit_code, result.stderr) == (1, f"error: --output: cannot write into {tmp_path / 'a' / 'figures'}: "
+                                                    "it is a file, not a directory\n")
+    (tmp_path / "b" / "report.md").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["study", "--spec", str(spec), "-o", str(tmp_path / "b"), "-q", "--no-figures"])
+    assert (result.exit_code, result.stderr) == (1, f"error: --output: cannot write {tmp_path / 'b' / 'report.md'}: it is a directory\n")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["figures"]
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["report.md"]
+
+
+def test_claims_a_grid_cannot_test_say_so(tmp_path):
+    """One system and one m: no two systems to differ (claim 6) and no low and high m or two networks
+    to compare (claim 3's simulation part); both said "does not hold" / "not supported" from 0 of 0."""
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY_STUDY)
+    result = CliRunner().invoke(main, ["study", "--spec", str(spec), "-o", str(tmp_path / "o"), "-q", "--no-figures"])
+    assert result.exit_code == 0, result.output
+    claims = json.loads((tmp_path / "o" / "claims.json").read_text())
+    assert claims["system_dependence"]["points"] == 0 and claims["system_dependence"]["holds"] is None
+    simulation = claims["chimera"]["simulation"]
+    assert simulation["mainly_low_microbatches"] is None and simulation["fast_networks_not_worse"] is None
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "*...but wins in the simulation mainly at low microbatch counts on fast networks*: **cannot be checked" in report
+    assert "6. *Schedule quality only means something in the context of the modelled system*: **cannot be checked" in report
+    assert "No solver points in this spec." in report  # it has no [solver] table
+
+
+def test_a_study_without_its_solver_points_does_not_say_the_spec_has_none(tmp_path):
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY_STUDY + "\n[solver]\ndevices = [2]\nmicrobatches = [2]\nmemory_limits = [\"none\"]\n")
+    result = CliRunner().invoke(main, ["study", "--spec", str(spec), "-o", str(tmp_path / "o"), "-q", "--no-figures", "--no-solver"])
+    assert result.exit_code == 0, result.output
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "No solver points in this spec" not in report and "No solver point computed: " in report

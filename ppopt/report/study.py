@@ -36,6 +36,15 @@ def _verdict(ok: bool | None) -> str:
     return "**cannot be checked on this grid**" if ok is None else ("**holds**" if ok else "**does not hold**")
 
 
+def _consistent(ok: bool | None) -> str:
+    return "**cannot be checked on this grid**" if ok is None else (
+        "**consistent with the data**" if ok else "**not supported by the data**")
+
+
+def _yes_no_or_unknown(flag: bool | None, why: str) -> str:
+    return f"cannot tell ({why})" if flag is None else ("yes" if flag else "no")
+
+
 def claims_text(c: dict) -> list[str]:
     """Markdown paragraphs stating each claim of :func:`ppopt.sweep.study.claims`, the numbers and the verdict."""
     return [write(c) for key, write in _CLAIM_TEXT.items() if key in c]
@@ -72,19 +81,21 @@ def _chimera_text(c: dict) -> str:
     by_m = ", ".join(f"m = {m}: {v[0]}/{v[1]}" for m, v in s["wins_by_microbatches"].items())
     by_net = ", ".join(f"{lvl} network: {v[0]}/{v[1]}" for lvl, v in s["wins_by_network"].items())
     all_wins = ", ".join(f"{w['system']} S={w['devices']} m={w['microbatches']}" for w in s["fastest_of_all_schedules"]) or "none"
-    consistent = s["mainly_low_microbatches"] and s["fast_networks_not_worse"]
+    parts = (s["mainly_low_microbatches"], s["fast_networks_not_worse"])
+    consistent = None if None in parts else all(parts)
     return (
         f"3. *Chimera wins on bubbles in the formula and table layers*: against {rivals}, Chimera has the lowest bubble "
-        f"ratio at {f['wins']} of {f['points']} (S, m) points in the formula layer ({_verdict(f['wins'] == f['points'])}) and at "
-        f"{t['wins']} of {t['points']} in the table layer ({_verdict(t['wins'] == t['points'])}; points it does not win, "
+        f"ratio at {f['wins']} of {f['points']} (S, m) points in the formula layer ({_verdict(f['wins'] == f['points'] if f['points'] else None)}) and at "
+        f"{t['wins']} of {t['points']} in the table layer ({_verdict(t['wins'] == t['points'] if t['points'] else None)}; points it does not win, "
         f"bubble ratio Chimera vs best rival: {not_won}). "
         f"The direct concatenation of basic units keeps Chimera's table bubble ratio from falling with m as the closed form does.\n"
         f"   *...but wins in the simulation mainly at low microbatch counts on fast networks*: "
-        f"{'**consistent with the data**' if consistent else '**not supported by the data**'}. Chimera is the fastest of "
+        f"{_consistent(consistent)}. Chimera is the fastest of "
         f"Chimera and {rivals} at {len(s['wins'])} of {s['points']} simulated points: {wins}. "
-        f"Wins by m: {by_m}. Wins by network: {by_net}. Fewer wins at the highest m than at the lowest: "
-        f"{'yes' if s['mainly_low_microbatches'] else 'no'}; at least as many on the fastest network as on the slowest: "
-        f"{'yes' if s['fast_networks_not_worse'] else 'no'}. Fastest of all swept schedules (ppopt's additions included): {all_wins}."
+        f"Wins by m: {by_m or 'none'}. Wins by network: {by_net or 'none'}. Fewer wins at the highest m than at the lowest: "
+        f"{_yes_no_or_unknown(s['mainly_low_microbatches'], 'one m or no simulated point')}; at least as many on the fastest network as on the "
+        f"slowest: {_yes_no_or_unknown(s['fast_networks_not_worse'], 'fewer than two network levels')}. Fastest of all swept "
+        f"schedules (ppopt's additions included): {all_wins}."
     )
 
 
@@ -250,7 +261,7 @@ def render(loaded: LoadedSpec, data: StudyData, found: dict, figures, result_not
                 "device's peak exceeds it by " + "; ".join(shown) + more + ".", ""]
 
     out += _ranking_section(data)
-    out += _gap_section(data)
+    out += _gap_section(data, loaded.spec.solver is not None)
     out += ["## Claims", "", "The paper's qualitative claims (Barley et al., ISPDC 2026), checked against the rows above. Numbers are also in `claims.json`.", ""]
     out += claims_text(found) + [""]
     return "\n".join(out)
@@ -299,11 +310,16 @@ def _fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
-def _gap_section(data: StudyData) -> list[str]:
+def _gap_section(data: StudyData, has_solver: bool) -> list[str]:
+    """The gaps table; ``has_solver``: the spec has a [solver] table (its points may all be missing)."""
     out = ["## Optimality gaps", ""]
     if not data.gaps:
         skipped = [r for r in data.skipped if r.get("kind") == "gap"]
-        return out + ["No solver points in this spec" + (f" ({len(skipped)} skipped)" if skipped else "") + ".", ""]
+        counted_skipped = f" ({len(skipped)} skipped)" if skipped else ""
+        if not has_solver:
+            return out + [f"No solver points in this spec{counted_skipped}.", ""]
+        return out + [f"No solver point computed{counted_skipped}: the spec's solver points are computed without --no-solver "
+                      "and within the --time-limit (a rerun of the same command resumes).", ""]
     first = data.gaps[0]
     weight = "" if first["unit_weight"] is None else f", W = {first['unit_weight']:g}"
     deterministic = f", deterministic limit {first['deterministic_time']:g}" if first["deterministic_time"] else ""

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ppopt.errors import PpoptError
 from ppopt.io import atomic_write_bytes
 from ppopt.sweep.study import LEVELS, StudyData, grid_level, is_paper
 
@@ -184,7 +185,10 @@ def write_figures(data: StudyData, directory: Path, dpi: int | None = None) -> l
 
     written = []
     for name, caption, fig in study_figures(data, figure):
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a file of that name (checked before the sweep, but it may appear since)
+            raise PpoptError(f"cannot write into {directory}: {error.strerror or error}", field="output") from None
         atomic_write_bytes(directory / name, figure_bytes(fig, "png", dpi=dpi or DPI))
         written.append((caption, f"{directory.name}/{name}"))
     return written

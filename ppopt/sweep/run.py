@@ -430,6 +430,8 @@ def run_sweep(
     max_items: int | None = None,
     kinds: tuple[str, ...] = ("evaluate", "gap"),
     deadline: float | None = None,
+    also_files: tuple[str, ...] = (),
+    also_dirs: tuple[str, ...] = (),
 ) -> SweepResult:
     """Run (or resume) the sweep of ``loaded`` into ``output`` (default ``out/<spec stem>``).
 
@@ -437,7 +439,9 @@ def run_sweep(
     in this run (the CLI draws it as a bar on stderr); ``max_items`` stops after that many work items
     (tests use it to simulate an interruption); ``kinds`` restricts the points to evaluation
     (``"evaluate"``) or solver (``"gap"``) points; ``deadline`` (a ``time.monotonic()`` value) ends
-    the run then, the points not computed left missing (see the module docstring). Raises
+    the run then, the points not computed left missing (see the module docstring); ``also_files``
+    and ``also_dirs`` name what the caller writes into ``output`` after the run (``study``'s report
+    and figures), checked with the sweep's own files before any point runs. Raises
     :class:`PpoptError` if another sweep holds the output directory.
     """
     began = time.monotonic()
@@ -454,9 +458,12 @@ def run_sweep(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise PpoptError(f"cannot create {out}: {error.strerror or error}", field="output") from None
-    for name in OUTPUT_FILES:  # one written only after every point (rows.csv) failed after all the work
+    for name in (*OUTPUT_FILES, *also_files):  # one written only after every point (rows.csv) failed after all the work
         if (out / name).is_dir():
             raise PpoptError(f"cannot write {out / name}: it is a directory", field="output")
+    for name in also_dirs:
+        if (out / name).exists() and not (out / name).is_dir():
+            raise PpoptError(f"cannot write into {out / name}: it is a file, not a directory", field="output")
     try:
         with locked(out):
             return _run_locked(loaded, out, executor, progress, max_items, kinds, began, deadline)

@@ -267,8 +267,10 @@ def _chimera(data: StudyData) -> dict[str, Any]:
         "simulation": {
             "points": sim_total, "wins": sim_wins, "wins_by_microbatches": by_m, "wins_by_network": by_network,
             "fastest_of_all_schedules": all_wins,
-            "mainly_low_microbatches": _rate(by_m[low_m]) > _rate(by_m[high_m]),
-            "fast_networks_not_worse": len(net_order) < 2 or _rate(by_network[net_order[-1]]) >= _rate(by_network[net_order[0]]),
+            # None: the grid cannot compare (one m, or no simulated point; fewer than two network levels)
+            "mainly_low_microbatches": _rate(by_m[low_m]) > _rate(by_m[high_m]) if low_m != high_m and sim_total else None,
+            "fast_networks_not_worse": _rate(by_network[net_order[-1]]) >= _rate(by_network[net_order[0]])
+            if len(net_order) >= 2 else None,
         },
     }
 
@@ -365,4 +367,6 @@ def _system_dependence(data: StudyData) -> dict[str, Any]:
             counted += 1
             if len(set(winners.values())) > 1:
                 differ.append({"devices": p, "microbatches": m, "winners": sorted(set(winners.values()))})
-    return {"points": counted, "points_with_different_winners": len(differ), "differ": differ, "holds": bool(differ)}
+    # None: no (S, m) point has winners on two systems, so nothing can differ
+    return {"points": counted, "points_with_different_winners": len(differ), "differ": differ,
+            "holds": bool(differ) if counted else None}
