@@ -133,6 +133,26 @@ def test_lines_that_are_not_rows_are_counted_and_their_points_run_again(referenc
     assert (out / "rows.csv").read_text() == (reference.output / "rows.csv").read_text()
 
 
+def test_a_row_edited_to_a_value_of_the_wrong_type_is_computed_again(reference, tmp_path):
+    """A step time edited to "abc" (a number column) or a schedule to 5 (a text column): the row was
+    reused, "abc" went into rows.csv, and the study's report failed with an internal error. Such a
+    line is unreadable, and its point runs again."""
+    out = tmp_path / "out"
+    loaded = load_spec(write_spec(tmp_path))
+    run_sweep(loaded, out)
+    lines = (out / "rows.jsonl").read_text().splitlines(keepends=True)
+    numbered = [k for k, line in enumerate(lines) if json.loads(line).get("sim_step_time_s") is not None][:2]
+    edited = list(lines)
+    for k, (column, value) in zip(numbered, [("sim_step_time_s", "abc"), ("schedule", 5)]):
+        row = json.loads(lines[k])
+        row[column] = value
+        edited[k] = json.dumps(row) + "\n"
+    (out / "rows.jsonl").write_text("".join(edited))
+    resumed = run_sweep(loaded, out)
+    assert resumed.unreadable == tuple(k + 1 for k in numbered) and resumed.computed == 2
+    assert (out / "rows.csv").read_text() == (reference.output / "rows.csv").read_text()
+
+
 def test_interrupted_and_torn_run_resumes_to_the_same_csv(reference, tmp_path):
     out = tmp_path / "out"
     loaded = load_spec(write_spec(tmp_path))

@@ -74,6 +74,11 @@ METRIC_COLUMNS = (
 )
 #: Every column of ``rows.csv``, in order (a fixed header whatever the spec holds).
 COLUMNS = ("hash", "status", "reason") + INPUT_COLUMNS + METRIC_COLUMNS
+#: The columns that hold text (or nothing); every other one holds a number, a yes/no, a list of
+#: numbers or nothing.
+TEXT_COLUMNS = frozenset({"hash", "status", "reason", "kind", "schedule", "split", "model", "system", "recompute",
+                          "model_digest", "system_digest", "formula_outside", "solver_space", "solver_status",
+                          "solver_time_unit", "solver_memory_semantics", "solver_cut"})
 
 
 def _finite(value: float | None) -> float | None:
@@ -294,7 +299,20 @@ def _whole_row(row: object) -> bool:
     """Whether a line of ``rows.jsonl`` is a row this module wrote: a hash, a status and the inputs
     every point has (a line cut down by hand, ``{"hash": ..., "status": "ok"}``, made a blank row of rows.csv)."""
     return (isinstance(row, dict) and isinstance(row.get("hash"), str) and row.get("status") in ("ok", "skipped")
-            and all(column in row for column in ("kind", "schedule", "devices", "microbatches")))
+            and all(column in row for column in ("kind", "schedule", "devices", "microbatches"))
+            and all(_fits_column(column, row[column]) for column in COLUMNS if column in row))
+
+
+def _fits_column(column: str, value: object) -> bool:
+    """Whether ``value`` has a type ``column`` can hold: a line edited by hand with ``"abc"`` for a
+    step time was taken as a computed row, written into rows.csv, and failed the study's report."""
+    if value is None:
+        return True
+    if column in TEXT_COLUMNS:
+        return isinstance(value, str)
+    if isinstance(value, list):
+        return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+    return isinstance(value, (int, float))  # bool is an int: the yes/no columns
 
 
 def _row_line(row: dict) -> bytes:
