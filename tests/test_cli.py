@@ -235,6 +235,23 @@ def test_memory_units_are_read_in_any_case():
 
 
 
+def test_csv_lengths_and_system_figures_have_ten_significant_digits():
+    """Hanayo's table at p = 2, m = 2, W = 3 lasts 20/3 slots: evaluate's CSV said 6.66667 (the text's
+    six digits), and `list systems` rounded the calibrated inter-node bandwidth to 88.79 GB/s."""
+    import csv
+    import io
+
+    from ppopt.config import load_system
+    from ppopt.report.text import csv_number
+
+    rows = list(csv.DictReader(io.StringIO(run("evaluate", "-s", "hanayo", "-p", 2, "-m", 2, "--waves", 3, "--format", "csv").stdout)))
+    assert rows[0]["length table"] == "6.666666667"
+    systems = {r["system"]: r for r in csv.DictReader(io.StringIO(run("list", "systems", "--format", "csv").stdout))}
+    calibrated = load_system("a100-vtrain-calibrated")
+    assert systems["a100-vtrain-calibrated"]["inter-node GB/s"] == csv_number(calibrated.inter_node.bandwidth_bytes_per_s / 1e9)
+    assert len(systems["a100-vtrain-calibrated"]["inter-node GB/s"].replace(".", "")) == 10
+
+
 @pytest.mark.parametrize("fmt", ["markdown", "csv"])
 def test_tables_in_markdown_and_csv(fmt):
     result = run("evaluate", "-s", "all", "-p", 4, "-m", 8, "--format", fmt)

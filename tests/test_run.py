@@ -583,7 +583,7 @@ def test_evaluate_and_compare_with_a_cost_preset_write_csv_and_markdown_as_witho
     write_cost_preset(path, _costs(), None, {})
     evaluated = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--costs", path, "--format", "csv")
     assert evaluated.exit_code == 0, evaluated.output
-    assert list(csv.reader(io.StringIO(evaluated.stdout))) == [["schedule", "step s", "idle ratio"], ["1f1b", "15", "0.2000"]]
+    assert list(csv.reader(io.StringIO(evaluated.stdout))) == [["schedule", "step s", "idle ratio"], ["1f1b", "15", "0.2"]]  # ten digits, as every CSV
     compared = cli("compare", "-p", 2, "-m", 4, "--costs", path, "--format", "csv")
     assert compared.exit_code == 0, compared.output
     rows = list(csv.reader(io.StringIO(compared.stdout)))

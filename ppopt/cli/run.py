@@ -420,6 +420,6 @@ def _preset_table(context: str, rows: list[list], columns: list[str], fmt: str) 
     from ppopt.report.text import csv_number, render_table, seconds, with_context
 
     step = csv_number if fmt == "csv" else seconds
-    cells = [[*row[:-2], step(row[-2]), f"{row[-1]:.4f}"] for row in rows]
+    cells = [[*row[:-2], step(row[-2]), csv_number(row[-1]) if fmt == "csv" else f"{row[-1]:.4f}"] for row in rows]
     table = render_table([*columns, "step s" if fmt == "csv" else "step", "idle ratio"], cells, fmt)
     return with_context([context], table, [], fmt)

@@ -74,7 +74,7 @@ def list_command(what: str, names: tuple[str, ...], as_json: bool, fmt: str) -> 
 def _list_presets(what: str, as_json: bool, fmt: str) -> None:
     """Print the model or system presets (``models/``, ``configs/``) with the fields that tell them apart."""
     from ppopt.config import list_models, list_systems, load_model, load_system
-    from ppopt.report.text import render_table
+    from ppopt.report.text import csv_number, render_table
 
     if what == "models":
         from ppopt.costs import model_param_count
@@ -93,9 +93,11 @@ def _list_presets(what: str, as_json: bool, fmt: str) -> None:
         systems = [load_system(name) for name in list_systems()]
         dumped = [s.model_dump(mode="json") for s in systems]
         header = ("system", "GPUs/node", "peak TFLOP/s", "memory GB", "intra-node GB/s", "inter-node GB/s", "inter-node per", "description")
-        rows = [(s.name, str(s.devices_per_node), f"{s.peak_flops / 1e12:g}", f"{s.memory_capacity_bytes / 1e9:.4g}",
-                 f"{s.intra_node.bandwidth_bytes_per_s / 1e9:.4g}",
-                 f"{s.inter_node.bandwidth_bytes_per_s / 1e9:.4g}", s.inter_node_per,
+        # four digits to read, ten in CSV (as every CSV of ppopt: csv_number)
+        short = csv_number if fmt == "csv" else (lambda x: f"{x:.4g}")
+        rows = [(s.name, str(s.devices_per_node), short(s.peak_flops / 1e12), short(s.memory_capacity_bytes / 1e9),
+                 short(s.intra_node.bandwidth_bytes_per_s / 1e9),
+                 short(s.inter_node.bandwidth_bytes_per_s / 1e9), s.inter_node_per,
                  s.description) for s in systems]
     if as_json:
         emit_json(dumped)

@@ -184,6 +184,11 @@ def _ratio(value: float, fmt: str) -> str:
     return csv_number(value) if fmt == "csv" else f"{value:.4f}"
 
 
+def _length(value: float, fmt: str) -> str:
+    """A length in slots: six significant digits to read, :func:`csv_number`'s digits in CSV."""
+    return csv_number(value) if fmt == "csv" else f"{value:g}"
+
+
 def closed_form_cell(f: Formula | None, text: str, fmt: str = "text") -> str:
     """``text`` (a closed-form value), "n/a (reason)" outside the forms' range, "-" without forms;
     in CSV an empty cell for either (a cell of a numeric column holds a number or nothing)."""
@@ -206,8 +211,8 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
             r.schedule,
             closed_form_cell(f, "" if f is None else _ratio(f.bubble_ratio, fmt), fmt),
             f"{_ratio(t.bubble_ratio, fmt)}{differs}",
-            closed_form_cell(f, "" if f is None else f"{f.length:g}", fmt),
-            f"{t.length:g}",
+            closed_form_cell(f, "" if f is None else _length(f.length, fmt), fmt),
+            _length(t.length, fmt),
             closed_form_cell(f, "" if f is None else per_device(f.peak_activations, fmt), fmt),
             per_device(t.peak_activations, fmt),
             per_device(t.weight_copies, fmt),
