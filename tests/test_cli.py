@@ -252,6 +252,16 @@ def test_csv_lengths_and_system_figures_have_ten_significant_digits():
     assert len(systems["a100-vtrain-calibrated"]["inter-node GB/s"].replace(".", "")) == 10
 
 
+def test_markdown_footnotes_marked_over_memory_are_not_headings():
+    """The over-memory footnote begins with its mark, #: in Markdown a line "# 1f1b: device 0 peaks
+    at ..." is a top-level heading. Escaped there; the text keeps the bare mark."""
+    args = ["evaluate", "-s", "1f1b", "-p", 8, "-m", 8, "--model", "study", "--system", "mid-mid"]
+    markdown = run(*args, "--format", "markdown").stdout.splitlines()
+    assert any(line.startswith("\\# 1f1b: device 0 peaks at") for line in markdown)
+    assert not any(line.startswith("#") for line in markdown)
+    assert any(line.startswith("# 1f1b: device 0 peaks at") for line in run(*args).stdout.splitlines())
+
+
 @pytest.mark.parametrize("fmt", ["markdown", "csv"])
 def test_tables_in_markdown_and_csv(fmt):
     result = run("evaluate", "-s", "all", "-p", 4, "-m", 8, "--format", fmt)

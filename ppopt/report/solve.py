@@ -14,6 +14,7 @@ from ppopt.report.text import (
     csv_gib,
     csv_number,
     gib,
+    markdown_line,
     per_device,
     percent,
     percent_header,
@@ -314,5 +315,7 @@ def frontier_text(result: Frontier, devices: int, microbatches: int, fmt: str = 
         state = ", and the persistent state" if m == "bytes" else ""
         footnote += ["", f"a limit at or above {_amount(result.most_held, m)}, the most a device can hold here (every activation "
                          f"of every microbatch{state}), limits nothing: its point is the unlimited search's"]
+    if fmt == "markdown":
+        over_note = [markdown_line(x) for x in over_note]
     return "\n".join([f"p = {devices}, m = {microbatches}; space: {result.space}; {unit_note}; minimum memory "
                       f"{_amount(result.minimum, m)}", *([context] if context else []), "", points, *footnote, "", hand, *over_note])

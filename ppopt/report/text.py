@@ -181,7 +181,15 @@ def with_context(lines_before: Sequence[str], table: str, lines_after: Sequence[
     """A table with its explanatory lines around it; CSV output is the bare table."""
     if fmt == "csv":
         return table
+    if fmt == "markdown":
+        lines_before, lines_after = [markdown_line(x) for x in lines_before], [markdown_line(x) for x in lines_after]
     return "\n".join([*lines_before, table, *lines_after])
+
+
+def markdown_line(line: str) -> str:
+    """A line of explanation as Markdown shows it: a leading ``#`` (the over-memory mark of a
+    footnote) escaped, which would otherwise make the line a heading."""
+    return "\\" + line if line.startswith("#") else line
 
 
 def aligned(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
