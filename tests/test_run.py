@@ -572,6 +572,17 @@ def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
     assert result.exit_code == 1 and result.output.startswith("error: --costs: replaces --model/--system")
 
 
+def test_a_layer_split_is_refused_with_a_cost_preset(tmp_path):
+    """chimera-asym's --split weighs the stages' layers, which a measured preset already fixes: it was
+    silently ignored (the same step as --split 1:1 and as chimera)."""
+    path = tmp_path / "costs.json"
+    write_cost_preset(path, _costs(), None, {})
+    for command in (["evaluate", "-s", "chimera-asym"], ["compare"]):
+        result = cli(*command, "-p", 2, "-m", 8, "--costs", path, "--split", "1:3")
+        assert (result.exit_code, result.output) == (1, "error: --split: does not apply with --costs: the preset's measured "
+                                                        "stage costs fix how the layers are split\n")
+
+
 def test_evaluate_and_compare_with_a_cost_preset_write_csv_and_markdown_as_without_one(tmp_path):
     """With --costs, compare's CSV began with its context line and held "15 s" in the step cell, and
     evaluate ignored --format; without --costs both write one table of bare numbers in CSV (the unit

@@ -366,10 +366,14 @@ def note_selective_saves_nothing(model: Any, recompute: str) -> None:
                    "stored) and adds the recomputed attention core; --recompute none is faster at the same memory", err=True)
 
 
-def refuse_with_preset(parallel: Any, global_batch: int | None) -> None:
-    """--costs gives measured durations: a unit-model duration, a global batch or a job field
-    (``parallel``, a :class:`ppopt.job.Parallelism`) would be ignored, so each is refused."""
+def refuse_with_preset(parallel: Any, global_batch: int | None, split: str | None = None) -> None:
+    """--costs gives measured durations: a unit-model duration, a global batch, a job field
+    (``parallel``, a :class:`ppopt.job.Parallelism`) or chimera-asym's layer ``split`` would be
+    ignored, so each is refused."""
     refuse_other_modes_flags(False, {"costs": True, "global_batch": global_batch})
+    if split is not None:
+        raise ConfigError("does not apply with --costs: the preset's measured stage costs fix how the layers are split",
+                          field="split")
     if parallel is not None and not parallel.is_default:
         raise ConfigError("does not apply with --costs: a measured cost preset already holds its job's parallelism "
                           "and recomputation", field=parallel.first_set)

@@ -314,7 +314,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         conflict = _with_costs(model, system, ("--plot", plot), ("--trace", trace))
         if conflict or name == "all":
             raise ConfigError(conflict or "takes one schedule, not -s all", field="costs")
-        refuse_with_preset(parallel, global_batch)
+        refuse_with_preset(parallel, global_batch, options.get("split"))
         evaluate_with_preset(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), costs, as_json,
                              fmt, with_formula=name is not None)
         return
@@ -459,7 +459,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
         conflict = _with_costs(model, system, ("--plot", plot))
         if conflict:
             raise ConfigError(conflict, field="costs")
-        refuse_with_preset(parallel, global_batch)
+        refuse_with_preset(parallel, global_batch, options.get("split"))
         compare_with_preset(devices, microbatches, options, costs, as_json, fmt)
         return
     model_config, system_config = _presets(model, system, required=True)
