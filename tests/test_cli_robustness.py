@@ -234,6 +234,11 @@ def test_command_line_json_goes_through_the_strict_helper(monkeypatch):
     "args, message, command",
     [
         (["table", "-s", "gpipe", "-p", "4.5", "-m", "4"], "'4.5' is not a valid integer", "ppopt table"),
+        # Python's int and float read these as 40, 4 and 10
+        (["table", "-s", "gpipe", "-p", "4_0", "-m", "4"], "'4_0' is not a valid integer", "ppopt table"),
+        (["table", "-s", "gpipe", "-p", "\u0664", "-m", "4"], "'\u0664' is not a valid integer", "ppopt table"),
+        (["table", "-s", "gpipe", "-p", "4", "-m", "4", "--backward", "1_0"], "'1_0' is not a valid float", "ppopt table"),
+        (["search", "-p", "4", "-m", "4", "--unit", "--seed", "1_0"], "'1_0' is not a valid integer", "ppopt search"),
         (["evaluate", "--bogus"], "No such option '--bogus'", "ppopt evaluate"),
         (["list", "--format", "x"], "'x' is not one of 'text', 'markdown', 'csv'", "ppopt list"),
         (["export", "-s", "1f1b", "-p", "2", "-m", "2", "--format", "gif", "-o", "x.gif"], "'gif' is not one of", "ppopt export"),

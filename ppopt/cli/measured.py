@@ -13,6 +13,7 @@ import click
 from ppopt.accuracy import GROUP_KEYS
 from ppopt.cli import main
 from ppopt.cli.options import (
+    INT,
     ProgressBar,
     check_plot,
     complete_model,
@@ -310,14 +311,14 @@ def _at_bounds(fitted) -> dict[str, str]:
 @main.command("job")
 @click.option("--model", required=True, shell_complete=complete_model, help="Model preset name (`ppopt list models`) or a .toml/.json file.")
 @click.option("--system", required=True, shell_complete=complete_system, help="System preset name (`ppopt list systems`) or a .toml/.json file.")
-@click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
-@click.option("--pp", "-p", "--devices", "pp", type=int, default=1, show_default=True, help="Pipeline devices (ranks) p; a schedule with v chunks has v·p stages.")
+@click.option("--global-batch", type=INT, default=None, help="Sequences per step [default: the model's global_batch_size].")
+@click.option("--pp", "-p", "--devices", "pp", type=INT, default=1, show_default=True, help="Pipeline devices (ranks) p; a schedule with v chunks has v·p stages.")
 @job_options(microbatches_given=False)
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--schedule", "-s", "schedule", default="1f1b", show_default=True, shell_complete=complete_schedule,
               help="Pipeline schedule family (see `ppopt list`).")
-@click.option("--chunks", "-v", "chunks", type=int, default=None, help="Chunks (stages) per device for interleaved-1f1b and looped-bfs [default: 2].")
-@click.option("--waves", type=int, default=None, help="Hanayo's waves (2W stages per device) [default: 1].")
+@click.option("--chunks", "-v", "chunks", type=INT, default=None, help="Chunks (stages) per device for interleaved-1f1b and looped-bfs [default: 2].")
+@click.option("--waves", type=INT, default=None, help="Hanayo's waves (2W stages per device) [default: 1].")
 @click.option("--split", default=None, help="chimera-asym's layer split A:B between the halves of the stages [default: 1:2].")
 @click.option("--layers-per-stage", "layers_per_stage", default=None,
               help="Layers of each stage: counts such as 7,8,8,7 (as ppopt plan prints), even (equal counts, the "

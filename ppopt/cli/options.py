@@ -23,6 +23,32 @@ from ppopt.generators import OPTIONS, names
 from ppopt.solve import options as solve_options
 from ppopt.units import UnitCosts
 
+
+class _PlainDigits:
+    """A number as a command line should give it: ASCII digits without ``_`` (Python's ``int`` and
+    ``float`` read ``4_0`` as 40 and the Arabic-Indic ``٤`` as 4, which click then accepted)."""
+
+    name: str
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and (not value.isascii() or "_" in value):
+            self.fail(f"{value!r} is not a valid {self.name}.", param, ctx)  # type: ignore[attr-defined]
+        return super().convert(value, param, ctx)  # type: ignore[misc]
+
+
+class PlainInt(_PlainDigits, click.types.IntParamType):
+    """click's integer, in ASCII digits only (:class:`_PlainDigits`)."""
+
+
+class PlainFloat(_PlainDigits, click.types.FloatParamType):
+    """click's float, in ASCII digits only (:class:`_PlainDigits`)."""
+
+
+INT = PlainInt()
+"""The type of every integer option."""
+FLOAT = PlainFloat()
+"""The type of every number option."""
+
 _OTHERS = " Other schedules refuse it; over several schedules ('all', compare) it applies to those that take it."
 _ONE = " Other schedules refuse it."
 _SPACE = (" It also fills in what --space leaves out (chunks of placement=looped or any, waves of zigzag, split of "
@@ -81,11 +107,11 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
     applies = _OTHERS if all_schedules or not name else _ONE
     applies += _SPACE if spaces else ""
     options = [
-        click.option("--devices", "-p", "--pp", "devices", type=int, required=required,
+        click.option("--devices", "-p", "--pp", "devices", type=INT, required=required,
                      help="Number of devices (pipeline ranks), p; --pp as in `ppopt job`."),
-        click.option("--microbatches", "-m", type=int, required=required, help="Microbatches per step, m."),
-        click.option("--chunks", "-v", type=int, default=None, help=f"Chunks (stages) per device for interleaved-1f1b and looped-bfs [default: {OPTIONS['chunks'][0]}].{applies}"),
-        click.option("--waves", type=int, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}].{applies}"),
+        click.option("--microbatches", "-m", type=INT, required=required, help="Microbatches per step, m."),
+        click.option("--chunks", "-v", type=INT, default=None, help=f"Chunks (stages) per device for interleaved-1f1b and looped-bfs [default: {OPTIONS['chunks'][0]}].{applies}"),
+        click.option("--waves", type=INT, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}].{applies}"),
         click.option("--split", default=None, help=f"Layer split A:B between the pipeline halves for chimera-asym [default: 1:2].{applies}"),
     ]
     if unit_costs:
@@ -159,7 +185,7 @@ def system_options(required: bool = False) -> Callable:
                      help="Model preset name (`ppopt list models`) or a .toml/.json file."),
         click.option("--system", default=None, required=required, shell_complete=complete_system,
                      help="System preset name (`ppopt list systems`) or a .toml/.json file."),
-        click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size]."),
+        click.option("--global-batch", type=INT, default=None, help="Sequences per step [default: the model's global_batch_size]."),
     ]
 
     def decorate(command: Callable) -> Callable:
@@ -182,15 +208,15 @@ def job_options(microbatches_given: bool = True) -> Callable:
     defaults are pure pipeline parallelism, today's behaviour). Without ``microbatches_given``
     (``ppopt job``, where b and d set m) the micro batch defaults to one sequence."""
     needs = " (needs --model/--system)" if microbatches_given else ""
-    micro_batch = (click.option("--micro-batch", type=int, default=None,
+    micro_batch = (click.option("--micro-batch", type=INT, default=None,
                                 help="Sequences per microbatch [default: global batch / (m·d)]; sets the global batch when that "
                                      "is not given.")
                    if microbatches_given else
-                   click.option("--micro-batch", type=int, default=1, show_default=True,
+                   click.option("--micro-batch", type=INT, default=1, show_default=True,
                                 help="Sequences per microbatch (m = global batch / (b·d))."))
     options = [
-        click.option("--tp", type=int, default=1, show_default=True, help=f"Tensor-parallel degree t{needs}."),
-        click.option("--dp", type=int, default=1, show_default=True, help=f"Data-parallel degree d{needs}."),
+        click.option("--tp", type=INT, default=1, show_default=True, help=f"Tensor-parallel degree t{needs}."),
+        click.option("--dp", type=INT, default=1, show_default=True, help=f"Data-parallel degree d{needs}."),
         micro_batch,
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True,
                      help="Activation recomputation (Korthikanti et al. 2022)."),
@@ -229,13 +255,13 @@ def unit_cost_options() -> Callable:
     declared once for every command; they reach the command as ``units``."""
     defaults = UnitCosts()
     options = [
-        click.option("--forward", type=float, default=defaults.forward, show_default=True,
+        click.option("--forward", type=FLOAT, default=defaults.forward, show_default=True,
                      help="Unit model: slots of a forward F of a 1/p model share (chunk ops scale by p/S)."),
-        click.option("--backward", type=float, default=defaults.backward, show_default=True,
+        click.option("--backward", type=FLOAT, default=defaults.backward, show_default=True,
                      help="Unit model: slots of a full backward B = I + W of a 1/p model share."),
-        click.option("--weight", type=float, default=None,
+        click.option("--weight", type=FLOAT, default=None,
                      help="Unit model: slots of the weight-gradient part W of B [default: backward/2]."),
-        click.option("--comm", type=float, default=defaults.comm, show_default=True,
+        click.option("--comm", type=FLOAT, default=defaults.comm, show_default=True,
                      help="Unit model: slots per point-to-point message between devices."),
     ]
 

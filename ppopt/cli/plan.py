@@ -11,6 +11,8 @@ import click
 from ppopt.cli import main, startup_s
 from ppopt.cli.measured import _table
 from ppopt.cli.options import (
+    FLOAT,
+    INT,
     check_plot,
     complete_model,
     complete_schedule_or_all,
@@ -48,11 +50,11 @@ def _seconds(value: float) -> str:
 
 @main.command("plan")
 @click.option("--model", default=None, shell_complete=complete_model, help="Model preset name (`ppopt list models`) or a .toml/.json file.")
-@click.option("--gpus", type=int, default=None, help="GPUs N = t·p·d.")
+@click.option("--gpus", type=INT, default=None, help="GPUs N = t·p·d.")
 @click.option("--system", required=True, shell_complete=complete_system, help="System preset name (`ppopt list systems`) or a .toml/.json file.")
-@click.option("--global-batch", type=int, default=None, help="Sequences per step [default: the model's global_batch_size].")
+@click.option("--global-batch", type=INT, default=None, help="Sequences per step [default: the model's global_batch_size].")
 @click.option("--memory-limit", default=None, help="Per-GPU memory limit, e.g. 80GiB or 7.5e10 [default: the system's memory].")
-@click.option("--top", type=int, default=10, show_default=True, help="Jobs to print.")
+@click.option("--top", type=INT, default=10, show_default=True, help="Jobs to print.")
 @click.option("--layers-per-stage", "layers_per_stage", default="even", show_default=True,
               help="Stage split: even (equal counts: p divides the layers; chimera-asym keeps its own A:B split), balanced (counts minimising the slowest stage, any p), or "
                    "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")
@@ -61,19 +63,19 @@ def _seconds(value: float) -> str:
 @click.option("--schedule", "-s", "schedules", multiple=True, shell_complete=complete_schedule_or_all,
               help="Schedule families to consider (repeatable; see `ppopt list`) [default: every family a job supports, with their chunks and "
                    "waves, but chimera-asym, whose A:B layer split --layers-per-stage covers; 'all' adds it].")
-@click.option("--micro-batch", "micro_batches", multiple=True, type=int, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
+@click.option("--micro-batch", "micro_batches", multiple=True, type=INT, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--candidates", type=click.Path(), default=None,
               help="Rank only the jobs this measured-data CSV lists (columns of data/measured; '-': standard input), per model, "
                    "GPU count and global batch.")
-@click.option("--search", "search_top", type=int, default=3, show_default=True,
+@click.option("--search", "search_top", type=INT, default=3, show_default=True,
               help="Search the schedules of this many best jobs with CP-SAT (0: no search).")
-@click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, show_default=True, help="Seconds for the whole command.")
-@click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns).")
-@click.option("--deterministic-time", type=float, default=None,
+@click.option("--time-limit", type=FLOAT, default=DEFAULT_TIME_LIMIT_S, show_default=True, help="Seconds for the whole command.")
+@click.option("--seed", type=INT, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns).")
+@click.option("--deterministic-time", type=FLOAT, default=None,
               help="A budget of CP-SAT deterministic time for the schedule searches (see `ppopt search --help`): "
                    "with it, a plan the time limit does not cut is reproducible (a note says which).")
-@click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel evaluations (local processes; CPUs of a local Ray).")
+@click.option("--jobs", "-j", type=INT, default=1, show_default=True, help="Parallel evaluations (local processes; CPUs of a local Ray).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where evaluations run.")
 @click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray].")
 @quiet_option

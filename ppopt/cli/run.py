@@ -8,7 +8,7 @@ import time
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import complete_schedule, emit_json, json_option, output_ending_in, quiet_option, working
+from ppopt.cli.options import FLOAT, INT, complete_schedule, emit_json, json_option, output_ending_in, quiet_option, working
 from ppopt.units import UnitCosts
 
 
@@ -25,20 +25,20 @@ def run_options(command):
         return command(settings=settings, **params)
 
     for option in reversed([
-        click.option("--layers", type=int, default=4, show_default=True, help="Transformer blocks of the tiny GPT."),
-        click.option("--hidden", type=int, default=32, show_default=True, help="Hidden size."),
-        click.option("--heads", type=int, default=2, show_default=True, help="Attention heads."),
-        click.option("--sequence", type=int, default=16, show_default=True, help="Tokens per sequence."),
-        click.option("--micro-batch", "--microbatch-size", "microbatch_size", type=int, default=2, show_default=True,
+        click.option("--layers", type=INT, default=4, show_default=True, help="Transformer blocks of the tiny GPT."),
+        click.option("--hidden", type=INT, default=32, show_default=True, help="Hidden size."),
+        click.option("--heads", type=INT, default=2, show_default=True, help="Attention heads."),
+        click.option("--sequence", type=INT, default=16, show_default=True, help="Tokens per sequence."),
+        click.option("--micro-batch", "--microbatch-size", "microbatch_size", type=INT, default=2, show_default=True,
                      help="Sequences per microbatch (--microbatch-size, its former name, still works)."),
-        click.option("--vocab", type=int, default=64, show_default=True, help="Vocabulary size."),
-        click.option("--steps", type=int, default=5, show_default=True, help="Timed steps after the warm-up."),
-        click.option("--warmup", type=int, default=1, show_default=True, help="Untimed steps first."),
-        click.option("--threads", type=int, default=1, show_default=True, help="torch threads per process."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the parameters and the synthetic batch."),
+        click.option("--vocab", type=INT, default=64, show_default=True, help="Vocabulary size."),
+        click.option("--steps", type=INT, default=5, show_default=True, help="Timed steps after the warm-up."),
+        click.option("--warmup", type=INT, default=1, show_default=True, help="Untimed steps first."),
+        click.option("--threads", type=INT, default=1, show_default=True, help="torch threads per process."),
+        click.option("--seed", type=INT, default=0, show_default=True, help="Seed of the parameters and the synthetic batch."),
         click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True,
                      help="Parameter and activation type (float64 makes the gradient check tight)."),
-        click.option("--timeout", type=float, default=120.0, show_default=True,
+        click.option("--timeout", type=FLOAT, default=120.0, show_default=True,
                      help="Seconds for every process group operation and for the run, from the launch of its ranks "
                           "(starting Python and torch comes before); `run --compare` shares it with the profiles after the run."),
     ]):
@@ -85,9 +85,9 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
 @main.command("run")
 @click.argument("files", nargs=-1, type=click.Path())
 @click.option("--schedule", "-s", "names", multiple=True, shell_complete=complete_schedule, help="A schedule by name (repeatable), with -p and -m.")
-@click.option("--devices", "-p", "--pp", "devices", type=int, default=None, help="Ranks (with --schedule; beside FILES only their own count).")
-@click.option("--microbatches", "-m", type=int, default=None, help="Microbatches per step (with --schedule; beside FILES only their own count).")
-@click.option("--chunks", "-v", type=int, default=None, help="Chunks (stages) per device (rank) for interleaved-1f1b and looped-bfs [default: 2].")
+@click.option("--devices", "-p", "--pp", "devices", type=INT, default=None, help="Ranks (with --schedule; beside FILES only their own count).")
+@click.option("--microbatches", "-m", type=INT, default=None, help="Microbatches per step (with --schedule; beside FILES only their own count).")
+@click.option("--chunks", "-v", type=INT, default=None, help="Chunks (stages) per device (rank) for interleaved-1f1b and looped-bfs [default: 2].")
 @click.option("--legacy-backward", is_flag=True, help="FILES use the old spelling: BW full backward, B input backward.")
 @run_options
 @click.option("--check/--no-check", default=True, show_default=True,
@@ -236,9 +236,9 @@ def _compare(schedules, results, settings, presets, quiet=False, deadline: float
 
 
 @main.command("profile")
-@click.option("--devices", "-p", "--pp", "devices", type=int, default=2, show_default=True, help="Ranks.")
-@click.option("--microbatches", "-m", type=int, default=4, show_default=True, help="Microbatches per step.")
-@click.option("--chunks", "-v", type=int, default=1, show_default=True, help="Chunks (stages) per device (rank): 1 (1f1b, zb-h1) or 2 (interleaved-1f1b, zb-v).")
+@click.option("--devices", "-p", "--pp", "devices", type=INT, default=2, show_default=True, help="Ranks.")
+@click.option("--microbatches", "-m", type=INT, default=4, show_default=True, help="Microbatches per step.")
+@click.option("--chunks", "-v", type=INT, default=1, show_default=True, help="Chunks (stages) per device (rank): 1 (1f1b, zb-h1) or 2 (interleaved-1f1b, zb-v).")
 @run_options
 @click.option("--output", "-o", required=True, callback=output_ending_in(".json", "the cost preset is JSON"),
               help="Cost preset file to write (.json).")

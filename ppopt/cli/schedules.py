@@ -9,6 +9,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import (
+    FLOAT,
     ProgressBar,
     check_layers,
     check_plot,
@@ -263,7 +264,7 @@ def _evaluate_all_with_progress(command, devices, microbatches, units, model, sy
 
 def time_limit_option(what: str) -> Callable:
     """``--time-limit SECONDS`` of evaluate and compare: the whole command's budget (default none)."""
-    return click.option("--time-limit", type=float, default=None,
+    return click.option("--time-limit", type=FLOAT, default=None,
                         help=f"Seconds for the whole command: {what} whose estimated time no longer fits are skipped, with "
                              "that reason [default: no limit].")
 

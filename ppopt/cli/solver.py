@@ -10,6 +10,8 @@ import click
 
 from ppopt.cli import main, startup_s
 from ppopt.cli.options import (
+    FLOAT,
+    INT,
     check_plot,
     complete_schedule_or_all,
     emit_json,
@@ -89,12 +91,12 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
                          help="Per device: live activations of a 1/p model share (unit mode; fractions count chunk "
                               "activations, which are p/S each) or, with a model, bytes of its whole memory (weights, "
                               "gradients, optimizer state and activations), e.g. 60GiB [default: no limit]."),
-            click.option("--time-limit", type=float, default=60.0, show_default=True,
+            click.option("--time-limit", type=FLOAT, default=60.0, show_default=True,
                          help="Seconds for the whole command: model building, hints, every solve and the report."),
-            click.option("--workers", type=int, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible unless the time limit cuts a solve: "
+            click.option("--workers", type=INT, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible unless the time limit cuts a solve: "
                                                                                "see --deterministic-time)."),
-            click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
-            click.option("--deterministic-time", type=float, default=None,
+            click.option("--seed", type=INT, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
+            click.option("--deterministic-time", type=FLOAT, default=None,
                          help="A budget of CP-SAT deterministic time (its machine-independent count of work, about "
                               "seconds of search) for the whole command, shared out like the time limit. With one "
                               "worker, a run that the time limit does not cut is reproducible (a note says which)."),

@@ -8,7 +8,7 @@ import time
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import ProgressBar, check_output_dir, deadline_of, emit_json, json_option, quiet_option
+from ppopt.cli.options import FLOAT, INT, ProgressBar, check_output_dir, deadline_of, emit_json, json_option, quiet_option
 from ppopt.errors import counted
 from ppopt.solve.interrupt import sigterm_as_ctrl_c
 
@@ -18,10 +18,10 @@ def executor_options(command):
         [
             click.option("--output", "-o", default=None, callback=check_output_dir,
                          help="Output directory, created if missing (its parent must exist) [default: out/<spec stem>]."),
-            click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Parallel jobs (local processes; CPUs of a local Ray)."),
+            click.option("--jobs", "-j", type=INT, default=1, show_default=True, help="Parallel jobs (local processes; CPUs of a local Ray)."),
             click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where points run."),
             click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray]."),
-            click.option("--time-limit", type=float, default=None,
+            click.option("--time-limit", type=FLOAT, default=None,
                          help="Seconds for the whole command; the points not computed by then are left for the next run, "
                               "which resumes [default: no limit]."),
             quiet_option,
