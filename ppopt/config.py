@@ -625,8 +625,13 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
     at the top of a spec (``noun`` "key") without a close one, the list.
     """
     found: list[tuple[str, str]] = []
-    for item in error.errors(include_url=False):
+    items = error.errors(include_url=False)
+    # an int-or-float key given text failed both branches: say "a valid number", not "a valid integer"
+    as_number = {tuple(item["loc"][:-1]) for item in items if item["type"] == "float_type"}
+    for item in items:
         kind = item["type"]
+        if kind == "int_type" and tuple(item["loc"][:-1]) in as_number:
+            continue
         parts = list(item["loc"])
         user_key = parts.pop() if kind in ("extra_forbidden", "missing") and parts else None  # the file's own key
         loc = [str(part) for part in parts if not (isinstance(part, str) and _UNION_TAG.search(part))]

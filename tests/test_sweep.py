@@ -940,3 +940,13 @@ def test_a_misspelt_spec_name_gets_the_named_specs():
     assert CliRunner().invoke(main, ["sweep", "quik"]).output == "error: quik: no such spec file; did you mean 'quick'?\n"
     assert CliRunner().invoke(main, ["study", "--spec", "zzz"]).output == \
         "error: zzz: no such spec file (named specs: paper, quick)\n"
+
+
+def test_a_quoted_fraction_for_backward_is_refused_as_a_number(tmp_path):
+    """backward takes a whole or a fractional number of slots; quoted, it was refused as "a valid
+    integer" (the first branch of the int-or-float key), which read as if 1.5 were not allowed."""
+    path = write_spec(tmp_path, SPEC.replace('global_batch = 64', 'global_batch = 64\nbackward = "1.5"'))
+    with pytest.raises(ConfigError) as caught:
+        load_spec(path)
+    assert caught.value.reason.endswith("key 'backward': Input should be a valid number, got the text '1.5': give the number unquoted")
+    assert load_spec(write_spec(tmp_path, SPEC.replace('global_batch = 64', 'global_batch = 64\nbackward = 1.5'))).spec.backward == 1.5
