@@ -112,6 +112,18 @@ def test_table_prints_the_grid():
     assert "length 6 slots" in result.output
 
 
+def test_the_grid_leaves_out_zero_length_ops_and_says_when_it_rounds():
+    """--weight 0 makes every W last no time: each took a column, so device 0's row had 10 columns
+    for a 9-slot step and hid the idle slot before I1. With F = 1, B = 1.5 and messages of 0.001
+    slots no column width fits every time: the grid drew them rounded without a word."""
+    zero = run("table", "-s", "zb-h1", "-p", 2, "-m", 2, "--weight", 0).output.splitlines()
+    assert [line.rstrip() for line in zero[:2]] == ["device 0 | F0 F1 .  .  I0 -  .  I1 -", "device 1 | .  F0 I0 -  F1 I1 -  .  ."]
+    assert zero[2] == "(4 ops of zero length not drawn)" and "length 9 slots" in zero[4]
+    odd = run("table", "-s", "1f1b", "-p", 4, "-m", 4, "--backward", 1.5, "--comm", 0.001).output
+    assert "(a column is the shortest op's length; ops starting or ending between columns are drawn at the nearest one)" in odd
+    assert "drawn at the nearest one" not in run("table", "-s", "1f1b", "-p", 4, "-m", 4).output
+
+
 def test_table_uses_the_unit_model_defaults():
     """F = 1, B = 2 slots by default, as in search and export; a multi-slot op shows `-` after its label."""
     result = run("table", "-s", "1f1b", "-p", 2, "-m", 2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ppopt.errors import counted
 from ppopt.ir import Op, Schedule
 from ppopt.table import Table
 
@@ -73,7 +74,7 @@ def timeline_grid(
     allocated, and only the ops that start in the drawn columns become spans).
     """
     slot = _column_width(starts, ends)
-    length = max((round(t / slot) + max(1, round((e - t) / slot)) for t, e in zip(starts, ends)), default=0)
+    length = max((round(t / slot) + _columns(t, e, slot) for t, e in zip(starts, ends)), default=0)
     _, shown = drawn(schedule.devices, length)
     spans = [(op, d, t, e) for op, d, t, e in zip(ops, devices, starts, ends) if round(t / slot) < shown]
     return draw_spans(schedule, spans, idle, colour, slot=slot, length=length)
@@ -82,6 +83,17 @@ def timeline_grid(
 def _column_width(starts: Sequence[float], ends: Sequence[float]) -> float:
     """A text grid's column: the shortest op's length (1 when no op takes time)."""
     return min((e - t for t, e in zip(starts, ends) if e > t), default=1.0)
+
+
+def _columns(start: float, end: float, slot: float) -> int:
+    """The columns an op from ``start`` to ``end`` covers: at least one if it takes any time, none if
+    it takes none (a W of ``--weight 0``: drawn in a column, it hid the op after it)."""
+    return max(1, round((end - start) / slot)) if end > start else 0
+
+
+def _off_grid(value: float, slot: float) -> bool:
+    """Whether ``value`` (a time) falls between two columns of width ``slot``."""
+    return abs(value / slot - round(value / slot)) > 1e-6
 
 
 def draw_spans(
@@ -97,7 +109,9 @@ def draw_spans(
     spans are only the part of a larger timeline that will be drawn."""
     if slot is None:
         slot = _column_width([t for _, _, t, _ in spans], [e for _, _, _, e in spans])
-    placed = [(op, d, round(t / slot), max(1, round((e - t) / slot))) for op, d, t, e in spans]
+    placed = [(op, d, round(t / slot), _columns(t, e, slot)) for op, d, t, e in spans]
+    rounded = any(_off_grid(t, slot) or _off_grid(e, slot) for _, _, t, e in spans)
+    zero = sum(width == 0 for *_, width in placed)
     if length is None:
         length = max((first + width for _, _, first, width in placed), default=0)
     devices, shown = drawn(schedule.devices, length)
@@ -110,7 +124,7 @@ def draw_spans(
     kinds: list[list[str | None]] = [[None] * length for _ in range(devices)]
     short = short_labels(schedule)
     for op, device, first, width in placed:
-        if first >= length or device >= devices:
+        if first >= length or device >= devices or width == 0:
             continue
         row, kind_row = rows[device], kinds[device]
         row[first] = cell_label(op, schedule, short)
@@ -135,6 +149,10 @@ def draw_spans(
         lines.append((f"{'device ' + str(d):<{label_width}} | " + " ".join(cells)).rstrip())
     if note:
         lines.append(note)
+    if rounded:
+        lines.append("(a column is the shortest op's length; ops starting or ending between columns are drawn at the nearest one)")
+    if zero:
+        lines.append(f"({counted(zero, 'op')} of zero length not drawn)")
     return "\n".join(lines)
 
 
