@@ -305,8 +305,10 @@ def tokens_per_s(value: float, grouped: bool = True) -> str:
 
 
 def gib(value: float) -> str:
-    """Bytes as GiB with four significant digits."""
-    return f"{value / 2**30:.4g} GiB"
+    """Bytes as GiB with four significant digits, whole GiB with thousands separators from 10,000 on
+    (27,830 GiB, not 2.783e+04 GiB)."""
+    amount = value / 2**30
+    return f"{amount:,.0f} GiB" if abs(amount) >= 1e4 else f"{amount:.4g} GiB"
 
 
 def csv_number(value: float) -> str:
