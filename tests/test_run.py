@@ -790,5 +790,8 @@ def test_solver_commands_say_what_a_slot_of_a_cost_preset_is(tmp_path):
     for command in ("search", "gap", "frontier"):
         result = cli(command, "-p", 2, "-m", 4, "--costs", path, "--time-limit", 10, "-q")
         assert result.exit_code == 0 and note + "\n" in result.stderr, (command, result.stderr)
+    # at p = 4 the slot is half the measured stage forward, so the same 1.5 s message is 3 slots (it
+    # stayed 1.5: every message at half its measured time)
     other = cli("search", "-p", 4, "-m", 4, "--costs", path, "--time-limit", 10, "-q")
-    assert note + " (at p = 4 a slot is a 1/4 share's forward: about 500 ms if time scales with the layers)" in other.stderr
+    assert (f"note: {path} enters as the unit model: B = 2, W = 1, comm = 3 slots, one slot being a 1/4 share's forward, "
+            "2/4 of its mean stage forward (1000 ms on its 2 stages): about 500 ms if time scales with the layers") in other.stderr

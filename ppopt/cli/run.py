@@ -368,7 +368,7 @@ def preset_units(costs_file, params) -> UnitCosts:
         raise ConfigError("replaces --model/--system (a measured preset is used in unit mode)", field="costs")
     costs, link = read_cost_preset(costs_file)
     try:
-        flags = unit_flags(costs, link)
+        flags = unit_flags(costs, link, params.get("devices"))
     except ConfigError as error:
         raise ConfigError(f"{costs_file}: {error.reason}", field="costs") from None
     try:
@@ -380,10 +380,11 @@ def preset_units(costs_file, params) -> UnitCosts:
                           field="costs") from None
     # times are printed in slots: say what a slot is
     stages, devices, slot = len(costs.stages), params.get("devices"), slot_s(costs)
-    scaled = "" if devices in (None, stages) else \
-        f" (at p = {devices} a slot is a 1/{devices} share's forward: about {slot * stages / devices * 1e3:.4g} ms if time scales with the layers)"
+    what = f"its mean forward, {slot * 1e3:.4g} ms, on its {stages} stages" if devices in (None, stages) else \
+        (f"a 1/{devices} share's forward, {stages}/{devices} of its mean stage forward ({slot * 1e3:.4g} ms on its {stages} "
+         f"stages): about {slot * stages / devices * 1e3:.4g} ms if time scales with the layers")
     click.echo(f"note: {costs_file} enters as the unit model: B = {units.backward:g}, W = {units.weight_slots:g}, comm = {units.comm:g} "
-               f"slots, one slot being its mean forward, {slot * 1e3:.4g} ms, on its {stages} stages{scaled}", err=True)
+               f"slots, one slot being {what}", err=True)
     return units
 
 

@@ -84,4 +84,5 @@ def profile_text(costs: Costs, link: LinkConfig | None) -> str:
         bandwidth = (f"bandwidth {link.bandwidth_bytes_per_s / 1e6:.4g} MB/s" if link.bandwidth_bytes_per_s < NO_SIZE_COST
                      else "no measurable cost per byte (the larger message was not slower)")
         text += f"\nmessage ({costs.stages[0].send_bytes:.0f} bytes): latency {seconds(link.latency_s)}, {bandwidth}"
-    return text + f"\nas unit-model flags (search, table; one slot = mean F): {flags}"
+    at = f"at p = {len(costs.stages)}, " if link is not None else ""
+    return text + f"\nas unit-model flags (search, table; {at}one slot = mean F): {flags}"

@@ -102,12 +102,17 @@ def slot_s(costs: Costs) -> float:
     return sum(c.forward_s for c in costs.stages) / len(costs.stages)
 
 
-def unit_flags(costs: Costs, link: LinkConfig | None) -> dict[str, float]:
+def unit_flags(costs: Costs, link: LinkConfig | None, devices: int | None = None) -> dict[str, float]:
     """The profile in the unit model (:class:`ppopt.units.UnitCosts`, one slot = the mean measured F),
     averaged over the stages, rounded to 2 decimals: the ``--forward --backward --weight --comm``
     flags that let unit-mode commands (``search``, ``table``) use this machine's ratios. The unit
     model has one backward, B = I + W; the split run's I + W is used, since that is what split
-    schedules execute. ConfigError (field ``costs``) when every F is 0: the slot would be empty."""
+    schedules execute. ConfigError (field ``costs``) when every F is 0: the slot would be empty.
+
+    A unit slot is the forward of a 1/p share of the model, so with ``devices`` p other than the
+    profile's S stages a slot lasts S/p measured stage forwards: the ratios stay, and the message,
+    a time of its own, becomes ``comm`` = message / (S/p · mean F) slots (at p = 2 with a 4-stage
+    profile it was twice the measured message)."""
     n = len(costs.stages)
     forward = slot_s(costs)
     if forward <= 0:
@@ -115,8 +120,9 @@ def unit_flags(costs: Costs, link: LinkConfig | None) -> dict[str, float]:
     split = sum(c.input_grad_s + c.weight_grad_s for c in costs.stages) / n
     weight = sum(c.weight_grad_s for c in costs.stages) / n
     message = 0.0 if link is None else link.latency_s + costs.stages[0].send_bytes / link.bandwidth_bytes_per_s
+    slot = forward * (n / devices if devices else 1)
     return {"forward": 1.0, "backward": round(split / forward, 2), "weight": round(weight / forward, 2),
-            "comm": round(message / forward, 2)}
+            "comm": round(message / slot, 2)}
 
 
 def _link(p2p: dict | None) -> LinkConfig | None:
