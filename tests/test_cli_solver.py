@@ -768,8 +768,11 @@ def test_gap_says_its_bound_holds_within_the_memory_limit_when_a_row_is_over_it(
     gpipe = next(line.split() for line in over.stdout.splitlines() if line.startswith("gpipe "))
     assert gpipe[1:4] == ["39", "46", "46"] and "over the memory limit" in over.stdout
     assert "bound valid for every schedule of the space within the memory limit (a schedule over it may be shorter" in over.stdout
-    fits = run("gap", *UNIT, "--memory-limit", "8", "-s", "1f1b")
-    assert "bound valid for every schedule of the space\n" in fits.stdout
+    # every row within the limit: the bound still holds only within it (46 at a cap of 4; 39 without)
+    fits = run("gap", *UNIT, "--memory-limit", "4", "-s", "1f1b")
+    assert "bound valid for every schedule of the space within the memory limit\n" in fits.stdout
+    free = run("gap", *UNIT, "-s", "1f1b")
+    assert "bound valid for every schedule of the space\n" in free.stdout
 
 
 def test_gap_csv_leaves_the_gap_of_a_row_over_the_memory_limit_empty():
@@ -813,3 +816,18 @@ def test_gap_names_the_fastest_handcrafted_schedule_and_the_best_any_search_foun
                     "its own schedule's space")
     alone = run("gap", *UNIT, "-s", "1f1b").stdout
     assert "fastest handcrafted" not in alone
+
+
+def test_gap_does_not_call_a_schedule_over_the_gpus_memory_the_fastest():
+    """llama3-8b on dgx-h100 at p = 4: DualPipe ran fastest but holds two weight copies, over an 80 GB
+    GPU (marked #), and the summary line still named it the fastest handcrafted schedule."""
+    from ppopt.report.solve import gap_text
+    from ppopt.solve.gap import GapReport, GapRow
+
+    rows = (GapRow("dualpipe", "placement=bidirectional", 2.07, 90e9, True, 2.03, 2.02, 0.02, "feasible"),
+            GapRow("hanayo", "placement=wave", 2.69, 60e9, True, 2.5, 2.4, 0.12, "feasible"))
+    report = GapReport(rows, {}, {}, "s", "no memory limit", memory_unit="bytes", memory_capacity=80e9)
+    text = gap_text(report, 4, 8)
+    assert "fastest handcrafted within the GPU's memory: hanayo (2.69 s)" in text
+    roomy = GapReport(rows, {}, {}, "s", "no memory limit", memory_unit="bytes", memory_capacity=100e9)
+    assert "fastest handcrafted: dualpipe (2.07 s)" in gap_text(roomy, 4, 8)

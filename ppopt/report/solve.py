@@ -204,13 +204,16 @@ def _fastest_and_best(report: GapReport, fmt: str) -> list[str]:
     if fmt == "csv" or len(report.rows) < 2:
         return []
     unit = report.time_unit
-    fitting = [r for r in report.rows if r.fits]
+    # a schedule over the GPU's memory (marked #) would not run: not the fastest one
+    fitting = [r for r in report.rows if r.fits and not report.over_memory(r)]
     found = [r for r in report.rows if r.best is not None and math.isfinite(r.bound)]
     if not fitting or not found:
         return []
     fastest = min(fitting, key=lambda r: r.step_time)
     best = min(found, key=lambda r: (r.best, r.bound))
-    within = "" if all(r.fits for r in report.rows) else " within the limit"
+    limits = [*([" the limit"] if not all(r.fits for r in report.rows) else []),
+              *([" the GPU's memory"] if any(report.over_memory(r) for r in report.rows) else [])]
+    within = f" within{' and'.join(limits)}" if limits else ""
     return ["", f"fastest handcrafted{within}: {fastest.schedule} ({_amount(fastest.step_time, unit)}); best found by "
                 f"the searches: {_amount(best.best, unit)} in {best.schedule}'s space (bound {_amount(best.bound, unit)}); "
                 "each gap is against its own schedule's space"]
@@ -244,8 +247,9 @@ def gap_text(report: GapReport, devices: int, microbatches: int, fmt: str = "tex
     after = ["", "optimal: proven in the solver's integer ticks (durations rounded down); where best found is above the "
                  "bound, the rounding is what lies between them (README: Solver ticks)"] if rounded else []
     after += _fastest_and_best(report, fmt)
-    over = "" if all(r.fits for r in report.rows) else \
-        " within the memory limit (a schedule over it may be shorter than the bound: no gap; status is the search's)"
+    over = "" if report.memory_limit is None else " within the memory limit"
+    if not all(r.fits for r in report.rows):
+        over += " (a schedule over it may be shorter than the bound: no gap; status is the search's)"
     return with_context([header, *([context] if context else []),
                          f"gap = (schedule - bound) / bound, bound valid for every schedule of the space{over}", ""], table, after, fmt)
 

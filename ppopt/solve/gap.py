@@ -96,6 +96,8 @@ class GapReport:
     memory_capacity: float | None = None
     """The system's memory per device, bytes (None in unit mode). A row's ``fits`` is against the
     memory limit; without one a schedule can fit and still be over this (:meth:`over_memory`)."""
+    memory_limit: float | None = None
+    """The memory limit searched under (``memory_unit``; None: no limit, or one that limits nothing)."""
 
     def over_memory(self, row: GapRow) -> bool | None:
         """Whether ``row``'s peak is over the system's memory per device (None in unit mode)."""
@@ -157,7 +159,7 @@ def gap_report(
     # of ops a schedule with its simulation holds a gigabyte): only its figures stay
     simulated, skipped, infeasible = [], {}, {}
     settled: dict[str, float] = {}  # spaces a handcrafted schedule proves the optimum of: their bounds
-    semantics, unit, memory_unit = "", "", ""
+    semantics, unit, memory_unit, limit = "", "", "", None
     wanted = [given.name] if given is not None else list(schedules or names())
     began = time.monotonic()
     for done, name in enumerate(wanted, 1):
@@ -183,6 +185,7 @@ def gap_report(
             skipped[name] = "it " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share)
             continue
         semantics, unit, memory_unit = instance.memory_semantics(), instance.time_unit, instance.memory_unit
+        limit = instance.memory_limit
         simulation = simulate(schedule, instance.costs, instance.system)
         peak = peak_use(instance, simulation)
         step, fits = simulation.step_time_s, instance.fits(peak)
@@ -233,7 +236,7 @@ def gap_report(
         # a schedule over the limit is not in the space, so the bound says nothing about it
         gap = relative_gap(step, bound) if fits else None
         rows.append(GapRow(name, space.describe(), step, peak, fits, best, bound, gap, status))
-    return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible, memory_unit, memory_capacity(spec))
+    return GapReport(tuple(rows), searches, skipped, unit, semantics, infeasible, memory_unit, memory_capacity(spec), limit)
 
 
 def memory_capacity(spec: InstanceSpec) -> float | None:
