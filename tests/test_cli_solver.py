@@ -831,3 +831,17 @@ def test_gap_does_not_call_a_schedule_over_the_gpus_memory_the_fastest():
     assert "fastest handcrafted within the GPU's memory: hanayo (2.69 s)" in text
     roomy = GapReport(rows, {}, {}, "s", "no memory limit", memory_unit="bytes", memory_capacity=100e9)
     assert "fastest handcrafted: dualpipe (2.07 s)" in gap_text(roomy, 4, 8)
+
+
+def test_a_search_that_finds_nothing_within_the_limit_does_not_say_it_reports_a_hint():
+    """Every hint of the DualPipe space is over a cap of 4 here, and a tiny deterministic time finds
+    nothing: the report said "the best hint is reported" and "best from handcrafted dualpipe+split"
+    beside a step of "-"."""
+    args = ["search", "--unit", "-p", 8, "-m", 32, "--comm", 1, "--memory-limit", 4, "--space",
+            "placement=bidirectional,backward=split,directions=even", "--time-limit", 20, "--deterministic-time", 0.001,
+            "-q", "--no-grid"]
+    data = json.loads(run(*args, "--json").stdout)
+    assert data["status"] == "unknown" and data["step_time_s"] is None and data["schedule"] is None
+    assert data["note"].endswith(": no schedule within the memory limit to report (the hints are over it)")
+    text = run(*args).stdout
+    assert "step time  - (no schedule found within the memory limit)" in text and "best hint is reported" not in text

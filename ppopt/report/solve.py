@@ -138,7 +138,8 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
         where += ", the same length as the hint"
     u = " slots" if unit == "slots" else ""
     lines.append(f"status     {result.status}")
-    lines.append(f"step time  {_amount(result.step_time, unit)}{u} (best from {where})")
+    lines.append(f"step time  {_amount(result.step_time, unit)}{u} (best from {where})" if result.step_time is not None
+                 else "step time  - (no schedule found within the memory limit)")
     lines.append(
         f"bound      {_amount(result.bound, unit)}{u} (solver {_amount(result.solver_bound or None, unit)}, "  # 0: none
         f"analytic {_amount(result.analytic.best, unit)})"

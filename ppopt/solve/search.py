@@ -1120,18 +1120,19 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
         return _Solved("optimal", setup.lower * setup.tick)
     if not full:
         return _Solved("unknown", 0.0)
-    spent = _Solved("unknown", 0.0, note="time limit reached before the solve" + (": the best hint is reported" if hint else ""))
+    reported = _what_is_reported(setup)
+    spent = _Solved("unknown", 0.0, note="time limit reached before the solve" + reported)
     if options.expired:
         return spent
     if setup.ops > CP_MAX_OPS:
         options.note(f"no CP-SAT solve: {setup.ops:,} ops is more than one solve takes within a time limit ({CP_MAX_OPS:,})")
-        return replace(spent, note=f"no CP-SAT solve above {CP_MAX_OPS:,} ops" + (": the best hint is reported" if hint else ""))
+        return replace(spent, note=f"no CP-SAT solve above {CP_MAX_OPS:,} ops" + reported)
     if not _time_to_build(setup, options):
         build_s = _build_s(setup)  # "about 0 s" read as a contradiction for a small model
         building = (f"building the model of {setup.ops:,} ops takes about "
                     f"{f'{build_s:.0f}' if build_s >= 10 else f'{build_s:.2g}'} s, more than the time left")
         options.note(f"time limit: {building}")
-        return replace(spent, note=building + (": the best hint is reported" if hint else ""))
+        return replace(spent, note=building + reported)
     hint_schedule = hint.schedule if hint else None
     frame = Frame(setup.tick, setup.horizon, min(setup.lower, setup.horizon))
     built = build_model(setup.instance, space, frame, hint_schedule, setup.hint_starts, options.dominance)
@@ -1163,12 +1164,23 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
     if not main_found:
         limit = "its deterministic time" if solver.deterministic_time >= solver.parameters.max_deterministic_time \
             else "the time limit"
-        note = f"CP-SAT found no schedule within {limit}: the best hint is reported" if code == cp_model.UNKNOWN else None
+        note = f"CP-SAT found no schedule within {limit}{_what_is_reported(setup)}" if code == cp_model.UNKNOWN else None
         return _Solved(status, dive_bound * setup.tick, note=note)
     last = callback.last_solution_s
     if dive is not None and dive.shorter_by(solver, 0):  # hinted with the dive's schedule, it found it again
         last = dive.callback.last_solution_s
     return replace(_read_back(setup, built, solver, last, status), solver_bound=bound)
+
+
+def _what_is_reported(setup: _Setup) -> str:
+    """What a search that ends without the solver's schedule reports, for its note: the best hint
+    when one fits the memory limit; none when the only hints are over it (the note said "the best
+    hint is reported" beside a step of "-")."""
+    if setup.hint is None:
+        return ""
+    if setup.hint.fits:
+        return ": the best hint is reported"
+    return ": no schedule within the memory limit to report (the hints are over it)"
 
 
 UNHINTED_DIVE_SHARE = 6
