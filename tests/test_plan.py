@@ -21,6 +21,7 @@ from ppopt.config import load_model, load_system
 from ppopt.errors import ConfigError, InfeasibleError
 from ppopt.generators import generate
 from ppopt.io.measured import read_measured
+from ppopt.io.torch_csv import read_torch_csv
 from ppopt.job import SCHEDULES, Job, evaluate_job, job_costs, job_work
 from ppopt.plan import (
     PlanProgress,
@@ -234,21 +235,29 @@ def test_a_torch_csv_no_planned_schedule_can_fill_is_refused_before_the_plan(tmp
     assert not list(tmp_path.iterdir())
 
 
-def test_a_torch_csv_the_first_job_cannot_fill_names_the_flag_after_the_plan_is_printed(tmp_path):
-    """With 1f1b and DualPipe planned, DualPipe can be #1: --torch-csv then failed with the writer's
-    bare error, no flag named, and the plan computed and never printed (search and evaluate print
-    their report before writing their files). Now the plan is printed, then the flag's error;
-    nothing is written (the picture neither: outputs are all or none)."""
-    csv_path, png = tmp_path / "x.csv", tmp_path / "x.png"
-    result = run("plan", "--model", "llama3-70b", "--gpus", 64, "--system", "dgx-a100", "--schedule", "dualpipe",
-                 "--schedule", "1f1b", "--recompute", "full", "--micro-batch", 1, "--search", 0, "--time-limit", 20, "-q",
-                 "--torch-csv", csv_path, "--plot", png)
-    assert result.exit_code == 1
-    assert result.stdout.splitlines()[3].split()[:5] == ["1", "t2", "p8", "d4", "b1"] and "dualpipe" in result.stdout.splitlines()[3]
-    assert result.stderr.splitlines()[-1] + "\n" == ("error: --torch-csv: cannot write #1 (t2 p8 d4 b1 m64): PyTorch's schedule CSV holds one rank "
-                             "per stage; dualpipe places stage 0 on ranks 0 and 7; keep to the --schedule families "
-                             "`ppopt list` marks 'torch csv yes', or leave --torch-csv out\n")
-    assert not list(tmp_path.iterdir())
+def test_a_torch_csv_the_first_job_cannot_fill_gets_the_fastest_job_it_can_hold(tmp_path):
+    """With 1f1b and DualPipe planned, DualPipe can be #1, which PyTorch's CSV cannot hold: the plan
+    was printed (JSON too), then the command failed with exit 1. Now the fastest job the CSV can
+    hold is written, and a note names #1's reason and the rank written. When no job that fits runs
+    a schedule the CSV holds, the command is refused before its report, and nothing is written."""
+    csv_path = tmp_path / "x.csv"
+    result = run("plan", "--model", "llama3-70b", "--gpus", 64, "--system", "dgx-a100", "--schedule", "dualpipe", "--schedule",
+                 "1f1b", "--recompute", "full", "--micro-batch", 1, "--search", 0, "--top", 1000, "--time-limit", 20, "-q",
+                 "--torch-csv", csv_path, "--json")
+    assert result.exit_code == 0, result.output
+    jobs = json.loads(result.stdout)["top"]
+    assert jobs[0]["schedule"] == "dualpipe"
+    rank, job = next((k + 1, job) for k, job in enumerate(jobs) if job["schedule"] == "1f1b")
+    note = next(line for line in result.stderr.splitlines() if line.startswith("note: --torch-csv: "))
+    assert note == ("note: --torch-csv: #1 cannot be written (dualpipe places a stage on two ranks; PyTorch's schedule CSV holds "
+                    f"one rank per stage): it gets #{rank}, the fastest job it can hold ({job['job']}, 1f1b)")
+    assert read_torch_csv(csv_path).devices == job["pp"]
+    none = tmp_path / "none.csv"
+    refused = run("plan", "--model", "llama3-70b", "--gpus", 64, "--system", "dgx-h100", "--schedule", "dualpipe", "--schedule",
+                  "gpipe", "--search", 0, "--time-limit", 20, "-q", "--torch-csv", none, "--json")
+    assert (refused.exit_code, refused.stdout) == (1, "")  # every job within 80 GB runs DualPipe there
+    assert refused.stderr.splitlines()[-1].startswith("error: --torch-csv: no planned job's schedule fits PyTorch's schedule CSV")
+    assert not none.exists()
 
 
 def test_plan_command_searches_exports_and_plots(tmp_path, monkeypatch):

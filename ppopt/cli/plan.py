@@ -159,6 +159,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     keep_share = SEARCH_SHARE if search_top else 0.0
     plans = _run_plans(requests, jobs, executor, address, quiet, options, keep_share)
     searches = [_search(p, search_top, options) for p in plans]
+    csv_schedule = _torch_csv_choice(plans[0], searches[0]) if torch_csv else None  # refused before the report
     if as_json:
         emit_json([_json(p, s, top, None) for p, s in zip(plans, searches)] if candidates is not None
                   else _json(plans[0], searches[0], top, (model, system)))
@@ -172,8 +173,10 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
             from ppopt.report.plan_plot import plot_plan
 
             plot_plan(plans, plot_path)
-        if torch_csv:
-            _write_torch_csv(plans[0], searches[0], torch_csv)
+        if csv_schedule is not None:
+            from ppopt.io.torch_csv import write_torch_csv
+
+            write_torch_csv(csv_schedule, torch_csv)
     if memory_limit is None:
         _note_no_headroom(plans)
     say_whether_reproducible(options)
@@ -543,20 +546,34 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
     }
 
 
-def _write_torch_csv(result, searches, path: str) -> None:
-    """The plan's #1 after the search as PyTorch's schedule CSV: its searched schedule when that is
-    faster than its handcrafted one (which may make another job #1)."""
+def _torch_csv_choice(result, searches):
+    """The schedule ``--torch-csv`` writes, chosen before the report is printed: the plan's #1 after
+    the search (its searched schedule when that is faster), or, when PyTorch's CSV cannot hold that
+    one (a stage on two ranks), the fastest job whose schedule it can, with a note (the plan was
+    printed in full, then the command failed). ConfigError when no job's schedule fits it."""
     from ppopt.errors import ConfigError, ScheduleError
-    from ppopt.generators import generate
-    from ppopt.io.torch_csv import refuse_replicas, write_torch_csv
+    from ppopt.generators import REGISTRY, generate
+    from ppopt.io.torch_csv import refuse_replicas
+    from ppopt.plan_search import searched_steps
 
-    row, search = _first(result, searches)
-    job = row.job
-    schedule = search.schedule if search is not None and search.schedule is not None else \
-        generate(job.schedule, job.pp, job.microbatches, **job.schedule_options)
-    try:
-        refuse_replicas(schedule)
-    except ScheduleError as error:  # named by the flag, with what to do (the plan is printed above)
-        raise ConfigError(f"cannot write #1 ({job.describe()}): {error.reason}; keep to the --schedule families "
-                          "`ppopt list` marks 'torch csv yes', or leave --torch-csv out", field="torch_csv") from None
-    write_torch_csv(schedule, path)
+    steps, chosen = searched_steps([r.step_time_s for r in result.rows], searches)
+    first_reason = None
+    for rank, k in enumerate(sorted(range(len(steps)), key=lambda k: (steps[k], k)), 1):
+        job, search = result.rows[k].job, chosen[k]
+        if search is None and not REGISTRY[job.schedule].torch:  # the family never fits: no need to build it
+            first_reason = first_reason or f"{job.schedule} places a stage on two ranks"
+            continue
+        schedule = search.schedule if search is not None and search.schedule is not None else \
+            generate(job.schedule, job.pp, job.microbatches, **job.schedule_options)
+        try:
+            refuse_replicas(schedule)
+        except ScheduleError as error:
+            first_reason = first_reason or error.reason
+            continue
+        if rank > 1:
+            click.echo(f"note: --torch-csv: #1 cannot be written ({first_reason}; PyTorch's schedule CSV holds one rank per "
+                       f"stage): it gets #{rank}, the fastest job it can hold ({job.describe()}, {schedule.name})", err=True)
+        return schedule
+    raise ConfigError(f"no planned job's schedule fits PyTorch's schedule CSV ({first_reason}; it holds one rank per stage): "
+                      "keep to the --schedule families `ppopt list` marks 'torch csv yes', or leave --torch-csv out",
+                      field="torch_csv")
