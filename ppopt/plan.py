@@ -901,13 +901,15 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
         job, memory = least
         given = request.memory_limit_bytes is not None  # else the system's memory: say so, not blame a flag never given
         where = "" if given else f" (the memory_capacity_bytes of system {request.system.name})"
-        shown = f"{limit / 1e9:.2f} GB" if limit >= 1e7 else f"{limit:,.0f} bytes"  # 80 bytes is not "0.00 GB"
+        # the limit rounded down and the least need up: 17.26 GB on both sides read as a contradiction,
+        # and the least need passed back as --memory-limit must be accepted
+        shown = f"{math.floor(limit / 1e7) / 100:.2f} GB" if limit >= 1e7 else f"{limit:,.0f} bytes"  # 80 bytes is not "0.00 GB"
         # weights, gradients and optimizer state over the limit on their own: no layout of these GPUs helps
         more = (f"; its weights, gradients and optimizer state alone take {memory.persistent_bytes / 1e9:.2f} GB, "
                 "which more GPUs would shard further") if memory.persistent_bytes > limit else ""
         raise InfeasibleError(
             f"no job fits {shown} per GPU{where}: the least any of the {total} jobs needs is "
-            f"{memory.peak_bytes / 1e9:.2f} GB ({describe(job)}, {memory.bound()}){more}",
+            f"{math.ceil(memory.peak_bytes / 1e7) / 100:.2f} GB ({describe(job)}, {memory.bound()}){more}",
             field="memory_limit_bytes" if given else None)
     rows: list[PlanRow] = []
     fitting = best_first(fitting, budget)

@@ -845,3 +845,15 @@ def test_a_search_that_finds_nothing_within_the_limit_does_not_say_it_reports_a_
     assert data["note"].endswith(": no schedule within the memory limit to report (the hints are over it)")
     text = run(*args).stdout
     assert "step time  - (no schedule found within the memory limit)" in text and "best hint is reported" not in text
+
+
+def test_the_frontiers_minimum_memory_works_as_a_memory_limit():
+    """frontier printed "minimum memory 46.24 GiB", and search refused --memory-limit 46.24GiB (the
+    minimum is 46.244 GiB): the minimum is now rounded up, with its bytes."""
+    common = ["-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 8, "--time-limit", 10, "-q"]
+    header = run("frontier", *common).stdout.splitlines()[0]
+    found = re.search(r"minimum memory (\S+) GiB \((\d+) bytes\)$", header)
+    assert found is not None, header
+    assert run("search", *common, "--memory-limit", f"{found[1]}GiB", "--no-grid").exit_code == 0
+    below = run("search", *common, "--memory-limit", f"{int(found[2]) - 1}B", "--no-grid")
+    assert below.exit_code == 1 and "below the minimum" in below.stderr

@@ -1077,3 +1077,15 @@ def test_the_search_table_gives_each_job_its_own_recomputation():
     rows = list(itertools.takewhile(lambda line: line[:1].isdigit(), text[header + 1:]))
     assert len(rows) == len(got["search"])
     assert [line[column:].split()[0] for line in rows] == [s["recompute"] for s in got["search"]]
+
+
+def test_the_least_memory_a_plan_names_is_rounded_up_and_works_as_the_limit():
+    """A limit 1 byte under the least any job needs (17,263,230,976 bytes for llama3-8b on 8 H100s)
+    read "no job fits 17.26 GB ...: the least any job needs is 17.26 GB", and 17.26 GB passed back
+    was refused again. The limit is now rounded down, the need up, and the need works as the limit."""
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--search", 0, "-q"]
+    refused = run(*args, "--memory-limit", "17263230975B")
+    assert refused.exit_code == 1
+    found = re.search(r"no job fits (\S+) GB per GPU: the least any of the [\d,]+ jobs needs is (\S+) GB", refused.stderr)
+    assert found is not None and float(found[1]) < float(found[2]), refused.stderr
+    assert run(*args, "--memory-limit", f"{found[2]}GB").exit_code == 0

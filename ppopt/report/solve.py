@@ -24,7 +24,7 @@ from ppopt.report.text import (
     with_context,
 )
 from ppopt.solve.gap import Frontier, GapReport, GapRow
-from ppopt.solve.search import SearchResult, relative_gap
+from ppopt.solve.search import SearchResult, format_amount, relative_gap
 
 
 def _num(value: float | None) -> float | None:
@@ -322,5 +322,6 @@ def frontier_text(result: Frontier, devices: int, microbatches: int, fmt: str = 
                          f"of every microbatch{state}), limits nothing: its point is the unlimited search's"]
     if fmt == "markdown":
         over_note = [markdown_line(x) for x in over_note]
-    return "\n".join([f"p = {devices}, m = {microbatches}; space: {result.space}; {unit_note}; minimum memory "
-                      f"{_amount(result.minimum, m)}", *([context] if context else []), "", points, *footnote, "", hand, *over_note])
+    # rounded up, so that it works as a --memory-limit (46.24 GiB was below the 46.244 GiB minimum)
+    minimum = format_amount(result.minimum, m, least=True) if m == "bytes" else _amount(result.minimum, m)
+    return "\n".join([f"p = {devices}, m = {microbatches}; space: {result.space}; {unit_note}; minimum memory {minimum}", *([context] if context else []), "", points, *footnote, "", hand, *over_note])
