@@ -644,6 +644,10 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
             message = f"{message}, got null"
         elif isinstance(value, float) and not math.isfinite(value):  # pydantic says "should be >= 1" for nan
             message = f"must be a finite number, got {value}"
+        elif kind in ("greater_than_equal", "greater_than") and parts and str(parts[-1]) in FILE_MINIMA \
+                and isinstance(value, int | float):  # 0 or -5 named the type's bound of 1, a 5 the file's 1e6
+            least, unit, example = FILE_MINIMA[str(parts[-1])]
+            message = f"must be at least {least:g} {unit}, got {value:g} (a file gives {unit}: {example})"
         elif isinstance(value, str) and kind.startswith(("float", "int")):  # "40GB", as a flag takes it
             where = "" if noun == "key" else " (its unit, if it has one: `ppopt list model-fields`, `system-fields`)"
             message = f"{message}, got the text {value!r}: give the number unquoted{where}"

@@ -105,6 +105,9 @@ def _system_with(directory: Path, field: str, value: float) -> Path:
     ("peak_flops", "312", "must be at least 1e+09 FLOP/s, got 312 (a file gives FLOP/s: 989e12 for 989 TFLOP/s)"),
     ("memory_capacity_bytes", "40", "must be at least 1e+06 bytes, got 40 (a file gives bytes: 80e9 for 80 GB)"),
     ("compute_latency_s", "10", "must be at most 1 s, got 10 s (seconds: 10 µs is 1e-05)"),
+    # zero and below named the type's bound of 1 ("greater than or equal to 1"), not the file's
+    ("peak_flops", "0", "must be at least 1e+09 FLOP/s, got 0 (a file gives FLOP/s: 989e12 for 989 TFLOP/s)"),
+    ("intra_node.bandwidth_bytes_per_s", "-5", "must be at least 1e+06 bytes/s, got -5 (a file gives bytes/s: 50e9 for 50 GB/s)"),
 ])
 def test_a_unit_slip_in_a_system_file_is_refused_naming_the_unit(tmp_path, key, value, reason):
     """312 meant TFLOP/s, 40 meant GB, 10 meant µs: each gave a step of 8e15 ms, a 0 GB GPU or a
