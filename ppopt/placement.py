@@ -108,6 +108,24 @@ def _shares(a: float, b: float) -> tuple[float, float]:
     return 1.0 / (1.0 + b / a), 1.0 / (1.0 + a / b)
 
 
+SPLIT_NOTE_SHARE = 0.05
+"""How far the first half's share of the layers may lie from the split's before :func:`split_note` says so."""
+
+
+def split_note(layers: Sequence[int], split: object) -> str | None:
+    """When whole layers cannot follow an A:B ``split`` (chimera-asym's) of ``layers`` per stage: what
+    the halves hold instead, for a note (None when the first half's share of the layers is within
+    :data:`SPLIT_NOTE_SHARE` of A/(A+B): 1:2 of llama3-8b's 32 layers over 4 stages is 10:22, a share
+    of 0.31 for 0.33; 1:3 of 4 layers is 2:2, and 1:100 too, since every stage keeps a layer)."""
+    a, b = parse_split(split)
+    half = len(layers) // 2
+    first, second = sum(layers[:half]), sum(layers[half:])
+    if abs(first / (first + second) - _shares(a, b)[0]) <= SPLIT_NOTE_SHARE:
+        return None
+    return (f"chimera-asym's split {split_text(split)} becomes {first}:{second} layers on this model "
+            f"({','.join(map(str, layers))} per stage: whole layers, at least one per stage)")
+
+
 def split_weights(devices: int, split: object = (1, 2)) -> tuple[float, ...]:
     """Stage weights for an A:B split: stages 0..p/2-1 share A/(A+B), stages p/2..p-1 share B/(A+B)."""
     a, b = parse_split(split)

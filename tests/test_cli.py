@@ -728,3 +728,15 @@ def test_a_microbatch_count_given_to_job_or_plan_says_how_they_set_it(command, e
     assert (result.exit_code, result.stderr) == (1, "error: No such option '-m': a job's microbatch count follows from its "
                                                  "batch: m = global batch / (micro batch x d); give --global-batch and "
                                                  f"--micro-batch (see 'ppopt {command} --help')\n")
+
+
+def test_a_split_whole_layers_cannot_follow_is_named_in_a_note():
+    """chimera-asym's --split 1:1000000 over llama3-8b's 32 layers and 4 stages gives 1,1,15,15
+    layers (every stage keeps one), yet the report named 1:1000000 alone; the default 1:2 (10:22
+    layers, a share of 0.31 for 0.33) needs no note."""
+    args = ["evaluate", "-s", "chimera-asym", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100"]
+    far = run(*args, "--split", "1:1000000")
+    assert far.exit_code == 0, far.output
+    assert ("note: chimera-asym's split 1:1e+06 becomes 2:30 layers on this model (1,1,15,15 per stage: whole layers, at least "
+            "one per stage)") in far.stderr.splitlines()
+    assert "becomes" not in run(*args).stderr

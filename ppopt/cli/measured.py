@@ -381,6 +381,11 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
                f"{', distributed optimizer' if job.distributed_optimizer else ''}"
                f"{', gradient sync overlapped' if job.overlap_gradient_sync else ''}"
                f"{'' if len(set(job.stage_layers)) == 1 else ', layers per stage ' + ','.join(map(str, job.stage_layers))})")
+    from ppopt.placement import split_note
+
+    if job.layers is None and "split" in job.schedule_options and \
+            (note := split_note(job.stage_layers, job.schedule_options["split"])) is not None:
+        click.echo(f"note: {note}", err=True)
     hidden = " (the part the last backward does not hide)" if job.overlap_gradient_sync else ""
     for label, seconds, note in (("step       ", result.step_time_s, ""), ("  pipeline ", result.pipeline_s, ""),
                                  ("  grad sync", result.gradient_sync_s, hidden), ("  optimizer", result.optimizer_s, "")):

@@ -390,11 +390,14 @@ def _note_uneven_layers(schedule, model) -> None:
     first stages take the remainder, :func:`ppopt.costs.partition_layers`): the simulation times
     that split, which no other output shows."""
     from ppopt.costs import partition_layers
+    from ppopt.placement import split_note
 
     layers = partition_layers(model.num_layers, schedule.stages, schedule.stage_weights)
     if len(set(layers)) > 1 and schedule.stage_weights is None:
         click.echo(f"note: {model.num_layers} layers over {schedule.stages} stages: {','.join(map(str, layers))} per stage "
                    "(the first stages take the remainder)", err=True)
+    if "split" in schedule.options and (note := split_note(layers, schedule.options["split"])) is not None:
+        click.echo(f"note: {note}", err=True)
 
 
 def _note_uneven_for_every_schedule(devices: int, model) -> None:
