@@ -167,14 +167,19 @@ def test_the_default_grid_holds_at_most_max_limits():
 
 
 def test_a_limit_no_device_can_reach_is_said_to_limit_nothing():
-    """p = 4, m = 8 in unit mode: a device can hold at most m · S = 32 activations (every stage's of
-    every microbatch), so a limit of 1e9 limits nothing; the report said so for gap but not for
-    frontier, whose README says it does. The note names 32, and the JSON gives it as most_held."""
+    """p = 4, m = 8 in unit mode, linear placement: a device holds one stage, so at most m = 8
+    activations (the note said m · S = 32, every stage's, so limits of 8 to 31 read as binding); a
+    limit of 1e9 limits nothing, and so does 8. With placement=any a device may hold every stage: m · S
+    there."""
     from ppopt.report.solve import frontier_json, frontier_text
 
     result = frontier(InstanceSpec(4, 8, UnitCosts()), parse_space("placement=linear"), [2, 1e9], SolveOptions(20, workers=1))
-    assert result.most_held == 8 * 4 and frontier_json(result)["most_held"] == 32
-    assert "a limit at or above 32, the most a device can hold here (every activation of every microbatch), limits nothing" \
-        in frontier_text(result, 4, 8)
-    tight = frontier(InstanceSpec(4, 8, UnitCosts()), parse_space("placement=linear"), [2, 31], SolveOptions(20, workers=1))
+    assert result.most_held == 8 and frontier_json(result)["most_held"] == 8
+    assert ("a limit at or above 8, the most a device can hold here (its stages' activations of every microbatch), limits "
+            "nothing") in frontier_text(result, 4, 8)
+    tight = frontier(InstanceSpec(4, 8, UnitCosts()), parse_space("placement=linear"), [2, 7], SolveOptions(20, workers=1))
     assert "limits nothing" not in frontier_text(tight, 4, 8)
+    v = frontier(InstanceSpec(3, 6, UnitCosts()), parse_space("placement=v,backward=split"), [6], SolveOptions(20, workers=1))
+    assert v.most_held == 6  # two stages of half an activation each, six microbatches
+    free = frontier(InstanceSpec(3, 4, UnitCosts()), parse_space("placement=any"), [11], SolveOptions(20, workers=1))
+    assert free.most_held == 3 * 4

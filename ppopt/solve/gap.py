@@ -428,7 +428,7 @@ def frontier(
     for name, peak, step in points_handcrafted:
         handcrafted.append((name, peak, step, not any(_dominates(other, (peak, step)) for other in known)))
     return Frontier(space.describe(), tuple(points), tuple(handcrafted), instance.time_unit, instance.memory_unit, minimum,
-                    instance.most_held, memory_capacity(spec))
+                    instance.most_held_on(placement_of(space, devices)), memory_capacity(spec))
 
 
 def _dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:

@@ -110,6 +110,17 @@ class Instance:
         sizes, persistent = self.memory_counts()
         return sum(persistent) + self.microbatches * sum(sizes)
 
+    def most_held_on(self, placement: Sequence[Sequence[int]] | None) -> float:
+        """:attr:`most_held` on the device of ``placement`` (per stage, its devices) that can hold the
+        most: its stages' persistent state and their activations of every microbatch (a linear
+        placement's device holds one stage's, m activations, not every stage's); every stage's
+        when the placement is free (None)."""
+        if placement is None:
+            return self.most_held
+        sizes, persistent = self.memory_counts()
+        return max(sum(persistent[s] + self.microbatches * sizes[s] for s in held)
+                   for held in stages_by_device(placement, self.devices))
+
     def comm(self, stage: int, device_a: int, device_b: int) -> float:
         """Delay of the message leaving ``stage`` between two devices, in ``time_unit`` (seconds, or
         slots in unit mode; 0 on the same device)."""
