@@ -215,16 +215,17 @@ def test_markdown_headers_are_escaped_like_cells():
 
 
 def test_a_tiny_negative_error_prints_as_zero():
-    """published printed '-0.0 %' for an error of -0.01 %: rounded to the digits shown, it is 0."""
+    """published printed '-0.0 %' for an error of -0.01 %, then '+0.0 %': rounded to the digits shown,
+    it is 0, with no sign."""
     from ppopt.report.text import percent
 
-    assert percent(-0.0001, "text") == "0.0 %" and percent(-0.0001, "text", signed=True) == "+0.0 %"
+    assert percent(-0.0001, "text") == "0.0 %" and percent(-0.0001, "text", signed=True) == "0.0 %"
     assert percent(-0.054, "text", signed=True) == "-5.4 %"
     # CSV keeps ten significant digits to compute with: -0.001 % is a value there, a rounding error is 0
     assert percent(-0.00001, "csv") == "-0.001" and percent(-1e-17, "csv") == "0" and percent(0.0152693945645, "csv") == "1.526939456"
     # and published's own cells: one of the shipped runs is predicted less than 0.05 % fast
     table = CliRunner().invoke(main, ["published", str(TABLE), "-q"]).stdout
-    assert "(-0.0 %" not in table and "(+0.0 %" in table
+    assert "(-0.0 %" not in table and "(+0.0 %" not in table and "(0.0 %" in table
 
 
 def test_two_systems_of_one_name_are_refused():

@@ -282,7 +282,8 @@ def percent(value: float | None, fmt: str, signed: bool = False, decimals: int =
     if fmt == "csv":
         return csv_number(round(100 * value, 9) + 0.0)  # a tiny negative error prints as 0, not -1e-15 or -0
     amount = round(100 * value, decimals) or 0.0  # a tiny negative error prints as 0, not -0.0
-    return f"{amount:{'+' if signed else ''}.{decimals}f} %"
+    sign = "+" if signed and amount else ""  # and without a sign: -0.048 % read "+0.0 %"
+    return f"{amount:{sign}.{decimals}f} %"
 
 
 def percent_header(name: str, fmt: str) -> str:
