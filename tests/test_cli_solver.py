@@ -857,3 +857,11 @@ def test_the_frontiers_minimum_memory_works_as_a_memory_limit():
     assert run("search", *common, "--memory-limit", f"{found[1]}GiB", "--no-grid").exit_code == 0
     below = run("search", *common, "--memory-limit", f"{int(found[2]) - 1}B", "--no-grid")
     assert below.exit_code == 1 and "below the minimum" in below.stderr
+
+
+def test_the_memory_bound_carries_no_float_noise():
+    """V placement, p = 8, m = 16, a cap of one activation: the activation-area bound is 378.5 slots;
+    its divisions made it 378.499999999632 in JSON, beside 378.5 in the text and the frontier."""
+    data = json.loads(run("search", "--unit", "-p", 8, "-m", 16, "--comm", 1, "--space", "placement=v,backward=split",
+                          "--memory-limit", 1, "--json", "-q", "--time-limit", 10, "--deterministic-time", 0.05).stdout)
+    assert data["analytic_bounds_s"]["memory"] == 378.5
