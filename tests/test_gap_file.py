@@ -198,7 +198,7 @@ def test_frontier_places_a_file_among_the_handcrafted_schedules(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["space"] == "placement=linear,backward=full,order=free"
-    assert {"schedule": "warm", "peak_memory": 5, "step_time_s": 44, "on_frontier": False} in data["handcrafted"]
+    assert {"schedule": "warm", "peak_memory": 5, "step_time_s": 44, "on_frontier": False, "over_memory": None} in data["handcrafted"]
     [at_five] = [p for p in data["points"] if p["memory_limit"] == 5]
     assert (at_five["step_time_s"], at_five["status"]) == (43, "optimal")
     refused = run("frontier", "--schedule-file", tmp_path / "warm.csv", "--unit", "--space", "placement=v", "-q")

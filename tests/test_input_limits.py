@@ -136,8 +136,8 @@ def test_a_published_size_beyond_the_model_limits_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize(("key", "value", "reason"), [
-    ("peak_flops", "1e-300", "Input should be greater than or equal to 1"),
-    ("memory_bandwidth_bytes_per_s", "0.5", "Input should be greater than or equal to 1"),
+    ("peak_flops", "1e-300", "must be at least 1e+09 FLOP/s, got 1e-300 (a file gives FLOP/s: 989e12 for 989 TFLOP/s)"),
+    ("memory_bandwidth_bytes_per_s", "0.5", "must be at least 1e+06 bytes/s, got 0.5 (a file gives bytes/s: 3.35e12 for 3.35 TB/s)"),
     ("compute_efficiency", "1e-300", "Input should be greater than or equal to 0.000001"),
     ("compute_latency_s", "1e308", "must be at most 1 s, got 1e+308 s (seconds: 10 µs is 1e-05)"),
     ("bytes_per_param_state", "1e300", "must be at most 1024, got 1e+300"),
@@ -203,7 +203,8 @@ def test_a_cost_preset_duration_beyond_the_limit_is_refused_by_every_command(tmp
     ({"activation_bytes": 10 ** 400}, "stage 0: activation_bytes must be a number between 0 and 1e+18, got 1" + "0" * 36 + "..."),
     ({"layers": 1.5}, "stage 0: layers must be an integer between 1 and 1,073,741,824, got 1.5"),
     ({"microbatches": 4.0}, "microbatches must be an integer between 1 and 1,073,741,824, got 4.0"),
-    ({"link": {"bandwidth_bytes_per_s": 0}}, "field 'link.bandwidth_bytes_per_s': Input should be greater than or equal to 1"),
+    ({"link": {"bandwidth_bytes_per_s": 0}}, "field 'link.bandwidth_bytes_per_s': must be at least 1e+06 bytes/s, got 0 (a file "
+                                             "gives bytes/s: 50e9 for 50 GB/s)"),
     ({"link": {"bandwidth_bytes_per_s": 1e6, "latency_s": 1e308}},
      "field 'link.latency_s': must be at most 1 s, got 1e+308 s (seconds: 10 µs is 1e-05)"),
 ])
