@@ -64,6 +64,24 @@ def test_a_fifo_is_written_through_not_replaced(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="needs /dev/stdout")
+def test_an_output_named_dev_stdout_adds_to_a_redirected_file(tmp_path):
+    """`( echo BEFORE; ppopt search ... --csv /dev/stdout; echo AFTER ) > log` left the CSV alone in
+    log: /dev/stdout opened anew reopens the file at its start, and the rename replaced it whole.
+    The file is written through the open descriptor, after the report and what came before."""
+    log = tmp_path / "log"
+    with open(log, "wb") as out:
+        out.write(b"BEFORE\n")
+        out.flush()
+        process = ppopt_process(["search", "--unit", "-p", "2", "-m", "2", "-q", "--time-limit", "20", "--no-grid", "--csv",
+                                 "/dev/stdout"], out)
+        process.communicate(timeout=120)
+        out.write(b"AFTER\n")
+    lines = log.read_text().splitlines()
+    assert process.returncode == 0 and lines[0] == "BEFORE" and lines[-1] == "AFTER"
+    assert lines[1].startswith("space: placement=linear") and lines[-3:-1] == ["0F0,0F1,0B0,0B1", "1F0,1F1,1B0,1B1"]
+
+
 @pytest.mark.skipif(not HAS_DEV_FULL, reason="needs /dev/full")
 @pytest.mark.parametrize(
     "args",

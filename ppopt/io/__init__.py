@@ -373,6 +373,9 @@ def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], object]) 
     if not os.fspath(path):  # Path("") is ".", a directory: say what is wrong
         raise PpoptError("cannot write '': empty file name")
     target = Path(path)
+    if (descriptor := _open_descriptor(os.fspath(path))) is not None:
+        _write_to_descriptor(target, descriptor, write)
+        return target
     try:
         status: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
@@ -386,6 +389,33 @@ def atomic_writer(path: str | os.PathLike, write: Callable[[BinaryIO], object]) 
     else:
         _write_by_rename(target, write, None if status is None else stat.S_IMODE(status.st_mode))
     return target
+
+
+_DESCRIPTOR_PATH = re.compile(r"/dev/(?:(stdout)|(stderr)|fd/(\d+))|/proc/self/fd/(\d+)")
+
+
+def _open_descriptor(path: str) -> int | None:
+    """The descriptor a path such as ``/dev/stdout`` or ``/dev/fd/3`` names, or None. Opened anew,
+    such a path reopens what the descriptor points to, a regular file at its start (a shell's
+    ``> log`` lost what was written before) or, by rename, replaced it whole."""
+    found = _DESCRIPTOR_PATH.fullmatch(path)
+    if found is None:
+        return None
+    stdout, stderr, fd, proc = found.groups()
+    return 1 if stdout else 2 if stderr else int(fd or proc)
+
+
+def _write_to_descriptor(target: Path, descriptor: int, write: Callable[[BinaryIO], object]) -> None:
+    """Write through the open ``descriptor`` at its own offset, after what Python's standard streams
+    hold (the report printed before the file)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        with os.fdopen(os.dup(descriptor), "wb") as handle:
+            write(handle)
+    except OSError as error:
+        raise PpoptError(f"cannot write {target}: {error.strerror or error}") from None
 
 
 def _write_in_place(target: Path, write: Callable[[BinaryIO], object]) -> None:
