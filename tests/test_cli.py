@@ -656,6 +656,13 @@ def test_shell_completion_offers_presets_and_schedules():
     assert values(["plan", "--system"], "dgx") == [("plain", n) for n in list_systems() if n.startswith("dgx")] != []
     assert values(["published", "x.csv", "--system"], "a100") != []
     assert values(["job", "--model"], "./my") == [("file", "./my")]
+    # file inputs and outputs complete file names (they completed nothing), an output directory dirs
+    for args in (["import"], ["search", "--csv"], ["evaluate", "--trace"], ["gap", "--schedule-file"], ["export", "-o"],
+                 ["compare", "--costs"], ["plan", "--torch-csv"], ["calibrate", "x.csv", "-o"]):
+        assert values(args, "w") == [("file", "w")], args
+    assert values(["study", "-o"], "o") == [("dir", "o")]
+    assert values(["list", "models"], "ll") == [("plain", n) for n in list_models() if n.startswith("ll")] != []
+    assert values(["list", "systems"], "dgx") == [("plain", n) for n in list_systems() if n.startswith("dgx")]
 
 
 def test_evaluate_all_leaves_out_the_schedules_a_deadline_cannot_fit(monkeypatch):

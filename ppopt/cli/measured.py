@@ -16,6 +16,7 @@ from ppopt.cli.options import (
     INT,
     ProgressBar,
     check_plot,
+    complete_file,
     complete_model,
     complete_schedule,
     complete_system,
@@ -103,7 +104,7 @@ def _summary_lines(accuracy, files: int = 1) -> list[str]:
 @main.command("validate")
 @click.argument("data", nargs=-1, required=True, type=click.Path())
 @click.option("--system", default=DEFAULT_SYSTEM, show_default=True, shell_complete=complete_system, help="System preset name or .toml/.json file.")
-@click.option("--plot", "plot_path", callback=check_plot, default=None,
+@click.option("--plot", "plot_path", callback=check_plot, shell_complete=complete_file, default=None,
               help="Also write predicted vs measured (log-log, one colour per model, ±10 % band) to this image (.png or .svg).")
 @click.option("--by", "by", multiple=True, type=click.Choice(list(GROUP_KEYS)),
               help="Also print the errors grouped by these job fields (repeat to group by several, e.g. --by model "
@@ -197,7 +198,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
 @main.command("calibrate")
 @click.argument("data", nargs=-1, required=True, type=click.Path())
 @click.option("--system", default="a100-vtrain", show_default=True, shell_complete=complete_system, help="Base system preset or file.")
-@click.option("--output", "-o", required=True, callback=output_ending_in(".toml", "the calibrated system is TOML"), help="Calibrated system .toml to write.")
+@click.option("--output", "-o", required=True, shell_complete=complete_file, callback=output_ending_in(".toml", "the calibrated system is TOML"), help="Calibrated system .toml to write.")
 @click.option("--name", default=None, help="Name of the calibrated system [default: the output file's stem].")
 @quiet_option
 @json_option

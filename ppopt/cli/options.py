@@ -119,7 +119,7 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
     if name:
         options.insert(0, click.option("--schedule", "-s", "name", multiple=True, callback=_one_schedule_or_all if all_schedules else _one_schedule,
                                        shell_complete=complete_schedule_or_all if all_schedules else complete_schedule, help="Schedule name (see `ppopt list`)" + (", or 'all'." if all_schedules else ".")))
-        options.insert(1, click.option("--schedule-file", default=None, help="A PyTorch schedule CSV to use instead of --schedule ('-': standard input)."))
+        options.insert(1, click.option("--schedule-file", default=None, shell_complete=complete_file, help="A PyTorch schedule CSV to use instead of --schedule ('-': standard input)."))
         options.insert(2, click.option("--legacy-backward", is_flag=True, help="--schedule-file uses the old spelling: BW full backward, B input backward."))
 
     def decorate(command: Callable) -> Callable:
@@ -171,6 +171,27 @@ complete_model = _completion(list_models, files=True)
 """Shell completion of ``--model``: the model presets, or a file."""
 complete_system = _completion(list_systems, files=True)
 """Shell completion of ``--system``: the system presets, or a file."""
+def complete_file(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """Shell completion of a file argument or option (an input or an output): file names."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="file")]
+
+
+def complete_dir(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """Shell completion of an output directory: directory names."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="dir")]
+
+
+def complete_preset(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """Shell completion of `list models NAME` and `list systems NAME`: those presets, or a file."""
+    what = ctx.params.get("what")
+    complete = complete_model if what == "models" else complete_system if what == "systems" else None
+    return [] if complete is None else complete(ctx, param, incomplete)
+
+
 complete_schedule = _completion(names, files=False)
 """Shell completion of ``--schedule``: the schedule families."""
 complete_schedule_or_all = _completion(lambda: [*names(), "all"], files=False)

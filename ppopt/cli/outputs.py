@@ -10,6 +10,7 @@ from ppopt.cli.options import (
     Phases,
     check_layers,
     check_output_or_stdout,
+    complete_file,
     emit_json,
     job_options,
     json_option,
@@ -66,7 +67,7 @@ def _export_format(fmt: str | None, output: str) -> str:
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default=None,
               help="torch-csv (PyTorch schedule CSV), chrome-trace (Perfetto JSON), png or svg (Gantt picture) "
                    "[default: from the --output suffix; torch-csv for '-'].")
-@click.option("--output", "-o", required=True, callback=check_output_or_stdout, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
+@click.option("--output", "-o", required=True, shell_complete=complete_file, callback=check_output_or_stdout, help="File to write (atomically); '-' writes torch-csv or chrome-trace to stdout.")
 @quiet_option
 def export_command(name, schedule_file, legacy_backward, devices, microbatches, options, unit, units, model, system,
                    global_batch, parallel, fmt, output, quiet) -> None:
@@ -156,7 +157,7 @@ BACKWARD_SHOWN = {"full": "full (B)", "split": "split (I, W)", "mixed": "mixed (
 
 
 @main.command("import")
-@click.argument("file")
+@click.argument("file", shell_complete=complete_file)
 @click.option("--legacy-backward", is_flag=True,
               help="Old PyTorch spelling (torch <= 2.5): BW is a full backward, B the input backward (when W is used).")
 @unit_cost_options()

@@ -14,6 +14,7 @@ from ppopt.cli.options import (
     FLOAT,
     INT,
     check_plot,
+    complete_file,
     complete_model,
     complete_schedule_or_all,
     complete_system,
@@ -79,9 +80,9 @@ def _seconds(value: float) -> str:
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where evaluations run.")
 @click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray].")
 @quiet_option
-@click.option("--plot", "plot_path", callback=check_plot, default=None,
+@click.option("--plot", "plot_path", callback=check_plot, shell_complete=complete_file, default=None,
               help="Also draw step time vs per-GPU memory of every evaluated job (.png or .svg).")
-@click.option("--torch-csv", "torch_csv", callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None,
+@click.option("--torch-csv", "torch_csv", shell_complete=complete_file, callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None,
               help="Write the first job's schedule (the searched one when it is faster) as a PyTorch schedule CSV.")
 @format_option
 @json_option

@@ -8,7 +8,7 @@ import time
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import FLOAT, INT, complete_schedule, emit_json, json_option, output_ending_in, quiet_option, working
+from ppopt.cli.options import FLOAT, INT, complete_file, complete_schedule, emit_json, json_option, output_ending_in, quiet_option, working
 from ppopt.units import UnitCosts
 
 
@@ -93,7 +93,7 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
 @click.option("--check/--no-check", default=True, show_default=True,
               help="Compare the first step's loss and gradients with the non-pipelined model.")
 @click.option("--compare", "with_compare", is_flag=True, help="Also predict each step time from measured op costs and give the error.")
-@click.option("--costs", default=None, help="With --compare: a cost preset from `ppopt profile` [default: profile now].")
+@click.option("--costs", default=None, shell_complete=complete_file, help="With --compare: a cost preset from `ppopt profile` [default: profile now].")
 @json_option
 @quiet_option
 def run_command(files, names, devices, microbatches, chunks, legacy_backward, settings, check, with_compare, costs, as_json,
@@ -240,7 +240,7 @@ def _compare(schedules, results, settings, presets, quiet=False, deadline: float
 @click.option("--microbatches", "-m", type=INT, default=4, show_default=True, help="Microbatches per step.")
 @click.option("--chunks", "-v", type=INT, default=1, show_default=True, help="Chunks (stages) per device (rank): 1 (1f1b, zb-h1) or 2 (interleaved-1f1b, zb-v).")
 @run_options
-@click.option("--output", "-o", required=True, callback=output_ending_in(".json", "the cost preset is JSON"),
+@click.option("--output", "-o", required=True, shell_complete=complete_file, callback=output_ending_in(".json", "the cost preset is JSON"),
               help="Cost preset file to write (.json).")
 @json_option
 @quiet_option

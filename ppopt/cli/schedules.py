@@ -13,6 +13,8 @@ from ppopt.cli.options import (
     ProgressBar,
     check_layers,
     check_plot,
+    complete_file,
+    complete_preset,
     deadline_of,
     emit_json,
     family_ops,
@@ -38,7 +40,7 @@ from ppopt.generators import REGISTRY
 @main.command("list")
 @click.argument("what", metavar="[WHAT]", type=click.Choice(["schedules", "models", "systems", "model-fields", "system-fields"]),
                 default="schedules")
-@click.argument("names", metavar="[NAME|FILE]...", nargs=-1)
+@click.argument("names", metavar="[NAME|FILE]...", nargs=-1, shell_complete=complete_preset)
 @json_option
 @format_option
 def list_command(what: str, names: tuple[str, ...], as_json: bool, fmt: str) -> None:
@@ -174,7 +176,7 @@ def _closed_forms_cell(forms) -> str:
 
 @main.command("table")
 @schedule_options()
-@click.option("--plot", callback=check_plot, default=None, help="Also draw the table as a Gantt picture (.png or .svg; needs matplotlib).")
+@click.option("--plot", callback=check_plot, shell_complete=complete_file, default=None, help="Also draw the table as a Gantt picture (.png or .svg; needs matplotlib).")
 @json_option
 @quiet_option
 def table_command(name, schedule_file, legacy_backward, devices, microbatches, units, options, plot, as_json, quiet) -> None:
@@ -291,9 +293,9 @@ def _check_one_in_time(name: str, ops: int, deadline: float | None, plot: bool, 
 @schedule_options(all_schedules=True)
 @system_options()
 @job_options()
-@click.option("--plot", callback=check_plot, default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg (not with --costs).")
-@click.option("--trace", callback=output_not_named_as(".json", "a Chrome trace (JSON)", compressed=True), default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json, or .json.gz compressed; needs --model/--system).")
-@click.option("--costs", default=None, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
+@click.option("--plot", callback=check_plot, shell_complete=complete_file, default=None, help="Draw the simulated timeline (or, without --model/--system, the table) to .png/.svg (not with --costs).")
+@click.option("--trace", shell_complete=complete_file, callback=output_not_named_as(".json", "a Chrome trace (JSON)", compressed=True), default=None, help="Write the simulated step as a Chrome/Perfetto trace (.json, or .json.gz compressed; needs --model/--system).")
+@click.option("--costs", default=None, shell_complete=complete_file, help="Simulate with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @time_limit_option("one schedule that cannot fit is refused; with --schedule all, the schedules")
 @json_option
 @format_option
@@ -436,8 +438,8 @@ def _add_simulated_job(rows: list[dict], job: dict) -> None:
 @schedule_options(name=False)
 @system_options()
 @job_options()
-@click.option("--plot", callback=check_plot, default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg (with --model/--system, not --costs).")
-@click.option("--costs", default=None, help="Rank by simulation with a measured cost preset from `ppopt profile` instead of --model/--system.")
+@click.option("--plot", callback=check_plot, shell_complete=complete_file, default=None, help="Draw every schedule's simulated timeline, stacked, to .png/.svg (with --model/--system, not --costs).")
+@click.option("--costs", default=None, shell_complete=complete_file, help="Rank by simulation with a measured cost preset from `ppopt profile` instead of --model/--system.")
 @time_limit_option("the schedules")
 @json_option
 @format_option

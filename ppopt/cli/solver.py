@@ -13,6 +13,7 @@ from ppopt.cli.options import (
     FLOAT,
     INT,
     check_plot,
+    complete_file,
     complete_schedule_or_all,
     emit_json,
     format_option,
@@ -106,7 +107,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
                               f"{AUTO_LNS_OPS}; above, lns (on the linear placement with a full backward up to {CP_MAX_OPS} "
                               "ops, cp for the rest if lns found nothing in a third of the time)."),
             quiet_option,
-            click.option("--costs", default=None,
+            click.option("--costs", default=None, shell_complete=complete_file,
                          help="A measured cost preset (`ppopt profile`): unit mode with its stage-averaged F, I, W and message time "
                               "(a full backward takes I + W there, not the measured B)."),
         ]
@@ -115,7 +116,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
     if schedule_file is not None:
         wrapper = click.option("--legacy-backward", is_flag=True,
                                help="--schedule-file uses the old spelling: BW full backward, B input backward.")(wrapper)
-        wrapper = click.option("--schedule-file", default=None,
+        wrapper = click.option("--schedule-file", default=None, shell_complete=complete_file,
                                help=f"A PyTorch schedule CSV of your own ('-': standard input): {schedule_file}")(wrapper)
     return system_options()(job_options()(unit_options()(
         schedule_options(name=False, unit_costs=False, sizes_required=schedule_file is None, spaces=spaces)(wrapper))))
@@ -256,9 +257,9 @@ def _refuse_replicas_for_torch(space, csv_path, run_it) -> None:
                    "the file's own space unless given.")
 @click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid.")
 @click.option("--minimize-memory", is_flag=True, help="Then minimise the worst device's peak memory at that step time (second solve).")
-@click.option("--csv", "csv_path", callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None, help="Write the schedule found as a PyTorch schedule CSV.")
-@click.option("--plot", callback=check_plot, default=None, help="Draw the schedule found, simulated, to .png/.svg.")
-@click.option("--trace", callback=output_not_named_as(".json", "a Chrome trace (JSON)", compressed=True), default=None, help="Write the schedule found, simulated, as a Chrome/Perfetto trace (.json, or .json.gz compressed).")
+@click.option("--csv", "csv_path", shell_complete=complete_file, callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None, help="Write the schedule found as a PyTorch schedule CSV.")
+@click.option("--plot", callback=check_plot, shell_complete=complete_file, default=None, help="Draw the schedule found, simulated, to .png/.svg.")
+@click.option("--trace", shell_complete=complete_file, callback=output_not_named_as(".json", "a Chrome trace (JSON)", compressed=True), default=None, help="Write the schedule found, simulated, as a Chrome/Perfetto trace (.json, or .json.gz compressed).")
 @click.option("--run", "run_it", is_flag=True, help="Then run the schedule found in PyTorch's runtime on local ranks (see `ppopt run`; needs torch).")
 @json_option
 def search_command(spec, solve, options, space, grid, minimize_memory, csv_path, plot, trace, run_it, given, as_json):

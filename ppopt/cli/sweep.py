@@ -8,7 +8,7 @@ import time
 import click
 
 from ppopt.cli import main
-from ppopt.cli.options import FLOAT, INT, ProgressBar, check_output_dir, deadline_of, emit_json, json_option, quiet_option
+from ppopt.cli.options import FLOAT, INT, ProgressBar, check_output_dir, complete_dir, deadline_of, emit_json, json_option, quiet_option
 from ppopt.errors import counted
 from ppopt.solve.interrupt import sigterm_as_ctrl_c
 
@@ -16,7 +16,7 @@ from ppopt.solve.interrupt import sigterm_as_ctrl_c
 def executor_options(command):
     for option in reversed(
         [
-            click.option("--output", "-o", default=None, callback=check_output_dir,
+            click.option("--output", "-o", default=None, callback=check_output_dir, shell_complete=complete_dir,
                          help="Output directory, created if missing (its parent must exist) [default: out/<spec stem>]."),
             click.option("--jobs", "-j", type=INT, default=1, show_default=True, help="Parallel jobs (local processes; CPUs of a local Ray)."),
             click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where points run."),
