@@ -950,3 +950,15 @@ def test_a_quoted_fraction_for_backward_is_refused_as_a_number(tmp_path):
         load_spec(path)
     assert caught.value.reason.endswith("key 'backward': Input should be a valid number, got the text '1.5': give the number unquoted")
     assert load_spec(write_spec(tmp_path, SPEC.replace('global_batch = 64', 'global_batch = 64\nbackward = 1.5'))).spec.backward == 1.5
+
+
+def test_a_dangling_link_among_the_outputs_is_refused(tmp_path):
+    """rows.jsonl a link to a file that does not exist: the sweep appended its rows there, outside its
+    output directory (at /nonexistent). Refused in one line, nothing written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    (out / "rows.jsonl").symlink_to(elsewhere)
+    with pytest.raises(PpoptError, match=f"cannot write {out / 'rows.jsonl'}: it is a link to {elsewhere}, which does not exist"):
+        run_sweep(load_spec(write_spec(tmp_path)), out)
+    assert not elsewhere.exists()

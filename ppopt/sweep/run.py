@@ -479,6 +479,8 @@ def run_sweep(
     for name in (*OUTPUT_FILES, *also_files):  # one written only after every point (rows.csv) failed after all the work
         if (out / name).is_dir():
             raise PpoptError(f"cannot write {out / name}: it is a directory", field="output")
+        if (problem := broken_link(out / name)) is not None:  # rows.jsonl, appended to, wrote where the link led
+            raise PpoptError(f"cannot write {out / name}: {problem}", field="output")
     for name in also_dirs:
         if (out / name).exists() and not (out / name).is_dir():
             raise PpoptError(f"cannot write into {out / name}: it is a file, not a directory", field="output")
