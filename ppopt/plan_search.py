@@ -45,7 +45,7 @@ from ppopt.solve.instance import Instance, InstanceSpec
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.space import family_space
 
-__all__ = ["JobInstanceSpec", "JobSearch", "first_after_search", "job_spec", "ranking_changes", "search_job", "searched_steps"]
+__all__ = ["JobInstanceSpec", "JobSearch", "first_after_search", "job_spec", "order_after_search", "ranking_changes", "search_job", "searched_steps"]
 
 
 @dataclass(frozen=True)
@@ -145,17 +145,22 @@ def searched_steps(steps: list[float], searches: list[list[JobSearch]]) -> tuple
     return new, chosen
 
 
+def order_after_search(steps: list[float], searches: list[list[JobSearch]]) -> tuple[list[int], list[JobSearch | None]]:
+    """The jobs' indices, fastest first, once the searched schedules count (ties keep the old order),
+    and each job's search whose schedule it runs (None: its handcrafted one), as :func:`searched_steps`."""
+    new, chosen = searched_steps(steps, searches)
+    return sorted(range(len(new)), key=lambda k: (new[k], k)), chosen
+
+
 def ranking_changes(steps: list[float], searches: list[list[JobSearch]]) -> list[tuple[int, int]]:
     """(old rank, new rank), 1-based, of the jobs whose rank changes when the first
     ``len(searches)`` jobs (of ``steps``, fastest first) take their best searched step."""
-    new, _ = searched_steps(steps, searches)
-    order = sorted(range(len(new)), key=lambda k: (new[k], k))
+    order, _ = order_after_search(steps, searches)
     return [(old + 1, rank + 1) for rank, old in enumerate(order) if old != rank]
 
 
 def first_after_search(steps: list[float], searches: list[list[JobSearch]]) -> tuple[int, JobSearch | None]:
     """The index of the fastest job once the searched schedules count (the new #1 of
     :func:`ranking_changes`), and the search whose schedule it runs (None: its handcrafted one)."""
-    new, chosen = searched_steps(steps, searches)
-    first = min(range(len(new)), key=lambda k: (new[k], k))
-    return first, chosen[first]
+    order, chosen = order_after_search(steps, searches)
+    return order[0], chosen[order[0]]

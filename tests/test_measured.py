@@ -785,6 +785,9 @@ def test_a_row_predicted_over_the_gpus_memory_is_marked(tmp_path):
     assert data["rows"][0]["peak_memory_bytes"] > 16 * 18.4e9
     table = CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain-calibrated", "--format", "csv"]).stdout
     assert [r["over memory"] for r in csv.DictReader(io.StringIO(table))] == ["yes", "no"]
+    # in markdown the footnote's mark is escaped: "# 1 row ..." would be a heading
+    markdown = CliRunner().invoke(main, ["validate", str(path), "--system", "a100-vtrain-calibrated", "--format", "markdown"]).stdout
+    assert "\\# 1 row predicted above" in markdown and not any(line.startswith("#") for line in markdown.splitlines())
 
 
 def test_column_names_are_read_in_any_letter_case(tmp_path):

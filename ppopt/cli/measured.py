@@ -129,15 +129,12 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     from ppopt.errors import counted
     from ppopt.io.measured import ASSUMED, unused_columns
     from ppopt.report.evaluation import OVER_MEMORY, capacity_text, yes_no
-    from ppopt.report.text import percent, percent_header
+    from ppopt.report.text import markdown_line, percent, percent_header
 
     base = load_system(system)
     with working("validate", quiet):
         accuracy = validate_file(list(data), base)
     capacity = base.memory_capacity_bytes  # the measured runs fitted: a peak above it is the model's error
-
-    def over(row) -> bool:
-        return not row.fits_memory
     _note_unused_columns(data, unused_columns, ASSUMED)
     if not accuracy.rows:  # a report of no prediction, "MAPE -", would read as a result
         _refuse_no_rows(accuracy.unmodelled, "be predicted")
@@ -152,7 +149,7 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
             "summary": accuracy.summary(),
             "rows": [{"file": r.source, "line": r.line, "model": r.model, "job": r.job, "measured_s": r.measured_s,
                       "predicted_s": r.predicted_s, "error": r.error, "peak_memory_bytes": r.peak_memory_bytes,
-                      "over_memory": over(r), "pipeline_s": r.pipeline_s, "gradient_sync_s": r.gradient_sync_s,
+                      "over_memory": not r.fits_memory, "pipeline_s": r.pipeline_s, "gradient_sync_s": r.gradient_sync_s,
                       "optimizer_s": r.optimizer_s}
                      for r in accuracy.rows],
             "memory_capacity_bytes": capacity,
@@ -167,13 +164,13 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     header = ["line", "model", "job", "measured ms", "predicted ms", percent_header("error", fmt), "peak GB"]
     mark = "" if fmt == "csv" else f" {OVER_MEMORY}"  # CSV says it in a column of its own
     rows = [[_where(r.source, r.line, len(data)), r.model, r.job, _figure(1e3 * r.measured_s, fmt), _figure(1e3 * r.predicted_s, fmt),
-             percent(r.error, fmt, signed=True), _figure(r.peak_memory_bytes / 1e9, fmt) + (mark if over(r) else "")]
+             percent(r.error, fmt, signed=True), _figure(r.peak_memory_bytes / 1e9, fmt) + ("" if r.fits_memory else mark)]
             for r in accuracy.rows]
     if fmt == "csv":  # one table: the groups when asked for, else every row, those outside the model with the reason
         if groups:
             click.echo(_table(group_header, group_rows, fmt))
         else:
-            rows = [[*row, yes_no(over(r)), ""] for row, r in zip(rows, accuracy.rows)] + [
+            rows = [[*row, yes_no(not r.fits_memory), ""] for row, r in zip(rows, accuracy.rows)] + [
                 [_where(u.source, u.line, len(data)), u.label, "", _figure(1e3 * u.measured_s, fmt), "", "", "", "", u.reason]
                 for u in accuracy.unmodelled]
             click.echo(_table([*header, "over memory", "not modelled because"], rows, fmt))
@@ -182,9 +179,10 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
                    "text, markdown and --json outputs", err=True)
         return
     click.echo(_table(header, rows, fmt))
-    if overs := sum(map(over, accuracy.rows)):
-        click.echo(("\n" if fmt == "markdown" else "") + f"{OVER_MEMORY} {counted(overs, 'row')} predicted above {base.name}'s "
-                   f"{capacity_text(capacity)} per GPU, which the measured run fitted in: the memory model over-predicts it")
+    if overs := sum(not r.fits_memory for r in accuracy.rows):  # a footnote, escaped in markdown as with_context does
+        footnote = (f"{OVER_MEMORY} {counted(overs, 'row')} predicted above {base.name}'s {capacity_text(capacity)} per GPU, "
+                    "which the measured run fitted in: the memory model over-predicts it")
+        click.echo("\n" + markdown_line(footnote) if fmt == "markdown" else footnote)
     if accuracy.unmodelled:
         click.echo("")
         click.echo(_unmodelled_table(accuracy.unmodelled, len(data), fmt))
@@ -335,6 +333,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     from ppopt.costs import check_global_batch
     from ppopt.errors import ConfigError
     from ppopt.job import Job, evaluate_job
+    from ppopt.placement import split_note
     from ppopt.plan import throughput
     from ppopt.report.evaluation import capacity_json
     from ppopt.report.text import fixed, tokens_per_s
@@ -382,11 +381,9 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
                f"{', distributed optimizer' if job.distributed_optimizer else ''}"
                f"{', gradient sync overlapped' if job.overlap_gradient_sync else ''}"
                f"{'' if len(set(job.stage_layers)) == 1 else ', layers per stage ' + ','.join(map(str, job.stage_layers))})")
-    from ppopt.placement import split_note
-
     if job.layers is None and "split" in job.schedule_options and \
-            (note := split_note(job.stage_layers, job.schedule_options["split"])) is not None:
-        click.echo(f"note: {note}", err=True)
+            (uneven := split_note(job.stage_layers, job.schedule_options["split"])) is not None:
+        click.echo(f"note: {uneven}", err=True)
     hidden = " (the part the last backward does not hide)" if job.overlap_gradient_sync else ""
     for label, seconds, note in (("step       ", result.step_time_s, ""), ("  pipeline ", result.pipeline_s, ""),
                                  ("  grad sync", result.gradient_sync_s, hidden), ("  optimizer", result.optimizer_s, "")):

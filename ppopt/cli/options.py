@@ -171,18 +171,21 @@ complete_model = _completion(list_models, files=True)
 """Shell completion of ``--model``: the model presets, or a file."""
 complete_system = _completion(list_systems, files=True)
 """Shell completion of ``--system``: the system presets, or a file."""
-def complete_file(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
-    """Shell completion of a file argument or option (an input or an output): file names."""
-    from click.shell_completion import CompletionItem
+def _path_completion(kind: str) -> Callable[[click.Context, click.Parameter, str], list]:
+    """A ``shell_complete`` callback that leaves the word to the shell's ``kind`` completion ("file", "dir")."""
 
-    return [CompletionItem(incomplete, type="file")]
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(incomplete, type=kind)]
+
+    return complete
 
 
-def complete_dir(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
-    """Shell completion of an output directory: directory names."""
-    from click.shell_completion import CompletionItem
-
-    return [CompletionItem(incomplete, type="dir")]
+complete_file = _path_completion("file")
+"""Shell completion of a file argument or option (an input or an output): file names."""
+complete_dir = _path_completion("dir")
+"""Shell completion of an output directory: directory names."""
 
 
 def complete_preset(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:

@@ -548,18 +548,18 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
 
 
 def _torch_csv_choice(result, searches):
-    """The schedule ``--torch-csv`` writes, chosen before the report is printed: the plan's #1 after
-    the search (its searched schedule when that is faster), or, when PyTorch's CSV cannot hold that
-    one (a stage on two ranks), the fastest job whose schedule it can, with a note (the plan was
-    printed in full, then the command failed). ConfigError when no job's schedule fits it."""
+    """The schedule ``--torch-csv`` writes, chosen before the report is printed (so that a refusal
+    comes before it): the plan's #1 after the search (its searched schedule when that is faster),
+    or, when PyTorch's CSV cannot hold that one (a stage on two ranks), the fastest job whose
+    schedule it can, with a note. ConfigError when no job's schedule fits it."""
     from ppopt.errors import ConfigError, ScheduleError
     from ppopt.generators import REGISTRY, generate
     from ppopt.io.torch_csv import refuse_replicas
-    from ppopt.plan_search import searched_steps
+    from ppopt.plan_search import order_after_search
 
-    steps, chosen = searched_steps([r.step_time_s for r in result.rows], searches)
+    order, chosen = order_after_search([r.step_time_s for r in result.rows], searches)
     first_reason = None
-    for rank, k in enumerate(sorted(range(len(steps)), key=lambda k: (steps[k], k)), 1):
+    for rank, k in enumerate(order, 1):
         job, search = result.rows[k].job, chosen[k]
         if search is None and not REGISTRY[job.schedule].torch:  # the family never fits: no need to build it
             first_reason = first_reason or f"{job.schedule} places a stage on two ranks"

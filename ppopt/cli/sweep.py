@@ -42,9 +42,10 @@ EXECUTOR_NOTE_S = 1.0
 """An executor's start this long or longer is named when the time limit leaves points missing."""
 
 
-def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, kinds=("evaluate", "gap"), also=((), ())):
+def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, kinds=("evaluate", "gap"), also_files=(),
+         also_dirs=()):
     """The sweep, and the --time-limit that would let its searches left out run (None if none was);
-    ``also``: the files and directories written after it (run_sweep's ``also_files``, ``also_dirs``)."""
+    ``also_files`` and ``also_dirs``: what is written after it (:func:`ppopt.sweep.run.run_sweep`)."""
     from ppopt.sweep import make_executor, run_sweep
     from ppopt.sweep.run import check_deadline_before_start
 
@@ -58,8 +59,8 @@ def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, k
             with make_executor(executor, jobs, address) as pool:
                 run_start = time.monotonic()
                 started_s = run_start - began
-                result = run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline, also_files=also[0],
-                                   also_dirs=also[1])
+                result = run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline, also_files=also_files,
+                                   also_dirs=also_dirs)
         # the time spent before the run and kept after it (report, figures), plus what the run needs
         needed = None if not result.search_s else time_limit - (deadline - run_start) + result.search_s
         if result.time_limit_reached and started_s >= EXECUTOR_NOTE_S:  # Ray's start cannot be cut short
@@ -147,8 +148,8 @@ def study_command(output, jobs, executor, address, time_limit, quiet, quick, spe
     deadline = deadline_of(time_limit, reserve, "report.md" if no_figures else "report.md and its figures (--no-figures keeps 1 s)")
     loaded = load_spec(resolve_spec(("quick" if quick else "paper") if spec_path is None else spec_path))
     kinds = ("evaluate",) if no_solver else ("evaluate", "gap")
-    also = (("report.md", "claims.json"), () if no_figures else ("figures",))
-    result, needed = _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, kinds, also)
+    result, needed = _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, kinds,
+                          also_files=("report.md", "claims.json"), also_dirs=() if no_figures else ("figures",))
     note = "" if not result.missing else f"*Incomplete: {result.missing} of {result.points} points are missing.*"
     report = write_report(loaded, result.rows, result.output, figures=not no_figures, note=note)
     if as_json:
