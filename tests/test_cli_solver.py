@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from ppopt.costs import partition_layers, stage_costs
 from ppopt.errors import InfeasibleError
 from ppopt.evaluate import evaluate
 from ppopt.io.torch_csv import read_torch_csv
+from ppopt.solve.options import MAX_WORKERS
+from ppopt.sweep.executors import max_local_jobs
 
 UNIT = ["-p", "4", "-m", "8", "--unit", "--backward", "2", "--comm", "1", "--time-limit", "30", "-q"]
 
@@ -148,6 +151,18 @@ def test_frontier_marks_peaks_over_the_gpus_memory():
     assert {r["over memory"] for r in rows if r["row"] == "handcrafted"} == {"yes"}
     unit = json.loads(run("frontier", "-p", "4", "-m", "8", "--unit", "--time-limit", "20", "-q", "--json").stdout)
     assert unit["memory_capacity_bytes"] is None and {h["over_memory"] for h in unit["handcrafted"]} == {None}
+
+
+def test_workers_beyond_the_machine_are_refused():
+    """More CP-SAT threads than the CPUs run usefully only overrun the time limit (64 on 2 CPUs took
+    6.6 s for a 5 s gap), so they are refused by the rule of sweep's --jobs, before any work."""
+    too_many = max_local_jobs() + 1
+    if too_many > MAX_WORKERS:
+        pytest.skip(f"this machine runs {max_local_jobs()} workers usefully, more than the {MAX_WORKERS} allowed anywhere")
+    done = run("gap", *UNIT, "--workers", too_many)
+    assert done.exit_code == 1 and done.stdout == ""
+    assert done.stderr == (f"error: --workers: {too_many} is more than this machine runs usefully: at most "
+                           f"{max_local_jobs()} (4 per CPU, at least 16; {os.cpu_count() or 1} CPUs here)\n")
 
 
 @pytest.mark.parametrize(

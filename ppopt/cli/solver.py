@@ -94,7 +94,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
                               "gradients, optimizer state and activations), e.g. 60GiB [default: no limit]."),
             click.option("--time-limit", type=FLOAT, default=60.0, show_default=True,
                          help="Seconds for the whole command: model building, hints, every solve and the report."),
-            click.option("--workers", type=INT, default=1, show_default=True, help=f"CP-SAT workers, 1 to {MAX_WORKERS} (1 is reproducible unless the time limit cuts a solve: "
+            click.option("--workers", type=INT, default=1, show_default=True, help=f"CP-SAT workers, 1 to 4 per CPU (at least 16, at most {MAX_WORKERS}; 1 is reproducible unless the time limit cuts a solve: "
                                                                                "see --deterministic-time)."),
             click.option("--seed", type=INT, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
             click.option("--deterministic-time", type=FLOAT, default=None,
@@ -216,7 +216,12 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     Runs first thing in a command, so the time budget starts with the command.
     """
     quiet = params.pop("quiet")
-    solve = SolveOptions(params.pop("time_limit"), params.pop("workers"), params.pop("seed"),
+    workers = params.pop("workers")
+    if isinstance(workers, int) and 1 <= workers <= MAX_WORKERS:  # SolveOptions refuses the rest
+        from ppopt.sweep.executors import check_local_parallelism
+
+        check_local_parallelism(workers, "workers")  # 64 threads on 2 CPUs overran a 5 s limit by 30 %
+    solve = SolveOptions(params.pop("time_limit"), workers, params.pop("seed"),
                          None if quiet else (lambda line: click.echo(line, err=True)),
                          deterministic_time=params.pop("deterministic_time"), method=params.pop("method")).start(startup_s())
     unit, units = params.pop("unit"), params.pop("units")

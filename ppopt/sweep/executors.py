@@ -39,7 +39,7 @@ from typing import Any
 
 from ppopt.errors import ConfigError, PpoptError
 
-__all__ = ["Executor", "LocalExecutor", "RayExecutor", "TimeLimitReached", "alarm_at", "make_executor", "max_local_jobs",
+__all__ = ["Executor", "LocalExecutor", "RayExecutor", "TimeLimitReached", "alarm_at", "check_local_parallelism", "make_executor", "max_local_jobs",
            "uninterrupted"]
 
 
@@ -157,12 +157,18 @@ def max_local_jobs() -> int:
     return max(16, 4 * (os.cpu_count() or 1))
 
 
+def check_local_parallelism(count: int, field: str) -> None:
+    """Refuse ``count`` parallel processes or threads (``field``: the option's name) beyond
+    :func:`max_local_jobs`: more only oversubscribes the CPUs, and the time limit then overruns."""
+    if count > max_local_jobs():
+        raise ConfigError(f"{count} is more than this machine runs usefully: at most {max_local_jobs()} "
+                          f"(4 per CPU, at least 16; {os.cpu_count() or 1} CPUs here)", field=field)
+
+
 def _check_jobs(jobs: int) -> None:
     if jobs < 1:
         raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
-    if jobs > max_local_jobs():
-        raise ConfigError(f"{jobs} is more than this machine runs usefully: at most {max_local_jobs()} "
-                          f"(4 per CPU, at least 16; {os.cpu_count() or 1} CPUs here)", field="jobs")
+    check_local_parallelism(jobs, "jobs")
 
 
 RAY_SHUTDOWN_S = 2.0
