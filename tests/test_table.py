@@ -95,6 +95,23 @@ def test_text_grid_of_a_huge_table_is_cut_to_a_window(monkeypatch):
     assert lines[0].startswith("device 0 | F0 F1 F2 F3")
 
 
+def test_cut_grid_keeps_lines_readable_and_counts_in_full(monkeypatch):
+    """Cut, a grid keeps at most MAX_CUT_COLUMNS columns however few its rows (one device of 3,000
+    slots was one line of the whole 3,000 cells), and the summary gives its length as a whole
+    number (3e+06 slots before)."""
+    import ppopt.report.text
+    from ppopt.report.text import amount, grid, table_summary
+
+    monkeypatch.setattr(ppopt.report.text, "MAX_GRID_CELLS", 1_000)
+    monkeypatch.setattr(ppopt.report.text, "MAX_CUT_COLUMNS", 40)
+    table = table_of("1f1b", 1, 1500, UnitCosts(backward=2))  # one device, 4,500 slots
+    lines = grid(table).splitlines()
+    assert lines[-1] == "(grid cut to devices 0..0 of 1 and columns 0..39 of 4500: 4,500 cells are over the 1,000 drawn)"
+    assert len(lines[0].split(" | ")[1].split()) == 40
+    assert table_summary(table).startswith("length 4500 slots,")
+    assert [amount(v) for v in (3_000_001, 1603.5, 2 / 3)] == ["3000001", "1603.5", "0.667"]
+
+
 @pytest.mark.parametrize("name", ["1f1b", "zb-v", "chimera"])
 def test_cut_timeline_grid_is_the_full_grids_first_columns(monkeypatch, name):
     """A simulated schedule's grid cut to a window shows exactly the first columns of the uncut grid:

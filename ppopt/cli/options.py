@@ -311,7 +311,7 @@ def unit_options() -> Callable:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress on stderr (notes on the result and the files written are still said).")
 format_option = click.option(
     "--format", "fmt", type=click.Choice(["text", "markdown", "csv"]), default="text", show_default=True,
     help="Layout of the tables (ignored with --json).",

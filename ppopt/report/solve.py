@@ -11,6 +11,7 @@ import math
 from ppopt.evaluate import memory_over
 from ppopt.report.evaluation import OVER_MEMORY, capacity_json, capacity_text, orders_json, over_memory_text, timeline_json, yes_no
 from ppopt.report.text import (
+    amount,
     csv_gib,
     csv_number,
     gib,
@@ -38,7 +39,7 @@ def _amount(value: float | None, unit: str) -> str:
         return seconds(value)
     if unit == "bytes":
         return gib(value)
-    return f"{round(value, 3):.12g}"  # slots or activations: 1603.5 and 16760, not 1604 and 1.676e+04
+    return amount(value)  # slots or activations
 
 
 CSV_UNITS = {"s": "s", "slots": "slots", "bytes": "GiB", "activations": "activations"}

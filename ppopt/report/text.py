@@ -48,15 +48,19 @@ MAX_GRID_CELLS = 250_000
 """Most cells a text grid draws; a larger timeline is cut to its first devices and columns, with a note."""
 MAX_GRID_DEVICES = 64
 """Most device rows a cut text grid keeps."""
+MAX_CUT_COLUMNS = 1_000
+"""Most columns a cut text grid keeps: 64 rows of 3,900 columns made lines of 12,000 characters,
+which no terminal shows (the whole table is in the CSV and trace exports)."""
 
 
 def drawn(devices: int, length: int) -> tuple[int, int]:
     """The device rows and columns a grid of ``devices`` x ``length`` cells draws: all of them, or,
-    over :data:`MAX_GRID_CELLS`, the first :data:`MAX_GRID_DEVICES` devices and the columns that fit."""
+    over :data:`MAX_GRID_CELLS`, the first :data:`MAX_GRID_DEVICES` devices and the columns that fit,
+    at most :data:`MAX_CUT_COLUMNS`."""
     if devices * length <= MAX_GRID_CELLS:
         return devices, length
     devices = min(devices, MAX_GRID_DEVICES)
-    return devices, min(length, max(1, MAX_GRID_CELLS // devices))
+    return devices, min(length, MAX_CUT_COLUMNS, max(1, MAX_GRID_CELLS // devices))
 
 
 def timeline_grid(
@@ -221,12 +225,18 @@ def aligned(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 def per_device(values: Sequence[float], fmt: str = "text") -> str:
     """Per-device values compactly: ``4,3,2,1``; all-equal lists as ``8 (all)`` (in CSV every value,
     separated by ``;``, as a sweep's rows.csv writes lists, so that a cell holds numbers only)."""
-    text = [f"{v:g}" for v in values]
+    text = [amount(v) for v in values]
     if fmt == "csv":
         return ";".join(text)
     if len(set(text)) == 1 and len(text) > 1:
         return f"{text[0]} (all)"
     return ",".join(text)
+
+
+def amount(value: float) -> str:
+    """A count of slots or activations, to three decimals, never in exponent form: 1603.5 and
+    3000001, not 1604 and 3e+06."""
+    return f"{round(value, 3):.12g}"
 
 
 def table_summary(table: Table) -> str:
@@ -237,7 +247,7 @@ def table_summary(table: Table) -> str:
     stages, devices, column = table.schedule.stages, table.schedule.devices, table.column
     unit = "" if stages == devices else f" (stage chunks, 1/{stages} of the model each)"
     width = "" if column == 1 else f" (one column = {column:g} slot)"
-    return (f"length {table.length:g} slots{width}, bubble ratio {table.bubble_ratio:.4f}, peak live activations per "
+    return (f"length {amount(table.length)} slots{width}, bubble ratio {table.bubble_ratio:.4f}, peak live activations per "
             f"device{unit} {per_device(table.peak_activations)}")
 
 
