@@ -571,6 +571,17 @@ def test_an_empty_row_is_an_idle_rank_that_is_evaluated_noted_and_not_exported(t
     assert not (tmp_path / "out.csv").exists()
 
 
+@pytest.mark.parametrize("trailer, devices", [(",,,\n", 3), ("\n\n", 2), ("  \n", 2), ('"",""\n', 3)])
+def test_a_last_row_of_empty_cells_is_an_idle_rank_and_blank_lines_are_not(tmp_path, trailer, devices):
+    """A last row of empty cells (a spreadsheet's idle rank) is a rank, as PyTorch's reader counts it,
+    and is noted: it was dropped as if it were a blank line, changing the device count silently.
+    Trailing blank lines (an editor's) are still ignored."""
+    path = tmp_path / "last.csv"
+    path.write_text("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n" + trailer)
+    result = run("import", str(path), "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["devices"] == devices
+    assert ("rank 2 holds no stage" in result.stderr) == (devices == 3)
+
 
 def test_import_json_keeps_the_overlapped_pairs(tmp_path):
     """The JSON orders spelt DualPipeV's '(0F5;5B2)OVERLAP_F_B' as two plain ops: the schedule could

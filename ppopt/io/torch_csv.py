@@ -27,8 +27,8 @@ Reading (:func:`read_torch_csv`)
     * Without the legacy flag a ``BW`` cell is an error that says to use it: the current PyTorch
       parser does not know ``BW`` (its regex reads ``0BW3`` as ``0B`` without a microbatch, which
       its validator then rejects), and a file spelling ``BW`` most likely means ``I`` by ``B``.
-    * The schedule: devices = rows (trailing empty lines are ignored, an empty row inside the file
-      is an idle rank), stage s placed on the one rank whose row holds it, name = the file's stem.
+    * The schedule: devices = rows (trailing blank lines are ignored; a row of empty cells such as
+      ``,,`` anywhere, or an empty line inside the file, is an idle rank), stage s placed on the one rank whose row holds it, name = the file's stem.
       Stages and microbatches are indexed by what the file names, never by the largest index: the
       S distinct stages must be 0..S-1 and the M distinct microbatches 0..M-1; a gap or an index
       beyond is a one-line error naming the action, its rank and its place, so a short file with
@@ -204,6 +204,13 @@ def _cells(row: _Line) -> list[str]:
     return row.split(",") if isinstance(row, str) else row
 
 
+def _blank(row: _Line) -> bool:
+    """Whether ``row`` is a blank line (at most one cell, of spaces only). A row of empty cells such
+    as ``,,,`` is a rank with no actions, as PyTorch's reader counts it, not a blank line."""
+    cells = _cells(row)
+    return len(cells) <= 1 and not any(cell.strip() for cell in cells)
+
+
 def _parse_row_cells(row: list[str], r: int, name: str, comms: list[_Comm]) -> _Row:
     """One row's compute actions, cell by cell (communication actions, groups, errors); its
     communication actions are appended to ``comms``."""
@@ -256,7 +263,7 @@ def _parse(text: str, name: str, legacy_backward: bool, where: str) -> Schedule:
     if lines > MAX_OPS:  # one row per rank, and no schedule has more ranks than ops: refused before splitting
         raise ScheduleError(f"{where}: {lines:,} lines: more rank rows than the {MAX_OPS:,} ops a schedule may hold")
     rows = _rows(text, where)
-    while rows and not any(cell.strip() for cell in _cells(rows[-1])):
+    while rows and _blank(rows[-1]):
         rows.pop()
     if not rows:
         raise ScheduleError(f"{where}: empty file: no rank rows (a PyTorch schedule CSV has one row of actions per rank)")
