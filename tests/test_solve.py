@@ -568,6 +568,7 @@ def test_a_free_placement_and_the_memory_solve_keep_a_limit_set_exactly_at_fract
     unlimited = search(free, parse_space("placement=v"), SolveOptions(30, deterministic_time=DET), minimize_memory=True)
     peak = max(unlimited.simulation.peak_memory_bytes)
     assert peak != round(peak)  # the case: a fractional peak
+    assert unlimited.peak_memory == peak  # the reported least peak is its schedule's, not the model's, bytes lower
     at = search(replace(free, memory_limit=peak), parse_space("placement=any,chunks=2"), SolveOptions(30, deterministic_time=DET))
     assert at.bound <= unlimited.step_time + 1e-12 and at.step_time <= unlimited.step_time
     linear = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=320, parallel=parallel)

@@ -120,10 +120,11 @@ class SearchResult:
         time_to_best_s: seconds until the solver's last improving schedule, or None.
         from_solver: whether ``schedule`` is the solver's (False: a handcrafted one or the hint).
         peak_memory: with ``minimize_memory``, the least worst-device peak any schedule of the best
-            step has (proven when ``memory_status`` is optimal); None otherwise. With a fractional
-            persistent state (a distributed optimizer's) it is counted with that state rounded down
-            to the model's memory unit, so it may lie a few bytes under every schedule's peak. The
-            found schedule's own peaks are ``simulation.peak_memory_bytes``.
+            step has (proven when ``memory_status`` is optimal); None otherwise. When the memory
+            solve's schedule is the one reported, it is that schedule's simulated peak (the model
+            counts a fractional persistent state, a distributed optimizer's, rounded down to its
+            memory unit, so its optimum may lie a few bytes under; "proven" then holds within that
+            rounding); otherwise the model's optimum.
         memory_status: the status of that second solve, or None.
         note: why the search stopped short (its time budget spent), if it did.
         rounding_cost: at most this share of the step is lost to rounding durations to ticks (0 when
@@ -1292,9 +1293,11 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     found = validate(_to_schedule(built, solver, best.schedule, setup.instance, setup.space))
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
     assert best.simulation is not None
+    least = solver.objective_value * built.memory_step
     if simulation.step_time_s <= best.simulation.step_time_s + 1e-9 and setup.instance.fits(peak_use(setup.instance, simulation)):
-        best = replace(best, schedule=found, simulation=simulation)
-    return replace(best, peak_memory=solver.objective_value * built.memory_step, memory_status=status)
+        # the schedule's own peak: the model's counts a fractional persistent state rounded down, a few bytes under it
+        best, least = replace(best, schedule=found, simulation=simulation), max(least, peak_use(setup.instance, simulation))
+    return replace(best, peak_memory=least, memory_status=status)
 
 
 def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None = None, minimize_memory: bool = False,
