@@ -775,9 +775,11 @@ def out_of_time(budget: SolveOptions, spent: str, foreseen: bool = False, listed
     """The error of a plan whose budget ended before any job was evaluated (or, ``foreseen``, that
     gave up early because a phase would not end within it); ``spent`` says where the time went;
     ``listed``: the jobs were given (``--candidates``), so there is no space to narrow."""
+    from ppopt.report.text import seconds
+
     head = "no job would be evaluated" if foreseen else "no job evaluated"
     advice = "give more time" if listed else "give more time or narrow the space (--schedule, --recompute, --micro-batch)"
-    return InfeasibleError(f"{head} within {budget.time_limit_s:g} s: {spent}; {advice}", field="time_limit_s")
+    return InfeasibleError(f"{head} within {seconds(budget.time_limit_s)}: {spent}; {advice}", field="time_limit_s")
 
 
 FORESIGHT_MARGIN = 2.0

@@ -378,6 +378,65 @@ def test_candidates_share_the_budget_by_model_and_one_out_of_time_leaves_the_oth
                              "give more time\n")  # its share, not the whole 60 s
 
 
+def test_many_listed_models_out_of_time_are_named_a_few_then_counted(still_clock, monkeypatch, tmp_path):
+    """A candidates file of 100 models (with GPU count and batch) given too little time printed a
+    note per model; now the first few are named and the rest counted in one line."""
+    import ppopt.cli.plan as plan_cli
+    import ppopt.plan as planning
+    from ppopt.plan import out_of_time
+
+    lines = (ROOT / "data" / "measured" / "vtrain-single-node.csv").read_text().splitlines()
+    rows, seen = [], set()
+    for line in lines[1:]:
+        cells = line.split(",")
+        if (key := (cells[0], cells[1], *cells[3:7])) not in seen and len(rows) < 4:
+            seen.add(key)
+            rows.append(line)
+    path = tmp_path / "four.csv"
+    path.write_text("\n".join([lines[0], *rows]) + "\n")
+    real, calls = planning.plan, []
+
+    def all_but_last_out_of_time(request, map_unordered, progress, budget, jobs, keep_share):
+        calls.append(request)
+        if len(calls) < 4:
+            raise out_of_time(budget, "sizing took the budget", listed=True)
+        return real(request, map_unordered, progress, budget, jobs, keep_share)
+
+    monkeypatch.setattr(planning, "plan", all_but_last_out_of_time)
+    monkeypatch.setattr(plan_cli, "SAID_LEFT_OUT", 1)
+    result = run("plan", "--candidates", path, "--system", CALIBRATED, "--search", 0, "-q", "--json", "--time-limit", 60)
+    assert result.exit_code == 0, result.output
+    notes = result.stderr.splitlines()
+    assert len(notes) == 2 and notes[0].endswith("left out: no job evaluated within 15 s: sizing took the budget; give more time")
+    assert notes[1] == ("note: 2 more models (with GPU count and global batch) left out the same way, no job evaluated "
+                        "within its share of the time; give more time")
+
+
+def test_reading_candidates_stops_once_the_budget_is_spent(still_clock, monkeypatch, tmp_path):
+    """Reading a listed-jobs file of 300,000 rows took 14 s of a 10 s budget before the first check;
+    the reader now calls back every CHECK_EVERY_ROWS rows, and plan stops there with one line."""
+    import ppopt.io.measured as measured
+
+    lines = (ROOT / "data" / "measured" / "vtrain-single-node.csv").read_text().splitlines()
+    path = tmp_path / "many.csv"
+    path.write_text("\n".join(lines[:26]) + "\n")  # 25 rows
+    seen = []
+    monkeypatch.setattr(measured, "CHECK_EVERY_ROWS", 10)
+    rows, _ = measured.read_measured(path, CALIBRATED, seen.append)
+    assert seen == [10, 20] and len(rows) == 25
+    clock, real = still_clock("ppopt.solve.options"), measured.read_measured
+
+    def slow(source, system, check=None):  # the budget is spent once reading starts
+        clock.jump(61)
+        return real(source, system, check)
+
+    monkeypatch.setattr(measured, "read_measured", slow)
+    result = run("plan", "--candidates", path, "--system", CALIBRATED, "--search", 0, "-q", "--time-limit", 60)
+    assert result.exit_code == 1
+    assert result.stderr == ("error: --time-limit: no job evaluated within 60 s: reading the candidates took the budget "
+                             "(10 rows read); give more time or fewer rows\n")
+
+
 def test_the_named_minimum_is_what_the_cheapest_job_needs():
     result = run("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--memory-limit", "5GB", "-q", "--search", 0,
                  "--schedule", "1f1b")

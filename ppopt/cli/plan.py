@@ -146,7 +146,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
         if fixed:  # the listed jobs are the measured runs' (1F1B, full recomputation): these filters would be ignored
             raise ConfigError(f"lists each job whole (layout, micro batch, and 1F1B with full recomputation as measured); "
                               f"drop {', '.join(fixed)}", field="candidates")
-        groups = _candidate_groups(candidates, system_config)
+        groups = _candidate_groups(candidates, system_config, options)
         requests = [(PlanRequest(g[0].model, system_config, g[0].gpus, g[0].global_batch, **common), g) for g in groups]
     else:
         missing = [flag for flag, value in (("--model", model), ("--gpus", gpus)) if value is None]
@@ -206,15 +206,22 @@ def _note_no_headroom(plans) -> None:
                        "--memory-limit", err=True)
 
 
-def _candidate_groups(path: str, system):
+def _candidate_groups(path: str, system, options):
     """The jobs a measured-data file lists, one group per model, GPU count and global batch (file
     order): a plan compares the layouts of one job, and a row on fewer GPUs or a smaller batch takes
-    less time without being a better layout."""
+    less time without being a better layout. Reading stops with an error once ``options``' time
+    budget is spent."""
     from ppopt.errors import ConfigError
     from ppopt.io.measured import MeasuredDataError, read_measured
+    from ppopt.report.text import seconds
+
+    def check(read: int) -> None:
+        if options.expired:
+            raise ConfigError(f"no job evaluated within {seconds(options.time_limit_s)}: reading the candidates took the "
+                              f"budget ({read:,} rows read); give more time or fewer rows", field="time_limit")
 
     try:
-        rows, unmodelled = read_measured(path, system)
+        rows, unmodelled = read_measured(path, system, check)
     except MeasuredDataError as error:
         raise ConfigError(error.reason, field="candidates") from None
     groups: dict[tuple[str, int, int], list] = defaultdict(list)
@@ -267,7 +274,7 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
     of ``--candidates``), each gets an equal share of the time left, and one whose share ends before
     any of its jobs is evaluated is left out with a note (the others' results stand); only when every
     one runs out is it an error."""
-    from ppopt.errors import InfeasibleError
+    from ppopt.errors import InfeasibleError, counted
     from ppopt.plan import depths_left_out
 
     plans, left_out = [], []
@@ -285,12 +292,21 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
             left_out.append((f"{request.model.name} on {request.gpus} GPUs, global batch {request.batch}", error))
     if not plans:
         raise left_out[0][1]
-    for name, reason in left_out:
-        click.echo(f"note: {name} left out: {reason.reason}", err=True)
+    timed_out = [name for name, reason in left_out if reason.field == "time_limit_s"]
+    for name, reason in left_out:  # each group out of time named up to a few, then counted (a file of 100 groups)
+        if reason.field != "time_limit_s" or timed_out.index(name) < SAID_LEFT_OUT:
+            click.echo(f"note: {name} left out: {reason.reason}", err=True)
+    if len(timed_out) > SAID_LEFT_OUT:
+        click.echo(f"note: {counted(len(timed_out) - SAID_LEFT_OUT, 'more model')} (with GPU count and global batch) left out "
+                   "the same way, no job evaluated within its share of the time; give more time", err=True)
     for result in plans:
         for family, why in result.families_left_out:
             click.echo(f"note: no job of {family} on {result.request.gpus} GPUs: {why}", err=True)
     return plans
+
+
+SAID_LEFT_OUT = 3
+"""Listed jobs (model, GPUs, batch) left out for want of time that are named one by one; the rest are counted."""
 
 
 def _model_share(options, parts: int):

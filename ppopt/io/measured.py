@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
@@ -226,9 +227,17 @@ def _optional_values(name: str, line: int, cells: list[str], index: dict[str, in
     return model, job
 
 
-def read_measured(source: str | os.PathLike[str],
-                  system: SystemConfig | str | os.PathLike[str]) -> tuple[list[Measured], list[Unmodelled]]:
+CHECK_EVERY_ROWS = 1_000
+"""Rows :func:`read_measured` reads between two calls of its ``check`` (about 50 ms of reading)."""
+
+
+def read_measured(source: str | os.PathLike[str], system: SystemConfig | str | os.PathLike[str],
+                  check: Callable[[int], None] | None = None) -> tuple[list[Measured], list[Unmodelled]]:
     """Read a measured-data CSV file into jobs on ``system`` (a SystemConfig, a preset name or a file).
+
+    ``check``, if given, is called with the count of rows read every :data:`CHECK_EVERY_ROWS` rows
+    (about 50 µs a row): a caller with a time limit raises from it once the budget is spent (a
+    candidates file of 300,000 rows took 14 s to read).
 
     Returns the rows ppopt models and those it cannot (with the reason). Raises
     MeasuredDataError for a missing column, a non-numeric or non-positive cell, t·p·d different
@@ -247,7 +256,9 @@ def read_measured(source: str | os.PathLike[str],
 
     rows: list[Measured] = []
     unmodelled: list[Unmodelled] = []
-    for line, cells in records:
+    for number, (line, cells) in enumerate(records, 1):
+        if check is not None and number % CHECK_EVERY_ROWS == 0:
+            check(number)
         if not any(cell.strip() for cell in cells):
             continue
         if len(cells) > len(header) and any(cell.strip() for cell in cells[len(header):]):
