@@ -452,7 +452,8 @@ def enumerate_jobs(request: PlanRequest) -> Iterator[Job]:
                     yield Job(request.model, request.system, tp=t, pp=p, dp=d, micro_batch=b,
                               global_batch=request.global_batch, recompute=recompute,  # type: ignore[arg-type]
                               sequence_parallel=_sequence_parallel(t), distributed_optimizer=d > 1,
-                              overlap_gradient_sync=request.overlap_gradient_sync, schedule=schedule, layers=counts,
+                              overlap_gradient_sync=request.overlap_gradient_sync and d > 1,  # d = 1: nothing to hide
+                              schedule=schedule, layers=counts,
                               **options)
 
 

@@ -978,6 +978,23 @@ def test_the_printed_job_command_predicts_the_plan_s_first_job(tmp_path, model, 
     assert (job["tp"], job["pp"], job["dp"], job["schedule"]) == (first["tp"], first["pp"], first["dp"], first["schedule"])
 
 
+def test_overlap_grad_sync_is_left_off_the_jobs_without_data_parallelism():
+    """With --overlap-grad-sync every job carried it, d = 1 too, so #1's printed `ppopt job` command
+    (t4 p1 d1) had a flag that `job` refuses at d = 1."""
+    import shlex
+
+    result = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--gpus", "4", "--system", "dgx-h100", "--global-batch", "1",
+                                       "--search", "0", "-q", "--json", "--overlap-grad-sync"])
+    assert result.exit_code == 0, result.output
+    planned = json.loads(result.stdout)
+    assert planned["top"][0]["dp"] == 1  # the case: one sequence, no replica
+    command = shlex.split(planned["job_command"])
+    assert "--overlap-grad-sync" not in command
+    again = CliRunner().invoke(main, [*command[1:], "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["step_time_s"] == pytest.approx(planned["top"][0]["step_time_s"], rel=1e-12)
+
+
 def test_a_first_job_that_fills_the_gpu_gets_a_note(capsys):
     """The default limit is the whole GPU, and the model leaves out the CUDA context and NCCL's
     buffers: a first job within 2 % of it (Llama 3 70B's #1 on 64 H100s uses 99.6 %) gets a note."""
