@@ -244,10 +244,7 @@ def _refuse_repeated_rows(rows: list[Measured], several_files: bool) -> None:
     statistics and the fit. A repeated run of a job (another measured time) is data, and kept."""
     first: dict[tuple, Measured] = {}
     for row in rows:
-        job = row.job
-        key = (row.model_key, job.model.vocab_size, job.tp, job.pp, job.dp, job.micro_batch, job.global_batch, job.recompute,
-               job.schedule_label, job.sequence_parallel, job.distributed_optimizer, row.measured_s)
-        earlier = first.setdefault(key, row)
+        earlier = first.setdefault((row.job, row.measured_s), row)  # every field of the job: model, layout, schedule
         if earlier is not row:
             repeats = (f"{row.source}:{row.line} repeats {earlier.source}:{earlier.line}" if several_files else
                        f"{row.source}: line {row.line} repeats line {earlier.line}")

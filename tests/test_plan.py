@@ -350,6 +350,28 @@ def test_candidates_none_can_model_name_the_first_reason(tmp_path):
                              "not divide the model's 16 query heads (and 1 more rows outside the model)\n")
 
 
+def test_candidates_rows_left_out_or_repeated_are_noted(tmp_path, monkeypatch):
+    """A row ppopt cannot model was dropped without a word, so a user could believe every layout of
+    the file was ranked, and a repeated row was ranked twice (#1 and #2 the same job). Each now gets
+    a note, a few by name and the rest counted, and a job is ranked once."""
+    import ppopt.cli.plan as plan_cli
+
+    path = tmp_path / "mixed.csv"
+    header = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
+              "data parallelism,pipeline parallelism,iteration time (ms)")
+    good, odd = "2,16,8,1024,16,24,1024,1,1,2", "3,3,1,1536,16,4,1024,3,1,1"
+    path.write_text(f"{header}\n{good},372.16\n{odd},100\n{good},380\n{odd},110\n{odd},120\n")
+    monkeypatch.setattr(plan_cli, "SAID_LEFT_OUT", 2)
+    result = run("plan", "--candidates", path, "--system", CALIBRATED, "--search", 0, "-q", "--json")
+    assert result.exit_code == 0, result.output
+    assert [row["job"] for row in json.loads(result.stdout)[0]["top"]] == ["t1 p2 d1 b8 m2"]
+    reason = "tensor parallelism 3 does not divide the model's 16 query heads"
+    assert result.stderr == (f"note: mixed.csv, line 3 left out: {reason}\n"
+                             f"note: mixed.csv, line 5 left out: {reason}\n"
+                             "note: 1 more row left out (`ppopt validate` lists each with its reason)\n"
+                             "note: mixed.csv, line 4 lists the job of line 2 again: ranked once\n")
+
+
 def test_candidates_share_the_budget_by_model_and_one_out_of_time_leaves_the_others(still_clock, monkeypatch):
     """Each model of --candidates had the whole budget, and one that ran out of it ended the command
     with an error, the other models' results thrown away. Each now gets an equal share of what is

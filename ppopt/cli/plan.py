@@ -225,13 +225,34 @@ def _candidate_groups(path: str, system, options):
     except MeasuredDataError as error:
         raise ConfigError(error.reason, field="candidates") from None
     groups: dict[tuple[str, int, int], list] = defaultdict(list)
+    first: dict = {}  # job -> the first row listing it: a job listed twice is ranked once
+    repeated = []
     for row in rows:
+        earlier = first.setdefault(row.job, row)
+        if earlier is not row:
+            repeated.append((row, earlier))
+            continue
         groups[row.model_key, row.job.gpus, row.job.batch].append(row.job)
     if not groups:  # as `validate` refuses it: the first row's reason (a file has at least one row)
         from ppopt.cli.measured import no_rows_reason
 
         raise ConfigError(no_rows_reason(unmodelled, "be planned"), field="candidates")
+    _note_some([f"{row.source}, line {row.line} left out: {row.reason}" for row in unmodelled],
+               "more row", "left out (`ppopt validate` lists each with its reason)")
+    _note_some([f"{row.source}, line {row.line} lists the job of line {earlier.line} again: ranked once" for row, earlier in repeated],
+               "more row", "listing an earlier row's job again: each job is ranked once")
     return list(groups.values())
+
+
+def _note_some(notes: list[str], noun: str, rest: str) -> None:
+    """The first :data:`SAID_LEFT_OUT` of ``notes`` on stderr, then how many more: that count of
+    ``noun`` (pluralised), then ``rest``."""
+    from ppopt.errors import counted
+
+    for note in notes[:SAID_LEFT_OUT]:
+        click.echo(f"note: {note}", err=True)
+    if len(notes) > SAID_LEFT_OUT:
+        click.echo(f"note: {counted(len(notes) - SAID_LEFT_OUT, noun)} {rest}", err=True)
 
 
 class _Phases:
@@ -274,7 +295,7 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
     of ``--candidates``), each gets an equal share of the time left, and one whose share ends before
     any of its jobs is evaluated is left out with a note (the others' results stand); only when every
     one runs out is it an error."""
-    from ppopt.errors import InfeasibleError, counted
+    from ppopt.errors import InfeasibleError
     from ppopt.plan import depths_left_out
 
     plans, left_out = [], []
@@ -292,13 +313,13 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
             left_out.append((f"{request.model.name} on {request.gpus} GPUs, global batch {request.batch}", error))
     if not plans:
         raise left_out[0][1]
-    timed_out = [name for name, reason in left_out if reason.field == "time_limit_s"]
-    for name, reason in left_out:  # each group out of time named up to a few, then counted (a file of 100 groups)
-        if reason.field != "time_limit_s" or timed_out.index(name) < SAID_LEFT_OUT:
+    for name, reason in left_out:
+        if reason.field != "time_limit_s":
             click.echo(f"note: {name} left out: {reason.reason}", err=True)
-    if len(timed_out) > SAID_LEFT_OUT:
-        click.echo(f"note: {counted(len(timed_out) - SAID_LEFT_OUT, 'more model')} (with GPU count and global batch) left out "
-                   "the same way, no job evaluated within its share of the time; give more time", err=True)
+    # those out of time named up to a few, then counted (a file of 100 models printed 100 notes)
+    _note_some([f"{name} left out: {reason.reason}" for name, reason in left_out if reason.field == "time_limit_s"],
+               "more model", "(with GPU count and global batch) left out the same way, no job evaluated within its "
+               "share of the time; give more time")
     for result in plans:
         for family, why in result.families_left_out:
             click.echo(f"note: no job of {family} on {result.request.gpus} GPUs: {why}", err=True)
@@ -306,7 +327,7 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
 
 
 SAID_LEFT_OUT = 3
-"""Listed jobs (model, GPUs, batch) left out for want of time that are named one by one; the rest are counted."""
+"""Notes of one kind (rows of --candidates left out or repeated, models out of time) given one by one; the rest are counted."""
 
 
 def _model_share(options, parts: int):
