@@ -40,6 +40,8 @@ def test_optional_columns_set_the_rows_model_and_job(tmp_path):
         "activation": ["swiglu", "", "gelu", "SwiGLU"],
         "flash attention": ["true", "", "false", "TRUE"],
         "dropout": ["false", "", "", "false"],
+        "tied embeddings": ["false", "", "", ""],
+        "learned positions": ["false", "", "true", ""],
         "ffn hidden size": ["8192", "", "", ""],
         "kv heads": ["8", "", "", ""],
         "recompute": ["selective", "", "none", ""],
@@ -60,7 +62,10 @@ def test_optional_columns_set_the_rows_model_and_job(tmp_path):
     assert interleaved.sequence_parallel and interleaved.distributed_optimizer and interleaved.tp == 2
     assert not (last.sequence_parallel or last.distributed_optimizer) and last.model.activation == "swiglu"
     # the model key names what departs from GPT, so Spearman's groups do not mix architectures
-    assert rows[0].model_key.endswith(" f8192 kv8 swiglu flash no-dropout")
+    assert rows[0].model_key.endswith(" f8192 kv8 swiglu flash no-dropout untied rotary")
+    # the data's GPT ties its embeddings and learns its positions (a row saying so is the same model)
+    assert (first.model.tie_embeddings, first.model.learned_position_embeddings) == (False, False)
+    assert plain.model.tie_embeddings and plain.model.learned_position_embeddings and interleaved.model.learned_position_embeddings
     assert rows[1].model_key == rows[2].model_key == "h3072 a32 L30 s2048"
     assert rows[3].model_key.endswith(" swiglu flash no-dropout")
     assert unused_columns(path) == []

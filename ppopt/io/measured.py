@@ -108,6 +108,8 @@ OPTIONAL = {
     "activation": OptionalColumn("activation", "model", get_args(ModelConfig.model_fields["activation"].annotation), "{}"),
     "flash attention": OptionalColumn("flash_attention", "model", BOOLEAN, "flash"),
     "dropout": OptionalColumn("dropout", "model", BOOLEAN, "no-dropout"),
+    "tied embeddings": OptionalColumn("tie_embeddings", "model", BOOLEAN, "untied"),
+    "learned positions": OptionalColumn("learned_position_embeddings", "model", BOOLEAN, "rotary"),
     "recompute": OptionalColumn("recompute", "job", RECOMPUTE_MODES),
     "schedule": OptionalColumn("schedule", "job", tuple(SCHEDULES)),
     "chunks": OptionalColumn("chunks", "job", int),
@@ -115,14 +117,15 @@ OPTIONAL = {
     "distributed optimizer": OptionalColumn("distributed_optimizer", "job", BOOLEAN),
 }
 """Optional columns (module doc) -> what they set. A model column's key label is added when the
-row departs from the plain GPT (:func:`_departures`: ``flash`` for true, ``no-dropout`` for false)."""
+row departs from the plain GPT (:func:`_departures`: ``flash`` for true, ``no-dropout``, ``untied``
+and ``rotary`` for false)."""
 KNOWN_COLUMNS = frozenset({*COLUMNS, TIME, PARAMETERS, VOCABULARY_COLUMN, *OPTIONAL})
 """Every column the reader reads (a header may name them in any letter case)."""
 
 ASSUMED = ("each row is a GPT-style model trained by Megatron-DeepSpeed as in data/measured: GELU MLP of 4h, "
-           "learned position embeddings, vocabulary 50,257 (or a 'vocabulary size' column), no flash attention, "
-           "full recomputation, 1F1B (optional columns such as 'activation', 'flash attention', 'recompute' and "
-           "'schedule' change that row by row: data/measured/README.md)")
+           "learned position embeddings, input and output embeddings tied, vocabulary 50,257 (or a 'vocabulary size' "
+           "column), no flash attention, full recomputation, 1F1B (optional columns such as 'activation', 'flash "
+           "attention', 'tied embeddings', 'recompute' and 'schedule' change that row by row: data/measured/README.md)")
 """What a row's job is, beyond its columns (the commands' help and their note on ignored columns say it)."""
 
 
