@@ -143,7 +143,8 @@ class StageCost:
     weight_grad_s: float
     """W: backward pass for the weight gradient."""
     activation_bytes: float
-    """Stored per microbatch from its F until it is freed (after B, or after W when split)."""
+    """Stored per microbatch from its F until it is freed (after B, or after W when split; see
+    ``input_grad_release_bytes``)."""
     persistent_bytes: float
     """Weights + gradients + optimizer state of this stage (one copy)."""
     param_count: float
@@ -154,6 +155,27 @@ class StageCost:
     gradient_bytes: float = 0.0
     """Weight-gradient bytes of this stage (param_count · bytes_per_element): what replicas of the
     stage all-reduce once per step (Chimera)."""
+    input_grad_release_bytes: float = 0.0
+    """Of ``activation_bytes``, what a split backward frees already at the end of I, because W
+    does not need it (the rest is freed at the end of W): on the last stage, the loss's fp32 softmax
+    less the logits' gradient that the output layer's W keeps (:func:`ppopt.job.job_work`); 0
+    elsewhere and in unit mode. A full backward B frees everything at its end."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.input_grad_release_bytes <= self.activation_bytes:
+            raise ValueError(f"input_grad_release_bytes must lie between 0 and activation_bytes ({self.activation_bytes}), "
+                             f"got {self.input_grad_release_bytes}")
+
+    def released_by(self, kind: Kind) -> float:
+        """Stored bytes (activations in unit mode) the end of an op of ``kind`` frees on this stage:
+        all of ``activation_bytes`` for B, ``input_grad_release_bytes`` for I, the rest for W."""
+        if kind is Kind.B:
+            return self.activation_bytes
+        if kind is Kind.I:
+            return self.input_grad_release_bytes
+        if kind is Kind.W:
+            return self.activation_bytes - self.input_grad_release_bytes
+        return 0.0
 
 
 @dataclass(frozen=True)

@@ -317,18 +317,23 @@ def earliest_starts(flat: Flat, duration: Sequence[Any], delay: Sequence[Any] | 
     return start
 
 
-def peak_per_device(flat: Flat, size: Sequence[float]) -> list[float]:
+def peak_per_device(flat: Flat, size: Sequence[float], early: Sequence[float] | None = None) -> list[float]:
     """Per device, the peak of stored activations: ``size[stage]`` from the start of each F to the end
     of the op that frees it (B, or W where that microbatch's backward is split; a valid schedule has
-    one of them per stage and microbatch); a release counts before an allocation at the same instant.
+    one of them per stage and microbatch), of which a split backward frees ``early[stage]`` already
+    at the end of I (:meth:`ppopt.costs.StageCost.released_by`); a release counts before an
+    allocation at the same instant.
 
     A device runs one op at a time in its order, so walking the order visits allocations and releases
     in time order (needs positive forward durations), a release before a later op's allocation.
     """
-    change = np.zeros(4 * len(size))  # indexed by 4 * stage + kind
-    change[4 * np.arange(len(size)) + F] = size
-    change[4 * np.arange(len(size)) + B] = np.negative(size)
-    change[4 * np.arange(len(size)) + W] = np.negative(size)
+    stored = np.asarray(size, dtype=float)
+    first = np.zeros(len(stored)) if early is None else np.asarray(early, dtype=float)
+    change = np.zeros(4 * len(stored))  # indexed by 4 * stage + kind
+    change[4 * np.arange(len(stored)) + F] = stored
+    change[4 * np.arange(len(stored)) + B] = np.negative(stored)
+    change[4 * np.arange(len(stored)) + I] = np.negative(first)
+    change[4 * np.arange(len(stored)) + W] = first - stored
     steps = change[flat.columns.stage_kind]
     # cumsum adds in sequence, as a running total along the order would
     return [max(0.0, float(np.cumsum(steps[o.start : o.stop]).max())) if o else 0.0 for o in flat.orders]

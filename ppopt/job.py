@@ -84,7 +84,11 @@ Embedding and output layer
     2·b·s·h·V/t FLOPs (vocabulary-parallel), and the loss reads and writes them (2·b·s·V·e/t). The
     loss keeps the softmax in fp32 for the backward, 4·b·s·V/t bytes until the last stage's
     backward (Korthikanti et al. 2022, Section 4.3, the cross entropy's stored logits), and the
-    logits' gradient, b·s·V·e/t bytes, lives while that backward runs.
+    logits' gradient, b·s·V·e/t bytes, lives while that backward runs. Where the backward is split,
+    I computes the loss's gradient and frees the softmax, while the output layer's W still needs the
+    logits' gradient: the stage's stored bytes drop by (4 - e)·b·s·V/t at the end of I, and the
+    rest goes at the end of W (the loss has no weights, so its W needs none of it; Qi et al. 2024,
+    Section 2.1: W needs less memory than B).
     The logits layer's input enters the tensor-parallel region, so its gradient is all-reduced in
     the last stage's I (Shoeybi et al. 2019, Section 3, the f operator; with sequence parallelism an
     all-gather in F and a reduce-scatter in I). With tied embeddings on several devices, the first
@@ -621,6 +625,9 @@ class JobWork:
     embedding_sync: tuple[Work, ...]
     """The tied word embedding's gradient all-reduce, on the first and the last stage (zero work on
     the others, and on all when there is none), after the data-parallel one: never overlapped."""
+    released_by_input_grad: tuple[float, ...] = ()
+    """Of ``stored_bytes``, what a split backward frees at the end of I (W does not need it), per
+    stage; empty: none (:attr:`ppopt.costs.StageCost.input_grad_release_bytes`)."""
 
     @property
     def backward(self) -> tuple[Work, ...]:
@@ -725,10 +732,11 @@ def job_work(job: Job) -> JobWork:
 
     def stage(index: int, n: int) -> tuple:
         """Stage ``index`` of ``n`` blocks: its F, I, W, parameters, stored and working bytes,
-        persistent bytes, gradient all-reduce and optimizer step."""
+        persistent bytes, gradient all-reduce, optimizer step, and the stored bytes a split
+        backward frees at the end of I."""
         f, i, w = n * forward, n * input_grad, n * weight
         count = n * layer_params_per_rank(model, t)
-        kept, extra = n * stored, working
+        kept, extra, released = n * stored, working, 0.0
         if index == 0:  # embedding: gather rows (vocabulary-parallel: all-reduce them), scatter their gradient
             if job.sequence_parallel:  # the rows leave split by sequence: a reduce-scatter, its backward an all-gather
                 f, w = f + Work(memory_bytes=rows) + 0.5 * tp_ar, w + Work(memory_bytes=rows) + 0.5 * tp_ar
@@ -744,11 +752,14 @@ def job_work(job: Job) -> JobWork:
             f, i = (f + 0.5 * tp_ar, i + 0.5 * tp_ar) if job.sequence_parallel else (f, i + tp_ar)
             kept += softmax_bytes  # the loss keeps the softmax in fp32 for its backward (Korthikanti et al. 2022, Section 4.3)
             extra += logits_bytes  # their gradient, in the activations' precision, while the backward runs
+            # split backward: I computes the loss's gradient, so the softmax goes at its end; the output
+            # layer's W needs only the logits' gradient, kept until W (the loss has no weights)
+            released = max(0.0, softmax_bytes - logits_bytes)
             if index != 0 or not model.tie_embeddings:  # own matrix, or Megatron's synchronised copy
                 count += v * h / t
         return (f + Work(ops=1.0), i + Work(ops=1.0), w, count, kept, extra, count * state_per_param,
                 ring_allreduce_work(count * e, job.dp, job.tp * job.dp, job.tp, system),
-                Work(memory_bytes=2 * count * bps * optimizer_share, ops=1.0))
+                Work(memory_bytes=2 * count * bps * optimizer_share, ops=1.0), released)
 
     # a stage between the first and the last depends only on its block count: built once per count
     # (sizing gpt3-175b's 7,710 plan jobs spent 15 of its 18 s here, building each stage anew)
@@ -762,7 +773,7 @@ def job_work(job: Job) -> JobWork:
         return middle[n]
 
     built = [stage_once(index, n) for index, n in enumerate(layers)]
-    fw, iw, ww, params, store, work_bytes, persistent, sync, opt = (list(column) for column in zip(*built))
+    fw, iw, ww, params, store, work_bytes, persistent, sync, opt, released = (list(column) for column in zip(*built))
 
     message = _message_work(job, rows / t)
     per_node = stages_per_node(job)
@@ -782,7 +793,7 @@ def job_work(job: Job) -> JobWork:
         iw = [i + gather if k < last else i for k, i in enumerate(iw)]
     messages = tuple(message[job.device_of(k) // per_node != job.device_of(k + 1) // per_node] for k in range(last))
     return JobWork(tuple(fw), tuple(iw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
-                   tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t, embedding_sync)
+                   tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t, embedding_sync, tuple(released))
 
 
 def _message_work(job: Job, num_bytes: float) -> tuple[Work, Work]:
@@ -819,6 +830,7 @@ def job_costs(job: Job, work: JobWork | None = None) -> Costs:
             param_count=work.param_count[k],
             send_bytes=work.send_bytes,
             gradient_bytes=work.param_count[k] * job.model.bytes_per_element,
+            input_grad_release_bytes=work.released_by_input_grad[k] if work.released_by_input_grad else 0.0,
         ))
     return Costs(stages=tuple(stages), microbatch_size=job.micro_batch, microbatches=job.microbatches)
 

@@ -468,7 +468,7 @@ def live_microbatches(schedule: str, stages: int, microbatches: int) -> tuple[in
     device, so device k's events are stage k's): +1 at an F, -1 at the op that frees them (B, or W
     when backward is split), walked along each device's order, as :func:`ppopt.simulate.simulate`
     counts them (:func:`_device_events`)."""
-    return tuple(int(np.max(np.cumsum(deltas), initial=0.0)) for _, deltas in _device_events(schedule, stages, microbatches, ()))
+    return tuple(int(np.max(np.cumsum(deltas), initial=0.0)) for _, deltas, _ in _device_events(schedule, stages, microbatches, ()))
 
 
 @dataclass(frozen=True)
@@ -494,37 +494,44 @@ class Memory:
 
 @lru_cache(maxsize=4096)
 def _device_events(schedule: str, devices: int, microbatches: int,
-                   options: tuple[tuple[str, int], ...]) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-    """Per device, the stages of its ops that allocate (+1 at F) or free (-1) activations, in order."""
+                   options: tuple[tuple[str, int], ...]) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+    """Per device, in order, its ops that change stored activations: their stages, what each does to
+    its stage's live microbatches (+1 at F, -1 at B or W), and to the part a split backward frees
+    early (-1 at I, +1 at W, which then frees only the rest: :meth:`ppopt.costs.StageCost.released_by`)."""
     from ppopt.generators import generate
 
     generated = generate(schedule, devices, microbatches, **dict(options))
     out = []
     for order in generated.orders:  # numpy from the ops' fields: no Python tuple per op for the collector to walk
         stages = np.fromiter(map(attrgetter("stage"), order), dtype=int, count=len(order))
-        deltas = np.fromiter(map(_ACTIVATION_DELTA.__getitem__, map(attrgetter("kind"), order)), dtype=float, count=len(order))
-        kept = deltas != 0
-        out.append((stages[kept], deltas[kept]))
+        kinds = list(map(attrgetter("kind"), order))
+        deltas = np.fromiter(map(_ACTIVATION_DELTA.__getitem__, kinds), dtype=float, count=len(order))
+        early = np.fromiter(map(_EARLY_DELTA.__getitem__, kinds), dtype=float, count=len(order))
+        kept = (deltas != 0) | (early != 0)
+        out.append((stages[kept], deltas[kept], early[kept]))
     return tuple(out)
 
 
 _ACTIVATION_DELTA = {kind: 1.0 if kind is Kind.F else -1.0 if kind in FREEING_KINDS else 0.0 for kind in Kind}
-"""What an op of each kind does to its stage's live activations: F allocates, B or W frees, I neither."""
+"""What an op of each kind does to its stage's live microbatches: F allocates, B or W frees, I neither."""
+_EARLY_DELTA = {Kind.F: 0.0, Kind.B: 0.0, Kind.I: -1.0, Kind.W: 1.0}
+"""What it does to the part of a microbatch's activation a split backward frees at I."""
 
 
 def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
     """One :class:`Memory` per device (its ``stage`` field: the device)."""
-    if one_stage_per_device(job):
+    released = work.released_by_input_grad or (0.0,) * job.stages
+    if one_stage_per_device(job) and not any(released):
         live = live_microbatches(job.schedule, job.pp, job.microbatches)
         return [Memory(work.persistent_bytes[k] + live[k] * work.stored_bytes[k] + work.working_bytes[k], k,
                        work.persistent_bytes[k], live[k] * work.stored_bytes[k], work.working_bytes[k])
                 for k in range(job.pp)]
     events = _device_events(job.schedule, job.pp, job.microbatches, tuple(sorted(job.schedule_options.items())))
-    stored = np.array(work.stored_bytes)
-    held = [sorted(set(stages.tolist())) for stages, _ in events]
+    stored, early = np.array(work.stored_bytes), np.array(released)
+    held = [sorted(set(stages.tolist())) for stages, _, _ in events]
     out = []
-    for d, (stages, deltas) in enumerate(events):
-        activations = float(np.max(np.cumsum(deltas * stored[stages]), initial=0.0))
+    for d, (stages, deltas, early_deltas) in enumerate(events):
+        activations = float(np.max(np.cumsum(deltas * stored[stages] + early_deltas * early[stages]), initial=0.0))
         persistent = sum(work.persistent_bytes[k] for k in held[d])
         working = max(work.working_bytes[k] for k in held[d])
         out.append(Memory(persistent + activations + working, d, persistent, activations, working))

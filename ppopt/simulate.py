@@ -64,7 +64,8 @@ Step time and idle share
 Memory accounting (per device)
     * Activations: a microbatch's ``activation_bytes`` of a stage are stored from the *start* of its F
       until the *end* of the op that frees them: B, or W where that microbatch's backward
-      is split into I and W (I still keeps them, W needs them). A release at the same instant as an allocation counts first (the convention of
+      is split into I and W (W needs them), except ``input_grad_release_bytes`` (the last
+      stage's loss softmax less the logits' gradient W keeps), freed at the end of I. A release at the same instant as an allocation counts first (the convention of
       :func:`ppopt.table.peak_live`, with which the result agrees whenever forward times are
       positive; it is computed here by one walk along each device's order, which is faster).
       Messages in flight, activation gradients and workspace are not counted.
@@ -598,7 +599,7 @@ def simulate(
     last_ends = [times.end[o.stop - 1] for o in flat.orders if o]  # a device's ops end in its order
     step = max([0.0, *last_ends, *sync_end.values(), *(e.end_s for e in steps)])
     idle = 1.0 - sum(busy) / (p * step) if step > 0 else 0.0
-    peaks = tuple(peak_per_device(flat, [c.activation_bytes for c in costs.stages]))
+    peaks = tuple(peak_per_device(flat, [c.activation_bytes for c in costs.stages], [c.input_grad_release_bytes for c in costs.stages]))
 
     return Simulation(
         step_time_s=step,

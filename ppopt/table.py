@@ -35,7 +35,7 @@ from operator import add
 from ppopt.errors import ScheduleError
 from ppopt.flat import KIND_CODE, KINDS, Flat, Unflattenable, flatten, paused_gc, peak_per_device
 from ppopt.flat import earliest_starts as flat_earliest_starts
-from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
+from ppopt.ir import Kind, Op, Schedule
 from ppopt.units import UnitCosts
 from ppopt.validation import execution_order, predecessors, validated
 
@@ -48,26 +48,45 @@ def peak_live(
     start: Mapping[Op, float],
     end: Mapping[Op, float],
     size: Callable[[int], float] = lambda stage: 1,
+    early: Callable[[int], float] = lambda stage: 0,
 ) -> tuple[float, ...]:
-    """Per device, the peak of stored activations: +size(stage) at F's start, -size at the freeing op's end.
-
-    When one op ends exactly as another starts, the release is counted first.
-    """
-    events: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
-    for op in schedule.ops():
-        device = schedule.device_of(op)
-        if op.kind is Kind.F:
-            events[device].append((start[op], 1, size(op.stage)))
-        elif op.kind in FREEING_KINDS:
-            events[device].append((end[op], 0, -size(op.stage)))
+    """Per device, the peak of stored activations (:func:`activation_changes`)."""
     peaks = []
-    for device_events in events:
+    for device_changes in activation_changes(schedule, start, end, size, early):
         live = peak = 0.0
-        for _, _, change in sorted(device_events):
+        for _, _, change in device_changes:
             live += change
             peak = max(peak, live)
         peaks.append(peak)
     return tuple(peaks)
+
+
+def activation_changes(
+    schedule: Schedule,
+    start: Mapping[Op, float],
+    end: Mapping[Op, float],
+    size: Callable[[int], float] = lambda stage: 1,
+    early: Callable[[int], float] = lambda stage: 0,
+) -> list[list[tuple[float, int, float]]]:
+    """Per device, the changes of its stored activations in time order, as ``(time, 0 for a release
+    or 1 for an allocation, change)``: +size(stage) at an F's start, -size at the end of the op that
+    frees it (B, or W where the backward is split), of which a split backward frees early(stage)
+    already at the end of I (:meth:`ppopt.costs.StageCost.released_by`). The ops are those of
+    ``start`` (every op of the schedule, or a part of it); when one op ends exactly as another
+    starts, the release comes first."""
+    changes: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
+    for op in start:
+        device = schedule.device_of(op)
+        if op.kind is Kind.F:
+            changes[device].append((start[op], 1, size(op.stage)))
+        elif op.kind is Kind.B:
+            changes[device].append((end[op], 0, -size(op.stage)))
+        elif op.kind is Kind.I:
+            if released := early(op.stage):
+                changes[device].append((end[op], 0, -released))
+        else:  # W
+            changes[device].append((end[op], 0, early(op.stage) - size(op.stage)))
+    return [sorted(device_changes) for device_changes in changes]
 
 
 def earliest_starts(

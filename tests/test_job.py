@@ -249,6 +249,26 @@ def test_interleaved_job_per_gpu_memory():
     assert memory_of(job).peak_bytes == result.peak_memory_bytes and memory_of(job).stage == 1  # device 1's pipeline rank
 
 
+def test_a_split_backward_frees_the_loss_softmax_at_i_and_keeps_the_logits_gradient_until_w():
+    """ZB-H1 at p = 2, m = 4, two blocks per stage (GPT above, b = 1). The last stage stores 2A + S
+    per microbatch; a split backward's I computes the loss's gradient, so S goes at the end of I,
+    while the output layer's W needs the logits' gradient L until its end: I frees S - L (Qi et al.
+    2024, Section 2.1: W needs less memory than B), W the rest, 2A + L. ZB-H1's last device runs
+    F0 I0 F1 I1 W0 F2 I2 W1 F3 ...: at most two live, the older past its I when the newer is made,
+    so its stored peak is (2A + S) + (2A + L), where freeing all at W gave 2·(2A + S); 1F1B holds
+    one at a time there, freed whole by B."""
+    job = Job(GPT, SYSTEM, pp=2, micro_batch=1, global_batch=4, schedule="zb-h1")
+    costs = job_costs(job)
+    assert [c.input_grad_release_bytes for c in costs.stages] == [0.0, S - L]
+    assert costs.stages[1].activation_bytes == 2 * A + S
+    result = evaluate_job(job)
+    assert result.simulation.peak_activation_bytes[1] == (2 * A + S) + (2 * A + L)
+    one_f_one_b = evaluate_job(Job(GPT, SYSTEM, pp=2, micro_batch=1, global_batch=4, schedule="1f1b"))
+    assert one_f_one_b.simulation.peak_activation_bytes[1] == 2 * A + S
+    from ppopt.plan import memory_of
+    assert memory_of(job).peak_bytes == result.peak_memory_bytes
+
+
 def test_chimera_job_persistent_memory_and_gradient_sync():
     # p = 4: device 0 holds stage 0 (blocks + embedding) and the up pipeline's stage 3 (block + its
     # V·h copy), each replica in full: (2P + 2·V·h)·16 = 2,049,900,544 bytes; device 1 holds stages 1

@@ -12,6 +12,7 @@ from matplotlib.collections import LineCollection  # noqa: E402
 
 import ppopt.report.plot as plot  # noqa: E402
 from ppopt.cli import main  # noqa: E402
+from ppopt.costs import StageCost  # noqa: E402
 from ppopt.errors import ScheduleError  # noqa: E402
 from ppopt.generators import REGISTRY, generate, names  # noqa: E402
 from ppopt.report.plot import (  # noqa: E402
@@ -127,7 +128,8 @@ def test_memory_limit_is_a_line_at_its_value():
     assert len(limit) == 1 and set(limit[0].get_ydata()) == {3}
     # in bytes, on top of persistent memory: the limit in the panel's unit, lines from their base
     gib = 2**30
-    fig = schedule_figure(schedule, *table_times(schedule), activation_size=lambda s: 2 * gib, memory_unit="bytes",
+    fig = schedule_figure(schedule, *table_times(schedule), stage_costs=[StageCost(1, 1.0, 2.0, 1.0, 1.0, 2 * gib, 0.0, 0.0, 0.0)] * 4,
+                          memory_unit="bytes",
                           memory_base=[10 * gib] * 4, memory_limit=20 * gib)
     ax = fig.axes[1]
     assert ax.get_ylabel() == "memory (GiB)"
@@ -187,7 +189,7 @@ def test_simulated_timeline_in_bytes():
     instance = InstanceSpec(2, 4, model="llama3-8b", system="dgx-h100").instance(schedule.stages, None)
     simulation = simulate(schedule, instance.costs, instance.system)
     fig = schedule_figure(schedule, simulation.start_s, simulation.end_s, "zb-v simulated", time_unit="s",
-                          activation_size=lambda s: instance.costs.stages[s].activation_bytes, memory_unit="bytes",
+                          stage_costs=instance.costs.stages, memory_unit="bytes",
                           transfers=simulated_transfers(simulation))
     assert fig.axes[1].get_ylabel().startswith("live activations (")
     assert len(transfer_segments(fig.axes[0])) == len(simulated_transfers(simulation)) > 0

@@ -336,6 +336,24 @@ def test_split_backward_frees_at_w(order, peak):
     assert sim.peak_activation_bytes == (peak,)
 
 
+@pytest.mark.parametrize("order, peak", [("F0 F1 I0 W0 I1 W1", 2.0), ("F0 I0 F1 W0 I1 W1", 1.75), ("F0 I0 W0 F1 I1 W1", 1.0),
+                                         ("F0 B0 F1 B1", 1.0)])
+def test_a_split_backward_frees_its_early_part_at_i(order, peak):
+    """A quarter of each activation freed at the end of I, the rest at the end of W (a last stage's
+    loss softmax less the logits' gradient W keeps): F0 I0 F1 holds 0.75 + 1."""
+    ops = tuple(Op(0, Kind(cell[0]), int(cell[1:])) for cell in order.split())
+    schedule = validate(Schedule("one", 1, 2, ((0,),), (ops,)))
+    costs = uniform(1, activation=1.0, input_grad_release_bytes=0.25)
+    sim = simulate(schedule, costs)
+    assert sim.peak_activation_bytes == (peak,)
+    assert peak_live(schedule, sim.start_s, sim.end_s, lambda s: 1.0, lambda s: 0.25) == (peak,)
+
+
+def test_an_early_release_larger_than_the_activation_is_refused():
+    with pytest.raises(ValueError, match="input_grad_release_bytes must lie between 0 and activation_bytes"):
+        stage_cost(activation=1.0, input_grad_release_bytes=2.0)
+
+
 def test_release_counts_before_allocation_at_the_same_instant():
     ops = (Op(0, Kind.F, 0), Op(0, Kind.B, 0), Op(0, Kind.F, 1), Op(0, Kind.B, 1))
     sim = simulate(Schedule("one", 1, 2, ((0,),), (ops,)), uniform(1, activation=7.0))
@@ -346,9 +364,11 @@ def test_release_counts_before_allocation_at_the_same_instant():
 def test_memory_walk_agrees_with_table_peak_live(name):
     schedule = generate(name, 4, 8)  # p = 4, m = 8 is within every family's rules
     sizes = [3.0 + s for s in range(schedule.stages)]
-    costs = costs_of(*(stage_cost(1 + 0.1 * s, 2, 1, 1, activation=sizes[s], send=0.5) for s in range(schedule.stages)))
+    early = [0.5 * s for s in range(schedule.stages)]  # what a split backward frees at I
+    costs = costs_of(*(stage_cost(1 + 0.1 * s, 2, 1, 1, activation=sizes[s], send=0.5, input_grad_release_bytes=early[s])
+                       for s in range(schedule.stages)))
     sim = simulate(schedule, costs, link=hockney(0.1, 1.0))
-    assert sim.peak_activation_bytes == peak_live(schedule, sim.start_s, sim.end_s, lambda s: sizes[s])
+    assert sim.peak_activation_bytes == peak_live(schedule, sim.start_s, sim.end_s, lambda s: sizes[s], lambda s: early[s])
 
 
 # --------------------------------------------------------------------------------------------------

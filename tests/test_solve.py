@@ -578,6 +578,38 @@ def test_a_free_placement_and_the_memory_solve_keep_a_limit_set_exactly_at_fract
     assert lowered.memory_status == "optimal" and lowered.peak_memory <= max(first.simulation.peak_memory_bytes) * (1 + 1e-12)
 
 
+@pytest.mark.parametrize("space", ["fixed:zb-h1", "placement=linear,backward=split"])
+def test_a_limit_that_only_an_early_release_at_i_meets_is_searched_and_bounded(space):
+    """llama3-8b on dgx-h100, p = 4, m = 8: ZB-H1's last device frees the loss's softmax (less the
+    logits' gradient) at each I, so it peaks below its activations freed whole at W. With the limit
+    at that peak, the solver's memory model must free the same way: ZB-H1 fits, the bound is at
+    most its step, and what the search reports fits."""
+    spec = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=32)
+    instance = spec.instance(4, None)
+    zb = simulate(generate("zb-h1", 4, 8), instance.costs, instance.system)
+    last = instance.costs.stages[-1]
+    assert last.input_grad_release_bytes > 0 and instance.costs.stages[0].input_grad_release_bytes == 0
+    whole = max(zb.persistent_bytes[-1] + 4 * last.activation_bytes, max(zb.peak_memory_bytes[:-1]))
+    limit = max(zb.peak_memory_bytes)
+    assert limit < whole  # the case: freed whole at W, ZB-H1 would not fit
+    result = search(replace(spec, memory_limit=limit), parse_space(space), SolveOptions(60, deterministic_time=DET))
+    assert result.status in ("optimal", "feasible")
+    assert result.bound <= zb.step_time_s * (1 + 1e-9) and result.step_time <= zb.step_time_s * (1 + 1e-9)
+    assert max(result.simulation.peak_memory_bytes) <= limit * (1 + 1e-12)
+    # the CP-SAT model itself (the search above settles analytically): ZB-H1's order fits its memory
+    from ortools.sat.python import cp_model
+
+    from ppopt.solve.model import Frame, build_model
+    from ppopt.solve.search import _prepare
+
+    setup = _prepare(replace(spec, memory_limit=limit), parse_space("fixed:zb-h1"), SolveOptions(60))
+    built = build_model(setup.instance, parse_space("fixed:zb-h1"), Frame(setup.tick, setup.horizon), setup.hint.schedule,
+                        setup.hint_starts, True)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers, solver.parameters.max_time_in_seconds = 1, 20
+    assert solver.solve(built.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+
 def test_the_analytic_bounds_keep_the_fit_slack_of_a_limit_a_hair_under_a_peak():
     """A limit 9e-13 under 1F1B's peak, within the fit check's relative slack of 1e-12, so 1F1B fits.
     With 1,800 activations of room (full recomputation, 64-token sequences) the bounds' caps lost an

@@ -136,7 +136,7 @@ def export_command(name, schedule_file, legacy_backward, devices, microbatches, 
                 schedule, simulation.start_s, simulation.end_s, output,
                 title=f"{default_title(schedule)}, simulated step {step}",
                 time_unit=unit_name,
-                activation_size=lambda stage: costs.stages[stage].activation_bytes,
+                stage_costs=costs.stages,
                 memory_unit="activations" if unit else "bytes",
                 transfers=simulated_transfers(simulation),
             )

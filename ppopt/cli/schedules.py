@@ -226,7 +226,7 @@ def _plot_simulation(schedule, simulation, costs, path) -> None:
 
     plot_schedule(schedule, simulation.start_s, simulation.end_s, path,
                   title=f"{default_title(schedule)}, simulated step {simulation.step_time_s:.4g} s", time_unit="s",
-                  activation_size=lambda stage: costs.stages[stage].activation_bytes, memory_unit="bytes",
+                  stage_costs=costs.stages, memory_unit="bytes",
                   transfers=simulated_transfers(simulation))
 
 
@@ -499,9 +499,9 @@ def compare_command(devices, microbatches, units, options, model, system, global
         simulated = sorted(((r.schedule, r.simulation) for r in results if r.simulation is not None), key=lambda x: x[1].step_time_s)
         for name, simulation in simulated:
             timed = generate(name, devices, microbatches, **options)
-            activation = [stage.activation_bytes for stage in schedule_costs(timed, model_config, system_config, global_batch, parallel).stages]
+            stage_costs = schedule_costs(timed, model_config, system_config, global_batch, parallel).stages
             panels.append(Panel(name, timed, simulation.start_s, simulation.end_s, simulation.step_time_s,
-                                activation.__getitem__, simulated_transfers(simulation)))
+                                stage_costs, simulated_transfers(simulation)))
         plot_compare(panels, plot, title=f"p = {devices}, m = {microbatches}, {model_config.name} on {system_config.name}",
                      time_unit="s", memory_unit="bytes")
         click.echo(f"wrote {plot}", err=True)

@@ -431,7 +431,7 @@ def _write_each_output(result, spec, csv_path, plot, trace) -> None:
         in_bytes = instance.memory_unit == "bytes"  # then the limit counts persistent memory too
         plot_schedule(schedule, simulation.start_s, simulation.end_s, plot,
                       title=f"search p={schedule.devices}, m={schedule.microbatches}: step {result.step_time:.4g} {unit} ({result.status})",
-                      time_unit=unit, activation_size=lambda stage: costs.stages[stage].activation_bytes,
+                      time_unit=unit, stage_costs=costs.stages,
                       memory_unit=instance.memory_unit, memory_base=simulation.persistent_bytes if in_bytes else None,
                       memory_limit=instance.memory_limit, transfers=simulated_transfers(simulation))
     if trace:

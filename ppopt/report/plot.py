@@ -7,9 +7,9 @@ placements) or of the "up" replica (Chimera) are drawn lighter and hatched. A si
 also show its messages: one thin grey line per point-to-point transfer, from the sender's row at
 the moment the message leaves to the receiver's row at its arrival (:func:`simulated_transfers`).
 
-Below, the memory panel draws a step line per device: live activations over time (+1, or
-``activation_size(stage)``, from an F's start to the end of the op that frees it: B, or W when
-backward is split, the convention of :func:`ppopt.table.peak_live`), plus an optional constant per
+Below, the memory panel draws a step line per device: live activations over time (+1, or the
+stage's ``activation_bytes``, from an F's start to the end of the op that frees it: B, or W when
+backward is split, except what I frees, :func:`ppopt.table.activation_changes`), plus an optional constant per
 device (``memory_base``, e.g. the persistent bytes of ``Simulation.persistent_bytes``, so the lines
 are the device's whole memory). Devices keep one colour and one dash pattern each (no two devices
 share both), earlier devices wider, so lines lying on top of each other still show. A memory limit
@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ppopt.errors import ScheduleError
 from ppopt.io import atomic_write_bytes
-from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
+from ppopt.ir import Kind, Op, Schedule
+
+if TYPE_CHECKING:
+    from ppopt.costs import StageCost
 
 __all__ = [
     "KIND_COLORS", "MAX_PICTURE_OPS", "Panel", "Transfer", "check_picture_size", "compare_figure", "outputs_time_s", "picture_time_s", "default_title", "device_style", "live_curves", "plot_compare",
@@ -73,7 +76,8 @@ class Panel(NamedTuple):
     end: Mapping[Op, float]
     step: float | None = None
     """The step time shown in the title [default: the last op's end]."""
-    activation_size: Callable[[int], float] | None = None
+    stage_costs: Sequence[StageCost] | None = None
+    """Each stage's costs, for the memory panel's activation sizes [default: 1 per stage]."""
     transfers: Sequence[Transfer] = ()
 
 
@@ -135,24 +139,23 @@ def live_curves(
     schedule: Schedule,
     start: Mapping[Op, float],
     end: Mapping[Op, float],
-    size: Callable[[int], float] = lambda stage: 1.0,
+    stage_costs: Sequence[StageCost] | None = None,
 ) -> list[tuple[list[float], list[float]]]:
-    """Per device, ``(times, levels)`` of live activations: the level after each change, from 0.
+    """Per device, ``(times, levels)`` of live activations: the level after each change, from 0
+    (:func:`ppopt.table.activation_changes`, with each stage's sizes from ``stage_costs``
+    [default: 1 per stage, freed whole])."""
+    from ppopt.table import activation_changes
 
-    A release counts before an allocation at the same instant (as :func:`ppopt.table.peak_live`).
-    """
-    changes: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
-    for op in start:
-        device = schedule.device_of(op)
-        if op.kind is Kind.F:
-            changes[device].append((start[op], 1, size(op.stage)))
-        elif op.kind in FREEING_KINDS:
-            changes[device].append((end[op], 0, -size(op.stage)))
+    if stage_costs is None:
+        changes = activation_changes(schedule, start, end)
+    else:
+        changes = activation_changes(schedule, start, end, lambda s: stage_costs[s].activation_bytes,
+                                     lambda s: stage_costs[s].input_grad_release_bytes)
     length = max(end.values(), default=0.0)
     curves = []
     for device_changes in changes:
         times, levels, live = [0.0], [0.0], 0.0
-        for t, _, change in sorted(device_changes):
+        for t, _, change in device_changes:
             live += change
             if t == times[-1]:
                 levels[-1] = live
@@ -319,7 +322,7 @@ def schedule_figure(
     title: str | None = None,
     memory: bool = True,
     time_unit: str = "slots",
-    activation_size: Callable[[int], float] | None = None,
+    stage_costs: Sequence[StageCost] | None = None,
     memory_unit: str = "activations",
     *,
     memory_base: Sequence[float] | None = None,
@@ -336,9 +339,9 @@ def schedule_figure(
         memory: add the memory panel below the chart.
         time_unit: label of the time axis (``"slots"`` or ``"s"``; seconds shorter than a whole
             second are drawn in ms).
-        activation_size: size of one microbatch's activation of a stage, e.g.
-            ``lambda s: costs.stages[s].activation_bytes`` [default: 1 per stage].
-        memory_unit: what ``activation_size`` counts: ``"activations"`` or ``"bytes"`` (then
+        stage_costs: each stage's costs (``costs.stages``), whose activation sizes the memory
+            panel counts, freed as the simulator frees them [default: 1 per stage].
+        memory_unit: what the activation sizes count: ``"activations"`` or ``"bytes"`` (then
             shown in KiB, MiB, GiB or TiB as the peak suggests).
         memory_base: a constant per device added to its live activations (e.g.
             ``Simulation.persistent_bytes``): the panel then shows the device's whole memory.
@@ -361,7 +364,7 @@ def schedule_figure(
     gantt.legend(handles=_legend_handles(drawn, _secondary_label([schedule]), bool(transfers)), loc="upper left",
                  bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8, handlelength=1.6)
     if memory:
-        _draw_memory(axes[1], schedule, start, end, factor, activation_size, memory_unit, memory_base, memory_limit)
+        _draw_memory(axes[1], schedule, start, end, factor, stage_costs, memory_unit, memory_base, memory_limit)
     axes[-1].set_xlabel(xlabel)
     if not memory:
         gantt.tick_params(axis="x", labelbottom=True)
@@ -429,16 +432,16 @@ def plot_schedule(schedule: Schedule, start: Mapping[Op, float], end: Mapping[Op
     return _save(schedule_figure(schedule, start, end, **options), path, fmt)
 
 
-def _memory_peak(schedule: Schedule, start, end, size: Callable[[int], float] | None) -> float:
-    return max((max(levels) for _, levels in live_curves(schedule, start, end, size or (lambda stage: 1.0))), default=0.0)
+def _memory_peak(schedule: Schedule, start, end, stage_costs: Sequence[StageCost] | None) -> float:
+    return max((max(levels) for _, levels in live_curves(schedule, start, end, stage_costs)), default=0.0)
 
 
-def _draw_memory(ax, schedule: Schedule, start, end, factor: float, size: Callable[[int], float] | None, unit: str,
+def _draw_memory(ax, schedule: Schedule, start, end, factor: float, stage_costs: Sequence[StageCost] | None, unit: str,
                  base: Sequence[float] | None = None, limit: float | None = None, top: float | None = None,
                  legend: bool = True) -> None:
     """The memory panel: a step line per device (see the module docstring), and the limit; ``top``
     sets the scale (panels that are compared share it) [default: this panel's peak]."""
-    curves = live_curves(schedule, start, end, size or (lambda stage: 1.0))
+    curves = live_curves(schedule, start, end, stage_costs)
     offsets = list(base) if base is not None else [0.0] * schedule.devices
     peak = top if top is not None else max([max(levels) + b for (_, levels), b in zip(curves, offsets)] + [limit or 0.0])
     divisor, label = _memory_scale(peak, unit, whole=base is not None)
@@ -499,7 +502,7 @@ def compare_figure(
     axes = fig.subplots(len(heights), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     per = 2 if memory else 1
     # one memory scale for every panel, so heights compare across schedules
-    top = max(_memory_peak(panel.schedule, panel.start, panel.end, panel.activation_size) for panel in panels) if memory else None
+    top = max(_memory_peak(panel.schedule, panel.start, panel.end, panel.stage_costs) for panel in panels) if memory else None
     drawn: set = set()
     for k, panel in enumerate(panels):
         ax = axes[per * k]
@@ -508,7 +511,7 @@ def compare_figure(
         step = panel.step if panel.step is not None else max(panel.end.values(), default=0.0)
         ax.set_title(f"{panel.name}: step {step:.4g} {time_unit}", loc="left", fontsize=10)
         if memory:
-            _draw_memory(axes[per * k + 1], panel.schedule, panel.start, panel.end, factor, panel.activation_size, memory_unit,
+            _draw_memory(axes[per * k + 1], panel.schedule, panel.start, panel.end, factor, panel.stage_costs, memory_unit,
                          top=top, legend=False)
     for ax in axes:
         ax.set_xlim(0, longest * factor if longest > 0 else 1)

@@ -22,7 +22,8 @@
   replica device;
 * a counter (``ph: "C"``) "live activation bytes" per device ("live activations (1/p model
   shares)" in unit mode, where the simulator counts activations, not bytes), updated at every F start and every
-  end of an op that frees activations (B, or W when backward is split), a release counted before
+  end of an op that frees activations (B, or W when backward is split, and I for the part W does not
+  need: :func:`ppopt.table.activation_changes`), a release counted before
   an allocation at the same instant (the simulator's convention), so its maximum is
   ``simulation.peak_activation_bytes``.
 
@@ -39,7 +40,7 @@ from typing import cast
 from ppopt.costs import Costs
 from ppopt.errors import ScheduleError
 from ppopt.flat import paused_gc
-from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule
+from ppopt.ir import Kind, Op, Schedule
 from ppopt.simulate import Simulation
 
 __all__ = ["MAX_TRACE_OPS", "TRACE_TIME_SCALE", "check_trace_size", "chrome_trace", "trace_time_s"]
@@ -95,20 +96,16 @@ share of the model (a chunk of a multi-stage device is a fraction of one), not b
 
 
 def _activation_counters(schedule: Schedule, simulation: Simulation, costs: Costs, scale: float, time_unit: str) -> list[dict]:
+    from ppopt.table import activation_changes
+
     name, key = COUNTER_NAMES[time_unit]
-    changes: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]
-    for op in schedule.ops():
-        size = costs.stages[op.stage].activation_bytes
-        device = schedule.device_of(op)
-        if op.kind is Kind.F:
-            changes[device].append((simulation.start_s[op], 1, size))
-        elif op.kind in FREEING_KINDS:
-            changes[device].append((simulation.end_s[op], 0, -size))
+    changes = activation_changes(schedule, simulation.start_s, simulation.end_s, lambda s: costs.stages[s].activation_bytes,
+                                 lambda s: costs.stages[s].input_grad_release_bytes)
     events = []
     for device, device_changes in enumerate(changes):
         values: dict[float, float] = {0.0: 0.0}  # timestamp -> level after every change at it
         live = 0.0
-        for t, _, change in sorted(device_changes):
+        for t, _, change in device_changes:
             live += change
             values[t] = live
         for t, level in values.items():

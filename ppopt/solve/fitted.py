@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 
-from ppopt.ir import FREEING_KINDS, Kind, Op, Schedule, dependencies
+from ppopt.ir import Kind, Op, Schedule, dependencies
 from ppopt.placement import stages_by_device
 from ppopt.simulate import op_duration_s
 from ppopt.solve.instance import Instance
@@ -50,6 +50,7 @@ def fitted_schedule(schedule: Schedule, instance: Instance) -> Schedule | None:
     stages = len(device)
     split = {(op.stage, op.microbatch) for order in schedule.orders for op in order if op.kind is Kind.I}
     size, _ = instance.memory_counts()
+    early = instance.input_grad_releases()
     held = stages_by_device(schedule.placement, p)
     room = [instance.room(held[d]) for d in range(p)]
     forwards = [[op for op in order if op.kind is Kind.F] for order in schedule.orders]
@@ -122,8 +123,12 @@ def fitted_schedule(schedule: Schedule, instance: Instance) -> Schedule | None:
             woken.add(d)
             if ended is None:
                 continue
-            if ended.kind in FREEING_KINDS:
+            if ended.kind is Kind.B:
                 live[d] -= size[ended.stage]
+            elif ended.kind is Kind.I:
+                live[d] -= early[ended.stage]
+            elif ended.kind is Kind.W:
+                live[d] -= size[ended.stage] - early[ended.stage]
             for nxt in successors.get(ended, ()):
                 target = device[nxt.stage]
                 ready_at[nxt] = max(ready_at[nxt], now + instance.comm(ended.stage, d, target))

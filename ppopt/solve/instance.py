@@ -82,6 +82,16 @@ class Instance:
             return [c.activation_bytes for c in stages], [0.0] * len(stages)
         return [float(math.ceil(c.activation_bytes)) for c in stages], [float(math.ceil(c.persistent_bytes)) for c in stages]
 
+    def input_grad_releases(self) -> list[float]:
+        """Each stage's part of :meth:`memory_counts`' activation size that a split backward frees
+        at the end of I (:attr:`ppopt.costs.StageCost.input_grad_release_bytes`): in bytes rounded
+        down, so that W frees the rest of the rounded-up size and no count is ever under the
+        simulator's."""
+        stages = self.costs.stages
+        if self.memory_unit != "bytes":
+            return [c.input_grad_release_bytes for c in stages]
+        return [float(math.floor(c.input_grad_release_bytes)) for c in stages]
+
     def fits(self, peak: float) -> bool:
         """Whether a device's peak (``memory_unit``) is within the memory limit, with its relative
         slack :data:`FIT_TOLERANCE`: the one fit rule of the solver, its hints and its reports."""

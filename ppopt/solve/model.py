@@ -117,8 +117,18 @@ def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], li
     reads back (:meth:`Instance.fits`), and a device's room where the placement is known is exact
     (:func:`exact_rooms`)."""
     sizes, rounded = instance.memory_counts()
-    scaled, capacity, scale = integer_memory(sizes + rounded, instance.most_held if limit is None else min(limit, instance.most_held))
+    early = instance.input_grad_releases()
+    scaled, capacity, scale = integer_memory(sizes + rounded + early, instance.most_held if limit is None else min(limit, instance.most_held))
     return scaled[: len(sizes)], [floor(Fraction(state) * scale) for state in instance.persistent_state()], capacity
+
+
+def early_units(instance: Instance) -> list[int]:
+    """Each stage's part of its activation demand (:func:`memory_units`, same unit) that a split
+    backward frees at the end of I (:meth:`ppopt.solve.instance.Instance.input_grad_releases`)."""
+    sizes, rounded = instance.memory_counts()
+    early = instance.input_grad_releases()
+    scaled, _ = _scaled(sizes + rounded + early)
+    return scaled[len(sizes) + len(rounded):]
 
 
 def memory_step(instance: Instance) -> float:
@@ -129,7 +139,7 @@ def memory_step(instance: Instance) -> float:
 def _unit_scale(instance: Instance) -> Fraction:
     """:func:`memory_units`' integer units per byte (or activation)."""
     sizes, rounded = instance.memory_counts()
-    return _scaled(sizes + rounded)[1]
+    return _scaled(sizes + rounded + instance.input_grad_releases())[1]
 
 
 def exact_rooms(instance: Instance, helds: Sequence[Sequence[int]]) -> list[int]:
@@ -265,10 +275,18 @@ class _Builder:
         if self.placement is None:
             return {}
         caps = {}
+        early = early_units(self.instance)
         for room in device_rooms(self.instance, self.placement).values():
             if self.in_order(list(room.demand)):
-                caps.update({s: k for s, k in room.shares().items() if k >= 1})
-        return caps
+                # a stage whose split backward frees part at I: each live microbatch holds at least the rest
+                caps.update({s: room.room // (d - early[s]) if self.early_release(s) else room.room // d
+                             for s, d in room.demand.items() if d > 0})
+        return {s: k for s, k in caps.items() if k >= 1}
+
+    def early_release(self, stage: int) -> bool:
+        """Whether a split backward frees part of ``stage``'s activations at the end of I (a last
+        stage's loss softmax, modelled): then its activations are freed in two parts."""
+        return bool(self.split) and self.instance.costs.stages[stage].input_grad_release_bytes > 0
 
     # ---- where ops run ---------------------------------------------------------------------------
     def end(self, op: Op):
@@ -434,6 +452,7 @@ class _Builder:
         if limit is None and not minimize_peak:
             return
         demand, kept, capacity = memory_units(self.instance, limit)
+        early = early_units(self.instance)
         ceiling: cp_model.IntVar | int = capacity
         caps = {} if minimize_peak else self.memory_caps()  # each stage's share of a device's cap
         if minimize_peak:
@@ -456,7 +475,7 @@ class _Builder:
                     room = ceiling - sum(kept[s] for s in held)
                 else:
                     room = rooms[d]
-                    if self.single_stage(held) and demand[held[0]] > 0:
+                    if self.single_stage(held) and demand[held[0]] > 0 and not self.early_release(held[0]):
                         self.add_memory_precedence(held[0], room // demand[held[0]])
                         continue
                 for s in held:
@@ -465,7 +484,14 @@ class _Builder:
             for s in held:
                 for m in range(self.m):
                     present = self._presence(Op(s, Kind.F, m), d)
-                    if present is not None:
+                    if present is None:
+                        continue
+                    if self.early_release(s) and is_split(self.split, s, m):  # freed in two parts: at I, then at W
+                        lifetimes.append(self.lifetime(s, m, present, Op(s, Kind.I, m)))
+                        weights.append(early[s])
+                        lifetimes.append(self.lifetime(s, m, present))
+                        weights.append(demand[s] - early[s])
+                    else:
                         lifetimes.append(self.lifetime(s, m, present))
                         weights.append(demand[s])
             self.model.add_cumulative(lifetimes, weights, room)
@@ -490,9 +516,9 @@ class _Builder:
         if k < 1:
             self.model.add_bool_or([])  # no room for even one activation: infeasible
 
-    def lifetime(self, stage: int, m: int, present):
-        """Interval from the start of F to the end of the freeing op of (stage, m)."""
-        first, last = Op(stage, Kind.F, m), self.freeing(stage, m)
+    def lifetime(self, stage: int, m: int, present, last: Op | None = None):
+        """Interval from the start of F to the end of the freeing op of (stage, m), or of ``last``."""
+        first, last = Op(stage, Kind.F, m), self.freeing(stage, m) if last is None else last
         length = self.model.new_int_var(0, self.horizon, "")
         self.model.add(length == self.end(last) - self.start[first])
         if present is True:

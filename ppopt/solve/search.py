@@ -693,7 +693,7 @@ def analytic_bounds(instance: Instance, placement, split: bool, even: bool = Tru
     ``graph_bounds`` False: without the costly graph bounds (see :func:`ppopt.solve.bounds.lower_bounds`)."""
     shape = Shape(instance.stages, instance.microbatches, instance.devices, placement, split, even)
     duration, delay = ticked if ticked is not None else (_durations_s(instance), instance.comm)
-    return lower_bounds(shape, duration, delay, _cap_of_stage(instance, placement), graph_bounds)
+    return lower_bounds(shape, duration, delay, _cap_of_stage(instance, placement, split), graph_bounds)
 
 
 def _both_bounds(instance: Instance, placement, split: bool, even: bool, ticks: tuple, options: SolveOptions) -> tuple[Bounds, Bounds]:
@@ -1444,10 +1444,12 @@ def _ticked(schedule: Schedule, tick_duration, tick_delay) -> tuple[dict[Op, int
     return dict(zip(flat.ops, starts)), end
 
 
-def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None]:
+def _cap_of_stage(instance: Instance, placement, split: bool = False) -> Callable[[int], float | None]:
     """How many live activations of stage s fit on its device beside the persistent state of every
     stage there (of s alone when s has replicas), with the fit's slack (:meth:`Instance.room`); a count,
-    possibly fractional."""
+    possibly fractional. With a split backward, a stage that frees part of each activation at I
+    (:attr:`ppopt.costs.StageCost.input_grad_release_bytes`) counts only the rest, what every live
+    activation holds until its W: more of them may be live, so the bounds stay valid."""
     limit = instance.memory_limit
     if limit is None or placement is None:
         return lambda s: None
@@ -1456,7 +1458,8 @@ def _cap_of_stage(instance: Instance, placement) -> Callable[[int], float | None
     def cap(s: int) -> float | None:
         c = instance.costs[s]
         beside = [t for t in on_device[placement[s][0]] if placement[t] == placement[s]] if len(placement[s]) == 1 else [s]
-        return instance.room(beside) / c.activation_bytes if c.activation_bytes > 0 else None  # the fit's slack included
+        held = c.activation_bytes - (c.input_grad_release_bytes if split else 0.0)
+        return instance.room(beside) / held if held > 0 else None  # the fit's slack included
 
     return cap
 
