@@ -193,3 +193,22 @@ def test_order_is_the_list_schedule_of_the_module(p, m, waves):
 
     assert_list_scheduled(hanayo(p, m, waves), F_EQUALS_B, lambda device, ready, ran: min(ready, key=key, default=None),
                           in_flight)
+
+
+def test_a_remainder_of_microbatches_is_cautioned_where_it_costs_a_round_trip():
+    """p = 4: m = 5 takes 26.5 slots at B = 2F, more than 1F1B's 24 and than m = 4's 18 plus one
+    microbatch's 3 per device: the fifth enters only when the first is back from its zig-zag. The
+    family is defined there, so `table` and `evaluate` say so in a note; at multiples of p and below
+    p there is nothing to say."""
+    from click.testing import CliRunner
+
+    from ppopt.cli import main
+    from ppopt.evaluate import table_of
+    from ppopt.generators.hanayo import remainder_caution
+
+    assert table_of("hanayo", 4, 5).length == 26.5 > table_of("1f1b", 4, 5).length == 24
+    assert remainder_caution(4, 8) is None and remainder_caution(8, 5) is None
+    said = CliRunner().invoke(main, ["table", "-s", "hanayo", "-p", "4", "-m", "5"])
+    assert said.exit_code == 0 and said.stderr == f"note: {remainder_caution(4, 5)}\n"
+    assert "the last 1 enter only once earlier ones are back" in said.stderr
+    assert CliRunner().invoke(main, ["evaluate", "-s", "hanayo", "-p", "4", "-m", "8"]).stderr == ""

@@ -198,6 +198,19 @@ def table_command(name, schedule_file, legacy_backward, devices, microbatches, u
             click.echo("\n" + table_summary(table))
         if plot:
             _plot_table(table, plot)
+    if name is not None:
+        _note_cautions([name], schedule.devices, schedule.microbatches)
+
+
+def _note_cautions(names, devices: int, microbatches: int) -> None:
+    """A note on stderr for each family named whose construction is poor at p, m though defined
+    (:attr:`ppopt.generators.Family.caution`: Hanayo when p does not divide m)."""
+    from ppopt.generators import REGISTRY
+
+    for name in names:
+        family = REGISTRY.get(name)
+        if family is not None and family.caution is not None and (caution := family.caution(devices, microbatches)):
+            click.echo(f"note: {caution}", err=True)
 
 
 def _check_picture(schedule) -> None:
@@ -360,6 +373,9 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
                                    name is not None, options)
         results, skipped = [result], {}
     note_selective_saves_nothing(model_config, parallel.recompute)  # once the job is known to be valid
+    if results:
+        _note_cautions([r.schedule for r in results] if name == "all" else [name] if name else [], results[0].devices,
+                       results[0].microbatches)
     if name != "all" and model_config is not None:
         _note_uneven_layers(schedule, model_config)
     elif model_config is not None:
@@ -484,6 +500,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
         click.echo(f"skipped {schedule}: {reason}", err=True)
     note_selective_saves_nothing(model_config, parallel.recompute)  # once the job is known to be valid
     _note_uneven_for_every_schedule(devices, model_config)
+    _note_cautions([r.schedule for r in results], devices, microbatches)
     ranking = rank_layers(results)
     if as_json:
         payload = compare_json(results, ranking, units)

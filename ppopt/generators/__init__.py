@@ -125,6 +125,9 @@ class Family:
     split_pairs: Callable[[int, int], int] | None = None
     hints: tuple[str, ...] = ()
     torch: bool = True
+    caution: Callable[[int, int], str | None] | None = None
+    """What a user should know about the family at (devices, microbatches) where it is defined but
+    built poorly, said when it is evaluated; None: nothing."""
 
     def __post_init__(self) -> None:
         if (self.closed_forms is None) == (not self.no_closed_forms):
@@ -224,6 +227,7 @@ REGISTRY: dict[str, Family] = {
             ClosedForms(hanayo.hanayo_formula, _hanayo_outside, table_differs="longer unless F = B", holds="m a multiple of p"),
             options=("waves",), rules="any p, m",
             chunks=lambda o: _twice(o.get("waves", OPTIONS["waves"][0])), hints=("zigzag",),
+            caution=hanayo.remainder_caution,
         ),
         Family("zb-h1", zero_bubble.zb_h1, "zero-bubble H1: 1F1B with split backward, W fills bubbles (Qi et al. 2024)",
                _space("placement=linear,backward=split"), ClosedForms(zero_bubble.zb_h1_formula, holds="any p, m; F = I = W", units_outside=_equal_units),

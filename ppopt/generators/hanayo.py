@@ -39,6 +39,17 @@ from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import zigzag_placement
 
 
+def remainder_caution(devices: int, microbatches: int) -> str | None:
+    """Why Hanayo is slow when p does not divide m: at most p microbatches are in flight, so the
+    last m mod p enter only when earlier ones are back from their whole zig-zag (p = 8, m = 9: 54.5
+    slots at B = 2F, 1F1B's 48, where m = 8 takes 38); None when p divides m or m < p."""
+    left = microbatches % devices
+    if not left or microbatches < devices:
+        return None
+    return (f"hanayo at p = {devices}, m = {microbatches}: at most p microbatches are in flight, so the last {left} "
+            "enter only once earlier ones are back from their whole zig-zag; m a multiple of p suits it")
+
+
 def require_waves(waves: object) -> int:
     if isinstance(waves, bool) or not isinstance(waves, int) or waves < 1:
         raise ScheduleError(f"must be an integer >= 1, got {waves!r}", field="waves")
