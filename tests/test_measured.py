@@ -372,7 +372,7 @@ def test_validate_with_no_modellable_row_is_refused_with_the_reason(tmp_path):
         assert "heads" in result.output
     assert not (tmp_path / "h.png").exists()
     path.write_text(path.read_text() + OUTSIDE.replace(",372", ",373") + "\n")
-    assert "(and 1 more rows outside the model)" in run("validate", str(path)).output
+    assert "(and 1 more row outside the model)" in run("validate", str(path)).output
 
 
 def test_calibrate_on_fewer_rows_than_parameters_says_the_fit_is_underdetermined(tmp_path):

@@ -233,3 +233,17 @@ def test_the_summary_figures_by_hand():
     both = summarize(rows)
     assert both.spearman["b"] is None and both.spearman["a"] is not None
     assert both.summary()["worst"] == pytest.approx(0.5)
+
+
+def test_calibrate_on_no_1f1b_row_says_it_fits_1f1b_alone(tmp_path):
+    """Every row another schedule, some of them not even defined at their layout: the error named the
+    first undefined row's reason, not that calibrate fits only 1F1B rows, the reason to act on."""
+    table = list(csv.reader(MULTI.open()))
+    header = table[0]
+    rows = [r for r in table[1:] if int(r[header.index("pipeline parallelism")]) == 8][:2]
+    path = tmp_path / "zb.csv"
+    path.write_text("\n".join(",".join(r) for r in ([*header, "schedule"], [*rows[0], "dualpipev"], [*rows[1], "zb-h1"])) + "\n")
+    result = CliRunner().invoke(main, ["calibrate", str(path), "--system", "a100-vtrain", "-o", str(tmp_path / "fit.toml"), "-q"])
+    assert result.exit_code == 1 and not (tmp_path / "fit.toml").exists()
+    assert result.stderr == ("error: no row can be calibrated on: zb.csv, line 3: schedule zb-h1: calibrate fits 1F1B steps in "
+                             "closed form (validate predicts this row) (and 1 more row outside the model)\n")

@@ -334,8 +334,9 @@ def test_candidates_refuse_the_filters_they_would_ignore(flag):
     (the same ranking with or without them), and a split of counts was accepted and not applied."""
     result = run("plan", "--candidates", MULTI_NODE, "--system", CALIBRATED, "--search", 0, "-q", *flag)
     assert result.exit_code == 1
-    assert result.output == ("error: --candidates: lists each job whole (layout, micro batch, and 1F1B with full recomputation "
-                             f"as measured); drop {flag[0]}{' COUNTS' if flag[0] == '--layers-per-stage' else ''}\n")
+    assert result.output == ("error: --candidates: lists each job whole (layout, micro batch, schedule and recomputation: its "
+                             "'schedule' and 'recompute' columns, else 1F1B with full recomputation as measured); drop "
+                             f"{flag[0]}{' COUNTS' if flag[0] == '--layers-per-stage' else ''}\n")
 
 
 def test_candidates_none_can_model_name_the_first_reason(tmp_path):
@@ -347,7 +348,7 @@ def test_candidates_none_can_model_name_the_first_reason(tmp_path):
     result = run("plan", "--candidates", path, "--system", CALIBRATED, "--search", 0, "-q")
     assert result.exit_code == 1
     assert result.output == (f"error: --candidates: no row can be planned: {path.name}, line 2: tensor parallelism 3 does "
-                             "not divide the model's 16 query heads (and 1 more rows outside the model)\n")
+                             "not divide the model's 16 query heads (and 1 more row outside the model)\n")
 
 
 def test_candidates_rows_left_out_or_repeated_are_noted(tmp_path, monkeypatch):

@@ -76,8 +76,10 @@ def no_rows_reason(unmodelled, to: str) -> str:
     outside the model (a report of no row would read as a result)."""
     first = unmodelled[0]
     more = len(unmodelled) - 1
+    from ppopt.errors import counted
+
     return (f"no row can {to}: {first.source}, line {first.line}: {first.reason}"
-            + (f" (and {more} more rows outside the model)" if more else ""))
+            + (f" (and {counted(more, 'more row')} outside the model)" if more else ""))
 
 
 def _refuse_no_rows(unmodelled, to: str) -> NoReturn:
@@ -229,8 +231,8 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     rows, other_schedules = fittable(rows)
     unmodelled = [*unmodelled, *other_schedules]
     _note_unused_columns(data, unused_columns, ASSUMED)
-    if not rows:
-        _refuse_no_rows(unmodelled, "be calibrated on")
+    if not rows:  # rows of other schedules first: that calibrate fits 1F1B alone is the reason a user can act on
+        _refuse_no_rows([*other_schedules, *unmodelled[: len(unmodelled) - len(other_schedules)]], "be calibrated on")
     bar = None if quiet else ProgressBar(f"calibrate: {len(rows)} rows, fits")
     try:
         fitted = calibrate(rows, base, progress=bar)

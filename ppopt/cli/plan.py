@@ -144,8 +144,9 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
                                           ("--overlap-grad-sync", overlap_grad_sync), ("--layers-per-stage COUNTS", isinstance(split, tuple)))
                  if given]
         if fixed:  # the listed jobs are the measured runs' (1F1B, full recomputation): these filters would be ignored
-            raise ConfigError(f"lists each job whole (layout, micro batch, and 1F1B with full recomputation as measured); "
-                              f"drop {', '.join(fixed)}", field="candidates")
+            raise ConfigError(f"lists each job whole (layout, micro batch, schedule and recomputation: its 'schedule' and "
+                              f"'recompute' columns, else 1F1B with full recomputation as measured); drop {', '.join(fixed)}",
+                              field="candidates")
         groups = _candidate_groups(candidates, system_config, options)
         requests = [(PlanRequest(g[0].model, system_config, g[0].gpus, g[0].global_batch, **common), g) for g in groups]
     else:
