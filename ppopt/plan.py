@@ -913,7 +913,8 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
         where = "" if given else f" (the memory_capacity_bytes of system {request.system.name})"
         # the limit rounded down and the least need up: 17.26 GB on both sides read as a contradiction,
         # and the least need passed back as --memory-limit must be accepted
-        shown = f"{math.floor(limit / 1e7) / 100:.2f} GB" if limit >= 1e7 else f"{limit:,.0f} bytes"  # 80 bytes is not "0.00 GB"
+        shown = f"{math.floor(limit / 1e7) / 100:.2f} GB" if limit >= 1e7 else f"{limit:,.0f} bytes" if limit >= 1 else \
+            f"{limit:g} bytes"  # 80 bytes is not "0.00 GB", half a byte not "0 bytes"
         # weights, gradients and optimizer state over the limit on their own: no layout of these GPUs helps
         more = (f"; its weights, gradients and optimizer state alone take {memory.persistent_bytes / 1e9:.2f} GB, "
                 "which more GPUs would shard further") if memory.persistent_bytes > limit else ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -403,3 +405,28 @@ def test_a_distributed_optimizer_steps_its_shard_only():
         assert sharded.optimizer[stage].memory_bytes == 2 * plain.param_count[stage] * 16 / 4
         assert work_time_s(sharded.optimizer[stage], SYSTEM) < work_time_s(plain.optimizer[stage], SYSTEM)
     assert sharded.gradient_sync == plain.gradient_sync
+
+
+def test_job_text_picks_a_readable_unit_for_its_step(tmp_path):
+    """Step, pipeline, sync and optimizer lines were always milliseconds with one decimal: a toy
+    model's step read 0.0 ms, a step of days twelve digits of ms. Under a millisecond they are in
+    microseconds, from 10,000 s on in seconds with separators, and milliseconds between."""
+    import re
+
+    from click.testing import CliRunner
+
+    from ppopt.cli import main
+
+    tiny = tmp_path / "tiny.toml"
+    tiny.write_text('name = "tiny"\nnum_layers = 2\nhidden_size = 64\nnum_attention_heads = 4\nvocab_size = 256\n'
+                    "seq_length = 32\nglobal_batch_size = 8\n")
+    for model, extra, unit in ((str(tiny), ["--pp", "2"], "us"), ("llama3-8b", ["--pp", "4"], "ms"),
+                               ("gpt3-175b", ["--tp", "8", "--global-batch", "100000"], "s")):
+        done = CliRunner().invoke(main, ["job", "--model", model, "--system", "dgx-h100", "--micro-batch", "1", *extra])
+        assert done.exit_code == 0, done.output
+        step = next(line for line in done.stdout.splitlines() if line.startswith("step"))
+        assert re.fullmatch(rf"step +[\d,]+\.\d {unit}", step), step
+        data = json.loads(CliRunner().invoke(main, ["job", "--model", model, "--system", "dgx-h100", "--micro-batch", "1", *extra,
+                                                    "--json"]).stdout)
+        shown = float(step.split()[1].replace(",", ""))
+        assert shown == pytest.approx(data["step_time_s"] * {"us": 1e6, "ms": 1e3, "s": 1.0}[unit], abs=0.05)

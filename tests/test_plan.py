@@ -1188,3 +1188,12 @@ def test_the_least_memory_a_plan_names_is_rounded_up_and_works_as_the_limit():
     found = re.search(r"no job fits (\S+) GB per GPU: the least any of the [\d,]+ jobs needs is (\S+) GB", refused.stderr)
     assert found is not None and float(found[1]) < float(found[2]), refused.stderr
     assert run(*args, "--memory-limit", f"{found[2]}GB").exit_code == 0
+
+
+def test_small_memory_amounts_are_not_printed_as_zero():
+    """A 1 MB system's limit read "0.00 GB per GPU" and a half-byte limit "no job fits 0 bytes"."""
+    from ppopt.cli.plan import _gb
+
+    assert (_gb(80e9), _gb(1e6), _gb(5.5e6)) == ("80.00", "0.001", "0.0055")
+    result = run("plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--memory-limit", "0.5B", "--search", 0, "-q")
+    assert result.exit_code == 1 and result.stderr.startswith("error: --memory-limit: no job fits 0.5 bytes per GPU: ")

@@ -387,9 +387,12 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
             (uneven := split_note(job.stage_layers, job.schedule_options["split"])) is not None:
         click.echo(f"note: {uneven}", err=True)
     hidden = " (the part the last backward does not hide)" if job.overlap_gradient_sync else ""
+    # ms, unless the step is under a millisecond (a toy model read 0.0 ms) or hours long (12 digits of ms)
+    scale, unit = (1e6, "us") if result.step_time_s < 1e-3 else (1.0, "s") if result.step_time_s >= 1e4 else (1e3, "ms")
     for label, seconds, note in (("step       ", result.step_time_s, ""), ("  pipeline ", result.pipeline_s, ""),
                                  ("  grad sync", result.gradient_sync_s, hidden), ("  optimizer", result.optimizer_s, "")):
-        click.echo(f"{label} {fixed(1e3 * seconds, 1, 10)} ms{note}")
+        amount = fixed(scale * seconds, 1, 10) if unit != "s" else f"{seconds:>10,.1f}"
+        click.echo(f"{label} {amount} {unit}{note}")
     click.echo(f"throughput  {tokens_per_s(tokens)} tokens/s, MFU {100 * mfu:.1f} %")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
     capacity = job.system.memory_capacity_bytes / 1e9

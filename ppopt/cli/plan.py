@@ -36,10 +36,11 @@ DEFAULT_TIME_LIMIT_S = 60.0
 
 
 def _gb(value: float) -> str:
-    """Bytes as GB with two decimals (significant digits for a huge value: :func:`ppopt.report.text.fixed`)."""
+    """Bytes as GB with two decimals (significant digits for a huge value: :func:`ppopt.report.text.fixed`,
+    and for one under 0.01 GB, which read 0.00 GB)."""
     from ppopt.report.text import fixed
 
-    return fixed(value / 1e9, 2)
+    return fixed(value / 1e9, 2) if value >= 1e7 else f"{value / 1e9:.3g}"
 
 
 def _seconds(value: float) -> str:
