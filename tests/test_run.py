@@ -457,7 +457,9 @@ def test_a_rank_without_a_stage_is_refused_before_any_process_starts(tmp_path):
 
 
 def test_profile_sizes_are_refused_before_any_process_starts():
-    assert cli("profile", "-p", 1, "-o", "x.json").output == "error: --devices: profiling a message needs at least 2 ranks, got 1\n"
+    for ranks in (1, 200):  # one range in one message (200 was refused as "from 1 to 64", 1 as "at least 2")
+        assert cli("profile", "-p", ranks, "-o", "x.json").output == \
+            f"error: --devices: must be from 2 to 64 ranks (a message needs two; processes on this machine), got {ranks}\n"
     assert cli("profile", "-v", 3, "-o", "x.json").output == "error: --chunks: must be 1 or 2 stages per rank, got 3\n"
     assert cli("profile", "-v", 2, "--layers", 3, "-o", "x.json").output.startswith("error: --layers: the schedule has 4 stages")
 

@@ -21,7 +21,7 @@ from ppopt.errors import ConfigError
 from ppopt.generators import generate
 from ppopt.ir import Schedule
 from ppopt.run.execute import JobResult, check_memory, run_schedules
-from ppopt.run.spec import ELEMENT_BYTES, RunSpec
+from ppopt.run.spec import ELEMENT_BYTES, MAX_DEVICES, RunSpec
 
 _PAIRS: dict[int, tuple[tuple[str, dict[str, int]], ...]] = {1: (("1f1b", {}), ("zb-h1", {})), 2: (("interleaved-1f1b", {"chunks": 2}), ("zb-v", {}))}
 NO_SIZE_COST = 1e15
@@ -42,8 +42,9 @@ def check_profile(devices: int, chunks: int, settings: RunSpec, microbatches: in
     schedules, :func:`_schedules`, and the ranks' memory: :func:`ppopt.run.execute.check_memory`)."""
     if chunks not in _PAIRS:
         raise ConfigError(f"must be 1 or 2 stages per rank, got {chunks}", field="chunks")
-    if devices < 2:
-        raise ConfigError(f"profiling a message needs at least 2 ranks, got {devices}", field="devices")
+    if not 2 <= devices <= MAX_DEVICES:  # the range profile takes, in one message (1 named "1 to 64", 200 "at least 2")
+        raise ConfigError(f"must be from 2 to {MAX_DEVICES} ranks (a message needs two; processes on this machine), "
+                          f"got {devices}", field="devices")
     dataclasses.replace(settings, devices=devices).check_values()  # the rank count before the layers it needs
     settings.model.check(devices * chunks)
     if microbatches is not None:
