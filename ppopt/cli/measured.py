@@ -121,12 +121,14 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     Prints each row's job, measured and predicted step time and relative error, then the MAPE,
     median, 95th percentile and worst error and the Spearman rank correlation within each model.
     Each row is a GPT-style model trained by Megatron-DeepSpeed as in data/measured (GELU MLP of 4h,
-    learned positions, vocabulary 50,257, no flash attention, full recomputation, 1F1B) unless its
+    learned positions, tied embeddings, vocabulary 50,257, no flash attention, full recomputation,
+    1F1B) unless its
     optional columns say otherwise: 'vocabulary size', 'ffn hidden size', 'kv heads', 'activation',
-    'flash attention', 'dropout', 'recompute', 'schedule', 'chunks', 'sequence parallel',
-    'distributed optimizer' (data/measured/README.md); other columns are ignored, with a note.
+    'flash attention', 'dropout', 'tied embeddings', 'learned positions', 'recompute', 'schedule',
+    'chunks', 'sequence parallel', 'distributed optimizer' (data/measured/README.md); other columns
+    are ignored, with a note.
     """
-    from ppopt.accuracy import group_errors, validate_file
+    from ppopt.accuracy import group_errors, predict_rows, read_rows, summarize
     from ppopt.config import load_system
     from ppopt.errors import counted
     from ppopt.io.measured import ASSUMED, unused_columns
@@ -135,9 +137,11 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
 
     base = load_system(system)
     with working("validate", quiet):
-        accuracy = validate_file(list(data), base)
+        measured, unmodelled = read_rows(list(data), base)
+        accuracy = summarize(predict_rows(measured), unmodelled)
     capacity = base.memory_capacity_bytes  # the measured runs fitted: a peak above it is the model's error
     _note_unused_columns(data, unused_columns, ASSUMED)
+    _note_labels(measured)
     if not accuracy.rows:  # a report of no prediction, "MAPE -", would read as a result
         _refuse_no_rows(accuracy.unmodelled, "be predicted")
     groups = group_errors(accuracy.rows, list(by)) if by else []
@@ -231,6 +235,7 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     rows, other_schedules = fittable(rows)
     unmodelled = [*unmodelled, *other_schedules]
     _note_unused_columns(data, unused_columns, ASSUMED)
+    _note_labels(rows)
     if not rows:  # rows of other schedules first: that calibrate fits 1F1B alone is the reason a user can act on
         _refuse_no_rows([*other_schedules, *unmodelled[: len(unmodelled) - len(other_schedules)]], "be calibrated on")
     bar = None if quiet else ProgressBar(f"calibrate: {len(rows)} rows, fits")
@@ -278,6 +283,24 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     click.echo("\n".join(_summary_lines(on_fit, len(data))))
     click.echo(f"base system {base.name} on the same rows: MAPE {percent(on_base.mape, 'text', decimals=2)}")
     click.echo(f"wrote {output}", err=True)  # on stderr, as every command says it
+
+
+SAID_LABELS = 3
+"""Rows whose parameter-count label disagrees with their dimensions that get a note each; the rest are counted."""
+
+
+def _note_labels(rows) -> None:
+    """A note on stderr for a row whose 'Parameters (billion)' label is far from its dimensions'
+    count (:func:`ppopt.io.measured.label_problem`; ``published`` says the same of its runs): the
+    first few by line, then how many more."""
+    from ppopt.errors import counted
+    from ppopt.io.measured import label_problem
+
+    problems = [(row, problem) for row in rows if (problem := label_problem(row)) is not None]
+    for row, problem in problems[:SAID_LABELS]:
+        click.echo(f"note: {row.source}, line {row.line}: {problem}", err=True)
+    if len(problems) > SAID_LABELS:
+        click.echo(f"note: {counted(len(problems) - SAID_LABELS, 'more row')} with such a label", err=True)
 
 
 def _note_unused_columns(files, unused_columns, assumed: str) -> None:
@@ -338,7 +361,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     from ppopt.placement import split_note
     from ppopt.plan import throughput
     from ppopt.report.evaluation import capacity_json
-    from ppopt.report.text import fixed, tokens_per_s
+    from ppopt.report.text import LARGEST_FIXED, fixed, tokens_per_s
 
     check_global_batch(global_batch)
     refuse_idle_job_flags(dp=parallel.dp, overlap_gradient_sync=overlap_grad_sync)  # t and the others: checked with --tp
@@ -391,7 +414,7 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     scale, unit = (1e6, "us") if result.step_time_s < 1e-3 else (1.0, "s") if result.step_time_s >= 1e4 else (1e3, "ms")
     for label, seconds, note in (("step       ", result.step_time_s, ""), ("  pipeline ", result.pipeline_s, ""),
                                  ("  grad sync", result.gradient_sync_s, hidden), ("  optimizer", result.optimizer_s, "")):
-        amount = fixed(scale * seconds, 1, 10) if unit != "s" else f"{seconds:>10,.1f}"
+        amount = f"{seconds:>10,.1f}" if unit == "s" and seconds < LARGEST_FIXED else fixed(scale * seconds, 1, 10)
         click.echo(f"{label} {amount} {unit}{note}")
     click.echo(f"throughput  {tokens_per_s(tokens)} tokens/s, MFU {100 * mfu:.1f} %")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
@@ -406,11 +429,6 @@ def _prediction_json(prediction) -> dict | None:
     if result is None:
         return None
     return {"predicted_s": result.step_time_s, "error": prediction.error, "micro_batch": result.job.micro_batch}
-
-
-PARAMETERS_LABEL_FACTOR = 1.25
-"""A published run's parameter count more than this factor from its dimensions' gets a note (the
-shipped table's labels lie within 3 % of theirs)."""
 
 
 @main.command("published")
@@ -428,6 +446,7 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
     worst error per system. See data/published/README.md."""
     from ppopt.config import load_system
     from ppopt.errors import ConfigError, counted
+    from ppopt.io.measured import PARAMETERS_LABEL_FACTOR
     from ppopt.io.published import ASSUMED, read_published, unused_columns
     from ppopt.ir import check_total_size
     from ppopt.published import MICRO_BATCHES, error_summary, predictions, simulated_ops
@@ -451,7 +470,7 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
                           f"on {runs[0].gpus} GPUs, t = {runs[0].tp}, p = {runs[0].pp})")
     for run in runs:
         dimensions = run.dimensions_parameters_billion
-        if not 1 / PARAMETERS_LABEL_FACTOR <= run.parameters_billion / dimensions <= PARAMETERS_LABEL_FACTOR:
+        if not 1 / PARAMETERS_LABEL_FACTOR <= run.parameters_billion / dimensions <= PARAMETERS_LABEL_FACTOR:  # as measured rows
             click.echo(f"note: {data}: line {run.line}: 'parameters (billion)' says {run.parameters_billion:g}, but the "
                        f"layers and hidden size give {dimensions:.3g} billion (Narayanan et al. 2021, §5.1); the "
                        "prediction follows the dimensions, the label is only printed", err=True)

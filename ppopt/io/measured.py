@@ -137,6 +137,25 @@ def unused_columns(source: str | os.PathLike[str]) -> list[str]:
     return unread_columns(header, records, KNOWN_COLUMNS)
 
 
+PARAMETERS_LABEL_FACTOR = 1.25
+"""A parameter-count label more than this factor from the count the row's dimensions give gets a
+note (the shipped files' labels lie within 2 % of theirs: 3.6 against 3.56, 18.4 against 18.44)."""
+
+
+def label_problem(row: Measured) -> str | None:
+    """Why the row's 'Parameters (billion)' label disagrees with its dimensions (more than
+    :data:`PARAMETERS_LABEL_FACTOR` apart), or None; the prediction follows the dimensions."""
+    from ppopt.costs import model_param_count
+
+    if row.parameters_billion is None:
+        return None
+    counted = model_param_count(row.job.model) / 1e9
+    if 1 / PARAMETERS_LABEL_FACTOR <= row.parameters_billion / counted <= PARAMETERS_LABEL_FACTOR:
+        return None
+    return (f"'{PARAMETERS}' says {row.parameters_billion:g}, but the layers, hidden size and vocabulary give "
+            f"{counted:.3g} billion; the prediction follows them, the label is only read")
+
+
 class MeasuredDataError(ConfigError):
     """A measured-data file that cannot be read: one line naming the row and column."""
 
@@ -153,6 +172,9 @@ class Measured:
     """Which model (dimensions) the row trains, e.g. ``h3072 a32 L30 s2048``."""
     source: str = ""
     """File name the row came from."""
+    parameters_billion: float | None = None
+    """The row's 'Parameters (billion)' label, if it has one: only a label (the dimensions give the
+    model), which :func:`label_problem` checks against them."""
 
     def on(self, system: SystemConfig) -> Measured:
         """The same row with its job on ``system`` (e.g. a calibrated system predicting it)."""
@@ -295,6 +317,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig | str | o
             raise MeasuredDataError(f"{name}: line {line}, column '{TIME}': must lie between {MIN_TIME_MS:g} and "
                                     f"{MAX_TIME_MS:g}, got {shown(raw)}")
         measured_s = float(Decimal(raw) / 1000)  # the file's milliseconds in seconds, correctly rounded (3975.2 -> 3.9752)
+        parameters = None
         if PARAMETERS in index and (raw := cells[index[PARAMETERS]].strip() if index[PARAMETERS] < len(cells) else ""):
             try:  # only a label (the dimensions give the model), but a label that is no count is a broken row
                 parameters = decimal_float(raw)
@@ -339,7 +362,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig | str | o
         except ConfigError as error:
             unmodelled.append(Unmodelled(line, label, measured_s, error.reason, path.name))
             continue
-        rows.append(Measured(line, job, measured_s, label, path.name))
+        rows.append(Measured(line, job, measured_s, label, path.name, parameters))
     if not rows and not unmodelled:
         raise MeasuredDataError(f"{name}: no data rows")
     return rows, unmodelled
