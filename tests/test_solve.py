@@ -610,6 +610,32 @@ def test_a_limit_that_only_an_early_release_at_i_meets_is_searched_and_bounded(s
     assert solver.solve(built.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
+def test_fractional_activation_bytes_never_make_the_model_count_above_the_simulator():
+    """An activation split over t = 4 ranks and its part freed at I are fractional in bytes
+    (25,153,628.5 here). The model rounded the part up and the rest up too, a byte over the
+    simulator per microbatch between I and W, so at a limit just above a found schedule's peak it
+    proved a bound above that schedule's step (1.9705 ms against 1.9351). It now rounds both down:
+    a relaxation, whose schedules are simulated and checked."""
+    from ppopt.config import ModelConfig
+    from ppopt.job import Parallelism
+
+    toy = ModelConfig.model_validate(dict(
+        name="toy", num_layers=8, hidden_size=512, ffn_hidden_size=1368, num_attention_heads=8, num_kv_heads=8,
+        vocab_size=50257, seq_length=1001, global_batch_size=8, bytes_per_element=2, activation="swiglu",
+        flash_attention=True, tie_embeddings=False, dropout=False, learned_position_embeddings=False))
+    spec = InstanceSpec(4, 8, model=toy, system="dgx-h100", global_batch=8, parallel=Parallelism(tp=4))
+    instance = spec.instance(4, None)
+    assert instance.costs.stages[-1].input_grad_release_bytes % 1 == 0.5  # the case: half a byte
+    zb = simulate(generate("zb-h1", 4, 8), instance.costs, instance.system)
+    space = parse_space("placement=linear,backward=split")
+    first = search(replace(spec, memory_limit=max(zb.peak_memory_bytes) - 1), space, SolveOptions(60, deterministic_time=DET))
+    peak = max(first.simulation.peak_memory_bytes)
+    assert first.step_time is not None and peak != round(peak)
+    again = search(replace(spec, memory_limit=math.ceil(peak)), space, SolveOptions(60, deterministic_time=DET))
+    assert again.bound <= first.step_time * (1 + 1e-9) and again.step_time <= first.step_time * (1 + 1e-9)
+    assert max(again.simulation.peak_memory_bytes) <= math.ceil(peak)
+
+
 def test_the_analytic_bounds_keep_the_fit_slack_of_a_limit_a_hair_under_a_peak():
     """A limit 9e-13 under 1F1B's peak, within the fit check's relative slack of 1e-12, so 1F1B fits.
     With 1,800 activations of room (full recomputation, 64-token sequences) the bounds' caps lost an

@@ -72,24 +72,31 @@ class Instance:
     def stages(self) -> int:
         return len(self.costs)
 
-    def memory_counts(self) -> tuple[list[float], list[float]]:
-        """Each stage's activation size and persistent state, in ``memory_unit``: in bytes rounded up
-        to whole bytes, as a device holds them (the distributed optimizer's state over d = 200
-        replicas is fractional, and the common denominator of several such counts overflowed
-        CP-SAT's 64-bit integers); persistent state is 0 in unit mode (it counts activations only)."""
+    def memory_counts(self, relaxed: bool = False) -> tuple[list[float], list[float]]:
+        """Each stage's activation size and persistent state, in ``memory_unit``: in bytes rounded to
+        whole bytes (the distributed optimizer's state over d = 200 replicas is fractional, and the
+        common denominator of several such counts overflowed CP-SAT's 64-bit integers), up, as a
+        device holds them, for the hints that must fit, or down with ``relaxed``, for the solver's
+        model, which must never count more than the simulator (it then admits every schedule that
+        fits, so its bounds hold; what it finds is simulated and checked); persistent state is 0 in
+        unit mode (it counts activations only)."""
         stages = self.costs.stages
         if self.memory_unit != "bytes":
             return [c.activation_bytes for c in stages], [0.0] * len(stages)
-        return [float(math.ceil(c.activation_bytes)) for c in stages], [float(math.ceil(c.persistent_bytes)) for c in stages]
+        whole = math.floor if relaxed else math.ceil
+        return [float(whole(c.activation_bytes)) for c in stages], [float(whole(c.persistent_bytes)) for c in stages]
 
-    def input_grad_releases(self) -> list[float]:
-        """Each stage's part of :meth:`memory_counts`' activation size that a split backward frees
-        at the end of I (:attr:`ppopt.costs.StageCost.input_grad_release_bytes`): in bytes rounded
-        down, so that W frees the rest of the rounded-up size and no count is ever under the
-        simulator's."""
+    def input_grad_releases(self, relaxed: bool = False) -> list[float]:
+        """Each stage's part of :meth:`memory_counts`' activation size (the same ``relaxed``) that a
+        split backward frees at the end of I (:attr:`ppopt.costs.StageCost.input_grad_release_bytes`),
+        in whole bytes rounded so that neither part is ever under the simulator's (hints), or over
+        it (``relaxed``): down, so that W frees the rest of the rounded-up size, or up (at most the
+        rounded-down size)."""
         stages = self.costs.stages
         if self.memory_unit != "bytes":
             return [c.input_grad_release_bytes for c in stages]
+        if relaxed:
+            return [float(min(math.ceil(c.input_grad_release_bytes), math.floor(c.activation_bytes))) for c in stages]
         return [float(math.floor(c.input_grad_release_bytes)) for c in stages]
 
     def fits(self, peak: float) -> bool:
@@ -159,10 +166,12 @@ class Instance:
                 f"at most {self.memory_limit:.15g} live activation{'' if self.memory_limit == 1 else 's'} (of a 1/p model share) per device; "
                 "an activation lives from the start of its F to the end of its B (W when backward is split)"
             )
+        early = any(c.input_grad_release_bytes > 0 for c in self.costs.stages)
         return (
             f"at most {self.memory_limit / 2**30:.4g} GiB ({self.memory_limit:.4g} bytes) per device: persistent weights, "
             "gradients and optimizer state "
-            "of the stages it holds, plus activations live from the start of F to the end of B (W when split)"
+            "of the stages it holds, plus activations live from the start of F to the end of B (W when split"
+            + ("; the last stage's loss softmax, less the logits' gradient W keeps, only to the end of I)" if early else ")")
         )
 
 

@@ -88,7 +88,7 @@ def integer_memory(sizes: list[float], limit: float) -> tuple[list[int], int, Fr
     three tenths), and the scale: integer units per unit of ``sizes``.
 
     Activation sizes are multiples of a common step in unit mode and whole bytes when modelled
-    (:meth:`ppopt.solve.instance.Instance.memory_counts` rounds byte counts up), so the scaling is exact.
+    (:meth:`ppopt.solve.instance.Instance.memory_counts` rounds byte counts to whole bytes), so the scaling is exact.
     """
     demands, scale = _scaled(sizes)
     return demands, floor(Fraction(limit * (1 + FIT_TOLERANCE)) * scale), scale
@@ -112,12 +112,13 @@ def _scaled(sizes: list[float]) -> tuple[list[int], Fraction]:
 def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], list[int], int]:
     """Activation demand and persistent state per stage, and the capacity ``limit`` (the total a
     device could ever hold when None), as integers in one memory unit (see :func:`integer_memory`).
-    The persistent state is rounded down (a distributed optimizer's is fractional in bytes), so the
-    model admits every schedule that fits and perhaps one a few bytes over: the search checks what it
-    reads back (:meth:`Instance.fits`), and a device's room where the placement is known is exact
-    (:func:`exact_rooms`)."""
-    sizes, rounded = instance.memory_counts()
-    early = instance.input_grad_releases()
+    The persistent state and the activations are rounded down (a distributed optimizer's state, and
+    an activation split over t ranks, are fractional in bytes; :meth:`Instance.memory_counts` with
+    ``relaxed``), so the model admits every schedule that fits and perhaps one a few bytes over: the
+    search checks what it reads back (:meth:`Instance.fits`), and a device's room where the
+    placement is known is the limit less the exact state (:func:`exact_rooms`)."""
+    sizes, rounded = instance.memory_counts(relaxed=True)
+    early = instance.input_grad_releases(relaxed=True)
     scaled, capacity, scale = integer_memory(sizes + rounded + early, instance.most_held if limit is None else min(limit, instance.most_held))
     return scaled[: len(sizes)], [floor(Fraction(state) * scale) for state in instance.persistent_state()], capacity
 
@@ -125,8 +126,8 @@ def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], li
 def early_units(instance: Instance) -> list[int]:
     """Each stage's part of its activation demand (:func:`memory_units`, same unit) that a split
     backward frees at the end of I (:meth:`ppopt.solve.instance.Instance.input_grad_releases`)."""
-    sizes, rounded = instance.memory_counts()
-    early = instance.input_grad_releases()
+    sizes, rounded = instance.memory_counts(relaxed=True)
+    early = instance.input_grad_releases(relaxed=True)
     scaled, _ = _scaled(sizes + rounded + early)
     return scaled[len(sizes) + len(rounded):]
 
@@ -138,8 +139,8 @@ def memory_step(instance: Instance) -> float:
 
 def _unit_scale(instance: Instance) -> Fraction:
     """:func:`memory_units`' integer units per byte (or activation)."""
-    sizes, rounded = instance.memory_counts()
-    return _scaled(sizes + rounded + instance.input_grad_releases())[1]
+    sizes, rounded = instance.memory_counts(relaxed=True)
+    return _scaled(sizes + rounded + instance.input_grad_releases(relaxed=True))[1]
 
 
 def exact_rooms(instance: Instance, helds: Sequence[Sequence[int]]) -> list[int]:
