@@ -119,6 +119,10 @@ class Columns(NamedTuple):
 def _check_placement(schedule: Schedule) -> tuple[int, ...]:
     """Check devices, placement and replicas; return each microbatch's replica index."""
     p, m = schedule.devices, schedule.microbatches
+    if type(p) is not int or type(m) is not int:  # "2", 2.0, None: numbers the rest would compare or count with
+        raise Unflattenable(f"devices and microbatches must be integers, got {p!r} and {m!r}")
+    if any(type(d) is not int for holders in schedule.placement for d in holders):
+        raise Unflattenable("the placement names a device that is not an integer")
     if p < 1 or len(schedule.orders) != p or not schedule.placement:
         raise Unflattenable("devices, device rows or placement do not fit together")
     replica = schedule.replica_of or (0,) * m
@@ -153,6 +157,11 @@ def _flatten(schedule: Schedule) -> Flat:
         kind_of = np.fromiter(map(KIND_CODE.__getitem__, map(attrgetter("kind"), ops)), np.int64, n)
     except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
         raise Unflattenable("an entry of an order is not an op, or names a stage or microbatch outside the schedule") from None
+    # the arrays above take 1.9 as 1 and the string "I" as Kind.I; what the other layers read is ints and Kinds
+    if not set(map(type, map(attrgetter("stage"), ops))) | set(map(type, map(attrgetter("microbatch"), ops))) <= {int}:
+        raise Unflattenable("an op's stage or microbatch is not an integer (Op(stage, Kind, microbatch) takes ints)")
+    if not set(map(type, map(attrgetter("kind"), ops))) <= {Kind}:
+        raise Unflattenable("an op's kind is not a Kind (ppopt.Kind.F, B, I or W)")
     if n and (stage_of.min() < 0 or stage_of.max() >= stages or mb_of.min() < 0 or mb_of.max() >= m):
         raise Unflattenable("an op names a stage or microbatch outside the schedule")
     present = set(np.flatnonzero(np.bincount(kind_of, minlength=4)).tolist())

@@ -216,7 +216,11 @@ def validated(schedule: Schedule | Flat) -> Flat:
             raise
         except Exception:  # noqa: BLE001  (the detailed checks tripped over it: report the screen's finding)
             pass
-        raise ScheduleValidationError(f"invalid schedule: {problem}", order_grid(schedule)) from None
+        try:
+            grid = order_grid(schedule)
+        except Exception:  # noqa: BLE001  (an order of what is not an op cannot be drawn: the reason stands alone)
+            grid = ""
+        raise ScheduleValidationError(f"invalid schedule: {problem}", grid) from None
     schedule.__dict__[_FLAT] = _kept(flat)  # a schedule is immutable: flatten it once (see Schedule.__getstate__)
     return flat
 

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -44,3 +46,24 @@ def test_stages_by_device_is_stages_on_of_every_device(name):
         assert schedule.stages_by_device() == tuple(schedule.stages_on(d) for d in range(devices))
         checked += 1
     assert checked >= 2  # every family is defined at (2, 4) and (4, 8)
+
+
+@pytest.mark.parametrize("mend, said", [
+    (lambda s: dict(orders=[[Op(o.stage, o.kind, 1.9 if o.microbatch else 0) for o in r] for r in s.orders]), "op 0F1 is missing"),
+    (lambda s: dict(orders=[[Op(o.stage, str(o.kind), o.microbatch) for o in r] for r in s.orders]), "is not an op"),
+    (lambda s: dict(orders=[[Op(o.stage, None, o.microbatch) for o in r] for r in s.orders]), "is not an op"),
+    (lambda s: dict(devices="2"), "devices and microbatches must be integers, got '2' and 2"),
+    (lambda s: dict(devices=2.0), "devices and microbatches must be integers, got 2.0 and 2"),
+    (lambda s: dict(placement=((0,), ("1",))), "the placement names a device that is not an integer"),
+])
+def test_ops_and_sizes_of_other_types_are_refused(mend, said):
+    """A microbatch of 1.9 passed as 1 (the flat arrays truncate it), a kind given as the string
+    'I' as Kind.I, and the torch CSV writer then failed or wrote cells it cannot read; devices as
+    '2' failed with a TypeError deep in the checks. Each is now a one-line validation error."""
+    from dataclasses import replace
+
+    from ppopt.validation import ScheduleValidationError, validate
+
+    base = generate("1f1b", 2, 2)
+    with pytest.raises(ScheduleValidationError, match=re.escape(said)):
+        validate(replace(base, **mend(base)))
