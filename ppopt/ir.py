@@ -119,6 +119,23 @@ def parse_action(text: str) -> Op:
     return Op(int(stage), Kind(kind), int(microbatch))
 
 
+class FrozenOptions(dict):
+    """A schedule's options: a dict (JSON writes it, ``options["chunks"]`` reads it) that cannot be
+    changed and hashes by its items, so that a frozen :class:`Schedule` holding it hashes too."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a schedule's options cannot be changed: build the schedule again with others")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items(), key=lambda item: item[0])))
+
+    def __reduce__(self):
+        """Pickled and copied whole (a dict's pickle fills an empty one item by item)."""
+        return FrozenOptions, (dict(self),)
+
+
 @dataclass(frozen=True)
 class Schedule:
     """A pipeline schedule: which device runs which op, in what order.
@@ -160,6 +177,7 @@ class Schedule:
         object.__setattr__(self, "orders", tuple(tuple(order) for order in self.orders))
         object.__setattr__(self, "replica_of", tuple(self.replica_of))
         object.__setattr__(self, "overlapped", tuple(tuple(pair) for pair in self.overlapped))
+        object.__setattr__(self, "options", FrozenOptions(self.options or {}))
         if self.stage_weights is not None:
             object.__setattr__(self, "stage_weights", tuple(self.stage_weights))
 

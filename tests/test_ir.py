@@ -67,3 +67,19 @@ def test_ops_and_sizes_of_other_types_are_refused(mend, said):
     base = generate("1f1b", 2, 2)
     with pytest.raises(ScheduleValidationError, match=re.escape(said)):
         validate(replace(base, **mend(base)))
+
+
+def test_schedules_hash_and_their_options_cannot_change():
+    """A frozen schedule held its options in a plain dict: hash() failed (a set of schedules could
+    not be built) and `schedule.options["chunks"] = 99` changed what it reported."""
+    import copy
+    import json
+    import pickle
+
+    one, two = generate("interleaved-1f1b", 4, 8, chunks=2), generate("interleaved-1f1b", 4, 8, chunks=2)
+    assert one == two and hash(one) == hash(two) and len({one, two}) == 1
+    assert hash(one) != hash(generate("interleaved-1f1b", 4, 8, chunks=4))
+    with pytest.raises(TypeError, match="options cannot be changed"):
+        one.options["chunks"] = 99
+    assert one.options == {"chunks": 2} and json.dumps(one.options) == '{"chunks": 2}'
+    assert pickle.loads(pickle.dumps(one)) == one and hash(copy.deepcopy(one)) == hash(one)

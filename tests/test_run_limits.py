@@ -146,8 +146,8 @@ def test_profile_microbatches_its_schedules_cannot_take_are_refused_before_any_r
 def test_more_ranks_than_the_limit_are_refused_before_any_rank_starts(no_launch, command, layers):
     """Without --layers (4 by default) the error named --layers ("at least 65 layers"), a flag not
     given, while the bound is the rank count's."""
-    _refused(cli(*command, "-p", 65, *layers),
-             "error: --devices: must be from 1 to 64 ranks (processes on this machine), got 65\n")
+    least = "2 to 64 ranks (a message needs two; " if command[0] == "profile" else "1 to 64 ranks ("
+    _refused(cli(*command, "-p", 65, *layers), f"error: --devices: must be from {least}processes on this machine), got 65\n")
 
 
 def test_a_rank_count_over_the_limit_is_refused_before_a_schedule_is_built(no_launch, monkeypatch):
@@ -180,8 +180,8 @@ def test_the_settings_without_a_flag_are_checked_too():
 def test_a_compare_whose_profile_cannot_run_is_refused_before_the_run_starts(no_launch, tmp_path):
     after = "give --costs FILE from `ppopt profile`\n"
     _refused(cli("run", "-s", "1f1b", "-p", 1, "-m", 4, "--compare"),
-             "error: --compare: cannot profile 1 stage(s) on 1 rank(s) after the run (--devices: profiling a message needs "
-             f"at least 2 ranks, got 1); {after}")
+             "error: --compare: cannot profile 1 stage(s) on 1 rank(s) after the run (--devices: must be from 2 to 64 ranks "
+             f"(a message needs two; processes on this machine), got 1); {after}")
     _refused(cli("run", "-s", "1f1b", "-p", 2, "-m", 1, "--compare"),
              "error: --compare: cannot profile 2 stage(s) on 2 rank(s) after the run (--microbatches: zb-h1 needs "
              f"microbatches >= devices (m >= p), got m = 1 < p = 2); {after}")
