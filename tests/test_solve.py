@@ -972,3 +972,13 @@ def test_a_fixed_search_s_peaks_are_evaluate_s_for_a_job_with_working_sets(famil
     assert found.simulation.step_time_s == pytest.approx(evaluated.step_time_s, rel=1e-12)
     with pytest.raises(InfeasibleError, match="below the minimum"):
         search(InstanceSpec(4, 16, memory_limit=peak * 0.999, **kwargs), parse_space(f"fixed:{family}"), SolveOptions(time_limit_s=20))
+
+
+@pytest.mark.parametrize("given, field", [({"chunks": 0}, "chunks"), ({"chunks": "x"}, "chunks"), ({"waves": -1}, "waves"),
+                                          ({"split": "0:0"}, "split"), ("chunks=2", "schedule_options")])
+def test_gap_report_refuses_option_values_no_family_takes(given, field):
+    """gap_report skipped every family that takes the option, with the reason, and returned a
+    report without them; a string was read letter by letter as option names."""
+    with pytest.raises((ConfigError, ScheduleError)) as raised:
+        gap_report(unit(4, 8), schedule_options=given, options=SolveOptions(5))
+    assert raised.value.field == field

@@ -135,21 +135,15 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
 
 
 def check_option_values(options: dict) -> None:
-    """Refuse a schedule option value no schedule takes (a count below 1, a split that is not two
-    positive numbers) before any schedule is tried: over several schedules (``-s all``,
-    ``compare``, ``gap``) each would have been skipped with the reason, and the command ended well."""
+    """Refuse a schedule option value no schedule takes before any schedule is tried
+    (:func:`ppopt.generators.check_option_values`), as a ConfigError naming the flag's field."""
     from ppopt.errors import ScheduleError
-    from ppopt.placement import parse_split
+    from ppopt.generators import check_option_values as check
 
-    for name in ("chunks", "waves"):
-        value = options.get(name)
-        if value is not None and value < 1:
-            raise ConfigError(f"must be a positive integer, got {value}", field=name)
-    if options.get("split") is not None:
-        try:
-            parse_split(options["split"])
-        except ScheduleError as error:
-            raise ConfigError(error.reason, field="split") from None
+    try:
+        check(options)
+    except ScheduleError as error:
+        raise ConfigError(error.reason, field=error.field) from None
 
 
 def _completion(choices: Callable[[], list[str]], files: bool) -> Callable[[click.Context, click.Parameter, str], list]:

@@ -296,6 +296,24 @@ def check_option_names(options: Mapping[str, object], field: str | None = None) 
         raise ScheduleError(f"unknown schedule option(s): {', '.join(unknown)} (known: {', '.join(OPTIONS)})", field=field)
 
 
+def check_option_values(options: Mapping[str, object]) -> None:
+    """ScheduleError (naming the option) for a value no schedule takes: a count that is not an
+    integer of at least 1, a split that is not two positive numbers. Over several schedules (``-s
+    all``, ``compare``, ``gap``, :func:`ppopt.solve.gap.gap_report`) each would have been skipped
+    with the reason, and an empty report returned as if it were one."""
+    from ppopt.placement import parse_split
+
+    for name in ("chunks", "waves"):
+        value = options.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ScheduleError(f"must be a positive integer, got {value!r}", field=name)
+    if options.get("split") is not None:
+        try:
+            parse_split(options["split"])
+        except ScheduleError as error:
+            raise ScheduleError(error.reason, field="split") from None
+
+
 def generate(name: str, devices: int, microbatches: int, **options: object) -> Schedule:
     """Build schedule ``name`` for ``devices`` x ``microbatches``.
 

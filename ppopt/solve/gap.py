@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ppopt.config import ModelConfig, SystemConfig
 from ppopt.errors import ConfigError, InfeasibleError, MemoryShortError, ScheduleError, is_positive_number
-from ppopt.generators import check_option_names, generate, get, names, too_many_stages
+from ppopt.generators import check_option_names, check_option_values, generate, get, names, too_many_stages
 from ppopt.ir import Schedule
 from ppopt.simulate import simulate
 from ppopt.solve import options as solve_options
@@ -142,7 +142,10 @@ def gap_report(
     """
     options = (options or SolveOptions()).start()
     schedule_options = schedule_options or {}
+    if not isinstance(schedule_options, Mapping):  # a string was read letter by letter as option names
+        raise ConfigError(f"must be a mapping of option names to values, got {schedule_options!r}", field="schedule_options")
     check_option_names(schedule_options, "schedule_options")  # every family would skip it: an empty report
+    check_option_values(schedule_options)
     if isinstance(schedules, str):  # one name given alone, not its letters
         schedules = (schedules,)
     for name in schedules or ():  # a misspelt name is an error, as on the command line, not a skipped row
