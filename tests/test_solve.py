@@ -982,3 +982,23 @@ def test_gap_report_refuses_option_values_no_family_takes(given, field):
     with pytest.raises((ConfigError, ScheduleError)) as raised:
         gap_report(unit(4, 8), schedule_options=given, options=SolveOptions(5))
     assert raised.value.field == field
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda u: search(None, "placement=linear"), "spec"),
+    (lambda u: search(u, None), "space"),
+    (lambda u: search(u, 3), "space"),
+    (lambda u: search(u, "placement=linear", "fast"), "options"),
+    (lambda u: search(u, "placement=linear", hints="1f1b"), "hints"),
+    (lambda u: search(u, "placement=linear", hints=[None]), "hints"),
+    (lambda u: search(u, "placement=linear", minimize_memory="yes"), "minimize_memory"),
+    (lambda u: gap_report(None), "spec"),
+    (lambda u: gap_report(u, given="1f1b"), "hints"),
+    (lambda u: frontier(u, 3), "space"),
+])
+def test_library_calls_of_the_solver_name_an_argument_of_another_type(call, field):
+    """search(None, ...), gap_report(u, given="1f1b") and the like raised AttributeError from deep
+    inside, naming no argument; "yes" switched minimize_memory on."""
+    with pytest.raises(ConfigError) as raised:
+        call(unit(4, 8))
+    assert raised.value.field == field

@@ -22,7 +22,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from ppopt.config import ModelConfig
-from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, counted
+from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, counted, require_bool
 from ppopt.flat import KIND_CODE
 from ppopt.flat import earliest_starts as flat_earliest_starts
 from ppopt.ir import Kind, Op, Schedule
@@ -1300,6 +1300,26 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     return replace(best, peak_memory=least, memory_status=status)
 
 
+def check_arguments(spec: object, space: object = ..., options: object = None, given: Sequence[object] = ()) -> None:
+    """ConfigError naming the argument a library call of the solver (:func:`search`,
+    :func:`ppopt.solve.gap.gap_report`, :func:`ppopt.solve.gap.frontier`) was given of another
+    type: an AttributeError deep inside said nothing of which one. ``given``: hints or a schedule;
+    ``space`` is checked when given (``...``: the call takes none)."""
+    def refuse(field: str, wanted: str, value: object) -> None:
+        shown = repr(value)
+        raise ConfigError(f"must be {wanted}, got {shown if len(shown) <= 60 else shown[:57] + '...'}", field=field)
+
+    if not isinstance(spec, InstanceSpec):
+        refuse("spec", "an InstanceSpec (ppopt.solve.instance)", spec)
+    if space is not ... and not isinstance(space, (Space, str)):
+        refuse("space", "a Space or its text (ppopt.solve.space.parse_space)", space)
+    if options is not None and not isinstance(options, SolveOptions):
+        refuse("options", "a SolveOptions (ppopt.solve.options)", options)
+    for schedule in given:
+        if not isinstance(schedule, Schedule):
+            refuse("hints", "schedules (ppopt.Schedule)", schedule)
+
+
 def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None = None, minimize_memory: bool = False,
            hints: Sequence[Schedule] | Schedule = ()) -> SearchResult:
     """Search ``space`` for the shortest step on ``spec``'s instances (see the module docstring).
@@ -1314,11 +1334,13 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
 
     Raises InfeasibleError when the memory limit is below what any schedule of the space needs.
     """
+    if isinstance(hints, Schedule):  # one hint given alone
+        hints = (hints,)
+    check_arguments(spec, space, options, hints if isinstance(hints, (list, tuple)) else [hints])
+    require_bool(minimize_memory, "minimize_memory")
     options = (options or SolveOptions()).start()
     if isinstance(space, str):
         space = parse_space(space)
-    if isinstance(hints, Schedule):  # one hint given alone
-        hints = (hints,)
     if hints and (space.fixed or space.placement == "family"):  # they would be dropped without a word
         raise ConfigError(f"{space.describe()} searches its own schedules only: hints need a relaxed space of their "
                           "placement (ppopt.solve.space.space_of)", field="hints")
