@@ -797,3 +797,16 @@ def test_solver_commands_say_what_a_slot_of_a_cost_preset_is(tmp_path):
     other = cli("search", "-p", 4, "-m", 4, "--costs", path, "--time-limit", 10, "-q")
     assert (f"note: {path} enters as the unit model: B = 2, W = 1, comm = 3 slots, one slot being a 1/4 share's forward, "
             "2/4 of its mean stage forward (1000 ms on its 2 stages): about 500 ms if time scales with the layers") in other.stderr
+
+
+def test_a_profile_s_link_is_one_its_cost_file_can_hold():
+    """Two noisy timings fitted 0.69 MB/s, which the profile wrote and every --costs reader refused
+    (a file's least bandwidth is 1 MB/s): a fit under it is noise on one machine, taken as no cost
+    per byte, as when the larger message was not slower."""
+    from ppopt.config import FILE_MINIMA
+    from ppopt.run.profile import NO_SIZE_COST, _link
+
+    noisy = _link({"small": {"bytes": 4, "one_way_s": 1e-4}, "activation": {"bytes": 4096, "one_way_s": 6e-3}})
+    assert noisy.bandwidth_bytes_per_s == NO_SIZE_COST and noisy.latency_s == 1e-4
+    real = _link({"small": {"bytes": 4, "one_way_s": 1e-4}, "activation": {"bytes": 4_000_004, "one_way_s": 1.1e-3}})
+    assert real.bandwidth_bytes_per_s == pytest.approx(4e9) and real.bandwidth_bytes_per_s > FILE_MINIMA["bandwidth_bytes_per_s"][0]

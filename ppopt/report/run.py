@@ -82,7 +82,7 @@ def profile_text(costs: Costs, link: LinkConfig | None) -> str:
     flags = " ".join(f"--{k} {v:g}" for k, v in unit_flags(costs, link).items())
     if link is not None:
         bandwidth = (f"bandwidth {link.bandwidth_bytes_per_s / 1e6:.4g} MB/s" if link.bandwidth_bytes_per_s < NO_SIZE_COST
-                     else "no measurable cost per byte (the larger message was not slower)")
+                     else "no measurable cost per byte (the larger message was not slower by a bandwidth of at least 1 MB/s)")
         text += f"\nmessage ({costs.stages[0].send_bytes:.0f} bytes): latency {seconds(link.latency_s)}, {bandwidth}"
     at = f"at p = {len(costs.stages)}, " if link is not None else ""
     return text + f"\nas unit-model flags (search, table; {at}one slot = mean F): {flags}"

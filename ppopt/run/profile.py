@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ppopt.config import LinkConfig
+from ppopt.config import FILE_MINIMA, LinkConfig
 from ppopt.costs import Costs, StageCost, partition_layers
 from ppopt.errors import ConfigError
 from ppopt.generators import generate
@@ -25,7 +25,10 @@ from ppopt.run.spec import ELEMENT_BYTES, MAX_DEVICES, RunSpec
 
 _PAIRS: dict[int, tuple[tuple[str, dict[str, int]], ...]] = {1: (("1f1b", {}), ("zb-h1", {})), 2: (("interleaved-1f1b", {"chunks": 2}), ("zb-v", {}))}
 NO_SIZE_COST = 1e15
-"""Bandwidth (bytes/s) of the fitted link when the larger message was not slower than the small one."""
+"""Bandwidth (bytes/s) of the fitted link when the larger message was not slower than the small one,
+or slower by more than a file's least bandwidth (:data:`ppopt.config.FILE_MINIMA`, 1 MB/s) allows:
+on one machine that is timing noise (a fit of 0.14 MB/s was written, and every --costs reader then
+refused the file)."""
 
 
 @dataclass(frozen=True)
@@ -133,4 +136,6 @@ def _link(p2p: dict | None) -> LinkConfig | None:
     latency = small["one_way_s"]
     extra = big["one_way_s"] - latency
     bandwidth = (big["bytes"] - small["bytes"]) / extra if extra > 0 else NO_SIZE_COST
+    if bandwidth < FILE_MINIMA["bandwidth_bytes_per_s"][0]:
+        bandwidth = NO_SIZE_COST
     return LinkConfig(bandwidth_bytes_per_s=bandwidth, latency_s=latency)
