@@ -118,9 +118,10 @@ def test_ranks_that_outnumber_the_cores_get_a_note(launched, monkeypatch, cores,
     import os
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
-    output = cli(*RUN).output
-    assert ("note: 2 ranks x 1 thread(s) on 1 core(s): the ranks take turns on the cores" in output) is noted
-    assert ("note:" in output) is noted
+    for quiet in ((), ("-q",)):  # a note on the result, said with -q too, as -q's help promises
+        output = cli(*RUN, *quiet).output
+        assert ("note: 2 ranks x 1 thread(s) on 1 core(s): the ranks take turns on the cores" in output) is noted
+        assert ("note:" in output) is noted
 
 
 # 3. profile's microbatches: its two schedules are generated before the ranks start -----------------

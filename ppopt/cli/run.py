@@ -117,7 +117,7 @@ def run_command(files, names, devices, microbatches, chunks, legacy_backward, se
     require_torch()
     if not quiet:
         click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
-        note_shared_cores(schedules[0].devices, settings.threads)
+    note_shared_cores(schedules[0].devices, settings.threads)  # a note on the result: said with -q too
     deadline = time.monotonic() + settings.timeout_s  # --timeout covers the run and the profiles after it
     with working("run", quiet):
         results, _ = run_schedules(schedules, settings)
@@ -171,7 +171,7 @@ def _presets(schedules, costs_file, settings, quiet: bool = False):
             raise ConfigError(f"{costs_file} was measured with {key} {measured[key]}, this run uses {value}; "
                               f"give {fix} or profile again", field="costs")
     ranks = schedules[0].devices
-    if not quiet and isinstance(measured.get("devices"), int) and measured["devices"] != ranks:
+    if isinstance(measured.get("devices"), int) and measured["devices"] != ranks:  # a note on the result, -q or not
         click.echo(f"note: {costs_file} was measured on {counted(measured['devices'], 'rank')}, this run uses {ranks}: "
                    "the ranks share this machine's cores differently, so its op times may not hold here", err=True)
     return {costs.num_stages: (costs, link)}
@@ -257,7 +257,7 @@ def profile_command(devices, microbatches, chunks, settings, output, as_json, qu
     require_torch()
     if not quiet:
         click.echo(f"profiling {devices * chunks} stages on {devices} local ranks (gloo, 127.0.0.1)", err=True)
-        note_shared_cores(devices, settings.threads)
+    note_shared_cores(devices, settings.threads)  # a note on the result: said with -q too
     with working("profile", quiet):
         measured = profile(devices, microbatches, chunks, settings)
     about = {"tool": "ppopt profile", "devices": devices, "microbatches": microbatches, "chunks": chunks,
