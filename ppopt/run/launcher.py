@@ -105,8 +105,8 @@ def launch(spec: RunSpec, on_started: Callable[[list], None] | None = None) -> l
 
 
 def _launch(spec: RunSpec, child: Callable, on_started: Callable[[list], None] | None) -> list[dict]:
-    context = _context()  # the fork server's start and its `import torch` (seconds) come before the --timeout
-    deadline = time.monotonic() + spec.timeout_s  # the whole run: starting the ranks (seconds at p = 16) too
+    context = _context()
+    deadline = time.monotonic() + spec.timeout_s
     with tempfile.TemporaryDirectory(prefix="ppopt-run-") as tmp:
         folder = Path(tmp)
         processes: list = []
@@ -115,6 +115,8 @@ def _launch(spec: RunSpec, child: Callable, on_started: Callable[[list], None] |
                 process = context.Process(target=child, args=(spec_json(spec), rank, _environment(spec, rank), tmp), daemon=True)
                 process.start()
                 processes.append(process)
+                if rank == 0:  # the first start waits for the fork server's `import torch` (2.4 s), before the --timeout
+                    deadline = time.monotonic() + spec.timeout_s  # the whole run: starting the other ranks (seconds at p = 16) too
                 if time.monotonic() > deadline:
                     raise _timed_out(spec.timeout_s)
             if on_started is not None:
