@@ -813,3 +813,17 @@ def test_a_profile_s_link_is_one_its_cost_file_can_hold():
     assert noisy.bandwidth_bytes_per_s == NO_SIZE_COST and noisy.latency_s == 1e-4
     real = _link({"small": {"bytes": 4, "one_way_s": 1e-4}, "activation": {"bytes": 4_000_004, "one_way_s": 1.1e-3}})
     assert real.bandwidth_bytes_per_s == pytest.approx(4e9) and real.bandwidth_bytes_per_s > FILE_MINIMA["bandwidth_bytes_per_s"][0]
+
+
+def test_files_named_alike_are_told_apart_and_one_file_runs_once(tmp_path, monkeypatch):
+    """a/x.csv and b/x.csv were two rows named x, and x.csv beside ./x.csv ran the same file twice."""
+    from ppopt.cli.run import _schedules
+    from ppopt.io.torch_csv import write_torch_csv
+
+    monkeypatch.chdir(tmp_path)
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        write_torch_csv(generate("1f1b", 2, 2), tmp_path / folder / "x.csv")
+    write_torch_csv(generate("gpipe", 2, 2), tmp_path / "y.csv")
+    assert [s.name for s in _schedules(("a/x.csv", "b/x.csv", "y.csv", "./y.csv"), (), None, None, None)] == \
+        ["a/x.csv", "b/x.csv", "y"]

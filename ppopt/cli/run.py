@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 import time
 
 import click
@@ -58,7 +60,11 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
 
     if not files and not names:
         raise click.UsageError("give schedule CSV files and/or --schedule NAME", click.get_current_context())
-    files = tuple(dict.fromkeys(files))  # the same file twice: one run, not two (-s is merged by the parser)
+    # the same file twice (also as ./x.csv beside x.csv): one run, not two (-s is merged by the parser)
+    first: dict[str, str] = {}
+    for f in files:
+        first.setdefault(f if f == "-" else os.path.realpath(f), f)
+    files = tuple(first.values())
     if names:  # each name known, and --chunks taken by one of them and checked as evaluate checks it
         refuse_unused_options(tuple(names), {"chunks": chunks})
         check_option_values({"chunks": chunks})
@@ -67,6 +73,9 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
     if legacy_backward and not files:
         raise ConfigError("only applies to schedule files (the spelling of their backwards)", field="legacy_backward")
     schedules = [read_torch_csv_file(f, legacy_backward=legacy_backward) for f in files]
+    stems = [schedule.name for schedule in schedules]  # a/x.csv and b/x.csv: two rows named x, told apart by their paths
+    schedules = [dataclasses.replace(schedule, name=str(f)) if stems.count(schedule.name) > 1 else schedule
+                 for f, schedule in zip(files, schedules)]
     for file, schedule in zip(files, schedules):  # a file's rank count is no flag's: name the file
         if schedule.devices > MAX_DEVICES:
             raise ConfigError(f"{file}: {schedule.devices} ranks; a run takes at most {MAX_DEVICES} (processes on this machine)")
@@ -100,7 +109,6 @@ def run_command(files, names, devices, microbatches, chunks, legacy_backward, se
                 quiet) -> None:
     """Execute schedules in PyTorch's pipelining runtime on local ranks (gloo on 127.0.0.1):
     step and op times, and the gradients checked against the model without pipelining."""
-    import dataclasses
 
     from ppopt.errors import ConfigError, PpoptError
     from ppopt.report.run import run_json, run_text
@@ -155,7 +163,6 @@ def _presets(schedules, costs_file, settings, quiet: bool = False):
     from `ppopt profile` must have been measured with the same model, dtype and torch threads per
     rank as this run (each changes every op's time). A preset measured on another number of ranks
     gets a note on stderr: the ranks share the cores differently (:func:`note_shared_cores`)."""
-    import dataclasses
 
     from ppopt.errors import ConfigError, counted
     from ppopt.io.cost_preset import read_cost_preset_file
@@ -206,7 +213,6 @@ def _check_profiles(schedules, settings) -> None:
 def _compare(schedules, results, settings, presets, quiet=False, deadline: float | None = None):
     """Each schedule's measured step next to the prediction from ``presets`` (or a profile measured
     now, each in what is left of ``settings``' timeout at ``deadline``, a ``time.monotonic()`` value)."""
-    import dataclasses
 
     from ppopt.run.compare import compare
 
@@ -273,7 +279,6 @@ def profile_command(devices, microbatches, chunks, settings, output, as_json, qu
 
 
 def dataclasses_dict(value) -> dict:
-    import dataclasses
 
     return dataclasses.asdict(value)
 
