@@ -1002,3 +1002,14 @@ def test_library_calls_of_the_solver_name_an_argument_of_another_type(call, fiel
     with pytest.raises(ConfigError) as raised:
         call(unit(4, 8))
     assert raised.value.field == field
+
+
+@pytest.mark.parametrize("given, field", [(dict(dominance="no"), "dominance"), (dict(every_hint="x"), "every_hint"),
+                                          (dict(progress="x"), "progress"), (dict(deadline="x"), "deadline"),
+                                          (dict(deterministic_time="2"), "deterministic_time"), (dict(workers="2"), "workers")])
+def test_solve_options_of_another_type_are_refused(given, field):
+    """dominance="no" switched the rule on and a text deadline failed later with a TypeError; a
+    text worker count read "got 2", hiding that it was text."""
+    with pytest.raises(ConfigError) as raised:
+        SolveOptions(**given)
+    assert raised.value.field == field and repr(given[field]) in raised.value.reason

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ppopt.errors import ConfigError, PpoptError, is_positive_number
+from ppopt.errors import ConfigError, PpoptError, is_positive_number, require_bool
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -156,14 +156,21 @@ class SolveOptions:
     def __post_init__(self) -> None:
         check_time_limit(self.time_limit_s, "time_limit_s")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
-            raise ConfigError(f"must be an integer from 1 to {MAX_WORKERS}, got {self.workers}", field="workers")
+            raise ConfigError(f"must be an integer from 1 to {MAX_WORKERS}, got {self.workers!r}", field="workers")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
-            raise ConfigError(f"must be an integer from 0 to 2^31 - 1, got {self.seed}", field="seed")
+            raise ConfigError(f"must be an integer from 0 to 2^31 - 1, got {self.seed!r}", field="seed")
         if self.method not in METHODS:
             raise ConfigError(f"must be one of {', '.join(METHODS)}, got {self.method!r}", field="method")
         dt = self.deterministic_time
-        if dt is not None and not (math.isfinite(dt) and dt > 0):
-            raise ConfigError(f"must be a finite number > 0, got {dt}", field="deterministic_time")
+        if dt is not None and (isinstance(dt, bool) or not isinstance(dt, (int, float)) or not (math.isfinite(dt) and dt > 0)):
+            raise ConfigError(f"must be a finite number > 0, got {dt!r}", field="deterministic_time")
+        for flag in ("dominance", "every_hint"):  # the text "no" would switch them on
+            require_bool(getattr(self, flag), flag)
+        if self.progress is not None and not callable(self.progress):
+            raise ConfigError(f"must be a function taking a line, or None, got {self.progress!r}", field="progress")
+        if self.deadline is not None and (isinstance(self.deadline, bool) or not isinstance(self.deadline, (int, float))
+                                          or not math.isfinite(self.deadline)):
+            raise ConfigError(f"must be a time.monotonic() value (start() sets it), got {self.deadline!r}", field="deadline")
 
     def start(self, spent_s: float = 0.0) -> SolveOptions:
         """These options with the deadline fixed now, less ``spent_s`` seconds of the budget already
