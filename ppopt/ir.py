@@ -173,11 +173,20 @@ class Schedule:
         compared unequal to the same one with tuples, and its lists were not the stage maps
         ppopt compares with tuples): O(devices + stages), as
         ``tuple`` of a tuple is the tuple itself."""
-        object.__setattr__(self, "placement", tuple(tuple(holders) for holders in self.placement))
-        object.__setattr__(self, "orders", tuple(tuple(order) for order in self.orders))
-        object.__setattr__(self, "replica_of", tuple(self.replica_of))
-        object.__setattr__(self, "overlapped", tuple(tuple(pair) for pair in self.overlapped))
-        object.__setattr__(self, "options", FrozenOptions(self.options or {}))
+        for name, wanted in (("placement", "a sequence of device tuples, one per stage"), ("orders", "a sequence of op sequences, one per device"),
+                             ("replica_of", "a sequence of replica indices, one per microbatch"),
+                             ("overlapped", "a sequence of (forward, backward) op pairs"), ("options", "a mapping of option names to values")):
+            try:
+                value = getattr(self, name)
+                if name in ("placement", "orders", "overlapped"):
+                    value = tuple(tuple(item) for item in value)
+                elif name == "replica_of":
+                    value = tuple(value)
+                else:
+                    value = FrozenOptions(value or {})
+            except (TypeError, ValueError):  # (0, 1) for a placement, None for the orders: not iterable
+                raise ScheduleError(f"must be {wanted}, got {getattr(self, name)!r:.60}", field=name) from None
+            object.__setattr__(self, name, value)
         if self.stage_weights is not None:
             object.__setattr__(self, "stage_weights", tuple(self.stage_weights))
 

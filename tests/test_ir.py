@@ -83,3 +83,16 @@ def test_schedules_hash_and_their_options_cannot_change():
         one.options["chunks"] = 99
     assert one.options == {"chunks": 2} and json.dumps(one.options) == '{"chunks": 2}'
     assert pickle.loads(pickle.dumps(one)) == one and hash(copy.deepcopy(one)) == hash(one)
+
+
+@pytest.mark.parametrize("given, field", [(dict(placement=(0, 1)), "placement"), (dict(orders=None), "orders"),
+                                          (dict(overlapped=(1,)), "overlapped"), (dict(options=5), "options")])
+def test_a_schedule_of_fields_that_are_not_sequences_is_refused_naming_the_field(given, field):
+    """A placement of (0, 1) or orders of None raised TypeError: 'int' object is not iterable."""
+    from ppopt.ir import Schedule
+
+    base = generate("1f1b", 2, 2)
+    args = dict(name="x", devices=2, microbatches=2, placement=base.placement, orders=base.orders) | given
+    with pytest.raises(ScheduleError) as raised:
+        Schedule(**args)
+    assert raised.value.field == field
