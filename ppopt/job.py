@@ -942,6 +942,8 @@ def evaluate_job(job: Job) -> JobResult:
     after the other; Chimera's replica all-reduce is simulated. Its optimizer step updates the
     state of every stage it holds in one pass (:func:`_one_optimizer_step`). The step adds the
     slowest device's all-reduces and optimizer step to the simulated pipeline."""
+    if not isinstance(job, Job):  # None or a name: an AttributeError from deep inside named nothing
+        raise ConfigError(f"must be a Job (ppopt.job.Job(model, system, ...)), got {job!r:.60}", field="job")
     work = job_work(job)
     prepared = job_schedule(job)
     costs, simulation = simulate_pipeline(job, prepared, work)

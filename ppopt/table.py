@@ -32,7 +32,7 @@ from fractions import Fraction
 from functools import cached_property
 from operator import add
 
-from ppopt.errors import ScheduleError
+from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import KIND_CODE, KINDS, Flat, Unflattenable, flatten, paused_gc, peak_per_device
 from ppopt.flat import earliest_starts as flat_earliest_starts
 from ppopt.ir import Kind, Op, Schedule
@@ -293,6 +293,8 @@ def build_table(schedule: Schedule | Flat, units: UnitCosts = UnitCosts()) -> Ta
 
     Raises :class:`~ppopt.validation.ScheduleValidationError` for an invalid schedule.
     """
+    if not isinstance(units, UnitCosts):
+        raise ConfigError(f"must be a UnitCosts (ppopt.units), got {units!r:.60}", field="units")
     with paused_gc():
         return _build_table(schedule, units)
 

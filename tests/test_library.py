@@ -308,3 +308,23 @@ def test_steps_equal_but_for_float_noise_share_a_rank():
 
     assert competition_ranks({"a": 3.0, "b": 3.0 * (1 + TIE / 10), "c": 4.0}) == {"a": 1, "b": 1, "c": 3}
     assert competition_ranks({"a": 3.0, "b": 3.0 * (1 + 10 * TIE)}) == {"a": 1, "b": 2}
+
+
+def test_library_entry_points_name_an_argument_of_another_type():
+    """evaluate_job(None), space_of("1f1b"), build_table(s, None), read_torch_csv(None) and
+    write_torch_csv(None, f) raised AttributeError or TypeError from deep inside."""
+    import io
+
+    from ppopt.errors import PpoptError
+    from ppopt.io.torch_csv import read_torch_csv, write_torch_csv
+    from ppopt.job import evaluate_job
+    from ppopt.solve.space import space_of
+    from ppopt.table import build_table
+
+    schedule = ppopt.generate("1f1b", 2, 2)
+    for call, field in ((lambda: evaluate_job(None), "job"), (lambda: space_of("1f1b"), "schedule"),
+                        (lambda: build_table(schedule, None), "units"), (lambda: read_torch_csv(3), "path_or_text"),
+                        (lambda: write_torch_csv(None, io.StringIO()), "schedule")):
+        with pytest.raises(PpoptError) as raised:
+            call()
+        assert raised.value.field == field

@@ -61,7 +61,7 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
     if not files and not names:
         raise click.UsageError("give schedule CSV files and/or --schedule NAME", click.get_current_context())
     # the same file twice (also as ./x.csv beside x.csv): one run, not two (-s is merged by the parser)
-    first: dict[str, str] = {}
+    first = {}  # real path -> the first name given for it
     for f in files:
         first.setdefault(f if f == "-" else os.path.realpath(f), f)
     files = tuple(first.values())

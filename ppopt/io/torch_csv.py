@@ -469,6 +469,8 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
     comma and naming no file: ``p2,m2.csv`` written by :func:`write_torch_csv` reads back as that
     file). The schedule is named after the file's stem (``torch-csv`` for text).
     """
+    if not isinstance(path_or_text, (str, os.PathLike)) and not hasattr(path_or_text, "read"):
+        raise ScheduleError(f"must be a path, an open text file or the CSV text, got {path_or_text!r:.60}", field="path_or_text")
     if hasattr(path_or_text, "read"):
         source = getattr(path_or_text, "name", None)
         name = Path(source).stem if isinstance(source, str) else "torch-csv"
@@ -566,6 +568,8 @@ def runtime_problem(schedule: Schedule) -> str | None:
 
 def format_torch_csv(schedule: Schedule, start: StartTimes | None = None) -> str:
     """The CSV text of ``schedule`` (see :func:`write_torch_csv`)."""
+    if not isinstance(schedule, Schedule):
+        raise ScheduleError(f"must be a Schedule, got {schedule!r:.60}", field="schedule")
     refuse_replicas(schedule)
     rows = list(schedule.orders)
     if start is not None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-from ppopt.errors import ScheduleError
+from ppopt.errors import ConfigError, ScheduleError
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
 from ppopt.io import decimal_int
 from ppopt.ir import Kind, Op, Schedule
@@ -273,6 +273,9 @@ def space_of(schedule: Schedule) -> Space:
     when it holds any I: a B of a mixed schedule is an I with its W right after), the order free.
     Raises ScheduleError for a schedule no space holds (a replicated stage, uneven layer shares,
     devices holding unequal numbers of stages)."""
+    if not isinstance(schedule, Schedule):  # a family's name: family_space takes those
+        raise ConfigError(f"must be a Schedule (ppopt.solve.space.family_space takes a family's name), got {schedule!r:.60}",
+                          field="schedule")
     p, stages = schedule.devices, schedule.stages
     backward = "split" if schedule.split_backward else "full"
     if schedule.replicas > 1:
