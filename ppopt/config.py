@@ -486,11 +486,22 @@ def load_system(name_or_path: str | os.PathLike[str] | SystemConfig | Mapping[st
 def _from_mapping(fields: Mapping[str, object], cls: type[_M], kind: str) -> _M:
     """A config from a mapping of a file's fields: the same checks and one-line ConfigError as a
     file's (:func:`_load_file`), with Python's own numbers accepted (numpy's too)."""
-    data = {"name": "custom", **fields}
-    try:
-        return cls.model_validate(data, context={"file": True})
+    data = _plain({"name": "custom", **fields})
+    try:  # strictly, as a file's: "32" or True for a layer count is a slip, not 32 or 1
+        return cls.model_validate(data, strict=True, context={"file": True})
     except ValidationError as error:
         raise ConfigError(validation_message(error, model=cls), field=kind) from None
+
+
+def _plain(value: object) -> object:
+    """``value`` with numpy's numbers as Python's (an array's element is a numpy number), in nested
+    mappings and lists too, so that a strict validation takes them as a file's numbers."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value)
+    item = getattr(value, "item", None)
+    return item() if callable(item) and type(value).__module__ == "numpy" else value
 
 
 def _require_name(value: object, kind: str, config: str) -> None:

@@ -408,3 +408,19 @@ def test_a_json_null_is_named_as_such(tmp_path):
     with pytest.raises(ConfigError) as error:
         load_system(path)
     assert error.value.reason.endswith("field 'devices_per_node': Input should be a valid integer, got null")
+
+
+def test_a_mapping_is_checked_as_strictly_as_a_file():
+    """A mapping took "32" as 32 and True as 1 layer (then "4 stages exceed the model's 1 layers"),
+    where a file refuses both; numpy's numbers (an array's elements) are still numbers."""
+    import numpy as np
+
+    fields = load_model("llama3-8b").model_dump()
+    for slip in ("32", True):
+        with pytest.raises(ConfigError, match="field 'num_layers': Input should be a valid integer"):
+            load_model({**fields, "num_layers": slip})
+    assert load_model({**fields, "num_layers": np.int64(16)}).num_layers == 16
+    system = load_system("dgx-h100").model_dump()
+    with pytest.raises(ConfigError, match="field 'peak_flops'"):
+        load_system({**system, "peak_flops": "1e15"})
+    assert load_system({**system, "peak_flops": np.float64(2e15)}).peak_flops == 2e15
