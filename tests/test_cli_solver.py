@@ -468,7 +468,7 @@ def test_a_byte_limit_is_echoed_in_the_unit_the_user_gave():
                  "--memory-limit", "98GiB", "-q", "--no-grid")
     assert result.exit_code == 0, result.output
     memory = next(line for line in result.stdout.splitlines() if line.startswith("memory: "))
-    assert memory.startswith("memory: at most 98 GiB (1.052e+11 bytes) per device: persistent")
+    assert memory.startswith("memory: at most 98 GiB (105226698752 bytes) per device: persistent")
 
 
 def test_gap_csv_gives_the_gap_as_a_bare_percentage():
@@ -515,7 +515,7 @@ def test_gap_under_a_limit_no_schedule_meets_is_one_short_error():
     lines = result.output.splitlines()
     assert len(lines) == 1 and len(lines[0]) < 700
     assert lines[0].startswith("error: no schedule fits the memory limit (the least need is that of gpipe, 1f1b, ")
-    assert "memory limit 60.000 GiB (6.44245e+10 bytes) is below the minimum " in lines[0]
+    assert "memory limit 60.000 GiB (64424509440 bytes) is below the minimum " in lines[0]
     minimum = float(lines[0].split("the minimum ")[1].split(" GiB")[0])
     accepted = run("gap", "--model", "llama3-8b", "--system", "dgx-a100", "-p", 4, "-m", 8, "-s", "1f1b",
                    "--memory-limit", f"{minimum}GiB", "--time-limit", 10, "-q")

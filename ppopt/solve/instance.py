@@ -168,7 +168,7 @@ class Instance:
             )
         early = any(c.input_grad_release_bytes > 0 for c in self.costs.stages)
         return (
-            f"at most {self.memory_limit / 2**30:.4g} GiB ({self.memory_limit:.4g} bytes) per device: persistent weights, "
+            f"at most {self.memory_limit / 2**30:.4g} GiB ({self.memory_limit:.15g} bytes) per device: persistent weights, "
             "gradients and optimizer state "
             "of the stages it holds, plus activations live from the start of F to the end of B (W when split"
             + ("; the last stage's loss softmax, less the logits' gradient W keeps, only to the end of I)" if early else ")")

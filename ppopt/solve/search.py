@@ -246,7 +246,7 @@ def format_amount(value: float, unit: str, least: bool = False) -> str:
     if unit == "bytes":  # GiB first, as the limit is usually given (`60GiB`)
         if least:
             return f"{math.ceil(value / 2**30 * 1000) / 1000:.3f} GiB ({math.ceil(value)} bytes)"
-        return f"{value / 2**30:.3f} GiB ({value:.6g} bytes)"
+        return f"{value / 2**30:.3f} GiB ({value:.15g} bytes)"  # the bytes whole, as the least's (not 2.14748e+10)
     if unit == "activations" and value == 1:
         unit = "activation"
     return f"{value:.12g} {unit}" if least else f"{value:g} {unit}"
