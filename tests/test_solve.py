@@ -993,7 +993,7 @@ def test_gap_report_refuses_option_values_no_family_takes(given, field):
     (lambda u: search(u, "placement=linear", hints=[None]), "hints"),
     (lambda u: search(u, "placement=linear", minimize_memory="yes"), "minimize_memory"),
     (lambda u: gap_report(None), "spec"),
-    (lambda u: gap_report(u, given="1f1b"), "hints"),
+    (lambda u: gap_report(u, given="1f1b"), "given"),
     (lambda u: frontier(u, 3), "space"),
 ])
 def test_library_calls_of_the_solver_name_an_argument_of_another_type(call, field):
@@ -1013,3 +1013,11 @@ def test_solve_options_of_another_type_are_refused(given, field):
     with pytest.raises(ConfigError) as raised:
         SolveOptions(**given)
     assert raised.value.field == field and repr(given[field]) in raised.value.reason
+
+
+def test_instance_spec_without_a_mode_names_its_units_argument():
+    """The library's argument is `units`; the error named `unit`, the command line's flag (which the
+    CLI still shows: its field maps to --unit)."""
+    with pytest.raises(ConfigError) as raised:
+        InstanceSpec(4, 16).instance(4)
+    assert raised.value.field == "units"

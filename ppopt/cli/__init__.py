@@ -32,7 +32,8 @@ import click
 from ppopt import IMPORTED_AT, __version__
 from ppopt.errors import PpoptError
 
-FIELD_FLAGS = {"time_limit_s": ("time_limit",), "memory_limit_bytes": ("memory_limit",), "schedule": ("schedule", "name")}
+FIELD_FLAGS = {"time_limit_s": ("time_limit",), "memory_limit_bytes": ("memory_limit",), "schedule": ("schedule", "name"),
+               "units": ("unit", "units"), "given": ("schedule_file",)}
 """Library field names that differ from the parameter name of the option that sets them: the names
 to try, in order (the schedule's parameter is ``schedule`` in ``job``, ``name`` in the schedule
 commands, where ``--schedule NAME`` may also be a file's)."""

@@ -141,7 +141,7 @@ def gap_report(
     search starts only while one search's least time remains: :func:`ppopt.solve.search.too_late`)
     are reported with the status :data:`NOT_SEARCHED` and no bound.
     """
-    check_arguments(spec, options=options, given=[] if given is None else [given])
+    check_arguments(spec, options=options, given=[] if given is None else [given], given_field="given")
     options = (options or SolveOptions()).start()
     schedule_options = schedule_options or {}
     if not isinstance(schedule_options, Mapping):  # a string was read letter by letter as option names
@@ -352,7 +352,7 @@ def frontier(
     own peak (with an even grid alone, 1F1B at 38.8 GiB was called on the frontier while a search at
     40 GiB found a faster schedule within the same peak).
     """
-    check_arguments(spec, space, options, [] if given is None else [given])
+    check_arguments(spec, space, options, [] if given is None else [given], given_field="given")
     options = (options or SolveOptions()).start()
     devices = spec.devices
     if isinstance(space, str):  # its text, as search takes it

@@ -233,9 +233,9 @@ class InstanceSpec:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"must be an integer >= 1, got {value!r}", field=name)
         if self.units is not None and (self.model is not None or self.system is not None):
-            raise ConfigError("give either unit mode or a model and a system, not both", field="unit")
+            raise ConfigError("give either unit mode or a model and a system, not both", field="units")
         if self.units is None and (self.model is None or self.system is None):
-            raise ConfigError("give unit mode (units=ppopt.units.UnitCosts()), or both a model and a system", field="unit")
+            raise ConfigError("give unit mode (units=ppopt.units.UnitCosts()), or both a model and a system", field="units")
         if self.units is not None and not isinstance(self.units, UnitCosts):
             raise ConfigError(f"must be a ppopt.units.UnitCosts, got {self.units!r}", field="units")
         limit = self.memory_limit

@@ -1300,10 +1300,12 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     return replace(best, peak_memory=least, memory_status=status)
 
 
-def check_arguments(spec: object, space: object = ..., options: object = None, given: Sequence[object] = ()) -> None:
+def check_arguments(spec: object, space: object = ..., options: object = None, given: Sequence[object] = (),
+                    given_field: str = "hints") -> None:
     """ConfigError naming the argument a library call of the solver (:func:`search`,
     :func:`ppopt.solve.gap.gap_report`, :func:`ppopt.solve.gap.frontier`) was given of another
-    type: an AttributeError deep inside said nothing of which one. ``given``: hints or a schedule;
+    type: an AttributeError deep inside said nothing of which one. ``given``: hints or a schedule
+    (``given_field``: the argument's name);
     ``space`` is checked when given (``...``: the call takes none)."""
     def refuse(field: str, wanted: str, value: object) -> None:
         shown = repr(value)
@@ -1317,7 +1319,7 @@ def check_arguments(spec: object, space: object = ..., options: object = None, g
         refuse("options", "a SolveOptions (ppopt.solve.options)", options)
     for schedule in given:
         if not isinstance(schedule, Schedule):
-            refuse("hints", "schedules (ppopt.Schedule)", schedule)
+            refuse(given_field, "schedules (ppopt.Schedule)", schedule)
 
 
 def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None = None, minimize_memory: bool = False,
