@@ -504,6 +504,21 @@ def _plain(value: object) -> object:
     return item() if callable(item) and type(value).__module__ == "numpy" else value
 
 
+def short_repr(obj: object) -> str:
+    """A dataclass's repr with its model and system configs by name (``model='llama3-8b'``): their
+    every field made a job's repr 1.3 kB. Fields that are not configs are shown as ``repr`` shows them."""
+    import dataclasses
+
+    parts = []
+    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+        if not f.repr:
+            continue
+        value = getattr(obj, f.name)
+        shown = repr(value.name) if isinstance(value, (ModelConfig, SystemConfig)) else repr(value)
+        parts.append(f"{f.name}={shown}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
+
+
 def _require_name(value: object, kind: str, config: str) -> None:
     """ConfigError naming ``kind`` unless ``value`` is a preset name or a file's path."""
     if not isinstance(value, (str, os.PathLike)):

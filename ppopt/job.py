@@ -143,7 +143,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Literal
 
-from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, load_model, load_system
+from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, load_model, load_system, short_repr
 from ppopt.costs import (
     Costs,
     StageCost,
@@ -260,6 +260,10 @@ class Job:
     m = global_batch / (micro_batch · dp). Raises ConfigError (naming the field) for a layout or
     batch that does not fit.
     """
+
+    def __repr__(self) -> str:
+        """Short: the model and system by name (:func:`ppopt.config.short_repr`)."""
+        return short_repr(self)
 
     model: ModelConfig
     """The model (a preset name or a .toml/.json file is loaded on construction)."""

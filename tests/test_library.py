@@ -328,3 +328,15 @@ def test_library_entry_points_name_an_argument_of_another_type():
         with pytest.raises(PpoptError) as raised:
             call()
         assert raised.value.field == field
+
+
+def test_jobs_and_solver_specs_print_their_configs_by_name():
+    """A Job's repr printed every field of its model and system (1.3 kB); by name now."""
+    from ppopt.job import Job
+    from ppopt.solve.instance import InstanceSpec
+
+    job = repr(Job("llama3-8b", "dgx-h100", pp=2))
+    assert job.startswith("Job(model='llama3-8b', system='dgx-h100', tp=1, pp=2,") and len(job) < 400
+    spec = repr(InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100"))
+    assert spec == ("InstanceSpec(devices=4, microbatches=8, units=None, model='llama3-8b', system='dgx-h100', "
+                    "global_batch=None, memory_limit=None, parallel=None)")

@@ -25,7 +25,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ppopt.config import LinkConfig, ModelConfig, SystemConfig
+from ppopt.config import LinkConfig, ModelConfig, SystemConfig, short_repr
 from ppopt.costs import Costs, check_global_batch, link_between, microbatch_size, partition_layers, transfer_time_s, unit_costs
 from ppopt.errors import ConfigError, is_positive_number
 from ppopt.job import Parallelism, job_costs, job_work, pipeline_system, with_working_sets
@@ -208,6 +208,10 @@ class InstanceSpec:
     module docstring), or None. ``model`` and ``system`` may be given as preset names or files:
     they are loaded here, so a bad name fails before any solving starts.
     """
+
+    def __repr__(self) -> str:
+        """Short: the model and system by name (:func:`ppopt.config.short_repr`)."""
+        return short_repr(self)
 
     devices: int
     microbatches: int
