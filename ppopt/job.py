@@ -261,10 +261,6 @@ class Job:
     batch that does not fit.
     """
 
-    def __repr__(self) -> str:
-        """Short: the model and system by name (:func:`ppopt.config.short_repr`)."""
-        return short_repr(self)
-
     model: ModelConfig
     """The model (a preset name or a .toml/.json file is loaded on construction)."""
     system: SystemConfig
@@ -301,6 +297,10 @@ class Job:
     split: str = "1:2"
     """chimera-asym's layer split A:B between the first and second half of the stages, the default
     of ``layers`` (others ignore it)."""
+
+    def __repr__(self) -> str:
+        """Short: the model and system by name (:func:`ppopt.config.short_repr`)."""
+        return short_repr(self)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", load_model(self.model))  # unchanged when already a ModelConfig

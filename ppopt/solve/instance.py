@@ -209,10 +209,6 @@ class InstanceSpec:
     they are loaded here, so a bad name fails before any solving starts.
     """
 
-    def __repr__(self) -> str:
-        """Short: the model and system by name (:func:`ppopt.config.short_repr`)."""
-        return short_repr(self)
-
     devices: int
     microbatches: int
     units: UnitCosts | None = None
@@ -224,6 +220,10 @@ class InstanceSpec:
     """Tensor/data parallelism and recomputation (modelled mode only): the stages are costed by the
     job model, one GPU of each stage (:meth:`ppopt.job.Parallelism.job`); None or the defaults keep
     the pipeline cost model."""
+
+    def __repr__(self) -> str:
+        """Short: the model and system by name (:func:`ppopt.config.short_repr`)."""
+        return short_repr(self)
 
     def __post_init__(self) -> None:
         from ppopt.config import load_model, load_system
