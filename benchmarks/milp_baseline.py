@@ -131,7 +131,7 @@ def _caps(data: Data) -> dict[int, int]:
     inst = data.instance
     if inst.memory_limit is None:
         return {}
-    demand, _, _ = memory_units(inst, inst.memory_limit)
+    demand, _, _, _ = memory_units(inst, inst.memory_limit)
     caps = {}
     for d in range(inst.devices):
         held = [s for s in range(data.stages) if data.placement[s][0] == d]

@@ -498,10 +498,13 @@ def _plain(value: object) -> object:
     mappings and lists too, so that a strict validation takes them as a file's numbers."""
     if isinstance(value, Mapping):
         return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain(item) for item in value)
-    item = getattr(value, "item", None)
-    return item() if callable(item) and type(value).__module__ == "numpy" else value
+    if type(value) is list:  # plain ones: a named tuple's constructor takes fields, not one iterable
+        return [_plain(item) for item in value]
+    if type(value) is tuple:
+        return tuple(_plain(item) for item in value)
+    import numpy as np
+
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def short_repr(obj: object) -> str:

@@ -166,17 +166,6 @@ class StageCost:
             raise ValueError(f"input_grad_release_bytes must lie between 0 and activation_bytes ({self.activation_bytes}), "
                              f"got {self.input_grad_release_bytes}")
 
-    def released_by(self, kind: Kind) -> float:
-        """Stored bytes (activations in unit mode) the end of an op of ``kind`` frees on this stage:
-        all of ``activation_bytes`` for B, ``input_grad_release_bytes`` for I, the rest for W."""
-        if kind is Kind.B:
-            return self.activation_bytes
-        if kind is Kind.I:
-            return self.input_grad_release_bytes
-        if kind is Kind.W:
-            return self.activation_bytes - self.input_grad_release_bytes
-        return 0.0
-
 
 @dataclass(frozen=True)
 class Costs:

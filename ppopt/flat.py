@@ -330,7 +330,7 @@ def peak_per_device(flat: Flat, size: Sequence[float], early: Sequence[float] | 
     """Per device, the peak of stored activations: ``size[stage]`` from the start of each F to the end
     of the op that frees it (B, or W where that microbatch's backward is split; a valid schedule has
     one of them per stage and microbatch), of which a split backward frees ``early[stage]`` already
-    at the end of I (:meth:`ppopt.costs.StageCost.released_by`); a release counts before an
+    at the end of I (:attr:`ppopt.costs.StageCost.input_grad_release_bytes`); a release counts before an
     allocation at the same instant.
 
     A device runs one op at a time in its order, so walking the order visits allocations and releases

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
 from itertools import repeat
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ppopt.errors import ScheduleError
 from ppopt.host import require_memory
@@ -119,6 +119,11 @@ def parse_action(text: str) -> Op:
     return Op(int(stage), Kind(kind), int(microbatch))
 
 
+def _tuples(rows: Iterable[Iterable[Any]]) -> tuple[tuple[Any, ...], ...]:
+    """Rows as a tuple of tuples (a tuple of tuples as itself, in O(rows))."""
+    return tuple(tuple(row) for row in rows)
+
+
 class FrozenOptions(dict):
     """A schedule's options: a dict (JSON writes it, ``options["chunks"]`` reads it) that cannot be
     changed and hashes by its items, so that a frozen :class:`Schedule` holding it hashes too."""
@@ -173,22 +178,21 @@ class Schedule:
         compared unequal to the same one with tuples, and its lists were not the stage maps
         ppopt compares with tuples): O(devices + stages), as
         ``tuple`` of a tuple is the tuple itself."""
-        for name, wanted in (("placement", "a sequence of device tuples, one per stage"), ("orders", "a sequence of op sequences, one per device"),
-                             ("replica_of", "a sequence of replica indices, one per microbatch"),
-                             ("overlapped", "a sequence of (forward, backward) op pairs"), ("options", "a mapping of option names to values")):
-            try:
-                value = getattr(self, name)
-                if name in ("placement", "orders", "overlapped"):
-                    value = tuple(tuple(item) for item in value)
-                elif name == "replica_of":
-                    value = tuple(value)
-                else:
-                    value = FrozenOptions(value or {})
-            except (TypeError, ValueError):  # (0, 1) for a placement, None for the orders: not iterable
-                raise ScheduleError(f"must be {wanted}, got {getattr(self, name)!r:.60}", field=name) from None
-            object.__setattr__(self, name, value)
+        self._convert("placement", _tuples, "a sequence of device tuples, one per stage")
+        self._convert("orders", _tuples, "a sequence of op sequences, one per device")
+        self._convert("replica_of", tuple, "a sequence of replica indices, one per microbatch")
+        self._convert("overlapped", _tuples, "a sequence of (forward, backward) op pairs")
+        self._convert("options", lambda given: FrozenOptions(given or {}), "a mapping of option names to values")
         if self.stage_weights is not None:
             object.__setattr__(self, "stage_weights", tuple(self.stage_weights))
+
+    def _convert(self, name: str, convert: Callable[[Any], object], wanted: str) -> None:
+        """Set field ``name`` to ``convert`` of its value; ScheduleError naming it when that fails
+        ((0, 1) for a placement, None for the orders: not iterable)."""
+        try:
+            object.__setattr__(self, name, convert(getattr(self, name)))
+        except (TypeError, ValueError):
+            raise ScheduleError(f"must be {wanted}, got {getattr(self, name)!r:.60}", field=name) from None
 
     def __repr__(self) -> str:
         """A short summary (the orders of a large schedule run to megabytes of text)."""

@@ -480,7 +480,7 @@ class Memory:
     persistent_bytes: float
     """Weights, gradients and optimizer state of that stage's GPU."""
     activation_bytes: float
-    """Stored activations at the peak (live microbatches × bytes per microbatch)."""
+    """Stored activations at the peak (bytes)."""
     working_bytes: float
     """Transient bytes of one backward (recomputed block, logits)."""
 
@@ -497,7 +497,7 @@ def _device_events(schedule: str, devices: int, microbatches: int,
                    options: tuple[tuple[str, int], ...]) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
     """Per device, in order, its ops that change stored activations: their stages, what each does to
     its stage's live microbatches (+1 at F, -1 at B or W), and to the part a split backward frees
-    early (-1 at I, +1 at W, which then frees only the rest: :meth:`ppopt.costs.StageCost.released_by`)."""
+    early (-1 at I, +1 at W, which then frees only the rest: :attr:`ppopt.costs.StageCost.input_grad_release_bytes`)."""
     from ppopt.generators import generate
 
     generated = generate(schedule, devices, microbatches, **dict(options))
@@ -521,11 +521,6 @@ _EARLY_DELTA = {Kind.F: 0.0, Kind.B: 0.0, Kind.I: -1.0, Kind.W: 1.0}
 def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
     """One :class:`Memory` per device (its ``stage`` field: the device)."""
     released = work.released_by_input_grad or (0.0,) * job.stages
-    if one_stage_per_device(job) and not any(released):
-        live = live_microbatches(job.schedule, job.pp, job.microbatches)
-        return [Memory(work.persistent_bytes[k] + live[k] * work.stored_bytes[k] + work.working_bytes[k], k,
-                       work.persistent_bytes[k], live[k] * work.stored_bytes[k], work.working_bytes[k])
-                for k in range(job.pp)]
     events = _device_events(job.schedule, job.pp, job.microbatches, tuple(sorted(job.schedule_options.items())))
     stored, early = np.array(work.stored_bytes), np.array(released)
     held = [sorted(set(stages.tolist())) for stages, _, _ in events]

@@ -71,7 +71,7 @@ def activation_changes(
     """Per device, the changes of its stored activations in time order, as ``(time, 0 for a release
     or 1 for an allocation, change)``: +size(stage) at an F's start, -size at the end of the op that
     frees it (B, or W where the backward is split), of which a split backward frees early(stage)
-    already at the end of I (:meth:`ppopt.costs.StageCost.released_by`). The ops are those of
+    already at the end of I (:attr:`ppopt.costs.StageCost.input_grad_release_bytes`). The ops are those of
     ``start`` (every op of the schedule, or a part of it); when one op ends exactly as another
     starts, the release comes first."""
     changes: list[list[tuple[float, int, float]]] = [[] for _ in range(schedule.devices)]

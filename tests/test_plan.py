@@ -355,14 +355,13 @@ def test_candidates_rows_left_out_or_repeated_are_noted(tmp_path, monkeypatch):
     """A row ppopt cannot model was dropped without a word, so a user could believe every layout of
     the file was ranked, and a repeated row was ranked twice (#1 and #2 the same job). Each now gets
     a note, a few by name and the rest counted, and a job is ranked once."""
-    import ppopt.cli.plan as plan_cli
 
     path = tmp_path / "mixed.csv"
     header = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
               "data parallelism,pipeline parallelism,iteration time (ms)")
     good, odd = "2,16,8,1024,16,24,1024,1,1,2", "3,3,1,1536,16,4,1024,3,1,1"
     path.write_text(f"{header}\n{good},372.16\n{odd},100\n{good},380\n{odd},110\n{odd},120\n")
-    monkeypatch.setattr(plan_cli, "SAID_LEFT_OUT", 2)
+    monkeypatch.setattr("ppopt.cli.options.NOTES_SAID", 2)
     result = run("plan", "--candidates", path, "--system", CALIBRATED, "--search", 0, "-q", "--json")
     assert result.exit_code == 0, result.output
     assert [row["job"] for row in json.loads(result.stdout)[0]["top"]] == ["t1 p2 d1 b8 m2"]
@@ -404,7 +403,6 @@ def test_candidates_share_the_budget_by_model_and_one_out_of_time_leaves_the_oth
 def test_many_listed_models_out_of_time_are_named_a_few_then_counted(still_clock, monkeypatch, tmp_path):
     """A candidates file of 100 models (with GPU count and batch) given too little time printed a
     note per model; now the first few are named and the rest counted in one line."""
-    import ppopt.cli.plan as plan_cli
     import ppopt.plan as planning
     from ppopt.plan import out_of_time
 
@@ -426,7 +424,7 @@ def test_many_listed_models_out_of_time_are_named_a_few_then_counted(still_clock
         return real(request, map_unordered, progress, budget, jobs, keep_share)
 
     monkeypatch.setattr(planning, "plan", all_but_last_out_of_time)
-    monkeypatch.setattr(plan_cli, "SAID_LEFT_OUT", 1)
+    monkeypatch.setattr("ppopt.cli.options.NOTES_SAID", 1)
     result = run("plan", "--candidates", path, "--system", CALIBRATED, "--search", 0, "-q", "--json", "--time-limit", 60)
     assert result.exit_code == 0, result.output
     notes = result.stderr.splitlines()

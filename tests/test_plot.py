@@ -240,6 +240,18 @@ def test_live_curves_follow_the_table_peaks():
     assert all(levels[-1] == 0 for _, levels in curves)
 
 
+def test_live_curves_free_the_part_a_split_backward_frees_at_i():
+    """ZB-H1 on llama3-8b: the last stage's loss softmax goes at each I; the memory panel's curves
+    peak where the simulator's peaks are (freed whole at W they peaked higher on the last device)."""
+    schedule = generate("zb-h1", 4, 8)
+    instance = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=32).instance(schedule.stages, None)
+    assert instance.costs.stages[-1].input_grad_release_bytes > 0
+    simulation = simulate(schedule, instance.costs, instance.system)
+    curves = live_curves(schedule, simulation.start_s, simulation.end_s, instance.costs.stages)
+    assert [max(levels) for _, levels in curves] == pytest.approx(list(simulation.peak_activation_bytes), rel=1e-12)
+    assert all(levels[-1] == pytest.approx(0, abs=1e-3) for _, levels in curves)
+
+
 def test_cli_export_pictures(tmp_path):
     runner = CliRunner()
     svg = tmp_path / "chimera.svg"

@@ -518,6 +518,12 @@ def test_a_malformed_cost_preset_is_one_line(tmp_path):
     result = cli("run", "-s", "1f1b", "-p", 2, "-m", 2, "--compare", "--costs", path)
     assert result.exit_code == 1 and result.output.startswith(f"error: --costs: {path} was measured with threads 2, this run uses 1; "
                                                               "give the same --threads or profile again")
+    data = json.loads(path.read_text())  # a part freed at I larger than the activation: StageCost's own check, one line
+    data["stages"][0]["input_grad_release_bytes"] = 2 * data["stages"][0]["activation_bytes"] + 1
+    path.write_text(json.dumps(data))
+    result = cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--costs", path)
+    assert result.exit_code == 1 and len(result.output.splitlines()) == 1
+    assert "stage 0: input_grad_release_bytes must lie between 0 and activation_bytes" in result.output
 
 
 def test_a_cost_preset_of_another_rank_count_is_noted(tmp_path, capsys):

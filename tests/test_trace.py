@@ -111,6 +111,19 @@ def test_modelled_step_is_in_microseconds(tmp_path):
     assert json.loads(path.read_text())["otherData"]["schedule"] == "1f1b"
 
 
+def test_modelled_counters_free_the_part_a_split_backward_frees_at_i():
+    """ZB-H1 on llama3-8b: the last stage's loss softmax goes at each I; each device's counter peaks
+    at the simulator's peak (freed whole at W, the last device's counter rose above it)."""
+    schedule = generate("zb-h1", 4, 8)
+    instance = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=32).instance(schedule.stages, None)
+    assert instance.costs.stages[-1].input_grad_release_bytes > 0
+    simulation = simulate(schedule, instance.costs, instance.system)
+    events = chrome_trace(schedule, simulation, instance.costs)["traceEvents"]
+    for d in range(4):
+        levels = [e["args"]["bytes"] for e in events if e["ph"] == "C" and e["pid"] == d]
+        assert max(levels) == pytest.approx(simulation.peak_activation_bytes[d], rel=1e-12)
+
+
 def test_lanes_never_overlap():
     assert _lanes([(0, 2), (1, 3), (2, 4), (2, 2), (3, 5)]) == [0, 1, 0, 2, 1]
 

@@ -24,6 +24,7 @@ from ppopt.cli.options import (
     format_option,
     job_options,
     json_option,
+    note_first,
     note_selective_saves_nothing,
     output_ending_in,
     parse_layer_split,
@@ -231,13 +232,13 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     if name is None and (problem := name_problem(Path(output).stem)) is not None:
         raise ConfigError(f"its stem, the system's name by default, {problem}; give --name", field="output")
     base = load_system(system)
-    rows, unmodelled = read_rows(list(data), base)  # sizes checked before the fit
+    rows, outside = read_rows(list(data), base)  # sizes checked before the fit
     rows, other_schedules = fittable(rows)
-    unmodelled = [*unmodelled, *other_schedules]
     _note_unused_columns(data, unused_columns, ASSUMED)
     _note_labels(rows)
     if not rows:  # rows of other schedules first: that calibrate fits 1F1B alone is the reason a user can act on
-        _refuse_no_rows([*other_schedules, *unmodelled[: len(unmodelled) - len(other_schedules)]], "be calibrated on")
+        _refuse_no_rows([*other_schedules, *outside], "be calibrated on")
+    unmodelled = [*outside, *other_schedules]
     bar = None if quiet else ProgressBar(f"calibrate: {len(rows)} rows, fits")
     try:
         fitted = calibrate(rows, base, progress=bar)
@@ -285,22 +286,14 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     click.echo(f"wrote {output}", err=True)  # on stderr, as every command says it
 
 
-SAID_LABELS = 3
-"""Rows whose parameter-count label disagrees with their dimensions that get a note each; the rest are counted."""
-
-
 def _note_labels(rows) -> None:
     """A note on stderr for a row whose 'Parameters (billion)' label is far from its dimensions'
     count (:func:`ppopt.io.measured.label_problem`; ``published`` says the same of its runs): the
-    first few by line, then how many more."""
-    from ppopt.errors import counted
+    first few by line, then how many more (:func:`ppopt.cli.options.note_first`)."""
     from ppopt.io.measured import label_problem
 
-    problems = [(row, problem) for row in rows if (problem := label_problem(row)) is not None]
-    for row, problem in problems[:SAID_LABELS]:
-        click.echo(f"note: {row.source}, line {row.line}: {problem}", err=True)
-    if len(problems) > SAID_LABELS:
-        click.echo(f"note: {counted(len(problems) - SAID_LABELS, 'more row')} with such a label", err=True)
+    note_first([f"{row.source}, line {row.line}: {problem}" for row in rows if (problem := label_problem(row)) is not None],
+               "more row", "with such a label")
 
 
 def _note_unused_columns(files, unused_columns, assumed: str) -> None:
@@ -446,7 +439,7 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
     worst error per system. See data/published/README.md."""
     from ppopt.config import load_system
     from ppopt.errors import ConfigError, counted
-    from ppopt.io.measured import PARAMETERS_LABEL_FACTOR
+    from ppopt.io.measured import label_far
     from ppopt.io.published import ASSUMED, read_published, unused_columns
     from ppopt.ir import check_total_size
     from ppopt.published import MICRO_BATCHES, error_summary, predictions, simulated_ops
@@ -470,7 +463,7 @@ def published_command(data, systems, fmt, as_json, quiet) -> None:
                           f"on {runs[0].gpus} GPUs, t = {runs[0].tp}, p = {runs[0].pp})")
     for run in runs:
         dimensions = run.dimensions_parameters_billion
-        if not 1 / PARAMETERS_LABEL_FACTOR <= run.parameters_billion / dimensions <= PARAMETERS_LABEL_FACTOR:  # as measured rows
+        if label_far(run.parameters_billion, dimensions):
             click.echo(f"note: {data}: line {run.line}: 'parameters (billion)' says {run.parameters_billion:g}, but the "
                        f"layers and hidden size give {dimensions:.3g} billion (Narayanan et al. 2021, §5.1); the "
                        "prediction follows the dimensions, the label is only printed", err=True)

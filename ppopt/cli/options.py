@@ -165,6 +165,8 @@ complete_model = _completion(list_models, files=True)
 """Shell completion of ``--model``: the model presets, or a file."""
 complete_system = _completion(list_systems, files=True)
 """Shell completion of ``--system``: the system presets, or a file."""
+
+
 def _path_completion(kind: str) -> Callable[[click.Context, click.Parameter, str], list]:
     """A ``shell_complete`` callback that leaves the word to the shell's ``kind`` completion ("file", "dir")."""
 
@@ -302,6 +304,22 @@ def unit_options() -> Callable:
             unit_cost_options(),
         ]
     )
+
+
+NOTES_SAID = 3
+"""Notes of one kind (rows left out, a label far from its dimensions, models out of time) given one
+by one by :func:`note_first`; the rest are counted (a file of 100 models printed 100 notes)."""
+
+
+def note_first(notes: list[str], noun: str, rest: str) -> None:
+    """The first :data:`NOTES_SAID` of ``notes`` on stderr, then how many more: that count of
+    ``noun`` (pluralised: ``2 more rows``), then ``rest``."""
+    from ppopt.errors import counted
+
+    for note in notes[:NOTES_SAID]:
+        click.echo(f"note: {note}", err=True)
+    if len(notes) > NOTES_SAID:
+        click.echo(f"note: {counted(len(notes) - NOTES_SAID, noun)} {rest}", err=True)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")

@@ -21,6 +21,7 @@ from ppopt.cli.options import (
     emit_json,
     format_option,
     json_option,
+    note_first,
     output_not_named_as,
     parse_amount_and_unit,
     parse_layer_split,
@@ -220,7 +221,7 @@ def _candidate_groups(path: str, system, options):
     def check(read: int) -> None:
         if options.expired:
             raise ConfigError(f"no job evaluated within {seconds(options.time_limit_s)}: reading the candidates took the "
-                              f"budget ({read:,} rows read); give more time or fewer rows", field="time_limit")
+                              f"budget ({read:,} rows read); give more time or fewer rows", field="time_limit_s")
 
     try:
         rows, unmodelled = read_measured(path, system, check)
@@ -239,22 +240,11 @@ def _candidate_groups(path: str, system, options):
         from ppopt.cli.measured import no_rows_reason
 
         raise ConfigError(no_rows_reason(unmodelled, "be planned"), field="candidates")
-    _note_some([f"{row.source}, line {row.line} left out: {row.reason}" for row in unmodelled],
+    note_first([f"{row.source}, line {row.line} left out: {row.reason}" for row in unmodelled],
                "more row", "left out (`ppopt validate` lists each with its reason)")
-    _note_some([f"{row.source}, line {row.line} lists the job of line {earlier.line} again: ranked once" for row, earlier in repeated],
+    note_first([f"{row.source}, line {row.line} lists the job of line {earlier.line} again: ranked once" for row, earlier in repeated],
                "more row", "listing an earlier row's job again: each job is ranked once")
     return list(groups.values())
-
-
-def _note_some(notes: list[str], noun: str, rest: str) -> None:
-    """The first :data:`SAID_LEFT_OUT` of ``notes`` on stderr, then how many more: that count of
-    ``noun`` (pluralised), then ``rest``."""
-    from ppopt.errors import counted
-
-    for note in notes[:SAID_LEFT_OUT]:
-        click.echo(f"note: {note}", err=True)
-    if len(notes) > SAID_LEFT_OUT:
-        click.echo(f"note: {counted(len(notes) - SAID_LEFT_OUT, noun)} {rest}", err=True)
 
 
 class _Phases:
@@ -319,17 +309,13 @@ def _run_plans(requests, jobs, executor, address, quiet, options, keep_share):
         if reason.field != "time_limit_s":
             click.echo(f"note: {name} left out: {reason.reason}", err=True)
     # those out of time named up to a few, then counted (a file of 100 models printed 100 notes)
-    _note_some([f"{name} left out: {reason.reason}" for name, reason in left_out if reason.field == "time_limit_s"],
+    note_first([f"{name} left out: {reason.reason}" for name, reason in left_out if reason.field == "time_limit_s"],
                "more model", "(with GPU count and global batch) left out the same way, no job evaluated within its "
                "share of the time; give more time")
     for result in plans:
         for family, why in result.families_left_out:
             click.echo(f"note: no job of {family} on {result.request.gpus} GPUs: {why}", err=True)
     return plans
-
-
-SAID_LEFT_OUT = 3
-"""Notes of one kind (rows of --candidates left out or repeated, models out of time) given one by one; the rest are counted."""
 
 
 def _model_share(options, parts: int):

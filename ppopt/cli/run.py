@@ -109,7 +109,6 @@ def run_command(files, names, devices, microbatches, chunks, legacy_backward, se
                 quiet) -> None:
     """Execute schedules in PyTorch's pipelining runtime on local ranks (gloo on 127.0.0.1):
     step and op times, and the gradients checked against the model without pipelining."""
-
     from ppopt.errors import ConfigError, PpoptError
     from ppopt.report.run import run_json, run_text
     from ppopt.run import require_torch
@@ -150,8 +149,6 @@ def note_shared_cores(ranks: int, threads: int) -> None:
     """A note on stderr when the ranks' threads outnumber this machine's cores: they then wait for a
     core, so measured steps include that wait, which no prediction knows (`run --compare` at p = 4 on
     2 cores was 62 % off without a word)."""
-    import os
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if ranks * threads > cores:
         click.echo(f"note: {ranks} ranks x {threads} thread(s) on {cores} core(s): the ranks take turns on the cores, "
@@ -163,7 +160,6 @@ def _presets(schedules, costs_file, settings, quiet: bool = False):
     from `ppopt profile` must have been measured with the same model, dtype and torch threads per
     rank as this run (each changes every op's time). A preset measured on another number of ranks
     gets a note on stderr: the ranks share the cores differently (:func:`note_shared_cores`)."""
-
     from ppopt.errors import ConfigError, counted
     from ppopt.io.cost_preset import read_cost_preset_file
     from ppopt.run.compare import check_stages
@@ -213,7 +209,6 @@ def _check_profiles(schedules, settings) -> None:
 def _compare(schedules, results, settings, presets, quiet=False, deadline: float | None = None):
     """Each schedule's measured step next to the prediction from ``presets`` (or a profile measured
     now, each in what is left of ``settings``' timeout at ``deadline``, a ``time.monotonic()`` value)."""
-
     from ppopt.run.compare import compare
 
     if presets is None:
@@ -279,7 +274,6 @@ def profile_command(devices, microbatches, chunks, settings, output, as_json, qu
 
 
 def dataclasses_dict(value) -> dict:
-
     return dataclasses.asdict(value)
 
 

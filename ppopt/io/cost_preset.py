@@ -119,11 +119,10 @@ def read_cost_preset_file(path: str | os.PathLike) -> tuple[Costs, LinkConfig | 
         for key, value in values.items():
             if (problem := _problem(key, value)) is not None:
                 raise fail(f"stage {i}: {key} {problem}")
-        release = values.get("input_grad_release_bytes", 0.0)
-        if release > values["activation_bytes"]:
-            raise fail(f"stage {i}: input_grad_release_bytes must be at most activation_bytes ({values['activation_bytes']}), "
-                       f"got {release}")
-        read.append(StageCost(**values))
+        try:
+            read.append(StageCost(**values))
+        except ValueError as error:  # a check across fields (the part freed at I at most the activation)
+            raise fail(f"stage {i}: {error}") from None
     counts = {}
     for key in ("microbatch_size", "microbatches"):
         if key not in data:

@@ -49,7 +49,7 @@ from ppopt.job import RECOMPUTE_MODES, SCHEDULES, Job, idle_job_flag, job_schedu
 MEASURED_BYTES = 256 * 2**20
 """The largest measured-data CSV read, in bytes (the shipped files are under 1 MB)."""
 
-__all__ = ["ASSUMED", "COLUMNS", "OPTIONAL", "Measured", "MeasuredDataError", "Unmodelled", "gpt_model", "read_measured",
+__all__ = ["ASSUMED", "COLUMNS", "OPTIONAL", "Measured", "MeasuredDataError", "Unmodelled", "gpt_model", "label_far", "label_problem", "read_measured",
            "unused_columns"]
 
 PARAMETERS = "Parameters (billion)"
@@ -142,15 +142,21 @@ PARAMETERS_LABEL_FACTOR = 1.25
 note (the shipped files' labels lie within 2 % of theirs: 3.6 against 3.56, 18.4 against 18.44)."""
 
 
+def label_far(label: float, counted: float) -> bool:
+    """Whether a parameter-count label lies more than :data:`PARAMETERS_LABEL_FACTOR` from the count
+    the dimensions give (both in the same unit): measured rows and published runs alike."""
+    return not 1 / PARAMETERS_LABEL_FACTOR <= label / counted <= PARAMETERS_LABEL_FACTOR
+
+
 def label_problem(row: Measured) -> str | None:
-    """Why the row's 'Parameters (billion)' label disagrees with its dimensions (more than
-    :data:`PARAMETERS_LABEL_FACTOR` apart), or None; the prediction follows the dimensions."""
+    """Why the row's 'Parameters (billion)' label disagrees with its dimensions (:func:`label_far`),
+    or None; the prediction follows the dimensions."""
     from ppopt.costs import model_param_count
 
     if row.parameters_billion is None:
         return None
     counted = model_param_count(row.job.model) / 1e9
-    if 1 / PARAMETERS_LABEL_FACTOR <= row.parameters_billion / counted <= PARAMETERS_LABEL_FACTOR:
+    if not label_far(row.parameters_billion, counted):
         return None
     return (f"'{PARAMETERS}' says {row.parameters_billion:g}, but the layers, hidden size and vocabulary give "
             f"{counted:.3g} billion; the prediction follows them, the label is only read")

@@ -11,6 +11,7 @@ every rank and says so. Nothing is left running.
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import multiprocessing.context
 import os
@@ -106,7 +107,7 @@ def launch(spec: RunSpec, on_started: Callable[[list], None] | None = None) -> l
 
 def _launch(spec: RunSpec, child: Callable, on_started: Callable[[list], None] | None) -> list[dict]:
     context = _context()
-    deadline = time.monotonic() + spec.timeout_s
+    deadline = math.inf  # set once the first rank has started
     with tempfile.TemporaryDirectory(prefix="ppopt-run-") as tmp:
         folder = Path(tmp)
         processes: list = []

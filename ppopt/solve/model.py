@@ -109,9 +109,11 @@ def _scaled(sizes: list[float]) -> tuple[list[int], Fraction]:
     return [d // divisor for d in demands], Fraction(denominator, divisor)
 
 
-def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], list[int], int]:
-    """Activation demand and persistent state per stage, and the capacity ``limit`` (the total a
-    device could ever hold when None), as integers in one memory unit (see :func:`integer_memory`).
+def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], list[int], list[int], int]:
+    """Activation demand per stage, the part of it a split backward frees at the end of I
+    (:meth:`ppopt.solve.instance.Instance.input_grad_releases`), persistent state per stage, and the
+    capacity ``limit`` (the total a device could ever hold when None), as integers in one memory
+    unit (see :func:`integer_memory`).
     The persistent state and the activations are rounded down (a distributed optimizer's state, and
     an activation split over t ranks, are fractional in bytes; :meth:`Instance.memory_counts` with
     ``relaxed``), so the model admits every schedule that fits and perhaps one a few bytes over: the
@@ -120,16 +122,8 @@ def memory_units(instance: Instance, limit: float | None) -> tuple[list[int], li
     sizes, rounded = instance.memory_counts(relaxed=True)
     early = instance.input_grad_releases(relaxed=True)
     scaled, capacity, scale = integer_memory(sizes + rounded + early, instance.most_held if limit is None else min(limit, instance.most_held))
-    return scaled[: len(sizes)], [floor(Fraction(state) * scale) for state in instance.persistent_state()], capacity
-
-
-def early_units(instance: Instance) -> list[int]:
-    """Each stage's part of its activation demand (:func:`memory_units`, same unit) that a split
-    backward frees at the end of I (:meth:`ppopt.solve.instance.Instance.input_grad_releases`)."""
-    sizes, rounded = instance.memory_counts(relaxed=True)
-    early = instance.input_grad_releases(relaxed=True)
-    scaled, _ = _scaled(sizes + rounded + early)
-    return scaled[len(sizes) + len(rounded):]
+    persistent = [floor(Fraction(state) * scale) for state in instance.persistent_state()]
+    return scaled[: len(sizes)], scaled[len(sizes) + len(rounded):], persistent, capacity
 
 
 def memory_step(instance: Instance) -> float:
@@ -158,10 +152,11 @@ def exact_rooms(instance: Instance, helds: Sequence[Sequence[int]]) -> list[int]
 class DeviceRoom:
     """A device's memory under a limit, in one integer memory unit (:func:`memory_units`): the room
     for activations beside the persistent state of every stage it holds, and each of those stages'
-    activation size."""
+    activation size and the part of it a split backward frees at the end of I."""
 
     room: int
     demand: dict[int, int]
+    early: dict[int, int] = field(default_factory=dict)
 
     def shares(self) -> dict[int, int]:
         """Stage -> how many of its own activations fit in the room (the others' live ones only take
@@ -174,10 +169,10 @@ def device_rooms(instance: Instance, placement: Sequence[Sequence[int]]) -> dict
     stages (by ``placement``: stage -> its devices) have no replicas elsewhere; empty without a limit."""
     if instance.memory_limit is None:
         return {}
-    demand, _, _ = memory_units(instance, instance.memory_limit)
+    demand, early, _, _ = memory_units(instance, instance.memory_limit)
     alone = {device: held for device, held in enumerate(stages_by_device(placement, instance.devices))
              if held and all(len(placement[s]) == 1 for s in held)}
-    return {device: DeviceRoom(room, {s: demand[s] for s in alone[device]})
+    return {device: DeviceRoom(room, {s: demand[s] for s in alone[device]}, {s: early[s] for s in alone[device]})
             for device, room in zip(alone, exact_rooms(instance, list(alone.values())), strict=True)}
 
 
@@ -276,12 +271,11 @@ class _Builder:
         if self.placement is None:
             return {}
         caps = {}
-        early = early_units(self.instance)
         for room in device_rooms(self.instance, self.placement).values():
             if self.in_order(list(room.demand)):
                 # a stage whose split backward frees part at I: each live microbatch holds at least the rest
-                caps.update({s: room.room // (d - early[s]) if self.early_release(s) else room.room // d
-                             for s, d in room.demand.items() if d > 0})
+                held = {s: d - room.early[s] if self.early_release(s) else d for s, d in room.demand.items()}
+                caps.update({s: room.room // h for s, h in held.items() if h > 0})
         return {s: k for s, k in caps.items() if k >= 1}
 
     def early_release(self, stage: int) -> bool:
@@ -452,8 +446,7 @@ class _Builder:
         limit = self.instance.memory_limit
         if limit is None and not minimize_peak:
             return
-        demand, kept, capacity = memory_units(self.instance, limit)
-        early = early_units(self.instance)
+        demand, early, kept, capacity = memory_units(self.instance, limit)
         ceiling: cp_model.IntVar | int = capacity
         caps = {} if minimize_peak else self.memory_caps()  # each stage's share of a device's cap
         if minimize_peak:

@@ -122,9 +122,9 @@ class SearchResult:
         peak_memory: with ``minimize_memory``, the least worst-device peak any schedule of the best
             step has (proven when ``memory_status`` is optimal); None otherwise. When the memory
             solve's schedule is the one reported, it is that schedule's simulated peak (the model
-            counts a fractional persistent state, a distributed optimizer's, rounded down to its
-            memory unit, so its optimum may lie a few bytes under; "proven" then holds within that
-            rounding); otherwise the model's optimum.
+            counts fractional byte sizes, a distributed optimizer's state or an activation split
+            over t ranks, rounded down, so its optimum may lie a few bytes under; "proven" then holds
+            within that rounding); otherwise the model's optimum, a lower bound.
         memory_status: the status of that second solve, or None.
         note: why the search stopped short (its time budget spent), if it did.
         rounding_cost: at most this share of the step is lost to rounding durations to ticks (0 when
@@ -1294,9 +1294,9 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
     simulation = simulate(found, setup.instance.costs, setup.instance.system)
     assert best.simulation is not None
     least = solver.objective_value * built.memory_step
-    if simulation.step_time_s <= best.simulation.step_time_s + 1e-9 and setup.instance.fits(peak_use(setup.instance, simulation)):
-        # the schedule's own peak: the model's counts a fractional persistent state rounded down, a few bytes under it
-        best, least = replace(best, schedule=found, simulation=simulation), max(least, peak_use(setup.instance, simulation))
+    if simulation.step_time_s <= best.simulation.step_time_s + 1e-9 and setup.instance.fits(peak := peak_use(setup.instance, simulation)):
+        # the schedule's own peak: the model counts byte sizes rounded down, a few bytes under it
+        best, least = replace(best, schedule=found, simulation=simulation), peak
     return replace(best, peak_memory=least, memory_status=status)
 
 
