@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -468,7 +468,7 @@ def live_microbatches(schedule: str, stages: int, microbatches: int) -> tuple[in
     device, so device k's events are stage k's): +1 at an F, -1 at the op that frees them (B, or W
     when backward is split), walked along each device's order, as :func:`ppopt.simulate.simulate`
     counts them (:func:`_device_events`)."""
-    return tuple(int(np.max(np.cumsum(deltas), initial=0.0)) for _, deltas, _ in _device_events(schedule, stages, microbatches, ()))
+    return tuple(events.peak_live for events in _device_events(schedule, stages, microbatches, ()))
 
 
 @dataclass(frozen=True)
@@ -492,12 +492,27 @@ class Memory:
         return f"{what} (pipeline rank {self.stage})"
 
 
+class _DeviceEvents(NamedTuple):
+    """A device's ops that change stored activations, in its order."""
+
+    stages: np.ndarray
+    """Each op's stage."""
+    live: np.ndarray
+    """What each does to its stage's live microbatches: +1 at F, -1 at B or W."""
+    early: np.ndarray | None
+    """What each does to the part of its stage's microbatches a split backward frees early: -1 at I,
+    +1 at W, which then frees only the rest (:attr:`ppopt.costs.StageCost.input_grad_release_bytes`);
+    None without I ops."""
+    held: tuple[int, ...]
+    """The stages the device holds."""
+    peak_live: int
+    """The most microbatches live at once, all its stages together."""
+
+
 @lru_cache(maxsize=4096)
 def _device_events(schedule: str, devices: int, microbatches: int,
-                   options: tuple[tuple[str, int], ...]) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
-    """Per device, in order, its ops that change stored activations: their stages, what each does to
-    its stage's live microbatches (+1 at F, -1 at B or W), and to the part a split backward frees
-    early (-1 at I, +1 at W, which then frees only the rest: :attr:`ppopt.costs.StageCost.input_grad_release_bytes`)."""
+                   options: tuple[tuple[str, int], ...]) -> tuple[_DeviceEvents, ...]:
+    """Each device's :class:`_DeviceEvents` under ``schedule``."""
     from ppopt.generators import generate
 
     generated = generate(schedule, devices, microbatches, **dict(options))
@@ -505,10 +520,15 @@ def _device_events(schedule: str, devices: int, microbatches: int,
     for order in generated.orders:  # numpy from the ops' fields: no Python tuple per op for the collector to walk
         stages = np.fromiter(map(attrgetter("stage"), order), dtype=int, count=len(order))
         kinds = list(map(attrgetter("kind"), order))
-        deltas = np.fromiter(map(_ACTIVATION_DELTA.__getitem__, kinds), dtype=float, count=len(order))
-        early = np.fromiter(map(_EARLY_DELTA.__getitem__, kinds), dtype=float, count=len(order))
-        kept = (deltas != 0) | (early != 0)
-        out.append((stages[kept], deltas[kept], early[kept]))
+        live = np.fromiter(map(_ACTIVATION_DELTA.__getitem__, kinds), dtype=float, count=len(order))
+        held, peak = tuple(sorted(set(stages.tolist()))), int(np.max(np.cumsum(live), initial=0.0))
+        if Kind.I in kinds:
+            early = np.fromiter(map(_EARLY_DELTA.__getitem__, kinds), dtype=float, count=len(order))
+            kept = (live != 0) | (early != 0)
+            out.append(_DeviceEvents(stages[kept], live[kept], early[kept], held, peak))
+        else:
+            kept = live != 0
+            out.append(_DeviceEvents(stages[kept], live[kept], None, held, peak))
     return tuple(out)
 
 
@@ -521,14 +541,22 @@ _EARLY_DELTA = {Kind.F: 0.0, Kind.B: 0.0, Kind.I: -1.0, Kind.W: 1.0}
 def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
     """One :class:`Memory` per device (its ``stage`` field: the device)."""
     released = work.released_by_input_grad or (0.0,) * job.stages
-    events = _device_events(job.schedule, job.pp, job.microbatches, tuple(sorted(job.schedule_options.items())))
-    stored, early = np.array(work.stored_bytes), np.array(released)
-    held = [sorted(set(stages.tolist())) for stages, _, _ in events]
+    stored = early = None
     out = []
-    for d, (stages, deltas, early_deltas) in enumerate(events):
-        activations = float(np.max(np.cumsum(deltas * stored[stages] + early_deltas * early[stages]), initial=0.0))
-        persistent = sum(work.persistent_bytes[k] for k in held[d])
-        working = max(work.working_bytes[k] for k in held[d])
+    for d, events in enumerate(_device_events(job.schedule, job.pp, job.microbatches,
+                                              tuple(sorted(job.schedule_options.items())))):
+        held = events.held
+        if len(held) == 1 and (events.early is None or not released[held[0]]):  # its peak count times its bytes
+            activations = events.peak_live * work.stored_bytes[held[0]]
+        else:
+            stored = np.array(work.stored_bytes) if stored is None else stored
+            changes = events.live * stored[events.stages]
+            if events.early is not None:
+                early = np.array(released) if early is None else early
+                changes += events.early * early[events.stages]
+            activations = float(np.max(np.cumsum(changes), initial=0.0))
+        persistent = sum(work.persistent_bytes[k] for k in held)
+        working = max(work.working_bytes[k] for k in held)
         out.append(Memory(persistent + activations + working, d, persistent, activations, working))
     return out
 
