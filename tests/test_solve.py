@@ -1004,6 +1004,24 @@ def test_library_calls_of_the_solver_name_an_argument_of_another_type(call, fiel
     assert raised.value.field == field
 
 
+@pytest.mark.parametrize("space", ["placement=looped", "fixed:1f1b", "placement=family"])
+def test_frontier_names_its_given_schedule_when_the_space_does_not_hold_it(space):
+    """The frontier passes its given schedule to search as a hint, whose refusal named `hints`,
+    an argument frontier does not have."""
+    with pytest.raises(ConfigError) as raised:
+        frontier(unit(4, 8), space, given=generate("1f1b", 4, 8))
+    assert raised.value.field == "given"
+
+
+def test_gap_report_names_the_size_that_differs():
+    with pytest.raises(ConfigError) as raised:
+        gap_report(unit(4, 8), given=generate("1f1b", 4, 6))
+    assert raised.value.field == "microbatches"
+    with pytest.raises(ConfigError) as raised:
+        gap_report(unit(4, 8), given=generate("1f1b", 2, 8))
+    assert raised.value.field == "devices"
+
+
 @pytest.mark.parametrize("given, field", [(dict(dominance="no"), "dominance"), (dict(every_hint="x"), "every_hint"),
                                           (dict(progress="x"), "progress"), (dict(deadline="x"), "deadline"),
                                           (dict(deterministic_time="2"), "deterministic_time"), (dict(workers="2"), "workers")])
