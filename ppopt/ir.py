@@ -20,7 +20,7 @@ from fractions import Fraction
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from ppopt.errors import ScheduleError
+from ppopt.errors import ScheduleError, is_positive_number
 from ppopt.host import require_memory
 from ppopt.placement import linear_placement  # noqa: F401  (re-exported: the placements live in ppopt.placement)
 from ppopt.placement import stages_by_device as placement_stages_by_device
@@ -184,7 +184,10 @@ class Schedule:
         self._convert("overlapped", _tuples, "a sequence of (forward, backward) op pairs")
         self._convert("options", lambda given: FrozenOptions(given or {}), "a mapping of option names to values")
         if self.stage_weights is not None:
-            object.__setattr__(self, "stage_weights", tuple(self.stage_weights))
+            self._convert("stage_weights", tuple, "a sequence of positive numbers, one per stage")
+            if len(self.stage_weights) != len(self.placement) or not all(map(is_positive_number, self.stage_weights)):
+                raise ScheduleError(f"must be positive finite numbers, one per stage ({len(self.placement)}), got "
+                                    f"{self.stage_weights!r:.60}", field="stage_weights")
 
     def _convert(self, name: str, convert: Callable[[Any], object], wanted: str) -> None:
         """Set field ``name`` to ``convert`` of its value; ScheduleError naming it when that fails

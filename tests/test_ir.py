@@ -86,9 +86,13 @@ def test_schedules_hash_and_their_options_cannot_change():
 
 
 @pytest.mark.parametrize("given, field", [(dict(placement=(0, 1)), "placement"), (dict(orders=None), "orders"),
-                                          (dict(overlapped=(1,)), "overlapped"), (dict(options=5), "options")])
+                                          (dict(overlapped=(1,)), "overlapped"), (dict(options=5), "options"),
+                                          (dict(stage_weights=5), "stage_weights"), (dict(stage_weights="ab"), "stage_weights"),
+                                          (dict(stage_weights=(1.0,)), "stage_weights"),
+                                          (dict(stage_weights=(1.0, float("nan"))), "stage_weights")])
 def test_a_schedule_of_fields_that_are_not_sequences_is_refused_naming_the_field(given, field):
-    """A placement of (0, 1) or orders of None raised TypeError: 'int' object is not iterable."""
+    """A placement of (0, 1) or orders of None raised TypeError: 'int' object is not iterable; stage
+    weights "ab" passed validation and failed in the cost model with a ValueError."""
     from ppopt.ir import Schedule
 
     base = generate("1f1b", 2, 2)
