@@ -1039,3 +1039,11 @@ def test_instance_spec_without_a_mode_names_its_units_argument():
     with pytest.raises(ConfigError) as raised:
         InstanceSpec(4, 16).instance(4)
     assert raised.value.field == "units"
+
+
+def test_a_search_result_reads_in_one_line():
+    """Its dataclass repr held a simulation per handcrafted schedule: 3.9 KB at 16 x 32."""
+    result = search(unit(16, 32), "placement=linear", SolveOptions(time_limit_s=10))
+    shown = repr(result)
+    assert "\n" not in shown and len(shown) < 400
+    assert f"status={result.status!r}" in shown and f"step_time={result.step_time!r}" in shown and "bound=" in shown
