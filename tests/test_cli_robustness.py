@@ -195,6 +195,28 @@ def test_a_reader_that_leaves_mid_output_is_not_a_success(args):
     assert (process.returncode, stderr) == (1, b"")
 
 
+@pytest.mark.parametrize("args, said", [
+    *((f"{command} --unit --schedule-file -", "standard input: cannot read") for command in ("search", "gap", "frontier")),
+    ("plan --system dgx-h100 --candidates -", "--candidates: standard input: cannot read file")])
+def test_a_time_limit_covers_the_wait_for_standard_input(args, said):
+    """`--schedule-file -` (and `plan --candidates -`) read standard input until its end, however
+    long: a pipe whose writer never closed it held the command past its --time-limit, forever. It
+    now ends with the limit."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "ppopt", *args.split(), "--time-limit", "2"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    try:
+        process.stdin.write(b"0F0")  # a start, and then nothing: the writer holds the pipe open
+        process.stdin.flush()
+        process.wait(timeout=120)  # (communicate would close standard input first)
+        out, err = process.stdout.read(), process.stderr.read()
+    finally:
+        process.kill()
+        process.stdin.close()
+    assert process.returncode == 1 and out == b""
+    assert err.decode() == f"error: {said} (the time limit ended before the input did)\n"
+
+
 def test_json_is_strict_and_names_the_non_finite_number(tmp_path):
     assert json_bytes({"a": [1, None]}) == b'{"a":[1,null]}'
     with pytest.raises(PpoptError, match=r"non-finite number inf at a\[1\]"):

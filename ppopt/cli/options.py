@@ -347,13 +347,15 @@ def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches
     return validate(generate(name, devices, microbatches, **options))
 
 
-def read_schedule_file(schedule_file: str, legacy_backward: bool, devices: int | None, microbatches: int | None, options: dict):
+def read_schedule_file(schedule_file: str, legacy_backward: bool, devices: int | None, microbatches: int | None, options: dict,
+                       deadline: float | None = None):
     """The validated schedule of a --schedule-file, which gives its own sizes and options: -p and -m
-    may only repeat them, and a schedule option is refused."""
+    may only repeat them, and a schedule option is refused. ``deadline``: standard input must have
+    ended by then (``time.monotonic()``: the end of the command's time limit)."""
     from ppopt.io.torch_csv import read_torch_csv_file
 
     refuse_unused_options(None, options)
-    schedule = read_torch_csv_file(schedule_file, legacy_backward=legacy_backward)
+    schedule = read_torch_csv_file(schedule_file, legacy_backward=legacy_backward, deadline=deadline)
     check_file_sizes(schedule, schedule_file, devices, microbatches)
     return schedule
 

@@ -224,7 +224,7 @@ def _candidate_groups(path: str, system, options):
                               f"budget ({read:,} rows read); give more time or fewer rows", field="time_limit_s")
 
     try:
-        rows, unmodelled = read_measured(path, system, check)
+        rows, unmodelled = read_measured(path, system, check, options.deadline)
     except MeasuredDataError as error:
         raise ConfigError(error.reason, field="candidates") from None
     groups: dict[tuple[str, int, int], list] = defaultdict(list)

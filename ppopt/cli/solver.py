@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Callable
 
 import click
@@ -33,6 +34,7 @@ from ppopt.cli.options import (
     working,
     written_together,
 )
+from ppopt.errors import is_positive_number
 from ppopt.solve.instance import InstanceSpec
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, MAX_WORKERS, METHODS, SolveOptions
 
@@ -69,7 +71,9 @@ def _given_schedule(params: dict):
         return None
     if params.get("schedules"):
         raise click.UsageError("give --schedule or --schedule-file, not both", click.get_current_context())
-    schedule = read_schedule_file(file, legacy, params["devices"], params["microbatches"], params["options"])
+    limit = params["time_limit"]  # its budget started with the process (startup_s): so does the wait for standard input
+    deadline = time.monotonic() + limit - startup_s() if is_positive_number(limit) else None
+    schedule = read_schedule_file(file, legacy, params["devices"], params["microbatches"], params["options"], deadline)
     params["devices"], params["microbatches"] = schedule.devices, schedule.microbatches
     return schedule
 

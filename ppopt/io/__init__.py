@@ -46,9 +46,11 @@ import math
 import numbers
 import os
 import re
+import select
 import stat
 import sys
 import tempfile
+import time
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
@@ -188,17 +190,17 @@ def is_a_directory(name: str, what: str) -> str:
     return f"{name}: is a directory, not {what}"
 
 
-def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError],
-                   what: str, columns: Iterable[str] = ()) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+def read_csv_table(path: str | os.PathLike, limit: int, error: type[PpoptError], what: str, columns: Iterable[str] = (),
+                   deadline: float | None = None) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
     """The header (:func:`header_row`) and the records after it (:func:`csv_records`) of the CSV data
     file ``path`` (``what``, as "a measured-data CSV file"), read as UTF-8 (a byte-order mark allowed)
     up to ``limit`` bytes. A header cell naming one of ``columns`` in other letter case (``# gpus``,
     ``Parameters (billion)``) is taken as that column. Raises ``error`` in one line naming the file:
     unreadable (:func:`unreadable`), not UTF-8 text, no header row, or a column named twice
-    (:func:`check_header`)."""
+    (:func:`check_header`). ``deadline``: standard input must end by then (:func:`read_stdin_bounded`)."""
     name = source_name(path)
     try:
-        text = _stdin_once(limit) if os.fspath(path) == "-" else read_text_bounded(path, limit, "utf-8-sig")
+        text = _stdin_once(limit, deadline) if os.fspath(path) == "-" else read_text_bounded(path, limit, "utf-8-sig")
     except OSError as problem:
         raise error(unreadable(name, problem, what)) from problem
     except UnicodeDecodeError as problem:
@@ -241,13 +243,13 @@ _STDIN_READ: list = []
 """The standard input stream :func:`_stdin_once` read and its text, as ``[stream, text]``."""
 
 
-def _stdin_once(limit: int) -> str:
+def _stdin_once(limit: int, deadline: float | None = None) -> str:
     """The text of standard input (UTF-8, a byte-order mark allowed), read once per stream: the CSV
     readers read a data file twice (its rows, then its header for the columns it does not use).
     Holding the stream keeps its identity unique, so a new stream (a test runner's next command) is
     read afresh."""
     if not _STDIN_READ or _STDIN_READ[0] is not sys.stdin:
-        _STDIN_READ[:] = [sys.stdin, read_stdin_bounded(limit, "utf-8-sig")]
+        _STDIN_READ[:] = [sys.stdin, read_stdin_bounded(limit, "utf-8-sig", deadline=deadline)]
     return _STDIN_READ[1]
 
 
@@ -301,9 +303,11 @@ def read_text_bounded(path: str | os.PathLike, limit: int, encoding: str = "utf-
         return _read_bounded(file, limit, encoding, why)
 
 
-def read_stdin_bounded(limit: int, encoding: str = "utf-8", why: str = "") -> str:
+def read_stdin_bounded(limit: int, encoding: str = "utf-8", why: str = "", deadline: float | None = None) -> str:
     """:func:`read_text_bounded` of standard input (left open; a stream without a file descriptor,
-    as a test runner's, is read through its buffer). OSError when there is none (``<&-``)."""
+    as a test runner's, is read through its buffer). OSError when there is none (``<&-``).
+    ``deadline``: a ``time.monotonic()`` value; a pipe or terminal that has not reached its end by
+    then raises OSError (ETIMEDOUT), so a command's time limit covers the wait for its input."""
     if sys.stdin is None:
         raise OSError(errno.EBADF, "there is no standard input")
     try:
@@ -311,10 +315,10 @@ def read_stdin_bounded(limit: int, encoding: str = "utf-8", why: str = "") -> st
     except (AttributeError, OSError, ValueError):
         return _read_bounded(sys.stdin.buffer, limit, encoding, why)
     with open(fd, "rb", closefd=False) as file:
-        return _read_bounded(file, limit, encoding, why)
+        return _read_bounded(file, limit, encoding, why, deadline)
 
 
-def _read_bounded(file: BinaryIO, limit: int, encoding: str, why: str) -> str:
+def _read_bounded(file: BinaryIO, limit: int, encoding: str, why: str, deadline: float | None = None) -> str:
     limit_text = f"the limit is {limit:,} bytes{f' ({why})' if why else ''}"
     try:
         status: os.stat_result | None = os.fstat(file.fileno())
@@ -322,9 +326,10 @@ def _read_bounded(file: BinaryIO, limit: int, encoding: str, why: str) -> str:
         status = None
     if status is not None and stat.S_ISREG(status.st_mode) and status.st_size > limit:
         raise OSError(errno.EFBIG, f"file too large: {status.st_size:,} bytes; {limit_text}")
+    waits = deadline is not None and status is not None and not stat.S_ISREG(status.st_mode)
     chunks: list[bytes] = []
     size = 0
-    while chunk := file.read(_CHUNK):
+    while chunk := (_read_before(file.fileno(), deadline) if waits and deadline is not None else file.read(_CHUNK)):
         nul = chunk.find(b"\0")
         if nul >= 0:
             raise OSError(errno.EINVAL, f"not a text file: NUL byte at byte {size + nul:,}")
@@ -333,6 +338,19 @@ def _read_bounded(file: BinaryIO, limit: int, encoding: str, why: str) -> str:
             raise OSError(errno.EFBIG, f"input too large: over {limit:,} bytes read; {limit_text}")
         chunks.append(chunk)
     return b"".join(chunks).decode(encoding)
+
+
+def _read_before(fd: int, deadline: float) -> bytes:
+    """What the pipe or terminal ``fd`` has (at most a chunk), once it has something or its end;
+    OSError (ETIMEDOUT) if neither comes before ``deadline`` (``time.monotonic()``)."""
+    while True:
+        try:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        except InterruptedError:  # pragma: no cover - Python retries select itself since 3.5
+            continue
+        if not ready:
+            raise OSError(errno.ETIMEDOUT, "the time limit ended before the input did")
+        return os.read(fd, _CHUNK)
 
 
 _STAGED: list[tuple[str, Path, Path]] | None = None

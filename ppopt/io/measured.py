@@ -263,12 +263,13 @@ CHECK_EVERY_ROWS = 1_000
 
 
 def read_measured(source: str | os.PathLike[str], system: SystemConfig | str | os.PathLike[str],
-                  check: Callable[[int], None] | None = None) -> tuple[list[Measured], list[Unmodelled]]:
+                  check: Callable[[int], None] | None = None, deadline: float | None = None) -> tuple[list[Measured], list[Unmodelled]]:
     """Read a measured-data CSV file into jobs on ``system`` (a SystemConfig, a preset name or a file).
 
     ``check``, if given, is called with the count of rows read every :data:`CHECK_EVERY_ROWS` rows
     (about 50 µs a row): a caller with a time limit raises from it once the budget is spent (a
-    candidates file of 300,000 rows took 14 s to read).
+    candidates file of 300,000 rows took 14 s to read). ``deadline`` (``time.monotonic()``): standard
+    input (``-``) must have ended by then.
 
     Returns the rows ppopt models and those it cannot (with the reason). Raises
     MeasuredDataError for a missing column, a non-numeric or non-positive cell, t·p·d different
@@ -278,7 +279,7 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig | str | o
     require_file_name(source, MEASURED_FILE, MeasuredDataError)
     path = Path(source)
     name = source_name(source)
-    header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError, MEASURED_FILE, KNOWN_COLUMNS)
+    header, records = read_csv_table(path, MEASURED_BYTES, MeasuredDataError, MEASURED_FILE, KNOWN_COLUMNS, deadline)
     for column in [*COLUMNS, TIME]:
         if column not in header:
             separated = "; cells are separated by commas" if len(header) == 1 and any(mark in header[0] for mark in ";\t") else ""

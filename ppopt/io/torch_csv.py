@@ -444,14 +444,15 @@ _ACTION_WORD = re.compile(r"\b\d+[FBIW]\d+\b")
 
 
 
-def read_torch_csv_file(name: str, legacy_backward: bool = False) -> Schedule:
+def read_torch_csv_file(name: str, legacy_backward: bool = False, deadline: float | None = None) -> Schedule:
     """:func:`read_torch_csv` of the file ``name`` as a command line gives it: always a file name,
     whatever its characters (a comma too), and an empty name is a ScheduleError (``Path("")`` would
     be the current directory). ``-`` is standard input (``ppopt export -o - | ppopt import -``),
-    read within the same limits; the schedule is then named ``stdin``."""
+    read within the same limits, and by ``deadline`` (``time.monotonic()``; None: however long it
+    takes); the schedule is then named ``stdin``."""
     if name == "-":
         try:
-            text = read_stdin_bounded(MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops")
+            text = read_stdin_bounded(MAX_BYTES, "utf-8-sig", f"{MAX_OPS:,} ops", deadline)
         except UnicodeDecodeError as error:
             raise ScheduleError(not_utf8("standard input", error)) from None
         except OSError as error:
