@@ -755,7 +755,9 @@ def job_work(job: Job) -> JobWork:
             # in I, or with sequence parallelism an all-gather in F and a reduce-scatter in I
             f, i = (f + 0.5 * tp_ar, i + 0.5 * tp_ar) if job.sequence_parallel else (f, i + tp_ar)
             kept += softmax_bytes  # the loss keeps the softmax in fp32 for its backward (Korthikanti et al. 2022, Section 4.3)
-            extra += logits_bytes  # their gradient, in the activations' precision, while the backward runs
+            # their gradient, in the activations' precision, from the loss's backward until the output
+            # layer's: freed before the last block's backward recomputes anything, so the larger of the two
+            extra = max(extra, logits_bytes)
             # split backward: I computes the loss's gradient, so the softmax goes at its end; the output
             # layer's W needs only the logits' gradient, kept until W (the loss has no weights)
             released = max(0.0, softmax_bytes - logits_bytes)

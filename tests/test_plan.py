@@ -447,9 +447,9 @@ def test_reading_candidates_stops_once_the_budget_is_spent(still_clock, monkeypa
     assert seen == [10, 20] and len(rows) == 25
     clock, real = still_clock("ppopt.solve.options"), measured.read_measured
 
-    def slow(source, system, check=None):  # the budget is spent once reading starts
+    def slow(source, system, check=None, deadline=None):  # the budget is spent once reading starts
         clock.jump(61)
-        return real(source, system, check)
+        return real(source, system, check, deadline)
 
     monkeypatch.setattr(measured, "read_measured", slow)
     result = run("plan", "--candidates", path, "--system", CALIBRATED, "--search", 0, "-q", "--time-limit", 60)
@@ -1177,11 +1177,11 @@ def test_the_search_table_gives_each_job_its_own_recomputation():
 
 
 def test_the_least_memory_a_plan_names_is_rounded_up_and_works_as_the_limit():
-    """A limit 1 byte under the least any job needs (17,263,230,976 bytes for llama3-8b on 8 H100s)
+    """A limit 1 byte under the least any job needs (17,120,624,640 bytes for llama3-8b on 8 H100s)
     read "no job fits 17.26 GB ...: the least any job needs is 17.26 GB", and 17.26 GB passed back
     was refused again. The limit is now rounded down, the need up, and the need works as the limit."""
     args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--search", 0, "-q"]
-    refused = run(*args, "--memory-limit", "17263230975B")
+    refused = run(*args, "--memory-limit", "17120624639B")
     assert refused.exit_code == 1
     found = re.search(r"no job fits (\S+) GB per GPU: the least any of the [\d,]+ jobs needs is (\S+) GB", refused.stderr)
     assert found is not None and float(found[1]) < float(found[2]), refused.stderr
