@@ -267,6 +267,27 @@ def test_unreachable_ray_address_fails_fast():
         make_executor("ray", address="127.0.0.1:1")
 
 
+def test_a_ray_address_that_never_answers_ends_with_the_deadline():
+    """A port where something other than Ray listens passed the reachability check, and ray.init
+    retried for minutes, past --time-limit (over 120 s for a limit of 5). With a deadline the
+    connection is waited for until then. In a subprocess: the abandoned connecting thread goes on
+    retrying, which the test run must not inherit."""
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as listening:  # accepts connections (the backlog), never answers
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(8)
+        port = listening.getsockname()[1]
+        script = ("import time\nfrom ppopt.errors import ConfigError\nfrom ppopt.sweep.executors import make_executor\n"
+                  f"try:\n    make_executor('ray', address='127.0.0.1:{port}', deadline=time.monotonic() + 2)\n"
+                  "except ConfigError as error:\n    print(error.field, error.reason, flush=True)\n"
+                  "import os\nos._exit(0)\n")
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.stdout.startswith(f"address cannot reach the Ray cluster at 127.0.0.1:{port}: no answer within the time limit")
+
+
 def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
     out = tmp_path / "out"
     run_sweep(load_spec(write_spec(tmp_path)), out)

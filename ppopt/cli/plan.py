@@ -346,7 +346,7 @@ def _run_plan(request, listed, jobs, executor, address, quiet, options, keep_sha
                 raise ConfigError(f"{options.remaining_s():.1f} s left cannot cover starting a local Ray (at least {least:.0f} s) "
                                   "and any job: give more time, or --executor local", field="time_limit")
             starting = time.monotonic()
-            with make_executor(executor, jobs, address) as pool:  # its closing counts in the budget too
+            with make_executor(executor, jobs, address, options.deadline) as pool:  # its closing counts in the budget too
                 if options.expired:  # starting Ray can take seconds: say so, not "generating took the budget"
                     raise out_of_time(options, f"starting the {executor} executor took the budget "
                                                f"({time.monotonic() - starting:.1f} s)")

@@ -56,7 +56,7 @@ def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, k
     try:
         with sigterm_as_ctrl_c():  # rows.csv is still written from the rows computed, as on Ctrl-C
             began = time.monotonic()
-            with make_executor(executor, jobs, address) as pool:
+            with make_executor(executor, jobs, address, deadline) as pool:
                 run_start = time.monotonic()
                 started_s = run_start - began
                 result = run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline, also_files=also_files,

@@ -299,7 +299,10 @@ def _import_ray():
 class RayExecutor(Executor):
     """One Ray task per item (see the module docstring)."""
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None):
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, deadline: float | None = None):
+        """``deadline`` (``time.monotonic()``): a cluster at ``address`` that has not answered by
+        then is an error (a port where something else listens kept ``ray.init`` retrying for
+        minutes); the connecting thread is left behind, for the command's exit to end."""
         self.ray = _import_ray()
         self.started = False
         if not self.ray.is_initialized():
@@ -314,11 +317,40 @@ class RayExecutor(Executor):
             if not address:  # ppopt's own local cluster: Ray's notice that it turned token auth on is noise here
                 logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             try:
-                self.ray.init(**options)
+                if address and deadline is not None:
+                    self._init_before(options, deadline)
+                else:
+                    self.ray.init(**options)
+            except ConfigError:
+                raise
             except Exception as error:  # ray raises ConnectionError, RuntimeError, ...: report one line
                 raise ConfigError(f"cannot start or reach Ray{f' at {address}' if address else ''}: {' '.join(str(error).split())}") from None
             self.started = True
             self.closing_s = RAY_SHUTDOWN_S
+
+    def _init_before(self, options: dict[str, Any], deadline: float) -> None:
+        """``ray.init(**options)`` in a thread, waited for until ``deadline``."""
+        import logging
+
+        outcome: list[BaseException | None] = []
+
+        def connect() -> None:
+            try:
+                self.ray.init(**options)
+                outcome.append(None)
+            except Exception as error:  # noqa: BLE001  (re-raised in the caller's thread)
+                outcome.append(error)
+
+        # Ray's driver sets its SIGTERM handler only from the main thread, and says so: noise here
+        logging.getLogger("ray._private.worker").setLevel(logging.ERROR)
+        thread = threading.Thread(target=connect, name="ray-connect", daemon=True)
+        thread.start()
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if not outcome:
+            raise ConfigError(f"cannot reach the Ray cluster at {options['address']}: no answer within the time limit "
+                              "(is it a Ray cluster's address, host:6379 by default?)", field="address")
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def map_unordered(self, fn, items, deadline=None):
         ray = self.ray
@@ -365,8 +397,9 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         raise ConfigError(f"cannot reach the Ray cluster at {address}: {error.strerror or error}") from None
 
 
-def make_executor(kind: str = "local", jobs: int = 1, address: str | None = None) -> Executor:
-    """``"local"`` (``jobs`` processes) or ``"ray"`` (``address``; ``jobs`` CPUs for a local Ray)."""
+def make_executor(kind: str = "local", jobs: int = 1, address: str | None = None, deadline: float | None = None) -> Executor:
+    """``"local"`` (``jobs`` processes) or ``"ray"`` (``address``; ``jobs`` CPUs for a local Ray;
+    ``deadline``, ``time.monotonic()``: by when a cluster at ``address`` must answer)."""
     if kind == "local":
         if address:
             raise ConfigError("is for the ray executor", field="address")
@@ -376,5 +409,5 @@ def make_executor(kind: str = "local", jobs: int = 1, address: str | None = None
             _check_jobs(jobs)
         elif jobs < 1:
             raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
-        return RayExecutor(address, num_cpus=jobs if jobs > 1 else None)
+        return RayExecutor(address, num_cpus=jobs if jobs > 1 else None, deadline=deadline)
     raise ConfigError(f"unknown executor {kind!r} (known: local, ray)")
