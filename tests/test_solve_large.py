@@ -365,3 +365,15 @@ def test_a_short_budget_keeps_the_large_neighbourhood_search_instead_of_the_bloc
     assert "the block cuts skipped" in options.cuts
     # how far the reduced problems get in a loaded 10 s is the clock's business: only validity here
     assert result.analytic.one_machine <= result.bound <= result.step_time
+
+
+def test_auto_gives_cp_sat_the_whole_budget_when_the_neighbourhoods_could_not_be_built(monkeypatch):
+    """At 4,096 ops auto runs CP-SAT in half the budget, then the large-neighbourhood search in the
+    rest; when that rest cannot build the search's model, it went unused (a 3 s search returned its
+    hint after 1.7 s). Model building made slow here, so the rule decides whatever the machine."""
+    monkeypatch.setattr("ppopt.solve.search.BUILD_S_PER_OP", 0.3 * 6.0 / 4096)  # 1.8 s for the whole model
+    lines = []
+    spec = InstanceSpec(16, 128, units=UnitCosts(comm=1.0), memory_limit=16)
+    result = search(spec, "placement=linear", SolveOptions(time_limit_s=6.0, progress=lines.append))
+    assert not any("large-neighbourhood search skipped" in line for line in lines), lines
+    assert result.solver_bound > 0  # CP-SAT built its model and solved it

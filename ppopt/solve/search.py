@@ -764,6 +764,11 @@ BUILD_S_PER_PLACEMENT = 2.5e-5
 (seconds; 3.5 s for 8,192 ops on 32 devices, 262,144 intervals, on an idle core: doubled for load)."""
 
 
+LNS_BUILDS = 3
+"""A model-based large-neighbourhood search starts only with this many times the whole model's build
+time left (its model, a step on a copy of it, reading the best back)."""
+
+
 def _build_s(setup: _Setup) -> float:
     """Seconds building the CP-SAT model of the whole space takes, roughly: per op, and under a free
     placement per op and device (p = 256, m = 8 ran 105 s past a 5 s limit before this counted)."""
@@ -1028,7 +1033,7 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
     assert setup.placement is not None and best.schedule is not None and setup.ticked is not None
     if len(start) > AUTO_LNS_OPS and _lns_applies(setup):  # windows of time alone: no full model
         return _improve_windows(setup, best, from_solver, options)
-    if not options.allows(3 * BUILD_S_PER_OP * len(start), "the large-neighbourhood search skipped"):  # model, a step, read-back
+    if not options.allows(LNS_BUILDS * BUILD_S_PER_OP * len(start), "the large-neighbourhood search skipped"):
         options.note("large-neighbourhood search skipped: too little time left for a model of this size")
         return best, from_solver
     frame = Frame(setup.tick, end, min(setup.lower, end))
@@ -1367,6 +1372,10 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
     setup = _with_relaxation(setup, options)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
+    if method == "cp+lns" and main.remaining_s() / 2 <= LNS_BUILDS * _build_s(setup):
+        # the second half could not build the neighbourhoods' model: it went unused (at 16 x 128, 4,096
+        # ops, a 3 s search returned its hint after 1.7 s where one solve of 3 s improved it)
+        method = "cp"
     solved = _solve(setup, main.share(2) if method == "cp+lns" else main, minimize_memory,
                     full=method not in ("lns", "lns+cp"))
     best, from_solver = _pick(setup, solved)
