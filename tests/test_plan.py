@@ -786,7 +786,7 @@ def test_an_executor_that_takes_the_budget_to_start_is_named(clock, monkeypatch)
     import contextlib
 
     @contextlib.contextmanager
-    def slow_to_start(kind, jobs, address):
+    def slow_to_start(kind, jobs, address, deadline=None):
         clock.jump()
         yield pytest.fail  # its map is never used: the budget is spent
 

@@ -231,7 +231,7 @@ def test_an_executor_whose_start_takes_the_budget_is_named(tmp_path, monkeypatch
     leaves points missing, the note says how much of it the start took."""
     import ppopt.sweep as sweep
 
-    def slow_start(kind, jobs, address):
+    def slow_start(kind, jobs, address, deadline=None):
         clock.jump(1.2)
         return LocalExecutor(1)
 
