@@ -183,3 +183,15 @@ def test_a_limit_no_device_can_reach_is_said_to_limit_nothing():
     assert v.most_held == 6  # two stages of half an activation each, six microbatches
     free = frontier(InstanceSpec(3, 4, UnitCosts()), parse_space("placement=any"), [11], SolveOptions(20, workers=1))
     assert free.most_held == 3 * 4
+
+
+def test_of_equally_short_schedules_a_point_takes_the_one_needing_least_memory():
+    """A looser limit's search ended on the optimal step in 127.3 GiB where a tighter limit's took
+    83.82 GiB; the looser point showed the larger peak, so "peak used" rose and fell down the
+    table for one step time. A point now takes, of the shortest schedules that fit it, the smallest."""
+    tight = FrontierPoint(84.0, "optimal", 2.232, 2.232, 83.82)
+    loose = FrontierPoint(128.0, "optimal", 2.232, 2.232, 127.3)
+    slower = FrontierPoint(200.0, "feasible", 2.3, 2.232, 60.0)
+    shared = gapping._monotone([tight, loose, slower], None)
+    assert [(p.step_time, p.peak_memory, p.status) for p in shared] == [
+        (2.232, 83.82, "optimal"), (2.232, 83.82, "optimal"), (2.232, 83.82, "optimal")]

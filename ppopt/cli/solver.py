@@ -490,7 +490,7 @@ def gap_command(spec, solve, options, schedules, given, as_json, fmt):
               help="Search space (see `ppopt search`); with --schedule-file, the file's own space unless given.")
 @click.option("--limits", default=None, help="Comma-separated memory limits per device: live activations in unit mode, bytes of the whole "
                    "memory such as 60GiB with a model; at most 1,000 [default: from the minimum to the largest "
-                   "handcrafted peak].")
+                   "peak of the handcrafted schedules and the unlimited search's].")
 @json_option
 @format_option
 def frontier_command(spec, solve, options, space, limits, given, as_json, fmt):

@@ -320,7 +320,7 @@ def frontier_text(result: Frontier, devices: int, microbatches: int, fmt: str = 
     if any(p.memory_limit >= result.most_held for p in result.points):
         state = ", and the persistent state" if m == "bytes" else ""
         footnote += ["", f"a limit at or above {_amount(result.most_held, m)}, the most a device can hold here (its stages' "
-                         f"activations of every microbatch{state}), limits nothing: its point is the unlimited search's"]
+                         f"activations of every microbatch{state}), limits nothing: no search runs under it"]
     if fmt == "markdown":
         over_note = [markdown_line(x) for x in over_note]
     # rounded up, so that it works as a --memory-limit (46.24 GiB was below the 46.244 GiB minimum)

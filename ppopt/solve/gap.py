@@ -305,7 +305,8 @@ MAX_LIMITS = 1000
 
 
 def default_limits(minimum: float, maximum: float, unit: str, count: int = 6) -> list[float]:
-    """Limits from the minimum any schedule needs to the largest handcrafted peak: one activation
+    """Limits from the minimum any schedule needs to ``maximum`` (the largest peak of the handcrafted
+    schedules and of the unlimited search's, :func:`frontier`): one activation
     apart in unit mode (a whole number of them when that would make more than :data:`MAX_LIMITS`:
     GPipe's peak of 8,000 at m = 8,000 made 8,000 searches), ``count`` even steps in bytes."""
     maximum = max(maximum, minimum)
@@ -455,6 +456,12 @@ def _dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return no_more_memory and no_longer and (peak_a < peak_b * (1 - 1e-12) or step_a < step_b - 1e-9)
 
 
+def _shorter_then_smaller(point: FrontierPoint) -> tuple[float, float]:
+    """Sort key of the schedules a point may take: the shorter step (to 12 significant digits: sums
+    of the same durations in another order differ in the last bit), then the smaller peak."""
+    return (float(f"{point.step_time or 0.0:.12g}"), math.inf if point.peak_memory is None else point.peak_memory)
+
+
 def _monotone(points: list[FrontierPoint], free: FrontierPoint | None,
               handcrafted: Sequence[FrontierPoint] = ()) -> list[FrontierPoint]:
     """The points with what each finds or proves shared with the others.
@@ -462,7 +469,9 @@ def _monotone(points: list[FrontierPoint], free: FrontierPoint | None,
     - **Schedules.** A schedule found under one limit (or by the unlimited search, ``free``: its
       step, bound and peak), or a handcrafted schedule of the space (``handcrafted``: its step and
       peak), fits every limit at or above its peak, so each searched point takes the shortest
-      schedule known that fits its limit (a search short of time may miss V-Half where it fits).
+      schedule known that fits its limit (a search short of time may miss V-Half where it fits),
+      and of the shortest the one needing least memory (a looser limit's search may end on the
+      same step in more memory: 127.3 GiB where a tighter one's took 83.82).
     - **Bounds, downwards.** The optimum under a limit is at least the optimum under any looser
       limit (or none), so each searched point's bound is the largest of its own, the looser points'
       and the unlimited search's.
@@ -481,10 +490,11 @@ def _monotone(points: list[FrontierPoint], free: FrontierPoint | None,
         looser = [o.bound for o, ok in zip(points, searched) if ok and o.memory_limit >= pt.memory_limit]
         bound = max([floor, *looser])
         fitting = [o for o in found if (o.peak_memory or 0.0) <= pt.memory_limit * (1 + 1e-12)]
-        best = min(fitting, key=lambda o: o.step_time or 0.0, default=None)
-        if best is None or (pt.step_time is not None and (best.step_time or 0.0) >= pt.step_time - 1e-9):
-            best = pt  # its own schedule unless another is strictly shorter
+        best = min(fitting, key=_shorter_then_smaller, default=None)
+        if best is None or (pt.step_time is not None and _shorter_then_smaller(best) >= _shorter_then_smaller(pt)):
+            best = pt  # its own schedule unless another is shorter, or as short in less memory
         gap = relative_gap(best.step_time, bound)
-        status = "optimal" if gap is not None and gap <= 1e-9 else (pt.status if best is pt else "feasible")
+        as_short = pt.step_time is not None and abs((best.step_time or 0.0) - pt.step_time) <= 1e-9 * max(1.0, pt.step_time)
+        status = "optimal" if gap is not None and gap <= 1e-9 else (pt.status if as_short else "feasible")
         shared.append(FrontierPoint(pt.memory_limit, status, best.step_time, bound, best.peak_memory))
     return shared
