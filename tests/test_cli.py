@@ -747,3 +747,19 @@ def test_a_split_whole_layers_cannot_follow_is_named_in_a_note():
     assert ("note: chimera-asym's split 1:1e+06 becomes 2:30 layers on this model (1,1,15,15 per stage: whole layers, at least "
             "one per stage)") in far.stderr.splitlines()
     assert "becomes" not in run(*args).stderr
+
+
+def test_job_prints_no_part_of_a_step_as_zero_when_it_is_not(tmp_path):
+    """A step of hours is printed in s, and its 17 ms optimizer step read "0.0 s"; a toy model's
+    peak read "0.0 GB" and its MFU "0.0 %". A part now takes a finer unit, or three significant digits."""
+    args = ["job", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", 8, "--dp", 2, "--global-batch", 200000, "-s", "zb-h1"]
+    text, data = run(*args).output, json.loads(run(*args, "--json").output)
+    assert data["step_time_s"] >= 1e4 and f"{data['step_time_s']:,.1f} s" in text
+    assert f"{1e3 * data['optimizer_s']:.1f} ms" in text and f"{1e3 * data['gradient_sync_s']:.1f} ms" in text
+    toy = tmp_path / "toy.toml"
+    toy.write_text('name = "toy"\nnum_layers = 4\nhidden_size = 8\nnum_attention_heads = 2\nvocab_size = 16\n'
+                   "seq_length = 4\nglobal_batch_size = 8\n")
+    args = ["job", "--model", str(toy), "--system", "dgx-h100", "--pp", 2]
+    text, data = run(*args).output, json.loads(run(*args, "--json").output)
+    assert f"peak memory {data['peak_memory_bytes'] / 1e9:>10.3g} GB" in text and f"MFU {100 * data['mfu']:.3g} %" in text
+    assert " 0.0 GB" not in text and "MFU 0.0 %" not in text
