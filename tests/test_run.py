@@ -406,6 +406,8 @@ def test_replicated_stages_and_bad_sizes_are_refused_in_one_line():
     assert result.exit_code == 1 and result.output == "error: --layers: the schedule has 4 stages, each needs a block: at least 4 layers\n"
     result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--hidden", 30, "--heads", 4)
     assert result.exit_code == 1 and result.output == "error: --hidden: hidden size 30 is not a multiple of 4 heads\n"
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 4, "--heads", 3)  # the flag given, not the default it meets
+    assert result.exit_code == 1 and result.output == "error: --heads: hidden size 32 is not a multiple of 3 heads\n"
 
 
 def test_a_last_stage_out_of_microbatch_order_is_refused(tmp_path):

@@ -85,8 +85,9 @@ class ModelSize:
                 raise ConfigError(f"must be >= 1, got {getattr(self, field)}", field=field)
             if getattr(self, field) > MAX_SIZE:
                 raise ConfigError(f"must be at most {MAX_SIZE}, got {getattr(self, field)}", field=field)
-        if self.hidden % self.heads:
-            raise ConfigError(f"hidden size {self.hidden} is not a multiple of {self.heads} heads", field="hidden")
+        if self.hidden % self.heads:  # named by the one changed from its default (--heads 3 named --hidden)
+            changed = "heads" if self.hidden == type(self).hidden else "hidden"
+            raise ConfigError(f"hidden size {self.hidden} is not a multiple of {self.heads} heads", field=changed)
         if self.layers < stages:
             raise ConfigError(f"the schedule has {stages} stages, each needs a block: at least {stages} layers", field="layers")
 
