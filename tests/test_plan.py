@@ -1133,11 +1133,13 @@ def test_plan_names_a_job_as_fast_as_the_first_on_much_less_memory():
     rows = list(csv.reader(CliRunner().invoke(main, [*map(str, args), "--format", "csv"]).stdout.splitlines()))
     layers = rows[0].index("layers")
     assert all(";" in row[layers] or row[layers].isdigit() for row in rows[1:]) and any(";" in row[layers] for row in rows[1:])
-    # the step and peak to csv_number's ten significant digits, as the JSON has them (0.03 % apart here)
+    # the step, throughput and peak to csv_number's ten significant digits, as the JSON has them (0.03 %
+    # apart here; tokens/s was a whole number)
     top = json.loads(CliRunner().invoke(main, [*map(str, args), "--json"]).stdout)["top"]
-    step, peak = rows[0].index("step s"), rows[0].index("peak GB")
+    step, tokens, peak = rows[0].index("step s"), rows[0].index("tokens/s"), rows[0].index("peak GB")
     for row, entry in zip(rows[1:], top):
         assert float(row[step]) == pytest.approx(entry["step_time_s"], rel=1e-9)
+        assert float(row[tokens]) == pytest.approx(entry["tokens_per_s"], rel=1e-9) and "." in row[tokens]
         assert float(row[peak]) == pytest.approx(entry["peak_memory_bytes"] / 1e9, rel=1e-9)
 
 

@@ -412,7 +412,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
     rows = [[str(k + 1), r.job.describe(), r.job.recompute, r.job.schedule_label,
              per_device(r.job.stage_layers, "csv") if fmt == "csv" else _counts(r.job.stage_layers),  # CSV lists use ';'
              csv_number(r.step_time_s) if fmt == "csv" else _seconds(r.step_time_s),
-             tokens_per_s(r.tokens_per_s, grouped=fmt != "csv"), percent(r.mfu, fmt),
+             csv_number(r.tokens_per_s) if fmt == "csv" else tokens_per_s(r.tokens_per_s), percent(r.mfu, fmt),
              csv_number(r.memory.peak_bytes / 1e9) if fmt == "csv" else _gb(r.memory.peak_bytes), r.memory.bound()]
             for k, r in enumerate(result.rows[:top])]
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)

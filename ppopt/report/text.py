@@ -307,11 +307,11 @@ def fixed(value: float, decimals: int, width: int = 0) -> str:
     return f"{value:{width}.{decimals}f}" if abs(value) < LARGEST_FIXED else f"{value:{width}.4g}"
 
 
-def tokens_per_s(value: float, grouped: bool = True) -> str:
-    """A throughput in tokens per second: a whole number (with thousands separators if ``grouped``;
-    not in a CSV cell), or two significant digits under 1, never a bare 0 for a slow job."""
+def tokens_per_s(value: float) -> str:
+    """A throughput in tokens per second, to read: a whole number with thousands separators, or two
+    significant digits under 1, never a bare 0 for a slow job (a CSV cell takes :func:`csv_number`)."""
     if value >= 1 or value == 0:
-        return f"{value:,.0f}" if grouped else f"{value:.0f}"
+        return f"{value:,.0f}"
     return f"{value:.2g}"
 
 
