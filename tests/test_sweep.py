@@ -630,6 +630,10 @@ def test_counts_that_every_point_would_refuse_are_refused_when_the_spec_is_read(
     assert "key 'microbatches': no count splits the global batch: global batch of 7 sequences is not divisible by 4 " \
            "microbatches" in result.output
     assert not (tmp_path / "out").exists()
+    # a tensor-parallel degree no model splits into: every point skipped, so refused when read
+    untaken = evaluation_only + "\n[job]\ntp = 7\n"
+    with pytest.raises(ConfigError, match=r"key 'job.tp': tensor parallelism 7 does not divide the model's \d+ query heads"):
+        load_spec(write_spec(tmp_path, untaken, "seven_ranks.toml"))
     # with the solver's points using the same counts (no microbatches of its own) they stay
     shared = indivisible + "[solver]\nschedules = [\"1f1b\"]\ndevices = [2]\ntime_limit_s = 5\n"
     assert load_spec(write_spec(tmp_path, shared, "shared.toml")).spec.microbatches == [4, 8]

@@ -82,7 +82,7 @@ def summary_text(result, needed_s: float | None = None) -> str:
     left when it is due, after the points before it)."""
     s = result.summary()
     if s["points"] and s["skipped"] == s["points"]:
-        head = (f"{counted(s['points'], 'point')}, none applicable: all {s['skipped']} skipped (the generator or solver refused them; "
+        head = (f"{counted(s['points'], 'point')}, none applicable: all {s['skipped']} skipped (the generator, the job model or the solver refused them; "
                 f"reasons in rows.csv)")
     else:
         head = (f"{counted(s['points'], 'point')}: {s['computed']} computed, {s['reused']} already in rows.jsonl, "

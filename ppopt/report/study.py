@@ -217,7 +217,7 @@ def render(loaded: LoadedSpec, data: StudyData, found: dict, figures, result_not
         f"Schedules: {', '.join(data.schedules)} (paper: {', '.join(s for s in data.schedules if is_paper(s))}; "
         f"ppopt's additions: {', '.join(s for s in data.schedules if not is_paper(s)) or 'none'}).",
         f"{len(data.rows)} evaluated points, {len(data.gaps)} solver rows, {len(data.skipped)} skipped points "
-        f"(the generator or solver refused them; reasons in rows.csv).",
+        f"(the generator, the job model or the solver refused them; reasons in rows.csv).",
         "",
     ]
     if spec.filters:

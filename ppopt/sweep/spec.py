@@ -412,6 +412,12 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
             systems[name] = load_system(_relative(name, path))
         except ConfigError as error:
             raise fail(f"systems.{index}", str(error)) from None
+    if spec.job.tp > 1:  # a degree no model of the sweep splits into: every model point skipped, "none applicable"
+        from ppopt.job import tensor_parallel_reason
+
+        refusals = [tensor_parallel_reason(model, spec.job.tp, spec.job.sequence_parallel) for model in models.values()]
+        if all(refusals):
+            raise fail("job.tp", f"{refusals[0]}{' (and no model of the sweep takes it)' if len(refusals) > 1 else ''}")
     if spec.solver is None or spec.solver.microbatches is not None:  # else unit-mode points use them too
         # no count that a model's global batch splits into: every point skipped, "none applicable"
         reasons = []
