@@ -1013,6 +1013,17 @@ def test_frontier_names_its_given_schedule_when_the_space_does_not_hold_it(space
     assert raised.value.field == "given"
 
 
+def test_a_hint_or_given_schedule_of_another_microbatch_count_is_refused():
+    """search took a hint of m = 2 on an m = 4 instance and reported its 9-slot step as optimal
+    under a bound of 15; frontier did the same with its given schedule."""
+    with pytest.raises(ConfigError) as raised:
+        search(unit(2, 4), "placement=linear", SolveOptions(time_limit_s=5), hints=generate("gpipe", 2, 2))
+    assert raised.value.field == "hints" and "m = 2" in raised.value.reason
+    with pytest.raises(ConfigError) as raised:
+        frontier(unit(4, 8), "placement=linear", given=generate("1f1b", 4, 4))
+    assert raised.value.field == "given" and "m = 4" in raised.value.reason
+
+
 def test_gap_report_names_the_size_that_differs():
     with pytest.raises(ConfigError) as raised:
         gap_report(unit(4, 8), given=generate("1f1b", 4, 6))

@@ -212,3 +212,22 @@ def test_running_out_of_memory_is_one_line(monkeypatch):
     result = CliRunner().invoke(main, ["evaluate", "-s", "1f1b", "-p", "2", "-m", "2"], standalone_mode=True)
     assert result.exit_code == 1
     assert result.output.strip().startswith("error: out of memory") and "Traceback" not in result.output
+
+
+def test_a_trace_refuses_a_simulation_of_another_schedule():
+    """chrome_trace(1F1B at 4 x 8, a simulation of 1F1B at 2 x 2) labelled the 2 x 2 step as the 4 x 8
+    one, and with ZB-V's schedule failed with a raw KeyError; a summary or a bad unit raised a raw
+    ValueError."""
+    from ppopt.errors import ConfigError
+
+    small, simulation, costs = simulated("1f1b", 2, 2)
+    for schedule in (generate("1f1b", 4, 8), generate("zb-v", 2, 2)):
+        with pytest.raises(ConfigError) as raised:
+            chrome_trace(schedule, simulation, costs)
+        assert raised.value.field == "simulation"
+    for args, field in (((small, simulation.summary(), costs), "simulation"), ((small, None, costs), "simulation"),
+                        ((small, simulation, costs, "ms"), "time_unit")):
+        with pytest.raises(ConfigError) as raised:
+            chrome_trace(*args)
+        assert raised.value.field == field
+    assert chrome_trace(small, simulation, costs)["otherData"]["devices"] == 2

@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from ppopt.costs import Costs
-from ppopt.errors import ScheduleError
+from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import paused_gc
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.simulate import Simulation
@@ -129,7 +129,18 @@ def chrome_trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_
         :func:`ppopt.io.write_json`.
     """
     if time_unit not in TRACE_TIME_SCALE:
-        raise ValueError(f"time_unit must be one of {', '.join(TRACE_TIME_SCALE)}, got {time_unit!r}")
+        raise ConfigError(f"must be one of {', '.join(TRACE_TIME_SCALE)}, got {time_unit!r}", field="time_unit")
+    if not isinstance(schedule, Schedule):
+        raise ConfigError(f"must be a Schedule, got {schedule!r:.60}", field="schedule")
+    if not isinstance(simulation, Simulation):
+        raise ConfigError(f"must be a Simulation (ppopt.simulate.simulate), got {simulation!r:.60}", field="simulation")
+    try:
+        simulated, _, _, _ = simulation.op_times()
+    except ValueError as error:  # a summary keeps no op times
+        raise ConfigError(str(error), field="simulation") from None
+    if len(simulated) != schedule.op_count or len(simulation.busy_s) != schedule.devices:  # a trace of one, labelled as the other
+        raise ConfigError(f"is not of {schedule.name} ({schedule.devices} devices, {schedule.op_count:,} ops): it simulated "
+                          f"{len(simulation.busy_s)} devices and {len(simulated):,} ops", field="simulation")
     check_trace_size(schedule.op_count)
     with paused_gc():  # millions of small dicts, no cycles: the collector would only walk them
         return _trace(schedule, simulation, costs, time_unit)

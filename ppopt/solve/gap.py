@@ -375,6 +375,9 @@ def frontier(
             least, why = minimum_memory(early, space, placement_of(space, devices))
             _refuse_limits_below(limits, least, why, space, early.memory_unit)
     if given is not None:  # as search checks its hints, named as this call names it
+        if (given.devices, given.microbatches) != (devices, spec.microbatches):
+            raise ConfigError(f"{given.name} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
+                              f"m = {spec.microbatches}", field="given")
         if space.fixed or space.placement == "family":
             raise ConfigError(f"{space.describe()} searches its own schedules only: a given schedule needs a relaxed space "
                               "of its placement (ppopt.solve.space.space_of)", field="given")

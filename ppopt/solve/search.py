@@ -420,6 +420,9 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     if space.fixed and first is not None and overlap_outside_model(first, instance):
         raise ConfigError(f"{first.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="overlap_f_b_share")
     for given in hints:  # timed as the solver's model times them (search refuses hints for a fixed space)
+        if (given.devices, given.microbatches) != (devices, instance.microbatches):  # its step would be another problem's
+            raise ConfigError(f"hint {given.name} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
+                              f"m = {instance.microbatches}", field="hints")
         if given.stages != instance.stages or given.devices != devices or (placement is not None and given.placement != placement):
             raise ConfigError(f"hint {given.name} is not a schedule of the space {space.describe()} (its stages or their "
                               "devices differ; ppopt.solve.space.space_of gives a schedule's space)", field="hints")
