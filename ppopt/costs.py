@@ -246,9 +246,11 @@ def check_global_batch(global_batch: int | None) -> None:
     integer from 1 to the model's limit (:data:`ppopt.config.MODEL_LIMITS`), refused in the same
     words by every command; None (the model's own) passes."""
     most = MODEL_LIMITS["global_batch_size"]
-    if global_batch is not None and (isinstance(global_batch, bool) or not isinstance(global_batch, numbers.Integral)
+    if global_batch is not None and (isinstance(global_batch, bool) or not isinstance(global_batch, int)
                                      or not 1 <= global_batch <= most):
-        raise ConfigError(f"must be a positive integer of at most {most}, got {global_batch!r}", field="global_batch")
+        # a numpy integer passed here and failed later as another field's: refused here, as int fields are
+        converts = " (int(...) converts it)" if isinstance(global_batch, numbers.Integral) and not isinstance(global_batch, int) else ""
+        raise ConfigError(f"must be a positive integer of at most {most}, got {global_batch!r}{converts}", field="global_batch")
 
 
 def microbatch_size(model: ModelConfig, microbatches: int, global_batch: int | None = None) -> int:

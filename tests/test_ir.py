@@ -100,3 +100,15 @@ def test_a_schedule_of_fields_that_are_not_sequences_is_refused_naming_the_field
     with pytest.raises(ScheduleError) as raised:
         Schedule(**args)
     assert raised.value.field == field
+
+
+def test_numpy_counts_build_a_schedule_of_python_ints():
+    """generate took numpy's integers (p and m from an array) and kept them in the schedule, which
+    validation then refused: "devices and microbatches must be integers, got np.int64(4)"."""
+    import numpy as np
+
+    from ppopt.validation import validate
+
+    schedule = generate("1f1b", np.int64(4), np.int64(8))
+    assert type(schedule.devices) is int and type(schedule.microbatches) is int
+    assert validate(schedule) == generate("1f1b", 4, 8)

@@ -325,3 +325,16 @@ def test_too_many_stages_names_the_chunks_or_waves_that_make_them():
     assert run(*base, "--pp", "4", "--schedule", "interleaved-1f1b", "--chunks", "100").output.startswith("error: --chunks: 400 stages")
     assert run(*base, "--pp", "4", "--schedule", "hanayo", "--waves", "100").output.startswith("error: --waves: 800 stages")
     assert run(*base, "--pp", "40", "--schedule", "interleaved-1f1b").output.startswith("error: --pp: 80 stages")
+
+
+def test_a_numpy_global_batch_is_refused_under_its_own_name():
+    """It passed the global batch's check, then failed as 'micro_batch: must be a positive integer'
+    or as a schedule not defined for m = np.int64(8)."""
+    import numpy as np
+
+    from ppopt.errors import ConfigError
+    from ppopt.job import Job
+
+    with pytest.raises(ConfigError) as raised:
+        Job("llama3-8b", "dgx-h100", pp=2, global_batch=np.int64(8))
+    assert raised.value.field == "global_batch" and "int(...) converts it" in raised.value.reason

@@ -30,6 +30,7 @@ from ppopt.generators import (
     zb_h2,
     zero_bubble,
 )
+from ppopt.generators.common import require_positive
 from ppopt.ir import Schedule, check_size
 from ppopt.units import UnitCosts
 
@@ -324,6 +325,8 @@ def generate(name: str, devices: int, microbatches: int, **options: object) -> S
     check_option_names(options)
     family = get(name)
     taken = family.taken(options)
+    require_positive(devices, microbatches)
+    devices, microbatches = int(devices), int(microbatches)  # numpy's integers too: the schedule holds ints (validate refuses others)
     size = family.ops(devices, microbatches, taken)
     if size is not None:
         given = "".join(f", {option} {value}" for option, value in taken.items()  # chunks, waves: counts that size it too
