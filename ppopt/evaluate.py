@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig, load_model, load_system
 from ppopt.costs import Costs, check_global_batch, partition_layers
-from ppopt.errors import ConfigError, ScheduleError
+from ppopt.errors import ConfigError, ScheduleError, require_bool
 from ppopt.flat import Flat
 from ppopt.formula import Formula, formula
 from ppopt.generators import generate, get, names, too_many_stages
@@ -127,6 +127,7 @@ def evaluate_schedule(
         raise ConfigError(f"must be a Schedule (evaluate() takes a family's name), got {schedule!r}", field="schedule")
     if not isinstance(units, UnitCosts):
         raise ConfigError(f"must be a UnitCosts, got {units!r}", field="units")
+    require_bool(with_formula, "with_formula")  # "no" is true to Python
     check_global_batch(global_batch)
     flat = validated(schedule)
     model, system = model_and_system(model, system)

@@ -144,6 +144,8 @@ class PlanRequest:
         for name in ("split", "recompute", "schedules", "micro_batches"):  # a list is taken as the tuple it holds
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
+        if isinstance(self.micro_batches, int) and not isinstance(self.micro_batches, bool):  # one size given alone
+            object.__setattr__(self, "micro_batches", (self.micro_batches,))
         require_positive_int(self.gpus, "gpus")
         require_bool(self.overlap_gradient_sync, "overlap_gradient_sync")
         check_global_batch(self.global_batch)
@@ -776,6 +778,13 @@ class Plan:
     """Jobs (within the limit) taken with the balanced and the even split alike (:func:`_with_splits`),
     so the splits evaluated or left unevaluated count them twice."""
 
+    def __repr__(self) -> str:
+        """Short: the request, the counts and the first row (its rows ran to 161,244 characters for
+        8 GPUs); the fields hold the rest."""
+        first = f"{self.rows[0].job!r} in {self.rows[0].step_time_s:.6g} s" if self.rows else "none"
+        return (f"Plan({self.request.model.name} on {self.request.gpus} x {self.request.system.name}: {self.enumerated} jobs, "
+                f"{self.over_limit} over the memory limit, {len(self.rows)} evaluated; first: {first})")
+
     def spent(self) -> str:
         """Where the budget went when no job was evaluated (for :func:`out_of_time`)."""
         sized = self.enumerated - self.unsized
@@ -872,6 +881,8 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     limit, and InfeasibleError naming ``time_limit_s`` when the budget ends before the jobs'
     schedules are generated (:func:`out_of_time`).
     """
+    if not isinstance(request, PlanRequest):
+        raise ConfigError(f"must be a PlanRequest (ppopt.plan), got {request!r:.60}", field="request")
     progress = progress or PlanProgress()
     if jobs is None:
         ops = sizing_ops(request)

@@ -105,9 +105,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ppopt.config import LinkConfig, SystemConfig
+from ppopt.config import LinkConfig, SystemConfig, load_system
 from ppopt.costs import Costs, StageCost, allreduce_time_s, link_between, transfer_time_s
-from ppopt.errors import ScheduleError
+from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import KIND_CODE, Flat, peak_per_device
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.validation import ScheduleValidationError, execution_order, validated
@@ -567,6 +567,10 @@ def simulate(
         ScheduleError: ``costs`` does not match the schedule's stages, or ``optimizer`` without a
             system.
     """
+    if not isinstance(costs, Costs):
+        raise ConfigError(f"must be the stages' Costs (ppopt.costs), got {costs!r:.60}", field="costs")
+    if system is not None and not isinstance(system, SystemConfig):  # a preset name or file, as every command takes
+        system = load_system(system)
     plan = schedule if isinstance(schedule, Prepared) else prepare(schedule)
     flat = plan.flat
     schedule = flat.schedule

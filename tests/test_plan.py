@@ -1197,3 +1197,29 @@ def test_small_memory_amounts_are_not_printed_as_zero():
     assert (_gb(80e9), _gb(1e6), _gb(5.5e6)) == ("80.00", "0.001", "0.0055")
     result = run("plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--memory-limit", "0.5B", "--search", 0, "-q")
     assert result.exit_code == 1 and result.stderr.startswith("error: --memory-limit: no job fits 0.5 bytes per GPU: ")
+
+
+def test_library_calls_of_the_plan_and_the_simulator_take_or_name_their_arguments():
+    """plan(None) failed with an AttributeError, micro_batches=2 with "'int' object is not
+    iterable", simulate(s, costs, "dgx-h100") with "'str' object has no attribute
+    'overlap_comm_compute'", and a Plan's repr ran to 161,244 characters for 8 GPUs."""
+    from ppopt.evaluate import schedule_costs
+
+    with pytest.raises(ConfigError) as raised:
+        plan(None)
+    assert raised.value.field == "request"
+    assert PlanRequest("llama3-8b", "dgx-h100", 8, micro_batches=2).micro_batches == (2,)
+    schedule = generate("1f1b", 4, 8)
+    costs = schedule_costs(schedule, "llama3-8b", "dgx-h100")
+    assert simulate(schedule, costs, "dgx-h100") == simulate(schedule, costs, load_system("dgx-h100"))
+    with pytest.raises(ConfigError) as raised:
+        simulate(schedule, None)
+    assert raised.value.field == "costs"
+    from ppopt.evaluate import evaluate_schedule
+
+    with pytest.raises(ConfigError) as raised:  # "no" is true to Python: it asked for the formula
+        evaluate_schedule(schedule, with_formula="no")
+    assert raised.value.field == "with_formula"
+    result = plan(PlanRequest("llama3-8b", "dgx-h100", 8, micro_batches=(2,), schedules=("1f1b",)))
+    shown = repr(result)
+    assert len(shown) < 600 and f"{len(result.rows)} evaluated" in shown and repr(result.rows[0].job) in shown
