@@ -18,7 +18,7 @@ from ppopt.costs import Costs, check_global_batch, partition_layers
 from ppopt.errors import ConfigError, ScheduleError, require_bool
 from ppopt.flat import Flat
 from ppopt.formula import Formula, formula
-from ppopt.generators import generate, get, names, too_many_stages
+from ppopt.generators import check_option_names, generate, get, names, too_many_stages
 from ppopt.generators.common import require_positive
 from ppopt.ir import MAX_OPS, Schedule, check_total_size
 from ppopt.job import Parallelism, job_costs, job_work, simulate_pipeline
@@ -128,6 +128,7 @@ def evaluate_schedule(
     if not isinstance(units, UnitCosts):
         raise ConfigError(f"must be a UnitCosts, got {units!r}", field="units")
     require_bool(with_formula, "with_formula")  # "no" is true to Python
+    check_option_names(options)  # chunk=3 was ignored without a word
     check_global_batch(global_batch)
     flat = validated(schedule)
     model, system = model_and_system(model, system)

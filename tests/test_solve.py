@@ -1058,3 +1058,15 @@ def test_a_search_result_reads_in_one_line():
     shown = repr(result)
     assert "\n" not in shown and len(shown) < 400
     assert f"status={result.status!r}" in shown and f"step_time={result.step_time!r}" in shown and "bound=" in shown
+
+
+def test_a_misspelt_schedule_option_is_refused_by_parse_space_and_evaluate_schedule():
+    """parse_space("placement=looped", chunk=3) gave chunks=2, and evaluate_schedule(..., chunk=3)
+    ran as if nothing were given, where evaluate() and generate() refuse the typo."""
+    from ppopt.evaluate import evaluate_schedule
+
+    with pytest.raises(ScheduleError, match="unknown schedule option"):
+        parse_space("placement=looped", chunk=3)
+    with pytest.raises(ScheduleError, match="unknown schedule option"):
+        evaluate_schedule(generate("1f1b", 4, 8), with_formula=True, chunk=3)
+    assert parse_space("placement=looped", chunks=3).chunks == 3

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from ppopt.errors import ConfigError, ScheduleError
-from ppopt.generators import OPTIONS, REGISTRY, generate, get
+from ppopt.generators import OPTIONS, REGISTRY, check_option_names, generate, get
 from ppopt.io import decimal_int
 from ppopt.ir import Kind, Op, Schedule
 from ppopt.placement import parse_split, placement, split_text
@@ -141,6 +141,7 @@ def parse_space(spec: str, **schedule_options: object) -> Space:
     """
     if not isinstance(spec, str):
         raise ScheduleError(f"must be a space's text such as 'placement=linear', got {spec!r}", field="space")
+    check_option_names(schedule_options)  # chunk=3 was ignored without a word
     spec = spec.strip()
     if len(spec) > MAX_SPACE_CHARACTERS:  # every message below quotes a part of it
         from ppopt.io import shown
