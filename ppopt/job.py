@@ -310,6 +310,10 @@ class Job:
         for name in ("sequence_parallel", "distributed_optimizer", "overlap_gradient_sync"):
             require_bool(getattr(self, name), name)
         check_global_batch(self.global_batch)  # the model's limit: keeps every count finite (ppopt.config)
+        idle = idle_job_flag(self.tp, self.dp, self.sequence_parallel, self.distributed_optimizer, self.overlap_gradient_sync)
+        if idle is not None:  # as the commands refuse it: it would change nothing but the job's label
+            raise ConfigError(f"{idle[1]}: set {'tp' if idle[0] == 'sequence_parallel' else 'dp'} > 1 or leave it False",
+                              field=idle[0])
         try:
             get(self.schedule)
         except ScheduleError as error:  # the registry's words, as every command says them, naming the field

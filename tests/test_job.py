@@ -123,9 +123,13 @@ def test_tied_embeddings_all_reduce_their_gradient_between_the_first_and_last_st
     # a V shape puts stage 0 and the last stage on device 0: one device, no all-reduce
     v_shape = Job(GPT, SYSTEM, pp=2, micro_batch=1, global_batch=4, schedule="zb-v")
     assert v_shape.stages == 4 and evaluate_job(v_shape).gradient_sync_s == 0
-    # it follows the data-parallel all-reduce, so overlapping that one with the backward leaves it whole
-    overlapped = evaluate_job(Job(GPT, SYSTEM, pp=2, micro_batch=1, overlap_gradient_sync=True))
-    assert overlapped.gradient_sync_s == pytest.approx(VH * 2 / 100e9 + 2e-6)
+    # it follows the data-parallel all-reduce, so overlapping that one with the backward leaves it
+    # whole (d = 2: at d = 1 there is no all-reduce to overlap, and the job refuses the flag)
+    overlapped = evaluate_job(Job(GPT, SYSTEM, pp=2, dp=2, micro_batch=1, overlap_gradient_sync=True))
+    assert overlapped.gradient_sync_s >= VH * 2 / 100e9 + 2e-6
+    with pytest.raises(ConfigError) as raised:
+        Job(GPT, SYSTEM, pp=2, micro_batch=1, overlap_gradient_sync=True)
+    assert raised.value.field == "overlap_gradient_sync"
 
 
 def test_distributed_optimizer_shards_the_optimizer_state():
