@@ -165,7 +165,7 @@ from ppopt.costs import (
 )
 from ppopt.errors import ConfigError, ScheduleError, counted, require_bool, require_positive_int
 from ppopt.flat import Flat
-from ppopt.generators import get, names, too_many_stages
+from ppopt.generators import get, names, schedule_label, too_many_stages
 from ppopt.ir import Schedule, check_size
 from ppopt.placement import Placement, split_weights
 from ppopt.simulate import Prepared, Simulation, prepare, simulate
@@ -184,10 +184,6 @@ job needs of a family is read from its entry: its options (:meth:`Job.schedule_o
 per device (``Family.chunks``) and its placement (its space's, :func:`placement`); its rules (e.g.
 DualPipeV's m >= 2p) are its generator's, checked when the job's schedule is built
 (:func:`job_schedule`)."""
-OPTION_LABELS = {"chunks": "v", "waves": "w", "split": ""}
-"""How :meth:`Job.schedule_label` writes each generator option (``interleaved-1f1b v2``,
-``hanayo w2``, ``chimera-asym 1:2``); every option of :data:`ppopt.generators.OPTIONS` is a
-:class:`Job` field of the same name."""
 
 
 def stages_per_device(schedule: str, **options: object) -> int:
@@ -376,7 +372,7 @@ class Job:
     @property
     def schedule_label(self) -> str:
         """The schedule with its options, e.g. ``interleaved-1f1b v2``, ``hanayo w2`` or ``chimera-asym 1:2``."""
-        return " ".join([self.schedule] + [f"{OPTION_LABELS[k]}{v}" for k, v in self.schedule_options.items()])
+        return schedule_label(self.schedule, self.schedule_options)
 
     @property
     def stage_layers(self) -> tuple[int, ...]:

@@ -763,3 +763,11 @@ def test_job_prints_no_part_of_a_step_as_zero_when_it_is_not(tmp_path):
     text, data = run(*args).output, json.loads(run(*args, "--json").output)
     assert f"peak memory {data['peak_memory_bytes'] / 1e9:>10.3g} GB" in text and f"MFU {100 * data['mfu']:.3g} %" in text
     assert " 0.0 GB" not in text and "MFU 0.0 %" not in text
+
+
+def test_evaluate_names_a_schedule_built_with_options_other_than_its_defaults():
+    """`evaluate -s hanayo --waves 2` labelled its row `hanayo`, where a job names it `hanayo w2`."""
+    assert "hanayo w2 " in run("evaluate", "-s", "hanayo", "--waves", 2, "-p", 4, "-m", 8).output
+    rows = run("evaluate", "-s", "all", "-p", 4, "-m", 8, "--chunks", 4).output
+    assert "interleaved-1f1b v4 " in rows and "looped-bfs v4 " in rows and "\n1f1b " in rows
+    assert "interleaved-1f1b  " in run("evaluate", "-s", "all", "-p", 4, "-m", 8).output  # its default, v2: the name alone

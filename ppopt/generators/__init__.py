@@ -45,6 +45,25 @@ OPTIONS: Mapping[str, tuple[object, str]] = {
 }
 
 
+OPTION_LABELS = {"chunks": "v", "waves": "w", "split": ""}
+"""How a schedule's label writes each option's value: ``v2``, ``w2``, ``1:2`` (every option is also
+a :class:`ppopt.job.Job` field of the same name)."""
+
+
+def schedule_label(name: str, options: Mapping[str, object], changed_only: bool = False) -> str:
+    """``name`` with the options it was built with: ``interleaved-1f1b v2``, ``hanayo w2``,
+    ``chimera-asym 1:2``; ``changed_only``: only those not at their default (:data:`OPTIONS`), so a
+    family built with its defaults reads as its name alone."""
+    from ppopt.placement import split_text
+
+    def text(option: str, value: object) -> str:
+        return split_text(value) if option == "split" else str(value)
+
+    shown = [f"{OPTION_LABELS[k]}{text(k, v)}" for k, v in options.items()
+             if k in OPTION_LABELS and v is not None and not (changed_only and text(k, v) == text(k, OPTIONS[k][0]))]
+    return " ".join([name, *shown])
+
+
 def _one(options: Mapping[str, object]) -> object:
     return 1
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from ppopt.evaluate import Evaluation, MemoryOver, Ranking, memory_over
 from ppopt.formula import Formula
+from ppopt.generators import schedule_label
 from ppopt.ir import Schedule
 from ppopt.report.text import csv_gib, csv_number, distinct_digits, gib, per_device, render_table, seconds, with_context
 from ppopt.simulate import Simulation
@@ -208,7 +209,7 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
         csv_marks = [yes_no(bool(differs)) if f is not None and f.valid else ""]  # no closed form to differ from
         differs = "" if fmt == "csv" else differs  # CSV has no footnotes: a column says it
         row = [
-            r.schedule,
+            schedule_label(r.schedule, r.options, changed_only=True),  # hanayo w2 with --waves 2, as a job names it
             closed_form_cell(f, "" if f is None else _ratio(f.bubble_ratio, fmt), fmt),
             f"{_ratio(t.bubble_ratio, fmt)}{differs}",
             closed_form_cell(f, "" if f is None else _length(f.length, fmt), fmt),
