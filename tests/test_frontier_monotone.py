@@ -195,3 +195,34 @@ def test_of_equally_short_schedules_a_point_takes_the_one_needing_least_memory()
     shared = gapping._monotone([tight, loose, slower], None)
     assert [(p.step_time, p.peak_memory, p.status) for p in shared] == [
         (2.232, 83.82, "optimal"), (2.232, 83.82, "optimal"), (2.232, 83.82, "optimal")]
+
+
+def test_a_limit_whose_search_meets_the_unlimited_bound_covers_every_looser_limit(monkeypatch):
+    """The unlimited search's optimum peaks high (GPipe's 64 at 16 x 64); a tighter limit's search that
+    reaches its bound (267 under 31) is optimal under every looser limit too. Each of them was searched
+    again (33 searches re-proving 267), in shares taken from the tight limits, which then stopped at
+    their hints. Here the unlimited search is stood in for: bound 10, proved by a schedule peaking
+    at 6; the limit 3 reaches 10 with a peak of 3, so 4 and 5 take it without a search, and the time
+    they leave goes to a second search of the one point left unproven, the limit 2."""
+    from types import SimpleNamespace
+
+    def result(step, bound, status):  # a simulation to be there: its peak is stood in for below
+        return SimpleNamespace(status=status, step_time=step, bound=bound, simulation=SimpleNamespace(), schedule=None,
+                               handcrafted=(), peak_memory=None)
+
+    searched = []
+
+    def stand_in(spec, space, options, hints=()):
+        searched.append(spec.memory_limit)
+        step = {None: 10.0, 2: 12.0}.get(spec.memory_limit, 10.0)
+        return result(step, 10.0, "optimal" if step == 10.0 else "feasible")
+
+    peaks = {None: 6.0, 2: 2.0, 3: 3.0}
+    monkeypatch.setattr(gapping, "search", stand_in)
+    monkeypatch.setattr(gapping, "peak_use", lambda instance, simulation: peaks[searched[-1]])
+    monkeypatch.setattr(gapping, "minimum_memory", lambda *args: (1.0, ""))
+    spec = InstanceSpec(4, 8, UnitCosts())
+    points = frontier(spec, "placement=linear", [2, 3, 4, 5], SolveOptions(30)).points
+    assert searched == [None, 2, 3, 2]
+    assert [(p.memory_limit, p.step_time, p.status, p.peak_memory) for p in points] == [
+        (2, 12.0, "feasible", 2.0), (3, 10.0, "optimal", 3.0), (4, 10.0, "optimal", 3.0), (5, 10.0, "optimal", 3.0)]

@@ -65,6 +65,8 @@ RESERVE_SHARE = 0.05
 """Share of the command's budget the search leaves for what follows it (validating and simulating the
 best schedule at tens of thousands of ops takes seconds); a step also starts only when at least twice
 the last neighbourhood's model-building time remains."""
+RESERVE_MOST_LEFT = 0.25
+"""The most of its own share's time left that the search reserves so (:func:`_reserve`)."""
 STEP_FLOOR_S = 0.05
 """Deterministic time every step is charged at least (its own work outside CP-SAT is not counted
 by CP-SAT), so a deterministic budget also bounds the number of steps."""
@@ -93,6 +95,13 @@ class Improved:
     improvements: int
     time_to_best_s: float | None  # since the search began, None when nothing improved
     proven: bool = False  # a neighbourhood holding every op was solved to optimality: makespan is optimal
+
+
+def _reserve(options: SolveOptions) -> float:
+    """Seconds a large-neighbourhood search leaves at its end (:data:`RESERVE_SHARE` of the command's
+    budget), but at most :data:`RESERVE_MOST_LEFT` of what its own share has left: in one of a
+    frontier's many shares the command's 5 % (15 s of 300) left its steps 0.075 s each."""
+    return min(RESERVE_SHARE * options.time_limit_s, RESERVE_MOST_LEFT * options.remaining_s())
 
 
 def _makespan(built: Built, starts: dict[Op, int]) -> int:
@@ -134,16 +143,18 @@ def _restricted(built: Built, starts: dict[Op, int], free: set[Op], device_of, b
     return model
 
 
-def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOptions, shown: Shown = _in_ticks) -> Improved:
+def improve(built: Built, starts: dict[Op, int], device_of, options: SolveOptions, shown: Shown = _in_ticks,
+            since: float | None = None) -> Improved:
     """Large-neighbourhood search from ``starts`` (ticks, a feasible schedule of ``built``) until the
     budget of ``options`` is spent (see the module docstring). ``device_of(op)`` is the op's device;
-    ``shown(ticks)`` writes a makespan in the progress lines (in the user's unit)."""
-    began = time.monotonic()
+    ``shown(ticks)`` writes a makespan in the progress lines (in the user's unit); their times and the
+    time to the best count from ``since`` (``time.monotonic()``; None: this call's start)."""
+    began = time.monotonic() if since is None else since
     rng = random.Random(options.seed)
     microbatches = 1 + max(op.microbatch for op in built.ops)
     best = _makespan(built, starts)
     size, failures, step, improvements, when = TARGET_FREE, 0, 0, 0, None
-    reserve = RESERVE_SHARE * options.time_limit_s  # for reading the best back, validating and simulating it
+    reserve = _reserve(options)  # for reading the best back, validating and simulating it
     building = 0.0  # wall time the last neighbourhood model took to build
     # a step may outlast its time limit (at 4,096 ops, 15 s for a limit of 5.7: CP-SAT's presolve of
     # the model's copy does not watch it), so one starts only when the longest so far still fits
@@ -330,10 +341,11 @@ def window_order(ops: list[Op], start: dict[Op, int], duration: Callable[[Op], i
 
 
 def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions,
-                    shown: Shown = _in_ticks) -> tuple[Schedule, Improved]:
+                    shown: Shown = _in_ticks, since: float | None = None) -> tuple[Schedule, Improved]:
     """Large-neighbourhood search by windows of time re-solved alone (see the module docstring);
-    ``shown`` as in :func:`improve`."""
+    ``shown`` and ``since`` as in :func:`improve`."""
     began = time.monotonic()
+    since = began if since is None else since
     rng = random.Random(options.seed)
     ops = [op for order in schedule.orders for op in order]
     successors: dict[Op, list[Op]] = {op: [] for op in ops}
@@ -350,7 +362,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions,
     outside = 2 * (time.monotonic() - began)
     step_began, solve_s = None, 0.0
     size, failures, step, improvements, when = TARGET_FREE, 0, 0, 0, None
-    reserve = RESERVE_SHARE * options.time_limit_s
+    reserve = _reserve(options)
     anchored = {"end": TARGET_FREE, "start": TARGET_FREE}  # free ops of the windows at the two ends
     while True:
         if step_began is not None:
@@ -404,7 +416,7 @@ def improve_windows(schedule: Schedule, timing: Timing, options: SolveOptions,
                 anchored[anchor] = max(TARGET_FREE, int(anchored[anchor] / GROWTH))  # same size again
             schedule, starts, best = changed
             to_end = _to_end(schedule, starts, timing, successors)
-            failures, improvements, when = 0, improvements + 1, time.monotonic() - began
+            failures, improvements, when = 0, improvements + 1, time.monotonic() - since
             options.note(f"[{when:7.2f}s] lns step {step}: makespan {shown(best)} ({len(free)} ops free)")
         else:
             if changed is not None:

@@ -117,7 +117,8 @@ class SearchResult:
         time_unit: ``s`` (seconds) or ``slots``.
         memory_semantics: one sentence on what the memory limit counts.
         wall_time_s: seconds the whole search took, model building and simulation included.
-        time_to_best_s: seconds until the solver's last improving schedule, or None.
+        time_to_best_s: seconds from the search's start to its last improving schedule (CP-SAT's or the
+            large-neighbourhood search's), or None.
         from_solver: whether ``schedule`` is the solver's (False: a handcrafted one or the hint).
         peak_memory: with ``minimize_memory``, the least worst-device peak any schedule of the best
             step has (proven when ``memory_status`` is optimal); None otherwise. When the memory
@@ -624,6 +625,7 @@ class _Setup:
     ticked: tuple | None = None  # the duration and delay functions in ticks
     pattern: Pattern | None = None  # the steady-state search's best pattern (ticks)
     period_bound: float | None = None  # the period-based bound (instance unit), where it applies
+    began: float = 0.0  # time.monotonic() when the search began: progress lines and time to best count from it
 
     @property
     def ops(self) -> int:
@@ -757,7 +759,7 @@ def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions, began: flo
         horizon = hint_end if hint.fits else max(horizon, hint_end)
     lower = math.ceil(analytic_ticks.best - 1e-9)
     return _Setup(space, instance, candidates, template, placement, split, tick, analytic, lower, hint, hint_starts,
-                  hint_end, horizon, rounding, (tick_duration, tick_delay))
+                  hint_end, horizon, rounding, (tick_duration, tick_delay), began=began)
 
 
 BUILD_S_PER_OP = 2.5e-4
@@ -1043,7 +1045,7 @@ def _improve(setup: _Setup, best: _Solved, from_solver: bool, options: SolveOpti
     built = build_model(setup.instance, setup.space, frame, best.schedule, best.starts, options.dominance)
     options.note(f"large-neighbourhood search from {setup.shown(end)}")
     placement = setup.placement
-    improved = improve(built, start, lambda op: placement[op.stage][0], options, setup.shown)
+    improved = improve(built, start, lambda op: placement[op.stage][0], options, setup.shown, setup.began)
     options.note(_lns_summary(setup, improved.steps, improved.improvements, improved.makespan))
     if improved.proven:
         best = replace(best, status="optimal", solver_bound=improved.makespan * setup.tick)
@@ -1114,7 +1116,7 @@ def _improve_windows(setup: _Setup, best: _Solved, from_solver: bool, options: S
         {d: room for d, room in rooms.items() if len(room.demand) > 1},
     )
     options.note(f"large-neighbourhood search (windows of time) from {best.simulation.step_time_s:.6g} {setup.instance.time_unit}")
-    schedule, improved = improve_windows(best.schedule, timing, options, setup.shown)
+    schedule, improved = improve_windows(best.schedule, timing, options, setup.shown, setup.began)
     options.note(_lns_summary(setup, improved.steps, improved.improvements, improved.makespan))
     if improved.improvements == 0:
         return best, from_solver
@@ -1162,7 +1164,7 @@ def _solve(setup: _Setup, options: SolveOptions, minimize_memory: bool, full: bo
         + ("; the incumbents and bounds below are in ticks (times rounded down), the result is simulated again"
            if setup.rounding > 0 else "")
     )
-    began = time.monotonic()
+    began = setup.began  # the incumbents' times count from the search's start, as its result's do
     diving = hint is not None and not space.fixed and len(built.ops) <= UNHINTED_DIVE_OPS
     dive = _unhinted_dive(setup, built, options, began) if diving else None
     if dive is not None and dive.proven:
