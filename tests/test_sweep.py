@@ -690,9 +690,9 @@ def test_a_sweep_started_off_the_main_thread_runs_without_the_sigterm_handler(tm
 
 
 def test_a_solver_point_the_time_limit_cuts_says_so(tmp_path):
-    """p = 8, m = 24, a cap of 8, one-slot messages, 2 s against a deterministic time of 100: the
-    clock ends some phase of the search first (the steady-state one gets an eighth of the 2 s), and
-    the row names where, since a rerun may then differ."""
+    """p = 16, m = 64, a cap of 16, one-slot messages (never proven within seconds), 2 s against a
+    deterministic time of 100: the clock ends the search first, and the row names where, since a
+    rerun may then differ."""
     spec = """schedules = ["1f1b"]
 devices = [2]
 microbatches = [2]
@@ -702,12 +702,13 @@ global_batch = 8
 
 [solver]
 schedules = ["1f1b"]
-devices = [8]
-microbatches = [24]
-memory_limits = [8]
+devices = [16]
+microbatches = [64]
+memory_limits = [16]
 comm = 1.0
 time_limit_s = 2
 deterministic_time = 100
+max_ops = 2048
 """
     result = run_sweep(load_spec(write_spec(tmp_path, spec)), tmp_path / "out")
     rows = [r for r in read_rows(tmp_path / "out" / "rows.jsonl").values() if r["kind"] == "gap"]
