@@ -410,24 +410,16 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     for label, seconds, note in (("step       ", result.step_time_s, ""), ("  pipeline ", result.pipeline_s, ""),
                                  ("  grad sync", result.gradient_sync_s, hidden), ("  optimizer", result.optimizer_s, "")):
         chosen = first
-        while chosen < len(units) - 1 and 0 < units[chosen][0] * seconds < 0.05:
+        while chosen < len(units) - 1 and 0 < units[chosen][0] * seconds < 0.1:
             chosen += 1
         scale, unit = units[chosen]
-        amount = f"{seconds:>10,.1f}" if unit == "s" and seconds < LARGEST_FIXED else _one_decimal(scale * seconds)
+        amount = f"{seconds:>10,.1f}" if unit == "s" and seconds < LARGEST_FIXED else fixed(scale * seconds, 1, 10)
         click.echo(f"{label} {amount} {unit}{note}")
-    click.echo(f"throughput  {tokens_per_s(tokens)} tokens/s, MFU {_one_decimal(100 * mfu, 0).strip()} %")
+    click.echo(f"throughput  {tokens_per_s(tokens)} tokens/s, MFU {fixed(100 * mfu, 1)} %")
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
     capacity = job.system.memory_capacity_bytes / 1e9
     shown = fixed(capacity, 0) if capacity == round(capacity) else f"{capacity:.4g}"  # 80 GB, 16.55 GB, 0.5 GB
-    click.echo(f"peak memory {_one_decimal(result.peak_memory_bytes / 1e9)} GB per GPU ({fits} in {shown} GB)")
-
-
-def _one_decimal(value: float, width: int = 10) -> str:
-    """``value`` with one decimal, or three significant digits where that would read 0.0 (a toy
-    model's 7.39e-07 GB)."""
-    from ppopt.report.text import fixed
-
-    return f"{value:>{width}.3g}" if 0 < abs(value) < 0.05 else fixed(value, 1, width)
+    click.echo(f"peak memory {fixed(result.peak_memory_bytes / 1e9, 1, 10)} GB per GPU ({fits} in {shown} GB)")
 
 
 def _prediction_json(prediction) -> dict | None:

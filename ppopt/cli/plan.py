@@ -37,11 +37,11 @@ DEFAULT_TIME_LIMIT_S = 60.0
 
 
 def _gb(value: float) -> str:
-    """Bytes as GB with two decimals (significant digits for a huge value: :func:`ppopt.report.text.fixed`,
-    and for one under 0.01 GB, which read 0.00 GB)."""
+    """Bytes as GB with two decimals (significant digits for a huge value or one that would read
+    0.00 GB: :func:`ppopt.report.text.fixed`)."""
     from ppopt.report.text import fixed
 
-    return fixed(value / 1e9, 2) if value >= 1e7 else f"{value / 1e9:.3g}"
+    return fixed(value / 1e9, 2)
 
 
 def _seconds(value: float) -> str:

@@ -303,8 +303,14 @@ def percent_header(name: str, fmt: str) -> str:
 
 def fixed(value: float, decimals: int, width: int = 0) -> str:
     """``value`` with ``decimals`` decimals, right-aligned in ``width``; from :data:`LARGEST_FIXED`
-    on, four significant digits instead."""
-    return f"{value:{width}.{decimals}f}" if abs(value) < LARGEST_FIXED else f"{value:{width}.4g}"
+    on, four significant digits instead, and three for a value that is not zero but under the last
+    decimal's unit, where it would read 0 or one digit (a toy model's peak of 7.39e-07 GB read 0.00,
+    a 1 MB limit 0.00 GB)."""
+    if abs(value) >= LARGEST_FIXED:
+        return f"{value:{width}.4g}"
+    if 0 < abs(value) < 10.0**-decimals:
+        return f"{value:{width}.3g}"
+    return f"{value:{width}.{decimals}f}"
 
 
 def tokens_per_s(value: float) -> str:
