@@ -27,6 +27,8 @@ from ppopt.solve.search import (
     SearchResult,
     cheap_bound,
     check_arguments,
+    check_in_space,
+    check_sizes,
     format_amount,
     lns_applies,
     minimum_memory,
@@ -154,9 +156,8 @@ def gap_report(
         get(name)
     devices, microbatches = spec.devices, spec.microbatches
     given_space = None if given is None else space_of(given)  # no space holds it: an error, not an empty report
-    if given is not None and (given.devices, given.microbatches) != (devices, microbatches):
-        raise ConfigError(f"{given.name} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
-                          f"m = {microbatches}", field="devices" if given.devices != devices else "microbatches")
+    if given is not None:
+        check_sizes(given, devices, microbatches)
     if given is not None and overlap_outside_model(given, instance := spec.instance(given.stages, given.stage_weights, given.placement)):
         # the space's bound would not hold for it: an error, as for a schedule no space holds
         raise ConfigError(f"{given.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="given")
@@ -375,17 +376,7 @@ def frontier(
             least, why = minimum_memory(early, space, placement_of(space, devices))
             _refuse_limits_below(limits, least, why, space, early.memory_unit)
     if given is not None:  # as search checks its hints, named as this call names it
-        if (given.devices, given.microbatches) != (devices, spec.microbatches):
-            raise ConfigError(f"{given.name} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
-                              f"m = {spec.microbatches}", field="given")
-        if space.fixed or space.placement == "family":
-            raise ConfigError(f"{space.describe()} searches its own schedules only: a given schedule needs a relaxed space "
-                              "of its placement (ppopt.solve.space.space_of)", field="given")
-        placement = placement_of(space, devices)
-        if given.stages != stage_count(space, devices) or given.devices != devices or (
-                placement is not None and given.placement != placement):
-            raise ConfigError(f"{given.name} is not a schedule of the space {space.describe()} (its stages or their devices "
-                              "differ; ppopt.solve.space.space_of gives a schedule's space)", field="given")
+        check_in_space(given, space, devices, spec.microbatches, "given")
     # the frontier lists every handcrafted schedule, so the unlimited search builds them all
     hints = () if given is None else (given,)
     free = search(spec.with_limit(None), space,

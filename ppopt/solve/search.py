@@ -421,12 +421,7 @@ def _candidates(spec: InstanceSpec, space: Space, options: SolveOptions, began: 
     if space.fixed and first is not None and overlap_outside_model(first, instance):
         raise ConfigError(f"{first.name} " + OVERLAP_REFUSED.format(share=instance.system.overlap_f_b_share), field="overlap_f_b_share")
     for given in hints:  # timed as the solver's model times them (search refuses hints for a fixed space)
-        if (given.devices, given.microbatches) != (devices, instance.microbatches):  # its step would be another problem's
-            raise ConfigError(f"hint {given.name} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
-                              f"m = {instance.microbatches}", field="hints")
-        if given.stages != instance.stages or given.devices != devices or (placement is not None and given.placement != placement):
-            raise ConfigError(f"hint {given.name} is not a schedule of the space {space.describe()} (its stages or their "
-                              "devices differ; ppopt.solve.space.space_of gives a schedule's space)", field="hints")
+        check_in_space(given, space, devices, instance.microbatches, "hints")
         add_hint(with_backward(given, space.split_backward), given=True)
     if first is not None:
         add_hint(first)
@@ -1316,6 +1311,34 @@ def _lower_peak(setup: _Setup, best: _Solved, options: SolveOptions) -> _Solved:
         # the schedule's own peak: the model counts byte sizes rounded down, a few bytes under it
         best, least = replace(best, schedule=found, simulation=simulation), peak
     return replace(best, peak_memory=least, memory_status=status)
+
+
+def check_sizes(given: Schedule, devices: int, microbatches: int, field: str | None = None) -> None:
+    """ConfigError unless the caller's schedule ``given`` has the request's p and m (its step would
+    be another problem's), naming ``field`` (None: the size that differs)."""
+    if (given.devices, given.microbatches) != (devices, microbatches):
+        named = field or ("devices" if given.devices != devices else "microbatches")
+        raise ConfigError(f"{_called(given, field)} has p = {given.devices}, m = {given.microbatches}, the request p = {devices}, "
+                          f"m = {microbatches}", field=named)
+
+
+def check_in_space(given: Schedule, space: Space, devices: int, microbatches: int, field: str) -> None:
+    """ConfigError naming ``field`` unless the caller's schedule ``given`` is a point of the relaxed
+    ``space`` on the request's p and m (:func:`check_sizes`; its stages and their devices): what
+    :func:`search` takes as a hint, :func:`ppopt.solve.gap.frontier` as its given schedule."""
+    check_sizes(given, devices, microbatches, field)
+    if space.fixed or space.placement == "family":
+        raise ConfigError(f"{space.describe()} searches its own schedules only: {_called(given, field)} needs a relaxed space of its "
+                          "placement (ppopt.solve.space.space_of)", field=field)
+    placement = placement_of(space, devices)
+    if given.stages != stage_count(space, devices) or (placement is not None and given.placement != placement):
+        raise ConfigError(f"{_called(given, field)} is not a schedule of the space {space.describe()} (its stages or their "
+                          "devices differ; ppopt.solve.space.space_of gives a schedule's space)", field=field)
+
+
+def _called(given: Schedule, field: str | None) -> str:
+    """How the checks name the caller's schedule: ``hint NAME`` among search's hints, else its name."""
+    return f"hint {given.name}" if field == "hints" else given.name
 
 
 def check_arguments(spec: object, space: object = ..., options: object = None, given: Sequence[object] = (),
