@@ -523,14 +523,10 @@ def _device_events(schedule: str, devices: int, microbatches: int,
         stages = np.fromiter(map(attrgetter("stage"), order), dtype=int, count=len(order))
         kinds = list(map(attrgetter("kind"), order))
         live = np.fromiter(map(_ACTIVATION_DELTA.__getitem__, kinds), dtype=float, count=len(order))
-        held, peak = tuple(sorted(set(stages.tolist()))), int(np.max(np.cumsum(live), initial=0.0))
-        if Kind.I in kinds:
-            early = np.fromiter(map(_EARLY_DELTA.__getitem__, kinds), dtype=float, count=len(order))
-            kept = (live != 0) | (early != 0)
-            out.append(_DeviceEvents(stages[kept], live[kept], early[kept], held, peak))
-        else:
-            kept = live != 0
-            out.append(_DeviceEvents(stages[kept], live[kept], None, held, peak))
+        early = np.fromiter(map(_EARLY_DELTA.__getitem__, kinds), dtype=float, count=len(order)) if Kind.I in kinds else None
+        kept = live != 0 if early is None else (live != 0) | (early != 0)
+        out.append(_DeviceEvents(stages[kept], live[kept], None if early is None else early[kept],
+                                 tuple(sorted(set(stages.tolist()))), int(np.max(np.cumsum(live), initial=0.0))))
     return tuple(out)
 
 
@@ -543,7 +539,7 @@ _EARLY_DELTA = {Kind.F: 0.0, Kind.B: 0.0, Kind.I: -1.0, Kind.W: 1.0}
 def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
     """One :class:`Memory` per device (its ``stage`` field: the device)."""
     released = work.released_by_input_grad or (0.0,) * job.stages
-    stored = early = None
+    stored, early = np.array(work.stored_bytes), np.array(released)
     out = []
     for d, events in enumerate(_device_events(job.schedule, job.pp, job.microbatches,
                                               tuple(sorted(job.schedule_options.items())))):
@@ -551,10 +547,8 @@ def _stage_memory(job: Job, work: JobWork) -> list[Memory]:
         if len(held) == 1 and (events.early is None or not released[held[0]]):  # its peak count times its bytes
             activations = events.peak_live * work.stored_bytes[held[0]]
         else:
-            stored = np.array(work.stored_bytes) if stored is None else stored
             changes = events.live * stored[events.stages]
             if events.early is not None:
-                early = np.array(released) if early is None else early
                 changes += events.early * early[events.stages]
             activations = float(np.max(np.cumsum(changes), initial=0.0))
         persistent = sum(work.persistent_bytes[k] for k in held)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from collections.abc import Callable
 
 import click
@@ -16,6 +15,7 @@ from ppopt.cli.options import (
     check_plot,
     complete_file,
     complete_schedule_or_all,
+    deadline_of,
     emit_json,
     format_option,
     job_options,
@@ -34,7 +34,6 @@ from ppopt.cli.options import (
     working,
     written_together,
 )
-from ppopt.errors import is_positive_number
 from ppopt.solve.instance import InstanceSpec
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, MAX_WORKERS, METHODS, SolveOptions
 
@@ -71,9 +70,8 @@ def _given_schedule(params: dict):
         return None
     if params.get("schedules"):
         raise click.UsageError("give --schedule or --schedule-file, not both", click.get_current_context())
-    limit = params["time_limit"]  # its budget started with the process (startup_s): so does the wait for standard input
-    deadline = time.monotonic() + limit - startup_s() if is_positive_number(limit) else None
-    schedule = read_schedule_file(file, legacy, params["devices"], params["microbatches"], params["options"], deadline)
+    schedule = read_schedule_file(file, legacy, params["devices"], params["microbatches"], params["options"],
+                                  deadline_of(params["time_limit"]))  # the budget's end covers waiting for standard input
     params["devices"], params["microbatches"] = schedule.devices, schedule.microbatches
     return schedule
 

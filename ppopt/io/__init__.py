@@ -326,10 +326,10 @@ def _read_bounded(file: BinaryIO, limit: int, encoding: str, why: str, deadline:
         status = None
     if status is not None and stat.S_ISREG(status.st_mode) and status.st_size > limit:
         raise OSError(errno.EFBIG, f"file too large: {status.st_size:,} bytes; {limit_text}")
-    waits = deadline is not None and status is not None and not stat.S_ISREG(status.st_mode)
+    waits_until = deadline if status is not None and not stat.S_ISREG(status.st_mode) else None  # a pipe or terminal
     chunks: list[bytes] = []
     size = 0
-    while chunk := (_read_before(file.fileno(), deadline) if waits and deadline is not None else file.read(_CHUNK)):
+    while chunk := (file.read(_CHUNK) if waits_until is None else _read_before(file.fileno(), waits_until)):
         nul = chunk.find(b"\0")
         if nul >= 0:
             raise OSError(errno.EINVAL, f"not a text file: NUL byte at byte {size + nul:,}")
