@@ -18,7 +18,7 @@ from ppopt.costs import Costs, check_global_batch, partition_layers
 from ppopt.errors import ConfigError, ScheduleError, require_bool
 from ppopt.flat import Flat
 from ppopt.formula import Formula, formula
-from ppopt.generators import check_option_names, generate, get, names, too_many_stages
+from ppopt.generators import check_option_names, generate, get, names, schedule_label, too_many_stages
 from ppopt.generators.common import require_positive
 from ppopt.ir import MAX_OPS, Schedule, check_total_size
 from ppopt.job import Parallelism, job_costs, job_work, simulate_pipeline
@@ -50,6 +50,11 @@ class Evaluation:
     simulation: Simulation | None = None
     memory_capacity_bytes: float | None = None
     """The system's memory per device (with ``simulation``)."""
+
+    @property
+    def label(self) -> str:
+        """The family with the options not at their defaults (``hanayo w2``), as reports name it."""
+        return schedule_label(self.schedule, self.options, changed_only=True)
 
     @property
     def memory_over(self) -> MemoryOver | None:

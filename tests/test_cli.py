@@ -771,3 +771,17 @@ def test_evaluate_names_a_schedule_built_with_options_other_than_its_defaults():
     rows = run("evaluate", "-s", "all", "-p", 4, "-m", 8, "--chunks", 4).output
     assert "interleaved-1f1b v4 " in rows and "looped-bfs v4 " in rows and "\n1f1b " in rows
     assert "interleaved-1f1b  " in run("evaluate", "-s", "all", "-p", 4, "-m", 8).output  # its default, v2: the name alone
+
+
+def test_compare_names_a_schedule_built_with_options_other_than_its_defaults():
+    """compare ranked `hanayo` and `interleaved-1f1b` under their names alone with --waves 2 -v 4, in
+    its rows, its rank-change line and its over-memory footnotes."""
+    args = ["compare", "-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--waves", 2, "-v", 4]
+    text = run(*args).output
+    lines = text.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("---")) + 1
+    rows = {line.split("  ")[0].rstrip(" !") for line in lines[start:lines.index("", start)]}
+    assert {"hanayo w2", "interleaved-1f1b v4", "looped-bfs v4", "1f1b"} <= rows
+    assert "# hanayo w2: device" in text
+    csv_rows = {line.split(",")[0] for line in run(*args, "--format", "csv").output.splitlines()}
+    assert {"hanayo w2", "interleaved-1f1b v4", "1f1b"} <= csv_rows

@@ -513,11 +513,11 @@ def compare_command(devices, microbatches, units, options, model, system, global
         from ppopt.report.plot import Panel, plot_compare, simulated_transfers
 
         panels = []
-        simulated = sorted(((r.schedule, r.simulation) for r in results if r.simulation is not None), key=lambda x: x[1].step_time_s)
-        for name, simulation in simulated:
-            timed = generate(name, devices, microbatches, **options)
+        simulated = sorted(((r, r.simulation) for r in results if r.simulation is not None), key=lambda x: x[1].step_time_s)
+        for r, simulation in simulated:
+            timed = generate(r.schedule, devices, microbatches, **options)
             stage_costs = schedule_costs(timed, model_config, system_config, global_batch, parallel).stages
-            panels.append(Panel(name, timed, simulation.start_s, simulation.end_s, simulation.step_time_s,
+            panels.append(Panel(r.label, timed, simulation.start_s, simulation.end_s, simulation.step_time_s,
                                 stage_costs, simulated_transfers(simulation)))
         plot_compare(panels, plot, title=f"p = {devices}, m = {microbatches}, {model_config.name} on {system_config.name}",
                      time_unit="s", memory_unit="bytes")

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from ppopt.evaluate import Evaluation, MemoryOver, Ranking, memory_over
 from ppopt.formula import Formula
-from ppopt.generators import schedule_label
 from ppopt.ir import Schedule
 from ppopt.report.text import csv_gib, csv_number, distinct_digits, gib, per_device, render_table, seconds, with_context
 from ppopt.simulate import Simulation
@@ -93,7 +92,7 @@ def memory_footnotes(results: Sequence[Evaluation]) -> list[str]:
     for r in results:
         over = r.memory_over
         if over is not None:
-            lines.append(f"{OVER_MEMORY} {r.schedule}: {over_memory_text(over)}")
+            lines.append(f"{OVER_MEMORY} {r.label}: {over_memory_text(over)}")
     return [""] + lines if lines else []
 
 
@@ -209,7 +208,7 @@ def evaluation_text(results: Sequence[Evaluation], units: UnitCosts, fmt: str = 
         csv_marks = [yes_no(bool(differs)) if f is not None and f.valid else ""]  # no closed form to differ from
         differs = "" if fmt == "csv" else differs  # CSV has no footnotes: a column says it
         row = [
-            schedule_label(r.schedule, r.options, changed_only=True),  # hanayo w2 with --waves 2, as a job names it
+            r.label,  # hanayo w2 with --waves 2, as a job names it
             closed_form_cell(f, "" if f is None else _ratio(f.bubble_ratio, fmt), fmt),
             f"{_ratio(t.bubble_ratio, fmt)}{differs}",
             closed_form_cell(f, "" if f is None else _length(f.length, fmt), fmt),
@@ -252,14 +251,14 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
         flips = r.schedule in ranking.flips
         if fmt == "csv":  # one number per cell: each rank beside its value, units in the header
             formula_cells = ("", "") if f is None or not f.valid else (str(rank), csv_number(f.bubble_ratio))
-            rows.append((r.schedule, *formula_cells, str(ranking.table[r.schedule]), csv_number(r.table.bubble_ratio),
+            rows.append((r.label, *formula_cells, str(ranking.table[r.schedule]), csv_number(r.table.bubble_ratio),
                          str(ranking.simulation[r.schedule]), csv_number(sim.step_time_s), csv_number(sim.idle_ratio),
                          csv_gib(max(sim.peak_activation_bytes)), peak_memory_cell(r, fmt), yes_no(flips),
                          yes_no(r.memory_over is not None)))
             continue
         rows.append(
             (
-                r.schedule + (" !" if flips else ""),
+                r.label + (" !" if flips else ""),
                 closed_form_cell(f, f"{rank}  ({f.bubble_ratio:.4f})" if f is not None else ""),
                 f"{ranking.table[r.schedule]}  ({r.table.bubble_ratio:.4f})",
                 f"{ranking.simulation[r.schedule]}  ({seconds(sim.step_time_s, digits)})",
@@ -274,7 +273,8 @@ def compare_text(results: Sequence[Evaluation], ranking: Ranking, units: UnitCos
         headers = ("schedule", "formula rank", "formula bubble", "table rank", "table bubble", "simulated rank", "step s",
                    "idle", "peak activations GiB", "peak memory GiB", "rank changes", "over memory")
     table = render_table(headers, rows, fmt)
-    after = ["", f"! rank changes between layers: {', '.join(ranking.flips)}"] if ranking.flips else []
+    labels = {r.schedule: r.label for r in results}
+    after = ["", f"! rank changes between layers: {', '.join(labels[s] for s in ranking.flips)}"] if ranking.flips else []
     after += memory_footnotes(order)
     return with_context([_header(results, units), context, ""], table, after, fmt)
 
