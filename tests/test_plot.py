@@ -156,6 +156,20 @@ def test_cli_export_draws_the_messages_the_help_promises(captured):
     assert len(transfer_segments(fig.axes[0])) == 2 * 2 * 2
 
 
+def test_table_and_export_pictures_name_the_activation_they_count(captured):
+    """`table --plot` counts stage chunks and `export` (unit mode) 1/p model shares: interleaved
+    1F1B on 2 devices, 4 microbatches peaks at 5 chunks and at 2.5 shares, and both panels read
+    "live activations" alone."""
+    args = ["-s", "interleaved-1f1b", "-p", "2", "-m", "4"]
+    for command in (["table", *args, "--plot", "x.png"], ["export", *args, "-o", "x.png"]):
+        assert CliRunner().invoke(main, command).exit_code == 0
+    (_, table_memory, *_), (_, export_memory, *_) = (fig.axes for fig in captured)
+    assert max(max(line.get_ydata()) for line in device_lines(table_memory)) == 5
+    assert table_memory.get_ylabel() == "live activations (stage chunks, 1/4 of the model)"
+    assert max(max(line.get_ydata()) for line in device_lines(export_memory)) == 2.5
+    assert export_memory.get_ylabel() == "live activations (1/p model shares)"
+
+
 def test_cli_compare_plot_has_step_times_and_memory_panels(captured):
     result = CliRunner().invoke(main, ["compare", "-p", "2", "-m", "2", "--model", "study", "--system", "mid-mid", "--plot", "x.png"])
     assert result.exit_code == 0, result.output

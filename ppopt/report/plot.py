@@ -445,6 +445,9 @@ def _draw_memory(ax, schedule: Schedule, start, end, factor: float, stage_costs:
     offsets = list(base) if base is not None else [0.0] * schedule.devices
     peak = top if top is not None else max([max(levels) + b for (_, levels), b in zip(curves, offsets)] + [limit or 0.0])
     divisor, label = _memory_scale(peak, unit, whole=base is not None)
+    if unit == "activations":  # say what one activation is: the table's stage chunk, or a 1/p model share
+        chunks = stage_costs is None and schedule.stages != schedule.devices
+        label += f" (stage chunks, 1/{schedule.stages} of the model)" if chunks else " (1/p model shares)"
     p = schedule.devices
     for device, ((times, levels), b) in enumerate(zip(curves, offsets)):
         ax.step([t * factor for t in times], [(v + b) / divisor for v in levels], where="post",
