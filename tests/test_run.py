@@ -576,6 +576,10 @@ def test_evaluate_simulates_with_a_measured_cost_preset(tmp_path):
     assert data["costs"] == str(path)
     # a timing profile measures no activation: its memory is unknown, not 0 bytes
     assert simulation["peak_activation_bytes"] is None and simulation["peak_memory_bytes"] is None
+    # nor does a preset give a memory capacity: the simulation's keys are those of a modelled one, null
+    modelled = json.loads(cli("evaluate", "-s", "1f1b", "-p", 2, "-m", 4, "--model", "study", "--system", "mid-mid",
+                              "--json").stdout)["simulation"]
+    assert set(simulation) == set(modelled) - {"job"} and simulation["memory_capacity_bytes"] is None  # no job to describe
     sized = tmp_path / "sized.json"
     stage = replace(_costs().stages[0], activation_bytes=1e9)
     write_cost_preset(sized, Costs((stage, stage), 1, 4), None, {})

@@ -296,6 +296,8 @@ def evaluate_with_preset(schedule, costs_file, as_json, fmt="text", with_formula
         timeline = timeline_json(simulation)
         if not any(stage.activation_bytes for stage in costs.stages):  # a timing profile measures no activations
             timeline |= {"peak_activation_bytes": None, "peak_memory_bytes": None}
+        # a cost preset has no memory capacity: evaluate --json's keys for it, null
+        timeline |= dict.fromkeys(("memory_capacity_bytes", "over_memory", "memory_excess_bytes", "over_memory_device"))
         evaluated = evaluate_schedule(schedule, with_formula=with_formula)
         emit_json(evaluation_json(evaluated, DEFAULT_UNITS) | {"costs": str(costs_file), "simulation": timeline})
     elif fmt == "text":
