@@ -95,6 +95,8 @@ def test_allreduces_of_replicated_stages_are_on_the_comm_threads():
     allreduce = [e for e in events if e.get("cat") == "allreduce"]
     assert len(allreduce) == sum(len(e.where) for e in simulation.events("allreduce")) == 8
     assert all(e["tid"] >= 1 and e["name"].startswith("all-reduce stage ") for e in allreduce)
+    # unit mode's messages have a duration and no size: their bytes are null, not a placeholder
+    assert all(e["args"]["bytes"] is None for e in events if e.get("cat") in ("allreduce", "transfer") and e["ph"] == "X")
 
 
 def test_modelled_step_is_in_microseconds(tmp_path):
@@ -105,6 +107,8 @@ def test_modelled_step_is_in_microseconds(tmp_path):
     events = trace["traceEvents"]
     assert max(e["ts"] + e.get("dur", 0) for e in events) == pytest.approx(simulation.step_time_s * 1e6)
     assert sum(e["name"] == "optimizer" for e in events) == 4
+    sends = [e for e in events if e.get("cat") == "transfer" and e["ph"] == "X"]  # a modelled message's bytes: one microbatch's activations
+    assert sends and all(e["args"]["bytes"] == instance.costs.stages[0].send_bytes for e in sends)
     counters = [e for e in events if e["ph"] == "C"]  # a modelled step counts bytes
     assert counters and all(e["name"] == "live activation bytes" and set(e["args"]) == {"bytes"} for e in counters)
     path = write_json(trace, tmp_path / "trace.json")

@@ -13,7 +13,8 @@
   slice there too;
 * one complete event per point-to-point message on the sender's comm thread, named
   ``send 3F12→4F12`` (sending op → receiving op), from when it starts on its link to its arrival;
-  a flow arrow joins it to the receiving op: ``ph: "s"`` at the send's start on the sender's comm
+  its ``args`` name both devices and ops and the message's ``bytes`` (null in unit mode, whose
+  messages have a duration and no size); a flow arrow joins it to the receiving op: ``ph: "s"`` at the send's start on the sender's comm
   thread and ``ph: "f"`` (``bp: "e"``) on the receiver's compute thread at the receiving op's
   start, which is the arrival or later if the receiver was busy (binding the arrow's head to the
   op that consumes the message, not to whatever the receiver was running when it arrived; the
@@ -151,6 +152,10 @@ def _trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_unit: 
     p = schedule.devices
     events: list[dict] = []
 
+    def message_bytes(size: float) -> float | None:
+        """A message's bytes; null in unit mode, whose messages have a duration and no size."""
+        return size if time_unit == "s" else None
+
     name = {op: str(op) for op in schedule.ops()}  # each op's action string, made once (an op is named up to 3 times)
     letter = {kind: kind.value for kind in Kind}
     partner = {a: b for f, b in schedule.overlapped for a, b in ((f, b), (b, f))}
@@ -179,7 +184,7 @@ def _trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_unit: 
         slice_ = {
             "name": f"send {name[sender]}→{name[receiver]}", "cat": "transfer", "ph": "X", "pid": source,
             "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
-            "args": {"from_device": source, "to_device": destination, "bytes": event.bytes,
+            "args": {"from_device": source, "to_device": destination, "bytes": message_bytes(event.bytes),
                      "sending_op": name[sender], "receiving_op": name[receiver],
                      "arrival": event.end_s * scale},
         }
@@ -192,7 +197,7 @@ def _trace(schedule: Schedule, simulation: Simulation, costs: Costs, time_unit: 
             slice_ = {
                 "name": f"all-reduce stage {event.what}", "cat": "allreduce", "ph": "X", "pid": device,
                 "ts": event.start_s * scale, "dur": (event.end_s - event.start_s) * scale,
-                "args": {"stage": event.what, "devices": list(ring), "bytes": event.bytes},
+                "args": {"stage": event.what, "devices": list(ring), "bytes": message_bytes(event.bytes)},
             }
             comm[device].append((event.start_s, event.end_s, slice_, None))
 
