@@ -866,10 +866,13 @@ def test_the_frontiers_minimum_memory_works_as_a_memory_limit():
     """frontier printed "minimum memory 46.24 GiB", and search refused --memory-limit 46.24GiB (the
     minimum is 46.244 GiB): the minimum is now rounded up, with its bytes."""
     common = ["-p", 4, "-m", 8, "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", 8, "--time-limit", 10, "-q"]
-    header = run("frontier", *common).stdout.splitlines()[0]
-    found = re.search(r"minimum memory (\S+) GiB \((\d+) bytes\)$", header)
-    assert found is not None, header
+    lines = run("frontier", *common).stdout.splitlines()
+    found = re.search(r"minimum memory (\S+) GiB \((\d+) bytes\)$", lines[0])
+    assert found is not None, lines[0]
     assert run("search", *common, "--memory-limit", f"{found[1]}GiB", "--no-grid").exit_code == 0
+    # so does the first point's limit, at four digits (it read 80.74 GiB for a minimum of 80.7441 GiB)
+    first_limit = lines[next(k for k, line in enumerate(lines) if line.startswith("---")) + 1].split(" GiB")[0]
+    assert float(first_limit) * 2**30 >= int(found[2])
     below = run("search", *common, "--memory-limit", f"{int(found[2]) - 1}B", "--no-grid")
     assert below.exit_code == 1 and "below the minimum" in below.stderr
 

@@ -300,7 +300,7 @@ def frontier_text(result: Frontier, devices: int, microbatches: int, fmt: str = 
 
     points = render_table(
         ("memory limit", "best step", "bound", "status", "peak used"),
-        [(_amount(p.memory_limit, m), _amount(p.step_time, t), _amount(p.bound, t), p.status, peak_cell(p.peak_memory))
+        [(gib(p.memory_limit, up=True) if m == "bytes" else _amount(p.memory_limit, m), _amount(p.step_time, t), _amount(p.bound, t), p.status, peak_cell(p.peak_memory))
          for p in result.points],
         fmt,
     )
