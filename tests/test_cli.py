@@ -99,6 +99,8 @@ def test_list_names_the_presets_with_their_fields():
     assert h100[5:7] == ["50", "device"]
     vtrain = next(line.split() for line in run("list", "systems").output.splitlines() if line.startswith("a100-vtrain "))
     assert vtrain[5:7] == ["100", "node"]
+    fast = next(line.split() for line in run("list", "systems").output.splitlines() if line.startswith("fast-fast "))
+    assert fast[2] == "10,000"  # the study's fast compute, ten times 1,000 TFLOP/s, not 1e+04
     assert run("list", "systems", "--format", "csv").output.splitlines()[1].split(",")[5:7] == ["100", "node"]  # numbers stay numbers
     assert run("list", "tables").exit_code == 1
 
