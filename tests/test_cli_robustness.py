@@ -197,6 +197,7 @@ def test_a_reader_that_leaves_mid_output_is_not_a_success(args):
 
 @pytest.mark.parametrize("args, said", [
     *((f"{command} --unit --schedule-file -", "standard input: cannot read") for command in ("search", "gap", "frontier")),
+    ("evaluate --schedule-file - -q", "standard input: cannot read"),
     ("plan --system dgx-h100 --candidates -", "--candidates: standard input: cannot read file")])
 def test_a_time_limit_covers_the_wait_for_standard_input(args, said):
     """`--schedule-file -` (and `plan --candidates -`) read standard input until its end, however

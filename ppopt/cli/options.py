@@ -330,15 +330,17 @@ format_option = click.option(
 )
 
 
-def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options, note: bool = True):
+def resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options, note: bool = True,
+                     deadline: float | None = None):
     """The validated schedule a command was given: generated from --schedule, or read from a file
-    (with ``note``, a note when PyTorch's runtime could not run it: :func:`note_runtime_problem`)."""
+    (with ``note``, a note when PyTorch's runtime could not run it: :func:`note_runtime_problem`;
+    ``deadline``, the end of the command's --time-limit, when standard input must have ended)."""
     from ppopt.generators import generate
     from ppopt.validation import validate
 
     check_inputs(name, schedule_file, legacy_backward)
     if schedule_file is not None:
-        schedule = read_schedule_file(schedule_file, legacy_backward, devices, microbatches, options)
+        schedule = read_schedule_file(schedule_file, legacy_backward, devices, microbatches, options, deadline)
         if note:
             note_runtime_problem(schedule, schedule_file)
         return schedule

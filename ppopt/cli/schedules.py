@@ -331,8 +331,8 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         if conflict or name == "all":
             raise ConfigError(conflict or "takes one schedule, not -s all", field="costs")
         refuse_with_preset(parallel, global_batch, options.get("split"))
-        evaluate_with_preset(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options), costs, as_json,
-                             fmt, with_formula=name is not None)
+        evaluate_with_preset(resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options, deadline=deadline),
+                             costs, as_json, fmt, with_formula=name is not None)
         return
 
     model_config, system_config = _presets(model, system)
@@ -360,7 +360,7 @@ def evaluate_command(name, schedule_file, legacy_backward, devices, microbatches
         if name is not None and devices and microbatches:  # known before it is built
             _check_one_in_time(name, family_ops(devices, microbatches, options, [name]), deadline, bool(plot), bool(trace))
         with working(f"evaluate {name or schedule_file}", quiet):  # one clock from reading to the result
-            schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options)
+            schedule = resolve_schedule(name, schedule_file, legacy_backward, devices, microbatches, options, deadline=deadline)
             if name is None:  # read from a file: sized once read
                 _check_one_in_time(schedule.name, schedule.op_count, deadline, bool(plot), bool(trace))
             if plot:
