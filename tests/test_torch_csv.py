@@ -291,6 +291,18 @@ def test_replicated_stages_are_refused_and_nothing_is_written(tmp_path, name):
     assert not path.exists() and os.listdir(tmp_path) == []
 
 
+def test_an_invalid_schedule_is_refused_and_nothing_is_written(tmp_path):
+    """write_torch_csv wrote 0B0,0F0 (a backward before its forward), which ppopt's import refuses."""
+    from ppopt.ir import Op, Schedule
+
+    backwards_first = Schedule(name="x", devices=2, microbatches=1, placement=((0,), (1,)),
+                               orders=((Op(0, Kind.B, 0), Op(0, Kind.F, 0)), (Op(1, Kind.F, 0), Op(1, Kind.B, 0))))
+    path = tmp_path / "out.csv"
+    with pytest.raises(ScheduleValidationError):
+        write_torch_csv(backwards_first, path)
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
     path = tmp_path / "out.csv"
     path.write_text("old\n")

@@ -572,6 +572,7 @@ def format_torch_csv(schedule: Schedule, start: StartTimes | None = None) -> str
     if not isinstance(schedule, Schedule):
         raise ScheduleError(f"must be a Schedule, got {schedule!r:.60}", field="schedule")
     refuse_replicas(schedule)
+    validate(schedule)  # a file ppopt's import would refuse is not written (free for a schedule validated before)
     rows = list(schedule.orders)
     if start is not None:
         moved = False
@@ -618,7 +619,8 @@ def write_torch_csv(
     One row per device with its ops in order; with ``start`` (simulated or solver start times, by
     op or per device: :data:`StartTimes`), each device's ops sorted by start time (ties keep the schedule's order). A path is written
     atomically; an open text file is written as is. Raises :class:`ScheduleError` for a schedule
-    with replicated stages, which the format cannot hold.
+    with replicated stages, which the format cannot hold, and :class:`ScheduleValidationError` for
+    one that is not valid (nothing is written).
     """
     text = format_torch_csv(schedule, start)
     if hasattr(path_or_file, "write"):
