@@ -225,10 +225,13 @@ def test_a_cost_preset_the_unit_model_cannot_take_names_the_file_not_a_flag(tmp_
     assert (result.exit_code, result.output) == (
         1, f"error: --costs: {path}: in the unit model (one slot = the mean forward_s, ratios rounded to 2 decimals) its "
            "durations give backward = 0.0 slots, which must be a finite number > 0\n")
-    path = _preset(tmp_path, forward_s=0.0)
-    result = cli("search", "-p", 2, "-m", 4, "--costs", path, "--time-limit", 5)
-    assert (result.exit_code, result.output) == (
-        1, f"error: --costs: {path}: every forward_s is 0: the unit model needs a positive forward (its slot)\n")
+    path = _preset(tmp_path, forward_s=0.0)  # refused by every command: evaluate and compare ranked every schedule at 0 us
+    for command in (["search", "--time-limit", 5], ["evaluate", "-s", "1f1b"], ["compare"]):
+        result = cli(*command, "-p", 2, "-m", 4, "--costs", path)
+        assert (result.exit_code, result.output) == (
+            1, f"error: --costs: {path}: every forward_s is 0: a measured forward takes time (write a preset with `ppopt profile`)\n")
+    result = cli("compare", "-p", 2, "-m", 4, "--costs", _preset(tmp_path, forward_s=1e-300))
+    assert result.exit_code == 1 and "forward_s must be 0 or at least 1e-09 s (a nanosecond), got 1e-300" in result.output
 
 
 # --------------------------------------------------------------------------------------------------

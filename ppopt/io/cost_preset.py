@@ -20,7 +20,8 @@ measured in different runs); ``link`` is optional (communication free without it
 Limits (:func:`read_cost_preset`): ``layers``, ``microbatch_size`` and ``microbatches`` are
 positive integers of at most :data:`MAX_COUNT`; every other stage field is a number between 0 and
 its maximum, :data:`MAX_OP_S` for the durations, :data:`MAX_BYTES` for the byte counts and
-``param_count``, so that every simulated time and memory stays a finite number. A field not
+``param_count``, so that every simulated time and memory stays a finite number; a duration is 0 or
+at least :data:`MIN_OP_S`, and some stage's ``forward_s`` is not 0. A field not
 named above, at the top or in a stage, is refused (a misspelt optional field would be ignored).
 """
 
@@ -43,6 +44,9 @@ FORMAT = "ppopt-costs/1"
 
 MAX_OP_S = 1e6
 """The longest op (F, B, I or W of one microbatch on one stage) of a cost preset: about 11.6 days, seconds."""
+MIN_OP_S = 1e-9
+"""The shortest op a cost preset may give, other than 0: a nanosecond, seconds (a step of 1e-300 s
+ops printed and ranked every schedule alike)."""
 MAX_BYTES = 1e18
 """The largest byte count (and ``param_count``) of a stage of a cost preset: an exabyte."""
 MAX_COUNT = 2**30
@@ -136,6 +140,8 @@ def read_cost_preset_file(path: str | os.PathLike) -> tuple[Costs, LinkConfig | 
             link = LinkConfig.model_validate(data["link"], strict=True, context={"file": True})
         except ValidationError as error:
             raise fail(validation_message(error, "link")) from None
+    if not any(stage.forward_s for stage in read):  # every simulated step would take 0 s, every schedule tie
+        raise fail("every forward_s is 0: a measured forward takes time (write a preset with `ppopt profile`)")
     measured = data.get("measured")
     return Costs(tuple(read), counts["microbatch_size"], counts["microbatches"]), link, measured if isinstance(measured, dict) else {}
 
@@ -154,6 +160,8 @@ def _problem(key: str, value: object) -> str | None:
     # the range first: math.isfinite of an integer beyond a float's range raises OverflowError
     if isinstance(value, bool) or not isinstance(value, int | float) or not (0 <= value <= most and math.isfinite(value)):
         return f"must be a number between 0 and {most:g}{unit}, got {_shown(value)}"
+    if key in _SECONDS and 0 < value < MIN_OP_S:
+        return f"must be 0 or at least {MIN_OP_S:g} s (a nanosecond), got {_shown(value)}"
     return None
 
 
