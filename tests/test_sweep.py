@@ -634,6 +634,15 @@ def test_counts_that_every_point_would_refuse_are_refused_when_the_spec_is_read(
     untaken = evaluation_only + "\n[job]\ntp = 7\n"
     with pytest.raises(ConfigError, match=r"key 'job.tp': tensor parallelism 7 does not divide the model's \d+ query heads"):
         load_spec(write_spec(tmp_path, untaken, "seven_ranks.toml"))
+    # flags `ppopt job` refuses at t = 1 or d = 1, and device counts over every model's layers: the same
+    for job, said in (("sequence_parallel = true", r"key 'job.sequence_parallel': splits activations .* give tp > 1"),
+                      ("distributed_optimizer = true", r"key 'job.distributed_optimizer': shards the optimizer .* give dp > 1")):
+        with pytest.raises(ConfigError, match=said):
+            load_spec(write_spec(tmp_path, evaluation_only + f"\n[job]\n{job}\n", "idle.toml"))
+    small = 'microbatches = [4]\nmodels = ["llama3-8b"]\nsystems = ["dgx-h100"]\n'  # 32 layers
+    with pytest.raises(ConfigError, match=r"key 'devices': every count is over the 32 layers of the model"):
+        load_spec(write_spec(tmp_path, "devices = [33, 100000]\n" + small, "over.toml"))
+    assert load_spec(write_spec(tmp_path, "devices = [32, 100000]\n" + small, "some.toml")).spec.devices == [32, 100000]
     # with the solver's points using the same counts (no microbatches of its own) they stay
     shared = indivisible + "[solver]\nschedules = [\"1f1b\"]\ndevices = [2]\ntime_limit_s = 5\n"
     assert load_spec(write_spec(tmp_path, shared, "shared.toml")).spec.microbatches == [4, 8]

@@ -412,6 +412,12 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
             systems[name] = load_system(_relative(name, path))
         except ConfigError as error:
             raise fail(f"systems.{index}", str(error)) from None
+    from ppopt.job import idle_job_flag
+
+    job = spec.job
+    if (idle := idle_job_flag(job.tp, job.dp, job.sequence_parallel, job.distributed_optimizer)) is not None:
+        flag, why = idle  # as `ppopt job` refuses the flag: every point would be skipped
+        raise fail(f"job.{flag}", f"{why}: give {'tp' if flag == 'sequence_parallel' else 'dp'} > 1 or leave it out")
     if spec.job.tp > 1:  # a degree no model of the sweep splits into: every model point skipped, "none applicable"
         from ppopt.job import tensor_parallel_reason
 
@@ -429,6 +435,10 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
                 reasons.append(error.reason)
         else:
             raise fail("microbatches", f"no count splits the global batch: {reasons[0]}")
+    most = max(model.num_layers for model in models.values())
+    if spec.solver is None and min(spec.devices) > most:  # a stage holds a layer at least: every point skipped
+        raise fail("devices", f"every count is over the {most} layers of {'every' if len(models) > 1 else 'the'} model "
+                              "(a device holds one layer at least)")
     return LoadedSpec(path, path.stem, spec, models, systems)
 
 
