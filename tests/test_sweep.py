@@ -344,6 +344,7 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
         (('memory_limits = ["none", 2]', 'memory_limits = ["unlimited"]'), "key 'solver.memory_limits.0'"),
         # values every point refused (each was skipped, exit 0), refused when the spec is read
         (("time_limit_s = 20", "time_limit_s = 20\nseed = 2147483648"), "key 'solver.seed': Input should be less than 2147483648"),
+        (("time_limit_s = 20", "time_limit_s = 1e300"), "key 'solver.time_limit_s': Input should be less than or equal to 86400"),
         (("time_limit_s = 20", "time_limit_s = 20\ncomm = 1e300"), "key 'solver.comm': must be at most 1,000,000 slots"),
         (("time_limit_s = 20", "time_limit_s = 20\nforward = 0.0"), "key 'solver.forward': must be a finite number > 0"),
         (("time_limit_s = 20", "time_limit_s = 20\nweight = 3.0"), "key 'solver.weight': must lie between 0 and backward (2)"),
@@ -519,13 +520,13 @@ def test_a_sweep_too_large_to_finish_is_refused_before_its_directory_is_made(tmp
 
 
 def test_a_day_of_solver_time_is_refused_unless_the_solver_points_are_left_out(tmp_path):
-    """6 searches of 100,000 s are 167 h: refused in one line before the directory is made; with
+    """6 searches of 50,000 s are 83 h: refused in one line before the directory is made; with
     only the evaluation points run (``study --no-solver``) no search runs, and the sweep goes on."""
     from ppopt.sweep.run import run_sweep
 
-    slow = write_spec(tmp_path, SPEC.replace("time_limit_s = 20", "time_limit_s = 100000"), name="slow.toml")
+    slow = write_spec(tmp_path, SPEC.replace("time_limit_s = 20", "time_limit_s = 50000"), name="slow.toml")
     loaded = load_spec(slow)
-    with pytest.raises(ConfigError, match=r"^sweep too large: up to 6 searches of 100000 s make 167 h of solver time"):
+    with pytest.raises(ConfigError, match=r"^sweep too large: up to 6 searches of 50000 s make 83 h of solver time"):
         check_sweep_size(loaded.spec)
     check_sweep_size(loaded.spec, searches_run=False)
     with pytest.raises(ConfigError, match="h of solver time"):

@@ -27,7 +27,7 @@ A spec (``configs/studies/paper.toml`` is the full example)::
     devices = [4]
     microbatches = [8]
     memory_limits = ["none", 4]                # live activations of a 1/p share per device, or "none"
-    time_limit_s = 10
+    time_limit_s = 10                          # seconds per search, at most a day
     deterministic_time = 5                     # CP-SAT deterministic time of each solver point: reruns reproduce
     max_ops = 400                              # not searched over this many ops (row: skipped, why)
     forward = 1.0                              # unit-mode durations, slots per 1/p model share
@@ -203,7 +203,7 @@ class SolverSpec(_Strict):
     microbatches: Counts | None = None
     """Default: the sweep's microbatches."""
     memory_limits: list[PositiveFloat | Literal["none"]] = Field(default=["none"], min_length=1)
-    time_limit_s: PositiveFloat = 10.0
+    time_limit_s: Annotated[float, Field(gt=0, le=86_400.0)] = 10.0  # one search at most MAX_SWEEP_SEARCH_S, a day
     deterministic_time: PositiveFloat | None = None
     max_ops: PositiveInt = 1000
     forward: NonNegativeFloat = 1.0
