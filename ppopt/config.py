@@ -26,7 +26,8 @@ step time, or an ``OverflowError``, is never the answer to a typo):
   (a block's attention-score bytes, a step's FLOPs) stays under 1e45;
 * system rates: ``peak_flops`` and every bandwidth at least :data:`MIN_RATE` (1 FLOP or byte per
   second), and every efficiency at least :data:`MIN_EFFICIENCY`;
-* in files, every latency at most :data:`MAX_LATENCY_S` (one second per op, message or kernel),
+* in files, every rate and the memory capacity at most :data:`MAX_FILE_RATE`, every latency at
+  most :data:`MAX_LATENCY_S` (one second per op, message or kernel),
   ``gemm_half_saturation_flops`` at most :data:`MAX_GEMM_HALF_SATURATION_FLOPS`,
   ``gemm_saturation_exponent`` at most :data:`MAX_GEMM_SATURATION_EXPONENT` and
   ``bytes_per_param_state`` at most :data:`MAX_BYTES_PER_PARAM_STATE`. Objects built in Python may
@@ -77,6 +78,7 @@ __all__ = [
     "MAX_GEMM_HALF_SATURATION_FLOPS",
     "MAX_GEMM_SATURATION_EXPONENT",
     "FILE_MINIMA",
+    "MAX_FILE_RATE",
     "MAX_LATENCY_S",
     "MIN_EFFICIENCY",
     "MIN_RATE",
@@ -128,6 +130,10 @@ FILE_MINIMA: dict[str, tuple[float, str, str]] = {
 """The smallest rate or size of a system file, its unit and an example (module doc, "Unit slips"): a GFLOP/s,
 a MB/s, a MB, far below any accelerator, memory or link (the smallest in a file is that value in
 the wrong unit)."""
+MAX_FILE_RATE = 1e21
+"""The largest rate or size of a system file (``peak_flops``, every bandwidth, ``memory_capacity_bytes``):
+a zettaFLOP/s, a zettabyte per second or a zettabyte, a million times any real device (``1e300``
+made an MFU of 4e-283 % and a memory that "fits in 1.7e+299 GB")."""
 MAX_GEMM_HALF_SATURATION_FLOPS = 1e30
 """The largest ``gemm_half_saturation_flops`` of a system file (calibrations give about 1e9)."""
 MAX_GEMM_SATURATION_EXPONENT = 4.0
@@ -306,7 +312,7 @@ class LinkConfig(_Strict):
     latency_s: NonNegativeFloat = 0.0
     """Fixed cost of one message, seconds."""
 
-    _FILE_MAXIMA = {"latency_s": MAX_LATENCY_S}
+    _FILE_MAXIMA = {"latency_s": MAX_LATENCY_S, "bandwidth_bytes_per_s": MAX_FILE_RATE}
 
 
 class SystemConfig(_Strict):
@@ -400,6 +406,9 @@ class SystemConfig(_Strict):
     under their FLOPs); the calibrated presets use it (:mod:`ppopt.calibrate`)."""
 
     _FILE_MAXIMA = {
+        "peak_flops": MAX_FILE_RATE,
+        "memory_bandwidth_bytes_per_s": MAX_FILE_RATE,
+        "memory_capacity_bytes": MAX_FILE_RATE,
         "compute_latency_s": MAX_LATENCY_S,
         "memory_latency_s": MAX_LATENCY_S,
         "kernel_host_s": MAX_LATENCY_S,

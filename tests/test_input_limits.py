@@ -141,6 +141,9 @@ def test_a_published_size_beyond_the_model_limits_is_refused(tmp_path):
     ("compute_efficiency", "1e-300", "Input should be greater than or equal to 0.000001"),
     ("compute_latency_s", "1e308", "must be at most 1 s, got 1e+308 s (seconds: 10 µs is 1e-05)"),
     ("bytes_per_param_state", "1e300", "must be at most 1024, got 1e+300"),
+    # no inf, but an MFU of 4e-283 % and a memory that "fits in 1.7e+299 GB"
+    ("peak_flops", "1e300", "must be at most 1e+21, got 1e+300"),
+    ("memory_capacity_bytes", "1.7e308", "must be at most 1e+21, got 1.7e+308"),
 ])
 def test_a_system_value_that_would_give_inf_or_nan_is_refused(tmp_path, key, value, reason):
     path = _system(tmp_path, key, value)
