@@ -336,6 +336,8 @@ class Job:
             raise ConfigError(reason, field=per_device[0] if per_device and self.pp <= self.model.num_layers else "pp")
         if self.layers is not None:
             counts = self.layers
+            if not isinstance(counts, tuple | list):  # a string would be read character by character
+                raise ConfigError(f"must be a tuple of counts, one per stage, got {counts!r:.60}", field="layers_per_stage")
             if len(counts) != self.stages or any(not isinstance(n, int) or n < 1 for n in counts) \
                     or sum(counts) != self.model.num_layers:
                 raise ConfigError(f"needs {counted(self.stages, 'positive count')} summing to the model's {self.model.num_layers} "

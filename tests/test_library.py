@@ -153,6 +153,8 @@ def _frontier(limits):
     (lambda: _plan_request(overlap_gradient_sync="yes"), ConfigError, "overlap_gradient_sync", "must be True or False, got 'yes'"),
     (lambda: _plan_request(split=("16", "16")), ConfigError, "layers_per_stage",
      "must be even, balanced or counts like 7,8,8,7, got ('16', '16')"),
+    # a string was read character by character: "got 1,6,,,1,6"
+    (lambda: _job(pp=2, layers="16,16"), ConfigError, "layers_per_stage", "must be a tuple of counts, one per stage, got '16,16'"),
     (lambda: _plan_request(micro_batches=("2",)), ConfigError, "micro_batches", "must be positive integers, got '2'"),
     (lambda: _plan_request(schedules=[]), ConfigError, "schedules", f"must name at least one schedule (known: {', '.join(names())})"),
     (lambda: _plan_request(schedules=[None]), ConfigError, "schedules",
