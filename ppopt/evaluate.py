@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig, load_model, load_system
 from ppopt.costs import Costs, check_global_batch, partition_layers
-from ppopt.errors import ConfigError, ScheduleError, require_bool
+from ppopt.errors import ConfigError, ScheduleError, counted, require_bool
 from ppopt.flat import Flat
 from ppopt.formula import Formula, formula
 from ppopt.generators import check_option_names, generate, get, names, schedule_label, too_many_stages
@@ -283,7 +283,7 @@ def rank_with_costs(devices: int, microbatches: int, costs: Costs, link: LinkCon
             skipped[name] = error.reason  # without the field's prefix ("devices: ..."), as evaluate_all says it
             continue
         if schedule.stages != costs.num_stages:
-            skipped[name] = f"{schedule.stages} stages, the cost preset describes {costs.num_stages}"
+            skipped[name] = f"{counted(schedule.stages, 'stage')}, the cost preset describes {costs.num_stages}"
             continue
         simulation = simulate(schedule, costs, link=link)
         rows.append((simulation.step_time_s, simulation.idle_ratio, name))

@@ -502,6 +502,8 @@ def test_sizes_that_contradict_the_schedule_file_are_refused(tmp_path, monkeypat
     line = one_error_line(run(*command, "--schedule-file", "two.csv", "-m", 64))
     assert line == "error: --microbatches: 64 differs from the 2 of two.csv (a schedule file gives its own sizes)"
     assert run(*command, "--schedule-file", "two.csv", "-p", 2, "-m", 2).exit_code == 0
+    piped = CliRunner().invoke(main, [*command, "--schedule-file", "-", "-p", "8"], input=(tmp_path / "two.csv").read_text())
+    assert one_error_line(piped) == "error: --devices: 8 differs from the 2 of standard input (a schedule file gives its own sizes)"
 
 
 def test_the_command_line_ends_without_the_interpreters_teardown_and_loses_no_output():

@@ -366,7 +366,8 @@ def check_file_sizes(schedule, file: str, devices: int | None, microbatches: int
     """-p and -m beside a schedule file may only repeat its sizes: a ConfigError naming the flag otherwise."""
     for field, given, read in (("devices", devices, schedule.devices), ("microbatches", microbatches, schedule.microbatches)):
         if given is not None and given != read:
-            raise ConfigError(f"{given} differs from the {read} of {file} (a schedule file gives its own sizes)", field=field)
+            source = "standard input" if file == "-" else file
+            raise ConfigError(f"{given} differs from the {read} of {source} (a schedule file gives its own sizes)", field=field)
 
 
 def note_runtime_problem(schedule, file: str) -> None:

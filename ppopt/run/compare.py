@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ppopt.config import LinkConfig
 from ppopt.costs import Costs
-from ppopt.errors import ConfigError
+from ppopt.errors import ConfigError, counted
 from ppopt.ir import Schedule
 from ppopt.run.execute import JobResult
 from ppopt.simulate import simulate
@@ -42,7 +42,7 @@ class Comparison:
 def check_stages(schedule: Schedule, costs: Costs) -> None:
     """ConfigError (field ``costs``) unless the cost preset has the schedule's stage count."""
     if costs.num_stages != schedule.stages:
-        raise ConfigError(f"the cost preset describes {costs.num_stages} stages, {schedule.name} has {schedule.stages}", field="costs")
+        raise ConfigError(f"the cost preset describes {counted(costs.num_stages, 'stage')}, {schedule.name} has {schedule.stages}", field="costs")
 
 
 def predict(schedule: Schedule, costs: Costs, link: LinkConfig | None) -> float:
