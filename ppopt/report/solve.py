@@ -156,7 +156,7 @@ def search_text(result: SearchResult, show_grid: bool = True, colour: bool = Fal
                      + ("" if result.hint_fits else " (over the memory limit: a start for the solver, not a schedule of the space)"))
     if result.simulation is not None:
         sim = result.simulation
-        memory = per_device(sim.peak_activation_bytes) if unit == "slots" else per_device([round(b / 2**30, 2) for b in sim.peak_memory_bytes]) + " GiB"
+        memory = per_device(sim.peak_activation_bytes) if unit == "slots" else per_device(sim.peak_memory_bytes, show=lambda b: f"{b / 2**30:.2f}") + " GiB"
         label = "peak memory"
         if unit == "slots":  # counted in 1/p model shares, which the table's chunks differ from with several per device
             chunks = result.schedule is not None and result.schedule.stages != result.schedule.devices

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ppopt.errors import counted
 from ppopt.ir import Op, Schedule
@@ -222,10 +222,11 @@ def aligned(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in text_rows)])
 
 
-def per_device(values: Sequence[float], fmt: str = "text") -> str:
+def per_device(values: Sequence[float], fmt: str = "text", show: Callable[[float], str] | None = None) -> str:
     """Per-device values compactly: ``4,3,2,1``; all-equal lists as ``8 (all)`` (in CSV every value,
-    separated by ``;``, as a sweep's rows.csv writes lists, so that a cell holds numbers only)."""
-    text = [amount(v) for v in values]
+    separated by ``;``, as a sweep's rows.csv writes lists, so that a cell holds numbers only).
+    ``show`` writes one value [default: :func:`amount`]."""
+    text = [(show or amount)(v) for v in values]
     if fmt == "csv":
         return ";".join(text)
     if len(set(text)) == 1 and len(text) > 1:
