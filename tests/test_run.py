@@ -81,6 +81,34 @@ def ran4(tmp_path_factory):
     return _launch(tmp_path_factory, 4)
 
 
+def test_the_gradient_check_fails_on_a_wrong_gradient_and_a_wrong_loss():
+    """The negative control of the runs' gradient check: what it compares is a copy of the stage's
+    gradients, so a difference past torch.allclose's tolerance, a missing gradient or a loss off the
+    reference's must each make it fail, naming what differs."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from ppopt.run.worker import _gradient_check
+
+    def stage(grad):
+        module = torch.nn.Linear(2, 1, bias=False, dtype=torch.float64)
+        module.weight.grad = None if grad is None else torch.tensor([grad], dtype=torch.float64)
+        return module
+
+    spec = SimpleNamespace(dtype="float64")  # rtol 1e-9, atol 1e-12
+    reference = {0: stage([1.0, 2.0])}
+    losses = [torch.tensor(3.0, dtype=torch.float64)]
+    same = _gradient_check(spec, {0: stage([1.0, 2.0])}, reference, losses, 3.0, last=True)
+    assert same["ok"] and same["elements"] == 2 and same["mismatches"] == []
+    off = _gradient_check(spec, {0: stage([1.0, 2.0 + 1e-6])}, reference, losses, 3.0, last=False)
+    assert not off["ok"] and off["mismatches"] == ["stage 0 weight: max difference 1e-06"]
+    assert off["max_abs_error"] == pytest.approx(1e-6)
+    missing = _gradient_check(spec, {0: stage(None)}, reference, losses, 3.0, last=False)
+    assert not missing["ok"] and missing["mismatches"] == ["stage 0 weight: no gradient"]
+    wrong_loss = _gradient_check(spec, {0: stage([1.0, 2.0])}, reference, losses, 3.1, last=True)
+    assert not wrong_loss["ok"] and wrong_loss["mismatches"] == ["loss 3.0 != reference 3.1"]
+
+
 def _assert_equal_to_reference(result, devices):
     check = result.check
     assert check["ok"], check["mismatches"]

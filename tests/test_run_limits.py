@@ -260,19 +260,19 @@ def test_run_refuses_chunks_below_one_as_evaluate_does(no_launch):
     _refused(cli("run", "-s", "interleaved-1f1b", "-p", 2, "-m", 4, "--chunks", 0), expected)
 
 
-def test_a_compare_profile_gets_what_is_left_of_the_timeout_and_its_failure_keeps_the_run(monkeypatch):
+def test_a_compare_profile_gets_what_is_left_of_the_timeout_and_its_failure_keeps_the_run(monkeypatch, still_clock):
     """The profile after the run had a whole --timeout of its own (a 10 s limit ended after 20 s), and
     when it failed the run's table, already measured, was thrown away."""
-    import time
-
     import ppopt.report.run as report
     import ppopt.run as run
     import ppopt.run.execute as execute
     import ppopt.run.profile as profiling
 
     monkeypatch.setattr(run, "require_torch", lambda: None)
+    clock = still_clock("ppopt.cli.run")  # the run's 0.3 s on a clock of the test's own, whatever the load
+
     def slow_run(schedules, settings):
-        time.sleep(0.3)
+        clock.jump(0.3)
         return ["result"], None
 
     monkeypatch.setattr(execute, "run_schedules", slow_run)
@@ -286,7 +286,7 @@ def test_a_compare_profile_gets_what_is_left_of_the_timeout_and_its_failure_keep
     monkeypatch.setattr(profiling, "profile", failing_profile)
     result = cli(*RUN, "--compare", "--timeout", 10)
     assert result.exit_code == 1
-    assert len(given) == 1 and 9.0 < given[0] <= 9.7  # 10 s less the run's 0.3 s
+    assert given == [pytest.approx(9.7)]  # 10 s less the run's 0.3 s
     lines = result.output.splitlines()
     assert "TABLE of ['result'], None" in lines
     assert lines[-1] == ("error: --compare: the run's table is above, without its comparison: profiling for it failed (the "
@@ -317,18 +317,30 @@ def test_the_failed_rank_named_is_the_cause_not_a_peer_that_lost_it(tmp_path, co
 
 
 def test_a_run_that_lasts_says_it_is_still_working(monkeypatch):
-    """A run or profile printed one line and then nothing until it ended, even over minutes."""
-    import time
+    """A run or profile printed one line and then nothing until it ended, even over minutes. The
+    heartbeat is a stand-in that beats once while the run is inside it (its timing is tested in
+    tests/test_cli.py), so what is asserted does not depend on the load."""
+    import contextlib
     from types import SimpleNamespace
 
     import ppopt.report.run as report
     import ppopt.run as run
     import ppopt.run.execute as execute
+    import ppopt.solve.options as shared
 
-    monkeypatch.setattr("ppopt.solve.options.PROGRESS_AFTER_S", 0.1)  # as if the run had taken long
+    inside = []
+
+    @contextlib.contextmanager
+    def one_beat(say, every_s, first_s=None):
+        inside.append(True)
+        yield
+        say(0.4)  # the run has ended within the block: a beat while it ran would say this
+        inside.pop()
+
+    monkeypatch.setattr(shared, "heartbeat", one_beat)
 
     def slow_run(schedules, settings):
-        time.sleep(0.5)
+        assert inside, "the run is not inside the heartbeat"
         return [SimpleNamespace(check=None)], None
 
     monkeypatch.setattr(run, "require_torch", lambda: None)

@@ -426,13 +426,18 @@ def test_progress_bar_waits_its_after_s_and_a_quick_run_draws_nothing(monkeypatc
 
 
 def test_progress_bar_on_a_broken_stderr_stays_quiet():
+    writes = []
+
     class Full(io.StringIO):
         def write(self, text):
+            writes.append(text)
             raise OSError(28, "No space left on device")
 
     bar = ProgressBar("sweep x", Full())
     bar(1, 1)  # no exception: the sweep goes on without a bar
+    bar(1, 1)
     bar.close()
+    assert len(writes) == 1 and bar.stream is None  # it tried once, then stopped writing
 
 
 def test_cli_draws_the_progress_bar_on_stderr(tmp_path):
