@@ -403,7 +403,7 @@ class SystemConfig(_Strict):
     al.): ``max(FLOPs/(peak·e_c) + L_c, bytes/(BW·e_m) + L_m)`` with bytes = the op's weights and
     stored activations. "additive": GEMMs and memory-bound elementwise kernels run one after the
     other, ``GEMM time + elementwise bytes/(BW·e_m) + L_c`` (the GEMMs' own operand traffic hidden
-    under their FLOPs); the calibrated presets use it (:mod:`ppopt.calibrate`)."""
+    under their FLOPs); the calibrated presets and ``dgx-a100`` use it (:mod:`ppopt.calibrate`)."""
 
     _FILE_MAXIMA = {
         "peak_flops": MAX_FILE_RATE,
