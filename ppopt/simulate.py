@@ -54,8 +54,10 @@ Replica gradient synchronisation (Chimera)
 Optimizer step (``optimizer=True``; default False, no optimizer step)
     Each device then updates the weights of the stages it holds, after its last op and after the
     all-reduces of its stages. The update is memory-bound: its persistent bytes are read once and
-    written once, ``2 · persistent_bytes / (memory_bandwidth · memory_efficiency) + memory_latency``
-    (needs ``system``). It runs on the compute stream and counts as busy time.
+    written once, an op of ``2 · persistent_bytes`` bytes and no FLOPs timed by the system's
+    ``op_time_rule`` (:func:`ppopt.costs.op_time_s`; under the default roofline
+    ``2 · persistent_bytes / (memory_bandwidth · memory_efficiency) + memory_latency``), as
+    :mod:`ppopt.job` times it (needs ``system``). It runs on the compute stream and counts as busy time.
 
 Step time and idle share
     The step runs from 0 to the end of the last op, all-reduce and optimizer step.
@@ -106,7 +108,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ppopt.config import LinkConfig, SystemConfig, load_system
-from ppopt.costs import Costs, StageCost, allreduce_time_s, link_between, transfer_time_s
+from ppopt.costs import Costs, StageCost, allreduce_time_s, link_between, op_time_s, transfer_time_s
 from ppopt.errors import ConfigError, ScheduleError
 from ppopt.flat import KIND_CODE, Flat, peak_per_device
 from ppopt.ir import Kind, Op, Schedule
@@ -621,11 +623,10 @@ def _optimizer_steps(system: SystemConfig, free: list[float], sync_end: dict[obj
     """One memory-bound optimizer step per device (the module doc), after its last op (``free``) and
     the all-reduces of its stages (``sync_end`` by stage): ``persistent`` bytes read and written once.
     Returns the steps and their lengths in seconds, one per device."""
-    rate = system.memory_bandwidth_bytes_per_s * system.memory_efficiency
     steps, lengths = [], []
     for d, held in enumerate(stages_on):
         ready = max([free[d]] + [sync_end[s] for s in held if s in sync_end])
-        length = 2 * persistent[d] / rate + system.memory_latency_s
+        length = op_time_s(0.0, 2 * persistent[d], system)  # as ppopt.job times the step
         steps.append(Event("optimizer", None, d, ready, ready + length, 0.0))
         lengths.append(length)
     return steps, lengths

@@ -391,6 +391,12 @@ def test_optimizer_step_is_memory_bound_and_ends_the_step():
     assert with_step.busy_s == tuple(b + length for b in without.busy_s)
     with pytest.raises(ScheduleError, match="optimizer"):
         simulate(schedule, costs, optimizer=True)
+    # timed by the system's op_time_rule, as ppopt.job times the step: additive adds the compute
+    # latency to the memory time (it was timed by the roofline's memory side whatever the rule)
+    additive = system(memory_bandwidth_bytes_per_s=100.0, memory_efficiency=0.5, memory_latency_s=1.0,
+                      compute_latency_s=0.25, op_time_rule="additive")
+    steps = simulate(schedule, costs, additive, optimizer=True).events("optimizer")
+    assert [e.end_s - e.start_s for e in steps] == [2 * 1000 / (100 * 0.5) + 0.25] * 2
 
 
 def test_optimizer_waits_for_the_allreduce():
