@@ -192,8 +192,9 @@ def _light(base: SystemConfig, values: dict[str, float]) -> SimpleNamespace:
 
 @dataclass(frozen=True)
 class _Stacked:
-    """Work of many jobs as arrays (rows x stages); padded stages are zero work. Work is linear in
-    the parameters, so a stage's F + B and the messages of a step are summed before timing."""
+    """Work of many jobs as arrays (rows x stages); padded stages are zero work. F, I and W are
+    timed separately (an op lasts at least its kernels' host launches, a max taken per op); only
+    the messages of a step are summed before timing, their time being linear in the parameters."""
 
     forward: Work
     """F of one microbatch per stage."""

@@ -2,7 +2,9 @@
 
 Pure functions, no I/O. Times are seconds, sizes bytes, work FLOPs. Generators, evaluators and the
 solver only ever see :class:`Costs` (op durations, message bytes, activation bytes, persistent
-bytes), never LLM dimensions.
+bytes), never LLM dimensions. "Barley et al." below is the method ppopt follows: Barley et al., "A
+Tabular Schedule Abstraction for Communication-Aware Evaluation of Pipeline-Parallel LLM Training",
+ISPDC 2026 (its roofline op times with efficiencies and latencies, and Hockney messages).
 
 Notation: b sequences per microbatch, s = seq_length, h = hidden_size, f = ffn_hidden_size,
 a = num_attention_heads, g = num_kv_heads, r = g / a, V = vocab_size, e = bytes_per_element,
@@ -73,8 +75,9 @@ Parameters per block
     (:func:`layer_params_per_rank`).
     The first stage holds the embedding (V·h, plus s·h learned position embeddings when
     ``model.learned_position_embeddings``); the last stage holds the output projection (V·h)
-    also when ``tie_embeddings`` and there are several stages: Megatron-LM keeps a synchronised
-    copy of the tied word embedding on the last stage (Shoeybi et al. 2019; Megatron-LM's
+    also when ``tie_embeddings`` and there are several stages: the output layer shares the input
+    embedding's weights (Shoeybi et al. 2019, Section 3), and under pipeline parallelism Megatron-LM
+    keeps a synchronised copy of that matrix on the last stage (its code:
     ``LanguageModule.setup_embeddings_and_output_layer``); with one stage the matrix is held once.
 
 Communication
@@ -683,13 +686,20 @@ def transfer_time_s(num_bytes: float, link: LinkConfig) -> float:
     return num_bytes / link.bandwidth_bytes_per_s + link.latency_s
 
 
+def ring_allreduce_traffic(num_bytes: float, participants: int) -> tuple[float, float]:
+    """(bytes each member sends, steps) of a ring all-reduce of ``num_bytes`` over ``participants``
+    devices: ``2(n-1)/n · bytes`` in ``2(n-1)`` steps, reduce-scatter then all-gather, each n-1
+    steps of bytes/n (Patarasuk and Yuan 2009, "Bandwidth optimal all-reduce algorithms for
+    clusters of workstations", J. Parallel Distrib. Comput. 69(2))."""
+    n = participants
+    return 2 * (n - 1) / n * num_bytes, 2.0 * (n - 1)
+
+
 def allreduce_time_s(num_bytes: float, link: LinkConfig, participants: int = 2) -> float:
     """Ring all-reduce of ``num_bytes`` over ``participants`` devices joined by ``link``.
 
-    ``2(n-1)/n · bytes / bandwidth + 2(n-1) · latency`` (reduce-scatter then all-gather, each
-    n-1 steps of bytes/n; Patarasuk and Yuan 2009, "Bandwidth optimal all-reduce algorithms for
-    clusters of workstations", J. Parallel Distrib. Comput. 69(2)), seconds. For 2 participants: bytes / bandwidth + 2 · latency. One participant
-    or zero bytes costs 0.
+    ``2(n-1)/n · bytes / bandwidth + 2(n-1) · latency`` (:func:`ring_allreduce_traffic`), seconds.
+    For 2 participants: bytes / bandwidth + 2 · latency. One participant or zero bytes costs 0.
     """
     if num_bytes < 0:
         raise ValueError(f"negative message size {num_bytes}")
@@ -697,5 +707,5 @@ def allreduce_time_s(num_bytes: float, link: LinkConfig, participants: int = 2) 
         raise ValueError(f"participants must be positive, got {participants}")
     if participants == 1 or num_bytes == 0:
         return 0.0
-    n = participants
-    return 2 * (n - 1) / n * num_bytes / link.bandwidth_bytes_per_s + 2 * (n - 1) * link.latency_s
+    volume, steps = ring_allreduce_traffic(num_bytes, participants)
+    return volume / link.bandwidth_bytes_per_s + steps * link.latency_s

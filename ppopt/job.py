@@ -159,6 +159,7 @@ from ppopt.costs import (
     logits_forward_flops,
     microbatch_size,
     partition_layers,
+    ring_allreduce_traffic,
     stage_costs,
     stored_activation_bytes_per_layer,
     work_time_s,
@@ -560,8 +561,7 @@ def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, sy
     """Ring all-reduce of ``num_bytes`` over ``ranks`` GPUs ``stride`` ranks apart (``span`` = stride·ranks).
 
     ``2(n-1)/n · bytes`` over the slowest link of the ring plus ``2(n-1)`` link latencies
-    (Patarasuk and Yuan 2009, "Bandwidth optimal all-reduce algorithms for clusters of
-    workstations", J. Parallel Distrib. Comput. 69(2)). The ring crosses nodes iff span > devices_per_node (placement in the module
+    (:func:`ppopt.costs.ring_allreduce_traffic`). The ring crosses nodes iff span > devices_per_node (placement in the module
     doc). Then its inter-node hops carry the volume over the network links of its k members on a
     node: the collective library splits the data over several rings (channels) and lays them over
     the NICs of the node's members, so the group gets k times a device's link with one NIC per
@@ -572,14 +572,14 @@ def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, sy
     """
     if ranks <= 1 or num_bytes == 0:
         return Work()
-    volume = 2 * (ranks - 1) / ranks * num_bytes
+    volume, steps = ring_allreduce_traffic(num_bytes, ranks)
     per_node = system.devices_per_node
     if span <= per_node:
-        return Work(intra_bytes=volume, intra_hops=2.0 * (ranks - 1))
+        return Work(intra_bytes=volume, intra_hops=steps)
     members_on_node = max(1, per_node // stride) if stride <= per_node else 1
     if system.inter_node_per == "node":
-        return Work(inter_bytes=volume * (per_node // members_on_node), inter_hops=2.0 * (ranks - 1))
-    return Work(inter_bytes=volume / members_on_node, inter_hops=2.0 * (ranks - 1))
+        return Work(inter_bytes=volume * (per_node // members_on_node), inter_hops=steps)
+    return Work(inter_bytes=volume / members_on_node, inter_hops=steps)
 
 
 def stages_per_node(job: Job) -> int:
@@ -706,6 +706,8 @@ def job_work(job: Job) -> JobWork:
         units_f, units_i, units_w, units_core = _kernel_units(model, b, t, n_exp)
     else:  # the bytes a block would store, once per op; every FLOP at the reference size (module doc)
         traffic_f = traffic_i = traffic_w = elementwise
+        # the re-run attention core's score tensors (their 5·a·s²·b/t bytes at fp16 with dropout),
+        # written by the recomputed forward and read again by the backward: twice their bytes
         traffic_core = 2 * scores / t
         units_f, units_i, units_w, units_core = units(f_gemm), units(f_gemm + core), units(weight_flops), units(core)
     collectives = 2.0 if t > 1 else 0.0  # the block's two tensor-parallel all-reduces per pass

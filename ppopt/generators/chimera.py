@@ -122,7 +122,8 @@ def chimera_asym(devices: int, microbatches: int, split: object = (1, 2)) -> Sch
 def chimera_formula(devices: int, microbatches: int, backward: int = 1):
     """Chimera's closed forms in the unit model (F = 1, B = ``backward`` slots).
 
-    Li & Hoefler, SC'21: bubble ratio (p-2)/(2m+p-2) (idle / total). This assumes *perfect
+    Li & Hoefler, SC'21, Table 1 (Chimera's row, D = p stages, N = m microbatches): bubble ratio
+    (p-2)/(2m+p-2) (idle / total). This assumes *perfect
     interleaving* of basic units for m > p (no extra idle between units); a table built by direct
     concatenation is worse for m > p (see tests/test_chimera.py). Length: each device is busy
     m(1+b) slots, so length = m(1+b) / (1 - bubble) = (1+b)(m + (p-2)/2) (10 at p = m = 4, b = 1,

@@ -162,8 +162,9 @@ def hanayo_formula(devices: int, microbatches: int, backward: int = 1, waves: in
         peak_activations=tuple((2 * w - 1) * p + 1 + r for r in range(p)),
         weight_copies=(1,) * p,
         source=(
-            "Liu et al., SC'23 (Hanayo); bubble (p-1)/(2Wm+p-1) unverified against the paper, equal to "
-            "ppopt's table at m = p with F = B; peak: no closed form, ppopt's construction's measured count "
+            "Liu et al., SC'23 (Hanayo); bubble (p-1)/(2Wm+p-1): ppopt's own lower bound (proof in "
+            "ppopt.generators.hanayo; the form is unverified against the paper's text), equal to ppopt's table at m = p "
+            "with F = B; peak: no closed form, ppopt's construction's measured count "
             "(2W-1)p+1+r (bounded by 2Wp)"
         ),
     )

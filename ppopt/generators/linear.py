@@ -58,7 +58,7 @@ def _linear_formula(devices: int, microbatches: int, backward: int, peaks: tuple
 
 def gpipe_formula(devices: int, microbatches: int, backward: int = 1):
     """Bubble (p-1)/(m+p-1), length (m+p-1)(F+B); every device keeps all m activations (Huang et
-    al. 2019, Section 2.2)."""
+    al. 2019, Section 2.3)."""
     return _linear_formula(devices, microbatches, backward, (microbatches,) * devices, "Huang et al. 2019 (GPipe)")
 
 

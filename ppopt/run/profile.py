@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ppopt.config import FILE_MINIMA, LinkConfig
-from ppopt.costs import Costs, StageCost, partition_layers
+from ppopt.costs import Costs, StageCost, partition_layers, transfer_time_s
 from ppopt.errors import ConfigError
 from ppopt.generators import generate
 from ppopt.ir import Schedule
@@ -123,7 +123,7 @@ def unit_flags(costs: Costs, link: LinkConfig | None, devices: int | None = None
         raise ConfigError("every forward_s is 0: the unit model needs a positive forward (its slot)", field="costs")
     split = sum(c.input_grad_s + c.weight_grad_s for c in costs.stages) / n
     weight = sum(c.weight_grad_s for c in costs.stages) / n
-    message = 0.0 if link is None else link.latency_s + costs.stages[0].send_bytes / link.bandwidth_bytes_per_s
+    message = 0.0 if link is None else transfer_time_s(costs.stages[0].send_bytes, link)
     slot = forward * (n / devices if devices else 1)
     return {"forward": 1.0, "backward": round(split / forward, 2), "weight": round(weight / forward, 2),
             "comm": round(message / slot, 2)}

@@ -47,10 +47,7 @@ from dataclasses import dataclass
 from ppopt.ir import Kind
 from ppopt.placement import stages_by_device
 from ppopt.solve.capped_warmup import capped_warmup
-from ppopt.solve.heads import MAX_OPS, one_machine, round_trip, windows
-
-Duration = Callable[[int, Kind], float]  # (stage, kind) -> duration
-Delay = Callable[[int, int, int], float]  # (stage sending, device a, device b) -> delay
+from ppopt.solve.heads import MAX_OPS, Delay, Duration, one_machine, round_trip, windows
 
 
 @dataclass(frozen=True)
