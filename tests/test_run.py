@@ -548,6 +548,13 @@ def test_a_malformed_cost_preset_is_one_line(tmp_path):
     result = cli("run", "-s", "1f1b", "-p", 2, "-m", 2, "--compare", "--costs", path)
     assert result.exit_code == 1 and result.output.startswith(f"error: --costs: {path} was measured with threads 2, this run uses 1; "
                                                               "give the same --threads or profile again")
+    # another model: the options that differ named, not both models' dicts printed whole
+    model = dataclasses.asdict(ModelSize())
+    write_cost_preset(path, _costs(), None, {"dtype": "float32", "threads": 1, "model": {**model, "hidden": 2 * model["hidden"]}})
+    result = cli("run", "-s", "1f1b", "-p", 2, "-m", 2, "--compare", "--costs", path)
+    assert (result.exit_code, result.output) == (1, f"error: --costs: {path} was measured with another model (hidden "
+                                                     f"{2 * model['hidden']} vs {model['hidden']}: the preset's vs this run's); "
+                                                     "give the same model options or profile again\n")
     data = json.loads(path.read_text())  # a part freed at I larger than the activation: StageCost's own check, one line
     data["stages"][0]["input_grad_release_bytes"] = 2 * data["stages"][0]["activation_bytes"] + 1
     path.write_text(json.dumps(data))
@@ -842,6 +849,20 @@ def test_solver_commands_say_what_a_slot_of_a_cost_preset_is(tmp_path):
             "2/4 of its mean stage forward (1000 ms on its 2 stages): about 500 ms if time scales with the layers") in other.stderr
 
 
+def test_profile_prints_the_flags_of_the_ranks_it_profiled():
+    """A profile of 2 ranks with 2 stages each printed its flags "at p = 4" (the stage count), and
+    their comm was twice what `search -p 2 --costs` takes. Here 4 stages of F = 1 s and a 1.5 s
+    message: at p = 2 a slot is 2 stage forwards, so comm = 0.75 slot."""
+    from ppopt.config import LinkConfig
+    from ppopt.report.run import profile_text
+
+    stages = Costs(_costs().stages * 2, 1, 4)
+    link = LinkConfig(bandwidth_bytes_per_s=1e6, latency_s=0.5)
+    assert profile_text(stages, link, 2).endswith("(search, table; at p = 2, one slot = 2 mean stage F): --forward 1 "
+                                                  "--backward 2 --weight 1 --comm 0.75")
+    assert profile_text(stages, link).endswith("at p = 4, one slot = mean F): --forward 1 --backward 2 --weight 1 --comm 1.5")
+
+
 def test_a_profile_s_link_is_one_its_cost_file_can_hold():
     """Two noisy timings fitted 0.69 MB/s, which the profile wrote and every --costs reader refused
     (a file's least bandwidth is 1 MB/s): a fit under it is noise on one machine, taken as no cost
@@ -867,3 +888,6 @@ def test_files_named_alike_are_told_apart_and_one_file_runs_once(tmp_path, monke
     write_torch_csv(generate("gpipe", 2, 2), tmp_path / "y.csv")
     assert [s.name for s in _schedules(("a/x.csv", "b/x.csv", "y.csv", "./y.csv"), (), None, None, None)] == \
         ["a/x.csv", "b/x.csv", "y"]
+    # a file named as a family run beside it (1f1b.csv holding zb-h1, and -s 1f1b): its path tells it apart
+    write_torch_csv(generate("zb-h1", 2, 2), tmp_path / "1f1b.csv")
+    assert [s.name for s in _schedules(("1f1b.csv",), ("1f1b",), 2, 2, None)] == ["1f1b.csv", "1f1b"]

@@ -7,6 +7,8 @@ No test here starts a process: the launcher fails the test if it is called.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -103,6 +105,12 @@ def test_more_threads_than_the_limit_are_refused_before_any_rank_starts(no_launc
     _refused(cli(*command, "--threads", 100000), "error: --threads: must be at most 256 torch threads per rank, got 100000\n")
     _refused(cli(*command, "--threads", MAX_THREADS + 1), "error: --threads: must be at most 256 torch threads per rank, got 257\n")
     _refused(cli(*command, "--threads", 0), "error: --threads: must be >= 1, got 0\n")
+
+
+def test_a_one_word_vocabulary_is_refused_before_any_rank_starts(no_launch):
+    """--vocab 1 ran, and its gradient check passed comparing zeros: with one word the cross-entropy
+    and every gradient are 0."""
+    _refused(cli(*RUN, "--vocab", 1), "error: --vocab: must be >= 2 (one word makes every loss and gradient 0), got 1\n")
 
 
 def test_the_thread_limit_itself_reaches_the_ranks(launched):
@@ -292,6 +300,10 @@ def test_a_compare_profile_gets_what_is_left_of_the_timeout_and_its_failure_keep
     assert lines[-1] == ("error: --compare: the run's table is above, without its comparison: profiling for it failed (the "
                          "ranks did not finish within 10 s (--timeout); stopped all ranks); give --costs FILE from `ppopt "
                          "profile`, or a longer --timeout")
+    monkeypatch.setattr("ppopt.report.run.run_json", lambda results, settings, comparisons: {"runs": results})
+    as_json = cli(*RUN, "--compare", "--timeout", 10, "--json")  # no table there: the JSON is what came before
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout) == {"runs": ["result"]}
+    assert as_json.stderr.splitlines()[-1].startswith("error: --compare: the run's JSON is on standard output, without")
 
 
 @pytest.mark.parametrize("codes, errors, named", [

@@ -42,7 +42,8 @@ def run_options(command):
                      help="Parameter and activation type (float64 makes the gradient check tight)."),
         click.option("--timeout", type=FLOAT, default=120.0, show_default=True,
                      help="Seconds for every process group operation and for the run, from the launch of its ranks "
-                          "(starting Python and torch comes before); `run --compare` shares it with the profiles after the run."),
+                          "(starting Python and torch comes before); `run --compare` shares it with the profiles after "
+                          "the run, counted from before the run's torch start-up."),
     ]):
         wrapper = option(wrapper)
     return wrapper
@@ -73,7 +74,8 @@ def _schedules(files, names, devices, microbatches, chunks, legacy_backward=Fals
     if legacy_backward and not files:
         raise ConfigError("only applies to schedule files (the spelling of their backwards)", field="legacy_backward")
     schedules = [read_torch_csv_file(f, legacy_backward=legacy_backward) for f in files]
-    stems = [schedule.name for schedule in schedules]  # a/x.csv and b/x.csv: two rows named x, told apart by their paths
+    # a/x.csv and b/x.csv, or 1f1b.csv beside -s 1f1b: rows of one name, told apart by the files' paths
+    stems = [schedule.name for schedule in schedules] + list(names or ())
     schedules = [dataclasses.replace(schedule, name=str(f)) if stems.count(schedule.name) > 1 else schedule
                  for f, schedule in zip(files, schedules)]
     for file, schedule in zip(files, schedules):  # a file's rank count is no flag's: name the file
@@ -139,7 +141,8 @@ def run_command(files, names, devices, microbatches, chunks, legacy_backward, se
     else:
         click.echo(run_text(results, settings, comparisons))
     if failed is not None:
-        raise ConfigError(f"the run's table is above, without its comparison: profiling for it failed ({failed.reason}); "
+        where = "the run's JSON is on standard output" if as_json else "the run's table is above"
+        raise ConfigError(f"{where}, without its comparison: profiling for it failed ({failed.reason}); "
                           "give --costs FILE from `ppopt profile`, or a longer --timeout", field="with_compare")
     if check and any(r.check is not None and not r.check["ok"] for r in results):
         raise ConfigError("gradients differ from the non-pipelined model (see the table)")
@@ -171,7 +174,12 @@ def _presets(schedules, costs_file, settings, quiet: bool = False):
             "threads": (settings.threads, "the same --threads")}
     for key, (value, fix) in ours.items():
         if key in measured and measured[key] != value:
-            raise ConfigError(f"{costs_file} was measured with {key} {measured[key]}, this run uses {value}; "
+            theirs = measured[key]
+            if isinstance(value, dict) and isinstance(theirs, dict):  # name the model options that differ, not both dicts
+                fields = [f"{k} {theirs.get(k)} vs {value.get(k)}" for k in sorted(set(value) | set(theirs)) if theirs.get(k) != value.get(k)]
+                raise ConfigError(f"{costs_file} was measured with another model ({', '.join(fields)}: the preset's vs this "
+                                  f"run's); give {fix} or profile again", field="costs")
+            raise ConfigError(f"{costs_file} was measured with {key} {theirs}, this run uses {value}; "
                               f"give {fix} or profile again", field="costs")
     ranks = schedules[0].devices
     if isinstance(measured.get("devices"), int) and measured["devices"] != ranks:  # a note on the result, -q or not
@@ -269,7 +277,7 @@ def profile_command(devices, microbatches, chunks, settings, output, as_json, qu
     if as_json:
         emit_json(cost_preset_json(measured.costs, measured.link, about))
     else:
-        click.echo(profile_text(measured.costs, measured.link))
+        click.echo(profile_text(measured.costs, measured.link, devices))
     click.echo(f"wrote {output}", err=True)
 
 

@@ -73,17 +73,22 @@ def run_json(results: Sequence[JobResult], settings: RunSpec, comparisons: Seque
             "runs": runs}
 
 
-def profile_text(costs: Costs, link: LinkConfig | None) -> str:
-    """`profile`'s table: each stage's measured F, B, I and W (seconds) and the link it measured."""
+def profile_text(costs: Costs, link: LinkConfig | None, devices: int | None = None) -> str:
+    """`profile`'s table: each stage's measured F, B, I and W (seconds) and the link it measured;
+    then the unit-model flags at p = ``devices``, the ranks profiled [default: one per stage] (a
+    slot is a 1/p share's forward, so with 2 stages per rank the message is half as many slots)."""
     rows = [[s, c.layers, seconds(c.forward_s), seconds(c.backward_s), seconds(c.input_grad_s), seconds(c.weight_grad_s)]
             for s, c in enumerate(costs.stages)]
     text = render_table(["stage", "layers", "F", "B", "I", "W"], rows)
     from ppopt.run.profile import NO_SIZE_COST, unit_flags
 
-    flags = " ".join(f"--{k} {v:g}" for k, v in unit_flags(costs, link).items())
+    devices = devices or len(costs.stages)
+    flags = " ".join(f"--{k} {v:g}" for k, v in unit_flags(costs, link, devices).items())
     if link is not None:
         bandwidth = (f"bandwidth {link.bandwidth_bytes_per_s / 1e6:.4g} MB/s" if link.bandwidth_bytes_per_s < NO_SIZE_COST
                      else "no measurable cost per byte (the larger message was not slower by a bandwidth of at least 1 MB/s)")
         text += f"\nmessage ({costs.stages[0].send_bytes:.0f} bytes): latency {seconds(link.latency_s)}, {bandwidth}"
-    at = f"at p = {len(costs.stages)}, " if link is not None else ""
-    return text + f"\nas unit-model flags (search, table; {at}one slot = mean F): {flags}"
+    at = f"at p = {devices}, " if link is not None else ""
+    per = len(costs.stages) / devices
+    slot = "one slot = mean F" if per == 1 else f"one slot = {per:g} mean stage F"
+    return text + f"\nas unit-model flags (search, table; {at}{slot}): {flags}"

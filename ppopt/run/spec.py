@@ -85,6 +85,8 @@ class ModelSize:
                 raise ConfigError(f"must be >= 1, got {getattr(self, field)}", field=field)
             if getattr(self, field) > MAX_SIZE:
                 raise ConfigError(f"must be at most {MAX_SIZE}, got {getattr(self, field)}", field=field)
+        if self.vocab < 2:  # one word: the loss is 0 and every gradient 0, so the gradient check compares zeros
+            raise ConfigError(f"must be >= 2 (one word makes every loss and gradient 0), got {self.vocab}", field="vocab")
         if self.hidden % self.heads:  # named by the one changed from its default (--heads 3 named --hidden)
             changed = "heads" if self.hidden == type(self).hidden else "hidden"
             raise ConfigError(f"hidden size {self.hidden} is not a multiple of {self.heads} heads", field=changed)
