@@ -189,12 +189,14 @@ def test_ctrl_c_while_the_ranks_start_prints_only_aborted():
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     assert process.stderr is not None
     first = process.stderr.readline()  # "running 1 schedule(s) ...": the launch starts now
-    _wait_for_the_fork_server(session=process.pid)
+    server = _wait_for_the_fork_server(session=process.pid)
     _wait_until_ctrl_c_is_heard(process.pid)  # the launcher ignores it while it spawns the server; it imports torch for seconds
     os.killpg(process.pid, signal.SIGINT)
     _, rest = process.communicate(timeout=120)
     assert first.startswith(b"running 1 schedule(s) on 2 local ranks")
     assert (process.returncode, rest) == (1, b"\naborted\n")  # the line break ends the terminal's ^C, as click does
+    # nor does the server, which ignores Ctrl-C, import torch on for seconds after "aborted": killed and reaped
+    assert not os.path.exists(f"/proc/{server}") or "State:\tZ" in Path(f"/proc/{server}/status").read_text()
 
 
 def _wait_until_ctrl_c_is_heard(pid: int, timeout_s: float = 60.0) -> None:
@@ -307,9 +309,9 @@ def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def _wait_for_the_fork_server(session: int) -> None:
-    """Return once a process of ``session`` runs multiprocessing's fork server (it then imports
-    torch for seconds); fail after 60 s, skip where /proc does not list processes."""
+def _wait_for_the_fork_server(session: int) -> int:
+    """The pid of a process of ``session`` running multiprocessing's fork server, once there is one
+    (it then imports torch for seconds); fail after 60 s, skip where /proc does not list processes."""
     import time
     from pathlib import Path
 
@@ -321,7 +323,7 @@ def _wait_for_the_fork_server(session: int) -> None:
             try:
                 fields = stat.read_text().rsplit(")", 1)[1].split()
                 if int(fields[3]) == session and b"forkserver" in (stat.parent / "cmdline").read_bytes():
-                    return
+                    return int(stat.parent.name)
             except (OSError, IndexError, ValueError):
                 continue  # gone meanwhile
         time.sleep(0.01)

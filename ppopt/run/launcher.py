@@ -10,6 +10,7 @@ every rank and says so. Nothing is left running.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import multiprocessing
@@ -102,7 +103,26 @@ def launch(spec: RunSpec, on_started: Callable[[list], None] | None = None) -> l
     from ppopt.run.worker import child
 
     with sigterm_as_ctrl_c():  # `kill` stops the ranks and removes the folder, as Ctrl-C does
-        return _launch(spec, child, on_started)
+        try:
+            return _launch(spec, child, on_started)
+        except KeyboardInterrupt:
+            _stop_server()
+            raise
+
+
+def _stop_server() -> None:
+    """Kill the fork server and reap it: after a Ctrl-C it ignores, one that was still importing
+    torch ran on at a full core for seconds after the command had said ``aborted``. (A later
+    launch in the same process starts a new one.)"""
+    import multiprocessing.forkserver
+
+    server = multiprocessing.forkserver._forkserver  # the module's one server (private, hence the care)
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        server._stop()  # type: ignore[attr-defined]  # closes its pipe and reaps it
 
 
 def _launch(spec: RunSpec, child: Callable, on_started: Callable[[list], None] | None) -> list[dict]:
