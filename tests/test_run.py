@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
