@@ -16,7 +16,8 @@ The space (:func:`layouts`, :func:`enumerate_jobs`)
     * every micro batch size dividing the global batch per replica (global batch / d);
     * every recomputation mode (none, selective, full) and every requested schedule a job supports
       (by default every family of :data:`ppopt.job.SCHEDULES` but chimera-asym, :data:`DEFAULT_SCHEDULES`;
-      with p = 1 only the one keeping the fewest activations, 1F1B by default), each with its options:
+      with p = 1 only the one keeping the fewest activations, 1F1B by default, and only its option set
+      with the fewest stages), each with its options:
       interleaved-1f1b and looped-bfs with every ``chunks`` c ≥ 2 for which c·p divides the layers
       (with the balanced split, every c with c·p at most the layers),
       Hanayo with ``waves`` 1 and 2 (when 2W·p stages fit the layers). A family the generator does
@@ -378,8 +379,16 @@ def _schedules(request: PlanRequest, p: int, m: int) -> tuple[tuple[str, dict[st
     """The (family, options) pairs of a p-device pipeline with m microbatches (:func:`_variants`)
     that are defined there."""
     names = (_single_device(request.schedules, m),) if p == 1 else request.schedules
-    return tuple((name, options) for name in names for options in _variants(request, name, p)
+    return tuple((name, options) for name in names for options in _one_device_variants(request, name, p)
                  if _defined(name, p, m, tuple(sorted(options.items()))))
+
+
+def _one_device_variants(request: PlanRequest, name: str, p: int) -> list[dict[str, Any]]:
+    """:func:`_variants`, of which one device (p = 1) keeps the one with the fewest stages: there its
+    chunks only cut the same ops finer (interleaved 1F1B filled a plan's table with v2 ... v32 copies
+    of one job, 0.015 s apart)."""
+    variants = _variants(request, name, p)
+    return variants if p > 1 else sorted(variants, key=lambda v: stages_per_device(name, **v))[:1]
 
 
 ScheduleKey = tuple[str, int, int, tuple[tuple[str, Any], ...]]
@@ -390,7 +399,7 @@ def _schedule_keys(request: PlanRequest, p: int, m: int) -> list[ScheduleKey]:
     """The schedules :func:`_schedules` generates to find the (family, options) pairs of a p-device
     pipeline with m microbatches: every option set of every family; with p = 1 every family at its
     default options with m and 2m microbatches (:func:`_single_device`; the one chosen then adds
-    its other option sets, none for 1F1B)."""
+    its option set with the fewest stages, :func:`_one_device_variants`, if that is not its default)."""
     if p == 1:
         return [(name, 1, k, ()) for name in request.schedules for k in (m, 2 * m)]
     return [(name, p, m, tuple(sorted(options.items()))) for name in request.schedules for options in _variants(request, name, p)]

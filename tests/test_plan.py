@@ -546,6 +546,15 @@ def test_every_family_is_enumerated_by_default_with_its_chunks_and_waves():
     assert all(32 % j.stages == 0 for j in jobs if j.schedule in ("interleaved-1f1b", "looped-bfs"))
 
 
+def test_one_device_keeps_one_chunk_count():
+    """With p = 1 chunks only cut the same ops finer: `plan -s interleaved-1f1b` listed v2, v4, v8,
+    v16 and v32 of one t2 p1 d4 job, 0.015 s apart, above every pipelined one. One device keeps the
+    option set with the fewest stages (32 layers: 2 chunks); p = 2 keeps every count."""
+    jobs = list(enumerate_jobs(PlanRequest(LLAMA8, H100, 8, global_batch=16, schedules=("interleaved-1f1b",))))
+    assert {j.chunks for j in jobs if j.pp == 1} == {2}
+    assert {j.chunks for j in jobs if j.pp == 2} == {2, 4, 8, 16}
+
+
 def test_explicit_counts_go_to_every_job_with_as_many_stages():
     counts = (5, 4, 4, 4, 4, 4, 4, 3)
     request = PlanRequest(LLAMA8, H100, 8, global_batch=16, split=counts, recompute=("full",))
