@@ -435,6 +435,17 @@ def test_job_prints_a_fractional_memory_capacity_as_given(tmp_path):
         assert result.output.splitlines()[-1].endswith(f" in {shown} GB)"), result.output
 
 
+def test_job_prints_a_peak_near_the_capacity_with_the_digits_that_tell_them_apart():
+    """Llama 3 70B, t4 p8 d2 b4, ZB-H2, full recomputation: a peak of 80.02 GB read "80.0 GB per GPU
+    (does NOT fit in 80 GB)"; it takes the decimals it needs, as plan's 80.02 GB."""
+    args = ["job", "--model", "llama3-70b", "--system", "dgx-h100", "--tp", "4", "--pp", "8", "--dp", "2", "--micro-batch", "4",
+            "-s", "zb-h2", "--recompute", "full", "--sequence-parallel", "--distributed-optimizer"]
+    peak = json.loads(run(*args, "--json").stdout)["peak_memory_bytes"] / 1e9
+    assert 80 < peak < 80.05  # over the capacity by less than one decimal's half
+    line = run(*args).output.splitlines()[-1]
+    assert line == f"peak memory {peak:>10.2f} GB per GPU (does NOT fit in 80 GB)"
+
+
 def test_plan_says_by_how_much_the_closest_job_misses_a_limit_it_rounds_to():
     """Llama 3 8B on 8 H100s, a limit 1,000 bytes below what the closest job over 80 GB needs: two
     decimals print the need as the limit itself (80.0039 GB once read "needs 80.00 GB" under a limit

@@ -419,7 +419,10 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     fits = "fits" if figures["fits_memory"] else "does NOT fit"
     capacity = job.system.memory_capacity_bytes / 1e9
     shown = fixed(capacity, 0) if capacity == round(capacity) else f"{capacity:.4g}"  # 80 GB, 16.55 GB, 0.5 GB
-    click.echo(f"peak memory {fixed(result.peak_memory_bytes / 1e9, 1, 10)} GB per GPU ({fits} in {shown} GB)")
+    peak, decimals = result.peak_memory_bytes / 1e9, 1
+    while decimals < 4 and round(peak, decimals) == round(capacity, decimals):  # 80.02 GB read "80.0 GB (does NOT fit in 80 GB)"
+        decimals += 1
+    click.echo(f"peak memory {fixed(peak, decimals, 10)} GB per GPU ({fits} in {shown} GB)")
 
 
 def _prediction_json(prediction) -> dict | None:
