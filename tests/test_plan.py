@@ -167,6 +167,20 @@ def test_a_balanced_plan_is_never_slower_than_the_even_one(schedule):
     assert balanced.both_splits > 0
 
 
+def test_the_header_s_counts_add_up_with_both_splits():
+    """"3135 jobs: 2347 over the memory limit, 1284 evaluated (496 ... alike)": 2347 + 1284 is not
+    3135, as the jobs taken with both splits are evaluated twice; the header now says how they meet."""
+    import re
+
+    header = run("plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--layers-per-stage", "balanced",
+                 "--search", 0, "-q", "-s", "chimera", "-s", "v-min").stdout.splitlines()[1]
+    found = re.match(r"(\d+) jobs: (\d+) over the memory limit .*, (\d+) evaluated \(the (\d+) jobs within the limit, "
+                     r"(\d+) of them with the balanced and the even split alike\)$", header)
+    assert found is not None, header
+    total, over, evaluated, within, both = map(int, found.groups())
+    assert both > 0 and within == total - over and evaluated == within + both
+
+
 def test_split_exports():
     assert megatron_layout((7, 8, 8, 7)) == "Et*7|t*8|t*8|t*7L"
     assert megatron_layout((1, 2)) == "Et|t*2L"

@@ -432,8 +432,10 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
             needs = f"{memory.peak_bytes / 1e9:.12g}"
         line += f" (closest: {describe(job)} needs {needs} GB, {memory.bound()})"
     line += f", {evaluated} evaluated"
-    if result.both_splits:
-        line += f" ({result.both_splits} of the jobs within the limit with the balanced and the even split alike)"
+    if result.both_splits:  # splits are evaluated, jobs counted: say how the two counts meet
+        within = result.enumerated - result.over_limit
+        line += (f" (the {within} jobs within the limit, {result.both_splits} of them with the balanced and the even "
+                 "split alike)")
     if result.unevaluated:
         line += f", {result.unevaluated} not evaluated (time limit; those estimated slowest)"
     click.echo(line)
