@@ -446,6 +446,15 @@ def test_job_prints_a_peak_near_the_capacity_with_the_digits_that_tell_them_apar
     assert line == f"peak memory {peak:>10.2f} GB per GPU (does NOT fit in 80 GB)"
 
 
+def test_job_notes_tensor_parallelism_across_nodes():
+    """job took t = 16 on 8-GPU nodes without a word, a layout plan never offers."""
+    across = run("job", "--model", "gpt3-175b", "--system", "dgx-h100", "--tp", "16", "--pp", "8", "--global-batch", "8")
+    assert across.exit_code == 0 and ("note: tensor parallelism 16 spans 2 nodes of 8 GPUs, so every block's all-reduces "
+                                      "cross the network (`ppopt plan` keeps t within a node)\n") in across.stderr
+    within = run("job", "--model", "gpt3-175b", "--system", "dgx-h100", "--tp", "8", "--pp", "8", "--global-batch", "8")
+    assert within.exit_code == 0 and "spans" not in within.stderr
+
+
 def test_plan_says_by_how_much_the_closest_job_misses_a_limit_it_rounds_to():
     """Llama 3 8B on 8 H100s, a limit 1,000 bytes below what the closest job over 80 GB needs: two
     decimals print the need as the limit itself (80.0039 GB once read "needs 80.00 GB" under a limit

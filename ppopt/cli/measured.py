@@ -382,6 +382,10 @@ def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, sc
     with working(f"job {job.describe()}", quiet):
         result = evaluate_job(job)
     note_selective_saves_nothing(job.model, job.recompute)
+    if job.tp > job.system.devices_per_node:  # modelled, but no layout plan would choose: said, as plan never offers it
+        click.echo(f"note: tensor parallelism {job.tp} spans {job.tp // job.system.devices_per_node} nodes of "
+                   f"{job.system.devices_per_node} GPUs, so every block's all-reduces cross the network "
+                   "(`ppopt plan` keeps t within a node)", err=True)
     tokens, mfu = throughput(job, result.step_time_s)
     figures = {
         "model": job.model.name, "system": job.system.name, **job.layout_json(), "global_batch": job.batch, "gpus": job.gpus,
