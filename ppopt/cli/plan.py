@@ -483,16 +483,19 @@ NEAR_MEMORY = 0.9
 
 
 def _near_first(rows) -> str | None:
-    """A line naming the best-ranked job that is as fast as #1 (within :data:`NEAR_STEP`) on much less
-    memory (:data:`NEAR_MEMORY`): the table ranks by step time alone, and a 0.03 % gain that fills
-    the GPU is rarely worth it. None when no such job is listed."""
+    """A line naming the listed job that needs the least memory of those as fast as #1 (within
+    :data:`NEAR_STEP`) on much less memory (:data:`NEAR_MEMORY`), the best-ranked among equals: the
+    table ranks by step time alone, and a 0.03 % gain that fills the GPU is rarely worth it (with
+    #2 to #4 tied, #2 was named though #4 needed half its memory). None when no such job is listed."""
     first = rows[0]
-    for k, row in enumerate(rows[1:], start=2):
-        if row.step_time_s <= first.step_time_s * (1 + NEAR_STEP) and row.memory.peak_bytes <= NEAR_MEMORY * first.memory.peak_bytes:
-            slower = row.step_time_s / first.step_time_s - 1
-            return (f"#{k} ({row.job.describe()}, {row.job.schedule_label}) is within {100 * slower:.2f} % of #1's step with "
-                    f"{(first.memory.peak_bytes - row.memory.peak_bytes) / 1e9:.1f} GB less per GPU")
-    return None
+    near = [(row.memory.peak_bytes, k, row) for k, row in enumerate(rows[1:], start=2)
+            if row.step_time_s <= first.step_time_s * (1 + NEAR_STEP) and row.memory.peak_bytes <= NEAR_MEMORY * first.memory.peak_bytes]
+    if not near:
+        return None
+    _, k, row = min(near, key=lambda item: item[:2])
+    slower = row.step_time_s / first.step_time_s - 1
+    return (f"#{k} ({row.job.describe()}, {row.job.schedule_label}) is within {100 * slower:.2f} % of #1's step with "
+            f"{(first.memory.peak_bytes - row.memory.peak_bytes) / 1e9:.1f} GB less per GPU")
 
 
 def _job_command(job, model: str, system: str) -> str:
