@@ -883,3 +883,19 @@ def test_the_memory_bound_carries_no_float_noise():
     data = json.loads(run("search", "--unit", "-p", 8, "-m", 16, "--comm", 1, "--space", "placement=v,backward=split",
                           "--memory-limit", 1, "--json", "-q", "--time-limit", 10, "--deterministic-time", 0.05).stdout)
     assert data["analytic_bounds_s"]["memory"] == 378.5
+
+
+def test_the_family_is_optimal_where_its_one_member_is(tmp_path):
+    """A 4-layer model where only the linear placement fits 7 GiB: placement=linear said optimal
+    (a 0.09 % gap, within the ticks' rounding), placement=family feasible for the same schedule and
+    bound, as it asked for a gap of 0 where every search allows the rounding (README, Solver ticks)."""
+    model = tmp_path / "tiny4v.toml"
+    model.write_text('name = "tiny4v"\nnum_layers = 4\nhidden_size = 4096\nffn_hidden_size = 14336\nnum_attention_heads = 32\n'
+                     'num_kv_heads = 8\nvocab_size = 1024\nseq_length = 8192\nglobal_batch_size = 8\nactivation = "swiglu"\n'
+                     'flash_attention = true\ndropout = false\ntie_embeddings = false\nlearned_position_embeddings = false\n')
+    common = ["search", "--model", model, "--system", "dgx-h100", "-p", 4, "-m", 8, "--global-batch", 8, "--memory-limit", "7GiB",
+              "--workers", 1, "--json", "-q"]
+    linear = json.loads(run(*common, "--space", "placement=linear").stdout)
+    family = json.loads(run(*common, "--space", "placement=family").stdout)
+    assert linear["status"] == "optimal" and 0 < linear["gap"] <= linear["rounding_cost"]
+    assert (family["status"], family["step_time_s"], family["bound_s"]) == ("optimal", linear["step_time_s"], linear["bound_s"])

@@ -1070,3 +1070,24 @@ def test_a_misspelt_schedule_option_is_refused_by_parse_space_and_evaluate_sched
     with pytest.raises(ScheduleError, match="unknown schedule option"):
         evaluate_schedule(generate("1f1b", 4, 8), with_formula=True, chunk=3)
     assert parse_space("placement=looped", chunks=3).chunks == 3
+
+
+def test_the_family_shares_its_time_among_the_members_it_searches(monkeypatch):
+    """placement=family gave each member a share counted over all four, so on 4 devices, where
+    zigzag with one wave is the V and is skipped, the V search got half the time left instead of all
+    of it (15.9 s of a 25 s limit used). The shares now count the members searched: linear, looped
+    and V, a third, a half and all of what is left."""
+    import inspect
+
+    shares = []
+    original = SolveOptions.share
+
+    def recorded(self, parts):
+        if inspect.stack()[1].function == "_search_family":
+            shares.append(parts)
+        return original(self, parts)
+
+    monkeypatch.setattr(SolveOptions, "share", recorded)
+    spec = InstanceSpec(4, 8, UnitCosts(comm=1.0))
+    result = search(spec, parse_space("placement=family"), SolveOptions(30, deterministic_time=0.5))
+    assert shares == [3, 2, 1] and result.step_time is not None
