@@ -554,21 +554,22 @@ def test_a_family_search_searches_one_stage_map_once():
     assert placement_of(replace(one, placement="v"), 4) == placement_of(replace(one, placement="zigzag"), 4)
     result = run("search", "--unit", "-p", 4, "-m", 8, "--space", "placement=family", "--time-limit", 5, "--no-grid")
     assert result.exit_code == 0, result.output
-    assert "skipped placement=zigzag: the same stage map as placement=v, searched once" in result.stderr
+    assert "skipped placement=zigzag: the same stage map as placement=v\n" in result.stderr
     two = run("search", "--unit", "-p", 4, "-m", 8, "--space", "placement=family,waves=2", "--time-limit", 5, "--no-grid")
     assert two.exit_code == 0 and "same stage map" not in two.stderr
 
 
 def test_a_family_search_reports_the_parts_of_its_own_bound():
-    """placement=family's bound is its weakest member's (here v or zigzag, unproven at 42.5), but
-    the solver, analytic and period bounds beside it were the winning linear member's (46, 46, 45):
-    bounds above the one they make up. Every part shown is now at most the bound."""
+    """placement=family's bound is its weakest member's (v's, unproven at 42.5 when it had a quarter
+    of the time, proven since it shares it with linear and looped alone), but the solver, analytic
+    and period bounds beside it were the winning linear member's (46, 46, 45): bounds above the one
+    they make up. Every part shown is now at most the bound."""
     result = run("search", "-p", 4, "-m", 8, "--unit", "--comm", 1, "--memory-limit", 4, "--space", "placement=family",
                  "--time-limit", 100, "--deterministic-time", 0.3, "--seed", 1, "-q", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     parts = [data["solver_bound_s"] or 0.0, *data["analytic_bounds_s"].values(), data["period_bound_s"] or 0.0]
-    assert max(parts) <= data["bound_s"] < data["step_time_s"]
+    assert max(parts) <= data["bound_s"] <= data["step_time_s"]
     assert data["bound_s"] in parts
 
 
@@ -899,3 +900,12 @@ def test_the_family_is_optimal_where_its_one_member_is(tmp_path):
     family = json.loads(run(*common, "--space", "placement=family").stdout)
     assert linear["status"] == "optimal" and 0 < linear["gap"] <= linear["rounding_cost"]
     assert (family["status"], family["step_time_s"], family["bound_s"]) == ("optimal", linear["step_time_s"], linear["bound_s"])
+
+
+def test_no_reported_bound_lies_above_the_step():
+    """Llama 3 8B, p = 4, m = 8 under 50 GiB: the period bound read 7.682866663314595 s beside a step
+    and bound of 7.682866663314584 s (float sums' last bits), so 'bound <= step' failed on the JSON."""
+    data = json.loads(run("search", "--model", "llama3-8b", "--system", "dgx-h100", "-p", 4, "-m", 8, "--global-batch", 8,
+                          "--workers", 1, "--memory-limit", "50GiB", "--json", "-q").stdout)
+    parts = [data["bound_s"], data["period_bound_s"], data["solver_bound_s"], *data["analytic_bounds_s"].values()]
+    assert data["period_bound_s"] is not None and all(bound <= data["step_time_s"] for bound in parts)

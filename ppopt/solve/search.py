@@ -16,7 +16,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import astuple, dataclass, fields, replace
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -1444,9 +1444,9 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         simulation=best.simulation,
         step_time=step,
         bound=bound,
-        solver_bound=best.solver_bound,
+        solver_bound=never_above(best.solver_bound, step),
         solver_objective=best.solver_objective,
-        analytic=setup.analytic,
+        analytic=Bounds(*(never_above(value, step) for value in astuple(setup.analytic))),  # each part as the bound
         gap=gap,
         hint=hint.name if hint else None,
         hint_step_time=hint.simulation.step_time_s if hint else None,
@@ -1464,7 +1464,8 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         note=note,
         rounding_cost=setup.rounding,
         period=_describe(setup),
-        period_bound=setup.period_bound,
+        # as the bound: a period bound met by the step is reported as the step, not 1e-14 above it
+        period_bound=None if setup.period_bound is None else never_above(setup.period_bound, step),
         memory_unit=setup.instance.memory_unit,
     )
 
@@ -1540,10 +1541,12 @@ def _model_layers(spec: InstanceSpec) -> int | None:
 
 def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> SearchResult:
     """``placement=family``: search each member placement in turn, each with an equal share of the
-    time left; the best schedule wins and the bound is the smallest member bound (the optimum over a
-    union). Members not reached within the time limit (:func:`too_late`) are skipped; the union then
-    has no proven bound (reported as 0, gap unknown). With a model, members with more stages than
-    it has layers are skipped (the union is then over the others), each with a note."""
+    time left among those still to search; the best schedule wins and the bound is the smallest
+    member bound (the optimum over a union). Left out first, each with a note: a member with the
+    stage map of one before it (zigzag with one wave is the V) and, with a model, one with more
+    stages than it has layers (the union is then over the others). Members not reached within the
+    time limit (:func:`too_late`) are skipped; the union then has no proven bound (reported as 0,
+    gap unknown)."""
     results: list[SearchResult] = []
     unsearched = []
     least: tuple[float, str] | None = None  # the smallest member memory minimum, and its refusal
@@ -1557,7 +1560,7 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
             continue
         stage_map = placement_of(member_space, spec.devices) or (member,)
         if stage_map in maps:
-            options.note(f"skipped placement={member}: the same stage map as placement={maps[stage_map]}, searched once")
+            options.note(f"skipped placement={member}: the same stage map as placement={maps[stage_map]}")
             continue
         maps[stage_map] = member
         pending.append((member, member_space))
