@@ -909,3 +909,19 @@ def test_no_reported_bound_lies_above_the_step():
                           "--workers", 1, "--memory-limit", "50GiB", "--json", "-q").stdout)
     parts = [data["bound_s"], data["period_bound_s"], data["solver_bound_s"], *data["analytic_bounds_s"].values()]
     assert data["period_bound_s"] is not None and all(bound <= data["step_time_s"] for bound in parts)
+
+
+def test_a_hint_file_over_the_memory_limit_is_said(tmp_path):
+    """search --schedule-file with a schedule over the limit reported another hint and no word of it:
+    1F1B on 4 devices keeps 4 activations on device 0, over a limit of 3."""
+    path = tmp_path / "mine.csv"
+    assert run("export", "-s", "1f1b", "-p", 4, "-m", 8, "-o", path).exit_code == 0
+    result = run("search", "--unit", "-p", 4, "-m", 8, "--schedule-file", path, "--memory-limit", 3, "--time-limit", 10, "-q",
+                 "--no-grid", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["note"].endswith("hint mine needs 4 activations on its worst device, over the memory "
+                                                      "limit: not a schedule of the space (only a version fitted to the "
+                                                      "limit can start the search)")
+    fitting = run("search", "--unit", "-p", 4, "-m", 8, "--schedule-file", path, "--memory-limit", 4, "--time-limit", 10, "-q",
+                  "--no-grid", "--json")
+    assert "hint mine" not in (json.loads(fitting.stdout)["note"] or "")

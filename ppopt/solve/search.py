@@ -1434,6 +1434,10 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
         note = "; ".join(filter(None, (note, f"optimal in the solver's ticks, but the simulated step lies {100 * gap:.2f} % above the bound, "
                                        f"more than the rounding's {100 * setup.rounding:.2f} %: the simulation adds what the solver leaves out "
                                        "(link contention, replica all-reduce, blocked senders)")))
+    for over in (c for c in setup.candidates if c.given and not c.fits):  # the report names another hint: say why
+        need = format_amount(peak_use(setup.instance, over.simulation), setup.instance.memory_unit)
+        note = "; ".join(filter(None, (note, f"hint {over.name} needs {need} on its worst device, over the memory limit: "
+                                             "not a schedule of the space (only a version fitted to the limit can start the search)")))
     unit, hint = setup.instance.time_unit, setup.hint
     options.note(f"[{wall:7.2f}s] {status}: step {f'{step:.6g}' if step is not None else '-'} {unit}, bound {bound:.6g} {unit}"
                  + (f" ({note})" if note else ""))
