@@ -295,8 +295,9 @@ def frontier_text(result: Frontier, devices: int, microbatches: int, fmt: str = 
                              _header("bound", t, fmt), "status", _header("peak memory", m, fmt), "on the frontier", *over),
                             rows, fmt)
 
-    def peak_cell(peak: float | None) -> str:
-        return _amount(peak, m) + (f" {OVER_MEMORY}" if result.over_memory(peak) else "")
+    def peak_cell(peak: float | None) -> str:  # a need, rounded up as the limits are: one byte count, one figure
+        shown = gib(peak, up=True) if m == "bytes" and peak is not None else _amount(peak, m)
+        return shown + (f" {OVER_MEMORY}" if result.over_memory(peak) else "")
 
     points = render_table(
         ("memory limit", "best step", "bound", "status", "peak used"),
