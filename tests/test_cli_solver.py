@@ -925,3 +925,18 @@ def test_a_hint_file_over_the_memory_limit_is_said(tmp_path):
     fitting = run("search", "--unit", "-p", 4, "-m", 8, "--schedule-file", path, "--memory-limit", 4, "--time-limit", 10, "-q",
                   "--no-grid", "--json")
     assert "hint mine" not in (json.loads(fitting.stdout)["note"] or "")
+
+
+def test_a_limit_below_the_minimum_advises_only_settings_not_at_their_least():
+    """The refusal advised recomputation and a smaller micro batch to a job with full recomputation
+    and one sequence per microbatch; it names what would lower the need, and only that."""
+    common = ["search", "--model", "llama3-8b", "--system", "dgx-h100", "-p", 4, "-m", 8, "--memory-limit", "1GiB", "-q"]
+    plain = run(*common, "--global-batch", 64)  # 8 sequences per microbatch, no recomputation
+    assert plain.exit_code == 1 and plain.stderr.rstrip().endswith(
+        "; more tensor parallelism, recomputation, a smaller micro batch, or a distributed optimizer over data-parallel "
+        "replicas need less per device")
+    least = run(*common, "--global-batch", 8, "--recompute", "full")
+    assert least.exit_code == 1 and least.stderr.rstrip().endswith(
+        "; more tensor parallelism or a distributed optimizer over data-parallel replicas need less per device")
+    selective = run(*common, "--global-batch", 8, "--recompute", "selective")
+    assert "; more tensor parallelism, full recomputation, or a distributed optimizer" in selective.stderr

@@ -26,6 +26,7 @@ from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, counted, r
 from ppopt.flat import KIND_CODE
 from ppopt.flat import earliest_starts as flat_earliest_starts
 from ppopt.ir import Kind, Op, Schedule
+from ppopt.job import Parallelism
 from ppopt.placement import placement as named_placement
 from ppopt.placement import split_weights, stages_by_device
 from ppopt.simulate import Simulation, op_duration_s, simulate
@@ -677,17 +678,24 @@ def _check(spec: InstanceSpec, space: Space) -> None:
         )
 
 
-def _require_memory(instance: Instance, space: Space, placement, fixed: Simulation | None = None) -> None:
+def _require_memory(instance: Instance, space: Space, placement, fixed: Simulation | None = None,
+                    parallel: Parallelism | None = None) -> None:
     """Raise InfeasibleError when the memory limit is below what any schedule of the space needs
-    (:func:`minimum_memory`; ``fixed``: the simulation of a fixed space's schedule)."""
+    (:func:`minimum_memory`; ``fixed``: the simulation of a fixed space's schedule), naming the
+    job settings that would need less, those of ``parallel`` already at their least left out."""
     limit = instance.memory_limit
     if limit is None:
         return
     need, why = minimum_memory(instance, space, placement, fixed)
     if limit < need * (1 - 1e-12):
         unit = instance.memory_unit
-        hint = ("; more tensor parallelism, recomputation, a smaller micro batch, or a distributed optimizer over "
-                "data-parallel replicas need less per device" if unit == "bytes" else "")
+        job = parallel or Parallelism()
+        levers = ["more tensor parallelism",
+                  *(["recomputation" if job.recompute == "none" else "full recomputation"] if job.recompute != "full" else []),
+                  *(["a smaller micro batch"] if instance.costs.microbatch_size > 1 else []),
+                  *(["a distributed optimizer over data-parallel replicas"] if not job.distributed_optimizer else [])]
+        listed = ", ".join(levers[:-1]) + (", or " if len(levers) > 2 else " or ") + levers[-1] if len(levers) > 1 else levers[0]
+        hint = f"; {listed} need{'s' if len(levers) == 1 else ''} less per device" if unit == "bytes" else ""
         raise InfeasibleError(f"memory limit {format_amount(limit, unit)} is below the minimum "
                               f"{format_amount(need, unit, least=True)} any schedule of {space.describe()} needs ({why})"
                               f"{hint}", minimum=need)
@@ -741,7 +749,7 @@ def _prepare(spec: InstanceSpec, space: Space, options: SolveOptions, began: flo
         placement, split = template.placement, template.split_backward
     else:
         placement, split = placement_of(space, spec.devices), space.split_backward
-    _require_memory(instance, space, placement, candidates[0].simulation if space.fixed else None)
+    _require_memory(instance, space, placement, candidates[0].simulation if space.fixed else None, spec.parallel)
     ticks = _ticks(instance)
     tick, tick_duration, tick_delay, rounding = ticks
     analytic, analytic_ticks = _both_bounds(instance, placement, split, _even(space), ticks, options)
