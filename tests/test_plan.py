@@ -690,6 +690,13 @@ def test_a_family_no_job_takes_is_named_with_its_generator_s_reason():
     assert result.stderr.startswith("note: no job of dualpipe on 8 GPUs: at p = 8, m = 2: dualpipe needs m >= 2p")
     assert list(json.loads(result.stdout)["families_left_out"]) == ["dualpipe"]
     assert {row["schedule"] for row in json.loads(result.stdout)["top"]} == {"1f1b"}
+    # every family but 1F1B left out (a global batch of 2 on 512 GPUs): three named, the rest counted
+    many = run("plan", "--model", "llama3-8b", "--gpus", 512, "--system", "dgx-h100", "--global-batch", 2, "--search", 0, "-q",
+               "--json")
+    left_out = json.loads(many.stdout)["families_left_out"]
+    notes = [line for line in many.stderr.splitlines() if line.startswith("note: no job of") or "without a job here" in line]
+    assert len(left_out) > 4 and notes[:3] == [f"note: no job of {name} on 512 GPUs: {why}" for name, why in list(left_out.items())[:3]]
+    assert notes[3:] == [f"note: {len(left_out) - 3} more schedules without a job here either (--json lists each with its reason)"]
 
 
 # --------------------------------------------------------------------------------------------------
