@@ -488,8 +488,9 @@ def test_csv_format_is_one_table_with_one_header():
     lines = result.stdout.strip().splitlines()
     assert lines[0].startswith("model,rank,job,") and len(lines) == 1 + 2 * 2
     assert sum(line.startswith("model,") for line in lines) == 1
-    # what CSV leaves out is said once, on stderr
+    # what CSV leaves out is said once, on stderr, and no search where none ran (--search 0)
     assert result.stderr.count("note: --format csv prints the ranking only") == 1
+    assert "note: --format csv prints the ranking only; the stage split and the `ppopt job` line are" in result.stderr
 
 
 def test_ranking_changes_when_a_searched_schedule_overtakes():

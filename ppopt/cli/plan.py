@@ -419,8 +419,9 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
         text = _table(["model", *columns], [[request.model.name, *row] for row in rows], fmt)
         click.echo(text if header else text.split("\n", 1)[1])
         if header:
-            click.echo("note: --format csv prints the ranking only; the schedule search, the stage split and the "
-                       "`ppopt job` line are in the text, markdown and --json outputs", err=True)
+            left = ("the schedule search, " if searches else "") + "the stage split and the `ppopt job` line"
+            click.echo(f"note: --format csv prints the ranking only; {left} are in the text, markdown and --json outputs",
+                       err=True)
         return
     click.echo(f"{request.model.name} on {request.gpus:,} x {request.system.name}, global batch {request.batch:,}, "
                f"memory limit {_gb(request.limit)} GB per GPU")
