@@ -32,7 +32,7 @@ devices = [2]
 microbatches = [4]
 memory_limits = ["none"]
 time_limit_s = 20
-deterministic_time = 1
+deterministic_time = 10
 """
 
 # one point of 64 x 2,048 with two chunks per device: about 260,000 ops, seconds to evaluate
@@ -189,18 +189,19 @@ def test_a_bad_time_limit_is_one_line(tmp_path, value, shown):
 
 
 def test_the_cli_says_what_is_left_and_how_to_run_it(tmp_path, clock):
-    """The quick study's searches take 20 s each: a 10 s limit computes its evaluation points and
-    says the limit under which none of the searches runs; the quick study's nine searches end in
-    well under a second each, so there that limit is enough for all of them."""
-    result = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "10", "-q", "--json"])
+    """The quick study's searches keep 9.4 s each (2 units of deterministic time at 4 s, 5 % and 1 s
+    of margin, within their 20 s): a 5 s limit computes its evaluation points and says the limit
+    under which none of the searches runs; the quick study's nine searches end in well under a
+    second each, so there that limit is enough for all of them."""
+    result = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "out"), "--time-limit", "5", "-q", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["time_limit_reached"] and summary["missing"] == 9 and summary["computed"] == 90  # the 9 rows of searches
-    text = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "text"), "--time-limit", "10", "-q"]).output
+    text = CliRunner().invoke(main, ["sweep", "quick", "-o", str(tmp_path / "text"), "--time-limit", "5", "-q"]).output
     head = "time limit reached: rerun the same command to compute the 9 missing; a --time-limit under "
     assert head in text and "cannot start the longest of them" in text
     needed = int(text.split(head)[1].split()[0])
-    assert 22 <= needed <= 30  # 20 s, 5 % and 1 s of margin, the listing and rows.csv
+    assert 10 <= needed <= 15  # 9.4 s, the listing and rows.csv
     with pytest.raises(PpoptError, match="cannot cover any of the 9 points"):  # under it no search starts: refused
         run_sweep_with_limit(tmp_path / "out", clock.now + needed - 2)
     assert run_sweep_with_limit(tmp_path / "enough", clock.now + needed).missing == 0  # and here that limit is enough
@@ -333,18 +334,34 @@ def test_a_signal_just_after_a_row_is_appended_leaves_it_in_rows_csv_too(tmp_pat
 
 
 def test_a_rerun_that_can_make_no_progress_is_refused(tmp_path, clock):
-    """The quick study's evaluation points done, a rerun under 10 s could start none of its nine
-    searches (20 s each): it said "time limit reached" with exit 0 on every rerun. It is refused,
-    with the time the quickest point needs, and the rows stay."""
+    """The quick study's evaluation points done, a rerun under 5 s could start none of its nine
+    searches (9.4 s kept each): it said "time limit reached" with exit 0 on every rerun. It is
+    refused, with the time the quickest point needs, and the rows stay."""
     out = tmp_path / "out"
-    first = CliRunner().invoke(main, ["sweep", "quick", "-o", str(out), "--time-limit", "10", "-q", "--json"])
+    first = CliRunner().invoke(main, ["sweep", "quick", "-o", str(out), "--time-limit", "5", "-q", "--json"])
     assert first.exit_code == 0 and json.loads(first.stdout)["missing"] == 9
     rows = (out / "rows.jsonl").read_bytes()
-    again = CliRunner().invoke(main, ["sweep", "quick", "-o", str(out), "--time-limit", "10", "-q"])
+    again = CliRunner().invoke(main, ["sweep", "quick", "-o", str(out), "--time-limit", "5", "-q"])
     assert again.exit_code == 1
     assert again.output.startswith("error: --time-limit: ") and " s left, which cannot cover any of the 9 points: the shortest " \
-        "needs about 22.0 s; give more, or make the points smaller" in again.output
+        "needs about 9.4 s; give more, or make the points smaller" in again.output
     assert (out / "rows.jsonl").read_bytes() == rows
+
+
+def test_a_search_point_with_a_deterministic_time_is_kept_its_worth_of_it(tmp_path, clock):
+    """The quick study's searches (20 s, 2 units of deterministic time) took 0.1 s each, yet each kept
+    its 20 s before the deadline, so every study --time-limit under 32 s left them all out: a search with a
+    deterministic time keeps DETERMINISTIC_WALL_S per unit of it when that is less, with the margins."""
+    from ppopt.sweep.run import DETERMINISTIC_WALL_S, SEARCH_MARGIN, SEARCH_START_S
+
+    loaded = spec(tmp_path, SMALL.replace("deterministic_time = 10", "deterministic_time = 1"))  # time_limit_s 20
+    (search,) = [item for item in expand(loaded) if isinstance(item, GapItem)]
+    assert item_seconds(search) == SEARCH_START_S + SEARCH_MARGIN * DETERMINISTIC_WALL_S * 1 < 10
+    result = run_sweep(loaded, tmp_path / "out", deadline=clock.now + 12.0)  # 5 s would not do (above), 12 s does
+    assert result.missing == 0 and not result.time_limit_reached
+    for text in (SMALL, SMALL.replace("deterministic_time = 10\n", "")):  # 10 units may take 40 s; none, any time
+        (search,) = [item for item in expand(spec(tmp_path, text)) if isinstance(item, GapItem)]
+        assert item_seconds(search) == SEARCH_START_S + SEARCH_MARGIN * 20
 
 
 def test_an_evaluation_point_too_long_for_the_limit_is_not_started(tmp_path):

@@ -121,13 +121,27 @@ def csv_seconds(rows: int) -> float:
     return 0.05 + CSV_S_PER_ROW * rows
 
 
+DETERMINISTIC_WALL_S = 4.0
+"""Wall seconds one unit of CP-SAT deterministic time may take, for a search point's estimate: twice
+the 1.5 to 2 s measured on this project's 2-core machine (`search --deterministic-time` 5 and 20 at
+16 x 48: 10.3 and 32.9 s)."""
+
+
 def item_seconds(item: EvalItem | GapItem) -> float:
-    """Seconds to keep before the deadline to start ``item``: a search its time limit with
+    """Seconds to keep before the deadline to start ``item``: a search its time limit (or, when its
+    deterministic time ends it sooner, :data:`DETERMINISTIC_WALL_S` per unit of that) with
     :data:`SEARCH_MARGIN` and :data:`SEARCH_START_S`; an evaluation its estimated time
     (:data:`ppopt.evaluate.EVALUATE_S_PER_OP` per op: a 4.8-million-op point started under an 8 s
-    limit ran into the deadline on every rerun)."""
+    limit ran into the deadline on every rerun). The quick study's searches, 20 s with 2 units of
+    deterministic time, took 0.1 s each, and every --time-limit under 32 s left them all out."""
     if isinstance(item, GapItem):
-        return SEARCH_START_S + SEARCH_MARGIN * item.inputs[0]["time_limit_s"] if item.cost else 0.0  # cost 0: a row, no search
+        if not item.cost:  # a row, no search
+            return 0.0
+        first = item.inputs[0]
+        limit = first["time_limit_s"]
+        if first.get("deterministic_time"):
+            limit = min(limit, DETERMINISTIC_WALL_S * first["deterministic_time"])
+        return SEARCH_START_S + SEARCH_MARGIN * limit
     return evaluation_seconds(int(item.cost))
 
 
