@@ -1003,3 +1003,16 @@ def test_a_dangling_link_among_the_outputs_is_refused(tmp_path):
     with pytest.raises(PpoptError, match=f"cannot write {out / 'rows.jsonl'}: it is a link to {elsewhere}, which does not exist"):
         run_sweep(load_spec(write_spec(tmp_path)), out)
     assert not elsewhere.exists()
+
+
+def test_every_column_is_documented_and_the_readme_says_so():
+    """rows.csv's 60 columns were named nowhere but the header (units, lists, when gap is empty):
+    each has a line in COLUMN_DOCS, and the README's table is that reference as written now."""
+    from pathlib import Path
+
+    from ppopt.sweep.run import COLUMN_DOCS, COLUMNS, columns_markdown
+
+    assert list(COLUMN_DOCS) == list(COLUMNS) and all(COLUMN_DOCS.values())
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    summary = "(and keys of <code>rows.jsonl</code>, where lists stay lists)</summary>\n\n"
+    assert readme.split(summary, 1)[1].split("\n\n</details>", 1)[0] == columns_markdown()

@@ -74,6 +74,79 @@ METRIC_COLUMNS = (
 )
 #: Every column of ``rows.csv``, in order (a fixed header whatever the spec holds).
 COLUMNS = ("hash", "status", "reason") + INPUT_COLUMNS + METRIC_COLUMNS
+COLUMN_DOCS: dict[str, str] = {
+    "hash": "the point's digest over every input: a rerun reuses the row of the same hash",
+    "status": "ok, or skipped (the point does not apply; why in reason)",
+    "reason": "why a point was skipped",
+    "kind": "evaluate (three layers of one schedule) or gap (a handcrafted schedule against its space's bound)",
+    "schedule": "the family (`ppopt list`)",
+    "devices": "pipeline devices p",
+    "microbatches": "microbatches per step m",
+    "chunks": "interleaved-1f1b's and looped-bfs's stages per device",
+    "waves": "hanayo's waves W",
+    "split": "chimera-asym's layer split A:B",
+    "model": "the model preset or file (evaluate rows)",
+    "system": "the system preset or file (evaluate rows)",
+    "global_batch": "sequences per step (evaluate rows)",
+    "backward": "the table layer's B, slots of a 1/p share (F = 1)",
+    "tp": "tensor parallelism t ([job])",
+    "dp": "data parallelism d ([job])",
+    "micro_batch": "sequences per microbatch ([job])",
+    "recompute": "none, selective or full ([job])",
+    "sequence_parallel": "Megatron's sequence parallelism, true or false ([job])",
+    "distributed_optimizer": "optimizer state sharded over d, true or false ([job])",
+    "memory_limit": "gap rows: live activations of a 1/p share per device; empty: no limit",
+    "unit_forward": "gap rows' unit model: F, slots",
+    "unit_backward": "gap rows' unit model: B = I + W, slots",
+    "unit_weight": "gap rows' unit model: W, slots",
+    "unit_comm": "gap rows' unit model: a message, slots",
+    "time_limit_s": "gap rows: the search's time limit, seconds",
+    "deterministic_time": "gap rows: the search's CP-SAT deterministic time",
+    "seed": "gap rows: CP-SAT's random seed",
+    "model_digest": "digest of the model's fields (a changed file is a new point)",
+    "system_digest": "digest of the system's fields",
+    "formula_bubble_ratio": "the closed form's idle / total (empty where it does not hold)",
+    "formula_length": "the closed form's step, slots of the unit model (F = 1, B = backward)",
+    "formula_peak_activations_max": "the closed form's worst-device live activations, stage chunks",
+    "formula_weight_copies_max": "the closed form's worst-device weights, copies of a 1/p share",
+    "formula_outside": "why the closed form does not hold at these sizes",
+    "table_length": "the unit-slot table's step, slots",
+    "table_bubble_ratio": "the table's idle / total",
+    "table_peak_activations_max": "the table's worst-device live activations, stage chunks",
+    "sim_step_time_s": "the simulated pipeline step, seconds",
+    "sim_idle_ratio": "the simulation's idle / total",
+    "sim_peak_activation_bytes_max": "the worst device's simulated activations, bytes",
+    "sim_peak_memory_bytes_max": "the worst device's simulated peak, persistent state included, bytes",
+    "sim_persistent_bytes_max": "the worst device's weights, gradients and optimizer state, bytes",
+    "sim_over_memory": "whether a device's peak exceeds the system's memory, true or false",
+    "sim_memory_excess_bytes": "by how much, bytes (0 when it fits)",
+    "table_peak_activations": "per device, stage chunks (a list: ';' in CSV)",
+    "sim_peak_activation_bytes": "per device, bytes (a list)",
+    "sim_peak_memory_bytes": "per device, bytes (a list)",
+    "sim_persistent_bytes": "per device, bytes (a list)",
+    "solver_space": "the relaxed space whose bound the schedule is measured against",
+    "solver_status": "that space's search: optimal, feasible, or skipped (time limit)",
+    "solver_time_unit": "the unit of the solver columns' times: slots",
+    "solver_step": "the handcrafted schedule's simulated step",
+    "solver_best": "the best step the search found in the space",
+    "solver_bound": "a lower bound on every schedule of the space",
+    "gap": "(solver_step - solver_bound) / solver_bound; empty when the schedule is over memory_limit "
+           "(solver_fits false: it is no point of the space) or the space was not searched",
+    "solver_fits": "whether the schedule's peak is within memory_limit, true or false",
+    "solver_peak_memory": "the schedule's worst-device live activations (of a 1/p share)",
+    "solver_memory_semantics": "what memory_limit counts",
+    "solver_cut": "where the wall clock decided before the deterministic time, if it did: with deterministic_time "
+                  "set, a rerun repeats the row exactly only when this is empty",
+}
+"""What each column of ``rows.csv`` (and key of ``rows.jsonl``) holds, with its unit (README,
+"Sweeps of your own": :func:`columns_markdown`)."""
+
+
+def columns_markdown() -> str:
+    """The README's table of :data:`COLUMN_DOCS`, in column order."""
+    return "\n".join(["| column | holds |", "|---|---|", *(f"| `{name}` | {COLUMN_DOCS[name]} |" for name in COLUMNS)])
+
+
 #: The columns that hold text (or nothing); every other one holds a number, a yes/no, a list of
 #: numbers or nothing.
 TEXT_COLUMNS = frozenset({"hash", "status", "reason", "kind", "schedule", "split", "model", "system", "recompute",
