@@ -683,7 +683,9 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_rows_csv_is_written(tmp_path, 
     monkeypatch.setattr(sweeping, "run_item", item_then_term)
     spec = write_spec(tmp_path, SPEC.split("[solver]")[0])
     result = CliRunner().invoke(main, ["sweep", str(spec), "-o", str(tmp_path / "out"), "-q"])
-    assert (result.exit_code, result.output.strip()) == (1, "aborted")
+    # what is kept and how to go on, then "aborted" (only "aborted" was said)
+    assert (result.exit_code, result.output.strip()) == (1, f"interrupted: the rows computed are kept in {tmp_path / 'out'}; "
+                                                            "rerun the same command to compute the rest\n\naborted")
     written = list(csv.DictReader(io.StringIO((tmp_path / "out" / "rows.csv").read_text())))
     assert 0 < len(written) == len(lines(tmp_path / "out" / "rows.jsonl"))
     assert signal.getsignal(signal.SIGTERM) is before  # restored after the sweep

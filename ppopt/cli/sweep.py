@@ -59,8 +59,17 @@ def _run(loaded, output, executor, jobs, address, quiet, deadline, time_limit, k
             with make_executor(executor, jobs, address, deadline) as pool:
                 run_start = time.monotonic()
                 started_s = run_start - began
-                result = run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline, also_files=also_files,
-                                   also_dirs=also_dirs)
+                try:
+                    result = run_sweep(loaded, output, pool, progress=bar, kinds=kinds, deadline=deadline,
+                                       also_files=also_files, also_dirs=also_dirs)
+                except KeyboardInterrupt:  # the rows are kept (rows.csv written): say so before "aborted"
+                    start = "" if bar is not None else "\n"  # the bar's close ends its line; else the terminal's ^C
+                    if bar is not None:
+                        bar.close()
+                        bar = None
+                    click.echo(f"{start}interrupted: the rows computed are kept in {output}; rerun the same command to "
+                               "compute the rest", err=True)
+                    raise
         # the time spent before the run and kept after it (report, figures), plus what the run needs
         needed = None if not result.search_s else time_limit - (deadline - run_start) + result.search_s
         if needed is not None and needed <= time_limit:  # the longest could start: a rerun goes on ("under 1 s" read odd beside 1.5)
