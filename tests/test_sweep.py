@@ -1018,3 +1018,16 @@ def test_every_column_is_documented_and_the_readme_says_so():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     summary = "(and keys of <code>rows.jsonl</code>, where lists stay lists)</summary>\n\n"
     assert readme.split(summary, 1)[1].split("\n\n</details>", 1)[0] == columns_markdown()
+
+
+def test_a_run_of_one_kind_keeps_the_spec_s_other_rows(tmp_path):
+    """study --no-solver after a whole study counted the spec's own search rows as "rows of points
+    outside this spec (an earlier spec's)" and wrote rows.csv without them: they stay, and only the
+    rows of another spec are counted as such."""
+    loaded = load_spec(write_spec(tmp_path))
+    whole = run_sweep(loaded, tmp_path / "out")
+    csv_text = (tmp_path / "out" / "rows.csv").read_text()
+    evaluations = run_sweep(loaded, tmp_path / "out", kinds=("evaluate",))
+    assert evaluations.other_rows == 0 and evaluations.missing == 0 and evaluations.computed == 0
+    assert evaluations.points < whole.points and len(evaluations.rows) == len(whole.rows)
+    assert (tmp_path / "out" / "rows.csv").read_text() == csv_text

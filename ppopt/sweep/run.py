@@ -631,6 +631,10 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
                 kinds: tuple[str, ...], began: float, deadline: float | None) -> SweepResult:
     items = expand(loaded, kinds)
     order = {h: n for n, h in enumerate(h for item in items for h in item.hashes)}
+    # rows of this spec's other kind of point (study --no-solver's searches) are no earlier spec's:
+    # they stay in rows.csv and the result's rows, though this run neither computes nor counts them
+    spec_order = order if set(kinds) >= {"evaluate", "gap"} else \
+        {h: n for n, h in enumerate(h for item in expand(loaded) for h in item.hashes)}
     rows_path = out / "rows.jsonl"
     unreadable: list[int] = []
     existing = read_rows(rows_path, repair=True, unreadable=unreadable)
@@ -673,24 +677,25 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
         executor.abort()  # the items still running: their rows would come after the deadline
     finally:
         appender.close()
-        present = sorted((r for h, r in existing.items() if h in order), key=lambda r: order[r["hash"]])
+        present = sorted((r for h, r in existing.items() if h in spec_order), key=lambda r: spec_order[r["hash"]])
         with _signals_held():  # a Ctrl-C or SIGTERM now (at the deadline, say) acts once rows.csv is written
             atomic_write_text(out / "rows.csv", rows_csv(present))
-    ok = [r["hash"] for r in present if r.get("status") != "skipped"]
+    counted_rows = [r for r in present if r["hash"] in order]  # this run's kinds of point
+    ok = [r["hash"] for r in counted_rows if r.get("status") != "skipped"]
     longest_left = max(map(item_seconds, left), default=0.0)  # the longest point not started
     return SweepResult(
         output=out,
         points=len(order),
         computed=sum(h not in before for h in ok),
         reused=sum(h in before for h in ok),
-        skipped=len(present) - len(ok),
-        missing=len(order) - len(present),
+        skipped=len(counted_rows) - len(ok),
+        missing=len(order) - len(counted_rows),
         wall_time_s=time.monotonic() - began,
         rows=tuple(present),
         unreadable=tuple(unreadable),
-        time_limit_reached=(stopped or bool(left)) and len(present) < len(order),
+        time_limit_reached=(stopped or bool(left)) and len(counted_rows) < len(order),
         # from the run's start: listing and rows.jsonl so far, the search, then rows.csv and closing
         search_s=(started - began) + longest_left + after_s if longest_left else 0.0,
-        other_rows=sum(h not in order for h in existing),
+        other_rows=sum(h not in spec_order for h in existing),
         deferred=tuple(deferred),
     )
