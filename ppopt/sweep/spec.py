@@ -3,7 +3,7 @@
 A spec (``configs/studies/paper.toml`` is the full example)::
 
     description = "what this sweep is for"
-    schedules = ["gpipe", "1f1b", "chimera"]   # or "all"
+    schedules = ["gpipe", "1f1b", "chimera"]   # or "all", the default
     devices = [4, 8]
     microbatches = [8, 16, 32]
     models = ["study"]                         # presets or .toml/.json files (relative to the spec)
