@@ -1259,3 +1259,14 @@ def test_library_calls_of_the_plan_and_the_simulator_take_or_name_their_argument
     result = plan(PlanRequest("llama3-8b", "dgx-h100", 8, micro_batches=(2,), schedules=("1f1b",)))
     shown = repr(result)
     assert len(shown) < 600 and f"{len(result.rows)} evaluated" in shown and repr(result.rows[0].job) in shown
+
+
+def test_the_ranking_lists_every_job_the_search_table_names():
+    """--top 1 --search 2 listed one job and then a search row and rank moves for #2, which no table
+    showed: the ranking now lists as many jobs as were searched."""
+    text = run("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--top", 1, "--search", 2, "-q",
+               "-s", "1f1b", "--time-limit", 20).stdout.splitlines()
+    searched = text.index(next(line for line in text if line.startswith("schedule search (CP-SAT")))
+    ranked = [line.split()[0] for line in text[3:searched] if line[:1].isdigit()]
+    named = [line.split()[0] for line in text[searched + 2:] if line[:1].isdigit()]
+    assert ranked == ["1", "2"] and set(named) == set(ranked)  # each job in both of its spaces

@@ -414,7 +414,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
              csv_number(r.step_time_s) if fmt == "csv" else _seconds(r.step_time_s),
              csv_number(r.tokens_per_s) if fmt == "csv" else tokens_per_s(r.tokens_per_s), percent(r.mfu, fmt),
              csv_number(r.memory.peak_bytes / 1e9) if fmt == "csv" else _gb(r.memory.peak_bytes), r.memory.bound()]
-            for k, r in enumerate(result.rows[:top])]
+            for k, r in enumerate(result.rows[:max(top, len(searches or ()))])]  # every rank the search table names
     if fmt == "csv":  # one table, nothing else (the search and the counts are in --json)
         text = _table(["model", *columns], [[request.model.name, *row] for row in rows], fmt)
         click.echo(text if header else text.split("\n", 1)[1])
