@@ -316,7 +316,8 @@ def families_left_out(request: PlanRequest) -> dict[str, str]:
     if not missing or not pipelined:
         return {}
     p, m, refusals = _refusals(request, missing, pipelined=True)
-    return {name: f"at p = {p}, m = {m}: {_reason(request, name, refusal)}" for name, refusal in refusals.items()
+    # m is the global batch over b·d, not a flag: "240 or 264 would do" is changed through --global-batch
+    return {name: f"at p = {p}, m = {m} (global batch / (b·d)): {_reason(request, name, refusal)}" for name, refusal in refusals.items()
             if refusal is not None or not isinstance(request.split, tuple)}
 
 

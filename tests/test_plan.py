@@ -688,7 +688,7 @@ def test_a_family_no_job_takes_is_named_with_its_generator_s_reason():
     result = run("plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--global-batch", 2, "--schedule", "1f1b",
                  "--schedule", "dualpipe", "--search", 0, "-q", "--json")
     assert result.exit_code == 0, result.output
-    assert result.stderr.startswith("note: no job of dualpipe on 8 GPUs: at p = 8, m = 2: dualpipe needs m >= 2p")
+    assert result.stderr.startswith("note: no job of dualpipe on 8 GPUs: at p = 8, m = 2 (global batch / (b·d)): dualpipe needs m >= 2p")
     assert list(json.loads(result.stdout)["families_left_out"]) == ["dualpipe"]
     assert {row["schedule"] for row in json.loads(result.stdout)["top"]} == {"1f1b"}
     # every family but 1F1B left out (a global batch of 2 on 512 GPUs): three named, the rest counted
