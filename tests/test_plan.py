@@ -1270,3 +1270,25 @@ def test_the_ranking_lists_every_job_the_search_table_names():
     ranked = [line.split()[0] for line in text[3:searched] if line[:1].isdigit()]
     named = [line.split()[0] for line in text[searched + 2:] if line[:1].isdigit()]
     assert ranked == ["1", "2"] and set(named) == set(ranked)  # each job in both of its spaces
+
+
+def test_an_even_plan_says_when_a_balanced_split_beats_its_first():
+    """Llama 3 8B on 8 H100s: the even plan's #1 (t2 p1 d4, 31.99 s) and nothing said, where the same
+    plan balanced finds t1 p2 d4 interleaved v8 at 30.96 s. A note names the job and its step, the
+    step the balanced plan gives that job; a balanced plan says nothing of it."""
+    import re
+
+    common = ["plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--search", 0, "-q"]
+    even = run(*common, "--json")
+    note = re.search(r"note: with balanced layer counts, (.+) \(([0-9,*]+)\) takes ([0-9.]+) s, ([0-9.]+) % less than #1; "
+                     r"--layers-per-stage balanced plans every job so", even.stderr)
+    assert note is not None, even.stderr
+    first = json.loads(even.stdout)["top"][0]["step_time_s"]
+    balanced = run(*common, "--json", "--layers-per-stage", "balanced", "--top", 50)
+    # the note's job: "t1 p2 d4 b1 m64 none interleaved-1f1b v8" with counts like 3,2*14,1
+    layout, recompute, schedule = note[1].split(" ", 5)[:5], note[1].split()[5], note[1].split()[6]
+    counts = [int(a) for c in note[2].split(",") for a in ([c.split("*")[0]] * int(c.split("*")[1]) if "*" in c else [c])]
+    named = [row["step_time_s"] for row in json.loads(balanced.stdout)["top"]
+             if (row["job"], row["recompute"], row["schedule"], row["layers_per_stage"]) == (" ".join(layout), recompute, schedule, counts)]
+    assert len(named) == 1 and float(note[3]) == round(named[0], 3) and named[0] < first * 0.995
+    assert "with balanced layer counts" not in balanced.stderr

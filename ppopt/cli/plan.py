@@ -183,7 +183,27 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
             write_torch_csv(csv_schedule, torch_csv)
     if memory_limit is None:
         _note_no_headroom(plans)
+    if candidates is None and not plans[0].unevaluated:
+        _note_balanced(plans[0], lambda: options.remaining_s() > BALANCED_NOTE_S)
     say_whether_reproducible(options)
+
+
+BALANCED_NOTE_S = 1.0
+"""Seconds the time limit must still hold to simulate one more job for the balanced split's note."""
+
+
+def _note_balanced(result, go_on) -> None:
+    """A note on stderr when a job of an even-split plan's first ten beats #1 with balanced layer
+    counts (:func:`ppopt.plan.balanced_first`): the even split is the default, and a user would not
+    know to ask for the other."""
+    from ppopt.plan import NEAR_STEP_BALANCED, balanced_first, describe
+
+    first, faster = result.rows[0], balanced_first(result, go_on=go_on)
+    if faster is not None and faster.step_time_s < first.step_time_s * (1 - NEAR_STEP_BALANCED):
+        gain = 1 - faster.step_time_s / first.step_time_s
+        click.echo(f"note: with balanced layer counts, {describe(faster.job)} ({_counts(faster.job.stage_layers)}) takes "
+                   f"{faster.step_time_s:.3f} s, {100 * gain:.1f} % less than #1; --layers-per-stage balanced plans every "
+                   "job so", err=True)
 
 
 SEARCH_SHARE = 0.25
