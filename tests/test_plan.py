@@ -1292,3 +1292,7 @@ def test_an_even_plan_says_when_a_balanced_split_beats_its_first():
              if (row["job"], row["recompute"], row["schedule"], row["layers_per_stage"]) == (" ".join(layout), recompute, schedule, counts)]
     assert len(named) == 1 and float(note[3]) == round(named[0], 3) and named[0] < first * 0.995
     assert "with balanced layer counts" not in balanced.stderr
+    # --json holds the same job (the note's figures), null where there is none
+    beats = json.loads(even.stdout)["balanced_beats_first"]
+    assert (beats["job"], beats["layers_per_stage"], round(beats["step_time_s"], 3)) == (" ".join(layout), counts, float(note[3]))
+    assert json.loads(balanced.stdout)["balanced_beats_first"] is None

@@ -164,9 +164,12 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     plans = _run_plans(requests, jobs, executor, address, quiet, options, keep_share)
     searches = [_search(p, search_top, options) for p in plans]
     csv_schedule = _torch_csv_choice(plans[0], searches[0]) if torch_csv else None  # refused before the report
+    balanced = None  # a job of an even plan that balanced counts make faster than #1, said after the report
+    if candidates is None and not plans[0].unevaluated:
+        balanced = _balanced_beating(plans[0], lambda: options.remaining_s() > BALANCED_NOTE_S)
     if as_json:
         emit_json([_json(p, s, top, None) for p, s in zip(plans, searches)] if candidates is not None
-                  else _json(plans[0], searches[0], top, (model, system)))
+                  else _json(plans[0], searches[0], top, (model, system), balanced))
     else:
         for k, (p, s) in enumerate(zip(plans, searches)):
             if k and fmt != "csv":
@@ -183,8 +186,8 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
             write_torch_csv(csv_schedule, torch_csv)
     if memory_limit is None:
         _note_no_headroom(plans)
-    if candidates is None and not plans[0].unevaluated:
-        _note_balanced(plans[0], lambda: options.remaining_s() > BALANCED_NOTE_S)
+    if balanced is not None:
+        _note_balanced(plans[0], balanced)
     say_whether_reproducible(options)
 
 
@@ -192,18 +195,24 @@ BALANCED_NOTE_S = 1.0
 """Seconds the time limit must still hold to simulate one more job for the balanced split's note."""
 
 
-def _note_balanced(result, go_on) -> None:
-    """A note on stderr when a job of an even-split plan's first ten beats #1 with balanced layer
-    counts (:func:`ppopt.plan.balanced_first`): the even split is the default, and a user would not
-    know to ask for the other."""
-    from ppopt.plan import NEAR_STEP_BALANCED, balanced_first, describe
+def _balanced_beating(result, go_on):
+    """The job of an even-split plan's first ten that beats #1 by :data:`ppopt.plan.NEAR_STEP_BALANCED`
+    or more with balanced layer counts (:func:`ppopt.plan.balanced_first`), or None: the even split
+    is the default, and a user would not know to ask for the other."""
+    from ppopt.plan import NEAR_STEP_BALANCED, balanced_first
 
-    first, faster = result.rows[0], balanced_first(result, go_on=go_on)
-    if faster is not None and faster.step_time_s < first.step_time_s * (1 - NEAR_STEP_BALANCED):
-        gain = 1 - faster.step_time_s / first.step_time_s
-        click.echo(f"note: with balanced layer counts, {describe(faster.job)} ({_counts(faster.job.stage_layers)}) takes "
-                   f"{faster.step_time_s:.3f} s, {100 * gain:.1f} % less than #1; --layers-per-stage balanced plans every "
-                   "job so", err=True)
+    faster = balanced_first(result, go_on=go_on)
+    return faster if faster is not None and faster.step_time_s < result.rows[0].step_time_s * (1 - NEAR_STEP_BALANCED) else None
+
+
+def _note_balanced(result, faster) -> None:
+    """The note on stderr naming :func:`_balanced_beating`'s job."""
+    from ppopt.plan import describe
+
+    gain = 1 - faster.step_time_s / result.rows[0].step_time_s
+    click.echo(f"note: with balanced layer counts, {describe(faster.job)} ({_counts(faster.job.stage_layers)}) takes "
+               f"{faster.step_time_s:.3f} s, {100 * gain:.1f} % less than #1; --layers-per-stage balanced plans every "
+               "job so", err=True)
 
 
 SEARCH_SHARE = 0.25
@@ -564,7 +573,7 @@ def _compact_titan(stages: list[list[str]]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
+def _json(result, searches, top: int, rerun: tuple[str, str] | None, balanced=None) -> dict:
     request = result.request
     first = _first(result, searches)[0]
     counts, megatron, titan = _split(first.job)
@@ -595,6 +604,8 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None) -> dict:
         "ranking_changes": [{"from": old, "to": new} for old, new in moves],
         "split": {"layers_per_stage": list(counts), "megatron_layout": megatron, "torchtitan_module_fqns_per_model_part": titan},
         "job_command": None if rerun is None else _job_command(result.rows[0].job, *rerun),
+        # the note on stderr: a job of the first ten that balanced layer counts make faster than #1
+        "balanced_beats_first": None if balanced is None else row(balanced),
     }
 
 
