@@ -1166,6 +1166,8 @@ def test_plan_names_a_job_as_fast_as_the_first_on_much_less_memory():
     near = next(line for line in text.stdout.splitlines() if line.startswith(f"#{rank} ("))
     assert near.endswith(f"of #1's step with {(first['peak_memory_bytes'] - named['peak_memory_bytes']) / 1e9:.1f} GB less per GPU")
     assert near.startswith(f"#{rank} ({named['job']}, ")
+    listed = json.loads(CliRunner().invoke(main, [*map(str, args), "--json"]).stdout)["as_fast_on_less_memory"]  # --json too
+    assert (listed["rank"], listed["job"], listed["peak_memory_bytes"]) == (rank, named["job"], named["peak_memory_bytes"])
     rows = list(csv.reader(CliRunner().invoke(main, [*map(str, args), "--format", "csv"]).stdout.splitlines()))
     layers = rows[0].index("layers")
     assert all(";" in row[layers] or row[layers].isdigit() for row in rows[1:]) and any(";" in row[layers] for row in rows[1:])

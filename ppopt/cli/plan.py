@@ -472,7 +472,7 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
     click.echo(_table(columns, rows, fmt))
     gap = "\n" if fmt == "markdown" else ""  # a line right under a markdown table would be read as its row
     if (near := _near_first(result.rows[:top])) is not None:
-        click.echo(gap + near)
+        click.echo(gap + _near_text(result.rows, *near))
     if searches:
         click.echo("")
         click.echo("schedule search (CP-SAT, job's own stage durations, same memory limit; gap of the pipeline part):")
@@ -512,8 +512,8 @@ NEAR_MEMORY = 0.9
 """... and worth naming when it needs at most this share of #1's peak memory."""
 
 
-def _near_first(rows) -> str | None:
-    """A line naming the listed job that needs the least memory of those as fast as #1 (within
+def _near_first(rows) -> tuple[int, object] | None:
+    """(rank, row) of the listed job that needs the least memory of those as fast as #1 (within
     :data:`NEAR_STEP`) on much less memory (:data:`NEAR_MEMORY`), the best-ranked among equals: the
     table ranks by step time alone, and a 0.03 % gain that fills the GPU is rarely worth it (with
     #2 to #4 tied, #2 was named though #4 needed half its memory). None when no such job is listed."""
@@ -523,6 +523,12 @@ def _near_first(rows) -> str | None:
     if not near:
         return None
     _, k, row = min(near, key=lambda item: item[:2])
+    return k, row
+
+
+def _near_text(rows, k: int, row) -> str:
+    """The line naming :func:`_near_first`'s job."""
+    first = rows[0]
     slower = row.step_time_s / first.step_time_s - 1
     return (f"#{k} ({row.job.describe()}, {row.job.schedule_label}) is within {100 * slower:.2f} % of #1's step with "
             f"{(first.memory.peak_bytes - row.memory.peak_bytes) / 1e9:.1f} GB less per GPU")
@@ -578,6 +584,7 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None, balanced=No
     first = _first(result, searches)[0]
     counts, megatron, titan = _split(first.job)
     moves = _ranking(result, searches)
+    near = _near_first(result.rows[:top])
 
     def row(r):
         return r.job.layout_json() | {
@@ -606,6 +613,8 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None, balanced=No
         "job_command": None if rerun is None else _job_command(result.rows[0].job, *rerun),
         # the note on stderr: a job of the first ten that balanced layer counts make faster than #1
         "balanced_beats_first": None if balanced is None else row(balanced),
+        # the text's line: a listed job as fast as #1 on much less memory
+        "as_fast_on_less_memory": None if near is None else {"rank": near[0]} | row(near[1]),
     }
 
 
