@@ -361,3 +361,26 @@ def test_a_run_that_lasts_says_it_is_still_working(monkeypatch):
     result = cli(*RUN)
     assert result.exit_code == 0 and "run: still working (0 s)" in result.output.splitlines()
     assert "still working" not in cli(*RUN, "-q").output
+
+
+def test_run_json_names_where_its_predictions_came_from(monkeypatch, tmp_path):
+    """run --compare --json gave predictions without saying whether a preset (--costs) or a profile
+    measured after the run timed them."""
+    import ppopt.cli.run as command
+    import ppopt.report.run as report
+    import ppopt.run as run
+    import ppopt.run.execute as execute
+
+    monkeypatch.setattr(run, "require_torch", lambda: None)
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(execute, "run_schedules", lambda schedules, settings: ([SimpleNamespace(check=None)], None))
+    monkeypatch.setattr(command, "_compare", lambda *args, **kwargs: ["compared"])
+    monkeypatch.setattr(command, "_presets", lambda *args, **kwargs: {})
+    monkeypatch.setattr(report, "run_json", lambda results, settings, comparisons: {"runs": ["result"]})
+    profiled = cli(*RUN, "--compare", "--json")
+    assert profiled.exit_code == 0, profiled.output
+    assert json.loads(profiled.stdout) == {"runs": ["result"], "predicted_from": "a profile measured after the run"}
+    preset = cli(*RUN, "--compare", "--costs", tmp_path / "c.json", "--json")
+    assert json.loads(preset.stdout)["predicted_from"] == str(tmp_path / "c.json")
+    assert "predicted_from" not in json.loads(cli(*RUN, "--json").stdout)  # no prediction, no source

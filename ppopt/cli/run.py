@@ -136,8 +136,9 @@ def run_command(files, names, devices, microbatches, chunks, legacy_backward, se
             comparisons = _compare(schedules, results, settings, presets, quiet, deadline)
         except PpoptError as error:  # the run's figures still stand: printed, then the reason
             failed = error
-    if as_json:
-        emit_json(run_json(results, settings, comparisons))
+    if as_json:  # with --compare, where the predictions' op costs came from
+        source = {} if comparisons is None else {"predicted_from": str(costs) if costs else "a profile measured after the run"}
+        emit_json(run_json(results, settings, comparisons) | source)
     else:
         click.echo(run_text(results, settings, comparisons))
     if failed is not None:
