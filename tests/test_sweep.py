@@ -129,7 +129,7 @@ def test_lines_that_are_not_rows_are_counted_and_their_points_run_again(referenc
     resumed = run_sweep(loaded, out)
     assert resumed.unreadable == (3, 4, 5) and resumed.missing == 0
     assert resumed.computed == (1 if json.loads(data[2])["status"] == "ok" else 0)
-    assert "3 unreadable line(s) of rows.jsonl ignored (line 3, 4, 5), their points run again" in summary_text(resumed)
+    assert "3 unreadable line(s) of rows.jsonl ignored (line 3, 4, 5), the points of this spec among them run again" in summary_text(resumed)
     assert (out / "rows.csv").read_text() == (reference.output / "rows.csv").read_text()
 
 

@@ -101,7 +101,8 @@ def summary_text(result, needed_s: float | None = None) -> str:
     lines = s["unreadable_lines"]
     if lines:
         shown = ", ".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
-        head += f"; {len(lines)} unreadable line(s) of rows.jsonl ignored (line {shown}), their points run again"
+        head += (f"; {len(lines)} unreadable line(s) of rows.jsonl ignored (line {shown}), the points of this spec "
+                 "among them run again")
     if s["other_rows"]:
         head += (f"; rows.jsonl also holds {counted(s['other_rows'], 'row')} of points outside this spec (an earlier spec's: "
                  "kept, not in rows.csv)")
