@@ -758,33 +758,32 @@ def evaluate_row(job: Job) -> PlanRow:
     return PlanRow(job, step, result.pipeline_s, result.gradient_sync_s, result.optimizer_s, tokens, mfu, memory_of(job))
 
 
-NEAR_STEP_BALANCED = 0.005
-"""A balanced split of #1 is worth a note when it is at least this share faster (the model's
-accuracy, as ``plan``'s "as fast" line takes it)."""
+NEAR_STEP = 0.005
+"""A job within this share of #1's step time is as fast, to the model's accuracy (README, "How
+accurate is ppopt?"): ``plan``'s "as fast on less memory" line, and the least gain
+:func:`balanced_first` names."""
 
 
 def balanced_first(result: Plan, rows: int = 10, go_on: Callable[[], bool] = lambda: True) -> PlanRow | None:
-    """The fastest of an even-split plan's first ``rows`` jobs with :func:`balanced_layers`' counts
-    instead, when it then beats #1 within the limit; else None. ``go_on`` is asked before each job
-    (the time left). The even split puts the embedding and the output layer on top of equal blocks:
-    Llama 3 8B on 8 H100s ranked t2 p1 d4 first at 31.99 s, and t1 p2 d4 interleaved v8 runs 30.96 s
-    balanced, with nothing said."""
+    """The fastest of an even-split plan's first ``rows`` jobs with the balanced split
+    (:func:`_with_splits`, as a balanced plan takes it), when it then beats #1 by :data:`NEAR_STEP`
+    or more; else None. ``go_on`` is asked before each job (the time left). The even split puts the
+    embedding and the output layer on top of equal blocks: Llama 3 8B on 8 H100s ranked t2 p1 d4
+    first at 31.99 s, and t1 p2 d4 interleaved v8 runs 30.96 s balanced, with nothing said."""
     if result.request.split != "even" or not result.rows:
         return None
+    balanced = replace(result.request, split="balanced")
     best: PlanRow | None = None
     for row in result.rows[:rows]:
         if not go_on():
             break
-        counts = balanced_layers(row.job, result.request.limit) if row.job.stages > 1 else None
-        if counts is None or tuple(counts) == tuple(row.job.stage_layers):
+        split = _with_splits(row.job, balanced)[:1]  # [] when no split fits; the even job when balancing over-fills it
+        if not split or split[0].stage_layers == row.job.stage_layers:
             continue
-        job = replace(row.job, layers=tuple(counts))
-        if memory_of(job).peak_bytes > result.request.limit:
-            continue
-        balanced = evaluate_row(job)
-        if balanced.step_time_s < (best or result.rows[0]).step_time_s:
-            best = balanced
-    return best
+        candidate = evaluate_row(split[0])
+        if candidate.step_time_s < (best or result.rows[0]).step_time_s:
+            best = candidate
+    return best if best is not None and best.step_time_s < result.rows[0].step_time_s * (1 - NEAR_STEP) else None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from ppopt.cli.options import (
     written_together,
 )
 from ppopt.job import RECOMPUTE_MODES, SCHEDULES
-from ppopt.plan import DEFAULT_SCHEDULES
+from ppopt.plan import DEFAULT_SCHEDULES, NEAR_STEP, balanced_first
 
 DEFAULT_TIME_LIMIT_S = 60.0
 
@@ -166,7 +166,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     csv_schedule = _torch_csv_choice(plans[0], searches[0]) if torch_csv else None  # refused before the report
     balanced = None  # a job of an even plan that balanced counts make faster than #1, said after the report
     if candidates is None and not plans[0].unevaluated:
-        balanced = _balanced_beating(plans[0], lambda: options.remaining_s() > BALANCED_NOTE_S)
+        balanced = balanced_first(plans[0], go_on=lambda: options.remaining_s() > BALANCED_NOTE_S)
     if as_json:
         emit_json([_json(p, s, top, None) for p, s in zip(plans, searches)] if candidates is not None
                   else _json(plans[0], searches[0], top, (model, system), balanced))
@@ -195,18 +195,9 @@ BALANCED_NOTE_S = 1.0
 """Seconds the time limit must still hold to simulate one more job for the balanced split's note."""
 
 
-def _balanced_beating(result, go_on):
-    """The job of an even-split plan's first ten that beats #1 by :data:`ppopt.plan.NEAR_STEP_BALANCED`
-    or more with balanced layer counts (:func:`ppopt.plan.balanced_first`), or None: the even split
-    is the default, and a user would not know to ask for the other."""
-    from ppopt.plan import NEAR_STEP_BALANCED, balanced_first
-
-    faster = balanced_first(result, go_on=go_on)
-    return faster if faster is not None and faster.step_time_s < result.rows[0].step_time_s * (1 - NEAR_STEP_BALANCED) else None
-
-
 def _note_balanced(result, faster) -> None:
-    """The note on stderr naming :func:`_balanced_beating`'s job."""
+    """The note on stderr naming :func:`ppopt.plan.balanced_first`'s job: the even split is the
+    default, and a user would not know to ask for the other."""
     from ppopt.plan import describe
 
     gain = 1 - faster.step_time_s / result.rows[0].step_time_s
@@ -505,16 +496,14 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
                    f"torchtitan module_fqns_per_model_part: {_compact_titan(titan)}")
 
 
-NEAR_STEP = 0.005
-"""A job within this share of #1's step time is as fast, to the model's accuracy (README, "How
-accurate is ppopt?")..."""
 NEAR_MEMORY = 0.9
-"""... and worth naming when it needs at most this share of #1's peak memory."""
+"""A job as fast as #1 (within :data:`ppopt.plan.NEAR_STEP`) is worth naming when it needs at most this
+share of #1's peak memory."""
 
 
 def _near_first(rows) -> tuple[int, object] | None:
     """(rank, row) of the listed job that needs the least memory of those as fast as #1 (within
-    :data:`NEAR_STEP`) on much less memory (:data:`NEAR_MEMORY`), the best-ranked among equals: the
+    :data:`ppopt.plan.NEAR_STEP`) on much less memory (:data:`NEAR_MEMORY`), the best-ranked among equals: the
     table ranks by step time alone, and a 0.03 % gain that fills the GPU is rarely worth it (with
     #2 to #4 tied, #2 was named though #4 needed half its memory). None when no such job is listed."""
     first = rows[0]
