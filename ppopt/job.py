@@ -141,7 +141,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, load_model, load_system, short_repr
 from ppopt.costs import (
@@ -309,8 +309,7 @@ class Job:
         check_global_batch(self.global_batch)  # the model's limit: keeps every count finite (ppopt.config)
         idle = idle_job_flag(self.tp, self.dp, self.sequence_parallel, self.distributed_optimizer, self.overlap_gradient_sync)
         if idle is not None:  # as the commands refuse it: it would change nothing but the job's label
-            raise ConfigError(f"{idle[1]}: set {'tp' if idle[0] == 'sequence_parallel' else 'dp'} > 1 or leave it False",
-                              field=idle[0])
+            raise ConfigError(f"{idle.why}: set {idle.degree} > 1 or leave it False", field=idle.field)
         try:
             get(self.schedule)
         except ScheduleError as error:  # the registry's words, as every command says them, naming the field
@@ -856,18 +855,29 @@ def _prepared(schedule: str, devices: int, microbatches: int, options: tuple[tup
                           field="schedule") from None
 
 
+class IdleFlag(NamedTuple):
+    """A job flag with nothing to act on (:func:`idle_job_flag`)."""
+
+    field: str
+    """The flag's field: ``sequence_parallel``, ``distributed_optimizer`` or ``overlap_gradient_sync``."""
+    why: str
+    """Why it acts on nothing."""
+    degree: str
+    """The degree that would give it something to act on, above 1: ``tp`` or ``dp``."""
+
+
 def idle_job_flag(tp: int, dp: int, sequence_parallel: bool = False, distributed_optimizer: bool = False,
-                  overlap_gradient_sync: bool = False) -> tuple[str, str] | None:
-    """The first of a job's flags with nothing to act on, as (its field, why), or None: sequence
-    parallelism at t = 1 and a distributed optimizer or an overlapped gradient sync at d = 1 change
-    nothing (no group to split over, no all-reduce to hide) yet a job's label would name them. The
-    commands refuse them (``job``, ``--sequence-parallel`` anywhere, a measured row's columns)."""
+                  overlap_gradient_sync: bool = False) -> IdleFlag | None:
+    """The first of a job's flags with nothing to act on, or None: sequence parallelism at t = 1 and
+    a distributed optimizer or an overlapped gradient sync at d = 1 change nothing (no group to split
+    over, no all-reduce to hide) yet a job's label would name them. The commands refuse them
+    (``job``, ``--sequence-parallel`` anywhere, a measured row's columns, a sweep's ``[job]``)."""
     if sequence_parallel and tp == 1:
-        return "sequence_parallel", "splits activations over the tensor-parallel ranks, and t = 1"
+        return IdleFlag("sequence_parallel", "splits activations over the tensor-parallel ranks, and t = 1", "tp")
     if distributed_optimizer and dp == 1:
-        return "distributed_optimizer", "shards the optimizer state over the data-parallel replicas, and d = 1"
+        return IdleFlag("distributed_optimizer", "shards the optimizer state over the data-parallel replicas, and d = 1", "dp")
     if overlap_gradient_sync and dp == 1:
-        return "overlap_gradient_sync", "overlaps the data-parallel gradient all-reduce, and d = 1 has none"
+        return IdleFlag("overlap_gradient_sync", "overlaps the data-parallel gradient all-reduce, and d = 1 has none", "dp")
     return None
 
 

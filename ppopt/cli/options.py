@@ -264,10 +264,8 @@ def refuse_idle_job_flags(tp: int = 1, dp: int = 1, sequence_parallel: bool = Fa
     from ppopt.job import idle_job_flag
 
     if (idle := idle_job_flag(tp, dp, sequence_parallel, distributed_optimizer, overlap_gradient_sync)) is not None:
-        field, why = idle
-        group = "--tp" if field == "sequence_parallel" else "--dp"
-        raise ConfigError(f"{why}: give {group} > 1 or leave it out",
-                          field="overlap_grad_sync" if field == "overlap_gradient_sync" else field)
+        raise ConfigError(f"{idle.why}: give --{idle.degree} > 1 or leave it out",
+                          field="overlap_grad_sync" if idle.field == "overlap_gradient_sync" else idle.field)
 
 
 def unit_cost_options() -> Callable:

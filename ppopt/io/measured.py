@@ -351,9 +351,8 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig | str | o
         # refused as `ppopt job` refuses them: nothing to act on, yet the job's label would name them
         idle = idle_job_flag(t, d, bool(job_fields.get("sequence_parallel")), bool(job_fields.get("distributed_optimizer")))
         if idle is not None:
-            field, why = idle
-            column = next(column for column, option in OPTIONAL.items() if option.field == field)
-            raise MeasuredDataError(f"{name}: line {line}, column '{column}': {why}: false or empty there")
+            column = next(column for column, option in OPTIONAL.items() if option.field == idle.field)
+            raise MeasuredDataError(f"{name}: line {line}, column '{column}': {idle.why}: false or empty there")
         try:
             model = gpt_model(values)
             if model_fields:

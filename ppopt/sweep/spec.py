@@ -416,8 +416,7 @@ def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
 
     job = spec.job
     if (idle := idle_job_flag(job.tp, job.dp, job.sequence_parallel, job.distributed_optimizer)) is not None:
-        flag, why = idle  # as `ppopt job` refuses the flag: every point would be skipped
-        raise fail(f"job.{flag}", f"{why}: give {'tp' if flag == 'sequence_parallel' else 'dp'} > 1 or leave it out")
+        raise fail(f"job.{idle.field}", f"{idle.why}: give {idle.degree} > 1 or leave it out")  # as `ppopt job` refuses it
     if spec.job.tp > 1:  # a degree no model of the sweep splits into: every model point skipped, "none applicable"
         from ppopt.job import tensor_parallel_reason
 
