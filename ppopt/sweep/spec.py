@@ -193,6 +193,10 @@ class Options(_Strict):
         return _unique(values, f"options.{name}")
 
 
+MAX_SWEEP_SEARCH_S = 86_400.0
+"""Most solver time (searches x their time limit) one sweep spends: a day."""
+
+
 class SolverSpec(_Strict):
     """Optimality gaps in unit mode (durations in slots per 1/p model share)."""
 
@@ -203,7 +207,7 @@ class SolverSpec(_Strict):
     microbatches: Counts | None = None
     """Default: the sweep's microbatches."""
     memory_limits: list[PositiveFloat | Literal["none"]] = Field(default=["none"], min_length=1)
-    time_limit_s: Annotated[float, Field(gt=0, le=86_400.0)] = 10.0  # one search at most MAX_SWEEP_SEARCH_S, a day
+    time_limit_s: Annotated[float, Field(gt=0, le=MAX_SWEEP_SEARCH_S)] = 10.0  # one search, at most the whole sweep's
     deterministic_time: PositiveFloat | None = None
     max_ops: PositiveInt = 1000
     forward: NonNegativeFloat = 1.0
@@ -524,9 +528,6 @@ MAX_SWEEP_UNFILTERED = 10 * MAX_SWEEP_POINTS
 """Most points a spec may list before its filters: counting what the filters keep goes point by
 point (a spec of 1..499 devices x 1..4,999 microbatches, 209 million points, spent minutes in that
 count), so a product above this is refused at once."""
-
-MAX_SWEEP_SEARCH_S = 86_400.0
-"""Most solver time (searches x their time limit) one sweep spends: a day."""
 
 
 def check_sweep_size(spec: SweepSpec, searches_run: bool = True) -> int:
