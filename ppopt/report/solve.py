@@ -32,13 +32,15 @@ def _num(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else value
 
 
-def _amount(value: float | None, unit: str) -> str:
+def _amount(value: float | None, unit: str, up: bool = False) -> str:
+    """A time or memory amount in its unit; ``up``: bytes rounded up (a limit or need that works as
+    a ``--memory-limit``: :func:`ppopt.report.text.gib`)."""
     if value is None or not math.isfinite(value):
         return "-"
     if unit == "s":
         return seconds(value)
     if unit == "bytes":
-        return gib(value)
+        return gib(value, up)
     return amount(value)  # slots or activations
 
 
@@ -296,12 +298,11 @@ def frontier_text(result: Frontier, devices: int, microbatches: int, fmt: str = 
                             rows, fmt)
 
     def peak_cell(peak: float | None) -> str:  # a need, rounded up as the limits are: one byte count, one figure
-        shown = gib(peak, up=True) if m == "bytes" and peak is not None else _amount(peak, m)
-        return shown + (f" {OVER_MEMORY}" if result.over_memory(peak) else "")
+        return _amount(peak, m, up=True) + (f" {OVER_MEMORY}" if result.over_memory(peak) else "")
 
     points = render_table(
         ("memory limit", "best step", "bound", "status", "peak used"),
-        [(gib(p.memory_limit, up=True) if m == "bytes" else _amount(p.memory_limit, m), _amount(p.step_time, t), _amount(p.bound, t), p.status, peak_cell(p.peak_memory))
+        [(_amount(p.memory_limit, m, up=True), _amount(p.step_time, t), _amount(p.bound, t), p.status, peak_cell(p.peak_memory))
          for p in result.points],
         fmt,
     )
