@@ -512,6 +512,13 @@ def _meets_cheap_bound(instance: Instance, placement, space: Space, candidates: 
     return bool(steps) and min(steps) <= cheap_bound(instance, placement, space) * (1 + 1e-9)
 
 
+def within_rounding(gap: float | None, rounding: float) -> bool:
+    """Whether a step ``gap`` above its bound (relative) is no more than what rounding the durations to
+    ticks can cost, ``rounding`` (README, Conventions, Solver ticks): then a schedule the solver proved
+    optimal in ticks stays optimal."""
+    return gap is not None and gap <= rounding + 1e-9
+
+
 def never_above(bound: float, step: float | None) -> float:
     """``bound``, or ``step`` where the bound lies above it by the last bits of two float sums (ticks
     scaled back, seconds summed): a bound that a schedule meets is reported as its step."""
@@ -1434,10 +1441,10 @@ def _result(setup: _Setup, best: _Solved, from_solver: bool, wall: float, option
     step = best.simulation.step_time_s if best.simulation is not None else None
     bound = never_above(bound, step)
     gap = relative_gap(step, bound)
-    if gap is not None and gap <= 1e-9 and status == "feasible":
+    if within_rounding(gap, 0.0) and status == "feasible":
         status = "optimal"
     note = best.note
-    if status == "optimal" and gap is not None and gap > setup.rounding + 1e-9:
+    if status == "optimal" and gap is not None and not within_rounding(gap, setup.rounding):
         status = "feasible"  # the ticked model's optimum, but the simulation adds more than the rounding
         note = "; ".join(filter(None, (note, f"optimal in the solver's ticks, but the simulated step lies {100 * gap:.2f} % above the bound, "
                                        f"more than the rounding's {100 * setup.rounding:.2f} %: the simulation adds what the solver leaves out "
@@ -1603,8 +1610,8 @@ def _search_family(spec: InstanceSpec, space: Space, options: SolveOptions) -> S
     analytic = Bounds(0.0, 0.0, 0.0) if unsearched else weakest.analytic
     period_bound = None if unsearched else weakest.period_bound
     gap = relative_gap(best.step_time, bound)
-    # optimal as a member is: the union's bound met, up to the rounding of the ticks (README, Solver ticks)
-    met = gap is not None and (gap <= 1e-9 or (best.status == "optimal" and gap <= best.rounding_cost + 1e-9))
+    # optimal as its member is, where the union's bound is the member's: met up to the rounding of the ticks
+    met = within_rounding(gap, 0.0) or (best.status == "optimal" and within_rounding(gap, best.rounding_cost))
     status = best.status if met else ("feasible" if found else "unknown")
     note = f"time limit reached before placements {', '.join(unsearched)}" if unsearched else best.note
     return replace(best, space=space.describe(), bound=bound, gap=gap, status=status, note=note,
