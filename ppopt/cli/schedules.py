@@ -515,7 +515,7 @@ def compare_command(devices, microbatches, units, options, model, system, global
         panels = []
         simulated = sorted(((r, r.simulation) for r in results if r.simulation is not None), key=lambda x: x[1].step_time_s)
         for r, simulation in simulated:
-            timed = generate(r.schedule, devices, microbatches, **options)
+            timed = generate(r.schedule, devices, microbatches, **r.options)  # the options it was evaluated with
             stage_costs = schedule_costs(timed, model_config, system_config, global_batch, parallel).stages
             panels.append(Panel(r.label, timed, simulation.start_s, simulation.end_s, simulation.step_time_s,
                                 stage_costs, simulated_transfers(simulation)))
