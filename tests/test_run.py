@@ -894,3 +894,32 @@ def test_files_named_alike_are_told_apart_and_one_file_runs_once(tmp_path, monke
     # a file named as a family run beside it (1f1b.csv holding zb-h1, and -s 1f1b): its path tells it apart
     write_torch_csv(generate("zb-h1", 2, 2), tmp_path / "1f1b.csv")
     assert [s.name for s in _schedules(("1f1b.csv",), ("1f1b",), 2, 2, None)] == ["1f1b.csv", "1f1b"]
+
+
+def test_a_ctrl_c_during_the_launch_kills_and_reaps_the_fork_server(monkeypatch):
+    """The fork server ignores Ctrl-C, so one still importing torch ran on at a full core after
+    'aborted' (and the command took 3.3 s to exit): the launch stops it on a KeyboardInterrupt, and
+    stopping it kills and reaps it at once (the end-to-end test above cannot catch a server that
+    happened to finish its import in time)."""
+    import multiprocessing.forkserver
+
+    import ppopt.run.launcher as launcher
+
+    stopped = []
+    real_stop = launcher._stop_server
+    monkeypatch.setattr(launcher, "_stop_server", lambda: stopped.append(True))
+
+    def interrupted(spec, child, on_started):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launcher, "_launch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launcher.launch(None)
+    assert stopped == [True]
+    if not Path("/proc/self").exists():
+        pytest.skip("needs /proc to see the server")
+    multiprocessing.forkserver.ensure_running()
+    server = multiprocessing.forkserver._forkserver._forkserver_pid
+    assert server and os.path.exists(f"/proc/{server}")
+    real_stop()
+    assert not os.path.exists(f"/proc/{server}")  # killed and reaped: no zombie left either
