@@ -697,11 +697,14 @@ def _require_memory(instance: Instance, space: Space, placement, fixed: Simulati
     if limit < need * (1 - 1e-12):
         unit = instance.memory_unit
         job = parallel or Parallelism()
-        levers = ["more tensor parallelism",
-                  *(["recomputation" if job.recompute == "none" else "full recomputation"] if job.recompute != "full" else []),
-                  *(["a smaller micro batch"] if instance.costs.microbatch_size > 1 else []),
-                  *(["a distributed optimizer over data-parallel replicas"] if not job.distributed_optimizer else [])]
-        listed = ", ".join(levers[:-1]) + (", or " if len(levers) > 2 else " or ") + levers[-1] if len(levers) > 1 else levers[0]
+        levers = ["more tensor parallelism"]  # and those of the job's settings not at their least
+        if job.recompute != "full":
+            levers.append("recomputation" if job.recompute == "none" else "full recomputation")
+        if instance.costs.microbatch_size > 1:
+            levers.append("a smaller micro batch")
+        if not job.distributed_optimizer:
+            levers.append("a distributed optimizer over data-parallel replicas")
+        listed = levers[0] if len(levers) == 1 else f"{', '.join(levers[:-1])}{',' if len(levers) > 2 else ''} or {levers[-1]}"
         hint = f"; {listed} need{'s' if len(levers) == 1 else ''} less per device" if unit == "bytes" else ""
         raise InfeasibleError(f"memory limit {format_amount(limit, unit)} is below the minimum "
                               f"{format_amount(need, unit, least=True)} any schedule of {space.describe()} needs ({why})"
