@@ -764,10 +764,10 @@ accurate is ppopt?"): ``plan``'s "as fast on less memory" line, and the least ga
 :func:`balanced_first` names."""
 
 
-def balanced_first(result: Plan, rows: int = 10, go_on: Callable[[], bool] = lambda: True) -> PlanRow | None:
+def balanced_first(result: Plan, rows: int = 10, go_on: Callable[[Job], bool] = lambda job: True) -> PlanRow | None:
     """The fastest of an even-split plan's first ``rows`` jobs with the balanced split
     (:func:`_with_splits`, as a balanced plan takes it), when it then beats #1 by :data:`NEAR_STEP`
-    or more; else None. ``go_on`` is asked before each job (the time left). The even split puts the
+    or more; else None. ``go_on(job)`` is asked before each job is simulated (the time left for it). The even split puts the
     embedding and the output layer on top of equal blocks: Llama 3 8B on 8 H100s ranked t2 p1 d4
     first at 31.99 s, and t1 p2 d4 interleaved v8 runs 30.96 s balanced, with nothing said."""
     if result.request.split != "even" or not result.rows:
@@ -775,11 +775,11 @@ def balanced_first(result: Plan, rows: int = 10, go_on: Callable[[], bool] = lam
     balanced = replace(result.request, split="balanced")
     best: PlanRow | None = None
     for row in result.rows[:rows]:
-        if not go_on():
-            break
         split = _with_splits(row.job, balanced)[:1]  # [] when no split fits; the even job when balancing over-fills it
         if not split or split[0].stage_layers == row.job.stage_layers:
             continue
+        if not go_on(split[0]):
+            break
         candidate = evaluate_row(split[0])
         if candidate.step_time_s < (best or result.rows[0]).step_time_s:
             best = candidate

@@ -1298,3 +1298,16 @@ def test_an_even_plan_says_when_a_balanced_split_beats_its_first():
     beats = json.loads(even.stdout)["balanced_beats_first"]
     assert (beats["job"], beats["layers_per_stage"], round(beats["step_time_s"], 3)) == (" ".join(layout), counts, float(note[3]))
     assert json.loads(balanced.stdout)["balanced_beats_first"] is None
+
+
+def test_the_balanced_check_asks_the_time_left_before_each_job():
+    """plan's balanced-split check simulates up to ten more jobs after the plan: each only while
+    ``go_on`` (the command's time left for it) allows, so no budget is overrun for a note."""
+    from ppopt.plan import balanced_first
+
+    result = plan(PlanRequest(LLAMA8, H100, 8, global_batch=256, recompute=("none",)))
+    asked = []
+    assert balanced_first(result, go_on=lambda job: asked.append(job) or False) is None
+    assert len(asked) == 1 and asked[0].layers is not None  # asked of the balanced job, then stopped
+    found = balanced_first(result, go_on=lambda job: True)
+    assert found is not None and found.step_time_s < result.rows[0].step_time_s * 0.995

@@ -166,7 +166,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     csv_schedule = _torch_csv_choice(plans[0], searches[0]) if torch_csv else None  # refused before the report
     balanced = None  # a job of an even plan that balanced counts make faster than #1, said after the report
     if candidates is None and not plans[0].unevaluated:
-        balanced = balanced_first(plans[0], go_on=lambda: options.remaining_s() > BALANCED_NOTE_S)
+        balanced = balanced_first(plans[0], go_on=lambda job: options.remaining_s() > BALANCED_NOTE_S + _evaluation_s(job))
     if as_json:
         emit_json([_json(p, s, top, None) for p, s in zip(plans, searches)] if candidates is not None
                   else _json(plans[0], searches[0], top, (model, system), balanced))
@@ -192,7 +192,16 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
 
 
 BALANCED_NOTE_S = 1.0
-"""Seconds the time limit must still hold to simulate one more job for the balanced split's note."""
+"""Seconds the time limit must still hold, beyond one more job's estimated simulation, for the
+balanced split's note to simulate it (what follows it: the notes, the exit)."""
+
+
+def _evaluation_s(job) -> float:
+    """Seconds simulating ``job`` may take, by its schedule's op count (:func:`ppopt.evaluate.evaluation_seconds`)."""
+    from ppopt.evaluate import evaluation_seconds
+    from ppopt.generators import get
+
+    return evaluation_seconds(get(job.schedule).ops(job.pp, job.microbatches, job.schedule_options))
 
 
 def _note_balanced(result, faster) -> None:
