@@ -101,7 +101,7 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
             click.option("--seed", type=INT, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
             click.option("--deterministic-time", type=FLOAT, default=None,
                          help="A budget of CP-SAT deterministic time (its machine-independent count of work; one "
-                              "unit took 1.5 to 2 s of wall time on a 2-core machine) for the whole command, shared out like the time limit. With one "
+                              "unit took 1.7 to 2.2 s of wall time on a 2-core machine) for the whole command, shared out like the time limit. With one "
                               "worker, a run that the time limit does not cut is reproducible (a note says which)."),
             click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
                          help=f"cp: one CP-SAT solve (at most {CP_MAX_OPS} ops); lns: large-neighbourhood search from the "
