@@ -195,7 +195,7 @@ def csv_seconds(rows: int) -> float:
 
 
 DETERMINISTIC_WALL_S = 4.0
-"""Wall seconds one unit of CP-SAT deterministic time may take, for a search point's estimate: twice
+"""Wall seconds one unit of CP-SAT deterministic time may take, for a search point's estimate:
 about twice the 1.7 to 2.2 s measured on this project's 2-core machine (whole `search
 --deterministic-time` 5 and 20 commands at 16 x 48: 11.2 and 33.5 s, load 0.9)."""
 
