@@ -896,17 +896,14 @@ def test_files_named_alike_are_told_apart_and_one_file_runs_once(tmp_path, monke
     assert [s.name for s in _schedules(("1f1b.csv",), ("1f1b",), 2, 2, None)] == ["1f1b.csv", "1f1b"]
 
 
-def test_a_ctrl_c_during_the_launch_kills_and_reaps_the_fork_server(monkeypatch):
+def test_a_ctrl_c_during_the_launch_stops_the_fork_server(monkeypatch):
     """The fork server ignores Ctrl-C, so one still importing torch ran on at a full core after
-    'aborted' (and the command took 3.3 s to exit): the launch stops it on a KeyboardInterrupt, and
-    stopping it kills and reaps it at once (the end-to-end test above cannot catch a server that
-    happened to finish its import in time)."""
-    import multiprocessing.forkserver
-
+    'aborted' (and the command took 3.3 s to exit): the launch stops it on a KeyboardInterrupt
+    (the end-to-end test above cannot catch a server that happened to finish its import in time)."""
+    pytest.importorskip("torch")  # the launch imports the ranks' worker
     import ppopt.run.launcher as launcher
 
     stopped = []
-    real_stop = launcher._stop_server
     monkeypatch.setattr(launcher, "_stop_server", lambda: stopped.append(True))
 
     def interrupted(spec, child, on_started):
@@ -916,10 +913,18 @@ def test_a_ctrl_c_during_the_launch_kills_and_reaps_the_fork_server(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         launcher.launch(None)
     assert stopped == [True]
+
+
+def test_stopping_the_fork_server_kills_and_reaps_it():
+    """:func:`ppopt.run.launcher._stop_server` at once: no server left running, nor a zombie."""
+    import multiprocessing.forkserver
+
+    from ppopt.run.launcher import _stop_server
+
     if not Path("/proc/self").exists():
         pytest.skip("needs /proc to see the server")
     multiprocessing.forkserver.ensure_running()
     server = multiprocessing.forkserver._forkserver._forkserver_pid
     assert server and os.path.exists(f"/proc/{server}")
-    real_stop()
-    assert not os.path.exists(f"/proc/{server}")  # killed and reaped: no zombie left either
+    _stop_server()
+    assert not os.path.exists(f"/proc/{server}")
