@@ -116,6 +116,10 @@ whose option is a layer split (chimera-asym): the plan chooses the split itself 
 and with balanced or explicit counts such a family is the same job as its even twin (Chimera)."""
 
 
+_SIZE_FILTERS = ("micro_batches", "tensor_parallel", "pipeline_parallel", "data_parallel")
+"""The request's fields that keep only the sizes they list (None: every valid size)."""
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """What to plan: a model on ``gpus`` GPUs of ``system``, and the space's limits.
@@ -135,6 +139,9 @@ class PlanRequest:
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES
     micro_batches: tuple[int, ...] | None = None
     overlap_gradient_sync: bool = False
+    tensor_parallel: tuple[int, ...] | None = None
+    pipeline_parallel: tuple[int, ...] | None = None
+    data_parallel: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", load_model(self.model))  # a preset name or a file, as Job takes them
@@ -142,11 +149,12 @@ class PlanRequest:
         for name in ("recompute", "schedules"):  # one name given alone, not its letters
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, (getattr(self, name),))
-        for name in ("split", "recompute", "schedules", "micro_batches"):  # a list is taken as the tuple it holds
+        for name in ("split", "recompute", "schedules") + _SIZE_FILTERS:  # a list is taken as the tuple it holds
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        if isinstance(self.micro_batches, int) and not isinstance(self.micro_batches, bool):  # one size given alone
-            object.__setattr__(self, "micro_batches", (self.micro_batches,))
+        for name in _SIZE_FILTERS:  # one size given alone
+            if isinstance(getattr(self, name), int) and not isinstance(getattr(self, name), bool):
+                object.__setattr__(self, name, (getattr(self, name),))
         require_positive_int(self.gpus, "gpus")
         require_bool(self.overlap_gradient_sync, "overlap_gradient_sync")
         check_global_batch(self.global_batch)
@@ -168,10 +176,13 @@ class PlanRequest:
             raise ConfigError(f"must name at least one schedule (known: {', '.join(SCHEDULES)})", field="schedules")
         if (unknown := [v for v in self.recompute if v not in RECOMPUTE_MODES]) or not self.recompute:
             raise ConfigError(f"unknown {', '.join(unknown) or 'empty'} (known: {', '.join(RECOMPUTE_MODES)})", field="recompute")
-        if self.micro_batches is not None:
-            bad = [b for b in self.micro_batches if isinstance(b, bool) or not isinstance(b, int) or b < 1]
-            if bad or not self.micro_batches:
-                raise ConfigError(f"must be positive integers, got {', '.join(map(repr, bad)) or 'none'}", field="micro_batches")
+        for name in _SIZE_FILTERS:
+            sizes = getattr(self, name)
+            if sizes is None:
+                continue
+            bad = [b for b in sizes if isinstance(b, bool) or not isinstance(b, int) or b < 1] if isinstance(sizes, tuple) else [sizes]
+            if bad or not sizes:
+                raise ConfigError(f"must be positive integers, got {', '.join(map(repr, bad)) or 'none'}", field=name)
 
     @property
     def batch(self) -> int:
@@ -219,7 +230,43 @@ def layouts(request: PlanRequest) -> list[tuple[int, int, int]]:
             f"and sequence), {split} ({model.num_layers}), d dividing the global batch {request.batch}, and t·d dividing "
             f"a node or a multiple of it" + ("; --layers-per-stage balanced, which lets p leave a remainder of layers, "
                                              "finds some" if uneven else ""), field="gpus")
-    return found
+    return _filtered(request, found)
+
+
+_LAYOUT_FILTERS = (("tensor_parallel", "t", 0), ("pipeline_parallel", "p", 1), ("data_parallel", "d", 2))
+"""The request's layout filters: field, letter, index in (t, p, d)."""
+
+
+def _filter_words(letter: str, wanted: tuple[int, ...]) -> str:
+    """``t = 2 or 4``: what a layout filter keeps."""
+    return f"{letter} = {' or '.join(map(str, sorted(set(wanted))))}"
+
+
+def layout_filters(request: PlanRequest) -> str | None:
+    """The request's layout filters in words (``t = 2 and p = 2 or 4``), None without any."""
+    words = [_filter_words(letter, getattr(request, name)) for name, letter, _ in _LAYOUT_FILTERS
+             if getattr(request, name) is not None]
+    return " and ".join(words) or None
+
+
+def _filtered(request: PlanRequest, found: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The layouts of ``found`` that every layout filter of ``request`` keeps; InfeasibleError naming
+    the filter (and the values it could take) when they keep none."""
+    kept = found
+    applied: list[str] = []  # the filters kept so far, in words
+    for name, letter, k in _LAYOUT_FILTERS:
+        wanted = getattr(request, name)
+        if wanted is None:
+            continue
+        said = _filter_words(letter, wanted)
+        narrowed = [layout for layout in kept if layout[k] in wanted]
+        if not narrowed:
+            valid = ", ".join(map(str, sorted({layout[k] for layout in kept})))
+            raise InfeasibleError(f"no valid layout of {request.gpus} GPUs for {request.model.name} has "
+                                  f"{' and '.join([said, *applied])}; valid: {letter} = {valid}"
+                                  + (f" (with {' and '.join(applied)})" if applied else ""), field=name)
+        kept, applied = narrowed, [*applied, said]
+    return kept
 
 
 def _layouts_if_any(request: PlanRequest) -> list[tuple[int, int, int]]:
@@ -850,7 +897,7 @@ def out_of_time(budget: SolveOptions, spent: str, foreseen: bool = False, listed
     from ppopt.report.text import seconds
 
     head = "no job would be evaluated" if foreseen else "no job evaluated"
-    advice = "give more time" if listed else "give more time or narrow the space (--schedule, --recompute, --micro-batch)"
+    advice = "give more time" if listed else "give more time or narrow the space (--schedule, --recompute, --micro-batch, --tp, --pp, --dp)"
     return InfeasibleError(f"{head} within {seconds(budget.time_limit_s)}: {spent}; {advice}", field="time_limit_s")
 
 
@@ -934,7 +981,7 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
             raise InfeasibleError(_none_defined(request), field="schedules")
         if total > MAX_JOBS:
             raise ConfigError(f"{total} jobs to enumerate exceed the limit of {MAX_JOBS}; narrow the space "
-                              "(--recompute, --schedule, --micro-batch)", field="gpus")
+                              "(--recompute, --schedule, --micro-batch, --tp, --pp, --dp)", field="gpus")
         source: Iterable[Job] = enumerate_jobs(request)
         left_out = tuple(families_left_out(request).items())
     else:

@@ -80,6 +80,43 @@ def test_layouts_keep_only_the_t_megatron_can_split_the_model_over():
     assert all(Job(grouped, H100, tp=t, pp=p, dp=d, sequence_parallel=t > 1) for t, p, d in found)
 
 
+def test_layout_filters_keep_the_hand_counted_layouts_of_their_values():
+    """70B on 64 GPUs has 19 layouts (the test above): t = 4 keeps p in {1, 2, 4, 8, 16} (p divides
+    gcd(16, 80) = 16), and p = 8 with it the one (4, 8, 2); d = 1 keeps (8, 8, 1) and (4, 16, 1)."""
+    model = load_model("llama3-70b")
+    assert layouts(PlanRequest(model, H100, 64, tensor_parallel=4)) == [(4, p, 16 // p) for p in (1, 2, 4, 8, 16)]
+    assert layouts(PlanRequest(model, H100, 64, tensor_parallel=[4], pipeline_parallel=(8, 3))) == [(4, 8, 2)]
+    assert sorted(layouts(PlanRequest(model, H100, 64, data_parallel=(1,)))) == [(4, 16, 1), (8, 8, 1)]
+    jobs = list(enumerate_jobs(PlanRequest(model, H100, 64, global_batch=64, pipeline_parallel=(8,), schedules=("1f1b",))))
+    assert jobs and {j.pp for j in jobs} == {8}
+
+
+@pytest.mark.parametrize("filters, field, message", [
+    (dict(tensor_parallel=(3, 5)), "tensor_parallel", "has t = 3 or 5; valid: t = 1, 2, 4, 8"),
+    (dict(tensor_parallel=(8,), pipeline_parallel=(2,)), "pipeline_parallel", "has p = 2 and t = 8; valid: p = 1 (with t = 8)"),
+    (dict(data_parallel=(0,)), "data_parallel", "must be positive integers, got 0"),
+    (dict(pipeline_parallel=()), "pipeline_parallel", "must be positive integers, got none"),
+])
+def test_layout_filters_that_keep_nothing_name_the_field_and_the_valid_values(filters, field, message):
+    with pytest.raises((ConfigError, InfeasibleError)) as error:
+        layouts(PlanRequest(LLAMA8, H100, 8, **filters))
+    assert error.value.field == field and message in error.value.reason
+
+
+def test_plan_cli_layout_filters_header_json_and_errors():
+    base = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--search", 0, "-q"]
+    result = run(*base, "--tp", 2, "--pp", 2, "--pp", 4, "--top", 3)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].endswith(", layouts with t = 2 and p = 2 or 4")
+    assert all(re.match(r"\d +t2 p[24] d", line) for line in result.output.splitlines()[3:6]), result.output
+    data = json.loads(run(*base, "--dp", 4, "--json").stdout)
+    assert data["layouts"] == {"tensor_parallel": None, "pipeline_parallel": None, "data_parallel": [4]}
+    assert data["top"] and all(" d4 " in f" {r['job']} " for r in data["top"])
+    refused = run(*base, "--tp", 3)
+    assert refused.exit_code == 1
+    assert refused.output == "error: --tp: no valid layout of 8 GPUs for llama3-8b has t = 3; valid: t = 1, 2, 4, 8\n"
+
+
 def test_count_matches_the_enumeration_and_zb_h1_needs_m_at_least_p():
     request = PlanRequest(LLAMA8, H100, 8, global_batch=16)
     jobs = list(enumerate_jobs(request))
@@ -342,7 +379,7 @@ def test_bad_input_is_one_line_and_exit_1(args, message):
 
 
 @pytest.mark.parametrize("flag", [["--schedule", "zb-h1"], ["--recompute", "none"], ["--micro-batch", 1], ["--overlap-grad-sync"],
-                                  ["--layers-per-stage", "15,15"]])
+                                  ["--layers-per-stage", "15,15"], ["--tp", 2], ["--pp", 4], ["--dp", 2]])
 def test_candidates_refuse_the_filters_they_would_ignore(flag):
     """The listed jobs are the measured runs (1F1B, full recomputation): these flags changed nothing
     (the same ranking with or without them), and a split of counts was accepted and not applied."""
@@ -764,7 +801,7 @@ def test_plan_command_out_of_time_prints_one_error_line_and_no_table(clock, monk
     assert result.exit_code == 1 and result.stdout == ""
     assert result.stderr == (f"error: --time-limit: no job evaluated within 5 s: sizing the {total} jobs took the budget "
                              f"(20 sized, {total - 20} not sized); give more time or narrow the space "
-                             "(--schedule, --recompute, --micro-batch)\n")
+                             "(--schedule, --recompute, --micro-batch, --tp, --pp, --dp)\n")
 
 
 @pytest.mark.parametrize("seconds_per_job, gives_up", [(0.01, True), (0.002, False)])
@@ -787,7 +824,7 @@ def test_sizing_that_cannot_end_in_time_gives_up_early_and_says_when_it_would_en
     assert result.rows == () and result.unsized == total - 112
     assert result.spent() == f"sizing the {total} jobs would end about {total * seconds_per_job:.1f} s into it at the rate so far (112 sized in 1.1 s)"
     assert result.out_of_time(SolveOptions(5)).reason == (f"no job would be evaluated within 5 s: {result.spent()}; give more time or "
-                                                          "narrow the space (--schedule, --recompute, --micro-batch)")
+                                                          "narrow the space (--schedule, --recompute, --micro-batch, --tp, --pp, --dp)")
 
 
 def test_generating_that_cannot_end_in_time_gives_up_early(still_clock):

@@ -67,6 +67,12 @@ def _seconds(value: float) -> str:
               help="Schedule families to consider (repeatable; see `ppopt list`) [default: every family a job supports, with their chunks and "
                    "waves, but chimera-asym, whose A:B layer split --layers-per-stage covers; 'all' adds it].")
 @click.option("--micro-batch", "micro_batches", multiple=True, type=INT, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
+@click.option("--tp", "tensor_parallel", multiple=True, type=INT,
+              help="Tensor-parallel degrees t to consider (repeatable) [default: every valid one].")
+@click.option("--pp", "-p", "pipeline_parallel", multiple=True, type=INT,
+              help="Pipeline depths p to consider (repeatable) [default: every valid one].")
+@click.option("--dp", "data_parallel", multiple=True, type=INT,
+              help="Data-parallel degrees d to consider (repeatable) [default: every valid one].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
 @click.option("--candidates", type=click.Path(), default=None,
               help="Rank only the jobs this measured-data CSV lists (columns of data/measured; '-': standard input), per model, "
@@ -89,7 +95,7 @@ def _seconds(value: float) -> str:
 @format_option
 @json_option
 def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_per_stage, recompute, schedules, micro_batches,
-                 overlap_grad_sync, candidates, search_top, time_limit, seed, deterministic_time, jobs, executor, address,
+                 tensor_parallel, pipeline_parallel, data_parallel, overlap_grad_sync, candidates, search_top, time_limit, seed, deterministic_time, jobs, executor, address,
                  quiet, plot_path, torch_csv, fmt, as_json) -> None:
     """The fastest tensor x pipeline x data parallel layout, micro batch size, recomputation mode and
     pipeline schedule of a training job under a per-GPU memory limit.
@@ -130,7 +136,8 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
                    "per GPU: jobs ranked above that would not fit its GPUs (`ppopt job` says so)", err=True)
     common = dict(memory_limit_bytes=limit, split=split, recompute=recompute or RECOMPUTE_MODES,
                   schedules=SCHEDULES if schedules == ("all",) else schedules or DEFAULT_SCHEDULES, micro_batches=micro_batches or None,
-                  overlap_gradient_sync=overlap_grad_sync)
+                  tensor_parallel=tensor_parallel or None, pipeline_parallel=pipeline_parallel or None,
+                  data_parallel=data_parallel or None, overlap_gradient_sync=overlap_grad_sync)
     if torch_csv:  # none can be written: refused now, not after the plan
         from ppopt.generators import REGISTRY
 
@@ -143,6 +150,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
             raise ConfigError("gives the model, GPUs and global batch of each job; drop --model, --gpus and --global-batch",
                               field="candidates")
         fixed = [flag for flag, given in (("--schedule", schedules), ("--recompute", recompute), ("--micro-batch", micro_batches),
+                                          ("--tp", tensor_parallel), ("--pp", pipeline_parallel), ("--dp", data_parallel),
                                           ("--overlap-grad-sync", overlap_grad_sync), ("--layers-per-stage COUNTS", isinstance(split, tuple)))
                  if given]
         if fixed:  # the listed jobs are the measured runs' (1F1B, full recomputation): these filters would be ignored
@@ -431,7 +439,7 @@ def _split(job):
 def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tuple[str, str] | None = None) -> None:
     """The plan as text; ``rerun``: the --model and --system given, for the `ppopt job` line (None
     with --candidates, whose models are not presets a command can name)."""
-    from ppopt.plan import describe
+    from ppopt.plan import describe, layout_filters
     from ppopt.report.text import csv_number, per_device, percent, percent_header, tokens_per_s
 
     request = result.request
@@ -452,8 +460,9 @@ def _print(result, searches, top: int, fmt: str, header: bool = True, rerun: tup
             click.echo(f"note: --format csv prints the ranking only; {left} are in the text, markdown and --json outputs",
                        err=True)
         return
+    filters = layout_filters(request)
     click.echo(f"{request.model.name} on {request.gpus:,} x {request.system.name}, global batch {request.batch:,}, "
-               f"memory limit {_gb(request.limit)} GB per GPU")
+               f"memory limit {_gb(request.limit)} GB per GPU" + (f", layouts with {filters}" if filters else ""))
     line = f"{result.enumerated} job{'' if result.enumerated == 1 else 's'}: {result.over_limit} over the memory limit"
     if result.closest_over:
         job, memory = result.closest_over
@@ -592,7 +601,10 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None, balanced=No
 
     return {
         "model": request.model.name, "system": request.system.name, "gpus": request.gpus, "global_batch": request.batch,
-        "memory_limit_bytes": request.limit, "enumerated": result.enumerated, "over_limit": result.over_limit,
+        "memory_limit_bytes": request.limit,
+        "layouts": {name: None if getattr(request, name) is None else sorted(set(getattr(request, name)))
+                    for name in ("tensor_parallel", "pipeline_parallel", "data_parallel")},
+        "enumerated": result.enumerated, "over_limit": result.over_limit,
         "closest_over": None if not result.closest_over else {
             "job": result.closest_over[0].describe(), "recompute": result.closest_over[0].recompute,
             "schedule": result.closest_over[0].schedule, "schedule_options": result.closest_over[0].schedule_options,
