@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 
-from ppopt.errors import MemoryShortError
+from ppopt.errors import ConfigError, MemoryShortError
 
 CHECKED_FROM_BYTES = 5e8
 """Requests that need less memory than this (bytes) are not checked against the machine's: every
@@ -48,3 +48,22 @@ def require_memory(needed_bytes: float, what: str, field: str | None = None) -> 
     if available is not None and needed_bytes > available:
         raise MemoryShortError(f"not enough memory: {what}: about {gb(needed_bytes)} needed, more than the {gb(available)} "
                             "this machine has available", field=field)
+
+
+LOCAL_CAP = "4 per CPU, 16 always allowed"
+""":func:`max_local_jobs` in words, for the errors and the options' help."""
+
+
+def max_local_jobs() -> int:
+    """The most processes (or local Ray CPUs) ``--jobs`` may ask of this machine: 4 per CPU, at
+    least 16. More only oversubscribes the CPUs, and a typo like ``-j 1000000`` would otherwise
+    start a process per work item."""
+    return max(16, 4 * (os.cpu_count() or 1))
+
+
+def check_local_parallelism(count: int, field: str) -> None:
+    """Refuse ``count`` parallel processes or threads (``field``: the option's name) beyond
+    :func:`max_local_jobs`: more only oversubscribes the CPUs, and the time limit then overruns."""
+    if count > max_local_jobs():
+        raise ConfigError(f"{count} is more than this machine runs usefully: at most {max_local_jobs()} "
+                          f"({LOCAL_CAP}; {os.cpu_count() or 1} CPUs here)", field=field)

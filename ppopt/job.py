@@ -373,8 +373,12 @@ class Job:
 
     @property
     def schedule_label(self) -> str:
-        """The schedule with its options, e.g. ``interleaved-1f1b v2``, ``hanayo w2`` or ``chimera-asym 1:2``."""
-        return schedule_label(self.schedule, self.schedule_options)
+        """The schedule with its options, e.g. ``interleaved-1f1b v2``, ``hanayo w2`` or ``chimera-asym 1:2``
+        (not the split when ``layers`` gives the counts: the split only sets the default counts)."""
+        options = self.schedule_options
+        if self.layers is not None:
+            options = {k: v for k, v in options.items() if k != "split"}
+        return schedule_label(self.schedule, options)
 
     @property
     def stage_layers(self) -> tuple[int, ...]:

@@ -76,12 +76,25 @@ def test_even_means_equal_counts_for_a_schedule_with_a_split_of_its_own():
         return json.loads(result.stdout)["layers_per_stage"]
 
     assert layers() == [5, 5, 11, 11] and layers("--layers-per-stage", "even") == [8, 8, 8, 8]
+    # the header named the 1:2 split it no longer applied; the help says which split is the default
+    text = run("job", "--model", "llama3-8b", "--system", "dgx-a100", "-p", 4, "-s", "chimera-asym", "--layers-per-stage", "even")
+    assert "(chimera-asym, recompute none" in text.stdout.splitlines()[0], text.output
+    assert "(chimera-asym 1:2, recompute none" in run("job", "--model", "llama3-8b", "--system", "dgx-a100", "-p", 4,
+                                                        "-s", "chimera-asym").stdout.splitlines()[0]
+    assert "[default:even,butchimera-asym's--split" in "".join(run("job", "--help").output.split())  # wrapped at hyphens too
 
 
 def test_only_the_commands_with_a_space_say_the_options_fill_it_in():
     for command, says in (("search", True), ("frontier", True), ("gap", False), ("evaluate", False)):
         text = " ".join(run(command, "--help").output.split())
         assert ("fills in what --space leaves out" in text) == says, command
+        # a solver command names no schedule: "over several schedules ('all', compare)" was not its case,
+        # and its split's default is the space's (even), which a bare search shows
+        assert ("over several schedules" in text) != says, command
+    split_help = "".join(run("search", "--help").output.split())
+    assert "[default:chimera-asym's1:2;placement=bidirectional'sevensplit]" in split_help
+    bare = run("search", "--unit", "-p", 2, "-m", 2, "--space", "placement=bidirectional", "--time-limit", 5, "-q", "--no-grid")
+    assert "directions=even" in bare.stdout and "split=" not in bare.stdout, bare.output
 
 
 

@@ -16,8 +16,9 @@ from click.testing import CliRunner
 from ppopt.cli import main
 from ppopt.cli.options import ProgressBar
 from ppopt.errors import ConfigError, PpoptError
+from ppopt.host import max_local_jobs
 from ppopt.sweep import COLUMNS, LocalExecutor, load_spec, point_hash, read_rows, run_sweep
-from ppopt.sweep.executors import make_executor, max_local_jobs
+from ppopt.sweep.executors import make_executor
 from ppopt.sweep.run import INPUT_COLUMNS, locked
 from ppopt.sweep.spec import MAX_SWEEP_OPS, check_sweep_size
 
@@ -240,7 +241,7 @@ def test_more_jobs_than_the_machine_runs_usefully_are_refused_before_any_process
     result = CliRunner().invoke(main, [*args, "-j", str(too_many), "-q", *(["-o", str(tmp_path / "out")] if command[0] == "sweep" else [])])
     assert result.exit_code == 1, result.output
     assert result.stderr.strip() == (f"error: --jobs: {too_many} is more than this machine runs usefully: at most "
-                                     f"{max_local_jobs()} (4 per CPU, at least 16; {os.cpu_count() or 1} CPUs here)")
+                                     f"{max_local_jobs()} (4 per CPU, 16 always allowed; {os.cpu_count() or 1} CPUs here)")
     assert not (tmp_path / "out").exists()
     with LocalExecutor(max_local_jobs()) as pool:  # the limit itself is taken
         assert sorted(pool.map_unordered(abs, [-1, -2])) == [1, 2]
@@ -257,8 +258,16 @@ def test_the_jobs_limit_is_four_per_cpu_and_at_least_sixteen(monkeypatch, cpus, 
     with pytest.raises(ConfigError) as error:
         _check_jobs(limit + 1)
     assert (error.value.field, error.value.reason) == (
-        "jobs", f"{limit + 1} is more than this machine runs usefully: at most {limit} (4 per CPU, at least 16; "
+        "jobs", f"{limit + 1} is more than this machine runs usefully: at most {limit} (4 per CPU, 16 always allowed; "
                 f"{cpus or 1} CPUs here)")
+
+
+def test_jobs_with_a_ray_address_are_refused_not_dropped():
+    """A running cluster has the CPUs it was started with: -j 4 was passed to nothing, without a word."""
+    with pytest.raises(ConfigError) as error:
+        make_executor("ray", jobs=4, address="127.0.0.1:1")
+    assert (error.value.field, error.value.reason) == (
+        "jobs", "gives a local Ray its CPUs; the cluster at --address 127.0.0.1:1 uses its own: drop -j 4")
 
 
 def test_unreachable_ray_address_fails_fast():

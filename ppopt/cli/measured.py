@@ -340,7 +340,7 @@ def _at_bounds(fitted) -> dict[str, str]:
 @click.option("--layers-per-stage", "layers_per_stage", default=None,
               help="Layers of each stage: counts such as 7,8,8,7 (as ppopt plan prints), even (equal counts, the "
                    "remainder on the first stages) or balanced (counts minimising the slowest stage, as ppopt plan "
-                   "balances) [default: even].")
+                   "balances) [default: even, but chimera-asym's --split; any of these replaces it].")
 @json_option
 @quiet_option
 def job_command(model, system, global_batch, pp, parallel, overlap_grad_sync, schedule, chunks, waves, split,

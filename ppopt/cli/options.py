@@ -51,9 +51,10 @@ FLOAT = PlainFloat()
 
 _OTHERS = " Other schedules refuse it; over several schedules ('all', compare) it applies to those that take it."
 _ONE = " Other schedules refuse it."
-_SPACE = (" It also fills in what --space leaves out (chunks of placement=looped or any, waves of zigzag, split of "
-          "bidirectional); a space without such stages refuses it.")
-"""How a schedule option applies: over several schedules, to one, or to a search space as well."""
+_SPACE = (" It fills in what --space leaves out (chunks of placement=looped or any, waves of zigzag, split of "
+          "bidirectional) and sets fixed:NAME's option; a space without such stages refuses it.")
+"""How a schedule option applies: over several schedules, to one, or to a search space (the solver
+commands name no schedule: a space, or fixed:NAME, is what the option reaches)."""
 
 
 def _compose(options: list[Callable]) -> Callable:
@@ -104,15 +105,15 @@ def schedule_options(name: bool = True, unit_costs: bool = True, all_schedules: 
     fill in a search space too.
     """
     required = not name if sizes_required is None else sizes_required
-    applies = _OTHERS if all_schedules or not name else _ONE
-    applies += _SPACE if spaces else ""
+    applies = _SPACE if spaces else _OTHERS if all_schedules or not name else _ONE
+    split_default = "chimera-asym's 1:2; placement=bidirectional's even split" if spaces else "1:2"
     options = [
         click.option("--devices", "-p", "--pp", "devices", type=INT, required=required,
                      help="Number of devices (pipeline ranks), p; --pp as in `ppopt job`."),
         click.option("--microbatches", "-m", type=INT, required=required, help="Microbatches per step, m."),
         click.option("--chunks", "-v", type=INT, default=None, help=f"Chunks (stages) per device for interleaved-1f1b and looped-bfs [default: {OPTIONS['chunks'][0]}].{applies}"),
         click.option("--waves", type=INT, default=None, help=f"Waves for hanayo [default: {OPTIONS['waves'][0]}].{applies}"),
-        click.option("--split", default=None, help=f"Layer split A:B between the pipeline halves for chimera-asym [default: 1:2].{applies}"),
+        click.option("--split", default=None, help=f"Layer split A:B between the pipeline halves for chimera-asym [default: {split_default}].{applies}"),
     ]
     if unit_costs:
         options.append(unit_cost_options())

@@ -30,6 +30,7 @@ from ppopt.cli.options import (
     say_whether_reproducible,
     written_together,
 )
+from ppopt.host import LOCAL_CAP
 from ppopt.job import RECOMPUTE_MODES, SCHEDULES
 from ppopt.plan import DEFAULT_SCHEDULES, NEAR_STEP, balanced_first
 
@@ -84,7 +85,7 @@ def _seconds(value: float) -> str:
 @click.option("--deterministic-time", type=FLOAT, default=None,
               help="A budget of CP-SAT deterministic time for the schedule searches (see `ppopt search --help`): "
                    "with it, a plan the time limit does not cut is reproducible (a note says which).")
-@click.option("--jobs", "-j", type=INT, default=1, show_default=True, help="Parallel evaluations (local processes; CPUs of a local Ray).")
+@click.option("--jobs", "-j", type=INT, default=1, show_default=True, help=f"Parallel evaluations: local processes, or the CPUs of a local Ray (at most {LOCAL_CAP}).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where evaluations run.")
 @click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray].")
 @quiet_option

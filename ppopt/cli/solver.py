@@ -34,6 +34,7 @@ from ppopt.cli.options import (
     working,
     written_together,
 )
+from ppopt.host import LOCAL_CAP
 from ppopt.solve.instance import InstanceSpec
 from ppopt.solve.options import AUTO_CP_OPS, AUTO_LNS_OPS, CP_MAX_OPS, MAX_WORKERS, METHODS, SolveOptions
 
@@ -96,8 +97,8 @@ def _with_solver_options(command, built: Callable[[dict], int], held: int, memor
                               "gradients, optimizer state and activations), e.g. 60GiB [default: no limit]."),
             click.option("--time-limit", type=FLOAT, default=60.0, show_default=True,
                          help="Seconds for the whole command: model building, hints, every solve and the report."),
-            click.option("--workers", type=INT, default=1, show_default=True, help=f"CP-SAT workers, 1 to 4 per CPU (at least 16, at most {MAX_WORKERS}; 1 is reproducible unless the time limit cuts a solve: "
-                                                                               "see --deterministic-time)."),
+            click.option("--workers", type=INT, default=1, show_default=True, help=f"CP-SAT workers: at most {LOCAL_CAP}, and never more than {MAX_WORKERS}. 1 is reproducible unless the "
+                                                                               "time limit cuts a solve: see --deterministic-time."),
             click.option("--seed", type=INT, default=0, show_default=True, help="CP-SAT random seed (and the neighbourhoods of lns)."),
             click.option("--deterministic-time", type=FLOAT, default=None,
                          help="A budget of CP-SAT deterministic time (its machine-independent count of work; one "
@@ -220,7 +221,7 @@ def _requests(params: dict) -> tuple[InstanceSpec, SolveOptions]:
     quiet = params.pop("quiet")
     workers = params.pop("workers")
     if isinstance(workers, int) and 1 <= workers <= MAX_WORKERS:  # SolveOptions refuses the rest
-        from ppopt.sweep.executors import check_local_parallelism
+        from ppopt.host import check_local_parallelism
 
         check_local_parallelism(workers, "workers")  # 64 threads on 2 CPUs overran a 5 s limit by 30 %
     solve = SolveOptions(params.pop("time_limit"), workers, params.pop("seed"),

@@ -10,6 +10,7 @@ import click
 from ppopt.cli import main
 from ppopt.cli.options import FLOAT, INT, ProgressBar, check_output_dir, complete_dir, deadline_of, emit_json, json_option, quiet_option
 from ppopt.errors import counted
+from ppopt.host import LOCAL_CAP
 from ppopt.solve.interrupt import sigterm_as_ctrl_c
 
 
@@ -18,7 +19,7 @@ def executor_options(command):
         [
             click.option("--output", "-o", default=None, callback=check_output_dir, shell_complete=complete_dir,
                          help="Output directory, created if missing (its parent must exist) [default: out/<spec stem>]."),
-            click.option("--jobs", "-j", type=INT, default=1, show_default=True, help="Parallel jobs (local processes; CPUs of a local Ray)."),
+            click.option("--jobs", "-j", type=INT, default=1, show_default=True, help=f"Parallel jobs: local processes, or the CPUs of a local Ray (at most {LOCAL_CAP})."),
             click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where points run."),
             click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray]."),
             click.option("--time-limit", type=FLOAT, default=None,

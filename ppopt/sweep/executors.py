@@ -38,6 +38,7 @@ from itertools import chain, islice
 from typing import Any
 
 from ppopt.errors import ConfigError, PpoptError
+from ppopt.host import check_local_parallelism, max_local_jobs
 
 __all__ = ["Executor", "LocalExecutor", "RayExecutor", "TimeLimitReached", "alarm_at", "check_local_parallelism", "make_executor", "max_local_jobs",
            "uninterrupted"]
@@ -148,21 +149,6 @@ def _run_here(fn: Callable[[Any], Any], items: Iterable[Any], deadline: float | 
         with alarm_at(deadline):
             result = fn(item)
         yield result
-
-
-def max_local_jobs() -> int:
-    """The most processes (or local Ray CPUs) ``--jobs`` may ask of this machine: 4 per CPU, at
-    least 16. More only oversubscribes the CPUs, and a typo like ``-j 1000000`` would otherwise
-    start a process per work item."""
-    return max(16, 4 * (os.cpu_count() or 1))
-
-
-def check_local_parallelism(count: int, field: str) -> None:
-    """Refuse ``count`` parallel processes or threads (``field``: the option's name) beyond
-    :func:`max_local_jobs`: more only oversubscribes the CPUs, and the time limit then overruns."""
-    if count > max_local_jobs():
-        raise ConfigError(f"{count} is more than this machine runs usefully: at most {max_local_jobs()} "
-                          f"(4 per CPU, at least 16; {os.cpu_count() or 1} CPUs here)", field=field)
 
 
 def _check_jobs(jobs: int) -> None:
@@ -409,5 +395,8 @@ def make_executor(kind: str = "local", jobs: int = 1, address: str | None = None
             _check_jobs(jobs)
         elif jobs < 1:
             raise ConfigError(f"must be >= 1, got {jobs}", field="jobs")
+        elif jobs > 1:  # it would be dropped: a running cluster has the CPUs it was started with
+            raise ConfigError(f"gives a local Ray its CPUs; the cluster at --address {address} uses its own: drop -j {jobs}",
+                              field="jobs")
         return RayExecutor(address, num_cpus=jobs if jobs > 1 else None, deadline=deadline)
     raise ConfigError(f"unknown executor {kind!r} (known: local, ray)")
