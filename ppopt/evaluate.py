@@ -21,7 +21,7 @@ from ppopt.formula import Formula, formula
 from ppopt.generators import check_option_names, generate, get, names, schedule_label, too_many_stages
 from ppopt.generators.common import require_positive
 from ppopt.ir import MAX_OPS, Schedule, check_total_size
-from ppopt.job import Parallelism, job_costs, job_work, simulate_pipeline
+from ppopt.job import NEEDS_A_MODEL, Parallelism, job_costs, job_work, simulate_pipeline
 from ppopt.report.text import span, time_left
 from ppopt.simulate import Simulation, simulate
 from ppopt.table import Table, TableMetrics, build_table, table_metrics
@@ -138,7 +138,7 @@ def evaluate_schedule(
     flat = validated(schedule)
     model, system = model_and_system(model, system)
     if parallel is not None and not parallel.is_default and (model is None or system is None):
-        raise ConfigError("tensor/data parallelism and recomputation need --model and --system", field=parallel.first_set)
+        raise ConfigError(NEEDS_A_MODEL, field=parallel.first_set)
     simulation = simulate_on(flat, model, system, global_batch, parallel) if model is not None and system is not None else None
     closed = family_formula(schedule, units, {**options, **schedule.options}) if with_formula else None
     return Evaluation(

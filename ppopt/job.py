@@ -423,6 +423,11 @@ class Job:
                 "distributed_optimizer": self.distributed_optimizer, "layers_per_stage": list(self.stage_layers)}
 
 
+NEEDS_A_MODEL = ("is a job field, which needs --model and --system (the unit model has no tensor or data parallelism, "
+                 "micro batch size or recomputation)")
+"""The reason a unit-mode command refuses a job field (:attr:`Parallelism.first_set` names which)."""
+
+
 @dataclass(frozen=True)
 class Parallelism:
     """The job fields every modelled command takes (``--tp``, ``--dp``, ``--micro-batch``,

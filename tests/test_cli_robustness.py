@@ -366,7 +366,7 @@ def test_table_takes_one_schedule_and_says_so():
     assert "or 'all'" not in run("table", "--help").stdout
     assert "or 'all'" in run("evaluate", "--help").stdout
     line = one_error_line(run("table", "-s", "all", "-p", 4, "-m", 4))
-    assert line.startswith("error: --schedule: 'all' is for `ppopt evaluate` and `ppopt compare`")
+    assert line.startswith("error: --schedule: 'all' is for `ppopt evaluate`, `gap` and `plan` (`ppopt compare` ranks them all)")
 
 
 def test_table_json_gives_the_metrics_and_every_op_slot():

@@ -116,3 +116,32 @@ def test_no_color_turns_the_grid_s_colours_off(monkeypatch):
 def test_a_stage_split_of_the_wrong_length_is_counted_in_words():
     result = run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--layers-per-stage", "1,2")
     assert result.stderr == "error: --layers-per-stage: needs 1 positive count summing to the model's 32 layers, got 1,2\n"
+
+
+def test_a_seed_that_no_solve_used_is_said():
+    """`plan --search 0 --seed 5` said nothing, where --deterministic-time got a note: nothing used the seed."""
+    base = ["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--gpus", 4, "--search", 0, "-q", "--top", 1]
+    note = "note: --seed: no CP-SAT solve ran, so it did not apply"
+    assert note in run(*base, "--seed", 5).stderr
+    assert note not in run(*base).stderr  # the default seed was not asked for
+    searched = run("search", "--unit", "-p", 2, "-m", 4, "--seed", 3, "-q", "--no-grid", "--time-limit", 10)
+    assert searched.exit_code == 0 and note not in searched.stderr, searched.output
+
+
+def test_a_job_field_in_unit_mode_is_refused_for_what_it_is():
+    """--micro-batch was refused as "tensor/data parallelism and recomputation need --model and --system"."""
+    for command in (["evaluate", "-s", "1f1b"], ["search", "--unit", "--time-limit", 5]):
+        result = run(*command, "-p", 2, "-m", 4, "--micro-batch", 2)
+        assert result.exit_code == 1
+        assert result.output == ("error: --micro-batch: is a job field, which needs --model and --system (the unit model has "
+                                 "no tensor or data parallelism, micro batch size or recomputation)\n")
+
+
+def test_help_names_what_an_option_keeps_or_ignores():
+    def help_of(command):
+        return " ".join(run(command, "--help").output.split())
+
+    assert "It keeps 9 s for report.md and its figures (1 s with --no-figures)" in help_of("study")
+    assert "keeps" not in help_of("sweep").split("--time-limit")[1].split("-q,")[0]
+    assert "at least the --search ones" in help_of("plan")
+    assert "--json always holds its orders and timeline" in help_of("search")

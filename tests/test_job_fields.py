@@ -262,7 +262,7 @@ def test_job_takes_the_schedule_and_the_devices_as_the_other_commands_do():
     assert run("job", "--devices", "4", *common).stdout == run("job", "--pp", "4", *common).stdout
     assert json.loads(run("job", "--devices", "4", *common).stdout)["pp"] == 4
     every = run("job", "--model", "llama3-8b", "--system", "dgx-h100", "-s", "all")
-    assert every.output == "error: --schedule: 'all' is for `ppopt evaluate` and `ppopt compare`; this command takes one schedule\n"
+    assert every.output == "error: --schedule: 'all' is for `ppopt evaluate`, `gap` and `plan` (`ppopt compare` ranks them all); this command takes one schedule\n"
 
 
 def test_selective_recomputation_of_a_fused_attention_model_is_noted_as_saving_nothing():

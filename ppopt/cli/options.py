@@ -407,7 +407,7 @@ def refuse_unused_options(name: str | None | tuple[str, ...], options: dict) -> 
     from ppopt.generators import REGISTRY, get
 
     if name == "all":
-        raise ConfigError("'all' is for `ppopt evaluate` and `ppopt compare`; this command takes one schedule", field="schedule")
+        raise ConfigError("'all' is for `ppopt evaluate`, `gap` and `plan` (`ppopt compare` ranks them all); this command takes one schedule", field="schedule")
     given = name if isinstance(name, tuple) else (name,)
     takes = {option for one in given if one is not None for option in get(one).options}
     for option, value in options.items():
@@ -870,7 +870,12 @@ def check_plot(ctx: click.Context, param: click.Parameter, path: str | None) -> 
 def say_whether_reproducible(solve: solve_options.SolveOptions) -> None:
     """With ``--deterministic-time``, one line on stderr: whether another run with the same flags gives
     the same result (one worker, and the wall-clock budget never decided: :attr:`ppopt.solve.options.SolveOptions.cuts`),
-    or that it did not apply (no CP-SAT solve ran: :attr:`ppopt.solve.options.SpentWork.solves`)."""
+    or that it did not apply (no CP-SAT solve ran: :attr:`ppopt.solve.options.SpentWork.solves`); the
+    same of a ``--seed`` given when no solve ran."""
+    context = click.get_current_context(silent=True)
+    seed_given = context is not None and context.get_parameter_source("seed") == click.core.ParameterSource.COMMANDLINE
+    if seed_given and not solve.work.solves and not solve.cuts:
+        click.echo("note: --seed: no CP-SAT solve ran, so it did not apply", err=True)
     if solve.deterministic_time is None:
         return
     if not solve.work.solves and not solve.cuts:  # settled without CP-SAT (analytic bounds, --search 0)

@@ -53,12 +53,13 @@ def _seconds(value: float) -> str:
 
 
 @main.command("plan")
-@click.option("--model", default=None, shell_complete=complete_model, help="Model preset name (`ppopt list models`) or a .toml/.json file.")
-@click.option("--gpus", type=INT, default=None, help="GPUs N = t·p·d.")
+@click.option("--model", default=None, shell_complete=complete_model, help="Model preset name (`ppopt list models`) or a .toml/.json file (needed unless --candidates).")
+@click.option("--gpus", type=INT, default=None, help="GPUs N = t·p·d (needed unless --candidates).")
 @click.option("--system", required=True, shell_complete=complete_system, help="System preset name (`ppopt list systems`) or a .toml/.json file.")
 @click.option("--global-batch", type=INT, default=None, help="Sequences per step [default: the model's global_batch_size].")
 @click.option("--memory-limit", default=None, help="Per-GPU memory limit, e.g. 80GiB or 7.5e10 [default: the system's memory].")
-@click.option("--top", type=INT, default=10, show_default=True, help="Jobs to print.")
+@click.option("--top", type=INT, default=10, show_default=True,
+              help="Jobs to print (at least the --search ones, which the search table names; --json's 'top' holds --top).")
 @click.option("--layers-per-stage", "layers_per_stage", default="even", show_default=True,
               help="Stage split: even (equal counts: p divides the layers; chimera-asym keeps its own A:B split), balanced (counts minimising the slowest stage, any p), or "
                    "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")

@@ -263,7 +263,7 @@ def _refuse_replicas_for_torch(space, csv_path, run_it) -> None:
 @click.option("--space", default="placement=linear", show_default=True,
               help="Search space, e.g. placement=linear,backward=split or fixed:1f1b (see README); with --schedule-file, "
                    "the file's own space unless given.")
-@click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid.")
+@click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid (text output; --json always holds its orders and timeline).")
 @click.option("--minimize-memory", is_flag=True, help="Then minimise the worst device's peak memory at that step time (second solve).")
 @click.option("--csv", "csv_path", shell_complete=complete_file, callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None, help="Write the schedule found as a PyTorch schedule CSV.")
 @click.option("--plot", callback=check_plot, shell_complete=complete_file, default=None, help="Draw the schedule found, simulated, to .png/.svg.")
@@ -274,7 +274,9 @@ def search_command(spec, solve, options, space, grid, minimize_memory, csv_path,
     """Search a space for the shortest step under a memory limit; print the schedule, bound and gap.
 
     With --schedule-file, a schedule of your own is the first hint, so the schedule found (--csv,
-    --trace, --plot) is never slower than it when it fits the memory limit."""
+    --trace, --plot) is never slower than it when it fits the memory limit.
+
+    Durations: --unit (unit slots), --costs FILE (measured) or --model with --system; one of the three."""
     from ppopt.errors import ConfigError
     from ppopt.report.solve import search_json, search_text
     from ppopt.report.text import no_colour
@@ -453,7 +455,9 @@ def _write_each_output(result, spec, csv_path, plot, trace) -> None:
 @format_option
 def gap_command(spec, solve, options, schedules, given, as_json, fmt):
     """Optimality gap of every handcrafted schedule against its family's relaxed space, or of your
-    own schedule (--schedule-file) against the space of its placement and backward."""
+    own schedule (--schedule-file) against the space of its placement and backward.
+
+    Durations: --unit (unit slots), --costs FILE (measured) or --model with --system; one of the three."""
     from ppopt.errors import ConfigError
     from ppopt.report.solve import gap_json, gap_text
     from ppopt.solve.gap import gap_report
@@ -494,7 +498,9 @@ def gap_command(spec, solve, options, schedules, given, as_json, fmt):
 @format_option
 def frontier_command(spec, solve, options, space, limits, given, as_json, fmt):
     """Step time vs memory limit (the Pareto frontier), with the handcrafted schedules (and your own,
-    --schedule-file) on it."""
+    --schedule-file) on it.
+
+    Durations: --unit (unit slots), --costs FILE (measured) or --model with --system; one of the three."""
     from ppopt.errors import ConfigError
     from ppopt.report.solve import frontier_json, frontier_text
     from ppopt.solve.gap import frontier

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -14,7 +15,11 @@ from ppopt.host import LOCAL_CAP
 from ppopt.solve.interrupt import sigterm_as_ctrl_c
 
 
-def executor_options(command):
+def executor_options(command, report_kept: bool = False):
+    """The options sweep and study share; ``report_kept``: study's --time-limit keeps the report's
+    time (:data:`REPORT_S`, :data:`FIGURES_S`), which its help says."""
+    kept = (f" It keeps {REPORT_S + FIGURES_S:g} s for report.md and its figures ({REPORT_S:g} s with --no-figures)."
+            if report_kept else "")
     for option in reversed(
         [
             click.option("--output", "-o", default=None, callback=check_output_dir, shell_complete=complete_dir,
@@ -24,7 +29,7 @@ def executor_options(command):
             click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray]."),
             click.option("--time-limit", type=FLOAT, default=None,
                          help="Seconds for the whole command; the points not computed by then are left for the next run, "
-                              "which resumes [default: no limit]."),
+                              f"which resumes.{kept} [default: no limit]"),
             quiet_option,
         ]
     ):
@@ -143,7 +148,7 @@ def sweep_command(spec, output, jobs, executor, address, time_limit, quiet, as_j
 
 
 @main.command("study")
-@executor_options
+@functools.partial(executor_options, report_kept=True)
 @click.option("--quick", is_flag=True, help="The reduced grid (configs/studies/quick.toml) instead of paper.toml.")
 @click.option("--spec", "spec_path", type=click.Path(), default=None, help="Another study spec [default: paper.toml].")
 @click.option("--no-solver", is_flag=True, help="Skip the solver points (simulation layers only).")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from ppopt.config import LinkConfig, ModelConfig, SystemConfig, short_repr
 from ppopt.costs import Costs, check_global_batch, link_between, microbatch_size, partition_layers, transfer_time_s, unit_costs
 from ppopt.errors import ConfigError, is_positive_number
-from ppopt.job import Parallelism, job_costs, job_work, pipeline_system, with_working_sets
+from ppopt.job import NEEDS_A_MODEL, Parallelism, job_costs, job_work, pipeline_system, with_working_sets
 from ppopt.placement import stages_by_device
 from ppopt.units import UnitCosts
 
@@ -248,8 +248,7 @@ class InstanceSpec:
             raise ConfigError(f"must be a finite number > 0 ({unit}), got {limit!r}", field="memory_limit")
         check_global_batch(self.global_batch)
         if self.units is not None and self.parallel is not None and not self.parallel.is_default:
-            raise ConfigError("tensor/data parallelism and recomputation need --model and --system, not unit mode",
-                              field=self.parallel.first_set)
+            raise ConfigError(NEEDS_A_MODEL, field=self.parallel.first_set)
         if isinstance(self.model, ModelConfig):  # the batch split now, before sizes and time are weighed
             if self.parallel is None or self.parallel.is_default:
                 microbatch_size(self.model, self.microbatches, self.global_batch)
