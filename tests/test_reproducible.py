@@ -51,10 +51,13 @@ def _solver(wall_s: float, deterministic: float | None) -> cp_model.CpSolver:
 
 
 def test_a_solve_stopped_by_the_wall_clock_is_a_cut_and_one_stopped_by_its_deterministic_time_is_not():
-    options = SolveOptions(60).start()
+    options = SolveOptions(60, deterministic_time=100.0).start()
     code = options.run(_solver(0.05, None), _job_shop())
     assert code in (cp_model.FEASIBLE, cp_model.UNKNOWN)
     assert len(options.cuts) == 1 and options.cuts[0] == "a CP-SAT solve stopped at its wall-clock time limit, before its deterministic one"  # no seconds: rows must not vary
+    without = SolveOptions(60).start()  # no deterministic limit to stop "before"
+    without.run(_solver(0.05, None), _job_shop())
+    assert without.cuts == ["a CP-SAT solve stopped at its wall-clock time limit"]
     deterministic = SolveOptions(60).start()
     solver = _solver(60, 0.05)
     code = deterministic.run(solver, _job_shop())
@@ -196,4 +199,15 @@ def test_deterministic_time_is_said_not_to_apply_where_no_solve_ran():
     solved = CliRunner().invoke(main, ["search", "-p", "4", "-m", "8", "--unit", "--comm", "1", "--memory-limit", "3",
                                        "--deterministic-time", "1", "-q"])
     assert solved.exit_code == 0 and solved.stderr.splitlines()[-1] == \
-        "note: reproducible: seed 0, one worker, every step within its deterministic time"
+        "note: reproducible: seed 0, one worker, every step within its deterministic time (all but the wall times printed)"
+
+
+def test_a_solve_cut_short_of_its_relaxation_records_no_seconds(monkeypatch):
+    """A sweep row keeps the cut in its solver_cut column: "0.212 s left" in one run and "0.454 s
+    left" in the next made two runs' rows differ where their results did not."""
+    import ppopt.solve.options as solve_options
+
+    monkeypatch.setattr(solve_options, "LP_S_PER_OP", 1e6)  # any budget is short of the relaxation
+    options = SolveOptions(60).start()
+    options.solver(ops=100)
+    assert options.cuts == ["a CP-SAT solve of 100 ops without its linear relaxation, the time left being short"]

@@ -315,6 +315,29 @@ def test_edited_spec_keeps_old_rows_out_of_the_csv(reference, tmp_path):
     assert reference.other_rows == 0 and "outside this spec" not in summary_text(reference)
 
 
+def test_solver_rows_the_wall_clock_cut_are_counted_in_the_summary_and_the_report(reference, tmp_path):
+    """Two runs of a spec whose searches the clock cut differed in three rows, and neither the summary,
+    --json nor the study's report said so: only rows.csv's solver_cut column knew."""
+    import dataclasses
+
+    from ppopt.cli.sweep import summary_text
+    from ppopt.report.study import write_report
+
+    assert reference.cut_rows == 0 and "cut by the wall clock" not in summary_text(reference)
+    gap_rows = [k for k, r in enumerate(reference.rows) if r["kind"] == "gap" and r["status"] == "ok"]
+    cut = "a CP-SAT solve stopped at its wall-clock time limit"
+    rows = tuple(dict(r, solver_cut=cut) if k in gap_rows[:2] else r for k, r in enumerate(reference.rows))
+    result = dataclasses.replace(reference, rows=rows)
+    assert result.summary()["solver_cut_rows"] == 2
+    assert "\n2 solver rows cut by the wall clock (column solver_cut): a rerun may give other figures there." in summary_text(result)
+    (tmp_path / "study").mkdir()
+    (tmp_path / "plain").mkdir()
+    report = write_report(load_spec(write_spec(tmp_path)), rows, tmp_path / "study", figures=False).read_text()
+    assert f"2 rows of this table were cut by the wall clock (rows.csv's solver_cut, e.g. {cut})" in report
+    plain = write_report(load_spec(write_spec(tmp_path)), reference.rows, tmp_path / "plain", figures=False).read_text()
+    assert "cut by the wall clock" not in plain
+
+
 @pytest.mark.parametrize(
     "change, key",
     [

@@ -886,4 +886,5 @@ def say_whether_reproducible(solve: solve_options.SolveOptions) -> None:
         click.echo(f"note: not reproducible: the time limit decided before the deterministic time ({solve.cuts[0]}); "
                    "give a longer --time-limit or a smaller --deterministic-time", err=True)
     else:  # printed with --quiet too: it is the answer to a question the flag asked, not progress
-        click.echo(f"note: reproducible: seed {solve.seed}, one worker, every step within its deterministic time", err=True)
+        click.echo(f"note: reproducible: seed {solve.seed}, one worker, every step within its deterministic time "
+                   "(all but the wall times printed)", err=True)

@@ -116,6 +116,11 @@ def summary_text(result, needed_s: float | None = None) -> str:
     if result.deferred:
         text += (f"\n{counted(len(result.deferred), 'point')} left missing, as this machine lacks the memory for them now "
                  f"({result.deferred[0]}); a rerun with more memory free computes them")
+    if s["solver_cut_rows"]:
+        from ppopt.sweep.run import REPEAT_CUT
+
+        text += (f"\n{counted(s['solver_cut_rows'], 'solver row')} cut by the wall clock (column solver_cut): a rerun may give "
+                 f"other figures there. {REPEAT_CUT}")
     if result.time_limit_reached:
         text += f"\ntime limit reached: rerun the same command to compute the {result.missing} missing"
         if needed_s:

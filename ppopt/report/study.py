@@ -17,10 +17,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ppopt.errors import counted
 from ppopt.io import atomic_write_text, output_group, write_json
 from ppopt.report.evaluation import OVER_MEMORY
 from ppopt.report.study_figures import GiB, write_figures
 from ppopt.report.text import percent, render_table
+from ppopt.sweep.run import REPEAT_CUT
 from ppopt.sweep.spec import LoadedSpec
 from ppopt.sweep.study import StudyData, claims, is_paper
 
@@ -340,6 +342,10 @@ def _gap_section(data: StudyData, has_solver: bool) -> list[str]:
             r["solver_status"], f"`{r['solver_space']}`",
         ])
     out += [_table(["schedule", "p", "m", "memory limit", "step (slots)", "best found", "bound", "gap", "status", "space"], rows), ""]
+    cut = [r for r in data.gaps if r.get("solver_cut")]
+    if cut:  # their figures are the clock's: a rerun may differ, and nothing else says so
+        out += [f"{counted(len(cut), 'row')} of this table {'was' if len(cut) == 1 else 'were'} cut by the wall clock "
+                f"(rows.csv's solver_cut, e.g. {cut[0]['solver_cut']}): a rerun may give other figures there. {REPEAT_CUT}.", ""]
     semantics = sorted({r["solver_memory_semantics"] for r in data.gaps if r["memory_limit"] is not None})
     if semantics:
         out += ["Memory semantics: " + " / ".join(semantics) + ".", ""]

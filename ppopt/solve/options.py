@@ -221,7 +221,8 @@ class SolveOptions:
             raise PpoptError(f"internal error: CP-SAT rejected ppopt's model ({reason}); please report it with the command")
         settled = code in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
         if not settled and solver.deterministic_time < solver.parameters.max_deterministic_time:
-            self.cut("a CP-SAT solve stopped at its wall-clock time limit, before its deterministic one")  # no seconds: a sweep row keeps it, and must not vary
+            before = ", before its deterministic one" if self.deterministic_time is not None else ""
+            self.cut(f"a CP-SAT solve stopped at its wall-clock time limit{before}")  # no seconds: a sweep row keeps it, and must not vary
         return code
 
     @contextlib.contextmanager
@@ -290,7 +291,7 @@ class SolveOptions:
         solver.parameters.num_workers = self.workers
         short = budget < LP_S_PER_OP * ops
         if short and ops < NO_LP_OPS:  # the clock decided: a run with more time may differ
-            self.cut(f"a CP-SAT solve of {ops:,} ops without its linear relaxation, {budget:.3g} s left")
+            self.cut(f"a CP-SAT solve of {ops:,} ops without its linear relaxation, the time left being short")  # no seconds, as below
         if short or ops >= NO_LP_OPS:
             solver.parameters.linearization_level = 0
             if self.workers > 1:  # the portfolio's LP workers set their own level: full solvers without LP only

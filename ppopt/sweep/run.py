@@ -482,6 +482,11 @@ def locked(directory: Path) -> Iterator[None]:
 # --------------------------------------------------------------------------------------------------
 
 
+REPEAT_CUT = (f"A deterministic_time in [solver], with a time_limit_s that leaves it room (about {DETERMINISTIC_WALL_S:g} s "
+              "a unit), makes such rows repeat")
+"""What makes a sweep's solver rows that the wall clock cut repeat in a rerun (said where they are counted)."""
+
+
 @dataclass(frozen=True)
 class SweepResult:
     """What :func:`run_sweep` did: point counts by outcome, the rows, and its wall time (seconds)."""
@@ -512,13 +517,18 @@ class SweepResult:
     deferred: tuple[str, ...] = ()
     """Why each point this machine lacked the memory for was left missing (:data:`DEFERRED`)."""
 
+    @property
+    def cut_rows(self) -> int:
+        """The spec's rows whose search the wall clock cut (``solver_cut``): a rerun may differ there."""
+        return sum(1 for row in self.rows if row.get("solver_cut"))
+
     def summary(self) -> dict:
         """The counts and times `ppopt sweep --json` prints."""
         return {
             "output": str(self.output), "points": self.points, "computed": self.computed, "reused": self.reused,
             "skipped": self.skipped, "missing": self.missing, "wall_time_s": self.wall_time_s,
             "unreadable_lines": list(self.unreadable), "time_limit_reached": self.time_limit_reached,
-            "other_rows": self.other_rows, "deferred": len(self.deferred),
+            "other_rows": self.other_rows, "deferred": len(self.deferred), "solver_cut_rows": self.cut_rows,
         }
 
 
