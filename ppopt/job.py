@@ -809,7 +809,8 @@ def job_work(job: Job) -> JobWork:
         gather = 0.5 * ring_allreduce_work(rows, t, t, 1, system)
         fw = [f + gather if k > 0 else f for k, f in enumerate(fw)]
         iw = [i + gather if k < last else i for k, i in enumerate(iw)]
-    messages = tuple(message[job.device_of(k) // per_node != job.device_of(k + 1) // per_node] for k in range(last))
+    nodes = [devices[0] // per_node for devices in job.stage_devices]  # placement() once, not twice per stage
+    messages = tuple(message[nodes[k] != nodes[k + 1]] for k in range(last))
     return JobWork(tuple(fw), tuple(iw), tuple(ww), messages, tuple(sync), tuple(opt), layers,
                    tuple(params), tuple(store), tuple(work_bytes), tuple(persistent), rows / t, embedding_sync, tuple(released))
 
@@ -962,8 +963,9 @@ def _one_optimizer_step(stage_steps: Sequence[Work]) -> Work:
     return replace(total, ops=min(total.ops, 1.0))
 
 
-def evaluate_job(job: Job) -> JobResult:
-    """Predict one training step of ``job`` (see module doc).
+def evaluate_job(job: Job, work: JobWork | None = None) -> JobResult:
+    """Predict one training step of ``job`` (see module doc); ``work``: its :func:`job_work`, when
+    the caller has it (a plan computes it once for every family of a placement).
 
     A device holding several stages (chunks, waves, Chimera's replicas) keeps the persistent
     state of every one, each replica in full, and its chunks' activations (the simulator counts
@@ -973,7 +975,7 @@ def evaluate_job(job: Job) -> JobResult:
     slowest device's all-reduces and optimizer step to the simulated pipeline."""
     if not isinstance(job, Job):  # None or a name: an AttributeError from deep inside named nothing
         raise ConfigError(f"must be a Job (ppopt.job.Job(model, system, ...)), got {job!r:.60}", field="job")
-    work = job_work(job)
+    work = job_work(job) if work is None else work
     prepared = job_schedule(job)
     costs, simulation = simulate_pipeline(job, prepared, work)
     system = job.system

@@ -70,6 +70,7 @@ import numpy as np
 from ppopt.config import ModelConfig, SystemConfig, load_model, load_system
 from ppopt.costs import Costs, check_global_batch, layer_forward_flops, logits_forward_flops, work_time_s
 from ppopt.errors import ConfigError, InfeasibleError, ScheduleError, is_positive_number, require_bool, require_positive_int
+from ppopt.flat import paused_gc
 from ppopt.generators import get
 from ppopt.ir import FREEING_KINDS, MAX_OPS, Kind
 from ppopt.job import (
@@ -636,16 +637,17 @@ def one_stage_per_device(job: Job) -> bool:
     return all(devices == (k,) for k, devices in enumerate(job.stage_devices))
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=8192)
 def _cached_work(job: Job) -> JobWork:
+    """:func:`ppopt.job.job_work`, kept for every placement a plan sizes and then evaluates in
+    another order (64 entries missed half of gpt3-175b's 10,928 lookups on 1,024 GPUs; a JobWork
+    is a few tuples per stage)."""
     return job_work(job)
 
 
 def _shared_work(job: Job) -> JobWork:
     """``job_work(job)``, computed once for the families of one placement: the work depends on the
-    schedule only through its stages' layers and devices (:func:`_same_placement`). The plan sizes
-    a layout's families one after the other, so a small cache keeps each placement's work while
-    they are sized."""
+    schedule only through its stages' layers and devices (:func:`_same_placement`)."""
     return _cached_work(replace(job, schedule=_same_placement(job), layers=job.stage_layers))
 
 
@@ -797,12 +799,21 @@ def throughput(job: Job, step_time_s: float) -> tuple[float, float]:
     return tokens, model_flops_per_step(job) / (step_time_s * job.gpus * job.system.peak_flops)
 
 
-def evaluate_row(job: Job) -> PlanRow:
-    """Simulate ``job`` (a module-level function, so the sweep executors can run it)."""
-    result = evaluate_job(job)
+def evaluate_row(job: Job, memory: Memory | None = None) -> PlanRow:
+    """Simulate ``job``; ``memory``: its :func:`memory_of` when sizing has it already (computed
+    again, it took 1.3 of gpt3-175b's 20 s plan on 1,024 GPUs); the work of its placement's
+    families is computed once (:func:`_shared_work`)."""
+    result = evaluate_job(job, _shared_work(job))
     step = result.step_time_s
     tokens, mfu = throughput(job, step)
-    return PlanRow(job, step, result.pipeline_s, result.gradient_sync_s, result.optimizer_s, tokens, mfu, memory_of(job))
+    return PlanRow(job, step, result.pipeline_s, result.gradient_sync_s, result.optimizer_s, tokens, mfu,
+                   memory_of(job) if memory is None else memory)
+
+
+def _evaluate_sized(sized: tuple[Job, Memory]) -> PlanRow:
+    """:func:`evaluate_row` of a job and its memory (a module-level function, so the sweep executors
+    can run it)."""
+    return evaluate_row(*sized)
 
 
 NEAR_STEP = 0.005
@@ -959,7 +970,18 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     :data:`MAX_JOBS`, InfeasibleError naming the least memory any job needs when none fits the
     limit, and InfeasibleError naming ``time_limit_s`` when the budget ends before the jobs'
     schedules are generated (:func:`out_of_time`).
+
+    Python's cyclic collector is paused throughout (:func:`ppopt.flat.paused_gc`): the schedules
+    the sizing caches hold millions of ops, and each full collection walked them all to free
+    nothing (3 of gpt3-175b's 20 s on 1,024 GPUs).
     """
+    with paused_gc():
+        return _plan(request, map_unordered, progress, budget, jobs, keep_share)
+
+
+def _plan(request: PlanRequest, map_unordered: Callable | None, progress: PlanProgress | None, budget: SolveOptions | None,
+          jobs: list[Job] | None, keep_share: float) -> Plan:
+    """:func:`plan`, with the collector paused."""
     if not isinstance(request, PlanRequest):
         raise ConfigError(f"must be a PlanRequest (ppopt.plan), got {request!r:.60}", field="request")
     progress = progress or PlanProgress()
@@ -988,6 +1010,7 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
         total, source, left_out = len(jobs), jobs, ()
     limit = request.limit
     fitting: list[Job] = []
+    memories: dict[Job, Memory] = {}  # each fitting job's, for its row
     over, closest, sized, both = 0, None, 0, 0
     least: tuple[Job, Memory] | None = None
     sizing_began, foreseen = time.monotonic(), None
@@ -1015,6 +1038,7 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
                 closest = (candidate, memory)
             continue
         fitting += kept
+        memories.update((candidate, memory) for candidate, memory in sized_jobs if candidate in kept)
         both += len(kept) == 2
     if sized < total:  # the budget ended: evaluating some jobs would rank them against unsized ones
         return Plan(request, (), total, over, closest, len(fitting), total - sized, foreseen, left_out, both)
@@ -1039,8 +1063,8 @@ def plan(request: PlanRequest, map_unordered: Callable | None = None, progress: 
     fitting = best_first(fitting, budget)
     # the share kept begins when the simulations do, so the first one always has time
     simulating = budget.reserve(keep_share * budget.remaining_s()) if budget is not None and keep_share > 0 else budget
-    evaluating = _until(fitting, simulating)
-    results = (map_unordered or (lambda fn, items: map(fn, items)))(evaluate_row, evaluating)
+    evaluating = ((job, memories[job]) for job in _until(fitting, simulating))
+    results = (map_unordered or (lambda fn, items: map(fn, items)))(_evaluate_sized, evaluating)
     for row in results:
         rows.append(row)
         if progress.simulating:
