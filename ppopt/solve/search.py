@@ -52,6 +52,7 @@ from ppopt.solve.space import (
     with_backward,
 )
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
+from ppopt.solve.timeindexed import MAX_LITERALS, Graph, Refutation, chain_graph, time_indexed_bound
 from ppopt.validation import validate, validated
 
 STATUS = {
@@ -965,6 +966,69 @@ def _with_block_cuts(setup: _Setup, chain: Chain, options: SolveOptions) -> _Set
     return replace(setup, lower=ticks, analytic=replace(setup.analytic, relaxation=ticks * setup.tick))
 
 
+TIME_INDEXED_MIN_S = 30.0
+"""Least time (s) left after ``cp+lns``'s CP-SAT solve for the time-indexed refutation
+(:mod:`ppopt.solve.timeindexed`) to come before the block cuts: at 16 x 64 (cap 16, one-slot
+messages, one worker) refuting 367 slots took 26 to 42 s, where the block cuts reach 365 in about
+20 s. A 60 s search there has about 25 s left, and keeps the block cuts."""
+GAP_RUNGS = (0.01, 0.005, 0.0)
+"""The gaps whose bounds the time-indexed refutation proves in turn: for a best step S (ticks), the
+horizon ceil(S / (1 + g)) - 1 refuted proves a gap of at most g (the last, S - 1, proves S optimal)."""
+
+
+def _rungs(best: int, lower: int) -> list[int]:
+    """The horizons to refute, ascending: those of :data:`GAP_RUNGS` for a best step of ``best``
+    ticks, at or above the bound ``lower`` (refuting less proves nothing new)."""
+    return sorted({math.ceil(best / (1 + g) - 1e-9) - 1 for g in GAP_RUNGS} - set(range(lower)))
+
+
+def _time_indexed_graph(setup: _Setup, chain: Chain, best: _Solved, options: SolveOptions) -> Graph | None:
+    """The chain's graph for the time-indexed refutation, when it applies: a best schedule in ticks
+    above the bound, at least :data:`TIME_INDEXED_MIN_S` left, and a model within
+    :data:`ppopt.solve.timeindexed.MAX_LITERALS` at the best step's horizon."""
+    if best.objective_ticks is None or best.objective_ticks <= setup.lower or options.remaining_s() < TIME_INDEXED_MIN_S:
+        return None
+    graph = chain_graph(chain, setup.instance.microbatches)
+    return graph if graph.literals(best.objective_ticks - 1) <= MAX_LITERALS else None
+
+
+def _with_time_indexed(setup: _Setup, graph: Graph, best: _Solved, from_solver: bool,
+                       options: SolveOptions) -> tuple[_Setup, _Solved, bool]:
+    """The setup with the bound the time-indexed refutation proves (:func:`_rungs`), and the best
+    schedule with the one a feasible rung finds, when shorter."""
+    assert best.objective_ticks is not None and setup.placement is not None
+    lower = max(setup.lower, math.ceil(best.solver_bound / setup.tick - 1e-9))
+    rungs = _rungs(best.objective_ticks, lower)
+    began = time.monotonic()
+
+    def said(horizon: int, status: str) -> None:
+        outcome = {"infeasible": "none", "feasible": "one found", "unknown": "not proven in the time left"}[status]
+        options.note(f"time-indexed refutation: a schedule of {setup.shown(horizon)} or less? {outcome} "
+                     f"({time.monotonic() - began:.1f} s)")
+
+    proven, found = time_indexed_bound(graph, rungs, options, said)
+    if proven is not None and proven > setup.lower:
+        setup = replace(setup, lower=proven, analytic=replace(setup.analytic, relaxation=proven * setup.tick))
+    if found is not None:
+        best, from_solver = _refuted_schedule(setup, found, best, from_solver)
+    return setup, best, from_solver
+
+
+def _refuted_schedule(setup: _Setup, found: Refutation, best: _Solved, from_solver: bool) -> tuple[_Solved, bool]:
+    """``best``, or the schedule of a feasible time-indexed model when its simulation is shorter."""
+    assert found.starts is not None and setup.placement is not None and best.simulation is not None and setup.ticked is not None
+    duration = setup.ticked[0]
+    starts = {Op(stage, kind, microbatch): t for (kind, microbatch, stage), t in found.starts.items()}
+    schedule = validate(_ordered(starts, {op: duration(op.stage, op.kind) for op in starts}, setup.placement, (),
+                                 setup.template, setup.instance, setup.space))
+    simulation = simulate(schedule, setup.instance.costs, setup.instance.system)
+    if simulation.step_time_s >= best.simulation.step_time_s - 1e-12:
+        return best, from_solver
+    ticks = max(t + duration(op.stage, op.kind) for op, t in starts.items())
+    return replace(best, schedule=schedule, simulation=simulation, solver_objective=ticks * setup.tick, objective_ticks=ticks,
+                   starts=starts, time_to_best_s=time.monotonic() - setup.began), True
+
+
 def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
     """The setup with the reduced-problem bound (linear placement, full backward) in its analytic
     bounds and its lower bound in ticks, unless the hint already meets the bound. Up to
@@ -1426,7 +1490,14 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
                     full=method not in ("lns", "lns+cp"))
     best, from_solver = _pick(setup, solved)
     chain = _block_cut_chain(setup, main) if method == "cp+lns" and best.status != "optimal" else None
-    if chain is not None:  # in the large-neighbourhood search's time (BLOCK_CUTS_MIN_S)
+    graph = None if chain is None else _time_indexed_graph(setup, chain, best, main)
+    raised = False
+    if graph is not None:  # with the time it needs, before the block cuts (TIME_INDEXED_MIN_S)
+        before = setup.lower
+        setup, best, from_solver = _with_time_indexed(
+            setup, graph, best, from_solver, main.reserve(max(BLOCK_CUTS_RESERVE_S, READBACK_SHARE * main.remaining_s())))
+        raised = setup.lower > before
+    if chain is not None and not raised and (graph is None or main.remaining_s() >= BLOCK_CUTS_MIN_S):
         setup = _with_block_cuts(setup, chain, main.reserve(max(BLOCK_CUTS_RESERVE_S, READBACK_SHARE * main.remaining_s())))
     if method == "lns+cp" and best.status != "optimal":
         best, from_solver = _windows_then_cp(setup, best, from_solver, main, minimize_memory)

@@ -1,0 +1,142 @@
+"""The time-indexed refutation (ppopt.solve.timeindexed): its windows, and its answers against the
+optimum CP-SAT proves on the interval model (tests.test_bounds._optimum)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ppopt.solve.search as search_module
+from ppopt.ir import Kind
+from ppopt.solve.instance import InstanceSpec, unit_instance
+from ppopt.solve.options import SolveOptions
+from ppopt.solve.relaxation import Chain
+from ppopt.solve.search import _rungs
+from ppopt.solve.space import parse_space
+from ppopt.solve.timeindexed import chain_graph, refute, time_indexed_bound
+from ppopt.units import UnitCosts
+from tests.test_bounds import _optimum
+from tests.test_relaxation import TO_THE_END, _heavier_last_stage
+
+
+def _unit_chain(p: int, cap: int | None, comm: int) -> Chain:
+    return Chain(p, lambda s, k: 1 if k is Kind.F else 2, lambda s, a, b: comm, [cap] * p)
+
+
+def _meets_every_rule(graph, starts, horizon) -> bool:
+    """Start times (by op) that meet every lag, run one op at a time per device and end by ``horizon``."""
+    times = [starts[op] for op in graph.ops]
+    if any(t + d > horizon or t < 0 for t, d in zip(times, graph.duration)):
+        return False
+    if any(times[b] < times[a] + lag for a, b, lag in graph.lags):
+        return False
+    busy: dict[int, list[tuple[int, int]]] = {}
+    for o, t in enumerate(times):
+        busy.setdefault(graph.device[o], []).append((t, t + graph.duration[o]))
+    return all(a[1] <= b[0] for spans in busy.values() for a, b in zip(sorted(spans), sorted(spans)[1:]))
+
+
+def test_one_microbatch_takes_its_round_trip():
+    """p = 4, F = 1, B = 2, one-tick messages: up 4 forwards and 3 messages (7), down 4 backwards and
+    3 messages (11): 18 ticks, every op on the one path (head + tail = 18)."""
+    graph = chain_graph(_unit_chain(4, None, 1), 1)
+    assert graph.shortest == 18
+    assert all(h + t == 18 for h, t in zip(graph.head, graph.tail))
+    assert refute(graph, 17, SolveOptions(10).start()).status == "infeasible"
+    assert refute(graph, 18, SolveOptions(10).start()).status == "feasible"
+
+
+def test_sixteen_microbatches_on_sixteen_devices_take_123_slots():
+    """p = m = 16, cap 16, F = 1, B = 2, one-slot messages: the last device gets its first forward at
+    15 + 15 = 30 and runs 16 forwards and 16 backwards (48 slots) to 78; the last backward then
+    comes down 15 devices and 15 messages (45): 123, which the model proves optimal (it refutes 122)."""
+    graph = chain_graph(_unit_chain(16, 16, 1), 16)
+    assert refute(graph, 122, SolveOptions(60).start()).status == "infeasible"
+    found = refute(graph, 123, SolveOptions(60).start())
+    assert found.status == "feasible" and found.starts is not None and _meets_every_rule(graph, found.starts, 123)
+
+
+@settings(max_examples=10, deadline=None)
+@given(p=st.integers(2, 4), cap=st.integers(1, 3), extra_microbatches=st.integers(0, 4), comm=st.sampled_from([0, 1, 2]),
+       extra=st.integers(0, 2))
+def test_it_refutes_one_tick_under_the_proven_optimum_and_finds_the_optimum(p, cap, extra_microbatches, comm, extra):
+    """Every horizon under the optimum is refuted (a valid bound), the optimum's is not, and its
+    start times meet every rule: the model is the problem, not a relaxation of it (a heavier last
+    stage too, as llama3-70b's)."""
+    m = cap + extra_microbatches + 1
+    instance, chain = _heavier_last_stage(p, m, cap, comm, extra)
+    optimum = round(_optimum(instance, "placement=linear", 1000))
+    graph = chain_graph(chain, m)
+    assert refute(graph, optimum - 1, SolveOptions(TO_THE_END).start()).status == "infeasible"
+    found = refute(graph, optimum, SolveOptions(TO_THE_END).start())
+    assert found.status == "feasible" and found.starts is not None and _meets_every_rule(graph, found.starts, optimum)
+
+
+def test_the_bound_is_the_highest_horizon_refuted_plus_one():
+    """p = 3, cap 2, m = 6, unit costs, one-tick messages: the proven optimum is O; refuting O - 3,
+    O - 2, O - 1 proves O, and a horizon at the optimum stops the ladder with its schedule."""
+    instance = unit_instance(3, 6, 3, UnitCosts(1, 2, None, 1), memory_limit=2)
+    optimum = round(_optimum(instance, "placement=linear"))
+    graph = chain_graph(_unit_chain(3, 2, 1), 6)
+    proven, found = time_indexed_bound(graph, [optimum - 3, optimum - 2, optimum - 1], SolveOptions(60).start())
+    assert (proven, found) == (optimum, None)
+    proven, found = time_indexed_bound(graph, [optimum - 1, optimum, optimum + 1], SolveOptions(60).start())
+    assert proven == optimum and found is not None and found.status == "feasible"
+
+
+def test_rungs_prove_one_percent_then_half_then_the_optimum():
+    """A best step of 371: 371 / 1.01 = 367.3, so refuting 367 proves a bound of 368 (a gap of
+    0.82 %); 371 / 1.005 = 369.2, so 369 (0.27 %); then 370 (optimal). Horizons under the bound so far
+    prove nothing and are left out."""
+    assert _rungs(371, 360) == [367, 369, 370]
+    assert _rungs(371, 368) == [369, 370]
+    assert _rungs(371, 371) == []
+
+
+def _setup_5_12():
+    """p = 5, m = 12, cap 3, F = 1, B = 2, one-slot messages: the greedy hint takes 100 slots, the
+    proven optimum, and the analytic bound is 98."""
+    spec = InstanceSpec(5, 12, units=UnitCosts(1, 2, None, 1), memory_limit=3)
+    setup = search_module._prepare(spec, parse_space("placement=linear"), SolveOptions(60).start())
+    chain = search_module._relaxation_chain(setup)
+    assert chain is not None and setup.hint is not None
+    assert (setup.hint_end, setup.lower) == (100, 98)
+    assert _optimum(unit_instance(5, 12, 5, UnitCosts(1, 2, None, 1), memory_limit=3), "placement=linear", 1000) == 100
+    return setup, chain_graph(chain, 12)
+
+
+def test_the_refutation_raises_the_search_s_bound_to_the_optimum():
+    """From a best step of 100: the rungs 98 and 99 are refuted, so the bound becomes 100."""
+    setup, graph = _setup_5_12()
+    assert setup.hint is not None
+    best = search_module._Solved("feasible", 0.0, objective_ticks=100, simulation=setup.hint.simulation)
+    raised, kept, _ = search_module._with_time_indexed(setup, graph, best, False, SolveOptions(60).start())
+    assert raised.lower == 100 and raised.analytic.relaxation == 100 and kept is best
+
+
+def test_a_feasible_rung_gives_the_search_its_shorter_schedule():
+    """From a best step said to be 103 slots: the rung 101 (103 / 1.01 = 101.98, less one) is
+    feasible, so its schedule, at most 101 slots, replaces the best; the bound stays 98."""
+    setup, graph = _setup_5_12()
+    assert setup.hint is not None
+    slower = replace(setup.hint.simulation, step_time_s=103.0)
+    best = search_module._Solved("feasible", 0.0, objective_ticks=103, simulation=slower)
+    same, found, from_solver = search_module._with_time_indexed(setup, graph, best, False, SolveOptions(60).start())
+    assert same.lower == 98 and from_solver and found.simulation is not None and found.schedule is not None
+    assert found.simulation.step_time_s <= 101 and found.objective_ticks is not None and found.objective_ticks <= 101
+
+
+def test_the_refutation_runs_only_with_its_time_and_within_its_size(monkeypatch):
+    """It needs TIME_INDEXED_MIN_S left (a 60 s search at 16 x 64 has about 25 s after its solve and
+    keeps the block cuts), a best step above the bound, and a model of at most MAX_LITERALS."""
+    setup, _ = _setup_5_12()
+    chain = search_module._relaxation_chain(setup)
+    assert chain is not None and setup.hint is not None
+    best = search_module._Solved("feasible", 0.0, objective_ticks=100, simulation=setup.hint.simulation)
+    assert search_module._time_indexed_graph(setup, chain, best, SolveOptions(60).start()) is not None
+    assert search_module._time_indexed_graph(setup, chain, best, SolveOptions(search_module.TIME_INDEXED_MIN_S - 1).start()) is None
+    assert search_module._time_indexed_graph(setup, chain, replace(best, objective_ticks=98), SolveOptions(60).start()) is None
+    monkeypatch.setattr(search_module, "MAX_LITERALS", 10)
+    assert search_module._time_indexed_graph(setup, chain, best, SolveOptions(60).start()) is None
