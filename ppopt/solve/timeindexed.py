@@ -28,8 +28,9 @@ rule: a schedule of at most T ticks.
 Why it helps: the same question asked of the interval model (:mod:`ppopt.solve.model`) is harder for
 CP-SAT. Measured at p = 16, m = 64, cap 16, one-slot messages (unit costs F = 1, B = 2; one worker):
 the interval model with the block cuts of every size reaches a bound of 368 slots in 600 s, where
-this model proves T = 367 infeasible in 26 to 42 s (53,120 Booleans), and T = 368, 369 and 370 in
-41, 76 and 166 s, so the 371-slot schedule ``search`` finds there is optimal (and m = 48's 289).
+this model proves T = 367 infeasible in 26 to 44 s (53,120 Booleans), and T = 368, 369 and 370 in
+41 to 53, 76 to 96 and 166 to 215 s, so the 371-slot schedule ``search`` finds there is optimal
+(``benchmarks/refute_bench.py``).
 At p = 32, m = 128 it holds 335,360 Booleans and proves nothing in 200 s: it is for chains of a few
 thousand ops (:data:`MAX_LITERALS`).
 """
