@@ -969,7 +969,7 @@ def _with_block_cuts(setup: _Setup, chain: Chain, options: SolveOptions) -> _Set
 TIME_INDEXED_MIN_S = 45.0
 """Least time (s) left after ``cp+lns``'s CP-SAT solve for the time-indexed refutation
 (:mod:`ppopt.solve.timeindexed`) to come before the block cuts: at 16 x 64 (cap 16, one-slot
-messages, one worker) refuting 367 slots took 26 to 44 s, where the block cuts reach 365 in about
+messages, one worker) refuting 367 slots took 17 to 31 s, where the block cuts reach 365 in about
 20 s, and a refutation cut short proves nothing (the block cuts then get what is left, if 15 s
 are). A 60 s search there has about 25 s left and keeps the block cuts; a 120 s one about 50 s."""
 GAP_RUNGS = (0.01, 0.005, 0.0)
