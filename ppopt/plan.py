@@ -117,6 +117,9 @@ whose option is a layer split (chimera-asym): the plan chooses the split itself 
 and with balanced or explicit counts such a family is the same job as its even twin (Chimera)."""
 
 
+NARROWING_FLAGS = "--schedule, --recompute, --micro-batch, --tp, --pp, --dp"
+"""The flags that narrow a plan's space, for the errors that ask for a smaller one."""
+
 _SIZE_FILTERS = ("micro_batches", "tensor_parallel", "pipeline_parallel", "data_parallel")
 """The request's fields that keep only the sizes they list (None: every valid size)."""
 
@@ -908,7 +911,7 @@ def out_of_time(budget: SolveOptions, spent: str, foreseen: bool = False, listed
     from ppopt.report.text import seconds
 
     head = "no job would be evaluated" if foreseen else "no job evaluated"
-    advice = "give more time" if listed else "give more time or narrow the space (--schedule, --recompute, --micro-batch, --tp, --pp, --dp)"
+    advice = "give more time" if listed else f"give more time or narrow the space ({NARROWING_FLAGS})"
     return InfeasibleError(f"{head} within {seconds(budget.time_limit_s)}: {spent}; {advice}", field="time_limit_s")
 
 
@@ -1003,7 +1006,7 @@ def _plan(request: PlanRequest, map_unordered: Callable | None, progress: PlanPr
             raise InfeasibleError(_none_defined(request), field="schedules")
         if total > MAX_JOBS:
             raise ConfigError(f"{total} jobs to enumerate exceed the limit of {MAX_JOBS}; narrow the space "
-                              "(--recompute, --schedule, --micro-batch, --tp, --pp, --dp)", field="gpus")
+                              f"({NARROWING_FLAGS})", field="gpus")
         source: Iterable[Job] = enumerate_jobs(request)
         left_out = tuple(families_left_out(request).items())
     else:

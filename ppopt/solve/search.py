@@ -907,6 +907,12 @@ they get about 2 s, prove none (the block of 32 microbatches reaches 190 of its 
 bound stays below the reduced problems' own."""
 
 
+def _last_work(options: SolveOptions) -> SolveOptions:
+    """``options`` for the command's last CP-SAT work (the block cuts, the time-indexed refutation):
+    ending :data:`BLOCK_CUTS_RESERVE_S` (or :data:`READBACK_SHARE` of what is left) early."""
+    return options.reserve(max(BLOCK_CUTS_RESERVE_S, READBACK_SHARE * options.remaining_s()))
+
+
 def _block_cut_chain(setup: _Setup, options: SolveOptions) -> Chain | None:
     """The chain whose block cuts (:func:`_with_block_cuts`) take the time left after ``cp+lns``'s
     solve, or None: where they apply (:func:`_cuts_apply`), the hint does not meet the bound and at
@@ -980,7 +986,7 @@ horizon ceil(S / (1 + g)) - 1 refuted proves a gap of at most g (the last, S - 1
 def _rungs(best: int, lower: int) -> list[int]:
     """The horizons to refute, ascending: those of :data:`GAP_RUNGS` for a best step of ``best``
     ticks, at or above the bound ``lower`` (refuting less proves nothing new)."""
-    return sorted({math.ceil(best / (1 + g) - 1e-9) - 1 for g in GAP_RUNGS} - set(range(lower)))
+    return sorted({horizon for g in GAP_RUNGS if (horizon := math.ceil(best / (1 + g) - 1e-9) - 1) >= lower})
 
 
 def _time_indexed_graph(setup: _Setup, chain: Chain, best: _Solved, options: SolveOptions) -> Graph | None:
@@ -1495,11 +1501,10 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
     raised = False
     if graph is not None:  # with the time it needs, before the block cuts (TIME_INDEXED_MIN_S)
         before = setup.lower
-        setup, best, from_solver = _with_time_indexed(
-            setup, graph, best, from_solver, main.reserve(max(BLOCK_CUTS_RESERVE_S, READBACK_SHARE * main.remaining_s())))
+        setup, best, from_solver = _with_time_indexed(setup, graph, best, from_solver, _last_work(main))
         raised = setup.lower > before
     if chain is not None and not raised and (graph is None or main.remaining_s() >= BLOCK_CUTS_MIN_S):
-        setup = _with_block_cuts(setup, chain, main.reserve(max(BLOCK_CUTS_RESERVE_S, READBACK_SHARE * main.remaining_s())))
+        setup = _with_block_cuts(setup, chain, _last_work(main))
     if method == "lns+cp" and best.status != "optimal":
         best, from_solver = _windows_then_cp(setup, best, from_solver, main, minimize_memory)
     elif method != "cp" and best.status != "optimal" and chain is None:

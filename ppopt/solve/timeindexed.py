@@ -129,7 +129,7 @@ def refute(graph: Graph, horizon: int, options: SolveOptions) -> Refutation:
     if graph.shortest > horizon:
         return Refutation("infeasible")
     model = cp_model.CpModel()
-    first = list(graph.head)
+    first = graph.head  # started then at the earliest
     after = [horizon - t for t in graph.tail]  # started by then at the latest
     started: dict[tuple[int, int], cp_model.IntVar] = {}
 
@@ -153,7 +153,7 @@ def refute(graph: Graph, horizon: int, options: SolveOptions) -> Refutation:
                 break
             assert earlier is not False  # the heads hold every lag
             model.add_implication(literal(b, t), earlier)
-    _one_at_a_time(model, graph, horizon, literal)
+    _one_at_a_time(model, graph, horizon, after, literal)
     solver = options.solver()
     solver.parameters.max_time_in_seconds = max(0.01, options.remaining_s())
     # no linear relaxation (the model's LP is weak: HiGHS found it feasible at 365 slots at 16 x 64)
@@ -172,8 +172,9 @@ def refute(graph: Graph, horizon: int, options: SolveOptions) -> Refutation:
     return Refutation("feasible", {op: start(o) for o, op in enumerate(graph.ops)})
 
 
-def _one_at_a_time(model: cp_model.CpModel, graph: Graph, horizon: int, literal) -> None:
-    """Per device and tick, at most one op running: started by t and not by t - d."""
+def _one_at_a_time(model: cp_model.CpModel, graph: Graph, horizon: int, after: Sequence[int], literal) -> None:
+    """Per device and tick, at most one op running: started by t and not by t - d (``after``: each
+    op's latest start)."""
     by_device: dict[int, list[int]] = {}
     for o, d in enumerate(graph.device):
         if graph.duration[o] > 0:
@@ -182,7 +183,7 @@ def _one_at_a_time(model: cp_model.CpModel, graph: Graph, horizon: int, literal)
         for t in range(horizon):
             terms, constant = [], 0
             for o in ops:
-                if t < graph.head[o] or t - graph.duration[o] >= horizon - graph.tail[o]:
+                if t < graph.head[o] or t - graph.duration[o] >= after[o]:
                     continue  # not running at t in any schedule of the windows
                 for value, sign in ((literal(o, t), 1), (literal(o, t - graph.duration[o]), -1)):
                     if isinstance(value, bool):

@@ -38,10 +38,9 @@ from itertools import chain, islice
 from typing import Any
 
 from ppopt.errors import ConfigError, PpoptError
-from ppopt.host import check_local_parallelism, max_local_jobs
+from ppopt.host import check_local_parallelism
 
-__all__ = ["Executor", "LocalExecutor", "RayExecutor", "TimeLimitReached", "alarm_at", "check_local_parallelism", "make_executor", "max_local_jobs",
-           "uninterrupted"]
+__all__ = ["Executor", "LocalExecutor", "RayExecutor", "TimeLimitReached", "alarm_at", "make_executor", "uninterrupted"]
 
 
 def _die_with_parent() -> None:
