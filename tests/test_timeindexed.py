@@ -140,3 +140,19 @@ def test_the_refutation_runs_only_with_its_time_and_within_its_size(monkeypatch)
     assert search_module._time_indexed_graph(setup, chain, replace(best, objective_ticks=98), SolveOptions(60).start()) is None
     monkeypatch.setattr(search_module, "MAX_LITERALS", 10)
     assert search_module._time_indexed_graph(setup, chain, best, SolveOptions(60).start()) is None
+
+
+def test_a_horizon_whose_model_cannot_be_built_in_time_is_not_tried(monkeypatch):
+    """The model's build does not watch the clock (1.6 s at 16 x 64): a rung proven with a second
+    left went on to build the next one past the deadline. With building priced above the time left,
+    no horizon is tried, and the clock's decision is recorded as a cut."""
+    import ppopt.solve.timeindexed as timeindexed
+
+    graph = chain_graph(_unit_chain(3, 2, 1), 6)
+    monkeypatch.setattr(timeindexed, "BUILD_S_PER_LITERAL", 1.0)  # every horizon's model would take longer than 60 s
+    options = SolveOptions(60).start()
+    tried: list[int] = []
+    horizons = [graph.shortest + 2, graph.shortest + 3]  # windows of two and three ticks: a model to build
+    assert graph.literals(horizons[0]) > 60
+    assert time_indexed_bound(graph, horizons, options, lambda horizon, status: tried.append(horizon)) == (None, None)
+    assert tried == [] and options.cuts == ["a time-indexed refutation not built"]

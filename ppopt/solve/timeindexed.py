@@ -46,6 +46,11 @@ from ppopt.ir import Kind
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.relaxation import Chain
 
+BUILD_S_PER_LITERAL = 5e-5
+"""Seconds building the model takes per ``started`` Boolean, roughly: 1.6 s for 59,264 at p = 16,
+m = 64 on a loaded core (27 us each), doubled. A horizon whose model would not be built before the
+deadline is not tried: the build does not watch the clock."""
+
 MAX_LITERALS = 150_000
 """Most ``started`` Booleans a refutation builds (the sum of the ops' windows): 53,120 at p = 16,
 m = 64 take half a minute; 335,360 at p = 32, m = 128 prove nothing in 200 s."""
@@ -198,10 +203,11 @@ def time_indexed_bound(graph: Graph, horizons: Sequence[int], options: SolveOpti
                        progress=None) -> tuple[int | None, Refutation | None]:
     """Refute ``horizons`` in turn (ascending), each with the time left: the highest refuted plus
     one (None if none was), and the first horizon's model that is feasible (its schedule), if one
-    is. Stops at the first that is not refuted."""
+    is. Stops at the first that is not refuted, or whose model could not be built in the time left
+    (:data:`BUILD_S_PER_LITERAL`)."""
     proven, found = None, None
     for horizon in horizons:
-        if options.expired:
+        if not options.allows(BUILD_S_PER_LITERAL * graph.literals(horizon), "a time-indexed refutation not built"):
             break
         result = refute(graph, horizon, options)
         if progress is not None:
