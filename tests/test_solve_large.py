@@ -2,6 +2,7 @@
 
 import pytest
 
+import ppopt.solve.search as search_module
 from ppopt.errors import ConfigError, ScheduleError
 from ppopt.solve.gap import gap_report
 from ppopt.solve.instance import InstanceSpec
@@ -326,10 +327,26 @@ def test_auto_keeps_the_windows_when_the_whole_model_would_not_be_built_in_time(
     assert full_solves == [False] and len(windows) == 2
 
 
-def test_auto_bounds_with_block_cuts_after_its_solve():
+def test_auto_bounds_by_refutation_after_its_solve():
     """p = 8, m = 96, cap 8, one-slot messages (1,536 ops, so ``auto`` runs cp+lns): after the solve
-    the bound comes from the whole chain with the cuts of blocks of 10 to 16 microbatches. It beats the one-machine bound and stays
-    below the schedule found. Deterministic time limits keep the outcome independent of the load."""
+    the time-indexed refutation proves that no schedule of 484 slots exists, so the bound is at least
+    485 (the reduced problems' 481 before, the block cuts' 485 in the test below), below the schedule
+    found; the block cuts are not needed.
+    Deterministic time limits keep the outcome independent of the load."""
+    notes: list[str] = []
+    result = search(_spec(8, 96, cap=8), parse_space("placement=linear"),
+                    SolveOptions(120, deterministic_time=2.0, progress=notes.append))
+    assert any(note.startswith("time-indexed refutation: a schedule of 484 slots or less? none") for note in notes)
+    assert not any(note.startswith("block cuts: ") for note in notes)
+    (before,) = [note for note in notes if note.startswith("reduced-problem bound: ")]
+    assert int(before.split()[-2]) < 485 <= result.bound <= result.step_time
+
+
+def test_auto_bounds_with_block_cuts_where_the_refutation_does_not_apply(monkeypatch):
+    """The same instance with the refutation's model over its size: after the solve the bound comes
+    from the whole chain with the cuts of blocks of 10 to 16 microbatches. It beats the one-machine
+    bound and stays below the schedule found."""
+    monkeypatch.setattr(search_module, "MAX_LITERALS", 0)
     notes: list[str] = []
     result = search(_spec(8, 96, cap=8), parse_space("placement=linear"),
                     SolveOptions(120, deterministic_time=2.0, progress=notes.append))

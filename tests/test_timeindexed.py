@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import ppopt.solve.search as search_module
 from ppopt.ir import Kind
+from ppopt.solve.heads import jackson
 from ppopt.solve.instance import InstanceSpec, unit_instance
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.relaxation import Chain
@@ -74,6 +75,75 @@ def test_it_refutes_one_tick_under_the_proven_optimum_and_finds_the_optimum(p, c
     assert found.status == "feasible" and found.starts is not None and _meets_every_rule(graph, found.starts, optimum)
 
 
+def test_one_device_runs_all_its_work_before_the_step_ends():
+    """One device, m microbatches, F = 1, B = 2, no cap: the lags alone give m forwards then the last
+    backward (m + 2) or the first forward then m backwards (2m + 1); the device bound gives its whole
+    work, 3m, which is the optimum."""
+    for m in (1, 2, 5):
+        graph = chain_graph(_unit_chain(1, None, 0), m)
+        assert graph.shortest == 3 * m
+        assert refute(graph, 3 * m - 1, SolveOptions(10).start()).status == "infeasible"
+        assert refute(graph, 3 * m, SolveOptions(10).start()).status == "feasible"
+
+
+def _windows_by_brute_force(graph):
+    """Heads and tails from the lags and Jackson's schedule (zero tails) of each op's ancestors
+    (descendants) on its device, the sets found by walking the lags: a second derivation of
+    the windows of :func:`chain_graph`."""
+    n = len(graph.ops)
+    into: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    out_of: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for a, b, lag in graph.lags:
+        into[b].append((a, lag))
+        out_of[a].append((b, lag))
+
+    def reach(o, edges):
+        seen, stack = set(), [o]
+        while stack:
+            for x, _ in edges[stack.pop()]:
+                if x not in seen:
+                    seen.add(x)
+                    stack.append(x)
+        return [x for x in seen if graph.device[x] == graph.device[o]]
+
+    head, tail = [0] * n, list(graph.duration)
+    for b in range(n):  # ids are topological
+        jobs = [(head[a], graph.duration[a], 0) for a in reach(b, into)]
+        head[b] = max([jackson(jobs)] + [head[a] + lag for a, lag in into[b]])
+    for a in reversed(range(n)):
+        jobs = [(tail[b] - graph.duration[b], graph.duration[b], 0) for b in reach(a, out_of)]
+        tail[a] = max([graph.duration[a] + jackson(jobs)] + [lag + tail[b] for b, lag in out_of[a]])
+    return head, tail
+
+
+@settings(max_examples=30, deadline=None)
+@given(p=st.integers(1, 4), m=st.integers(1, 7), data=st.data())
+def test_windows_match_a_brute_force_derivation(p, m, data):
+    """Random durations, delays and caps per stage (a cap of one stage can make another's backward an
+    ancestor sooner than its own cap does): the windows equal the brute-force ones."""
+    forward = data.draw(st.lists(st.integers(0, 3), min_size=p, max_size=p))
+    backward = data.draw(st.lists(st.integers(0, 4), min_size=p, max_size=p))
+    delays = data.draw(st.lists(st.integers(0, 2), min_size=p, max_size=p))
+    caps = data.draw(st.lists(st.sampled_from([None, 1, 2, 3]), min_size=p, max_size=p))
+    chain = Chain(p, lambda s, k: forward[s] if k is Kind.F else backward[s], lambda s, a, b: delays[s], caps)
+    graph = chain_graph(chain, m)
+    assert (list(graph.head), list(graph.tail)) == _windows_by_brute_force(graph)
+
+
+def test_overlapping_ops_fixed_to_one_start_each_refute_the_horizon():
+    """p = 4, m = 9, cap 3, two-tick messages, the last stage 3/6 against 2/4: the optimum is 136. At
+    135 the windows fix B_2(3) at 62 (4 ticks) and F_2(5) at 65, which overlap with no Boolean left to
+    say so: the model must still be infeasible (it once returned their overlap as a schedule)."""
+    instance, chain = _heavier_last_stage(4, 9, 3, 2, 1)
+    assert round(_optimum(instance, "placement=linear", 1000)) == 136
+    graph = chain_graph(chain, 9)
+    fixed = {op: h for op, h, t in zip(graph.ops, graph.head, graph.tail) if h == 135 - t}
+    assert fixed[Kind.B, 3, 2] == 62 and fixed[Kind.F, 5, 2] == 65
+    assert refute(graph, 135, SolveOptions(TO_THE_END).start()).status == "infeasible"
+    found = refute(graph, 136, SolveOptions(TO_THE_END).start())
+    assert found.status == "feasible" and found.starts is not None and _meets_every_rule(graph, found.starts, 136)
+
+
 def test_the_bound_is_the_highest_horizon_refuted_plus_one():
     """p = 3, cap 2, m = 6, unit costs, one-tick messages: the proven optimum is O; refuting O - 3,
     O - 2, O - 1 proves O, and a horizon at the optimum stops the ladder with its schedule."""
@@ -129,8 +199,8 @@ def test_a_feasible_rung_gives_the_search_its_shorter_schedule():
 
 
 def test_the_refutation_runs_only_with_its_time_and_within_its_size(monkeypatch):
-    """It needs TIME_INDEXED_MIN_S left (a 60 s search at 16 x 64 has about 25 s after its solve and
-    keeps the block cuts), a best step above the bound, and a model of at most MAX_LITERALS."""
+    """It needs TIME_INDEXED_MIN_S left (a 60 s search at 16 x 64 has about 25 s after its solve), a
+    best step above the bound, and a model of at most MAX_LITERALS."""
     setup, _ = _setup_5_12()
     chain = search_module._relaxation_chain(setup)
     assert chain is not None and setup.hint is not None

@@ -972,12 +972,12 @@ def _with_block_cuts(setup: _Setup, chain: Chain, options: SolveOptions) -> _Set
     return replace(setup, lower=ticks, analytic=replace(setup.analytic, relaxation=ticks * setup.tick))
 
 
-TIME_INDEXED_MIN_S = 45.0
+TIME_INDEXED_MIN_S = 15.0
 """Least time (s) left after ``cp+lns``'s CP-SAT solve for the time-indexed refutation
 (:mod:`ppopt.solve.timeindexed`) to come before the block cuts: at 16 x 64 (cap 16, one-slot
-messages, one worker) refuting 367 slots took 17 to 31 s, where the block cuts reach 365 in about
-20 s, and a refutation cut short proves nothing (the block cuts then get what is left, if 15 s
-are). A 60 s search there has about 25 s left and keeps the block cuts; a 120 s one about 50 s."""
+messages, one worker) it refutes 367 slots in about 7 s and 369 in 15 s, where the block cuts
+reach 365 in about 20 s. A 60 s search there has about 25 s left after its solve. A refutation cut
+short proves nothing; the block cuts then get what is left, if :data:`BLOCK_CUTS_MIN_S` are."""
 GAP_RUNGS = (0.01, 0.005, 0.0)
 """The gaps whose bounds the time-indexed refutation proves in turn: for a best step S (ticks), the
 horizon ceil(S / (1 + g)) - 1 refuted proves a gap of at most g (the last, S - 1, proves S optimal)."""

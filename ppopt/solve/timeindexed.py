@@ -5,7 +5,8 @@ activations, message delays between neighbours: :class:`ppopt.solve.relaxation.C
 "every op ends by T" is encoded with one Boolean ``started(o, t)`` per op o and tick t of its window:
 o has started at or before t. Each op has a window [head, T - tail]: ``head`` is the longest path of
 lags into it from the step's start, ``tail`` the longest path out of it to the step's end (its own
-duration included), over the lags below. Then
+duration included), over the lags below, each raised by the work its device must run before it and
+after it (:func:`_windows`). Then
 
 - ``started(o, t)`` implies ``started(o, t + 1)`` (an op starts once);
 - a lag of L ticks from a to b: ``started(b, t)`` implies ``started(a, t - L)``. The lags are the data
@@ -28,11 +29,12 @@ rule: a schedule of at most T ticks.
 Why it helps: the same question asked of the interval model (:mod:`ppopt.solve.model`) is harder for
 CP-SAT. Measured at p = 16, m = 64, cap 16, one-slot messages (unit costs F = 1, B = 2; one worker):
 the interval model with the block cuts of every size reaches a bound of 368 slots in 600 s, where
-this model proves T = 367 infeasible in 17 to 31 s (53,120 Booleans), and T = 368, 369 and 370 in
-40, 63 and 140 s, so the 371-slot schedule ``search`` finds there is optimal
-(``benchmarks/refute_bench.py``).
-At p = 32, m = 128 it holds 335,360 Booleans and proves nothing in 200 s: it is for chains of a few
-thousand ops (:data:`MAX_LITERALS`).
+this model proves T = 367 infeasible in 7 s (26,240 Booleans), and T = 368, 369 and 370 in 10, 15
+and 50 s, so the 371-slot schedule ``search`` finds there is optimal (``benchmarks/refute_bench.py``;
+with the longest paths of lags alone as windows, twice the Booleans, it took 17 to 31 s for 367 and
+140 s for 370). At p = 32, m = 128 it refutes 733 and 737 slots in 28 and 52 s (113,152 and 145,920
+Booleans) and 741 in no less than 150 s: it is for chains of a few thousand ops
+(:data:`MAX_LITERALS`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from ppopt.ir import Kind
@@ -48,12 +51,12 @@ from ppopt.solve.relaxation import Chain
 
 BUILD_S_PER_LITERAL = 5e-5
 """Seconds building the model takes per ``started`` Boolean, roughly: 1.6 s for 59,264 at p = 16,
-m = 64 on a loaded core (27 us each), doubled. A horizon whose model would not be built before the
+m = 64 on a loaded core (27 us each, with the windows of the lags alone), doubled. A horizon whose model would not be built before the
 deadline is not tried: the build does not watch the clock."""
 
 MAX_LITERALS = 150_000
-"""Most ``started`` Booleans a refutation builds (the sum of the ops' windows): 53,120 at p = 16,
-m = 64 take half a minute; 335,360 at p = 32, m = 128 prove nothing in 200 s."""
+"""Most ``started`` Booleans a refutation builds (the sum of the ops' windows): 26,240 at p = 16,
+m = 64 take 7 s; 178,688 at p = 32, m = 128 (741 slots) prove nothing in 150 s."""
 
 
 @dataclass(frozen=True)
@@ -104,19 +107,79 @@ def chain_graph(chain: Chain, microbatches: int) -> Graph:
             cap = chain.caps[s]
             if cap is not None and i + cap < microbatches:
                 lags.append((ids[Kind.B, i, s], ids[Kind.F, i + cap, s], backward[s]))
+    head, tail = _windows(ops, duration, lags, microbatches, p)
+    return Graph(ops, tuple(s for _, _, s in ops), duration, tuple(lags), tuple(head), tuple(tail))
+
+
+def _windows(ops: Sequence[tuple[Kind, int, int]], duration: Sequence[int], lags: Sequence[tuple[int, int, int]],
+             microbatches: int, devices: int) -> tuple[list[int], list[int]]:
+    """Each op's head and tail (ticks): the longest paths of lags into it and out of it (its own
+    duration in the tail), raised by what its device must run before it and after it.
+
+    **Device bounds.** Every lag out of an op is at least its duration, so an op's ancestors in the
+    graph of lags end before it starts, and its descendants start after it ends. On its device the
+    ancestors are F(0..a) and B(0..b) for some a and b (the microbatch order makes them prefixes),
+    run one at a time, each no earlier than its head: the op starts no earlier than the least time by
+    which they can all have run (:func:`_busy_until`). Likewise its device's descendants, suffixes of
+    F and B, run one at a time after it ends, each followed by its tail less its duration. At p = 16,
+    m = 64, cap 16, one-slot messages, this raises the longest path from 342 to 357 slots and halves
+    the model at 367 slots (26,240 Booleans instead of 53,120)."""
     outgoing: list[list[tuple[int, int]]] = [[] for _ in ops]
+    incoming: list[list[tuple[int, int]]] = [[] for _ in ops]
     for a, b, lag in lags:
-        assert a < b  # the ids are topological
+        assert a < b and lag >= duration[a]  # the ids are topological; an ancestor ends before its descendant starts
         outgoing[a].append((b, lag))
+        incoming[b].append((a, lag))
+    index = {(kind, i, s): o for o, (kind, i, s) in enumerate(ops)}
+    kinds = (Kind.F, Kind.B)
+    # latest[o][k, d]: the highest microbatch whose op of kind k on device d is an ancestor of o (-1: none)
+    latest = np.full((len(ops), 2, devices), -1, dtype=np.int64)
+    for b in range(len(ops)):
+        for a, _ in incoming[b]:
+            kind, i, s = ops[a]
+            np.maximum(latest[b], latest[a], out=latest[b])
+            latest[b, kinds.index(kind), s] = max(latest[b, kinds.index(kind), s], i)
+    earliest = np.full((len(ops), 2, devices), microbatches, dtype=np.int64)  # the lowest descendant
+    for a in reversed(range(len(ops))):
+        for b, _ in outgoing[a]:
+            kind, i, s = ops[b]
+            np.minimum(earliest[a], earliest[b], out=earliest[a])
+            earliest[a, kinds.index(kind), s] = min(earliest[a, kinds.index(kind), s], i)
+    work = {(k, s): duration[index[kind, 0, s]] for k, kind in enumerate(kinds) for s in range(devices)}
+    heads = np.zeros((2, devices, microbatches), dtype=np.int64)  # by kind, device, microbatch
     head = [0] * len(ops)
-    for a in range(len(ops)):
-        for b, lag in outgoing[a]:
-            head[b] = max(head[b], head[a] + lag)
+    for b, (kind, i, s) in enumerate(ops):
+        reach = latest[b, :, s] + 1  # how many of each kind run before it on its device
+        head[b] = max([_busy_until(heads[0, s, :reach[0]], heads[1, s, :reach[1]], work[0, s], work[1, s])]
+                      + [head[a] + lag for a, lag in incoming[b]])
+        heads[kinds.index(kind), s, i] = head[b]
+    rests = np.zeros((2, devices, microbatches), dtype=np.int64)  # tail less duration, by kind, device, microbatch
     tail = list(duration)
     for a in reversed(range(len(ops))):
-        for b, lag in outgoing[a]:
-            tail[a] = max(tail[a], lag + tail[b])
-    return Graph(ops, tuple(s for _, _, s in ops), duration, tuple(lags), tuple(head), tuple(tail))
+        kind, i, s = ops[a]
+        since = earliest[a, :, s]  # the first of each kind to run after it on its device
+        # the suffixes reversed, so that each is nondecreasing
+        after = _busy_until(rests[0, s, since[0]:][::-1], rests[1, s, since[1]:][::-1], work[0, s], work[1, s])
+        tail[a] = max([duration[a] + after] + [lag + tail[b] for b, lag in outgoing[a]])
+        rests[kinds.index(kind), s, i] = tail[a] - duration[a]
+    return head, tail
+
+
+def _busy_until(first: np.ndarray, second: np.ndarray, first_each: int, second_each: int) -> int:
+    """The least time (ticks) by which one device can have run two lists of ops, ``first_each`` and
+    ``second_each`` ticks each, none before its release (``first`` and ``second``, each
+    nondecreasing): the greatest r + the work released at r or later, over the releases r. This is
+    the value of Jackson's schedule with no tails (:func:`ppopt.solve.heads.jackson`; Carlier, "The
+    one-machine sequencing problem", 1982): the ops released at r or later all run after r, one at a
+    time, and the schedule that runs them in release order with no needless idle time meets it."""
+    best = 0
+    for own, other, own_each, other_each in ((first, second, first_each, second_each),
+                                             (second, first, second_each, first_each)):
+        if len(own):
+            later = own_each * (len(own) - np.searchsorted(own, own, "left")) \
+                + other_each * (len(other) - np.searchsorted(other, own, "left"))
+            best = max(best, int((own + later).max()))
+    return best
 
 
 @dataclass(frozen=True)
@@ -197,6 +260,8 @@ def _one_at_a_time(model: cp_model.CpModel, graph: Graph, horizon: int, after: S
                         terms.append(sign * value)
             if terms:
                 model.add(sum(terms) <= 1 - constant)
+            elif constant > 1:  # ops whose windows are one tick each overlap: no schedule ends by the horizon
+                model.add_bool_or([])
 
 
 def time_indexed_bound(graph: Graph, horizons: Sequence[int], options: SolveOptions,
