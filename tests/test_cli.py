@@ -787,3 +787,18 @@ def test_compare_names_a_schedule_built_with_options_other_than_its_defaults():
     assert "# hanayo w2: device" in text
     csv_rows = {line.split(",")[0] for line in run(*args, "--format", "csv").output.splitlines()}
     assert {"hanayo w2", "interleaved-1f1b v4", "1f1b"} <= csv_rows
+
+
+def test_the_pytorch_csv_flag_has_the_same_two_names_on_search_and_plan(tmp_path):
+    """`search --csv` and `plan --torch-csv` were one output under two names, each refused by the
+    other command: both now take both, and each name writes the same file."""
+    commands = {"search": ["search", "--unit", "-p", 2, "-m", 4, "--time-limit", 5, "-q", "--no-grid"],
+                "plan": ["plan", "--model", "llama3-8b", "--gpus", 8, "--pp", 2, "--system", "dgx-h100", "--search", 0, "-q"]}
+    for command, args in commands.items():
+        written = []
+        for flag in ("--csv", "--torch-csv"):
+            path = tmp_path / f"{command}{flag}.csv"
+            result = run(*args, flag, path)
+            assert result.exit_code == 0, result.output
+            written.append(path.read_text())
+        assert written[0] == written[1] and written[0].count("\n") > 1, command

@@ -92,8 +92,9 @@ def _seconds(value: float) -> str:
 @quiet_option
 @click.option("--plot", "plot_path", callback=check_plot, shell_complete=complete_file, default=None,
               help="Also draw step time vs per-GPU memory of every evaluated job (.png or .svg).")
-@click.option("--torch-csv", "torch_csv", shell_complete=complete_file, callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None,
-              help="Write the first job's schedule (the searched one when it is faster) as a PyTorch schedule CSV.")
+@click.option("--torch-csv", "--csv", "torch_csv", shell_complete=complete_file, callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None,
+              help="Write the first job's schedule (the searched one when it is faster) as a PyTorch schedule CSV "
+                   "(--csv, as in `search`, is the same flag).")
 @format_option
 @json_option
 def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_per_stage, recompute, schedules, micro_batches,

@@ -265,7 +265,8 @@ def _refuse_replicas_for_torch(space, csv_path, run_it) -> None:
                    "the file's own space unless given.")
 @click.option("--grid/--no-grid", default=True, show_default=True, help="Print the schedule found as a grid (text output; --json always holds its orders and timeline).")
 @click.option("--minimize-memory", is_flag=True, help="Then minimise the worst device's peak memory at that step time (second solve).")
-@click.option("--csv", "csv_path", shell_complete=complete_file, callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None, help="Write the schedule found as a PyTorch schedule CSV.")
+@click.option("--csv", "--torch-csv", "csv_path", shell_complete=complete_file, callback=output_not_named_as(".csv", "PyTorch's schedule CSV"), default=None,
+              help="Write the schedule found as a PyTorch schedule CSV (--torch-csv, as in `plan`, is the same flag).")
 @click.option("--plot", callback=check_plot, shell_complete=complete_file, default=None, help="Draw the schedule found, simulated, to .png/.svg.")
 @click.option("--trace", shell_complete=complete_file, callback=output_not_named_as(".json", "a Chrome trace (JSON)", compressed=True), default=None, help="Write the schedule found, simulated, as a Chrome/Perfetto trace (.json, or .json.gz compressed).")
 @click.option("--run", "run_it", is_flag=True, help="Then run the schedule found in PyTorch's runtime on local ranks (see `ppopt run`; needs torch).")
