@@ -156,13 +156,16 @@ def test_the_bound_is_the_highest_horizon_refuted_plus_one():
     assert proven == optimum and found is not None and found.status == "feasible"
 
 
-def test_rungs_prove_one_percent_then_half_then_the_optimum():
+def test_rungs_prove_one_percent_then_half_then_the_optimum_with_doubling_steps_on_the_way():
     """A best step of 371: 371 / 1.01 = 367.3, so refuting 367 proves a bound of 368 (a gap of
-    0.82 %); 371 / 1.005 = 369.2, so 369 (0.27 %); then 370 (optimal). Horizons under the bound so far
-    prove nothing and are left out."""
-    assert _rungs(371, 360) == [367, 369, 370]
+    0.82 %); 371 / 1.005 = 369.2, so 369 (0.27 %); then 370 (optimal). On the way from a bound of
+    360: 361, 363 and 367 (360 + 1, 3, 7; 360 + 15 would pass the best). Horizons under the bound so
+    far prove nothing and are left out."""
+    assert _rungs(371, 360) == [361, 363, 367, 369, 370]
     assert _rungs(371, 368) == [369, 370]
     assert _rungs(371, 371) == []
+    # far from the gap rungs (16 x 128: bound 672, best 695): the doubling steps come first
+    assert _rungs(695, 672) == [673, 675, 679, 687, 688, 691, 694]
 
 
 def _setup_5_12():
@@ -187,14 +190,15 @@ def test_the_refutation_raises_the_search_s_bound_to_the_optimum():
 
 
 def test_a_feasible_rung_gives_the_search_its_shorter_schedule():
-    """From a best step said to be 103 slots: the rung 101 (103 / 1.01 = 101.98, less one) is
-    feasible, so its schedule, at most 101 slots, replaces the best; the bound stays 98."""
+    """From a best step said to be 103 slots and a bound of 98: the first rung, 99, is refuted (the
+    bound becomes 100, the optimum), and the next, 101 (98 + 3, and the 1 % rung: 103 / 1.01 =
+    101.98, less one), is feasible, so its schedule, at most 101 slots, replaces the best."""
     setup, graph = _setup_5_12()
     assert setup.hint is not None
     slower = replace(setup.hint.simulation, step_time_s=103.0)
     best = search_module._Solved("feasible", 0.0, objective_ticks=103, simulation=slower)
     same, found, from_solver = search_module._with_time_indexed(setup, graph, best, False, SolveOptions(60).start())
-    assert same.lower == 98 and from_solver and found.simulation is not None and found.schedule is not None
+    assert same.lower == 100 and from_solver and found.simulation is not None and found.schedule is not None
     assert found.simulation.step_time_s <= 101 and found.objective_ticks is not None and found.objective_ticks <= 101
 
 
