@@ -410,15 +410,15 @@ def test_an_endless_input_is_refused_at_once(tmp_path, args, reason):
 @pytest.mark.parametrize(
     "args, flag",
     [
-        (["search", "-p", 4, "-m", 8, "--unit", "--csv", "{missing}/out.csv"], "'--csv'"),
+        (["search", "-p", 4, "-m", 8, "--unit", "--csv", "{missing}/out.csv"], "'--csv' / '--torch-csv'"),
         (["search", "-p", 4, "-m", 8, "--unit", "--trace", "{dir}"], "'--trace'"),
         (["search", "-p", 4, "-m", 8, "--unit", "--plot", "{missing}/out.png"], "'--plot'"),
         (["calibrate", str(ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"), "--system", "a100-vtrain",
           "-o", "{missing}/fit.toml"], "'--output' / '-o'"),
         (["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", "{missing}/x.csv"], "'--output' / '-o'"),
-        (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--torch-csv", "{missing}/x.csv"], "'--torch-csv'"),
+        (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--torch-csv", "{missing}/x.csv"], "'--torch-csv' / '--csv'"),
         # these four said click's "File '...' is a directory." where the others say "cannot write ...: it is a directory"
-        (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--torch-csv", "{dir}"], "'--torch-csv'"),
+        (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--torch-csv", "{dir}"], "'--torch-csv' / '--csv'"),
         (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 8, "--plot", "{dir}"], "'--plot'"),
         (["validate", str(ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"), "--plot", "{dir}"], "'--plot'"),
         (["calibrate", str(ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"), "--system", "a100-vtrain",
@@ -440,12 +440,12 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, a
 @pytest.mark.parametrize(
     "args, flag",
     [
-        (["search", "-p", 2, "-m", 2, "--unit", "--csv", "-"], "'--csv'"),
+        (["search", "-p", 2, "-m", 2, "--unit", "--csv", "-"], "'--csv' / '--torch-csv'"),
         (["search", "-p", 2, "-m", 2, "--unit", "--trace", "-"], "'--trace'"),
         (["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--model", "study", "--system", "mid-mid", "--trace", "-"], "'--trace'"),
         (["calibrate", str(ROOT / "data" / "measured" / "vtrain-multi-node-small.csv"), "--system", "a100-vtrain",
           "-o", "-"], "'--output' / '-o'"),
-        (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 4, "--search", 0, "--torch-csv", "-"], "'--torch-csv'"),
+        (["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", 4, "--search", 0, "--torch-csv", "-"], "'--torch-csv' / '--csv'"),
         (["evaluate", "-s", "1f1b", "-p", 2, "-m", 2, "--plot", "-"], "'--plot'"),
     ],
 )
@@ -522,7 +522,7 @@ def test_the_command_line_ends_without_the_interpreters_teardown_and_loses_no_ou
 
 
 @pytest.mark.parametrize("args, flag", [(["export", "-s", "1f1b", "-p", 2, "-m", 2, "-o", ""], "'--output' / '-o'"),
-                                        (["search", "-p", 2, "-m", 2, "--unit", "--csv", ""], "'--csv'")])
+                                        (["search", "-p", 2, "-m", 2, "--unit", "--csv", ""], "'--csv' / '--torch-csv'")])
 def test_an_empty_output_name_is_named_as_such(tmp_path, monkeypatch, args, flag):
     monkeypatch.chdir(tmp_path)
     line = one_error_line(run(*args))
@@ -694,6 +694,12 @@ def test_messages_say_what_is_actually_wrong(tmp_path, monkeypatch):
         assert one_error_line(result) == line, args
 
 
+def _named(flag: str) -> str:
+    """A flag as click's errors name it: every name of its option (the PyTorch CSV has two)."""
+    names = {"--csv": ["--csv", "--torch-csv"], "--torch-csv": ["--torch-csv", "--csv"]}.get(flag, [flag])
+    return " / ".join(f"'{name}'" for name in names)
+
+
 @pytest.mark.parametrize("args, flag, name", [
     (["search", "--unit", "-p", 4, "-m", 8], "--csv", "a.png"),
     (["search", "--unit", "-p", 4, "-m", 8], "--trace", "t.csv"),
@@ -705,7 +711,7 @@ def test_an_output_named_as_another_format_is_refused_before_any_work(tmp_path, 
     of ppopt's output suffixes is refused; any other name is the user's to choose."""
     monkeypatch.chdir(tmp_path)
     line = one_error_line(run(*args, flag, name))
-    assert line.startswith(f"error: Invalid value for '{flag}': {name} looks like ") and "give a name ending in" in line
+    assert line.startswith(f"error: Invalid value for {_named(flag)}: {name} looks like ") and "give a name ending in" in line
     assert list(tmp_path.iterdir()) == []
 
 
@@ -717,7 +723,7 @@ def test_a_gz_name_for_an_output_never_compressed_is_refused(tmp_path, monkeypat
     """`search --csv s.csv.gz` wrote plain text under a gzip name (export refused the same name)."""
     monkeypatch.chdir(tmp_path)
     line = one_error_line(run(*args, flag, name))
-    assert line.startswith(f"error: Invalid value for '{flag}': {name} ends in .gz, but ") and "written uncompressed" in line
+    assert line.startswith(f"error: Invalid value for {_named(flag)}: {name} ends in .gz, but ") and "written uncompressed" in line
     assert list(tmp_path.iterdir()) == []
 
 

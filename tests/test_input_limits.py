@@ -664,7 +664,7 @@ def test_an_output_in_a_directory_that_takes_no_files_is_refused_before_any_work
     temporary file tried in the directory up front finds it."""
     result = cli("search", "-p", 2, "-m", 4, "--unit", "--csv", "/proc/x.csv")
     assert result.exit_code == 1
-    assert result.output.startswith("error: Invalid value for '--csv': cannot write /proc/x.csv: directory /proc takes no "
+    assert result.output.startswith("error: Invalid value for '--csv' / '--torch-csv': cannot write /proc/x.csv: directory /proc takes no "
                                     "new file (")  # the probe's words: as non-root, the permission check would speak
     assert "status" not in result.output
 

@@ -115,6 +115,8 @@ def test_plan_cli_layout_filters_header_json_and_errors():
     refused = run(*base, "--tp", 3)
     assert refused.exit_code == 1
     assert refused.output == "error: --tp: no valid layout of 8 GPUs for llama3-8b has t = 3; valid: t = 1, 2, 4, 8\n"
+    # --devices, the pipeline depth's name in every other command, is the same filter as --pp and -p
+    assert run(*base, "--devices", 4).output == run(*base, "-p", 4).output == run(*base, "--pp", 4).output
 
 
 def test_count_matches_the_enumeration_and_zb_h1_needs_m_at_least_p():

@@ -71,8 +71,8 @@ def _seconds(value: float) -> str:
 @click.option("--micro-batch", "micro_batches", multiple=True, type=INT, help="Micro batch sizes to consider (repeatable) [default: every divisor].")
 @click.option("--tp", "tensor_parallel", multiple=True, type=INT,
               help="Tensor-parallel degrees t to consider (repeatable) [default: every valid one].")
-@click.option("--pp", "-p", "pipeline_parallel", multiple=True, type=INT,
-              help="Pipeline depths p to consider (repeatable) [default: every valid one].")
+@click.option("--pp", "-p", "--devices", "pipeline_parallel", multiple=True, type=INT,
+              help="Pipeline depths p to consider (repeatable; --devices, as elsewhere, is the same flag) [default: every valid one].")
 @click.option("--dp", "data_parallel", multiple=True, type=INT,
               help="Data-parallel degrees d to consider (repeatable) [default: every valid one].")
 @click.option("--overlap-grad-sync", is_flag=True, help="Bucket the gradient all-reduce and overlap it with the last backward.")
