@@ -977,8 +977,9 @@ TIME_INDEXED_MIN_S = 15.0
 """Least time (s) left after ``cp+lns``'s CP-SAT solve for the time-indexed refutation
 (:mod:`ppopt.solve.timeindexed`) to come before the block cuts: at 16 x 64 (cap 16, one-slot
 messages, one worker) it refutes 367 slots in about 7 s and 369 in 15 s, where the block cuts
-reach 365 in about 20 s. A 60 s search there has about 25 s left after its solve. A refutation cut
-short proves nothing; the block cuts then get what is left, if :data:`BLOCK_CUTS_MIN_S` are."""
+reach 365 in about 20 s. A 60 s search there has about 25 s left after its solve. A rung cut short
+proves nothing; when no rung is refuted, the block cuts get what is left, if
+:data:`BLOCK_CUTS_MIN_S` are."""
 GAP_RUNGS = (0.01, 0.005, 0.0)
 """The gaps whose bounds the time-indexed refutation proves in turn: for a best step S (ticks), the
 horizon ceil(S / (1 + g)) - 1 refuted proves a gap of at most g (the last, S - 1, proves S optimal)."""
