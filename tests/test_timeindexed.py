@@ -216,6 +216,20 @@ def test_the_refutation_runs_only_with_its_time_and_within_its_size(monkeypatch)
     assert search_module._time_indexed_graph(setup, chain, best, SolveOptions(60).start()) is None
 
 
+def test_the_rungs_stop_where_their_models_grow_past_max_literals(monkeypatch):
+    """p = 5, m = 12, cap 3 (optimum 100, longest path 98): with MAX_LITERALS set to the size of the
+    model at 98, that rung is refuted and the ladder stops before 99, whose model is larger (a bound
+    of 99), where it once refused every rung for the size of the last."""
+    import ppopt.solve.timeindexed as timeindexed
+
+    _, graph = _setup_5_12()
+    assert graph.shortest == 98 and 0 < graph.literals(98) < graph.literals(99)
+    monkeypatch.setattr(timeindexed, "MAX_LITERALS", graph.literals(98))
+    tried: list[int] = []
+    assert time_indexed_bound(graph, [98, 99], SolveOptions(60).start(), lambda horizon, status: tried.append(horizon)) == (99, None)
+    assert tried == [98]
+
+
 def test_a_horizon_whose_model_cannot_be_built_in_time_is_not_tried(monkeypatch):
     """The model's build does not watch the clock (1.6 s at 16 x 64): a rung proven with a second
     left went on to build the next one past the deadline. With building priced above the time left,

@@ -1003,11 +1003,12 @@ def _rungs(best: int, lower: int) -> list[int]:
 def _time_indexed_graph(setup: _Setup, chain: Chain, best: _Solved, options: SolveOptions) -> Graph | None:
     """The chain's graph for the time-indexed refutation, when it applies: a best schedule in ticks
     above the bound, at least :data:`TIME_INDEXED_MIN_S` left, and a model within
-    :data:`ppopt.solve.timeindexed.MAX_LITERALS` at the best step's horizon."""
+    :data:`ppopt.solve.timeindexed.MAX_LITERALS` at the first rung, one tick above the bound (the
+    rungs above it stop where their models grow past it: :func:`time_indexed_bound`)."""
     if best.objective_ticks is None or best.objective_ticks <= setup.lower or options.remaining_s() < TIME_INDEXED_MIN_S:
         return None
     graph = chain_graph(chain, setup.instance.microbatches)
-    return graph if graph.literals(best.objective_ticks - 1) <= MAX_LITERALS else None
+    return graph if graph.literals(setup.lower + 1) <= MAX_LITERALS else None
 
 
 def _with_time_indexed(setup: _Setup, graph: Graph, best: _Solved, from_solver: bool,

@@ -268,11 +268,12 @@ def time_indexed_bound(graph: Graph, horizons: Sequence[int], options: SolveOpti
                        progress=None) -> tuple[int | None, Refutation | None]:
     """Refute ``horizons`` in turn (ascending), each with the time left: the highest refuted plus
     one (None if none was), and the first horizon's model that is feasible (its schedule), if one
-    is. Stops at the first that is not refuted, or whose model could not be built in the time left
-    (:data:`BUILD_S_PER_LITERAL`)."""
+    is. Stops at the first that is not refuted, whose model is over :data:`MAX_LITERALS`, or whose
+    model could not be built in the time left (:data:`BUILD_S_PER_LITERAL`)."""
     proven, found = None, None
     for horizon in horizons:
-        if not options.allows(BUILD_S_PER_LITERAL * graph.literals(horizon), "a time-indexed refutation not built"):
+        literals = graph.literals(horizon)
+        if literals > MAX_LITERALS or not options.allows(BUILD_S_PER_LITERAL * literals, "a time-indexed refutation not built"):
             break
         result = refute(graph, horizon, options)
         if progress is not None:
