@@ -330,14 +330,14 @@ def test_auto_keeps_the_windows_when_the_whole_model_would_not_be_built_in_time(
 def test_auto_bounds_by_refutation_after_its_solve():
     """p = 8, m = 96, cap 8, one-slot messages (1,536 ops, so ``auto`` runs cp+lns): after the solve
     the time-indexed refutation proves that no schedule of 484 slots exists, so the bound is at least
-    485 (the reduced problems' 481 before, the block cuts' 485 in the test below), below the schedule
-    found; the block cuts are not needed.
-    Deterministic time limits keep the outcome independent of the load."""
+    485 (the reduced problems' 481 before, the block cuts' 484 alone in the test below), below the
+    schedule found; its next rung stops at its deterministic time, and the block cuts take the time
+    left. Deterministic time limits keep the outcome independent of the load."""
     notes: list[str] = []
     result = search(_spec(8, 96, cap=8), parse_space("placement=linear"),
                     SolveOptions(120, deterministic_time=2.0, progress=notes.append))
-    assert any(note.startswith("time-indexed refutation: a schedule of 484 slots or less? none") for note in notes)
-    assert not any(note.startswith("block cuts: ") for note in notes)
+    refuted = next(k for k, note in enumerate(notes) if note.startswith("time-indexed refutation: a schedule of 484 slots or less? none"))
+    assert any(note.startswith("block cuts: ") for note in notes[refuted:])
     (before,) = [note for note in notes if note.startswith("reduced-problem bound: ")]
     assert int(before.split()[-2]) < 485 <= result.bound <= result.step_time
 
@@ -356,6 +356,28 @@ def test_auto_bounds_with_block_cuts_where_the_refutation_does_not_apply(monkeyp
     assert int(before.split()[-2]) <= result.bound
     assert not any(note.startswith("large-neighbourhood search") for note in notes)  # the cuts took its time
     assert result.analytic.one_machine < result.analytic.relaxation == result.bound <= result.step_time
+
+
+def test_the_block_cuts_take_the_time_a_refutation_stopped_by_size_leaves(monkeypatch):
+    """The same instance with MAX_LITERALS at the size of the model at 482 slots: the rung 482 is
+    refuted (a bound of 483) and 484's model is too large, so the ladder stops with most of
+    the time left. The block cuts then take it and raise the bound past the refutation's; before, a
+    refutation that raised the bound at all skipped them and the time went unused."""
+    import ppopt.solve.timeindexed as timeindexed
+    from ppopt.ir import Kind
+    from ppopt.solve.relaxation import Chain
+
+    graph = timeindexed.chain_graph(Chain(8, lambda s, k: 1 if k is Kind.F else 2, lambda s, a, b: 1, [8] * 8), 96)
+    assert graph.literals(482) < graph.literals(484)
+    monkeypatch.setattr(timeindexed, "MAX_LITERALS", graph.literals(482))
+    monkeypatch.setattr(search_module, "MAX_LITERALS", graph.literals(482))
+    notes: list[str] = []
+    result = search(_spec(8, 96, cap=8), parse_space("placement=linear"),
+                    SolveOptions(120, deterministic_time=2.0, progress=notes.append))
+    refuted = [note for note in notes if note.startswith("time-indexed refutation: ")]
+    assert [note.split("? ")[1].split(" (")[0] for note in refuted] == ["none"]
+    (cuts,) = [note for note in notes if note.startswith("bound with the block cuts: ")]
+    assert 483 < int(cuts.split()[-2]) == result.bound <= result.step_time
 
 
 def test_an_explicit_method_keeps_the_reduced_problems_where_auto_would_cut():

@@ -987,8 +987,10 @@ horizon ceil(S / (1 + g)) - 1 refuted proves a gap of at most g (the last, S - 1
 
 def _rungs(best: int, lower: int) -> list[int]:
     """The horizons to refute, ascending: those of :data:`GAP_RUNGS` for a best step of ``best``
-    ticks, and on the way to them ``lower`` + 1, + 3, + 7, + 15, ... (the bound ``lower`` plus steps
-    that double), all at or above ``lower`` (refuting less proves nothing new) and under ``best``.
+    ticks, and on the way to them ``lower`` + 1, + 3, + 7, + 15, ... (the bound plus steps that
+    double), all at or above ``lower`` (refuting less proves nothing new) and under ``best``.
+    ``lower`` itself, the cheapest rise, is left out: at 16 x 64 the minute leaves the refutation
+    about 25 s, and 2 s more before 367 would often cost the 1 % rung.
 
     A refutation costs more the nearer its horizon lies to the optimum, steeply: at 16 x 128 (cap 16,
     one-slot messages, one worker), where the search's bound is 672 and its best 695 slots, 673, 675
@@ -1510,12 +1512,11 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
     best, from_solver = _pick(setup, solved)
     chain = _block_cut_chain(setup, main) if method == "cp+lns" and best.status != "optimal" else None
     graph = None if chain is None else _time_indexed_graph(setup, chain, best, main)
-    raised = False
     if graph is not None:  # with the time it needs, before the block cuts (TIME_INDEXED_MIN_S)
-        before = setup.lower
         setup, best, from_solver = _with_time_indexed(setup, graph, best, from_solver, _last_work(main))
-        raised = setup.lower > before
-    if chain is not None and not raised and (graph is None or main.remaining_s() >= BLOCK_CUTS_MIN_S):
+    # the block cuts take what the refutation left: all of it when a rung's model was too large
+    below_best = best.objective_ticks is None or setup.lower < best.objective_ticks
+    if chain is not None and below_best and (graph is None or main.remaining_s() >= BLOCK_CUTS_MIN_S):
         setup = _with_block_cuts(setup, chain, _last_work(main))
     if method == "lns+cp" and best.status != "optimal":
         best, from_solver = _windows_then_cp(setup, best, from_solver, main, minimize_memory)
