@@ -2,11 +2,13 @@
 
 import pytest
 
-import ppopt.solve.search as search_module
+import ppopt.solve.timeindexed as timeindexed
 from ppopt.errors import ConfigError, ScheduleError
+from ppopt.ir import Kind
 from ppopt.solve.gap import gap_report
 from ppopt.solve.instance import InstanceSpec
 from ppopt.solve.options import SolveOptions
+from ppopt.solve.relaxation import Chain
 from ppopt.solve.search import search
 from ppopt.solve.space import parse_space
 from ppopt.units import UnitCosts
@@ -346,10 +348,14 @@ def test_auto_bounds_with_block_cuts_where_the_refutation_does_not_apply(monkeyp
     """The same instance with the refutation's model over its size: after the solve the bound comes
     from the whole chain with the cuts of blocks of 10 to 16 microbatches. It beats the one-machine
     bound and stays below the schedule found."""
-    monkeypatch.setattr(search_module, "MAX_LITERALS", 0)
+    monkeypatch.setattr(timeindexed, "MAX_LITERALS", 0)
     notes: list[str] = []
     result = search(_spec(8, 96, cap=8), parse_space("placement=linear"),
                     SolveOptions(120, deterministic_time=2.0, progress=notes.append))
+    graph = timeindexed.chain_graph(Chain(8, lambda s, k: 1 if k is Kind.F else 2, lambda s, a, b: 1, [8] * 8), 96)
+    assert [note for note in notes if note.startswith("time-indexed refutation: ")] == \
+        [f"time-indexed refutation: a schedule of 482 slots or less? not asked: its model would hold {graph.literals(482):,} Booleans, "
+         "over the limit"]
     (cuts,) = [note.removeprefix("block cuts: ") for note in notes if note.startswith("block cuts: ")]
     assert [int(part.split()[0]) for part in cuts.split(", ")] == [10, 12, 14, 16]
     (before,) = [note for note in notes if note.startswith("reduced-problem bound: ")]  # still runs first
@@ -363,19 +369,16 @@ def test_the_block_cuts_take_the_time_a_refutation_stopped_by_size_leaves(monkey
     refuted (a bound of 483) and 484's model is too large, so the ladder stops with most of
     the time left. The block cuts then take it and raise the bound past the refutation's; before, a
     refutation that raised the bound at all skipped them and the time went unused."""
-    import ppopt.solve.timeindexed as timeindexed
-    from ppopt.ir import Kind
-    from ppopt.solve.relaxation import Chain
-
     graph = timeindexed.chain_graph(Chain(8, lambda s, k: 1 if k is Kind.F else 2, lambda s, a, b: 1, [8] * 8), 96)
     assert graph.literals(482) < graph.literals(484)
     monkeypatch.setattr(timeindexed, "MAX_LITERALS", graph.literals(482))
-    monkeypatch.setattr(search_module, "MAX_LITERALS", graph.literals(482))
     notes: list[str] = []
     result = search(_spec(8, 96, cap=8), parse_space("placement=linear"),
                     SolveOptions(120, deterministic_time=2.0, progress=notes.append))
     refuted = [note for note in notes if note.startswith("time-indexed refutation: ")]
-    assert [note.split("? ")[1].split(" (")[0] for note in refuted] == ["none"]
+    assert [note.split("? ")[1].split(" (")[0].split(":")[0] for note in refuted] == ["none", "not asked"]
+    assert refuted[1] == (f"time-indexed refutation: a schedule of 484 slots or less? not asked: its model would hold "
+                          f"{graph.literals(484):,} Booleans, over the limit")
     (cuts,) = [note for note in notes if note.startswith("bound with the block cuts: ")]
     assert 483 < int(cuts.split()[-2]) == result.bound <= result.step_time
 

@@ -53,7 +53,7 @@ from ppopt.solve.space import (
     with_backward,
 )
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
-from ppopt.solve.timeindexed import MAX_LITERALS, Graph, Refutation, chain_graph, time_indexed_bound
+from ppopt.solve.timeindexed import Graph, Refutation, chain_graph, time_indexed_bound
 from ppopt.validation import validate, validated
 
 STATUS = {
@@ -1004,13 +1004,11 @@ def _rungs(best: int, lower: int) -> list[int]:
 
 def _time_indexed_graph(setup: _Setup, chain: Chain, best: _Solved, options: SolveOptions) -> Graph | None:
     """The chain's graph for the time-indexed refutation, when it applies: a best schedule in ticks
-    above the bound, at least :data:`TIME_INDEXED_MIN_S` left, and a model within
-    :data:`ppopt.solve.timeindexed.MAX_LITERALS` at the first rung, one tick above the bound (the
-    rungs above it stop where their models grow past it: :func:`time_indexed_bound`)."""
+    above the bound and at least :data:`TIME_INDEXED_MIN_S` left (each rung's model must also be
+    small enough: :func:`ppopt.solve.timeindexed.time_indexed_bound`)."""
     if best.objective_ticks is None or best.objective_ticks <= setup.lower or options.remaining_s() < TIME_INDEXED_MIN_S:
         return None
-    graph = chain_graph(chain, setup.instance.microbatches)
-    return graph if graph.literals(setup.lower + 1) <= MAX_LITERALS else None
+    return chain_graph(chain, setup.instance.microbatches)
 
 
 def _with_time_indexed(setup: _Setup, graph: Graph, best: _Solved, from_solver: bool,
@@ -1023,9 +1021,10 @@ def _with_time_indexed(setup: _Setup, graph: Graph, best: _Solved, from_solver: 
     began = time.monotonic()
 
     def said(horizon: int, status: str) -> None:
-        outcome = {"infeasible": "none", "feasible": "one found", "unknown": "not proven in the time left"}[status]
-        options.note(f"time-indexed refutation: a schedule of {setup.shown(horizon)} or less? {outcome} "
-                     f"({time.monotonic() - began:.1f} s)")
+        outcome = {"infeasible": "none", "feasible": "one found", "unknown": "not proven in the time left",
+                   "too large": f"not asked: its model would hold {graph.literals(horizon):,} Booleans, over the limit"}[status]
+        timed = "" if status == "too large" else f" ({time.monotonic() - began:.1f} s)"  # nothing was solved
+        options.note(f"time-indexed refutation: a schedule of {setup.shown(horizon)} or less? {outcome}{timed}")
 
     proven, found = time_indexed_bound(graph, rungs, options, said)
     if proven is not None and proven > setup.lower:

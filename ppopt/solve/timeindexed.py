@@ -258,26 +258,28 @@ def _one_at_a_time(model: cp_model.CpModel, graph: Graph, horizon: int, after: S
                         constant += sign * value
                     else:
                         terms.append(sign * value)
-            if terms:
+            if terms or constant > 1:  # with no terms, ops whose windows are one tick each overlap: False
                 model.add(sum(terms) <= 1 - constant)
-            elif constant > 1:  # ops whose windows are one tick each overlap: no schedule ends by the horizon
-                model.add_bool_or([])
 
 
 def time_indexed_bound(graph: Graph, horizons: Sequence[int], options: SolveOptions,
                        progress=None) -> tuple[int | None, Refutation | None]:
     """Refute ``horizons`` in turn (ascending), each with the time left: the highest refuted plus
     one (None if none was), and the first horizon's model that is feasible (its schedule), if one
-    is. Stops at the first that is not refuted, whose model is over :data:`MAX_LITERALS`, or whose
-    model could not be built in the time left (:data:`BUILD_S_PER_LITERAL`)."""
+    is. Stops at the first that is not refuted, whose model is over :data:`MAX_LITERALS` (told to
+    ``progress`` as ``"too large"``), or whose model could not be built in the time left
+    (:data:`BUILD_S_PER_LITERAL`)."""
     proven, found = None, None
+    say = progress or (lambda horizon, status: None)
     for horizon in horizons:
         literals = graph.literals(horizon)
-        if literals > MAX_LITERALS or not options.allows(BUILD_S_PER_LITERAL * literals, "a time-indexed refutation not built"):
+        if literals > MAX_LITERALS:
+            say(horizon, "too large")
+            break
+        if not options.allows(BUILD_S_PER_LITERAL * literals, "a time-indexed refutation not built"):
             break
         result = refute(graph, horizon, options)
-        if progress is not None:
-            progress(horizon, result.status)
+        say(horizon, result.status)
         if result.status != "infeasible":
             found = result if result.status == "feasible" else None
             break
