@@ -147,10 +147,13 @@ def test_frontier_marks_peaks_over_the_gpus_memory():
     assert data["memory_capacity_bytes"] == capacity
     assert all(h["over_memory"] == (h["peak_memory"] > capacity) for h in data["handcrafted"])
     assert any(h["over_memory"] for h in data["handcrafted"])
+    # the searched points too (they had no over_memory, though the text marks them)
+    assert all(p["over_memory"] == (None if p["peak_memory"] is None else p["peak_memory"] > capacity) for p in data["points"])
+    assert any(p["over_memory"] for p in data["points"])
     rows = list(csv.DictReader(run(*args, "--format", "csv").stdout.splitlines()))
     assert {r["over memory"] for r in rows if r["row"] == "handcrafted"} == {"yes"}
     unit = json.loads(run("frontier", "-p", "4", "-m", "8", "--unit", "--time-limit", "20", "-q", "--json").stdout)
-    assert unit["memory_capacity_bytes"] is None and {h["over_memory"] for h in unit["handcrafted"]} == {None}
+    assert unit["memory_capacity_bytes"] is None and {h["over_memory"] for h in unit["handcrafted"] + unit["points"]} == {None}
 
 
 def test_workers_beyond_the_machine_are_refused():

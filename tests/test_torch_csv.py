@@ -606,3 +606,24 @@ def test_import_json_keeps_the_overlapped_pairs(tmp_path):
     expected = generate("dualpipev", 3, 6)
     assert data["overlapped"] == [[str(f), str(b)] for f, b in expected.overlapped] and data["overlapped"]
     assert data["orders"] == [[str(op) for op in order] for order in expected.orders]
+
+
+def test_an_idle_rank_beside_one_holding_every_stage_names_that_rank(tmp_path):
+    """With as many ranks as stages, a rank is idle because another holds two stages: the note said
+    the pipeline group of 2 ranks "would be larger than the 2 stages", which is false; it now names
+    the rank holding both."""
+    path = tmp_path / "idle.csv"
+    path.write_text("\n0F0,1F0,1B0,0B0\n")  # rank 0 empty, rank 1 runs stages 0 and 1
+    result = run("import", str(path), "-q")
+    assert result.exit_code == 0
+    assert "rank 0 holds no stage; PyTorch's runtime needs at least one stage on every rank (rank 1 holds 2 of the 2 " \
+           "stages, rank 0 none)" in result.stderr
+
+
+def test_an_output_named_by_its_suffix_alone_is_written_in_that_format(tmp_path, monkeypatch):
+    """``-o .csv`` was refused with "give ... an output ending in .csv": Python reads ``.csv`` as a
+    hidden file with no suffix. It is a torch-csv file named ``.csv``."""
+    monkeypatch.chdir(tmp_path)
+    result = run("export", "-s", "1f1b", "-p", "2", "-m", "2", "-o", ".csv", "-q")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / ".csv").read_text().splitlines()[0].startswith("0F0")

@@ -734,10 +734,12 @@ OUTPUT_SUFFIXES = {".csv": "a CSV", ".json": "a JSON", ".png": "a picture", ".sv
 
 def output_suffix(path: str) -> tuple[str, bool]:
     """The suffix that names an output's format, lower case, and whether the name ends in ``.gz``
-    (then the suffix before it: ``t.json.gz`` is a compressed ``.json``)."""
+    (then the suffix before it: ``t.json.gz`` is a compressed ``.json``). A name that is a suffix
+    alone (``.csv``, a hidden file to Python's ``Path``) has that suffix."""
     name = path.lower()
     compressed = name.endswith(".gz")
-    return Path(name.removesuffix(".gz")).suffix, compressed
+    base = Path(name.removesuffix(".gz"))
+    return base.suffix or (base.name if base.name.count(".") == 1 and base.name.startswith(".") else ""), compressed
 
 
 def output_not_named_as(suffix: str, what: str, compressed: bool = False) -> Callable[[click.Context, click.Parameter, str | None], str | None]:

@@ -562,8 +562,13 @@ def runtime_problem(schedule: Schedule) -> str | None:
     held = {rank for holders in schedule.placement for rank in holders}
     idle = [rank for rank in range(schedule.devices) if rank not in held]
     if idle:
-        return (f"rank {idle[0]} holds no stage; PyTorch's runtime needs at least one stage on every rank (its pipeline "
-                f"group of {schedule.devices} ranks would be larger than the {schedule.stages} stages)")
+        if schedule.devices > schedule.stages:
+            why = f"its pipeline group of {schedule.devices} ranks would be larger than the {schedule.stages} stages"
+        else:
+            held_by = [[s for s, holders in enumerate(schedule.placement) if rank in holders] for rank in range(schedule.devices)]
+            most = max(range(schedule.devices), key=lambda rank: len(held_by[rank]))
+            why = f"rank {most} holds {len(held_by[most])} of the {schedule.stages} stages, rank {idle[0]} none"
+        return f"rank {idle[0]} holds no stage; PyTorch's runtime needs at least one stage on every rank ({why})"
     return loss_order_message(schedule)
 
 

@@ -267,7 +267,8 @@ def frontier_json(result: Frontier) -> dict:
         "minimum_memory": result.minimum,
         "most_held": _num(result.most_held),
         "points": [
-            {"memory_limit": p.memory_limit, "status": p.status, "step_time_s": p.step_time, "bound_s": _num(p.bound), "peak_memory": p.peak_memory}
+            {"memory_limit": p.memory_limit, "status": p.status, "step_time_s": p.step_time, "bound_s": _num(p.bound), "peak_memory": p.peak_memory,
+             "over_memory": result.over_memory(p.peak_memory)}
             for p in result.points
         ],
         "handcrafted": [
