@@ -89,7 +89,7 @@ from ppopt.job import (
 from ppopt.solve.options import SolveOptions
 
 __all__ = [
-    "MAX_JOBS", "Memory", "Plan", "PlanProgress", "PlanRequest", "PlanRow", "balanced_layers", "best_first", "count_jobs",
+    "MAX_JOBS", "BalancedCheck", "Memory", "Plan", "PlanProgress", "PlanRequest", "PlanRow", "balanced_layers", "best_first", "count_jobs",
     "describe", "enumerate_jobs", "evaluate_row", "group_estimate", "layouts", "live_microbatches", "megatron_layout",
     "memory_of", "out_of_time", "plan", "step_estimate", "torchtitan_stages",
 ]
@@ -825,26 +825,46 @@ accurate is ppopt?"): ``plan``'s "as fast on less memory" line, and the least ga
 :func:`balanced_first` names."""
 
 
-def balanced_first(result: Plan, rows: int = 10, go_on: Callable[[Job], bool] = lambda job: True) -> PlanRow | None:
+@dataclass(frozen=True)
+class BalancedCheck:
+    """What :func:`balanced_first` found: the faster balanced job (None if none), and how many of
+    the jobs it was to check it did check before the time left stopped it."""
+
+    faster: PlanRow | None
+    checked: int
+    to_check: int
+
+    @property
+    def complete(self) -> bool:
+        return self.checked == self.to_check
+
+
+def balanced_first(result: Plan, rows: int = 10, go_on: Callable[[Job], bool] = lambda job: True) -> BalancedCheck:
     """The fastest of an even-split plan's first ``rows`` jobs with the balanced split
     (:func:`_with_splits`, as a balanced plan takes it), when it then beats #1 by :data:`NEAR_STEP`
-    or more; else None. ``go_on(job)`` is asked before each job is simulated (the time left for it). The even split puts the
+    or more. ``go_on(job)`` is asked before each job is simulated (the time left for it); a "no"
+    ends the check, incomplete (:attr:`BalancedCheck.complete`). The even split puts the
     embedding and the output layer on top of equal blocks: Llama 3 8B on 8 H100s ranked t2 p1 d4
     first at 31.99 s, and t1 p2 d4 interleaved v8 runs 30.96 s balanced, with nothing said."""
     if result.request.split != "even" or not result.rows:
-        return None
+        return BalancedCheck(None, 0, 0)
     balanced = replace(result.request, split="balanced")
-    best: PlanRow | None = None
+    jobs = []
     for row in result.rows[:rows]:
         split = _with_splits(row.job, balanced)[:1]  # [] when no split fits; the even job when balancing over-fills it
-        if not split or split[0].stage_layers == row.job.stage_layers:
-            continue
-        if not go_on(split[0]):
+        if split and split[0].stage_layers != row.job.stage_layers:
+            jobs.append(split[0])
+    best: PlanRow | None = None
+    checked = 0
+    for job in jobs:
+        if not go_on(job):
             break
-        candidate = evaluate_row(split[0])
+        candidate = evaluate_row(job)
+        checked += 1
         if candidate.step_time_s < (best or result.rows[0]).step_time_s:
             best = candidate
-    return best if best is not None and best.step_time_s < result.rows[0].step_time_s * (1 - NEAR_STEP) else None
+    faster = best if best is not None and best.step_time_s < result.rows[0].step_time_s * (1 - NEAR_STEP) else None
+    return BalancedCheck(faster, checked, len(jobs))
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,12 @@ def test_job_takes_the_stage_splits_plan_names():
     assert balanced["layers_per_stage"] == list(balanced_layers(Job(load_model("llama3-8b"), load_system("dgx-a100"), pp=4)))
     assert balanced["layers_per_stage"][-1] < 8 and balanced["step_time_s"] < even["step_time_s"]
     assert run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--layers-per-stage", "x").stderr == \
-        "error: --layers-per-stage: must be even, balanced or counts like 7,8,8,7, got 'x'\n"
+        "error: --layers-per-stage: must be even, balanced or counts like 7,8,8,7 or 3,2*14,1, got 'x'\n"
+    # n*k is k stages of n layers; a run of no stages, and one that would fill the memory, are refused
+    assert job("--layers-per-stage", "9,8*2,7")["layers_per_stage"] == [9, 8, 8, 7]
+    for runs, error in (("8*0,8*4", "'8*0': a run n*k needs k >= 1 stages"), ("1*999999999", "more than 100,000 stages")):
+        assert run("job", "--model", "llama3-8b", "--system", "dgx-a100", "--layers-per-stage", runs).stderr == \
+            f"error: --layers-per-stage: {error}\n"
 
 
 def test_even_means_equal_counts_for_a_schedule_with_a_split_of_its_own():

@@ -1324,9 +1324,16 @@ def test_an_even_plan_says_when_a_balanced_split_beats_its_first():
 
     common = ["plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--search", 0, "-q"]
     even = run(*common, "--json")
-    note = re.search(r"note: with balanced layer counts, (.+) \(([0-9,*]+)\) takes ([0-9.]+) s, ([0-9.]+) % less than #1; "
-                     r"--layers-per-stage balanced plans every job so", even.stderr)
+    note = re.search(r"note: with balanced layer counts, (.+) \(([0-9,*]+)\) takes ([0-9.]+) s, ([0-9.]+) % less than #1 "
+                     r"\((ppopt job [^)]+)\); --layers-per-stage balanced plans every job so", even.stderr)
     assert note is not None, even.stderr
+    # the command in the note predicts that step, and its counts as the note writes them are taken too
+    import shlex
+
+    command = shlex.split(note[5])[1:]
+    assert round(json.loads(run(*command, "--json").stdout)["step_time_s"], 3) == float(note[3])
+    short = command[:command.index("--layers-per-stage") + 1] + [note[2]]
+    assert round(json.loads(run(*short, "--json").stdout)["step_time_s"], 3) == float(note[3])
     first = json.loads(even.stdout)["top"][0]["step_time_s"]
     balanced = run(*common, "--json", "--layers-per-stage", "balanced", "--top", 50)
     # the note's job: "t1 p2 d4 b1 m64 none interleaved-1f1b v8" with counts like 3,2*14,1
@@ -1349,7 +1356,28 @@ def test_the_balanced_check_asks_the_time_left_before_each_job():
 
     result = plan(PlanRequest(LLAMA8, H100, 8, global_batch=256, recompute=("none",)))
     asked = []
-    assert balanced_first(result, go_on=lambda job: asked.append(job) or False) is None
+    cut = balanced_first(result, go_on=lambda job: asked.append(job) or False)
+    assert cut.faster is None and cut.checked == 0 and cut.to_check >= 1 and not cut.complete
     assert len(asked) == 1 and asked[0].layers is not None  # asked of the balanced job, then stopped
     found = balanced_first(result, go_on=lambda job: True)
-    assert found is not None and found.step_time_s < result.rows[0].step_time_s * 0.995
+    assert found.complete and found.checked == found.to_check
+    assert found.faster is not None and found.faster.step_time_s < result.rows[0].step_time_s * 0.995
+
+
+def test_a_balanced_check_cut_by_the_time_limit_is_said(monkeypatch):
+    """With the searches first, the check ran in what they left: at a 10 s limit nothing, and the
+    JSON's balanced_beats_first null read as "none is faster". Now it runs before the searches, and
+    a check cut short says so on stderr and in the JSON (``balanced_checked``)."""
+    import ppopt.cli.plan as plan_cli
+
+    common = ["plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "--search", 0, "--json"]
+    full = run(*common, "-q")
+    checked = json.loads(full.stdout)["balanced_checked"]
+    assert checked["jobs"] == checked["of"] >= 1 and "cut the check" not in full.stderr
+    monkeypatch.setattr(plan_cli, "BALANCED_NOTE_S", 1e9)  # no time left for any job of the check
+    cut = run(*common, "-q")
+    assert cut.exit_code == 0
+    data = json.loads(cut.stdout)
+    assert data["balanced_beats_first"] is None and data["balanced_checked"] == {"jobs": 0, "of": checked["of"]}
+    assert (f"note: the time limit cut the check of the first jobs with balanced layer counts after 0 of {checked['of']}, "
+            "none faster so far") in cut.stderr

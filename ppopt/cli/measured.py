@@ -338,7 +338,7 @@ def _at_bounds(fitted) -> dict[str, str]:
 @click.option("--waves", type=INT, default=None, help="Hanayo's waves (2W stages per device) [default: 1].")
 @click.option("--split", default=None, help="chimera-asym's layer split A:B between the halves of the stages [default: 1:2].")
 @click.option("--layers-per-stage", "layers_per_stage", default=None,
-              help="Layers of each stage: counts such as 7,8,8,7 (as ppopt plan prints), even (equal counts, the "
+              help="Layers of each stage: counts such as 7,8,8,7 or 3,2*14,1 (n*k: k stages of n; as ppopt plan prints them), even (equal counts, the "
                    "remainder on the first stages) or balanced (counts minimising the slowest stage, as ppopt plan "
                    "balances) [default: even, but chimera-asym's --split; any of these replaces it].")
 @json_option

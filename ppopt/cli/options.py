@@ -445,13 +445,28 @@ def refuse_with_preset(parallel: Any, global_batch: int | None, split: str | Non
                           "and recomputation", field=parallel.first_set)
 
 
+MAX_LAYER_COUNTS = 100_000
+"""The most per-stage counts ``--layers-per-stage`` expands to (``1*1000000000`` must not fill the
+memory before the job finds them more than its layers)."""
+
+
 def layer_counts(text: str, also: str = "") -> tuple[int, ...]:
-    """``--layers-per-stage 7,8,8,7`` as counts (their sum and number are the job's to check);
-    ``also`` names the other values a command takes ("even, balanced or "), for the error."""
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ConfigError(f"must be {also}counts like 7,8,8,7, got {text!r}", field="layers_per_stage") from None
+    """``--layers-per-stage 7,8,8,7`` as counts (their sum and number are the job's to check); a run
+    of k stages of n layers may be written ``n*k``, as ``plan`` prints them (``3,2*14,1``). ``also``
+    names the other values a command takes ("even, balanced or "), for the error."""
+    counts: list[int] = []
+    for item in text.split(","):
+        layers, times = item.split("*", 1) if "*" in item else (item, "1")
+        try:
+            n, k = int(layers), int(times)
+        except ValueError:
+            raise ConfigError(f"must be {also}counts like 7,8,8,7 or 3,2*14,1, got {text!r}", field="layers_per_stage") from None
+        if k < 1:
+            raise ConfigError(f"{item!r}: a run n*k needs k >= 1 stages", field="layers_per_stage")
+        if len(counts) + k > MAX_LAYER_COUNTS:
+            raise ConfigError(f"more than {MAX_LAYER_COUNTS:,} stages", field="layers_per_stage")
+        counts += [n] * k
+    return tuple(counts)
 
 
 def parse_layer_split(text: str) -> str | tuple[int, ...]:

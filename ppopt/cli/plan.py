@@ -62,7 +62,7 @@ def _seconds(value: float) -> str:
               help="Jobs to print (at least the --search ones, which the search table names; --json's 'top' holds --top).")
 @click.option("--layers-per-stage", "layers_per_stage", default="even", show_default=True,
               help="Stage split: even (equal counts: p divides the layers; chimera-asym keeps its own A:B split), balanced (counts minimising the slowest stage, any p), or "
-                   "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them).")
+                   "counts like 7,8,8,7, one per schedule stage (S = stages per device x p; jobs with S stages take them); n*k is k stages of n, as the table prints them.")
 @click.option("--recompute", multiple=True, type=click.Choice(RECOMPUTE_MODES),
               help="Recomputation modes to consider (repeatable) [default: all].")
 @click.option("--schedule", "-s", "schedules", multiple=True, shell_complete=complete_schedule_or_all,
@@ -173,11 +173,13 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     # the simulations leave the searches a share of the time (those left out are estimated slowest)
     keep_share = SEARCH_SHARE if search_top else 0.0
     plans = _run_plans(requests, jobs, executor, address, quiet, options, keep_share)
-    searches = [_search(p, search_top, options) for p in plans]
-    csv_schedule = _torch_csv_choice(plans[0], searches[0]) if torch_csv else None  # refused before the report
-    balanced = None  # a job of an even plan that balanced counts make faster than #1, said after the report
+    # a job of an even plan that balanced counts make faster than #1, said after the report; checked
+    # before the searches, which take the time left (after them the check was cut, with nothing said)
+    balanced = None
     if candidates is None and not plans[0].unevaluated:
         balanced = balanced_first(plans[0], go_on=lambda job: options.remaining_s() > BALANCED_NOTE_S + _evaluation_s(job))
+    searches = [_search(p, search_top, options) for p in plans]
+    csv_schedule = _torch_csv_choice(plans[0], searches[0]) if torch_csv else None  # refused before the report
     if as_json:
         emit_json([_json(p, s, top, None) for p, s in zip(plans, searches)] if candidates is not None
                   else _json(plans[0], searches[0], top, (model, system), balanced))
@@ -198,7 +200,7 @@ def plan_command(model, gpus, system, global_batch, memory_limit, top, layers_pe
     if memory_limit is None:
         _note_no_headroom(plans)
     if balanced is not None:
-        _note_balanced(plans[0], balanced)
+        _note_balanced(plans[0], balanced, (model, system))
     say_whether_reproducible(options)
 
 
@@ -215,15 +217,22 @@ def _evaluation_s(job) -> float:
     return evaluation_seconds(get(job.schedule).ops(job.pp, job.microbatches, job.schedule_options))
 
 
-def _note_balanced(result, faster) -> None:
-    """The note on stderr naming :func:`ppopt.plan.balanced_first`'s job: the even split is the
-    default, and a user would not know to ask for the other."""
+def _note_balanced(result, check, rerun: tuple[str, str]) -> None:
+    """The note on stderr naming :func:`ppopt.plan.balanced_first`'s job, with the `ppopt job`
+    command that predicts it: the even split is the default, and a user would not know to ask for
+    the other. A check the time limit cut short is said too: silence would mean none is faster."""
     from ppopt.plan import describe
 
-    gain = 1 - faster.step_time_s / result.rows[0].step_time_s
-    click.echo(f"note: with balanced layer counts, {describe(faster.job)} ({_counts(faster.job.stage_layers)}) takes "
-               f"{faster.step_time_s:.3f} s, {100 * gain:.1f} % less than #1; --layers-per-stage balanced plans every "
-               "job so", err=True)
+    faster = check.faster
+    if faster is not None:
+        gain = 1 - faster.step_time_s / result.rows[0].step_time_s
+        click.echo(f"note: with balanced layer counts, {describe(faster.job)} ({_counts(faster.job.stage_layers)}) takes "
+                   f"{faster.step_time_s:.3f} s, {100 * gain:.1f} % less than #1 ({_job_command(faster.job, *rerun)}); "
+                   "--layers-per-stage balanced plans every job so", err=True)
+    if not check.complete:
+        click.echo(f"note: the time limit cut the check of the first jobs with balanced layer counts after "
+                   f"{check.checked} of {check.to_check}" + ("" if faster is not None else ", none faster so far")
+                   + "; --layers-per-stage balanced plans every job so", err=True)
 
 
 SEARCH_SHARE = 0.25
@@ -625,7 +634,9 @@ def _json(result, searches, top: int, rerun: tuple[str, str] | None, balanced=No
         "split": {"layers_per_stage": list(counts), "megatron_layout": megatron, "torchtitan_module_fqns_per_model_part": titan},
         "job_command": None if rerun is None else _job_command(result.rows[0].job, *rerun),
         # the note on stderr: a job of the first ten that balanced layer counts make faster than #1
-        "balanced_beats_first": None if balanced is None else row(balanced),
+        "balanced_beats_first": None if balanced is None or balanced.faster is None else row(balanced.faster),
+        # how many of the first jobs the check took with balanced counts, of how many (a time limit cuts it)
+        "balanced_checked": None if balanced is None else {"jobs": balanced.checked, "of": balanced.to_check},
         # the text's line: a listed job as fast as #1 on much less memory
         "as_fast_on_less_memory": None if near is None else {"rank": near[0]} | row(near[1]),
     }
