@@ -569,14 +569,13 @@ def _resolve(name_or_path: str | os.PathLike[str], dirs: tuple[Path, ...], kind:
 
 
 def display_path(path: Path) -> str:
-    """The path as the user would recognise it: relative to cwd or the repo if possible."""
-    resolved = path.resolve()
-    for base in (Path.cwd(), _REPO_ROOT):
-        try:
-            return str(resolved.relative_to(base.resolve()))
-        except ValueError:
-            continue
-    return str(path)
+    """The path as the user would recognise it: relative to the working directory if it lies under
+    it, else as given (relative to the repository, a file outside the working directory was named by
+    a path that does not lead to it from there)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _read(path: Path) -> dict[str, Any]:

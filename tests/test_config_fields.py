@@ -200,3 +200,14 @@ def test_a_cost_preset_given_as_a_model_or_system_says_to_give_it_as_costs(tmp_p
         with pytest.raises(ConfigError) as error:
             load(preset)
         assert str(error.value).endswith(f"measured.json: a cost preset (ppopt-costs/1), not a {noun} file: give it as --costs")
+
+
+def test_a_file_outside_the_working_directory_is_named_as_given(tmp_path, monkeypatch):
+    """A model file given as a system, by a path outside the working directory but inside the
+    repository, was named "models/llama3-8b.toml" (relative to the repository), a path that leads
+    nowhere from where the user stands. It is named as given now."""
+    given = Path(__file__).resolve().parent.parent / "models" / "llama3-8b.toml"
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["list", "systems", str(given)])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: {given}: a model file, not a system file")

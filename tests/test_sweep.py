@@ -1063,3 +1063,40 @@ def test_a_run_of_one_kind_keeps_the_spec_s_other_rows(tmp_path):
     assert evaluations.other_rows == 0 and evaluations.missing == 0 and evaluations.computed == 0
     assert evaluations.points < whole.points and len(evaluations.rows) == len(whole.rows)
     assert (tmp_path / "out" / "rows.csv").read_text() == csv_text
+
+
+def test_a_full_disk_names_rows_jsonl_and_leaves_no_torn_line(tmp_path, monkeypatch):
+    """A full disk failed the append of a row to rows.jsonl half-way; writing rows.csv then failed as
+    well, and its error hid the first ("cannot write rows.csv"). Now the half line is cut off again,
+    the error names rows.jsonl, and rows.csv still holds the rows appended before."""
+    import errno
+
+    import ppopt.sweep.run as sweep_run
+
+    real_write, appended = os.write, []
+
+    def write(fd: int, data: bytes) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("rows.jsonl"):
+            appended.append(data)
+            if len(appended) == 3:  # the third row: half of it lands, then the disk is full
+                real_write(fd, data[: len(data) // 2])
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(sweep_run.os, "write", write)
+    out = tmp_path / "out"
+    with pytest.raises(PpoptError, match=r"^cannot write .*rows\.jsonl: No space left on device$"):
+        run_sweep(load_spec(write_spec(tmp_path)), out)
+    monkeypatch.undo()
+    kept = (out / "rows.jsonl").read_bytes()
+    assert kept == b"".join(appended[:2])  # two whole lines, nothing of the third
+    assert len(lines(out / "rows.csv")) == 1 + 2
+
+
+def test_rows_jsonl_that_is_not_a_regular_file_is_refused_before_it_is_read(tmp_path):
+    """rows.jsonl linked to /dev/zero was read whole: 24 GB before the kernel stopped the process."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rows.jsonl").symlink_to("/dev/zero")
+    with pytest.raises(PpoptError, match=r"rows\.jsonl: not a regular file$"):
+        read_rows(out / "rows.jsonl")

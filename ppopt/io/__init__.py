@@ -63,7 +63,7 @@ import orjson
 from ppopt.errors import PpoptError
 
 __all__ = ["CONFIG_BYTES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "csv_problem", "is_a_directory",
-           "json_bytes", "not_utf8", "parse_data", "read_csv_table", "read_stdin_bounded", "read_text_bounded", "shown",
+           "json_bytes", "not_utf8", "parse_data", "read_bytes_bounded", "read_csv_table", "read_stdin_bounded", "read_text_bounded", "shown",
            "unreadable", "write_json"]
 
 CONFIG_BYTES = 64 * 2**20
@@ -318,7 +318,19 @@ def read_stdin_bounded(limit: int, encoding: str = "utf-8", why: str = "", deadl
         return _read_bounded(file, limit, encoding, why, deadline)
 
 
+def read_bytes_bounded(path: str | os.PathLike, limit: int, why: str = "") -> bytes:
+    """The bytes of ``path``, refused as :func:`read_text_bounded` refuses a file over ``limit``
+    (OSError), but NUL bytes kept: a file ppopt appends to may end in the zeros a crash leaves, and
+    its reader skips such lines."""
+    with open(path, "rb") as file:
+        return _read_bytes(file, limit, why, refuse_nul=False)
+
+
 def _read_bounded(file: BinaryIO, limit: int, encoding: str, why: str, deadline: float | None = None) -> str:
+    return _read_bytes(file, limit, why, deadline).decode(encoding)
+
+
+def _read_bytes(file: BinaryIO, limit: int, why: str, deadline: float | None = None, refuse_nul: bool = True) -> bytes:
     limit_text = f"the limit is {limit:,} bytes{f' ({why})' if why else ''}"
     try:
         status: os.stat_result | None = os.fstat(file.fileno())
@@ -330,14 +342,14 @@ def _read_bounded(file: BinaryIO, limit: int, encoding: str, why: str, deadline:
     chunks: list[bytes] = []
     size = 0
     while chunk := (file.read(_CHUNK) if waits_until is None else _read_before(file.fileno(), waits_until)):
-        nul = chunk.find(b"\0")
+        nul = chunk.find(b"\0") if refuse_nul else -1
         if nul >= 0:
             raise OSError(errno.EINVAL, f"not a text file: NUL byte at byte {size + nul:,}")
         size += len(chunk)
         if size > limit:
             raise OSError(errno.EFBIG, f"input too large: over {limit:,} bytes read; {limit_text}")
         chunks.append(chunk)
-    return b"".join(chunks).decode(encoding)
+    return b"".join(chunks)
 
 
 def _read_before(fd: int, deadline: float) -> bytes:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import math
@@ -43,10 +44,10 @@ from pathlib import Path
 
 from ppopt.errors import MemoryShortError, PpoptError, counted
 from ppopt.evaluate import evaluation_seconds
-from ppopt.io import atomic_write_text, broken_link, parse_data, write_json
+from ppopt.io import atomic_write_text, broken_link, parse_data, read_bytes_bounded, write_json
 from ppopt.report.text import span, time_left
 from ppopt.sweep.executors import RAY_SHUTDOWN_S, Executor, LocalExecutor, TimeLimitReached, starting_s, uninterrupted
-from ppopt.sweep.spec import EvalItem, GapItem, JobSpec, LoadedSpec, check_sweep_size, expand
+from ppopt.sweep.spec import MAX_SWEEP_POINTS, EvalItem, GapItem, JobSpec, LoadedSpec, check_sweep_size, expand
 
 __all__ = ["COLUMNS", "LOCK_NAME", "Progress", "SweepResult", "read_rows", "run_item", "run_sweep", "rows_csv"]
 
@@ -353,13 +354,22 @@ def _due(items: list[EvalItem | GapItem], deadline: float | None, left: list[Eva
 # --------------------------------------------------------------------------------------------------
 
 
+ROW_BYTES = 4096
+"""Bytes a line of ``rows.jsonl`` may take on average (a row is about 1 kB), for :data:`ROWS_BYTES`."""
+ROWS_BYTES = ROW_BYTES * MAX_SWEEP_POINTS
+"""The largest ``rows.jsonl`` read back: the rows of the largest sweep, with room (1 GiB; a file
+linked to a device, or grown by hand, was read whole, 24 GB before the kernel stopped it)."""
+
+
 def read_rows(path: Path, repair: bool = False, unreadable: list[int] | None = None) -> dict[str, dict]:
     """Rows of ``rows.jsonl`` by hash (first occurrence wins). A last line without its newline (a
     torn write) is ignored, and with ``repair`` cut off the file so appending starts on a clean line;
     any other unreadable line is ignored, and its number (1-based) appended to ``unreadable``."""
     rows: dict[str, dict] = {}
     try:
-        data = path.read_bytes()
+        if path.exists() and not path.is_dir() and not path.is_file():  # a device or pipe: no rows of ours
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = read_bytes_bounded(path, ROWS_BYTES, f"{ROW_BYTES:,} per point of the largest sweep")
     except FileNotFoundError:
         return rows
     except OSError as error:  # a directory in its place, no permission: one line, not a traceback
@@ -408,17 +418,25 @@ def _row_line(row: dict) -> bytes:
 
 
 class _Appender:
-    """Appends whole lines: one ``os.write`` and one ``fsync`` per row."""
+    """Appends whole lines: one ``os.write`` and one ``fsync`` per row. A line that cannot be
+    written whole (a full disk) is cut off again, and the error names the file."""
 
     def __init__(self, path: Path):
+        self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, row: dict) -> None:
         data = _row_line(row)
-        written = os.write(self.fd, data)
-        while written < len(data):  # rare partial write (signal, full pipe): finish the line
-            written += os.write(self.fd, data[written:])
-        os.fsync(self.fd)
+        size = os.lseek(self.fd, 0, os.SEEK_END)
+        try:
+            written = os.write(self.fd, data)
+            while written < len(data):  # rare partial write (signal, full pipe): finish the line
+                written += os.write(self.fd, data[written:])
+            os.fsync(self.fd)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, size)  # no torn line left (the next run would cut it off anyway)
+            raise PpoptError(f"cannot write {self.path}: {error.strerror or error}") from None
 
     def close(self) -> None:
         os.close(self.fd)
@@ -665,6 +683,7 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     done = 0
     deferred: list[str] = []  # the reasons of the rows this machine lacked the memory for
     appender = _Appender(rows_path)
+    failed = False
     present: list[dict] = []
     left: list[EvalItem | GapItem] = []
     stopped = False
@@ -685,11 +704,18 @@ def _run_locked(loaded: LoadedSpec, out: Path, executor: Executor, progress: Pro
     except TimeLimitReached:
         stopped = True
         executor.abort()  # the items still running: their rows would come after the deadline
+    except BaseException:
+        failed = True  # rows.csv is still written below; if that fails too, this error is the one said
+        raise
     finally:
         appender.close()
         present = sorted((r for h, r in existing.items() if h in spec_order), key=lambda r: spec_order[r["hash"]])
         with _signals_held():  # a Ctrl-C or SIGTERM now (at the deadline, say) acts once rows.csv is written
-            atomic_write_text(out / "rows.csv", rows_csv(present))
+            try:
+                atomic_write_text(out / "rows.csv", rows_csv(present))
+            except (OSError, PpoptError):
+                if not failed:  # a full disk failed rows.jsonl's append first: name that file, not this one
+                    raise
     counted_rows = [r for r in present if r["hash"] in order]  # this run's kinds of point
     ok = [r["hash"] for r in counted_rows if r.get("status") != "skipped"]
     longest_left = max(map(item_seconds, left), default=0.0)  # the longest point not started
