@@ -662,6 +662,7 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
     at the top of a spec (``noun`` "key") without a close one, the list.
     """
     found: list[tuple[str, str]] = []
+    listed = False  # the known keys, said once (after every unknown key they made a line of kilobytes)
     items = error.errors(include_url=False)
     # an int-or-float key given text failed both branches: say "a valid number", not "a valid integer"
     as_number = {tuple(item["loc"][:-1]) for item in items if item["type"] == "float_type"}
@@ -693,7 +694,10 @@ def validation_message(error: ValidationError, prefix: str = "", noun: str = "fi
             if model is not None and not prefix:
                 *table, key = field.split(".")
                 known = _keys_at(model, table)
-                text += did_you_mean(key, known) or (f" (known: {', '.join(known)})" if noun == "key" and not table else "")
+                close = did_you_mean(key, known)
+                if not close and noun == "key" and not table and not listed:
+                    close, listed = f" (known: {', '.join(known)})", True
+                text += close
         elif kind == "missing":
             text = f"missing {noun} '{field}'"
         elif field:

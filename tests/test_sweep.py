@@ -406,6 +406,20 @@ def test_not_toml_and_missing_file(tmp_path):
         load_spec(tmp_path / "nothing.toml")
 
 
+def test_a_model_or_system_file_given_as_a_spec_is_named_as_such(tmp_path):
+    """A model file given to sweep listed its every key as unknown, each with the spec's eleven keys:
+    a line of 2,500 characters. It is named as a model (system) file now, and a spec with several
+    unknown keys lists the known ones once."""
+    for noun, folder, name in (("model", "models", "llama3-8b.toml"), ("system", "configs", "dgx-h100.toml")):
+        with pytest.raises(ConfigError, match=rf"{name}: a {noun} file, not a sweep spec \(it gives .*\); a spec names "
+                                              rf"{noun}s in its '{noun}s' key$"):
+            load_spec(ROOT / folder / name)
+    spec = write_spec(tmp_path, 'foo = 1\nbar = 2\n' + SPEC, "unknown.toml")
+    with pytest.raises(ConfigError) as caught:
+        load_spec(spec)
+    assert str(caught.value).count("(known: ") == 1 and "unknown key 'bar'" in str(caught.value)
+
+
 def test_cli_sweep(tmp_path):
     runner = CliRunner()
     bad = write_spec(tmp_path, SPEC.replace("schedules =", "schedulez =", 1), "bad.toml")

@@ -97,8 +97,9 @@ def _list_presets(what: str, as_json: bool, fmt: str) -> None:
         dumped = [s.model_dump(mode="json") for s in systems]
         header = ("system", "GPUs/node", "peak TFLOP/s", "memory GB", "intra-node GB/s", "inter-node GB/s", "inter-node per", "description")
         # four digits to read, never an exponent (10,000, not 1e+04); ten in CSV (as every CSV of ppopt: csv_number)
-        short = csv_number if fmt == "csv" else (lambda x: f"{x:,.0f}" if x >= 1e4 else f"{x:.4g}")
-        rows = [(s.name, str(s.devices_per_node), short(s.peak_flops / 1e12), short(s.memory_capacity_bytes / 1e9),
+        short = csv_number if fmt == "csv" else (lambda x: f"{x:,.0f}" if x >= 1e4 else f"{x:,.4g}")
+        whole = str if fmt == "csv" else (lambda n: f"{n:,}")
+        rows = [(s.name, whole(s.devices_per_node), short(s.peak_flops / 1e12), short(s.memory_capacity_bytes / 1e9),
                  short(s.intra_node.bandwidth_bytes_per_s / 1e9),
                  short(s.inter_node.bandwidth_bytes_per_s / 1e9), s.inter_node_per,
                  s.description) for s in systems]

@@ -23,7 +23,7 @@ def executor_options(command, report_kept: bool = False):
     for option in reversed(
         [
             click.option("--output", "-o", default=None, callback=check_output_dir, shell_complete=complete_dir,
-                         help="Output directory, created if missing (its parent must exist) [default: out/<spec stem>]."),
+                         help="Output directory, created if missing (its parent must exist, but for the default's out/) [default: out/<spec stem>]."),
             click.option("--jobs", "-j", type=INT, default=1, show_default=True, help=f"Parallel jobs: local processes, or the CPUs of a local Ray (at most {LOCAL_CAP})."),
             click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where points run."),
             click.option("--address", default=None, help="Ray cluster address (--executor ray) [default: start a local Ray]."),

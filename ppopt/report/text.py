@@ -323,14 +323,14 @@ def tokens_per_s(value: float) -> str:
 
 
 def gib(value: float, up: bool = False) -> str:
-    """Bytes as GiB with four significant digits, whole GiB with thousands separators from 10,000 on
-    (27,830 GiB, not 2.783e+04 GiB); ``up``: rounded up, for a limit that must work as a
+    """Bytes as GiB with four significant digits, with thousands separators (1,080 GiB beside
+    447,616 GiB), whole GiB from 10,000 on (27,830 GiB, not 2.783e+04 GiB); ``up``: rounded up, for a limit that must work as a
     ``--memory-limit`` (80.745 GiB shows as 80.75, not 80.74)."""
     amount = value / 2**30
     if up and amount > 0:
         scale = 10.0 ** (3 - math.floor(math.log10(amount))) if amount < 1e4 else 1.0
         amount = math.ceil(amount * scale * (1 - 1e-12)) / scale  # an amount already at 4 digits stays
-    return f"{amount:,.0f} GiB" if abs(amount) >= 1e4 else f"{amount:.4g} GiB"
+    return f"{amount:,.0f} GiB" if abs(amount) >= 1e4 else f"{amount:,.4g} GiB"
 
 
 def csv_number(value: float) -> str:

@@ -338,6 +338,11 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
 
 def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
     where = display_path(path)
+    keys = set(data) - {"name", "description"}
+    for noun, config in (("model", ModelConfig), ("system", SystemConfig)):  # its every key made the line
+        if keys and keys <= set(config.model_fields) and not keys & set(SweepSpec.model_fields):
+            raise ConfigError(f"{where}: a {noun} file, not a sweep spec (it gives {', '.join(sorted(keys)[:3])}, ...); "
+                              f"a spec names {noun}s in its '{noun}s' key")
     for key in data:  # a job field written at the top: say where it goes
         if key in JobSpec.model_fields and key not in SweepSpec.model_fields:
             raise ConfigError(f"{where}: key '{key}': a field of the [job] table: write it under [job]")
