@@ -1225,3 +1225,13 @@ def test_all_in_other_letter_case_is_suggested_where_all_is_a_name():
     for typed, args in (("ALL", ["evaluate", "-s", "ALL", "-p", 4, "-m", 8]), ("All", ["gap", "-s", "All", "-p", 4, "-m", 8, "--unit"]),
                         ("ALL", ["plan", "--model", "llama3-8b", "--gpus", 8, "--system", "dgx-h100", "-s", "ALL", "--search", 0])):
         assert one_error_line(run(*args)) == message.replace("'ALL'", f"'{typed}'"), args
+
+
+@pytest.mark.parametrize("flag, name, says", [
+    ("--trace", "t.json.bz2", "t.json.bz2 ends in .bz2, but a Chrome trace (JSON) is written compressed by gzip alone (.gz)"),
+    ("--csv", "s.csv.xz", "s.csv.xz ends in .xz, but PyTorch's schedule CSV is written uncompressed"),
+])
+def test_an_output_named_for_another_compressor_is_refused(tmp_path, flag, name, says):
+    """``--trace t.json.bz2`` wrote plain JSON and said "wrote t.json.bz2": only .gz is compressed."""
+    result = CliRunner().invoke(main, ["search", "--unit", "-p", "2", "-m", "2", "-q", "--no-grid", flag, str(tmp_path / name)])
+    assert result.exit_code == 1 and says in result.output and not (tmp_path / name).exists()

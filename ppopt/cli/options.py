@@ -757,6 +757,10 @@ def output_suffix(path: str) -> tuple[str, bool]:
     return base.suffix or (base.name if base.name.count(".") == 1 and base.name.startswith(".") else ""), compressed
 
 
+OTHER_COMPRESSION = (".bz2", ".xz", ".zst", ".lz4", ".zip", ".7z")
+"""Suffixes of compressors ppopt does not write: an output named so would be plain text."""
+
+
 def output_not_named_as(suffix: str, what: str, compressed: bool = False) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
     """A callback like :func:`check_output` that refuses a name ending in another output's suffix
     (``--csv a.png``, ``--trace t.csv``: flags swapped, most likely); any other name is the user's.
@@ -771,6 +775,9 @@ def output_not_named_as(suffix: str, what: str, compressed: bool = False) -> Cal
         other, gzipped = output_suffix(path)
         if gzipped and not compressed:
             raise click.BadParameter(f"{path} ends in .gz, but {what} is written uncompressed: give a name without .gz")
+        if other in OTHER_COMPRESSION:  # written as plain text under a name that promises otherwise
+            raise click.BadParameter(f"{path} ends in {other}, but {what} is written "
+                                     + ("uncompressed" if not compressed else "compressed by gzip alone (.gz)"))
         if other in OUTPUT_SUFFIXES and other != suffix:
             raise click.BadParameter(f"{path} looks like {OUTPUT_SUFFIXES[other]} file's name, but this writes {what}: "
                                      f"give a name ending in {suffix} (or any name without one of ppopt's suffixes)")

@@ -269,7 +269,7 @@ def _refuse_replicas_for_torch(space, csv_path, run_it) -> None:
               help="Write the schedule found as a PyTorch schedule CSV (--torch-csv, as in `plan`, is the same flag).")
 @click.option("--plot", callback=check_plot, shell_complete=complete_file, default=None, help="Draw the schedule found, simulated, to .png/.svg.")
 @click.option("--trace", shell_complete=complete_file, callback=output_not_named_as(".json", "a Chrome trace (JSON)", compressed=True), default=None, help="Write the schedule found, simulated, as a Chrome/Perfetto trace (.json, or .json.gz compressed).")
-@click.option("--run", "run_it", is_flag=True, help="Then run the schedule found in PyTorch's runtime on local ranks (see `ppopt run`; needs torch).")
+@click.option("--run", "run_it", is_flag=True, help="Then run the schedule found in PyTorch's runtime on local ranks (see `ppopt run`; needs torch). The run comes after --time-limit's budget, bounded by `ppopt run`'s default --timeout.")
 @json_option
 def search_command(spec, solve, options, space, grid, minimize_memory, csv_path, plot, trace, run_it, given, as_json):
     """Search a space for the shortest step under a memory limit; print the schedule, bound and gap.
