@@ -340,7 +340,7 @@ def fittable(rows: list[Measured]) -> tuple[list[Measured], list[Unmodelled]]:
     validated, never fitted."""
     fit = [r for r in rows if r.job.schedule == "1f1b"]
     others = [Unmodelled(r.line, r.model_key, r.measured_s, f"schedule {r.job.schedule_label}: calibrate fits 1F1B steps in "
-                         "closed form (validate predicts this row)", r.source) for r in rows if r.job.schedule != "1f1b"]
+                         "closed form (validate predicts this row)", r.source, r.job.describe()) for r in rows if r.job.schedule != "1f1b"]
     return fit, others
 
 

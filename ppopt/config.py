@@ -622,7 +622,8 @@ def _refuse_other_kind(path: Path, data: dict, cls: type[BaseModel]) -> None:
         return
     noun, other, other_noun = kinds[cls]
     if isinstance(data.get("format"), str) and data["format"].startswith("ppopt-costs/"):  # `ppopt profile`'s output
-        raise ConfigError(f"{display_path(path)}: a cost preset ({data['format']}), not a {noun} file: give it as --costs")
+        raise ConfigError(f"{display_path(path)}: a cost preset ({data['format']}), not a {noun} file: give it as --costs "
+                          "(evaluate, compare, search, gap, frontier and run --compare take one)")
     keys = set(data) - {"name", "description"}
     if keys and keys <= set(other.model_fields) and not keys & set(cls.model_fields):
         given = ", ".join(sorted(keys)[:3])

@@ -199,7 +199,8 @@ def test_a_cost_preset_given_as_a_model_or_system_says_to_give_it_as_costs(tmp_p
     for load, noun in ((load_model, "model"), (load_system, "system")):
         with pytest.raises(ConfigError) as error:
             load(preset)
-        assert str(error.value).endswith(f"measured.json: a cost preset (ppopt-costs/1), not a {noun} file: give it as --costs")
+        assert str(error.value).endswith(f"measured.json: a cost preset (ppopt-costs/1), not a {noun} file: give it as --costs "
+                                         "(evaluate, compare, search, gap, frontier and run --compare take one)")
 
 
 def test_a_file_outside_the_working_directory_is_named_as_given(tmp_path, monkeypatch):

@@ -25,7 +25,7 @@ def test_a_csv_report_that_leaves_out_the_summary_says_where_it_is():
     rows = run("validate", MEASURED, "--system", "a100-vtrain-calibrated", "--format", "csv")
     assert rows.exit_code == 0 and rows.stdout.startswith("line,model,job,")
     assert rows.stderr == ("note: --format csv prints one table, the rows; the summary (MAPE, median, p95, worst, "
-                           "Spearman) are in the text, markdown and --json outputs\n")
+                           "Spearman) is in the text, markdown and --json outputs\n")
     groups = run("validate", MEASURED, "--system", "a100-vtrain-calibrated", "--format", "csv", "--by", "tp")
     assert groups.stdout.startswith("tp,rows,") and "the groups; the rows and the summary are in" in groups.stderr
     published = run("published", PUBLISHED, "--system", "a100-vtrain-calibrated", "--format", "csv")

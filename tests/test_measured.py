@@ -275,7 +275,7 @@ def test_rows_outside_the_model_are_listed_with_the_reason(tmp_path):
     result = run("validate", str(path), "--system", "a100-vtrain", "--json")
     data = json.loads(result.stdout)
     assert data["summary"]["rows"] == 1
-    assert data["unmodelled"] == [{"file": "odd.csv", "line": 3, "model": "h1536 a16 L4 s1024", "measured_s": 0.1,
+    assert data["unmodelled"] == [{"file": "odd.csv", "line": 3, "model": "h1536 a16 L4 s1024", "job": "t3 p1 d1 b1 m3", "measured_s": 0.1,
                                    "reason": "tensor parallelism 3 does not divide the model's 16 query heads"}]
     text = run("validate", str(path), "--system", "a100-vtrain")
     assert "not modelled because" in text.output and "1 not modelled" in text.output
@@ -530,7 +530,7 @@ def test_an_unnamed_column_with_values_gets_the_note_and_an_empty_one_does_not(t
     column = len(lines[0].split(",")) + 1
     assert unused_columns(filled) == [f"column {column} (no name)"]
     assert unused_columns(trailing) == []
-    assert run("validate", str(filled)).stderr.startswith(f"note: {filled}: columns 'column {column} (no name)' are not read")
+    assert run("validate", str(filled)).stderr.startswith(f"note: {filled}: column 'column {column} (no name)' is not read")
 
 
 def test_a_repeated_row_is_refused_and_a_repeated_run_is_kept(tmp_path):
@@ -638,6 +638,7 @@ def test_validate_csv_is_one_table(tmp_path):
     assert len(rows) == 3 and [bool(r["not modelled because"]) for r in rows] == [False, False, True]
     assert all(float(r["predicted ms"]) > 0 for r in rows[:2]) and rows[2]["predicted ms"] == ""
     assert "heads" in rows[2]["not modelled because"] and float(rows[2]["measured ms"]) == 372
+    assert rows[2]["job"] == "t8 p1 d1 b8 m2"  # the layout, as the predicted rows give it (16 sequences over b = 8)
     # the measured times as the file gives them (372.160408 ms), not rounded to a decimal
     assert [float(r["measured ms"]) for r in rows[:2]] == [float(line.split(",")[-1]) for line in lines[1:3]]
     grouped = run("validate", MULTI, "--by", "tp", "--format", "csv")

@@ -64,12 +64,13 @@ def _where(source: str, line: int, files: int) -> str:
 
 def _unmodelled_table(unmodelled, files: int, fmt: str = "text") -> str:
     """The rows outside the model, each with its reason (validate and calibrate)."""
-    return _table(["line", "model", "measured ms", "not modelled because"],
-                  [[_where(u.source, u.line, files), u.label, f"{1e3 * u.measured_s:.1f}", u.reason] for u in unmodelled], fmt)
+    return _table(["line", "model", "job", "measured ms", "not modelled because"],
+                  [[_where(u.source, u.line, files), u.label, u.job, f"{1e3 * u.measured_s:.1f}", u.reason] for u in unmodelled], fmt)
 
 
 def _unmodelled_json(unmodelled) -> list[dict]:
-    return [{"file": u.source, "line": u.line, "model": u.label, "measured_s": u.measured_s, "reason": u.reason} for u in unmodelled]
+    return [{"file": u.source, "line": u.line, "model": u.label, "job": u.job, "measured_s": u.measured_s, "reason": u.reason}
+            for u in unmodelled]
 
 
 def no_rows_reason(unmodelled, to: str) -> str:
@@ -178,12 +179,12 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
             click.echo(_table(group_header, group_rows, fmt))
         else:
             rows = [[*row, yes_no(not r.fits_memory), ""] for row, r in zip(rows, accuracy.rows)] + [
-                [_where(u.source, u.line, len(data)), u.label, "", _figure(1e3 * u.measured_s, fmt), "", "", "", "", u.reason]
+                [_where(u.source, u.line, len(data)), u.label, u.job, _figure(1e3 * u.measured_s, fmt), "", "", "", "", u.reason]
                 for u in accuracy.unmodelled]
             click.echo(_table([*header, "over memory", "not modelled because"], rows, fmt))
         left_out = "the rows and the summary" if groups else "the summary (MAPE, median, p95, worst, Spearman)"
-        click.echo(f"note: --format csv prints one table, {'the groups' if groups else 'the rows'}; {left_out} are in the "
-                   "text, markdown and --json outputs", err=True)
+        click.echo(f"note: --format csv prints one table, {'the groups' if groups else 'the rows'}; {left_out} "
+                   f"{'are' if groups else 'is'} in the text, markdown and --json outputs", err=True)
         return
     click.echo(_table(header, rows, fmt))
     if overs := sum(not r.fits_memory for r in accuracy.rows):  # a footnote, escaped in markdown as with_context does
@@ -301,7 +302,8 @@ def _note_unused_columns(files, unused_columns, assumed: str) -> None:
     finds them; ``assumed`` says what the rows are taken to be instead)."""
     for path in files:
         if unused := unused_columns(path):
-            click.echo(f"note: {path}: columns {', '.join(repr(c) for c in unused)} are not read: {assumed}", err=True)
+            click.echo(f"note: {path}: {'column' if len(unused) == 1 else 'columns'} {', '.join(repr(c) for c in unused)} "
+                       f"{'is' if len(unused) == 1 else 'are'} not read: {assumed}", err=True)
 
 
 POOR_FIT_MAPE = 0.5

@@ -11,6 +11,7 @@ import click
 
 from ppopt.cli import main
 from ppopt.cli.options import FLOAT, INT, complete_file, complete_schedule, emit_json, json_option, output_ending_in, quiet_option, working
+from ppopt.errors import counted
 from ppopt.units import UnitCosts
 
 
@@ -125,7 +126,7 @@ def run_command(files, names, devices, microbatches, chunks, legacy_backward, se
         _check_profiles(schedules, settings)
     require_torch()
     if not quiet:
-        click.echo(f"running {len(schedules)} schedule(s) on {schedules[0].devices} local ranks (gloo, 127.0.0.1)", err=True)
+        click.echo(f"running {len(schedules)} schedule(s) on {counted(schedules[0].devices, 'local rank')} (gloo, 127.0.0.1)", err=True)
     note_shared_cores(schedules[0].devices, settings.threads)  # a note on the result: said with -q too
     deadline = time.monotonic() + settings.timeout_s  # --timeout covers the run and the profiles after it
     with working("run", quiet):
@@ -266,7 +267,7 @@ def profile_command(devices, microbatches, chunks, settings, output, as_json, qu
     check_profile(devices, chunks, settings, microbatches)
     require_torch()
     if not quiet:
-        click.echo(f"profiling {devices * chunks} stages on {devices} local ranks (gloo, 127.0.0.1)", err=True)
+        click.echo(f"profiling {counted(devices * chunks, 'stage')} on {counted(devices, 'local rank')} (gloo, 127.0.0.1)", err=True)
     note_shared_cores(devices, settings.threads)  # a note on the result: said with -q too
     with working("profile", quiet):
         measured = profile(devices, microbatches, chunks, settings)
@@ -352,7 +353,7 @@ def run_found(schedule, start) -> None:
     model = run_model(ordered.stages)
     settings = check_run([ordered], RunSpec((), ordered.devices, model=model))
     require_torch()
-    click.echo(f"running the schedule found on {ordered.devices} local ranks (gloo, 127.0.0.1), {model.layers} layers",
+    click.echo(f"running the schedule found on {counted(ordered.devices, 'local rank')} (gloo, 127.0.0.1), {model.layers} layers",
                err=True)
     note_shared_cores(ordered.devices, settings.threads)
     results, _ = run_schedules([ordered], settings)

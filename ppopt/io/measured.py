@@ -196,6 +196,7 @@ class Unmodelled:
     measured_s: float
     reason: str
     source: str = ""
+    job: str = ""  # the row's layout, as Job.describe writes it ("t3 p1 d21 b4 m8")
 
 
 def gpt_model(values: dict[str, int], given: dict[str, object] | None = None, labels: str = "") -> ModelConfig:
@@ -366,7 +367,8 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig | str | o
             if job.schedule != "1f1b":  # its rules (DualPipeV's m >= 2p, ...) are checked when it is built
                 job_schedule(job)
         except ConfigError as error:
-            unmodelled.append(Unmodelled(line, label, measured_s, error.reason, path.name))
+            layout = f"t{t} p{p} d{d} b{values['micro_batch']} m{per_replica // values['micro_batch']}"
+            unmodelled.append(Unmodelled(line, label, measured_s, error.reason, path.name, layout))
             continue
         rows.append(Measured(line, job, measured_s, label, path.name, parameters))
     if not rows and not unmodelled:

@@ -2,7 +2,7 @@
 
 Every rank joins a gloo process group on the loopback interface only (``GLOO_SOCKET_IFNAME=lo``,
 127.0.0.1); the ranks meet through a file in the run's temporary folder (``FileStore``), so no
-process listens on a network port. The launcher polls the processes: when one exits with an
+rendezvous port is opened, and gloo's connections between the ranks listen on 127.0.0.1 alone. The launcher polls the processes: when one exits with an
 error (or is killed), it kills the others at once and raises :class:`~ppopt.run.RunError` with one
 line naming that rank and its last message; when the whole run (from the first rank's start) exceeds ``spec.timeout_s``, it kills
 every rank and says so. Nothing is left running.
@@ -153,7 +153,7 @@ def _launch(spec: RunSpec, child: Callable, on_started: Callable[[list], None] |
 
 
 def _timed_out(timeout_s: float) -> RunError:
-    return RunError(f"the ranks did not finish within {timeout_s:g} s (--timeout); stopped all ranks")
+    return RunError(f"the ranks did not finish within {timeout_s:.3g} s (--timeout); stopped all ranks")
 
 
 def _wait(processes: list, deadline: float, timeout_s: float, folder: Path) -> None:
