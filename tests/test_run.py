@@ -268,7 +268,8 @@ def test_sigterm_stops_the_ranks_and_removes_the_folders_as_ctrl_c_does(tmp_path
 
 
 def test_ranks_whose_launcher_is_killed_end_themselves(tmp_path):
-    """SIGKILL leaves the launcher no clean-up: the ranks watch for it and end within a second."""
+    """SIGKILL leaves the launcher no clean-up: the ranks watch for it and end within a second, and
+    remove the run's temporary folders, which the launcher would have (they were left behind)."""
     import time
 
     pytest.importorskip("torch.distributed.pipelining")
@@ -281,6 +282,7 @@ def test_ranks_whose_launcher_is_killed_end_themselves(tmp_path):
         while _ranks_in(tmp_path) and time.monotonic() < waited:
             time.sleep(0.1)
         assert _ranks_in(tmp_path) == []
+        assert list(tmp_path.glob("ppopt-*")) == []  # the runs' and the CSVs' folders (multiprocessing's pymp-* aside)
     finally:
         _end(process, tmp_path)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import statistics
 import sys
 import threading
@@ -203,23 +204,36 @@ def _run_job(spec: RunSpec, job: Job, rank: int, dtype: torch.dtype, device: tor
     return result
 
 
-def _end_without_the_launcher(launcher: int, every_s: float = 0.5) -> None:
+TEMPORARY_PREFIXES = ("ppopt-run-", "ppopt-csv-")
+"""The temporary folders of a run (the launcher's, and the schedules' CSVs): the only ones a rank
+removes, when its launcher is gone."""
+
+
+def _end_without_the_launcher(launcher: int, leftovers: list[Path], every_s: float = 0.5) -> None:
     """End this rank (status 1) once the launcher process is gone or its fork server, this rank's
     parent, has ended (it does when the launcher's end closes its pipe): a launcher killed with
-    SIGKILL cannot stop its ranks, which ran all their steps with nobody waiting for them."""
+    SIGKILL cannot stop its ranks, which ran all their steps with nobody waiting for them, nor
+    remove its temporary folders, so the ranks do (``leftovers``, those among them named by
+    :data:`TEMPORARY_PREFIXES`; every rank tries, the first to get there removes them)."""
     parent = os.getppid()
+
+    def gone() -> None:
+        for folder in leftovers:
+            if folder.name.startswith(TEMPORARY_PREFIXES):
+                shutil.rmtree(folder, ignore_errors=True)
+        os._exit(1)
 
     def watch() -> None:
         while True:
             time.sleep(every_s)
             if os.getppid() != parent:
-                os._exit(1)
+                gone()
             try:
                 os.kill(launcher, 0)
             except ProcessLookupError:
-                os._exit(1)
+                gone()
             except PermissionError:  # a process of another user under that id: not ours, so ours is gone
-                os._exit(1)
+                gone()
 
     threading.Thread(target=watch, name="ppopt-launcher-watch", daemon=True).start()
 
@@ -237,8 +251,9 @@ def child(spec_text: str, rank: int, environment: dict[str, str], out_dir: str) 
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     os.environ.update(environment)
     try:
-        _end_without_the_launcher(int(environment[LAUNCHER_PID]))
-        result = run(spec_from_json(spec_text), rank, str(Path(out_dir) / "store"))
+        spec = spec_from_json(spec_text)
+        _end_without_the_launcher(int(environment[LAUNCHER_PID]), [Path(out_dir), *sorted({Path(job.csv_path).parent for job in spec.jobs})])
+        result = run(spec, rank, str(Path(out_dir) / "store"))
         (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(result))
     except BaseException as error:  # one line for the launcher, never a traceback
         text = " ".join(str(error).split()) or type(error).__name__
