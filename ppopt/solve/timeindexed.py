@@ -29,12 +29,12 @@ rule: a schedule of at most T ticks.
 Why it helps: the same question asked of the interval model (:mod:`ppopt.solve.model`) is harder for
 CP-SAT. Measured at p = 16, m = 64, cap 16, one-slot messages (unit costs F = 1, B = 2; one worker):
 the interval model with the block cuts of every size reaches a bound of 368 slots in 600 s, where
-this model proves T = 367 infeasible in 7 s (26,240 Booleans), and T = 368, 369 and 370 in 10, 15
-and 50 s, so the 371-slot schedule ``search`` finds there is optimal (``benchmarks/refute_bench.py``;
-with the longest paths of lags alone as windows, twice the Booleans, it took 17 to 31 s for 367 and
-140 s for 370). At p = 32, m = 128 it refutes 733 and 737 slots in 28 and 52 s (113,152 and 145,920
-Booleans) and 741 in no less than 150 s: it is for chains of a few thousand ops
-(:data:`MAX_LITERALS`).
+this model proves T = 367 infeasible in 3.1 s (26,240 Booleans), and T = 368, 369 and 370 in 5.2,
+13.4 and 45.6 s, so the 371-slot schedule ``search`` finds there is optimal (``benchmarks/refute_bench.py``;
+with the longest paths of lags alone as windows, twice the Booleans, and one presolve pass, it took
+17 to 31 s for 367 and 140 s for 370). At p = 32, m = 128 it refutes 733, 737, 739 and 741 slots in
+4.8, 27, 46 and 141 s (113,152 to 178,688 Booleans): more than a one-minute search leaves it, so
+it is for chains of a few thousand ops (:data:`MAX_LITERALS`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ deadline is not tried: the build does not watch the clock."""
 
 MAX_LITERALS = 150_000
 """Most ``started`` Booleans a refutation builds (the sum of the ops' windows): 26,240 at p = 16,
-m = 64 take 7 s; 178,688 at p = 32, m = 128 (741 slots) prove nothing in 150 s."""
+m = 64 take 3 s; 178,688 at p = 32, m = 128 (741 slots) take 141 s."""
 
 
 @dataclass(frozen=True)
