@@ -976,7 +976,7 @@ def _with_block_cuts(setup: _Setup, chain: Chain, options: SolveOptions) -> _Set
 TIME_INDEXED_MIN_S = 15.0
 """Least time (s) left after ``cp+lns``'s CP-SAT solve for the time-indexed refutation
 (:mod:`ppopt.solve.timeindexed`) to come before the block cuts: at 16 x 64 (cap 16, one-slot
-messages, one worker) it refutes 367 slots in about 3 s and 369 in 13 s, where the block cuts
+messages, one worker) it refutes 367 slots in about 3 s and 369 in 8 s, where the block cuts
 reach 365 in about 20 s. A 60 s search there has about 25 s left after its solve. A rung cut short
 proves nothing; when no rung is refuted, the block cuts get what is left, if
 :data:`BLOCK_CUTS_MIN_S` are."""
