@@ -93,6 +93,7 @@ __all__ = [
     "load_system",
     "model_preset_dirs",
     "name_problem",
+    "preset_kind",
     "system_preset_dirs",
     "validation_message",
 ]
@@ -613,21 +614,31 @@ def _load_file(path: Path, cls: type[_M]) -> _M:
     return loaded
 
 
+def preset_kind(data: dict) -> tuple[str, str] | None:
+    """Which preset file ``data`` is by its keys alone, and a few of them to say so: ("model", "it
+    gives activation, bytes_per_element, dropout, ...") when every key but the name and description is
+    a model field and none a system field, likewise for a system; None otherwise. Given in the wrong
+    place, such a file's every missing and unknown key made one line of thirty items."""
+    keys = set(data) - {"name", "description"}
+    for noun, own, other in (("model", ModelConfig, SystemConfig), ("system", SystemConfig, ModelConfig)):
+        if keys and keys <= set(own.model_fields) and not keys & set(other.model_fields):
+            return noun, f"it gives {', '.join(sorted(keys)[:3])}, ..."
+    return None
+
+
 def _refuse_other_kind(path: Path, data: dict, cls: type[BaseModel]) -> None:
-    """A system file given for a model (or the other way round) is named as such: its every missing
-    and unknown field made one line of thirty items."""
-    kinds: dict[type[BaseModel], tuple[str, type[BaseModel], str]] = {
-        ModelConfig: ("model", SystemConfig, "system"), SystemConfig: ("system", ModelConfig, "model")}
-    if cls not in kinds:
+    """A system file given for a model (or the other way round), or a cost preset for either, is
+    named as such (:func:`preset_kind`)."""
+    nouns: dict[type[BaseModel], str] = {ModelConfig: "model", SystemConfig: "system"}
+    if cls not in nouns:
         return
-    noun, other, other_noun = kinds[cls]
+    noun = nouns[cls]
     if isinstance(data.get("format"), str) and data["format"].startswith("ppopt-costs/"):  # `ppopt profile`'s output
         raise ConfigError(f"{display_path(path)}: a cost preset ({data['format']}), not a {noun} file: give it as --costs "
                           "(evaluate, compare, search, gap, frontier and run --compare take one)")
-    keys = set(data) - {"name", "description"}
-    if keys and keys <= set(other.model_fields) and not keys & set(cls.model_fields):
-        given = ", ".join(sorted(keys)[:3])
-        raise ConfigError(f"{display_path(path)}: a {other_noun} file, not a {noun} file (it gives {given}, ...)")
+    kind = preset_kind(data)
+    if kind is not None and kind[0] != noun:
+        raise ConfigError(f"{display_path(path)}: a {kind[0]} file, not a {noun} file ({kind[1]})")
 
 
 def _one_line(text: str) -> str:

@@ -753,8 +753,7 @@ def output_suffix(path: str) -> tuple[str, bool]:
     alone (``.csv``, a hidden file to Python's ``Path``) has that suffix."""
     name = path.lower()
     compressed = name.endswith(".gz")
-    base = Path(name.removesuffix(".gz"))
-    return base.suffix or (base.name if base.name.count(".") == 1 and base.name.startswith(".") else ""), compressed
+    return Path("_" + Path(name.removesuffix(".gz")).name).suffix, compressed  # "_": a leading dot starts a suffix too
 
 
 OTHER_COMPRESSION = (".bz2", ".xz", ".zst", ".lz4", ".zip", ".7z")

@@ -77,7 +77,7 @@ from pydantic import (
     field_validator,
 )
 
-from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, load_model, load_system, validation_message
+from ppopt.config import MODEL_LIMITS, ModelConfig, SystemConfig, display_path, load_model, load_system, preset_kind, validation_message
 from ppopt.errors import ConfigError, PpoptError, did_you_mean
 from ppopt.generators import OPTIONS, REGISTRY, generate, get
 from ppopt.io import CONFIG_BYTES, is_a_directory, not_utf8, parse_data, read_text_bounded, require_file_name, unreadable
@@ -338,11 +338,8 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
 
 def load_spec_data(data: dict[str, Any], path: Path) -> LoadedSpec:
     where = display_path(path)
-    keys = set(data) - {"name", "description"}
-    for noun, config in (("model", ModelConfig), ("system", SystemConfig)):  # its every key made the line
-        if keys and keys <= set(config.model_fields) and not keys & set(SweepSpec.model_fields):
-            raise ConfigError(f"{where}: a {noun} file, not a sweep spec (it gives {', '.join(sorted(keys)[:3])}, ...); "
-                              f"a spec names {noun}s in its '{noun}s' key")
+    if (kind := preset_kind(data)) is not None:
+        raise ConfigError(f"{where}: a {kind[0]} file, not a sweep spec ({kind[1]}); a spec names {kind[0]}s in its '{kind[0]}s' key")
     for key in data:  # a job field written at the top: say where it goes
         if key in JobSpec.model_fields and key not in SweepSpec.model_fields:
             raise ConfigError(f"{where}: key '{key}': a field of the [job] table: write it under [job]")
