@@ -1114,3 +1114,10 @@ def test_rows_jsonl_that_is_not_a_regular_file_is_refused_before_it_is_read(tmp_
     (out / "rows.jsonl").symlink_to("/dev/zero")
     with pytest.raises(PpoptError, match=r"rows\.jsonl: not a regular file$"):
         read_rows(out / "rows.jsonl")
+    # a named pipe is refused before it is opened (opening it would wait for a writer), in a child
+    # process, so that a regression hangs that process and not the test run
+    pipe = tmp_path / "pipe.jsonl"
+    os.mkfifo(pipe)
+    code = f"from ppopt.sweep import read_rows; read_rows(__import__('pathlib').Path({str(pipe)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.rstrip().endswith("pipe.jsonl: not a regular file")

@@ -319,9 +319,12 @@ def read_stdin_bounded(limit: int, encoding: str = "utf-8", why: str = "", deadl
 
 
 def read_bytes_bounded(path: str | os.PathLike, limit: int, why: str = "") -> bytes:
-    """The bytes of ``path``, refused as :func:`read_text_bounded` refuses a file over ``limit``
-    (OSError), but NUL bytes kept: a file ppopt appends to may end in the zeros a crash leaves, and
-    its reader skips such lines."""
+    """The bytes of ``path``, a regular file (a file ppopt appends to), refused as
+    :func:`read_text_bounded` refuses a file over ``limit`` (OSError), but NUL bytes kept: such a
+    file may end in the zeros a crash leaves, and its reader skips those lines. Anything else (a
+    device, a pipe, which ``open`` would wait on) is refused before it is opened: OSError (EINVAL)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):  # FileNotFoundError when there is none
+        raise OSError(errno.EINVAL, "not a regular file")
     with open(path, "rb") as file:
         return _read_bytes(file, limit, why, refuse_nul=False)
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
 import io
 import json
 import math
@@ -367,8 +366,6 @@ def read_rows(path: Path, repair: bool = False, unreadable: list[int] | None = N
     any other unreadable line is ignored, and its number (1-based) appended to ``unreadable``."""
     rows: dict[str, dict] = {}
     try:
-        if path.exists() and not path.is_dir() and not path.is_file():  # a device or pipe: no rows of ours
-            raise OSError(errno.EINVAL, "not a regular file")
         data = read_bytes_bounded(path, ROWS_BYTES, f"{ROW_BYTES:,} per point of the largest sweep")
     except FileNotFoundError:
         return rows
