@@ -33,7 +33,7 @@ this model proves T = 367 infeasible in 2.4 s (26,240 ``started`` Booleans), and
 370 in 3.8, 8.0 and 24.8 s, so the 371-slot schedule ``search`` finds there is optimal (``benchmarks/refute_bench.py``;
 with the longest paths of lags alone as windows, twice the Booleans, and one presolve pass, it took
 17 to 31 s for 367 and 140 s for 370). At p = 32, m = 128 it refutes 737, 739 and 741 slots in 15,
-36 and 93 s (145,920 to 178,688 ``started`` Booleans): more than a one-minute search leaves it, so
+27 and 85 s (145,920 to 178,688 ``started`` Booleans): more than a one-minute search leaves it, so
 it is for chains of a few thousand ops (:data:`MAX_LITERALS`).
 """
 
@@ -56,7 +56,7 @@ deadline is not tried: the build does not watch the clock."""
 
 MAX_LITERALS = 150_000
 """Most ``started`` Booleans a refutation builds (the sum of the ops' windows): 26,240 at p = 16,
-m = 64 take 2.4 s; 178,688 at p = 32, m = 128 (741 slots) take 93 s."""
+m = 64 take 2.4 s; 178,688 at p = 32, m = 128 (741 slots) take 85 s."""
 
 
 @dataclass(frozen=True)
@@ -248,7 +248,7 @@ def _one_at_a_time(model: cp_model.CpModel, graph: Graph, horizon: int, after: S
     that, and the device's ``running`` Booleans of t are at most one (a clique, which CP-SAT's SAT
     core propagates and learns from better than the linear row "started minus started earlier, summed,
     at most one" it replaces: at 16 x 64, 370 slots refuted in 24 s instead of 46; at 32 x 128, 741
-    in 93 s instead of 141; one worker). A real schedule sets ``running`` to whether the op runs, so
+    in 85 s, building included, where the linear row took 141 s without it; one worker). A real schedule sets ``running`` to whether the op runs, so
     no schedule is lost; a model that is feasible has at most one op running per device and tick."""
     by_device: dict[int, list[int]] = {}
     for o, d in enumerate(graph.device):
