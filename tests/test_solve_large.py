@@ -165,10 +165,13 @@ def test_window_search_keeps_the_limit_of_a_device_holding_two_stages(monkeypatc
 
 def _above_lns_threshold(monkeypatch):
     """Lower auto's thresholds so that a small instance takes the path of instances above
-    AUTO_LNS_OPS ops (window search first, then one CP-SAT solve if it found nothing)."""
+    AUTO_LNS_OPS ops (window search first, then one CP-SAT solve if it found nothing). A chain
+    there takes the time-indexed search instead (tests.test_timeindexed); these tests are about
+    the window search, so it is switched off."""
     import ppopt.solve.search as search_module
     monkeypatch.setattr(search_module, "AUTO_CP_OPS", 10)
     monkeypatch.setattr(search_module, "AUTO_LNS_OPS", 20)
+    monkeypatch.setattr(search_module, "_time_indexed_start", lambda setup: None)
     return search_module
 
 

@@ -3,12 +3,14 @@ optimum CP-SAT proves on the interval model (tests.test_bounds._optimum)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ppopt.solve.search as search_module
+import ppopt.solve.timeindexed as timeindexed
 from ppopt.ir import Kind
 from ppopt.solve.heads import jackson
 from ppopt.solve.instance import InstanceSpec, unit_instance
@@ -242,3 +244,95 @@ def test_a_horizon_whose_model_cannot_be_built_in_time_is_not_tried(monkeypatch)
     assert graph.literals(horizons[0]) > 60
     assert time_indexed_bound(graph, horizons, options, lambda horizon, status: tried.append(horizon)) == (None, None)
     assert tried == [] and options.cuts == ["a time-indexed refutation not built"]
+
+
+# ---- the time-indexed search (shorten) -----------------------------------------------------------
+def _start(setup):
+    """The time-indexed search's start (search._time_indexed_start): at p = 5, m = 12, cap 3 no
+    handcrafted schedule fits, and a fitted one (101 slots) comes before the greedy hint (100)."""
+    start = search_module._time_indexed_start(setup)
+    assert start is not None and start.name.startswith("fitted")
+    return start.starts
+
+
+def test_shorten_reaches_the_proven_optimum_from_a_fitted_schedule():
+    """p = 5, m = 12, cap 3, one-slot messages: the fitted schedule takes 101 slots, the optimum 100
+    (tests.test_bounds._optimum). Windows of 12 ticks either way hold that optimum, so the search
+    reaches it, and its starts meet every rule of the chain."""
+    setup, graph = _setup_5_12()
+    starts = _start(setup)
+    end = max(t + d for t, d in zip((starts[op] for op in graph.ops), graph.duration))
+    assert end == 101 and timeindexed.lags_hold(graph, starts)
+    radius = timeindexed.step_radius(graph, starts)
+    assert radius == timeindexed.STEP_RADIUS
+    result = timeindexed.shorten(graph, starts, radius, SolveOptions(60, deterministic_time=30).start())
+    assert result.end == 100 and result.improvements == 1 and _meets_every_rule(graph, result.starts, 100)
+
+
+def test_a_step_moves_no_op_further_than_its_radius():
+    """One step (the deterministic budget of one), radius 2: every op starts within 2 ticks of its
+    start, the schedule meets every rule, and it is no longer than the start's."""
+    setup, graph = _setup_5_12()
+    starts = _start(setup)
+    end = max(t + d for t, d in zip((starts[op] for op in graph.ops), graph.duration))
+    one_step = SolveOptions(60, deterministic_time=timeindexed.STEP_FLOOR_S).start()  # each step is charged at least that
+    result = timeindexed.shorten(graph, starts, 2, one_step)
+    assert result.steps == 1
+    assert all(abs(result.starts[op] - starts[op]) <= 2 for op in graph.ops)
+    assert result.end <= end and _meets_every_rule(graph, result.starts, result.end)
+
+
+def test_shorten_is_reproducible_with_a_seed():
+    """The same seed and deterministic budget give the same starts: every step is limited by
+    CP-SAT's deterministic time, not the clock."""
+    setup, graph = _setup_5_12()
+    starts = _start(setup)
+    runs = [timeindexed.shorten(graph, starts, 4, SolveOptions(60, seed=3, deterministic_time=2.0).start())
+            for _ in range(2)]
+    assert runs[0].starts == runs[1].starts and runs[0].end == runs[1].end
+
+
+def test_starts_that_break_a_lag_are_not_a_start():
+    """lags_hold refuses starts whose microbatches run out of order on a device (the model's
+    dominance rule) or that overlap on a device."""
+    setup, graph = _setup_5_12()
+    starts = _start(setup)
+    swapped = dict(starts)
+    swapped[Kind.F, 0, 0], swapped[Kind.F, 1, 0] = starts[Kind.F, 1, 0], starts[Kind.F, 0, 0]
+    assert not timeindexed.lags_hold(graph, swapped)
+    overlapping = dict(starts)
+    overlapping[Kind.B, 11, 0] = overlapping[Kind.B, 10, 0] + 1  # the last backward starts before the previous one ends
+    assert not timeindexed.lags_hold(graph, overlapping)
+
+
+def test_no_radius_when_even_the_least_is_over_the_step_limit(monkeypatch):
+    setup, graph = _setup_5_12()
+    starts = _start(setup)
+    monkeypatch.setattr(timeindexed, "MAX_STEP_LITERALS", 10)
+    assert timeindexed.step_radius(graph, starts) is None
+
+
+def test_auto_uses_the_time_indexed_search_above_the_window_search_size(monkeypatch):
+    """With AUTO_LNS_OPS lowered under p = 8, m = 24 (384 ops; cap 8, one-slot messages), ``auto``
+    runs the time-indexed search instead of the window search: from 1F1B (which fits a cap of p) it
+    finds 140, the reduced problems' bound, and stops there."""
+    monkeypatch.setattr(search_module, "AUTO_LNS_OPS", 300)
+    monkeypatch.setattr(search_module, "AUTO_CP_OPS", 200)
+    lines: list[str] = []
+    spec = InstanceSpec(8, 24, units=UnitCosts(1, 2, None, 1), memory_limit=8)
+    result = search_module.search(spec, "placement=linear", SolveOptions(60, progress=lines.append))
+    assert any(line.startswith("time-indexed search from 1f1b (") for line in lines)
+    assert not any("windows of time" in line for line in lines)
+    assert (result.step_time, result.bound, result.status) == (140, 140, "optimal")
+    (summary,) = [line for line in lines if line.startswith("time-indexed search: ")]
+    steps, improvements = re.match(r"time-indexed search: (\d+) steps?, (\d+) improvements?, makespan 140 slots$", summary).groups()
+    assert steps == improvements  # every step shortened it, and it stopped once at the bound
+
+
+def test_real_durations_keep_the_window_search():
+    """Ticks of a thousandth of the longest op: windows of 12 ticks move no op past another, so the
+    time-indexed search does not start (a modelled 4 x 8 chain)."""
+    spec = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=8)
+    setup = search_module._prepare(spec, parse_space("placement=linear"), SolveOptions(60).start())
+    assert search_module._relaxation_chain(setup) is not None
+    assert search_module._time_indexed_start(setup) is None

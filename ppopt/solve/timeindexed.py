@@ -35,10 +35,18 @@ with the longest paths of lags alone as windows, twice the Booleans, and one pre
 17 to 31 s for 367 and 140 s for 370). At p = 32, m = 128 it refutes 737, 739 and 741 slots in 15,
 27 and 85 s (145,920 to 178,688 ``started`` Booleans): more than a one-minute search leaves it, so
 it is for chains of a few thousand ops (:data:`MAX_LITERALS`).
+
+**A search in the same model** (:func:`shorten`). With every op's window cut to a few ticks either
+way of its start in a schedule, the model is a neighbourhood of that schedule (a large-neighbourhood
+search: Shaw, CP 1998, as in :mod:`ppopt.solve.lns`), small enough to solve for the earliest end
+at tens of thousands of ops. Each answer is the next schedule. Measured from 1F1B at p = 32,
+m = 128 (one worker): 785 slots to 773 and 761 in two steps of about 13 s, where the window search
+and the whole-model solve reach 763 in a minute.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,6 +54,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from ppopt.ir import Kind
+from ppopt.solve.lns import STEP_FLOOR_S
 from ppopt.solve.options import SolveOptions
 from ppopt.solve.relaxation import Chain
 
@@ -196,9 +205,40 @@ def refute(graph: Graph, horizon: int, options: SolveOptions) -> Refutation:
     ``options``' time and deterministic time."""
     if graph.shortest > horizon:
         return Refutation("infeasible")
+    built = _build(graph, horizon, graph.head, [horizon - t for t in graph.tail])
+    solver = _solver(options)
+    code = options.run(solver, built.model)
+    if code == cp_model.INFEASIBLE:
+        return Refutation("infeasible")
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return Refutation("unknown")
+    return Refutation("feasible", built.starts(solver))
+
+
+@dataclass(frozen=True)
+class _Built:
+    """A time-indexed model: ``started[o, t]`` for the ticks t of op o's window [first, after)
+    (before it: false; from ``after[o]`` on: true)."""
+
+    model: cp_model.CpModel
+    graph: Graph
+    first: Sequence[int]
+    after: Sequence[int]
+    started: dict[tuple[int, int], cp_model.IntVar]
+
+    def starts(self, solver: cp_model.CpSolver) -> dict[tuple[Kind, int, int], int]:
+        """Each op's start (ticks) in the solver's solution."""
+        def start(o: int) -> int:
+            return next((t for t in range(self.first[o], self.after[o]) if solver.value(self.started[o, t])), self.after[o])
+
+        return {op: start(o) for o, op in enumerate(self.graph.ops)}
+
+
+def _build(graph: Graph, horizon: int, first: Sequence[int], after: Sequence[int]) -> _Built:
+    """The model of "every op of ``graph`` starts within [first, after] (ticks) and every lag and
+    the devices' one-at-a-time rule hold" (module docstring); ``first`` at least the heads and
+    ``after`` at most ``horizon`` less the tails, so that the lags' implications stay in range."""
     model = cp_model.CpModel()
-    first = graph.head  # started then at the earliest
-    after = [horizon - t for t in graph.tail]  # started by then at the latest
     started: dict[tuple[int, int], cp_model.IntVar] = {}
 
     def literal(o: int, t: int):
@@ -219,47 +259,47 @@ def refute(graph: Graph, horizon: int, options: SolveOptions) -> Refutation:
             earlier = literal(a, t - lag)
             if earlier is True:  # and at every later t
                 break
-            assert earlier is not False  # the heads hold every lag
+            assert earlier is not False  # the windows hold every lag (first[b] >= first[a] + lag)
             model.add_implication(literal(b, t), earlier)
-    _one_at_a_time(model, graph, horizon, after, literal)
+    _one_at_a_time(model, graph, horizon, first, after, literal)
+    return _Built(model, graph, first, after, started)
+
+
+def _solver(options: SolveOptions) -> cp_model.CpSolver:
+    """A solver for a time-indexed model within ``options``: no linear relaxation (the model's LP is
+    weak: HiGHS found it feasible at 365 slots at 16 x 64) and no presolve (it finds little in
+    clauses this plain, at a high cost: 733 slots at 32 x 128 refuted in 4.8 s instead of 27.6 s with
+    one presolve pass, 737 in 27 s instead of 56, 367 at 16 x 64 in 3.6 s instead of 6.9; one
+    worker, one run each)."""
     solver = options.solver()
     solver.parameters.max_time_in_seconds = max(0.01, options.remaining_s())
-    # no linear relaxation (the model's LP is weak: HiGHS found it feasible at 365 slots at 16 x 64)
-    # and no presolve (it finds little in clauses this plain, at a high cost: 733 slots at 32 x 128
-    # refuted in 4.8 s instead of 27.6 s with one presolve pass, 737 in 27 s instead of 56, 367 at
-    # 16 x 64 in 3.6 s instead of 6.9; one worker, one run each)
     solver.parameters.linearization_level = 0
     solver.parameters.cp_model_presolve = False
-    code = options.run(solver, model)
-    if code == cp_model.INFEASIBLE:
-        return Refutation("infeasible")
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Refutation("unknown")
-
-    def start(o: int) -> int:
-        return next((t for t in range(first[o], after[o]) if (o, t) in started and solver.value(started[o, t])), after[o])
-
-    return Refutation("feasible", {op: start(o) for o, op in enumerate(graph.ops)})
+    return solver
 
 
-def _one_at_a_time(model: cp_model.CpModel, graph: Graph, horizon: int, after: Sequence[int], literal) -> None:
-    """Per device and tick, at most one op running (``after``: each op's latest start). An op o
+def _one_at_a_time(model: cp_model.CpModel, graph: Graph, horizon: int, first: Sequence[int], after: Sequence[int],
+                   literal) -> None:
+    """Per device and tick, at most one op running (``first`` and ``after``: each op's earliest and
+    latest start). An op o
     runs at t when it has started by t and not by t - d: a Boolean ``running(o, t)`` is implied by
     that, and the device's ``running`` Booleans of t are at most one (a clique, which CP-SAT's SAT
     core propagates and learns from better than the linear row "started minus started earlier, summed,
     at most one" it replaces: at 16 x 64, 370 slots refuted in 24 s instead of 46; at 32 x 128, 741
     in 85 s, building included, where the linear row took 141 s without it; one worker). A real schedule sets ``running`` to whether the op runs, so
     no schedule is lost; a model that is feasible has at most one op running per device and tick."""
-    by_device: dict[int, list[int]] = {}
+    ticks: dict[int, list[list[int]]] = {}  # device -> tick -> the ops that may run then, in id order
     for o, d in enumerate(graph.device):
         if graph.duration[o] > 0:
-            by_device.setdefault(d, []).append(o)
-    for ops in by_device.values():
-        for t in range(horizon):
+            if d not in ticks:
+                ticks[d] = [[] for _ in range(horizon)]
+            on = ticks[d]
+            for t in range(first[o], min(horizon, after[o] + graph.duration[o])):
+                on[t].append(o)
+    for on in ticks.values():
+        for t, ops in enumerate(on):
             running, surely = [], 0
             for o in ops:
-                if t < graph.head[o] or t - graph.duration[o] >= after[o]:
-                    continue  # not running at t in any schedule of the windows
                 started, before = literal(o, t), literal(o, t - graph.duration[o])
                 if started is False or before is True:
                     continue  # not started by t, or ended by then
@@ -301,3 +341,115 @@ def time_indexed_bound(graph: Graph, horizons: Sequence[int], options: SolveOpti
             break
         proven = horizon + 1
     return proven, found
+
+
+STEP_RADIUS = 12
+"""Most ticks an op may move either way from its place in the incumbent, in a step of
+:func:`shorten` (fewer when the model would be over :data:`MAX_STEP_LITERALS`). Measured from 1F1B
+at p = 32, m = 128 (cap 32, one-slot messages, one worker): a radius of 12 reaches 761 slots in 26 s
+(two steps), one of 6 reaches 762 in 30 s (four), one of 24 needs 37 s for its first step (773)."""
+MIN_RADIUS = 3
+"""The least radius worth a step (:func:`step_radius`)."""
+MAX_STEP_LITERALS = 200_000
+"""Most ``started`` Booleans of a step's model: about 5 s to build."""
+RADIUS_GROWTH = 2
+"""Ticks the radius grows by after a step that did not shorten the incumbent."""
+STEP_DETERMINISTIC_S = 15.0
+"""CP-SAT deterministic time per step of :func:`shorten`."""
+
+
+@dataclass(frozen=True)
+class Shortened:
+    """What :func:`shorten` gave: the best starts (ticks, by op of :attr:`Graph.ops`), their end, the
+    steps solved, how many shortened the incumbent and when the last did (seconds since ``since``)."""
+
+    starts: dict[tuple[Kind, int, int], int]
+    end: int
+    steps: int
+    improvements: int
+    time_to_best_s: float | None
+
+
+def lags_hold(graph: Graph, starts: dict[tuple[Kind, int, int], int]) -> bool:
+    """Whether ``starts`` (ticks) meet every lag of ``graph`` and its devices run one op at a time:
+    a schedule of the model, which :func:`shorten` can start from."""
+    at = [starts[op] for op in graph.ops]
+    if any(at[b] < at[a] + lag for a, b, lag in graph.lags) or any(t < h for t, h in zip(at, graph.head)):
+        return False
+    by_device: dict[int, list[tuple[int, int]]] = {}
+    for o, d in enumerate(graph.device):
+        by_device.setdefault(d, []).append((at[o], at[o] + graph.duration[o]))
+    ordered = [sorted(spans) for spans in by_device.values()]
+    return all(a[1] <= b[0] for spans in ordered for a, b in zip(spans, spans[1:]))
+
+
+def _step_windows(graph: Graph, current: Sequence[int], end: int, radius: int) -> tuple[list[int], list[int]]:
+    """Each op's earliest and latest start (ticks) in a step of :func:`shorten`: ``radius`` either
+    way of ``current``, within the head and ``end`` less the tail."""
+    first = [max(h, t - radius) for h, t in zip(graph.head, current)]
+    after = [min(end - tail, t + radius) for tail, t in zip(graph.tail, current)]
+    return first, after
+
+
+def step_radius(graph: Graph, starts: dict[tuple[Kind, int, int], int]) -> int | None:
+    """The radius of :func:`shorten`'s first step from ``starts``: :data:`STEP_RADIUS`, or less so
+    that the model holds at most :data:`MAX_STEP_LITERALS` Booleans; None under :data:`MIN_RADIUS`."""
+    current = [starts[op] for op in graph.ops]
+    end = max(t + d for t, d in zip(current, graph.duration))
+    for radius in range(STEP_RADIUS, MIN_RADIUS - 1, -1):
+        first, after = _step_windows(graph, current, end, radius)
+        if sum(a - f for f, a in zip(first, after)) <= MAX_STEP_LITERALS:
+            return radius
+    return None
+
+
+def shorten(graph: Graph, starts: dict[tuple[Kind, int, int], int], radius: int, options: SolveOptions,
+            lower: int = 0, shown=str, since: float | None = None) -> Shortened:
+    """Shorten a schedule of ``graph`` (``starts``, ticks, meeting :func:`lags_hold`) step by step
+    until ``options``' budget is spent: each step solves the time-indexed model (module docstring)
+    of the incumbent's end, with every op's window cut to ``radius`` ticks either way of its
+    incumbent start (:func:`step_radius`), for the earliest end (the start of the one op without
+    successors), hinted with the incumbent. The answer becomes the incumbent, shorter or not (its
+    windows differ next time); a step that does not shorten it widens the radius by
+    :data:`RADIUS_GROWTH` while the model stays within :data:`MAX_STEP_LITERALS`. Every answer meets
+    the model's constraints, so it is a schedule of the chain. Reproducible: each step is limited by
+    :data:`STEP_DETERMINISTIC_S` of CP-SAT's deterministic time (and charged at least
+    :data:`ppopt.solve.lns.STEP_FLOOR_S`) and seeded with ``options.seed`` plus its number. It stops
+    early when the end reaches ``lower`` (ticks, a lower bound), or when a step whose windows hold
+    every start the graph allows is solved to optimality (then no schedule is shorter). ``shown`` writes a makespan in ticks for the progress lines, whose times
+    count from ``since`` (``time.monotonic()``; None: this call's start)."""
+    began = time.monotonic() if since is None else since
+    sink = next(o for o in reversed(range(len(graph.ops))) if all(a != o for a, _, _ in graph.lags))
+    current = [starts[op] for op in graph.ops]
+    end = max(t + d for t, d in zip(current, graph.duration))
+    steps, improvements, when = 0, 0, None
+    while end > lower and (left := options.deterministic_left()) != 0:
+        first, after = _step_windows(graph, current, end, radius)
+        literals = sum(a - f for f, a in zip(first, after))
+        if not options.allows(BUILD_S_PER_LITERAL * literals, "the time-indexed search stopped"):
+            break
+        built = _build(graph, end, first, after)
+        # the fewest ticks of its window before the last op has started: its earliest start
+        built.model.minimize(sum(1 - built.started[sink, t] for t in range(first[sink], after[sink])))
+        for (o, t), started in built.started.items():
+            built.model.add_hint(started, t >= current[o])
+        solver = _solver(options)
+        solver.parameters.random_seed = options.seed + steps
+        solver.parameters.max_deterministic_time = STEP_DETERMINISTIC_S if left is None else min(STEP_DETERMINISTIC_S, left)
+        code = options.run(solver, built.model)
+        options.charge(STEP_FLOOR_S - solver.deterministic_time)  # every step costs at least the floor
+        steps += 1
+        whole = all(f == h for f, h in zip(first, graph.head)) and all(a == end - t for a, t in zip(after, graph.tail))
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            found = built.starts(solver)
+            current = [found[op] for op in graph.ops]
+        if current[sink] + graph.duration[sink] < end:
+            end, improvements, when = current[sink] + graph.duration[sink], improvements + 1, time.monotonic() - began
+            options.note(f"[{when:7.2f}s] time-indexed step {steps}: makespan {shown(end)} ({literals:,} Booleans)")
+        elif code == cp_model.OPTIMAL and whole:
+            break  # no schedule ends sooner
+        else:
+            wider = _step_windows(graph, current, end, radius + RADIUS_GROWTH)
+            if sum(a - f for f, a in zip(*wider)) <= MAX_STEP_LITERALS:
+                radius += RADIUS_GROWTH
+    return Shortened(dict(zip(graph.ops, current)), end, steps, improvements, when)
