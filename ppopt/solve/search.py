@@ -1102,7 +1102,7 @@ def _improve_time_indexed(setup: _Setup, start: _IndexedStart, best: _Solved, fr
     search from ``start`` for the time left (:func:`ppopt.solve.timeindexed.shorten`), whose best
     schedule replaces ``best`` when its simulation is shorter. Measured against the window search
     and the whole-model solve it replaces (60 s searches, one worker, README "Methods"): 761 slots
-    instead of 763 at 32 x 128, 1,409 instead of 1,415 at 32 x 256."""
+    instead of 763 at 32 x 128, 1,405 instead of 1,415 at 32 x 256."""
     end = max(t + start.graph.duration[o] for o, t in enumerate(start.starts[op] for op in start.graph.ops))
     options.note(f"time-indexed search from {start.name} ({setup.shown(end)}), windows of {start.radius} ticks either way")
     improved = shorten(start.graph, start.starts, start.radius, options.reserve(3 * SCHEDULE_S_PER_OP * setup.ops),
