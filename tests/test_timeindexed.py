@@ -315,7 +315,7 @@ def test_no_radius_when_even_the_least_is_over_the_step_limit(monkeypatch):
 def test_auto_uses_the_time_indexed_search_above_the_window_search_size(monkeypatch):
     """With AUTO_LNS_OPS lowered under p = 8, m = 24 (384 ops; cap 8, one-slot messages), ``auto``
     runs the time-indexed search instead of the window search: from 1F1B (which fits a cap of p) it
-    finds 140, the reduced problems' bound, and stops there."""
+    finds 140, the bound the refutation proves before it, and stops there."""
     monkeypatch.setattr(search_module, "AUTO_LNS_OPS", 300)
     monkeypatch.setattr(search_module, "AUTO_CP_OPS", 200)
     lines: list[str] = []
@@ -323,6 +323,9 @@ def test_auto_uses_the_time_indexed_search_above_the_window_search_size(monkeypa
     result = search_module.search(spec, "placement=linear", SolveOptions(60, progress=lines.append))
     assert any(line.startswith("time-indexed search from 1f1b (") for line in lines)
     assert not any("windows of time" in line for line in lines)
+    # the bound before it comes from the refutation, in the reduced problems' place
+    assert any(line.startswith("time-indexed refutation: a schedule of ") for line in lines)
+    assert not any(line.startswith("reduced-problem bound") for line in lines)
     assert (result.step_time, result.bound, result.status) == (140, 140, "optimal")
     (summary,) = [line for line in lines if line.startswith("time-indexed search: ")]
     steps, improvements = re.match(r"time-indexed search: (\d+) steps?, (\d+) improvements?, makespan 140 slots$", summary).groups()

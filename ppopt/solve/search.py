@@ -1017,7 +1017,15 @@ def _with_time_indexed(setup: _Setup, graph: Graph, best: _Solved, from_solver: 
     schedule with the one a feasible rung finds, when shorter."""
     assert best.objective_ticks is not None and setup.placement is not None
     lower = max(setup.lower, math.ceil(best.solver_bound / setup.tick - 1e-9))
-    rungs = _rungs(best.objective_ticks, lower)
+    setup, found = _refutation_bound(setup, graph, _rungs(best.objective_ticks, lower), options)
+    if found is not None:
+        best, from_solver = _refuted_schedule(setup, found, best, from_solver)
+    return setup, best, from_solver
+
+
+def _refutation_bound(setup: _Setup, graph: Graph, rungs: list[int], options: SolveOptions) -> tuple[_Setup, Refutation | None]:
+    """The setup with the bound the time-indexed refutation of ``rungs`` proves (when higher), and
+    the first rung's feasible model, if one is (:func:`ppopt.solve.timeindexed.time_indexed_bound`)."""
     began = time.monotonic()
 
     def said(horizon: int, status: str) -> None:
@@ -1029,9 +1037,28 @@ def _with_time_indexed(setup: _Setup, graph: Graph, best: _Solved, from_solver: 
     proven, found = time_indexed_bound(graph, rungs, options, said)
     if proven is not None and proven > setup.lower:
         setup = replace(setup, lower=proven, analytic=replace(setup.analytic, relaxation=proven * setup.tick))
-    if found is not None:
-        best, from_solver = _refuted_schedule(setup, found, best, from_solver)
-    return setup, best, from_solver
+    return setup, found
+
+
+def _with_refutation(setup: _Setup, graph: Graph, options: SolveOptions) -> _Setup:
+    """Where the time-indexed search runs (:func:`_time_indexed_start`): the bound of the
+    time-indexed refutation from the hint's end (:func:`_rungs`), in the share the reduced problems
+    would get (:data:`RELAXATION_SHARE`), instead of them. Measured with one worker
+    (``benchmarks/refute_bench.py``, cap 32, one-slot messages): at 32 x 256 it refutes 1,364 slots
+    in 7.0 s (162,304 Booleans), where the reduced problems take about 17 s for 1,364 as a bound;
+    at 32 x 128 726, 728 and 732 in 11 s, where they take 18 s for 731. Not where the tail bound
+    applies (more than :data:`ppopt.solve.relaxation.TAIL_ROUNDS` rounds of device 0's cap): its
+    small reduced problems hold their level on a loaded machine, and at 16 x 1024 it proves 5,044
+    where the refutation proved 5,041 (one acceptance run each)."""
+    chain = _relaxation_chain(setup)
+    assert chain is not None  # the time-indexed search runs on chains only
+    cap = chain.caps[0]
+    if cap is not None and TAIL_ROUNDS * cap < setup.instance.microbatches:
+        return _with_relaxation(setup, options)
+    if setup.hint_end is None or _hint_meets_bound(setup) or options.expired:
+        return setup
+    setup, _ = _refutation_bound(setup, graph, _rungs(setup.hint_end, setup.lower), options.share(RELAXATION_SHARE[True]))
+    return setup
 
 
 def _refuted_schedule(setup: _Setup, found: Refutation, best: _Solved, from_solver: bool) -> tuple[_Solved, bool]:
@@ -1105,7 +1132,10 @@ def _improve_time_indexed(setup: _Setup, start: _IndexedStart, best: _Solved, fr
     instead of 763 at 32 x 128, 1,405 instead of 1,415 at 32 x 256."""
     end = max(t + start.graph.duration[o] for o, t in enumerate(start.starts[op] for op in start.graph.ops))
     options.note(f"time-indexed search from {start.name} ({setup.shown(end)}), windows of {start.radius} ticks either way")
-    improved = shorten(start.graph, start.starts, start.radius, options.reserve(3 * SCHEDULE_S_PER_OP * setup.ops),
+    # its last step is core-based CP-SAT work, which can overrun its limit (BLOCK_CUTS_RESERVE_S), and
+    # the schedule is then read back, validated and simulated
+    reserve = BLOCK_CUTS_RESERVE_S + 3 * SCHEDULE_S_PER_OP * setup.ops
+    improved = shorten(start.graph, start.starts, start.radius, options.reserve(reserve),
                        setup.lower, setup.shown, setup.began)
     options.note(f"time-indexed search: {counted(improved.steps, 'step')}, {counted(improved.improvements, 'improvement')}, "
                  f"makespan {setup.shown(improved.end)}")
@@ -1565,7 +1595,8 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
     options = options.reserve(space_ops(spec, space) * REPORT_S_PER_OP)  # the grid's printing comes after
     setup = _with_periodic(_prepare(spec, space, options, began, hints), options)
     method = _method(setup, options.method)
-    setup = _with_relaxation(setup, options)
+    start = _time_indexed_start(setup) if method == "lns+cp" else None
+    setup = _with_relaxation(setup, options) if start is None else _with_refutation(setup, start.graph, options)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
     if method == "cp+lns" and main.remaining_s() / 2 <= LNS_BUILDS * _build_s(setup):
@@ -1584,7 +1615,6 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
     if chain is not None and below_best and (graph is None or main.remaining_s() >= BLOCK_CUTS_MIN_S):
         setup = _with_block_cuts(setup, chain, _last_work(main))
     if method == "lns+cp" and best.status != "optimal":
-        start = _time_indexed_start(setup)
         if start is not None:
             best, from_solver = _improve_time_indexed(setup, start, best, from_solver, main)
         else:

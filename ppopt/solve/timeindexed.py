@@ -63,9 +63,10 @@ BUILD_S_PER_LITERAL = 5e-5
 m = 64 on a loaded core (27 us each, with the windows of the lags alone), doubled. A horizon whose model would not be built before the
 deadline is not tried: the build does not watch the clock."""
 
-MAX_LITERALS = 150_000
+MAX_LITERALS = 170_000
 """Most ``started`` Booleans a refutation builds (the sum of the ops' windows): 26,240 at p = 16,
-m = 64 take 2.4 s; 178,688 at p = 32, m = 128 (741 slots) take 85 s."""
+m = 64 take 2.4 s; 162,304 at p = 32, m = 256 (1,364 slots) 7.0 s; 178,688 at p = 32, m = 128
+(741 slots) take 85 s."""
 
 
 @dataclass(frozen=True)
