@@ -305,10 +305,25 @@ def test_starts_that_break_a_lag_are_not_a_start():
     assert not timeindexed.lags_hold(graph, overlapping)
 
 
-def test_no_radius_when_even_the_least_is_over_the_step_limit(monkeypatch):
+def test_the_radius_shrinks_to_the_step_limit_and_none_fits_below_the_least(monkeypatch):
+    """step_radius gives the widest radius whose model is within MAX_STEP_LITERALS: STEP_RADIUS when
+    it fits, a narrower one when the limit is that radius's model, None when not even MIN_RADIUS's
+    model fits."""
     setup, graph = _setup_5_12()
     starts = _start(setup)
-    monkeypatch.setattr(timeindexed, "MAX_STEP_LITERALS", 10)
+    current = [starts[op] for op in graph.ops]
+    end = max(t + d for t, d in zip(current, graph.duration))
+
+    def size(radius):
+        first, after = timeindexed._step_windows(graph, current, end, radius)
+        return sum(a - f for f, a in zip(first, after))
+
+    assert timeindexed.step_radius(graph, starts) == timeindexed.STEP_RADIUS
+    narrower = timeindexed.MIN_RADIUS + 1
+    assert size(narrower) < size(narrower + 1)
+    monkeypatch.setattr(timeindexed, "MAX_STEP_LITERALS", size(narrower))
+    assert timeindexed.step_radius(graph, starts) == narrower
+    monkeypatch.setattr(timeindexed, "MAX_STEP_LITERALS", size(timeindexed.MIN_RADIUS) - 1)
     assert timeindexed.step_radius(graph, starts) is None
 
 
@@ -337,5 +352,14 @@ def test_real_durations_keep_the_window_search():
     time-indexed search does not start (a modelled 4 x 8 chain)."""
     spec = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=8)
     setup = search_module._prepare(spec, parse_space("placement=linear"), SolveOptions(60).start())
-    assert search_module._relaxation_chain(setup) is not None
+    chain = search_module._relaxation_chain(setup)
+    assert chain is not None
+    # 1F1B fits (no limit) and meets the lags; only its radius, under the longest op, rules it out
+    graph = chain_graph(chain, 8)
+    candidate = next(c for c in setup.candidates if c.name == "1f1b")
+    ticks = search_module._ticked(candidate.schedule, *setup.ticked)[0]
+    starts = {(op.kind, op.microbatch, op.stage): t for op, t in ticks.items()}
+    radius = timeindexed.step_radius(graph, starts)
+    assert candidate.fits and timeindexed.lags_hold(graph, starts)
+    assert radius is not None and radius <= max(graph.duration)
     assert search_module._time_indexed_start(setup) is None

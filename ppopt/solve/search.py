@@ -1040,21 +1040,26 @@ def _refutation_bound(setup: _Setup, graph: Graph, rungs: list[int], options: So
     return setup, found
 
 
+def _tail_bound_applies(setup: _Setup) -> bool:
+    """Whether the chain's device 0 has a cap K and more than :data:`ppopt.solve.relaxation.TAIL_ROUNDS`
+    rounds of it, so that the tail bound (:func:`ppopt.solve.relaxation.tail_bound`, over the last
+    TAIL_ROUNDS · K microbatches) has a tail shorter than the whole run."""
+    chain = _relaxation_chain(setup)
+    cap = None if chain is None else chain.caps[0]
+    return cap is not None and TAIL_ROUNDS * cap < setup.instance.microbatches
+
+
 def _with_refutation(setup: _Setup, graph: Graph, options: SolveOptions) -> _Setup:
     """Where the time-indexed search runs (:func:`_time_indexed_start`): the bound of the
     time-indexed refutation from the hint's end (:func:`_rungs`), in the share the reduced problems
-    would get (:data:`RELAXATION_SHARE`), instead of them. Measured with one worker
-    (``benchmarks/refute_bench.py``, cap 32, one-slot messages): at 32 x 256 it refutes 1,364 slots
-    in 7.0 s (162,304 Booleans), where the reduced problems take about 17 s for 1,364 as a bound;
-    at 32 x 128 726, 728 and 732 in 11 s, where they take 18 s for 731. Not where the tail bound
-    applies (more than :data:`ppopt.solve.relaxation.TAIL_ROUNDS` rounds of device 0's cap): its
-    small reduced problems hold their level on a loaded machine, and at 16 x 1024 it proves 5,044
-    where the refutation proved 5,041 (one acceptance run each)."""
-    chain = _relaxation_chain(setup)
-    assert chain is not None  # the time-indexed search runs on chains only
-    cap = chain.caps[0]
-    if cap is not None and TAIL_ROUNDS * cap < setup.instance.microbatches:
-        return _with_relaxation(setup, options)
+    would get (:data:`RELAXATION_SHARE`), instead of them. ``search`` runs it only where the tail
+    bound does not apply (:func:`_tail_bound_applies`): the tail bound's small reduced problems hold
+    their level on a loaded machine, and at 16 x 1024 it proved 5,044 where the refutation proved
+    5,041 (one acceptance run each). Measured with one worker, cap 32, one-slot messages:
+    ``benchmarks/refute_bench.py`` refutes 1,364 slots at 32 x 256 in 7.0 s (162,304 Booleans; the
+    interval model's bound in the same time, its baseline: nothing); in the acceptance runs (README,
+    "Benchmarks") the bound at 32 x 256 rose from the reduced problems' 1,364 to 1,365, and at
+    32 x 128 from 731 to 733, in the same share."""
     if setup.hint_end is None or _hint_meets_bound(setup) or options.expired:
         return setup
     setup, _ = _refutation_bound(setup, graph, _rungs(setup.hint_end, setup.lower), options.share(RELAXATION_SHARE[True]))
@@ -1080,9 +1085,8 @@ def _indexed_schedule(setup: _Setup, found: dict[tuple[Kind, int, int], int], be
     if simulation.step_time_s >= best.simulation.step_time_s - 1e-12:
         return best, from_solver
     ticks = max(t + duration(op.stage, op.kind) for op, t in starts.items())
-    return replace(best, status="feasible" if best.status == "unknown" else best.status, schedule=schedule,
-                   simulation=simulation, solver_objective=ticks * setup.tick, objective_ticks=ticks, starts=starts,
-                   time_to_best_s=when), True
+    return replace(best, schedule=schedule, simulation=simulation, solver_objective=ticks * setup.tick, objective_ticks=ticks,
+                   starts=starts, time_to_best_s=when), True
 
 
 @dataclass(frozen=True)
@@ -1130,7 +1134,7 @@ def _improve_time_indexed(setup: _Setup, start: _IndexedStart, best: _Solved, fr
     schedule replaces ``best`` when its simulation is shorter. Measured against the window search
     and the whole-model solve it replaces (60 s searches, one worker, README "Methods"): 761 slots
     instead of 763 at 32 x 128, 1,405 instead of 1,415 at 32 x 256."""
-    end = max(t + start.graph.duration[o] for o, t in enumerate(start.starts[op] for op in start.graph.ops))
+    end = max(start.starts[op] + d for op, d in zip(start.graph.ops, start.graph.duration))
     options.note(f"time-indexed search from {start.name} ({setup.shown(end)}), windows of {start.radius} ticks either way")
     # its last step is core-based CP-SAT work, which can overrun its limit (BLOCK_CUTS_RESERVE_S), and
     # the schedule is then read back, validated and simulated
@@ -1170,9 +1174,9 @@ def _with_relaxation(setup: _Setup, options: SolveOptions) -> _Setup:
             lower = max(lower, block_bound(chain, instance.microbatches, block, budget.share(2), MEETING_PAIRS, ends,
                                            core=False))
             options.note(f"block bound: {setup.shown(lower)}")
-        tail = TAIL_ROUNDS * caps[0] if caps[0] is not None else instance.microbatches
-        if not small and tail < instance.microbatches:
-            lower = max(lower, tail_bound(chain, instance.microbatches, tail, budget.share(2)))
+        if not small and _tail_bound_applies(setup):
+            assert caps[0] is not None
+            lower = max(lower, tail_bound(chain, instance.microbatches, TAIL_ROUNDS * caps[0], budget.share(2)))
             options.note(f"tail bound: {setup.shown(lower)}")
         ticks = relaxation_bound(instance.microbatches, instance.devices, ticked[0], ticked[1], caps, budget,
                                  lower, MEETING_PAIRS if small else 0, ends if small else None)
@@ -1596,7 +1600,10 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
     setup = _with_periodic(_prepare(spec, space, options, began, hints), options)
     method = _method(setup, options.method)
     start = _time_indexed_start(setup) if method == "lns+cp" else None
-    setup = _with_relaxation(setup, options) if start is None else _with_refutation(setup, start.graph, options)
+    if start is not None and not _tail_bound_applies(setup):
+        setup = _with_refutation(setup, start.graph, options)
+    else:
+        setup = _with_relaxation(setup, options)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
     if method == "cp+lns" and main.remaining_s() / 2 <= LNS_BUILDS * _build_s(setup):

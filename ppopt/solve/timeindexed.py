@@ -59,8 +59,9 @@ from ppopt.solve.options import SolveOptions
 from ppopt.solve.relaxation import Chain
 
 BUILD_S_PER_LITERAL = 5e-5
-"""Seconds building the model takes per ``started`` Boolean, roughly: 1.6 s for 59,264 at p = 16,
-m = 64 on a loaded core (27 us each, with the windows of the lags alone), doubled. A horizon whose model would not be built before the
+"""Seconds building the model takes per ``started`` Boolean, roughly: 25 to 32 us each, measured
+at p = 32, m = 128 and 256 (the refutation's models and :func:`shorten`'s steps, hints included),
+doubled at the low end. A horizon whose model would not be built before the
 deadline is not tried: the build does not watch the clock."""
 
 MAX_LITERALS = 170_000
