@@ -230,6 +230,39 @@ def test_the_rungs_stop_where_their_models_grow_past_max_literals(monkeypatch):
     assert told == [(98, "infeasible"), (99, "too large")]
 
 
+def test_past_a_rung_too_large_the_ladder_goes_on_one_tick_at_a_time(monkeypatch):
+    """p = 5, m = 12, cap 3 (optimum 100): with MAX_LITERALS at the size of the model at 99, the
+    ladder 98, 103 refutes 98, finds 103 too large, and then tries the horizons between that fit,
+    one tick at a time: 99 is refuted, so the bound is the optimum, 100. Before, the ladder stopped
+    at 103 with a bound of 99 and the time of the rungs between unused."""
+    import ppopt.solve.timeindexed as timeindexed
+
+    _, graph = _setup_5_12()
+    assert graph.literals(99) < graph.literals(100)
+    monkeypatch.setattr(timeindexed, "MAX_LITERALS", graph.literals(99))
+    told: list[tuple[int, str]] = []
+    assert time_indexed_bound(graph, [98, 103], SolveOptions(60).start(), lambda *said: told.append(said)) == (100, None)
+    assert told == [(98, "infeasible"), (103, "too large"), (99, "infeasible")]
+
+
+def test_a_rung_is_not_started_with_less_time_left_than_the_last_one_took(monkeypatch):
+    """The same ladder with a clock on which the first refutation took 100 s of a 60 s budget: the
+    second is not started (it would be cut short and prove nothing), the bound is the first's, and
+    the clock's decision is recorded as a cut."""
+    import types
+
+    import ppopt.solve.timeindexed as timeindexed
+
+    _, graph = _setup_5_12()
+    readings = iter([0.0, 100.0])  # before and after the first refutation
+    monkeypatch.setattr(timeindexed, "time", types.SimpleNamespace(monotonic=lambda: next(readings)))
+    options = SolveOptions(60).start()
+    told: list[tuple[int, str]] = []
+    assert time_indexed_bound(graph, [98, 99], options, lambda *said: told.append(said)) == (99, None)
+    assert told == [(98, "infeasible"), (99, "no time")]
+    assert options.cuts == ["a time-indexed refutation not started"]
+
+
 def test_a_horizon_whose_model_cannot_be_built_in_time_is_not_tried(monkeypatch):
     """The model's build does not watch the clock (1.6 s at 16 x 64): a rung proven with a second
     left went on to build the next one past the deadline. With building priced above the time left,

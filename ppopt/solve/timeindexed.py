@@ -40,8 +40,9 @@ it is for chains of a few thousand ops (:data:`MAX_LITERALS`).
 way of its start in a schedule, the model is a neighbourhood of that schedule (a large-neighbourhood
 search: Shaw, CP 1998, as in :mod:`ppopt.solve.lns`), small enough to solve for the earliest end
 at tens of thousands of ops. Each answer is the next schedule. Measured from 1F1B at p = 32,
-m = 128 (one worker): 785 slots to 773 and 761 in two steps of about 13 s, where the window search
-and the whole-model solve reach 763 in a minute.
+m = 128 (one worker, windows of 6 ticks): 785 slots to 755 in five steps and about 28 s, each step
+moving the end by its whole radius, where the window search and the whole-model solve reach 763 in
+a minute.
 """
 
 from __future__ import annotations
@@ -324,19 +325,37 @@ def time_indexed_bound(graph: Graph, horizons: Sequence[int], options: SolveOpti
                        progress=None) -> tuple[int | None, Refutation | None]:
     """Refute ``horizons`` in turn (ascending), each with the time left: the highest refuted plus
     one (None if none was), and the first horizon's model that is feasible (its schedule), if one
-    is. Stops at the first that is not refuted, whose model is over :data:`MAX_LITERALS` (told to
-    ``progress`` as ``"too large"``), or whose model could not be built in the time left
-    (:data:`BUILD_S_PER_LITERAL`)."""
-    proven, found = None, None
+    is. Stops at the first that is not refuted, or whose model could not be built in the time left
+    (:data:`BUILD_S_PER_LITERAL`).
+
+    A horizon whose model is over :data:`MAX_LITERALS` is told to ``progress`` as ``"too large"``;
+    the ladder then goes on one tick at a time from the highest refuted, over the horizons below it
+    whose models are within the limit (so that a rung out of reach does not leave the time of the
+    rungs between unused). A horizon is not started when less time is left than the last refutation
+    took (told as ``"no time"``): the nearer a horizon lies to the optimum, the longer its proof,
+    so it would be cut short and prove nothing. Measured at p = 32, m = 128 (cap 32, one-slot
+    messages, one worker, ``benchmarks/refute_bench.py``): 726, 729, 733, 734 and 735 slots refuted
+    in 1.5, 3.5, 6.7, 10.3 and 13.9 s; 737 and 738 in 18.3 and 28.5 s."""
+    proven, found, last_s = None, None, 0.0
     say = progress or (lambda horizon, status: None)
-    for horizon in horizons:
+    queue = list(horizons)
+    while queue:
+        horizon = queue.pop(0)
         literals = graph.literals(horizon)
         if literals > MAX_LITERALS:
             say(horizon, "too large")
-            break
+            if proven is None:
+                break
+            queue = [h for h in range(proven, horizon) if graph.literals(h) <= MAX_LITERALS]
+            continue
         if not options.allows(BUILD_S_PER_LITERAL * literals, "a time-indexed refutation not built"):
             break
+        if not options.allows(last_s, "a time-indexed refutation not started"):
+            say(horizon, "no time")
+            break
+        began = time.monotonic()
         result = refute(graph, horizon, options)
+        last_s = time.monotonic() - began
         say(horizon, result.status)
         if result.status != "infeasible":
             found = result if result.status == "feasible" else None
@@ -345,11 +364,13 @@ def time_indexed_bound(graph: Graph, horizons: Sequence[int], options: SolveOpti
     return proven, found
 
 
-STEP_RADIUS = 12
+STEP_RADIUS = 6
 """Most ticks an op may move either way from its place in the incumbent, in a step of
 :func:`shorten` (fewer when the model would be over :data:`MAX_STEP_LITERALS`). Measured from 1F1B
-at p = 32, m = 128 (cap 32, one-slot messages, one worker): a radius of 12 reaches 761 slots in 26 s
-(two steps), one of 6 reaches 762 in 30 s (four), one of 24 needs 37 s for its first step (773)."""
+at p = 32, m = 128 (cap 32, one-slot messages, one worker, 42 s, core-based steps throughout): a
+radius of 6 moves the end by its whole radius each step, to 755 slots in 29 to 35 s (two runs); one of
+4 reaches 757 in 27 s; radii of 8 and 12 reach 761 in 16 and 18 s and then stall there: their steps
+find nothing in 15 units of deterministic time."""
 MIN_RADIUS = 3
 """The least radius worth a step (:func:`step_radius`)."""
 MAX_STEP_LITERALS = 200_000
