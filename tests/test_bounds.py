@@ -16,7 +16,7 @@ from ppopt.solve.heads import jackson
 from ppopt.solve.instance import unit_instance
 from ppopt.solve.model import Frame, build_model
 from ppopt.solve.options import SolveOptions
-from ppopt.solve.periodic import composed, period_bound, periodic_pattern
+from ppopt.solve.periodic import _clashes, composed, period_bound, periodic_pattern
 from ppopt.solve.search import analytic_bounds
 from ppopt.solve.space import parse_space, with_backward
 from ppopt.units import UnitCosts
@@ -190,6 +190,30 @@ def test_periodic_pattern_meets_the_rate_bound_and_composes_for_any_m():
         simulation = simulate(validate(schedule), instance.costs, instance.system)
         assert simulation.step_time_s == pattern.step
         assert max(simulation.peak_activation_bytes) <= 4
+
+
+def test_clashes_are_the_offsets_at_which_two_microbatches_meet_on_a_device():
+    """One device, F = 1 at offset 0 and B = 2 at offset 1: a microbatch runs [0, 1) and [1, 3).
+    Another entering d later meets it when d is within one tick of the same op (F on F: d = 0; B on
+    B: d in -1..1), or its F meets the first's B (d = 1, 2) or its B the first's F (d = -2, -1). On a
+    circle of 6 that leaves d = 3 alone: [3, 4) and [4, 6) fill the rest. With a period of 2 the
+    microbatch's own B wraps onto its F: no pattern."""
+    assert _clashes(6, [0], [1], [1], [2]) == {4, 5, 0, 1, 2}
+    assert _clashes(2, [0], [1], [1], [2]) is None
+
+
+def test_the_periodic_pattern_meets_the_rate_bound_at_32_devices():
+    """p = 32, cap 32, F = 1, B = 2, one-slot messages (the acceptance instances' chain): an
+    activation on device 0 lives at least 32 + 31 + 64 + 31 = 158 slots and 32 may be live, so no
+    steady state runs 32 microbatches faster than every 158 slots. The pattern does (the interval
+    model before it needed seconds of a one-minute search's share to find it), and the first 64
+    microbatches of it are a valid schedule within the cap and the step it claims."""
+    duration = lambda s, k: int({Kind.F: 1, Kind.B: 2}[k])  # noqa: E731
+    pattern = periodic_pattern(32, 64, duration, lambda s, a, b: 1, [32] * 32, SolveOptions(60, workers=1).start())
+    assert pattern is not None and (pattern.k, pattern.period, pattern.rate_bound) == (32, 158, 158) and pattern.optimal
+    instance = unit_instance(32, 64, 32, UnitCosts(1, 2, None, 1), memory_limit=32)
+    simulation = simulate(validate(composed(pattern, 32, 64, duration, lambda s, a, b: 1)), instance.costs, instance.system)
+    assert simulation.step_time_s <= pattern.step and max(simulation.peak_activation_bytes) <= 32
 
 
 def _unit_duration(s, k):
