@@ -380,6 +380,27 @@ def test_auto_uses_the_time_indexed_search_above_the_window_search_size(monkeypa
     assert steps == improvements  # every step shortened it, and it stopped once at the bound
 
 
+def test_where_the_tail_bound_applies_the_refutation_follows_it(monkeypatch):
+    """p = 6, m = 40, cap 4, one-slot messages (480 ops; AUTO_LNS_OPS lowered under them, so the
+    time-indexed search applies, and m is over TAIL_ROUNDS times the cap, so the tail bound does):
+    with the tail bound and the reduced problems made to prove nothing, the refutation that follows
+    them raises the bound from the analytic one to the hint's 293 slots, the optimum (which the tail
+    bound proves alone), and the search stops without a step. Before, where the tail bound applied,
+    the refutation did not run: at 8 x 512 the bound stayed 4 slots under the optimal hint."""
+    monkeypatch.setattr(search_module, "AUTO_LNS_OPS", 300)
+    monkeypatch.setattr(search_module, "AUTO_CP_OPS", 200)
+    monkeypatch.setattr(search_module, "tail_bound", lambda chain, microbatches, tail, options: 0)
+    monkeypatch.setattr(search_module, "relaxation_bound", lambda *args, **kwargs: args[6])  # its lower bound
+    lines: list[str] = []
+    spec = InstanceSpec(6, 40, units=UnitCosts(1, 2, None, 1), memory_limit=4)
+    result = search_module.search(spec, "placement=linear", SolveOptions(60, progress=lines.append))
+    assert search_module.TAIL_ROUNDS * 4 < 40 and any(line.startswith("tail bound: ") for line in lines)
+    refuted = [line for line in lines if line.startswith("time-indexed refutation: a schedule of ")]
+    assert refuted and refuted[-1].startswith("time-indexed refutation: a schedule of 292 slots or less? none")
+    assert (result.step_time, result.bound, result.status) == (293, 293, "optimal")
+    assert result.analytic.one_machine < 293 and not any(line.startswith("time-indexed search") for line in lines)
+
+
 def test_real_durations_keep_the_window_search():
     """Ticks of a thousandth of the longest op: windows of 12 ticks move no op past another, so the
     time-indexed search does not start (a modelled 4 x 8 chain)."""

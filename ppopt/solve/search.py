@@ -1053,10 +1053,12 @@ def _tail_bound_applies(setup: _Setup) -> bool:
 def _with_refutation(setup: _Setup, graph: Graph, options: SolveOptions) -> _Setup:
     """Where the time-indexed search runs (:func:`_time_indexed_start`): the bound of the
     time-indexed refutation from the hint's end (:func:`_rungs`), in the share the reduced problems
-    would get (:data:`RELAXATION_SHARE`), instead of them. ``search`` runs it only where the tail
-    bound does not apply (:func:`_tail_bound_applies`): the tail bound's small reduced problems hold
-    their level on a loaded machine, and at 16 x 1024 it proved 5,044 where the refutation proved
-    5,041 (one acceptance run each). Measured with one worker, cap 32, one-slot messages:
+    would get (:data:`RELAXATION_SHARE`), instead of them. Where the tail bound applies
+    (:func:`_tail_bound_applies`) ``search`` runs it after the reduced problems, from their bound up:
+    their small problems hold their level on a loaded machine (at 16 x 1024 the tail bound proved
+    5,044 where the refutation alone proved 5,041, one acceptance run each), and the refutation's
+    rungs a few ticks above it are cheap: at 8 x 512 it proves 2,462 and 2,464 slots out in 10 s
+    after the tail bound's 2,461, so the 2,465-slot hint is optimal. Measured with one worker, cap 32, one-slot messages:
     ``benchmarks/refute_bench.py`` refutes 1,364 slots at 32 x 256 in 7.0 s (162,304 Booleans; the
     interval model's bound in the same time, its baseline: nothing); in the acceptance runs (README,
     "Benchmarks") the bound at 32 x 256 rose from the reduced problems' 1,364 to 1,365, and at
@@ -1606,6 +1608,8 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
         setup = _with_refutation(setup, start.graph, options)
     else:
         setup = _with_relaxation(setup, options)
+        if start is not None:  # from the tail bound up: a few ticks below the hint, often its proof
+            setup = _with_refutation(setup, start.graph, options)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
     if method == "cp+lns" and main.remaining_s() / 2 <= LNS_BUILDS * _build_s(setup):

@@ -373,8 +373,12 @@ radius of 6 moves the end by its whole radius each step, to 755 slots in 29 to 3
 find nothing in 15 units of deterministic time."""
 MIN_RADIUS = 3
 """The least radius worth a step (:func:`step_radius`)."""
-MAX_STEP_LITERALS = 200_000
-"""Most ``started`` Booleans of a step's model: about 5 s to build."""
+MAX_STEP_LITERALS = 125_000
+"""Most ``started`` Booleans of a step's model (about 3.5 s to build). Steps whose end moves by their
+whole radius take about as long per tick gained at any radius, but large models stall sooner:
+measured from 1F1B at p = 32, m = 256 (one worker, 41 s), windows of 4 ticks (121,126 Booleans)
+reach 1,402 slots in four steps, windows of 6 (178,768) 1,405 in two. At p = 16, m = 1,024 even
+3 ticks are over the limit, and the window search runs instead (:func:`step_radius`)."""
 RADIUS_GROWTH = 2
 """Ticks the radius grows by after a step that did not shorten the incumbent."""
 STEP_DETERMINISTIC_S = 15.0
