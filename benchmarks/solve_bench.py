@@ -16,7 +16,9 @@ handcrafted schedule) -- status, step time, bound, gap, time to the best solutio
 and the MILP supports it, the Zero-Bubble-style MILP of ``benchmarks/milp_baseline.py`` on the
 same integer problem (HiGHS, 1 thread, same time limit, same hint and analytic bound): its status,
 time to proof, and MILP time / CP-SAT time when both proved optimality.
-Then a summary against the targets.
+Then a summary against the targets; with ``--acceptance``, the production-size instances alone and,
+under each one's verdict, the period bound for its m and its steady-state pattern
+(``ppopt.solve.periodic``), where the linear placement with full backward has them.
 
 Run: ``python benchmarks/solve_bench.py [--quick] [--time-limit 60] [--workers 2] [--only NAME]``.
 ``--quick`` runs a reduced set with a 10 s limit (under 2 minutes on 2 cores).
@@ -192,6 +194,9 @@ class Outcome:
     hint: float | None = None
     one_f_one_b: float | None = None
     wall_s: float = 0.0
+    unit: str = "slots"  # of step and period_bound: "slots" (unit mode) or "s"
+    period: str | None = None  # the steady-state pattern, described (linear placement, full backward)
+    period_bound: float | None = None  # the period-based bound for this m, valid for every schedule
 
 
 def run_case(case: Case, time_limit: float, workers: int, method: str = "auto") -> Outcome:
@@ -245,7 +250,7 @@ def run_case(case: Case, time_limit: float, workers: int, method: str = "auto") 
         flush=True,
     )
     return Outcome(case, ops, result.status, result.gap, proof, milp_status, milp_proof, ratio, result.step_time,
-                   result.hint_step_time, one_f_one_b, wall)
+                   result.hint_step_time, one_f_one_b, wall, unit, result.period, result.period_bound)
 
 
 # ---- the acceptance targets of "The solver at production sizes" ---------------------------------
@@ -272,6 +277,8 @@ def acceptance(outcomes: list[Outcome], time_limit: float) -> None:
         slack = 1.05 if o.case.p == 32 else 1.0
         checks.append(f"wall {o.wall_s:.1f} s <= {slack * time_limit:g} s: {'met' if o.wall_s <= slack * time_limit else 'MISSED'}")
         print(f"  {o.case.name}: " + "; ".join(checks))
+        if o.period_bound is not None:  # the steady-state search's bound for this m, beside the gap
+            print(f"    period bound for m = {o.case.m}: {_t(o.period_bound, o.unit)}; steady state: {o.period or 'no pattern found'}")
 
 
 # ---- summary against the targets ----------------------------------------------------------------
