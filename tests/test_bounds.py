@@ -205,9 +205,8 @@ def test_clashes_are_the_offsets_at_which_two_microbatches_meet_on_a_device():
 def test_the_periodic_pattern_meets_the_rate_bound_at_32_devices():
     """p = 32, cap 32, F = 1, B = 2, one-slot messages (the acceptance instances' chain): an
     activation on device 0 lives at least 32 + 31 + 64 + 31 = 158 slots and 32 may be live, so no
-    steady state runs 32 microbatches faster than every 158 slots. The pattern does (the interval
-    model before it needed seconds of a one-minute search's share to find it), and the first 64
-    microbatches of it are a valid schedule within the cap and the step it claims."""
+    steady state runs 32 microbatches faster than every 158 slots. The pattern does, and the first
+    64 microbatches of it are a valid schedule within the cap and the step it claims."""
     duration = lambda s, k: int({Kind.F: 1, Kind.B: 2}[k])  # noqa: E731
     pattern = periodic_pattern(32, 64, duration, lambda s, a, b: 1, [32] * 32, SolveOptions(60, workers=1).start())
     assert pattern is not None and (pattern.k, pattern.period, pattern.rate_bound) == (32, 158, 158) and pattern.optimal

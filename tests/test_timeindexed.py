@@ -290,7 +290,7 @@ def _start(setup):
 
 def test_shorten_reaches_the_proven_optimum_from_a_fitted_schedule():
     """p = 5, m = 12, cap 3, one-slot messages: the fitted schedule takes 101 slots, the optimum 100
-    (tests.test_bounds._optimum). Windows of 12 ticks either way hold that optimum, so the search
+    (tests.test_bounds._optimum). Windows of STEP_RADIUS ticks either way hold that optimum, so the search
     reaches it, and its starts meet every rule of the chain."""
     setup, graph = _setup_5_12()
     starts = _start(setup)
@@ -399,10 +399,12 @@ def test_where_the_tail_bound_applies_the_refutation_follows_it(monkeypatch):
     assert refuted and refuted[-1].startswith("time-indexed refutation: a schedule of 292 slots or less? none")
     assert (result.step_time, result.bound, result.status) == (293, 293, "optimal")
     assert result.analytic.one_machine < 293 and not any(line.startswith("time-indexed search") for line in lines)
+    (before,) = [line for line in lines if line.startswith("reduced-problem bound: ")]  # what the refutation starts from
+    assert int(before.split()[-2]) < 293
 
 
 def test_real_durations_keep_the_window_search():
-    """Ticks of a thousandth of the longest op: windows of 12 ticks move no op past another, so the
+    """Ticks of a thousandth of the longest op: windows of STEP_RADIUS ticks move no op past another, so the
     time-indexed search does not start (a modelled 4 x 8 chain)."""
     spec = InstanceSpec(4, 8, model="llama3-8b", system="dgx-h100", global_batch=8)
     setup = search_module._prepare(spec, parse_space("placement=linear"), SolveOptions(60).start())

@@ -1053,16 +1053,17 @@ def _tail_bound_applies(setup: _Setup) -> bool:
 def _with_refutation(setup: _Setup, graph: Graph, options: SolveOptions) -> _Setup:
     """Where the time-indexed search runs (:func:`_time_indexed_start`): the bound of the
     time-indexed refutation from the hint's end (:func:`_rungs`), in the share the reduced problems
-    would get (:data:`RELAXATION_SHARE`), instead of them. Where the tail bound applies
-    (:func:`_tail_bound_applies`) ``search`` runs it after the reduced problems, from their bound up:
-    their small problems hold their level on a loaded machine (at 16 x 1024 the tail bound proved
+    get (:data:`RELAXATION_SHARE`): instead of them, or, where the tail bound applies
+    (:func:`_tail_bound_applies`), after them, from their bound up (``search`` decides). The tail
+    bound's small problems hold their level on a loaded machine (at 16 x 1024 the tail bound proved
     5,044 where the refutation alone proved 5,041, one acceptance run each), and the refutation's
     rungs a few ticks above it are cheap: at 8 x 512 it proves 2,462 and 2,464 slots out in 10 s
     after the tail bound's 2,461, so the 2,465-slot hint is optimal. Measured with one worker, cap 32, one-slot messages:
     ``benchmarks/refute_bench.py`` refutes 1,364 slots at 32 x 256 in 7.0 s (162,304 Booleans; the
     interval model's bound in the same time, its baseline: nothing); in the acceptance runs (README,
     "Benchmarks") the bound at 32 x 256 rose from the reduced problems' 1,364 to 1,365, and at
-    32 x 128 from 731 to 733, in the same share."""
+    32 x 128 from 731 to 733, in the same share (and to 734 once the ladder went on past a rung over
+    the size limit)."""
     if setup.hint_end is None or _hint_meets_bound(setup) or options.expired:
         return setup
     setup, _ = _refutation_bound(setup, graph, _rungs(setup.hint_end, setup.lower), options.share(RELAXATION_SHARE[True]))
@@ -1136,8 +1137,8 @@ def _improve_time_indexed(setup: _Setup, start: _IndexedStart, best: _Solved, fr
     """``auto`` above :data:`ppopt.solve.options.AUTO_LNS_OPS` ops on a chain: the time-indexed
     search from ``start`` for the time left (:func:`ppopt.solve.timeindexed.shorten`), whose best
     schedule replaces ``best`` when its simulation is shorter. Measured against the window search
-    and the whole-model solve it replaces (60 s searches, one worker, README "Methods"): 761 slots
-    instead of 763 at 32 x 128, 1,405 instead of 1,415 at 32 x 256."""
+    and the whole-model solve it replaces (60 s searches, one worker, the acceptance runs in README
+    "Benchmarks"): 755 slots instead of 763 at 32 x 128, 1,402 instead of 1,415 at 32 x 256."""
     end = max(start.starts[op] + d for op, d in zip(start.graph.ops, start.graph.duration))
     options.note(f"time-indexed search from {start.name} ({setup.shown(end)}), windows of {start.radius} ticks either way")
     # its last step is core-based CP-SAT work, which can overrun its limit (BLOCK_CUTS_RESERVE_S), and
@@ -1623,7 +1624,7 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
     graph = None if chain is None else _time_indexed_graph(setup, chain, best, main)
     if graph is not None:  # with the time it needs, before the block cuts (TIME_INDEXED_MIN_S)
         setup, best, from_solver = _with_time_indexed(setup, graph, best, from_solver, _last_work(main))
-    # the block cuts take what the refutation left: all of it when a rung's model was too large
+    # the block cuts take what the refutation left: all of it when its first rung's model was too large
     below_best = best.objective_ticks is None or setup.lower < best.objective_ticks
     if chain is not None and below_best and (graph is None or main.remaining_s() >= BLOCK_CUTS_MIN_S):
         setup = _with_block_cuts(setup, chain, _last_work(main))

@@ -33,15 +33,16 @@ this model proves T = 367 infeasible in 2.4 s (26,240 ``started`` Booleans), and
 370 in 3.8, 8.0 and 24.8 s, so the 371-slot schedule ``search`` finds there is optimal (``benchmarks/refute_bench.py``;
 with the longest paths of lags alone as windows, twice the Booleans, and one presolve pass, it took
 17 to 31 s for 367 and 140 s for 370). At p = 32, m = 128 it refutes 737, 739 and 741 slots in 15,
-27 and 85 s (145,920 to 178,688 ``started`` Booleans): more than a one-minute search leaves it, so
-it is for chains of a few thousand ops (:data:`MAX_LITERALS`).
+27 and 85 s in one run (145,920 to 178,688 ``started`` Booleans), 737 and 738 in 18.3 and 28.5 s in
+another (:func:`time_indexed_bound`): more than a one-minute search leaves it, so it is for chains of
+a few thousand ops (:data:`MAX_LITERALS`).
 
 **A search in the same model** (:func:`shorten`). With every op's window cut to a few ticks either
 way of its start in a schedule, the model is a neighbourhood of that schedule (a large-neighbourhood
 search: Shaw, CP 1998, as in :mod:`ppopt.solve.lns`), small enough to solve for the earliest end
 at tens of thousands of ops. Each answer is the next schedule. Measured from 1F1B at p = 32,
-m = 128 (one worker, windows of 6 ticks): 785 slots to 755 in five steps and about 28 s, each step
-moving the end by its whole radius, where the window search and the whole-model solve reach 763 in
+m = 128 (one worker, windows of 6 ticks, ``benchmarks/radius_bench.py``): 785 slots to 755 in five
+steps and 27 s, each step moving the end by its whole radius, where the window search and the whole-model solve reach 763 in
 a minute.
 """
 
@@ -367,17 +368,18 @@ def time_indexed_bound(graph: Graph, horizons: Sequence[int], options: SolveOpti
 STEP_RADIUS = 6
 """Most ticks an op may move either way from its place in the incumbent, in a step of
 :func:`shorten` (fewer when the model would be over :data:`MAX_STEP_LITERALS`). Measured from 1F1B
-at p = 32, m = 128 (cap 32, one-slot messages, one worker, 42 s, core-based steps throughout): a
-radius of 6 moves the end by its whole radius each step, to 755 slots in 29 to 35 s (two runs); one of
-4 reaches 757 in 27 s; radii of 8 and 12 reach 761 in 16 and 18 s and then stall there: their steps
-find nothing in 15 units of deterministic time."""
+at p = 32, m = 128 (cap 32, one-slot messages, one worker, 42 s each, ``benchmarks/radius_bench.py``):
+a radius of 6 moves the end by its whole radius each step, to 755 slots in 26.7 s; one of 4 reaches
+757 in 24.1 s; radii of 8 and 12 reach 761 in 18.0 and 17.8 s and then stall there (their steps
+find nothing in 15 units of deterministic time)."""
 MIN_RADIUS = 3
 """The least radius worth a step (:func:`step_radius`)."""
 MAX_STEP_LITERALS = 125_000
 """Most ``started`` Booleans of a step's model (about 3.5 s to build). Steps whose end moves by their
 whole radius take about as long per tick gained at any radius, but large models stall sooner:
-measured from 1F1B at p = 32, m = 256 (one worker, 41 s), windows of 4 ticks (121,126 Booleans)
-reach 1,402 slots in four steps, windows of 6 (178,768) 1,405 in two. At p = 16, m = 1,024 even
+measured from 1F1B at p = 32, m = 256 (one worker, 41 s each, ``benchmarks/radius_bench.py``),
+windows of 4 ticks (121,126 Booleans) reach 1,402 slots in four steps and 31.5 s, windows of 6
+(178,768) 1,405 in two and 24.2 s, and then nothing. At p = 16, m = 1,024 even
 3 ticks are over the limit, and the window search runs instead (:func:`step_radius`)."""
 RADIUS_GROWTH = 2
 """Ticks the radius grows by after a step that did not shorten the incumbent."""
@@ -441,11 +443,11 @@ def shorten(graph: Graph, starts: dict[tuple[Kind, int, int], int], radius: int,
     :data:`RADIUS_GROWTH` while the model stays within :data:`MAX_STEP_LITERALS`. The steps use
     CP-SAT's core-based search (it proves the earliest end of a window by raising a lower bound)
     until one ends without an answer; from then on the default search, which reports the
-    improvements it finds on the way. Measured from 1F1B at p = 32, m = 128 (radius 12, one worker):
-    the core-based steps reach 773 and 761 slots in 4.2 and 5.3 s of solving, the default ones in
-    8.7 and 9.9 s; but the third core-based step found nothing in its 15 units, where the default
-    one found 760. At 32 x 256 (radius 6) the core-based steps reach 1,411 and 1,405 in 24 s, the
-    default ones 1,411 and 1,409 in 32 s. Every answer meets
+    improvements it finds on the way. Measured from 1F1B with the radii of an earlier setting (one
+    worker): at p = 32, m = 128, radius 12, the core-based steps reach 773 and 761 slots in 4.2 and
+    5.3 s of solving, the default ones in 8.7 and 9.9 s; but the third core-based step found nothing
+    in its 15 units, where the default one found 760. At 32 x 256, radius 6, the core-based steps
+    reach 1,411 and 1,405 in 24 s, the default ones 1,411 and 1,409 in 32 s. Every answer meets
     the model's constraints, so it is a schedule of the chain. Reproducible: each step is limited by
     :data:`STEP_DETERMINISTIC_S` of CP-SAT's deterministic time (and charged at least
     :data:`ppopt.solve.lns.STEP_FLOOR_S`) and seeded with ``options.seed`` plus its number. It stops
