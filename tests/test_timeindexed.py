@@ -4,6 +4,7 @@ optimum CP-SAT proves on the interval model (tests.test_bounds._optimum)."""
 from __future__ import annotations
 
 import re
+import types
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -220,8 +221,6 @@ def test_the_rungs_stop_where_their_models_grow_past_max_literals(monkeypatch):
     """p = 5, m = 12, cap 3 (optimum 100, longest path 98): with MAX_LITERALS set to the size of the
     model at 98, that rung is refuted and the ladder stops before 99, whose model is larger (a bound
     of 99), and says why it stopped; it once refused every rung for the size of the last."""
-    import ppopt.solve.timeindexed as timeindexed
-
     _, graph = _setup_5_12()
     assert graph.shortest == 98 and 0 < graph.literals(98) < graph.literals(99)
     monkeypatch.setattr(timeindexed, "MAX_LITERALS", graph.literals(98))
@@ -235,8 +234,6 @@ def test_past_a_rung_too_large_the_ladder_goes_on_one_tick_at_a_time(monkeypatch
     ladder 98, 103 refutes 98, finds 103 too large, and then tries the horizons between that fit,
     one tick at a time: 99 is refuted, so the bound is the optimum, 100. Before, the ladder stopped
     at 103 with a bound of 99 and the time of the rungs between unused."""
-    import ppopt.solve.timeindexed as timeindexed
-
     _, graph = _setup_5_12()
     assert graph.literals(99) < graph.literals(100)
     monkeypatch.setattr(timeindexed, "MAX_LITERALS", graph.literals(99))
@@ -249,10 +246,6 @@ def test_a_rung_is_not_started_with_less_time_left_than_the_last_one_took(monkey
     """The same ladder with a clock on which the first refutation took 100 s of a 60 s budget: the
     second is not started (it would be cut short and prove nothing), the bound is the first's, and
     the clock's decision is recorded as a cut."""
-    import types
-
-    import ppopt.solve.timeindexed as timeindexed
-
     _, graph = _setup_5_12()
     readings = iter([0.0, 100.0])  # before and after the first refutation
     monkeypatch.setattr(timeindexed, "time", types.SimpleNamespace(monotonic=lambda: next(readings)))
@@ -267,8 +260,6 @@ def test_a_horizon_whose_model_cannot_be_built_in_time_is_not_tried(monkeypatch)
     """The model's build does not watch the clock (1.6 s at 16 x 64): a rung proven with a second
     left went on to build the next one past the deadline. With building priced above the time left,
     no horizon is tried, and the clock's decision is recorded as a cut."""
-    import ppopt.solve.timeindexed as timeindexed
-
     graph = chain_graph(_unit_chain(3, 2, 1), 6)
     monkeypatch.setattr(timeindexed, "BUILD_S_PER_LITERAL", 1.0)  # every horizon's model would take longer than 60 s
     options = SolveOptions(60).start()

@@ -133,10 +133,10 @@ def _solve_period(k: int, period: int, a, b, forward, backward, caps, last: int,
         life = b[s] + backward[s] - a[s]
         whole, rest = divmod(life, period)
         room = None if caps[s] is None else caps[s] - k * whole
-        if room is not None and room < 0:
-            return None
+        if room is not None and (room < 0 or (room == 0 and rest > 0)):
+            return None  # more whole lifetimes than the cap, or no room for any remainder
         if room is None or rest == 0 or room >= k:
-            continue  # at most room of the k lifetimes' remainders can overlap: no constraint
+            continue  # at most k of the lifetimes' remainders can overlap: no constraint
         lives = []
         for j in range(k):
             x = model.new_int_var(0, period - 1, "")  # the forward's start modulo the period

@@ -1605,12 +1605,11 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
     setup = _with_periodic(_prepare(spec, space, options, began, hints), options)
     method = _method(setup, options.method)
     start = _time_indexed_start(setup) if method == "lns+cp" else None
-    if start is not None and not _tail_bound_applies(setup):
-        setup = _with_refutation(setup, start.graph, options)
-    else:
+    # with the time-indexed search, the refutation replaces the reduced problems, or follows the tail bound
+    if start is None or _tail_bound_applies(setup):
         setup = _with_relaxation(setup, options)
-        if start is not None:  # from the tail bound up: a few ticks below the hint, often its proof
-            setup = _with_refutation(setup, start.graph, options)
+    if start is not None:
+        setup = _with_refutation(setup, start.graph, options)
     # with a second (memory) solve to come, the makespan search gets half of what is left
     main = options.share(2) if minimize_memory else options
     if method == "cp+lns" and main.remaining_s() / 2 <= LNS_BUILDS * _build_s(setup):

@@ -420,16 +420,18 @@ def _step_windows(graph: Graph, current: Sequence[int], end: int, radius: int) -
     return first, after
 
 
+def _size(first: Sequence[int], after: Sequence[int]) -> int:
+    """The ``started`` Booleans of a model whose ops start within [first, after] (ticks)."""
+    return sum(a - f for f, a in zip(first, after))
+
+
 def step_radius(graph: Graph, starts: dict[tuple[Kind, int, int], int]) -> int | None:
     """The radius of :func:`shorten`'s first step from ``starts``: :data:`STEP_RADIUS`, or less so
     that the model holds at most :data:`MAX_STEP_LITERALS` Booleans; None under :data:`MIN_RADIUS`."""
     current = [starts[op] for op in graph.ops]
     end = max(t + d for t, d in zip(current, graph.duration))
-    for radius in range(STEP_RADIUS, MIN_RADIUS - 1, -1):
-        first, after = _step_windows(graph, current, end, radius)
-        if sum(a - f for f, a in zip(first, after)) <= MAX_STEP_LITERALS:
-            return radius
-    return None
+    return next((radius for radius in range(STEP_RADIUS, MIN_RADIUS - 1, -1)
+                 if _size(*_step_windows(graph, current, end, radius)) <= MAX_STEP_LITERALS), None)
 
 
 def shorten(graph: Graph, starts: dict[tuple[Kind, int, int], int], radius: int, options: SolveOptions,
@@ -461,7 +463,7 @@ def shorten(graph: Graph, starts: dict[tuple[Kind, int, int], int], radius: int,
     steps, improvements, when, core = 0, 0, None, True
     while end > lower and (left := options.deterministic_left()) != 0:
         first, after = _step_windows(graph, current, end, radius)
-        literals = sum(a - f for f, a in zip(first, after))
+        literals = _size(first, after)
         if not options.allows(BUILD_S_PER_LITERAL * literals, "the time-indexed search stopped"):
             break
         built = _build(graph, end, first, after)
@@ -488,7 +490,6 @@ def shorten(graph: Graph, starts: dict[tuple[Kind, int, int], int], radius: int,
         elif core and code != cp_model.OPTIMAL:
             core = False  # the core-based search stalled: the default one from now on
         else:
-            wider = _step_windows(graph, current, end, radius + RADIUS_GROWTH)
-            if sum(a - f for f, a in zip(*wider)) <= MAX_STEP_LITERALS:
+            if _size(*_step_windows(graph, current, end, radius + RADIUS_GROWTH)) <= MAX_STEP_LITERALS:
                 radius += RADIUS_GROWTH
     return Shortened(dict(zip(graph.ops, current)), end, steps, improvements, when)
