@@ -114,8 +114,9 @@ def _solve_period(k: int, period: int, a, b, forward, backward, caps, last: int,
     The offsets increase within [0, period), so each difference t_j - t_i (i < j) lies in
     [1, period) and must avoid the clashing residues (:func:`_clashes`): one constraint per pair,
     which CP-SAT propagates on the differences themselves. An earlier model placed every op as an
-    interval in a circular no-overlap per device (4·k·p intervals): at p = 32, k = 32 it did not
-    find the 158-slot pattern in 3.5 s of a 7 s share, where this one takes a fraction of a second.
+    interval in a circular no-overlap per device (4·k·p intervals): at p = 32, k = 32, given 7 s, it
+    found 160 slots in 5.2 s where this one finds the optimal 158 in 0.10 s
+    (``benchmarks/periodic_bench.py``, which keeps that model as its baseline).
     The memory cap keeps the circular cumulative of lifetimes, on the devices where it can bind."""
     clash = _clashes(period, a, b, forward, backward)
     if clash is None:
