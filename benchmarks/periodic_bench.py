@@ -73,6 +73,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=float, default=7.0, help="seconds for each steady-state search (default 7)")
     args = parser.parse_args()
+    if not 0 < args.budget < float("inf"):
+        parser.error(f"--budget: a finite number of seconds > 0, got {args.budget:g}")
     print(f"one worker, seed 0, {args.budget:g} s each; load average at start {load()} on {os.cpu_count()} cores")
     ours = periodic._solve_period
     for p, m in ROWS:

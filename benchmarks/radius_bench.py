@@ -46,6 +46,12 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=42.0, help="seconds for each radius (default 42: about "
                         "what a 60 s search leaves the time-indexed search at 32 x 128)")
     args = parser.parse_args()
+    try:
+        radii_asked = {int(x) for x in args.radii.split(",")}
+    except ValueError:
+        parser.error(f"--radii: whole numbers of ticks, comma-separated, got {args.radii!r}")
+    if min(radii_asked) < 1 or args.microbatches < 1 or not 0 < args.budget < float("inf"):
+        parser.error("--radii and --microbatches must be at least 1 and --budget a finite number of seconds > 0")
     m = args.microbatches
     print(f"p = {DEVICES}, m = {m}, cap {DEVICES}, F = 1, B = 2, messages 1 slot; one worker, seed 0, "
           f"{args.budget:g} s per radius; load average at start {load()} on {os.cpu_count()} cores")
@@ -55,7 +61,7 @@ def main() -> None:
     assert start is not None, "the time-indexed search does not apply to this instance"
     end = max(start.starts[op] + d for op, d in zip(start.graph.ops, start.graph.duration))
     print(f"start: {start.name}, {end} slots; the code's radius here: {start.radius}")
-    radii = sorted({int(x) for x in args.radii.split(",")} | {start.radius})
+    radii = sorted(radii_asked | {start.radius})
     for radius in radii:
         began = time.monotonic()
         lines: list[str] = []
