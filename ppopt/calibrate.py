@@ -11,9 +11,16 @@ memory_efficiency              HBM fraction reached by memory-bound kernels (and
 compute_latency_s              fixed time per op (one stage's F or B of one microbatch)
 kernel_host_s                  host time per kernel launch; an op lasts at least its launches
 intra-node link latency        ``intra_node.latency_s``: per ring step or message
-intra-node link efficiency     fraction of ``intra_node`` bandwidth collectives reach
 inter-node link efficiency     fraction of ``inter_node`` bandwidth collectives reach
+partial_ring_efficiency        fraction of that a ring reaches whose group holds some but
+                               not all of a node's GPUs (a data-parallel group of stride
+                               t = 2 or 4 on 8-GPU nodes; :func:`ppopt.job.ring_allreduce_work`)
 =============================  ==========================================================
+
+The intra-node bandwidth is the base system's (the NVLink datasheet figure), not fitted: the fits
+on the shipped rows put its efficiency at 0.87 to 1, and the eighth parameter is worth more on
+``partial_ring_efficiency``, which the multi-node rows pin (README, "How accurate is ppopt?":
+``benchmarks/partial_ring.py`` prints the fitted value against fixed ones).
 
 The fitted system counts work kernel by kernel (``op_accounting = "kernels"``: each GEMM kernel at
 its own size, each elementwise kernel's own traffic, :func:`ppopt.costs.elementwise_traffic_bytes`)
@@ -103,11 +110,11 @@ class Parameter:
 
 _COMPUTE = Parameter("compute_efficiency", "", 0.05, 0.8, "fraction of peak FLOP/s reached by large GEMMs")
 _HALF = Parameter("gemm_half_saturation_flops", "FLOP", 1e6, 1e13, "GEMM size reaching half of compute_efficiency")
-_LINKS = (
-    Parameter("intra_node_latency_s", "s", 1e-7, 1e-3, "intra-node latency per ring step or message"),
-    Parameter("intra_node_efficiency", "", 0.02, 1.0, "fraction of the intra-node bandwidth collectives reach"),
-    Parameter("inter_node_efficiency", "", 0.02, 1.0, "fraction of the inter-node bandwidth collectives reach"),
-)
+_INTRA_LATENCY = Parameter("intra_node_latency_s", "s", 1e-7, 1e-3, "intra-node latency per ring step or message")
+_INTRA_EFFICIENCY = Parameter("intra_node_efficiency", "", 0.02, 1.0, "fraction of the intra-node bandwidth collectives reach")
+_INTER_EFFICIENCY = Parameter("inter_node_efficiency", "", 0.02, 1.0, "fraction of the inter-node bandwidth collectives reach")
+_PARTIAL_RING = Parameter("partial_ring_efficiency", "", 0.02, 1.0,
+                          "fraction of its inter-node bandwidth a ring with some but not all of a node's GPUs reaches")
 _MEMORY = Parameter("memory_efficiency", "", 0.05, 1.0, "fraction of HBM bandwidth reached by memory-bound kernels")
 _LATENCY = Parameter("compute_latency_s", "s", 1e-7, 1e-1, "fixed time per op (a stage's F or B of one microbatch)")
 
@@ -117,14 +124,14 @@ PARAMETERS: tuple[Parameter, ...] = (
               "GEMM size reaching half of compute_efficiency (a fixed cost per GEMM kernel of at most 16 µs)"),
     _MEMORY, _LATENCY,
     Parameter("kernel_host_s", "s", 1e-7, 1e-3, "host time to launch one kernel (an op lasts at least its launches)"),
-    *_LINKS,
+    _INTRA_LATENCY, _INTER_EFFICIENCY, _PARTIAL_RING,
 )
 """The fitted parameters of the default ``host-overlap`` model (:data:`MODELS`)."""
 
 SATURATING_PARAMETERS: tuple[Parameter, ...] = (
     _COMPUTE, _HALF,
     Parameter("gemm_saturation_exponent", "", 1.0, 2.0, "sharpness of the GEMM efficiency curve (one of 1, 1.5, 2)"),
-    _MEMORY, _LATENCY, *_LINKS,
+    _MEMORY, _LATENCY, _INTRA_LATENCY, _INTRA_EFFICIENCY, _INTER_EFFICIENCY,
 )
 """The fitted parameters of the earlier ``saturating`` model, kept as the accuracy benchmark's baseline."""
 
@@ -305,6 +312,7 @@ _TERMS = {
     "intra_node_latency_s": "intra_hops",
     "intra_node_efficiency": "intra_bytes",
     "inter_node_efficiency": "inter_bytes",
+    "partial_ring_efficiency": "partial_ring_bytes",
 }
 """Parameters that only matter when some row moves data over that kind of link."""
 
@@ -344,20 +352,20 @@ def fittable(rows: list[Measured]) -> tuple[list[Measured], list[Unmodelled]]:
     return fit, others
 
 
-def calibrate(rows: list[Measured], base: SystemConfig | str, restarts: int = 2, iterations: int = 600,
-              model: str = "host-overlap", progress: Callable[[int, int], None] | None = None) -> Calibration:
-    """Fit the parameters of ``MODELS[model]`` to ``rows`` by minimising the MAPE (module doc); the
-    rows' jobs are re-targeted to ``base`` (a system, a preset name or a file). ``progress(done, total)``
-    is called after each starting point's fit, if given."""
+def calibrate(rows: list[Measured], base: SystemConfig | str, restarts: int = 4, iterations: int = 600,
+              model: str | FitModel = "host-overlap", progress: Callable[[int, int], None] | None = None) -> Calibration:
+    """Fit the parameters of ``MODELS[model]`` (or of the :class:`FitModel` ``model``) to ``rows`` by
+    minimising the MAPE (module doc); the rows' jobs are re-targeted to ``base`` (a system, a preset
+    name or a file). ``progress(done, total)`` is called after each starting point's fit, if given."""
     base = load_system(base)
     if not rows:
         raise ConfigError("no rows to calibrate on", field="rows")
     if others := fittable(rows)[1]:  # the closed form is 1F1B's: another schedule's row would be fitted wrong
         raise ConfigError(f"{len(others)} rows run another schedule than 1F1B (line {others[0].line}): keep fittable(rows)[0]",
                           field="rows")
-    if model not in MODELS:
+    if isinstance(model, str) and model not in MODELS:
         raise ConfigError(f"unknown fit model {model!r} (known: {', '.join(MODELS)})", field="model")
-    fit_model = MODELS[model]
+    fit_model = MODELS[model] if isinstance(model, str) else model
     best: Calibration | None = None
     total = len(fit_model.exponents) * len(fit_model.host_times)
     done = 0

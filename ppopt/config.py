@@ -398,6 +398,13 @@ class SystemConfig(_Strict):
     """What ``inter_node.bandwidth_bytes_per_s`` belongs to: one NIC per device ("device": every
     device has that bandwidth of its own) or one NIC per node ("node": the devices of a node that
     cross nodes at once share it)."""
+    partial_ring_efficiency: Efficiency = 1.0
+    """Fraction of its inter-node bandwidth (the share ``inter_node_per`` gives it) that a ring
+    collective reaches when its group holds some but not all of a node's devices: a data-parallel
+    group of stride t with 1 < devices_per_node / t < devices_per_node members on a node (t = 2 or
+    4 on 8-GPU nodes; :func:`ppopt.job.ring_allreduce_work`). 1 (the default): as any other ring.
+    ``ppopt calibrate`` fits it when some row has such a ring (0.216 in ``a100-vtrain-calibrated``;
+    README, "How accurate is ppopt?")."""
     op_time_rule: Literal["roofline", "additive"] = "roofline"
     """How :func:`ppopt.costs.work_time_s` combines an op's compute and memory time (both cost
     paths, pure pipeline and 3D job, use it). "roofline" (the default, the paper's method, Barley et

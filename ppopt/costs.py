@@ -506,6 +506,10 @@ class Work:
     kernels: Any = 0.0
     """GPU kernels the host launches (:data:`ppopt.job.BLOCK_KERNELS`), each taking
     ``kernel_host_s`` of host time under the additive rule."""
+    partial_ring_bytes: Any = 0.0
+    """Bytes over an inter-node link, as ``inter_bytes``, of a ring whose group holds some but not
+    all of a node's devices: timed at ``partial_ring_efficiency`` of the inter-node bandwidth
+    (:func:`ppopt.job.ring_allreduce_work`)."""
 
     # (vars() lists the fields in declaration order: the dataclass __init__ sets them in that order)
     def __add__(self, other: Work) -> Work:
@@ -541,7 +545,8 @@ def work_time_s(work: Work, system: SystemConfig) -> Any:
       this is ``G + ops·L_c``.
 
     Communication ``X = intra_bytes / intra_bandwidth + inter_bytes / inter_bandwidth +
-    intra_hops·intra_latency + inter_hops·inter_latency`` (Hockney) is added to the local time.
+    partial_ring_bytes / (inter_bandwidth·partial_ring_efficiency) + intra_hops·intra_latency +
+    inter_hops·inter_latency`` (Hockney) is added to the local time.
     Each of G and the host time is linear in the system's reciprocals under the additive rule,
     which :mod:`ppopt.calibrate` relies on (it keeps F, I and W apart, so the max is taken per op).
     """
@@ -569,6 +574,7 @@ def _communication_s(work: Work, system: SystemConfig, local: Any) -> Any:
     return (local
             + work.intra_bytes / system.intra_node.bandwidth_bytes_per_s
             + work.inter_bytes / system.inter_node.bandwidth_bytes_per_s
+            + work.partial_ring_bytes / (system.inter_node.bandwidth_bytes_per_s * system.partial_ring_efficiency)
             + work.intra_hops * system.intra_node.latency_s
             + work.inter_hops * system.inter_node.latency_s)
 

@@ -21,6 +21,7 @@ Work and time
     ``time = (gemm_flops + k^n·gemm_units) / (peak_flops·compute_efficiency)
     + memory_bytes / (memory_bandwidth·memory_efficiency) + ops·compute_latency_s
     + intra_bytes / intra_bandwidth + inter_bytes / inter_bandwidth
+    + partial_ring_bytes / (inter_bandwidth·partial_ring_efficiency)
     + intra_hops·intra_latency + inter_hops·inter_latency``
 
     (with ``kernel_host_s > 0`` everything but ``ops·compute_latency_s`` is at least
@@ -576,7 +577,9 @@ def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, sy
     device, and ``k/devices_per_node`` of the node's NIC with one NIC per node (every GPU of a
     node is in one such group, all crossing at once). Both are k device-links' worth on a node
     whose NIC is the sum of its devices'. (A single ring through one NIC would take k times as
-    long: 8 times on a DGX node, whose one NIC per GPU exists to carry these collectives.)
+    long: 8 times on a DGX node, whose one NIC per GPU exists to carry these collectives.) A group
+    with some but not all of a node's devices (1 < k < devices_per_node) reaches only
+    ``system.partial_ring_efficiency`` of that (1 by default): its bytes are ``partial_ring_bytes``.
     """
     if ranks <= 1 or num_bytes == 0:
         return Work()
@@ -585,9 +588,10 @@ def ring_allreduce_work(num_bytes: float, ranks: int, span: int, stride: int, sy
     if span <= per_node:
         return Work(intra_bytes=volume, intra_hops=steps)
     members_on_node = max(1, per_node // stride) if stride <= per_node else 1
-    if system.inter_node_per == "node":
-        return Work(inter_bytes=volume * (per_node // members_on_node), inter_hops=steps)
-    return Work(inter_bytes=volume / members_on_node, inter_hops=steps)
+    share = per_node // members_on_node if system.inter_node_per == "node" else 1 / members_on_node
+    if 1 < members_on_node < per_node:  # some but not all of a node's devices
+        return Work(partial_ring_bytes=volume * share, inter_hops=steps)
+    return Work(inter_bytes=volume * share, inter_hops=steps)
 
 
 def stages_per_node(job: Job) -> int:

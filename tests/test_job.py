@@ -69,21 +69,40 @@ def test_data_parallel_gradient_allreduce():
     # Stage gradients G bytes; d = 4 with t = 2 spans 8 GPUs: NVLink ring, 2·(3/4)·G.
     g = 1e9
     assert ring_allreduce_work(g, 4, 8, 2, SYSTEM).intra_bytes == pytest.approx(1.5 * g)
-    # d = 8 with t = 2 spans 16 GPUs: 4 members per node, 2 rings share the node's NIC: 2·(7/8)·G·2.
+    # d = 8 with t = 2 spans 16 GPUs: 4 members per node, 2 rings share the node's NIC: 2·(7/8)·G·2,
+    # as the bytes of a ring with some but not all of a node's GPUs
     across = ring_allreduce_work(g, 8, 16, 2, SYSTEM)
-    assert across.inter_bytes == pytest.approx(2 * 7 / 8 * g * 2)
+    assert across.partial_ring_bytes == pytest.approx(2 * 7 / 8 * g * 2) and across.inter_bytes == 0
     # one NIC per GPU: the ring's channels spread over the NICs of its 4 members on the node, so its
     # inter-node hops carry 2·(7/8)·G over 4 device links: 2·(7/8)·G / 4 in one device link's bytes
     per_gpu = SYSTEM.model_copy(update={"inter_node_per": "device"})
-    assert ring_allreduce_work(g, 8, 16, 2, per_gpu).inter_bytes == pytest.approx(2 * 7 / 8 * g / 4)
+    assert ring_allreduce_work(g, 8, 16, 2, per_gpu).partial_ring_bytes == pytest.approx(2 * 7 / 8 * g / 4)
     # the same hardware either way: a node NIC of 8 device links gives the same time as 8 NICs of one
-    assert across.inter_bytes / 8 == pytest.approx(ring_allreduce_work(g, 8, 16, 2, per_gpu).inter_bytes)
+    assert across.partial_ring_bytes / 8 == pytest.approx(ring_allreduce_work(g, 8, 16, 2, per_gpu).partial_ring_bytes)
     # and with one member per node (t = 8, d = 2 on 8-GPU nodes) a single device link, as before
     assert ring_allreduce_work(g, 2, 16, 8, per_gpu).inter_bytes == pytest.approx(2 * 1 / 2 * g)
     # in a job: d = 2, t = 1, p = 1 on one node -> the stage's fp16 gradients, 2·(1/2)·G
     job = Job(GPT, SYSTEM, tp=1, pp=1, dp=2, micro_batch=1)
     work = job_work(job)
     assert work.gradient_sync[0].intra_bytes == pytest.approx(work.param_count[0] * 2)
+
+
+def test_a_ring_with_some_but_not_all_of_a_node_reaches_the_partial_ring_efficiency():
+    # 1 GB over d = 4 data-parallel ranks across nodes, one NIC per node of 40 GB/s (SYSTEM).
+    # t = 4: 2 members per node, 4 rings share the NIC: 2·(3/4)·1 GB·4 = 6 GB -> 150 ms at full speed,
+    # 600 ms at a quarter of it; the 6 ring steps' latencies (5 µs each) add 30 µs either way.
+    g, quarter = 1e9, SYSTEM.model_copy(update={"partial_ring_efficiency": 0.25})
+    partial = ring_allreduce_work(g, 4, 16, 4, SYSTEM)
+    assert work_time_s(partial, SYSTEM) == pytest.approx(0.15 + 30e-6)
+    assert work_time_s(partial, quarter) == pytest.approx(0.6 + 30e-6)
+    # t = 8 (one member per node: 8 rings, 2·(3/4)·1 GB·8 = 12 GB, 300 ms) and t = 1 (all 8 GPUs of a
+    # node in one ring of d = 16: 2·(15/16)·1 GB = 1.875 GB, 46.875 ms) are whole-node patterns: the
+    # efficiency leaves them alone
+    for ranks, span, stride, seconds in ((4, 32, 8, 0.3), (16, 16, 1, 0.046875)):
+        ring = ring_allreduce_work(g, ranks, span, stride, SYSTEM)
+        assert ring.partial_ring_bytes == 0
+        latencies = 2 * (ranks - 1) * 5e-6
+        assert work_time_s(ring, quarter) == work_time_s(ring, SYSTEM) == pytest.approx(seconds + latencies)
 
 
 def test_norms_and_row_parallel_biases_are_whole_on_every_tensor_parallel_rank():

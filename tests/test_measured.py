@@ -78,6 +78,13 @@ def test_calibrated_on_all_rows_fits_them(all_fit):
     assert summary["mape"] <= 0.10
 
 
+def test_calibrated_on_all_rows_ranks_each_multi_node_models_layouts(all_fit):
+    """With the fitted efficiency of rings that hold some but not all of a node's GPUs, the fit on
+    all rows ranks both multi-node models' layouts as measured (rho >= 0.8; in the sample, README)."""
+    spearman = validate_json(all_fit, MULTI)["summary"]["spearman"]
+    assert spearman["h3072 a32 L30 s2048"] >= 0.8 and spearman["h6144 a48 L40 s2048"] >= 0.8
+
+
 def test_the_shipped_calibrated_preset_is_the_fit_on_all_rows(all_fit):
     fresh = load_system(all_fit).model_dump(exclude={"name", "description"})
     shipped = load_system("a100-vtrain-calibrated").model_dump(exclude={"name", "description"})
@@ -102,8 +109,9 @@ def test_spearman_within_the_3_6b_multi_node_model(multi_from_single):
     assert multi_from_single["summary"]["spearman"]["h3072 a32 L30 s2048"] >= 0.8
 
 
-@pytest.mark.xfail(strict=True, reason="open: 11 of the 18.4B rows lie within +-7 % and their order is at the noise level "
-                   "(rho 0.72; README, How accurate is ppopt?)")
+@pytest.mark.xfail(strict=True, reason="open: a fit on one node cannot see the slow data-parallel rings with some but not "
+                   "all of a node's GPUs (no single-node row has one), which rank the 18.4B layouts (rho 0.72; README, "
+                   "How accurate is ppopt?)")
 def test_spearman_within_the_18_4b_multi_node_model(multi_from_single):
     assert multi_from_single["summary"]["spearman"]["h6144 a48 L40 s2048"] >= 0.8
 
@@ -678,10 +686,14 @@ def test_a_link_no_row_uses_is_reported_as_not_fitted(single_fit):
     assert "# fitted:" not in inter.split("\n[", 1)[0]
     result = run("calibrate", SINGLE, "--system", "a100-vtrain", "-o", str(Path(single_fit).with_name("again.toml")), "--json")
     report = json.loads(result.stdout)
-    assert report["not_fitted"] == ["inter_node_efficiency"] and "inter_node_efficiency" not in report["at_bounds"]
-    # the rows that do cross nodes fit it: on all rows it is a fitted value inside its range
+    assert report["not_fitted"] == ["inter_node_efficiency", "partial_ring_efficiency"]
+    assert not {"inter_node_efficiency", "partial_ring_efficiency"} & set(report["at_bounds"])
+    # the rows that do cross nodes fit both (on all rows the inter-node efficiency reaches its bound, 1)
     both = run("calibrate", SINGLE, MULTI, "--system", "a100-vtrain", "-o", str(Path(single_fit).with_name("all2.toml")), "--json")
     assert json.loads(both.stdout)["not_fitted"] == []
+    # and the rings with some but not all of a node's GPUs (t = 2, 4 across nodes) come out far
+    # slower than the others: the fit gives them about a fifth of their bandwidth (README)
+    assert 0.1 < json.loads(both.stdout)["values"]["partial_ring_efficiency"] < 0.4
 
 
 def test_calibrate_names_standard_input_as_its_source(tmp_path):
@@ -778,7 +790,7 @@ def test_a_fit_far_off_its_own_rows_gets_a_note(tmp_path):
     off = run("calibrate", str(micro), "--system", "a100-vtrain", "-o", str(tmp_path / "off.toml"), "-q", "--json")
     assert off.exit_code == 0 and json.loads(off.stdout)["fit_mape"] > POOR_FIT_MAPE
     assert "note: the fit is off its own rows by " in off.stderr
-    assert "with 7 of its 7 fitted parameters at a bound of their range (compute_efficiency, " in off.stderr
+    assert "with 6 of its 6 fitted parameters at a bound of their range (compute_efficiency, " in off.stderr
     good = run("calibrate", str(milli), "--system", "a100-vtrain", "-o", str(tmp_path / "good.toml"), "-q", "--json")
     assert good.exit_code == 0 and json.loads(good.stdout)["fit_mape"] < POOR_FIT_MAPE
     assert "the fit is off" not in good.stderr

@@ -61,8 +61,23 @@ def test_step_times_agree_with_the_papers_aggregate_throughput(runs):
 def test_predictions_at_scale_are_within_the_published_simulators_accuracy():
     # The dgx-a100 preset with a datasheet guess for the GPU (50 % of peak) was 28 % off at 1T.
     report = published_json("dgx-a100", "a100-vtrain-calibrated")
-    for system in ("dgx-a100", "a100-vtrain-calibrated"):
-        assert_within_ceilings(report, system)
+    assert_within_ceilings(report, "dgx-a100")
+
+
+def test_the_measured_clusters_network_does_not_carry_over_to_dgx_nodes():
+    """a100-vtrain-calibrated is the measured cluster's network too: its data-parallel rings with some
+    but not all of a node's GPUs (t = 2, 4 across nodes) reach about a fifth of their bandwidth there
+    (README, How accurate is ppopt?). The published DGX A100 runs at t = 2 and 4 show no such loss:
+    dgx-a100 (the same GPU fit, that efficiency left at 1) is within 4 % of them, the measured
+    cluster's preset 10 to 30 % slow; on the other eight runs the two are within the ceilings."""
+    report = published_json("dgx-a100", "a100-vtrain-calibrated")
+    partial = [run for run in report["runs"] if run["tp"] in (2, 4)]
+    assert len(partial) == 2
+    for run in partial:
+        assert abs(run["predictions"]["dgx-a100"]["error"]) < 0.04
+        assert 0.10 < run["predictions"]["a100-vtrain-calibrated"]["error"] < 0.30
+    errors = [run["predictions"]["a100-vtrain-calibrated"]["error"] for run in report["runs"] if run not in partial]
+    assert sum(abs(e) for e in errors) / len(errors) <= 0.08 and max(abs(e) for e in errors) <= 0.10
 
 
 def test_the_dgx_a100_preset_runs_the_gpu_as_fitted_on_measured_a100_steps():
@@ -214,7 +229,7 @@ def test_markdown_headers_are_escaped_like_cells():
         "| a\\|b | c |", "|---|---|", "| x\\|y | z |"]
 
 
-def test_a_tiny_negative_error_prints_as_zero():
+def test_a_tiny_negative_error_prints_as_zero(tmp_path):
     """published printed '-0.0 %' for an error of -0.01 %, then '+0.0 %': rounded to the digits shown,
     it is 0, with no sign."""
     from ppopt.report.text import percent
@@ -223,8 +238,15 @@ def test_a_tiny_negative_error_prints_as_zero():
     assert percent(-0.054, "text", signed=True) == "-5.4 %"
     # CSV keeps ten significant digits to compute with: -0.001 % is a value there, a rounding error is 0
     assert percent(-0.00001, "csv") == "-0.001" and percent(-1e-17, "csv") == "0" and percent(0.0152693945645, "csv") == "1.526939456"
-    # and published's own cells: one of the shipped runs is predicted less than 0.05 % fast
-    table = CliRunner().invoke(main, ["published", str(TABLE), "-q"]).stdout
+    # and published's own cells: the first run, its throughput set so that dgx-a100 predicts it 0.01 % fast
+    first = published_json("dgx-a100")["runs"][0]
+    published_s = first["predictions"]["dgx-a100"]["predicted_s"] / (1 - 0.0001)
+    lines = TABLE.read_text().splitlines()
+    cells = lines[1].split(",")
+    cells[-1] = repr(float(cells[-1]) * first["published_s"] / published_s)  # teraFLOP/s per GPU
+    close = tmp_path / "close.csv"
+    close.write_text("\n".join([lines[0], ",".join(cells)]) + "\n")
+    table = CliRunner().invoke(main, ["published", str(close), "--system", "dgx-a100", "-q"]).stdout
     assert "(-0.0 %" not in table and "(+0.0 %" not in table and "(0.0 %" in table
 
 
