@@ -53,7 +53,17 @@ from ppopt.solve.space import (
     with_backward,
 )
 from ppopt.solve.ticks import resolution, rounding_cost, to_ticks
-from ppopt.solve.timeindexed import Graph, Refutation, chain_graph, lags_hold, shorten, step_radius, time_indexed_bound
+from ppopt.solve.timeindexed import (
+    MAX_STEP_LITERALS,
+    MIN_RADIUS,
+    Graph,
+    Refutation,
+    chain_graph,
+    lags_hold,
+    shorten,
+    step_radius,
+    time_indexed_bound,
+)
 from ppopt.validation import validate, validated
 
 STATUS = {
@@ -1118,7 +1128,10 @@ def _time_indexed_start(setup: _Setup) -> _IndexedStart | None:
     steps finds a shorter schedule: their burst of forwards leaves windows of a few ticks nothing to
     gain (with windows of 12 ticks they reached 765 or 766 in a minute)."""
     chain = _relaxation_chain(setup)
-    if chain is None:
+    # a step's windows hold about 2·radius Booleans per op: with half that at the least radius over
+    # the limit, no step fits (step_radius), and building the graph would only spend the budget (30 s
+    # of a 5 s search at p = 4, m = 8,192)
+    if chain is None or setup.ops * MIN_RADIUS > MAX_STEP_LITERALS:
         return None
     assert setup.ticked is not None
     graph = chain_graph(chain, setup.instance.microbatches)
@@ -1604,7 +1617,9 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
     options = options.reserve(space_ops(spec, space) * REPORT_S_PER_OP)  # the grid's printing comes after
     setup = _with_periodic(_prepare(spec, space, options, began, hints), options)
     method = _method(setup, options.method)
-    start = _time_indexed_start(setup) if method == "lns+cp" else None
+    # a hint already at the bound leaves nothing to search: no time-indexed graph to build
+    start = (_time_indexed_start(setup) if method == "lns+cp" and not _hint_meets_bound(setup) and options.remaining_s() > 0
+             else None)
     # with the time-indexed search, the refutation replaces the reduced problems, or follows the tail bound
     if start is None or _tail_bound_applies(setup):
         setup = _with_relaxation(setup, options)
