@@ -2,6 +2,7 @@
 stdout, usage errors, non-finite JSON, options a schedule would ignore."""
 
 import errno
+import importlib.util
 import json
 import os
 import re
@@ -161,6 +162,25 @@ def test_a_full_stdout_is_one_line_and_exit_1(args):
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1
     assert stderr.decode() == "error: cannot write to standard output: No space left on device\n"
+
+
+@pytest.mark.skipif(not HAS_DEV_FULL, reason="needs /dev/full")
+@pytest.mark.parametrize(("command", "option", "suffix"), [("calibrate", "-o", ".toml"), ("validate", "--plot", ".png")])
+def test_a_full_stdout_leaves_the_output_file_as_it_was(tmp_path, command, option, suffix):
+    """calibrate replaced its -o file, and validate wrote its --plot, before failing on a full
+    standard output (exit 1): the results come first, the file only once they are out."""
+    if suffix == ".png":
+        pytest.importorskip("matplotlib")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("".join((ROOT / "data" / "measured" / "vtrain-single-node.csv").read_text().splitlines(keepends=True)[:4]))
+    output = tmp_path / f"out{suffix}"
+    if suffix == ".toml":
+        output.write_text("KEEP\n")
+    with open("/dev/full", "w") as full:
+        process = ppopt_process([command, str(rows), option, str(output), "-q"], full)
+        _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1 and "error: cannot write to standard output" in stderr.decode()
+    assert output.read_text() == "KEEP\n" if suffix == ".toml" else not output.exists()
 
 
 def test_a_closed_stdout_is_one_line_and_exit_1():
@@ -1235,3 +1255,29 @@ def test_an_output_named_for_another_compressor_is_refused(tmp_path, flag, name,
     """``--trace t.json.bz2`` wrote plain JSON and said "wrote t.json.bz2": only .gz is compressed."""
     result = CliRunner().invoke(main, ["search", "--unit", "-p", "2", "-m", "2", "-q", "--no-grid", flag, str(tmp_path / name)])
     assert result.exit_code == 1 and says in result.output and not (tmp_path / name).exists()
+
+
+def test_a_file_name_with_undecodable_bytes_is_written_as_escapes(tmp_path):
+    """A schedule or data file whose name holds the byte 0xff ended every JSON output, trace and
+    picture naming it in "internal error" (the name is a lone surrogate in Python): its escape is
+    written instead, and the JSON reads back as the same name."""
+    good = tmp_path / "good.csv"
+    assert run("export", "-s", "1f1b", "-p", 2, "-m", 2, "--unit", "-o", good).exit_code == 0
+    bad = tmp_path / os.fsdecode(b"bad\xff.csv")
+    try:
+        bad.write_bytes(good.read_bytes())
+    except (OSError, UnicodeError):
+        pytest.skip("the file system takes no such name")
+    imported = run("import", bad, "--json")
+    assert imported.exit_code == 0, imported.output
+    read = json.loads(imported.stdout)
+    assert read["file"] == str(bad) and read["schedule"] == "bad\\udcff"
+    assert run("export", "--schedule-file", bad, "-o", tmp_path / "trace.json", "-q").exit_code == 0
+    assert json.loads((tmp_path / "trace.json").read_bytes())["traceEvents"]
+    rows = tmp_path / os.fsdecode(b"rows\xff.csv")
+    rows.write_text("".join((ROOT / "data" / "measured" / "vtrain-multi-node-small.csv").read_text().splitlines(keepends=True)[:6]))
+    calibrated = run("calibrate", rows, "-o", tmp_path / "fit.toml", "-q", "--json")
+    assert calibrated.exit_code == 0, calibrated.output
+    assert "# (rows\\uFFFD.csv)" in (tmp_path / "fit.toml").read_text()  # the comment shows the byte as U+FFFD
+    if importlib.util.find_spec("matplotlib"):
+        assert run("table", "--schedule-file", bad, "--plot", tmp_path / "t.png", "-q").exit_code == 0

@@ -280,3 +280,32 @@ def test_every_other_reader_says_the_same_of_a_file_that_is_not_utf8(tmp_path):
         code, output = cli(*args)
         assert (code, output) == (1, f"error: {flag}{path}: not UTF-8 text (invalid continuation byte)\n"), args
     assert not (tmp_path / "out").exists()
+
+
+def test_a_measured_file_of_too_many_rows_is_refused_while_reading(tmp_path, monkeypatch):
+    """300,000 rows took validate 122 s and 1 GB, calibrate more than 5 minutes on 100,000: every
+    command that reads measured rows refuses a file over MAX_MEASURED_ROWS (here lowered to 3) in one
+    line naming it, before predicting or fitting any row, and calibrate writes nothing."""
+    from ppopt.io import measured
+
+    monkeypatch.setattr(measured, "MAX_MEASURED_ROWS", 3)
+    path = tmp_path / "rows.csv"
+    rows = [ROW[:-3] + str(300 + i) for i in range(4)]
+    path.write_text("\n".join([HEADER, *rows]) + "\n")
+    for args, flag in measured_commands(path, tmp_path):
+        assert cli(*args) == (1, f"error: {flag}{path}: more than 3 rows (line 5): split the file, 3 rows at most each\n")
+    assert not (tmp_path / "cal.toml").exists()
+    path.write_text("\n".join([HEADER, *rows[:3]]) + "\n")  # at the limit: read
+    assert len(read_measured(path, "a100-vtrain")[0]) == 3
+
+
+def test_a_published_table_of_too_many_runs_is_refused_while_reading(tmp_path, monkeypatch):
+    """2,500 runs took published 14 s on one system: a table over MAX_PUBLISHED_RUNS (here 2) is refused."""
+    from ppopt.io import published
+
+    monkeypatch.setattr(published, "MAX_PUBLISHED_RUNS", 2)
+    path = tmp_path / "table.csv"
+    path.write_text("\n".join(PUBLISHED[:4]) + "\n")
+    assert cli("published", path) == (1, f"error: {path}: more than 2 runs (line 4): split the table, 2 runs at most each\n")
+    path.write_text("\n".join(PUBLISHED[:3]) + "\n")
+    assert len(read_published(path)) == 2

@@ -360,6 +360,13 @@ def _stdout_failed(error: OSError) -> int:
     return 1
 
 
+def flush_stdout() -> None:
+    """Flush standard output now: a command that writes files after its results calls it first, so
+    that a standard output it cannot write (a full disk) stops it, reported as :func:`click.echo`'s
+    failures are, before any file is written."""
+    sys.stdout.flush()
+
+
 def _writing_stdout(error: OSError) -> bool:
     """Whether ``error`` was raised by ``click.echo`` writing to standard output, or by our last flush.
 
@@ -374,6 +381,8 @@ def _writing_stdout(error: OSError) -> bool:
     last = frames[-1] if frames else None
     if last is not None and last.f_code is _Cli.main.__code__:
         return True  # sys.stdout.flush() after the command
+    if any(frame.f_code is flush_stdout.__code__ for frame in frames):
+        return True
     echo = click.utils.echo.__code__
     return any(frame.f_code is echo and not frame.f_locals.get("err") for frame in frames)
 

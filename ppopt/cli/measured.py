@@ -11,7 +11,7 @@ from typing import NoReturn
 import click
 
 from ppopt.accuracy import GROUP_KEYS
-from ppopt.cli import main
+from ppopt.cli import flush_stdout, main
 from ppopt.cli.options import (
     INT,
     ProgressBar,
@@ -132,26 +132,33 @@ def validate_command(data, system, plot_path, by, fmt, as_json, quiet) -> None:
     """
     from ppopt.accuracy import group_errors, predict_rows, read_rows, summarize
     from ppopt.config import load_system
-    from ppopt.errors import counted
     from ppopt.io.measured import ASSUMED, unused_columns
-    from ppopt.report.evaluation import OVER_MEMORY, capacity_text, yes_no
-    from ppopt.report.text import markdown_line, percent, percent_header
 
     base = load_system(system)
     with working("validate", quiet):
         measured, unmodelled = read_rows(list(data), base)
         accuracy = summarize(predict_rows(measured), unmodelled)
-    capacity = base.memory_capacity_bytes  # the measured runs fitted: a peak above it is the model's error
     _note_unused_columns(data, unused_columns, ASSUMED)
     _note_labels(measured)
     if not accuracy.rows:  # a report of no prediction, "MAPE -", would read as a result
         _refuse_no_rows(accuracy.unmodelled, "be predicted")
     groups = group_errors(accuracy.rows, list(by)) if by else []
-    if plot_path:
+    _print_validation(accuracy, groups, data, by, fmt, as_json, base)
+    if plot_path:  # after the results reached standard output (none when it cannot be written)
         from ppopt.report.accuracy_plot import plot_accuracy
 
+        flush_stdout()
         plot_accuracy(accuracy, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
+
+
+def _print_validation(accuracy, groups, data, by, fmt, as_json, base) -> None:
+    """validate's output: JSON, or the rows, the groups and the summary as text, markdown or CSV."""
+    from ppopt.errors import counted
+    from ppopt.report.evaluation import OVER_MEMORY, capacity_text, yes_no
+    from ppopt.report.text import markdown_line, percent, percent_header
+
+    capacity = base.memory_capacity_bytes  # the measured runs fitted: a peak above it is the model's error
     if as_json:
         emit_json({
             "summary": accuracy.summary(),
@@ -252,7 +259,6 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
     with working("calibrate: the fit and the base system on the rows", quiet):
         on_fit = summarize(predict_rows([r.on(calibrated) for r in rows]), unmodelled)
         on_base = summarize(predict_rows([r.on(base) for r in rows]), unmodelled)
-    atomic_write_text(output, system_toml(fitted, base, file_labels(data), on_fit.mape))
     if len(rows) <= (free := len(fitted.values) - len(fitted.kept)):  # as many parameters as rows: the fit matches them whatever the model
         click.echo(f"note: {len(rows)} row(s) for {free} fitted parameters: the fit is underdetermined, "
                    "and its error on these rows says nothing of other jobs", err=True)
@@ -271,7 +277,17 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
         emit_json({"values": fitted.values, "fit_mape": on_fit.mape, "base_system": base.name, "base_mape": on_base.mape,
                    "at_bounds": at_bounds, "not_fitted": list(fitted.kept), "output": output, "summary": on_fit.summary(),
                    "unmodelled": _unmodelled_json(unmodelled)})
-        return
+    else:
+        _print_calibration(fitted, at_bounds, unmodelled, on_fit, on_base, base, len(data))
+    flush_stdout()  # the results reached standard output: only then the file (none when it cannot be written)
+    atomic_write_text(output, system_toml(fitted, base, file_labels(data), on_fit.mape))
+    click.echo(f"wrote {output}", err=True)  # on stderr, as every command says it
+
+
+def _print_calibration(fitted, at_bounds, unmodelled, on_fit, on_base, base, files: int) -> None:
+    """calibrate's text: the fitted values, the rows not fitted, and the fit's and the base's errors."""
+    from ppopt.report.text import percent
+
     descriptions = {p.name: p for p in fitted.parameters}
     click.echo(_table(["parameter", "value", "bound", "meaning"],
                       [[k, f"{v:.4g}", "not fitted: no row uses this link" if k in fitted.kept else at_bounds.get(k, ""),
@@ -279,12 +295,11 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
                       "text"))
     if unmodelled:
         click.echo("")
-        click.echo(_unmodelled_table(unmodelled, len(data)))
+        click.echo(_unmodelled_table(unmodelled, files))
     click.echo("")
     click.echo("fit on the calibration rows (simulated):")
-    click.echo("\n".join(_summary_lines(on_fit, len(data))))
+    click.echo("\n".join(_summary_lines(on_fit, files)))
     click.echo(f"base system {base.name} on the same rows: MAPE {percent(on_base.mape, 'text', decimals=2)}")
-    click.echo(f"wrote {output}", err=True)  # on stderr, as every command says it
 
 
 def _note_labels(rows) -> None:

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from ppopt.cli import main
+from ppopt.cli import flush_stdout, main
 from ppopt.cli.options import FLOAT, INT, complete_file, complete_schedule, emit_json, json_option, output_ending_in, quiet_option, working
 from ppopt.errors import counted
 from ppopt.units import UnitCosts
@@ -275,11 +275,12 @@ def profile_command(devices, microbatches, chunks, settings, output, as_json, qu
              "threads": settings.threads, "dtype": settings.dtype, "model": dataclasses_dict(settings.model),
              "steps": settings.steps, "warmup": settings.warmup, "load_average": list(os.getloadavg()),
              "cpus": os.cpu_count()}
-    write_cost_preset(output, measured.costs, measured.link, about)
     if as_json:
         emit_json(cost_preset_json(measured.costs, measured.link, about))
     else:
         click.echo(profile_text(measured.costs, measured.link, devices))
+    flush_stdout()  # the results reached standard output: only then the file (none when it cannot be written)
+    write_cost_preset(output, measured.costs, measured.link, about)
     click.echo(f"wrote {output}", err=True)
 
 

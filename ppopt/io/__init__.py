@@ -529,7 +529,14 @@ def atomic_write_text(path: str | os.PathLike, text: str, newline: str | None = 
     :func:`open` (None: ``\\n`` kept as written; ppopt writes ``\\n`` line ends on every platform)."""
     if newline is not None and newline != "\n":
         text = text.replace("\n", newline)
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    return atomic_write_bytes(path, utf8(text))
+
+
+def utf8(text: str) -> bytes:
+    """``text`` in UTF-8, where a file name's undecodable bytes (Python's lone surrogates, e.g. from
+    a name with the byte 0xff) are written as their escapes (``\\udcff``), which JSON strings read
+    back as the same characters, instead of failing the whole output."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 JSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -568,7 +575,7 @@ def stdlib_json_bytes(obj: object, pretty: bool = False, sort_keys: bool = False
     except ValueError:
         _refuse_non_finite(obj)
         raise  # not a number: a circular reference, a bug
-    return text.encode("utf-8")
+    return utf8(text)
 
 
 def _refuse_non_finite(obj: object) -> None:

@@ -259,6 +259,11 @@ def _optional_values(name: str, line: int, cells: list[str], index: dict[str, in
     return model, job
 
 
+MAX_MEASURED_ROWS = 100_000
+"""Most rows of one measured-data file (the shipped ones hold 1,440 and 41). Each row is simulated
+(about 0.4 ms and 3 KB), and ``calibrate`` fits every row seven times: 300,000 rows took validate
+122 s and 1 GB, and calibrate more than 5 minutes on 100,000; refused while reading, before any of it."""
+
 CHECK_EVERY_ROWS = 1_000
 """Rows :func:`read_measured` reads between two calls of its ``check`` (about 50 ms of reading)."""
 
@@ -292,6 +297,9 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig | str | o
     for number, (line, cells) in enumerate(records, 1):
         if check is not None and number % CHECK_EVERY_ROWS == 0:
             check(number)
+        if number > MAX_MEASURED_ROWS:
+            raise MeasuredDataError(f"{name}: more than {MAX_MEASURED_ROWS:,} rows (line {line}): split the file, "
+                                    f"{MAX_MEASURED_ROWS:,} rows at most each")
         if not any(cell.strip() for cell in cells):
             continue
         if len(cells) > len(header) and any(cell.strip() for cell in cells[len(header):]):

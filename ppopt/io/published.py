@@ -26,6 +26,10 @@ PUBLISHED_FILE = "a published-throughput CSV file"
 PUBLISHED_BYTES = 2**20
 """The largest table read, in bytes (the shipped one is under 1 kB)."""
 
+MAX_PUBLISHED_RUNS = 1_000
+"""Most runs of a table (the shipped one holds 10). Each is predicted at four micro batches on every
+system, about 5 ms a run and system: 2,500 runs took 14 s on one system; refused while reading."""
+
 COLUMNS = {
     "parameters (billion)": "parameters",
     "attention heads": "heads",
@@ -80,6 +84,9 @@ def read_published(source: str | os.PathLike[str]) -> list[PublishedRun]:
     for line, cells in records:
         if not any(cell.strip() for cell in cells):  # a blank line, or one of empty cells
             continue
+        if len(runs) == MAX_PUBLISHED_RUNS:
+            raise ConfigError(f"{name}: more than {MAX_PUBLISHED_RUNS:,} runs (line {line}): split the table, "
+                              f"{MAX_PUBLISHED_RUNS:,} runs at most each")
         if any(cell.strip() for cell in cells[len(header):]):
             raise ConfigError(f"{name}: line {line}: {len(cells)} cells, but the header names {len(header)} columns")
         row = dict(zip(header, cells))

@@ -77,6 +77,7 @@ from ppopt.io import (
     require_file_name,
     shown,
     unreadable,
+    utf8,
 )
 from ppopt.ir import MAX_OPS, Kind, Op, Schedule, check_size, ops_of, parse_action
 from ppopt.validation import ScheduleValidationError, validate, validated
@@ -474,7 +475,7 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
         raise ScheduleError(f"must be a path, an open text file or the CSV text, got {path_or_text!r:.60}", field="path_or_text")
     if hasattr(path_or_text, "read"):
         source = getattr(path_or_text, "name", None)
-        name = Path(source).stem if isinstance(source, str) else "torch-csv"
+        name = _name(Path(source).stem) if isinstance(source, str) else "torch-csv"
         return parse_torch_csv(path_or_text.read(), name, legacy_backward)
     if isinstance(path_or_text, str) and ("\n" in path_or_text or "," in path_or_text and not os.path.isfile(path_or_text)):
         return parse_torch_csv(path_or_text, "torch-csv", legacy_backward)
@@ -486,7 +487,13 @@ def read_torch_csv(path_or_text: str | os.PathLike | IO[str], legacy_backward: b
         raise ScheduleError(not_utf8(str(path), error)) from None
     except OSError as error:
         raise ScheduleError(unreadable(str(path), error, TORCH_CSV_FILE)) from None
-    return parse_torch_csv(text, path.stem, legacy_backward, where=str(path))
+    return parse_torch_csv(text, _name(path.stem), legacy_backward, where=str(path))
+
+
+def _name(stem: str) -> str:
+    """A schedule's name from a file's stem, its undecodable bytes written as their escapes
+    (``bad\\udcff`` for the byte 0xff): the name goes into tables, JSON and plots, which take text."""
+    return utf8(stem).decode("utf-8")
 
 
 TORCH_CSV_FILE = "a PyTorch schedule CSV file"
