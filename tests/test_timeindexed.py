@@ -279,6 +279,21 @@ def _start(setup):
     return start.starts
 
 
+def test_no_start_is_built_where_no_step_could_fit(monkeypatch):
+    """At p = 4, m = 8,192 building the chain's graph spent 30 s of a 5 s search, then no radius fit
+    the Boolean limit: the start is now refused before the graph when even the least radius cannot
+    fit (120 ops x 3 ticks over a limit lowered to 359), and built at the limit (360)."""
+    setup, _ = _setup_5_12()
+    assert setup.ops == 120
+    built = []
+    monkeypatch.setattr(search_module, "chain_graph", lambda *args: built.append(args) or chain_graph(*args))
+    monkeypatch.setattr(search_module, "MAX_STEP_LITERALS", 359)
+    assert search_module._time_indexed_start(setup) is None and built == []
+    monkeypatch.setattr(search_module, "MAX_STEP_LITERALS", 360)
+    search_module._time_indexed_start(setup)
+    assert len(built) == 1
+
+
 def test_shorten_reaches_the_proven_optimum_from_a_fitted_schedule():
     """p = 5, m = 12, cap 3, one-slot messages: the fitted schedule takes 101 slots, the optimum 100
     (tests.test_bounds._optimum). Windows of STEP_RADIUS ticks either way hold that optimum, so the search
