@@ -413,6 +413,12 @@ def _fit(stacked: _Stacked, base: SystemConfig, parameters: tuple[Parameter, ...
 
 
 
+def not_fitted_reason(name: str) -> str:
+    """Why a calibration left the parameter ``name`` at its base value: no row exercises it."""
+    return ("no row has a ring with some but not all of a node's GPUs" if name == "partial_ring_efficiency"
+            else "no row uses this link")
+
+
 SET_BY_THE_FIT = {"op_time_rule": "the rule the fit's closed form uses",
                   "op_accounting": "how the fit model counts a block's work"}
 """Fields a calibration sets without fitting them (:func:`apply`, :data:`MODELS`), and why."""
@@ -441,6 +447,8 @@ def system_toml(calibration: Calibration, base: SystemConfig, sources: list[str]
             tables.append((name, value))
             continue
         note = f"  # fitted: {fitted[name].description}" if name in fitted else ""
+        if name in calibration.kept:
+            note = f"  # not fitted: {not_fitted_reason(name)} (the base system's value)"
         if name in SET_BY_THE_FIT and value != getattr(base, name):
             note = f"  # set by the calibration ({SET_BY_THE_FIT[name]}; the base has {toml_value(getattr(base, name))})"
         lines.append(f"{name} = {toml_value(value)}{note}")

@@ -683,6 +683,8 @@ def test_a_link_no_row_uses_is_reported_as_not_fitted(single_fit):
     text = Path(single_fit).read_text()
     inter = text[text.index("[inter_node]"):]
     assert "bandwidth_bytes_per_s = 1e+11  # not fitted: no row uses this link" in inter, inter
+    assert ("partial_ring_efficiency = 1.0  # not fitted: no row has a ring with some but not all of a node's GPUs "
+            "(the base system's value)") in text
     assert "# fitted:" not in inter.split("\n[", 1)[0]
     result = run("calibrate", SINGLE, "--system", "a100-vtrain", "-o", str(Path(single_fit).with_name("again.toml")), "--json")
     report = json.loads(result.stdout)

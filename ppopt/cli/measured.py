@@ -286,11 +286,12 @@ def calibrate_command(data, system, output, name, quiet, as_json) -> None:
 
 def _print_calibration(fitted, at_bounds, unmodelled, on_fit, on_base, base, files: int) -> None:
     """calibrate's text: the fitted values, the rows not fitted, and the fit's and the base's errors."""
+    from ppopt.calibrate import not_fitted_reason
     from ppopt.report.text import percent
 
     descriptions = {p.name: p for p in fitted.parameters}
     click.echo(_table(["parameter", "value", "bound", "meaning"],
-                      [[k, f"{v:.4g}", "not fitted: no row uses this link" if k in fitted.kept else at_bounds.get(k, ""),
+                      [[k, f"{v:.4g}", f"not fitted: {not_fitted_reason(k)}" if k in fitted.kept else at_bounds.get(k, ""),
                         descriptions[k].description] for k, v in fitted.values.items()],
                       "text"))
     if unmodelled:

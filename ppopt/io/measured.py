@@ -297,11 +297,11 @@ def read_measured(source: str | os.PathLike[str], system: SystemConfig | str | o
     for number, (line, cells) in enumerate(records, 1):
         if check is not None and number % CHECK_EVERY_ROWS == 0:
             check(number)
-        if number > MAX_MEASURED_ROWS:
-            raise MeasuredDataError(f"{name}: more than {MAX_MEASURED_ROWS:,} rows (line {line}): split the file, "
-                                    f"{MAX_MEASURED_ROWS:,} rows at most each")
         if not any(cell.strip() for cell in cells):
             continue
+        if len(rows) + len(unmodelled) == MAX_MEASURED_ROWS:
+            raise MeasuredDataError(f"{name}: more than {MAX_MEASURED_ROWS:,} rows (line {line}): split the file, "
+                                    f"{MAX_MEASURED_ROWS:,} rows at most each")
         if len(cells) > len(header) and any(cell.strip() for cell in cells[len(header):]):
             raise MeasuredDataError(f"{name}: line {line}: {len(cells)} cells, but the header names {len(header)} columns")
 

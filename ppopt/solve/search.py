@@ -1128,9 +1128,9 @@ def _time_indexed_start(setup: _Setup) -> _IndexedStart | None:
     steps finds a shorter schedule: their burst of forwards leaves windows of a few ticks nothing to
     gain (with windows of 12 ticks they reached 765 or 766 in a minute)."""
     chain = _relaxation_chain(setup)
-    # a step's windows hold about 2·radius Booleans per op: with half that at the least radius over
-    # the limit, no step fits (step_radius), and building the graph would only spend the budget (30 s
-    # of a 5 s search at p = 4, m = 8,192)
+    # a step's windows hold about 2·radius Booleans per op (fewer at the head and tail: 3.17 per op at
+    # radius 3 on 5 x 12): with even MIN_RADIUS per op over the limit no step fits (step_radius), and
+    # building the graph would only spend the budget (30 s of a 5 s search at p = 4, m = 8,192)
     if chain is None or setup.ops * MIN_RADIUS > MAX_STEP_LITERALS:
         return None
     assert setup.ticked is not None
