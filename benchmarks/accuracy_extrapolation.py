@@ -22,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-from ppopt.accuracy import predict_rows, summarize
+from ppopt.accuracy import Accuracy, predict_rows, summarize
 from ppopt.calibrate import MODELS, calibrate
 from ppopt.config import load_system
 from ppopt.io.measured import Measured, read_measured
@@ -47,13 +47,18 @@ def proxies(single: list[Measured], multi: list[Measured]) -> list[tuple[str, li
     ]
 
 
+def rho_text(accuracy: Accuracy) -> str:
+    """Spearman's rho within each multi-node model of ``accuracy`` ("3.6B 0.964, 18.4B 0.721"), or ""."""
+    return ", ".join(f"{'3.6B' if key.startswith(SMALL_MULTI) else '18.4B'} {value:.3f}"
+                     for key, value in accuracy.spearman.items() if value is not None and key.endswith("s2048"))
+
+
 def figures(fit: list[Measured], check: list[Measured], model: str) -> str:
     """Calibrate ``model`` on ``fit``, validate on ``check``: the MAPE and the multi-node Spearman."""
     base = load_system("a100-vtrain")
     system = calibrate(fit, base, model=model).system
     accuracy = summarize(predict_rows([r.on(system) for r in check]))
-    rho = ", ".join(f"{'3.6B' if key.startswith(SMALL_MULTI) else '18.4B'} {value:.3f}"
-                    for key, value in accuracy.spearman.items() if value is not None and key.endswith("s2048"))
+    rho = rho_text(accuracy)
     return f"MAPE {100 * accuracy.mape:6.2f} %" + (f", Spearman {rho}" if rho else "")
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from pathlib import Path
 
 from ppopt.accuracy import predict_rows, summarize
@@ -30,9 +31,9 @@ from ppopt.calibrate import MODELS, FitModel, calibrate
 from ppopt.config import SystemConfig, load_system
 from ppopt.io.measured import Measured, read_measured
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "measured"
-SINGLE, MULTI = DATA / "vtrain-single-node.csv", DATA / "vtrain-multi-node-small.csv"
-SMALL_MULTI = "h3072"  # model key prefix of the 3.6B model (the 18.4B one is h6144)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from accuracy_extrapolation import MULTI, SINGLE, SMALL_MULTI, rho_text  # noqa: E402
+
 FITTED = MODELS["host-overlap"]
 FIXED = dataclasses.replace(FITTED, parameters=tuple(p for p in FITTED.parameters if p.name != "partial_ring_efficiency"))
 
@@ -51,9 +52,7 @@ def factors(text: str) -> list[float]:
 def figures(rows: list[Measured], system: SystemConfig) -> tuple[float, str]:
     """Simulated MAPE (%) of ``rows`` on ``system`` and rho within each multi-node model."""
     accuracy = summarize(predict_rows([r.on(system) for r in rows]))
-    rho = ", ".join(f"{'3.6B' if key.startswith(SMALL_MULTI) else '18.4B'} {value:.3f}"
-                    for key, value in accuracy.spearman.items() if value is not None and key.endswith("s2048"))
-    return 100 * accuracy.mape, rho
+    return 100 * accuracy.mape, rho_text(accuracy)
 
 
 def line(label: str, base: SystemConfig, model: FitModel, single: list[Measured], multi: list[Measured]) -> str:

@@ -18,7 +18,7 @@ partial_ring_efficiency        fraction of that a ring reaches whose group holds
 =============================  ==========================================================
 
 The intra-node bandwidth is the base system's (the NVLink datasheet figure), not fitted: the fits
-on the shipped rows put its efficiency at 0.87 to 1, and the eighth parameter is worth more on
+of commit 77b9966 on the shipped rows put its efficiency at 0.87 to 1, and the eighth parameter is worth more on
 ``partial_ring_efficiency``, which the multi-node rows pin (README, "How accurate is ppopt?":
 ``benchmarks/partial_ring.py`` prints the fitted value against fixed ones).
 

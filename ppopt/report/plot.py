@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ppopt.errors import ScheduleError
-from ppopt.io import atomic_write_bytes, utf8
+from ppopt.io import atomic_write_bytes
 from ppopt.ir import Kind, Op, Schedule
 
 if TYPE_CHECKING:
@@ -259,11 +259,7 @@ def figure_bytes(fig, fmt: str, dpi: float | None = None) -> bytes:
     a fixed salt for the element ids in SVG (matplotlib's are random otherwise), a fixed software
     tag in PNG. ValueError for a format matplotlib cannot write."""
     import matplotlib
-    import matplotlib.text
 
-    for text in fig.findobj(matplotlib.text.Text):  # a file name's undecodable bytes (lone surrogates): their escapes
-        if (shown := text.get_text()) != (escaped := utf8(shown).decode("utf-8")):
-            text.set_text(escaped)
     buffer = io.BytesIO()
     metadata = {"svg": {"Date": None}, "png": {"Software": "ppopt"}}.get(fmt.lower())  # other formats: matplotlib's own
     with matplotlib.rc_context({"svg.hashsalt": "ppopt"}):

@@ -1617,7 +1617,7 @@ def search(spec: InstanceSpec, space: Space | str, options: SolveOptions | None 
     options = options.reserve(space_ops(spec, space) * REPORT_S_PER_OP)  # the grid's printing comes after
     setup = _with_periodic(_prepare(spec, space, options, began, hints), options)
     method = _method(setup, options.method)
-    # a hint already at the bound leaves nothing to search: no time-indexed graph to build
+    # no time-indexed graph to build when a hint is already at the bound or the budget is spent
     start = (_time_indexed_start(setup) if method == "lns+cp" and not _hint_meets_bound(setup) and options.remaining_s() > 0
              else None)
     # with the time-indexed search, the refutation replaces the reduced problems, or follows the tail bound
